@@ -1,0 +1,30 @@
+// afd: one executable, many subcommands (see commands.h).
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "core/check.h"
+#include "core/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"afd: Attention-FFN disaggregated MoE decoding engine"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->envname("AFD_LOG_LEVEL");
+  app.parse_complete_callback([&] { afd::set_log_level(log_level.c_str()); });
+
+  afd::cli::register_version(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const afd::InternalError& e) {
+    std::fprintf(stderr, "afd: internal error: %s\n", e.what());
+    return 70;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "afd: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,12 @@
+// Subcommand registration: each cmd_<name>.cpp defines one register_<name>() that adds
+// its CLI11 subcommand and sets the callback. Callbacks throw CLI::RuntimeError(code)
+// for a non-zero exit after printing a clear error to stderr.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace afd::cli {
+
+void register_version(CLI::App& app);
+
+}  // namespace afd::cli

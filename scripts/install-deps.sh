@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs every Debian package afd needs to build, test and serve. Idempotent.
+set -euo pipefail
+PKGS=(build-essential cmake ninja-build pkg-config git
+      libgtest-dev libgmock-dev libbenchmark-dev
+      nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libspdlog-dev libfmt-dev
+      libopenblas-dev libucx-dev ucx-utils
+      clang libclang-rt-14-dev
+      python3 python3-numpy python3-torch
+      nodejs npm curl iproute2)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

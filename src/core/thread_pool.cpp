@@ -1,0 +1,97 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <chrono>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define AFD_PAUSE() _mm_pause()
+#else
+#define AFD_PAUSE() std::this_thread::yield()
+#endif
+
+namespace afd {
+
+ThreadPool::ThreadPool(int n_threads) {
+  if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  n_threads_ = n_threads;
+  for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::work(int thread) {
+  for (;;) {
+    int task = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= n_tasks_) break;
+    try {
+      (*fn_)(task, thread);
+    } catch (...) {
+      if (!has_error_.exchange(true)) error_ = std::current_exception();
+    }
+  }
+}
+
+void ThreadPool::worker_loop(int thread) {
+  uint64_t seen = 0;
+  for (;;) {
+    // Spin ~100us for the next region, then sleep.
+    auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+    uint64_t g = generation_.load(std::memory_order_acquire);
+    while (g == seen) {
+      for (int i = 0; i < 64 && g == seen; ++i) {
+        AFD_PAUSE();
+        g = generation_.load(std::memory_order_acquire);
+      }
+      if (g == seen && std::chrono::steady_clock::now() > spin_until) {
+        generation_.wait(seen, std::memory_order_acquire);
+        g = generation_.load(std::memory_order_acquire);
+      }
+    }
+    seen = g;
+    if (stop_.load()) return;
+    work(thread);
+    active_workers_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::run(int n_tasks, const std::function<void(int, int)>& fn) {
+  if (n_tasks <= 0) return;
+  bool expected = false;
+  if (n_threads_ == 1 || n_tasks == 1 || !in_region_.compare_exchange_strong(expected, true)) {
+    for (int t = 0; t < n_tasks; ++t) fn(t, 0);
+    return;
+  }
+  fn_ = &fn;
+  n_tasks_ = n_tasks;
+  has_error_.store(false);
+  error_ = nullptr;
+  next_task_.store(0, std::memory_order_relaxed);
+  active_workers_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  work(0);
+  while (active_workers_.load(std::memory_order_acquire) != 0) AFD_PAUSE();
+  fn_ = nullptr;
+  in_region_.store(false);
+  if (has_error_.load()) std::rethrow_exception(error_);
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
+                              int64_t align) {
+  if (n <= 0) return;
+  int parts = n_threads_;
+  int64_t chunk = (n + parts - 1) / parts;
+  if (align > 1) chunk = (chunk + align - 1) / align * align;
+  int n_chunks = static_cast<int>((n + chunk - 1) / chunk);
+  run(n_chunks, [&](int task, int thread) {
+    int64_t b = task * chunk, e = std::min(n, b + chunk);
+    fn(b, e, thread);
+  });
+}
+
+}  // namespace afd
