@@ -1,0 +1,69 @@
+// CPU kernels: pointers, sizes and a thread pool; no model or request types.
+// Every kernel has a scalar reference (namespace ref) and SIMD versions chosen at run
+// time from cpu_features(); tests/unit/kernels checks each against its reference.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace afd::kernels {
+
+// How activations enter a matrix product.
+//   f32:  x is used exactly; bf16 weights are widened to f32 (the "reference" mode).
+//   bf16: x is rounded to bf16 and products use bf16 inputs with f32 accumulation
+//         (the "fast" mode; AVX512-BF16 vdpbf16ps where available).
+enum class ActPrecision : uint8_t { f32, bf16 };
+
+// y[i, r] = sum_c x[i, c] * W[r, c]  for i < n, r < rows.
+// x: [n, cols] with row stride x_stride (floats); W: [rows, cols] row-major, dtype bf16 or f32;
+// y: [n, rows] with row stride y_stride. If accumulate, adds into y instead of overwriting.
+// pool may be null (single-threaded). Small n uses a GEMV path that streams W once for all n
+// rows; large n may use a blocked GEMM (OpenBLAS sbgemm/sgemm) where that measures faster.
+void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,
+            int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
+            bool accumulate = false);
+
+// y[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w   for i < n; x, y: [n, dim]; y may alias x.
+void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y);
+
+// NEOX-style rotary embedding in place on x: [n_heads, head_dim] at position pos.
+// For i < head_dim/2 with inv_freq_i = theta^(-2i/head_dim), angle = pos * inv_freq_i:
+//   (x[i], x[i+half]) <- (x[i]*cos - x[i+half]*sin, x[i+half]*cos + x[i]*sin).
+// Angles are computed in double and rounded to float, matching an f64 reference to ~1e-7.
+void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double theta);
+
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)); out may alias gate.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+
+// In-place numerically stable softmax over x[0..n).
+void softmax(float* x, int64_t n);
+
+// y[i] += a * x[i]
+void axpy(float a, const float* x, int64_t n, float* y);
+
+// Conversions.
+void f32_to_bf16_row(const float* x, int64_t n, uint16_t* y);
+void bf16_to_f32_row(const uint16_t* x, int64_t n, float* y);
+
+// FP8 e4m3 quantisation with one float scale per group of `group` consecutive values
+// (group = dim for per-token scales, 128 for per-block). scale = amax / 448 (1 when amax == 0);
+// q = fp8(x / scale). x: [n], q: [n], scales: [n / group]; n % group == 0.
+void quantize_fp8_e4m3(const float* x, int64_t n, int64_t group, uint8_t* q, float* scales);
+// x[i] = fp8_to_f32(q[i]) * scales[i / group]
+void dequantize_fp8_e4m3(const uint8_t* q, const float* scales, int64_t n, int64_t group, float* x);
+
+// Name of the implementation linear() dispatches to on this CPU ("avx512_bf16", "avx2", "scalar").
+const char* linear_impl_name(ActPrecision prec);
+
+namespace ref {
+// Scalar references with the same contracts (pool unused; single thread).
+void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,
+            int64_t cols, float* y, int64_t y_stride, ActPrecision prec, bool accumulate = false);
+void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y);
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+void quantize_fp8_e4m3(const float* x, int64_t n, int64_t group, uint8_t* q, float* scales);
+}  // namespace ref
+
+}  // namespace afd::kernels

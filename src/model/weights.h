@@ -1,0 +1,90 @@
+// ModelWeights: typed views of a checkpoint's tensors, bound by name and checked against
+// ModelConfig. Views point into the memory-mapped safetensors files (bf16 / f32 in place);
+// f16 tensors are converted once at load into owned f32 storage.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "model/config.h"
+
+namespace afd {
+
+class Checkpoint;  // model/checkpoint.h
+
+// A row-major matrix [rows, cols]: nn.Linear's (out_features, in_features).
+// dtype is bf16 or f32. `data` is not owned.
+struct Matrix {
+  DType dtype = DType::bf16;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  bool empty() const { return data == nullptr; }
+  size_t nbytes() const { return static_cast<size_t>(rows * cols) * dtype_size(dtype); }
+  // Row r as a matrix of one row.
+  const uint8_t* row_ptr(int64_t r) const {
+    return static_cast<const uint8_t*>(data) + static_cast<size_t>(r * cols) * dtype_size(dtype);
+  }
+};
+
+// A vector [n] (norm weights, biases); always f32, owned by ModelWeights.
+struct Vector {
+  const float* data = nullptr;
+  int64_t n = 0;
+  bool empty() const { return data == nullptr; }
+};
+
+// One SwiGLU FFN: down( silu(gate x) * up x ).
+// gate/up [inter, hidden], down [hidden, inter]. For fused checkpoints, gate and up are
+// views of rows [0, inter) and [inter, 2*inter) of gate_up_proj[e].
+struct FfnWeights {
+  Matrix gate, up, down;
+};
+
+struct AttentionWeights {
+  Matrix q, k, v;        // [q_dim, hidden], [kv_dim, hidden], [kv_dim, hidden]
+  Matrix o;              // [hidden, q_dim]
+  Vector q_bias, k_bias, v_bias;  // qwen2_moe only
+  Vector q_norm, k_norm;          // [head_dim], qwen3_moe only
+};
+
+struct MoeWeights {
+  Matrix router;                    // [n_experts, hidden]  (mlp.gate.weight)
+  std::vector<FfnWeights> experts;  // n_experts
+  FfnWeights shared;                // empty when no shared expert
+  Matrix shared_gate;               // [1, hidden], sigmoid gate of the shared expert (may be empty)
+};
+
+struct LayerWeights {
+  Vector input_norm;          // [hidden]
+  Vector post_attention_norm; // [hidden]
+  AttentionWeights attn;
+  bool is_moe = true;
+  MoeWeights moe;             // when is_moe
+  FfnWeights dense;           // when !is_moe
+};
+
+struct ModelWeights {
+  ModelConfig config;
+  Matrix embed;               // [vocab, hidden]
+  Matrix lm_head;             // [vocab, hidden]; equals embed when tied
+  Vector final_norm;          // [hidden]
+  std::vector<LayerWeights> layers;
+
+  // Total bytes of all weight matrices (what a full pass could read).
+  size_t matrix_bytes() const;
+
+  // Keeps mmaps and converted buffers alive.
+  std::shared_ptr<Checkpoint> checkpoint;
+  std::vector<std::unique_ptr<float[]>> owned_f32;
+};
+
+// Loads DIR (config.json + safetensors, single or sharded). Every expected tensor must be
+// present with the shape config.json implies; errors name the file, tensor and field.
+Result<std::shared_ptr<const ModelWeights>> load_model(const std::string& model_dir);
+
+}  // namespace afd

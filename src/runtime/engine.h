@@ -1,0 +1,59 @@
+// Engine: the batched forward pass that serving and generation drive, independent of
+// how a layer's attention and FFN parts are wired (monolithic, AFD, EP).
+//
+// Threading: an Engine is driven by one thread at a time (the scheduler's step loop).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+
+namespace afd {
+
+// One sequence's work in a forward pass: append `tokens` (a prompt chunk, or the single
+// last sampled token) at the sequence's current length, compute, and return logits.
+struct BatchItem {
+  int64_t seq_id = -1;
+  std::span<const int32_t> tokens;
+  bool all_logits = false;  // logits for every appended token, else only the last one
+};
+
+struct KvUsage {
+  int64_t blocks_total = 0;
+  int64_t blocks_used = 0;
+  int64_t block_size = 0;  // tokens per block
+};
+
+// Per-step stage timings (seconds), filled where the wiring measures them.
+struct StageTimes {
+  double attention_s = 0, a2f_s = 0, ffn_s = 0, f2a_s = 0, total_s = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual const ModelConfig& config() const = 0;
+
+  // Creates an empty sequence. Fails with resource_exhausted when no slot is free.
+  virtual Result<int64_t> create_sequence() = 0;
+  // Frees the sequence and its KV blocks; unknown ids are ignored.
+  virtual void release_sequence(int64_t seq_id) = 0;
+  // Current length (tokens with KV) of a sequence, or -1 if unknown.
+  virtual int64_t sequence_length(int64_t seq_id) const = 0;
+  // Whether n more tokens fit for this sequence (context limit and free KV blocks).
+  virtual bool can_append(int64_t seq_id, int64_t n_tokens) const = 0;
+
+  // Runs one forward pass over the batch. logits receives, per item in order, one row
+  // [vocab] (or one per token when all_logits). Errors (unknown sequence, token outside
+  // the vocabulary, context overflow, KV exhausted, a lost peer) leave every sequence
+  // unchanged.
+  virtual Status forward(std::span<const BatchItem> items, std::vector<float>* logits) = 0;
+
+  virtual KvUsage kv_usage() const = 0;
+  virtual StageTimes last_stage_times() const { return {}; }
+};
+
+}  // namespace afd
