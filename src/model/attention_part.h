@@ -1,0 +1,57 @@
+// AttentionPart: the attention half of every decoder layer, plus embedding and LM head —
+// everything an attention worker computes. Stateful through the KV cache.
+//
+// Per layer l, for a TokenBatch b (whose KV slots for b.pos were appended beforehand):
+//   hn = rmsnorm(x, input_norm); q,k,v = proj(hn) [+bias]; [q,k per-head rmsnorm];
+//   rope(q,k at pos); kv[l] <- k,v; a = softmax(q k^T / sqrt(hd)) v (causal, GQA);
+//   x += o_proj(a); h = rmsnorm(x, post_attention_norm);
+//   MoE layers: p = softmax(router(h)); topk; renormalise iff norm_topk_prob.
+// The FFN half (ffn_part.h) then produces ffn_out and add_ffn() does x += ffn_out.
+// Threading: one call at a time per AttentionPart; kernels use the given pool.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/ops.h"
+#include "kv/paged_kv_cache.h"
+#include "model/token_batch.h"
+#include "model/weights.h"
+
+namespace afd {
+
+struct AttentionOptions {
+  kernels::ActPrecision prec = kernels::ActPrecision::f32;
+};
+
+class AttentionPart {
+ public:
+  AttentionPart(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv, AttentionOptions opt,
+                ThreadPool* pool);
+
+  const ModelConfig& config() const { return w_->config; }
+  const ModelWeights& weights() const { return *w_; }
+
+  // x[i] = embed[tokens[i]]. Precondition: every token id < vocab (the engine validates).
+  void embed(TokenBatch& b) const;
+  // The attention half of `layer` (see above): updates x, fills h and, for MoE layers,
+  // topk_ids / topk_w.
+  void forward(int64_t layer, TokenBatch& b);
+  // x += ffn_out.
+  void add_ffn(TokenBatch& b) const;
+  // logits [rows.size(), vocab] = lm_head(rmsnorm(x[rows], final_norm)).
+  void logits(const TokenBatch& b, std::span<const int64_t> rows, float* out);
+
+ private:
+  void attend(int64_t layer, TokenBatch& b);
+  void route(int64_t layer, TokenBatch& b);
+
+  std::shared_ptr<const ModelWeights> w_;
+  PagedKvCache* kv_;
+  AttentionOptions opt_;
+  ThreadPool* pool_;
+  std::vector<float> final_scratch_;
+};
+
+}  // namespace afd

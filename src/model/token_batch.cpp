@@ -1,0 +1,27 @@
+#include "model/token_batch.h"
+
+#include <algorithm>
+
+namespace afd {
+
+void TokenBatch::resize(const ModelConfig& c, int64_t n_tokens) {
+  n = n_tokens;
+  const size_t nn = static_cast<size_t>(n_tokens);
+  tokens.resize(nn);
+  seq.resize(nn);
+  pos.resize(nn);
+  x.resize(nn * c.hidden_size);
+  h.resize(nn * c.hidden_size);
+  const int64_t k = std::max<int64_t>(1, c.n_experts_per_tok);
+  topk_ids.resize(nn * k);
+  topk_w.resize(nn * k);
+  ffn_out.resize(nn * c.hidden_size);
+  hn.resize(nn * c.hidden_size);
+  q.resize(nn * c.q_dim());
+  k.resize(nn * c.kv_dim());
+  v.resize(nn * c.kv_dim());
+  attn.resize(nn * c.q_dim());
+  router.resize(nn * std::max<int64_t>(1, c.n_experts));
+}
+
+}  // namespace afd
