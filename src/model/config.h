@@ -12,6 +12,8 @@ namespace afd {
 
 enum class Arch { qwen3_moe, qwen2_moe, mixtral };
 const char* arch_name(Arch a);
+// "qwen3_moe" | "qwen2_moe" | "mixtral" -> Arch; false for anything else.
+bool arch_from_name(const std::string& name, Arch* out);
 
 struct ModelConfig {
   Arch arch = Arch::qwen3_moe;
@@ -37,6 +39,7 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   bool qk_norm = false;            // per-head RMSNorm on q and k before RoPE (qwen3_moe)
   bool attention_bias = false;     // q/k/v projections have bias (qwen2_moe)
+  int64_t sliding_window = 0;      // mixtral "sliding_window"; 0: full attention
   std::string torch_dtype;         // informational
   std::vector<int64_t> eos_token_ids;  // from config.json / generation_config.json
   int64_t bos_token_id = -1;

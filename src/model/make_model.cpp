@@ -1,0 +1,470 @@
+#include "model/make_model.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "model/checkpoint.h"
+
+namespace afd {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+namespace {
+
+// ---- deterministic generator: splitmix64 seeds xoshiro256** per logical tensor ----
+
+uint64_t splitmix64(uint64_t* s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
+
+class TensorRng {
+ public:
+  // Values are center + half * U(-1, 1).
+  TensorRng(uint64_t seed, const std::string& name, float center, float half) : center_(center), half_(half) {
+    uint64_t sm = seed ^ fnv1a64(name);
+    for (auto& x : s_) x = splitmix64(&sm);
+  }
+  void fill(float* out, size_t n) {
+    constexpr float k = 1.0f / 8388608.0f;  // 2^-23
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t r = next();
+      float u = static_cast<float>(static_cast<int32_t>(r >> 40) - (1 << 23)) * k;  // [-1, 1)
+      out[i] = center_ + half_ * u;
+    }
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t next() {
+    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  uint64_t s_[4];
+  float center_, half_;
+};
+
+// ---- the tensors of a model ----
+
+// A logical tensor: one HF per-expert name with its initialisation.
+struct Piece {
+  std::string name;
+  int64_t numel = 0;
+  float center = 0, half = 0;
+};
+
+// A tensor as stored: one piece, or (fused layout) the concatenation of several.
+struct Stored {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<Piece> pieces;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+Piece matrix_piece(const std::string& name, int64_t rows, int64_t cols) {
+  return Piece{name, rows * cols, 0.0f, std::sqrt(3.0f / static_cast<float>(cols))};
+}
+
+class Planner {
+ public:
+  Planner(const ModelConfig& c, ExpertLayout layout) : c_(c), layout_(layout) {}
+
+  std::vector<Stored> plan() {
+    const int64_t H = c_.hidden_size, V = c_.vocab_size;
+    mat("model.embed_tokens.weight", V, H);
+    for (int64_t l = 0; l < c_.n_layers; ++l) layer(l);
+    norm("model.norm.weight", H);
+    if (!c_.tie_word_embeddings) mat("lm_head.weight", V, H);
+    return std::move(out_);
+  }
+
+ private:
+  void mat(const std::string& name, int64_t rows, int64_t cols) {
+    out_.push_back(Stored{name, {rows, cols}, {matrix_piece(name, rows, cols)}});
+  }
+  void norm(const std::string& name, int64_t n) { out_.push_back(Stored{name, {n}, {Piece{name, n, 1.0f, 0.1f}}}); }
+  void bias(const std::string& name, int64_t n) { out_.push_back(Stored{name, {n}, {Piece{name, n, 0.0f, 0.05f}}}); }
+  void ffn(const std::string& gate, const std::string& up, const std::string& down, int64_t inter) {
+    mat(gate, inter, c_.hidden_size);
+    mat(up, inter, c_.hidden_size);
+    mat(down, c_.hidden_size, inter);
+  }
+
+  void layer(int64_t l) {
+    const int64_t H = c_.hidden_size;
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    norm(p + "input_layernorm.weight", H);
+    const std::string a = p + "self_attn.";
+    mat(a + "q_proj.weight", c_.q_dim(), H);
+    if (c_.attention_bias) bias(a + "q_proj.bias", c_.q_dim());
+    mat(a + "k_proj.weight", c_.kv_dim(), H);
+    if (c_.attention_bias) bias(a + "k_proj.bias", c_.kv_dim());
+    mat(a + "v_proj.weight", c_.kv_dim(), H);
+    if (c_.attention_bias) bias(a + "v_proj.bias", c_.kv_dim());
+    mat(a + "o_proj.weight", H, c_.q_dim());
+    if (c_.qk_norm) {
+      norm(a + "q_norm.weight", c_.head_dim);
+      norm(a + "k_norm.weight", c_.head_dim);
+    }
+    norm(p + "post_attention_layernorm.weight", H);
+    if (!c_.is_moe_layer(l)) {
+      ffn(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight", c_.intermediate_size);
+      return;
+    }
+    const bool mixtral = c_.arch == Arch::mixtral;
+    const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
+    const int64_t E = c_.n_experts, I = c_.moe_intermediate_size;
+    mat(m + "gate.weight", E, H);
+    auto names = [&](int64_t e) {
+      const std::string ep = m + "experts." + std::to_string(e) + ".";
+      return mixtral ? std::array<std::string, 3>{ep + "w1.weight", ep + "w3.weight", ep + "w2.weight"}
+                     : std::array<std::string, 3>{ep + "gate_proj.weight", ep + "up_proj.weight", ep + "down_proj.weight"};
+    };
+    if (layout_ == ExpertLayout::per_expert) {
+      for (int64_t e = 0; e < E; ++e) {
+        auto n = names(e);
+        ffn(n[0], n[1], n[2], I);
+      }
+    } else {
+      // gate_up_proj [E, 2I, H]: expert e's gate rows then its up rows; down_proj [E, H, I].
+      Stored gu{m + "experts.gate_up_proj", {E, 2 * I, H}, {}};
+      Stored dn{m + "experts.down_proj", {E, H, I}, {}};
+      for (int64_t e = 0; e < E; ++e) {
+        auto n = names(e);
+        gu.pieces.push_back(matrix_piece(n[0], I, H));
+        gu.pieces.push_back(matrix_piece(n[1], I, H));
+        dn.pieces.push_back(matrix_piece(n[2], H, I));
+      }
+      out_.push_back(std::move(gu));
+      out_.push_back(std::move(dn));
+    }
+    if (c_.shared_expert_intermediate_size > 0) {
+      const std::string s = m + "shared_expert.";
+      ffn(s + "gate_proj.weight", s + "up_proj.weight", s + "down_proj.weight", c_.shared_expert_intermediate_size);
+      mat(m + "shared_expert_gate.weight", 1, H);
+    }
+  }
+
+  const ModelConfig& c_;
+  ExpertLayout layout_;
+  std::vector<Stored> out_;
+};
+
+const char* torch_dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "float32";
+    case DType::f16: return "float16";
+    default: return "bfloat16";
+  }
+}
+
+// ---- streaming output ----
+
+class OutFile {
+ public:
+  ~OutFile() {
+    if (f_) std::fclose(f_);
+  }
+  Status open(const std::string& path) {
+    path_ = path;
+    f_ = std::fopen(path.c_str(), "wb");
+    if (!f_) return io_error(path + ": cannot open for writing");
+    std::setvbuf(f_, nullptr, _IOFBF, 1 << 22);
+    return Status::ok();
+  }
+  Status write(const void* p, size_t n) {
+    if (n && std::fwrite(p, 1, n, f_) != n) return io_error(path_ + ": write failed (disk full?)");
+    return Status::ok();
+  }
+  Status close() {
+    int rc = std::fclose(f_);
+    f_ = nullptr;
+    if (rc != 0) return io_error(path_ + ": close failed (disk full?)");
+    return Status::ok();
+  }
+
+ private:
+  std::FILE* f_ = nullptr;
+  std::string path_;
+};
+
+Status write_text(const std::string& path, const std::string& text) {
+  OutFile f;
+  AFD_RETURN_IF_ERROR(f.open(path));
+  AFD_RETURN_IF_ERROR(f.write(text.data(), text.size()));
+  return f.close();
+}
+
+// Writes one safetensors file holding `tensors` (in order), generating their data in chunks.
+Status write_shard(const std::string& path, const std::vector<const Stored*>& tensors, DType dtype, uint64_t seed) {
+  const size_t esize = dtype_size(dtype);
+  ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}};
+  uint64_t offset = 0;
+  for (const Stored* t : tensors) {
+    const uint64_t nb = static_cast<uint64_t>(t->numel()) * esize;
+    header[t->name] = {{"dtype", dtype_name(dtype)}, {"shape", t->shape}, {"data_offsets", {offset, offset + nb}}};
+    offset += nb;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // data section 8-byte aligned, as HF writes it
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+
+  const std::string tmp = path + ".tmp";
+  OutFile f;
+  AFD_RETURN_IF_ERROR(f.open(tmp));
+  AFD_RETURN_IF_ERROR(f.write(len, 8));
+  AFD_RETURN_IF_ERROR(f.write(text.data(), text.size()));
+  constexpr size_t kChunk = size_t{1} << 20;  // elements per generated chunk
+  std::vector<float> vals(kChunk);
+  std::vector<uint8_t> bytes(kChunk * esize);
+  for (const Stored* t : tensors) {
+    for (const Piece& p : t->pieces) {
+      TensorRng rng(seed, p.name, p.center, p.half);
+      for (int64_t done = 0; done < p.numel;) {
+        const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kChunk), p.numel - done));
+        rng.fill(vals.data(), n);
+        if (dtype == DType::f32) {
+          std::memcpy(bytes.data(), vals.data(), n * 4);
+        } else {
+          auto* h = reinterpret_cast<uint16_t*>(bytes.data());
+          if (dtype == DType::bf16) {
+            for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(vals[i]).bits;
+          } else {
+            for (size_t i = 0; i < n; ++i) h[i] = f32_to_f16(vals[i]);
+          }
+        }
+        AFD_RETURN_IF_ERROR(f.write(bytes.data(), n * esize));
+        done += static_cast<int64_t>(n);
+      }
+    }
+  }
+  AFD_RETURN_IF_ERROR(f.close());
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return io_error(path + ": rename from " + tmp + " failed: " + ec.message());
+  return Status::ok();
+}
+
+std::string shard_name(size_t i, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return buf;
+}
+
+}  // namespace
+
+Result<ModelConfig> make_preset_config(Arch arch, const std::string& preset) {
+  ModelConfig c;
+  c.arch = arch;
+  c.model_type = arch_name(arch);
+  switch (arch) {
+    case Arch::qwen3_moe: c.architecture = "Qwen3MoeForCausalLM"; break;
+    case Arch::qwen2_moe: c.architecture = "Qwen2MoeForCausalLM"; break;
+    case Arch::mixtral: c.architecture = "MixtralForCausalLM"; break;
+  }
+  // qwen3_moe bench follows Qwen3-30B-A3B's attention shape (q_dim 4096 > hidden 2048);
+  // qwen2_moe / mixtral keep head_dim == hidden / heads as their HF classes assume.
+  const bool wide_q = arch == Arch::qwen3_moe;
+  if (preset == "tiny") {
+    c.vocab_size = 512; c.hidden_size = 64; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2; c.head_dim = 16;
+    c.n_experts = 8; c.n_experts_per_tok = 2; c.moe_intermediate_size = 32; c.intermediate_size = 128;
+    c.shared_expert_intermediate_size = 64; c.max_position_embeddings = 4096;
+  } else if (preset == "small") {
+    c.vocab_size = 16000; c.hidden_size = 1024; c.n_layers = 4; c.n_heads = 16; c.n_kv_heads = 4; c.head_dim = 64;
+    c.n_experts = 16; c.n_experts_per_tok = 4; c.moe_intermediate_size = 384; c.intermediate_size = 2048;
+    c.shared_expert_intermediate_size = 1024; c.max_position_embeddings = 32768;
+  } else if (preset == "bench") {
+    c.vocab_size = 32000; c.hidden_size = 2048; c.n_layers = 6; c.n_kv_heads = 4; c.head_dim = 128;
+    c.n_heads = wide_q ? 32 : 16;
+    c.n_experts = 32; c.n_experts_per_tok = 8; c.moe_intermediate_size = 512; c.intermediate_size = 6144;
+    c.shared_expert_intermediate_size = 2048; c.max_position_embeddings = 32768;
+  } else {
+    return invalid_argument("unknown preset '" + preset + "' (tiny, small, bench)");
+  }
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1000000.0;
+  c.decoder_sparse_step = 1;
+  c.norm_topk_prob = true;
+  c.qk_norm = arch == Arch::qwen3_moe;
+  c.attention_bias = arch == Arch::qwen2_moe;
+  if (arch != Arch::qwen2_moe) c.shared_expert_intermediate_size = 0;
+  if (arch == Arch::mixtral) c.intermediate_size = c.moe_intermediate_size;
+  if (arch == Arch::qwen2_moe) c.norm_topk_prob = false;  // Qwen1.5-MoE's setting
+  AFD_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+std::string model_config_to_json(const ModelConfig& c, DType dtype) {
+  ordered_json j;
+  j["architectures"] = {c.architecture.empty() ? std::string(arch_name(c.arch)) : c.architecture};
+  j["model_type"] = arch_name(c.arch);
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_key_value_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = nullptr;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["attention_dropout"] = 0.0;
+  j["initializer_range"] = 0.02;
+  j["use_cache"] = true;
+  j["num_experts_per_tok"] = c.n_experts_per_tok;
+  j["output_router_logits"] = false;
+  j["router_aux_loss_coef"] = 0.001;
+  if (c.arch == Arch::mixtral) {
+    j["num_local_experts"] = c.n_experts;
+    j["intermediate_size"] = c.moe_intermediate_size;
+    if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+    else j["sliding_window"] = nullptr;
+  } else {
+    j["num_experts"] = c.n_experts;
+    j["moe_intermediate_size"] = c.moe_intermediate_size;
+    j["intermediate_size"] = c.intermediate_size;
+    j["decoder_sparse_step"] = c.decoder_sparse_step;
+    j["mlp_only_layers"] = c.mlp_only_layers;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["max_window_layers"] = c.n_layers;
+    if (c.arch == Arch::qwen2_moe) {
+      j["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+    } else {
+      j["attention_bias"] = false;
+    }
+  }
+  j["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
+  if (c.eos_token_ids.empty()) j["eos_token_id"] = nullptr;
+  else if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
+  else j["eos_token_id"] = c.eos_token_ids;
+  j["torch_dtype"] = torch_dtype_name(dtype);
+  j["transformers_version"] = "4.51.0";
+  return j.dump(2) + "\n";
+}
+
+Result<MakeModelReport> make_model(const ModelConfig& config, const MakeModelOptions& opt) {
+  AFD_RETURN_IF_ERROR(config.validate());
+  if (opt.dtype != DType::bf16 && opt.dtype != DType::f16 && opt.dtype != DType::f32) {
+    return invalid_argument(std::string("dtype ") + dtype_name(opt.dtype) + " is not a weight dtype (bf16, f16, f32)");
+  }
+  if (opt.shard_size == 0) return invalid_argument("shard size must be positive");
+  if (opt.out_dir.empty()) return invalid_argument("no output directory");
+  std::error_code ec;
+  fs::create_directories(opt.out_dir, ec);
+  if (ec) return io_error(opt.out_dir + ": cannot create directory: " + ec.message());
+
+  // Remove the safetensors of a previous run so the directory holds exactly one checkpoint.
+  for (const auto& entry : fs::directory_iterator(opt.out_dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    if (n == kSafetensorsSingleName || n == kSafetensorsIndexName ||
+        (n.rfind("model-", 0) == 0 && n.size() > 12 && n.substr(n.size() - 12) == ".safetensors")) {
+      fs::remove(entry.path(), ec);
+      if (ec) return io_error(entry.path().string() + ": cannot remove: " + ec.message());
+    }
+  }
+
+  MakeModelReport rep;
+  const std::string dir = opt.out_dir;
+  const std::string cfg_path = dir + "/config.json";
+  AFD_RETURN_IF_ERROR(write_text(cfg_path, model_config_to_json(config, opt.dtype)));
+  rep.files.push_back(cfg_path);
+
+  ordered_json gen;
+  gen["bos_token_id"] = config.bos_token_id >= 0 ? json(config.bos_token_id) : json(nullptr);
+  if (config.eos_token_ids.size() == 1) gen["eos_token_id"] = config.eos_token_ids[0];
+  else gen["eos_token_id"] = config.eos_token_ids;
+  gen["do_sample"] = false;
+  gen["transformers_version"] = "4.51.0";
+  const std::string gen_path = dir + "/generation_config.json";
+  AFD_RETURN_IF_ERROR(write_text(gen_path, gen.dump(2) + "\n"));
+  rep.files.push_back(gen_path);
+
+  // Tokenizer hook (serving side): the one place tokenizer files get written.
+  if (opt.write_tokenizer) AFD_RETURN_IF_ERROR(opt.write_tokenizer(config, dir));
+
+  const std::vector<Stored> tensors = Planner(config, opt.layout).plan();
+  const size_t esize = dtype_size(opt.dtype);
+  // Greedy sharding in model order: start a new shard when the next tensor would overflow.
+  std::vector<std::vector<const Stored*>> shards(1);
+  uint64_t in_shard = 0;
+  for (const Stored& t : tensors) {
+    const uint64_t nb = static_cast<uint64_t>(t.numel()) * esize;
+    if (!shards.back().empty() && in_shard + nb > opt.shard_size) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(&t);
+    in_shard += nb;
+    rep.tensor_bytes += nb;
+    ++rep.n_tensors;
+  }
+
+  if (shards.size() == 1) {
+    const std::string path = dir + "/" + kSafetensorsSingleName;
+    AFD_RETURN_IF_ERROR(write_shard(path, shards[0], opt.dtype, opt.seed));
+    rep.files.push_back(path);
+  } else {
+    json weight_map = json::object();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::string name = shard_name(i, shards.size());
+      const std::string path = dir + "/" + name;
+      AFD_RETURN_IF_ERROR(write_shard(path, shards[i], opt.dtype, opt.seed));
+      rep.files.push_back(path);
+      for (const Stored* t : shards[i]) weight_map[t->name] = name;
+    }
+    json index = {{"metadata", {{"total_size", rep.tensor_bytes}}}, {"weight_map", weight_map}};
+    const std::string index_path = dir + "/" + kSafetensorsIndexName;
+    AFD_RETURN_IF_ERROR(write_text(index_path, index.dump(2) + "\n"));
+    rep.files.push_back(index_path);
+  }
+  return rep;
+}
+
+std::vector<float> make_model_tensor_values(const ModelConfig& config, uint64_t seed, const std::string& name) {
+  for (const Stored& t : Planner(config, ExpertLayout::per_expert).plan()) {
+    if (t.name != name) continue;
+    const Piece& p = t.pieces[0];
+    std::vector<float> v(static_cast<size_t>(p.numel));
+    TensorRng(seed, p.name, p.center, p.half).fill(v.data(), v.size());
+    return v;
+  }
+  return {};
+}
+
+}  // namespace afd

@@ -1,0 +1,58 @@
+// make_model: writes a random-weight checkpoint in the exact Hugging Face layout
+// (config.json, generation_config.json, model.safetensors or shards + index), for tests
+// and benchmarks. Weights are streamed to disk in chunks: memory use is O(chunk), not
+// O(model).
+//
+// Values are a pure function of (seed, logical tensor name): the per-expert HF name,
+// even when the file stores the fused layout. So the per-expert and fused checkpoints of
+// one seed hold the same model, and make_model_tensor_values() reproduces any tensor.
+// Init: matrices uniform with std 1/sqrt(in_features) (keeps activations O(1) through the
+// layers); norm weights 1 +- 0.1; biases +- 0.05.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "model/config.h"
+
+namespace afd {
+
+enum class ExpertLayout { per_expert, fused };
+
+struct MakeModelOptions {
+  std::string out_dir;
+  uint64_t seed = 1;
+  DType dtype = DType::bf16;                  // bf16 | f16 | f32
+  ExpertLayout layout = ExpertLayout::per_expert;
+  uint64_t shard_size = 2'000'000'000;        // bytes; above it, shards + index.json
+  // Hook for the serving side: writes tokenizer files into the model directory. Unset: no
+  // tokenizer files are written (make-model does not fake one).
+  std::function<Status(const ModelConfig& config, const std::string& out_dir)> write_tokenizer;
+};
+
+struct MakeModelReport {
+  std::vector<std::string> files;  // every file written, in order
+  uint64_t tensor_bytes = 0;       // sum of all tensors' bytes
+  int64_t n_tensors = 0;           // tensors in the safetensors files
+};
+
+// The preset configuration ("tiny" | "small" | "bench") of an architecture. eos 2, bos 1.
+Result<ModelConfig> make_preset_config(Arch arch, const std::string& preset);
+
+// config.json text for `c`, with "architectures", "model_type" and "torch_dtype".
+std::string model_config_to_json(const ModelConfig& c, DType dtype);
+
+// Writes the checkpoint of `config` (validated first) into options.out_dir, replacing any
+// previous config.json / safetensors there. Errors name the file.
+Result<MakeModelReport> make_model(const ModelConfig& config, const MakeModelOptions& options);
+
+// The f32 values make_model draws for logical tensor `name` (per-expert HF name; for
+// mixtral the w1/w2/w3 names) before rounding to the file dtype. Empty if the model has no
+// such tensor.
+std::vector<float> make_model_tensor_values(const ModelConfig& config, uint64_t seed, const std::string& name);
+
+}  // namespace afd

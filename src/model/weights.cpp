@@ -1,0 +1,287 @@
+// load_model: binds a checkpoint's tensors by their Hugging Face names into ModelWeights.
+//
+// Names (i = layer, j = expert):
+//   model.embed_tokens.weight [V, H]    model.norm.weight [H]    lm_head.weight [V, H] (untied)
+//   model.layers.i.input_layernorm.weight / post_attention_layernorm.weight [H]
+//   model.layers.i.self_attn.{q,k,v,o}_proj.weight, {q,k,v}_proj.bias (qwen2_moe),
+//                            q_norm.weight / k_norm.weight [head_dim] (qwen3_moe)
+//   MoE layer, qwen:    mlp.gate.weight [E, H]; per expert mlp.experts.j.{gate,up,down}_proj.weight
+//                       or fused mlp.experts.gate_up_proj [E, 2I, H] + mlp.experts.down_proj [E, H, I];
+//                       qwen2_moe: mlp.shared_expert.{gate,up,down}_proj.weight, mlp.shared_expert_gate.weight [1, H]
+//   MoE layer, mixtral: block_sparse_moe.gate.weight; block_sparse_moe.experts.j.w1 (gate) / w3 (up) / w2 (down),
+//                       or the fused pair under block_sparse_moe.experts.* or mlp.experts.* (router beside it)
+//   dense layer:        mlp.{gate,up,down}_proj.weight with intermediate_size
+// Tensors the model does not use (e.g. rotary inv_freq) are ignored.
+#include "model/weights.h"
+
+#include <cstring>
+#include <set>
+#include <unordered_set>
+
+#include "core/log.h"
+#include "model/checkpoint.h"
+
+namespace afd {
+
+size_t ModelWeights::matrix_bytes() const {
+  std::unordered_set<const void*> seen;
+  size_t total = 0;
+  auto add = [&](const Matrix& m) {
+    if (!m.empty() && seen.insert(m.data).second) total += m.nbytes();
+  };
+  auto add_ffn = [&](const FfnWeights& f) {
+    add(f.gate);
+    add(f.up);
+    add(f.down);
+  };
+  add(embed);
+  add(lm_head);
+  for (const auto& l : layers) {
+    add(l.attn.q);
+    add(l.attn.k);
+    add(l.attn.v);
+    add(l.attn.o);
+    if (l.is_moe) {
+      add(l.moe.router);
+      for (const auto& e : l.moe.experts) add_ffn(e);
+      add_ffn(l.moe.shared);
+      add(l.moe.shared_gate);
+    } else {
+      add_ffn(l.dense);
+    }
+  }
+  return total;
+}
+
+namespace {
+
+// One expected dimension and the config.json expression that implies it.
+struct Dim {
+  int64_t n;
+  std::string why;  // e.g. "hidden_size"
+};
+
+std::string dims_text(const std::vector<Dim>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + d[i].why + "=" + std::to_string(d[i].n);
+  return s + "]";
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+void convert_to_f32(DType dt, const uint8_t* src, size_t n, float* dst) {
+  switch (dt) {
+    case DType::f32: std::memcpy(dst, src, n * 4); break;
+    case DType::bf16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = bf16_to_f32(h);
+      }
+      break;
+    case DType::f16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = f16_to_f32(h);
+      }
+      break;
+    default: break;  // rejected by Binder::lookup
+  }
+}
+
+// Usable weight storage: bf16 or f32, in place or converted.
+struct Storage {
+  DType dtype = DType::bf16;
+  const uint8_t* data = nullptr;
+  const void* at(int64_t elem) const { return data + static_cast<size_t>(elem) * dtype_size(dtype); }
+};
+
+class Binder {
+ public:
+  Binder(const Checkpoint& ck, ModelWeights* w) : ck_(ck), w_(w) {}
+
+  // The tensor `name` with the expected shape, as bf16/f32 storage (f16 and misaligned
+  // data converted to owned f32).
+  Result<Storage> storage(const std::string& name, const std::vector<Dim>& dims) {
+    AFD_ASSIGN_OR_RETURN(const TensorRef* r, lookup(name, dims));
+    const DType dt = r->info->dtype;
+    const bool aligned = reinterpret_cast<uintptr_t>(r->data) % dtype_size(dt) == 0;
+    if ((dt == DType::bf16 || dt == DType::f32) && aligned) return Storage{dt, r->data};
+    return Storage{DType::f32, reinterpret_cast<const uint8_t*>(owned_copy(*r))};
+  }
+
+  Result<Matrix> matrix(const std::string& name, const Dim& rows, const Dim& cols) {
+    AFD_ASSIGN_OR_RETURN(Storage s, storage(name, {rows, cols}));
+    return Matrix{s.dtype, s.data, rows.n, cols.n};
+  }
+
+  // Always an owned f32 copy.
+  Result<Vector> vector(const std::string& name, const Dim& n) {
+    AFD_ASSIGN_OR_RETURN(const TensorRef* r, lookup(name, {n}));
+    return Vector{owned_copy(*r), n.n};
+  }
+
+  bool has(const std::string& name) const { return ck_.contains(name); }
+  const std::string& dir() const { return ck_.dir(); }
+
+ private:
+  Result<const TensorRef*> lookup(const std::string& name, const std::vector<Dim>& dims) {
+    const TensorRef* r = ck_.find(name);
+    if (!r) return not_found(ck_.dir() + ": missing tensor '" + name + "' (expected shape " + dims_text(dims) + ")");
+    const DType dt = r->info->dtype;
+    if (dt != DType::bf16 && dt != DType::f16 && dt != DType::f32) {
+      return not_supported(*r->file + ": tensor '" + name + "' has dtype " + dtype_name(dt) +
+                           " (weights must be BF16, F16 or F32)");
+    }
+    bool match = r->info->shape.size() == dims.size();
+    for (size_t i = 0; match && i < dims.size(); ++i) match = r->info->shape[i] == dims[i].n;
+    if (!match) {
+      return invalid_argument(*r->file + ": tensor '" + name + "' has shape " + shape_text(r->info->shape) +
+                              " but config.json implies " + dims_text(dims));
+    }
+    return r;
+  }
+
+  const float* owned_copy(const TensorRef& r) {
+    const size_t n = static_cast<size_t>(r.info->numel());
+    std::unique_ptr<float[]> buf(new float[n > 0 ? n : 1]);
+    convert_to_f32(r.info->dtype, r.data, n, buf.get());
+    const float* p = buf.get();
+    w_->owned_f32.push_back(std::move(buf));
+    return p;
+  }
+
+  const Checkpoint& ck_;
+  ModelWeights* w_;
+};
+
+Status load_attention(Binder& b, const ModelConfig& c, const std::string& p, AttentionWeights* a) {
+  const Dim hidden{c.hidden_size, "hidden_size"};
+  const Dim q_dim{c.q_dim(), "num_attention_heads*head_dim"};
+  const Dim kv_dim{c.kv_dim(), "num_key_value_heads*head_dim"};
+  const Dim head{c.head_dim, "head_dim"};
+  AFD_ASSIGN_OR_RETURN(a->q, b.matrix(p + "q_proj.weight", q_dim, hidden));
+  AFD_ASSIGN_OR_RETURN(a->k, b.matrix(p + "k_proj.weight", kv_dim, hidden));
+  AFD_ASSIGN_OR_RETURN(a->v, b.matrix(p + "v_proj.weight", kv_dim, hidden));
+  AFD_ASSIGN_OR_RETURN(a->o, b.matrix(p + "o_proj.weight", hidden, q_dim));
+  if (c.attention_bias) {
+    AFD_ASSIGN_OR_RETURN(a->q_bias, b.vector(p + "q_proj.bias", q_dim));
+    AFD_ASSIGN_OR_RETURN(a->k_bias, b.vector(p + "k_proj.bias", kv_dim));
+    AFD_ASSIGN_OR_RETURN(a->v_bias, b.vector(p + "v_proj.bias", kv_dim));
+  }
+  if (c.qk_norm) {
+    AFD_ASSIGN_OR_RETURN(a->q_norm, b.vector(p + "q_norm.weight", head));
+    AFD_ASSIGN_OR_RETURN(a->k_norm, b.vector(p + "k_norm.weight", head));
+  }
+  return Status::ok();
+}
+
+// gate/up/down of one SwiGLU FFN stored as three nn.Linear weights.
+Status load_ffn(Binder& b, const std::string& gate, const std::string& up, const std::string& down,
+                const ModelConfig& c, const Dim& inter, FfnWeights* f) {
+  const Dim hidden{c.hidden_size, "hidden_size"};
+  AFD_ASSIGN_OR_RETURN(f->gate, b.matrix(gate, inter, hidden));
+  AFD_ASSIGN_OR_RETURN(f->up, b.matrix(up, inter, hidden));
+  AFD_ASSIGN_OR_RETURN(f->down, b.matrix(down, hidden, inter));
+  return Status::ok();
+}
+
+Status load_moe(Binder& b, const ModelConfig& c, const std::string& layer_prefix, MoeWeights* m) {
+  const Dim hidden{c.hidden_size, "hidden_size"};
+  const bool mixtral = c.arch == Arch::mixtral;
+  const Dim inter{c.moe_intermediate_size, mixtral ? "intermediate_size" : "moe_intermediate_size"};
+  const Dim experts{c.n_experts, mixtral ? "num_local_experts" : "num_experts"};
+  const Dim inter2{2 * c.moe_intermediate_size, std::string("2*") + inter.why};
+
+  // Where the experts live: HF per-expert names, or the fused pair of newer checkpoints.
+  std::string moe = layer_prefix + (mixtral ? "block_sparse_moe." : "mlp.");
+  bool fused = b.has(moe + "experts.gate_up_proj");
+  if (mixtral && !fused && !b.has(moe + "gate.weight") && b.has(layer_prefix + "mlp.experts.gate_up_proj")) {
+    moe = layer_prefix + "mlp.";
+    fused = true;
+  }
+  AFD_ASSIGN_OR_RETURN(m->router, b.matrix(moe + "gate.weight", experts, hidden));
+  m->experts.resize(static_cast<size_t>(c.n_experts));
+  if (fused) {
+    AFD_ASSIGN_OR_RETURN(Storage gu, b.storage(moe + "experts.gate_up_proj", {experts, inter2, hidden}));
+    AFD_ASSIGN_OR_RETURN(Storage dn, b.storage(moe + "experts.down_proj", {experts, hidden, inter}));
+    const int64_t I = c.moe_intermediate_size, H = c.hidden_size;
+    for (int64_t e = 0; e < c.n_experts; ++e) {
+      FfnWeights& f = m->experts[static_cast<size_t>(e)];
+      f.gate = Matrix{gu.dtype, gu.at(e * 2 * I * H), I, H};      // rows [0, I) of expert e
+      f.up = Matrix{gu.dtype, gu.at((e * 2 * I + I) * H), I, H};  // rows [I, 2I)
+      f.down = Matrix{dn.dtype, dn.at(e * H * I), H, I};
+    }
+  } else {
+    for (int64_t e = 0; e < c.n_experts; ++e) {
+      const std::string ep = moe + "experts." + std::to_string(e) + ".";
+      FfnWeights* f = &m->experts[static_cast<size_t>(e)];
+      if (mixtral) {
+        AFD_RETURN_IF_ERROR(load_ffn(b, ep + "w1.weight", ep + "w3.weight", ep + "w2.weight", c, inter, f));
+      } else {
+        AFD_RETURN_IF_ERROR(
+            load_ffn(b, ep + "gate_proj.weight", ep + "up_proj.weight", ep + "down_proj.weight", c, inter, f));
+      }
+    }
+  }
+  if (c.shared_expert_intermediate_size > 0) {
+    const Dim sh{c.shared_expert_intermediate_size, "shared_expert_intermediate_size"};
+    const std::string sp = moe + "shared_expert.";
+    AFD_RETURN_IF_ERROR(
+        load_ffn(b, sp + "gate_proj.weight", sp + "up_proj.weight", sp + "down_proj.weight", c, sh, &m->shared));
+    AFD_ASSIGN_OR_RETURN(m->shared_gate, b.matrix(moe + "shared_expert_gate.weight", Dim{1, "1"}, hidden));
+  }
+  return Status::ok();
+}
+
+Status load_all(Binder& b, const ModelConfig& c, ModelWeights* w) {
+  const Dim vocab{c.vocab_size, "vocab_size"};
+  const Dim hidden{c.hidden_size, "hidden_size"};
+  AFD_ASSIGN_OR_RETURN(w->embed, b.matrix("model.embed_tokens.weight", vocab, hidden));
+  if (c.tie_word_embeddings) {
+    w->lm_head = w->embed;  // transformers ties them; a stored lm_head.weight is ignored
+  } else {
+    AFD_ASSIGN_OR_RETURN(w->lm_head, b.matrix("lm_head.weight", vocab, hidden));
+  }
+  AFD_ASSIGN_OR_RETURN(w->final_norm, b.vector("model.norm.weight", hidden));
+  w->layers.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LayerWeights& L = w->layers[static_cast<size_t>(l)];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    AFD_ASSIGN_OR_RETURN(L.input_norm, b.vector(p + "input_layernorm.weight", hidden));
+    AFD_ASSIGN_OR_RETURN(L.post_attention_norm, b.vector(p + "post_attention_layernorm.weight", hidden));
+    AFD_RETURN_IF_ERROR(load_attention(b, c, p + "self_attn.", &L.attn));
+    L.is_moe = c.is_moe_layer(l);
+    if (L.is_moe) {
+      AFD_RETURN_IF_ERROR(load_moe(b, c, p, &L.moe));
+    } else {
+      const Dim inter{c.intermediate_size, "intermediate_size"};
+      const std::string mp = p + "mlp.";
+      AFD_RETURN_IF_ERROR(
+          load_ffn(b, mp + "gate_proj.weight", mp + "up_proj.weight", mp + "down_proj.weight", c, inter, &L.dense));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const ModelWeights>> load_model(const std::string& model_dir) {
+  AFD_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(model_dir));
+  AFD_ASSIGN_OR_RETURN(std::shared_ptr<Checkpoint> ck, Checkpoint::open(model_dir));
+  auto w = std::make_shared<ModelWeights>();
+  w->config = std::move(config);
+  w->checkpoint = ck;
+  Binder b(*ck, w.get());
+  AFD_RETURN_IF_ERROR(load_all(b, w->config, w.get()));
+  spdlog::debug("loaded {}: {} tensors in {} file(s), {} bytes of matrices", model_dir, ck->n_tensors(),
+                ck->files().size(), w->matrix_bytes());
+  return std::shared_ptr<const ModelWeights>(std::move(w));
+}
+
+}  // namespace afd
