@@ -40,10 +40,11 @@ CASES = [
          covers="GQA ratio 2; top-2 with norm_topk_prob; untied lm_head; head_dim 32 != hidden/heads 16 "
                 "(q_dim 128 > hidden 64); rope_theta 1e4"),
     dict(name="qwen3_gqa4_top8_fused", arch="qwen3_moe", seed=3000, layers=2, heads=8, kv_heads=2, head_dim=16,
-         vocab=512, experts=16, top_k=8, moe_inter=32, norm_topk=False, tied=False, rope_theta=1e6, eps=1e-6,
+         vocab=512, experts=16, top_k=8, moe_inter=48, norm_topk=False, tied=False, rope_theta=1e6, eps=1e-6,
          layout="fused", prompt_lens=(13, 6, 1),
          covers="GQA ratio 4; top-8 of 16 experts without renormalisation; fused expert layout "
-                "(mlp.experts.gate_up_proj [E,2I,H], mlp.experts.down_proj [E,H,I])"),
+                "(mlp.experts.gate_up_proj [16,96,64], mlp.experts.down_proj [16,64,48]; moe_intermediate "
+                "48 so that 2I != hidden and a transposed read cannot pass the shape check)"),
     dict(name="qwen3_dense_sharded", arch="qwen3_moe", seed=4000, layers=4, heads=4, kv_heads=1, head_dim=24,
          vocab=320, experts=8, top_k=2, moe_inter=32, norm_topk=True, tied=True, rope_theta=1e6, eps=1e-6,
          mlp_only_layers=[0, 2], inter=96, shards=2, prompt_lens=(1, 6, 13),
@@ -262,7 +263,9 @@ def write_case(c, out_root):
         json.dump(hf_config(c, bos, eos), f, indent=2)
         f.write("\n")
     with open(os.path.join(d, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": bos, "do_sample": False, "eos_token_id": eos,
+        # Qwen3 checkpoints list two eos ids in generation_config.json (<|im_end|>, <|endoftext|>)
+        gen_eos = [eos, bos] if c["arch"] == "qwen3_moe" else eos
+        json.dump({"bos_token_id": bos, "do_sample": False, "eos_token_id": gen_eos,
                    "transformers_version": "4.51.0"}, f, indent=2)
         f.write("\n")
     tensors = r["tensors"]

@@ -91,7 +91,9 @@ class GoldenData(unittest.TestCase):
                 gen = read_json(os.path.join(d, "generation_config.json"))
                 used = {t for s in g["prompts"] + g["greedy_tokens"] for t in s}
                 self.assertNotIn(cfg["eos_token_id"], used)
-                self.assertEqual(gen["eos_token_id"], cfg["eos_token_id"])
+                gen_eos = gen["eos_token_id"] if isinstance(gen["eos_token_id"], list) else [gen["eos_token_id"]]
+                self.assertIn(cfg["eos_token_id"], gen_eos)
+                self.assertFalse(used & set(gen_eos))
                 self.assertGreater(g["min_top2_logit_gap"], make_golden.MIN_GAP)
 
     def test_f32_within_tolerance(self):
@@ -289,6 +291,55 @@ class Pieces(unittest.TestCase):
         # ties go to even: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7
         self.assertEqual(float(back[5]), 1.0)
         self.assertEqual(float(back[6]), 1.015625)
+
+
+class CheckLogitsTool(unittest.TestCase):
+    TOOL = os.path.join(HERE, "check_logits.py")
+
+    def _run(self, *args):
+        import subprocess
+        p = subprocess.run([sys.executable, self.TOOL, *args, "--json"], capture_output=True, text=True)
+        return p.returncode, (json.loads(p.stdout) if p.returncode in (0, 1) else p.stderr)
+
+    def test_golden_dump_passes_and_perturbed_fails(self):
+        d, g, logits = load_golden("qwen2moe_shared")
+        with tempfile.TemporaryDirectory() as tmp:
+            rc, rep = self._run(d, os.path.join(d, "logits.f32"))
+            self.assertEqual(rc, 0, rep)
+            self.assertLess(rep["max_abs_err"], 1e-6)
+            bad = logits.copy()
+            bad[40, 7] += 2e-4
+            path = os.path.join(tmp, "bad.f32")
+            bad.tofile(path)
+            rc, rep = self._run(d, path)
+            self.assertEqual(rc, 1)
+            self.assertEqual(rep["worst_row"]["row"], 40)
+            with open(path, "ab") as f:
+                f.write(b"\0" * 4)
+            rc, _ = self._run(d, path)
+            self.assertEqual(rc, 2)
+
+    def test_teacher_forced_on_other_tokens(self):
+        """A dump that followed different tokens (explicit prompts, --gen-ids) is compared
+        against the reference fed those same tokens."""
+        d, g, _ = load_golden("mixtral_top2")
+        prompts = [[5, 9, 11], [3]]
+        n = 6
+        forced = [[1, 2, 3, 4, 5, 6], [7, 7, 7, 8, 8, 8]]
+        rows, _ = ref.greedy(ref.Model.from_dir(d, np.float32), prompts, n, forced=forced)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "dump.f32")
+            flat(rows).astype("<f4").tofile(path)
+            args = [d, path, "5,9,11", "3", "--gen-ids", "1,2,3,4,5,6", "--gen-ids", "7,7,7,8,8,8"]
+            rc, rep = self._run(*args)
+            self.assertEqual(rc, 0, rep)
+            self.assertEqual(rep["max_new_tokens"], n)
+            self.assertLess(rep["max_abs_err"], 1e-4)
+            self.assertTrue(rep["greedy_divergence"])
+            args[-1] = "7,7,7,8,8,9"  # the last token is never fed: still the same rows
+            self.assertEqual(self._run(*args)[0], 0)
+            args[-1] = "7,7,9,8,8,8"
+            self.assertEqual(self._run(*args)[0], 1)
 
 
 class SafetensorsErrors(unittest.TestCase):
