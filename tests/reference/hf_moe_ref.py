@@ -53,7 +53,9 @@ class Config:
         self.intermediate_size = int(d.get("intermediate_size", 0) or 0)
         if d.get("hidden_act", "silu") != "silu":
             raise ValueError(f"config.json: hidden_act {d.get('hidden_act')!r} not supported (silu only)")
-        if d.get("rope_scaling") not in (None, {}):
+        rs = d.get("rope_scaling")
+        if rs not in (None, {}) and not (isinstance(rs, dict)
+                                         and rs.get("rope_type", rs.get("type")) == "default"):
             raise ValueError("config.json: rope_scaling is not supported by the reference")
         if d.get("use_sliding_window", False):
             raise ValueError("config.json: use_sliding_window is not supported by the reference")
@@ -247,7 +249,8 @@ class Model:
                 L["du"] = get(m + "up_proj.weight", (I, H))
                 L["dd"] = get(m + "down_proj.weight", (H, I))
             self.layers.append(L)
-        unused = sorted(set(tensors) - used)
+        # older checkpoints store the RoPE table as a buffer; it is recomputed here
+        unused = sorted(k for k in set(tensors) - used if not k.endswith("rotary_emb.inv_freq"))
         if unused:
             raise ValueError(f"checkpoint has tensors the config does not use: {unused[:5]}")
 
