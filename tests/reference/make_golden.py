@@ -236,6 +236,18 @@ def evaluate(c, seed):
                 token_gap=token_gap, router_gap=model.stats.min_gap, decisions=model.stats.decisions)
 
 
+def compact_json(obj):
+    """A top-level object with one key per line and each inner list of a list on one line."""
+    items = []
+    for k, v in obj.items():
+        if isinstance(v, list) and v and isinstance(v[0], list):
+            inner = ",\n".join("  " + json.dumps(x, separators=(", ", ": ")) for x in v)
+            items.append(f" {json.dumps(k)}: [\n{inner}\n ]")
+        else:
+            items.append(f" {json.dumps(k)}: {json.dumps(v)}")
+    return "{\n" + ",\n".join(items) + "\n}\n"
+
+
 def pick_special(prompts, tokens, vocab):
     """(bos, eos): the two largest ids that occur in no prompt and no continuation."""
     used = {t for seq in prompts + tokens for t in seq}
@@ -313,8 +325,7 @@ def write_case(c, out_root):
     }
     assert golden["n_rows"] == len(golden["rows"])
     with open(os.path.join(d, "golden.json"), "w") as f:
-        json.dump(golden, f, indent=1)
-        f.write("\n")
+        f.write(compact_json(golden))
     size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
     print(f"{c['name']:28s} seed {seed} (attempt {attempt}) rows {golden['n_rows']} "
           f"min token gap {r['token_gap']:.4f} min router gap {r['router_gap']:.4f} "
