@@ -20,7 +20,9 @@ enum class ActPrecision : uint8_t { f32, bf16 };
 // x: [n, cols] with row stride x_stride (floats); W: [rows, cols] row-major, dtype bf16 or f32;
 // y: [n, rows] with row stride y_stride. If accumulate, adds into y instead of overwriting.
 // pool may be null (single-threaded). Small n uses a GEMV path that streams W once for all n
-// rows; large n may use a blocked GEMM (OpenBLAS sbgemm/sgemm) where that measures faster.
+// rows; large n with f32 activations may use OpenBLAS sgemm where that measures faster.
+// With bf16 weights, bf16 activations rounds x only (W is already bf16); with f32 weights,
+// bf16 activations rounds x to bf16 and keeps W in f32 (products in f32).
 void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,
             int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
             bool accumulate = false);
@@ -56,6 +58,10 @@ void dequantize_fp8_e4m3(const uint8_t* q, const float* scales, int64_t n, int64
 
 // Name of the implementation linear() dispatches to on this CPU ("avx512_bf16", "avx2", "scalar").
 const char* linear_impl_name(ActPrecision prec);
+// Name of the implementation linear() uses for this particular call shape, e.g.
+// "avx512_bf16_dp_tile", "avx512_fma_tile", "avx2_fma_tile", "scalar", "openblas_sgemm"
+// (for benchmarks and reports).
+const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec);
 
 namespace ref {
 // Scalar references with the same contracts (pool unused; single thread).
@@ -64,6 +70,11 @@ void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y);
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void quantize_fp8_e4m3(const float* x, int64_t n, int64_t group, uint8_t* q, float* scales);
+void dequantize_fp8_e4m3(const uint8_t* q, const float* scales, int64_t n, int64_t group, float* x);
+void softmax(float* x, int64_t n);
+void axpy(float a, const float* x, int64_t n, float* y);
+void f32_to_bf16_row(const float* x, int64_t n, uint16_t* y);
+void bf16_to_f32_row(const uint16_t* x, int64_t n, float* y);
 }  // namespace ref
 
 }  // namespace afd::kernels

@@ -1,0 +1,163 @@
+// AVX-512 element-wise kernels. Masked loads/stores handle the tails, so every length works.
+// GCC 12 reports false -Wuninitialized warnings inside its own AVX-512 headers
+// (_mm*_undefined_* helpers, GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "kernels/cpu/elementwise_kernels.h"
+
+#define AFD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+
+namespace afd::kernels::detail {
+
+namespace {
+
+AFD_AVX512 inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+}
+
+// exp(x) for float lanes: x = k*ln2 + r, |r| <= ln2/2, degree-6 polynomial (Cephes expf
+// coefficients), 2^k applied with scalef. Relative error about 2 ulp over the clamped range;
+// inputs below -87.3 give ~0 (not denormals), above 88.7 give ~3.4e38.
+AFD_AVX512 inline __m512 exp_ps(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+  __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r2 = _mm512_mul_ps(r, r);
+  p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, k);
+}
+
+}  // namespace
+
+AFD_AVX512 void rmsnorm_avx512(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * dim;
+    float* yi = y + i * dim;
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 32 <= dim; c += 32) {
+      __m512 a = _mm512_loadu_ps(xi + c), b = _mm512_loadu_ps(xi + c + 16);
+      s0 = _mm512_fmadd_ps(a, a, s0);
+      s1 = _mm512_fmadd_ps(b, b, s1);
+    }
+    for (; c < dim; c += 16) {
+      __m512 a = _mm512_maskz_loadu_ps(tail_mask(dim - c), xi + c);
+      s0 = _mm512_fmadd_ps(a, a, s0);
+    }
+    double ss = static_cast<double>(_mm512_reduce_add_ps(_mm512_add_ps(s0, s1)));
+    __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps)));
+    for (c = 0; c < dim; c += 16) {
+      __mmask16 m = tail_mask(dim - c);
+      __m512 a = _mm512_maskz_loadu_ps(m, xi + c);
+      __m512 g = _mm512_maskz_loadu_ps(m, w + c);
+      _mm512_mask_storeu_ps(yi + c, m, _mm512_mul_ps(_mm512_mul_ps(a, inv), g));
+    }
+  }
+}
+
+AFD_AVX512 void silu_mul_avx512(const float* gate, const float* up, int64_t n, float* out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask(n - i);
+    __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    __m512 u = _mm512_maskz_loadu_ps(m, up + i);
+    __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(s, u));
+  }
+}
+
+AFD_AVX512 void softmax_avx512(float* x, int64_t n) {
+  if (n <= 0) return;
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask(n - i);
+    mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, x + i));
+  }
+  __m512 vm = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask(n - i);
+    __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vm));
+    e = _mm512_maskz_mov_ps(m, e);
+    _mm512_mask_storeu_ps(x + i, m, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / static_cast<double>(_mm512_reduce_add_ps(sum))));
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+  }
+}
+
+// fp-contract=off: GCC would otherwise fuse the mul and add below into an FMA (C++ mode).
+AFD_AVX512 __attribute__((optimize("fp-contract=off"))) void axpy_avx512(float a, const float* x, int64_t n,
+                                                                        float* y) {
+  // mul then add (no FMA): bit-identical to the scalar reference.
+  const __m512 va = _mm512_set1_ps(a);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask(n - i);
+    __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, x + i)));
+    _mm512_mask_storeu_ps(y + i, m, v);
+  }
+}
+
+AFD_AVX512 void f32_to_bf16_row_avx512(const float* x, int64_t n, uint16_t* y) {
+  // Same integer rounding as core/dtype.h f32_to_bf16 (nearest even; NaN stays NaN, quiet bit set),
+  // not vcvtneps2bf16, which flushes denormal inputs to zero.
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i bias = _mm512_set1_epi32(0x7fff);
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i qnan = _mm512_set1_epi32(0x40);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask(n - i);
+    __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, x + i));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, lsb)), 16);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), qnan));
+    _mm256_mask_storeu_epi16(y + i, m, _mm512_cvtepi32_epi16(r));
+  }
+}
+
+AFD_AVX512 void bf16_to_f32_row_avx512(const uint16_t* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask(n - i);
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + i));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+  }
+}
+
+AFD_AVX512 float amax_avx512(const float* x, int64_t n) {
+  __m512 mx = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask(n - i);
+    mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+  return _mm512_reduce_max_ps(mx);
+}
+
+AFD_AVX512 void dequantize_fp8_avx512(const uint8_t* q, const float* table, float scale, int64_t n, float* x) {
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask(n - i);
+    __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, q + i));
+    __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, table, 4);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(v, s));
+  }
+}
+
+}  // namespace afd::kernels::detail

@@ -1,0 +1,20 @@
+// Internal: AVX-512 versions of the element-wise ops (elementwise_avx512.cpp); ops.h
+// dispatches to them when active_isa() == Isa::avx512, else to the scalar references.
+#pragma once
+
+#include <cstdint>
+
+namespace afd::kernels::detail {
+
+void rmsnorm_avx512(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y);
+void silu_mul_avx512(const float* gate, const float* up, int64_t n, float* out);
+void softmax_avx512(float* x, int64_t n);
+void axpy_avx512(float a, const float* x, int64_t n, float* y);
+void f32_to_bf16_row_avx512(const float* x, int64_t n, uint16_t* y);
+void bf16_to_f32_row_avx512(const uint16_t* x, int64_t n, float* y);
+// max |x[i]| over i < n.
+float amax_avx512(const float* x, int64_t n);
+// x[i] = table[q[i]] * scale for i < n; table: the 256 fp8 e4m3 values as f32.
+void dequantize_fp8_avx512(const uint8_t* q, const float* table, float scale, int64_t n, float* x);
+
+}  // namespace afd::kernels::detail

@@ -1,0 +1,274 @@
+// linear(): dispatch between the tile kernels (W streamed once for all tokens) and OpenBLAS
+// sgemm (large n, f32 activations), with the rows of W split across the ThreadPool.
+//
+// The installed OpenBLAS (Debian 0.3.21) is built without BUILD_BFLOAT16: it exports no
+// cblas_sbgemm. bf16 activations therefore always use the AVX-512 BF16 tile kernel (or, without
+// AVX-512 BF16, exact bf16-rounded x with f32 FMA / sgemm, which gives the same products).
+//
+// OpenBLAS threading: the first BLAS use calls openblas_set_num_threads(1), and every pool
+// thread calls OpenBLAS on its own slice of W's rows. So OpenBLAS never starts threads of its
+// own that would compete with the pool's (spinning) workers for the same cores; parallelism
+// comes only from afd's ThreadPool. measure_gemm_flops (machine_limits.h) times the same scheme.
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/openblas_threads.h"
+
+namespace afd::kernels {
+
+void ensure_openblas_single_threaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+namespace detail {
+
+namespace {
+// [w_bf16][act_bf16]; see bench/bench_kernels.cpp for the measurements behind the defaults.
+std::atomic<int64_t> g_blas_min_n[2][2] = {{{64}, {64}}, {{64}, {64}}};
+}  // namespace
+
+int64_t linear_blas_min_n(bool w_bf16, bool act_bf16) {
+  return g_blas_min_n[w_bf16][act_bf16].load(std::memory_order_relaxed);
+}
+void set_linear_blas_min_n(bool w_bf16, bool act_bf16, int64_t n) {
+  g_blas_min_n[w_bf16][act_bf16].store(n, std::memory_order_relaxed);
+}
+
+void prep_x_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xb, int64_t ldx) {
+  for (int64_t i = 0; i < n; ++i) {
+    f32_to_bf16_row(x + i * x_stride, cols, xb + i * ldx);
+    std::fill(xb + i * ldx + cols, xb + (i + 1) * ldx, uint16_t{0});
+  }
+}
+
+void prep_x_f32(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool round, float* xc,
+                int64_t ldx) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * x_stride;
+    float* o = xc + i * ldx;
+    if (round)
+      for (int64_t c = 0; c < cols; ++c) o[c] = round_bf16(xi[c]);
+    else
+      std::copy(xi, xi + cols, o);
+    std::fill(o + cols, o + ldx, 0.0f);
+  }
+}
+
+void prep_x_f32_perm32(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool round, float* xp,
+                       int64_t ldx) {
+  // unpacklo_epi16 on 32 bf16 yields, per 128-bit lane k (0..3), columns 8k..8k+3;
+  // unpackhi yields 8k+4..8k+7. Position p < 16 of a block holds column 8(p/4) + p%4,
+  // position 16 + p holds column 8(p/4) + 4 + p%4.
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * x_stride;
+    float* o = xp + i * ldx;
+    for (int64_t c0 = 0; c0 < ldx; c0 += 32) {
+      for (int p = 0; p < 32; ++p) {
+        int q = p & 15;
+        int64_t col = c0 + 8 * (q / 4) + (q % 4) + (p >= 16 ? 4 : 0);
+        float v = col < cols ? xi[col] : 0.0f;
+        o[c0 + p] = round ? round_bf16(v) : v;
+      }
+    }
+  }
+}
+
+void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_bf16, int64_t cols,
+                 int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
+  const uint16_t* wb = static_cast<const uint16_t*>(w);
+  const float* wf = static_cast<const float*>(w);
+  thread_local std::vector<float> wrow;
+  wrow.resize(static_cast<size_t>(cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* wr = wf + r * cols;
+    if (is_bf16) {
+      for (int64_t c = 0; c < cols; ++c) wrow[c] = bf16_to_f32(wb[r * cols + c]);
+      wr = wrow.data();
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * ldx;
+      float s = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) s += xi[c] * wr[c];
+      float* o = y + i * ldy + r;
+      *o = acc ? *o + s : s;
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+
+// 64-byte aligned scratch that only grows (one per thread).
+template <typename T>
+struct Scratch {
+  T* p = nullptr;
+  size_t cap = 0;
+  ~Scratch() { std::free(p); }
+  T* get(size_t n) {
+    if (n > cap) {
+      std::free(p);
+      size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+      p = static_cast<T*>(std::aligned_alloc(64, bytes));
+      AFD_CHECK(p != nullptr, "scratch allocation failed");
+      cap = bytes / sizeof(T);
+    }
+    return p;
+  }
+};
+
+enum class Path { scalar, avx2_fma, avx512_dp, avx512_fma, blas_sgemm };
+
+Path choose_path(int64_t n, bool w_bf16, bool act_bf16, Isa isa) {
+  // With native BF16 dot products the tile kernel does twice the work per instruction of sgemm.
+  const bool native_bf16 = w_bf16 && act_bf16 && isa == Isa::avx512;
+  if (!native_bf16 && n >= linear_blas_min_n(w_bf16, act_bf16)) return Path::blas_sgemm;
+  if (isa == Isa::avx512) return (w_bf16 && act_bf16) ? Path::avx512_dp : Path::avx512_fma;
+  if (isa == Isa::avx2) return Path::avx2_fma;
+  return Path::scalar;
+}
+
+const char* path_name(Path p) {
+  switch (p) {
+    case Path::scalar: return "scalar";
+    case Path::avx2_fma: return "avx2_fma_tile";
+    case Path::avx512_dp: return "avx512_bf16_dp_tile";
+    case Path::avx512_fma: return "avx512_fma_tile";
+    case Path::blas_sgemm: return "openblas_sgemm";
+  }
+  return "?";
+}
+
+// sgemm on bf16 weights: widen blocks of rows into a per-thread f32 buffer (~256 KiB, stays in
+// L2), then y[:, block] = x . block^T.
+void sgemm_bf16w_rows(const float* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
+                      int64_t r1, float* y, int64_t ldy, bool acc) {
+  thread_local Scratch<float> wbuf;
+  const int64_t rb = std::max<int64_t>(16, (64 * 1024) / std::max<int64_t>(cols, 1));
+  float* wf = wbuf.get(static_cast<size_t>(rb * cols));
+  for (int64_t r = r0; r < r1; r += rb) {
+    const int64_t nr = std::min(rb, r1 - r);
+    bf16_to_f32_row(w + r * cols, nr * cols, wf);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(nr),
+                static_cast<blasint>(cols), 1.0f, x, static_cast<blasint>(ldx), wf,
+                static_cast<blasint>(cols), acc ? 1.0f : 0.0f, y + r, static_cast<blasint>(ldy));
+  }
+}
+
+}  // namespace
+
+void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,
+            int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
+            bool accumulate) {
+  AFD_CHECK(w_dtype == DType::bf16 || w_dtype == DType::f32, "linear: weights must be bf16 or f32");
+  AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0 && x_stride >= cols && y_stride >= rows);
+  if (n == 0 || rows == 0) return;
+  const bool w_bf16 = w_dtype == DType::bf16;
+  const bool act_bf16 = prec == ActPrecision::bf16;
+  const Isa isa = active_isa();
+  const Path path = choose_path(n, w_bf16, act_bf16, isa);
+  const uint16_t* wb = static_cast<const uint16_t*>(w);
+  const float* wf = static_cast<const float*>(w);
+
+  // Prepare activations once on the calling thread (cheap next to streaming W).
+  const int64_t ldx32 = (cols + 31) / 32 * 32;
+  thread_local Scratch<uint16_t> xb_buf;
+  thread_local Scratch<float> xf_buf;
+  const uint16_t* xb = nullptr;
+  const float* xf = x;
+  int64_t ldx = x_stride;
+  switch (path) {
+    case Path::avx512_dp: {
+      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx32));
+      prep_x_bf16(x, n, x_stride, cols, p, ldx32);
+      xb = p;
+      ldx = ldx32;
+      break;
+    }
+    case Path::avx512_fma:
+      if (w_bf16) {
+        float* p = xf_buf.get(static_cast<size_t>(n * ldx32));
+        prep_x_f32_perm32(x, n, x_stride, cols, act_bf16, p, ldx32);
+        xf = p;
+        ldx = ldx32;
+        break;
+      }
+      [[fallthrough]];
+    default:
+      if (act_bf16) {
+        float* p = xf_buf.get(static_cast<size_t>(n * ldx32));
+        prep_x_f32(x, n, x_stride, cols, true, p, ldx32);
+        xf = p;
+        ldx = ldx32;
+      }
+      break;
+  }
+  if (path == Path::blas_sgemm) ensure_openblas_single_threaded();
+
+  auto rows_fn = [&](int64_t r0, int64_t r1) {
+    switch (path) {
+      case Path::avx512_dp:
+        rows_dp_bf16_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate);
+        break;
+      case Path::avx512_fma:
+        if (w_bf16)
+          rows_fma_bf16w_avx512(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate);
+        else
+          rows_fma_f32w_avx512(xf, n, ldx, wf, cols, r0, r1, y, y_stride, accumulate);
+        break;
+      case Path::avx2_fma:
+        if (w_bf16)
+          rows_fma_bf16w_avx2(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate);
+        else
+          rows_fma_f32w_avx2(xf, n, ldx, wf, cols, r0, r1, y, y_stride, accumulate);
+        break;
+      case Path::scalar:
+        rows_scalar(xf, n, ldx, w, w_bf16, cols, r0, r1, y, y_stride, accumulate);
+        break;
+      case Path::blas_sgemm:
+        if (w_bf16)
+          sgemm_bf16w_rows(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate);
+        else
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n),
+                      static_cast<blasint>(r1 - r0), static_cast<blasint>(cols), 1.0f, xf,
+                      static_cast<blasint>(ldx), wf + r0 * cols, static_cast<blasint>(cols),
+                      accumulate ? 1.0f : 0.0f, y + r0, static_cast<blasint>(y_stride));
+        break;
+    }
+  };
+
+  const int n_threads = pool ? pool->size() : 1;
+  // Row chunks are multiples of 16 (tiles take 4 rows; BLAS likes 16) unless W is tiny.
+  if (n_threads <= 1 || rows < 32) {
+    rows_fn(0, rows);
+  } else {
+    pool->parallel_for(rows, [&](int64_t b, int64_t e, int) { rows_fn(b, e); }, 16);
+  }
+}
+
+const char* linear_impl_name(ActPrecision prec) {
+  switch (active_isa()) {
+    case Isa::avx512: return prec == ActPrecision::bf16 ? "avx512_bf16" : "avx512_fma";
+    case Isa::avx2: return "avx2";
+    case Isa::scalar: return "scalar";
+  }
+  return "?";
+}
+
+const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec) {
+  return path_name(choose_path(n, w_dtype == DType::bf16, prec == ActPrecision::bf16, active_isa()));
+}
+
+}  // namespace afd::kernels

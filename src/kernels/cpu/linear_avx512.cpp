@@ -1,0 +1,245 @@
+// AVX-512 row-range kernels for linear(). Every function carries the target attribute, so
+// this file adds no AVX-512 code to paths that run on other CPUs; linear.cpp calls these
+// only when active_isa() == Isa::avx512.
+//
+// Tiles are R rows of W x T tokens in the "dot" layout: each W row is loaded as it lies in
+// memory (row-major [rows, cols], no packing), each accumulator holds 16 partial sums of one
+// (row, token) pair, reduced horizontally at the end of the row. W is the streamed operand:
+// every W element is loaded once per token block, x comes from L1/L2.
+// GCC 12 reports false -Wuninitialized warnings inside its own AVX-512 headers
+// (_mm*_undefined_* helpers, GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/linear_kernels.h"
+
+#define AFD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+namespace afd::kernels::detail {
+
+namespace {
+
+// Software prefetch distance for the W streams, in bytes ahead of the current load.
+constexpr int64_t kPrefetchBytes = 1024;
+
+template <int R, int T>
+AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool acc) {
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      float s = _mm512_reduce_add_ps(a[r][t]);
+      float* o = y + t * ldy + r;
+      *o = acc ? *o + s : s;
+    }
+  }
+}
+
+// ---- bf16 x bf16 -> f32 (vdpbf16ps) ----
+template <int R, int T>
+AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int64_t ldx, float* y,
+                        int64_t ldy, bool acc) {
+  __m512 a[R][T];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) a[r][t] = _mm512_setzero_ps();
+  const int64_t cmain = cols & ~int64_t{31};
+  int64_t c = 0;
+  for (; c < cmain; c += 32) {
+    __m512bh wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const uint16_t* p = w + r * cols + c;
+      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+      wv[r] = (__m512bh)_mm512_loadu_si512(p);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      __m512bh xv = (__m512bh)_mm512_loadu_si512(x + t * ldx + c);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) a[r][t] = _mm512_dpbf16_ps(a[r][t], wv[r], xv);
+    }
+  }
+  if (c < cols) {
+    // x is zero padded to a multiple of 32 columns; W must not be read past its end.
+    __mmask32 m = _cvtu32_mask32((1u << (cols - c)) - 1u);
+    __m512bh wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + r * cols + c);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      __m512bh xv = (__m512bh)_mm512_loadu_si512(x + t * ldx + c);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) a[r][t] = _mm512_dpbf16_ps(a[r][t], wv[r], xv);
+    }
+  }
+  store_tile<R, T>(a, y, ldy, acc);
+}
+
+// ---- f32 x (bf16 W widened) -> f32 FMA; x permuted per 32-column block ----
+template <int R, int T>
+AFD_AVX512 void tile_fma_bf16w(const uint16_t* w, int64_t cols, const float* x, int64_t ldx, float* y,
+                               int64_t ldy, bool acc) {
+  __m512 a[R][T];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) a[r][t] = _mm512_setzero_ps();
+  const __m512i zero = _mm512_setzero_si512();
+  const int64_t cmain = cols & ~int64_t{31};
+  int64_t c = 0;
+  for (; c < cols; c += 32) {
+    __m512 lo[R], hi[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const uint16_t* p = w + r * cols + c;
+      __m512i wv;
+      if (c < cmain) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+        wv = _mm512_loadu_si512(p);
+      } else {
+        wv = _mm512_maskz_loadu_epi16(_cvtu32_mask32((1u << (cols - c)) - 1u), p);
+      }
+      // bf16 -> f32 is exact: the bf16 bits become the high half of each 32-bit lane.
+      lo[r] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, wv));
+      hi[r] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, wv));
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      __m512 x0 = _mm512_loadu_ps(x + t * ldx + c);
+      __m512 x1 = _mm512_loadu_ps(x + t * ldx + c + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        a[r][t] = _mm512_fmadd_ps(lo[r], x0, a[r][t]);
+        a[r][t] = _mm512_fmadd_ps(hi[r], x1, a[r][t]);
+      }
+    }
+  }
+  store_tile<R, T>(a, y, ldy, acc);
+}
+
+// ---- f32 x f32 W -> f32 FMA ----
+template <int R, int T>
+AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int64_t ldx, float* y,
+                              int64_t ldy, bool acc) {
+  __m512 a[R][T];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) a[r][t] = _mm512_setzero_ps();
+  const int64_t cmain = cols & ~int64_t{15};
+  int64_t c = 0;
+  for (; c < cmain; c += 16) {
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float* p = w + r * cols + c;
+      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+      wv[r] = _mm512_loadu_ps(p);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      __m512 xv = _mm512_loadu_ps(x + t * ldx + c);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) a[r][t] = _mm512_fmadd_ps(wv[r], xv, a[r][t]);
+    }
+  }
+  if (c < cols) {
+    __mmask16 m = _cvtu32_mask16((1u << (cols - c)) - 1u);
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = _mm512_maskz_loadu_ps(m, w + r * cols + c);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      __m512 xv = _mm512_maskz_loadu_ps(m, x + t * ldx + c);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) a[r][t] = _mm512_fmadd_ps(wv[r], xv, a[r][t]);
+    }
+  }
+  store_tile<R, T>(a, y, ldy, acc);
+}
+
+// Dispatch of one (R-row block, token block of size t <= TMax) to the tile instantiation.
+enum class Kind { dp, fma_bf16w, fma_f32w };
+
+template <Kind K, int R>
+AFD_AVX512 void run_tile(int t, const void* w, int64_t cols, const void* x, int64_t ldx, float* y,
+                         int64_t ldy, bool acc) {
+#define AFD_TILE_CASE(TT)                                                                          \
+  case TT:                                                                                         \
+    if constexpr (K == Kind::dp)                                                                   \
+      tile_dp<R, TT>(static_cast<const uint16_t*>(w), cols, static_cast<const uint16_t*>(x), ldx, y, \
+                     ldy, acc);                                                                    \
+    else if constexpr (K == Kind::fma_bf16w)                                                       \
+      tile_fma_bf16w<R, TT>(static_cast<const uint16_t*>(w), cols, static_cast<const float*>(x), ldx, \
+                            y, ldy, acc);                                                          \
+    else                                                                                           \
+      tile_fma_f32w<R, TT>(static_cast<const float*>(w), cols, static_cast<const float*>(x), ldx, y, \
+                           ldy, acc);                                                              \
+    break;
+  switch (t) {
+    AFD_TILE_CASE(1)
+    AFD_TILE_CASE(2)
+    AFD_TILE_CASE(3)
+    AFD_TILE_CASE(4)
+    AFD_TILE_CASE(5)
+    AFD_TILE_CASE(6)
+    default: break;
+  }
+#undef AFD_TILE_CASE
+}
+
+// Largest token block per kind (accumulators + operands must fit the 32 zmm registers).
+template <Kind K>
+constexpr int kTMax = K == Kind::fma_bf16w ? 4 : 6;
+
+template <Kind K, typename WT, typename XT>
+AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
+                             int64_t r1, float* y, int64_t ldy, bool acc) {
+  constexpr int R = 4;
+  constexpr int TMax = kTMax<K>;
+  for (int64_t i0 = 0; i0 < n; i0 += kTokenChunk) {
+    const int64_t nc = std::min(kTokenChunk, n - i0);
+    // Balanced token blocks: nb blocks of size ceil/floor(nc / nb).
+    const int64_t nb = (nc + TMax - 1) / TMax;
+    for (int64_t r = r0; r < r1;) {
+      const bool full = r + R <= r1;
+      int64_t i = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int t = static_cast<int>((nc - i) / (nb - b));
+        const XT* xb = x + (i0 + i) * ldx;
+        float* yb = y + (i0 + i) * ldy + r;
+        if (full)
+          run_tile<K, R>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc);
+        else
+          run_tile<K, 1>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc);
+        i += t;
+      }
+      r += full ? R : 1;
+    }
+  }
+}
+
+}  // namespace
+
+AFD_AVX512 void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w,
+                                    int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
+  rows_generic<Kind::dp>(xb, n, ldx, w, cols, r0, r1, y, ldy, acc);
+}
+
+AFD_AVX512 void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w,
+                                      int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy,
+                                      bool acc) {
+  rows_generic<Kind::fma_bf16w>(xp, n, ldx, w, cols, r0, r1, y, ldy, acc);
+}
+
+AFD_AVX512 void rows_fma_f32w_avx512(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
+                                     int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
+  rows_generic<Kind::fma_f32w>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
+}
+
+}  // namespace afd::kernels::detail

@@ -1,0 +1,48 @@
+// Internal: per-thread row-range kernels behind linear() (ops.h). Each computes
+// y[i, r] for i < n and r in [r0, r1), streaming those rows of W once for all n tokens
+// (tokens are processed in chunks of kTokenChunk so a chunk of x stays in L2).
+// Not part of the public contract; tests reach them only through linear() and set_isa_limit().
+#pragma once
+
+#include <cstdint>
+
+namespace afd::kernels::detail {
+
+constexpr int64_t kTokenChunk = 96;
+
+// Layout helpers for the prepared activations (done once per call, by the caller thread).
+// Round x [n, x_stride] to bf16 into xb [n, ldx], ldx = round_up(cols, 32), columns >= cols zeroed.
+void prep_x_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xb, int64_t ldx);
+// Copy x into xp [n, ldx] (ldx = round_up(cols, 32), zero padded), optionally rounding through
+// bf16, and permuting each 32-column block to the order in which the AVX-512 kernel widens bf16
+// weights with unpacklo/unpackhi: block position p holds column perm32(p).
+void prep_x_f32_perm32(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool round_bf16,
+                       float* xp, int64_t ldx);
+// Copy x into xc [n, ldx] (ldx = round_up(cols, 32), zero padded), optionally rounding through bf16.
+void prep_x_f32(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool round_bf16, float* xc,
+                int64_t ldx);
+
+// AVX-512 BF16: xb from prep_x_bf16; w bf16 [rows, cols]. vdpbf16ps with f32 accumulation.
+void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
+                         int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+// AVX-512 F: xp from prep_x_f32_perm32; w bf16 widened exactly to f32; f32 FMA.
+void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
+                           int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+// AVX-512 F: x any layout [n, ldx]; w f32.
+void rows_fma_f32w_avx512(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
+                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+// AVX2 + FMA: x [n, ldx] f32 (prep_x_f32 layout or the caller's); w bf16 or f32.
+void rows_fma_bf16w_avx2(const float* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
+                         int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+void rows_fma_f32w_avx2(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
+                        int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+// Portable: x [n, ldx] f32 (already rounded in bf16 mode); w bf16 or f32 (is_bf16).
+void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_bf16, int64_t cols,
+                 int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+
+// Smallest n for which linear() hands the product to OpenBLAS (per weight dtype and precision).
+// Tuned by bench/bench_kernels; settable so the benchmark can time both paths.
+int64_t linear_blas_min_n(bool w_bf16, bool act_bf16);
+void set_linear_blas_min_n(bool w_bf16, bool act_bf16, int64_t n);
+
+}  // namespace afd::kernels::detail

@@ -1,0 +1,188 @@
+// linear(): every implementation (scalar, AVX2, AVX-512 tiles, OpenBLAS) against an f64
+// evaluation of the same contract, plus the scalar reference ref::linear against it too.
+//
+// Tolerance: |y - y64| <= 8 * 2^-24 * sqrt(cols) * sum_c |x_c * w_c| (+1e-30), where x_c is
+// already rounded to bf16 in bf16 mode. Float summation in any order has a typical error of
+// about 2^-24 * sum|x w| on random data; the bound leaves a factor 8*sqrt(cols) of headroom
+// and still catches one missing or doubled term (~sum|x w| / cols) for cols <= 1000.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu/ops.h"
+#include "test_util.h"
+
+namespace afd::kernels {
+namespace {
+
+using testing::IsaLimitGuard;
+using testing::isa_levels;
+using testing::random_vec;
+
+struct Case {
+  int64_t n, rows, cols;
+};
+
+struct Problem {
+  int64_t n, rows, cols, x_stride, y_stride;
+  DType w_dtype;
+  ActPrecision prec;
+  std::vector<float> x;       // [n, x_stride]
+  std::vector<uint16_t> wb;   // [rows, cols] when bf16
+  std::vector<float> wf;      // [rows, cols] when f32
+  std::vector<double> y64;    // [n, rows] f64 value of the contract
+  std::vector<double> tol;    // [n, rows]
+  std::vector<float> y_init;  // [n, y_stride] initial contents of y (for accumulate)
+
+  const void* w() const { return w_dtype == DType::bf16 ? static_cast<const void*>(wb.data()) : wf.data(); }
+};
+
+Problem make_problem(const Case& c, DType w_dtype, ActPrecision prec, uint32_t seed) {
+  Problem p;
+  p.n = c.n, p.rows = c.rows, p.cols = c.cols;
+  p.x_stride = c.cols + 3;
+  p.y_stride = c.rows + 5;
+  p.w_dtype = w_dtype;
+  p.prec = prec;
+  p.x = random_vec(static_cast<size_t>(p.n * p.x_stride), seed);
+  std::vector<float> w = random_vec(static_cast<size_t>(p.rows * p.cols), seed + 1);
+  if (w_dtype == DType::bf16) {
+    p.wb.resize(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      p.wb[i] = f32_to_bf16(w[i]).bits;
+      w[i] = bf16_to_f32(p.wb[i]);
+    }
+  } else {
+    p.wf = w;
+  }
+  p.y_init = random_vec(static_cast<size_t>(p.n * p.y_stride), seed + 2);
+  p.y64.resize(static_cast<size_t>(p.n * p.rows));
+  p.tol.resize(p.y64.size());
+  for (int64_t i = 0; i < p.n; ++i)
+    for (int64_t r = 0; r < p.rows; ++r) {
+      double s = 0, sa = 0;
+      for (int64_t k = 0; k < p.cols; ++k) {
+        float xv = p.x[i * p.x_stride + k];
+        if (prec == ActPrecision::bf16) xv = round_bf16(xv);
+        double t = static_cast<double>(xv) * w[r * p.cols + k];
+        s += t;
+        sa += std::fabs(t);
+      }
+      p.y64[i * p.rows + r] = s;
+      p.tol[i * p.rows + r] = 8.0 * std::ldexp(1.0, -24) * std::sqrt(static_cast<double>(p.cols)) * sa + 1e-30;
+    }
+  return p;
+}
+
+// Checks y [n, y_stride] against the contract; with accumulate, y started as y_init.
+void check(const Problem& p, const std::vector<float>& y, bool accumulate, const std::string& what) {
+  int bad = 0;
+  for (int64_t i = 0; i < p.n; ++i) {
+    for (int64_t r = 0; r < p.y_stride; ++r) {
+      float got = y[i * p.y_stride + r];
+      if (r >= p.rows) {  // padding beyond rows must be untouched
+        if (got != p.y_init[i * p.y_stride + r] && bad++ < 5)
+          ADD_FAILURE() << what << ": wrote past rows at token " << i << " col " << r;
+        continue;
+      }
+      double want = p.y64[i * p.rows + r];
+      double tol = p.tol[i * p.rows + r];
+      if (accumulate) {
+        want += p.y_init[i * p.y_stride + r];
+        tol += std::ldexp(std::fabs(want), -23);
+      }
+      if (!(std::fabs(got - want) <= tol) && bad++ < 5)
+        ADD_FAILURE() << what << ": token " << i << " row " << r << " got " << got << " want " << want
+                      << " tol " << tol;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+std::string describe(const Problem& p, const char* impl, bool acc, int threads) {
+  return std::string(impl) + " n=" + std::to_string(p.n) + " rows=" + std::to_string(p.rows) +
+         " cols=" + std::to_string(p.cols) + " w=" + dtype_name(p.w_dtype) +
+         (p.prec == ActPrecision::bf16 ? " act=bf16" : " act=f32") + (acc ? " accumulate" : "") +
+         " threads=" + std::to_string(threads);
+}
+
+const std::vector<Case> kCases = {
+    {1, 1, 1},     {1, 5, 17},     {2, 13, 33},   {3, 37, 100},  {7, 64, 129},  {1, 70, 1000},
+    {8, 19, 64},   {13, 41, 31},   {16, 36, 257}, {5, 3, 2048},  {64, 40, 96},  {65, 33, 47},
+    {100, 21, 65}, {200, 18, 130}, {1, 130, 513}};
+
+class LinearTest : public ::testing::TestWithParam<std::tuple<DType, ActPrecision>> {};
+
+TEST_P(LinearTest, ReferenceMatchesF64) {
+  auto [w_dtype, prec] = GetParam();
+  for (const Case& c : kCases) {
+    Problem p = make_problem(c, w_dtype, prec, 11);
+    for (bool acc : {false, true}) {
+      std::vector<float> y = p.y_init;
+      ref::linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec,
+                  acc);
+      check(p, y, acc, describe(p, "ref", acc, 1));
+    }
+  }
+}
+
+// Every ISA level, with the OpenBLAS threshold at its default, forced to 1 (BLAS for every n)
+// and to "never" (tile kernels for every n, incl. token chunks > kTokenChunk).
+TEST_P(LinearTest, AllImplementationsMatchF64) {
+  auto [w_dtype, prec] = GetParam();
+  const bool wb = w_dtype == DType::bf16, ab = prec == ActPrecision::bf16;
+  const int64_t default_min_n = detail::linear_blas_min_n(wb, ab);
+  ThreadPool pool(2);
+  for (Isa isa : isa_levels()) {
+    IsaLimitGuard guard(isa);
+    for (int64_t blas_min : {default_min_n, int64_t{1}, int64_t{1} << 40}) {
+      detail::set_linear_blas_min_n(wb, ab, blas_min);
+      for (const Case& c : kCases) {
+        Problem p = make_problem(c, w_dtype, prec, 23);
+        for (bool acc : {false, true}) {
+          for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<float> y = p.y_init;
+            linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec,
+                   tp, acc);
+            check(p, y, acc,
+                  describe(p, linear_path_name(p.n, w_dtype, prec), acc, tp ? tp->size() : 1) +
+                      " isa=" + isa_name(isa));
+          }
+        }
+      }
+    }
+    detail::set_linear_blas_min_n(wb, ab, default_min_n);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, LinearTest,
+                         ::testing::Combine(::testing::Values(DType::bf16, DType::f32),
+                                            ::testing::Values(ActPrecision::f32, ActPrecision::bf16)),
+                         [](const auto& info) {
+                           return std::string(dtype_name(std::get<0>(info.param))) + "_act_" +
+                                  (std::get<1>(info.param) == ActPrecision::bf16 ? "bf16" : "f32");
+                         });
+
+// The path names that benchmarks report follow the ISA level.
+TEST(LinearDispatch, PathFollowsIsa) {
+  {
+    IsaLimitGuard g(Isa::scalar);
+    EXPECT_STREQ(linear_path_name(1, DType::bf16, ActPrecision::f32), "scalar");
+    EXPECT_STREQ(linear_impl_name(ActPrecision::bf16), "scalar");
+  }
+  if (detected_isa() >= Isa::avx2) {
+    IsaLimitGuard g(Isa::avx2);
+    EXPECT_STREQ(linear_path_name(1, DType::bf16, ActPrecision::bf16), "avx2_fma_tile");
+  }
+  if (detected_isa() == Isa::avx512) {
+    EXPECT_STREQ(linear_path_name(1, DType::bf16, ActPrecision::bf16), "avx512_bf16_dp_tile");
+    EXPECT_STREQ(linear_path_name(1, DType::bf16, ActPrecision::f32), "avx512_fma_tile");
+  }
+}
+
+}  // namespace
+}  // namespace afd::kernels
