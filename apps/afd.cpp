@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] { afd::set_log_level(log_level.c_str()); });
 
   afd::cli::register_version(app);
+  afd::cli::register_make_model(app);
+  afd::cli::register_generate(app);
+  afd::cli::register_bench(app);
 
   try {
     app.parse(argc, argv);

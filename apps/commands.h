@@ -8,5 +8,8 @@
 namespace afd::cli {
 
 void register_version(CLI::App& app);
+void register_make_model(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace afd::cli

@@ -12,9 +12,9 @@ void TokenBatch::resize(const ModelConfig& c, int64_t n_tokens) {
   pos.resize(nn);
   x.resize(nn * c.hidden_size);
   h.resize(nn * c.hidden_size);
-  const int64_t k = std::max<int64_t>(1, c.n_experts_per_tok);
-  topk_ids.resize(nn * k);
-  topk_w.resize(nn * k);
+  const int64_t top_k = std::max<int64_t>(1, c.n_experts_per_tok);
+  topk_ids.resize(nn * top_k);
+  topk_w.resize(nn * top_k);
   ffn_out.resize(nn * c.hidden_size);
   hn.resize(nn * c.hidden_size);
   q.resize(nn * c.q_dim());

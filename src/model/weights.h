@@ -43,6 +43,7 @@ struct Vector {
 // views of rows [0, inter) and [inter, 2*inter) of gate_up_proj[e].
 struct FfnWeights {
   Matrix gate, up, down;
+  bool empty() const { return gate.empty(); }
 };
 
 struct AttentionWeights {

@@ -1,0 +1,84 @@
+#include "engine_flags.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+namespace afd::cli {
+
+void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
+  auto* m = cmd->add_option("--model", model_dir, "Model directory (HF layout)")->envname("AFD_MODEL");
+  if (model_required) m->required();
+  cmd->add_option("--precision", precision, "reference (f32 activations, f32 KV) | fast (bf16 activations)")
+      ->envname("AFD_PRECISION");
+  cmd->add_option("--kv-dtype", kv_dtype, "KV cache type in fast precision: bf16 | fp8")->envname("AFD_KV_DTYPE");
+  cmd->add_option("--kv-capacity", kv_capacity, "KV cache capacity in tokens (0: auto)")->envname("AFD_KV_CAPACITY");
+  cmd->add_option("--kv-block", kv_block, "Tokens per KV block")->envname("AFD_KV_BLOCK");
+  cmd->add_option("--max-seqs", max_seqs, "Live sequences at most")->envname("AFD_MAX_SEQS");
+  cmd->add_option("--threads", threads, "Compute threads (0: all cores)")->envname("AFD_THREADS");
+  cmd->add_option("--topology", topology, "mono | xAyF (e.g. 2A1F)")->envname("AFD_TOPOLOGY");
+  cmd->add_option("--microbatches", microbatches, "Micro-batches per attention worker (1-4)")
+      ->envname("AFD_MICROBATCHES");
+  cmd->add_flag("--fp8-dispatch", fp8_dispatch, "Round FFN inputs through FP8 as the AFD wire does")
+      ->envname("AFD_FP8_DISPATCH");
+  cmd->add_option("--fp8-group", fp8_group, "FP8 scale group: 0 per token, 128 per block")->envname("AFD_FP8_GROUP");
+}
+
+Result<EngineOptions> EngineFlags::to_options() const {
+  EngineOptions o;
+  o.model_dir = model_dir;
+  if (!precision_from_name(precision, &o.precision))
+    return invalid_argument("--precision must be 'reference' or 'fast', got '" + precision + "'");
+  if (kv_dtype == "bf16") o.kv_dtype = DType::bf16;
+  else if (kv_dtype == "fp8" || kv_dtype == "f8_e4m3") o.kv_dtype = DType::f8_e4m3;
+  else if (kv_dtype == "f32") o.kv_dtype = DType::f32;
+  else return invalid_argument("--kv-dtype must be bf16, fp8 or f32, got '" + kv_dtype + "'");
+  o.kv_capacity_tokens = kv_capacity;
+  o.kv_block_size = kv_block;
+  o.max_seqs = max_seqs;
+  o.n_threads = threads;
+  o.topology = topology;
+  o.microbatches = microbatches;
+  o.fp8_dispatch = fp8_dispatch;
+  o.fp8_group = fp8_group;
+  AFD_RETURN_IF_ERROR(o.validate());
+  return o;
+}
+
+Result<std::vector<int64_t>> parse_int_list(const std::string& s, const char* what) {
+  std::vector<int64_t> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    std::string tok = s.substr(i, j - i);
+    while (!tok.empty() && tok.front() == ' ') tok.erase(tok.begin());
+    while (!tok.empty() && tok.back() == ' ') tok.pop_back();
+    if (tok.empty()) return invalid_argument(std::string(what) + ": empty element in '" + s + "'");
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(tok.c_str(), &end, 10);
+    if (*end != '\0' || errno == ERANGE)
+      return invalid_argument(std::string(what) + ": '" + tok + "' is not an integer");
+    out.push_back(v);
+    i = j + 1;
+  }
+  return out;
+}
+
+Result<std::vector<int32_t>> parse_id_list(const std::string& s) {
+  AFD_ASSIGN_OR_RETURN(auto v, parse_int_list(s, "prompt ids"));
+  std::vector<int32_t> out;
+  for (int64_t x : v) {
+    if (x < 0 || x > INT32_MAX) return out_of_range("prompt ids: " + std::to_string(x) + " is not a valid token id");
+    out.push_back(static_cast<int32_t>(x));
+  }
+  return out;
+}
+
+void fail(const char* cmd, const Status& s) {
+  std::fprintf(stderr, "afd %s: error: %s\n", cmd, s.to_string().c_str());
+  throw CLI::RuntimeError(1);
+}
+
+}  // namespace afd::cli

@@ -1,0 +1,39 @@
+// Engine flags shared by the subcommands that build an engine (generate, bench, serve).
+// One table of flags, each with an AFD_* environment mirror.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "runtime/engine_factory.h"
+
+namespace afd::cli {
+
+struct EngineFlags {
+  std::string model_dir;
+  std::string precision = "fast";
+  std::string kv_dtype = "bf16";
+  int64_t kv_capacity = 0;
+  int64_t kv_block = 16;
+  int64_t max_seqs = 256;
+  int threads = 0;
+  std::string topology = "mono";
+  int microbatches = 1;
+  bool fp8_dispatch = false;
+  int64_t fp8_group = 0;
+
+  void add_to(CLI::App* cmd, bool model_required = true);
+  // Converts to EngineOptions; errors name the flag.
+  Result<EngineOptions> to_options() const;
+};
+
+// Parses "1,300,1234" into ids; errors name the offending element.
+Result<std::vector<int32_t>> parse_id_list(const std::string& s);
+// Parses "1,8,32" into positive integers.
+Result<std::vector<int64_t>> parse_int_list(const std::string& s, const char* what);
+
+// Prints "afd <cmd>: error: <status>" and throws CLI::RuntimeError(1).
+[[noreturn]] void fail(const char* cmd, const Status& s);
+
+}  // namespace afd::cli

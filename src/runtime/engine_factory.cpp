@@ -1,0 +1,69 @@
+#include "runtime/engine_factory.h"
+
+#include <algorithm>
+
+#include "model/weights.h"
+#include "runtime/pipeline_engine.h"
+
+namespace afd {
+
+bool precision_from_name(const std::string& s, Precision* out) {
+  if (s == "reference") { *out = Precision::reference; return true; }
+  if (s == "fast") { *out = Precision::fast; return true; }
+  return false;
+}
+
+Status EngineOptions::validate() const {
+  if (kv_block_size <= 0 || kv_block_size > 1024)
+    return invalid_argument("kv block size must be in [1, 1024], got " + std::to_string(kv_block_size));
+  if (kv_capacity_tokens < 0) return invalid_argument("kv capacity must be >= 0");
+  if (max_seqs <= 0) return invalid_argument("max sequences must be positive");
+  if (microbatches < 1 || microbatches > 4)
+    return invalid_argument("micro-batches must be in [1, 4], got " + std::to_string(microbatches));
+  if (kv_dtype != DType::f32 && kv_dtype != DType::bf16 && kv_dtype != DType::f8_e4m3)
+    return invalid_argument("kv dtype must be f32, bf16 or fp8");
+  if (fp8_group < 0) return invalid_argument("fp8 group must be >= 0");
+  if (topology != "mono")
+    return not_supported("topology '" + topology + "' is not built by this factory (only 'mono')");
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Engine>> make_engine(const EngineOptions& opt, std::shared_ptr<const ModelWeights> weights) {
+  AFD_RETURN_IF_ERROR(opt.validate());
+  if (!weights) {
+    AFD_ASSIGN_OR_RETURN(weights, load_model(opt.model_dir));
+  }
+  const ModelConfig& c = weights->config;
+  if (opt.fp8_group > 0 && c.hidden_size % opt.fp8_group != 0)
+    return invalid_argument("fp8 group " + std::to_string(opt.fp8_group) + " does not divide hidden_size " +
+                            std::to_string(c.hidden_size));
+  const bool ref = opt.precision == Precision::reference;
+
+  KvCacheConfig kc;
+  kc.n_layers = c.n_layers;
+  kc.n_kv_heads = c.n_kv_heads;
+  kc.head_dim = c.head_dim;
+  kc.block_size = opt.kv_block_size;
+  kc.dtype = ref ? DType::f32 : opt.kv_dtype;
+  int64_t cap = opt.kv_capacity_tokens;
+  if (cap == 0) {
+    const int64_t max_pos = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
+    cap = std::min<int64_t>(opt.max_seqs * max_pos, 131072);
+  }
+  kc.n_blocks = (cap + kc.block_size - 1) / kc.block_size;
+  AFD_ASSIGN_OR_RETURN(auto kv, PagedKvCache::create(kc));
+
+  auto pool = std::make_shared<ThreadPool>(opt.n_threads);
+  LocalFfnOptions fo;
+  fo.part.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
+  fo.fp8_dispatch = opt.fp8_dispatch;
+  fo.fp8_group = opt.fp8_group;
+  auto ffn = std::make_unique<LocalFfnBackend>(weights, fo, pool.get());
+  AttentionOptions ao;
+  ao.prec = fo.part.prec;
+  std::unique_ptr<Engine> e = std::make_unique<PipelineEngine>(weights, std::move(kv), std::move(ffn), pool, ao,
+                                                               opt.microbatches, opt.max_seqs);
+  return e;
+}
+
+}  // namespace afd

@@ -1,0 +1,45 @@
+// make_engine: builds an Engine for a model directory and a wiring.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+#include "kernels/cpu/ops.h"
+#include "runtime/engine.h"
+
+namespace afd {
+
+struct ModelWeights;
+
+enum class Precision {
+  reference,  // f32 activations, f32 KV: matches an f64 reference to ~1e-5 in logits
+  fast,       // bf16 activations into the matrix products, bf16 (or fp8) KV
+};
+// "reference" | "fast"
+bool precision_from_name(const std::string& s, Precision* out);
+
+struct EngineOptions {
+  std::string model_dir;
+  Precision precision = Precision::fast;
+  // KV element type; f32 is forced in reference precision. bf16 | f8_e4m3 for fast.
+  DType kv_dtype = DType::bf16;
+  int64_t kv_block_size = 16;
+  // Tokens the KV cache can hold across all sequences; 0: min(max_seqs * max_position_embeddings, 131072).
+  int64_t kv_capacity_tokens = 0;
+  int64_t max_seqs = 256;
+  int n_threads = 0;  // 0: all cores
+  // Wiring: "mono" (FFN in-process, same thread) is the only one this factory builds for now.
+  std::string topology = "mono";
+  int microbatches = 1;
+  // Round the FFN input through FP8 as AFD dispatch does (for AFD-vs-mono comparisons).
+  bool fp8_dispatch = false;
+  int64_t fp8_group = 0;  // 0: per-token scale; 128: per-128-channel block
+  Status validate() const;
+};
+
+// Loads the model (or uses `weights` if given) and builds the engine.
+Result<std::unique_ptr<Engine>> make_engine(const EngineOptions& opt,
+                                            std::shared_ptr<const ModelWeights> weights = nullptr);
+
+}  // namespace afd

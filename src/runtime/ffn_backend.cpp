@@ -1,0 +1,34 @@
+#include "runtime/ffn_backend.h"
+
+#include "core/timer.h"
+
+namespace afd {
+
+void fp8_round_trip(float* h, int64_t n, int64_t hidden, int64_t group, std::vector<uint8_t>* q8,
+                    std::vector<float>* scales) {
+  if (group <= 0) group = hidden;
+  const int64_t total = n * hidden;
+  q8->resize(static_cast<size_t>(total));
+  scales->resize(static_cast<size_t>(total / group));
+  kernels::quantize_fp8_e4m3(h, total, group, q8->data(), scales->data());
+  kernels::dequantize_fp8_e4m3(q8->data(), scales->data(), total, group, h);
+}
+
+LocalFfnBackend::LocalFfnBackend(std::shared_ptr<const ModelWeights> w, LocalFfnOptions opt, ThreadPool* pool)
+    : w_(std::move(w)), opt_(std::move(opt)), pool_(pool) {}
+
+Status LocalFfnBackend::dispatch(int64_t layer, int microbatch, TokenBatch& b) {
+  const int64_t t0 = now_ns();
+  const int64_t hid = w_->config.hidden_size;
+  const float* h = b.h.data();
+  if (opt_.fp8_dispatch) {
+    hq_.assign(b.h.begin(), b.h.begin() + b.n * hid);
+    fp8_round_trip(hq_.data(), b.n, hid, opt_.fp8_group, &q8_, &scales_);
+    h = hq_.data();
+  }
+  ffn_part(*w_, layer, h, b.n, b.topk_ids.data(), b.topk_w.data(), b.ffn_out.data(), opt_.part, &scratch_, pool_);
+  ffn_s_ += (now_ns() - t0) * 1e-9;
+  return Status::ok();
+}
+
+}  // namespace afd

@@ -1,0 +1,64 @@
+// FfnBackend: where a layer's FFN half runs. The engine posts a micro-batch's FFN input
+// with dispatch() and later collects ffn_out with combine(); between the two it is free to
+// run attention for other micro-batches (the Figure-7 pipeline of the Step-3 paper).
+//
+// Contract: for every (layer, microbatch) dispatch() is called exactly once, followed by
+// exactly one combine() on the same TokenBatch, which must stay alive and unmodified in
+// h / topk_ids / topk_w in between. Calls come from the engine thread only.
+#pragma once
+
+#include <memory>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/ffn_part.h"
+#include "model/token_batch.h"
+
+namespace afd {
+
+class FfnBackend {
+ public:
+  virtual ~FfnBackend() = default;
+  virtual Status dispatch(int64_t layer, int microbatch, TokenBatch& b) = 0;
+  // Fills b.ffn_out [n, hidden]. Errors: a peer lost, timed out or sent garbage.
+  virtual Status combine(int64_t layer, int microbatch, TokenBatch& b) = 0;
+  // Seconds spent in FFN compute / transfer since the last reset (where measurable).
+  virtual double ffn_seconds() const { return 0; }
+  virtual double comm_seconds() const { return 0; }
+  virtual void reset_times() {}
+};
+
+// Runs ffn_part in the calling thread at dispatch() (monolithic wiring). With
+// fp8_dispatch, h is rounded exactly as the AFD wire would round it (FP8 e4m3 with
+// per-token or per-128-block scales), so monolithic and AFD outputs can be compared.
+struct LocalFfnOptions {
+  FfnPartOptions part;
+  bool fp8_dispatch = false;
+  int64_t fp8_group = 0;  // 0: per token (group = hidden); else channels per scale (e.g. 128)
+};
+
+class LocalFfnBackend : public FfnBackend {
+ public:
+  LocalFfnBackend(std::shared_ptr<const ModelWeights> w, LocalFfnOptions opt, ThreadPool* pool);
+  Status dispatch(int64_t layer, int microbatch, TokenBatch& b) override;
+  Status combine(int64_t layer, int microbatch, TokenBatch& b) override { return Status::ok(); }
+  double ffn_seconds() const override { return ffn_s_; }
+  void reset_times() override { ffn_s_ = 0; }
+
+ private:
+  std::shared_ptr<const ModelWeights> w_;
+  LocalFfnOptions opt_;
+  ThreadPool* pool_;
+  FfnScratch scratch_;
+  std::vector<float> hq_;       // [n, hidden] fp8-rounded copy of h
+  std::vector<uint8_t> q8_;
+  std::vector<float> scales_;
+  double ffn_s_ = 0;
+};
+
+// Rounds h [n, hidden] in place through FP8 e4m3 with one scale per `group` channels —
+// exactly what an AFD dispatch does to the activations on the wire.
+void fp8_round_trip(float* h, int64_t n, int64_t hidden, int64_t group, std::vector<uint8_t>* q8,
+                    std::vector<float>* scales);
+
+}  // namespace afd

@@ -1,0 +1,33 @@
+// Batched generation loop over an Engine: prefill every prompt in one forward pass, then
+// decode all live sequences one token per step until max_new_tokens or EOS.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+
+namespace afd {
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 32;
+  SamplingParams sampling;     // each prompt i gets seed sampling.seed + i
+  bool stop_at_eos = true;
+  bool keep_logits = false;    // record one logits row per prompt position and generated step
+};
+
+struct GenerateResult {
+  std::vector<std::vector<int32_t>> tokens;  // generated ids per prompt
+  // When keep_logits: per prompt, rows [prompt_len + generated - 1, vocab]: every prompt
+  // position, then the row after each generated token except the last (the rows that chose
+  // tokens 2..). Flattened.
+  std::vector<std::vector<float>> logits;
+  int64_t decode_steps = 0;
+  double prefill_s = 0, decode_s = 0;
+};
+
+Result<GenerateResult> generate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                const GenerateOptions& opt);
+
+}  // namespace afd

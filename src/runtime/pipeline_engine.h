@@ -1,0 +1,66 @@
+// PipelineEngine: the one Engine implementation. Attention (embedding, attention halves,
+// LM head, KV cache) runs here; each layer's FFN half goes to an FfnBackend. Monolithic,
+// AFD and EP are different backends, so every wiring shares this code and its tests.
+//
+// A forward pass splits its items into m micro-batches (balanced by token count; an item
+// is never split) and streams them layer by layer:
+//   for layer l: for mb: [combine(l-1, mb); x += ffn_out]; attention(l, mb); dispatch(l, mb)
+// so attention of one micro-batch overlaps the FFN and transfers of the others.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+
+#include "core/thread_pool.h"
+#include "kv/paged_kv_cache.h"
+#include "model/attention_part.h"
+#include "runtime/engine.h"
+#include "runtime/ffn_backend.h"
+
+namespace afd {
+
+class PipelineEngine : public Engine {
+ public:
+  // max_seqs: live sequences at most; microbatches in [1, 4].
+  PipelineEngine(std::shared_ptr<const ModelWeights> w, std::unique_ptr<PagedKvCache> kv,
+                 std::unique_ptr<FfnBackend> ffn, std::shared_ptr<ThreadPool> pool, AttentionOptions attn_opt,
+                 int microbatches, int64_t max_seqs);
+
+  const ModelConfig& config() const override { return w_->config; }
+  Result<int64_t> create_sequence() override;
+  void release_sequence(int64_t seq_id) override;
+  int64_t sequence_length(int64_t seq_id) const override { return kv_->length(seq_id); }
+  bool can_append(int64_t seq_id, int64_t n_tokens) const override;
+  Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override;
+  KvUsage kv_usage() const override;
+  StageTimes last_stage_times() const override { return times_; }
+
+  const PagedKvCache& kv_cache() const { return *kv_; }
+  // Benchmarks only: appends n_tokens positions to seq with deterministic synthetic K/V
+  // (small values, not a model computation) so decode can be timed at a long context
+  // without an O(context^2) prefill.
+  Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens);
+  // Expert weight matrices (gate+up+down counted as one expert) read in the last forward:
+  // the sum over (layer, micro-batch) of distinct experts routed to.
+  int64_t last_expert_reads() const { return expert_reads_; }
+  int microbatches() const { return microbatches_; }
+
+ private:
+  Status validate(std::span<const BatchItem> items) const;
+  Status run_layers(std::vector<TokenBatch*>& mbs);
+
+  std::shared_ptr<const ModelWeights> w_;
+  std::unique_ptr<PagedKvCache> kv_;
+  std::unique_ptr<FfnBackend> ffn_;
+  std::shared_ptr<ThreadPool> pool_;
+  AttentionPart attn_;
+  int microbatches_;
+  int64_t max_seqs_;
+  int64_t next_seq_ = 0;
+  int64_t n_live_ = 0;
+  std::vector<TokenBatch> mb_storage_;
+  StageTimes times_;
+  int64_t expert_reads_ = 0;
+};
+
+}  // namespace afd

@@ -1,0 +1,88 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "runtime/sampler.h"
+
+namespace afd {
+namespace {
+
+TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
+  Sampler s(SamplingParams{});
+  std::vector<float> l = {0.1f, 2.0f, 2.0f, -1.0f};
+  auto t = s.sample(l.data(), 4);
+  EXPECT_EQ(t.token, 1);
+  double z = 0;
+  for (float x : l) z += std::exp(x);
+  EXPECT_NEAR(t.logprob, 2.0 - std::log(z), 1e-5);
+}
+
+TEST(Sampler, SeededIsReproducible) {
+  std::vector<float> l(50);
+  for (int i = 0; i < 50; ++i) l[i] = std::sin(i * 0.7f);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  Sampler a(p), b(p);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(a.sample(l.data(), 50).token, b.sample(l.data(), 50).token);
+}
+
+TEST(Sampler, TopKRestrictsCandidates) {
+  std::vector<float> l = {5, 4, 3, 2, 1, 0};
+  SamplingParams p;
+  p.temperature = 5.0f;
+  p.top_k = 2;
+  p.seed = 1;
+  Sampler s(p);
+  for (int i = 0; i < 500; ++i) EXPECT_LT(s.sample(l.data(), 6).token, 2);
+}
+
+TEST(Sampler, TopPKeepsSmallestNucleus) {
+  // probs ~ 0.665, 0.245, 0.09: top_p 0.6 keeps only the first.
+  std::vector<float> l = {2, 1, 0};
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.6f;
+  Sampler s(p);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(s.sample(l.data(), 3).token, 0);
+}
+
+TEST(Sampler, TemperatureSamplingMatchesDistribution) {
+  std::vector<float> l = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 7;
+  Sampler s(p);
+  std::map<int, int> counts;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) counts[s.sample(l.data(), 3).token]++;
+  EXPECT_NEAR(counts[0] / double(n), 0.5, 0.02);
+  EXPECT_NEAR(counts[1] / double(n), 0.3, 0.02);
+  EXPECT_NEAR(counts[2] / double(n), 0.2, 0.02);
+}
+
+TEST(Sampler, TopLogprobsSortedAndValidated) {
+  std::vector<float> l = {0, 3, 1, 2};
+  SamplingParams p;
+  p.n_top_logprobs = 3;
+  Sampler s(p);
+  auto t = s.sample(l.data(), 4);
+  ASSERT_EQ(t.top_logprobs.size(), 3u);
+  EXPECT_EQ(t.top_logprobs[0].first, 1);
+  EXPECT_EQ(t.top_logprobs[1].first, 3);
+  EXPECT_EQ(t.top_logprobs[2].first, 2);
+  SamplingParams bad;
+  bad.top_p = 0;
+  EXPECT_FALSE(bad.validate().is_ok());
+  bad = {};
+  bad.temperature = -1;
+  EXPECT_FALSE(bad.validate().is_ok());
+  bad = {};
+  bad.n_top_logprobs = 21;
+  EXPECT_FALSE(bad.validate().is_ok());
+}
+
+}  // namespace
+}  // namespace afd
