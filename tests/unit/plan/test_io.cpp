@@ -1,0 +1,94 @@
+// File formats: latency profiles and accelerator JSON; HF config.json model specs.
+#include <gtest/gtest.h>
+
+#include "plan/accelerator.h"
+#include "plan/cost_model.h"
+#include "plan/hf_model_spec.h"
+#include "plan/latency_profile.h"
+#include "plan/model_presets.h"
+
+namespace afd::plan {
+namespace {
+
+TEST(PlanIo, ProfileRoundTrip) {
+  LatencyProfile p = seeds003_profile();
+  p.attention.fit = LinearFitQuality{12, 0.99, 1e-3, 2e-3};
+  auto q = parse_profile_json(profile_to_json(p), "mem");
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_DOUBLE_EQ(q->attention.alpha, p.attention.alpha);
+  EXPECT_DOUBLE_EQ(q->ffn.beta, p.ffn.beta);
+  EXPECT_DOUBLE_EQ(q->comm.alpha, p.comm.alpha);
+  EXPECT_EQ(q->attention.fit->n, 12);
+  EXPECT_EQ(q->time_unit, "cycles");
+}
+
+TEST(PlanIo, ProfileErrors) {
+  EXPECT_FALSE(parse_profile_json("{", "p.json").ok());
+  EXPECT_FALSE(parse_profile_json(R"({"format":"other","version":1})", "p.json").ok());
+  auto r = parse_profile_json(
+      R"({"format":"afd-latency-profile","version":1,"attention":{"alpha":1,"beta":0},"ffn":{"alpha":"x","beta":0},"comm":{"alpha":0,"beta":0}})",
+      "p.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("ffn"), std::string::npos);
+  // Negative parameters are rejected.
+  EXPECT_FALSE(parse_profile_json(
+                   R"({"format":"afd-latency-profile","version":1,"attention":{"alpha":-1,"beta":0},"ffn":{"alpha":1,"beta":0},"comm":{"alpha":0,"beta":0}})",
+                   "p.json")
+                   .ok());
+}
+
+TEST(PlanIo, AcceleratorJson) {
+  auto v = parse_accelerators_json(
+      R"([{"id":"X1","usd_per_hour":1.5,"flops_bf16":1e14,"mem_bw":1e12,"net_bw":2.5e10,"cards_per_server":4}])", "a.json");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  ASSERT_EQ(v->size(), 1u);
+  EXPECT_EQ((*v)[0].id, "x1");
+  EXPECT_DOUBLE_EQ((*v)[0].model_flops(), 1e14);  // no FP8: BF16
+  EXPECT_EQ((*v)[0].cards_per_server, 4);
+  EXPECT_FALSE(parse_accelerators_json(R"({"id":"y","mem_bw":1e12})", "a.json").ok());  // no flops
+  EXPECT_FALSE(parse_accelerators_json(R"({"id":"y","flops_bf16":1e14,"mem_bw":-1})", "a.json").ok());
+  EXPECT_FALSE(parse_accelerators_json("[1]", "a.json").ok());
+}
+
+// A DeepSeek-V3 config.json gives the same per-token counts as the preset.
+TEST(PlanIo, HfConfigDeepSeekV3MatchesPreset) {
+  const char* cfg = R"({
+    "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+    "num_attention_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+    "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256,
+    "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 3})";
+  auto m = parse_hf_model_spec(cfg, "config.json");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const TokenCost a = decode_token_cost(*m, 8192), b = decode_token_cost(*find_model_preset("deepseek-v3"), 8192);
+  EXPECT_DOUBLE_EQ(a.kv_bytes, b.kv_bytes);
+  EXPECT_DOUBLE_EQ(a.attn_flops, b.attn_flops);
+  EXPECT_DOUBLE_EQ(a.linear_flops, b.linear_flops);
+  EXPECT_DOUBLE_EQ(a.ffn_flops, b.ffn_flops);
+}
+
+TEST(PlanIo, HfConfigQwen3MoeMatchesPreset) {
+  const char* cfg = R"({
+    "model_type": "qwen3_moe", "hidden_size": 4096, "num_hidden_layers": 94,
+    "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128,
+    "moe_intermediate_size": 1536, "num_experts": 128, "num_experts_per_tok": 8,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "intermediate_size": 12288})";
+  auto m = parse_hf_model_spec(cfg, "config.json");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const TokenCost a = decode_token_cost(*m, 32768), b = decode_token_cost(*find_model_preset("qwen3-235b-a22b"), 32768);
+  EXPECT_DOUBLE_EQ(a.kv_bytes, b.kv_bytes);
+  EXPECT_DOUBLE_EQ(a.attn_flops, b.attn_flops);
+  EXPECT_DOUBLE_EQ(a.linear_flops, b.linear_flops);
+  EXPECT_DOUBLE_EQ(a.ffn_flops, b.ffn_flops);
+}
+
+TEST(PlanIo, HfConfigErrorsNameTheField) {
+  auto r = parse_hf_model_spec(R"({"model_type":"qwen3_moe","hidden_size":"big"})", "c.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("hidden_size"), std::string::npos);
+  EXPECT_FALSE(parse_hf_model_spec(R"({"model_type":"mamba"})", "c.json").ok());
+  EXPECT_FALSE(parse_hf_model_spec("not json", "c.json").ok());
+}
+
+}  // namespace
+}  // namespace afd::plan
