@@ -1,0 +1,141 @@
+// The attention<->FFN wire format (docs/PROTOCOL.md is the normative description).
+//
+// Every message is one frame: a 64-byte header followed by a payload whose layout the
+// header fully determines. All integers little-endian. Frames are built in place in the
+// sender's registered buffer (encode_*) and decoded as views into the receiver's buffer
+// (decode_*): no copies, and nothing from the peer is trusted — every count, size, id and
+// float is validated; a malformed frame is a corrupt_data Status, never a crash.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace afd::comm {
+
+constexpr uint32_t kFrameMagic = 0x46444641u;  // "AFDF" in memory order
+constexpr uint16_t kProtocolVersion = 1;
+constexpr size_t kFrameHeaderBytes = 64;
+constexpr size_t kMaxReasonBytes = 4096;
+constexpr int64_t kScaleBlock = 128;  // channels per scale with ScaleGranularity::per_block
+
+enum class FrameKind : uint8_t {
+  hello = 1,      // attention -> FFN: fingerprint + topology, first frame on a connection
+  hello_ack = 2,  // FFN -> attention: accepted; carries the FFN worker's topology
+  refuse = 3,     // either way: the handshake failed; payload = UTF-8 reason
+  a2f = 4,        // attention -> FFN: FP8 activations + scales + expert ids + weights
+  f2a = 5,        // FFN -> attention: BF16 partial outputs
+  error = 6,      // FFN -> attention: this (layer, micro-batch) failed; payload = reason
+};
+const char* frame_kind_name(FrameKind k);
+
+enum class ScaleGranularity : uint8_t { none = 0, per_token = 1, per_block = 2 };
+
+// Header flags.
+constexpr uint16_t kFlagPayloadChecksum = 1;  // payload_checksum covers the payload
+
+struct FrameHeader {
+  FrameKind kind = FrameKind::a2f;
+  ScaleGranularity granularity = ScaleGranularity::none;
+  uint16_t flags = 0;
+  uint32_t layer = 0;
+  uint16_t microbatch = 0;
+  uint64_t step = 0;
+  uint32_t n_tokens = 0;
+  uint32_t hidden = 0;
+  uint32_t top_k = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t payload_checksum = 0;
+};
+
+// Byte offsets inside an a2f payload (relative to the payload start), all 8-byte aligned.
+//   q       [n, hidden]        fp8 e4m3
+//   scales  [n, hidden/group]  f32   (group = hidden per token, 128 per block)
+//   ids     [n, top_k]         i32
+//   weights [n, top_k]         f32
+struct A2fLayout {
+  size_t q = 0, scales = 0, ids = 0, weights = 0, total = 0;
+  int64_t n_scales_per_token = 0;
+};
+// Layout for n tokens; invalid_argument if hidden is not compatible with the granularity
+// (per_block needs hidden % 128 == 0; hidden % 8 == 0 always).
+Result<A2fLayout> a2f_layout(int64_t n, int64_t hidden, int64_t top_k, ScaleGranularity g);
+// f2a payload: out [n, hidden] bf16.
+inline size_t f2a_payload_bytes(int64_t n, int64_t hidden) { return static_cast<size_t>(n * hidden) * 2; }
+
+// Topology + model identity exchanged by hello / hello_ack.
+enum class Role : uint8_t { attention = 0, ffn = 1 };
+struct Handshake {
+  uint64_t fingerprint = 0;      // model_fingerprint() of the sender's model
+  Role role = Role::attention;
+  uint16_t index = 0;            // this worker's index within its role
+  uint16_t n_attention = 0;      // x of xAyF
+  uint16_t n_ffn = 0;            // y of xAyF
+  uint32_t expert_begin = 0;     // FFN: experts [begin, end) held; attention: 0, 0
+  uint32_t expert_end = 0;
+  uint8_t holds_shared = 0;      // FFN: computes the shared expert and dense layers
+  uint32_t n_layers = 0;
+  uint32_t n_experts = 0;
+  uint32_t hidden = 0;
+  uint32_t top_k = 0;
+  uint32_t max_tokens = 0;       // attention: most tokens in one a2f frame
+  uint16_t n_microbatches = 0;   // attention: micro-batches it uses (1..4)
+  ScaleGranularity granularity = ScaleGranularity::per_token;
+};
+constexpr size_t kHandshakeBytes = 48;
+std::string describe(const Handshake& h);
+
+// Fast 64-bit hash over bytes (header and optional payload checksums, fingerprints).
+uint64_t hash64(const void* data, size_t n, uint64_t seed = 0x9e3779b97f4a7c15ull);
+
+// Writes the header (with its checksum) to out[0, 64). When kFlagPayloadChecksum is set
+// in h.flags, `payload` (h.payload_bytes bytes) is hashed into it first.
+void encode_header(FrameHeader h, const uint8_t* payload, uint8_t* out);
+
+// Decodes and validates a header: magic, version, known kind/granularity, header
+// checksum, payload_bytes == len - 64, the payload size the kind implies, and (when
+// flagged) the payload checksum. `len` is the received message length.
+Result<FrameHeader> decode_header(const uint8_t* data, size_t len);
+
+// Limits a receiver enforces on a2f frames (from its model and the peer's handshake).
+struct A2fLimits {
+  uint32_t hidden = 0;       // must equal
+  uint32_t top_k = 0;        // must equal
+  uint32_t n_experts = 0;    // ids must be < n_experts
+  uint32_t max_tokens = 0;   // n_tokens <= max_tokens
+};
+struct A2fView {
+  FrameHeader header;
+  const uint8_t* q = nullptr;        // [n, hidden]
+  const float* scales = nullptr;     // [n, n_scales_per_token]
+  const int32_t* ids = nullptr;      // [n, top_k]
+  const float* weights = nullptr;    // [n, top_k]
+  int64_t group = 0;                 // channels per scale
+};
+// `data` must be 8-byte aligned. Validates the header, limits, ids in [0, n_experts),
+// finite routing weights and finite positive scales.
+Result<A2fView> decode_a2f(const uint8_t* data, size_t len, const A2fLimits& lim);
+
+struct F2aView {
+  FrameHeader header;
+  const uint16_t* out = nullptr;  // [n, hidden] bf16
+};
+// Checks the kind, hidden and n_tokens == expect_tokens.
+Result<F2aView> decode_f2a(const uint8_t* data, size_t len, uint32_t hidden, uint32_t expect_tokens);
+
+// hello / hello_ack frames (kHeaderBytes + kHandshakeBytes).
+size_t encode_handshake(FrameKind kind, const Handshake& h, uint8_t* out);
+Result<Handshake> decode_handshake(const uint8_t* data, size_t len, FrameKind expect);
+// refuse / error frames carrying a reason (truncated to kMaxReasonBytes). Returns bytes written.
+size_t encode_reason(FrameKind kind, uint32_t layer, uint16_t microbatch, uint64_t step,
+                     const std::string& reason, uint8_t* out);
+// The reason text of a refuse/error frame (validated header).
+Result<std::string> decode_reason(const uint8_t* data, size_t len);
+
+// Checks that an FFN worker's handshake fits the attention side's (same fingerprint, same
+// x and y, hidden/top_k/n_experts/n_layers agree). Error message names the mismatch.
+Status check_handshake_match(const Handshake& mine, const Handshake& theirs);
+
+}  // namespace afd::comm

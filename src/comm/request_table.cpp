@@ -1,0 +1,142 @@
+#include "comm/request_table.h"
+
+#include <thread>
+
+#include "core/timer.h"
+
+namespace afd::comm {
+
+RequestTable::RequestTable(uint32_t capacity, int64_t spin_ns)
+    : slots_(new Slot[capacity]), capacity_(capacity), spin_ns_(spin_ns) {
+  free_.reserve(capacity);
+  for (uint32_t i = capacity; i > 0; --i) free_.push_back(i - 1);
+}
+
+RequestTable::Slot* RequestTable::lookup(RequestId id) const {
+  uint32_t index = static_cast<uint32_t>(id & 0xffffffffu);
+  uint32_t gen = static_cast<uint32_t>(id >> 32);
+  if (index >= capacity_) return nullptr;
+  Slot* s = &slots_[index];
+  if (s->gen.load(std::memory_order_acquire) != gen) return nullptr;
+  return s;
+}
+
+Result<RequestId> RequestTable::allocate(CompletionFn on_done) {
+  uint32_t index;
+  {
+    std::lock_guard<std::mutex> lk(free_mu_);
+    if (free_.empty()) {
+      return resource_exhausted("transport: more than " + std::to_string(capacity_) +
+                                " operations in flight");
+    }
+    index = free_.back();
+    free_.pop_back();
+  }
+  Slot& s = slots_[index];
+  s.on_done = std::move(on_done);
+  s.result = Completion{};
+  s.state.store(kPending, std::memory_order_release);
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  return (static_cast<uint64_t>(s.gen.load(std::memory_order_relaxed)) << 32) | index;
+}
+
+void RequestTable::release(uint32_t index) {
+  Slot& s = slots_[index];
+  s.on_done = nullptr;
+  uint32_t g = s.gen.load(std::memory_order_relaxed) + 1;
+  if (g == 0) g = 1;
+  s.gen.store(g, std::memory_order_release);
+  s.state.store(kFree, std::memory_order_release);
+  in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lk(free_mu_);
+  free_.push_back(index);
+}
+
+void RequestTable::complete(RequestId id, Completion c) {
+  Slot* s = lookup(id);
+  if (s == nullptr) return;
+  // Claim: only one completer proceeds (pending -> completing -> done).
+  uint32_t expected = kPending;
+  if (!s->state.compare_exchange_strong(expected, kCompleting, std::memory_order_acq_rel)) return;
+  if (s->gen.load(std::memory_order_acquire) != static_cast<uint32_t>(id >> 32)) {
+    s->state.store(kPending, std::memory_order_release);  // raced with a reuse: not ours
+    return;
+  }
+  if (s->on_done) {
+    CompletionFn fn = std::move(s->on_done);
+    release(static_cast<uint32_t>(id & 0xffffffffu));
+    fn(c);
+    return;
+  }
+  s->result = std::move(c);
+  s->state.store(kDone, std::memory_order_release);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> lk(wait_mu_);
+    wait_cv_.notify_all();
+  }
+}
+
+bool RequestTable::is_pending(RequestId id) const {
+  Slot* s = lookup(id);
+  return s != nullptr && s->state.load(std::memory_order_acquire) == kPending;
+}
+
+bool RequestTable::finished(RequestId id) const {
+  Slot* s = lookup(id);
+  return s == nullptr || s->state.load(std::memory_order_acquire) == kDone;
+}
+
+bool RequestTable::test(RequestId id, Completion* out) {
+  Slot* s = lookup(id);
+  if (s == nullptr) {
+    *out = Completion{invalid_argument("transport: unknown or already consumed request id"), 0};
+    return true;
+  }
+  if (s->state.load(std::memory_order_acquire) != kDone) return false;
+  *out = std::move(s->result);
+  release(static_cast<uint32_t>(id & 0xffffffffu));
+  return true;
+}
+
+Completion RequestTable::wait(RequestId id, int64_t deadline_ns) {
+  RequestId one[1] = {id};
+  Completion c;
+  if (wait_any(one, deadline_ns) < 0) {
+    return Completion{timeout_error("transport: operation did not finish before its deadline"), 0};
+  }
+  test(id, &c);
+  return c;
+}
+
+int RequestTable::wait_any(std::span<const RequestId> ids, int64_t deadline_ns) {
+  auto scan = [&]() -> int {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (finished(ids[i])) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  int64_t spin_until = now_ns() + spin_ns_;
+  for (;;) {
+    int r = scan();
+    if (r >= 0) return r;
+    int64_t t = now_ns();
+    if (t >= deadline_ns) return -1;
+    if (t >= spin_until) break;
+    std::this_thread::yield();
+  }
+  std::unique_lock<std::mutex> lk(wait_mu_);
+  sleepers_.fetch_add(1, std::memory_order_acq_rel);
+  int r;
+  for (;;) {
+    r = scan();
+    if (r >= 0) break;
+    int64_t t = now_ns();
+    if (t >= deadline_ns) break;
+    // Bounded sleeps: a completion racing with the sleeper count is seen within 1 ms.
+    wait_cv_.wait_for(lk, std::chrono::nanoseconds(std::min<int64_t>(deadline_ns - t, 1000000)));
+  }
+  sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+  return r;
+}
+
+}  // namespace afd::comm

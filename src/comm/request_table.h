@@ -1,0 +1,62 @@
+// RequestTable: the completion state behind a transport's RequestIds. Implementations
+// allocate a request when an operation is posted and complete it from their progress
+// thread; callers test / wait on it. Shared by every transport so they wait alike.
+//
+// Ids are (generation << 32 | slot): a stale or foreign id is detected, never aliased.
+// Threading: all methods are thread-safe. complete() never blocks on waiters.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "comm/transport.h"
+
+namespace afd::comm {
+
+class RequestTable {
+ public:
+  // capacity: most requests in flight at once; spin_ns: how long a waiter polls before
+  // it sleeps on a condition variable (latency vs CPU).
+  explicit RequestTable(uint32_t capacity = 8192, int64_t spin_ns = 20000);
+
+  // A new pending request; resource_exhausted when `capacity` are in flight.
+  Result<RequestId> allocate(CompletionFn on_done = {});
+  // Finishes a pending request (first completion wins; later ones are ignored). If it
+  // was allocated with a callback, the callback runs here and the slot is freed.
+  void complete(RequestId id, Completion c);
+  bool is_pending(RequestId id) const;
+
+  bool test(RequestId id, Completion* out);
+  Completion wait(RequestId id, int64_t deadline_ns);
+  int wait_any(std::span<const RequestId> ids, int64_t deadline_ns);
+  size_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
+
+ private:
+  enum : uint32_t { kFree = 0, kPending = 1, kDone = 2, kCompleting = 3 };
+  struct Slot {
+    std::atomic<uint32_t> state{kFree};
+    std::atomic<uint32_t> gen{1};
+    Completion result;
+    CompletionFn on_done;
+  };
+  Slot* lookup(RequestId id) const;
+  void release(uint32_t index);
+  bool finished(RequestId id) const;  // done, or unknown/stale id
+
+  std::unique_ptr<Slot[]> slots_;
+  uint32_t capacity_;
+  int64_t spin_ns_;
+  std::mutex free_mu_;
+  std::vector<uint32_t> free_;
+  std::atomic<size_t> in_flight_{0};
+  std::mutex wait_mu_;
+  std::condition_variable wait_cv_;
+  std::atomic<int> sleepers_{0};
+};
+
+}  // namespace afd::comm

@@ -1,0 +1,893 @@
+#include "comm/ucx_transport.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/request_table.h"
+#include "comm/socket_util.h"
+#include "core/log.h"
+#include "core/timer.h"
+
+namespace afd::comm {
+namespace {
+
+constexpr uint32_t kBootMagic = 0x42444641u;  // "AFDB"
+constexpr uint16_t kBootVersion = 1;
+constexpr PeerId kMaxPeers = 1024;
+
+std::string ucs_error(const char* what, ucs_status_t st) { return std::string(what) + ": " + ucs_status_string(st); }
+
+class UcxTransportImpl;
+
+struct OpCtx {
+  UcxTransportImpl* self = nullptr;
+  RequestId id = 0;
+  PeerId peer = kNoPeer;
+  bool is_recv = false;
+  void* req = nullptr;
+  bool lost = false;
+  std::string lost_why;
+  ucp_tag_recv_info_t info{};
+};
+
+struct ErrArg {
+  UcxTransportImpl* self;
+  PeerId peer;
+  uint64_t gen;
+};
+
+class UcxTransportImpl final : public UcxTransport {
+ public:
+  explicit UcxTransportImpl(UcxOptions opt) : opt_(std::move(opt)), table_(8192, opt_.waiter_spin_ns) {}
+  ~UcxTransportImpl() override { close(); }
+
+  Status init();
+
+  const char* kind() const override { return "ucx"; }
+  TransportCaps caps() const override {
+    TransportCaps c;
+    c.inter_process = true;
+    c.registered_memory = true;
+    c.zero_copy = true;  // UCX moves registered buffers without an application-level staging copy
+    c.disconnect_peer = true;
+    return c;
+  }
+  const std::string& local_name() const override { return opt_.name; }
+  uint16_t listen_port() const override { return listen_port_.load(); }
+
+  Status listen(const std::string& address) override;
+  Status connect(const std::string& address) override;
+  Result<PeerId> peer_id(const std::string& name) const override;
+  std::string peer_name(PeerId peer) const override;
+  bool is_connected(PeerId peer) const override;
+  bool next_event(PeerEvent* ev, int64_t deadline_ns) override;
+  Result<RequestId> post_send(PeerId peer, uint64_t tag, const void* data, size_t len, CompletionFn on_done = {}) override;
+  Result<RequestId> post_recv(PeerId peer, uint64_t tag, void* buf, size_t capacity, CompletionFn on_done = {}) override;
+  bool test(RequestId id, Completion* out) override { return table_.test(id, out); }
+  Completion wait(RequestId id, int64_t deadline_ns) override { return table_.wait(id, deadline_ns); }
+  int wait_any(std::span<const RequestId> ids, int64_t deadline_ns) override { return table_.wait_any(ids, deadline_ns); }
+  void cancel(RequestId id) override;
+  void close() override;
+  Result<MemoryRegion> register_memory(void* base, size_t size) override;
+  Status deregister_memory(const MemoryRegion& region) override;
+  Status disconnect(PeerId peer) override;
+
+  // Callbacks (progress thread).
+  static void send_cb(void* request, ucs_status_t status, void* user_data);
+  static void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data);
+  static void err_cb(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+ private:
+  struct Peer {
+    std::string name;
+    bool connected = false;      // guarded by peers_mu_
+    uint16_t src_id_there = 0;   // id the peer gave us: goes into our send tags
+    // progress thread only:
+    ucp_ep_h ep = nullptr;
+    int fd = -1;
+    uint64_t gen = 0;
+  };
+  struct Command {
+    enum Kind : uint8_t { send, recv, cancel, add_peer, drop_peer } kind;
+    RequestId id = 0;
+    PeerId peer = kNoPeer;
+    uint64_t tag = 0;
+    void* buf = nullptr;
+    size_t len = 0;
+    std::vector<uint8_t> addr;  // add_peer: remote ucp worker address
+    uint16_t src_id_there = 0;
+    int fd = -1;
+    std::string detail;
+  };
+  struct Wanted {
+    std::string address;
+    PeerId peer = kNoPeer;
+    int64_t next_try = 0;
+    int backoff_ms = 0;
+    int64_t next_log = 0;
+  };
+  struct Region {
+    MemoryRegion r;
+    ucp_mem_h memh;
+  };
+
+  PeerId intern_peer(const std::string& name);  // peers_mu_ held
+  Result<RequestId> enqueue(Command c, CompletionFn on_done);
+  void wake();
+  void progress_loop();
+  void bootstrap_loop();
+  Status exchange(int fd, const std::string& dialed, PeerId* out_peer);
+  void handle(Command& c);
+  void do_send(Command& c);
+  void do_recv(Command& c);
+  void add_peer(Command& c);
+  void lose_peer(PeerId p, uint64_t gen, const std::string& why);
+  void check_liveness();
+  void finish(OpCtx* ctx, Completion c);
+  ucp_mem_h find_memh(const void* p, size_t n);
+  void push_event(PeerEvent ev);
+
+  UcxOptions opt_;
+  RequestTable table_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<uint8_t> worker_address_;
+  int worker_efd_ = -1;
+  int epfd_ = -1;
+  int wake_fd_ = -1;
+
+  mutable std::mutex peers_mu_;
+  std::unique_ptr<Peer[]> peers_{new Peer[kMaxPeers]};
+  PeerId n_peers_ = 0;
+  std::unordered_map<std::string, PeerId> peer_ids_;
+  std::vector<Wanted> wanted_;
+  int listen_fd_ = -1;
+  std::atomic<uint16_t> listen_port_{0};
+
+  std::mutex cmd_mu_;
+  std::vector<Command> cmds_;
+  std::atomic<int> n_cmds_{0};
+  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> stop_{false};
+  bool closed_ = false;
+  std::mutex close_mu_;
+
+  // progress thread only
+  std::unordered_map<RequestId, OpCtx*> live_ops_;
+  std::vector<void*> closing_;
+  std::vector<std::unique_ptr<ErrArg>> err_args_;
+  std::vector<std::pair<PeerId, uint64_t>> failed_eps_;
+  int64_t next_liveness_ = 0;
+
+  std::mutex regions_mu_;
+  std::vector<Region> regions_;
+
+  std::mutex ev_mu_;
+  std::condition_variable ev_cv_;
+  std::deque<PeerEvent> events_;
+
+  std::thread progress_;
+  std::thread bootstrap_;
+};
+
+Status UcxTransportImpl::init() {
+  if (opt_.name.empty() || opt_.name.size() > 255) return invalid_argument("ucx transport: name must be 1..255 bytes");
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return unavailable(ucs_error("ucp_config_read", st));
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 1;  // ucp_mem_map may run on caller threads
+  st = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (st != UCS_OK) return unavailable(ucs_error("ucp_init", st));
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the progress thread touches the worker
+  st = ucp_worker_create(context_, &wp, &worker_);
+  if (st != UCS_OK) return unavailable(ucs_error("ucp_worker_create", st));
+  ucp_address_t* addr = nullptr;
+  size_t addr_len = 0;
+  st = ucp_worker_get_address(worker_, &addr, &addr_len);
+  if (st != UCS_OK) return unavailable(ucs_error("ucp_worker_get_address", st));
+  worker_address_.assign(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + addr_len);
+  ucp_worker_release_address(worker_, addr);
+  st = ucp_worker_get_efd(worker_, &worker_efd_);
+  if (st != UCS_OK) return unavailable(ucs_error("ucp_worker_get_efd", st));
+  epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epfd_ < 0 || wake_fd_ < 0) return io_error("ucx transport: epoll/eventfd creation failed");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = worker_efd_;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, worker_efd_, &ev);
+  ev.data.fd = wake_fd_;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  progress_ = std::thread([this] { progress_loop(); });
+  bootstrap_ = std::thread([this] { bootstrap_loop(); });
+  return Status::ok();
+}
+
+PeerId UcxTransportImpl::intern_peer(const std::string& name) {
+  auto it = peer_ids_.find(name);
+  if (it != peer_ids_.end()) return it->second;
+  if (n_peers_ >= kMaxPeers) return kNoPeer;
+  PeerId id = n_peers_++;
+  peers_[id].name = name;
+  peer_ids_[name] = id;
+  return id;
+}
+
+Status UcxTransportImpl::listen(const std::string& address) {
+  std::lock_guard<std::mutex> lk(peers_mu_);
+  if (listen_fd_ >= 0) return invalid_argument("ucx transport '" + opt_.name + "' already listens");
+  uint16_t port = 0;
+  AFD_ASSIGN_OR_RETURN(int fd, tcp_listen(address, &port));
+  listen_fd_ = fd;
+  listen_port_ = port;
+  spdlog::info("ucx: {} listening for peers on {} (port {})", opt_.name, address, port);
+  return Status::ok();
+}
+
+Status UcxTransportImpl::connect(const std::string& address) {
+  AFD_RETURN_IF_ERROR(parse_host_port(address).status());
+  std::lock_guard<std::mutex> lk(peers_mu_);
+  for (auto& w : wanted_) {
+    if (w.address == address) return Status::ok();
+  }
+  wanted_.push_back(Wanted{address});
+  return Status::ok();
+}
+
+Result<PeerId> UcxTransportImpl::peer_id(const std::string& name) const {
+  std::lock_guard<std::mutex> lk(peers_mu_);
+  auto it = peer_ids_.find(name);
+  if (it == peer_ids_.end()) return not_found("ucx transport '" + opt_.name + "' has never seen peer '" + name + "'");
+  return it->second;
+}
+
+std::string UcxTransportImpl::peer_name(PeerId peer) const {
+  std::lock_guard<std::mutex> lk(peers_mu_);
+  return peer < n_peers_ ? peers_[peer].name : "?";
+}
+
+bool UcxTransportImpl::is_connected(PeerId peer) const {
+  std::lock_guard<std::mutex> lk(peers_mu_);
+  return peer < n_peers_ && peers_[peer].connected;
+}
+
+void UcxTransportImpl::push_event(PeerEvent ev) {
+  std::lock_guard<std::mutex> lk(ev_mu_);
+  events_.push_back(std::move(ev));
+  ev_cv_.notify_all();
+}
+
+bool UcxTransportImpl::next_event(PeerEvent* ev, int64_t deadline_ns) {
+  std::unique_lock<std::mutex> lk(ev_mu_);
+  while (events_.empty()) {
+    int64_t t = now_ns();
+    if (t >= deadline_ns) return false;
+    ev_cv_.wait_for(lk, std::chrono::nanoseconds(std::min<int64_t>(deadline_ns - t, 100000000)));
+  }
+  *ev = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+void UcxTransportImpl::wake() {
+  if (sleeping_.load(std::memory_order_seq_cst)) {
+    uint64_t one = 1;
+    ssize_t r = ::write(wake_fd_, &one, sizeof one);
+    (void)r;
+  }
+}
+
+Result<RequestId> UcxTransportImpl::enqueue(Command c, CompletionFn on_done) {
+  if ((c.tag & ~kTagMask) != 0) return invalid_argument("transport tag uses more than 48 bits");
+  {
+    std::lock_guard<std::mutex> lk(peers_mu_);
+    if (c.peer >= n_peers_) return invalid_argument("ucx transport: unknown peer " + std::to_string(c.peer));
+  }
+  AFD_ASSIGN_OR_RETURN(c.id, table_.allocate(std::move(on_done)));
+  RequestId id = c.id;
+  {
+    std::lock_guard<std::mutex> lk(cmd_mu_);
+    if (stop_.load()) {
+      table_.complete(id, Completion{cancelled("ucx transport '" + opt_.name + "' is closed"), 0});
+      return id;
+    }
+    cmds_.push_back(std::move(c));
+    n_cmds_.fetch_add(1, std::memory_order_seq_cst);
+  }
+  wake();
+  return id;
+}
+
+Result<RequestId> UcxTransportImpl::post_send(PeerId peer, uint64_t tag, const void* data, size_t len,
+                                              CompletionFn on_done) {
+  Command c;
+  c.kind = Command::send;
+  c.peer = peer;
+  c.tag = tag;
+  c.buf = const_cast<void*>(data);
+  c.len = len;
+  return enqueue(std::move(c), std::move(on_done));
+}
+
+Result<RequestId> UcxTransportImpl::post_recv(PeerId peer, uint64_t tag, void* buf, size_t capacity,
+                                              CompletionFn on_done) {
+  Command c;
+  c.kind = Command::recv;
+  c.peer = peer;
+  c.tag = tag;
+  c.buf = buf;
+  c.len = capacity;
+  return enqueue(std::move(c), std::move(on_done));
+}
+
+void UcxTransportImpl::cancel(RequestId id) {
+  std::lock_guard<std::mutex> lk(cmd_mu_);
+  if (stop_.load()) return;
+  Command c;
+  c.kind = Command::cancel;
+  c.id = id;
+  cmds_.push_back(std::move(c));
+  n_cmds_.fetch_add(1);
+  wake();
+}
+
+Status UcxTransportImpl::disconnect(PeerId peer) {
+  std::lock_guard<std::mutex> lk(cmd_mu_);
+  if (stop_.load()) return unavailable("ucx transport closed");
+  Command c;
+  c.kind = Command::drop_peer;
+  c.peer = peer;
+  c.detail = "disconnected on request";
+  cmds_.push_back(std::move(c));
+  n_cmds_.fetch_add(1);
+  wake();
+  return Status::ok();
+}
+
+Result<MemoryRegion> UcxTransportImpl::register_memory(void* base, size_t size) {
+  ucp_mem_map_params_t p{};
+  p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  p.address = base;
+  p.length = size;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t st = ucp_mem_map(context_, &p, &memh);
+  if (st != UCS_OK) return resource_exhausted(ucs_error("ucp_mem_map", st) + " (" + std::to_string(size) + " bytes)");
+  std::lock_guard<std::mutex> lk(regions_mu_);
+  MemoryRegion r{base, size, reinterpret_cast<uint64_t>(memh)};
+  regions_.push_back(Region{r, memh});
+  return r;
+}
+
+Status UcxTransportImpl::deregister_memory(const MemoryRegion& region) {
+  std::lock_guard<std::mutex> lk(regions_mu_);
+  for (auto it = regions_.begin(); it != regions_.end(); ++it) {
+    if (it->r.base == region.base && it->r.handle == region.handle) {
+      ucp_mem_unmap(context_, it->memh);
+      regions_.erase(it);
+      return Status::ok();
+    }
+  }
+  return not_found("ucx deregister_memory: region was not registered here");
+}
+
+ucp_mem_h UcxTransportImpl::find_memh(const void* p, size_t n) {
+  std::lock_guard<std::mutex> lk(regions_mu_);
+  auto a = reinterpret_cast<uintptr_t>(p);
+  for (auto& r : regions_) {
+    auto b = reinterpret_cast<uintptr_t>(r.r.base);
+    if (a >= b && a + n <= b + r.r.size) return r.memh;
+  }
+  return nullptr;
+}
+
+// ---------------- progress thread ----------------
+
+void UcxTransportImpl::finish(OpCtx* ctx, Completion c) {
+  live_ops_.erase(ctx->id);
+  table_.complete(ctx->id, std::move(c));
+  delete ctx;
+}
+
+void UcxTransportImpl::send_cb(void* request, ucs_status_t status, void* user_data) {
+  auto* ctx = static_cast<OpCtx*>(user_data);
+  UcxTransportImpl* self = ctx->self;
+  Completion c;
+  if (status == UCS_OK) {
+    c = Completion{Status::ok(), 0};
+  } else if (ctx->lost) {
+    c = Completion{unavailable(ctx->lost_why), 0};
+  } else if (status == UCS_ERR_CANCELED) {
+    c = Completion{cancelled("send cancelled"), 0};
+  } else {
+    c = Completion{unavailable(ucs_error("send to peer failed", status)), 0};
+  }
+  ucp_request_free(request);
+  self->finish(ctx, std::move(c));
+}
+
+void UcxTransportImpl::recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
+  auto* ctx = static_cast<OpCtx*>(user_data);
+  UcxTransportImpl* self = ctx->self;
+  Completion c;
+  if (status == UCS_OK) {
+    c = Completion{Status::ok(), info ? info->length : 0};
+  } else if (ctx->lost) {
+    c = Completion{unavailable(ctx->lost_why), 0};
+  } else if (status == UCS_ERR_CANCELED) {
+    c = Completion{cancelled("receive cancelled"), 0};
+  } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+    c = Completion{resource_exhausted("message exceeds the posted receive buffer"), 0};
+  } else {
+    c = Completion{unavailable(ucs_error("receive failed", status)), 0};
+  }
+  ucp_request_free(request);
+  self->finish(ctx, std::move(c));
+}
+
+void UcxTransportImpl::err_cb(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* a = static_cast<ErrArg*>(arg);
+  // Deferred: endpoints are closed outside ucp_worker_progress.
+  a->self->failed_eps_.emplace_back(a->peer, a->gen);
+  spdlog::debug("ucx: endpoint error for peer {}: {}", a->peer, ucs_status_string(status));
+}
+
+void UcxTransportImpl::do_send(Command& c) {
+  Peer& p = peers_[c.peer];
+  if (p.ep == nullptr) {
+    table_.complete(c.id, Completion{unavailable("peer '" + peer_name(c.peer) + "' is not connected"), 0});
+    return;
+  }
+  auto* ctx = new OpCtx;
+  ctx->self = this;
+  ctx->id = c.id;
+  ctx->peer = c.peer;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &UcxTransportImpl::send_cb;
+  param.user_data = ctx;
+  if (ucp_mem_h memh = find_memh(c.buf, c.len)) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.memh = memh;
+  }
+  uint64_t tag = (static_cast<uint64_t>(p.src_id_there) << kTagBits) | c.tag;
+  ucs_status_ptr_t st = ucp_tag_send_nbx(p.ep, c.buf, c.len, tag, &param);
+  if (st == nullptr) {
+    table_.complete(c.id, Completion{Status::ok(), c.len});
+    delete ctx;
+  } else if (UCS_PTR_IS_ERR(st)) {
+    table_.complete(c.id, Completion{unavailable(ucs_error("ucp_tag_send_nbx", UCS_PTR_STATUS(st))), 0});
+    delete ctx;
+  } else {
+    ctx->req = st;
+    live_ops_[c.id] = ctx;
+  }
+}
+
+void UcxTransportImpl::do_recv(Command& c) {
+  if (peers_[c.peer].ep == nullptr) {
+    table_.complete(c.id, Completion{unavailable("peer '" + peer_name(c.peer) + "' is not connected"), 0});
+    return;
+  }
+  auto* ctx = new OpCtx;
+  ctx->self = this;
+  ctx->id = c.id;
+  ctx->peer = c.peer;
+  ctx->is_recv = true;
+  ucp_request_param_t param{};
+  // UCX 1.13 leaves recv_info.tag_info unfilled on immediate completion of an unexpected
+  // eager message (measured: length 0), so completions always go through the callback.
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.recv = &UcxTransportImpl::recv_cb;
+  param.user_data = ctx;
+  if (ucp_mem_h memh = find_memh(c.buf, c.len)) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.memh = memh;
+  }
+  uint64_t tag = (static_cast<uint64_t>(c.peer) << kTagBits) | c.tag;
+  ucs_status_ptr_t st = ucp_tag_recv_nbx(worker_, c.buf, c.len, tag, ~uint64_t{0}, &param);
+  if (st == nullptr) {
+    table_.complete(c.id, Completion{Status::ok(), ctx->info.length});
+    delete ctx;
+  } else if (UCS_PTR_IS_ERR(st)) {
+    ucs_status_t e = UCS_PTR_STATUS(st);
+    Status s = e == UCS_ERR_MESSAGE_TRUNCATED ? resource_exhausted("message exceeds the posted receive buffer")
+                                              : unavailable(ucs_error("ucp_tag_recv_nbx", e));
+    table_.complete(c.id, Completion{s, 0});
+    delete ctx;
+  } else {
+    ctx->req = st;
+    live_ops_[c.id] = ctx;
+  }
+}
+
+void UcxTransportImpl::add_peer(Command& c) {
+  Peer& p = peers_[c.peer];
+  if (p.ep != nullptr || p.fd >= 0) lose_peer(c.peer, p.gen, "replaced by a new connection from the same peer");
+  auto arg = std::make_unique<ErrArg>(ErrArg{this, c.peer, p.gen + 1});
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(c.addr.data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &UcxTransportImpl::err_cb;
+  ep.err_handler.arg = arg.get();
+  ucp_ep_h h = nullptr;
+  ucs_status_t st = ucp_ep_create(worker_, &ep, &h);
+  std::string name = peer_name(c.peer);
+  if (st != UCS_OK) {
+    spdlog::error("ucx: {} cannot create an endpoint to {}: {}", opt_.name, name, ucs_status_string(st));
+    close_fd(c.fd);
+    return;
+  }
+  p.gen += 1;
+  err_args_.push_back(std::move(arg));
+  p.ep = h;
+  p.fd = c.fd;
+  p.src_id_there = c.src_id_there;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = c.fd;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, c.fd, &ev);
+  {
+    std::lock_guard<std::mutex> lk(peers_mu_);
+    p.connected = true;
+  }
+  spdlog::info("ucx: {} connected to {} ({})", opt_.name, name, c.detail);
+  push_event(PeerEvent{PeerEventKind::connected, c.peer, name, c.detail});
+}
+
+void UcxTransportImpl::lose_peer(PeerId pid, uint64_t gen, const std::string& why) {
+  Peer& p = peers_[pid];
+  if (p.gen != gen || (p.ep == nullptr && p.fd < 0)) return;
+  std::string name = peer_name(pid);
+  {
+    std::lock_guard<std::mutex> lk(peers_mu_);
+    p.connected = false;
+  }
+  if (p.fd >= 0) {
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, p.fd, nullptr);
+    close_fd(p.fd);
+    p.fd = -1;
+  }
+  std::string msg = "peer '" + name + "' disconnected: " + why;
+  // ucp_request_cancel may run the completion callback (which erases from live_ops_)
+  // synchronously: collect first, cancel after.
+  std::vector<void*> to_cancel;
+  for (auto& [id, ctx] : live_ops_) {
+    if (ctx->peer != pid) continue;
+    ctx->lost = true;
+    ctx->lost_why = msg;
+    if (ctx->is_recv) to_cancel.push_back(ctx->req);
+  }
+  for (void* r : to_cancel) ucp_request_cancel(worker_, r);
+  if (p.ep != nullptr) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(p.ep, &param);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing_.push_back(r);
+    p.ep = nullptr;
+  }
+  spdlog::warn("ucx: {} lost {}", opt_.name, msg);
+  push_event(PeerEvent{PeerEventKind::disconnected, pid, name, why});
+}
+
+void UcxTransportImpl::check_liveness() {
+  std::vector<pollfd> fds;
+  std::vector<PeerId> who;
+  PeerId n;
+  {
+    std::lock_guard<std::mutex> lk(peers_mu_);
+    n = n_peers_;
+  }
+  for (PeerId i = 0; i < n; ++i) {
+    if (peers_[i].fd >= 0) {
+      fds.push_back(pollfd{peers_[i].fd, POLLIN | POLLRDHUP, 0});
+      who.push_back(i);
+    }
+  }
+  if (fds.empty()) return;
+  if (::poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (size_t k = 0; k < fds.size(); ++k) {
+    if (fds[k].revents == 0) continue;
+    char buf[64];
+    ssize_t r = ::recv(fds[k].fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || (fds[k].revents & (POLLERR | POLLHUP | POLLRDHUP))) {
+      lose_peer(who[k], peers_[who[k]].gen, r == 0 ? "connection closed" : "connection error");
+    }
+  }
+}
+
+void UcxTransportImpl::handle(Command& c) {
+  switch (c.kind) {
+    case Command::send: do_send(c); break;
+    case Command::recv: do_recv(c); break;
+    case Command::add_peer: add_peer(c); break;
+    case Command::drop_peer: lose_peer(c.peer, peers_[c.peer].gen, c.detail); break;
+    case Command::cancel: {
+      auto it = live_ops_.find(c.id);
+      if (it != live_ops_.end()) ucp_request_cancel(worker_, it->second->req);
+      break;
+    }
+  }
+}
+
+void UcxTransportImpl::progress_loop() {
+  int64_t last_active = now_ns();
+  std::vector<Command> batch;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    bool active = false;
+    if (n_cmds_.load(std::memory_order_acquire) > 0) {
+      {
+        std::lock_guard<std::mutex> lk(cmd_mu_);
+        batch.swap(cmds_);
+        n_cmds_.store(0, std::memory_order_release);
+      }
+      for (auto& c : batch) handle(c);
+      batch.clear();
+      active = true;
+    }
+    while (ucp_worker_progress(worker_) != 0) active = true;
+    if (!failed_eps_.empty()) {
+      auto failed = std::move(failed_eps_);
+      failed_eps_.clear();
+      for (auto& [p, g] : failed) lose_peer(p, g, "UCX endpoint error");
+    }
+    for (auto it = closing_.begin(); it != closing_.end();) {
+      if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
+        ucp_request_free(*it);
+        it = closing_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    int64_t t = now_ns();
+    if (t >= next_liveness_) {
+      check_liveness();
+      next_liveness_ = t + 1000000;
+    }
+    if (active) {
+      last_active = t;
+      continue;
+    }
+    if (t - last_active < opt_.progress_spin_ns) continue;
+    // Idle: sleep on the worker's event fd, the wake fd and the liveness sockets.
+    if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
+    sleeping_.store(true, std::memory_order_seq_cst);
+    if (n_cmds_.load(std::memory_order_seq_cst) == 0 && !stop_.load()) {
+      epoll_event evs[16];
+      int n = epoll_wait(epfd_, evs, 16, 50);
+      for (int i = 0; i < n; ++i) {
+        if (evs[i].data.fd == wake_fd_) {
+          uint64_t v;
+          ssize_t r = ::read(wake_fd_, &v, sizeof v);
+          (void)r;
+        } else if (evs[i].data.fd != worker_efd_) {
+          next_liveness_ = 0;
+        }
+      }
+    }
+    sleeping_.store(false, std::memory_order_seq_cst);
+    last_active = now_ns() - opt_.progress_spin_ns + 200000;  // spin briefly after waking
+  }
+  // Shutting down: fail queued commands, cancel what is in flight, close endpoints.
+  {
+    std::lock_guard<std::mutex> lk(cmd_mu_);
+    for (auto& c : cmds_) {
+      if (c.kind == Command::send || c.kind == Command::recv) {
+        table_.complete(c.id, Completion{cancelled("ucx transport closed"), 0});
+      }
+      if (c.kind == Command::add_peer) close_fd(c.fd);
+    }
+    cmds_.clear();
+  }
+  PeerId n;
+  {
+    std::lock_guard<std::mutex> lk(peers_mu_);
+    n = n_peers_;
+  }
+  for (PeerId i = 0; i < n; ++i) lose_peer(i, peers_[i].gen, "transport closed");
+  {
+    std::vector<void*> to_cancel;
+    for (auto& [id, ctx] : live_ops_) to_cancel.push_back(ctx->req);
+    for (void* r : to_cancel) ucp_request_cancel(worker_, r);
+  }
+  int64_t deadline = now_ns() + 2000000000;
+  while ((!live_ops_.empty() || !closing_.empty()) && now_ns() < deadline) {
+    ucp_worker_progress(worker_);
+    for (auto it = closing_.begin(); it != closing_.end();) {
+      if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
+        ucp_request_free(*it);
+        it = closing_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& [id, ctx] : live_ops_) {
+    table_.complete(id, Completion{cancelled("ucx transport closed"), 0});
+    // The UCX request is abandoned with its worker; ctx leaks intentionally (the worker may still reference it).
+  }
+  live_ops_.clear();
+}
+
+// ---------------- bootstrap thread ----------------
+
+Status UcxTransportImpl::exchange(int fd, const std::string& dialed, PeerId* out_peer) {
+  int64_t deadline = now_ns() + int64_t{opt_.bootstrap_timeout_ms} * 1000000;
+  // Round 1: {magic, version, name_len, addr_len, name, addr} both ways.
+  uint8_t hdr[12];
+  uint32_t magic = kBootMagic;
+  uint16_t ver = kBootVersion, name_len = static_cast<uint16_t>(opt_.name.size());
+  uint32_t addr_len = static_cast<uint32_t>(worker_address_.size());
+  std::memcpy(hdr, &magic, 4);
+  std::memcpy(hdr + 4, &ver, 2);
+  std::memcpy(hdr + 6, &name_len, 2);
+  std::memcpy(hdr + 8, &addr_len, 4);
+  AFD_RETURN_IF_ERROR(send_all(fd, hdr, sizeof hdr, deadline));
+  AFD_RETURN_IF_ERROR(send_all(fd, opt_.name.data(), opt_.name.size(), deadline));
+  AFD_RETURN_IF_ERROR(send_all(fd, worker_address_.data(), worker_address_.size(), deadline));
+  uint8_t rh[12];
+  AFD_RETURN_IF_ERROR(recv_all(fd, rh, sizeof rh, deadline));
+  uint32_t r_magic, r_addr_len;
+  uint16_t r_ver, r_name_len;
+  std::memcpy(&r_magic, rh, 4);
+  std::memcpy(&r_ver, rh + 4, 2);
+  std::memcpy(&r_name_len, rh + 6, 2);
+  std::memcpy(&r_addr_len, rh + 8, 4);
+  if (r_magic != kBootMagic) return corrupt_data("bootstrap: the peer is not an afd ucx transport (bad magic)");
+  if (r_ver != kBootVersion) return corrupt_data("bootstrap: peer speaks bootstrap version " + std::to_string(r_ver));
+  if (r_name_len == 0 || r_name_len > 255) return corrupt_data("bootstrap: peer name length " + std::to_string(r_name_len));
+  if (r_addr_len == 0 || r_addr_len > (1u << 20)) return corrupt_data("bootstrap: peer address length " + std::to_string(r_addr_len));
+  std::string name(r_name_len, '\0');
+  std::vector<uint8_t> addr(r_addr_len);
+  AFD_RETURN_IF_ERROR(recv_all(fd, name.data(), name.size(), deadline));
+  AFD_RETURN_IF_ERROR(recv_all(fd, addr.data(), addr.size(), deadline));
+  if (name == opt_.name) return invalid_argument("bootstrap: the peer has our own name '" + name + "'");
+  // Round 2: the id each side gives the other.
+  PeerId id;
+  {
+    std::lock_guard<std::mutex> lk(peers_mu_);
+    id = intern_peer(name);
+  }
+  if (id == kNoPeer) return resource_exhausted("bootstrap: too many peers");
+  uint32_t mine = id, theirs = 0;
+  AFD_RETURN_IF_ERROR(send_all(fd, &mine, 4, deadline));
+  AFD_RETURN_IF_ERROR(recv_all(fd, &theirs, 4, deadline));
+  if (theirs >= kMaxPeers) return corrupt_data("bootstrap: peer gave us id " + std::to_string(theirs));
+  Command c;
+  c.kind = Command::add_peer;
+  c.peer = id;
+  c.addr = std::move(addr);
+  c.src_id_there = static_cast<uint16_t>(theirs);
+  c.fd = fd;
+  c.detail = dialed.empty() ? "accepted" : "dialed " + dialed;
+  {
+    std::lock_guard<std::mutex> lk(cmd_mu_);
+    if (stop_.load()) return unavailable("closed");
+    cmds_.push_back(std::move(c));
+    n_cmds_.fetch_add(1);
+  }
+  wake();
+  *out_peer = id;
+  return Status::ok();
+}
+
+void UcxTransportImpl::bootstrap_loop() {
+  while (!stop_.load()) {
+    int lfd;
+    {
+      std::lock_guard<std::mutex> lk(peers_mu_);
+      lfd = listen_fd_;
+    }
+    if (lfd >= 0) {
+      auto fd = tcp_accept(lfd, 20);
+      if (fd.ok() && *fd >= 0) {
+        PeerId p;
+        Status s = exchange(*fd, "", &p);
+        if (!s.is_ok()) {
+          spdlog::warn("ucx: {} refused an incoming connection: {}", opt_.name, s.to_string());
+          close_fd(*fd);
+        }
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::vector<Wanted> wanted;
+    {
+      std::lock_guard<std::mutex> lk(peers_mu_);
+      wanted = wanted_;
+    }
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      Wanted& w = wanted[i];
+      int64_t t = now_ns();
+      if (w.peer != kNoPeer && is_connected(w.peer)) continue;
+      if (t < w.next_try) continue;
+      // A freshly lost peer: wait until the progress thread has torn the old connection down.
+      auto fd = tcp_connect(w.address, 1000);
+      Status s = fd.status();
+      if (fd.ok()) {
+        PeerId p;
+        s = exchange(*fd, w.address, &p);
+        if (s.is_ok()) {
+          w.peer = p;
+          w.backoff_ms = 0;
+          // Give the progress thread time to install the endpoint before checking again.
+          w.next_try = now_ns() + 200000000;
+        } else {
+          close_fd(*fd);
+        }
+      }
+      if (!s.is_ok()) {
+        w.backoff_ms = w.backoff_ms == 0 ? opt_.connect_retry_ms : std::min(2000, w.backoff_ms * 2);
+        w.next_try = t + int64_t{w.backoff_ms} * 1000000;
+        if (t >= w.next_log) {
+          spdlog::info("ucx: {} waiting for peer at {} ({}); retrying", opt_.name, w.address, s.message());
+          w.next_log = t + 2000000000;
+        }
+      }
+      std::lock_guard<std::mutex> lk(peers_mu_);
+      for (auto& ww : wanted_) {
+        if (ww.address == w.address) ww = w;
+      }
+    }
+  }
+}
+
+void UcxTransportImpl::close() {
+  std::lock_guard<std::mutex> lk(close_mu_);
+  if (closed_) return;
+  closed_ = true;
+  {
+    std::lock_guard<std::mutex> c(cmd_mu_);
+    stop_.store(true);
+  }
+  sleeping_.store(true);
+  wake();
+  if (bootstrap_.joinable()) bootstrap_.join();
+  if (progress_.joinable()) progress_.join();
+  if (listen_fd_ >= 0) close_fd(listen_fd_);
+  listen_fd_ = -1;
+  {
+    std::lock_guard<std::mutex> r(regions_mu_);
+    for (auto& reg : regions_) ucp_mem_unmap(context_, reg.memh);
+    regions_.clear();
+  }
+  if (worker_) ucp_worker_destroy(worker_);
+  worker_ = nullptr;
+  if (context_) ucp_cleanup(context_);
+  context_ = nullptr;
+  if (epfd_ >= 0) ::close(epfd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  epfd_ = wake_fd_ = -1;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<UcxTransport>> UcxTransport::create(UcxOptions opt) {
+  auto t = std::make_unique<UcxTransportImpl>(std::move(opt));
+  Status s = t->init();
+  if (!s.is_ok()) return s.with_context("ucx transport");
+  return std::unique_ptr<UcxTransport>(std::move(t));
+}
+
+}  // namespace afd::comm

@@ -1,0 +1,42 @@
+// UCX transport: one ucp worker per transport, tagged messages (ucp_tag_send_nbx /
+// ucp_tag_recv_nbx) over whatever UCX selects (shared memory, TCP, RDMA; UCX_TLS etc.
+// are honoured as usual).
+//
+// Connection set-up: workers start in any order. listen("host:port") opens a TCP
+// bootstrap socket; connect("host:port") dials it (retrying with back-off and logging
+// what it waits for). Over that socket both sides exchange {name, ucp worker address}
+// and the 16-bit id each gives the other; then both create a ucp endpoint. The socket
+// stays open as a liveness channel: its EOF (or a UCX endpoint error) is a disconnect.
+// A peer that reconnects under the same name gets its old PeerId back.
+//
+// Wire tag = (id the receiver gave the sender) << 48 | user tag, so receives match per peer.
+//
+// Threads: a progress thread owns the ucp worker (UCS_THREAD_MODE_SINGLE): posts from any
+// thread are queued to it; it busy-polls for spin_ns after the last activity, then
+// sleeps on the worker's event fd. A bootstrap thread accepts and dials.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/transport.h"
+
+namespace afd::comm {
+
+struct UcxOptions {
+  std::string name;                // this transport's peer name (unique in the deployment)
+  int64_t progress_spin_ns = 2000000;  // progress thread polls this long after activity
+  int64_t waiter_spin_ns = 50000;      // callers of wait() poll this long before sleeping
+  int connect_retry_ms = 200;          // first retry interval (doubles up to 2 s)
+  int bootstrap_timeout_ms = 5000;     // address exchange deadline
+};
+
+class UcxTransport : public Transport {
+ public:
+  // Creates the ucp context and worker and starts the threads. unavailable if UCX cannot start.
+  static Result<std::unique_ptr<UcxTransport>> create(UcxOptions opt);
+  // The TCP port listen() bound (useful with "127.0.0.1:0"); 0 before listen().
+  virtual uint16_t listen_port() const = 0;
+};
+
+}  // namespace afd::comm

@@ -1,0 +1,250 @@
+// Transport conformance: the same tests for the in-process and UCX transports.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "transport_pair.h"
+
+namespace afd::comm {
+namespace {
+
+using testing::deadline_in_ms;
+
+class TransportTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TransportTest, SendRecvBothPostingOrders) {
+  auto p = testing::make_pair(GetParam());
+  ASSERT_NE(p.a_sees_b, kNoPeer);
+  std::vector<uint8_t> msg(100000);
+  std::iota(msg.begin(), msg.end(), 0);
+  // Receive posted first.
+  std::vector<uint8_t> got(200000);
+  auto r = p.a->post_recv(p.a_sees_b, 7, got.data(), got.size());
+  ASSERT_TRUE(r.ok());
+  auto s = p.b->post_send(p.b_sees_a, 7, msg.data(), msg.size());
+  ASSERT_TRUE(s.ok());
+  Completion rc = p.a->wait(*r, deadline_in_ms(5000));
+  ASSERT_TRUE(rc.status.is_ok()) << rc.status.to_string();
+  EXPECT_EQ(rc.bytes, msg.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), msg.data(), msg.size()));
+  EXPECT_TRUE(p.b->wait(*s, deadline_in_ms(5000)).status.is_ok());
+  // Send posted first (small and large), receive later.
+  for (size_t n : {size_t{16}, size_t{150000}}) {
+    std::vector<uint8_t> m2(n, 0xab);
+    auto s2 = p.b->post_send(p.b_sees_a, 8, m2.data(), m2.size());
+    ASSERT_TRUE(s2.ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::vector<uint8_t> g2(n);
+    auto r2 = p.a->post_recv(p.a_sees_b, 8, g2.data(), g2.size());
+    ASSERT_TRUE(r2.ok());
+    Completion c2 = p.a->wait(*r2, deadline_in_ms(5000));
+    ASSERT_TRUE(c2.status.is_ok()) << c2.status.to_string();
+    EXPECT_EQ(c2.bytes, n);
+    EXPECT_EQ(g2, m2);
+    EXPECT_TRUE(p.b->wait(*s2, deadline_in_ms(5000)).status.is_ok());
+  }
+}
+
+TEST_P(TransportTest, TagsMatchAndOrderIsKept) {
+  auto p = testing::make_pair(GetParam());
+  constexpr int kN = 50;
+  std::vector<uint32_t> sent(kN * 2);
+  std::vector<RequestId> sends;
+  for (int i = 0; i < kN; ++i) {
+    for (uint64_t tag : {uint64_t{1}, uint64_t{2}}) {
+      sent[i * 2 + (tag - 1)] = static_cast<uint32_t>(i * 10 + tag);
+      sends.push_back(*p.b->post_send(p.b_sees_a, tag, &sent[i * 2 + (tag - 1)], 4));
+    }
+  }
+  // Receive all of tag 2 first, then tag 1: each in send order.
+  for (uint64_t tag : {uint64_t{2}, uint64_t{1}}) {
+    for (int i = 0; i < kN; ++i) {
+      uint32_t v = 0;
+      auto r = p.a->post_recv(p.a_sees_b, tag, &v, 4);
+      ASSERT_TRUE(r.ok());
+      Completion c = p.a->wait(*r, deadline_in_ms(5000));
+      ASSERT_TRUE(c.status.is_ok()) << c.status.to_string();
+      EXPECT_EQ(v, static_cast<uint32_t>(i * 10 + tag));
+    }
+  }
+  for (auto id : sends) EXPECT_TRUE(p.b->wait(id, deadline_in_ms(5000)).status.is_ok());
+}
+
+TEST_P(TransportTest, BothDirectionsAndCallbacks) {
+  auto p = testing::make_pair(GetParam());
+  std::atomic<int> done{0};
+  uint64_t x = 42, y = 0;
+  ASSERT_TRUE(p.b->post_recv(p.b_sees_a, 3, &y, 8, [&](const Completion& c) {
+    EXPECT_TRUE(c.status.is_ok());
+    done.fetch_add(1);
+  }).ok());
+  ASSERT_TRUE(p.a->post_send(p.a_sees_b, 3, &x, 8, [&](const Completion& c) {
+    EXPECT_TRUE(c.status.is_ok());
+    done.fetch_add(1);
+  }).ok());
+  int64_t dl = deadline_in_ms(5000);
+  while (done.load() < 2 && now_ns() < dl) std::this_thread::yield();
+  EXPECT_EQ(done.load(), 2);
+  EXPECT_EQ(y, 42u);
+}
+
+TEST_P(TransportTest, DeadlineThenCancel) {
+  auto p = testing::make_pair(GetParam());
+  uint64_t v = 0;
+  auto r = p.a->post_recv(p.a_sees_b, 99, &v, 8);
+  ASSERT_TRUE(r.ok());
+  int64_t t0 = now_ns();
+  Completion c = p.a->wait(*r, deadline_in_ms(50));
+  EXPECT_EQ(c.status.code(), StatusCode::timeout);
+  EXPECT_LT(now_ns() - t0, 2000000000);
+  p.a->cancel(*r);
+  c = p.a->wait(*r, deadline_in_ms(5000));
+  EXPECT_EQ(c.status.code(), StatusCode::cancelled) << c.status.to_string();
+  // A consumed id is reported, not aliased.
+  Completion again;
+  EXPECT_TRUE(p.a->test(*r, &again));
+  EXPECT_EQ(again.status.code(), StatusCode::invalid_argument);
+}
+
+TEST_P(TransportTest, MessageLongerThanBufferFailsTheReceive) {
+  auto p = testing::make_pair(GetParam());
+  std::vector<uint8_t> big(4096, 1), small(64);
+  auto r = p.a->post_recv(p.a_sees_b, 5, small.data(), small.size());
+  auto s = p.b->post_send(p.b_sees_a, 5, big.data(), big.size());
+  ASSERT_TRUE(r.ok() && s.ok());
+  Completion c = p.a->wait(*r, deadline_in_ms(5000));
+  EXPECT_EQ(c.status.code(), StatusCode::resource_exhausted) << c.status.to_string();
+  p.b->wait(*s, deadline_in_ms(5000));
+}
+
+TEST_P(TransportTest, BadArgumentsAreErrors) {
+  auto p = testing::make_pair(GetParam());
+  uint64_t v = 0;
+  EXPECT_EQ(p.a->post_send(12345, 1, &v, 8).status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(p.a->post_send(p.a_sees_b, uint64_t{1} << 50, &v, 8).status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(p.a->peer_id("nobody").status().code(), StatusCode::not_found);
+  EXPECT_EQ(wait_for_peer(*p.a, "nobody", deadline_in_ms(30)).status().code(), StatusCode::timeout);
+}
+
+TEST_P(TransportTest, DisconnectFailsPendingAndPeerComesBack) {
+  auto p = testing::make_pair(GetParam());
+  uint64_t v = 0;
+  auto r = p.a->post_recv(p.a_sees_b, 11, &v, 8);
+  ASSERT_TRUE(r.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  PeerEvent ev;
+  while (p.a->next_event(&ev, now_ns())) {}  // drain the connect events
+  ASSERT_TRUE(p.b->disconnect(p.b_sees_a).is_ok());
+  Completion c = p.a->wait(*r, deadline_in_ms(5000));
+  EXPECT_EQ(c.status.code(), StatusCode::unavailable) << c.status.to_string();
+  EXPECT_NE(c.status.message().find("client"), std::string::npos) << c.status.message();
+  ASSERT_TRUE(p.a->next_event(&ev, deadline_in_ms(5000)));
+  EXPECT_EQ(ev.kind, PeerEventKind::disconnected);
+  EXPECT_EQ(ev.name, "client");
+  // b keeps dialing: the connection comes back with the same PeerIds.
+  ASSERT_TRUE(p.a->next_event(&ev, deadline_in_ms(10000)));
+  EXPECT_EQ(ev.kind, PeerEventKind::connected);
+  EXPECT_EQ(ev.peer, p.a_sees_b);
+  ASSERT_TRUE(wait_for_peer(*p.b, "server", deadline_in_ms(10000)).ok());
+  uint64_t w = 5, got = 0;
+  auto r2 = p.a->post_recv(p.a_sees_b, 12, &got, 8);
+  auto s2 = p.b->post_send(p.b_sees_a, 12, &w, 8);
+  ASSERT_TRUE(r2.ok() && s2.ok());
+  EXPECT_TRUE(p.a->wait(*r2, deadline_in_ms(5000)).status.is_ok());
+  EXPECT_EQ(got, 5u);
+}
+
+TEST_P(TransportTest, CloseFailsPendingAndPeerSeesIt) {
+  auto p = testing::make_pair(GetParam());
+  uint64_t v = 0;
+  auto r = p.a->post_recv(p.a_sees_b, 13, &v, 8);
+  ASSERT_TRUE(r.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  p.b->close();
+  Completion c = p.a->wait(*r, deadline_in_ms(5000));
+  EXPECT_EQ(c.status.code(), StatusCode::unavailable) << c.status.to_string();
+  EXPECT_FALSE(p.a->is_connected(p.a_sees_b));
+  // Posting to a closed transport completes at once with cancelled.
+  auto s = p.b->post_send(p.b_sees_a, 1, &v, 8);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(p.b->wait(*s, deadline_in_ms(1000)).status.code(), StatusCode::cancelled);
+}
+
+TEST_P(TransportTest, ManyConcurrentPosters) {
+  auto p = testing::make_pair(GetParam());
+  constexpr int kThreads = 4, kMsgs = 200;
+  std::vector<std::thread> ts;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < kMsgs; ++i) {
+        uint64_t out = static_cast<uint64_t>(t) << 32 | static_cast<uint64_t>(i), in = 0;
+        auto r = p.a->post_recv(p.a_sees_b, 100 + t, &in, 8);
+        auto s = p.b->post_send(p.b_sees_a, 100 + t, &out, 8);
+        if (!r.ok() || !s.ok()) { bad++; continue; }
+        if (!p.a->wait(*r, deadline_in_ms(5000)).status.is_ok() || in != out) bad++;
+        if (!p.b->wait(*s, deadline_in_ms(5000)).status.is_ok()) bad++;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, TransportTest, ::testing::Values("inproc", "ucx"),
+                         [](const auto& info) { return info.param; });
+
+TEST(InprocTransport, StartedInAnyOrder) {
+  auto hub = std::make_shared<InprocHub>();
+  auto b = std::move(InprocTransport::create(hub, "att0").value());
+  ASSERT_TRUE(b->connect("ffn-addr").is_ok());  // nobody listens yet
+  EXPECT_EQ(wait_for_peer(*b, "ffn0", deadline_in_ms(50)).status().code(), StatusCode::timeout);
+  auto a = std::move(InprocTransport::create(hub, "ffn0").value());
+  ASSERT_TRUE(a->listen("ffn-addr").is_ok());
+  EXPECT_TRUE(wait_for_peer(*b, "ffn0", deadline_in_ms(5000)).ok());
+  EXPECT_EQ(InprocTransport::create(hub, "ffn0").status().code(), StatusCode::invalid_argument);
+}
+
+TEST(UcxTransport, StartedInAnyOrder) {
+  // Reserve a port, release it, and dial it before anyone listens.
+  UcxOptions oa;
+  oa.name = "late-server";
+  UcxOptions ob;
+  ob.name = "early-client";
+  ob.connect_retry_ms = 50;
+  auto b = std::move(UcxTransport::create(ob).value());
+  auto probe = std::move(UcxTransport::create(UcxOptions{"probe"}).value());
+  ASSERT_TRUE(probe->listen("127.0.0.1:0").is_ok());
+  uint16_t port = probe->listen_port();
+  probe->close();
+  std::string addr = "127.0.0.1:" + std::to_string(port);
+  ASSERT_TRUE(b->connect(addr).is_ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto a = std::move(UcxTransport::create(oa).value());
+  ASSERT_TRUE(a->listen(addr).is_ok());
+  auto id = wait_for_peer(*b, "late-server", deadline_in_ms(10000));
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  EXPECT_TRUE(wait_for_peer(*a, "early-client", deadline_in_ms(10000)).ok());
+}
+
+TEST(UcxTransport, RegisteredMemoryIsUsed) {
+  auto p = testing::make_pair("ucx");
+  std::vector<uint8_t> buf(1 << 20, 7), dst(1 << 20);
+  auto ra = p.b->register_memory(buf.data(), buf.size());
+  auto rb = p.a->register_memory(dst.data(), dst.size());
+  ASSERT_TRUE(ra.ok() && rb.ok()) << ra.status().to_string();
+  auto r = p.a->post_recv(p.a_sees_b, 1, dst.data(), dst.size());
+  auto s = p.b->post_send(p.b_sees_a, 1, buf.data(), buf.size());
+  ASSERT_TRUE(p.a->wait(*r, deadline_in_ms(5000)).status.is_ok());
+  EXPECT_EQ(dst, buf);
+  p.b->wait(*s, deadline_in_ms(5000));
+  EXPECT_TRUE(p.b->deregister_memory(*ra).is_ok());
+  EXPECT_TRUE(p.a->deregister_memory(*rb).is_ok());
+  EXPECT_EQ(p.a->deregister_memory(*rb).code(), StatusCode::not_found);
+}
+
+}  // namespace
+}  // namespace afd::comm
