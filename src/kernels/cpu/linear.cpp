@@ -173,7 +173,8 @@ void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_
             int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
             bool accumulate) {
   AFD_CHECK(w_dtype == DType::bf16 || w_dtype == DType::f32, "linear: weights must be bf16 or f32");
-  AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0 && x_stride >= cols && y_stride >= rows);
+  AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0);
+  AFD_CHECK(n <= 1 || (x_stride >= cols && y_stride >= rows), "linear: row strides shorter than rows");
   if (n == 0 || rows == 0) return;
   const bool w_bf16 = w_dtype == DType::bf16;
   const bool act_bf16 = prec == ActPrecision::bf16;
@@ -250,11 +251,21 @@ void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_
   };
 
   const int n_threads = pool ? pool->size() : 1;
-  // Row chunks are multiples of 16 (tiles take 4 rows; BLAS likes 16) unless W is tiny.
-  if (n_threads <= 1 || rows < 32) {
+  // Row chunks: multiples of 16 rows (tiles take 4, sgemm likes 16), kChunksPerThread per thread,
+  // handed out dynamically, so a thread that starts late or is slowed by another process
+  // leaves its chunks to the others. Each chunk is a contiguous stream of W.
+  constexpr int64_t kChunksPerThread = 4, kRowAlign = 16;
+  const int64_t max_chunks = rows / kRowAlign;
+  if (n_threads <= 1 || max_chunks < 2) {
     rows_fn(0, rows);
   } else {
-    pool->parallel_for(rows, [&](int64_t b, int64_t e, int) { rows_fn(b, e); }, 16);
+    const int64_t n_chunks = std::min<int64_t>(max_chunks, n_threads * kChunksPerThread);
+    const int64_t chunk = ((rows + n_chunks - 1) / n_chunks + kRowAlign - 1) / kRowAlign * kRowAlign;
+    const int n_tasks = static_cast<int>((rows + chunk - 1) / chunk);
+    pool->run(n_tasks, [&](int task, int) {
+      const int64_t b = task * chunk;
+      rows_fn(b, std::min(rows, b + chunk));
+    });
   }
 }
 

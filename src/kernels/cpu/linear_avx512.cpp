@@ -23,7 +23,10 @@ namespace afd::kernels::detail {
 namespace {
 
 // Software prefetch distance for the W streams, in bytes ahead of the current load.
-constexpr int64_t kPrefetchBytes = 1024;
+#ifndef AFD_LINEAR_PREFETCH_BYTES
+#define AFD_LINEAR_PREFETCH_BYTES 1024
+#endif
+constexpr int64_t kPrefetchBytes = AFD_LINEAR_PREFETCH_BYTES;
 
 template <int R, int T>
 AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool acc) {
