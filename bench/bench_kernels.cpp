@@ -1,5 +1,5 @@
 // bench_kernels: times the CPU kernels against the machine limits measured in the same run.
-//   bench_kernels [--threads N] [--quick] [--compare-sgemm]
+//   bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune]
 // Prints a Markdown table: kernel path, W shape, n, precision, time per call, GB/s of W
 // streamed, GFLOP/s, fraction of the measured read bandwidth and of the library GEMM rate.
 // Weights are cold: each timed call uses the next of a set of distinct matrices whose total
@@ -111,17 +111,45 @@ void run_case(const WeightSet& w, int64_t n, ActPrecision prec, ThreadPool& pool
 
 int main(int argc, char** argv) {
   int threads = 2;
-  bool quick = false, compare = false;
+  bool quick = false, compare = false, tune = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--compare-sgemm")) compare = true;
+    else if (!std::strcmp(argv[i], "--tune")) tune = true;
     else {
-      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune]\n");
       return 2;
     }
   }
   ThreadPool pool(threads);
+  if (tune) {
+    // n == 1 on a 128 MiB bf16 matrix: prefetch distance x rows per tile, interleaved rounds
+    // (best of rounds), each round also timing a plain read of 256 MiB as a noise reference.
+    WeightSet big = make_weights(DType::bf16, 8192, 8192, 1);
+    const int64_t pfs[] = {0, 512, 1024, 2048, 4096};
+    const int rs[] = {4, 8};
+    double best[2][5][2] = {};
+    double best_read = 0;
+    for (int round = 0; round < 5; ++round) {
+      best_read = std::max(best_read, measure_read_bandwidth(pool, size_t{256} << 20, 2));
+      for (int ri = 0; ri < 2; ++ri)
+        for (int pi = 0; pi < 5; ++pi) {
+          detail::set_linear_avx512_tuning(pfs[pi], rs[ri]);
+          for (int pr = 0; pr < 2; ++pr) {
+            Result r = time_linear(big, 1, pr ? ActPrecision::f32 : ActPrecision::bf16, pool, 0.1);
+            best[ri][pi][pr] = std::max(best[ri][pi][pr], big.bytes_one() / r.sec_per_call);
+          }
+        }
+    }
+    std::printf("plain read (256 MiB): %.2f GB/s\n| rows/tile | prefetch B | bf16 act GB/s | f32 act GB/s |\n|---|---|---|---|\n",
+                best_read / 1e9);
+    for (int ri = 0; ri < 2; ++ri)
+      for (int pi = 0; pi < 5; ++pi)
+        std::printf("| %d | %lld | %.2f | %.2f |\n", rs[ri], static_cast<long long>(pfs[pi]), best[ri][pi][0] / 1e9,
+                    best[ri][pi][1] / 1e9);
+    return 0;
+  }
   const double min_s = quick ? 0.05 : 0.3;
   Limits lim;
   lim.read_bw = measure_read_bandwidth(pool);

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "kernels/cpu/linear_kernels.h"
 
@@ -22,11 +23,10 @@ namespace afd::kernels::detail {
 
 namespace {
 
-// Software prefetch distance for the W streams, in bytes ahead of the current load.
-#ifndef AFD_LINEAR_PREFETCH_BYTES
-#define AFD_LINEAR_PREFETCH_BYTES 1024
-#endif
-constexpr int64_t kPrefetchBytes = AFD_LINEAR_PREFETCH_BYTES;
+// Software prefetch distance for the W streams in bytes ahead of the current load (0: none),
+// and rows per tile for single-token blocks. Tunables read once per call (see bench_kernels --tune).
+std::atomic<int64_t> g_prefetch_bytes{1024};
+std::atomic<int> g_rows_single{4};
 
 template <int R, int T>
 AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool acc) {
@@ -44,7 +44,7 @@ AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool
 // ---- bf16 x bf16 -> f32 (vdpbf16ps) ----
 template <int R, int T>
 AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int64_t ldx, float* y,
-                        int64_t ldy, bool acc) {
+                        int64_t ldy, bool acc, int64_t pf) {
   __m512 a[R][T];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -57,7 +57,7 @@ AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int6
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const uint16_t* p = w + r * cols + c;
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+      if (pf) _mm_prefetch(reinterpret_cast<const char*>(p) + pf, _MM_HINT_T0);
       wv[r] = (__m512bh)_mm512_loadu_si512(p);
     }
 #pragma GCC unroll 8
@@ -86,7 +86,7 @@ AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int6
 // ---- f32 x (bf16 W widened) -> f32 FMA; x permuted per 32-column block ----
 template <int R, int T>
 AFD_AVX512 void tile_fma_bf16w(const uint16_t* w, int64_t cols, const float* x, int64_t ldx, float* y,
-                               int64_t ldy, bool acc) {
+                               int64_t ldy, bool acc, int64_t pf) {
   __m512 a[R][T];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -102,7 +102,7 @@ AFD_AVX512 void tile_fma_bf16w(const uint16_t* w, int64_t cols, const float* x, 
       const uint16_t* p = w + r * cols + c;
       __m512i wv;
       if (c < cmain) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+        if (pf) _mm_prefetch(reinterpret_cast<const char*>(p) + pf, _MM_HINT_T0);
         wv = _mm512_loadu_si512(p);
       } else {
         wv = _mm512_maskz_loadu_epi16(_cvtu32_mask32((1u << (cols - c)) - 1u), p);
@@ -128,7 +128,7 @@ AFD_AVX512 void tile_fma_bf16w(const uint16_t* w, int64_t cols, const float* x, 
 // ---- f32 x f32 W -> f32 FMA ----
 template <int R, int T>
 AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int64_t ldx, float* y,
-                              int64_t ldy, bool acc) {
+                              int64_t ldy, bool acc, int64_t pf) {
   __m512 a[R][T];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -141,7 +141,7 @@ AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int6
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const float* p = w + r * cols + c;
-      _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+      if (pf) _mm_prefetch(reinterpret_cast<const char*>(p) + pf, _MM_HINT_T0);
       wv[r] = _mm512_loadu_ps(p);
     }
 #pragma GCC unroll 8
@@ -171,18 +171,18 @@ enum class Kind { dp, fma_bf16w, fma_f32w };
 
 template <Kind K, int R>
 AFD_AVX512 void run_tile(int t, const void* w, int64_t cols, const void* x, int64_t ldx, float* y,
-                         int64_t ldy, bool acc) {
+                         int64_t ldy, bool acc, int64_t pf) {
 #define AFD_TILE_CASE(TT)                                                                          \
   case TT:                                                                                         \
     if constexpr (K == Kind::dp)                                                                   \
       tile_dp<R, TT>(static_cast<const uint16_t*>(w), cols, static_cast<const uint16_t*>(x), ldx, y, \
-                     ldy, acc);                                                                    \
+                     ldy, acc, pf);                                                                \
     else if constexpr (K == Kind::fma_bf16w)                                                       \
       tile_fma_bf16w<R, TT>(static_cast<const uint16_t*>(w), cols, static_cast<const float*>(x), ldx, \
-                            y, ldy, acc);                                                          \
+                            y, ldy, acc, pf);                                                      \
     else                                                                                           \
       tile_fma_f32w<R, TT>(static_cast<const float*>(w), cols, static_cast<const float*>(x), ldx, y, \
-                           ldy, acc);                                                              \
+                           ldy, acc, pf);                                                          \
     break;
   switch (t) {
     AFD_TILE_CASE(1)
@@ -200,10 +200,9 @@ AFD_AVX512 void run_tile(int t, const void* w, int64_t cols, const void* x, int6
 template <Kind K>
 constexpr int kTMax = K == Kind::fma_bf16w ? 4 : 6;
 
-template <Kind K, typename WT, typename XT>
-AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
-                             int64_t r1, float* y, int64_t ldy, bool acc) {
-  constexpr int R = 4;
+template <Kind K, int R, typename WT, typename XT>
+AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
+                       int64_t r1, float* y, int64_t ldy, bool acc, int64_t pf) {
   constexpr int TMax = kTMax<K>;
   for (int64_t i0 = 0; i0 < n; i0 += kTokenChunk) {
     const int64_t nc = std::min(kTokenChunk, n - i0);
@@ -217,9 +216,9 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
         const XT* xb = x + (i0 + i) * ldx;
         float* yb = y + (i0 + i) * ldy + r;
         if (full)
-          run_tile<K, R>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc);
+          run_tile<K, R>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc, pf);
         else
-          run_tile<K, 1>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc);
+          run_tile<K, 1>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc, pf);
         i += t;
       }
       r += full ? R : 1;
@@ -227,7 +226,23 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
   }
 }
 
+template <Kind K, typename WT, typename XT>
+AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
+                             int64_t r1, float* y, int64_t ldy, bool acc) {
+  const int64_t pf = g_prefetch_bytes.load(std::memory_order_relaxed);
+  // One token: no x reuse to exploit, more rows per tile = more independent W streams.
+  if (n == 1 && g_rows_single.load(std::memory_order_relaxed) == 8)
+    rows_r<K, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
+  else
+    rows_r<K, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
+}
+
 }  // namespace
+
+void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single) {
+  g_prefetch_bytes.store(prefetch_bytes, std::memory_order_relaxed);
+  g_rows_single.store(rows_single == 8 ? 8 : 4, std::memory_order_relaxed);
+}
 
 AFD_AVX512 void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w,
                                     int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {

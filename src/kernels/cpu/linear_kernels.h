@@ -40,6 +40,10 @@ void rows_fma_f32w_avx2(const float* x, int64_t n, int64_t ldx, const float* w, 
 void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_bf16, int64_t cols,
                  int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
 
+// AVX-512 tile tuning (benchmarks only): software prefetch distance in bytes (0 = none) and
+// rows per tile when n == 1 (4 or 8).
+void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single);
+
 // Smallest n for which linear() hands the product to OpenBLAS (per weight dtype and precision).
 // Tuned by bench/bench_kernels; settable so the benchmark can time both paths.
 int64_t linear_blas_min_n(bool w_bf16, bool act_bf16);

@@ -159,6 +159,24 @@ TEST_P(LinearTest, AllImplementationsMatchF64) {
   }
 }
 
+// The n == 1 tuning variants of the AVX-512 tiles (8-row tiles, prefetch off / far).
+TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
+  if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  auto [w_dtype, prec] = GetParam();
+  ThreadPool pool(2);
+  for (auto [pf, rows_single] : {std::pair<int64_t, int>{0, 8}, {4096, 8}, {0, 4}}) {
+    detail::set_linear_avx512_tuning(pf, rows_single);
+    for (const Case& c : kCases) {
+      if (c.n != 1) continue;
+      Problem p = make_problem(c, w_dtype, prec, 31);
+      std::vector<float> y = p.y_init;
+      linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, &pool);
+      check(p, y, false, describe(p, "avx512 tuning", false, 2) + " pf=" + std::to_string(pf));
+    }
+  }
+  detail::set_linear_avx512_tuning(1024, 4);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDtypes, LinearTest,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::f32),
                                             ::testing::Values(ActPrecision::f32, ActPrecision::bf16)),
