@@ -1,0 +1,127 @@
+// afd make-model: writes a random-weight checkpoint in the Hugging Face layout.
+//   afd make-model --arch qwen3_moe --preset tiny --seed 1 --out models/tiny
+//       [--layout per-expert|fused] [--dtype bf16|f16|f32] [--shard-size BYTES] [--tied]
+//       [size overrides: --hidden --layers --heads --kv-heads --head-dim --experts --top-k
+//        --moe-inter --inter --shared-inter --vocab --sparse-step --mlp-only-layers
+//        --norm-topk-prob --max-pos]
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "commands.h"
+#include "model/make_model.h"
+
+namespace afd::cli {
+
+namespace {
+
+struct MakeModelFlags {
+  std::string arch = "qwen3_moe";
+  std::string preset = "tiny";
+  std::string layout = "per-expert";
+  std::string dtype = "bf16";
+  std::string out;
+  uint64_t seed = 1;
+  uint64_t shard_size = 2'000'000'000;
+  bool tied = false;
+  // Overrides of the preset; -1 = keep the preset's value.
+  int64_t hidden = -1, layers = -1, heads = -1, kv_heads = -1, head_dim = -1, experts = -1, top_k = -1;
+  int64_t moe_inter = -1, inter = -1, shared_inter = -1, vocab = -1, sparse_step = -1, max_pos = -1;
+  std::vector<int64_t> mlp_only_layers;
+  std::string norm_topk_prob;  // "" = preset, "true" | "false"
+};
+
+[[noreturn]] void fail(const std::string& msg) {
+  std::fprintf(stderr, "afd make-model: %s\n", msg.c_str());
+  throw CLI::RuntimeError(1);
+}
+
+void run(const MakeModelFlags& f, bool mlp_only_given) {
+  Arch arch;
+  if (!arch_from_name(f.arch, &arch)) fail("--arch '" + f.arch + "': expected qwen3_moe, qwen2_moe or mixtral");
+  auto preset = make_preset_config(arch, f.preset);
+  if (!preset.ok()) fail("--preset: " + preset.status().message());
+  ModelConfig c = *preset;
+  auto set = [](int64_t v, int64_t* field) {
+    if (v >= 0) *field = v;
+  };
+  set(f.hidden, &c.hidden_size);
+  set(f.layers, &c.n_layers);
+  set(f.heads, &c.n_heads);
+  set(f.kv_heads, &c.n_kv_heads);
+  set(f.head_dim, &c.head_dim);
+  set(f.experts, &c.n_experts);
+  set(f.top_k, &c.n_experts_per_tok);
+  set(f.moe_inter, &c.moe_intermediate_size);
+  set(f.inter, &c.intermediate_size);
+  set(f.shared_inter, &c.shared_expert_intermediate_size);
+  set(f.vocab, &c.vocab_size);
+  set(f.sparse_step, &c.decoder_sparse_step);
+  set(f.max_pos, &c.max_position_embeddings);
+  if (arch == Arch::mixtral) c.intermediate_size = c.moe_intermediate_size;
+  if (arch != Arch::qwen2_moe && c.shared_expert_intermediate_size > 0) {
+    fail("--shared-inter: only qwen2_moe has a shared expert");
+  }
+  if (mlp_only_given) c.mlp_only_layers = f.mlp_only_layers;
+  if (f.norm_topk_prob == "true") c.norm_topk_prob = true;
+  else if (f.norm_topk_prob == "false") c.norm_topk_prob = false;
+  else if (!f.norm_topk_prob.empty()) fail("--norm-topk-prob: expected true or false");
+  if (arch == Arch::mixtral && !c.norm_topk_prob) fail("--norm-topk-prob: mixtral always renormalises");
+  c.tie_word_embeddings = f.tied;
+  if (Status s = c.validate(); !s.is_ok()) fail("invalid model shape: " + s.message());
+
+  MakeModelOptions opt;
+  opt.out_dir = f.out;
+  opt.seed = f.seed;
+  opt.shard_size = f.shard_size;
+  if (f.layout == "per-expert") opt.layout = ExpertLayout::per_expert;
+  else if (f.layout == "fused") opt.layout = ExpertLayout::fused;
+  else fail("--layout '" + f.layout + "': expected per-expert or fused");
+  if (f.dtype == "bf16") opt.dtype = DType::bf16;
+  else if (f.dtype == "f16") opt.dtype = DType::f16;
+  else if (f.dtype == "f32") opt.dtype = DType::f32;
+  else fail("--dtype '" + f.dtype + "': expected bf16, f16 or f32");
+  // Tokenizer files: the serving side installs its writer here (opt.write_tokenizer).
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rep = make_model(c, opt);
+  if (!rep.ok()) fail(rep.status().to_string());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("wrote %s: %s %s, %lld tensors, %.1f MB of weights (%s), %zu file(s), %.2f s\n", f.out.c_str(),
+              arch_name(arch), f.preset.c_str(), static_cast<long long>(rep->n_tensors),
+              static_cast<double>(rep->tensor_bytes) / 1e6, f.dtype.c_str(), rep->files.size(), secs);
+}
+
+}  // namespace
+
+void register_make_model(CLI::App& app) {
+  auto f = std::make_shared<MakeModelFlags>();
+  auto* cmd = app.add_subcommand("make-model", "Write a random-weight Hugging Face checkpoint (tests, benchmarks)");
+  cmd->add_option("--arch", f->arch, "qwen3_moe | qwen2_moe | mixtral")->capture_default_str();
+  cmd->add_option("--preset", f->preset, "tiny | small | bench")->capture_default_str();
+  cmd->add_option("--seed", f->seed, "weight RNG seed")->capture_default_str();
+  cmd->add_option("--out", f->out, "output directory")->required();
+  cmd->add_option("--layout", f->layout, "expert tensors: per-expert | fused (mlp.experts.gate_up_proj)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", f->dtype, "bf16 | f16 | f32")->capture_default_str();
+  cmd->add_option("--shard-size", f->shard_size, "bytes per safetensors shard")->capture_default_str();
+  cmd->add_flag("--tied", f->tied, "tie_word_embeddings (no lm_head.weight)");
+  cmd->add_option("--hidden", f->hidden, "override hidden_size");
+  cmd->add_option("--layers", f->layers, "override num_hidden_layers");
+  cmd->add_option("--heads", f->heads, "override num_attention_heads");
+  cmd->add_option("--kv-heads", f->kv_heads, "override num_key_value_heads");
+  cmd->add_option("--head-dim", f->head_dim, "override head_dim");
+  cmd->add_option("--experts", f->experts, "override num_experts");
+  cmd->add_option("--top-k", f->top_k, "override num_experts_per_tok");
+  cmd->add_option("--moe-inter", f->moe_inter, "override moe_intermediate_size");
+  cmd->add_option("--inter", f->inter, "override intermediate_size (dense layers)");
+  cmd->add_option("--shared-inter", f->shared_inter, "override shared_expert_intermediate_size (qwen2_moe; 0: none)");
+  cmd->add_option("--vocab", f->vocab, "override vocab_size");
+  cmd->add_option("--sparse-step", f->sparse_step, "override decoder_sparse_step");
+  auto* mlp_only = cmd->add_option("--mlp-only-layers", f->mlp_only_layers, "dense layers, e.g. 0,3")->delimiter(',');
+  cmd->add_option("--norm-topk-prob", f->norm_topk_prob, "override norm_topk_prob (true|false)");
+  cmd->add_option("--max-pos", f->max_pos, "override max_position_embeddings");
+  cmd->callback([f, mlp_only] { run(*f, mlp_only->count() > 0); });
+}
+
+}  // namespace afd::cli
