@@ -85,7 +85,9 @@ TEST_P(RoundTrip, EveryTensorBoundWithWrittenValues) {
   auto loaded = load_model(dir.path());
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   const ModelWeights& w = **loaded;
-  if (k.sharded) EXPECT_GT(w.checkpoint->files().size(), 2u);
+  if (k.sharded) {
+    EXPECT_GT(w.checkpoint->files().size(), 2u);
+  }
   EXPECT_EQ(w.config.arch, k.arch);
   EXPECT_EQ(static_cast<uint64_t>(w.checkpoint->total_bytes()), rep->tensor_bytes);
   const DType mem = k.dtype == DType::bf16 ? DType::bf16 : DType::f32;  // f16 is converted to f32
