@@ -1,0 +1,66 @@
+#include "serve/chat_template.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace afd::serve {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Special tokens appear as a string or as {"content": "..."} (AddedToken) in configs.
+std::string token_text(const json& cfg, const char* key) {
+  if (!cfg.contains(key)) return "";
+  const json& v = cfg[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return "";
+}
+
+}  // namespace
+
+Result<ChatTemplate> ChatTemplate::from_template(const std::string& tmpl, std::string bos, std::string eos) {
+  ChatTemplate ct;
+  AFD_ASSIGN_OR_RETURN(ct.tmpl_, jinja::Template::parse(tmpl));
+  ct.bos_ = std::move(bos);
+  ct.eos_ = std::move(eos);
+  return ct;
+}
+
+Result<ChatTemplate> ChatTemplate::from_config_json(const std::string& text, const std::string& source) {
+  json cfg = json::parse(text, nullptr, false);
+  if (cfg.is_discarded() || !cfg.is_object()) return corrupt_data(source + ": not a JSON object");
+  std::string tmpl;
+  if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
+    tmpl = cfg["chat_template"].get<std::string>();
+  } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {
+    // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
+    for (const json& t : cfg["chat_template"])
+      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
+        tmpl = t["template"].get<std::string>();
+  }
+  if (tmpl.empty()) return not_found(source + ": no chat_template");
+  auto ct = from_template(tmpl, token_text(cfg, "bos_token"), token_text(cfg, "eos_token"));
+  if (!ct.ok()) return ct.status().with_context(source);
+  return ct;
+}
+
+Result<ChatTemplate> ChatTemplate::load(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return not_found("cannot open " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return from_config_json(ss.str(), path);
+}
+
+Result<std::string> ChatTemplate::render(const json& messages, bool add_generation_prompt, const json& tools) const {
+  json ctx = json::object();
+  ctx["messages"] = messages;
+  ctx["add_generation_prompt"] = add_generation_prompt;
+  ctx["bos_token"] = bos_;
+  ctx["eos_token"] = eos_;
+  if (!tools.is_null()) ctx["tools"] = tools;
+  return tmpl_->render(ctx);
+}
+
+}  // namespace afd::serve

@@ -1,0 +1,257 @@
+#include "serve/http_server.h"
+
+#include <csignal>
+#include <ctime>
+#include <random>
+
+#include <httplib.h>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "serve/response.h"
+
+namespace afd::serve {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+void send_error(httplib::Response& res, int status, const std::string& msg, int retry_after_s) {
+  res.status = status;
+  if (status == 429 || status == 503) res.set_header("Retry-After", std::to_string(retry_after_s));
+  res.set_content(error_body(status, msg), "application/json");
+}
+
+}  // namespace
+
+bool HttpServer::constant_time_equal(const std::string& a, const std::string& b) {
+  // Runs over the longer length whatever the contents; only the length can leak.
+  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
+  size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff = diff | static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+HttpServer::HttpServer(ServerOptions opt, ModelServing model, std::vector<Scheduler*> workers, Router* router,
+                       Metrics* metrics)
+    : opt_(std::move(opt)),
+      model_(std::move(model)),
+      workers_(std::move(workers)),
+      router_(router),
+      metrics_(metrics),
+      svr_(std::make_unique<httplib::Server>()) {
+  created_ = static_cast<int64_t>(std::time(nullptr));
+  std::random_device rd;
+  next_id_ = (static_cast<uint64_t>(rd()) << 20) | 1;
+  install_routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+Status HttpServer::bind() {
+  // A client that disconnects mid-write must not kill the process.
+  std::signal(SIGPIPE, SIG_IGN);
+  if (opt_.port == 0) {
+    int p = svr_->bind_to_any_port(opt_.host);
+    if (p <= 0) return io_error("cannot bind " + opt_.host + " (any port)");
+    port_ = p;
+  } else {
+    if (!svr_->bind_to_port(opt_.host, opt_.port))
+      return io_error("cannot bind " + opt_.host + ":" + std::to_string(opt_.port) + " (in use, or not an address of this host)");
+    port_ = opt_.port;
+  }
+  return Status::ok();
+}
+
+Status HttpServer::run() {
+  if (port_ < 0) AFD_RETURN_IF_ERROR(bind());
+  if (!svr_->listen_after_bind() && !stopping_) return io_error("the HTTP server stopped listening unexpectedly");
+  return Status::ok();
+}
+
+void HttpServer::stop() {
+  stopping_ = true;
+  if (svr_) svr_->stop();
+}
+
+void HttpServer::install_routes() {
+  httplib::Server& s = *svr_;
+  const int n_threads = std::max(1, opt_.http_threads);
+  s.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
+  s.set_payload_max_length(opt_.max_body_bytes);
+  s.set_keep_alive_max_count(1000);
+  s.set_keep_alive_timeout(30);
+  s.set_read_timeout(30, 0);
+  s.set_write_timeout(30, 0);
+  s.set_tcp_nodelay(true);
+
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opt_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    std::string auth = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    bool ok = auth.rfind(prefix, 0) == 0 && constant_time_equal(auth.substr(prefix.size()), opt_.api_key);
+    if (ok) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, 401, "invalid or missing API key (Authorization: Bearer <key>)", opt_.retry_after_s);
+    metrics_->request_finished(401);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
+                      : res.status == 413 ? "request body larger than " + std::to_string(opt_.max_body_bytes) + " bytes"
+                                          : "HTTP error " + std::to_string(res.status);
+    res.set_content(error_body(res.status, msg), "application/json");
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = std::string("internal error: ") + e.what();
+    } catch (...) {
+    }
+    spdlog::error("request handler: {}", what);
+    res.status = 500;
+    res.set_content(error_body(500, what), "application/json");
+  });
+
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (stopping_) return send_error(res, 503, "shutting down", opt_.retry_after_s);
+    res.set_content("{\"status\":\"ok\"}", "application/json");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_->render(), "text/plain; version=0.0.4");
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    json m = {{"object", "list"},
+              {"data", json::array({{{"id", model_.limits.model_name},
+                                     {"object", "model"},
+                                     {"created", created_},
+                                     {"owned_by", "afd"},
+                                     {"max_model_len", model_.limits.max_context}}})}};
+    res.set_content(m.dump(), "application/json");
+    metrics_->request_finished(200);
+  });
+
+  auto generate = [this](Endpoint ep, const httplib::Request& req, httplib::Response& res) {
+    if (stopping_) {
+      metrics_->request_finished(503);
+      return send_error(res, 503, "the server is shutting down", opt_.retry_after_s);
+    }
+    const ChatTemplate* chat = model_.chat ? &*model_.chat : nullptr;
+    uint64_t id = next_id_.fetch_add(1);
+    auto g = parse_request(ep, req.body, *model_.tokenizer, chat, model_.limits, id * 0x9E3779B97F4A7C15ULL);
+    if (!g.ok()) {
+      int st = http_status_for(g.status());
+      metrics_->request_finished(st);
+      return send_error(res, st, g.status().message(), opt_.retry_after_s);
+    }
+    auto sr = std::make_shared<SeqRequest>(*g, model_.tokenizer.get(), model_.eos_ids, now_s());
+    int w = router_->place(sr->tokens);
+    Status sub = workers_[w]->submit(sr);
+    if (!sub.ok()) {
+      int st = sub.code() == StatusCode::resource_exhausted ? 429 : 503;
+      metrics_->requests_rejected.fetch_add(1);
+      metrics_->request_finished(st);
+      return send_error(res, st, sub.message(), opt_.retry_after_s);
+    }
+    ResponseMeta meta;
+    char idbuf[32];
+    std::snprintf(idbuf, sizeof idbuf, "%016llx", static_cast<unsigned long long>(id));
+    meta.id = std::string(ep == Endpoint::chat ? "chatcmpl-" : "cmpl-") + idbuf;
+    meta.model = model_.limits.model_name;
+    meta.created = static_cast<int64_t>(std::time(nullptr));
+    meta.endpoint = ep;
+    meta.logprobs = g->logprobs;
+    std::shared_ptr<RequestChannel> ch = sr->channel;
+
+    if (!g->stream) {
+      Completion c;
+      for (;;) {
+        std::vector<StreamEvent> evs = ch->wait(std::chrono::milliseconds(200));
+        bool done = false;
+        for (StreamEvent& e : evs) {
+          c.text += e.text;
+          for (TokenInfo& t : e.tokens) c.tokens.push_back(std::move(t));
+          if (e.finish == FinishReason::none) continue;
+          done = true;
+          if (e.finish == FinishReason::error || e.finish == FinishReason::cancelled) {
+            int st = e.finish == FinishReason::cancelled ? 503 : http_status_for(e.error);
+            if (st == 200) st = 500;
+            metrics_->request_finished(st);
+            return send_error(res, st, e.error.message(), opt_.retry_after_s);
+          }
+          c.finish = e.finish;
+          c.prompt_tokens = e.prompt_tokens;
+          c.completion_tokens = e.completion_tokens;
+        }
+        if (done) break;
+      }
+      metrics_->request_finished(200);
+      res.set_content(completion_body(meta, *model_.tokenizer, c), "application/json");
+      return;
+    }
+
+    metrics_->request_finished(200);
+    const bool include_usage = g->include_usage;
+    auto tok = model_.tokenizer;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    // State shared across provider calls; the provider runs on this handler's thread.
+    struct StreamState {
+      bool first = true;
+      int64_t text_offset = 0;
+    };
+    auto state = std::make_shared<StreamState>();
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, ch, meta, tok, include_usage, state](size_t, httplib::DataSink& sink) {
+          for (;;) {
+            std::vector<StreamEvent> evs = ch->wait(std::chrono::milliseconds(200));
+            if (stopping_ && evs.empty()) {
+              ch->cancel();
+              return false;
+            }
+            for (StreamEvent& e : evs) {
+              std::string out;
+              if (e.finish == FinishReason::error || e.finish == FinishReason::cancelled) {
+                int st = http_status_for(e.error);
+                out = "data: " + error_body(st == 200 ? 500 : st, e.error.message()) + "\n\ndata: [DONE]\n\n";
+                sink.write(out.data(), out.size());
+                sink.done();
+                return true;
+              }
+              if (!e.tokens.empty() || !e.text.empty() || e.finish != FinishReason::none) {
+                out = stream_chunk(meta, *tok, e, state->first, include_usage, state->text_offset);
+                state->first = false;
+                state->text_offset += static_cast<int64_t>(e.text.size());
+              }
+              if (e.finish != FinishReason::none) {
+                if (include_usage) out += stream_usage_chunk(meta, e.prompt_tokens, e.completion_tokens);
+                out += "data: [DONE]\n\n";
+              }
+              if (!out.empty() && !sink.write(out.data(), out.size())) {
+                ch->cancel();  // client went away: the scheduler frees the sequence
+                return false;
+              }
+              if (e.finish != FinishReason::none) {
+                sink.done();
+                return true;
+              }
+            }
+          }
+        },
+        [ch](bool success) {
+          if (!success) ch->cancel();
+        });
+  };
+  s.Post("/v1/completions",
+         [generate](const httplib::Request& req, httplib::Response& res) { generate(Endpoint::completions, req, res); });
+  s.Post("/v1/chat/completions",
+         [generate](const httplib::Request& req, httplib::Response& res) { generate(Endpoint::chat, req, res); });
+}
+
+}  // namespace afd::serve

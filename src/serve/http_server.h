@@ -1,0 +1,76 @@
+// HttpServer: the OpenAI-compatible HTTP API over cpp-httplib.
+//   POST /v1/completions, /v1/chat/completions (JSON or SSE streaming)
+//   GET  /v1/models, /health, /metrics
+// Binds 127.0.0.1 unless told otherwise; an optional API key is checked (constant time)
+// on /v1/*. Handlers run on httplib's thread pool; each generation request waits on its
+// RequestChannel while a Scheduler thread produces tokens.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "serve/chat_template.h"
+#include "serve/metrics.h"
+#include "serve/request.h"
+#include "serve/router.h"
+#include "serve/scheduler.h"
+#include "serve/tokenizer.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace afd::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                  // 0: any free port (see HttpServer::port())
+  std::string api_key;              // empty: no authentication
+  size_t max_body_bytes = 1 << 20;  // larger bodies get 413
+  int http_threads = 512;           // concurrent connections being served
+  int retry_after_s = 1;            // Retry-After on 429 / 503
+};
+
+// Everything the handlers need to know about the served model.
+struct ModelServing {
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat;  // absent: chat endpoint answers 400
+  std::vector<int32_t> eos_ids;
+  RequestLimits limits;              // model_name, vocab_size, max_context
+};
+
+class HttpServer {
+ public:
+  // workers, router and metrics must outlive the server.
+  HttpServer(ServerOptions opt, ModelServing model, std::vector<Scheduler*> workers, Router* router, Metrics* metrics);
+  ~HttpServer();
+  // Binds the listening socket; after this, port() is the bound port.
+  Status bind();
+  int port() const { return port_; }
+  // Serves until stop() (blocks).
+  Status run();
+  void stop();
+
+  static bool constant_time_equal(const std::string& a, const std::string& b);
+
+ private:
+  void install_routes();
+
+  ServerOptions opt_;
+  ModelServing model_;
+  std::vector<Scheduler*> workers_;
+  Router* router_;
+  Metrics* metrics_;
+  std::unique_ptr<httplib::Server> svr_;
+  int port_ = -1;
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<bool> stopping_{false};
+  int64_t created_ = 0;
+};
+
+}  // namespace afd::serve

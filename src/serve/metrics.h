@@ -1,0 +1,73 @@
+// Serving metrics rendered as Prometheus text (GET /metrics). Thread-safe: counters are
+// atomics, histograms and per-worker gauges take a mutex.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace afd::serve {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double v);
+  // Appends the _bucket/_sum/_count lines for `name`.
+  void render(const std::string& name, std::string* out) const;
+  // Quantile estimate from the buckets (upper bound of the bucket holding it); 0 if empty.
+  double quantile(double q) const;
+  uint64_t count() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // [bounds + 1] (last: +Inf)
+  double sum_ = 0;
+  uint64_t n_ = 0;
+};
+
+// Per attention worker (one scheduler + engine) state, updated by its scheduler thread.
+struct WorkerStats {
+  std::atomic<int64_t> queue_depth{0};
+  std::atomic<int64_t> running{0};
+  std::atomic<int64_t> token_load{0};     // KV tokens of running + prompt tokens of queued
+  std::atomic<int64_t> kv_blocks_used{0};
+  std::atomic<int64_t> kv_blocks_total{0};
+  std::atomic<int64_t> steps{0};
+  std::atomic<int64_t> preemptions{0};
+  // Accumulated seconds (under mu).
+  std::mutex mu;
+  StageTimes stage_sum;
+  double busy_s = 0;   // inside engine forward
+  double idle_s = 0;   // waiting for work
+};
+
+class Metrics {
+ public:
+  explicit Metrics(int n_workers);
+  WorkerStats& worker(int i) { return *workers_[i]; }
+  int n_workers() const { return static_cast<int>(workers_.size()); }
+
+  void request_finished(int http_status);   // every HTTP request to /v1/*
+  std::atomic<int64_t> prompt_tokens{0};
+  std::atomic<int64_t> generation_tokens{0};
+  std::atomic<int64_t> requests_rejected{0};  // 429/503
+  std::atomic<int64_t> requests_cancelled{0};
+  Histogram ttft;     // seconds, arrival -> first token
+  Histogram tpot;     // seconds per output token after the first
+  Histogram e2e;      // seconds, arrival -> last token
+
+  std::string render() const;
+
+ private:
+  std::vector<std::unique_ptr<WorkerStats>> workers_;
+  mutable std::mutex mu_;
+  std::vector<std::pair<int, int64_t>> status_counts_;  // (http status, count)
+};
+
+}  // namespace afd::serve

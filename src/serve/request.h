@@ -1,0 +1,47 @@
+// OpenAI request parsing and validation: /v1/completions and /v1/chat/completions bodies
+// become a GenerationRequest (prompt token ids, limits, sampling). Every problem with the
+// body is a Status (invalid_argument -> HTTP 400, not_found -> 404) naming the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "runtime/sampler.h"
+#include "serve/chat_template.h"
+#include "serve/tokenizer.h"
+
+namespace afd::serve {
+
+enum class Endpoint { completions, chat };
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::completions;
+  std::vector<int32_t> prompt;   // token ids, non-empty
+  int64_t max_tokens = 0;        // >= 1; prompt.size() + max_tokens <= context
+  SamplingParams sampling;
+  bool logprobs = false;         // report the sampled token's logprob (+ sampling.n_top_logprobs)
+  std::vector<std::string> stop; // stop strings (not included in the output)
+  bool ignore_eos = false;
+  bool stream = false;
+  bool include_usage = false;    // stream_options.include_usage
+};
+
+struct RequestLimits {
+  std::string model_name;        // the served model id; other names give 404
+  int64_t vocab_size = 0;        // model vocabulary (token ids must be below it)
+  int64_t max_context = 0;       // prompt + generated tokens per sequence
+  int64_t max_stop = 4;          // stop strings per request
+  int64_t max_stop_len = 256;    // bytes per stop string
+};
+
+// Parses and validates a request body. `chat` may be null for completions; chat requests
+// without a template fail with invalid_argument. `default_seed` seeds requests without a seed.
+Result<GenerationRequest> parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok,
+                                        const ChatTemplate* chat, const RequestLimits& limits,
+                                        uint64_t default_seed);
+
+}  // namespace afd::serve

@@ -1,0 +1,51 @@
+// Service: assembles the serving stack for one model: tokenizer and chat template from
+// the model directory, one Scheduler per Engine (data-parallel attention workers), the
+// Router, Metrics and the HttpServer. Used by `afd serve` and by the integration tests
+// (which pass fake engines).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "serve/http_server.h"
+#include "serve/metrics.h"
+#include "serve/router.h"
+#include "serve/scheduler.h"
+
+namespace afd::serve {
+
+struct ServiceOptions {
+  ServerOptions server;
+  SchedulerOptions scheduler;
+  std::string model_dir;   // holds tokenizer.json and (optionally) tokenizer_config.json
+  std::string model_name;  // served model id; empty: the directory's last component
+  int64_t max_context = 0; // 0: the model's max_position_embeddings
+};
+
+class Service {
+ public:
+  // engines: at least one; all must serve the same model.
+  static Result<std::unique_ptr<Service>> create(const ServiceOptions& opt, std::vector<std::unique_ptr<Engine>> engines);
+  ~Service();
+  // Binds the socket and starts the scheduler threads; port() is valid afterwards.
+  Status start();
+  int port() const { return http_->port(); }
+  // Serves until stop() is called from another thread.
+  Status run();
+  void stop();
+  Metrics& metrics() { return *metrics_; }
+  const ModelServing& model() const { return model_; }
+
+ private:
+  Service() = default;
+  std::vector<std::unique_ptr<Engine>> engines_;
+  std::unique_ptr<Metrics> metrics_;
+  std::vector<std::unique_ptr<Scheduler>> schedulers_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<HttpServer> http_;
+  ModelServing model_;
+};
+
+}  // namespace afd::serve
