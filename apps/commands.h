@@ -11,5 +11,6 @@ void register_version(CLI::App& app);
 void register_make_model(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace afd::cli
