@@ -61,7 +61,9 @@ TheoryPoint theory_point(const SimConfig& c, double ratio) {
 double pipelined_optimal_ratio(const SimConfig& c) {
   const double r_max = 4.0 * optimal_ratio(c.latency, workload_of(c)).r_star + 4.0;
   double best_r = 1e-3, best = -1;
-  for (double r = 1e-3; r <= r_max; r += 1e-3) {
+  const int64_t n = static_cast<int64_t>(r_max * 1000.0);
+  for (int64_t i = 1; i <= n; ++i) {
+    const double r = static_cast<double>(i) * 1e-3;
     const double t = theory_point(c, r).pipelined_throughput;
     if (t > best) {
       best = t;
