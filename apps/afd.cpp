@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   afd::cli::register_generate(app);
   afd::cli::register_bench(app);
   afd::cli::register_serve(app);
+  afd::cli::register_plan(app);
 
   try {
     app.parse(argc, argv);
