@@ -183,14 +183,19 @@ Result<TokenizerFilesInfo> write_tokenizer_files(const std::string& dir, int64_t
                     {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}})}};
   tj["post_processor"] = nullptr;
   tj["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
-  json vocab = json::object();
-  for (size_t i = 0; i < tr.tokens.size(); ++i) vocab[tr.tokens[i]] = static_cast<int64_t>(i);
+  // The vocabulary is serialised by hand: ordered_json inserts in linear time per key.
+  std::string vocab_text = "{";
+  for (size_t i = 0; i < tr.tokens.size(); ++i) {
+    vocab_text += (i ? ",\n      " : "\n      ") + json(tr.tokens[i]).dump() + ": " + std::to_string(i);
+  }
+  vocab_text += "\n    }";
+  const std::string kVocabMark = "@@AFD_VOCAB@@";
   json merges = json::array();
   for (auto& [a, b] : tr.merges) merges.push_back(a + " " + b);
   tj["model"] = {{"type", "BPE"},      {"dropout", nullptr},        {"unk_token", nullptr},
                  {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
                  {"fuse_unk", false},  {"byte_fallback", false},    {"ignore_merges", false},
-                 {"vocab", vocab},     {"merges", merges}};
+                 {"vocab", kVocabMark}, {"merges", merges}};
 
   json cfg;
   cfg["add_bos_token"] = false;
@@ -212,7 +217,11 @@ Result<TokenizerFilesInfo> write_tokenizer_files(const std::string& dir, int64_t
   cfg["tokenizer_class"] = "Qwen2Tokenizer";
   cfg["unk_token"] = nullptr;
 
-  AFD_RETURN_IF_ERROR(write_file(dir + "/tokenizer.json", tj.dump(2) + "\n"));
+  std::string text = tj.dump(2);
+  size_t mark = text.find("\"" + kVocabMark + "\"");
+  if (mark == std::string::npos) return internal_error("tokenizer writer: vocabulary placeholder missing");
+  text.replace(mark, kVocabMark.size() + 2, vocab_text);
+  AFD_RETURN_IF_ERROR(write_file(dir + "/tokenizer.json", text + "\n"));
   AFD_RETURN_IF_ERROR(write_file(dir + "/tokenizer_config.json", cfg.dump(2) + "\n"));
   return info;
 }

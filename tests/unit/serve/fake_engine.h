@@ -1,0 +1,115 @@
+// FakeEngine: a deterministic test double of afd::Engine for scheduler and server tests.
+// It keeps sequence lengths and a paged block count like a real KV cache, and produces
+// logits whose argmax is next_token(last_token, new_length) = (last * 7 + len) % vocab.
+// Never used by `afd serve`.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "runtime/engine.h"
+
+namespace afd::serve::testing {
+
+class FakeEngine : public Engine {
+ public:
+  FakeEngine(int64_t vocab, int64_t max_context, int64_t blocks_total, int64_t block_size, int64_t max_seqs = 64)
+      : blocks_total_(blocks_total), block_size_(block_size), max_seqs_(max_seqs) {
+    cfg_.vocab_size = vocab;
+    cfg_.max_position_embeddings = max_context;
+    cfg_.eos_token_ids = {};
+  }
+  static int32_t next_token(int32_t last, int64_t len, int64_t vocab) {
+    return static_cast<int32_t>((static_cast<int64_t>(last) * 7 + len) % vocab);
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  Result<int64_t> create_sequence() override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (static_cast<int64_t>(len_.size()) >= max_seqs_) return resource_exhausted("no free sequence slot");
+    int64_t id = next_id_++;
+    len_[id] = 0;
+    return id;
+  }
+  void release_sequence(int64_t id) override {
+    std::lock_guard<std::mutex> l(mu_);
+    len_.erase(id);
+  }
+  int64_t sequence_length(int64_t id) const override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = len_.find(id);
+    return it == len_.end() ? -1 : it->second;
+  }
+  bool can_append(int64_t id, int64_t n) const override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = len_.find(id);
+    if (it == len_.end()) return false;
+    if (it->second + n > cfg_.max_position_embeddings) return false;
+    int64_t extra = blocks(it->second + n) - blocks(it->second);
+    return used_blocks() + extra <= blocks_total_;
+  }
+  Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override {
+    std::lock_guard<std::mutex> l(mu_);
+    ++n_forward;
+    max_batch_seen = std::max<int64_t>(max_batch_seen, static_cast<int64_t>(items.size()));
+    if (fail_next) {
+      fail_next = false;
+      return unavailable("injected engine failure");
+    }
+    // Validate everything first: errors leave sequences unchanged.
+    int64_t extra = 0;
+    for (const BatchItem& it : items) {
+      auto f = len_.find(it.seq_id);
+      if (f == len_.end()) return invalid_argument("unknown sequence " + std::to_string(it.seq_id));
+      if (it.tokens.empty()) return invalid_argument("empty item");
+      for (int32_t t : it.tokens)
+        if (t < 0 || t >= cfg_.vocab_size) return invalid_argument("token outside the vocabulary");
+      extra += blocks(f->second + static_cast<int64_t>(it.tokens.size())) - blocks(f->second);
+    }
+    if (used_blocks() + extra > blocks_total_) return resource_exhausted("KV exhausted");
+    logits->assign(items.size() * static_cast<size_t>(cfg_.vocab_size), 0.0f);
+    for (size_t i = 0; i < items.size(); ++i) {
+      int64_t& len = len_[items[i].seq_id];
+      len += static_cast<int64_t>(items[i].tokens.size());
+      tokens_processed += static_cast<int64_t>(items[i].tokens.size());
+      int32_t want = next_token(items[i].tokens.back(), len, cfg_.vocab_size);
+      float* row = logits->data() + i * cfg_.vocab_size;
+      for (int64_t j = 0; j < cfg_.vocab_size; ++j) row[j] = -0.01f * static_cast<float>(std::abs(j - want));
+      row[want] = 5.0f;
+    }
+    return Status::ok();
+  }
+  KvUsage kv_usage() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return {blocks_total_, used_blocks(), block_size_};
+  }
+  StageTimes last_stage_times() const override { return {0.001, 0, 0.002, 0, 0.003}; }
+
+  int64_t live_sequences() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return static_cast<int64_t>(len_.size());
+  }
+
+  bool fail_next = false;
+  int64_t n_forward = 0;
+  int64_t max_batch_seen = 0;
+  int64_t tokens_processed = 0;
+
+ private:
+  int64_t blocks(int64_t n) const { return (n + block_size_ - 1) / block_size_; }
+  int64_t used_blocks() const {
+    int64_t u = 0;
+    for (auto& [id, n] : len_) u += blocks(n);
+    return u;
+  }
+  mutable std::mutex mu_;
+  ModelConfig cfg_;
+  std::map<int64_t, int64_t> len_;
+  int64_t next_id_ = 100;
+  int64_t blocks_total_, block_size_, max_seqs_;
+};
+
+}  // namespace afd::serve::testing
