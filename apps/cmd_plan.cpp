@@ -120,7 +120,7 @@ std::string sci(double v) {
 std::string usd(const std::optional<double>& v) {
   if (!v) return "n/a";
   char b[32];
-  std::snprintf(b, sizeof b, "%.3f", *v);
+  std::snprintf(b, sizeof b, *v >= 0.001 || *v == 0 ? "%.3f" : "%.2e", *v);
   return b;
 }
 json opt_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }

@@ -166,13 +166,13 @@ class Sim {
       }
     }
     res_.t_end = now_;
-    if (stable_snapshot_taken_) {
+    if (stable_snapshot_taken_ && res_.t_stable > 0) {
       res_.throughput_per_instance =
           res_.tokens_stable / res_.t_stable / static_cast<double>(c_.n_attn + c_.n_ffn);
     }
     res_.tpot = tpot_n_ > 0 ? tpot_sum_ / static_cast<double>(tpot_n_) : 0.0;
     res_.mean_token_load = attn_runs_ > 0 ? load_sum_ / static_cast<double>(attn_runs_) : 0.0;
-    if (stable_snapshot_taken_) {
+    if (stable_snapshot_taken_ && res_.t_stable > 0) {
       res_.mean_token_load_stable = attn_runs_stable_ > 0 ? load_sum_stable_ / static_cast<double>(attn_runs_stable_) : 0.0;
       res_.generated_throughput_per_instance =
           res_.tokens_generated_stable / res_.t_stable / static_cast<double>(c_.n_attn + c_.n_ffn);

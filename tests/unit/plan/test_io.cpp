@@ -82,6 +82,27 @@ TEST(PlanIo, HfConfigQwen3MoeMatchesPreset) {
   EXPECT_DOUBLE_EQ(a.ffn_flops, b.ffn_flops);
 }
 
+// stepfun-ai/step3 layout: the text model under "text_config", MoE layers 4..59.
+TEST(PlanIo, HfConfigStep3MatchesPreset) {
+  std::string layers;
+  for (int l = 4; l < 60; ++l) layers += (l > 4 ? "," : "") + std::to_string(l);
+  const std::string cfg = R"({"model_type": "step3_vl", "text_config": {
+    "model_type": "step3_text", "hidden_size": 7168, "intermediate_size": 18432,
+    "num_attention_heads": 64, "num_attention_groups": 1, "num_hidden_layers": 61, "head_dim": 256,
+    "share_q_dim": 2048, "moe_num_experts": 48, "moe_top_k": 3, "moe_intermediate_size": 5120,
+    "share_expert_dim": 5120, "moe_layers_enum": ")" + layers + R"("}})";
+  auto m = parse_hf_model_spec(cfg, "config.json");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelSpec p = *find_model_preset("step3");
+  const TokenCost a = decode_token_cost(*m, 8192), b = decode_token_cost(p, 8192);
+  EXPECT_DOUBLE_EQ(a.kv_bytes, b.kv_bytes);
+  EXPECT_DOUBLE_EQ(a.attn_flops, b.attn_flops);
+  EXPECT_DOUBLE_EQ(a.linear_flops, b.linear_flops);
+  EXPECT_DOUBLE_EQ(a.ffn_flops, b.ffn_flops);
+  EXPECT_DOUBLE_EQ(m->moe_sparsity(), p.moe_sparsity());
+  EXPECT_DOUBLE_EQ(m->ffn_weight_bytes(), p.ffn_weight_bytes());
+}
+
 TEST(PlanIo, HfConfigErrorsNameTheField) {
   auto r = parse_hf_model_spec(R"({"model_type":"qwen3_moe","hidden_size":"big"})", "c.json");
   ASSERT_FALSE(r.ok());

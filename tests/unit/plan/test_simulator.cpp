@@ -243,6 +243,21 @@ TEST(Simulator, RejectsBadConfig) {
   EXPECT_FALSE(simulate(c).ok());
 }
 
+// Zero-length decodes finish at admission: no step runs, no time passes, rates are 0 (not NaN).
+TEST(Simulator, AllZeroDecodeLengths) {
+  SimConfig c;
+  c.batch = 8;
+  c.requests_per_attn = 20;
+  c.decode = {LengthDistKind::fixed, 0, 0};
+  c.latency = seeds003_profile();
+  auto r = simulate(c);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->n_completed, 20);
+  EXPECT_EQ(r->events, 0);
+  EXPECT_EQ(r->throughput_per_instance, 0.0);
+  EXPECT_EQ(r->tpot, 0.0);
+}
+
 TEST(Simulator, ParseRatioSpec) {
   EXPECT_EQ(parse_ratio_spec("8")->n_attn, 8);
   EXPECT_EQ(parse_ratio_spec("3.5")->n_attn, 7);
