@@ -24,9 +24,12 @@ namespace afd::kernels::detail {
 namespace {
 
 // Software prefetch distance for the W streams in bytes ahead of the current load (0: none),
-// and rows per tile for single-token blocks. Tunables read once per call (see bench_kernels --tune).
-std::atomic<int64_t> g_prefetch_bytes{1024};
-std::atomic<int> g_rows_single{4};
+// and rows per tile for single-token blocks. Tunables read once per call (bench_kernels --tune).
+// Defaults from interleaved runs on the Zen 4 dev machine (2 threads, 128-256 MiB bf16 W, n = 1):
+// no software prefetch (512-4096 B ahead was 5-20% slower than the hardware prefetchers alone)
+// and 8-row tiles (on par with a plain streaming read; 4 rows ~15% slower, 1-2 rows ~25% slower).
+std::atomic<int64_t> g_prefetch_bytes{0};
+std::atomic<int> g_rows_single{8};
 
 template <int R, int T>
 AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool acc) {
