@@ -126,7 +126,8 @@ void run_bench(const BenchFlags& f) {
     for (int64_t batch : *batches) {
       EngineOptions o = *opt;
       o.max_seqs = batch;
-      o.kv_capacity_tokens = batch * (ctx + f.steps + 2);
+      const int64_t blk = o.kv_block_size;
+      o.kv_capacity_tokens = batch * ((ctx + f.steps + 2 + blk - 1) / blk * blk);
       auto eng = make_engine(o, *weights);
       if (!eng.ok()) fail("bench", eng.status());
       auto* pe = dynamic_cast<PipelineEngine*>(eng->get());

@@ -23,6 +23,16 @@ Result<GenerateResult> generate(Engine& engine, const std::vector<std::vector<in
   res.tokens.resize(n);
   res.logits.resize(n);
 
+  // As vLLM does: refuse up front when a prompt plus its new tokens cannot fit the context.
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t need = static_cast<int64_t>(prompts[i].size()) + opt.max_new_tokens - 1;
+    if (c.max_position_embeddings > 0 && need > c.max_position_embeddings)
+      return out_of_range("prompt " + std::to_string(i) + ": " + std::to_string(prompts[i].size()) +
+                          " prompt tokens + " + std::to_string(opt.max_new_tokens) +
+                          " new tokens exceed the model's max_position_embeddings (" +
+                          std::to_string(c.max_position_embeddings) + ")");
+  }
+
   std::vector<Live> live(static_cast<size_t>(n));
   std::vector<Sampler> samplers;
   auto release_all = [&] {
