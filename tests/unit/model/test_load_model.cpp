@@ -2,6 +2,7 @@
 // and load_model's errors on checkpoints that lie.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -389,6 +390,30 @@ TEST(MakeModel, UnwritableDirectoryIsAnError) {
   auto r = make_model(*c, opt);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("/proc/afd-cannot-write-here"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace afd
+
+namespace afd {
+namespace {
+
+// Runs only from the make_model_cli_load ctest entry, on the directory `afd make-model`
+// wrote (qwen2_moe tiny, fused, f16, sharded, seed 1); skipped elsewhere.
+TEST(CliModel, LoadsWhatTheCommandWrote) {
+  const char* dir = std::getenv("AFD_TEST_MODEL_DIR");
+  if (!dir) GTEST_SKIP() << "AFD_TEST_MODEL_DIR not set";
+  auto w = load_model(dir);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_TRUE((*w)->checkpoint->sharded());
+  EXPECT_GT((*w)->checkpoint->files().size(), 1u);
+  EXPECT_FALSE((*w)->checkpoint->contains("model.layers.0.mlp.experts.0.gate_proj.weight"));
+  EXPECT_TRUE((*w)->checkpoint->contains("model.layers.0.mlp.experts.gate_up_proj"));
+  const ModelConfig& c = (*w)->config;
+  EXPECT_EQ(c.arch, Arch::qwen2_moe);
+  expect_matrix_values((*w)->layers[1].moe.experts[5].up, c, "model.layers.1.mlp.experts.5.up_proj.weight", DType::f16);
+  expect_matrix_values((*w)->layers[0].moe.shared.down, c, "model.layers.0.mlp.shared_expert.down_proj.weight",
+                       DType::f16);
 }
 
 }  // namespace
