@@ -38,8 +38,11 @@ class Golden : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(w.ok()) << w.status().to_string();
     w_ = *w;
   }
-  std::unique_ptr<Engine> engine(Precision p, DType kv = DType::bf16, int microbatches = 1) {
+  std::unique_ptr<Engine> engine(Precision p, DType kv = DType::bf16, int microbatches = 1, bool fp8_dispatch = false,
+                                 int64_t fp8_group = 0) {
     EngineOptions o;
+    o.fp8_dispatch = fp8_dispatch;
+    o.fp8_group = fp8_group;
     o.precision = p;
     o.kv_dtype = kv;
     o.microbatches = microbatches;
@@ -127,6 +130,20 @@ TEST_P(Golden, FastPrecisionDeviationIsBounded) {
     std::printf("[golden] %-24s fast kv=%-7s max_abs=%.4f median_row_max_abs=%.4f argmax_agree=%.3f\n",
                 g_.name.c_str(), dtype_name(kv), d.max_abs, d.median_row, d.argmax_agree);
     EXPECT_LE(d.median_row, kv == DType::bf16 ? kFastMedianTolBf16Kv : kFastMedianTolFp8Kv) << g_.name;
+    EXPECT_GE(d.argmax_agree, kFastArgmaxAgree) << g_.name;
+  }
+}
+
+// The accuracy cost of FP8 dispatch alone (reference precision otherwise): what AFD's wire
+// format costs. Per-token scales and per-32-channel block scales (hidden is 64 here).
+TEST_P(Golden, Fp8DispatchDeviationIsBounded) {
+  for (int64_t group : {int64_t{0}, int64_t{32}}) {
+    auto e = engine(Precision::reference, DType::f32, 1, true, group);
+    ASSERT_TRUE(e);
+    Deviation d = teacher_forced(*e);
+    std::printf("[golden] %-24s fp8-dispatch group=%-3lld max_abs=%.4f median_row_max_abs=%.4f argmax_agree=%.3f\n",
+                g_.name.c_str(), static_cast<long long>(group), d.max_abs, d.median_row, d.argmax_agree);
+    EXPECT_LE(d.median_row, kFastMedianTolFp8Kv) << g_.name;
     EXPECT_GE(d.argmax_agree, kFastArgmaxAgree) << g_.name;
   }
 }
