@@ -1,0 +1,50 @@
+#include <gtest/gtest.h>
+
+#include "runtime/topology.h"
+
+namespace afd {
+namespace {
+
+TEST(Topology, Parses) {
+  auto t = parse_topology("2A1F");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->wiring, Wiring::afd);
+  EXPECT_EQ(t->n_attention, 2);
+  EXPECT_EQ(t->n_ffn, 1);
+  EXPECT_EQ(t->to_string(), "2A1F");
+  EXPECT_EQ(parse_topology("mono")->wiring, Wiring::mono);
+  auto ep = parse_topology("EP4");
+  ASSERT_TRUE(ep.ok());
+  EXPECT_EQ(ep->wiring, Wiring::ep);
+  EXPECT_EQ(ep->n_ffn, 4);
+  for (const char* bad : {"", "2A", "A1F", "0A1F", "2A0F", "2X1F", "99A1F", "EP0", "1A1Fx", "-1A1F"})
+    EXPECT_FALSE(parse_topology(bad).ok()) << bad;
+}
+
+TEST(Topology, ShardsCoverEveryExpertOnce) {
+  for (int y : {1, 2, 3, 5, 8}) {
+    Topology t = *parse_topology("1A" + std::to_string(y) + "F");
+    std::vector<int> owners(37, 0);
+    int shared = 0;
+    for (int s = 0; s < y; ++s) {
+      ExpertRange r = t.ffn_shard(s, 37);
+      for (int64_t e = r.begin; e < r.end; ++e) owners[e]++;
+      shared += r.holds_shared;
+    }
+    for (int o : owners) EXPECT_EQ(o, 1);
+    EXPECT_EQ(shared, 1);
+  }
+}
+
+TEST(Topology, ShardSpec) {
+  int i, y;
+  ASSERT_TRUE(parse_shard("1/2", &i, &y).is_ok());
+  EXPECT_EQ(i, 1);
+  EXPECT_EQ(y, 2);
+  EXPECT_FALSE(parse_shard("2/2", &i, &y).is_ok());
+  EXPECT_FALSE(parse_shard("x/2", &i, &y).is_ok());
+  EXPECT_FALSE(parse_shard("1", &i, &y).is_ok());
+}
+
+}  // namespace
+}  // namespace afd
