@@ -134,6 +134,13 @@ size_t encode_reason(FrameKind kind, uint32_t layer, uint16_t microbatch, uint64
 // The reason text of a refuse/error frame (validated header).
 Result<std::string> decode_reason(const uint8_t* data, size_t len);
 
+// Transport user tags of the runtime (docs/PROTOCOL.md, "Tags"): family in bits 47..40,
+// micro-batch in 39..32. The layer and step travel in the frame header.
+enum class TagFamily : uint8_t { handshake = 1, a2f = 2, f2a = 3 };
+inline uint64_t frame_tag(TagFamily f, uint32_t microbatch) {
+  return (static_cast<uint64_t>(f) << 40) | (static_cast<uint64_t>(microbatch & 0xffu) << 32);
+}
+
 // Checks that an FFN worker's handshake fits the attention side's (same fingerprint, same
 // x and y, hidden/top_k/n_experts/n_layers agree). Error message names the mismatch.
 Status check_handshake_match(const Handshake& mine, const Handshake& theirs);

@@ -41,6 +41,10 @@ struct OpCtx {
   bool lost = false;
   std::string lost_why;
   ucp_tag_recv_info_t info{};
+  // Set while ucp_tag_*_nbx runs: UCX may run the callback inside the call (e.g. a receive
+  // that matches an already-arrived message with NO_IMM_CMPL); the poster then frees ctx.
+  bool in_post = true;
+  bool done = false;
 };
 
 struct ErrArg {
@@ -77,8 +81,8 @@ class UcxTransportImpl final : public UcxTransport {
   Result<RequestId> post_send(PeerId peer, uint64_t tag, const void* data, size_t len, CompletionFn on_done = {}) override;
   Result<RequestId> post_recv(PeerId peer, uint64_t tag, void* buf, size_t capacity, CompletionFn on_done = {}) override;
   bool test(RequestId id, Completion* out) override { return table_.test(id, out); }
-  Completion wait(RequestId id, int64_t deadline_ns) override { return table_.wait(id, deadline_ns); }
-  int wait_any(std::span<const RequestId> ids, int64_t deadline_ns) override { return table_.wait_any(ids, deadline_ns); }
+  Completion wait(RequestId id, int64_t deadline_ns) override;
+  int wait_any(std::span<const RequestId> ids, int64_t deadline_ns) override;
   void cancel(RequestId id) override;
   void close() override;
   Result<MemoryRegion> register_memory(void* base, size_t size) override;
@@ -95,7 +99,7 @@ class UcxTransportImpl final : public UcxTransport {
     std::string name;
     bool connected = false;      // guarded by peers_mu_
     uint16_t src_id_there = 0;   // id the peer gave us: goes into our send tags
-    // progress thread only:
+    // worker lock held:
     ucp_ep_h ep = nullptr;
     int fd = -1;
     uint64_t gen = 0;
@@ -128,6 +132,11 @@ class UcxTransportImpl final : public UcxTransport {
   Result<RequestId> enqueue(Command c, CompletionFn on_done);
   void wake();
   void progress_loop();
+  void cancel_live(const std::vector<RequestId>& ids);  // worker lock held
+  bool progress_once();  // worker lock held
+  bool try_lock_worker();
+  void lock_worker();
+  void unlock_worker();
   void bootstrap_loop();
   Status exchange(int fd, const std::string& dialed, PeerId* out_peer);
   void handle(Command& c);
@@ -165,7 +174,11 @@ class UcxTransportImpl final : public UcxTransport {
   bool closed_ = false;
   std::mutex close_mu_;
 
-  // progress thread only
+  // Guards the ucp worker and everything below it up to regions_mu_: held by the progress
+  // thread while it progresses, or by a caller that posts directly / helps progress in wait.
+  std::mutex worker_mu_;
+  std::atomic<std::thread::id> owner_{};
+  std::atomic<int> waiters_{0};
   std::unordered_map<RequestId, OpCtx*> live_ops_;
   std::vector<void*> closing_;
   std::vector<std::unique_ptr<ErrArg>> err_args_;
@@ -304,6 +317,20 @@ Result<RequestId> UcxTransportImpl::enqueue(Command c, CompletionFn on_done) {
   }
   AFD_ASSIGN_OR_RETURN(c.id, table_.allocate(std::move(on_done)));
   RequestId id = c.id;
+  // Direct path: when nobody is progressing, post on the caller's thread (after whatever
+  // is queued, to keep per-tag order) and push it out with one progress call.
+  if (try_lock_worker()) {
+    if (worker_ != nullptr && !stop_.load()) {
+      if (c.kind == Command::send || c.kind == Command::recv || c.kind == Command::cancel) {
+        if (n_cmds_.load(std::memory_order_acquire) > 0) progress_once();
+        handle(c);
+        ucp_worker_progress(worker_);
+        unlock_worker();
+        return id;
+      }
+    }
+    unlock_worker();
+  }
   {
     std::lock_guard<std::mutex> lk(cmd_mu_);
     if (stop_.load()) {
@@ -402,8 +429,12 @@ ucp_mem_h UcxTransportImpl::find_memh(const void* p, size_t n) {
 // ---------------- progress thread ----------------
 
 void UcxTransportImpl::finish(OpCtx* ctx, Completion c) {
-  live_ops_.erase(ctx->id);
   table_.complete(ctx->id, std::move(c));
+  if (ctx->in_post) {
+    ctx->done = true;  // the poster deletes it when the post call returns
+    return;
+  }
+  live_ops_.erase(ctx->id);
   delete ctx;
 }
 
@@ -476,7 +507,10 @@ void UcxTransportImpl::do_send(Command& c) {
   } else if (UCS_PTR_IS_ERR(st)) {
     table_.complete(c.id, Completion{unavailable(ucs_error("ucp_tag_send_nbx", UCS_PTR_STATUS(st))), 0});
     delete ctx;
+  } else if (ctx->done) {
+    delete ctx;  // completed inside the call
   } else {
+    ctx->in_post = false;
     ctx->req = st;
     live_ops_[c.id] = ctx;
   }
@@ -513,7 +547,10 @@ void UcxTransportImpl::do_recv(Command& c) {
                                               : unavailable(ucs_error("ucp_tag_recv_nbx", e));
     table_.complete(c.id, Completion{s, 0});
     delete ctx;
+  } else if (ctx->done) {
+    delete ctx;  // completed inside the call
   } else {
+    ctx->in_post = false;
     ctx->req = st;
     live_ops_[c.id] = ctx;
   }
@@ -527,7 +564,7 @@ void UcxTransportImpl::add_peer(Command& c) {
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
   ep.address = reinterpret_cast<const ucp_address_t*>(c.addr.data());
-  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_mode = opt_.peer_error_handling ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   ep.err_handler.cb = &UcxTransportImpl::err_cb;
   ep.err_handler.arg = arg.get();
   ucp_ep_h h = nullptr;
@@ -571,14 +608,14 @@ void UcxTransportImpl::lose_peer(PeerId pid, uint64_t gen, const std::string& wh
   std::string msg = "peer '" + name + "' disconnected: " + why;
   // ucp_request_cancel may run the completion callback (which erases from live_ops_)
   // synchronously: collect first, cancel after.
-  std::vector<void*> to_cancel;
+  std::vector<RequestId> to_cancel;
   for (auto& [id, ctx] : live_ops_) {
     if (ctx->peer != pid) continue;
     ctx->lost = true;
     ctx->lost_why = msg;
-    if (ctx->is_recv) to_cancel.push_back(ctx->req);
+    if (ctx->is_recv) to_cancel.push_back(id);
   }
-  for (void* r : to_cancel) ucp_request_cancel(worker_, r);
+  cancel_live(to_cancel);
   if (p.ep != nullptr) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -617,6 +654,14 @@ void UcxTransportImpl::check_liveness() {
   }
 }
 
+void UcxTransportImpl::cancel_live(const std::vector<RequestId>& ids) {
+  // Looked up one by one: a cancel may complete (and free) other requests synchronously.
+  for (RequestId id : ids) {
+    auto it = live_ops_.find(id);
+    if (it != live_ops_.end()) ucp_request_cancel(worker_, it->second->req);
+  }
+}
+
 void UcxTransportImpl::handle(Command& c) {
   switch (c.kind) {
     case Command::send: do_send(c); break;
@@ -631,47 +676,120 @@ void UcxTransportImpl::handle(Command& c) {
   }
 }
 
+bool UcxTransportImpl::progress_once() {
+  bool active = false;
+  if (n_cmds_.load(std::memory_order_acquire) > 0) {
+    std::vector<Command> batch;
+    {
+      std::lock_guard<std::mutex> lk(cmd_mu_);
+      batch.swap(cmds_);
+      n_cmds_.store(0, std::memory_order_release);
+    }
+    for (auto& c : batch) handle(c);
+    active = true;
+  }
+  while (ucp_worker_progress(worker_) != 0) active = true;
+  if (!failed_eps_.empty()) {
+    auto failed = std::move(failed_eps_);
+    failed_eps_.clear();
+    for (auto& [p, g] : failed) lose_peer(p, g, "UCX endpoint error");
+  }
+  for (auto it = closing_.begin(); it != closing_.end();) {
+    if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
+      ucp_request_free(*it);
+      it = closing_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  int64_t t = now_ns();
+  if (t >= next_liveness_) {
+    check_liveness();
+    next_liveness_ = t + 1000000;
+  }
+  return active;
+}
+
+bool UcxTransportImpl::try_lock_worker() {
+  if (owner_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return false;  // re-entered from a callback
+  if (!worker_mu_.try_lock()) return false;
+  owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  return true;
+}
+
+void UcxTransportImpl::lock_worker() {
+  worker_mu_.lock();
+  owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+}
+
+void UcxTransportImpl::unlock_worker() {
+  owner_.store(std::thread::id(), std::memory_order_relaxed);
+  worker_mu_.unlock();
+}
+
+int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_ns) {
+  // A caller with nothing else to do lends its thread to progress for a short while
+  // (no thread hand-off on the latency path); then it sleeps and the progress thread
+  // carries on alone.
+  int64_t spin_until = now_ns() + opt_.waiter_spin_ns;
+  waiters_.fetch_add(1, std::memory_order_relaxed);
+  int r = -1;
+  for (;;) {
+    r = table_.wait_any(ids, 0);
+    if (r >= 0) break;
+    int64_t t = now_ns();
+    if (t >= deadline_ns || t >= spin_until || stop_.load(std::memory_order_relaxed)) break;
+    if (try_lock_worker()) {
+      progress_once();
+      unlock_worker();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  waiters_.fetch_sub(1, std::memory_order_relaxed);
+  if (r >= 0) return r;
+  return table_.wait_any(ids, deadline_ns);
+}
+
+Completion UcxTransportImpl::wait(RequestId id, int64_t deadline_ns) {
+  RequestId one[1] = {id};
+  if (wait_any(one, deadline_ns) < 0) {
+    return Completion{timeout_error("transport: operation did not finish before its deadline"), 0};
+  }
+  Completion c;
+  table_.test(id, &c);
+  return c;
+}
+
 void UcxTransportImpl::progress_loop() {
   int64_t last_active = now_ns();
-  std::vector<Command> batch;
   while (!stop_.load(std::memory_order_relaxed)) {
-    bool active = false;
-    if (n_cmds_.load(std::memory_order_acquire) > 0) {
-      {
-        std::lock_guard<std::mutex> lk(cmd_mu_);
-        batch.swap(cmds_);
-        n_cmds_.store(0, std::memory_order_release);
-      }
-      for (auto& c : batch) handle(c);
-      batch.clear();
-      active = true;
-    }
-    while (ucp_worker_progress(worker_) != 0) active = true;
-    if (!failed_eps_.empty()) {
-      auto failed = std::move(failed_eps_);
-      failed_eps_.clear();
-      for (auto& [p, g] : failed) lose_peer(p, g, "UCX endpoint error");
-    }
-    for (auto it = closing_.begin(); it != closing_.end();) {
-      if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
-        ucp_request_free(*it);
-        it = closing_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    lock_worker();
+    bool active = progress_once();
+    unlock_worker();
     int64_t t = now_ns();
-    if (t >= next_liveness_) {
-      check_liveness();
-      next_liveness_ = t + 1000000;
-    }
     if (active) {
       last_active = t;
       continue;
     }
-    if (t - last_active < opt_.progress_spin_ns) continue;
+    if (waiters_.load(std::memory_order_relaxed) > 0) {
+      // A caller is progressing in wait(): stay off the CPU it needs.
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      last_active = now_ns();
+      continue;
+    }
+    if (t - last_active < opt_.progress_spin_ns) {
+      // Polling, but never hold a core another runnable thread (the caller waiting on a
+      // completion, typically) needs: without this a spinning progress thread costs a
+      // whole scheduler time slice (~5 ms measured) per message on a busy machine.
+      std::this_thread::yield();
+      continue;
+    }
     // Idle: sleep on the worker's event fd, the wake fd and the liveness sockets.
-    if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
+    lock_worker();
+    ucs_status_t armed = ucp_worker_arm(worker_);
+    unlock_worker();
+    if (armed == UCS_ERR_BUSY) continue;
     sleeping_.store(true, std::memory_order_seq_cst);
     if (n_cmds_.load(std::memory_order_seq_cst) == 0 && !stop_.load()) {
       epoll_event evs[16];
@@ -689,6 +807,7 @@ void UcxTransportImpl::progress_loop() {
     sleeping_.store(false, std::memory_order_seq_cst);
     last_active = now_ns() - opt_.progress_spin_ns + 200000;  // spin briefly after waking
   }
+  lock_worker();
   // Shutting down: fail queued commands, cancel what is in flight, close endpoints.
   {
     std::lock_guard<std::mutex> lk(cmd_mu_);
@@ -707,9 +826,9 @@ void UcxTransportImpl::progress_loop() {
   }
   for (PeerId i = 0; i < n; ++i) lose_peer(i, peers_[i].gen, "transport closed");
   {
-    std::vector<void*> to_cancel;
-    for (auto& [id, ctx] : live_ops_) to_cancel.push_back(ctx->req);
-    for (void* r : to_cancel) ucp_request_cancel(worker_, r);
+    std::vector<RequestId> to_cancel;
+    for (auto& [id, ctx] : live_ops_) to_cancel.push_back(id);
+    cancel_live(to_cancel);
   }
   int64_t deadline = now_ns() + 2000000000;
   while ((!live_ops_.empty() || !closing_.empty()) && now_ns() < deadline) {
@@ -728,6 +847,7 @@ void UcxTransportImpl::progress_loop() {
     // The UCX request is abandoned with its worker; ctx leaks intentionally (the worker may still reference it).
   }
   live_ops_.clear();
+  unlock_worker();
 }
 
 // ---------------- bootstrap thread ----------------
@@ -872,8 +992,10 @@ void UcxTransportImpl::close() {
     for (auto& reg : regions_) ucp_mem_unmap(context_, reg.memh);
     regions_.clear();
   }
+  lock_worker();
   if (worker_) ucp_worker_destroy(worker_);
   worker_ = nullptr;
+  unlock_worker();
   if (context_) ucp_cleanup(context_);
   context_ = nullptr;
   if (epfd_ >= 0) ::close(epfd_);

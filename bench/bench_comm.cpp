@@ -1,0 +1,270 @@
+// bench_comm: per-message cost of afd's transports, measured next to `ucx_perftest`
+// (Debian ucx-utils) for the same message sizes on loopback, in the same run.
+//
+//   bench_comm [--sizes 64,4096,65536,524288] [--iters 2000] [--warmup 200] [--json]
+//
+// For every size it runs, one after the other:
+//   ucx_perftest tag_lat  (two processes, ping-pong; reports half the round trip)
+//   afd ucx               (this binary re-executed as an echo server; ping-pong over
+//                          UcxTransport, the same measure: half the round trip)
+//   afd inproc            (two threads in one process, InprocTransport)
+// and prints medians (the machine is shared, so averages are dominated by scheduler
+// stalls; the 50th percentile is what ucx_perftest reports as typical latency too).
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/inproc_transport.h"
+#include "comm/ucx_transport.h"
+#include "core/log.h"
+#include "core/timer.h"
+
+using namespace afd;
+using namespace afd::comm;
+
+namespace {
+
+int64_t deadline_in_ms(int64_t ms) { return now_ns() + ms * 1000000; }
+
+struct Stats {
+  double p50_us = 0, p90_us = 0, mean_us = 0;
+  bool ok = false;
+  std::string error;
+};
+
+Stats summarize(std::vector<double> half_rtt_us) {
+  Stats s;
+  if (half_rtt_us.empty()) return s;
+  std::sort(half_rtt_us.begin(), half_rtt_us.end());
+  s.p50_us = half_rtt_us[half_rtt_us.size() / 2];
+  s.p90_us = half_rtt_us[half_rtt_us.size() * 9 / 10];
+  double sum = 0;
+  for (double v : half_rtt_us) sum += v;
+  s.mean_us = sum / static_cast<double>(half_rtt_us.size());
+  s.ok = true;
+  return s;
+}
+
+// ---- echo server (child process) ----
+int run_echo_server(const std::string& address, size_t max_size) {
+  UcxOptions o;
+  o.name = "bench-echo";
+  o.peer_error_handling = getenv("BENCH_PEER_ERR") != nullptr;
+  auto t = UcxTransport::create(o);
+  if (!t.ok() || !(*t)->listen(address).is_ok()) return 2;
+  auto peer = wait_for_peer(**t, "bench-client", deadline_in_ms(30000));
+  if (!peer.ok()) return 3;
+  std::vector<uint8_t> buf(max_size);
+  (void)(*t)->register_memory(buf.data(), buf.size());
+  for (;;) {
+    auto r = (*t)->post_recv(*peer, 1, buf.data(), buf.size());
+    if (!r.ok()) return 0;
+    Completion c = (*t)->wait(*r, deadline_in_ms(120000));
+    if (!c.status.is_ok()) return 0;
+    auto s = (*t)->post_send(*peer, 2, buf.data(), c.bytes);
+    if (!s.ok() || !(*t)->wait(*s, deadline_in_ms(10000)).status.is_ok()) return 0;
+  }
+}
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  buf[n] = 0;
+  return buf;
+}
+
+uint16_t free_port() {
+  auto probe = UcxTransport::create(UcxOptions{"port-probe"});
+  if (!probe.ok() || !(*probe)->listen("127.0.0.1:0").is_ok()) return 0;
+  return (*probe)->listen_port();
+}
+
+Stats pingpong(Transport& t, PeerId peer, size_t size, int iters, int warmup) {
+  std::vector<uint8_t> out(size, 0x5a), in(size);
+  (void)t.register_memory(out.data(), out.size());
+  (void)t.register_memory(in.data(), in.size());
+  std::vector<double> lat;
+  lat.reserve(static_cast<size_t>(iters));
+  for (int i = 0; i < warmup + iters; ++i) {
+    int64_t t0 = now_ns();
+    auto r = t.post_recv(peer, 2, in.data(), in.size());
+    auto s = t.post_send(peer, 1, out.data(), out.size());
+    if (!r.ok() || !s.ok()) return Stats{0, 0, 0, false, "post failed"};
+    Completion c = t.wait(*r, deadline_in_ms(10000));
+    Completion cs = t.wait(*s, deadline_in_ms(10000));
+    if (!c.status.is_ok() || !cs.status.is_ok()) {
+      return Stats{0, 0, 0, false, (c.status.is_ok() ? cs.status : c.status).to_string()};
+    }
+    if (i >= warmup) lat.push_back(static_cast<double>(now_ns() - t0) * 1e-3 / 2);
+  }
+  return summarize(std::move(lat));
+}
+
+Stats bench_afd_ucx(size_t size, int iters, int warmup) {
+  uint16_t port = free_port();
+  std::string addr = "127.0.0.1:" + std::to_string(port);
+  std::string exe = self_exe();
+  pid_t child = fork();
+  if (child == 0) {
+    std::string max = std::to_string(size);
+    execl(exe.c_str(), exe.c_str(), "--echo-server", addr.c_str(), max.c_str(), static_cast<char*>(nullptr));
+    _exit(12);
+  }
+  Stats st;
+  {
+    UcxOptions o;
+    o.name = "bench-client";
+    o.peer_error_handling = getenv("BENCH_PEER_ERR") != nullptr;
+    o.connect_retry_ms = 20;
+    auto t = UcxTransport::create(o);
+    if (!t.ok()) return Stats{0, 0, 0, false, t.status().to_string()};
+    (void)(*t)->connect(addr);
+    auto peer = wait_for_peer(**t, "bench-echo", deadline_in_ms(30000));
+    if (!peer.ok()) {
+      st.error = peer.status().to_string();
+    } else {
+      st = pingpong(**t, *peer, size, iters, warmup);
+    }
+  }
+  waitpid(child, nullptr, 0);
+  return st;
+}
+
+Stats bench_inproc(size_t size, int iters, int warmup) {
+  auto hub = std::make_shared<InprocHub>();
+  auto a = InprocTransport::create(hub, "bench-echo");
+  auto b = InprocTransport::create(hub, "bench-client");
+  if (!a.ok() || !b.ok()) return Stats{0, 0, 0, false, "create failed"};
+  (void)(*a)->listen("echo");
+  (void)(*b)->connect("echo");
+  auto pa = wait_for_peer(**a, "bench-client", deadline_in_ms(5000));
+  auto pb = wait_for_peer(**b, "bench-echo", deadline_in_ms(5000));
+  if (!pa.ok() || !pb.ok()) return Stats{0, 0, 0, false, "connect failed"};
+  std::thread echo([&] {
+    std::vector<uint8_t> buf(size);
+    for (int i = 0; i < warmup + iters; ++i) {
+      auto r = (*a)->post_recv(*pa, 1, buf.data(), buf.size());
+      Completion c = (*a)->wait(*r, deadline_in_ms(10000));
+      if (!c.status.is_ok()) return;
+      auto s = (*a)->post_send(*pa, 2, buf.data(), c.bytes);
+      if (!(*a)->wait(*s, deadline_in_ms(10000)).status.is_ok()) return;
+    }
+  });
+  Stats st = pingpong(**b, *pb, size, iters, warmup);
+  echo.join();
+  return st;
+}
+
+// ucx_perftest tag_lat: server and client processes; parses the "Final:" line of -f output
+// (columns: iterations, 50%ile latency, average latency, overall latency, ...; latencies in us).
+Stats bench_perftest(size_t size, int iters, int warmup) {
+  uint16_t port = free_port();
+  std::string p = std::to_string(port), s = std::to_string(size), n = std::to_string(iters),
+              w = std::to_string(warmup);
+  pid_t server = fork();
+  if (server == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execlp("ucx_perftest", "ucx_perftest", "-p", p.c_str(), static_cast<char*>(nullptr));
+    _exit(13);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::string cmd = "ucx_perftest 127.0.0.1 -p " + p + " -t tag_lat -s " + s + " -n " + n + " -w " + w + " -f 2>&1";
+  Stats st;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) {
+    st.error = "cannot run ucx_perftest";
+  } else {
+    char line[1024];
+    std::string last;
+    while (fgets(line, sizeof line, f)) {
+      std::string l(line);
+      // The result row: first token is the iteration count.
+      std::istringstream is(l);
+      long it;
+      double p50, avg, overall;
+      if (is >> it >> p50 >> avg >> overall && it == iters) {
+        st.p50_us = p50;
+        st.mean_us = avg;
+        st.ok = true;
+      }
+      last = l;
+    }
+    int rc = pclose(f);
+    if (!st.ok) st.error = "ucx_perftest failed (rc " + std::to_string(rc) + "): " + last;
+  }
+  waitpid(server, nullptr, 0);
+  return st;
+}
+
+std::vector<size_t> parse_sizes(const std::string& s) {
+  std::vector<size_t> v;
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, ',')) v.push_back(std::stoull(tok));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--echo-server") {
+    return run_echo_server(argv[2], std::stoull(argv[3]));
+  }
+  std::vector<size_t> sizes = {64, 4096, 65536, 532480};
+  int iters = 2000, warmup = 200;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--sizes" && i + 1 < argc) sizes = parse_sizes(argv[++i]);
+    else if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
+    else if (a == "--warmup" && i + 1 < argc) warmup = std::stoi(argv[++i]);
+    else if (a == "--json") json = true;
+    else {
+      std::fprintf(stderr, "usage: bench_comm [--sizes a,b,c] [--iters N] [--warmup N] [--json]\n");
+      return 1;
+    }
+  }
+  spdlog::set_level(spdlog::level::warn);
+  if (!json) {
+    std::printf("one-way per-message latency (half round trip), loopback, median of %d ping-pongs\n", iters);
+    std::printf("%10s | %14s | %14s %7s | %14s | %9s %9s\n", "bytes", "ucx_perftest", "afd ucx", "ratio",
+                "afd inproc", "ucx p90", "ucx mean");
+  } else {
+    std::printf("[\n");
+  }
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    size_t size = sizes[k];
+    int it = size >= 262144 ? std::max(200, iters / 4) : iters;
+    int wu = size >= 262144 ? std::max(20, warmup / 4) : warmup;
+    Stats ref = bench_perftest(size, it, wu);
+    Stats ucx = bench_afd_ucx(size, it, wu);
+    Stats inp = bench_inproc(size, it, wu);
+    double ratio = ref.ok && ucx.ok && ref.p50_us > 0 ? ucx.p50_us / ref.p50_us : 0;
+    if (json) {
+      std::printf("  {\"bytes\": %zu, \"iters\": %d, \"ucx_perftest_p50_us\": %.3f, \"afd_ucx_p50_us\": %.3f, "
+                  "\"afd_ucx_p90_us\": %.3f, \"ratio\": %.3f, \"afd_inproc_p50_us\": %.3f}%s\n",
+                  size, it, ref.p50_us, ucx.p50_us, ucx.p90_us, ratio, inp.p50_us, k + 1 < sizes.size() ? "," : "");
+    } else {
+      std::printf("%10zu | %11.2f us | %11.2f us %6.2fx | %11.2f us | %6.2f us %6.2f us\n", size, ref.p50_us,
+                  ucx.p50_us, ratio, inp.p50_us, ucx.p90_us, ucx.mean_us);
+    }
+    if (!ref.ok) std::fprintf(stderr, "ucx_perftest (%zu bytes): %s\n", size, ref.error.c_str());
+    if (!ucx.ok) std::fprintf(stderr, "afd ucx (%zu bytes): %s\n", size, ucx.error.c_str());
+    if (!inp.ok) std::fprintf(stderr, "afd inproc (%zu bytes): %s\n", size, inp.error.c_str());
+    std::fflush(stdout);
+  }
+  if (json) std::printf("]\n");
+  return 0;
+}
