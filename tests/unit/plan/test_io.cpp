@@ -85,7 +85,10 @@ TEST(PlanIo, HfConfigQwen3MoeMatchesPreset) {
 // stepfun-ai/step3 layout: the text model under "text_config", MoE layers 4..59.
 TEST(PlanIo, HfConfigStep3MatchesPreset) {
   std::string layers;
-  for (int l = 4; l < 60; ++l) layers += (l > 4 ? "," : "") + std::to_string(l);
+  for (int l = 4; l < 60; ++l) {
+    if (l > 4) layers += ',';
+    layers += std::to_string(l);
+  }
   const std::string cfg = R"({"model_type": "step3_vl", "text_config": {
     "model_type": "step3_text", "hidden_size": 7168, "intermediate_size": 18432,
     "num_attention_heads": 64, "num_attention_groups": 1, "num_hidden_layers": 61, "head_dim": 256,

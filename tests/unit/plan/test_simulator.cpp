@@ -243,6 +243,22 @@ TEST(Simulator, RejectsBadConfig) {
   EXPECT_FALSE(simulate(c).ok());
 }
 
+// seeds/003 Figure 5 on the paper's sweep: FFN idles at r = 1 (theory 1 - t_F/t_A = 0.59;
+// the paper reports > 60%), attention idles > 60% at r = 32, and η_A, η_F cross between
+// r = 8 and r = 10 ("at around r = 8").
+TEST(Simulator, Figure5IdleRatios) {
+  ThreadPool pool(2);
+  const std::vector<RatioSpec> ratios = {{1, 1}, {8, 1}, {9, 1}, {10, 1}, {32, 1}};
+  auto pts = run_ratio_sweep(baseline(5), ratios, &pool);
+  ASSERT_TRUE(pts.ok());
+  const auto& p = *pts;
+  EXPECT_NEAR(p[0].sim.eta_ffn, p[0].theory.eta_ffn, 0.02);
+  EXPECT_GT(p[0].sim.eta_ffn, 0.55);
+  EXPECT_GT(p[4].sim.eta_attn, 0.60);
+  EXPECT_LT(p[1].sim.eta_attn, p[1].sim.eta_ffn);  // r = 8: FFN still idles more
+  EXPECT_GT(p[3].sim.eta_attn, p[3].sim.eta_ffn);  // r = 10: attention idles more
+}
+
 // Zero-length decodes finish at admission: no step runs, no time passes, rates are 0 (not NaN).
 TEST(Simulator, AllZeroDecodeLengths) {
   SimConfig c;
