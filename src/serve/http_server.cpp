@@ -152,7 +152,7 @@ void HttpServer::install_routes() {
     auto sr = std::make_shared<SeqRequest>(*g, model_.tokenizer.get(), model_.eos_ids, now_s());
     int w = router_->place(sr->tokens);
     Status sub = workers_[w]->submit(sr);
-    if (!sub.ok()) {
+    if (!sub.is_ok()) {
       int st = sub.code() == StatusCode::resource_exhausted ? 429 : 503;
       metrics_->requests_rejected.fetch_add(1);
       metrics_->request_finished(st);

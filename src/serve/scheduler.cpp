@@ -270,7 +270,7 @@ Result<int> Scheduler::step() {
     stats_->stage_sum.total_s += s.total_s > 0 ? s.total_s : dt;
     stats_->busy_s += dt;
   }
-  if (!st.ok()) {
+  if (!st.is_ok()) {
     spdlog::error("engine forward failed for a batch of {} sequences: {}", items.size(), st.to_string());
     for (SeqRequest* r : order) finish(r, FinishReason::error, st);
     remove_finished();

@@ -123,7 +123,7 @@ TEST(Scheduler, AdmissionWaitsForKvAndRejectsWhatCanNeverFit) {
   Fixture f(/*blocks=*/4, /*block=*/4, o);
   Status st;
   auto big = f.submit(std::vector<int32_t>(20, 5), 2, &st);  // needs 6 blocks > 4 total
-  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE(st.is_ok());
   auto a = f.submit(std::vector<int32_t>(7, 5), 1);   // 2 blocks
   auto b = f.submit(std::vector<int32_t>(11, 5), 1);  // 3 blocks: must wait for a
   ASSERT_TRUE(f.sched.step().ok());
@@ -190,7 +190,7 @@ TEST(Scheduler, BoundedQueueAndEngineErrors) {
   auto a = f.submit({1}, 3, &s1);
   auto b = f.submit({1}, 3, &s2);
   f.submit({1}, 3, &s3);
-  EXPECT_TRUE(s1.ok() && s2.ok());
+  EXPECT_TRUE(s1.is_ok() && s2.is_ok());
   EXPECT_EQ(s3.code(), StatusCode::resource_exhausted);
   f.engine.fail_next = true;
   EXPECT_FALSE(f.sched.step().ok());

@@ -1,0 +1,232 @@
+// The HTTP API end to end over loopback, with fake engines behind the real Service
+// (tokenizer files from write_tokenizer_files, scheduler, router, metrics, httplib).
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "../../unit/serve/fake_engine.h"
+#include "serve/service.h"
+#include "serve/tokenizer_writer.h"
+
+namespace afd::serve {
+namespace {
+
+using json = nlohmann::json;
+using testing::FakeEngine;
+
+class HttpTest : public ::testing::Test {
+ protected:
+  void start(ServiceOptions so, int n_workers = 2, int64_t blocks = 4096) {
+    dir_ = (std::filesystem::temp_directory_path() / ("afd_http_" + std::to_string(::getpid()))).string();
+    std::filesystem::create_directories(dir_);
+    ASSERT_TRUE(write_tokenizer_files(dir_, 1024).ok());
+    so.model_dir = dir_;
+    so.model_name = "tiny";
+    so.server.port = 0;
+    std::vector<std::unique_ptr<Engine>> engines;
+    for (int i = 0; i < n_workers; ++i) {
+      auto e = std::make_unique<FakeEngine>(1024, 256, blocks, 16);
+      engines_.push_back(e.get());
+      engines.push_back(std::move(e));
+    }
+    auto s = Service::create(so, std::move(engines));
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    svc_ = std::move(*s);
+    ASSERT_TRUE(svc_->start().is_ok());
+    thread_ = std::thread([this] { (void)svc_->run(); });
+    cli_ = std::make_unique<httplib::Client>("127.0.0.1", svc_->port());
+    cli_->set_read_timeout(30, 0);
+    for (int i = 0; i < 100; ++i) {
+      if (auto r = cli_->Get("/health"); r && r->status == 200) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  void TearDown() override {
+    if (svc_) svc_->stop();
+    if (thread_.joinable()) thread_.join();
+    svc_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  httplib::Result post(const std::string& path, const std::string& body, const httplib::Headers& h = {}) {
+    return cli_->Post(path.c_str(), h, body, "application/json");
+  }
+  // Parses an SSE body into its data payloads.
+  static std::vector<std::string> sse_data(const std::string& body) {
+    std::vector<std::string> out;
+    size_t i = 0;
+    while ((i = body.find("data: ", i)) != std::string::npos) {
+      size_t e = body.find("\n\n", i);
+      out.push_back(body.substr(i + 6, e - i - 6));
+      i = e;
+    }
+    return out;
+  }
+
+  std::string dir_;
+  std::vector<FakeEngine*> engines_;
+  std::unique_ptr<Service> svc_;
+  std::thread thread_;
+  std::unique_ptr<httplib::Client> cli_;
+};
+
+TEST_F(HttpTest, CompletionsAndChatNonStreaming) {
+  start({});
+  auto r = post("/v1/completions", R"({"model":"tiny","prompt":[5,6,7],"max_tokens":4,"temperature":0,"logprobs":2})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), 4u);
+  EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
+  // The text is the decoded greedy continuation of the fake engine.
+  auto c = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hello there"}],"max_tokens":3,
+      "temperature":0,"logprobs":true,"top_logprobs":1})");
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->status, 200) << c->body;
+  json k = json::parse(c->body);
+  EXPECT_EQ(k["object"], "chat.completion");
+  EXPECT_EQ(k["choices"][0]["message"]["role"], "assistant");
+  EXPECT_TRUE(k["choices"][0]["message"]["content"].is_string());
+  EXPECT_EQ(k["choices"][0]["logprobs"]["content"].size(), 3u);
+  EXPECT_EQ(k["usage"]["completion_tokens"], 3);
+  auto m = cli_->Get("/v1/models");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "tiny");
+}
+
+TEST_F(HttpTest, StreamingEndsWithDoneAndUsage) {
+  start({});
+  auto r = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true,
+      "stream_options":{"include_usage":true},"logprobs":true})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  auto data = sse_data(r->body);
+  ASSERT_GE(data.size(), 3u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  json usage = json::parse(data[data.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 5);
+  int n_tokens = 0;
+  std::string finish;
+  for (size_t i = 0; i + 2 < data.size(); ++i) {
+    json ch = json::parse(data[i]);
+    EXPECT_EQ(ch["object"], "chat.completion.chunk");
+    EXPECT_TRUE(ch["usage"].is_null());
+    n_tokens += static_cast<int>(ch["choices"][0]["logprobs"]["content"].size());
+    if (!ch["choices"][0]["finish_reason"].is_null()) finish = ch["choices"][0]["finish_reason"];
+    if (i == 0) EXPECT_EQ(ch["choices"][0]["delta"]["role"], "assistant");
+  }
+  EXPECT_EQ(n_tokens, 5);
+  EXPECT_EQ(finish, "length");
+  auto c = post("/v1/completions", R"({"prompt":"abc","max_tokens":3,"stream":true})");
+  ASSERT_TRUE(c);
+  auto cd = sse_data(c->body);
+  EXPECT_EQ(cd.back(), "[DONE]");
+  EXPECT_EQ(json::parse(cd[0])["object"], "text_completion");
+}
+
+TEST_F(HttpTest, ErrorsAreOpenAiShaped) {
+  ServiceOptions so;
+  so.server.max_body_bytes = 4096;
+  start(so);
+  auto bad = post("/v1/completions", "{oops");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  json e = json::parse(bad->body);
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(e["error"]["message"].is_string());
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","n":3})")->status, 400);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":[1,99999]})")->status, 400);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":0})")->status, 400);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","model":"nope"})")->status, 404);
+  auto big = post("/v1/completions", "{\"prompt\":\"" + std::string(10000, 'a') + "\"}");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  EXPECT_EQ(cli_->Get("/nope")->status, 404);
+}
+
+TEST_F(HttpTest, ApiKeyIsRequiredOnV1) {
+  ServiceOptions so;
+  so.server.api_key = "sekret";
+  start(so);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1})")->status, 401);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1})", {{"Authorization", "Bearer wrong"}})->status, 401);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1})", {{"Authorization", "Bearer sekret"}})->status, 200);
+  EXPECT_EQ(cli_->Get("/health")->status, 200);  // health stays open
+  EXPECT_TRUE(HttpServer::constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(HttpServer::constant_time_equal("abc", "abd"));
+  EXPECT_FALSE(HttpServer::constant_time_equal("abc", "abcd"));
+}
+
+TEST_F(HttpTest, OverCapacityIs429WithRetryAfter) {
+  ServiceOptions so;
+  so.scheduler.max_queue = 0;
+  start(so, 1);
+  auto r = post("/v1/completions", R"({"prompt":"a","max_tokens":1})");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(json::parse(r->body)["error"]["type"], "rate_limit_error");
+}
+
+TEST_F(HttpTest, ClientDisconnectMidStreamCancels) {
+  start({}, 1);
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(svc_->port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  std::string body = R"({"prompt":[1,2],"max_tokens":200,"stream":true,"ignore_eos":true})";
+  std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  char buf[512];
+  ASSERT_GT(::recv(fd, buf, sizeof buf, 0), 0);  // headers / first chunk arrived
+  ::close(fd);
+  // The scheduler frees the sequence within a few steps of the failed write.
+  bool freed = false;
+  for (int i = 0; i < 300 && !freed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    freed = engines_[0]->live_sequences() == 0 && svc_->metrics().requests_cancelled.load() == 1;
+  }
+  EXPECT_TRUE(freed);
+  EXPECT_LT(engines_[0]->tokens_processed, 200);
+}
+
+TEST_F(HttpTest, MetricsAndRoutingAcrossWorkers) {
+  start({}, 2);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 8; ++i)
+    ts.emplace_back([this, i] {
+      httplib::Client c("127.0.0.1", svc_->port());
+      c.set_read_timeout(30, 0);
+      auto r = c.Post("/v1/completions", "{\"prompt\":[" + std::to_string(i + 1) + ",2,3],\"max_tokens\":20}", "application/json");
+      EXPECT_TRUE(r && r->status == 200);
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_GT(engines_[0]->n_forward, 0);
+  EXPECT_GT(engines_[1]->n_forward, 0);
+  auto m = cli_->Get("/metrics");
+  ASSERT_TRUE(m);
+  for (const char* s : {"afd_requests_total{code=\"200\"} 8", "afd_generation_tokens_total 160",
+                        "afd_time_to_first_token_seconds_count 8", "afd_kv_usage_ratio{worker=\"1\"}",
+                        "afd_stage_seconds_total{worker=\"0\",stage=\"attention\"}", "afd_worker_idle_ratio"})
+    EXPECT_NE(m->body.find(s), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace afd::serve
