@@ -352,6 +352,32 @@ TEST(LoadModel, FusedAndPerExpertHoldTheSameModel) {
   }
 }
 
+// transformers v5 saves Mixtral's fused experts and router under "mlp." (MixtralExperts).
+TEST(LoadModel, MixtralFusedUnderMlpPrefix) {
+  test::TempDir dir;
+  auto c = make_preset_config(Arch::mixtral, "tiny");
+  ASSERT_TRUE(c.ok());
+  MakeModelOptions opt;
+  opt.out_dir = dir.path();
+  opt.layout = ExpertLayout::fused;
+  ASSERT_TRUE(make_model(*c, opt).ok());
+  test::edit_safetensors_header(dir.file("model.safetensors"), [](nlohmann::ordered_json& h) {
+    nlohmann::ordered_json out;
+    for (auto it = h.begin(); it != h.end(); ++it) {
+      std::string k = it.key();
+      auto p = k.find("block_sparse_moe.");
+      if (p != std::string::npos) k.replace(p, 17, "mlp.");
+      out[k] = it.value();
+    }
+    h = out;
+  });
+  auto w = load_model(dir.path());
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  expect_matrix_values((*w)->layers[0].moe.router, *c, "model.layers.0.block_sparse_moe.gate.weight", DType::bf16);
+  expect_matrix_values((*w)->layers[1].moe.experts[6].up, *c, "model.layers.1.block_sparse_moe.experts.6.w3.weight",
+                       DType::bf16);
+}
+
 TEST(MakeModel, PresetSizes) {
   // bf16 bytes of the presets: computed from the shapes, not written.
   for (Arch a : {Arch::qwen3_moe, Arch::qwen2_moe, Arch::mixtral}) {
