@@ -1,0 +1,111 @@
+// FfnClient: the attention side of AFD. An FfnBackend (runtime/ffn_backend.h) that sends
+// each (layer, micro-batch) to the FFN workers over a comm::Transport and sums their
+// replies (docs/PROTOCOL.md).
+//
+//   dispatch(layer, mb, b): quantises b.h to FP8 e4m3 (per-token or per-128 scales) and
+//     sends every FFN worker one a2f frame holding the tokens routed to its experts (the
+//     shared/dense holder gets every token; a worker with no tokens gets an empty frame).
+//     Returns once the sends are posted: the transfers progress on the transport's thread.
+//   combine(layer, mb, b): waits (deadline: timeout_ms) for every worker's f2a reply and
+//     writes b.ffn_out = sum of the BF16 partials (in f32).
+//
+// Threading contract: one engine thread drives a client (FfnBackend's contract): for each
+// micro-batch, dispatch and combine strictly alternate, and dispatch(l, mb) follows
+// combine(l - 1, mb). Different micro-batches interleave freely (dispatch mb0, dispatch
+// mb1, combine mb0, ...), each using its own registered buffers — one send and one receive
+// buffer per (micro-batch, FFN worker), allocated and registered once in create().
+//
+// Errors: a lost FFN worker, a stall past timeout_ms, a malformed reply or an FFN-side
+// error frame make dispatch/combine return a Status naming the worker, layer and
+// micro-batch; outstanding operations of that micro-batch are cancelled so the next forward
+// pass starts clean. A forward pass (dispatch of layer 0, micro-batch 0) first takes back
+// any FFN worker that reconnected (handshake again); until then it fails with unavailable.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/frame_buffer.h"
+#include "comm/protocol.h"
+#include "comm/transport.h"
+#include "runtime/ffn_backend.h"
+
+namespace afd {
+
+// Hash of the model's identity: architecture, shape-defining config fields, and the
+// position, dtype and shape of every weight matrix. Equal on both sides of a handshake.
+uint64_t model_fingerprint(const ModelWeights& w);
+
+struct FfnClientOptions {
+  int index = 0;        // this attention worker's index in [0, n_attention)
+  int n_attention = 1;  // x of xAyF
+  // FFN workers by peer name (their transport's local name), in shard order; the client
+  // connect()s to `ffn_addresses[j]` when given (else the caller arranges connections).
+  std::vector<std::string> ffn_names = {"ffn0"};
+  std::vector<std::string> ffn_addresses;
+  int microbatches = 3;            // 1..16
+  int64_t max_tokens = 256;        // most tokens in one micro-batch
+  bool per_block_scales = false;   // per-128-channel scales instead of per-token
+  bool payload_checksum = false;   // hash every payload (header is always checked)
+  int timeout_ms = 10000;          // per combine wait
+  int connect_timeout_ms = 60000;  // create(): waiting for the FFN workers
+};
+
+class FfnClient : public FfnBackend {
+ public:
+  // Connects to every FFN worker and runs the handshake (refused on any mismatch, with a
+  // message naming it). `transport` is not owned and must outlive the client.
+  static Result<std::unique_ptr<FfnClient>> create(std::shared_ptr<const ModelWeights> w,
+                                                   comm::Transport* transport, FfnClientOptions opt);
+  ~FfnClient() override;
+
+  Status dispatch(int64_t layer, int microbatch, TokenBatch& b) override;
+  Status combine(int64_t layer, int microbatch, TokenBatch& b) override;
+  double comm_seconds() const override { return comm_s_; }
+  void reset_times() override { comm_s_ = 0; }
+
+  // The expert range FFN worker j reported in its handshake.
+  const comm::Handshake& ffn_handshake(int j) const { return workers_[j].hs; }
+  // Tokens sent to worker j in the last dispatch of micro-batch mb (tests, stats).
+  int64_t last_sent_tokens(int mb, int j) const { return static_cast<int64_t>(slots_[mb][j].rows.size()); }
+
+ private:
+  struct Worker {
+    std::string name;
+    comm::PeerId peer = comm::kNoPeer;
+    comm::Handshake hs;
+    bool ready = false;  // handshake done on the current connection
+  };
+  // One per (micro-batch, FFN worker).
+  struct Slot {
+    comm::FrameBuffer send, recv;
+    std::vector<int32_t> rows;  // [n_j] token rows of the micro-batch sent to this worker
+    comm::RequestId send_id = 0, recv_id = 0;
+    bool send_live = false, recv_live = false;
+    uint32_t layer = 0;
+    uint64_t step = 0;
+  };
+
+  FfnClient(std::shared_ptr<const ModelWeights> w, comm::Transport* t, FfnClientOptions opt);
+  Status connect_all();
+  Status handshake(int j);
+  Status refresh_connections();
+  Status check_shards();
+  void abandon(int mb);  // cancels a micro-batch's outstanding operations and waits for them
+  comm::Handshake my_handshake() const;
+
+  std::shared_ptr<const ModelWeights> w_;
+  comm::Transport* t_;
+  FfnClientOptions opt_;
+  uint64_t fingerprint_ = 0;
+  std::vector<Worker> workers_;
+  std::vector<std::vector<Slot>> slots_;  // [microbatches][n_ffn]
+  std::vector<int> expert_owner_;          // [n_experts] -> FFN worker
+  int shared_owner_ = 0;
+  bool has_shared_ = false;
+  uint64_t step_ = 0;
+  double comm_s_ = 0;
+};
+
+}  // namespace afd

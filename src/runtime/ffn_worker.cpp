@@ -1,0 +1,443 @@
+#include "runtime/ffn_worker.h"
+
+#include <cstring>
+#include <thread>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "kernels/cpu/ops.h"
+#include "model/weights.h"
+#include "runtime/ffn_client.h"
+
+namespace afd {
+
+using namespace comm;
+
+namespace {
+int64_t deadline_in_ms(int64_t ms) { return now_ns() + ms * 1000000; }
+}  // namespace
+
+FfnWorker::FfnWorker(std::shared_ptr<const ModelWeights> w, Transport* t, FfnWorkerOptions opt, ThreadPool* pool)
+    : w_(std::move(w)), t_(t), opt_(opt), pool_(pool) {}
+
+FfnWorker::~FfnWorker() {
+  for (auto& p : peers_) drop_peer(*p, "worker shutting down");
+}
+
+Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const ModelWeights> w, Transport* transport,
+                                                     FfnWorkerOptions opt, ThreadPool* pool) {
+  if (!w || transport == nullptr) return invalid_argument("ffn worker: no model or no transport");
+  const ModelConfig& c = w->config;
+  if (opt.n_ffn < 1 || opt.n_ffn > 64 || opt.index < 0 || opt.index >= opt.n_ffn) {
+    return invalid_argument("ffn worker: shard " + std::to_string(opt.index) + "/" + std::to_string(opt.n_ffn) +
+                            " is not valid");
+  }
+  if (opt.n_attention < 1 || opt.n_attention > 1024) return invalid_argument("ffn worker: n_attention must be 1..1024");
+  if (opt.expert_end < 0) {
+    opt.expert_begin = opt.index * c.n_experts / opt.n_ffn;
+    opt.expert_end = (opt.index + 1) * c.n_experts / opt.n_ffn;
+  }
+  if (opt.expert_begin < 0 || opt.expert_begin > opt.expert_end || opt.expert_end > c.n_experts) {
+    return invalid_argument("ffn worker: expert range [" + std::to_string(opt.expert_begin) + ", " +
+                            std::to_string(opt.expert_end) + ") outside the model's " + std::to_string(c.n_experts) +
+                            " experts");
+  }
+  if (opt.holds_shared < 0) opt.holds_shared = opt.index == 0 ? 1 : 0;
+  std::unique_ptr<FfnWorker> wk(new FfnWorker(w, transport, opt, pool));
+  Handshake& h = wk->mine_;
+  h.fingerprint = model_fingerprint(*w);
+  h.role = Role::ffn;
+  h.index = static_cast<uint16_t>(opt.index);
+  h.n_attention = static_cast<uint16_t>(opt.n_attention);
+  h.n_ffn = static_cast<uint16_t>(opt.n_ffn);
+  h.expert_begin = static_cast<uint32_t>(opt.expert_begin);
+  h.expert_end = static_cast<uint32_t>(opt.expert_end);
+  h.holds_shared = static_cast<uint8_t>(opt.holds_shared ? 1 : 0);
+  h.n_layers = static_cast<uint32_t>(c.n_layers);
+  h.n_experts = static_cast<uint32_t>(c.n_experts);
+  h.hidden = static_cast<uint32_t>(c.hidden_size);
+  h.top_k = static_cast<uint32_t>(c.n_experts_per_tok);
+  wk->part_.prec = opt.prec;
+  wk->part_.include_shared = opt.holds_shared != 0;
+  wk->part_.experts_mask.assign(static_cast<size_t>(c.n_experts), 0);
+  for (int64_t e = opt.expert_begin; e < opt.expert_end; ++e) wk->part_.experts_mask[static_cast<size_t>(e)] = 1;
+  wk->limits_ = A2fLimits{h.hidden, h.top_k, h.n_experts, 0};
+  spdlog::info("ffn worker {}: {} on transport '{}'", opt.index, describe(h), transport->local_name());
+  return wk;
+}
+
+FfnWorker::Peer& FfnWorker::peer_state(PeerId id, const std::string& name) {
+  for (auto& p : peers_) {
+    if (p->id == id) return *p;
+  }
+  peers_.push_back(std::make_unique<Peer>());
+  peers_.back()->id = id;
+  peers_.back()->name = name;
+  return *peers_.back();
+}
+
+void FfnWorker::handle_events() {
+  PeerEvent ev;
+  while (t_->next_event(&ev, 0)) {
+    Peer& p = peer_state(ev.peer, ev.name);
+    if (ev.kind == PeerEventKind::disconnected) {
+      if (p.serving) spdlog::warn("ffn worker {}: attention peer '{}' lost: {}", opt_.index, p.name, ev.detail);
+      drop_peer(p, ev.detail);
+      continue;
+    }
+    drop_peer(p, "reconnected");
+    p.connected = true;
+    Status s = post_hello(p);
+    if (!s.is_ok()) spdlog::error("ffn worker {}: peer '{}': {}", opt_.index, p.name, s.to_string());
+  }
+}
+
+Status FfnWorker::post_hello(Peer& p) {
+  if (p.hello_in.data() == nullptr) {
+    AFD_ASSIGN_OR_RETURN(p.hello_in, FrameBuffer::create(t_, kFrameHeaderBytes + kMaxReasonBytes));
+    AFD_ASSIGN_OR_RETURN(p.hello_out, FrameBuffer::create(t_, kFrameHeaderBytes + kMaxReasonBytes));
+  }
+  AFD_ASSIGN_OR_RETURN(p.hello_id, t_->post_recv(p.id, frame_tag(TagFamily::handshake, 0), p.hello_in.data(),
+                                                 p.hello_in.capacity()));
+  p.hello_live = true;
+  return Status::ok();
+}
+
+Status FfnWorker::on_hello(Peer& p, const Completion& c) {
+  uint64_t tag = frame_tag(TagFamily::handshake, 0);
+  auto refuse = [&](const Status& why) {
+    stats_.refused++;
+    spdlog::error("ffn worker {}: refusing attention peer '{}': {}", opt_.index, p.name, why.message());
+    size_t n = encode_reason(FrameKind::refuse, 0, 0, 0, why.message(), p.hello_out.data());
+    auto s = t_->post_send(p.id, tag, p.hello_out.data(), n);
+    if (s.ok()) t_->wait(*s, deadline_in_ms(1000));
+    return post_hello(p);  // a corrected peer may say hello again
+  };
+  if (!c.status.is_ok()) return Status::ok();  // lost; the disconnect event follows
+  auto theirs = decode_handshake(p.hello_in.data(), c.bytes, FrameKind::hello);
+  if (!theirs.ok()) return refuse(theirs.status());
+  Status m = check_handshake_match(mine_, *theirs);
+  if (m.is_ok() && theirs->role != Role::attention) m = invalid_argument("peer is not an attention worker");
+  if (m.is_ok() && (theirs->max_tokens < 1 || theirs->max_tokens > (1u << 20))) {
+    m = invalid_argument("max_tokens " + std::to_string(theirs->max_tokens) + " outside 1..2^20");
+  }
+  if (m.is_ok() && theirs->granularity == ScaleGranularity::per_block && mine_.hidden % kScaleBlock != 0) {
+    m = invalid_argument("per-128 scales need hidden % 128 == 0");
+  }
+  for (auto& q : peers_) {
+    if (m.is_ok() && q.get() != &p && q->serving && q->hs.index == theirs->index) {
+      m = invalid_argument("attention index " + std::to_string(theirs->index) + " is already served for peer '" +
+                           q->name + "'");
+    }
+  }
+  if (!m.is_ok()) return refuse(m);
+  // Prepare once: buffers for every micro-batch of this peer, registered now.
+  const int64_t H = mine_.hidden;
+  AFD_ASSIGN_OR_RETURN(A2fLayout lay, a2f_layout(theirs->max_tokens, H, mine_.top_k, theirs->granularity));
+  p.hs = *theirs;
+  p.mbs.clear();
+  p.mbs.resize(theirs->n_microbatches);
+  for (size_t mb = 0; mb < p.mbs.size(); ++mb) {
+    AFD_ASSIGN_OR_RETURN(p.mbs[mb].recv, FrameBuffer::create(t_, kFrameHeaderBytes + lay.total));
+    AFD_ASSIGN_OR_RETURN(p.mbs[mb].send, FrameBuffer::create(t_, kFrameHeaderBytes + f2a_payload_bytes(theirs->max_tokens, H)));
+    AFD_RETURN_IF_ERROR(post_frame_recv(p, static_cast<int>(mb)));
+  }
+  size_t n = encode_handshake(FrameKind::hello_ack, mine_, p.hello_out.data());
+  AFD_ASSIGN_OR_RETURN(RequestId s, t_->post_send(p.id, tag, p.hello_out.data(), n));
+  Completion cs = t_->wait(s, deadline_in_ms(opt_.peer_timeout_ms));
+  if (cs.status.code() == StatusCode::timeout) t_->cancel(s), t_->wait(s, deadline_in_ms(1000));
+  p.serving = true;
+  p.active_last_step = false;
+  spdlog::info("ffn worker {}: serving attention peer '{}' ({}, {} micro-batches, up to {} tokens)", opt_.index, p.name,
+               describe(*theirs), theirs->n_microbatches, theirs->max_tokens);
+  return Status::ok();
+}
+
+Status FfnWorker::post_frame_recv(Peer& p, int mb) {
+  MbSlot& s = p.mbs[static_cast<size_t>(mb)];
+  AFD_ASSIGN_OR_RETURN(s.recv_id, t_->post_recv(p.id, frame_tag(TagFamily::a2f, static_cast<uint32_t>(mb)),
+                                                s.recv.data(), s.recv.capacity()));
+  s.recv_live = true;
+  s.ready = false;
+  return Status::ok();
+}
+
+void FfnWorker::drop_peer(Peer& p, const std::string& why) {
+  auto end = [&](RequestId id) {
+    t_->cancel(id);
+    t_->wait(id, deadline_in_ms(1000));
+  };
+  if (p.hello_live) end(p.hello_id);
+  p.hello_live = false;
+  for (auto& s : p.mbs) {
+    if (s.recv_live) end(s.recv_id);
+    if (s.send_live) end(s.send_id);
+    s.recv_live = s.send_live = s.ready = false;
+    s.expect_layer = -1;
+  }
+  p.serving = false;
+  p.connected = false;
+  p.active_last_step = false;
+}
+
+void FfnWorker::send_error(Peer& p, int mb, uint32_t layer, uint64_t step, const std::string& why) {
+  MbSlot& s = p.mbs[static_cast<size_t>(mb)];
+  wait_send(s);
+  size_t n = encode_reason(FrameKind::error, layer, static_cast<uint16_t>(mb), step, why, s.send.data());
+  auto r = t_->post_send(p.id, frame_tag(TagFamily::f2a, static_cast<uint32_t>(mb)), s.send.data(), n);
+  if (r.ok()) {
+    s.send_id = *r;
+    s.send_live = true;
+  }
+}
+
+void FfnWorker::wait_send(MbSlot& s) {
+  if (!s.send_live) return;
+  Completion c;
+  if (!t_->test(s.send_id, &c)) {
+    c = t_->wait(s.send_id, deadline_in_ms(opt_.peer_timeout_ms));
+    if (c.status.code() == StatusCode::timeout) {
+      t_->cancel(s.send_id);
+      t_->wait(s.send_id, deadline_in_ms(1000));
+    }
+  }
+  s.send_live = false;
+}
+
+bool FfnWorker::accept_frame(Peer& p, int mb) {
+  MbSlot& s = p.mbs[static_cast<size_t>(mb)];
+  A2fLimits lim = limits_;
+  lim.max_tokens = p.hs.max_tokens;
+  auto v = decode_a2f(s.recv.data(), s.bytes, lim);
+  Status bad;
+  if (!v.ok()) {
+    bad = v.status();
+  } else if (v->header.microbatch != mb) {
+    bad = corrupt_data("frame for micro-batch " + std::to_string(v->header.microbatch) + " arrived on micro-batch " +
+                       std::to_string(mb));
+  } else if (v->header.layer >= mine_.n_layers) {
+    bad = corrupt_data("frame for layer " + std::to_string(v->header.layer) + " of a " + std::to_string(mine_.n_layers) +
+                       "-layer model");
+  } else {
+    bool moe = w_->config.is_moe_layer(v->header.layer);
+    if (moe && v->header.top_k != mine_.top_k) bad = corrupt_data("MoE layer frame without its top-k routes");
+    if (!moe && v->header.top_k != 0) bad = corrupt_data("dense layer frame with routes");
+  }
+  if (!bad.is_ok()) {
+    stats_.bad_frames++;
+    uint32_t layer = s.expect_layer >= 0 ? static_cast<uint32_t>(s.expect_layer) : 0;
+    uint64_t step = 0;
+    auto h = decode_header(s.recv.data(), s.bytes);
+    if (h.ok()) layer = h->layer, step = h->step;
+    spdlog::error("ffn worker {}: malformed frame from '{}' (micro-batch {}): {}", opt_.index, p.name, mb, bad.message());
+    send_error(p, mb, layer, step, "malformed a2f frame: " + bad.message());
+    s.expect_layer = -1;
+    (void)post_frame_recv(p, mb);
+    return false;
+  }
+  s.view = *v;
+  s.ready = true;
+  return true;
+}
+
+void FfnWorker::poll_frames() {
+  for (auto& pp : peers_) {
+    Peer& p = *pp;
+    if (p.hello_live) {
+      Completion c;
+      if (t_->test(p.hello_id, &c)) {
+        p.hello_live = false;
+        Status s = on_hello(p, c);
+        if (!s.is_ok()) spdlog::error("ffn worker {}: handshake with '{}': {}", opt_.index, p.name, s.to_string());
+      }
+    }
+    if (!p.serving) continue;
+    for (size_t mb = 0; mb < p.mbs.size(); ++mb) {
+      MbSlot& s = p.mbs[mb];
+      if (!s.recv_live) continue;
+      Completion c;
+      if (!t_->test(s.recv_id, &c)) continue;
+      s.recv_live = false;
+      if (!c.status.is_ok()) continue;  // lost peer: its disconnect event follows
+      s.bytes = c.bytes;
+      accept_frame(p, static_cast<int>(mb));
+    }
+  }
+}
+
+bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
+  // Pick the ready frame of the lowest layer (older work first); ties rotate so no
+  // attention worker is favoured. If another attention worker is mid-step *behind* on
+  // that micro-batch (it will send a lower layer next), wait for it and serve it first:
+  // this brings attention workers into lockstep, so later layers aggregate.
+  static thread_local size_t rotate = 0;
+  Peer* first = nullptr;
+  int mb = -1;
+  uint32_t best = 0;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    first = nullptr;
+    for (size_t k = 0; k < peers_.size(); ++k) {
+      Peer& p = *peers_[(rotate + k) % peers_.size()];
+      if (!p.serving) continue;
+      for (size_t m = 0; m < p.mbs.size(); ++m) {
+        if (p.mbs[m].ready && (first == nullptr || p.mbs[m].view.header.layer < best)) {
+          first = &p;
+          mb = static_cast<int>(m);
+          best = p.mbs[m].view.header.layer;
+        }
+      }
+    }
+    if (first == nullptr) return false;
+    if (attempt == 1) break;
+    auto behind = [&](Peer& q) {
+      if (&q == first || !q.serving || static_cast<size_t>(mb) >= q.mbs.size()) return false;
+      const MbSlot& s = q.mbs[static_cast<size_t>(mb)];
+      return !s.ready && s.recv_live && s.expect_layer >= 0 && s.expect_layer < static_cast<int>(best);
+    };
+    const int64_t dl = deadline_in_ms(opt_.peer_timeout_ms);
+    bool any = false;
+    for (;;) {
+      std::vector<RequestId> waiting;
+      for (auto& q : peers_) {
+        if (behind(*q)) waiting.push_back(q->mbs[static_cast<size_t>(mb)].recv_id);
+      }
+      if (waiting.empty() || now_ns() >= dl || stop->load()) break;
+      any = true;
+      t_->wait_any(waiting, std::min(dl, now_ns() + 5000000));
+      poll_frames();
+      handle_events();
+    }
+    for (auto& q : peers_) {
+      if (!behind(*q)) continue;
+      spdlog::warn("ffn worker {}: attention peer '{}' sent no frame for micro-batch {} within {} ms", opt_.index,
+                   q->name, mb, opt_.peer_timeout_ms);
+      q->mbs[static_cast<size_t>(mb)].expect_layer = -1;
+    }
+    if (!any) break;
+  }
+  ++rotate;
+  const uint32_t layer = first->mbs[static_cast<size_t>(mb)].view.header.layer;
+
+  // Wait for the other attention workers expected at (layer, mb).
+  auto expected = [&](Peer& q) {
+    if (&q == first || !q.serving || static_cast<size_t>(mb) >= q.mbs.size()) return false;
+    const MbSlot& s = q.mbs[static_cast<size_t>(mb)];
+    if (s.ready) return false;
+    if (layer > 0) return s.expect_layer == static_cast<int>(layer);
+    return s.expect_layer < 0 && q.active_last_step;
+  };
+  const int64_t deadline = layer > 0 ? deadline_in_ms(opt_.peer_timeout_ms) : now_ns() + int64_t{opt_.gather_window_us} * 1000;
+  for (;;) {
+    std::vector<RequestId> waiting;
+    for (auto& q : peers_) {
+      if (expected(*q) && q->mbs[static_cast<size_t>(mb)].recv_live) waiting.push_back(q->mbs[static_cast<size_t>(mb)].recv_id);
+    }
+    if (waiting.empty() || now_ns() >= deadline || stop->load()) break;
+    t_->wait_any(waiting, std::min(deadline, now_ns() + 5000000));
+    poll_frames();
+    handle_events();
+  }
+  if (layer > 0) {
+    for (auto& q : peers_) {
+      if (!expected(*q)) continue;
+      spdlog::warn("ffn worker {}: attention peer '{}' sent no frame for layer {} micro-batch {} within {} ms; serving "
+                   "the others",
+                   opt_.index, q->name, layer, mb, opt_.peer_timeout_ms);
+      q->mbs[static_cast<size_t>(mb)].expect_layer = -1;
+    }
+  }
+
+  // Aggregate: dequantise every member's frame straight into the batch.
+  struct Member {
+    Peer* p;
+    int64_t off, n;
+    uint64_t step;
+  };
+  std::vector<Member> members;
+  const int64_t H = mine_.hidden;
+  const bool moe = w_->config.is_moe_layer(layer);
+  const int64_t K = moe ? mine_.top_k : 0;
+  int64_t total = 0;
+  for (auto& q : peers_) {
+    if (!q->serving || static_cast<size_t>(mb) >= q->mbs.size()) continue;
+    MbSlot& s = q->mbs[static_cast<size_t>(mb)];
+    if (!s.ready || s.view.header.layer != layer) continue;
+    members.push_back(Member{q.get(), total, s.view.header.n_tokens, s.view.header.step});
+    total += s.view.header.n_tokens;
+  }
+  h_.resize(static_cast<size_t>(total * H));
+  out_.resize(static_cast<size_t>(total * H));
+  ids_.resize(static_cast<size_t>(total * K));
+  wts_.resize(static_cast<size_t>(total * K));
+  for (auto& m : members) {
+    MbSlot& s = m.p->mbs[static_cast<size_t>(mb)];
+    if (m.n > 0) {
+      kernels::dequantize_fp8_e4m3(s.view.q, s.view.scales, m.n * H, s.view.group, h_.data() + m.off * H);
+      if (K > 0) {
+        std::memcpy(ids_.data() + m.off * K, s.view.ids, static_cast<size_t>(m.n * K) * 4);
+        std::memcpy(wts_.data() + m.off * K, s.view.weights, static_cast<size_t>(m.n * K) * 4);
+      }
+    }
+    // The receive buffer is consumed: post the next receive before computing.
+    Status st = post_frame_recv(*m.p, mb);
+    if (!st.is_ok()) spdlog::warn("ffn worker {}: re-posting a receive for '{}': {}", opt_.index, m.p->name, st.to_string());
+  }
+  const int64_t t0 = now_ns();
+  ffn_part(*w_, layer, h_.data(), total, K > 0 ? ids_.data() : nullptr, K > 0 ? wts_.data() : nullptr, out_.data(),
+           part_, &scratch_, pool_);
+  stats_.ffn_ns += now_ns() - t0;
+  stats_.batches++;
+  stats_.tokens += total;
+  stats_.frames += static_cast<int64_t>(members.size());
+  if (members.size() > 1) stats_.multi_peer_batches++;
+
+  // Reply: each member's rows in BF16.
+  for (auto& m : members) {
+    MbSlot& s = m.p->mbs[static_cast<size_t>(mb)];
+    wait_send(s);
+    uint8_t* payload = s.send.data() + kFrameHeaderBytes;
+    kernels::f32_to_bf16_row(out_.data() + m.off * H, m.n * H, reinterpret_cast<uint16_t*>(payload));
+    FrameHeader h;
+    h.kind = FrameKind::f2a;
+    h.layer = layer;
+    h.microbatch = static_cast<uint16_t>(mb);
+    h.step = m.step;
+    h.n_tokens = static_cast<uint32_t>(m.n);
+    h.hidden = static_cast<uint32_t>(H);
+    h.payload_bytes = f2a_payload_bytes(m.n, H);
+    encode_header(h, payload, s.send.data());
+    auto r = t_->post_send(m.p->id, frame_tag(TagFamily::f2a, static_cast<uint32_t>(mb)), s.send.data(),
+                           kFrameHeaderBytes + h.payload_bytes);
+    if (r.ok()) {
+      s.send_id = *r;
+      s.send_live = true;
+    }
+    const bool last = layer + 1 >= mine_.n_layers;
+    s.expect_layer = last ? -1 : static_cast<int>(layer + 1);
+    if (last) m.p->active_last_step = true;
+  }
+  return true;
+}
+
+Status FfnWorker::run(const std::atomic<bool>* stop) {
+  while (!stop->load()) {
+    handle_events();
+    poll_frames();
+    if (serve_one(stop)) continue;
+    std::vector<RequestId> ids;
+    for (auto& p : peers_) {
+      if (p->hello_live) ids.push_back(p->hello_id);
+      for (auto& s : p->mbs) {
+        if (p->serving && s.recv_live) ids.push_back(s.recv_id);
+      }
+    }
+    if (ids.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    } else {
+      t_->wait_any(ids, now_ns() + 20000000);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace afd

@@ -1,0 +1,127 @@
+// FfnWorker: the FFN side of AFD. Serves x attention workers over a comm::Transport: for
+// every (layer, micro-batch) it gathers the a2f frames of all attention workers in the
+// middle of that step into one aggregated batch, runs ffn_part over its expert shard, and
+// sends each attention worker its BF16 rows back (docs/PROTOCOL.md).
+//
+// Buffers: at each attention worker's handshake, one receive and one send buffer per
+// (micro-batch, attention worker), sized by its max_tokens, are allocated and registered
+// once; every step only posts. Frames are dequantised straight from their receive buffers
+// into the aggregated f32 batch (the only copy).
+//
+// Aggregation: the worker tracks, per attention worker and micro-batch, the layer it
+// expects next. A batch for (layer, mb) waits for every attention worker that is in the
+// middle of a step on that micro-batch (up to peer_timeout_ms; a straggler past that is
+// logged and served on its own later), and at layer 0 for up to gather_window_us for
+// attention workers that were active in their previous step.
+//
+// Faults: a malformed frame is answered with an error frame (the attention side gets a
+// clear Status) and logged; a lost attention worker is dropped from aggregation and taken
+// back, after a new handshake, when it reconnects. None of these stop the worker.
+//
+// Threading: run() blocks the calling thread until *stop becomes true (checked at least
+// every 50 ms); ffn_part uses `pool`. Stats may be read from other threads.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/frame_buffer.h"
+#include "comm/protocol.h"
+#include "comm/transport.h"
+#include "core/thread_pool.h"
+#include "model/ffn_part.h"
+
+namespace afd {
+
+struct FfnWorkerOptions {
+  int index = 0;        // this FFN worker's shard index in [0, n_ffn)
+  int n_ffn = 1;        // y of xAyF
+  int n_attention = 1;  // x of xAyF
+  // Routed experts held: [expert_begin, expert_end); expert_end < 0 means the contiguous
+  // shard index*E/n_ffn .. (index+1)*E/n_ffn (runtime/topology.h).
+  int64_t expert_begin = 0, expert_end = -1;
+  int holds_shared = -1;          // shared expert + dense layers; -1: index == 0
+  kernels::ActPrecision prec = kernels::ActPrecision::f32;
+  int peer_timeout_ms = 10000;    // waiting for a mid-step attention worker's frame
+  int gather_window_us = 2000;    // layer 0: waiting for attention workers active last step
+};
+
+struct FfnWorkerStats {
+  std::atomic<int64_t> batches{0};        // ffn_part calls
+  std::atomic<int64_t> frames{0};         // a2f frames served
+  std::atomic<int64_t> tokens{0};         // tokens computed
+  std::atomic<int64_t> multi_peer_batches{0};  // batches aggregating > 1 attention worker
+  std::atomic<int64_t> bad_frames{0};     // malformed frames answered with an error frame
+  std::atomic<int64_t> refused{0};        // handshakes refused
+  std::atomic<int64_t> ffn_ns{0};         // time in ffn_part
+};
+
+class FfnWorker {
+ public:
+  // `transport` is not owned and must outlive the worker; it should already listen.
+  static Result<std::unique_ptr<FfnWorker>> create(std::shared_ptr<const ModelWeights> w, comm::Transport* transport,
+                                                   FfnWorkerOptions opt, ThreadPool* pool);
+  ~FfnWorker();
+
+  // Serves until *stop is true. Returns ok on stop; errors only for local failures
+  // (e.g. out of memory registering buffers), never for a peer's misbehaviour.
+  Status run(const std::atomic<bool>* stop);
+
+  const FfnWorkerStats& stats() const { return stats_; }
+  const comm::Handshake& handshake() const { return mine_; }
+
+ private:
+  struct MbSlot {
+    comm::FrameBuffer recv, send;
+    comm::RequestId recv_id = 0, send_id = 0;
+    bool recv_live = false, send_live = false;
+    bool ready = false;       // a frame arrived and waits to be served
+    size_t bytes = 0;
+    comm::A2fView view;       // valid when ready && decoded
+    int expect_layer = -1;    // next layer expected mid-step; -1 idle
+  };
+  struct Peer {
+    comm::PeerId id = comm::kNoPeer;
+    std::string name;
+    bool connected = false;
+    bool serving = false;     // handshake accepted
+    comm::Handshake hs;
+    comm::FrameBuffer hello_in, hello_out;
+    comm::RequestId hello_id = 0;
+    bool hello_live = false;
+    std::vector<MbSlot> mbs;
+    bool active_last_step = false;
+  };
+
+  FfnWorker(std::shared_ptr<const ModelWeights> w, comm::Transport* t, FfnWorkerOptions opt, ThreadPool* pool);
+  Peer& peer_state(comm::PeerId id, const std::string& name);
+  void handle_events();
+  Status post_hello(Peer& p);
+  Status on_hello(Peer& p, const comm::Completion& c);
+  Status post_frame_recv(Peer& p, int mb);
+  void poll_frames();
+  bool accept_frame(Peer& p, int mb);  // decodes a completed receive; false if it was bad (answered)
+  void send_error(Peer& p, int mb, uint32_t layer, uint64_t step, const std::string& why);
+  void drop_peer(Peer& p, const std::string& why);
+  void wait_send(MbSlot& s);
+  // Gathers and serves one batch if any frame is ready; returns whether it did.
+  bool serve_one(const std::atomic<bool>* stop);
+
+  std::shared_ptr<const ModelWeights> w_;
+  comm::Transport* t_;
+  FfnWorkerOptions opt_;
+  ThreadPool* pool_;
+  comm::Handshake mine_;
+  FfnPartOptions part_;
+  comm::A2fLimits limits_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  FfnScratch scratch_;
+  std::vector<float> h_, out_;        // [total, hidden]
+  std::vector<int32_t> ids_;          // [total, top_k]
+  std::vector<float> wts_;            // [total, top_k]
+  FfnWorkerStats stats_;
+};
+
+}  // namespace afd

@@ -1,0 +1,380 @@
+// FfnClient + FfnWorker over real transports: AFD results equal the local FFN on the
+// same FP8-rounded input (bit-exact for one FFN worker; sum of BF16 partials for EP),
+// aggregation across attention workers, handshake refusal, and the fault paths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "comm/fault_transport.h"
+#include "comm/inproc_transport.h"
+#include "comm/ucx_transport.h"
+#include "core/timer.h"
+#include "model/make_model.h"
+#include "model/weights.h"
+#include "runtime/ffn_backend.h"
+#include "runtime/ffn_client.h"
+#include "runtime/ffn_worker.h"
+
+namespace afd {
+namespace {
+
+using namespace comm;
+
+int64_t deadline_in_ms(int64_t ms) { return now_ns() + ms * 1000000; }
+
+// qwen2_moe tiny (8 experts, top-2, shared expert) with layer 1 dense.
+std::shared_ptr<const ModelWeights> tiny_model(const std::string& tag, int64_t n_layers = 3) {
+  static std::map<std::string, std::shared_ptr<const ModelWeights>> cache;
+  if (cache.count(tag)) return cache[tag];
+  auto c = make_preset_config(Arch::qwen2_moe, "tiny");
+  EXPECT_TRUE(c.ok());
+  c->n_layers = n_layers;
+  c->mlp_only_layers = {1};
+  MakeModelOptions o;
+  o.out_dir = std::string(AFD_BINARY_DIR) + "/test_ffn_afd_" + tag;
+  std::filesystem::create_directories(o.out_dir);
+  o.seed = 3;
+  auto r = make_model(*c, o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  auto w = load_model(o.out_dir);
+  EXPECT_TRUE(w.ok()) << w.status().to_string();
+  cache[tag] = *w;
+  return *w;
+}
+
+TokenBatch random_batch(const ModelConfig& c, int64_t n, uint32_t seed) {
+  TokenBatch b;
+  b.resize(c, n);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0, 1);
+  for (auto& v : b.h) v = nd(rng);
+  const int64_t K = c.n_experts_per_tok;
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t e0 = static_cast<int32_t>(rng() % c.n_experts);
+    int32_t e1 = static_cast<int32_t>((e0 + 1 + rng() % (c.n_experts - 1)) % c.n_experts);
+    b.topk_ids[i * K] = e0;
+    b.topk_ids[i * K + 1] = e1;
+    b.topk_w[i * K] = 0.7f;
+    b.topk_w[i * K + 1] = 0.3f;
+  }
+  return b;
+}
+
+// The monolithic reference: FP8 round trip of h, full ffn_part.
+std::vector<float> reference(const ModelWeights& w, int64_t layer, const TokenBatch& b) {
+  std::vector<float> h(b.h.begin(), b.h.begin() + b.n * w.config.hidden_size);
+  std::vector<uint8_t> q8;
+  std::vector<float> sc;
+  fp8_round_trip(h.data(), b.n, w.config.hidden_size, 0, &q8, &sc);
+  std::vector<float> out(h.size());
+  FfnPartOptions opt;
+  FfnScratch scratch;
+  bool moe = w.config.is_moe_layer(layer);
+  ffn_part(w, layer, h.data(), b.n, moe ? b.topk_ids.data() : nullptr, moe ? b.topk_w.data() : nullptr, out.data(),
+           opt, &scratch, nullptr);
+  return out;
+}
+
+// The EP reference: the same FP8 input, each FFN worker's partial (its experts; the shared
+// expert and dense layers on worker 0) rounded to BF16, summed in f32.
+std::vector<float> reference_ep(const ModelWeights& w, int64_t layer, const TokenBatch& b, int y) {
+  const ModelConfig& c = w.config;
+  std::vector<float> h(b.h.begin(), b.h.begin() + b.n * c.hidden_size);
+  std::vector<uint8_t> q8;
+  std::vector<float> sc;
+  fp8_round_trip(h.data(), b.n, c.hidden_size, 0, &q8, &sc);
+  std::vector<float> out(h.size(), 0.0f), part(h.size());
+  bool moe = c.is_moe_layer(layer);
+  for (int j = 0; j < y; ++j) {
+    FfnPartOptions opt;
+    opt.include_shared = j == 0;
+    opt.experts_mask.assign(static_cast<size_t>(c.n_experts), 0);
+    for (int64_t e = j * c.n_experts / y; e < (j + 1) * c.n_experts / y; ++e) opt.experts_mask[e] = 1;
+    FfnScratch scratch;
+    ffn_part(w, layer, h.data(), b.n, moe ? b.topk_ids.data() : nullptr, moe ? b.topk_w.data() : nullptr, part.data(),
+             opt, &scratch, nullptr);
+    for (size_t i = 0; i < out.size(); ++i) out[i] += round_bf16(part[i]);
+  }
+  return out;
+}
+
+struct Bundle {
+  std::shared_ptr<InprocHub> hub = std::make_shared<InprocHub>();
+  std::vector<std::unique_ptr<Transport>> ffn_t, attn_t;
+  std::vector<std::unique_ptr<FfnWorker>> workers;
+  std::vector<std::thread> threads;
+  std::atomic<bool> stop{false};
+  ThreadPool pool{1};
+  ~Bundle() {
+    stop = true;
+    for (auto& t : threads) t.join();
+  }
+};
+
+std::unique_ptr<Transport> inproc(Bundle& b, const std::string& name) {
+  auto t = InprocTransport::create(b.hub, name);
+  EXPECT_TRUE(t.ok());
+  return std::move(t).value();
+}
+
+// x attention transports and y FFN workers running on threads (inproc).
+void start_workers(Bundle& b, std::shared_ptr<const ModelWeights> w, int x, int y, bool fault_wrap = false) {
+  for (int j = 0; j < y; ++j) {
+    std::unique_ptr<Transport> t = inproc(b, "ffn" + std::to_string(j));
+    if (fault_wrap) t = std::make_unique<FaultTransport>(std::move(t), 11);
+    ASSERT_TRUE(t->listen("ffn" + std::to_string(j) + "-addr").is_ok());
+    FfnWorkerOptions o;
+    o.index = j;
+    o.n_ffn = y;
+    o.n_attention = x;
+    o.peer_timeout_ms = 500;
+    auto wk = FfnWorker::create(w, t.get(), o, nullptr);
+    ASSERT_TRUE(wk.ok()) << wk.status().to_string();
+    b.workers.push_back(std::move(wk).value());
+    b.ffn_t.push_back(std::move(t));
+  }
+  for (int j = 0; j < y; ++j) {
+    b.threads.emplace_back([&b, j] { (void)b.workers[j]->run(&b.stop); });
+  }
+}
+
+FfnClientOptions client_opts(int index, int x, int y, int mbs = 2) {
+  FfnClientOptions o;
+  o.index = index;
+  o.n_attention = x;
+  o.ffn_names.clear();
+  for (int j = 0; j < y; ++j) {
+    o.ffn_names.push_back("ffn" + std::to_string(j));
+    o.ffn_addresses.push_back("ffn" + std::to_string(j) + "-addr");
+  }
+  o.microbatches = mbs;
+  o.max_tokens = 32;
+  o.timeout_ms = 3000;
+  o.connect_timeout_ms = 5000;
+  return o;
+}
+
+TEST(FfnAfd, OneWorkerIsBitExactToLocalFp8PlusBf16) {
+  auto w = tiny_model("a");
+  Bundle b;
+  start_workers(b, w, 1, 1);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  auto cl = FfnClient::create(w, b.attn_t[0].get(), client_opts(0, 1, 1));
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  const int64_t H = w->config.hidden_size;
+  for (int step = 0; step < 2; ++step) {
+    for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
+      TokenBatch mb0 = random_batch(w->config, 7, 100 + step * 10 + layer);
+      TokenBatch mb1 = random_batch(w->config, 3, 200 + step * 10 + layer);
+      ASSERT_TRUE((*cl)->dispatch(layer, 0, mb0).is_ok());
+      ASSERT_TRUE((*cl)->dispatch(layer, 1, mb1).is_ok());
+      for (auto [mb, batch] : {std::pair<int, TokenBatch*>{0, &mb0}, {1, &mb1}}) {
+        Status s = (*cl)->combine(layer, mb, *batch);
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        auto ref = reference(*w, layer, *batch);
+        for (int64_t i = 0; i < batch->n * H; ++i) {
+          ASSERT_EQ(batch->ffn_out[i], round_bf16(ref[i])) << "layer " << layer << " mb " << mb << " at " << i;
+        }
+      }
+    }
+  }
+  EXPECT_GT(b.workers[0]->stats().batches.load(), 0);
+}
+
+TEST(FfnAfd, TwoAttentionTwoFfnAggregatesAndMatches) {
+  auto w = tiny_model("a");
+  Bundle b;
+  start_workers(b, w, 2, 2);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  b.attn_t.push_back(inproc(b, "attn1"));
+  std::vector<std::unique_ptr<FfnClient>> cls(2);
+  std::vector<std::thread> ts;
+  std::atomic<int> failures{0}, ready{0};
+  double max_rel = 0;
+  std::mutex mu;
+  for (int a = 0; a < 2; ++a) {
+    ts.emplace_back([&, a] {
+      auto cl = FfnClient::create(w, b.attn_t[a].get(), client_opts(a, 2, 2));
+      if (!cl.ok()) {
+        ADD_FAILURE() << cl.status().to_string();
+        failures++;
+        ready++;
+        return;
+      }
+      // Start stepping together, as attention workers of one bundle do.
+      ready++;
+      while (ready.load() < 2) std::this_thread::yield();
+      const int64_t H = w->config.hidden_size;
+      for (int step = 0; step < 4; ++step) {
+        for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
+          TokenBatch bt[2] = {random_batch(w->config, 5 + a, 1000 * a + step * 10 + layer),
+                              random_batch(w->config, 4, 5000 * a + step * 10 + layer)};
+          for (int mb = 0; mb < 2; ++mb) {
+            if (!(*cl)->dispatch(layer, mb, bt[mb]).is_ok()) failures++;
+          }
+          for (int mb = 0; mb < 2; ++mb) {
+            Status s = (*cl)->combine(layer, mb, bt[mb]);
+            if (!s.is_ok()) {
+              ADD_FAILURE() << s.to_string();
+              failures++;
+              continue;
+            }
+            auto ref = reference_ep(*w, layer, bt[mb], 2);
+            double amax = 1e-6;
+            for (float v : ref) amax = std::max(amax, static_cast<double>(std::fabs(v)));
+            for (int64_t i = 0; i < bt[mb].n * H; ++i) {
+              double d = std::fabs(bt[mb].ffn_out[i] - ref[i]) / amax;
+              std::lock_guard<std::mutex> lk(mu);
+              max_rel = std::max(max_rel, d);
+            }
+          }
+        }
+      }
+      cls[a] = std::move(cl).value();
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  // Against the locally computed sum of BF16 partials; only the expert GEMMs over the
+  // aggregated batch (other row counts) may round differently.
+  EXPECT_LT(max_rel, 1e-3);
+  // EP: each token went only to the workers holding its experts (shared holder: all).
+  EXPECT_GT(b.workers[0]->stats().tokens.load(), b.workers[1]->stats().tokens.load());
+  // Both attention workers' frames were aggregated into single batches at least sometimes.
+  EXPECT_GT(b.workers[0]->stats().multi_peer_batches.load() + b.workers[1]->stats().multi_peer_batches.load(), 0);
+}
+
+TEST(FfnAfd, HandshakeMismatchIsRefusedWithAClearError) {
+  auto w = tiny_model("a");
+  auto other = tiny_model("b", 4);  // different layer count: different fingerprint
+  Bundle b;
+  start_workers(b, w, 1, 1);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  auto cl = FfnClient::create(other, b.attn_t[0].get(), client_opts(0, 1, 1));
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.status().message().find("fingerprint"), std::string::npos) << cl.status().to_string();
+  // Wrong topology: the worker serves 1 attention worker, the client says 2.
+  b.attn_t.push_back(inproc(b, "attn1"));
+  auto c2 = FfnClient::create(w, b.attn_t[1].get(), client_opts(1, 2, 1));
+  ASSERT_FALSE(c2.ok());
+  EXPECT_NE(c2.status().message().find("topolog"), std::string::npos) << c2.status().to_string();
+  EXPECT_EQ(b.workers[0]->stats().refused.load(), 2);
+}
+
+TEST(FfnAfd, StallTimesOutThenRecovers) {
+  auto w = tiny_model("a");
+  Bundle b;
+  start_workers(b, w, 1, 1, /*fault_wrap=*/true);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  auto opts = client_opts(0, 1, 1);
+  opts.timeout_ms = 200;
+  auto cl = FfnClient::create(w, b.attn_t[0].get(), opts);
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  auto* fault = static_cast<FaultTransport*>(b.ffn_t[0].get());
+  TokenBatch t = random_batch(w->config, 4, 7);
+  fault->set_stall(true);
+  ASSERT_TRUE((*cl)->dispatch(0, 0, t).is_ok());
+  int64_t t0 = now_ns();
+  Status s = (*cl)->combine(0, 0, t);
+  EXPECT_EQ(s.code(), StatusCode::timeout) << s.to_string();
+  EXPECT_NE(s.message().find("ffn0"), std::string::npos) << s.message();
+  EXPECT_LT(now_ns() - t0, 2000000000);
+  fault->set_stall(false);
+  // The next forward pass works; the late reply of the failed one is dropped.
+  for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
+    TokenBatch u = random_batch(w->config, 4, 8 + layer);
+    ASSERT_TRUE((*cl)->dispatch(layer, 0, u).is_ok());
+    Status c = (*cl)->combine(layer, 0, u);
+    ASSERT_TRUE(c.is_ok()) << c.to_string();
+    auto ref = reference(*w, layer, u);
+    EXPECT_EQ(u.ffn_out[5], round_bf16(ref[5]));
+  }
+}
+
+TEST(FfnAfd, MalformedFrameGetsAnErrorReplyAndWorkerKeepsServing) {
+  auto w = tiny_model("a");
+  Bundle b;
+  start_workers(b, w, 1, 1);
+  auto ft = std::make_unique<FaultTransport>(inproc(b, "attn0"), 5);
+  FaultTransport* fault = ft.get();
+  b.attn_t.push_back(std::move(ft));
+  auto opts = client_opts(0, 1, 1);
+  opts.payload_checksum = true;  // every flipped byte is detected
+  auto cl = FfnClient::create(w, b.attn_t[0].get(), opts);
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  TokenBatch t = random_batch(w->config, 6, 9);
+  fault->corrupt_next_sends(1, 3);
+  ASSERT_TRUE((*cl)->dispatch(0, 0, t).is_ok());
+  Status s = (*cl)->combine(0, 0, t);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("malformed"), std::string::npos) << s.to_string();
+  EXPECT_EQ(b.workers[0]->stats().bad_frames.load(), 1);
+  for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
+    TokenBatch u = random_batch(w->config, 4, 20 + layer);
+    ASSERT_TRUE((*cl)->dispatch(layer, 0, u).is_ok());
+    Status c = (*cl)->combine(layer, 0, u);
+    ASSERT_TRUE(c.is_ok()) << c.to_string();
+  }
+}
+
+TEST(FfnAfd, LostFfnWorkerIsUnavailableAndTakenBackOnReconnect) {
+  auto w = tiny_model("a");
+  Bundle b;
+  start_workers(b, w, 1, 1);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  auto cl = FfnClient::create(w, b.attn_t[0].get(), client_opts(0, 1, 1));
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  TokenBatch t = random_batch(w->config, 4, 30);
+  // The FFN side drops the connection mid-layer.
+  ASSERT_TRUE((*cl)->dispatch(0, 0, t).is_ok());
+  ASSERT_TRUE(b.ffn_t[0]->disconnect(*b.ffn_t[0]->peer_id("attn0")).is_ok());
+  Status s = (*cl)->combine(0, 0, t);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_TRUE(s.code() == StatusCode::unavailable || s.code() == StatusCode::timeout) << s.to_string();
+  // The client redials; the next pass re-handshakes and works.
+  Status ok;
+  int64_t dl = deadline_in_ms(5000);
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    ok = (*cl)->dispatch(0, 0, t);
+  } while (!ok.is_ok() && now_ns() < dl);
+  ASSERT_TRUE(ok.is_ok()) << ok.to_string();
+  Status c = (*cl)->combine(0, 0, t);
+  ASSERT_TRUE(c.is_ok()) << c.to_string();
+}
+
+TEST(FfnAfd, OverUcx) {
+  auto w = tiny_model("a");
+  std::atomic<bool> stop{false};
+  auto ft = UcxTransport::create(UcxOptions{"ffn0"});
+  ASSERT_TRUE(ft.ok());
+  ASSERT_TRUE((*ft)->listen("127.0.0.1:0").is_ok());
+  std::string addr = "127.0.0.1:" + std::to_string((*ft)->listen_port());
+  auto wk = FfnWorker::create(w, ft->get(), FfnWorkerOptions{}, nullptr);
+  ASSERT_TRUE(wk.ok());
+  std::thread th([&] { (void)(*wk)->run(&stop); });
+  auto at = UcxTransport::create(UcxOptions{"attn0"});
+  ASSERT_TRUE(at.ok());
+  FfnClientOptions o = client_opts(0, 1, 1);
+  o.ffn_addresses = {addr};
+  auto cl = FfnClient::create(w, at->get(), o);
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  const int64_t H = w->config.hidden_size;
+  for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
+    TokenBatch u = random_batch(w->config, 9, 40 + layer);
+    ASSERT_TRUE((*cl)->dispatch(layer, 0, u).is_ok());
+    Status c = (*cl)->combine(layer, 0, u);
+    ASSERT_TRUE(c.is_ok()) << c.to_string();
+    auto ref = reference(*w, layer, u);
+    for (int64_t i = 0; i < u.n * H; ++i) ASSERT_EQ(u.ffn_out[i], round_bf16(ref[i]));
+  }
+  cl->reset();
+  stop = true;
+  th.join();
+}
+
+}  // namespace
+}  // namespace afd
