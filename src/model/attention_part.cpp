@@ -75,7 +75,7 @@ void AttentionPart::forward(int64_t layer, TokenBatch& b) {
 
 void AttentionPart::attend(int64_t layer, TokenBatch& b) {
   const ModelConfig& c = config();
-  GqaShape shape{c.n_heads, c.n_kv_heads, c.head_dim};
+  GqaShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
   const int64_t tasks = b.n * c.n_kv_heads;
   pool_->run(static_cast<int>(tasks), [&](int task, int) {
     const int64_t i = task / c.n_kv_heads, g = task % c.n_kv_heads;

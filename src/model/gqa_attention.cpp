@@ -35,40 +35,43 @@ AFD_ALWAYS_INLINE void attend_impl(const PagedKvCache& kv, int64_t layer, int64_
   const auto& table = kv.block_table(seq);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   thread_local std::vector<float> scores, row;
-  scores.resize(static_cast<size_t>(G * n_ctx));
+  scores.resize(static_cast<size_t>(G * n_ctx));  // [G, n_ctx - j0] used
   row.resize(static_cast<size_t>(hd));
   float* r = row.data();
   const float* qg = q + g * G * hd;
   float* og = out + g * G * hd;
+  // Sliding window: only the last s.window positions (HF Mixtral semantics).
+  const int64_t j0 = (s.window > 0 && n_ctx > s.window) ? n_ctx - s.window : 0;
 
-  for (int64_t j = 0; j < n_ctx; ++j) {
+  const int64_t n = n_ctx - j0;
+  for (int64_t j = j0; j < n_ctx; ++j) {
     int64_t blk = table[j / bs], slot = j % bs;
     load_head(kv.k_row(layer, blk, slot), fp8 ? kv.k_scales(layer, blk, slot) : nullptr, dt, g, hd, r);
     for (int64_t h = 0; h < G; ++h) {
       const float* qh = qg + h * hd;
       float acc = 0;
       for (int64_t i = 0; i < hd; ++i) acc += qh[i] * r[i];
-      scores[h * n_ctx + j] = acc * scale;
+      scores[h * n + (j - j0)] = acc * scale;
     }
   }
   for (int64_t h = 0; h < G; ++h) {
-    float* sc = &scores[h * n_ctx];
+    float* sc = &scores[h * n];
     float mx = sc[0];
-    for (int64_t j = 1; j < n_ctx; ++j) mx = std::max(mx, sc[j]);
+    for (int64_t j = 1; j < n; ++j) mx = std::max(mx, sc[j]);
     float sum = 0;
-    for (int64_t j = 0; j < n_ctx; ++j) {
+    for (int64_t j = 0; j < n; ++j) {
       sc[j] = std::exp(sc[j] - mx);
       sum += sc[j];
     }
     const float inv = 1.0f / sum;
-    for (int64_t j = 0; j < n_ctx; ++j) sc[j] *= inv;
+    for (int64_t j = 0; j < n; ++j) sc[j] *= inv;
     std::memset(og + h * hd, 0, static_cast<size_t>(hd) * 4);
   }
-  for (int64_t j = 0; j < n_ctx; ++j) {
+  for (int64_t j = j0; j < n_ctx; ++j) {
     int64_t blk = table[j / bs], slot = j % bs;
     load_head(kv.v_row(layer, blk, slot), fp8 ? kv.v_scales(layer, blk, slot) : nullptr, dt, g, hd, r);
     for (int64_t h = 0; h < G; ++h) {
-      const float p = scores[h * n_ctx + j];
+      const float p = scores[h * n + (j - j0)];
       float* oh = og + h * hd;
       for (int64_t i = 0; i < hd; ++i) oh[i] += p * r[i];
     }
