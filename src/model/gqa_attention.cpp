@@ -27,6 +27,18 @@ AFD_ALWAYS_INLINE void load_head(const uint8_t* row, const float* scales, DType 
   }
 }
 
+// 16 independent partial sums so the compiler can vectorise without reassociating.
+AFD_ALWAYS_INLINE float dot(const float* a, const float* b, int64_t n) {
+  float acc[16] = {0};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];
+  float s = 0;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  return s;
+}
+
 AFD_ALWAYS_INLINE void attend_impl(const PagedKvCache& kv, int64_t layer, int64_t seq, int64_t n_ctx, int64_t g,
                                    const GqaShape& s, const float* q, float* out) {
   const int64_t hd = s.head_dim, G = s.n_heads / s.n_kv_heads, bs = kv.config().block_size;
@@ -48,10 +60,7 @@ AFD_ALWAYS_INLINE void attend_impl(const PagedKvCache& kv, int64_t layer, int64_
     int64_t blk = table[j / bs], slot = j % bs;
     load_head(kv.k_row(layer, blk, slot), fp8 ? kv.k_scales(layer, blk, slot) : nullptr, dt, g, hd, r);
     for (int64_t h = 0; h < G; ++h) {
-      const float* qh = qg + h * hd;
-      float acc = 0;
-      for (int64_t i = 0; i < hd; ++i) acc += qh[i] * r[i];
-      scores[h * n + (j - j0)] = acc * scale;
+      scores[h * n + (j - j0)] = dot(qg + h * hd, r, hd) * scale;
     }
   }
   for (int64_t h = 0; h < G; ++h) {
