@@ -181,16 +181,19 @@ int main(int argc, char** argv) {
       for (int64_t n : ns) run_case(w, n, prec, pool, lim, min_s);
   }
   if (compare) {
-    // Tile kernels vs OpenBLAS sgemm for f32 activations at every n (decides linear_blas_min_n).
-    WeightSet w = make_weights(DType::bf16, 768, 2048, cold);
-    const int64_t saved = detail::linear_blas_min_n(true, false);
-    for (int64_t n : {8, 16, 32, 48, 64, 96, 128, 256}) {
-      detail::set_linear_blas_min_n(true, false, int64_t{1} << 40);
-      run_case(w, n, ActPrecision::f32, pool, lim, min_s);
-      detail::set_linear_blas_min_n(true, false, 1);
-      run_case(w, n, ActPrecision::f32, pool, lim, min_s);
+    // Tile kernels vs OpenBLAS sgemm for f32 activations (decides linear_blas_min_n).
+    for (DType dt : {DType::bf16, DType::f32}) {
+      WeightSet w = make_weights(dt, 768, 2048, cold);
+      const bool wb = dt == DType::bf16;
+      const int64_t saved = detail::linear_blas_min_n(wb, false);
+      for (int64_t n : {16, 32, 64, 128, 256}) {
+        detail::set_linear_blas_min_n(wb, false, int64_t{1} << 40);
+        run_case(w, n, ActPrecision::f32, pool, lim, min_s);
+        detail::set_linear_blas_min_n(wb, false, 1);
+        run_case(w, n, ActPrecision::f32, pool, lim, min_s);
+      }
+      detail::set_linear_blas_min_n(wb, false, saved);
     }
-    detail::set_linear_blas_min_n(true, false, saved);
   }
   return 0;
 }

@@ -33,9 +33,20 @@ void ensure_openblas_single_threaded() {
 namespace detail {
 
 namespace {
-// [w_bf16][act_bf16]; see bench/bench_kernels.cpp for the measurements behind the defaults.
-std::atomic<int64_t> g_blas_min_n[2][2] = {{{64}, {64}}, {{64}, {64}}};
+// [w_bf16][act_bf16]; -1 = the default for the ISA level (resolve_blas_min_n).
+std::atomic<int64_t> g_blas_min_n[2][2] = {{{-1}, {-1}}, {{-1}, {-1}}};
 }  // namespace
+
+// Defaults, from bench_kernels --compare-sgemm on the Zen 4 dev machine (2 threads, [768, 2048]
+// and [2048, 768] cold weights, n = 16..256): the AVX-512 tiles were faster than OpenBLAS 0.3.21
+// sgemm (run single-threaded per pool thread) at every n, for bf16 and f32 weights, so AVX-512
+// never hands off. The AVX2 tiles (12 accumulators of 8 lanes) have not been measured against
+// sgemm on an AVX2-only CPU; they hand off from n = 64, where sgemm's packing is amortised.
+int64_t resolve_blas_min_n(bool w_bf16, bool act_bf16, Isa isa) {
+  int64_t v = linear_blas_min_n(w_bf16, act_bf16);
+  if (v >= 0) return v;
+  return isa == Isa::avx512 ? (int64_t{1} << 62) : 64;
+}
 
 int64_t linear_blas_min_n(bool w_bf16, bool act_bf16) {
   return g_blas_min_n[w_bf16][act_bf16].load(std::memory_order_relaxed);
@@ -134,7 +145,7 @@ enum class Path { scalar, avx2_fma, avx512_dp, avx512_fma, blas_sgemm };
 Path choose_path(int64_t n, bool w_bf16, bool act_bf16, Isa isa) {
   // With native BF16 dot products the tile kernel does twice the work per instruction of sgemm.
   const bool native_bf16 = w_bf16 && act_bf16 && isa == Isa::avx512;
-  if (!native_bf16 && n >= linear_blas_min_n(w_bf16, act_bf16)) return Path::blas_sgemm;
+  if (!native_bf16 && n >= resolve_blas_min_n(w_bf16, act_bf16, isa)) return Path::blas_sgemm;
   if (isa == Isa::avx512) return (w_bf16 && act_bf16) ? Path::avx512_dp : Path::avx512_fma;
   if (isa == Isa::avx2) return Path::avx2_fma;
   return Path::scalar;

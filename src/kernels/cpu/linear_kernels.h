@@ -44,8 +44,10 @@ void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_
 // rows per tile when n == 1 (4 or 8).
 void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single);
 
-// Smallest n for which linear() hands the product to OpenBLAS (per weight dtype and precision).
-// Tuned by bench/bench_kernels; settable so the benchmark can time both paths.
+// Smallest n for which linear() hands the product to OpenBLAS sgemm (per weight dtype and
+// activation precision; never for bf16 x bf16 on AVX-512 BF16). -1 (the initial value) means
+// the measured default for the ISA level (linear.cpp). Settable so benchmarks and tests can
+// force either path.
 int64_t linear_blas_min_n(bool w_bf16, bool act_bf16);
 void set_linear_blas_min_n(bool w_bf16, bool act_bf16, int64_t n);
 
