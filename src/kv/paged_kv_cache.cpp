@@ -102,49 +102,52 @@ void PagedKvCache::locate(int64_t seq, int64_t pos, int64_t* block, int64_t* slo
   *slot = pos % cfg_.block_size;
 }
 
-void PagedKvCache::store_row(uint8_t* data, float* scales, size_t row, const float* x) {
-  const size_t n = row_elems();
-  switch (cfg_.dtype) {
-    case DType::f32:
-      std::memcpy(data + row * n * 4, x, n * 4);
-      break;
-    case DType::bf16: {
-      auto* d = reinterpret_cast<uint16_t*>(data) + row * n;
-      for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(x[i]).bits;
-      break;
-    }
-    default: {  // fp8 e4m3, one scale per head
-      uint8_t* d = data + row * n;
-      const int64_t hd = cfg_.head_dim;
-      for (int64_t h = 0; h < cfg_.n_kv_heads; ++h) {
+void PagedKvCache::store_row(uint8_t* data, float* scales, int64_t block, int64_t slot, const float* x) {
+  const int64_t hd = cfg_.head_dim;
+  for (int64_t h = 0; h < cfg_.n_kv_heads; ++h) {
+    const size_t r = head_row(block, h, slot);
+    const float* xh = x + h * hd;
+    switch (cfg_.dtype) {
+      case DType::f32:
+        std::memcpy(reinterpret_cast<float*>(data) + r * hd, xh, static_cast<size_t>(hd) * 4);
+        break;
+      case DType::bf16: {
+        auto* d = reinterpret_cast<uint16_t*>(data) + r * hd;
+        for (int64_t i = 0; i < hd; ++i) d[i] = f32_to_bf16(xh[i]).bits;
+        break;
+      }
+      default: {  // fp8 e4m3, one scale per head row
+        uint8_t* d = data + r * hd;
         float amax = 0;
-        for (int64_t i = 0; i < hd; ++i) amax = std::max(amax, std::fabs(x[h * hd + i]));
-        float s = amax > 0 ? amax / kFp8E4M3Max : 1.0f;
-        scales[row * cfg_.n_kv_heads + h] = s;
-        float inv = 1.0f / s;
-        for (int64_t i = 0; i < hd; ++i) d[h * hd + i] = f32_to_fp8_e4m3(x[h * hd + i] * inv);
+        for (int64_t i = 0; i < hd; ++i) amax = std::max(amax, std::fabs(xh[i]));
+        const float s = amax > 0 ? amax / kFp8E4M3Max : 1.0f;
+        scales[r] = s;
+        const float inv = 1.0f / s;
+        for (int64_t i = 0; i < hd; ++i) d[i] = f32_to_fp8_e4m3(xh[i] * inv);
       }
     }
   }
 }
 
-void PagedKvCache::load_row(const uint8_t* data, const float* scales, size_t row, float* out) const {
-  const size_t n = row_elems();
-  switch (cfg_.dtype) {
-    case DType::f32:
-      std::memcpy(out, data + row * n * 4, n * 4);
-      break;
-    case DType::bf16: {
-      auto* d = reinterpret_cast<const uint16_t*>(data) + row * n;
-      for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(d[i]);
-      break;
-    }
-    default: {
-      const uint8_t* d = data + row * n;
-      const int64_t hd = cfg_.head_dim;
-      for (int64_t h = 0; h < cfg_.n_kv_heads; ++h) {
-        float s = scales[row * cfg_.n_kv_heads + h];
-        for (int64_t i = 0; i < hd; ++i) out[h * hd + i] = fp8_e4m3_to_f32(d[h * hd + i]) * s;
+void PagedKvCache::load_row(const uint8_t* data, const float* scales, int64_t block, int64_t slot,
+                            float* out) const {
+  const int64_t hd = cfg_.head_dim;
+  for (int64_t h = 0; h < cfg_.n_kv_heads; ++h) {
+    const size_t r = head_row(block, h, slot);
+    float* oh = out + h * hd;
+    switch (cfg_.dtype) {
+      case DType::f32:
+        std::memcpy(oh, reinterpret_cast<const float*>(data) + r * hd, static_cast<size_t>(hd) * 4);
+        break;
+      case DType::bf16: {
+        auto* d = reinterpret_cast<const uint16_t*>(data) + r * hd;
+        for (int64_t i = 0; i < hd; ++i) oh[i] = bf16_to_f32(d[i]);
+        break;
+      }
+      default: {
+        const uint8_t* d = data + r * hd;
+        const float s = scales[r];
+        for (int64_t i = 0; i < hd; ++i) oh[i] = fp8_e4m3_to_f32(d[i]) * s;
       }
     }
   }
@@ -153,37 +156,34 @@ void PagedKvCache::load_row(const uint8_t* data, const float* scales, size_t row
 void PagedKvCache::write(int64_t layer, int64_t seq, int64_t pos, const float* k, const float* v) {
   int64_t block, slot;
   locate(seq, pos, &block, &slot);
-  size_t row = static_cast<size_t>(block * cfg_.block_size + slot);
   bool fp8 = cfg_.dtype == DType::f8_e4m3;
-  store_row(k_[layer].get(), fp8 ? k_scale_[layer].get() : nullptr, row, k);
-  store_row(v_[layer].get(), fp8 ? v_scale_[layer].get() : nullptr, row, v);
+  store_row(k_[layer].get(), fp8 ? k_scale_[layer].get() : nullptr, block, slot, k);
+  store_row(v_[layer].get(), fp8 ? v_scale_[layer].get() : nullptr, block, slot, v);
 }
 
 void PagedKvCache::read_k(int64_t layer, int64_t seq, int64_t pos, float* out) const {
   int64_t block, slot;
   locate(seq, pos, &block, &slot);
-  size_t row = static_cast<size_t>(block * cfg_.block_size + slot);
-  load_row(k_[layer].get(), cfg_.dtype == DType::f8_e4m3 ? k_scale_[layer].get() : nullptr, row, out);
+  load_row(k_[layer].get(), cfg_.dtype == DType::f8_e4m3 ? k_scale_[layer].get() : nullptr, block, slot, out);
 }
 
 void PagedKvCache::read_v(int64_t layer, int64_t seq, int64_t pos, float* out) const {
   int64_t block, slot;
   locate(seq, pos, &block, &slot);
-  size_t row = static_cast<size_t>(block * cfg_.block_size + slot);
-  load_row(v_[layer].get(), cfg_.dtype == DType::f8_e4m3 ? v_scale_[layer].get() : nullptr, row, out);
+  load_row(v_[layer].get(), cfg_.dtype == DType::f8_e4m3 ? v_scale_[layer].get() : nullptr, block, slot, out);
 }
 
-const uint8_t* PagedKvCache::k_row(int64_t layer, int64_t block, int64_t slot) const {
-  return k_[layer].get() + row_offset(block, slot) * dtype_size(cfg_.dtype);
+const uint8_t* PagedKvCache::k_head(int64_t layer, int64_t block, int64_t head) const {
+  return k_[layer].get() + head_row(block, head, 0) * cfg_.head_dim * dtype_size(cfg_.dtype);
 }
-const uint8_t* PagedKvCache::v_row(int64_t layer, int64_t block, int64_t slot) const {
-  return v_[layer].get() + row_offset(block, slot) * dtype_size(cfg_.dtype);
+const uint8_t* PagedKvCache::v_head(int64_t layer, int64_t block, int64_t head) const {
+  return v_[layer].get() + head_row(block, head, 0) * cfg_.head_dim * dtype_size(cfg_.dtype);
 }
-const float* PagedKvCache::k_scales(int64_t layer, int64_t block, int64_t slot) const {
-  return k_scale_[layer].get() + static_cast<size_t>(block * cfg_.block_size + slot) * cfg_.n_kv_heads;
+const float* PagedKvCache::k_scales(int64_t layer, int64_t block, int64_t head) const {
+  return k_scale_[layer].get() + head_row(block, head, 0);
 }
-const float* PagedKvCache::v_scales(int64_t layer, int64_t block, int64_t slot) const {
-  return v_scale_[layer].get() + static_cast<size_t>(block * cfg_.block_size + slot) * cfg_.n_kv_heads;
+const float* PagedKvCache::v_scales(int64_t layer, int64_t block, int64_t head) const {
+  return v_scale_[layer].get() + head_row(block, head, 0);
 }
 
 }  // namespace afd

@@ -1,8 +1,9 @@
 // PagedKvCache: K and V for every layer in fixed-size blocks; one block table per sequence.
 //
-// Storage per layer: [n_blocks, block_size, n_kv_heads, head_dim] for K and the same for V,
-// in `dtype`: f32 (reference mode), bf16 (default), or f8_e4m3 with one float scale per
-// (block slot, kv head) row stored beside it ([n_blocks, block_size, n_kv_heads]).
+// Storage per layer: [n_blocks, n_kv_heads, block_size, head_dim] for K and the same for V
+// (head-major inside a block, as vLLM does, so one KV head's positions are contiguous for
+// the GQA group that reads them), in `dtype`: f32 (reference mode), bf16 (default), or
+// f8_e4m3 with one float scale per (block, kv head, slot) stored beside it.
 // A sequence of length L holds ceil(L / block_size) blocks; they are freed with the sequence.
 // Threading: reserve/release/add/remove from the engine's thread only; write_kv/read of
 // distinct (sequence, position) slots may run concurrently.
@@ -63,12 +64,13 @@ class PagedKvCache {
 
   // Raw access for attention kernels: the block table of seq and the per-layer storage.
   const std::vector<int64_t>& block_table(int64_t seq) const;
-  // Pointer to the K (or V) row of (block, slot): n_kv_heads * head_dim elements of dtype.
-  const uint8_t* k_row(int64_t layer, int64_t block, int64_t slot) const;
-  const uint8_t* v_row(int64_t layer, int64_t block, int64_t slot) const;
-  // fp8 only: scales [n_kv_heads] of that row.
-  const float* k_scales(int64_t layer, int64_t block, int64_t slot) const;
-  const float* v_scales(int64_t layer, int64_t block, int64_t slot) const;
+  // Pointer to K (or V) of (block, kv head), slot 0: block_size * head_dim elements of dtype,
+  // slot-major (slot s starts at s * head_dim).
+  const uint8_t* k_head(int64_t layer, int64_t block, int64_t head) const;
+  const uint8_t* v_head(int64_t layer, int64_t block, int64_t head) const;
+  // fp8 only: scales [block_size] of (block, kv head).
+  const float* k_scales(int64_t layer, int64_t block, int64_t head) const;
+  const float* v_scales(int64_t layer, int64_t block, int64_t head) const;
 
   int64_t n_free_blocks() const { return alloc_.n_free(); }
   int64_t n_used_blocks() const { return alloc_.n_total() - alloc_.n_free(); }
@@ -79,12 +81,14 @@ class PagedKvCache {
     std::vector<int64_t> blocks;
   };
   size_t row_elems() const { return static_cast<size_t>(cfg_.n_kv_heads * cfg_.head_dim); }
-  size_t row_offset(int64_t block, int64_t slot) const {
-    return static_cast<size_t>(block * cfg_.block_size + slot) * row_elems();
+  // Index of (block, head, slot) in units of head rows (head_dim elements / one scale).
+  size_t head_row(int64_t block, int64_t head, int64_t slot) const {
+    return static_cast<size_t>((block * cfg_.n_kv_heads + head) * cfg_.block_size + slot);
   }
   explicit PagedKvCache(const KvCacheConfig& cfg);
-  void store_row(uint8_t* data, float* scales, size_t row, const float* x);
-  void load_row(const uint8_t* data, const float* scales, size_t row, float* out) const;
+  // Scatter / gather one token's K or V [n_kv_heads * head_dim] into its head rows.
+  void store_row(uint8_t* data, float* scales, int64_t block, int64_t slot, const float* x);
+  void load_row(const uint8_t* data, const float* scales, int64_t block, int64_t slot, float* out) const;
   void locate(int64_t seq, int64_t pos, int64_t* block, int64_t* slot) const;
 
   KvCacheConfig cfg_;

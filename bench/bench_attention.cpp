@@ -1,0 +1,36 @@
+// Times gqa_attend_one (one query token, one KV head group) over a long bf16 context,
+// single-threaded, and reports the achieved KV read bandwidth and FLOP rate.
+#include <cstdio>
+#include <vector>
+
+#include "core/timer.h"
+#include "model/gqa_attention.h"
+
+int main(int argc, char** argv) {
+  using namespace afd;
+  const int64_t ctx = argc > 1 ? std::atoll(argv[1]) : 4096;
+  const int64_t n_kv = argc > 2 ? std::atoll(argv[2]) : 4, n_heads = 8 * n_kv, hd = 128;
+  for (DType dt : {DType::bf16, DType::f8_e4m3, DType::f32}) {
+    KvCacheConfig c{1, n_kv, hd, 16, (ctx + 15) / 16, dt};
+    auto kv = PagedKvCache::create(c);
+    (void)(*kv)->add_sequence(0);
+    (void)(*kv)->append(0, ctx);
+    std::vector<float> k(n_kv * hd), q(n_heads * hd), out(n_heads * hd);
+    for (int64_t j = 0; j < ctx; ++j) {
+      for (int64_t i = 0; i < n_kv * hd; ++i) k[i] = 0.01f * ((j * 31 + i * 7) % 101 - 50);
+      (*kv)->write(0, 0, j, k.data(), k.data());
+    }
+    for (size_t i = 0; i < q.size(); ++i) q[i] = 0.01f * (i % 13);
+    GqaShape s{n_heads, n_kv, hd, 0};
+    double best = 1e9;
+    for (int rep = 0; rep < 5; ++rep) {
+      int64_t t0 = now_ns();
+      for (int64_t g = 0; g < n_kv; ++g) gqa_attend_one(**kv, 0, 0, ctx, g, s, q.data(), out.data());
+      best = std::min(best, (now_ns() - t0) * 1e-9);
+    }
+    double bytes = 2.0 * ctx * n_kv * hd * dtype_size(dt);
+    double flops = 4.0 * ctx * n_heads * hd;
+    std::printf("kv=%-8s ctx=%lld  %.3f ms  %.1f GB/s  %.1f GFLOP/s\n", dtype_name(dt), (long long)ctx, best * 1e3,
+                bytes / best / 1e9, flops / best / 1e9);
+  }
+}
