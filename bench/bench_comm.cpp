@@ -58,6 +58,8 @@ Stats summarize(std::vector<double> half_rtt_us) {
 int run_echo_server(const std::string& address, size_t max_size) {
   UcxOptions o;
   o.name = "bench-echo";
+  if (const char* s = getenv("BENCH_WAITER_SPIN_US")) o.waiter_spin_ns = std::atoll(s) * 1000;
+  if (const char* s = getenv("BENCH_PROGRESS_SPIN_US")) o.progress_spin_ns = std::atoll(s) * 1000;
   o.peer_error_handling = getenv("BENCH_PEER_ERR") != nullptr;
   auto t = UcxTransport::create(o);
   if (!t.ok() || !(*t)->listen(address).is_ok()) return 2;
@@ -124,6 +126,9 @@ Stats bench_afd_ucx(size_t size, int iters, int warmup) {
   {
     UcxOptions o;
     o.name = "bench-client";
+    if (const char* s = getenv("BENCH_WAITER_SPIN_US")) o.waiter_spin_ns = std::atoll(s) * 1000;
+    if (const char* s = getenv("BENCH_PROGRESS_SPIN_US")) o.progress_spin_ns = std::atoll(s) * 1000;
+  if (const char* s = getenv("BENCH_PROGRESS_SPIN_US")) o.progress_spin_ns = std::atoll(s) * 1000;
     o.peer_error_handling = getenv("BENCH_PEER_ERR") != nullptr;
     o.connect_retry_ms = 20;
     auto t = UcxTransport::create(o);
