@@ -340,7 +340,11 @@ class Evaluator {
         if (e.name == "not") return Value{json(!truthy(x)), false};
         if (!x.j.is_number()) return error(e.line, "unary " + e.name + " on a non-number");
         if (e.name == "+") return x;
-        if (x.j.is_number_integer()) return Value{json(-x.j.get<int64_t>()), false};
+        if (x.j.is_number_integer()) {
+          int64_t r;
+          if (__builtin_sub_overflow(int64_t{0}, x.j.get<int64_t>(), &r)) return error(e.line, "integer overflow in -");
+          return Value{json(r), false};
+        }
         return Value{json(-x.j.get<double>()), false};
       }
       case Expr::binary:
@@ -420,7 +424,10 @@ class Evaluator {
     int64_t start = norm(idx[0], given[0], step > 0 ? 0 : n - 1);
     int64_t stop = norm(idx[1], given[1], step > 0 ? n : -1);
     std::vector<int64_t> pick;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) pick.push_back(i);
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+      pick.push_back(i);
+      if (__builtin_add_overflow(i, step, &i)) break;
+    }
     if (o.j.is_array()) {
       json a = json::array();
       for (int64_t i : pick) a.push_back(o.j[static_cast<size_t>(i)]);
@@ -476,9 +483,10 @@ class Evaluator {
       if (args.size() == 3) s = args[2].j.get<int64_t>();
       if (s == 0) return error(e.line, "range() step is zero");
       json r = json::array();
-      for (int64_t i = a; s > 0 ? i < b : i > b; i += s) {
+      for (int64_t i = a; s > 0 ? i < b : i > b;) {
         if (r.size() > 1'000'000) return error(e.line, "range() too long");
         r.push_back(i);
+        if (__builtin_add_overflow(i, s, &i)) break;
       }
       return Value{std::move(r), false};
     }
@@ -726,7 +734,12 @@ class Evaluator {
       return Value{json(s), false};
     }
     if (f == "int") {
-      if (x.j.is_number()) return Value{json(static_cast<int64_t>(x.j.get<double>())), false};
+      if (x.j.is_number_integer()) return x;
+      if (x.j.is_number()) {
+        double d = x.j.get<double>();
+        if (!(std::fabs(d) < 9.2e18)) return error(e.line, "int() of an out-of-range number");
+        return Value{json(static_cast<int64_t>(d)), false};
+      }
       try {
         return Value{json(std::stoll(to_str(x))), false};
       } catch (...) {
@@ -738,7 +751,7 @@ class Evaluator {
       return Value{json(std::strtod(to_str(x).c_str(), nullptr)), false};
     }
     if (f == "abs") {
-      if (x.j.is_number_integer()) return Value{json(std::llabs(x.j.get<int64_t>())), false};
+      if (x.j.is_number_integer() && x.j.get<int64_t>() != INT64_MIN) return Value{json(std::llabs(x.j.get<int64_t>())), false};
       if (x.j.is_number()) return Value{json(std::fabs(x.j.get<double>())), false};
       return error(e.line, "abs of a non-number");
     }
@@ -871,19 +884,35 @@ class Evaluator {
                                (b.undef ? "undefined" : y.type_name()));
     bool ints = x.is_number_integer() && y.is_number_integer();
     if (ints && op != "/" && op != "**") {
-      int64_t p = x.get<int64_t>(), q = y.get<int64_t>();
-      if (op == "+") return Value{json(p + q), false};
-      if (op == "-") return Value{json(p - q), false};
-      if (op == "*") return Value{json(p * q), false};
-      if (q == 0) return error(e.line, "division by zero");
-      if (op == "//") return Value{json(static_cast<int64_t>(std::floor(static_cast<double>(p) / static_cast<double>(q)))), false};
-      if (op == "%") return Value{json(((p % q) + q) % q), false};
+      int64_t p = x.get<int64_t>(), q = y.get<int64_t>(), r = 0;
+      bool ovf = false;
+      if (op == "+") ovf = __builtin_add_overflow(p, q, &r);
+      else if (op == "-") ovf = __builtin_sub_overflow(p, q, &r);
+      else if (op == "*") ovf = __builtin_mul_overflow(p, q, &r);
+      else {
+        if (q == 0) return error(e.line, "division by zero");
+        if (q == -1) {
+          ovf = __builtin_sub_overflow(int64_t{0}, p, &r);  // p // -1 = -p; p % -1 = 0
+          if (op == "%") r = 0, ovf = false;
+        } else if (op == "//") {
+          r = p / q - ((p % q != 0) && ((p < 0) != (q < 0)) ? 1 : 0);
+        } else {
+          r = p % q;
+          if (r != 0 && ((r < 0) != (q < 0))) r += q;
+        }
+      }
+      if (ovf) return error(e.line, "integer overflow in " + op);
+      return Value{json(r), false};
     }
     double p = x.get<double>(), q = y.get<double>();
     if (op == "+") return Value{json(p + q), false};
     if (op == "-") return Value{json(p - q), false};
     if (op == "*") return Value{json(p * q), false};
-    if (op == "**") return Value{ints && q >= 0 ? json(static_cast<int64_t>(std::pow(p, q))) : json(std::pow(p, q)), false};
+    if (op == "**") {
+      double r = std::pow(p, q);
+      if (ints && q >= 0 && std::fabs(r) < 9.2e18) return Value{json(static_cast<int64_t>(r)), false};
+      return Value{json(r), false};
+    }
     if (q == 0) return error(e.line, "division by zero");
     if (op == "/") return Value{json(p / q), false};
     if (op == "//") return Value{json(std::floor(p / q)), false};
