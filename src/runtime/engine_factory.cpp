@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "model/weights.h"
+#include "runtime/bundle.h"
 #include "runtime/pipeline_engine.h"
+#include "runtime/topology.h"
 
 namespace afd {
 
@@ -23,8 +25,18 @@ Status EngineOptions::validate() const {
   if (kv_dtype != DType::f32 && kv_dtype != DType::bf16 && kv_dtype != DType::f8_e4m3)
     return invalid_argument("kv dtype must be f32, bf16 or fp8");
   if (fp8_group < 0) return invalid_argument("fp8 group must be >= 0");
-  if (topology != "mono")
-    return not_supported("topology '" + topology + "' is not built by this factory (only 'mono')");
+  AFD_ASSIGN_OR_RETURN(Topology t, parse_topology(topology));
+  if (t.wiring == Wiring::mono && !ffn_addresses.empty())
+    return invalid_argument("remote FFN addresses need an AFD topology (e.g. 1A" +
+                            std::to_string(ffn_addresses.size()) + "F)");
+  if (!ffn_addresses.empty() && static_cast<int>(ffn_addresses.size()) != t.n_ffn)
+    return invalid_argument("topology " + t.to_string() + " has " + std::to_string(t.n_ffn) + " FFN workers but " +
+                            std::to_string(ffn_addresses.size()) + " addresses were given");
+  if (attention_index < 0 || attention_index >= t.n_attention)
+    return invalid_argument("attention index " + std::to_string(attention_index) + " is outside [0, " +
+                            std::to_string(t.n_attention) + ")");
+  if (max_batch_tokens < 1) return invalid_argument("max batch tokens must be positive");
+  if (ffn_timeout_ms < 1) return invalid_argument("ffn timeout must be positive");
   return Status::ok();
 }
 
@@ -37,8 +49,24 @@ Result<std::unique_ptr<Engine>> make_engine(const EngineOptions& opt, std::share
   if (opt.fp8_group > 0 && c.hidden_size % opt.fp8_group != 0)
     return invalid_argument("fp8 group " + std::to_string(opt.fp8_group) + " does not divide hidden_size " +
                             std::to_string(c.hidden_size));
-  const bool ref = opt.precision == Precision::reference;
+  AFD_ASSIGN_OR_RETURN(Topology topo, parse_topology(opt.topology));
+  if (topo.wiring != Wiring::mono) {
+    AFD_ASSIGN_OR_RETURN(auto bundle, Bundle::create(opt, topo, weights));
+    return std::unique_ptr<Engine>(std::make_unique<DataParallelEngine>(std::move(bundle)));
+  }
+  auto pool = std::make_shared<ThreadPool>(opt.n_threads);
+  LocalFfnOptions fo;
+  fo.part.prec = opt.precision == Precision::reference ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
+  fo.fp8_dispatch = opt.fp8_dispatch;
+  fo.fp8_group = opt.fp8_group;
+  return make_pipeline_engine(opt, weights, std::make_unique<LocalFfnBackend>(weights, fo, pool.get()), pool);
+}
 
+Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, std::shared_ptr<const ModelWeights> w,
+                                                     std::unique_ptr<FfnBackend> ffn,
+                                                     std::shared_ptr<ThreadPool> pool) {
+  const ModelConfig& c = w->config;
+  const bool ref = opt.precision == Precision::reference;
   KvCacheConfig kc;
   kc.n_layers = c.n_layers;
   kc.n_kv_heads = c.n_kv_heads;
@@ -52,16 +80,9 @@ Result<std::unique_ptr<Engine>> make_engine(const EngineOptions& opt, std::share
   }
   kc.n_blocks = (cap + kc.block_size - 1) / kc.block_size;
   AFD_ASSIGN_OR_RETURN(auto kv, PagedKvCache::create(kc));
-
-  auto pool = std::make_shared<ThreadPool>(opt.n_threads);
-  LocalFfnOptions fo;
-  fo.part.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
-  fo.fp8_dispatch = opt.fp8_dispatch;
-  fo.fp8_group = opt.fp8_group;
-  auto ffn = std::make_unique<LocalFfnBackend>(weights, fo, pool.get());
   AttentionOptions ao;
-  ao.prec = fo.part.prec;
-  std::unique_ptr<Engine> e = std::make_unique<PipelineEngine>(weights, std::move(kv), std::move(ffn), pool, ao,
+  ao.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
+  std::unique_ptr<Engine> e = std::make_unique<PipelineEngine>(w, std::move(kv), std::move(ffn), std::move(pool), ao,
                                                                opt.microbatches, opt.max_seqs);
   return e;
 }

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/cpu/ops.h"
@@ -29,17 +30,34 @@ struct EngineOptions {
   int64_t kv_capacity_tokens = 0;
   int64_t max_seqs = 256;
   int n_threads = 0;  // 0: all cores
-  // Wiring: "mono" (FFN in-process, same thread) is the only one this factory builds for now.
+  // Wiring (runtime/topology.h): "mono" (FFN in the attention thread), "xAyF" (AFD bundle:
+  // in-process workers, or remote FFN workers when ffn_addresses is set), "EPn" (expert-
+  // parallel baseline: n workers each running attention and an expert shard on shared cores).
   std::string topology = "mono";
   int microbatches = 1;
+  // Remote FFN workers ("host:port" of `afd worker --role ffn`), in shard order. This
+  // process then hosts attention worker attention_index of the topology's x.
+  std::vector<std::string> ffn_addresses;
+  int attention_index = 0;
+  int64_t max_batch_tokens = 4096;  // most tokens in one AFD micro-batch (wire buffers)
+  int ffn_timeout_ms = 10000;       // an FFN reply later than this fails the step
   // Round the FFN input through FP8 as AFD dispatch does (for AFD-vs-mono comparisons).
   bool fp8_dispatch = false;
   int64_t fp8_group = 0;  // 0: per-token scale; 128: per-128-channel block
   Status validate() const;
 };
 
-// Loads the model (or uses `weights` if given) and builds the engine.
+class FfnBackend;
+class ThreadPool;
+
+// Loads the model (or uses `weights` if given) and builds the engine. AFD and EP
+// topologies return a DataParallelEngine over the bundle's attention engines.
 Result<std::unique_ptr<Engine>> make_engine(const EngineOptions& opt,
                                             std::shared_ptr<const ModelWeights> weights = nullptr);
+
+// One attention engine (KV cache + attention half) over the given FFN backend.
+Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, std::shared_ptr<const ModelWeights> w,
+                                                     std::unique_ptr<FfnBackend> ffn,
+                                                     std::shared_ptr<ThreadPool> pool);
 
 }  // namespace afd

@@ -1,0 +1,226 @@
+#include "runtime/bundle.h"
+
+#include <algorithm>
+
+#include "comm/inproc_transport.h"
+#include "comm/ucx_transport.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "model/weights.h"
+#include "runtime/ffn_client.h"
+
+namespace afd {
+
+namespace {
+std::string ffn_name(int j) { return "ffn" + std::to_string(j); }
+std::string attn_name(int i) { return "attn" + std::to_string(i); }
+}  // namespace
+
+std::vector<const FfnWorkerStats*> Bundle::ffn_stats() const {
+  std::vector<const FfnWorkerStats*> out;
+  for (const auto& f : ffn_) out.push_back(&f->stats());
+  return out;
+}
+
+Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const Topology& topo,
+                                               std::shared_ptr<const ModelWeights> w) {
+  std::unique_ptr<Bundle> b(new Bundle());
+  b->topo_ = topo;
+  const bool remote = !opt.ffn_addresses.empty();
+  const bool ref = opt.precision == Precision::reference;
+  const int x = topo.n_attention, y = topo.n_ffn;
+  // Threads: in EP each worker's FFN shares its attention engine's cores (one pool per
+  // worker); in AFD the two sides have their own pools.
+  std::vector<std::shared_ptr<ThreadPool>> attn_pools;
+  const int local_attn = remote ? 1 : x;
+  // Default threads: the cores split evenly between the pools this process runs, so
+  // spinning pool workers of one side do not starve the other (--threads overrides).
+  int threads = opt.n_threads;
+  if (threads <= 0) {
+    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int n_pools = remote ? 1 : (topo.wiring == Wiring::ep ? x : x + y);
+    threads = std::max(1, hw / n_pools);
+  }
+  for (int i = 0; i < local_attn; ++i) attn_pools.push_back(std::make_shared<ThreadPool>(threads));
+
+  std::shared_ptr<comm::InprocHub> hub;
+  if (!remote) {
+    hub = std::make_shared<comm::InprocHub>();
+    for (int j = 0; j < y; ++j) {
+      AFD_ASSIGN_OR_RETURN(auto t, comm::InprocTransport::create(hub, ffn_name(j)));
+      AFD_RETURN_IF_ERROR(t->listen(ffn_name(j)));
+      FfnWorkerOptions fo;
+      fo.index = j;
+      fo.n_ffn = y;
+      fo.n_attention = x;
+      fo.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
+      fo.peer_timeout_ms = opt.ffn_timeout_ms;
+      ThreadPool* pool;
+      if (topo.wiring == Wiring::ep) {
+        pool = attn_pools[j].get();
+      } else {
+        b->ffn_pools_.push_back(std::make_unique<ThreadPool>(threads));
+        pool = b->ffn_pools_.back().get();
+      }
+      AFD_ASSIGN_OR_RETURN(auto worker, FfnWorker::create(w, t.get(), fo, pool));
+      b->transports_.push_back(std::move(t));
+      b->ffn_.push_back(std::move(worker));
+    }
+    for (int j = 0; j < y; ++j) {
+      FfnWorker* wk = b->ffn_[j].get();
+      b->ffn_threads_.emplace_back([wk, stop = &b->stop_, j] {
+        Status s = wk->run(stop);
+        if (!s.is_ok()) spdlog::error("ffn worker {} stopped: {}", j, s.to_string());
+      });
+    }
+  }
+
+  for (int i = 0; i < local_attn; ++i) {
+    const int index = remote ? opt.attention_index : i;
+    std::unique_ptr<comm::Transport> t;
+    FfnClientOptions co;
+    co.index = index;
+    co.n_attention = x;
+    co.ffn_names.clear();
+    for (int j = 0; j < y; ++j) co.ffn_names.push_back(ffn_name(j));
+    if (remote) {
+      comm::UcxOptions uo;
+      uo.name = attn_name(index);
+      AFD_ASSIGN_OR_RETURN(auto ut, comm::UcxTransport::create(uo));
+      t = std::move(ut);
+      co.ffn_addresses = opt.ffn_addresses;
+    } else {
+      AFD_ASSIGN_OR_RETURN(auto it, comm::InprocTransport::create(hub, attn_name(index)));
+      t = std::move(it);
+      for (int j = 0; j < y; ++j) co.ffn_addresses.push_back(ffn_name(j));
+    }
+    co.microbatches = opt.microbatches;
+    co.max_tokens = opt.max_batch_tokens;
+    co.per_block_scales = opt.fp8_group == 128;
+    co.timeout_ms = opt.ffn_timeout_ms;
+    AFD_ASSIGN_OR_RETURN(auto client, FfnClient::create(w, t.get(), co));
+    b->transports_.push_back(std::move(t));
+    AFD_ASSIGN_OR_RETURN(auto e, make_pipeline_engine(opt, w, std::move(client), attn_pools[i]));
+    b->attention_.push_back(std::move(e));
+  }
+  spdlog::info("bundle {} complete: {} attention engine(s) here, {} FFN worker(s) {}", topo.to_string(), local_attn, y,
+               remote ? "remote" : "in-process");
+  return b;
+}
+
+Bundle::~Bundle() {
+  attention_.clear();  // FfnClients close their sessions before the workers stop
+  stop_.store(true);
+  for (auto& t : ffn_threads_) t.join();
+  ffn_.clear();
+  for (auto& t : transports_) t->close();
+}
+
+DataParallelEngine::DataParallelEngine(std::unique_ptr<Bundle> bundle) : bundle_(std::move(bundle)) {}
+DataParallelEngine::~DataParallelEngine() = default;
+
+const DataParallelEngine::Placement* DataParallelEngine::find(int64_t seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? nullptr : &it->second;
+}
+
+Result<int64_t> DataParallelEngine::create_sequence() {
+  // Least token load first (KV blocks in use), then fewest sequences.
+  const auto& es = engines();
+  std::vector<int> order(es.size());
+  for (size_t i = 0; i < es.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return es[a]->kv_usage().blocks_used < es[b]->kv_usage().blocks_used; });
+  Status last;
+  for (int i : order) {
+    auto id = es[i]->create_sequence();
+    if (id.ok()) {
+      const int64_t outer = next_id_++;
+      seqs_[outer] = Placement{i, *id};
+      return outer;
+    }
+    last = id.status();
+  }
+  return last;
+}
+
+void DataParallelEngine::release_sequence(int64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) return;
+  engines()[it->second.engine]->release_sequence(it->second.inner);
+  seqs_.erase(it);
+}
+
+int64_t DataParallelEngine::sequence_length(int64_t seq_id) const {
+  const Placement* p = find(seq_id);
+  return p ? engines()[p->engine]->sequence_length(p->inner) : -1;
+}
+
+bool DataParallelEngine::can_append(int64_t seq_id, int64_t n_tokens) const {
+  const Placement* p = find(seq_id);
+  return p && engines()[p->engine]->can_append(p->inner, n_tokens);
+}
+
+KvUsage DataParallelEngine::kv_usage() const {
+  KvUsage u;
+  for (const auto& e : engines()) {
+    KvUsage k = e->kv_usage();
+    u.blocks_total += k.blocks_total;
+    u.blocks_used += k.blocks_used;
+    u.block_size = k.block_size;
+  }
+  return u;
+}
+
+Status DataParallelEngine::forward(std::span<const BatchItem> items, std::vector<float>* logits) {
+  const int64_t t0 = now_ns();
+  const auto& es = engines();
+  const int n_eng = static_cast<int>(es.size());
+  std::vector<std::vector<BatchItem>> per(n_eng);
+  std::vector<std::vector<size_t>> which(n_eng);
+  for (size_t k = 0; k < items.size(); ++k) {
+    const Placement* p = find(items[k].seq_id);
+    if (!p) return invalid_argument("unknown sequence " + std::to_string(items[k].seq_id));
+    BatchItem it = items[k];
+    it.seq_id = p->inner;
+    per[p->engine].push_back(it);
+    which[p->engine].push_back(k);
+  }
+  std::vector<std::vector<float>> out(n_eng);
+  std::vector<Status> st(n_eng);
+  std::vector<std::thread> threads;
+  for (int e = 0; e < n_eng; ++e) {
+    if (per[e].empty()) continue;
+    threads.emplace_back([&, e] { st[e] = es[e]->forward(per[e], &out[e]); });
+  }
+  for (auto& t : threads) t.join();
+  for (int e = 0; e < n_eng; ++e)
+    if (!st[e].is_ok()) return st[e].with_context("attention worker " + std::to_string(e));
+  // Reassemble rows in item order.
+  const int64_t V = config().vocab_size;
+  std::vector<int64_t> rows(items.size());
+  for (size_t k = 0; k < items.size(); ++k)
+    rows[k] = items[k].all_logits ? static_cast<int64_t>(items[k].tokens.size()) : 1;
+  std::vector<int64_t> off(items.size() + 1, 0);
+  for (size_t k = 0; k < items.size(); ++k) off[k + 1] = off[k] + rows[k];
+  logits->resize(static_cast<size_t>(off.back() * V));
+  times_ = StageTimes{};
+  for (int e = 0; e < n_eng; ++e) {
+    int64_t src = 0;
+    for (size_t m = 0; m < which[e].size(); ++m) {
+      const size_t k = which[e][m];
+      std::copy(out[e].begin() + src * V, out[e].begin() + (src + rows[k]) * V, logits->begin() + off[k] * V);
+      src += rows[k];
+    }
+    if (!per[e].empty()) {
+      StageTimes s = es[e]->last_stage_times();
+      times_.attention_s = std::max(times_.attention_s, s.attention_s);
+      times_.ffn_s = std::max(times_.ffn_s, s.ffn_s);
+      times_.a2f_s = std::max(times_.a2f_s, s.a2f_s);
+    }
+  }
+  times_.total_s = (now_ns() - t0) * 1e-9;
+  return Status::ok();
+}
+
+}  // namespace afd

@@ -1,0 +1,81 @@
+// Bundle: the engines of one AFD deployment as seen from this process.
+//
+//   local (topology xAyF, no remote FFN addresses): y FfnWorkers on their own threads and
+//     x attention engines (PipelineEngine + FfnClient), all over one in-process hub —
+//     the single-process default and what the equivalence tests use.
+//   remote (ffn_addresses given): this process hosts attention worker(s); the FFN workers
+//     are `afd worker --role ffn` processes reached over UCX, started in any order.
+//
+// DataParallelEngine presents the x attention engines as one Engine: a new sequence goes
+// to the engine with the least token load (KV length, seeds/003 §5.3); forward() runs
+// every engine's share of the batch concurrently and returns logits in item order.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/transport.h"
+#include "runtime/engine.h"
+#include "runtime/engine_factory.h"
+#include "runtime/ffn_worker.h"
+#include "runtime/topology.h"
+
+namespace afd {
+
+struct ModelWeights;
+
+class Bundle {
+ public:
+  static Result<std::unique_ptr<Bundle>> create(const EngineOptions& opt, const Topology& topo,
+                                                std::shared_ptr<const ModelWeights> w);
+  ~Bundle();  // stops the local FFN workers (engines must be destroyed first: Bundle owns them)
+
+  std::vector<std::unique_ptr<Engine>>& attention() { return attention_; }
+  const Topology& topology() const { return topo_; }
+  // Local FFN workers' statistics (empty for a remote bundle).
+  std::vector<const FfnWorkerStats*> ffn_stats() const;
+
+ private:
+  Bundle() = default;
+  Topology topo_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::unique_ptr<comm::Transport>> transports_;  // FFN side first, then attention
+  std::vector<std::unique_ptr<FfnWorker>> ffn_;
+  std::vector<std::unique_ptr<ThreadPool>> ffn_pools_;
+  std::vector<std::thread> ffn_threads_;
+  std::vector<std::unique_ptr<Engine>> attention_;
+};
+
+class DataParallelEngine : public Engine {
+ public:
+  explicit DataParallelEngine(std::unique_ptr<Bundle> bundle);
+  ~DataParallelEngine() override;
+
+  const ModelConfig& config() const override { return engines()[0]->config(); }
+  Result<int64_t> create_sequence() override;
+  void release_sequence(int64_t seq_id) override;
+  int64_t sequence_length(int64_t seq_id) const override;
+  bool can_append(int64_t seq_id, int64_t n_tokens) const override;
+  Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override;
+  KvUsage kv_usage() const override;
+  StageTimes last_stage_times() const override { return times_; }
+  Bundle& bundle() { return *bundle_; }
+
+ private:
+  struct Placement {
+    int engine = 0;
+    int64_t inner = -1;
+  };
+  const std::vector<std::unique_ptr<Engine>>& engines() const { return bundle_->attention(); }
+  const Placement* find(int64_t seq) const;
+
+  std::unique_ptr<Bundle> bundle_;
+  std::unordered_map<int64_t, Placement> seqs_;  // outer id -> engine and its id
+  int64_t next_id_ = 0;
+  StageTimes times_;
+};
+
+}  // namespace afd
