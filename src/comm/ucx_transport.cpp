@@ -183,7 +183,7 @@ class UcxTransportImpl final : public UcxTransport {
   std::vector<void*> closing_;
   std::vector<std::unique_ptr<ErrArg>> err_args_;
   std::vector<std::pair<PeerId, uint64_t>> failed_eps_;
-  int64_t next_liveness_ = 0;
+  std::atomic<int64_t> next_liveness_{0};  // set to 0 from the epoll path (lock not held) to force a check
 
   std::mutex regions_mu_;
   std::vector<Region> regions_;
