@@ -420,9 +420,19 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
 }
 
 Status FfnWorker::run(const std::atomic<bool>* stop) {
+  int64_t next_log = now_ns() + 2000000000;
   while (!stop->load()) {
     handle_events();
     poll_frames();
+    if (now_ns() >= next_log) {
+      int serving = 0;
+      for (auto& p : peers_) serving += p->serving ? 1 : 0;
+      if (serving < opt_.n_attention) {
+        spdlog::info("ffn worker {}: waiting for attention workers ({} of {} connected and accepted)", opt_.index,
+                     serving, opt_.n_attention);
+      }
+      next_log = now_ns() + 5000000000;
+    }
     if (serve_one(stop)) continue;
     std::vector<RequestId> ids;
     for (auto& p : peers_) {
