@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   afd::cli::register_make_model(app);
   afd::cli::register_generate(app);
   afd::cli::register_bench(app);
+  afd::cli::register_worker(app);
   afd::cli::register_serve(app);
   afd::cli::register_plan(app);
 

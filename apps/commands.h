@@ -11,6 +11,7 @@ void register_version(CLI::App& app);
 void register_make_model(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_worker(CLI::App& app);
 void register_serve(CLI::App& app);
 // plan (cost|sparsity|hardware|ratio), sim and calibrate: apps/cmd_plan.cpp
 void register_plan(CLI::App& app);

@@ -22,6 +22,12 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
   cmd->add_flag("--fp8-dispatch", fp8_dispatch, "Round FFN inputs through FP8 as the AFD wire does")
       ->envname("AFD_FP8_DISPATCH");
   cmd->add_option("--fp8-group", fp8_group, "FP8 scale group: 0 per token, 128 per block")->envname("AFD_FP8_GROUP");
+  cmd->add_option("--ffn", ffn, "Remote FFN workers host:port,... (afd worker --role ffn), in shard order")
+      ->envname("AFD_FFN");
+  cmd->add_option("--attention-index", attention_index, "This process's attention worker index (with --ffn)")
+      ->envname("AFD_ATTENTION_INDEX");
+  cmd->add_option("--ffn-timeout-ms", ffn_timeout_ms, "Fail a step whose FFN reply is later than this")
+      ->envname("AFD_FFN_TIMEOUT_MS");
 }
 
 Result<EngineOptions> EngineFlags::to_options() const {
@@ -41,6 +47,22 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.microbatches = microbatches;
   o.fp8_dispatch = fp8_dispatch;
   o.fp8_group = fp8_group;
+  if (!ffn.empty()) {
+    size_t i = 0;
+    while (i <= ffn.size()) {
+      size_t j = ffn.find(',', i);
+      if (j == std::string::npos) j = ffn.size();
+      std::string a = ffn.substr(i, j - i);
+      if (a.empty() || a.find(':') == std::string::npos)
+        return invalid_argument("--ffn: '" + a + "' is not host:port");
+      o.ffn_addresses.push_back(a);
+      i = j + 1;
+    }
+    // A bare --ffn list with the default topology means 1A{n}F.
+    if (topology == "mono") o.topology = "1A" + std::to_string(o.ffn_addresses.size()) + "F";
+  }
+  o.attention_index = attention_index;
+  o.ffn_timeout_ms = ffn_timeout_ms;
   AFD_RETURN_IF_ERROR(o.validate());
   return o;
 }
