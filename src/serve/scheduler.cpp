@@ -103,7 +103,8 @@ int Scheduler::admit() {
                                 std::to_string(u.blocks_total)));
       continue;
     }
-    if (need > free_blocks) break;  // head of line waits for blocks to free up
+    // Head of line waits for blocks to free up (engines reporting no block pool: can_append decides).
+    if (u.blocks_total > 0 && need > free_blocks) break;
     auto seq = engine_->create_sequence();
     if (!seq.ok()) break;  // no free sequence slot
     r->seq_id = *seq;
