@@ -7,6 +7,7 @@
 #include "core/log.h"
 
 int main(int argc, char** argv) {
+  afd::init_logging();
   CLI::App app{"afd: Attention-FFN disaggregated MoE decoding engine"};
   app.require_subcommand(1);
   std::string log_level = "info";

@@ -21,6 +21,9 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
       ->envname("AFD_MICROBATCHES");
   cmd->add_flag("--fp8-dispatch", fp8_dispatch, "Round FFN inputs through FP8 as the AFD wire does")
       ->envname("AFD_FP8_DISPATCH");
+  cmd->add_option("--afd-rounding", afd_rounding,
+                  "Mono: round FP8 dispatch + BF16 combine exactly as an xAyF bundle with this y does")
+      ->envname("AFD_AFD_ROUNDING");
   cmd->add_option("--fp8-group", fp8_group, "FP8 scale group: 0 per token, 128 per block")->envname("AFD_FP8_GROUP");
   cmd->add_option("--ffn", ffn, "Remote FFN workers host:port,... (afd worker --role ffn), in shard order")
       ->envname("AFD_FFN");
@@ -28,6 +31,8 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
       ->envname("AFD_ATTENTION_INDEX");
   cmd->add_option("--ffn-timeout-ms", ffn_timeout_ms, "Fail a step whose FFN reply is later than this")
       ->envname("AFD_FFN_TIMEOUT_MS");
+  cmd->add_option("--ffn-connect-timeout-ms", ffn_connect_timeout_ms, "Give up waiting for FFN workers after this")
+      ->envname("AFD_FFN_CONNECT_TIMEOUT_MS");
 }
 
 Result<EngineOptions> EngineFlags::to_options() const {
@@ -47,6 +52,7 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.microbatches = microbatches;
   o.fp8_dispatch = fp8_dispatch;
   o.fp8_group = fp8_group;
+  o.afd_rounding_shards = afd_rounding;
   if (!ffn.empty()) {
     size_t i = 0;
     while (i <= ffn.size()) {
@@ -63,6 +69,7 @@ Result<EngineOptions> EngineFlags::to_options() const {
   }
   o.attention_index = attention_index;
   o.ffn_timeout_ms = ffn_timeout_ms;
+  o.ffn_connect_timeout_ms = ffn_connect_timeout_ms;
   AFD_RETURN_IF_ERROR(o.validate());
   return o;
 }

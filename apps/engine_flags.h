@@ -21,10 +21,12 @@ struct EngineFlags {
   std::string topology = "mono";
   int microbatches = 1;
   bool fp8_dispatch = false;
+  int afd_rounding = 0;
   int64_t fp8_group = 0;
   std::string ffn;          // remote FFN workers "host:port,host:port" (shard order)
   int attention_index = 0;
   int ffn_timeout_ms = 10000;
+  int ffn_connect_timeout_ms = 60000;
 
   void add_to(CLI::App* cmd, bool model_required = true);
   // Converts to EngineOptions; errors name the flag.

@@ -5,6 +5,8 @@
 
 namespace afd {
 
+// Sends all logging to stderr (stdout carries command output such as generated ids).
+void init_logging();
 // Sets the global level from a name ("trace".."off"); unknown names leave it unchanged.
 void set_log_level(const char* name);
 

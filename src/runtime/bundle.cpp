@@ -98,6 +98,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
     co.max_tokens = opt.max_batch_tokens;
     co.per_block_scales = opt.fp8_group == 128;
     co.timeout_ms = opt.ffn_timeout_ms;
+    co.connect_timeout_ms = opt.ffn_connect_timeout_ms;
     AFD_ASSIGN_OR_RETURN(auto client, FfnClient::create(w, t.get(), co));
     b->transports_.push_back(std::move(t));
     AFD_ASSIGN_OR_RETURN(auto e, make_pipeline_engine(opt, w, std::move(client), attn_pools[i]));

@@ -25,6 +25,8 @@ Status EngineOptions::validate() const {
   if (kv_dtype != DType::f32 && kv_dtype != DType::bf16 && kv_dtype != DType::f8_e4m3)
     return invalid_argument("kv dtype must be f32, bf16 or fp8");
   if (fp8_group < 0) return invalid_argument("fp8 group must be >= 0");
+  if (afd_rounding_shards < 0 || afd_rounding_shards > 64)
+    return invalid_argument("AFD rounding shards must be in [0, 64]");
   AFD_ASSIGN_OR_RETURN(Topology t, parse_topology(topology));
   if (t.wiring == Wiring::mono && !ffn_addresses.empty())
     return invalid_argument("remote FFN addresses need an AFD topology (e.g. 1A" +
@@ -57,8 +59,9 @@ Result<std::unique_ptr<Engine>> make_engine(const EngineOptions& opt, std::share
   auto pool = std::make_shared<ThreadPool>(opt.n_threads);
   LocalFfnOptions fo;
   fo.part.prec = opt.precision == Precision::reference ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
-  fo.fp8_dispatch = opt.fp8_dispatch;
+  fo.fp8_dispatch = opt.fp8_dispatch || opt.afd_rounding_shards > 0;
   fo.fp8_group = opt.fp8_group;
+  fo.combine_shards = opt.afd_rounding_shards;
   return make_pipeline_engine(opt, weights, std::make_unique<LocalFfnBackend>(weights, fo, pool.get()), pool);
 }
 

@@ -41,9 +41,13 @@ struct EngineOptions {
   int attention_index = 0;
   int64_t max_batch_tokens = 4096;  // most tokens in one AFD micro-batch (wire buffers)
   int ffn_timeout_ms = 10000;       // an FFN reply later than this fails the step
+  int ffn_connect_timeout_ms = 60000;  // FFN workers not connected by then: an error
   // Round the FFN input through FP8 as AFD dispatch does (for AFD-vs-mono comparisons).
   bool fp8_dispatch = false;
   int64_t fp8_group = 0;  // 0: per-token scale; 128: per-128-channel block
+  // Monolithic only: also round the FFN output as an xAyF bundle with y = this does (BF16
+  // partials per expert shard), so mono and AFD outputs are bit-comparable. Implies fp8_dispatch.
+  int afd_rounding_shards = 0;
   Status validate() const;
 };
 

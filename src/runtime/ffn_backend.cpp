@@ -1,6 +1,9 @@
 #include "runtime/ffn_backend.h"
 
+#include <algorithm>
+
 #include "core/timer.h"
+#include "runtime/topology.h"
 
 namespace afd {
 
@@ -26,7 +29,23 @@ Status LocalFfnBackend::dispatch(int64_t layer, int microbatch, TokenBatch& b) {
     fp8_round_trip(hq_.data(), b.n, hid, opt_.fp8_group, &q8_, &scales_);
     h = hq_.data();
   }
-  ffn_part(*w_, layer, h, b.n, b.topk_ids.data(), b.topk_w.data(), b.ffn_out.data(), opt_.part, &scratch_, pool_);
+  if (opt_.combine_shards <= 0) {
+    ffn_part(*w_, layer, h, b.n, b.topk_ids.data(), b.topk_w.data(), b.ffn_out.data(), opt_.part, &scratch_, pool_);
+  } else {
+    Topology topo = *parse_topology("1A" + std::to_string(opt_.combine_shards) + "F");
+    const int64_t E = w_->config.n_experts, total = b.n * hid;
+    partial_.resize(static_cast<size_t>(total));
+    std::fill(b.ffn_out.begin(), b.ffn_out.begin() + total, 0.0f);
+    for (int s = 0; s < opt_.combine_shards; ++s) {
+      const ExpertRange r = topo.ffn_shard(s, E);
+      FfnPartOptions po = opt_.part;
+      po.experts_mask.assign(static_cast<size_t>(std::max<int64_t>(E, 1)), 0);
+      for (int64_t e = r.begin; e < r.end; ++e) po.experts_mask[e] = 1;
+      po.include_shared = r.holds_shared;
+      ffn_part(*w_, layer, h, b.n, b.topk_ids.data(), b.topk_w.data(), partial_.data(), po, &scratch_, pool_);
+      for (int64_t i = 0; i < total; ++i) b.ffn_out[i] += round_bf16(partial_[i]);
+    }
+  }
   ffn_s_ += (now_ns() - t0) * 1e-9;
   return Status::ok();
 }

@@ -35,6 +35,10 @@ struct LocalFfnOptions {
   FfnPartOptions part;
   bool fp8_dispatch = false;
   int64_t fp8_group = 0;  // 0: per token (group = hidden); else channels per scale (e.g. 128)
+  // > 0: also reproduce the BF16 combine of an xAyF bundle with y = combine_shards: each
+  // FFN shard's partial sum (runtime/topology.h ranges, shared expert in shard 0) is rounded
+  // to BF16 and the partials are added in f32 in shard order, exactly as FfnClient does.
+  int combine_shards = 0;
 };
 
 class LocalFfnBackend : public FfnBackend {
@@ -53,6 +57,7 @@ class LocalFfnBackend : public FfnBackend {
   std::vector<float> hq_;       // [n, hidden] fp8-rounded copy of h
   std::vector<uint8_t> q8_;
   std::vector<float> scales_;
+  std::vector<float> partial_;  // [n, hidden] one shard's output (combine_shards > 0)
   double ffn_s_ = 0;
 };
 

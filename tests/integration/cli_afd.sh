@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# AFD end to end through the CLI: every in-process topology and a multi-process UCX bundle
+# (FFN workers started after the attention side, in any order) produce exactly the greedy
+# tokens of the monolithic engine with the same FP8 dispatch rounding; a killed FFN worker
+# turns into a clear error, not a hang. Usage: cli_afd.sh AFD_BIN
+set -uo pipefail
+AFD=$1
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+M=$ROOT/tests/reference/data/qwen2moe_shared
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$TMP"; }
+trap cleanup EXIT
+P=(--model "$M" --precision reference --max-tokens 24 --ignore-eos --threads 1
+   --prompt-ids 3,14,15,92,65 --prompt-ids 35 --prompt-ids 89,79,32,38,46,26,43)
+fails=0
+check() { if [ "$2" = "$3" ]; then echo "ok   $1"; else echo "FAIL $1"; echo " want: $2"; echo " got:  $3"; fails=$((fails+1)); fi; }
+
+# Monolithic with the AFD wire's rounding (FP8 dispatch, BF16 combine per FFN shard).
+want1=$("$AFD" --log-level error generate "${P[@]}" --afd-rounding 1) || { echo "mono run failed"; exit 1; }
+want2=$("$AFD" --log-level error generate "${P[@]}" --afd-rounding 2) || { echo "mono run failed"; exit 1; }
+for t in 1A1F 2A1F 1A2F 2A2F EP2; do
+  want=$want1; case $t in *2F|EP2) want=$want2;; esac
+  for mb in 1 3; do
+    got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --topology $t --microbatches $mb)
+    check "in-process $t, $mb micro-batch(es)" "$want" "$got"
+  done
+done
+want=$want2
+
+# Multi-process over UCX: the attention side starts first and waits for its FFN workers.
+port0=$((20000 + RANDOM % 20000)); port1=$((port0 + 1))
+( sleep 1; exec "$AFD" worker --role ffn --model "$M" --listen 127.0.0.1:$port0 --shard 0/2 --threads 1 \
+    --precision reference >"$TMP/w0.log" 2>&1 ) & PIDS+=($!)
+( sleep 2; exec "$AFD" worker --role ffn --model "$M" --listen 127.0.0.1:$port1 --shard 1/2 --threads 1 \
+    --precision reference >"$TMP/w1.log" 2>&1 ) & PIDS+=($!)
+got=$(timeout 120 "$AFD" generate "${P[@]}" --microbatches 3 --ffn 127.0.0.1:$port0,127.0.0.1:$port1 2>"$TMP/g.log")
+check "UCX 1A2F across processes" "$want" "$got"
+grep -q "waiting for FFN worker" "$TMP/g.log" && echo "ok   attention side said what it waited for" || { echo "FAIL no waiting log"; fails=$((fails+1)); }
+
+# Fault: FFN worker 1 dies; the attention side gives up after its connect timeout with a
+# clear error naming what it waited for (mid-step losses: tests/unit/runtime, comm).
+pkill -f -- "--listen 127.0.0.1:$port1" 2>/dev/null
+sleep 0.5
+out=$(timeout 60 "$AFD" generate --model "$M" --precision reference --max-tokens 100 --ignore-eos --threads 1 \
+      --prompt-ids 1,2,3 --ffn 127.0.0.1:$port0,127.0.0.1:$port1 --ffn-timeout-ms 2000 --ffn-connect-timeout-ms 3000 2>&1 >/dev/null); rc=$?
+if [ $rc -eq 1 ] && grep -qiE "ffn|unavailable|timeout|waiting" <<<"$out"; then
+  echo "ok   lost FFN worker -> exit 1: $(grep -iE 'error' <<<"$out" | tail -1)"
+else
+  echo "FAIL lost FFN worker: rc=$rc"; echo "$out" | tail -5; fails=$((fails+1))
+fi
+echo "$fails failed"
+[ $fails -eq 0 ]
