@@ -1,7 +1,9 @@
 // bench_kernels: times the CPU kernels against the machine limits measured in the same run.
 //   bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune]
 // Prints a Markdown table: kernel path, W shape, n, precision, time per call, GB/s of W
-// streamed, GFLOP/s, fraction of the measured read bandwidth and of the library GEMM rate.
+// streamed, GFLOP/s, fraction of the measured read bandwidth, of the library GEMM rate and of
+// the vector peak. Every case is timed in several rounds (best of 9 repetitions per round, best
+// round), the limits before every round and at the end (best sample used, worst printed too).
 // Weights are cold: each timed call uses the next of a set of distinct matrices whose total
 // size is several times the L3 cache, as MoE decode touches different experts every step.
 #include <cstdio>
@@ -89,25 +91,39 @@ Result time_linear(const WeightSet& w, int64_t n, ActPrecision prec, ThreadPool&
   return {best};
 }
 
-void print_header() {
+struct Case {
+  const WeightSet* w;
+  int64_t n;
+  ActPrecision prec;
+  int64_t blas_min_n;  // -2: leave the default; else forced for this case
+  std::string path;
+  double best_sec = 1e30;
+};
+
+void run_case(Case& c, ThreadPool& pool, double min_seconds) {
+  const bool wb = c.w->dtype == DType::bf16, ab = c.prec == ActPrecision::bf16;
+  const int64_t saved = detail::linear_blas_min_n(wb, ab);
+  if (c.blas_min_n != -2) detail::set_linear_blas_min_n(wb, ab, c.blas_min_n);
+  c.path = linear_path_name(c.n, c.w->dtype, c.prec);
+  c.best_sec = std::min(c.best_sec, time_linear(*c.w, c.n, c.prec, pool, min_seconds).sec_per_call);
+  detail::set_linear_blas_min_n(wb, ab, saved);
+}
+
+void print_table(const std::vector<Case>& cases, const Limits& lim) {
   std::printf("| kernel path | W [rows, cols] dtype | n | act | time/call (us) | W GB/s | GFLOP/s | "
               "frac read BW | frac sgemm | frac peak |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-}
-
-void run_case(const WeightSet& w, int64_t n, ActPrecision prec, ThreadPool& pool, const Limits& lim,
-              double min_seconds, const char* label_override = nullptr) {
-  Result r = time_linear(w, n, prec, pool, min_seconds);
-  double gbs = w.bytes_one() / r.sec_per_call;
-  double flops = 2.0 * static_cast<double>(n) * w.rows * w.cols / r.sec_per_call;
-  const bool bf_act = prec == ActPrecision::bf16;
-  double peak = (bf_act && w.dtype == DType::bf16) ? lim.peak_bf16 : lim.peak_f32;
-  std::printf("| %s | [%lld, %lld] %s | %lld | %s | %.1f | %.1f | %.1f | %.3f | %.3f | %.3f |\n",
-              label_override ? label_override : linear_path_name(n, w.dtype, prec),
-              static_cast<long long>(w.rows), static_cast<long long>(w.cols), dtype_name(w.dtype),
-              static_cast<long long>(n), bf_act ? "bf16" : "f32", r.sec_per_call * 1e6, gbs / 1e9, flops / 1e9,
-              gbs / lim.read_bw, flops / lim.gemm_f32, peak > 0 ? flops / peak : 0.0);
-  std::fflush(stdout);
+  for (const Case& c : cases) {
+    const WeightSet& w = *c.w;
+    double gbs = w.bytes_one() / c.best_sec;
+    double flops = 2.0 * static_cast<double>(c.n) * w.rows * w.cols / c.best_sec;
+    const bool bf_act = c.prec == ActPrecision::bf16;
+    double peak = (bf_act && w.dtype == DType::bf16) ? lim.peak_bf16 : lim.peak_f32;
+    std::printf("| %s | [%lld, %lld] %s | %lld | %s | %.1f | %.2f | %.1f | %.3f | %.3f | %.3f |\n", c.path.c_str(),
+                static_cast<long long>(w.rows), static_cast<long long>(w.cols), dtype_name(w.dtype),
+                static_cast<long long>(c.n), bf_act ? "bf16" : "f32", c.best_sec * 1e6, gbs / 1e9, flops / 1e9,
+                gbs / lim.read_bw, flops / lim.gemm_f32, peak > 0 ? flops / peak : 0.0);
+  }
 }
 
 }  // namespace
@@ -154,63 +170,63 @@ int main(int argc, char** argv) {
     return 0;
   }
   const double min_s = quick ? 0.03 : 0.1;
-  Limits lim;
-  lim.read_bw = measure_read_bandwidth(pool);
-  lim.copy_bw = measure_copy_bandwidth(pool);
-  lim.gemm_f32 = measure_gemm_flops(pool, DType::f32);
-  lim.peak_f32 = measure_peak_flops(pool, DType::f32);
-  lim.peak_bf16 = measure_peak_flops(pool, DType::bf16);
-  auto print_limits = [&](const char* when) {
-    std::printf("%s: read %.2f GB/s, copy %.2f GB/s, OpenBLAS sgemm (m=1024,n=2048,k=2048) %.1f GFLOP/s, "
-                "peak FMA f32 %.1f GFLOP/s, peak vdpbf16ps %.1f GFLOP/s\n",
-                when, lim.read_bw / 1e9, lim.copy_bw / 1e9, lim.gemm_f32 / 1e9, lim.peak_f32 / 1e9,
-                lim.peak_bf16 / 1e9);
-  };
-  std::printf("threads %d, cpu features: %s, isa: %s\n", threads, cpu_features().to_string().c_str(),
-              isa_name(active_isa()));
-  print_limits("limits measured at start");
-  std::printf("(fractions below use these; the limits are measured again at the end and both printed)\n\n");
+  const int rounds = quick ? 1 : 3;
+  std::printf("threads %d, cpu features: %s, isa: %s, rounds %d\n", threads, cpu_features().to_string().c_str(),
+              isa_name(active_isa()), rounds);
 
   const double cold = 256.0 * 1024 * 1024;  // total bytes per weight set: 8x the 32 MiB L3
-  print_header();
-  {
-    // One large matrix (128 MiB, 4x L3): decode batch 1.
-    WeightSet big = make_weights(DType::bf16, 8192, 8192, 1);
-    for (auto prec : {ActPrecision::bf16, ActPrecision::f32}) run_case(big, 1, prec, pool, lim, min_s);
-    WeightSet bigf = make_weights(DType::f32, 8192, 4096, 1);
-    for (auto prec : {ActPrecision::bf16, ActPrecision::f32}) run_case(bigf, 1, prec, pool, lim, min_s);
-  }
-  // MoE expert projections (Qwen3-30B-A3B sizes): gate/up [768, 2048], down [2048, 768], cold.
+  // One large matrix each (128 MiB, 4x L3) for decode batch 1; MoE expert projections
+  // (Qwen3-30B-A3B sizes: gate/up [768, 2048], down [2048, 768]) as cold sets.
+  WeightSet big = make_weights(DType::bf16, 8192, 8192, 1);
+  WeightSet bigf = make_weights(DType::f32, 8192, 4096, 1);
+  WeightSet up = make_weights(DType::bf16, 768, 2048, cold);
+  WeightSet down = make_weights(DType::bf16, 2048, 768, cold);
+  WeightSet upf = compare ? make_weights(DType::f32, 768, 2048, cold) : WeightSet{DType::f32, 0, 0, 0, {}};
+  std::vector<Case> cases;
+  for (const WeightSet* w : {&big, &bigf})
+    for (auto prec : {ActPrecision::bf16, ActPrecision::f32}) cases.push_back({w, 1, prec, -2, ""});
   std::vector<int64_t> ns = {1, 2, 4, 8, 16, 32, 64, 128, 256};
   if (quick) ns = {1, 8, 64, 256};
-  for (auto shape : {std::pair<int64_t, int64_t>{768, 2048}, std::pair<int64_t, int64_t>{2048, 768}}) {
-    WeightSet w = make_weights(DType::bf16, shape.first, shape.second, cold);
+  for (const WeightSet* w : {&up, &down})
     for (auto prec : {ActPrecision::bf16, ActPrecision::f32})
-      for (int64_t n : ns) run_case(w, n, prec, pool, lim, min_s);
-  }
+      for (int64_t n : ns) cases.push_back({w, n, prec, -2, ""});
   if (compare) {
     // Tile kernels vs OpenBLAS sgemm for f32 activations (decides linear_blas_min_n).
-    for (DType dt : {DType::bf16, DType::f32}) {
-      WeightSet w = make_weights(dt, 768, 2048, cold);
-      const bool wb = dt == DType::bf16;
-      const int64_t saved = detail::linear_blas_min_n(wb, false);
+    for (const WeightSet* w : {&up, &upf})
       for (int64_t n : {16, 32, 64, 128, 256}) {
-        detail::set_linear_blas_min_n(wb, false, int64_t{1} << 40);
-        run_case(w, n, ActPrecision::f32, pool, lim, min_s);
-        detail::set_linear_blas_min_n(wb, false, 1);
-        run_case(w, n, ActPrecision::f32, pool, lim, min_s);
+        cases.push_back({w, n, ActPrecision::f32, int64_t{1} << 40, ""});
+        cases.push_back({w, n, ActPrecision::f32, 1, ""});
       }
-      detail::set_linear_blas_min_n(wb, false, saved);
-    }
   }
-  Limits end;
-  end.read_bw = measure_read_bandwidth(pool);
-  end.copy_bw = measure_copy_bandwidth(pool);
-  end.gemm_f32 = measure_gemm_flops(pool, DType::f32);
-  end.peak_f32 = measure_peak_flops(pool, DType::f32);
-  end.peak_bf16 = measure_peak_flops(pool, DType::bf16);
-  std::swap(lim, end);
-  std::printf("\n");
-  print_limits("limits measured at end");
+
+  // Rounds over all cases, with the machine limits measured before each round and at the
+  // end; on a shared machine the best of each is the closest to the machine's own capability.
+  Limits best, worst{1e30, 1e30, 1e30, 1e30, 1e30};
+  auto sample_limits = [&] {
+    Limits l;
+    l.read_bw = measure_read_bandwidth(pool);
+    l.copy_bw = measure_copy_bandwidth(pool);
+    l.gemm_f32 = measure_gemm_flops(pool, DType::f32);
+    l.peak_f32 = measure_peak_flops(pool, DType::f32);
+    l.peak_bf16 = measure_peak_flops(pool, DType::bf16);
+    auto upd = [](double& b, double& w, double v) { b = std::max(b, v); w = std::min(w, v); };
+    upd(best.read_bw, worst.read_bw, l.read_bw);
+    upd(best.copy_bw, worst.copy_bw, l.copy_bw);
+    upd(best.gemm_f32, worst.gemm_f32, l.gemm_f32);
+    upd(best.peak_f32, worst.peak_f32, l.peak_f32);
+    upd(best.peak_bf16, worst.peak_bf16, l.peak_bf16);
+  };
+  for (int r = 0; r < rounds; ++r) {
+    sample_limits();
+    for (Case& c : cases) run_case(c, pool, min_s);
+  }
+  sample_limits();
+  std::printf("limits, best (worst) of %d samples: read %.2f (%.2f) GB/s, copy %.2f (%.2f) GB/s, OpenBLAS sgemm "
+              "m=1024,n=2048,k=2048 %.1f (%.1f) GFLOP/s, peak FMA f32 %.1f (%.1f) GFLOP/s, peak vdpbf16ps "
+              "%.1f (%.1f) GFLOP/s\n\n",
+              rounds + 1, best.read_bw / 1e9, worst.read_bw / 1e9, best.copy_bw / 1e9, worst.copy_bw / 1e9,
+              best.gemm_f32 / 1e9, worst.gemm_f32 / 1e9, best.peak_f32 / 1e9, worst.peak_f32 / 1e9,
+              best.peak_bf16 / 1e9, worst.peak_bf16 / 1e9);
+  print_table(cases, best);
   return 0;
 }
