@@ -12,7 +12,7 @@
 #include "engine_flags.h"
 #include "kernels/cpu/machine_limits.h"
 #include "model/weights.h"
-#include "runtime/pipeline_engine.h"
+#include "runtime/engine_factory.h"
 
 namespace afd::cli {
 
@@ -25,6 +25,8 @@ struct BenchFlags {
   int steps = 5;
   bool json = false;
   bool skip_limits = false;
+  std::string mode = "mono";
+  std::string delay = "0";
 };
 
 // Bytes of one FfnWeights (gate + up + down).
@@ -82,25 +84,102 @@ double peak_rss_bytes() {
   return ru.ru_maxrss * 1024.0;
 }
 
+struct Point {
+  double step_s = 0, ffn_s = 0, attn_s = 0, comm_s = 0, bytes = 0, flops = 0, expert_flops = 0;
+};
+
+// Best decode step of `batch` sequences at context `ctx` over `steps` timed steps.
+Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int64_t batch, int64_t ctx, int steps) {
+  const ModelConfig& mc = w->config;
+  auto eng = make_engine(o, w);
+  if (!eng.ok()) fail("bench", eng.status());
+  Engine& e = **eng;
+  std::vector<int64_t> seqs;
+  std::vector<int32_t> last(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) {
+    auto id = e.create_sequence();
+    if (!id.ok()) fail("bench", id.status());
+    Status s = e.fill_synthetic_context(*id, ctx);
+    if (!s.is_ok()) fail("bench", s);
+    seqs.push_back(*id);
+    last[i] = static_cast<int32_t>((i * 7919 + 13) % mc.vocab_size);
+  }
+  std::vector<BatchItem> items(static_cast<size_t>(batch));
+  std::vector<float> logits;
+  Point best;
+  best.step_s = 1e30;
+  for (int step = 0; step <= steps; ++step) {  // step 0 warms up
+    for (int64_t i = 0; i < batch; ++i) items[i] = BatchItem{seqs[i], std::span<const int32_t>(&last[i], 1), false};
+    const int64_t t0 = now_ns();
+    Status s = e.forward(items, &logits);
+    const double dt = (now_ns() - t0) * 1e-9;
+    if (!s.is_ok()) fail("bench", s);
+    for (int64_t i = 0; i < batch; ++i) last[i] = static_cast<int32_t>((last[i] * 31 + 7) % mc.vocab_size);
+    if (step > 0 && dt < best.step_s) {
+      StageTimes st = e.last_stage_times();
+      const size_t kv_tok = static_cast<size_t>(2 * mc.n_layers * mc.kv_dim()) *
+                            (o.precision == Precision::reference ? 4 : dtype_size(o.kv_dtype));
+      StepCost sc = step_cost(*w, batch, ctx + step, e.last_expert_reads(), kv_tok);
+      best = Point{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops};
+    }
+  }
+  return best;
+}
+
+// Touches every weight page once so the first timed steps do not pay page faults.
+void prefault(const ModelWeights& w) {
+  volatile uint8_t sink = 0;
+  auto touch = [&](const Matrix& m) {
+    const uint8_t* p = static_cast<const uint8_t*>(m.data);
+    for (size_t i = 0; i < m.nbytes(); i += 4096) sink ^= p[i];
+  };
+  touch(w.embed);
+  touch(w.lm_head);
+  for (const LayerWeights& L : w.layers) {
+    for (const Matrix* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.moe.router, &L.moe.shared_gate}) touch(*m);
+    for (const FfnWeights* f : {&L.moe.shared, &L.dense}) { touch(f->gate); touch(f->up); touch(f->down); }
+    for (const FfnWeights& f : L.moe.experts) { touch(f.gate); touch(f.up); touch(f.down); }
+  }
+}
+
 void run_bench(const BenchFlags& f) {
   auto opt = f.engine.to_options();
+  EngineFlags one = f.engine;
+  one.microbatches = "1";
+  if (!opt.ok()) opt = one.to_options();  // a micro-batch list is fine here
   if (!opt.ok()) fail("bench", opt.status());
   auto batches = parse_int_list(f.batches, "--batch");
   if (!batches.ok()) fail("bench", batches.status());
   auto contexts = parse_int_list(f.contexts, "--context");
   if (!contexts.ok()) fail("bench", contexts.status());
+  auto mbs = parse_int_list(f.engine.microbatches, "--microbatches");
+  if (!mbs.ok()) fail("bench", mbs.status());
   for (int64_t b : *batches) if (b <= 0) fail("bench", invalid_argument("--batch values must be positive"));
   for (int64_t c : *contexts) if (c <= 0) fail("bench", invalid_argument("--context values must be positive"));
+  for (int64_t m : *mbs) if (m < 1 || m > 4) fail("bench", invalid_argument("--microbatches values must be in 1..4"));
+  if (f.mode != "mono" && f.mode != "afd") fail("bench", invalid_argument("--mode must be mono or afd"));
+  if (f.mode == "afd" && opt->topology == "mono") opt->topology = "1A1F";
+  if (f.mode == "mono" && opt->topology != "mono")
+    fail("bench", invalid_argument("--mode mono with --topology " + opt->topology + ": use --mode afd"));
+  int64_t delay_us = 0;
+  const bool delay_auto = f.delay == "auto";
+  if (!delay_auto) {
+    auto d = parse_int_list(f.delay, "--delay-us");
+    if (!d.ok() || d->size() != 1 || (*d)[0] < 0) fail("bench", invalid_argument("--delay-us: a non-negative integer or 'auto'"));
+    delay_us = (*d)[0];
+  }
+  if (f.mode == "mono" && (delay_auto || delay_us > 0))
+    fail("bench", invalid_argument("--delay-us needs --mode afd (mono sends no messages)"));
 
   auto weights = load_model(opt->model_dir);
   if (!weights.ok()) fail("bench", weights.status());
   const ModelConfig& mc = (*weights)->config;
-  int64_t max_b = 0, max_c = 0;
-  for (int64_t b : *batches) max_b = std::max(max_b, b);
+  int64_t max_c = 0;
   for (int64_t c : *contexts) max_c = std::max(max_c, c);
   if (mc.max_position_embeddings > 0 && max_c + f.steps + 2 > mc.max_position_embeddings)
     fail("bench", out_of_range("--context " + std::to_string(max_c) + " exceeds max_position_embeddings " +
                                std::to_string(mc.max_position_embeddings)));
+  prefault(**weights);
 
   // Machine limits, measured now on the same threads.
   double bw = 0, gemm = 0;
@@ -119,64 +198,73 @@ void run_bench(const BenchFlags& f) {
                 (long long)mc.n_experts_per_tok, (*weights)->matrix_bytes() / 1e9, f.engine.precision.c_str(),
                 f.engine.kv_dtype.c_str());
     std::printf("machine: read bandwidth %.1f GB/s, library GEMM %.1f GFLOP/s (measured now)\n", bw / 1e9, gemm / 1e9);
-    std::printf("%6s %7s %10s %10s %10s %10s %8s %9s %8s %9s\n", "batch", "context", "tok/s", "step_ms",
-                "MB/step", "GFLOP/st", "bw_frac", "flop_frac", "ffn_ms", "ffn_frac");
+    std::printf("%-6s %3s %7s %6s %7s %9s %9s %8s %8s %8s %8s %9s %8s %9s\n", "wiring", "mb", "delay", "batch",
+                "context", "tok/s", "step_ms", "vs_mono", "vs_d0", "MB/step", "bw_frac", "flop_frac", "ffn_ms",
+                "ffn_frac");
   }
+  auto emit = [&](const std::string& wiring, int64_t mb, int64_t dly, int64_t batch, int64_t ctx, const Point& p,
+                  double mono_tps, double nodelay_tps) {
+    const double tps = batch / p.step_s;
+    nlohmann::json r = {{"wiring", wiring},
+                        {"microbatches", mb},
+                        {"delay_us", dly},
+                        {"batch", batch},
+                        {"context", ctx},
+                        {"tokens_per_s", tps},
+                        {"step_ms", p.step_s * 1e3},
+                        {"vs_mono", mono_tps > 0 ? tps / mono_tps : 0.0},
+                        {"vs_no_delay", nodelay_tps > 0 ? tps / nodelay_tps : 0.0},
+                        {"bytes_per_step", p.bytes},
+                        {"flops_per_step", p.flops},
+                        {"bandwidth_fraction", bw > 0 ? p.bytes / p.step_s / bw : 0.0},
+                        {"flop_fraction", gemm > 0 ? p.flops / p.step_s / gemm : 0.0},
+                        {"attention_ms", p.attn_s * 1e3},
+                        {"ffn_ms", p.ffn_s * 1e3},
+                        {"ffn_flop_fraction", gemm > 0 && p.ffn_s > 0 ? p.expert_flops / p.ffn_s / gemm : 0.0}};
+    rows.push_back(r);
+    if (!f.json) {
+      std::printf("%-6s %3lld %7lld %6lld %7lld %9.1f %9.2f %8.3f %8.3f %8.1f %8.3f %9.3f %8.2f %9.3f\n",
+                  wiring.c_str(), (long long)mb, (long long)dly, (long long)batch, (long long)ctx, tps, p.step_s * 1e3,
+                  r["vs_mono"].get<double>(), r["vs_no_delay"].get<double>(), p.bytes / 1e6,
+                  r["bandwidth_fraction"].get<double>(), r["flop_fraction"].get<double>(), p.ffn_s * 1e3,
+                  r["ffn_flop_fraction"].get<double>());
+      std::fflush(stdout);
+    }
+  };
+
   for (int64_t ctx : *contexts) {
     for (int64_t batch : *batches) {
       EngineOptions o = *opt;
       o.max_seqs = batch;
       const int64_t blk = o.kv_block_size;
       o.kv_capacity_tokens = batch * ((ctx + f.steps + 2 + blk - 1) / blk * blk);
-      auto eng = make_engine(o, *weights);
-      if (!eng.ok()) fail("bench", eng.status());
-      auto* pe = dynamic_cast<PipelineEngine*>(eng->get());
-      std::vector<int64_t> seqs;
-      std::vector<int32_t> last(static_cast<size_t>(batch));
-      for (int64_t i = 0; i < batch; ++i) {
-        auto id = pe->create_sequence();
-        if (!id.ok()) fail("bench", id.status());
-        Status s = pe->fill_synthetic_context(*id, ctx);
-        if (!s.is_ok()) fail("bench", s);
-        seqs.push_back(*id);
-        last[i] = static_cast<int32_t>((i * 7919 + 13) % mc.vocab_size);
+      o.inject_delay_us = 0;
+      // Monolithic baseline of this point (mono mode: one row per micro-batch count).
+      EngineOptions m = o;
+      m.topology = "mono";
+      double mono_tps = 0;
+      for (int64_t mb : *mbs) {
+        if (f.mode == "afd" && mb != (*mbs)[0]) break;
+        m.microbatches = f.mode == "mono" ? static_cast<int>(mb) : 1;
+        Point p = measure(m, *weights, batch, ctx, f.steps);
+        if (mono_tps == 0) mono_tps = batch / p.step_s;
+        emit("mono", m.microbatches, 0, batch, ctx, p, mono_tps, 0);
       }
-      std::vector<BatchItem> items(static_cast<size_t>(batch));
-      std::vector<float> logits;
-      double best = 1e30, ffn_s = 0, flops = 0, bytes = 0, expert_flops = 0;
-      for (int step = 0; step <= f.steps; ++step) {  // step 0 warms up
-        for (int64_t i = 0; i < batch; ++i) items[i] = BatchItem{seqs[i], std::span<const int32_t>(&last[i], 1), false};
-        const int64_t t0 = now_ns();
-        Status s = pe->forward(items, &logits);
-        const double dt = (now_ns() - t0) * 1e-9;
-        if (!s.is_ok()) fail("bench", s);
-        for (int64_t i = 0; i < batch; ++i) last[i] = static_cast<int32_t>((last[i] * 31 + 7) % mc.vocab_size);
-        if (step > 0 && dt < best) {
-          best = dt;
-          ffn_s = pe->last_stage_times().ffn_s;
-          StepCost sc = step_cost(**weights, batch, ctx + step, pe->last_expert_reads(),
-                                  pe->kv_cache().bytes_per_token());
-          flops = sc.flops;
-          bytes = sc.bytes;
-          expert_flops = sc.expert_flops;
+      if (f.mode == "mono") continue;
+      int64_t d_auto = 0;  // half the per-layer attention time of the whole batch (first sweep point)
+      for (int64_t mb : *mbs) {
+        o.microbatches = static_cast<int>(mb);
+        o.inject_delay_us = 0;
+        Point p0 = measure(o, *weights, batch, ctx, f.steps);
+        const double tps0 = batch / p0.step_s;
+        emit(o.topology, mb, 0, batch, ctx, p0, mono_tps, tps0);
+        if (d_auto == 0) d_auto = std::max<int64_t>(1, static_cast<int64_t>(p0.attn_s / mc.n_layers / 2 * 1e6));
+        const int64_t d = delay_auto ? d_auto : delay_us;
+        if (d > 0) {
+          o.inject_delay_us = d;
+          Point pd = measure(o, *weights, batch, ctx, f.steps);
+          emit(o.topology, mb, d, batch, ctx, pd, mono_tps, tps0);
         }
-      }
-      const double tps = batch / best;
-      nlohmann::json r = {{"batch", batch},           {"context", ctx},
-                          {"tokens_per_s", tps},      {"step_ms", best * 1e3},
-                          {"bytes_per_step", bytes},  {"flops_per_step", flops},
-                          {"bandwidth_Bps", bytes / best},
-                          {"bandwidth_fraction", bw > 0 ? bytes / best / bw : 0.0},
-                          {"flop_rate", flops / best},
-                          {"flop_fraction", gemm > 0 ? flops / best / gemm : 0.0},
-                          {"ffn_ms", ffn_s * 1e3},
-                          {"ffn_flop_fraction", gemm > 0 && ffn_s > 0 ? expert_flops / ffn_s / gemm : 0.0}};
-      rows.push_back(r);
-      if (!f.json) {
-        std::printf("%6lld %7lld %10.1f %10.2f %10.1f %10.2f %8.3f %9.3f %8.2f %9.3f\n", (long long)batch,
-                    (long long)ctx, tps, best * 1e3, bytes / 1e6, flops / 1e9, r["bandwidth_fraction"].get<double>(),
-                    r["flop_fraction"].get<double>(), ffn_s * 1e3, r["ffn_flop_fraction"].get<double>());
-        std::fflush(stdout);
       }
     }
   }
@@ -206,6 +294,10 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--context", f->contexts, "Comma-separated context lengths");
   cmd->add_option("--steps", f->steps, "Timed decode steps per point (best is reported)");
   cmd->add_flag("--json", f->json, "Print JSON");
+  cmd->add_option("--mode", f->mode, "mono | afd (afd rows are compared with a mono baseline of the same run)");
+  cmd->add_option("--delay-us", f->delay,
+                  "One-way delay injected into every A<->F message (afd): microseconds, or 'auto' = half the "
+                  "per-layer attention time measured without delay");
   cmd->add_flag("--skip-limits", f->skip_limits, "Do not measure bandwidth / GEMM rate (fractions print 0)");
   cmd->callback([f] { run_bench(*f); });
 }

@@ -49,7 +49,13 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.max_seqs = max_seqs;
   o.n_threads = threads;
   o.topology = topology;
-  o.microbatches = microbatches;
+  {
+    int mb = 0;
+    auto v = parse_int_list(microbatches, "--microbatches");
+    if (!v.ok() || v->size() != 1) return invalid_argument("--microbatches: one value in 1..4, got '" + microbatches + "'");
+    mb = static_cast<int>((*v)[0]);
+    o.microbatches = mb;
+  }
   o.fp8_dispatch = fp8_dispatch;
   o.fp8_group = fp8_group;
   o.afd_rounding_shards = afd_rounding;

@@ -19,7 +19,7 @@ struct EngineFlags {
   int64_t max_seqs = 256;
   int threads = 0;
   std::string topology = "mono";
-  int microbatches = 1;
+  std::string microbatches = "1";  // one value; bench accepts a list
   bool fp8_dispatch = false;
   int afd_rounding = 0;
   int64_t fp8_group = 0;

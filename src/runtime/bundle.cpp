@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm/fault_transport.h"
 #include "comm/inproc_transport.h"
 #include "comm/ucx_transport.h"
 #include "core/log.h"
@@ -14,6 +15,13 @@ namespace afd {
 namespace {
 std::string ffn_name(int j) { return "ffn" + std::to_string(j); }
 std::string attn_name(int i) { return "attn" + std::to_string(i); }
+
+std::unique_ptr<comm::Transport> with_delay(std::unique_ptr<comm::Transport> t, int64_t delay_us) {
+  if (delay_us <= 0) return t;
+  auto f = std::make_unique<comm::FaultTransport>(std::move(t));
+  f->set_delay_ns(delay_us * 1000);
+  return f;
+}
 }  // namespace
 
 std::vector<const FfnWorkerStats*> Bundle::ffn_stats() const {
@@ -47,7 +55,8 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
   if (!remote) {
     hub = std::make_shared<comm::InprocHub>();
     for (int j = 0; j < y; ++j) {
-      AFD_ASSIGN_OR_RETURN(auto t, comm::InprocTransport::create(hub, ffn_name(j)));
+      AFD_ASSIGN_OR_RETURN(auto it, comm::InprocTransport::create(hub, ffn_name(j)));
+      std::unique_ptr<comm::Transport> t = with_delay(std::move(it), opt.inject_delay_us);
       AFD_RETURN_IF_ERROR(t->listen(ffn_name(j)));
       FfnWorkerOptions fo;
       fo.index = j;
@@ -99,6 +108,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
     co.per_block_scales = opt.fp8_group == 128;
     co.timeout_ms = opt.ffn_timeout_ms;
     co.connect_timeout_ms = opt.ffn_connect_timeout_ms;
+    t = with_delay(std::move(t), opt.inject_delay_us);
     AFD_ASSIGN_OR_RETURN(auto client, FfnClient::create(w, t.get(), co));
     b->transports_.push_back(std::move(t));
     AFD_ASSIGN_OR_RETURN(auto e, make_pipeline_engine(opt, w, std::move(client), attn_pools[i]));
@@ -160,6 +170,18 @@ int64_t DataParallelEngine::sequence_length(int64_t seq_id) const {
 bool DataParallelEngine::can_append(int64_t seq_id, int64_t n_tokens) const {
   const Placement* p = find(seq_id);
   return p && engines()[p->engine]->can_append(p->inner, n_tokens);
+}
+
+Status DataParallelEngine::fill_synthetic_context(int64_t seq_id, int64_t n_tokens) {
+  const Placement* p = find(seq_id);
+  if (!p) return invalid_argument("unknown sequence " + std::to_string(seq_id));
+  return engines()[p->engine]->fill_synthetic_context(p->inner, n_tokens);
+}
+
+int64_t DataParallelEngine::last_expert_reads() const {
+  int64_t n = 0;
+  for (const auto& e : engines()) n += e->last_expert_reads();
+  return n;
 }
 
 KvUsage DataParallelEngine::kv_usage() const {

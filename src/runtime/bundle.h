@@ -63,6 +63,8 @@ class DataParallelEngine : public Engine {
   KvUsage kv_usage() const override;
   StageTimes last_stage_times() const override { return times_; }
   Bundle& bundle() { return *bundle_; }
+  Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens) override;
+  int64_t last_expert_reads() const override;
 
  private:
   struct Placement {

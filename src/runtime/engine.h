@@ -54,6 +54,15 @@ class Engine {
 
   virtual KvUsage kv_usage() const = 0;
   virtual StageTimes last_stage_times() const { return {}; }
+
+  // Benchmarks only: appends n_tokens positions with synthetic K/V (not a model computation)
+  // so decode can be timed at a long context without an O(context^2) prefill.
+  virtual Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens) {
+    return not_supported("this engine cannot fill a synthetic context");
+  }
+  // Expert weight sets read by the last forward (sum over layers and micro-batches of the
+  // distinct routed experts); 0 where not measured.
+  virtual int64_t last_expert_reads() const { return 0; }
 };
 
 }  // namespace afd

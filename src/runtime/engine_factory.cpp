@@ -38,6 +38,9 @@ Status EngineOptions::validate() const {
     return invalid_argument("attention index " + std::to_string(attention_index) + " is outside [0, " +
                             std::to_string(t.n_attention) + ")");
   if (max_batch_tokens < 1) return invalid_argument("max batch tokens must be positive");
+  if (inject_delay_us < 0 || inject_delay_us > 10000000) return invalid_argument("injected delay must be in [0, 10 s]");
+  if (inject_delay_us > 0 && t.wiring == Wiring::mono)
+    return invalid_argument("an injected A<->F delay needs an AFD topology (mono has no messages)");
   if (ffn_timeout_ms < 1) return invalid_argument("ffn timeout must be positive");
   return Status::ok();
 }

@@ -42,6 +42,9 @@ struct EngineOptions {
   int64_t max_batch_tokens = 4096;  // most tokens in one AFD micro-batch (wire buffers)
   int ffn_timeout_ms = 10000;       // an FFN reply later than this fails the step
   int ffn_connect_timeout_ms = 60000;  // FFN workers not connected by then: an error
+  // Benchmarks: hold every A<->F message this long before it is sent (a one-way network
+  // delay, comm::FaultTransport), on both sides of a local bundle / the attention side.
+  int64_t inject_delay_us = 0;
   // Round the FFN input through FP8 as AFD dispatch does (for AFD-vs-mono comparisons).
   bool fp8_dispatch = false;
   int64_t fp8_group = 0;  // 0: per-token scale; 128: per-128-channel block

@@ -39,10 +39,10 @@ class PipelineEngine : public Engine {
   // Benchmarks only: appends n_tokens positions to seq with deterministic synthetic K/V
   // (small values, not a model computation) so decode can be timed at a long context
   // without an O(context^2) prefill.
-  Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens);
+  Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens) override;
   // Expert weight matrices (gate+up+down counted as one expert) read in the last forward:
   // the sum over (layer, micro-batch) of distinct experts routed to.
-  int64_t last_expert_reads() const { return expert_reads_; }
+  int64_t last_expert_reads() const override { return expert_reads_; }
   int microbatches() const { return microbatches_; }
 
  private:
