@@ -7,7 +7,10 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       libopenblas-dev libucx-dev ucx-utils
       clang libclang-rt-14-dev
       python3 python3-numpy python3-torch
-      nodejs npm curl iproute2)
+      curl iproute2)
+# Node.js + npm (for the OpenAI-client e2e test): Debian's packages unless a node with
+# npm is already installed (e.g. a distribution that bundles npm into nodejs).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then PKGS+=(nodejs npm); fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
