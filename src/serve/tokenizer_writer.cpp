@@ -226,4 +226,9 @@ Result<TokenizerFilesInfo> write_tokenizer_files(const std::string& dir, int64_t
   return info;
 }
 
+Status write_tokenizer_for_model(const ModelConfig& config, const std::string& dir) {
+  auto r = write_tokenizer_files(dir, config.vocab_size);
+  return r.ok() ? Status::ok() : r.status();
+}
+
 }  // namespace afd

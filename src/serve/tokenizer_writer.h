@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "model/config.h"
 
 namespace afd {
 
@@ -21,5 +22,10 @@ struct TokenizerFilesInfo {
 // runs out, systematic pair merges) up to vocab_size - 3, then the three special tokens.
 // Needs vocab_size >= 259. Writes DIR/tokenizer.json and DIR/tokenizer_config.json.
 Result<TokenizerFilesInfo> write_tokenizer_files(const std::string& dir, int64_t vocab_size);
+
+// The shape of MakeModelOptions::write_tokenizer: tokenizer files for config.vocab_size.
+// (The chat eos token is <|im_end|> = vocab_size - 1; config.json's eos_token_id should
+// name it for generation to stop there.)
+Status write_tokenizer_for_model(const ModelConfig& config, const std::string& dir);
 
 }  // namespace afd

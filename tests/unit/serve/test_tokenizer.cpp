@@ -186,6 +186,12 @@ TEST(TokenizerWriter, WritesLoadableDeterministicTokenizer) {
   EXPECT_EQ(chat.front(), 2046);
   EXPECT_EQ(chat.back(), 2047);
   EXPECT_FALSE(write_tokenizer_files(d1, 100).ok());
+  ModelConfig cfg;
+  cfg.vocab_size = 2048;
+  EXPECT_TRUE(write_tokenizer_for_model(cfg, d2).is_ok());
+  EXPECT_EQ(read_file(d1 + "/tokenizer.json"), read_file(d2 + "/tokenizer.json"));
+  cfg.vocab_size = 10;
+  EXPECT_FALSE(write_tokenizer_for_model(cfg, d2).is_ok());
   // A Qwen-sized vocabulary is filled too.
   std::string d3 = temp_dir("w3");
   auto big = write_tokenizer_files(d3, 151936);
