@@ -198,9 +198,9 @@ void run_bench(const BenchFlags& f) {
                 (long long)mc.n_experts_per_tok, (*weights)->matrix_bytes() / 1e9, f.engine.precision.c_str(),
                 f.engine.kv_dtype.c_str());
     std::printf("machine: read bandwidth %.1f GB/s, library GEMM %.1f GFLOP/s (measured now)\n", bw / 1e9, gemm / 1e9);
-    std::printf("%-6s %3s %7s %6s %7s %9s %9s %8s %8s %8s %8s %9s %8s %9s\n", "wiring", "mb", "delay", "batch",
+    std::printf("%-6s %3s %7s %6s %7s %9s %9s %8s %8s %8s %8s %9s %8s %9s %6s %6s\n", "wiring", "mb", "delay", "batch",
                 "context", "tok/s", "step_ms", "vs_mono", "vs_d0", "MB/step", "bw_frac", "flop_frac", "ffn_ms",
-                "ffn_frac");
+                "ffn_frac", "eta_A", "eta_F");
   }
   auto emit = [&](const std::string& wiring, int64_t mb, int64_t dly, int64_t batch, int64_t ctx, const Point& p,
                   double mono_tps, double nodelay_tps) {
@@ -220,14 +220,16 @@ void run_bench(const BenchFlags& f) {
                         {"flop_fraction", gemm > 0 ? p.flops / p.step_s / gemm : 0.0},
                         {"attention_ms", p.attn_s * 1e3},
                         {"ffn_ms", p.ffn_s * 1e3},
+                        {"eta_attention", p.step_s > 0 && wiring != "mono" ? 1.0 - p.attn_s / p.step_s : 0.0},
+                        {"eta_ffn", p.step_s > 0 && wiring != "mono" ? 1.0 - p.ffn_s / p.step_s : 0.0},
                         {"ffn_flop_fraction", gemm > 0 && p.ffn_s > 0 ? p.expert_flops / p.ffn_s / gemm : 0.0}};
     rows.push_back(r);
     if (!f.json) {
-      std::printf("%-6s %3lld %7lld %6lld %7lld %9.1f %9.2f %8.3f %8.3f %8.1f %8.3f %9.3f %8.2f %9.3f\n",
+      std::printf("%-6s %3lld %7lld %6lld %7lld %9.1f %9.2f %8.3f %8.3f %8.1f %8.3f %9.3f %8.2f %9.3f %6.2f %6.2f\n",
                   wiring.c_str(), (long long)mb, (long long)dly, (long long)batch, (long long)ctx, tps, p.step_s * 1e3,
                   r["vs_mono"].get<double>(), r["vs_no_delay"].get<double>(), p.bytes / 1e6,
                   r["bandwidth_fraction"].get<double>(), r["flop_fraction"].get<double>(), p.ffn_s * 1e3,
-                  r["ffn_flop_fraction"].get<double>());
+                  r["ffn_flop_fraction"].get<double>(), r["eta_attention"].get<double>(), r["eta_ffn"].get<double>());
       std::fflush(stdout);
     }
   };
@@ -267,6 +269,10 @@ void run_bench(const BenchFlags& f) {
         }
       }
     }
+  }
+  if (opt->trace) {
+    Status ts = opt->trace->write(f.engine.trace);
+    if (!ts.is_ok()) fail("bench", ts);
   }
   const double rss = peak_rss_bytes();
   if (f.json) {

@@ -55,6 +55,11 @@ void run_generate(const GenerateFlags& f) {
       out.write(reinterpret_cast<const char*>(rows.data()), static_cast<std::streamsize>(rows.size() * 4));
     if (!out) fail("generate", io_error("cannot write logits to " + f.dump_logits));
   }
+  if (opt->trace) {
+    Status ts = opt->trace->write(f.engine.trace);
+    if (!ts.is_ok()) fail("generate", ts);
+    std::fprintf(stderr, "afd generate: wrote %zu trace spans to %s\n", opt->trace->size(), f.engine.trace.c_str());
+  }
   int64_t gen = 0;
   for (const auto& t : res->tokens) gen += static_cast<int64_t>(t.size());
   std::fprintf(stderr, "afd generate: %zu prompts, %lld tokens; prefill %.3f s, decode %.3f s (%lld steps, %.1f tok/s)\n",

@@ -31,6 +31,8 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
       ->envname("AFD_ATTENTION_INDEX");
   cmd->add_option("--ffn-timeout-ms", ffn_timeout_ms, "Fail a step whose FFN reply is later than this")
       ->envname("AFD_FFN_TIMEOUT_MS");
+  cmd->add_option("--trace", trace, "Write a Chrome trace-event JSON of the pipeline timeline (Perfetto)")
+      ->envname("AFD_TRACE");
   cmd->add_option("--ffn-connect-timeout-ms", ffn_connect_timeout_ms, "Give up waiting for FFN workers after this")
       ->envname("AFD_FFN_CONNECT_TIMEOUT_MS");
 }
@@ -76,6 +78,7 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.attention_index = attention_index;
   o.ffn_timeout_ms = ffn_timeout_ms;
   o.ffn_connect_timeout_ms = ffn_connect_timeout_ms;
+  if (!trace.empty()) o.trace = std::make_shared<TraceRecorder>();
   AFD_RETURN_IF_ERROR(o.validate());
   return o;
 }

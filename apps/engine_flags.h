@@ -27,6 +27,7 @@ struct EngineFlags {
   int attention_index = 0;
   int ffn_timeout_ms = 10000;
   int ffn_connect_timeout_ms = 60000;
+  std::string trace;        // Chrome trace-event JSON of the pipeline (written by the command)
 
   void add_to(CLI::App* cmd, bool model_required = true);
   // Converts to EngineOptions; errors name the flag.

@@ -64,6 +64,13 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
       fo.n_attention = x;
       fo.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
       fo.peer_timeout_ms = opt.ffn_timeout_ms;
+      if (opt.trace) {
+        const int pid = TraceRecorder::kFfnPid + j;
+        opt.trace->name_process(pid, "ffn " + std::to_string(j));
+        fo.on_batch = [tr = opt.trace, pid](int64_t layer, int mb, int64_t t0, int64_t t1, int64_t tokens) {
+          tr->span("ffn", pid, 1 + mb, t0, t1, layer, mb, tokens);
+        };
+      }
       ThreadPool* pool;
       if (topo.wiring == Wiring::ep) {
         pool = attn_pools[j].get();
@@ -111,7 +118,9 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
     t = with_delay(std::move(t), opt.inject_delay_us);
     AFD_ASSIGN_OR_RETURN(auto client, FfnClient::create(w, t.get(), co));
     b->transports_.push_back(std::move(t));
-    AFD_ASSIGN_OR_RETURN(auto e, make_pipeline_engine(opt, w, std::move(client), attn_pools[i]));
+    EngineOptions eo = opt;
+    eo.attention_index = index;
+    AFD_ASSIGN_OR_RETURN(auto e, make_pipeline_engine(eo, w, std::move(client), attn_pools[i]));
     b->attention_.push_back(std::move(e));
   }
   spdlog::info("bundle {} complete: {} attention engine(s) here, {} FFN worker(s) {}", topo.to_string(), local_attn, y,
@@ -140,14 +149,18 @@ Result<int64_t> DataParallelEngine::create_sequence() {
   const auto& es = engines();
   std::vector<int> order(es.size());
   for (size_t i = 0; i < es.size(); ++i) order[i] = static_cast<int>(i);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return es[a]->kv_usage().blocks_used < es[b]->kv_usage().blocks_used; });
+  live_.resize(es.size(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    const int64_t ua = es[a]->kv_usage().blocks_used, ub = es[b]->kv_usage().blocks_used;
+    return ua != ub ? ua < ub : live_[a] < live_[b];
+  });
   Status last;
   for (int i : order) {
     auto id = es[i]->create_sequence();
     if (id.ok()) {
       const int64_t outer = next_id_++;
       seqs_[outer] = Placement{i, *id};
+      ++live_[i];
       return outer;
     }
     last = id.status();
@@ -159,6 +172,7 @@ void DataParallelEngine::release_sequence(int64_t seq_id) {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return;
   engines()[it->second.engine]->release_sequence(it->second.inner);
+  --live_[it->second.engine];
   seqs_.erase(it);
 }
 
@@ -209,6 +223,8 @@ Status DataParallelEngine::forward(std::span<const BatchItem> items, std::vector
     per[p->engine].push_back(it);
     which[p->engine].push_back(k);
   }
+  int64_t ffn_busy0 = 0;
+  for (const FfnWorkerStats* s : bundle_->ffn_stats()) ffn_busy0 += s->ffn_ns.load();
   std::vector<std::vector<float>> out(n_eng);
   std::vector<Status> st(n_eng);
   std::vector<std::thread> threads;
@@ -236,13 +252,20 @@ Status DataParallelEngine::forward(std::span<const BatchItem> items, std::vector
       src += rows[k];
     }
     if (!per[e].empty()) {
+      // Mean over attention instances (idle ones count 0), as in seeds/003 eq. (23).
       StageTimes s = es[e]->last_stage_times();
-      times_.attention_s = std::max(times_.attention_s, s.attention_s);
-      times_.ffn_s = std::max(times_.ffn_s, s.ffn_s);
-      times_.a2f_s = std::max(times_.a2f_s, s.a2f_s);
+      times_.attention_s += s.attention_s / n_eng;
+      times_.a2f_s += s.a2f_s / n_eng;
     }
   }
   times_.total_s = (now_ns() - t0) * 1e-9;
+  // FFN busy time: mean over the local FFN workers of their ffn_part time in this pass.
+  const auto stats = bundle_->ffn_stats();
+  if (!stats.empty()) {
+    int64_t busy = -ffn_busy0;
+    for (const FfnWorkerStats* s : stats) busy += s->ffn_ns.load();
+    times_.ffn_s = busy * 1e-9 / static_cast<double>(stats.size());
+  }
   return Status::ok();
 }
 

@@ -7,7 +7,8 @@
 //     are `afd worker --role ffn` processes reached over UCX, started in any order.
 //
 // DataParallelEngine presents the x attention engines as one Engine: a new sequence goes
-// to the engine with the least token load (KV length, seeds/003 §5.3); forward() runs
+// to the engine with the least token load (KV blocks in use, seeds/003 §5.3; ties: fewest
+// live sequences); forward() runs
 // every engine's share of the batch concurrently and returns logits in item order.
 #pragma once
 
@@ -77,6 +78,7 @@ class DataParallelEngine : public Engine {
   std::unique_ptr<Bundle> bundle_;
   std::unordered_map<int64_t, Placement> seqs_;  // outer id -> engine and its id
   int64_t next_id_ = 0;
+  std::vector<int64_t> live_;  // live sequences per engine (tie-break of the placement)
   StageTimes times_;
 };
 

@@ -27,7 +27,10 @@ struct KvUsage {
   int64_t block_size = 0;  // tokens per block
 };
 
-// Per-step stage timings (seconds), filled where the wiring measures them.
+// Per-step stage times (seconds) of the last forward pass. With several attention or FFN
+// instances, attention_s / ffn_s are means over the instances, so 1 - attention_s / total_s
+// and 1 - ffn_s / total_s are the idle ratios eta_A and eta_F of seeds/003 eq. (23).
+// a2f_s: time the attention side spent posting/encoding transfers (FfnClient).
 struct StageTimes {
   double attention_s = 0, a2f_s = 0, ffn_s = 0, f2a_s = 0, total_s = 0;
 };

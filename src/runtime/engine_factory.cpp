@@ -88,9 +88,14 @@ Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, s
   AFD_ASSIGN_OR_RETURN(auto kv, PagedKvCache::create(kc));
   AttentionOptions ao;
   ao.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
-  std::unique_ptr<Engine> e = std::make_unique<PipelineEngine>(w, std::move(kv), std::move(ffn), std::move(pool), ao,
-                                                               opt.microbatches, opt.max_seqs);
-  return e;
+  auto pe = std::make_unique<PipelineEngine>(w, std::move(kv), std::move(ffn), std::move(pool), ao, opt.microbatches,
+                                             opt.max_seqs);
+  if (opt.trace) {
+    const int pid = TraceRecorder::kAttentionPid + opt.attention_index;
+    pe->set_trace(opt.trace, pid);
+    opt.trace->name_process(pid, "attention " + std::to_string(opt.attention_index));
+  }
+  return std::unique_ptr<Engine>(std::move(pe));
 }
 
 }  // namespace afd

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <memory>
+
+#include "runtime/trace.h"
 #include <string>
 #include <vector>
 
@@ -45,6 +47,8 @@ struct EngineOptions {
   // Benchmarks: hold every A<->F message this long before it is sent (a one-way network
   // delay, comm::FaultTransport), on both sides of a local bundle / the attention side.
   int64_t inject_delay_us = 0;
+  // When set, every engine and local FFN worker records pipeline spans into it (--trace).
+  std::shared_ptr<class TraceRecorder> trace;
   // Round the FFN input through FP8 as AFD dispatch does (for AFD-vs-mono comparisons).
   bool fp8_dispatch = false;
   int64_t fp8_group = 0;  // 0: per-token scale; 128: per-128-channel block

@@ -385,7 +385,9 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
   const int64_t t0 = now_ns();
   ffn_part(*w_, layer, h_.data(), total, K > 0 ? ids_.data() : nullptr, K > 0 ? wts_.data() : nullptr, out_.data(),
            part_, &scratch_, pool_);
-  stats_.ffn_ns += now_ns() - t0;
+  const int64_t t1 = now_ns();
+  stats_.ffn_ns += t1 - t0;
+  if (opt_.on_batch) opt_.on_batch(layer, mb, t0, t1, total);
   stats_.batches++;
   stats_.tokens += total;
   stats_.frames += static_cast<int64_t>(members.size());

@@ -22,6 +22,8 @@
 // every 50 ms); ffn_part uses `pool`. Stats may be read from other threads.
 #pragma once
 
+#include <functional>
+
 #include <atomic>
 #include <memory>
 #include <string>
@@ -46,6 +48,8 @@ struct FfnWorkerOptions {
   kernels::ActPrecision prec = kernels::ActPrecision::f32;
   int peer_timeout_ms = 10000;    // waiting for a mid-step attention worker's frame
   int gather_window_us = 2000;    // layer 0: waiting for attention workers active last step
+  // Optional: called on the worker thread after every ffn_part batch (tracing).
+  std::function<void(int64_t layer, int microbatch, int64_t t0_ns, int64_t t1_ns, int64_t tokens)> on_batch;
 };
 
 struct FfnWorkerStats {

@@ -114,18 +114,26 @@ Status PipelineEngine::run_layers(std::vector<TokenBatch*>& mbs) {
     for (int mb = 0; mb < m; ++mb) {
       TokenBatch& b = *mbs[mb];
       if (l > 0) {
+        const int64_t tw = now_ns();
         AFD_RETURN_IF_ERROR(ffn_->combine(l - 1, mb, b));
+        if (trace_) trace_->span("wait FFN", trace_pid_, 1 + mb, tw, now_ns(), l - 1, mb, b.n);
         attn_.add_ffn(b);
       }
       const int64_t t0 = now_ns();
       attn_.forward(l, b);
-      attn_s += (now_ns() - t0) * 1e-9;
+      const int64_t t1 = now_ns();
+      attn_s += (t1 - t0) * 1e-9;
+      if (trace_) trace_->span("attention", trace_pid_, 1 + mb, t0, t1, l, mb, b.n);
       expert_reads_ += count_distinct_experts(b, w_->config, l, w_->layers[l].is_moe);
+      const int64_t td = now_ns();
       AFD_RETURN_IF_ERROR(ffn_->dispatch(l, mb, b));
+      if (trace_) trace_->span("dispatch", trace_pid_, 1 + mb, td, now_ns(), l, mb, b.n);
     }
   }
   for (int mb = 0; mb < m; ++mb) {
+    const int64_t tw = now_ns();
     AFD_RETURN_IF_ERROR(ffn_->combine(n_layers - 1, mb, *mbs[mb]));
+    if (trace_) trace_->span("wait FFN", trace_pid_, 1 + mb, tw, now_ns(), n_layers - 1, mb, mbs[mb]->n);
     attn_.add_ffn(*mbs[mb]);
   }
   times_.attention_s = attn_s;

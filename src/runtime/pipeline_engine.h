@@ -16,6 +16,7 @@
 #include "model/attention_part.h"
 #include "runtime/engine.h"
 #include "runtime/ffn_backend.h"
+#include "runtime/trace.h"
 
 namespace afd {
 
@@ -36,6 +37,8 @@ class PipelineEngine : public Engine {
   StageTimes last_stage_times() const override { return times_; }
 
   const PagedKvCache& kv_cache() const { return *kv_; }
+  // Records attention and FFN-wait spans as pid `pid` (tracing; null to stop).
+  void set_trace(std::shared_ptr<TraceRecorder> trace, int pid) { trace_ = std::move(trace); trace_pid_ = pid; }
   // Benchmarks only: appends n_tokens positions to seq with deterministic synthetic K/V
   // (small values, not a model computation) so decode can be timed at a long context
   // without an O(context^2) prefill.
@@ -61,6 +64,8 @@ class PipelineEngine : public Engine {
   std::vector<TokenBatch> mb_storage_;
   StageTimes times_;
   int64_t expert_reads_ = 0;
+  std::shared_ptr<TraceRecorder> trace_;
+  int trace_pid_ = 1;
 };
 
 }  // namespace afd

@@ -28,6 +28,19 @@ for t in 1A1F 2A1F 1A2F 2A2F EP2; do
 done
 want=$want2
 
+# --trace: a Chrome trace-event file with attention, FFN-wait and FFN spans of both sides.
+"$AFD" --log-level error generate "${P[@]}" --topology 2A1F --microbatches 3 --trace "$TMP/trace.json" >/dev/null 2>&1
+if /usr/bin/python3 - "$TMP/trace.json" <<'PY'
+import json, sys, collections
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+c = collections.Counter((e["pid"], e["name"]) for e in ev if e["ph"] == "X")
+assert c[(1, "attention")] > 0 and c[(2, "attention")] > 0, c
+assert c[(1, "wait FFN")] > 0 and c[(100, "ffn")] > 0, c
+assert all(e["dur"] >= 0 for e in ev if e["ph"] == "X")
+print("trace spans:", dict(c))
+PY
+then echo "ok   --trace writes both sides' spans"; else echo "FAIL --trace"; fails=$((fails+1)); fi
+
 # Multi-process over UCX: the attention side starts first and waits for its FFN workers.
 port0=$((20000 + RANDOM % 20000)); port1=$((port0 + 1))
 ( sleep 1; exec "$AFD" worker --role ffn --model "$M" --listen 127.0.0.1:$port0 --shard 0/2 --threads 1 \
