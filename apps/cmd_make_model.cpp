@@ -9,6 +9,7 @@
 #include <map>
 
 #include "commands.h"
+#include "serve/tokenizer_writer.h"
 #include "model/make_model.h"
 
 namespace afd::cli {
@@ -68,6 +69,12 @@ void run(const MakeModelFlags& f, bool mlp_only_given) {
   else if (!f.norm_topk_prob.empty()) fail("--norm-topk-prob: expected true or false");
   if (arch == Arch::mixtral && !c.norm_topk_prob) fail("--norm-topk-prob: mixtral always renormalises");
   c.tie_word_embeddings = f.tied;
+  // Special tokens take the top ids of the written tokenizer (serve/tokenizer_writer.h):
+  // <|endoftext|> = V-3 (bos, and an eos as in Qwen's generation_config), <|im_end|> = V-1.
+  if (c.vocab_size >= 260) {
+    c.bos_token_id = c.vocab_size - 3;
+    c.eos_token_ids = {c.vocab_size - 1, c.vocab_size - 3};
+  }
   if (Status s = c.validate(); !s.is_ok()) fail("invalid model shape: " + s.message());
 
   MakeModelOptions opt;
@@ -81,7 +88,8 @@ void run(const MakeModelFlags& f, bool mlp_only_given) {
   else if (f.dtype == "f16") opt.dtype = DType::f16;
   else if (f.dtype == "f32") opt.dtype = DType::f32;
   else fail("--dtype '" + f.dtype + "': expected bf16, f16 or f32");
-  // Tokenizer files: the serving side installs its writer here (opt.write_tokenizer).
+  // Tokenizer files (tokenizer.json byte-level BPE + tokenizer_config.json with a chat template).
+  if (c.vocab_size >= 260) opt.write_tokenizer = write_tokenizer_for_model;
 
   const auto t0 = std::chrono::steady_clock::now();
   auto rep = make_model(c, opt);
