@@ -19,20 +19,25 @@ ThreadPool::ThreadPool(int n_threads) {
 
 ThreadPool::~ThreadPool() {
   stop_.store(true);
-  generation_.fetch_add(1);
-  generation_.notify_all();
+  wake_.fetch_add(1);
+  wake_.notify_all();
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::work(int thread) {
+void ThreadPool::work(uint64_t gen, int thread) {
   for (;;) {
-    int task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= n_tasks_) break;
+    uint64_t s = state_.load(std::memory_order_acquire);
+    const uint64_t g = s >> 48, n = (s >> 24) & 0xffffffu, next = s & 0xffffffu;
+    if (g != (gen & 0xffffu) || next >= n) return;
+    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
+    // Claimed task `next` of this region: the caller cannot leave run() before we finish,
+    // so fn_ stays valid.
     try {
-      (*fn_)(task, thread);
+      (*fn_)(static_cast<int>(next), thread);
     } catch (...) {
       if (!has_error_.exchange(true)) error_ = std::current_exception();
     }
+    done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 
@@ -41,41 +46,42 @@ void ThreadPool::worker_loop(int thread) {
   for (;;) {
     // Spin ~100us for the next region, then sleep.
     auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
-    uint64_t g = generation_.load(std::memory_order_acquire);
-    while (g == seen) {
-      for (int i = 0; i < 64 && g == seen; ++i) {
+    uint64_t w = wake_.load(std::memory_order_acquire);
+    while (w == seen) {
+      for (int i = 0; i < 64 && w == seen; ++i) {
         AFD_PAUSE();
-        g = generation_.load(std::memory_order_acquire);
+        w = wake_.load(std::memory_order_acquire);
       }
-      if (g == seen && std::chrono::steady_clock::now() > spin_until) {
-        generation_.wait(seen, std::memory_order_acquire);
-        g = generation_.load(std::memory_order_acquire);
+      if (w == seen && std::chrono::steady_clock::now() > spin_until) {
+        wake_.wait(seen, std::memory_order_acquire);
+        w = wake_.load(std::memory_order_acquire);
       }
     }
-    seen = g;
+    seen = w;
     if (stop_.load()) return;
-    work(thread);
-    active_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    // The region to help is whatever state_ names now; work() refuses a stale one.
+    work(state_.load(std::memory_order_acquire) >> 48, thread);
   }
 }
 
 void ThreadPool::run(int n_tasks, const std::function<void(int, int)>& fn) {
   if (n_tasks <= 0) return;
   bool expected = false;
-  if (n_threads_ == 1 || n_tasks == 1 || !in_region_.compare_exchange_strong(expected, true)) {
+  if (n_threads_ == 1 || n_tasks == 1 || n_tasks >= (1 << 24) ||
+      !in_region_.compare_exchange_strong(expected, true)) {
     for (int t = 0; t < n_tasks; ++t) fn(t, 0);
     return;
   }
   fn_ = &fn;
-  n_tasks_ = n_tasks;
   has_error_.store(false);
   error_ = nullptr;
-  next_task_.store(0, std::memory_order_relaxed);
-  active_workers_.store(n_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
-  work(0);
-  while (active_workers_.load(std::memory_order_acquire) != 0) AFD_PAUSE();
+  done_.store(0, std::memory_order_relaxed);
+  gen_ = (gen_ + 1) & 0xffffu;
+  state_.store(pack(gen_, static_cast<uint64_t>(n_tasks), 0), std::memory_order_release);
+  wake_.fetch_add(1, std::memory_order_acq_rel);
+  wake_.notify_all();
+  work(gen_, 0);
+  while (done_.load(std::memory_order_acquire) != n_tasks) AFD_PAUSE();
   fn_ = nullptr;
   in_region_.store(false);
   if (has_error_.load()) std::rethrow_exception(error_);

@@ -44,3 +44,37 @@ TEST(ThreadPool, RethrowsTaskException) {
 
 }  // namespace
 }  // namespace afd
+
+namespace afd {
+namespace {
+
+// Many back-to-back small regions: every task of every region runs exactly once, even
+// when workers wake late (the caller does not wait for them) — a stale worker must never
+// run a task of a region that already ended.
+TEST(ThreadPool, BackToBackRegionsRunEachTaskOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(5);
+  for (int rep = 0; rep < 20000; ++rep) {
+    for (auto& h : hits) h.store(0);
+    const int n = 2 + rep % 4;
+    pool.run(n, [&](int t, int) { hits[t].fetch_add(1); });
+    for (int t = 0; t < n; ++t) ASSERT_EQ(hits[t].load(), 1) << "rep " << rep;
+    for (int t = n; t < 5; ++t) ASSERT_EQ(hits[t].load(), 0) << "rep " << rep;
+  }
+}
+
+// Two threads sharing one pool: the second caller runs inline while a region is active.
+TEST(ThreadPool, ConcurrentCallersAreSafe) {
+  ThreadPool pool(2);
+  std::atomic<int> total{0};
+  auto body = [&] {
+    for (int i = 0; i < 2000; ++i) pool.run(3, [&](int, int) { total.fetch_add(1); });
+  };
+  std::thread a(body), b(body);
+  a.join();
+  b.join();
+  EXPECT_EQ(total.load(), 2 * 2000 * 3);
+}
+
+}  // namespace
+}  // namespace afd
