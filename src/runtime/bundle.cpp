@@ -41,14 +41,12 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
   // worker); in AFD the two sides have their own pools.
   std::vector<std::shared_ptr<ThreadPool>> attn_pools;
   const int local_attn = remote ? 1 : x;
-  // Default threads: the cores split evenly between the pools this process runs, so
-  // spinning pool workers of one side do not starve the other (--threads overrides).
-  int threads = opt.n_threads;
-  if (threads <= 0) {
-    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int n_pools = remote ? 1 : (topo.wiring == Wiring::ep ? x : x + y);
-    threads = std::max(1, hw / n_pools);
-  }
+  // Default threads: every pool gets all cores and the OS shares them. Measured on the
+  // 2-core bench machine (docs/BENCHMARKS.md, bench preset, batch 128): splitting the cores
+  // between the attention and FFN pools reached 0.48-0.70 of mono tokens/s; giving each
+  // side both cores 0.77-1.00, because a side that waits sleeps and leaves its cores to the
+  // other. (--threads overrides.)
+  const int threads = opt.n_threads;
   for (int i = 0; i < local_attn; ++i) attn_pools.push_back(std::make_shared<ThreadPool>(threads));
 
   std::shared_ptr<comm::InprocHub> hub;
