@@ -1,5 +1,7 @@
 #include "model/make_model.h"
 
+#include "core/rng.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -20,14 +22,7 @@ using ordered_json = nlohmann::ordered_json;
 
 namespace {
 
-// ---- deterministic generator: splitmix64 seeds xoshiro256** per logical tensor ----
-
-uint64_t splitmix64(uint64_t* s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+// ---- deterministic generator: afd::Rng (xoshiro256** seeded by splitmix64) per logical tensor ----
 
 uint64_t fnv1a64(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -38,33 +33,19 @@ uint64_t fnv1a64(const std::string& s) {
 class TensorRng {
  public:
   // Values are center + half * U(-1, 1).
-  TensorRng(uint64_t seed, const std::string& name, float center, float half) : center_(center), half_(half) {
-    uint64_t sm = seed ^ fnv1a64(name);
-    for (auto& x : s_) x = splitmix64(&sm);
-  }
+  TensorRng(uint64_t seed, const std::string& name, float center, float half)
+      : rng_(seed ^ fnv1a64(name)), center_(center), half_(half) {}
   void fill(float* out, size_t n) {
     constexpr float k = 1.0f / 8388608.0f;  // 2^-23
     for (size_t i = 0; i < n; ++i) {
-      uint64_t r = next();
+      uint64_t r = rng_.next_u64();
       float u = static_cast<float>(static_cast<int32_t>(r >> 40) - (1 << 23)) * k;  // [-1, 1)
       out[i] = center_ + half_ * u;
     }
   }
 
  private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t next() {
-    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-  uint64_t s_[4];
+  Rng rng_;
   float center_, half_;
 };
 
