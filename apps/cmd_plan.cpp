@@ -15,7 +15,7 @@
 #include "core/timer.h"
 #include "engine_flags.h"
 #include "model/weights.h"
-#include "runtime/pipeline_engine.h"
+#include "runtime/engine.h"
 #include "plan/accelerator.h"
 #include "plan/calibrate.h"
 #include "plan/cost_model.h"
@@ -493,7 +493,7 @@ void register_sim(CLI::App& app) {
 // ---- calibrate ------------------------------------------------------------------------------
 
 // Engine-backed StageSampler: one engine per (batch, context) point built on shared weights;
-// each sequence gets `context` tokens of synthetic KV (PipelineEngine::fill_synthetic_context,
+// each sequence gets `context` tokens of synthetic KV (Engine::fill_synthetic_context,
 // no prefill compute) and every call times one decode step of the whole batch, after one
 // untimed warm-up step. Stage times come from Engine::last_stage_times().
 class EngineStageSampler {
@@ -503,7 +503,7 @@ class EngineStageSampler {
   Result<StageSample> sample(int64_t batch, int64_t token_load) {
     const int64_t ctx = std::max<int64_t>(1, token_load / batch);
     if (!engine_ || batch != batch_ || ctx != ctx_) AFD_RETURN_IF_ERROR(rebuild(batch, ctx));
-    auto* pe = dynamic_cast<PipelineEngine*>(engine_.get());
+    Engine* pe = engine_.get();
     int64_t load = 0;
     for (int64_t id : seqs_) {
       if (!pe->can_append(id, 1)) return resource_exhausted("calibrate: KV full at batch " + std::to_string(batch));
@@ -535,8 +535,7 @@ class EngineStageSampler {
     const int64_t blk = std::max<int64_t>(1, o.kv_block_size);
     o.kv_capacity_tokens = batch * ((ctx + 64 + blk - 1) / blk * blk);
     AFD_ASSIGN_OR_RETURN(engine_, make_engine(o, w_));
-    auto* pe = dynamic_cast<PipelineEngine*>(engine_.get());
-    if (pe == nullptr) return not_supported("calibrate: the engine does not expose synthetic context filling");
+    Engine* pe = engine_.get();  // fill_synthetic_context: not_supported where an engine cannot
     for (int64_t i = 0; i < batch; ++i) {
       AFD_ASSIGN_OR_RETURN(int64_t id, pe->create_sequence());
       AFD_RETURN_IF_ERROR(pe->fill_synthetic_context(id, ctx));
