@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "engine_flags.h"
+#include "local_ffn.h"
 #include "runtime/generate.h"
 
 namespace afd::cli {
@@ -31,6 +32,8 @@ void run_generate(const GenerateFlags& f) {
     if (!ids.ok()) fail("generate", ids.status());
     prompts.push_back(std::move(*ids));
   }
+  LocalFfnProcesses ffn_procs;  // outlives the engine (declared first)
+  if (Status s = ffn_procs.start(f.engine, &*opt); !s.is_ok()) fail("generate", s);
   auto engine = make_engine(*opt);
   if (!engine.ok()) fail("generate", engine.status());
 

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "core/log.h"
 #include "engine_flags.h"
+#include "local_ffn.h"
 #include "serve/service.h"
 
 namespace afd::cli {
@@ -35,11 +36,24 @@ void run_serve(const ServeFlags& f) {
   if (f.port < 0 || f.port > 65535) fail("serve", invalid_argument("--port must be in [0, 65535]"));
   if (f.max_running < 1 || f.max_queue < 0 || f.max_batch_tokens < 1 || f.max_body < 1024 || f.http_threads < 1)
     fail("serve", invalid_argument("--max-running, --max-batch-tokens, --http-threads must be >= 1, --max-body >= 1024"));
+  // SIGINT/SIGTERM stop the server from a dedicated thread (not inside a signal handler).
+  // Blocked before any thread exists (engine pools, transports): threads inherit the mask,
+  // so the signal can only be taken by sigwait below.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   auto opt = f.engine.to_options();
   if (!opt.ok()) fail("serve", opt.status());
   if (!std::filesystem::is_directory(opt->model_dir))
     fail("serve", not_found("model directory '" + opt->model_dir +
                             "' does not exist (create one: afd make-model --preset tiny --out " + opt->model_dir + ")"));
+  // --spawn-ffn: the topology's FFN workers as child processes (outlive the engines).
+  if (f.engine.spawn_ffn && f.workers != 1)
+    fail("serve", invalid_argument("--spawn-ffn hosts the topology's attention workers itself; use --workers 1"));
+  LocalFfnProcesses ffn_procs;
+  if (Status s = ffn_procs.start(f.engine, &*opt); !s.is_ok()) fail("serve", s);
   // Data-parallel attention workers: one engine each, sharing the compute threads.
   std::vector<std::unique_ptr<Engine>> engines;
   for (int w = 0; w < f.workers; ++w) {
@@ -65,12 +79,6 @@ void run_serve(const ServeFlags& f) {
   auto svc = serve::Service::create(so, std::move(engines));
   if (!svc.ok()) fail("serve", svc.status());
 
-  // SIGINT/SIGTERM stop the server from a dedicated thread (not inside a signal handler).
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   if (Status s = (*svc)->start(); !s.is_ok()) fail("serve", s);
   serve::Service* raw = svc->get();
   std::thread sig_thread([raw, sigs] {

@@ -31,6 +31,8 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
       ->envname("AFD_ATTENTION_INDEX");
   cmd->add_option("--ffn-timeout-ms", ffn_timeout_ms, "Fail a step whose FFN reply is later than this")
       ->envname("AFD_FFN_TIMEOUT_MS");
+  cmd->add_flag("--spawn-ffn", spawn_ffn, "Run the topology's FFN workers as local processes over UCX")
+      ->envname("AFD_SPAWN_FFN");
   cmd->add_option("--trace", trace, "Write a Chrome trace-event JSON of the pipeline timeline (Perfetto)")
       ->envname("AFD_TRACE");
   cmd->add_option("--ffn-connect-timeout-ms", ffn_connect_timeout_ms, "Give up waiting for FFN workers after this")

@@ -40,7 +40,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
   // Threads: in EP each worker's FFN shares its attention engine's cores (one pool per
   // worker); in AFD the two sides have their own pools.
   std::vector<std::shared_ptr<ThreadPool>> attn_pools;
-  const int local_attn = remote ? 1 : x;
+  const int local_attn = remote ? std::max(1, std::min(opt.local_attention, x - opt.attention_index)) : x;
   // Default threads: every pool gets all cores and the OS shares them. Measured on the
   // 2-core bench machine (docs/BENCHMARKS.md, bench preset, batch 128): splitting the cores
   // between the attention and FFN pools reached 0.48-0.70 of mono tokens/s; giving each
@@ -90,7 +90,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
   }
 
   for (int i = 0; i < local_attn; ++i) {
-    const int index = remote ? opt.attention_index : i;
+    const int index = remote ? opt.attention_index + i : i;
     std::unique_ptr<comm::Transport> t;
     FfnClientOptions co;
     co.index = index;

@@ -41,6 +41,9 @@ struct EngineOptions {
   // process then hosts attention worker attention_index of the topology's x.
   std::vector<std::string> ffn_addresses;
   int attention_index = 0;
+  // With ffn_addresses: attention workers [attention_index, attention_index + local_attention)
+  // of the topology's x run in this process (each with its own UCX endpoint).
+  int local_attention = 1;
   int64_t max_batch_tokens = 4096;  // most tokens in one AFD micro-batch (wire buffers)
   int ffn_timeout_ms = 10000;       // an FFN reply later than this fails the step
   int ffn_connect_timeout_ms = 60000;  // FFN workers not connected by then: an error

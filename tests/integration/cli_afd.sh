@@ -41,6 +41,12 @@ print("trace spans:", dict(c))
 PY
 then echo "ok   --trace writes both sides' spans"; else echo "FAIL --trace"; fails=$((fails+1)); fi
 
+# One command, FFN workers as child processes over UCX (--spawn-ffn); none left behind.
+got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --topology 2A2F --microbatches 3 --spawn-ffn 2>/dev/null)
+check "2A2F with --spawn-ffn (FFN worker processes)" "$want2" "$got"
+sleep 0.5
+if pgrep -f -- "worker --role ffn --model $M" >/dev/null; then echo "FAIL spawned workers left running"; fails=$((fails+1)); else echo "ok   spawned workers stopped"; fi
+
 # Multi-process over UCX: the attention side starts first and waits for its FFN workers.
 port0=$((20000 + RANDOM % 20000)); port1=$((port0 + 1))
 ( sleep 1; exec "$AFD" worker --role ffn --model "$M" --listen 127.0.0.1:$port0 --shard 0/2 --threads 1 \
