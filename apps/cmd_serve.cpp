@@ -1,5 +1,7 @@
 // afd serve: the OpenAI-compatible HTTP API (docs/SERVING.md).
 #include <csignal>
+
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -31,19 +33,28 @@ struct ServeFlags {
   int http_threads = 512;
 };
 
+int g_signal_pipe[2] = {-1, -1};
+extern "C" void on_stop_signal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  ssize_t r = write(g_signal_pipe[1], &b, 1);
+  (void)r;
+}
+
 void run_serve(const ServeFlags& f) {
   if (f.workers < 1 || f.workers > 64) fail("serve", invalid_argument("--workers must be in [1, 64]"));
   if (f.port < 0 || f.port > 65535) fail("serve", invalid_argument("--port must be in [0, 65535]"));
   if (f.max_running < 1 || f.max_queue < 0 || f.max_batch_tokens < 1 || f.max_body < 1024 || f.http_threads < 1)
     fail("serve", invalid_argument("--max-running, --max-batch-tokens, --http-threads must be >= 1, --max-body >= 1024"));
-  // SIGINT/SIGTERM stop the server from a dedicated thread (not inside a signal handler).
-  // Blocked before any thread exists (engine pools, transports): threads inherit the mask,
-  // so the signal can only be taken by sigwait below.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // SIGINT/SIGTERM: the handler only writes a byte to a pipe (async-signal-safe), whichever
+  // thread takes the signal (libraries such as OpenBLAS start threads before main, so a
+  // blocked-mask + sigwait scheme can miss it); a dedicated thread reads the pipe and stops
+  // the server.
+  if (pipe(g_signal_pipe) != 0) fail("serve", io_error("pipe() failed"));
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   auto opt = f.engine.to_options();
   if (!opt.ok()) fail("serve", opt.status());
   if (!std::filesystem::is_directory(opt->model_dir))
@@ -81,11 +92,10 @@ void run_serve(const ServeFlags& f) {
 
   if (Status s = (*svc)->start(); !s.is_ok()) fail("serve", s);
   serve::Service* raw = svc->get();
-  std::thread sig_thread([raw, sigs] {
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    if (sig == SIGINT || sig == SIGTERM) {
-      spdlog::info("afd serve: signal {}, stopping", sig);
+  std::thread sig_thread([raw] {
+    unsigned char sig = 0;
+    if (read(g_signal_pipe[0], &sig, 1) == 1) {
+      spdlog::info("afd serve: signal {}, stopping", static_cast<int>(sig));
       raw->stop();
     }
   });
