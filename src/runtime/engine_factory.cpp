@@ -42,6 +42,12 @@ Status EngineOptions::validate() const {
   if (inject_delay_us > 0 && t.wiring == Wiring::mono)
     return invalid_argument("an injected A<->F delay needs an AFD topology (mono has no messages)");
   if (ffn_timeout_ms < 1) return invalid_argument("ffn timeout must be positive");
+  if (t.wiring != Wiring::mono && fp8_group != 0 && fp8_group != 128)
+    return invalid_argument("the AFD wire carries per-token (--fp8-group 0) or per-128-channel scales, not " +
+                            std::to_string(fp8_group));
+  if (t.wiring != Wiring::mono && afd_rounding_shards > 0)
+    return invalid_argument("--afd-rounding emulates an AFD bundle in the monolithic engine; use it with mono");
+  if (local_attention < 1) return invalid_argument("local attention workers must be >= 1");
   return Status::ok();
 }
 
