@@ -50,6 +50,10 @@ class Bundle {
   std::vector<std::unique_ptr<Engine>> attention_;
 };
 
+// Known gap: when one attention engine's share of a batch fails (e.g. its FFN peer is
+// lost), the shares of the other engines have already advanced their sequences, so
+// Engine::forward's "unchanged on error" holds per engine, not for the whole batch; callers
+// (the scheduler, generate) fail every sequence of a failed batch.
 class DataParallelEngine : public Engine {
  public:
   explicit DataParallelEngine(std::unique_ptr<Bundle> bundle);
