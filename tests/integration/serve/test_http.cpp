@@ -220,12 +220,22 @@ TEST_F(HttpTest, MetricsAndRoutingAcrossWorkers) {
   for (auto& t : ts) t.join();
   EXPECT_GT(engines_[0]->n_forward, 0);
   EXPECT_GT(engines_[1]->n_forward, 0);
-  auto m = cli_->Get("/metrics");
-  ASSERT_TRUE(m);
-  for (const char* s : {"afd_requests_total{code=\"200\"} 8", "afd_generation_tokens_total 160",
-                        "afd_time_to_first_token_seconds_count 8", "afd_kv_usage_ratio{worker=\"1\"}",
-                        "afd_stage_seconds_total{worker=\"0\",stage=\"attention\"}", "afd_worker_idle_ratio"})
-    EXPECT_NE(m->body.find(s), std::string::npos) << s;
+  // A response can reach the client just before its request is counted: poll briefly.
+  const std::vector<std::string> want = {"afd_requests_total{code=\"200\"} 8", "afd_generation_tokens_total 160",
+                                         "afd_time_to_first_token_seconds_count 8", "afd_kv_usage_ratio{worker=\"1\"}",
+                                         "afd_stage_seconds_total{worker=\"0\",stage=\"attention\"}",
+                                         "afd_worker_idle_ratio"};
+  std::string body;
+  for (int i = 0; i < 200; ++i) {
+    auto m = cli_->Get("/metrics");
+    ASSERT_TRUE(m);
+    body = m->body;
+    bool all = true;
+    for (const auto& s : want) all = all && body.find(s) != std::string::npos;
+    if (all) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (const auto& s : want) EXPECT_NE(body.find(s), std::string::npos) << s;
 }
 
 }  // namespace

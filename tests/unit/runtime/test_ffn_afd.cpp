@@ -270,7 +270,7 @@ TEST(FfnAfd, StallTimesOutThenRecovers) {
   start_workers(b, w, 1, 1, /*fault_wrap=*/true);
   b.attn_t.push_back(inproc(b, "attn0"));
   auto opts = client_opts(0, 1, 1);
-  opts.timeout_ms = 200;
+  opts.timeout_ms = 1000;  // long enough for the recovery passes on a loaded 2-core CI machine
   auto cl = FfnClient::create(w, b.attn_t[0].get(), opts);
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
   auto* fault = static_cast<FaultTransport*>(b.ffn_t[0].get());
@@ -281,7 +281,7 @@ TEST(FfnAfd, StallTimesOutThenRecovers) {
   Status s = (*cl)->combine(0, 0, t);
   EXPECT_EQ(s.code(), StatusCode::timeout) << s.to_string();
   EXPECT_NE(s.message().find("ffn0"), std::string::npos) << s.message();
-  EXPECT_LT(now_ns() - t0, 2000000000);
+  EXPECT_LT(now_ns() - t0, 5000000000);
   fault->set_stall(false);
   // The next forward pass works; the late reply of the failed one is dropped.
   for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
