@@ -2,6 +2,7 @@
 // same FP8-rounded input (bit-exact for one FFN worker; sum of BF16 partials for EP),
 // aggregation across attention workers, handshake refusal, and the fault paths.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -34,7 +35,8 @@ std::shared_ptr<const ModelWeights> tiny_model(const std::string& tag, int64_t n
   c->n_layers = n_layers;
   c->mlp_only_layers = {1};
   MakeModelOptions o;
-  o.out_dir = std::string(AFD_BINARY_DIR) + "/test_ffn_afd_" + tag;
+  // One directory per process: ctest runs the cases of this binary as parallel processes.
+  o.out_dir = std::string(AFD_BINARY_DIR) + "/test_ffn_afd_" + tag + "_" + std::to_string(getpid());
   std::filesystem::create_directories(o.out_dir);
   o.seed = 3;
   auto r = make_model(*c, o);
