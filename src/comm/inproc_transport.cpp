@@ -198,23 +198,9 @@ Status InprocTransport::disconnect(PeerId peer) {
   return Status::ok();
 }
 
-void InprocTransport::push_event(PeerEvent ev) {
-  std::lock_guard<std::mutex> lk(ev_mu_);
-  events_.push_back(std::move(ev));
-  ev_cv_.notify_all();
-}
+void InprocTransport::push_event(PeerEvent ev) { events_.push(std::move(ev)); }
 
-bool InprocTransport::next_event(PeerEvent* ev, int64_t deadline_ns) {
-  std::unique_lock<std::mutex> lk(ev_mu_);
-  while (events_.empty()) {
-    int64_t t = now_ns();
-    if (t >= deadline_ns) return false;
-    ev_cv_.wait_for(lk, std::chrono::nanoseconds(std::min<int64_t>(deadline_ns - t, 100000000)));
-  }
-  *ev = std::move(events_.front());
-  events_.pop_front();
-  return true;
-}
+bool InprocTransport::next_event(PeerEvent* ev, int64_t deadline_ns) { return events_.pop(ev, deadline_ns); }
 
 Result<PeerId> InprocTransport::peer_id(const std::string& name) const {
   std::lock_guard<std::mutex> lk(peers_mu_);

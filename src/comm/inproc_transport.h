@@ -121,9 +121,7 @@ class InprocTransport final : public Transport {
   bool closed_ = false;
   std::thread progress_;
 
-  std::mutex ev_mu_;
-  std::condition_variable ev_cv_;
-  std::deque<PeerEvent> events_;
+  PeerEventQueue events_;
 };
 
 }  // namespace afd::comm

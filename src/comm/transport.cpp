@@ -26,4 +26,22 @@ Result<PeerId> wait_for_peer(Transport& t, const std::string& name, int64_t dead
   }
 }
 
+void PeerEventQueue::push(PeerEvent ev) {
+  std::lock_guard<std::mutex> lk(mu_);
+  events_.push_back(std::move(ev));
+  cv_.notify_all();
+}
+
+bool PeerEventQueue::pop(PeerEvent* ev, int64_t deadline_ns) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (events_.empty()) {
+    const int64_t t = now_ns();
+    if (t >= deadline_ns) return false;
+    cv_.wait_for(lk, std::chrono::nanoseconds(std::min<int64_t>(deadline_ns - t, 100000000)));
+  }
+  *ev = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
 }  // namespace afd::comm

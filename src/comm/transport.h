@@ -28,7 +28,10 @@
 // on the transport's progress thread and must not block.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
+#include <deque>
+#include <mutex>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -134,6 +137,19 @@ class Transport {
   virtual Status disconnect(PeerId peer) {
     return not_supported(std::string(kind()) + " transport: disconnect");
   }
+};
+
+// A thread-safe FIFO of PeerEvents, shared by the transport implementations.
+class PeerEventQueue {
+ public:
+  void push(PeerEvent ev);
+  // Pops the oldest event; false if none arrived before deadline_ns (now_ns() clock).
+  bool pop(PeerEvent* ev, int64_t deadline_ns);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<PeerEvent> events_;
 };
 
 // Waits for a connected peer named `name` (consuming events on the way is NOT done: it

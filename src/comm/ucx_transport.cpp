@@ -188,9 +188,7 @@ class UcxTransportImpl final : public UcxTransport {
   std::mutex regions_mu_;
   std::vector<Region> regions_;
 
-  std::mutex ev_mu_;
-  std::condition_variable ev_cv_;
-  std::deque<PeerEvent> events_;
+  PeerEventQueue events_;
 
   std::thread progress_;
   std::thread bootstrap_;
@@ -283,23 +281,9 @@ bool UcxTransportImpl::is_connected(PeerId peer) const {
   return peer < n_peers_ && peers_[peer].connected;
 }
 
-void UcxTransportImpl::push_event(PeerEvent ev) {
-  std::lock_guard<std::mutex> lk(ev_mu_);
-  events_.push_back(std::move(ev));
-  ev_cv_.notify_all();
-}
+void UcxTransportImpl::push_event(PeerEvent ev) { events_.push(std::move(ev)); }
 
-bool UcxTransportImpl::next_event(PeerEvent* ev, int64_t deadline_ns) {
-  std::unique_lock<std::mutex> lk(ev_mu_);
-  while (events_.empty()) {
-    int64_t t = now_ns();
-    if (t >= deadline_ns) return false;
-    ev_cv_.wait_for(lk, std::chrono::nanoseconds(std::min<int64_t>(deadline_ns - t, 100000000)));
-  }
-  *ev = std::move(events_.front());
-  events_.pop_front();
-  return true;
-}
+bool UcxTransportImpl::next_event(PeerEvent* ev, int64_t deadline_ns) { return events_.pop(ev, deadline_ns); }
 
 void UcxTransportImpl::wake() {
   if (sleeping_.load(std::memory_order_seq_cst)) {
