@@ -232,7 +232,8 @@ bool FfnWorker::accept_frame(Peer& p, int mb) {
     spdlog::error("ffn worker {}: malformed frame from '{}' (micro-batch {}): {}", opt_.index, p.name, mb, bad.message());
     send_error(p, mb, layer, step, "malformed a2f frame: " + bad.message());
     s.expect_layer = -1;
-    (void)post_frame_recv(p, mb);
+    if (Status st = post_frame_recv(p, mb); !st.is_ok())
+      spdlog::warn("ffn worker {}: re-posting a receive for '{}': {}", opt_.index, p.name, st.to_string());
     return false;
   }
   s.view = *v;
