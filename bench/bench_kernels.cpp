@@ -147,12 +147,12 @@ int main(int argc, char** argv) {
     // (best of rounds), each round also timing a plain read of 256 MiB as a noise reference.
     WeightSet big = make_weights(DType::bf16, 8192, 8192, 1);
     const int64_t pfs[] = {0, 512, 1024, 2048, 4096};
-    const int rs[] = {4, 8};
-    double best[2][5][2] = {};
+    const int rs[] = {1, 4, 8};
+    double best[3][5][2] = {};
     double best_read = 0;
     for (int round = 0; round < 5; ++round) {
       best_read = std::max(best_read, measure_read_bandwidth(pool, size_t{256} << 20, 2));
-      for (int ri = 0; ri < 2; ++ri)
+      for (int ri = 0; ri < 3; ++ri)
         for (int pi = 0; pi < 5; ++pi) {
           detail::set_linear_avx512_tuning(pfs[pi], rs[ri]);
           for (int pr = 0; pr < 2; ++pr) {
@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
     }
     std::printf("plain read (256 MiB): %.2f GB/s\n| rows/tile | prefetch B | bf16 act GB/s | f32 act GB/s |\n|---|---|---|---|\n",
                 best_read / 1e9);
-    for (int ri = 0; ri < 2; ++ri)
+    for (int ri = 0; ri < 3; ++ri)
       for (int pi = 0; pi < 5; ++pi)
         std::printf("| %d | %lld | %.2f | %.2f |\n", rs[ri], static_cast<long long>(pfs[pi]), best[ri][pi][0] / 1e9,
                     best[ri][pi][1] / 1e9);

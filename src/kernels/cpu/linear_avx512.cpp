@@ -24,12 +24,13 @@ namespace afd::kernels::detail {
 namespace {
 
 // Software prefetch distance for the W streams in bytes ahead of the current load (0: none),
-// and rows per tile for single-token blocks. Tunables read once per call (bench_kernels --tune).
-// Defaults from interleaved runs on the Zen 4 dev machine (2 threads, 128-256 MiB bf16 W, n = 1):
-// no software prefetch (512-4096 B ahead was 5-20% slower than the hardware prefetchers alone)
-// and 8-row tiles (on par with a plain streaming read; 4 rows ~15% slower, 1-2 rows ~25% slower).
+// and the single-token layout: 1 = rows one at a time (row_seq_*), 4 or 8 = interleaved tiles.
+// Tunables read once per call (bench_kernels --tune). Defaults from runs on the Zen 4 dev
+// machine (2 threads, cold bf16 W, n = 1): no software prefetch for the tiles (512-4096 B ahead
+// was 5-20% slower than the hardware prefetchers alone) and rows one at a time (see row_seq_dp;
+// 8-row tiles were 20-35 % slower on the bench model's shapes, 4-row tiles slower still).
 std::atomic<int64_t> g_prefetch_bytes{0};
-std::atomic<int> g_rows_single{8};
+std::atomic<int> g_rows_single{1};
 
 template <int R, int T>
 AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool acc) {
@@ -169,6 +170,74 @@ AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int6
   store_tile<R, T>(a, y, ldy, acc);
 }
 
+// ---- One token, one row at a time ----
+// Each W row is read front to back with 4 independent accumulators (dependency chains
+// short enough to keep the loads in flight), so a thread's W range is one sequential
+// stream. Interleaving 4-8 rows (the tiles above) splits it into short strided streams
+// that the hardware prefetchers follow badly when rows are short: measured on the Zen 4
+// dev machine (2 threads, n = 1, cold bf16 W), [2048, 512] went from 21 GB/s with 8-row
+// tiles to 33-35 GB/s (= a plain read of the same bytes), and [4096, 2048] / [32000, 2048]
+// gained 20-30 %. With several tokens the tiles win (x reuse and fewer reductions).
+// x is zero padded to a multiple of 32 columns (and permuted per 32-column block for
+// fma_bf16w, see prep_x_f32_perm32); W is read only up to cols.
+AFD_AVX512 void row_seq_dp(const uint16_t* w, int64_t cols, const uint16_t* x, float* y, bool acc) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  const int64_t c128 = cols & ~int64_t{127};
+  int64_t c = 0;
+  for (; c < c128; c += 128) {
+    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + c), (__m512bh)_mm512_loadu_si512(x + c));
+    a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + c + 32), (__m512bh)_mm512_loadu_si512(x + c + 32));
+    a2 = _mm512_dpbf16_ps(a2, (__m512bh)_mm512_loadu_si512(w + c + 64), (__m512bh)_mm512_loadu_si512(x + c + 64));
+    a3 = _mm512_dpbf16_ps(a3, (__m512bh)_mm512_loadu_si512(w + c + 96), (__m512bh)_mm512_loadu_si512(x + c + 96));
+  }
+  for (; c < cols; c += 32) {
+    const __mmask32 m = cols - c >= 32 ? ~__mmask32{0} : _cvtu32_mask32((1u << (cols - c)) - 1u);
+    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_maskz_loadu_epi16(m, w + c), (__m512bh)_mm512_loadu_si512(x + c));
+  }
+  const float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  *y = acc ? *y + s : s;
+}
+
+AFD_AVX512 void row_seq_fma_bf16w(const uint16_t* w, int64_t cols, const float* x, float* y, bool acc) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  const int64_t c64 = cols & ~int64_t{63};
+  int64_t c = 0;
+  for (; c < c64; c += 64) {
+    const __m512i w0 = _mm512_loadu_si512(w + c), w1 = _mm512_loadu_si512(w + c + 32);
+    a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, w0)), _mm512_loadu_ps(x + c), a0);
+    a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, w0)), _mm512_loadu_ps(x + c + 16), a1);
+    a2 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, w1)), _mm512_loadu_ps(x + c + 32), a2);
+    a3 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, w1)), _mm512_loadu_ps(x + c + 48), a3);
+  }
+  for (; c < cols; c += 32) {
+    const __mmask32 m = cols - c >= 32 ? ~__mmask32{0} : _cvtu32_mask32((1u << (cols - c)) - 1u);
+    const __m512i w0 = _mm512_maskz_loadu_epi16(m, w + c);
+    a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, w0)), _mm512_loadu_ps(x + c), a0);
+    a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, w0)), _mm512_loadu_ps(x + c + 16), a1);
+  }
+  const float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  *y = acc ? *y + s : s;
+}
+
+AFD_AVX512 void row_seq_fma_f32w(const float* w, int64_t cols, const float* x, float* y, bool acc) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  const int64_t c64 = cols & ~int64_t{63};
+  int64_t c = 0;
+  for (; c < c64; c += 64) {
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c), _mm512_loadu_ps(x + c), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c + 16), _mm512_loadu_ps(x + c + 16), a1);
+    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c + 32), _mm512_loadu_ps(x + c + 32), a2);
+    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + c + 48), _mm512_loadu_ps(x + c + 48), a3);
+  }
+  for (; c < cols; c += 16) {
+    const __mmask16 m = cols - c >= 16 ? __mmask16(0xffff) : _cvtu32_mask16((1u << (cols - c)) - 1u);
+    a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + c), _mm512_maskz_loadu_ps(m, x + c), a0);
+  }
+  const float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  *y = acc ? *y + s : s;
+}
+
 // Dispatch of one (R-row block, token block of size t <= TMax) to the tile instantiation.
 enum class Kind { dp, fma_bf16w, fma_f32w };
 
@@ -233,8 +302,18 @@ template <Kind K, typename WT, typename XT>
 AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
                              int64_t r1, float* y, int64_t ldy, bool acc) {
   const int64_t pf = g_prefetch_bytes.load(std::memory_order_relaxed);
-  // One token: no x reuse to exploit, more rows per tile = more independent W streams.
-  if (n == 1 && g_rows_single.load(std::memory_order_relaxed) == 8)
+  // One token: no x reuse to exploit; rows one at a time (default) or interleaved tiles.
+  const int rows_single = g_rows_single.load(std::memory_order_relaxed);
+  if (n == 1 && rows_single == 1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if constexpr (K == Kind::dp)
+        row_seq_dp(w + r * cols, cols, x, y + r, acc);
+      else if constexpr (K == Kind::fma_bf16w)
+        row_seq_fma_bf16w(w + r * cols, cols, x, y + r, acc);
+      else
+        row_seq_fma_f32w(w + r * cols, cols, x, y + r, acc);
+    }
+  } else if (n == 1 && rows_single == 8)
     rows_r<K, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
   else
     rows_r<K, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
@@ -244,7 +323,7 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
 
 void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single) {
   g_prefetch_bytes.store(prefetch_bytes, std::memory_order_relaxed);
-  g_rows_single.store(rows_single == 8 ? 8 : 4, std::memory_order_relaxed);
+  g_rows_single.store(rows_single == 1 || rows_single == 8 ? rows_single : 4, std::memory_order_relaxed);
 }
 
 AFD_AVX512 void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w,

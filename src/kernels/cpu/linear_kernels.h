@@ -41,7 +41,7 @@ void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_
                  int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
 
 // AVX-512 tile tuning (benchmarks only): software prefetch distance in bytes (0 = none) and
-// rows per tile when n == 1 (4 or 8).
+// the single-token layout: 1 = one row at a time (default), 4 or 8 = interleaved row tiles.
 void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single);
 
 // Smallest n for which linear() hands the product to OpenBLAS sgemm (per weight dtype and

@@ -113,7 +113,7 @@ std::string describe(const Problem& p, const char* impl, bool acc, int threads) 
 const std::vector<Case> kCases = {
     {1, 1, 1},     {1, 5, 17},     {2, 13, 33},   {3, 37, 100},  {7, 64, 129},  {1, 70, 1000},
     {8, 19, 64},   {13, 41, 31},   {16, 36, 257}, {5, 3, 2048},  {64, 40, 96},  {65, 33, 47},
-    {100, 21, 65}, {200, 18, 130}, {1, 130, 513}};
+    {100, 21, 65}, {200, 18, 130}, {1, 130, 513}, {1, 9, 2048}, {1, 17, 64}};
 
 class LinearTest : public ::testing::TestWithParam<std::tuple<DType, ActPrecision>> {};
 
@@ -159,12 +159,13 @@ TEST_P(LinearTest, AllImplementationsMatchF64) {
   }
 }
 
-// The n == 1 tuning variants of the AVX-512 tiles (8-row tiles, prefetch off / far).
+// The n == 1 tuning variants of the AVX-512 kernels (interleaved 4- and 8-row tiles with
+// prefetch off / far; the default one-row-at-a-time path is covered by every other test).
 TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
   if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   auto [w_dtype, prec] = GetParam();
   ThreadPool pool(2);
-  for (auto [pf, rows_single] : {std::pair<int64_t, int>{1024, 4}, {4096, 8}, {0, 4}}) {
+  for (auto [pf, rows_single] : {std::pair<int64_t, int>{1024, 4}, {4096, 8}, {0, 4}, {0, 8}}) {
     detail::set_linear_avx512_tuning(pf, rows_single);
     for (const Case& c : kCases) {
       if (c.n != 1) continue;
@@ -174,7 +175,7 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
       check(p, y, false, describe(p, "avx512 tuning", false, 2) + " pf=" + std::to_string(pf));
     }
   }
-  detail::set_linear_avx512_tuning(0, 8);  // the defaults
+  detail::set_linear_avx512_tuning(0, 1);  // the defaults
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDtypes, LinearTest,
