@@ -17,7 +17,8 @@ Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(const KvCacheConfig& 
   return std::unique_ptr<PagedKvCache>(new PagedKvCache(cfg));
 }
 
-PagedKvCache::PagedKvCache(const KvCacheConfig& cfg) : cfg_(cfg), alloc_(cfg.n_blocks) {
+PagedKvCache::PagedKvCache(const KvCacheConfig& cfg)
+    : cfg_(cfg), alloc_(cfg.n_blocks), meta_(static_cast<size_t>(cfg.n_blocks)) {
   size_t rows = static_cast<size_t>(cfg_.n_blocks * cfg_.block_size);
   size_t bytes = rows * row_elems() * dtype_size(cfg_.dtype);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
@@ -49,8 +50,137 @@ Status PagedKvCache::add_sequence(int64_t seq) {
 void PagedKvCache::remove_sequence(int64_t seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
-  for (int64_t b : it->second.blocks) alloc_.release(b);
+  // Last block first: it enters the LRU list first, so it is evicted before the blocks
+  // its chain depends on (a child without its parent can no longer be found).
+  const std::vector<int64_t>& bl = it->second.blocks;
+  for (auto b = bl.rbegin(); b != bl.rend(); ++b) unref(*b);
   seqs_.erase(it);
+}
+
+size_t PagedKvCache::ContentHash::operator()(const ContentKey& k) const {
+  // FNV-1a style chain over the parent key and the token ids; only selects the bucket
+  // (equality compares the full content).
+  uint64_t h = 1469598103934665603ULL ^ (k.parent * 0x9E3779B97F4A7C15ULL);
+  for (int32_t t : k.tokens) {
+    h ^= static_cast<uint32_t>(t);
+    h *= 1099511628211ULL;
+  }
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+int64_t PagedKvCache::take_block() {
+  int64_t b = alloc_.allocate();
+  if (b < 0) {
+    if (lru_.empty()) return -1;
+    b = lru_.front();
+    lru_.pop_front();
+    BlockMeta& m = meta_[b];
+    AFD_CHECK(m.refs == 0 && m.key != 0, "evictable block must be registered and unreferenced");
+    cached_.erase(m.content);
+    m.key = 0;
+    m.content = ContentKey{};
+  }
+  AFD_CHECK(meta_[b].refs == 0 && meta_[b].key == 0, "a taken block must be unreferenced and unregistered");
+  meta_[b].refs = 1;
+  return b;
+}
+
+void PagedKvCache::unref(int64_t block) {
+  BlockMeta& m = meta_[block];
+  AFD_CHECK(m.refs > 0, "block reference count underflow");
+  if (--m.refs > 0) return;
+  if (m.key != 0) {
+    m.lru = lru_.insert(lru_.end(), block);
+  } else {
+    alloc_.release(block);
+  }
+}
+
+int64_t PagedKvCache::find_block(uint64_t parent, std::span<const int32_t> tokens) const {
+  ContentKey k{parent, std::vector<int32_t>(tokens.begin(), tokens.end())};
+  auto it = cached_.find(k);
+  return it == cached_.end() ? -1 : it->second;
+}
+
+void PagedKvCache::commit_tokens(int64_t seq, std::span<const int32_t> tokens) {
+  if (!cfg_.prefix_caching) return;
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  Seq& s = it->second;
+  if (!s.cacheable) return;
+  if (static_cast<int64_t>(s.tokens.size() + tokens.size()) != s.length) {
+    // Positions without known token ids: this sequence's later blocks cannot be keyed.
+    s.cacheable = false;
+    s.tokens.clear();
+    s.tokens.shrink_to_fit();
+    return;
+  }
+  s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+  const int64_t bs = cfg_.block_size;
+  const int64_t full = static_cast<int64_t>(s.tokens.size()) / bs;
+  for (int64_t i = static_cast<int64_t>(s.chain.size()); i < full; ++i) {
+    const uint64_t parent = i == 0 ? 0 : s.chain[i - 1];
+    std::span<const int32_t> bt(s.tokens.data() + i * bs, static_cast<size_t>(bs));
+    const int64_t b = s.blocks[i];
+    AFD_CHECK(meta_[b].key == 0, "a block past the committed chain is never registered");
+    const int64_t existing = find_block(parent, bt);
+    if (existing >= 0) {
+      // The same content was registered first by another sequence: this copy stays
+      // private (freed with the sequence); the chain continues under the existing key.
+      s.chain.push_back(meta_[existing].key);
+      continue;
+    }
+    BlockMeta& m = meta_[b];
+    m.key = next_key_++;
+    m.content = ContentKey{parent, std::vector<int32_t>(bt.begin(), bt.end())};
+    cached_.emplace(m.content, b);
+    s.chain.push_back(m.key);
+  }
+}
+
+int64_t PagedKvCache::committed_tokens(int64_t seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.tokens.size());
+}
+
+int64_t PagedKvCache::match_prefix(std::span<const int32_t> tokens) const {
+  if (!cfg_.prefix_caching) return 0;
+  const int64_t bs = cfg_.block_size;
+  uint64_t parent = 0;
+  int64_t n = 0;
+  while (n + bs <= static_cast<int64_t>(tokens.size())) {
+    const int64_t b = find_block(parent, tokens.subspan(static_cast<size_t>(n), static_cast<size_t>(bs)));
+    if (b < 0) break;
+    parent = meta_[b].key;
+    n += bs;
+  }
+  return n;
+}
+
+int64_t PagedKvCache::reuse_prefix(int64_t seq, std::span<const int32_t> tokens, int64_t max_tokens) {
+  if (!cfg_.prefix_caching) return 0;
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || it->second.length != 0 || !it->second.blocks.empty()) return 0;
+  Seq& s = it->second;
+  const int64_t bs = cfg_.block_size;
+  const int64_t limit = std::min<int64_t>(max_tokens, static_cast<int64_t>(tokens.size()));
+  stats_.queries += static_cast<int64_t>(tokens.size());
+  uint64_t parent = 0;
+  while (s.length + bs <= limit) {
+    std::span<const int32_t> bt = tokens.subspan(static_cast<size_t>(s.length), static_cast<size_t>(bs));
+    const int64_t b = find_block(parent, bt);
+    if (b < 0) break;
+    BlockMeta& m = meta_[b];
+    if (m.refs == 0) lru_.erase(m.lru);  // evictable -> used again
+    ++m.refs;
+    s.blocks.push_back(b);
+    s.chain.push_back(m.key);
+    s.tokens.insert(s.tokens.end(), bt.begin(), bt.end());
+    s.length += bs;
+    parent = m.key;
+  }
+  stats_.hits += s.length;
+  return s.length;
 }
 
 int64_t PagedKvCache::length(int64_t seq) const {
@@ -69,10 +199,10 @@ Status PagedKvCache::append(int64_t seq, int64_t n) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return invalid_argument("kv cache: unknown sequence " + std::to_string(seq));
   int64_t need = blocks_needed(seq, n);
-  if (need > alloc_.n_free())
+  if (need > n_free_blocks())
     return resource_exhausted("kv cache: need " + std::to_string(need) + " blocks, " +
-                              std::to_string(alloc_.n_free()) + " free");
-  for (int64_t i = 0; i < need; ++i) it->second.blocks.push_back(alloc_.allocate());
+                              std::to_string(n_free_blocks()) + " free");
+  for (int64_t i = 0; i < need; ++i) it->second.blocks.push_back(take_block());
   it->second.length += n;
   return Status::ok();
 }
@@ -82,9 +212,12 @@ void PagedKvCache::truncate(int64_t seq, int64_t new_length) {
   if (it == seqs_.end() || new_length >= it->second.length) return;
   Seq& s = it->second;
   s.length = std::max<int64_t>(0, new_length);
+  AFD_CHECK(s.length >= static_cast<int64_t>(s.tokens.size()), "truncate below the committed tokens");
   size_t keep = static_cast<size_t>((s.length + cfg_.block_size - 1) / cfg_.block_size);
   while (s.blocks.size() > keep) {
-    alloc_.release(s.blocks.back());
+    // Past the committed tokens: allocated by this sequence, never shared or registered.
+    AFD_CHECK(meta_[s.blocks.back()].refs == 1 && meta_[s.blocks.back()].key == 0, "truncate of a shared block");
+    unref(s.blocks.back());
     s.blocks.pop_back();
   }
 }
