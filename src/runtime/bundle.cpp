@@ -184,6 +184,11 @@ bool DataParallelEngine::can_append(int64_t seq_id, int64_t n_tokens) const {
   return p && engines()[p->engine]->can_append(p->inner, n_tokens);
 }
 
+int64_t DataParallelEngine::reuse_prefix(int64_t seq_id, std::span<const int32_t> prompt) {
+  const Placement* p = find(seq_id);
+  return p ? engines()[p->engine]->reuse_prefix(p->inner, prompt) : 0;
+}
+
 Status DataParallelEngine::fill_synthetic_context(int64_t seq_id, int64_t n_tokens) {
   const Placement* p = find(seq_id);
   if (!p) return invalid_argument("unknown sequence " + std::to_string(seq_id));

@@ -64,6 +64,8 @@ class DataParallelEngine : public Engine {
   void release_sequence(int64_t seq_id) override;
   int64_t sequence_length(int64_t seq_id) const override;
   bool can_append(int64_t seq_id, int64_t n_tokens) const override;
+  // Forwarded to the attention engine that holds the sequence (its own prefix cache).
+  int64_t reuse_prefix(int64_t seq_id, std::span<const int32_t> prompt) override;
   Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override;
   KvUsage kv_usage() const override;
   StageTimes last_stage_times() const override { return times_; }

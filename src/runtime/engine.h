@@ -23,7 +23,7 @@ struct BatchItem {
 
 struct KvUsage {
   int64_t blocks_total = 0;
-  int64_t blocks_used = 0;
+  int64_t blocks_used = 0;    // referenced by live sequences (evictable cached blocks are free)
   int64_t block_size = 0;  // tokens per block
 };
 
@@ -46,8 +46,20 @@ class Engine {
   virtual void release_sequence(int64_t seq_id) = 0;
   // Current length (tokens with KV) of a sequence, or -1 if unknown.
   virtual int64_t sequence_length(int64_t seq_id) const = 0;
-  // Whether n more tokens fit for this sequence (context limit and free KV blocks).
+  // Whether n more tokens fit for this sequence (context limit and free KV blocks;
+  // evictable prefix-cache blocks count as free).
   virtual bool can_append(int64_t seq_id, int64_t n_tokens) const = 0;
+
+  // Prefix caching: for an EMPTY sequence about to compute `prompt` (prompt tokens, or
+  // prompt + generated tokens when re-admitted after preemption), maps the longest prefix
+  // of whole KV blocks already computed for the same tokens (by any sequence, live or
+  // released but not yet evicted) into it, capped so that at least one token of `prompt`
+  // is still computed (the step needs its logits). Returns the tokens now present
+  // (sequence_length), which the caller must not send again; the caller continues with
+  // prompt[returned:]. 0 when nothing matched, caching is off, or the sequence is unknown
+  // or not empty. Blocks get their keys once full after a successful forward; a failed
+  // forward leaves no trace. Engines without a prefix cache return 0.
+  virtual int64_t reuse_prefix(int64_t seq_id, std::span<const int32_t> prompt) { return 0; }
 
   // Runs one forward pass over the batch. logits receives, per item in order, one row
   // [vocab] (or one per token when all_logits). Errors (unknown sequence, token outside

@@ -85,6 +85,7 @@ Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, s
   kc.head_dim = c.head_dim;
   kc.block_size = opt.kv_block_size;
   kc.dtype = ref ? DType::f32 : opt.kv_dtype;
+  kc.prefix_caching = opt.prefix_caching;
   int64_t cap = opt.kv_capacity_tokens;
   if (cap == 0) {
     const int64_t max_pos = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;

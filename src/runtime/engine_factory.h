@@ -31,6 +31,10 @@ struct EngineOptions {
   // Tokens the KV cache can hold across all sequences; 0: min(max_seqs * max_position_embeddings, 131072).
   int64_t kv_capacity_tokens = 0;
   int64_t max_seqs = 256;
+  // Automatic prefix caching (kv/paged_kv_cache.h): full KV blocks are kept by content after
+  // their sequence ends and mapped into new sequences with the same token prefix
+  // (Engine::reuse_prefix). On by default, as in vLLM V1; --no-prefix-cache turns it off.
+  bool prefix_caching = true;
   int n_threads = 0;  // 0: all cores
   // Wiring (runtime/topology.h): "mono" (FFN in the attention thread), "xAyF" (AFD bundle:
   // in-process workers, or remote FFN workers when ffn_addresses is set), "EPn" (expert-

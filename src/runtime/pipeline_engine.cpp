@@ -42,6 +42,12 @@ bool PipelineEngine::can_append(int64_t seq_id, int64_t n_tokens) const {
   return kv_->blocks_needed(seq_id, n_tokens) <= kv_->n_free_blocks();
 }
 
+int64_t PipelineEngine::reuse_prefix(int64_t seq_id, std::span<const int32_t> prompt) {
+  if (prompt.empty()) return 0;
+  // At least one prompt token is computed: its logits start (or continue) generation.
+  return kv_->reuse_prefix(seq_id, prompt, static_cast<int64_t>(prompt.size()) - 1);
+}
+
 KvUsage PipelineEngine::kv_usage() const {
   return KvUsage{kv_->config().n_blocks, kv_->n_used_blocks(), kv_->config().block_size};
 }
@@ -221,6 +227,8 @@ Status PipelineEngine::forward(std::span<const BatchItem> items, std::vector<flo
       std::copy(tmp.begin() + r * V, tmp.begin() + (r + 1) * V, logits->begin() + dest[r] * V);
   }
   times_.attention_s += (now_ns() - t0) * 1e-9;
+  // The step succeeded: record the tokens so full blocks get their prefix-cache keys.
+  for (int64_t i = 0; i < n_items; ++i) kv_->commit_tokens(items[i].seq_id, items[i].tokens);
   times_.ffn_s = ffn_->ffn_seconds();
   times_.a2f_s = ffn_->comm_seconds();
   times_.total_s = (now_ns() - t_start) * 1e-9;

@@ -2,6 +2,7 @@
 // unchanged, KV accounting, batch composition invariance, FP8-dispatch rounding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/weights.h"
@@ -112,6 +113,169 @@ TEST(Engine, Fp8DispatchDeviationIsSmall) {
   }
   EXPECT_GT(worst, 0.0f);           // the rounding really happens
   EXPECT_LT(worst, 0.25f * scale);  // and stays a rounding (routing flips aside)
+}
+
+
+// ---- prefix caching (Engine::reuse_prefix) ----
+
+std::unique_ptr<Engine> make_cached(bool caching, const std::string& topology = "mono", int64_t kv_tokens = 1024) {
+  EngineOptions o;
+  o.model_dir = kModel;
+  o.precision = Precision::reference;
+  o.kv_capacity_tokens = kv_tokens;
+  o.kv_block_size = 16;
+  o.max_seqs = 4;
+  o.topology = topology;
+  o.prefix_caching = caching;
+  auto e = make_engine(o);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  return std::move(*e);
+}
+
+struct GreedyRun {
+  std::vector<int32_t> tokens;            // generated
+  std::vector<std::vector<float>> logits;  // one row per generated token
+  int64_t reused = 0;                      // tokens mapped from the cache at the start
+};
+
+// Greedy decoding of n tokens after `context` on a new sequence that first asks the
+// engine for a cached prefix; the sequence is released at the end unless keep.
+GreedyRun greedy(Engine& e, const std::vector<int32_t>& context, int n, int64_t* keep_seq = nullptr) {
+  GreedyRun r;
+  auto seq = e.create_sequence();
+  EXPECT_TRUE(seq.ok());
+  r.reused = e.reuse_prefix(*seq, context);
+  EXPECT_EQ(e.sequence_length(*seq), r.reused);
+  EXPECT_LT(r.reused, static_cast<int64_t>(context.size()));
+  std::vector<int32_t> next(context.begin() + r.reused, context.end());
+  const int64_t V = e.config().vocab_size;
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> logits;
+    BatchItem it{*seq, next, false};
+    Status st = e.forward(std::span<const BatchItem>(&it, 1), &logits);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    if (!st.is_ok()) break;
+    EXPECT_EQ(static_cast<int64_t>(logits.size()), V);
+    const int32_t t = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    r.tokens.push_back(t);
+    r.logits.push_back(logits);
+    next = {t};
+  }
+  if (keep_seq) *keep_seq = *seq;
+  else e.release_sequence(*seq);
+  return r;
+}
+
+float max_diff(const GreedyRun& a, const GreedyRun& b) {
+  float worst = 0;
+  EXPECT_EQ(a.logits.size(), b.logits.size());
+  for (size_t i = 0; i < std::min(a.logits.size(), b.logits.size()); ++i)
+    for (size_t k = 0; k < a.logits[i].size(); ++k) worst = std::max(worst, std::fabs(a.logits[i][k] - b.logits[i][k]));
+  return worst;
+}
+
+std::vector<int32_t> with_prefix(const std::vector<int32_t>& prefix, std::vector<int32_t> tail) {
+  std::vector<int32_t> t = prefix;
+  t.insert(t.end(), tail.begin(), tail.end());
+  return t;
+}
+
+std::vector<int32_t> shared_prefix() {  // 2 full blocks of 16 + 8 tokens
+  std::vector<int32_t> p(40);
+  for (int i = 0; i < 40; ++i) p[i] = (i * 37 + 11) % 383;
+  return p;
+}
+
+void check_shared_prefix_matches_uncached(const std::string& topology) {
+  const auto prefix = shared_prefix();
+  const auto a = with_prefix(prefix, {5, 6, 7, 8, 9, 10});
+  const auto b = with_prefix(prefix, {200, 201, 202});
+  const auto c = with_prefix(prefix, {1});
+  auto off = make_cached(false, topology);
+  GreedyRun a0 = greedy(*off, a, 10), b0 = greedy(*off, b, 10), c0 = greedy(*off, c, 6);
+  EXPECT_EQ(b0.reused, 0);
+  EXPECT_EQ(c0.reused, 0);
+
+  auto on = make_cached(true, topology);
+  int64_t a_seq = -1;
+  GreedyRun a1 = greedy(*on, a, 10, &a_seq);  // a stays live: b shares its blocks
+  EXPECT_EQ(a1.reused, 0);
+  GreedyRun b1 = greedy(*on, b, 10);
+  EXPECT_EQ(b1.reused, 32);
+  on->release_sequence(a_seq);  // now its blocks are evictable, not freed
+  EXPECT_EQ(on->kv_usage().blocks_used, 0);
+  GreedyRun c1 = greedy(*on, c, 6);
+  EXPECT_EQ(c1.reused, 32);
+  // a again, after its own blocks became evictable: 46 prompt tokens, capped at 45 -> 2 blocks.
+  GreedyRun a2 = greedy(*on, a, 10);
+  EXPECT_EQ(a2.reused, 32);
+  EXPECT_EQ(a1.tokens, a0.tokens);
+  EXPECT_EQ(b1.tokens, b0.tokens);
+  EXPECT_EQ(c1.tokens, c0.tokens);
+  EXPECT_EQ(a2.tokens, a0.tokens);
+  EXPECT_LE(max_diff(a1, a0), 1e-4f);
+  EXPECT_LE(max_diff(b1, b0), 1e-4f);
+  EXPECT_LE(max_diff(c1, c0), 1e-4f);
+  EXPECT_LE(max_diff(a2, a0), 1e-4f);
+}
+
+TEST(EnginePrefixCache, SharedPrefixGivesTheSameTokensAndLogits) { check_shared_prefix_matches_uncached("mono"); }
+// DataParallelEngine forwards reuse_prefix to the attention engine holding the sequence.
+TEST(EnginePrefixCache, SharedPrefixThroughAnAfdBundle) { check_shared_prefix_matches_uncached("1A1F"); }
+
+// A sequence preempted after generating and re-admitted with prompt + generated tokens
+// continues exactly as if it had never been interrupted.
+TEST(EnginePrefixCache, ReadmissionAfterPreemptionContinuesIdentically) {
+  const auto prompt = with_prefix(shared_prefix(), {3, 3});
+  auto off = make_cached(false);
+  GreedyRun full = greedy(*off, prompt, 20);
+
+  auto on = make_cached(true);
+  GreedyRun first = greedy(*on, prompt, 8);  // 42 + 8 tokens; released = preempted
+  EXPECT_EQ(first.tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + 8));
+  // Re-admission recomputes prompt + the 8 generated tokens, minus the cached blocks: the
+  // last generated token was never forwarded, so 49 tokens had KV and 3 blocks were full.
+  std::vector<int32_t> ctx = with_prefix(prompt, first.tokens);
+  GreedyRun rest = greedy(*on, ctx, 12);
+  EXPECT_EQ(rest.reused, 48);
+  std::vector<int32_t> joined = first.tokens;
+  joined.insert(joined.end(), rest.tokens.begin(), rest.tokens.end());
+  EXPECT_EQ(joined, full.tokens);
+  float worst = 0;
+  for (size_t i = 0; i < rest.logits.size(); ++i)
+    for (size_t k = 0; k < rest.logits[i].size(); ++k)
+      worst = std::max(worst, std::fabs(rest.logits[i][k] - full.logits[8 + i][k]));
+  EXPECT_LE(worst, 1e-4f);
+}
+
+// A failed forward leaves no cache entries behind, and a cached prefix never reaches the
+// whole prompt (one token is always computed).
+TEST(EnginePrefixCache, FailedStepRegistersNothingAndOneTokenIsComputed) {
+  auto e = make_cached(true);
+  const auto p = shared_prefix();
+  std::vector<int32_t> first32(p.begin(), p.begin() + 32);
+  auto s = e->create_sequence();
+  ASSERT_TRUE(s.ok());
+  std::vector<int32_t> bad = first32;
+  bad.back() = 100000;  // outside the vocabulary: the whole step fails
+  std::vector<float> logits;
+  BatchItem it{*s, bad, false};
+  EXPECT_FALSE(e->forward(std::span<const BatchItem>(&it, 1), &logits).is_ok());
+  EXPECT_EQ(e->sequence_length(*s), 0);
+  e->release_sequence(*s);
+  auto s2 = e->create_sequence();
+  ASSERT_TRUE(s2.ok());
+  EXPECT_EQ(e->reuse_prefix(*s2, first32), 0);
+  BatchItem ok{*s2, first32, false};
+  ASSERT_TRUE(e->forward(std::span<const BatchItem>(&ok, 1), &logits).is_ok());
+  e->release_sequence(*s2);
+  auto s3 = e->create_sequence();
+  ASSERT_TRUE(s3.ok());
+  EXPECT_EQ(e->reuse_prefix(*s3, first32), 16);  // capped below the full 32-token prompt
+  e->release_sequence(*s3);
+  auto s4 = e->create_sequence();
+  ASSERT_TRUE(s4.ok());
+  EXPECT_EQ(e->reuse_prefix(*s4, p), 32);
 }
 
 }  // namespace
