@@ -1,18 +1,21 @@
-// afd serve: the OpenAI-compatible HTTP API (docs/SERVING.md).
-#include <csignal>
-
-#include <unistd.h>
-#include <cstdio>
+// afd serve: the OpenAI-compatible HTTP API (docs/SERVING.md), in one of three shapes:
+//   in-process (default)   — engines, schedulers and the API in this process (--workers N,
+//                            --topology xAyF with in-process or --ffn / --spawn-ffn FFN workers);
+//   front end              — the API over attention worker processes (docs/DEPLOYMENT.md):
+//                            --attention-workers host:port,... or --topology-file F;
+//   --spawn-workers        — the front end plus every worker of --topology xAyF (or of
+//                            --topology-file F) as local child processes, stopped on exit.
 #include <filesystem>
 #include <memory>
-#include <pthread.h>
 #include <thread>
 
 #include "commands.h"
 #include "core/log.h"
 #include "engine_flags.h"
 #include "local_ffn.h"
-#include "serve/service.h"
+#include "runtime/topology.h"
+#include "runtime/topology_file.h"
+#include "serve_stack.h"
 
 namespace afd::cli {
 
@@ -20,93 +23,142 @@ namespace {
 
 struct ServeFlags {
   EngineFlags engine;
-  std::string host = "127.0.0.1";
-  int port = 8000;
-  std::string api_key;
-  std::string model_name;
-  int workers = 1;
-  int64_t max_running = 64;
-  int64_t max_queue = 1024;
-  int64_t max_batch_tokens = 1024;
-  int64_t max_context = 0;
-  int64_t max_body = 1 << 20;
-  int http_threads = 512;
+  ServiceFlags service;
+  std::string attention_workers;  // front end over these attention workers
+  std::string topology_file;
+  bool spawn_workers = false;
 };
 
-int g_signal_pipe[2] = {-1, -1};
-extern "C" void on_stop_signal(int sig) {
-  const unsigned char b = static_cast<unsigned char>(sig);
-  ssize_t r = write(g_signal_pipe[1], &b, 1);
-  (void)r;
+serve::FrontendOptions frontend_options(const ServeFlags& f) {
+  serve::FrontendOptions fo;
+  fo.server.host = f.service.host;
+  fo.server.port = f.service.port;
+  fo.server.api_key = f.service.api_key;
+  fo.server.max_body_bytes = static_cast<size_t>(f.service.max_body);
+  fo.server.http_threads = f.service.http_threads;
+  fo.model_dir = f.engine.model_dir;
+  fo.model_name = f.service.model_name;
+  fo.max_context = f.service.max_context;
+  return fo;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    out.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+// --topology-file F: the front end's settings (and with --spawn-workers, every worker) from F.
+void serve_topology_file(const ServeFlags& f) {
+  auto t = load_topology_file(f.topology_file);
+  if (!t.ok()) fail("serve", t.status());
+  serve::FrontendOptions fo = frontend_options(f);
+  if (Status s = split_host_port(t->frontend.listen, &fo.server.host, &fo.server.port); !s.is_ok())
+    fail("serve", s.with_context("frontend.listen"));
+  fo.server.api_key = t->frontend.api_key;
+  fo.model_name = t->frontend.model_name;
+  fo.model_dir = t->frontend.model_dir;
+  for (const auto& w : t->attention) fo.workers.push_back(w.address);
+  ChildProcesses children;
+  if (f.spawn_workers) {
+    const std::string abs = std::filesystem::absolute(f.topology_file).string();
+    for (const char* role : {"ffn", "attention"}) {
+      const size_t n = std::string(role) == "ffn" ? t->ffn.size() : t->attention.size();
+      for (size_t i = 0; i < n; ++i) {
+        const std::string name = std::string(role) + " worker " + std::to_string(i);
+        auto pid = children.spawn_self({"worker", "--topology-file", abs, "--role", role, "--index", std::to_string(i)},
+                                       name);
+        if (!pid.ok()) fail("serve", pid.status());
+        spdlog::info("started {} as process {}", name, *pid);
+      }
+    }
+  }
+  run_frontend("serve", std::move(fo), static_cast<int>(t->ffn.size()), &children);
+}
+
+// --spawn-workers with --topology xAyF: x attention + y FFN worker processes on free local ports.
+void serve_spawned(const ServeFlags& f) {
+  auto topo = parse_topology(f.engine.topology);
+  if (!topo.ok()) fail("serve", topo.status());
+  if (topo->wiring != Wiring::afd)
+    fail("serve", invalid_argument("--spawn-workers needs an xAyF --topology (or --topology-file), got '" +
+                                   f.engine.topology + "'"));
+  if (!f.engine.ffn.empty() || f.engine.spawn_ffn)
+    fail("serve", invalid_argument("--spawn-workers starts the FFN workers itself: drop --ffn / --spawn-ffn"));
+  if (f.service.workers != 1) fail("serve", invalid_argument("--spawn-workers: one attention engine per process; drop --workers"));
+  // Split the cores between the processes unless --threads says otherwise.
+  const int procs = topo->n_attention + topo->n_ffn;
+  const int threads =
+      f.engine.threads > 0 ? f.engine.threads
+                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / procs);
+  ChildProcesses children;
+  auto ffn = spawn_ffn_workers(&children, topo->n_attention, topo->n_ffn, f.engine.model_dir, f.engine.precision, threads);
+  if (!ffn.ok()) fail("serve", ffn.status());
+  std::string ffn_list;
+  for (const auto& a : *ffn) ffn_list += (ffn_list.empty() ? "" : ",") + a;
+  serve::FrontendOptions fo = frontend_options(f);
+  const EngineFlags& e = f.engine;
+  for (int i = 0; i < topo->n_attention; ++i) {
+    auto port = free_local_port();
+    if (!port.ok()) fail("serve", port.status());
+    const std::string addr = "127.0.0.1:" + std::to_string(*port);
+    std::vector<std::string> args = {"worker", "--role", "attention", "--model", e.model_dir, "--listen", addr,
+                                     "--topology", e.topology, "--ffn", ffn_list, "--attention-index",
+                                     std::to_string(i), "--precision", e.precision, "--kv-dtype", e.kv_dtype,
+                                     "--kv-capacity", std::to_string(e.kv_capacity), "--kv-block",
+                                     std::to_string(e.kv_block), "--max-seqs", std::to_string(e.max_seqs),
+                                     "--threads", std::to_string(threads), "--microbatches", e.microbatches,
+                                     "--fp8-group", std::to_string(e.fp8_group), "--ffn-timeout-ms",
+                                     std::to_string(e.ffn_timeout_ms), "--ffn-connect-timeout-ms",
+                                     std::to_string(e.ffn_connect_timeout_ms), "--max-running",
+                                     std::to_string(f.service.max_running), "--max-queue",
+                                     std::to_string(f.service.max_queue), "--max-batch-tokens",
+                                     std::to_string(f.service.max_batch_tokens), "--max-context",
+                                     std::to_string(f.service.max_context), "--max-body",
+                                     std::to_string(f.service.max_body), "--http-threads",
+                                     std::to_string(f.service.http_threads)};
+    if (!f.service.model_name.empty()) {
+      args.push_back("--model-name");
+      args.push_back(f.service.model_name);
+    }
+    const std::string name = "attention worker " + std::to_string(i);
+    auto pid = children.spawn_self(args, name);
+    if (!pid.ok()) fail("serve", pid.status());
+    spdlog::info("started {} as process {} on {}", name, *pid, addr);
+    fo.workers.push_back(addr);
+  }
+  run_frontend("serve", std::move(fo), topo->n_ffn, &children);
 }
 
 void run_serve(const ServeFlags& f) {
-  if (f.workers < 1 || f.workers > 64) fail("serve", invalid_argument("--workers must be in [1, 64]"));
-  if (f.port < 0 || f.port > 65535) fail("serve", invalid_argument("--port must be in [0, 65535]"));
-  if (f.max_running < 1 || f.max_queue < 0 || f.max_batch_tokens < 1 || f.max_body < 1024 || f.http_threads < 1)
-    fail("serve", invalid_argument("--max-running, --max-batch-tokens, --http-threads must be >= 1, --max-body >= 1024"));
-  // SIGINT/SIGTERM: the handler only writes a byte to a pipe (async-signal-safe), whichever
-  // thread takes the signal (libraries such as OpenBLAS start threads before main, so a
-  // blocked-mask + sigwait scheme can miss it); a dedicated thread reads the pipe and stops
-  // the server.
-  if (pipe(g_signal_pipe) != 0) fail("serve", io_error("pipe() failed"));
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  if (Status s = f.service.validate(); !s.is_ok()) fail("serve", s);
+  if (!f.topology_file.empty()) return serve_topology_file(f);
+  if (!std::filesystem::is_directory(f.engine.model_dir))
+    fail("serve", not_found("model directory '" + f.engine.model_dir +
+                            "' does not exist (create one: afd make-model --preset tiny --out " + f.engine.model_dir + ")"));
+  if (f.spawn_workers) return serve_spawned(f);
+  if (!f.attention_workers.empty()) {
+    serve::FrontendOptions fo = frontend_options(f);
+    fo.workers = split_list(f.attention_workers);
+    return run_frontend("serve", std::move(fo), 0, nullptr);
+  }
   auto opt = f.engine.to_options();
   if (!opt.ok()) fail("serve", opt.status());
-  if (!std::filesystem::is_directory(opt->model_dir))
-    fail("serve", not_found("model directory '" + opt->model_dir +
-                            "' does not exist (create one: afd make-model --preset tiny --out " + opt->model_dir + ")"));
   // --spawn-ffn: the topology's FFN workers as child processes (outlive the engines).
-  if (f.engine.spawn_ffn && f.workers != 1)
+  if (f.engine.spawn_ffn && f.service.workers != 1)
     fail("serve", invalid_argument("--spawn-ffn hosts the topology's attention workers itself; use --workers 1"));
   LocalFfnProcesses ffn_procs;
   if (Status s = ffn_procs.start(f.engine, &*opt); !s.is_ok()) fail("serve", s);
-  // Data-parallel attention workers: one engine each, sharing the compute threads.
-  std::vector<std::unique_ptr<Engine>> engines;
-  for (int w = 0; w < f.workers; ++w) {
-    EngineOptions eo = *opt;
-    if (f.workers > 1 && eo.n_threads == 0)
-      eo.n_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / f.workers);
-    auto e = make_engine(eo);
-    if (!e.ok()) fail("serve", e.status());
-    engines.push_back(std::move(*e));
-  }
-  serve::ServiceOptions so;
-  so.server.host = f.host;
-  so.server.port = f.port;
-  so.server.api_key = f.api_key;
-  so.server.max_body_bytes = static_cast<size_t>(f.max_body);
-  so.server.http_threads = f.http_threads;
-  so.scheduler.max_running = f.max_running;
-  so.scheduler.max_queue = f.max_queue;
-  so.scheduler.max_batch_tokens = f.max_batch_tokens;
-  so.model_dir = opt->model_dir;
-  so.model_name = f.model_name;
-  so.max_context = f.max_context;
-  auto svc = serve::Service::create(so, std::move(engines));
-  if (!svc.ok()) fail("serve", svc.status());
-
-  if (Status s = (*svc)->start(); !s.is_ok()) fail("serve", s);
-  serve::Service* raw = svc->get();
-  std::thread sig_thread([raw] {
-    unsigned char sig = 0;
-    if (read(g_signal_pipe[0], &sig, 1) == 1) {
-      spdlog::info("afd serve: signal {}, stopping", static_cast<int>(sig));
-      raw->stop();
-    }
-  });
-  sig_thread.detach();
-  std::printf("afd serve: model '%s' on http://%s:%d (%d worker%s)%s\n", raw->model().limits.model_name.c_str(),
-              f.host.c_str(), raw->port(), f.workers, f.workers > 1 ? "s" : "",
-              f.api_key.empty() ? "" : ", API key required");
-  std::fflush(stdout);
-  Status s = raw->run();
-  raw->stop();
-  if (!s.is_ok()) fail("serve", s);
+  const int n = f.service.workers;
+  run_engine_service("serve", f.service, *opt, "afd serve: model '{model}'",
+                     " (" + std::to_string(n) + " worker" + (n > 1 ? "s" : "") + ")" +
+                         (f.service.api_key.empty() ? "" : ", API key required"));
 }
 
 }  // namespace
@@ -116,26 +168,16 @@ void register_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, streaming)");
   f->engine.model_dir = "models/tiny";
   f->engine.add_to(cmd, /*model_required=*/false);
-  cmd->add_option("--host", f->host, "Address to bind (127.0.0.1: this machine only)")
-      ->envname("AFD_HOST")->capture_default_str();
-  cmd->add_option("--port", f->port, "TCP port (0: any free port)")->envname("AFD_PORT")->capture_default_str();
-  cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' on /v1/*")->envname("AFD_API_KEY");
-  cmd->add_option("--model-name", f->model_name, "Model id in the API (default: the model directory's name)")
-      ->envname("AFD_MODEL_NAME");
-  cmd->add_option("--workers", f->workers, "Data-parallel attention workers (one engine each)")
-      ->envname("AFD_WORKERS")->capture_default_str();
-  cmd->add_option("--max-running", f->max_running, "Sequences per batch per worker")
-      ->envname("AFD_MAX_RUNNING")->capture_default_str();
-  cmd->add_option("--max-queue", f->max_queue, "Waiting requests per worker before 429")
-      ->envname("AFD_MAX_QUEUE")->capture_default_str();
-  cmd->add_option("--max-batch-tokens", f->max_batch_tokens, "Tokens per forward pass (decodes + prefill chunks)")
-      ->envname("AFD_MAX_BATCH_TOKENS")->capture_default_str();
-  cmd->add_option("--max-context", f->max_context, "Context limit per request (0: the model's)")
-      ->envname("AFD_MAX_CONTEXT")->capture_default_str();
-  cmd->add_option("--max-body", f->max_body, "Request body limit in bytes (413 above)")
-      ->envname("AFD_MAX_BODY")->capture_default_str();
-  cmd->add_option("--http-threads", f->http_threads, "Concurrent HTTP connections served")
-      ->envname("AFD_HTTP_THREADS")->capture_default_str();
+  f->service.add_to(cmd, /*public_api=*/true);
+  cmd->add_option("--attention-workers", f->attention_workers,
+                  "Front end only: proxy to these attention workers (host:port,...; afd worker --role attention)")
+      ->envname("AFD_ATTENTION_WORKERS");
+  cmd->add_option("--topology-file", f->topology_file,
+                  "Front end of the deployment in this JSON file (docs/DEPLOYMENT.md); other flags are ignored")
+      ->envname("AFD_TOPOLOGY_FILE");
+  cmd->add_flag("--spawn-workers", f->spawn_workers,
+                "Start every worker of --topology xAyF (or --topology-file) as a local process behind a front end")
+      ->envname("AFD_SPAWN_WORKERS");
   cmd->callback([f] { run_serve(*f); });
 }
 

@@ -1,6 +1,14 @@
-// afd worker --role ffn: one FFN worker process of an AFD deployment, over UCX.
-// Attention workers (`afd serve|generate|bench --ffn host:port,...`) connect to it in any
-// order; it serves until SIGINT/SIGTERM, surviving peers that die or misbehave.
+// afd worker: one worker process of a multi-process / multi-host AFD deployment
+// (docs/DEPLOYMENT.md). Workers start in any order and wait for their peers.
+//   --role ffn        FFN worker over UCX: accepts the attention workers (`--attention x`) on
+//                     --listen and serves expert shard --shard i/y until SIGINT/SIGTERM,
+//                     surviving peers that die or misbehave.
+//   --role attention  attention worker: the whole serving stack of `afd serve` (scheduler,
+//                     engine with KV cache, sampling) with remote FFN workers (--ffn, in shard
+//                     order; --attention-index i of --attention x), answering the HTTP API on
+//                     --listen for a front end (`afd serve --attention-workers|--topology-file`).
+//   --topology-file F --role R --index i   takes every setting from F.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -13,6 +21,8 @@
 #include "model/weights.h"
 #include "runtime/ffn_worker.h"
 #include "runtime/topology.h"
+#include "runtime/topology_file.h"
+#include "serve_stack.h"
 
 namespace afd::cli {
 
@@ -23,34 +33,32 @@ extern "C" void on_signal(int) { g_stop.store(true); }
 
 struct WorkerFlags {
   std::string role = "ffn";
-  std::string model_dir;
-  std::string listen = "127.0.0.1:7100";
+  EngineFlags engine;
+  ServiceFlags service;
+  std::string listen;  // default: 127.0.0.1:7100 for ffn; required for attention
   std::string shard = "0/1";
   int n_attention = 1;
-  std::string precision = "fast";
-  int threads = 0;
   int peer_timeout_ms = 10000;
+  std::string topology_file;
+  int index = -1;
 };
 
-void run_worker(const WorkerFlags& f) {
-  if (f.role != "ffn")
-    fail("worker", invalid_argument("--role '" + f.role +
-                                    "': only 'ffn' runs as its own process; attention workers are hosted by "
-                                    "`afd serve|generate|bench --ffn host:port,...`"));
+void run_ffn(const WorkerFlags& f) {
+  const std::string listen = f.listen.empty() ? "127.0.0.1:7100" : f.listen;
   int shard = 0, n_shards = 1;
   Status s = parse_shard(f.shard, &shard, &n_shards);
   if (!s.is_ok()) fail("worker", s);
   Precision prec;
-  if (!precision_from_name(f.precision, &prec)) fail("worker", invalid_argument("--precision: reference | fast"));
+  if (!precision_from_name(f.engine.precision, &prec)) fail("worker", invalid_argument("--precision: reference | fast"));
   if (f.n_attention < 1 || f.n_attention > 64) fail("worker", invalid_argument("--attention must be in [1, 64]"));
-  auto w = load_model(f.model_dir);
+  auto w = load_model(f.engine.model_dir);
   if (!w.ok()) fail("worker", w.status());
 
   comm::UcxOptions uo;
   uo.name = "ffn" + std::to_string(shard);
   auto t = comm::UcxTransport::create(uo);
   if (!t.ok()) fail("worker", t.status());
-  s = (*t)->listen(f.listen);
+  s = (*t)->listen(listen);
   if (!s.is_ok()) fail("worker", s);
   FfnWorkerOptions fo;
   fo.index = shard;
@@ -58,12 +66,12 @@ void run_worker(const WorkerFlags& f) {
   fo.n_attention = f.n_attention;
   fo.prec = prec == Precision::reference ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
   fo.peer_timeout_ms = f.peer_timeout_ms;
-  ThreadPool pool(f.threads);
+  ThreadPool pool(f.engine.threads);
   auto worker = FfnWorker::create(*w, t->get(), fo, &pool);
   if (!worker.ok()) fail("worker", worker.status());
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  spdlog::info("ffn worker {}/{} listening on {} for {} attention worker(s)", shard, n_shards, f.listen, f.n_attention);
+  spdlog::info("ffn worker {}/{} listening on {} for {} attention worker(s)", shard, n_shards, listen, f.n_attention);
   s = (*worker)->run(&g_stop);
   (*t)->close();
   if (!s.is_ok()) fail("worker", s);
@@ -72,22 +80,97 @@ void run_worker(const WorkerFlags& f) {
                st.tokens.load(), st.bad_frames.load());
 }
 
+void run_attention(WorkerFlags f) {
+  if (f.engine.ffn.empty())
+    fail("worker", invalid_argument("--role attention needs --ffn host:port,... (the FFN workers, in shard order)"));
+  if (f.engine.spawn_ffn) fail("worker", invalid_argument("--spawn-ffn is for afd serve|generate, not a worker"));
+  if (f.listen.empty()) fail("worker", invalid_argument("--role attention needs --listen host:port (its HTTP address)"));
+  if (f.n_attention < 1 || f.n_attention > 64) fail("worker", invalid_argument("--attention must be in [1, 64]"));
+  if (Status s = split_host_port(f.listen, &f.service.host, &f.service.port); !s.is_ok())
+    fail("worker", s.with_context("--listen"));
+  if (Status s = f.service.validate(); !s.is_ok()) fail("worker", s);
+  // The bundle's topology: --topology if given, else --attention x and the --ffn list.
+  if (f.engine.topology == "mono") {
+    const size_t y = std::count(f.engine.ffn.begin(), f.engine.ffn.end(), ',') + 1;
+    f.engine.topology = std::to_string(f.n_attention) + "A" + std::to_string(y) + "F";
+  }
+  auto opt = f.engine.to_options();
+  if (!opt.ok()) fail("worker", opt.status());
+  auto topo = parse_topology(opt->topology);
+  if (!topo.ok()) fail("worker", topo.status());
+  if (opt->attention_index < 0 || opt->attention_index >= topo->n_attention)
+    fail("worker", invalid_argument("--attention-index " + std::to_string(opt->attention_index) + " is outside [0, " +
+                                    std::to_string(topo->n_attention) + ") of topology " + opt->topology));
+  spdlog::info("attention worker {}/{}: waiting for FFN workers {}, then serving on {}", opt->attention_index,
+               topo->n_attention, f.engine.ffn, f.listen);
+  run_engine_service("worker", f.service, *opt,
+                     "afd worker: attention worker " + std::to_string(opt->attention_index) + "/" +
+                         std::to_string(topo->n_attention) + " serving model '{model}'",
+                     "");
+}
+
+// Fills the flags of worker `index` with role `role` from the topology file.
+void apply_topology_file(WorkerFlags* f) {
+  auto t = load_topology_file(f->topology_file);
+  if (!t.ok()) fail("worker", t.status());
+  const auto& ws = f->role == "ffn" ? t->ffn : t->attention;
+  if (f->index < 0 || f->index >= static_cast<int>(ws.size()))
+    fail("worker", invalid_argument("--index " + std::to_string(f->index) + ": " + f->topology_file + " has " +
+                                    std::to_string(ws.size()) + " " + f->role + " worker(s)"));
+  const TopologyWorker& w = ws[f->index];
+  EngineFlags& e = f->engine;
+  e.model_dir = w.model_dir;
+  e.precision = t->precision;
+  e.kv_dtype = t->kv_dtype;
+  e.threads = w.threads;
+  e.microbatches = std::to_string(w.microbatches);
+  e.topology = t->topology();
+  e.ffn_timeout_ms = t->ffn_timeout_ms;
+  e.ffn_connect_timeout_ms = t->ffn_connect_timeout_ms;
+  f->listen = w.listen;
+  f->n_attention = static_cast<int>(t->attention.size());
+  f->peer_timeout_ms = t->peer_timeout_ms;
+  f->service.model_name = t->frontend.model_name;
+  if (f->role == "ffn") {
+    f->shard = std::to_string(f->index) + "/" + std::to_string(t->ffn.size());
+  } else {
+    e.ffn = t->ffn_addresses();
+    e.attention_index = f->index;
+  }
+}
+
+void run_worker(WorkerFlags f) {
+  if (f.role != "ffn" && f.role != "attention")
+    fail("worker", invalid_argument("--role '" + f.role + "': ffn | attention"));
+  if (!f.topology_file.empty()) apply_topology_file(&f);
+  else if (f.index >= 0) fail("worker", invalid_argument("--index is for --topology-file"));
+  if (f.engine.model_dir.empty()) fail("worker", invalid_argument("--model DIR is required (or --topology-file)"));
+  if (f.role == "ffn") run_ffn(f);
+  else run_attention(std::move(f));
+}
+
 }  // namespace
 
 void register_worker(CLI::App& app) {
   auto f = std::make_shared<WorkerFlags>();
-  auto* cmd = app.add_subcommand("worker", "Run one FFN worker process of an AFD deployment (UCX)");
-  cmd->add_option("--role", f->role, "ffn")->envname("AFD_ROLE");
-  cmd->add_option("--model", f->model_dir, "Model directory (HF layout)")->required()->envname("AFD_MODEL");
-  cmd->add_option("--listen", f->listen, "host:port to accept attention workers on")->envname("AFD_LISTEN");
-  cmd->add_option("--shard", f->shard, "This worker's expert shard i/y (experts [i*E/y, (i+1)*E/y))")
+  auto* cmd = app.add_subcommand("worker", "Run one FFN or attention worker process of an AFD deployment");
+  cmd->add_option("--role", f->role, "ffn | attention")->envname("AFD_ROLE");
+  f->engine.add_to(cmd, /*model_required=*/false);
+  f->service.add_to(cmd, /*public_api=*/false);
+  cmd->add_option("--listen", f->listen,
+                  "host:port to bind: FFN workers accept attention workers there (default 127.0.0.1:7100); "
+                  "attention workers answer HTTP there")
+      ->envname("AFD_LISTEN");
+  cmd->add_option("--shard", f->shard, "FFN: this worker's expert shard i/y (experts [i*E/y, (i+1)*E/y))")
       ->envname("AFD_SHARD");
   cmd->add_option("--attention", f->n_attention, "Attention workers in the deployment (x of xAyF)")
       ->envname("AFD_N_ATTENTION");
-  cmd->add_option("--precision", f->precision, "reference | fast")->envname("AFD_PRECISION");
-  cmd->add_option("--threads", f->threads, "Compute threads (0: all cores)")->envname("AFD_THREADS");
-  cmd->add_option("--peer-timeout-ms", f->peer_timeout_ms, "Wait for a mid-step attention worker this long")
+  cmd->add_option("--peer-timeout-ms", f->peer_timeout_ms, "FFN: wait for a mid-step attention worker this long")
       ->envname("AFD_PEER_TIMEOUT_MS");
+  cmd->add_option("--topology-file", f->topology_file, "Take every setting from this JSON file (docs/DEPLOYMENT.md)")
+      ->envname("AFD_TOPOLOGY_FILE");
+  cmd->add_option("--index", f->index, "With --topology-file: which worker of --role this process is")
+      ->envname("AFD_INDEX");
   cmd->callback([f] { run_worker(*f); });
 }
 

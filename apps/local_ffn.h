@@ -4,28 +4,28 @@
 // stopped (SIGTERM, then SIGKILL after 5 s) when the object is destroyed.
 #pragma once
 
-#include <sys/types.h>
-
 #include <string>
 #include <vector>
 
+#include "child_processes.h"
 #include "engine_flags.h"
 
 namespace afd::cli {
 
+// Spawns the y FFN workers of topology t (xAyF) as children on free 127.0.0.1 ports; returns
+// their addresses in shard order. threads > 0 is passed to each worker.
+Result<std::vector<std::string>> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn,
+                                                   const std::string& model_dir, const std::string& precision,
+                                                   int threads);
+
 class LocalFfnProcesses {
  public:
-  LocalFfnProcesses() = default;
-  ~LocalFfnProcesses();
-  LocalFfnProcesses(const LocalFfnProcesses&) = delete;
-  LocalFfnProcesses& operator=(const LocalFfnProcesses&) = delete;
-
   // No-op unless flags.spawn_ffn. Otherwise spawns the workers, fills o->ffn_addresses and
   // hosts all x attention workers here (o->local_attention = x).
   Status start(const EngineFlags& flags, EngineOptions* o);
 
  private:
-  std::vector<pid_t> children_;
+  ChildProcesses children_;
 };
 
 }  // namespace afd::cli

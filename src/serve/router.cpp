@@ -45,17 +45,22 @@ Router::Router(int n_workers, std::function<int64_t(int)> load, int64_t prefix_b
 }
 
 int Router::place(std::span<const int32_t> prompt) {
+  return place(prompt, std::vector<bool>(static_cast<size_t>(n_workers()), true));
+}
+
+int Router::place(std::span<const int32_t> prompt, const std::vector<bool>& eligible) {
   std::lock_guard<std::mutex> l(mu_);
-  int best = 0;
+  int best = -1;
   int64_t best_cost = INT64_MAX;
   for (int w = 0; w < n_workers(); ++w) {
+    if (static_cast<size_t>(w) >= eligible.size() || !eligible[w]) continue;
     int64_t cost = load_(w) + static_cast<int64_t>(prompt.size()) - prefixes_[w].match(prompt);
     if (cost < best_cost) {
       best_cost = cost;
       best = w;
     }
   }
-  prefixes_[best].insert(prompt);
+  if (best >= 0) prefixes_[best].insert(prompt);
   return best;
 }
 

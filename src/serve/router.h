@@ -39,6 +39,9 @@ class Router {
   Router(int n_workers, std::function<int64_t(int)> load, int64_t prefix_block = 16, size_t prefix_capacity = 1 << 16);
   // Chooses a worker for a prompt and records its prefix there.
   int place(std::span<const int32_t> prompt);
+  // The same over the workers w with eligible[w] (eligible.size() == n_workers()); -1 when
+  // none is eligible (nothing is recorded then).
+  int place(std::span<const int32_t> prompt, const std::vector<bool>& eligible);
   int n_workers() const { return static_cast<int>(prefixes_.size()); }
 
  private:

@@ -30,6 +30,21 @@ TEST(Router, SharedPrefixGoesWhereItWasPlaced) {
   EXPECT_NE(r.place(b), wa);
 }
 
+TEST(Router, SkipsIneligibleWorkers) {
+  std::vector<int64_t> load = {0, 100, 50};
+  Router r(3, [&](int w) { return load[w]; }, 4);
+  std::vector<int32_t> p = {1, 2, 3, 4, 5};
+  EXPECT_EQ(r.place(p, {false, true, true}), 2);  // worker 0 is least loaded but not eligible
+  EXPECT_EQ(r.place(p, {false, true, false}), 1);
+  EXPECT_EQ(r.place(p, {false, false, false}), -1);
+  EXPECT_EQ(r.place(p, {true, false, false}), 0);
+  // The prefix placed on 2 above pulls the prompt there once 2 is eligible again and loads tie.
+  load = {0, 0, 0};
+  std::vector<int32_t> q = {9, 9, 9, 9, 9};
+  EXPECT_EQ(r.place(q, {false, false, true}), 2);
+  EXPECT_EQ(r.place(q, {true, true, true}), 2);
+}
+
 TEST(PrefixIndex, MatchesWholeBlocksOnly) {
   PrefixIndex idx(4, 100);
   std::vector<int32_t> t = {1, 2, 3, 4, 5, 6, 7, 8, 9};

@@ -1,0 +1,141 @@
+#include "serve_stack.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "core/log.h"
+
+namespace afd::cli {
+
+namespace {
+int g_signal_pipe[2] = {-1, -1};
+extern "C" void on_stop_signal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  ssize_t r = write(g_signal_pipe[1], &b, 1);
+  (void)r;
+}
+}  // namespace
+
+void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
+  if (public_api) {
+    cmd->add_option("--host", host, "Address to bind (127.0.0.1: this machine only)")
+        ->envname("AFD_HOST")->capture_default_str();
+    cmd->add_option("--port", port, "TCP port (0: any free port)")->envname("AFD_PORT")->capture_default_str();
+    cmd->add_option("--api-key", api_key, "Require 'Authorization: Bearer KEY' on /v1/*")->envname("AFD_API_KEY");
+    cmd->add_option("--workers", workers, "Data-parallel attention workers (one engine each)")
+        ->envname("AFD_WORKERS")->capture_default_str();
+  }
+  cmd->add_option("--model-name", model_name, "Model id in the API (default: the model directory's name)")
+      ->envname("AFD_MODEL_NAME");
+  cmd->add_option("--max-running", max_running, "Sequences per batch per worker")
+      ->envname("AFD_MAX_RUNNING")->capture_default_str();
+  cmd->add_option("--max-queue", max_queue, "Waiting requests per worker before 429")
+      ->envname("AFD_MAX_QUEUE")->capture_default_str();
+  cmd->add_option("--max-batch-tokens", max_batch_tokens, "Tokens per forward pass (decodes + prefill chunks)")
+      ->envname("AFD_MAX_BATCH_TOKENS")->capture_default_str();
+  cmd->add_option("--max-context", max_context, "Context limit per request (0: the model's)")
+      ->envname("AFD_MAX_CONTEXT")->capture_default_str();
+  cmd->add_option("--max-body", max_body, "Request body limit in bytes (413 above)")
+      ->envname("AFD_MAX_BODY")->capture_default_str();
+  cmd->add_option("--http-threads", http_threads, "Concurrent HTTP connections served")
+      ->envname("AFD_HTTP_THREADS")->capture_default_str();
+}
+
+Status ServiceFlags::validate() const {
+  if (workers < 1 || workers > 64) return invalid_argument("--workers must be in [1, 64]");
+  if (port < 0 || port > 65535) return invalid_argument("--port must be in [0, 65535]");
+  if (max_running < 1 || max_queue < 0 || max_batch_tokens < 1 || max_body < 1024 || http_threads < 1)
+    return invalid_argument("--max-running, --max-batch-tokens, --http-threads must be >= 1, --max-body >= 1024");
+  return Status::ok();
+}
+
+Status stop_on_signal(std::function<void()> stop) {
+  // The handler only writes a byte to a pipe (async-signal-safe), whichever thread takes the
+  // signal (libraries such as OpenBLAS start threads before main, so a blocked-mask +
+  // sigwait scheme can miss it); a dedicated thread reads the pipe and calls stop().
+  if (g_signal_pipe[0] < 0 && pipe(g_signal_pipe) != 0) return io_error("pipe() failed");
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::thread([stop = std::move(stop)] {
+    unsigned char sig = 0;
+    if (read(g_signal_pipe[0], &sig, 1) == 1) {
+      spdlog::info("afd: signal {}, stopping", static_cast<int>(sig));
+      stop();
+    }
+  }).detach();
+  return Status::ok();
+}
+
+void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOptions& opt, const std::string& banner,
+                        const std::string& suffix) {
+  // Data-parallel attention workers: one engine each, sharing the compute threads.
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int w = 0; w < f.workers; ++w) {
+    EngineOptions eo = opt;
+    if (f.workers > 1 && eo.n_threads == 0)
+      eo.n_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / f.workers);
+    auto e = make_engine(eo);
+    if (!e.ok()) fail(cmd, e.status());
+    engines.push_back(std::move(*e));
+  }
+  serve::ServiceOptions so;
+  so.server.host = f.host;
+  so.server.port = f.port;
+  so.server.api_key = f.api_key;
+  so.server.max_body_bytes = static_cast<size_t>(f.max_body);
+  so.server.http_threads = f.http_threads;
+  so.scheduler.max_running = f.max_running;
+  so.scheduler.max_queue = f.max_queue;
+  so.scheduler.max_batch_tokens = f.max_batch_tokens;
+  so.model_dir = opt.model_dir;
+  so.model_name = f.model_name;
+  so.max_context = f.max_context;
+  auto svc = serve::Service::create(so, std::move(engines));
+  if (!svc.ok()) fail(cmd, svc.status());
+  if (Status s = (*svc)->start(); !s.is_ok()) fail(cmd, s);
+  serve::Service* raw = svc->get();
+  if (Status s = stop_on_signal([raw] { raw->stop(); }); !s.is_ok()) fail(cmd, s);
+  std::string b = banner;
+  if (size_t at = b.find("{model}"); at != std::string::npos) b.replace(at, 7, raw->model().limits.model_name);
+  std::printf("%s on http://%s:%d%s\n", b.c_str(), f.host.c_str(), raw->port(), suffix.c_str());
+  std::fflush(stdout);
+  Status s = raw->run();
+  raw->stop();
+  if (!s.is_ok()) fail(cmd, s);
+}
+
+void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children) {
+  const int n_att = static_cast<int>(fo.workers.size());
+  const std::string host = fo.server.host;
+  auto model = std::make_shared<std::string>();
+  fo.on_all_up = [n_att, n_ffn, host, model](int port) {
+    std::printf("afd serve: bundle complete: %d attention worker%s%s up; model '%s' on http://%s:%d\n", n_att,
+                n_att > 1 ? "s" : "",
+                n_ffn > 0 ? (" + " + std::to_string(n_ffn) + " FFN worker" + (n_ffn > 1 ? "s" : "")).c_str() : "",
+                model->c_str(), host.c_str(), port);
+    std::fflush(stdout);
+  };
+  auto f = serve::Frontend::create(std::move(fo));
+  if (!f.ok()) fail(cmd, f.status());
+  *model = (*f)->model().limits.model_name;
+  if (Status s = (*f)->start(); !s.is_ok()) fail(cmd, s);
+  serve::Frontend* raw = f->get();
+  if (Status s = stop_on_signal([raw] { raw->stop(); }); !s.is_ok()) fail(cmd, s);
+  if (children) children->watch();
+  std::printf("afd serve: front end on http://%s:%d for %d attention worker%s (waiting for them)\n", host.c_str(),
+              raw->port(), n_att, n_att > 1 ? "s" : "");
+  std::fflush(stdout);
+  Status s = raw->run();
+  raw->stop();
+  f->reset();
+  if (children) children->stop_all();
+  if (!s.is_ok()) fail(cmd, s);
+}
+
+}  // namespace afd::cli

@@ -1,0 +1,55 @@
+// The serving stacks behind `afd serve` and `afd worker --role attention`:
+//   run_engine_service — engines + scheduler + HTTP API in this process (in-process serve,
+//                         and one attention worker of a multi-process deployment);
+//   run_frontend       — the engine-less front end over attention worker processes
+//                         (serve::Frontend), optionally with the workers as children.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "child_processes.h"
+#include "engine_flags.h"
+#include "serve/frontend.h"
+#include "serve/service.h"
+
+namespace afd::cli {
+
+// Scheduler and HTTP limits shared by serve and attention workers.
+struct ServiceFlags {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  std::string model_name;
+  int workers = 1;
+  int64_t max_running = 64;
+  int64_t max_queue = 1024;
+  int64_t max_batch_tokens = 1024;
+  int64_t max_context = 0;
+  int64_t max_body = 1 << 20;
+  int http_threads = 512;
+
+  // public_api: also --host, --port, --api-key, --workers (serve); workers get --listen instead.
+  void add_to(CLI::App* cmd, bool public_api);
+  Status validate() const;
+};
+
+// SIGINT/SIGTERM call stop() once, from a dedicated thread (the handler only writes to a
+// pipe). Call once per process.
+Status stop_on_signal(std::function<void()> stop);
+
+// Builds f.workers engines from `opt` and serves them until a signal. Once the API listens,
+// prints (stdout) "<banner> on http://HOST:PORT<suffix>", "{model}" in banner replaced by the
+// served model id.
+void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOptions& opt, const std::string& banner,
+                        const std::string& suffix);
+
+// Serves the front end over `fo.workers` until a signal; prints the front end's address,
+// then "afd serve: bundle complete: ..." once every attention worker answers /health.
+// `children` (may be null) are the locally spawned workers, stopped on exit.
+void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children);
+
+}  // namespace afd::cli

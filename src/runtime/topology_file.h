@@ -1,0 +1,69 @@
+// TopologyFile: one JSON file that names every process of a multi-process / multi-host AFD
+// deployment (docs/DEPLOYMENT.md), so each process is started with the same file and its
+// role + index (`afd worker --topology-file F --role ffn|attention --index i`,
+// `afd serve --topology-file F`):
+//
+//   {
+//     "model": "/models/qwen3-moe",            // model directory on every host (required
+//                                             //   unless every worker names its own)
+//     "precision": "fast", "kv_dtype": "bf16", "microbatches": 2, "threads": 0,
+//     "ffn_timeout_ms": 10000, "ffn_connect_timeout_ms": 60000, "peer_timeout_ms": 10000,
+//     "frontend":  {"listen": "0.0.0.0:8000", "api_key": "", "model_name": ""},
+//     "attention": [{"address": "host1:8101", "listen": "0.0.0.0:8101"}, ...],
+//     "ffn":       [{"address": "host3:7100"}, {"address": "host4:7100", "threads": 8}]
+//   }
+//
+// attention[i] is attention worker i; ffn[j] holds expert shard j/len(ffn); the bundle's
+// topology is {len(attention)}A{len(ffn)}F. "address" is how peers reach a worker; "listen"
+// (default: the address) is what it binds. Per-worker "model", "threads" and (attention)
+// "microbatches" override the top-level values. Unknown keys are errors (typos would
+// otherwise silently change a deployment). Relative model paths are resolved against the
+// file's directory by load_topology_file.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace afd {
+
+struct TopologyWorker {
+  std::string address;  // host:port peers connect to
+  std::string listen;   // host:port to bind (default: address)
+  std::string model_dir;
+  int threads = 0;       // 0: all cores
+  int microbatches = 1;  // attention workers only
+};
+
+struct TopologyFrontend {
+  std::string listen = "127.0.0.1:8000";
+  std::string api_key;
+  std::string model_name;
+  std::string model_dir;
+};
+
+struct TopologyFile {
+  std::string precision = "fast";
+  std::string kv_dtype = "bf16";
+  int ffn_timeout_ms = 10000;
+  int ffn_connect_timeout_ms = 60000;
+  int peer_timeout_ms = 10000;
+  TopologyFrontend frontend;
+  std::vector<TopologyWorker> attention;  // index = attention worker index
+  std::vector<TopologyWorker> ffn;        // index = expert shard
+  // "{x}A{y}F".
+  std::string topology() const;
+  // "host:port,host:port" of the FFN workers in shard order (what attention workers dial).
+  std::string ffn_addresses() const;
+};
+
+// Parses the JSON text; `origin` names the file in errors, each of which also names the field
+// (e.g. "topology.json: attention[1].address: 'x' is not host:port").
+Result<TopologyFile> parse_topology_file(const std::string& json_text, const std::string& origin = "topology file");
+// Reads and parses `path`; relative model directories become relative to the file's directory.
+Result<TopologyFile> load_topology_file(const std::string& path);
+// Splits "host:port" (port 1..65535; host non-empty, IPv6 in [brackets] allowed).
+Status split_host_port(const std::string& s, std::string* host, int* port);
+
+}  // namespace afd

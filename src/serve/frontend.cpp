@@ -1,0 +1,425 @@
+#include "serve/frontend.h"
+
+#include <chrono>
+#include <csignal>
+#include <ctime>
+#include <deque>
+#include <random>
+#include <sstream>
+
+#include <httplib.h>
+
+#include "core/log.h"
+#include "model/config.h"
+#include "runtime/topology_file.h"
+#include "serve/model_serving.h"
+#include "serve/response.h"
+
+namespace afd::serve {
+namespace {
+
+void send_error(httplib::Response& res, int status, const std::string& msg, int retry_after_s) {
+  res.status = status;
+  if (status == 429 || status == 503) res.set_header("Retry-After", std::to_string(retry_after_s));
+  res.set_content(error_body(status, msg), "application/json");
+}
+
+}  // namespace
+
+// One exchange with a worker, run on its own thread so the handler can learn the status
+// before answering, then forward the body as it arrives. Holds only shared state, so it may
+// outlive the handler (it ends as soon as it is cancelled).
+struct StreamPump {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool head_known = false;
+  UpstreamHead head;
+  std::deque<std::string> chunks;
+  bool finished = false;
+  UpstreamOutcome outcome;
+  std::unique_ptr<UpstreamCall> call;
+  std::atomic<bool> cancel{false};
+
+  void stop() {
+    cancel = true;
+    call->cancel();
+  }
+};
+
+Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
+  if (opt.workers.empty()) return invalid_argument("front end: no attention worker addresses");
+  std::unique_ptr<Frontend> f(new Frontend());
+  AFD_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(opt.model_dir));
+  AFD_ASSIGN_OR_RETURN(f->model_, load_model_serving(opt.model_dir, opt.model_name, opt.max_context, cfg));
+  for (size_t i = 0; i < opt.workers.size(); ++i) {
+    auto w = std::make_shared<FrontendWorker>();
+    w->index = static_cast<int>(i);
+    w->address = opt.workers[i];
+    if (Status s = split_host_port(w->address, &w->host, &w->port); !s.is_ok())
+      return s.with_context("attention worker " + std::to_string(i));
+    f->workers_.push_back(std::move(w));
+  }
+  auto ws = f->workers_;
+  f->router_ = std::make_unique<Router>(static_cast<int>(ws.size()),
+                                        [ws](int w) { return ws[w]->inflight_tokens.load(); }, 16);
+  f->opt_ = std::move(opt);
+  f->svr_ = std::make_unique<httplib::Server>();
+  f->created_ = static_cast<int64_t>(std::time(nullptr));
+  std::random_device rd;
+  f->next_id_ = (static_cast<uint64_t>(rd()) << 20) | 1;
+  f->install_routes();
+  return f;
+}
+
+Frontend::~Frontend() {
+  stop();
+  if (health_.joinable()) health_.join();
+  // The exchanges were cancelled by stop(); give their threads a moment to let go.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(pumps_mu_);
+      std::erase_if(pumps_, [](const std::weak_ptr<StreamPump>& p) { return p.expired(); });
+      if (pumps_.empty()) break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+Status Frontend::start() {
+  std::signal(SIGPIPE, SIG_IGN);
+  const auto& so = opt_.server;
+  if (so.port == 0) {
+    int p = svr_->bind_to_any_port(so.host);
+    if (p <= 0) return io_error("cannot bind " + so.host + " (any port)");
+    port_ = p;
+  } else {
+    if (!svr_->bind_to_port(so.host, so.port))
+      return io_error("cannot bind " + so.host + ":" + std::to_string(so.port) + " (in use, or not an address of this host)");
+    port_ = so.port;
+  }
+  health_ = std::thread([this] { health_loop(); });
+  return Status::ok();
+}
+
+Status Frontend::run() {
+  if (port_ < 0) AFD_RETURN_IF_ERROR(start());
+  if (!svr_->listen_after_bind() && !stopping_) return io_error("the HTTP server stopped listening unexpectedly");
+  return Status::ok();
+}
+
+void Frontend::stop() {
+  {
+    std::lock_guard<std::mutex> l(health_mu_);
+    stopping_ = true;
+  }
+  health_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> l(pumps_mu_);
+    for (auto& wp : pumps_)
+      if (auto p = wp.lock()) p->stop();
+  }
+  if (svr_) svr_->stop();
+}
+
+int Frontend::workers_up() const {
+  int n = 0;
+  for (const auto& w : workers_) n += w->up.load() ? 1 : 0;
+  return n;
+}
+
+void Frontend::health_loop() {
+  using clock = std::chrono::steady_clock;
+  std::vector<clock::time_point> last_wait_log(workers_.size(), clock::time_point{});
+  bool announced = false;
+  for (;;) {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      FrontendWorker& w = *workers_[i];
+      auto st = http_get_status(w.host, w.port, "/health", opt_.health_timeout_ms);
+      const bool up = st.ok() && *st == 200;
+      const bool was = w.up.exchange(up);
+      if (up && !was) {
+        spdlog::info("front end: attention worker {} at {} is up", i, w.address);
+        w.ever_up = true;
+      } else if (!up && was) {
+        spdlog::warn("front end: attention worker {} at {} is down ({})", i, w.address,
+                     st.ok() ? "health " + std::to_string(*st) : st.status().message());
+      } else if (!up && clock::now() - last_wait_log[i] > std::chrono::seconds(5)) {
+        spdlog::info("front end: waiting for attention worker {} at {}{}", i, w.address,
+                     w.ever_up ? " (lost)" : "");
+        last_wait_log[i] = clock::now();
+      }
+    }
+    if (!announced && workers_up() == static_cast<int>(workers_.size())) {
+      announced = true;
+      if (opt_.on_all_up) opt_.on_all_up(port_);
+    }
+    std::unique_lock<std::mutex> l(health_mu_);
+    if (health_cv_.wait_for(l, std::chrono::milliseconds(opt_.health_interval_ms), [this] { return stopping_.load(); }))
+      return;
+  }
+}
+
+void Frontend::count_response(int status) {
+  std::lock_guard<std::mutex> l(counts_mu_);
+  ++responses_[status];
+}
+
+std::string Frontend::render_metrics() const {
+  std::ostringstream o;
+  auto family = [&](const char* name, const char* type, const char* help) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+  };
+  auto labels = [](const FrontendWorker& w) {
+    return "{worker=\"" + std::to_string(w.index) + "\",address=\"" + w.address + "\"}";
+  };
+  family("afd_frontend_worker_up", "gauge", "1 if the attention worker answered its last health check.");
+  for (const auto& w : workers_) o << "afd_frontend_worker_up" << labels(*w) << ' ' << (w->up ? 1 : 0) << '\n';
+  family("afd_frontend_worker_requests_total", "counter", "Requests placed on each attention worker.");
+  for (const auto& w : workers_) o << "afd_frontend_worker_requests_total" << labels(*w) << ' ' << w->requests << '\n';
+  family("afd_frontend_worker_failures_total", "counter",
+         "Requests whose connection to the attention worker failed (refused or broken mid-response).");
+  for (const auto& w : workers_) o << "afd_frontend_worker_failures_total" << labels(*w) << ' ' << w->failures << '\n';
+  family("afd_frontend_worker_inflight_requests", "gauge", "Requests being proxied to each attention worker.");
+  for (const auto& w : workers_)
+    o << "afd_frontend_worker_inflight_requests" << labels(*w) << ' ' << w->inflight_requests << '\n';
+  family("afd_frontend_worker_inflight_tokens", "gauge", "Prompt + max_tokens of the requests being proxied.");
+  for (const auto& w : workers_)
+    o << "afd_frontend_worker_inflight_tokens" << labels(*w) << ' ' << w->inflight_tokens << '\n';
+  family("afd_frontend_retries_total", "counter", "Placements repeated on another worker after a connection failure.");
+  o << "afd_frontend_retries_total " << retries_ << '\n';
+  family("afd_frontend_unavailable_total", "counter", "Requests answered 503 because no attention worker was up.");
+  o << "afd_frontend_unavailable_total " << no_worker_ << '\n';
+  family("afd_frontend_responses_total", "counter", "Answers to /v1/* requests by HTTP status.");
+  {
+    std::lock_guard<std::mutex> l(counts_mu_);
+    for (const auto& [code, n] : responses_) o << "afd_frontend_responses_total{code=\"" << code << "\"} " << n << '\n';
+  }
+  return o.str();
+}
+
+void Frontend::install_routes() {
+  httplib::Server& s = *svr_;
+  const auto& so = opt_.server;
+  const int n_threads = std::max(1, so.http_threads);
+  s.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
+  s.set_payload_max_length(so.max_body_bytes);
+  s.set_keep_alive_max_count(1000);
+  s.set_keep_alive_timeout(30);
+  s.set_read_timeout(30, 0);
+  s.set_write_timeout(30, 0);
+  s.set_tcp_nodelay(true);
+
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const auto& key = opt_.server.api_key;
+    if (key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    std::string auth = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (auth.rfind(prefix, 0) == 0 && HttpServer::constant_time_equal(auth.substr(prefix.size()), key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, 401, "invalid or missing API key (Authorization: Bearer <key>)", opt_.server.retry_after_s);
+    count_response(401);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
+                      : res.status == 413 ? "request body larger than " + std::to_string(opt_.server.max_body_bytes) + " bytes"
+                                          : "HTTP error " + std::to_string(res.status);
+    res.set_content(error_body(res.status, msg), "application/json");
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = std::string("internal error: ") + e.what();
+    } catch (...) {
+    }
+    spdlog::error("front end request handler: {}", what);
+    res.status = 500;
+    res.set_content(error_body(500, what), "application/json");
+  });
+
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (stopping_) return send_error(res, 503, "shutting down", opt_.server.retry_after_s);
+    const int up = workers_up();
+    if (up == 0) return send_error(res, 503, "no attention worker is up", opt_.server.retry_after_s);
+    nlohmann::json j = {{"status", "ok"}, {"workers_up", up}, {"workers", workers_.size()}};
+    res.set_content(j.dump(), "application/json");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render_metrics(), "text/plain; version=0.0.4");
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    nlohmann::ordered_json m = {{"object", "list"},
+                                {"data", nlohmann::ordered_json::array({{{"id", model_.limits.model_name},
+                                                                         {"object", "model"},
+                                                                         {"created", created_},
+                                                                         {"owned_by", "afd"},
+                                                                         {"max_model_len", model_.limits.max_context}}})}};
+    res.set_content(m.dump(), "application/json");
+    count_response(200);
+  });
+
+  auto generate = [this](Endpoint ep, const std::string& path, const httplib::Request& req, httplib::Response& res) {
+    const int retry_s = opt_.server.retry_after_s;
+    if (stopping_) {
+      count_response(503);
+      return send_error(res, 503, "the server is shutting down", retry_s);
+    }
+    // Validate and tokenize as the worker will: 4xx answers never reach a worker, and the
+    // prompt tokens drive placement.
+    const ChatTemplate* chat = model_.chat ? &*model_.chat : nullptr;
+    auto g = parse_request(ep, req.body, *model_.tokenizer, chat, model_.limits, next_id_.fetch_add(1));
+    if (!g.ok()) {
+      const int st = http_status_for(g.status());
+      count_response(st);
+      return send_error(res, st, g.status().message(), retry_s);
+    }
+    const int64_t load = static_cast<int64_t>(g->prompt.size()) + g->max_tokens;
+    std::vector<bool> tried(workers_.size(), false);
+    for (size_t attempt = 0; attempt < workers_.size(); ++attempt) {
+      std::vector<bool> eligible(workers_.size());
+      for (size_t i = 0; i < workers_.size(); ++i) eligible[i] = !tried[i] && workers_[i]->up.load();
+      const int wi = router_->place(g->prompt, eligible);
+      if (wi < 0) break;
+      tried[wi] = true;
+      std::shared_ptr<FrontendWorker> w = workers_[wi];
+      w->requests.fetch_add(1);
+      w->inflight_tokens.fetch_add(load);
+      w->inflight_requests.fetch_add(1);
+      auto release = [w, load] {
+        w->inflight_tokens.fetch_sub(load);
+        w->inflight_requests.fetch_sub(1);
+      };
+      auto pump = std::make_shared<StreamPump>();
+      pump->call = std::make_unique<UpstreamCall>(w->host, w->port, opt_.upstream);
+      {
+        std::lock_guard<std::mutex> pl(pumps_mu_);
+        std::erase_if(pumps_, [](const std::weak_ptr<StreamPump>& p) { return p.expired(); });
+        pumps_.push_back(pump);
+      }
+      if (stopping_) pump->stop();
+      auto on_head = [pump](const UpstreamHead& h) {
+        std::lock_guard<std::mutex> l(pump->mu);
+        pump->head = h;
+        pump->head_known = true;
+        pump->cv.notify_all();
+        return !pump->cancel.load();
+      };
+      auto on_data = [pump](const char* d, size_t n) {
+        std::lock_guard<std::mutex> l(pump->mu);
+        pump->chunks.emplace_back(d, n);
+        pump->cv.notify_all();
+        return !pump->cancel.load();
+      };
+      std::thread([pump, path, body = req.body, on_head, on_data, release] {
+        UpstreamOutcome out = pump->call->post(path, body, on_head, on_data);
+        release();
+        std::lock_guard<std::mutex> l(pump->mu);
+        pump->outcome = out;
+        pump->finished = true;
+        pump->cv.notify_all();
+      }).detach();
+
+      // Wait for the status line (or for the exchange to end without one).
+      std::unique_lock<std::mutex> l(pump->mu);
+      pump->cv.wait(l, [&] { return pump->head_known || pump->finished; });
+      if (!pump->head_known && (stopping_ || pump->outcome.cancelled)) {
+        count_response(503);
+        return send_error(res, 503, "the server is shutting down", retry_s);
+      }
+      if (!pump->head_known) {
+        // Nothing came back: the worker is unreachable; try another one.
+        w->failures.fetch_add(1);
+        if (w->up.exchange(false))
+          spdlog::warn("front end: attention worker {} at {} is down ({})", wi, w->address, pump->outcome.error.message());
+        retries_.fetch_add(1);
+        continue;
+      }
+      const UpstreamHead head = pump->head;
+      const bool sse = head.status == 200 && head.content_type.find("text/event-stream") != std::string::npos;
+      if (!sse) {
+        pump->cv.wait(l, [&] { return pump->finished; });
+        std::string body;
+        for (auto& c : pump->chunks) body += c;
+        if (!pump->outcome.completed && stopping_) {
+          count_response(503);
+          return send_error(res, 503, "the server is shutting down", retry_s);
+        }
+        if (!pump->outcome.completed) {
+          w->failures.fetch_add(1);
+          count_response(502);
+          return send_error(res, 502, "attention worker " + std::to_string(wi) + " failed mid-response: " +
+                                          pump->outcome.error.message(), retry_s);
+        }
+        count_response(head.status);
+        res.status = head.status;
+        if (!head.retry_after.empty()) res.set_header("Retry-After", head.retry_after);
+        res.set_content(body, head.content_type.empty() ? "application/json" : head.content_type);
+        return;
+      }
+      l.unlock();
+      count_response(200);
+      res.set_header("Cache-Control", "no-cache");
+      res.set_header("X-Accel-Buffering", "no");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [this, pump, w, wi](size_t, httplib::DataSink& sink) {
+            std::unique_lock<std::mutex> lk(pump->mu);
+            for (;;) {
+              pump->cv.wait_for(lk, std::chrono::milliseconds(200),
+                                [&] { return !pump->chunks.empty() || pump->finished; });
+              if (stopping_) {
+                lk.unlock();
+                pump->stop();
+                return false;
+              }
+              while (!pump->chunks.empty()) {
+                std::string c = std::move(pump->chunks.front());
+                pump->chunks.pop_front();
+                lk.unlock();
+                const bool ok = sink.write(c.data(), c.size());
+                if (!ok) {
+                  pump->stop();  // client went away: closing upstream cancels the sequence
+                  return false;
+                }
+                lk.lock();
+              }
+              if (pump->finished && pump->chunks.empty()) {
+                const UpstreamOutcome out = pump->outcome;
+                lk.unlock();
+                if (!out.completed && !out.cancelled) {
+                  w->failures.fetch_add(1);
+                  const std::string e = "data: " +
+                                        error_body(502, "attention worker " + std::to_string(wi) +
+                                                            " failed mid-stream: " + out.error.message()) +
+                                        "\n\ndata: [DONE]\n\n";
+                  sink.write(e.data(), e.size());
+                }
+                sink.done();
+                return true;
+              }
+            }
+          },
+          [pump](bool success) {
+            if (!success) pump->stop();
+          });
+      return;
+    }
+    no_worker_.fetch_add(1);
+    count_response(503);
+    send_error(res, 503, "no attention worker is available (" + std::to_string(workers_up()) + " of " +
+                             std::to_string(workers_.size()) + " up)", retry_s);
+  };
+  s.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) {
+    generate(Endpoint::completions, "/v1/completions", req, res);
+  });
+  s.Post("/v1/chat/completions", [generate](const httplib::Request& req, httplib::Response& res) {
+    generate(Endpoint::chat, "/v1/chat/completions", req, res);
+  });
+}
+
+}  // namespace afd::serve

@@ -1,0 +1,107 @@
+// Frontend: the public OpenAI-compatible API of a multi-process AFD deployment, running no
+// engine. Each attention worker is an `afd worker --role attention` process (a full
+// Service: scheduler + engine + sampling) with its own internal HTTP address. Per request the
+// front end parses and tokenizes the body exactly as a worker would (to answer 4xx itself
+// and to place it), picks a worker with the Router (in-flight token load + prefix), and
+// proxies the body there: SSE chunks are forwarded as they arrive, other answers with their
+// status, body and Retry-After. A worker that refuses the connection is marked down and the
+// request is placed again on another one; with none left the answer is 503 + Retry-After.
+// A background thread polls every worker's GET /health (logging what it is waiting for).
+// A client that disconnects mid-stream closes the upstream connection, which cancels the
+// sequence on the worker. The API key, if set, is checked here (workers run without one and
+// must only be reachable from the front end).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "serve/http_server.h"
+#include "serve/proxy_client.h"
+#include "serve/router.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace afd::serve {
+
+struct StreamPump;  // one proxied exchange in flight (frontend.cpp)
+
+struct FrontendOptions {
+  ServerOptions server;              // host, port, api_key, max_body_bytes, http_threads, retry_after_s
+  std::vector<std::string> workers;  // host:port of the attention workers, by index
+  std::string model_dir;             // tokenizer.json, tokenizer_config.json, config.json
+  std::string model_name;            // empty: the directory's name (as the workers default to)
+  int64_t max_context = 0;           // 0: the model's
+  int health_interval_ms = 500;
+  int health_timeout_ms = 1000;
+  UpstreamTimeouts upstream;
+  // Called once (from the health thread, with the bound port) when every worker has answered /health.
+  std::function<void(int port)> on_all_up;
+};
+
+// Per attention worker state; shared with in-flight proxy calls (which may outlive a request handler).
+struct FrontendWorker {
+  int index = 0;
+  std::string address, host;
+  int port = 0;
+  std::atomic<bool> up{false};
+  std::atomic<bool> ever_up{false};
+  std::atomic<int64_t> inflight_tokens{0};  // prompt + max_tokens of requests being proxied
+  std::atomic<int64_t> inflight_requests{0};
+  std::atomic<uint64_t> requests{0};        // placed here
+  std::atomic<uint64_t> failures{0};        // connection refused / broken mid-response
+};
+
+class Frontend {
+ public:
+  static Result<std::unique_ptr<Frontend>> create(FrontendOptions opt);
+  ~Frontend();
+  // Binds the socket and starts the health thread; port() is valid afterwards.
+  Status start();
+  int port() const { return port_; }
+  // Serves until stop() is called from another thread.
+  Status run();
+  void stop();
+  int workers_up() const;
+  const ModelServing& model() const { return model_; }
+  std::string render_metrics() const;
+
+ private:
+  Frontend() = default;
+  void install_routes();
+  void health_loop();
+  void count_response(int status);
+
+  FrontendOptions opt_;
+  ModelServing model_;
+  std::vector<std::shared_ptr<FrontendWorker>> workers_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<httplib::Server> svr_;
+  int port_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> next_id_{1};
+  int64_t created_ = 0;
+
+  std::thread health_;
+  std::mutex health_mu_;
+  std::condition_variable health_cv_;
+
+  mutable std::mutex counts_mu_;
+  std::map<int, uint64_t> responses_;  // by HTTP status
+  std::atomic<uint64_t> no_worker_{0};   // 503s because no worker was up
+  std::atomic<uint64_t> retries_{0};     // placements repeated after a connection failure
+
+  std::mutex pumps_mu_;
+  std::vector<std::weak_ptr<StreamPump>> pumps_;  // exchanges in flight, cancelled by stop()
+};
+
+}  // namespace afd::serve

@@ -1,0 +1,86 @@
+#include "serve/proxy_client.h"
+
+#include <httplib.h>
+
+namespace afd::serve {
+
+UpstreamCall::UpstreamCall(const std::string& host, int port, UpstreamTimeouts t)
+    : where_(host + ":" + std::to_string(port)), cli_(std::make_unique<httplib::Client>(host, port)) {
+  cli_->set_connection_timeout(t.connect_ms / 1000, (t.connect_ms % 1000) * 1000);
+  cli_->set_read_timeout(t.read_s, 0);
+  cli_->set_write_timeout(t.write_s, 0);
+  cli_->set_keep_alive(false);
+  cli_->set_tcp_nodelay(true);
+}
+
+UpstreamCall::~UpstreamCall() = default;
+
+void UpstreamCall::cancel() {
+  std::lock_guard<std::mutex> l(mu_);
+  cancelled_ = true;
+  cli_->stop();  // shuts the socket down if a request is in flight
+}
+
+UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& body,
+                                   const std::function<bool(const UpstreamHead&)>& on_head,
+                                   const std::function<bool(const char*, size_t)>& on_data) {
+  UpstreamOutcome out;
+  bool by_callback = false;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body;
+  req.headers.emplace("Content-Type", "application/json");
+  req.headers.emplace("Accept", "application/json, text/event-stream");
+  req.response_handler = [&](const httplib::Response& r) {
+    out.responded = true;
+    UpstreamHead h;
+    h.status = r.status;
+    h.content_type = r.get_header_value("Content-Type");
+    h.retry_after = r.get_header_value("Retry-After");
+    if (on_head(h)) return true;
+    by_callback = true;
+    return false;
+  };
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    if (on_data(d, n)) return true;
+    by_callback = true;
+    return false;
+  };
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (cancelled_) {
+      out.cancelled = true;
+      return out;
+    }
+  }
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  const bool ok = cli_->send(req, res, err);
+  bool cancelled = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    cancelled = cancelled_;
+  }
+  if (ok) {
+    out.completed = true;
+  } else if (by_callback || cancelled) {
+    out.cancelled = true;
+  } else {
+    out.error = unavailable("attention worker " + where_ + ": " + httplib::to_string(err) +
+                            (out.responded ? " (mid-response)" : ""));
+  }
+  return out;
+}
+
+Result<int> http_get_status(const std::string& host, int port, const std::string& path, int timeout_ms) {
+  httplib::Client cli(host, port);
+  cli.set_connection_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  cli.set_read_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  cli.set_write_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  auto r = cli.Get(path);
+  if (!r) return unavailable(host + ":" + std::to_string(port) + path + ": " + httplib::to_string(r.error()));
+  return r->status;
+}
+
+}  // namespace afd::serve

@@ -1,0 +1,66 @@
+// UpstreamCall: one HTTP exchange from the front end with an attention worker (cpp-httplib
+// client), delivering the response status/headers and then the body bytes as they arrive,
+// so SSE chunks can be forwarded without buffering. cancel() from any thread closes the
+// connection (the worker sees its next write fail and cancels the sequence).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/status.h"
+
+namespace httplib {
+class Client;
+}
+
+namespace afd::serve {
+
+struct UpstreamTimeouts {
+  int connect_ms = 2000;
+  int read_s = 600;   // longest wait for the next response byte (a whole non-streaming generation)
+  int write_s = 30;
+};
+
+struct UpstreamHead {
+  int status = 0;
+  std::string content_type;
+  std::string retry_after;  // empty if absent
+};
+
+struct UpstreamOutcome {
+  bool responded = false;  // a status line arrived: the worker took the request
+  bool completed = false;  // the whole body arrived
+  bool cancelled = false;  // a callback or cancel() ended the exchange
+  Status error;            // why it did not complete (when !completed && !cancelled)
+};
+
+class UpstreamCall {
+ public:
+  UpstreamCall(const std::string& host, int port, UpstreamTimeouts t);
+  ~UpstreamCall();
+  UpstreamCall(const UpstreamCall&) = delete;
+  UpstreamCall& operator=(const UpstreamCall&) = delete;
+
+  // POSTs body (application/json) to path. on_head runs once when the status line and
+  // headers arrive, on_data for each piece of the body; either returning false abandons the
+  // exchange (closing the connection). Blocks until done; call once.
+  UpstreamOutcome post(const std::string& path, const std::string& body,
+                       const std::function<bool(const UpstreamHead&)>& on_head,
+                       const std::function<bool(const char*, size_t)>& on_data);
+  // Thread-safe; idempotent. Ends a post() in progress (or makes a later one end at once).
+  void cancel();
+
+ private:
+  std::string where_;
+  std::unique_ptr<httplib::Client> cli_;
+  std::mutex mu_;
+  bool cancelled_ = false;
+};
+
+// GET host:port/path with short timeouts; the status code, or unavailable when there is no
+// answer (connection refused, timeout).
+Result<int> http_get_status(const std::string& host, int port, const std::string& path, int timeout_ms);
+
+}  // namespace afd::serve

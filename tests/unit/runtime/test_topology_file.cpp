@@ -1,0 +1,123 @@
+// TopologyFile parsing: a full file, defaults and per-worker overrides, and bad files whose
+// errors name the field.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "runtime/topology_file.h"
+
+namespace afd {
+namespace {
+
+const char* kGood = R"({
+  "model": "/m/default", "precision": "reference", "microbatches": 2, "threads": 3,
+  "peer_timeout_ms": 500,
+  "frontend": {"listen": "0.0.0.0:8000", "api_key": "k"},
+  "attention": [{"address": "a1:8101", "listen": "0.0.0.0:8101"},
+                {"address": "a2:8101", "microbatches": 4, "model": "/m/other"}],
+  "ffn": [{"address": "f1:7100"}, {"address": "[::1]:7100", "threads": 8}]
+})";
+
+TEST(TopologyFile, ParsesEveryField) {
+  auto t = parse_topology_file(kGood, "t.json");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->topology(), "2A2F");
+  EXPECT_EQ(t->ffn_addresses(), "f1:7100,[::1]:7100");
+  EXPECT_EQ(t->precision, "reference");
+  EXPECT_EQ(t->peer_timeout_ms, 500);
+  EXPECT_EQ(t->ffn_timeout_ms, 10000);
+  EXPECT_EQ(t->frontend.listen, "0.0.0.0:8000");
+  EXPECT_EQ(t->frontend.api_key, "k");
+  EXPECT_EQ(t->frontend.model_dir, "/m/default");
+  EXPECT_EQ(t->attention[0].listen, "0.0.0.0:8101");
+  EXPECT_EQ(t->attention[0].microbatches, 2);
+  EXPECT_EQ(t->attention[0].threads, 3);
+  EXPECT_EQ(t->attention[1].listen, "a2:8101");  // defaults to the address
+  EXPECT_EQ(t->attention[1].microbatches, 4);
+  EXPECT_EQ(t->attention[1].model_dir, "/m/other");
+  EXPECT_EQ(t->ffn[1].threads, 8);
+  EXPECT_EQ(t->ffn[0].model_dir, "/m/default");
+}
+
+TEST(TopologyFile, LoadResolvesRelativeModelDirs) {
+  const auto dir = std::filesystem::temp_directory_path() / ("afd_topo_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir / "t.json");
+    f << R"({"model": "models/tiny", "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2", "model": "/abs"}]})";
+  }
+  auto t = load_topology_file((dir / "t.json").string());
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->attention[0].model_dir, (dir / "models/tiny").string());
+  EXPECT_EQ(t->frontend.model_dir, (dir / "models/tiny").string());
+  EXPECT_EQ(t->ffn[0].model_dir, "/abs");
+  EXPECT_EQ(t->frontend.listen, "127.0.0.1:8000");
+  std::filesystem::remove_all(dir);
+  auto missing = load_topology_file((dir / "t.json").string());
+  EXPECT_EQ(missing.status().code(), StatusCode::not_found);
+}
+
+struct BadCase {
+  const char* json;
+  const char* expect;  // substring of the error
+};
+
+TEST(TopologyFile, BadFilesNameTheField) {
+  const BadCase cases[] = {
+      {"{", "not valid JSON"},
+      {"[]", "must be a JSON object"},
+      {R"({"model": "m", "ffn": [{"address": "h:1"}]})", "attention: missing"},
+      {R"({"model": "m", "attention": [], "ffn": [{"address": "h:1"}]})", "attention: must be an array of 1 to 64"},
+      {R"({"model": "m", "attention": [{"address": "h:1"}], "ffn": [{}]})", "ffn[0].address: missing"},
+      {R"({"model": "m", "attention": [{"address": "h"}], "ffn": [{"address": "h:2"}]})", "attention[0].address: 'h' is not host:port"},
+      {R"({"model": "m", "attention": [{"address": "h:70000"}], "ffn": [{"address": "h:2"}]})", "attention[0].address: 'h:70000': port"},
+      {R"({"model": "m", "attention": [{"address": "h:1", "microbatches": 9}], "ffn": [{"address": "h:2"}]})",
+       "attention[0].microbatches: 9 is outside [1, 4]"},
+      {R"({"model": "m", "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2", "microbatches": 2}]})",
+       "ffn[0].microbatches: unknown field"},
+      {R"({"model": "m", "atention": [], "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2"}]})",
+       "atention: unknown field"},
+      {R"({"model": "m", "precision": "fastest", "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2"}]})",
+       "precision: must be 'fast' or 'reference'"},
+      {R"({"model": 3, "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2"}]})", "model: must be a string"},
+      {R"({"attention": [{"address": "h:1"}], "ffn": [{"address": "h:2"}]})", "model: missing"},
+      {R"({"frontend": {"model": "m"}, "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2"}]})",
+       "attention[0].model: missing"},
+      {R"({"model": "m", "threads": "2", "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2"}]})",
+       "threads: must be an integer"},
+      {R"({"model": "m", "attention": [{"address": "h:1"}], "ffn": [{"address": "h:1"}]})",
+       "ffn[0].address: 'h:1' is used twice"},
+      {R"({"model": "m", "frontend": {"listen": "x"}, "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2"}]})",
+       "frontend.listen: 'x' is not host:port"},
+      {R"({"model": "m", "frontend": 1, "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2"}]})",
+       "frontend: must be an object"},
+      {R"({"model": "m", "attention": ["h:1"], "ffn": [{"address": "h:2"}]})", "attention[0]: must be an object"},
+  };
+  for (const auto& c : cases) {
+    auto t = parse_topology_file(c.json, "t.json");
+    ASSERT_FALSE(t.ok()) << c.json;
+    EXPECT_EQ(t.status().code(), StatusCode::invalid_argument) << c.json;
+    EXPECT_NE(t.status().message().find(std::string("t.json: ")), std::string::npos) << t.status().message();
+    EXPECT_NE(t.status().message().find(c.expect), std::string::npos) << "got: " << t.status().message();
+  }
+}
+
+TEST(TopologyFile, SplitHostPort) {
+  std::string h;
+  int p = 0;
+  ASSERT_TRUE(split_host_port("0.0.0.0:7100", &h, &p).is_ok());
+  EXPECT_EQ(h, "0.0.0.0");
+  EXPECT_EQ(p, 7100);
+  ASSERT_TRUE(split_host_port("[::1]:80", &h, &p).is_ok());
+  EXPECT_EQ(h, "::1");
+  EXPECT_FALSE(split_host_port(":80", &h, &p).is_ok());
+  EXPECT_FALSE(split_host_port("h:", &h, &p).is_ok());
+  EXPECT_FALSE(split_host_port("h:0", &h, &p).is_ok());
+  EXPECT_FALSE(split_host_port("h:8x", &h, &p).is_ok());
+}
+
+}  // namespace
+}  // namespace afd
