@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Multi-process serving end to end: a 2A1F bundle started from one topology file as four
+# separate processes (front end first, FFN worker last: any start order), whose greedy
+# completions (streaming and not) equal an in-process `afd serve` with the same wire
+# rounding (--afd-rounding 1); requests spread over both attention workers; a killed
+# attention worker leaves the other serving; then `afd serve --topology 2A1F
+# --spawn-workers` announces the complete bundle, serves, and stops its children.
+# Usage: cli_afd_processes.sh AFD_BIN
+set -uo pipefail
+AFD=$1
+TMP=$(mktemp -d)
+M=$TMP/model
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.2; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$TMP"; }
+trap cleanup EXIT
+fails=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fails=$((fails+1)); }
+"$AFD" --log-level error make-model --preset tiny --seed 1 --out "$M" >/dev/null || { echo "make-model failed"; exit 1; }
+
+# Waits (up to $3 s) for a line matching $2 in file $1.
+wait_for() { for _ in $(seq 1 $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+port_of() { sed -n 's/.*on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1" | head -1; }
+
+# HTTP client: prints one line per prompt (greedy, prompt as token ids), non-streaming then
+# streaming texts joined by '|'. Usage: client PORT MODE [ARGS]
+client() {
+  /usr/bin/python3 - "$@" <<'PY'
+import json, sys, urllib.request, threading
+port, mode = sys.argv[1], sys.argv[2]
+base = f"http://127.0.0.1:{port}"
+PROMPTS = [[3, 14, 15, 92, 65], [35], [89, 79, 32, 38, 46, 26, 43]]
+def post(body, timeout=30):
+    req = urllib.request.Request(base + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    return urllib.request.urlopen(req, timeout=timeout)
+def complete(p, n=12):
+    with post({"prompt": p, "max_tokens": n, "temperature": 0, "ignore_eos": True}) as r:
+        c = json.load(r)["choices"][0]
+        return c["text"] + "#" + c["finish_reason"]
+def stream(p, n=12):
+    text, fin = "", None
+    with post({"prompt": p, "max_tokens": n, "temperature": 0, "ignore_eos": True, "stream": True}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream"), r.headers["content-type"]
+        done = False
+        for line in r:
+            line = line.decode().strip()
+            if not line.startswith("data: "): continue
+            if line == "data: [DONE]": done = True; break
+            c = json.loads(line[6:])["choices"][0]
+            text += c["text"]; fin = c["finish_reason"] or fin
+        assert done, "stream ended without [DONE]"
+    return text + "#" + str(fin)
+if mode == "compare":
+    for p in PROMPTS:
+        print(json.dumps(complete(p)) + "|" + json.dumps(stream(p)))
+elif mode == "parallel":  # 6 concurrent requests; prints how many succeeded
+    res = []
+    def one(i):
+        try: res.append(complete(PROMPTS[i % 3], 24))
+        except Exception as e: print("error:", e, file=sys.stderr)
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    [t.start() for t in ts]; [t.join() for t in ts]
+    print(len(res))
+elif mode == "disconnect":  # reads 3 events of a long stream, then hangs up
+    r = post({"prompt": [5, 6, 7], "max_tokens": 3000, "temperature": 0, "ignore_eos": True, "stream": True})
+    n = 0
+    for line in r:
+        if line.startswith(b"data: "): n += 1
+        if n == 3: break
+    r.close()
+    print(n)
+elif mode == "metric":  # value of the series named in argv[3]
+    body = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
+    print(sum(float(l.split()[-1]) for l in body.splitlines() if l.startswith(sys.argv[3])))
+PY
+}
+
+# Reference: in-process monolithic serving with the 1-FFN-worker wire rounding.
+"$AFD" serve --model "$M" --precision reference --afd-rounding 1 --threads 1 --port 0 >"$TMP/ref.out" 2>"$TMP/ref.err" &
+REF=$!; PIDS+=($REF)
+wait_for "$TMP/ref.out" "on http" 30 || { echo "reference server did not start"; cat "$TMP/ref.err"; exit 1; }
+want=$(timeout 60 bash -c "$(declare -f client); client $(port_of "$TMP/ref.out") compare") || { echo "reference requests failed"; exit 1; }
+kill $REF; wait $REF 2>/dev/null
+echo "reference: $want" | head -1
+
+# The topology file, with free ports.
+read -r PF PA0 PA1 PFFN < <(/usr/bin/python3 -c '
+import socket
+ss = [socket.socket() for _ in range(4)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+cat >"$TMP/topology.json" <<JSON
+{
+  "model": "model", "precision": "reference", "threads": 1, "microbatches": 2,
+  "peer_timeout_ms": 2000, "ffn_connect_timeout_ms": 60000,
+  "frontend": {"listen": "127.0.0.1:$PF"},
+  "attention": [{"address": "127.0.0.1:$PA0"}, {"address": "127.0.0.1:$PA1", "microbatches": 1}],
+  "ffn": [{"address": "127.0.0.1:$PFFN"}]
+}
+JSON
+# Any start order: front end, attention workers, then the FFN worker.
+"$AFD" serve --topology-file "$TMP/topology.json" >"$TMP/fe.out" 2>"$TMP/fe.err" & FE=$!; PIDS+=($FE)
+"$AFD" worker --topology-file "$TMP/topology.json" --role attention --index 0 >"$TMP/a0.out" 2>"$TMP/a0.err" & A0=$!; PIDS+=($A0)
+"$AFD" worker --topology-file "$TMP/topology.json" --role attention --index 1 >"$TMP/a1.out" 2>"$TMP/a1.err" & A1=$!; PIDS+=($A1)
+wait_for "$TMP/fe.err" "waiting for attention worker" 20 && ok "front end logs what it waits for" || bad "front end waiting log"
+wait_for "$TMP/a0.err" "waiting for FFN worker" 20 && ok "attention worker logs what it waits for" || bad "attention waiting log"
+"$AFD" worker --topology-file "$TMP/topology.json" --role ffn --index 0 >"$TMP/f0.out" 2>"$TMP/f0.err" & F0=$!; PIDS+=($F0)
+if wait_for "$TMP/fe.out" "bundle complete: 2 attention workers + 1 FFN worker up" 40; then ok "topology-file bundle complete"
+else bad "topology-file bundle never completed"; tail -5 "$TMP"/*.err; exit 1; fi
+
+got=$(timeout 60 bash -c "$(declare -f client); client $PF compare")
+[ "$got" = "$want" ] && ok "bundle completions (JSON and SSE) equal in-process serve" || { bad "bundle != in-process"; echo " want: $want"; echo " got:  $got"; }
+n=$(timeout 60 bash -c "$(declare -f client); client $PF parallel")
+[ "$n" = 6 ] && ok "6 concurrent requests through the front end" || bad "concurrent requests: $n of 6"
+r0=$(timeout 10 bash -c "$(declare -f client); client $PF metric 'afd_frontend_worker_requests_total{worker=\"0\"'")
+r1=$(timeout 10 bash -c "$(declare -f client); client $PF metric 'afd_frontend_worker_requests_total{worker=\"1\"'")
+if [ "${r0%.*}" -gt 0 ] && [ "${r1%.*}" -gt 0 ]; then ok "requests placed on both attention workers ($r0, $r1)"; else bad "placement: worker 0 got $r0, worker 1 got $r1"; fi
+
+# A client hanging up mid-stream cancels the sequence on its attention worker.
+timeout 30 bash -c "$(declare -f client); client $PF disconnect" >/dev/null
+cancelled=0
+for _ in $(seq 1 100); do
+  c0=$(timeout 5 bash -c "$(declare -f client); client $PA0 metric afd_requests_cancelled_total")
+  c1=$(timeout 5 bash -c "$(declare -f client); client $PA1 metric afd_requests_cancelled_total")
+  if [ "${c0%.*}" -ge 1 ] || [ "${c1%.*}" -ge 1 ]; then cancelled=1; break; fi
+  sleep 0.1
+done
+[ $cancelled = 1 ] && ok "client disconnect mid-stream cancels the worker's sequence" || bad "disconnect not propagated ($c0, $c1)"
+
+# An attention worker dies: requests go to the other one, nothing hangs.
+kill -9 $A0; wait $A0 2>/dev/null
+got=$(timeout 60 bash -c "$(declare -f client); client $PF compare")
+[ "$got" = "$want" ] && ok "after killing attention worker 0, worker 1 answers" || { bad "after kill"; echo " got: $got"; tail -3 "$TMP/fe.err"; }
+n=$(timeout 60 bash -c "$(declare -f client); client $PF parallel")
+[ "$n" = 6 ] && ok "concurrent requests after the kill" || bad "concurrent requests after kill: $n of 6"
+up=$(timeout 10 bash -c "$(declare -f client); client $PF metric afd_frontend_worker_up")
+[ "${up%.*}" = 1 ] && ok "/metrics shows one worker up" || bad "worker_up sum $up"
+kill $A1; wait $A1 2>/dev/null
+sleep 1.5
+code=$(/usr/bin/python3 -c "
+import urllib.request, urllib.error, json
+try:
+    urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:$PF/v1/completions', data=b'{\"prompt\":[1],\"max_tokens\":2}', headers={'content-type':'application/json'}), timeout=10)
+    print(200)
+except urllib.error.HTTPError as e:
+    print(e.code, e.headers.get('Retry-After'))")
+[ "$code" = "503 1" ] && ok "no attention worker: 503 + Retry-After" || bad "no worker: got '$code'"
+kill $FE $F0
+timeout 15 bash -c "while kill -0 $FE 2>/dev/null || kill -0 $F0 2>/dev/null; do sleep 0.1; done" && ok "front end and FFN worker stop on SIGTERM" || bad "processes did not stop"
+
+# One command on one machine: every worker a child process behind the front end.
+"$AFD" serve --model "$M" --topology 2A1F --spawn-workers --precision reference --threads 1 --port 0 >"$TMP/sp.out" 2>"$TMP/sp.err" &
+SP=$!; PIDS+=($SP)
+if wait_for "$TMP/sp.out" "bundle complete: 2 attention workers + 1 FFN worker up" 40; then ok "--spawn-workers prints the bundle-complete line"
+else bad "--spawn-workers bundle never completed"; tail -5 "$TMP/sp.err"; fi
+got=$(timeout 60 bash -c "$(declare -f client); client $(port_of "$TMP/sp.out") compare")
+[ "$got" = "$want" ] && ok "--spawn-workers completions equal in-process serve" || { bad "--spawn-workers output"; echo " got: $got"; }
+kill $SP
+timeout 15 bash -c "while kill -0 $SP 2>/dev/null; do sleep 0.1; done" || bad "--spawn-workers front end did not stop"
+sleep 0.3
+if pgrep -f -- "--model $M" >/dev/null; then bad "spawned workers left running"; pgrep -af -- "--model $M"; else ok "spawned workers stopped"; fi
+echo "$fails failed"
+[ $fails -eq 0 ]
