@@ -15,6 +15,9 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
   cmd->add_option("--kv-capacity", kv_capacity, "KV cache capacity in tokens (0: auto)")->envname("AFD_KV_CAPACITY");
   cmd->add_option("--kv-block", kv_block, "Tokens per KV block")->envname("AFD_KV_BLOCK");
   cmd->add_option("--max-seqs", max_seqs, "Live sequences at most")->envname("AFD_MAX_SEQS");
+  cmd->add_flag("--no-prefix-cache", no_prefix_cache,
+                "Disable automatic prefix caching (reuse of KV blocks of shared prompt prefixes)")
+      ->envname("AFD_NO_PREFIX_CACHE");
   cmd->add_option("--threads", threads, "Compute threads (0: all cores)")->envname("AFD_THREADS");
   cmd->add_option("--topology", topology, "mono | xAyF (e.g. 2A1F)")->envname("AFD_TOPOLOGY");
   cmd->add_option("--microbatches", microbatches, "Micro-batches per attention worker (1-4)")
@@ -51,6 +54,7 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.kv_capacity_tokens = kv_capacity;
   o.kv_block_size = kv_block;
   o.max_seqs = max_seqs;
+  o.prefix_caching = !no_prefix_cache;
   o.n_threads = threads;
   o.topology = topology;
   {

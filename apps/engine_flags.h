@@ -17,6 +17,7 @@ struct EngineFlags {
   int64_t kv_capacity = 0;
   int64_t kv_block = 16;
   int64_t max_seqs = 256;
+  bool no_prefix_cache = false;  // disables automatic prefix caching (EngineOptions::prefix_caching)
   int threads = 0;
   std::string topology = "mono";
   std::string microbatches = "1";  // one value; bench accepts a list

@@ -90,6 +90,14 @@ std::string Metrics::render() const {
   o += "afd_requests_cancelled_total " + std::to_string(requests_cancelled.load()) + "\n";
   header(&o, "afd_prompt_tokens_total", "counter", "prompt tokens admitted");
   o += "afd_prompt_tokens_total " + std::to_string(prompt_tokens.load()) + "\n";
+  header(&o, "afd_prefix_cache_queries_total", "counter",
+         "tokens looked up in the prefix cache at admission (prompt, + generated after preemption)");
+  o += "afd_prefix_cache_queries_total " + std::to_string(prefix_cache_queries.load()) + "\n";
+  header(&o, "afd_prefix_cache_hits_total", "counter", "of the queried tokens, those whose KV was reused from the cache");
+  o += "afd_prefix_cache_hits_total " + std::to_string(prefix_cache_hits.load()) + "\n";
+  header(&o, "afd_prefill_tokens_computed_total", "counter",
+         "tokens forwarded in prefill (prompt chunks and recomputes; prefix-cache hits excluded)");
+  o += "afd_prefill_tokens_computed_total " + std::to_string(prefill_tokens.load()) + "\n";
   header(&o, "afd_generation_tokens_total", "counter", "tokens generated");
   o += "afd_generation_tokens_total " + std::to_string(generation_tokens.load()) + "\n";
   header(&o, "afd_time_to_first_token_seconds", "histogram", "arrival to first generated token");

@@ -58,6 +58,13 @@ class Metrics {
   std::atomic<int64_t> generation_tokens{0};
   std::atomic<int64_t> requests_rejected{0};  // 429/503
   std::atomic<int64_t> requests_cancelled{0};
+  // Prefix cache, in tokens (vLLM's prefix_cache_queries / prefix_cache_hits): per admission
+  // (re-admissions after preemption included) the tokens looked up and those found cached.
+  std::atomic<int64_t> prefix_cache_queries{0};
+  std::atomic<int64_t> prefix_cache_hits{0};
+  // Tokens run through the engine outside single-token decodes (prompt chunks and the
+  // recompute after preemption): prompt tokens minus prefix-cache hits, plus recomputes.
+  std::atomic<int64_t> prefill_tokens{0};
   Histogram ttft;     // seconds, arrival -> first token
   Histogram tpot;     // seconds per output token after the first
   Histogram e2e;      // seconds, arrival -> last token

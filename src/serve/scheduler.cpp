@@ -108,7 +108,27 @@ int Scheduler::admit() {
     auto seq = engine_->create_sequence();
     if (!seq.ok()) break;  // no free sequence slot
     r->seq_id = *seq;
-    r->n_computed = 0;
+    // Prefix caching: KV of the longest cached whole-block prefix of prompt (+ tokens
+    // generated before a preemption) is mapped in; the engine leaves at least one token to
+    // compute, so the next forward still yields the logits to sample from.
+    const int64_t n_tok = static_cast<int64_t>(r->tokens.size());
+    const int64_t hit = engine_->reuse_prefix(r->seq_id, r->tokens);
+    r->n_computed = hit > 0 && hit < n_tok ? hit : 0;
+    if (hit != r->n_computed) {
+      // An engine broke the contract (hit >= the whole context): start over without it.
+      spdlog::error("engine reused {} of {} tokens; recomputing the sequence", hit, n_tok);
+      engine_->release_sequence(r->seq_id);
+      auto again = engine_->create_sequence();
+      if (!again.ok()) {
+        r->seq_id = -1;
+        break;
+      }
+      r->seq_id = *again;
+    }
+    if (metrics_) {
+      metrics_->prefix_cache_queries.fetch_add(n_tok);
+      metrics_->prefix_cache_hits.fetch_add(r->n_computed);
+    }
     free_blocks -= need;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -285,6 +305,18 @@ Result<int> Scheduler::step() {
     remove_finished();
     publish_stats();
     return bad;
+  }
+  if (metrics_) {
+    // Prefill = every item that is not a single decode token (prompt chunks, and the
+    // recompute of a re-admitted sequence); prefix-cache hits are never forwarded.
+    int64_t prefill = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const SeqRequest* r = order[i];
+      const bool decode = items[i].tokens.size() == 1 && r->n_computed > 0 &&
+                          r->n_computed + 1 == static_cast<int64_t>(r->tokens.size());
+      if (!decode) prefill += static_cast<int64_t>(items[i].tokens.size());
+    }
+    metrics_->prefill_tokens.fetch_add(prefill);
   }
   process_logits(order, items, logits);
   publish_stats();

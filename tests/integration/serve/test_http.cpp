@@ -207,6 +207,46 @@ TEST_F(HttpTest, ClientDisconnectMidStreamCancels) {
   EXPECT_LT(engines_[0]->tokens_processed, 200);
 }
 
+// A non-streaming client that goes away before its answer is ready cancels the request:
+// the handler notices the closed connection while waiting and the scheduler frees the
+// sequence long before max_tokens would have been generated.
+TEST_F(HttpTest, ClientDisconnectBeforeNonStreamingAnswerCancels) {
+  start({}, 1);
+  engines_[0]->forward_delay_ms.store(20);  // 200 tokens would take >= 4 s
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(svc_->port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  std::string body = R"({"prompt":[1,2],"max_tokens":200,"ignore_eos":true})";
+  std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  // Wait until the request runs, then hang up without reading anything.
+  for (int i = 0; i < 300 && engines_[0]->live_sequences() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(engines_[0]->live_sequences(), 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::close(fd);
+  bool freed = false;
+  for (int i = 0; i < 200 && !freed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    freed = engines_[0]->live_sequences() == 0 && svc_->metrics().requests_cancelled.load() == 1;
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(freed);
+  EXPECT_LT(waited, 0.5);  // 50 ms polling + one 20 ms step, with slack for a loaded machine
+  EXPECT_LT(engines_[0]->tokens_processed, 100);
+  EXPECT_NE(svc_->metrics().render().find("afd_requests_total{code=\"499\"} 1"), std::string::npos);
+  // A client that stays connected is not affected: a normal non-streaming request completes.
+  engines_[0]->forward_delay_ms.store(0);
+  auto r = post("/v1/completions", R"({"prompt":[1,2],"max_tokens":5,"ignore_eos":true})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 5);
+}
+
 TEST_F(HttpTest, MetricsAndRoutingAcrossWorkers) {
   start({}, 2);
   std::vector<std::thread> ts;

@@ -1,7 +1,10 @@
 // FakeEngine: a deterministic test double of afd::Engine for scheduler and server tests.
 // It keeps sequence lengths and a paged block count like a real KV cache, and produces
 // logits whose argmax is next_token(last_token, new_length) = (last * 7 + len) % vocab.
-// Never used by `afd serve`.
+// With prefix_caching set, it also remembers every whole-block prefix of tokens it has
+// forwarded and reuse_prefix() maps the longest one (at most prompt size - 1) into an
+// empty sequence, like a real prefix cache (block sharing is not modelled: reused tokens
+// count as the sequence's own blocks). Never used by `afd serve`.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +12,9 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <thread>
+#include <set>
+#include <vector>
 
 #include "runtime/engine.h"
 
@@ -37,6 +43,20 @@ class FakeEngine : public Engine {
   void release_sequence(int64_t id) override {
     std::lock_guard<std::mutex> l(mu_);
     len_.erase(id);
+    toks_.erase(id);
+  }
+  int64_t reuse_prefix(int64_t id, std::span<const int32_t> prompt) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = len_.find(id);
+    if (!prefix_caching || it == len_.end() || it->second != 0 || prompt.empty()) return 0;
+    int64_t n = 0;
+    while (n + block_size_ <= static_cast<int64_t>(prompt.size()) - 1 &&
+           cached_.count(std::vector<int32_t>(prompt.begin(), prompt.begin() + n + block_size_)))
+      n += block_size_;
+    it->second = n;
+    toks_[id].assign(prompt.begin(), prompt.begin() + n);
+    reused_tokens += n;
+    return n;
   }
   int64_t sequence_length(int64_t id) const override {
     std::lock_guard<std::mutex> l(mu_);
@@ -52,6 +72,7 @@ class FakeEngine : public Engine {
     return used_blocks() + extra <= blocks_total_;
   }
   Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override {
+    if (int d = forward_delay_ms.load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
     std::lock_guard<std::mutex> l(mu_);
     ++n_forward;
     max_batch_seen = std::max<int64_t>(max_batch_seen, static_cast<int64_t>(items.size()));
@@ -74,6 +95,12 @@ class FakeEngine : public Engine {
     for (size_t i = 0; i < items.size(); ++i) {
       int64_t& len = len_[items[i].seq_id];
       len += static_cast<int64_t>(items[i].tokens.size());
+      if (prefix_caching) {
+        std::vector<int32_t>& t = toks_[items[i].seq_id];
+        t.insert(t.end(), items[i].tokens.begin(), items[i].tokens.end());
+        for (int64_t b = block_size_; b <= static_cast<int64_t>(t.size()); b += block_size_)
+          cached_.insert(std::vector<int32_t>(t.begin(), t.begin() + b));
+      }
       tokens_processed += static_cast<int64_t>(items[i].tokens.size());
       int32_t want = next_token(items[i].tokens.back(), len, cfg_.vocab_size);
       float* row = logits->data() + i * cfg_.vocab_size;
@@ -93,6 +120,9 @@ class FakeEngine : public Engine {
     return static_cast<int64_t>(len_.size());
   }
 
+  bool prefix_caching = false;
+  std::atomic<int> forward_delay_ms{0};  // each forward takes at least this long
+  int64_t reused_tokens = 0;
   bool fail_next = false;
   int64_t n_forward = 0;
   int64_t max_batch_seen = 0;
@@ -108,6 +138,8 @@ class FakeEngine : public Engine {
   mutable std::mutex mu_;
   ModelConfig cfg_;
   std::map<int64_t, int64_t> len_;
+  std::map<int64_t, std::vector<int32_t>> toks_;  // prefix caching: tokens with KV per sequence
+  std::set<std::vector<int32_t>> cached_;          // whole-block prefixes computed so far
   int64_t next_id_ = 100;
   int64_t blocks_total_, block_size_, max_seqs_;
 };

@@ -167,6 +167,59 @@ TEST(Scheduler, ChunkedPrefillRespectsTokenBudget) {
   run_until_idle(f.sched);
 }
 
+// Prefix caching: the second request with the same 12-token prefix (3 blocks of 4) starts
+// with those tokens' KV and forwards only the rest of its prompt.
+TEST(Scheduler, SharedPrefixComputesFewerPromptTokens) {
+  for (bool caching : {false, true}) {
+    Fixture f(1000, 4, {});
+    f.engine.prefix_caching = caching;
+    std::vector<int32_t> prefix = {9, 8, 7, 6, 5, 4, 3, 2, 1, 11, 12, 13};
+    std::vector<int32_t> pa = prefix, pb = prefix;
+    pa.insert(pa.end(), {40, 41});
+    pb.insert(pb.end(), {50, 51, 52});
+    auto a = f.submit(pa, 3);
+    run_until_idle(f.sched);
+    EXPECT_EQ(drain(*a).tokens, Fixture::expected(pa, 3));
+    EXPECT_EQ(f.metrics.prefill_tokens.load(), 14);
+    const int64_t processed = f.engine.tokens_processed;
+    auto b = f.submit(pb, 3);
+    run_until_idle(f.sched);
+    Collected cb = drain(*b);
+    EXPECT_EQ(cb.tokens, Fixture::expected(pb, 3));
+    EXPECT_EQ(cb.prompt_tokens, 15);  // usage still counts the whole prompt
+    const int64_t b_prefill = f.metrics.prefill_tokens.load() - 14;
+    EXPECT_EQ(b_prefill, caching ? 3 : 15) << "caching " << caching;
+    EXPECT_EQ(f.engine.tokens_processed - processed, (caching ? 3 : 15) + 2);  // + 2 decodes
+    EXPECT_EQ(f.metrics.prefix_cache_queries.load(), 14 + 15);  // asked either way
+    EXPECT_EQ(f.metrics.prefix_cache_hits.load(), caching ? 12 : 0);
+    EXPECT_EQ(f.metrics.prompt_tokens.load(), 14 + 15);
+    const std::string m = f.metrics.render();
+    EXPECT_NE(m.find("afd_prefix_cache_hits_total " + std::to_string(caching ? 12 : 0) + "\n"), std::string::npos);
+    EXPECT_NE(m.find("afd_prefix_cache_queries_total 29\n"), std::string::npos);
+    EXPECT_EQ(f.engine.live_sequences(), 0);
+  }
+}
+
+// A preempted sequence is re-admitted with prompt + generated tokens and reuses the blocks
+// it had computed; the output is unchanged.
+TEST(Scheduler, ReadmissionAfterPreemptionReusesCachedBlocks) {
+  SchedulerOptions o;
+  Fixture f(/*blocks=*/6, /*block=*/2, o);
+  f.engine.prefix_caching = true;
+  std::vector<std::shared_ptr<SeqRequest>> rs;
+  for (int i = 0; i < 3; ++i) rs.push_back(f.submit({static_cast<int32_t>(i + 1), 7, 9}, 6));
+  run_until_idle(f.sched);
+  for (int i = 0; i < 3; ++i) {
+    Collected c = drain(*rs[i]);
+    EXPECT_EQ(c.finish, FinishReason::length) << i;
+    EXPECT_EQ(c.tokens, Fixture::expected({i + 1, 7, 9}, 6)) << i;
+  }
+  EXPECT_GT(f.metrics.worker(0).preemptions.load(), 0);
+  EXPECT_GT(f.metrics.prefix_cache_hits.load(), 0);
+  EXPECT_EQ(f.metrics.prefix_cache_hits.load(), f.engine.reused_tokens);
+  EXPECT_EQ(f.engine.live_sequences(), 0);
+}
+
 TEST(Scheduler, CancelReleasesTheSequence) {
   Fixture f(1000, 4, {});
   auto r = f.submit({1, 2}, 100);
