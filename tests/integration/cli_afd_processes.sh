@@ -18,6 +18,13 @@ ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fails=$((fails+1)); }
 "$AFD" --log-level error make-model --preset tiny --seed 1 --out "$M" >/dev/null || { echo "make-model failed"; exit 1; }
 
+# Bad invocations are clear errors (exit 1), not hangs.
+out=$(timeout 20 "$AFD" worker --role attention --model "$M" --listen 127.0.0.1:1 2>&1); rc=$?
+[ $rc = 1 ] && grep -q "needs --ffn" <<<"$out" && ok "attention worker without --ffn: $out" || bad "no --ffn: rc=$rc $out"
+echo '{"model": "model", "attention": [{"address": "nohost"}], "ffn": [{"address": "127.0.0.1:2"}]}' >"$TMP/bad.json"
+out=$(timeout 20 "$AFD" worker --topology-file "$TMP/bad.json" --role ffn --index 0 2>&1); rc=$?
+[ $rc = 1 ] && grep -q "attention\[0\].address" <<<"$out" && ok "bad topology file: $out" || bad "bad topology file: rc=$rc $out"
+
 # Waits (up to $3 s) for a line matching $2 in file $1.
 wait_for() { for _ in $(seq 1 $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 port_of() { sed -n 's/.*on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1" | head -1; }
