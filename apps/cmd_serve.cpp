@@ -123,6 +123,7 @@ void serve_spawned(const ServeFlags& f) {
                                      std::to_string(f.service.max_context), "--max-body",
                                      std::to_string(f.service.max_body), "--http-threads",
                                      std::to_string(f.service.http_threads)};
+    if (e.no_prefix_cache) args.push_back("--no-prefix-cache");
     if (!f.service.model_name.empty()) {
       args.push_back("--model-name");
       args.push_back(f.service.model_name);
