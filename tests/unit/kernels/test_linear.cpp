@@ -113,7 +113,7 @@ std::string describe(const Problem& p, const char* impl, bool acc, int threads) 
 const std::vector<Case> kCases = {
     {1, 1, 1},     {1, 5, 17},     {2, 13, 33},   {3, 37, 100},  {7, 64, 129},  {1, 70, 1000},
     {8, 19, 64},   {13, 41, 31},   {16, 36, 257}, {5, 3, 2048},  {64, 40, 96},  {65, 33, 47},
-    {100, 21, 65}, {200, 18, 130}, {1, 130, 513}, {1, 9, 2048}, {1, 17, 64}};
+    {100, 21, 65}, {200, 18, 130}, {1, 130, 513}, {1, 9, 2048}, {1, 17, 64}, {4, 21, 300}, {2, 7, 2048}};
 
 class LinearTest : public ::testing::TestWithParam<std::tuple<DType, ActPrecision>> {};
 
