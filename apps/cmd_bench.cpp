@@ -24,6 +24,7 @@ struct BenchFlags {
   std::string contexts = "512,4096";
   int steps = 5;
   bool json = false;
+  bool per_layer = false;
   bool skip_limits = false;
   std::string mode = "mono";
   std::string delay = "0";
@@ -86,6 +87,7 @@ double peak_rss_bytes() {
 
 struct Point {
   double step_s = 0, ffn_s = 0, attn_s = 0, comm_s = 0, bytes = 0, flops = 0, expert_flops = 0;
+  std::vector<LayerStageTimes> layers;  // of the best step
 };
 
 // Best decode step of `batch` sequences at context `ctx` over `steps` timed steps.
@@ -120,7 +122,7 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
       const size_t kv_tok = static_cast<size_t>(2 * mc.n_layers * mc.kv_dim()) *
                             (o.precision == Precision::reference ? 4 : dtype_size(o.kv_dtype));
       StepCost sc = step_cost(*w, batch, ctx + step, e.last_expert_reads(), kv_tok);
-      best = Point{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops};
+      best = Point{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, st.layers};
     }
   }
   return best;
@@ -223,6 +225,13 @@ void run_bench(const BenchFlags& f) {
                         {"eta_attention", p.step_s > 0 && wiring != "mono" ? 1.0 - p.attn_s / p.step_s : 0.0},
                         {"eta_ffn", p.step_s > 0 && wiring != "mono" ? 1.0 - p.ffn_s / p.step_s : 0.0},
                         {"ffn_flop_fraction", gemm > 0 && p.ffn_s > 0 ? p.expert_flops / p.ffn_s / gemm : 0.0}};
+    nlohmann::json layers = nlohmann::json::array();
+    for (const LayerStageTimes& l : p.layers)
+      layers.push_back({{"attention_ms", l.attention_s * 1e3},
+                        {"a2f_ms", l.a2f_s * 1e3},
+                        {"ffn_ms", l.ffn_s * 1e3},
+                        {"f2a_ms", l.f2a_s * 1e3}});
+    r["layers"] = layers;
     rows.push_back(r);
     if (!f.json) {
       std::printf("%-6s %3lld %7lld %6lld %7lld %9.1f %9.2f %8.3f %8.3f %8.1f %8.3f %9.3f %8.2f %9.3f %6.2f %6.2f\n",
@@ -230,6 +239,13 @@ void run_bench(const BenchFlags& f) {
                   r["vs_mono"].get<double>(), r["vs_no_delay"].get<double>(), p.bytes / 1e6,
                   r["bandwidth_fraction"].get<double>(), r["flop_fraction"].get<double>(), p.ffn_s * 1e3,
                   r["ffn_flop_fraction"].get<double>(), r["eta_attention"].get<double>(), r["eta_ffn"].get<double>());
+      if (f.per_layer) {
+        // Per-layer stage times of the best step (docs/BENCHMARKS.md explains each stage).
+        std::printf("  %5s %12s %9s %9s %9s\n", "layer", "attention_ms", "a2f_ms", "ffn_ms", "f2a_ms");
+        for (size_t l = 0; l < p.layers.size(); ++l)
+          std::printf("  %5zu %12.3f %9.3f %9.3f %9.3f\n", l, p.layers[l].attention_s * 1e3, p.layers[l].a2f_s * 1e3,
+                      p.layers[l].ffn_s * 1e3, p.layers[l].f2a_s * 1e3);
+      }
       std::fflush(stdout);
     }
   };
@@ -299,7 +315,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--batch", f->batches, "Comma-separated batch sizes");
   cmd->add_option("--context", f->contexts, "Comma-separated context lengths");
   cmd->add_option("--steps", f->steps, "Timed decode steps per point (best is reported)");
-  cmd->add_flag("--json", f->json, "Print JSON");
+  cmd->add_flag("--json", f->json, "Print JSON (rows always carry per-layer stage times)");
+  cmd->add_flag("--per-layer", f->per_layer,
+                "Print each row's per-layer stage times (attention, A->F post, FFN, F->A wait)");
   cmd->add_option("--mode", f->mode, "mono | afd (afd rows are compared with a mono baseline of the same run)");
   cmd->add_option("--delay-us", f->delay,
                   "One-way delay injected into every A<->F message (afd): microseconds, or 'auto' = half the "

@@ -14,7 +14,7 @@ namespace {
 enum : size_t {
   kOffMagic = 0, kOffVersion = 4, kOffKind = 6, kOffGran = 7, kOffLayer = 8, kOffMb = 12,
   kOffFlags = 14, kOffStep = 16, kOffTokens = 24, kOffHidden = 28, kOffTopK = 32,
-  kOffReserved = 36, kOffPayloadBytes = 40, kOffPayloadSum = 48, kOffHeaderSum = 56,
+  kOffFfnUs = 36, kOffPayloadBytes = 40, kOffPayloadSum = 48, kOffHeaderSum = 56,
 };
 
 template <class T>
@@ -107,6 +107,7 @@ void encode_header(FrameHeader h, const uint8_t* payload, uint8_t* out) {
   put<uint32_t>(out, kOffTokens, h.n_tokens);
   put<uint32_t>(out, kOffHidden, h.hidden);
   put<uint32_t>(out, kOffTopK, h.top_k);
+  put<uint32_t>(out, kOffFfnUs, h.ffn_us);
   put<uint64_t>(out, kOffPayloadBytes, h.payload_bytes);
   put<uint64_t>(out, kOffPayloadSum, h.payload_checksum);
   put<uint64_t>(out, kOffHeaderSum, hash64(out, kOffHeaderSum));
@@ -140,6 +141,7 @@ Result<FrameHeader> decode_header(const uint8_t* data, size_t len) {
   h.n_tokens = get<uint32_t>(data, kOffTokens);
   h.hidden = get<uint32_t>(data, kOffHidden);
   h.top_k = get<uint32_t>(data, kOffTopK);
+  h.ffn_us = get<uint32_t>(data, kOffFfnUs);
   h.payload_bytes = get<uint64_t>(data, kOffPayloadBytes);
   h.payload_checksum = get<uint64_t>(data, kOffPayloadSum);
   if (h.flags & ~kFlagPayloadChecksum) return corrupt_data(where(h) + " has unknown flags");

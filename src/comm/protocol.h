@@ -46,6 +46,9 @@ struct FrameHeader {
   uint32_t n_tokens = 0;
   uint32_t hidden = 0;
   uint32_t top_k = 0;
+  // f2a: the FFN worker's compute time for this (layer, micro-batch) batch in microseconds
+  // (saturating; informational, for per-layer stage times); 0 in every other kind.
+  uint32_t ffn_us = 0;
   uint64_t payload_bytes = 0;
   uint64_t payload_checksum = 0;
 };

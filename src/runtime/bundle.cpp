@@ -259,10 +259,22 @@ Status DataParallelEngine::forward(std::span<const BatchItem> items, std::vector
       StageTimes s = es[e]->last_stage_times();
       times_.attention_s += s.attention_s / n_eng;
       times_.a2f_s += s.a2f_s / n_eng;
+      times_.ffn_s += s.ffn_s / n_eng;
+      times_.f2a_s += s.f2a_s / n_eng;
+      if (times_.layers.size() < s.layers.size()) times_.layers.resize(s.layers.size());
+      for (size_t l = 0; l < s.layers.size(); ++l) {
+        LayerStageTimes& d = times_.layers[l];
+        d.attention_s += s.layers[l].attention_s / n_eng;
+        d.a2f_s += s.layers[l].a2f_s / n_eng;
+        d.ffn_s += s.layers[l].ffn_s / n_eng;
+        d.f2a_s += s.layers[l].f2a_s / n_eng;
+      }
     }
   }
   times_.total_s = (now_ns() - t0) * 1e-9;
-  // FFN busy time: mean over the local FFN workers of their ffn_part time in this pass.
+  // FFN busy time of in-process FFN workers: the mean over them of their ffn_part time in
+  // this pass (exact, rather than the per-reply figures the engines saw, which remote
+  // workers are limited to).
   const auto stats = bundle_->ffn_stats();
   if (!stats.empty()) {
     int64_t busy = -ffn_busy0;

@@ -27,12 +27,24 @@ struct KvUsage {
   int64_t block_size = 0;  // tokens per block
 };
 
-// Per-step stage times (seconds) of the last forward pass. With several attention or FFN
-// instances, attention_s / ffn_s are means over the instances, so 1 - attention_s / total_s
-// and 1 - ffn_s / total_s are the idle ratios eta_A and eta_F of seeds/003 eq. (23).
-// a2f_s: time the attention side spent posting/encoding transfers (FfnClient).
+// One decoder layer's stage times in a forward pass (seconds, summed over micro-batches):
+//   attention_s: attention half (norm, attention, residual, router) on the attention side;
+//   a2f_s: encoding and posting the A->F transfer (0 in the monolithic wiring, where the
+//          FFN runs inside dispatch and counts as ffn_s);
+//   ffn_s: FFN compute (remote: as the FFN workers report it, the slowest one per micro-batch);
+//   f2a_s: attention side blocked in combine (waiting for, decoding and adding the F->A
+//          replies): the part of FFN + transfer time the micro-batch pipeline did not hide.
+struct LayerStageTimes {
+  double attention_s = 0, a2f_s = 0, ffn_s = 0, f2a_s = 0;
+};
+
+// Per-step stage times (seconds) of the last forward pass: the sums of `layers`, plus the
+// embedding and LM head in attention_s. With several attention or FFN instances,
+// attention_s / ffn_s are means over the instances, so 1 - attention_s / total_s and
+// 1 - ffn_s / total_s are the idle ratios eta_A and eta_F of seeds/003 eq. (23).
 struct StageTimes {
   double attention_s = 0, a2f_s = 0, ffn_s = 0, f2a_s = 0, total_s = 0;
+  std::vector<LayerStageTimes> layers;  // [n_layers]; empty where not measured
 };
 
 class Engine {

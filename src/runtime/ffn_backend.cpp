@@ -46,7 +46,7 @@ Status LocalFfnBackend::dispatch(int64_t layer, int microbatch, TokenBatch& b) {
       for (int64_t i = 0; i < total; ++i) b.ffn_out[i] += round_bf16(partial_[i]);
     }
   }
-  ffn_s_ += (now_ns() - t0) * 1e-9;
+  times_at(layer).ffn_s += (now_ns() - t0) * 1e-9;
   return Status::ok();
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -16,16 +17,34 @@
 
 namespace afd {
 
+// One layer's FFN-side stage times (seconds, summed over micro-batches):
+//   a2f_s: the attention side encoding and posting the A->F transfer (dispatch);
+//   ffn_s: FFN compute (local: measured here; remote: reported by the FFN workers in the
+//          reply header's ffn_us, the slowest worker of each micro-batch);
+//   f2a_s: the attention side in combine: waiting for, decoding and adding the F->A
+//          replies (what the pipeline did not hide).
+struct FfnLayerTimes {
+  double a2f_s = 0, ffn_s = 0, f2a_s = 0;
+};
+
 class FfnBackend {
  public:
   virtual ~FfnBackend() = default;
   virtual Status dispatch(int64_t layer, int microbatch, TokenBatch& b) = 0;
   // Fills b.ffn_out [n, hidden]. Errors: a peer lost, timed out or sent garbage.
   virtual Status combine(int64_t layer, int microbatch, TokenBatch& b) = 0;
-  // Seconds spent in FFN compute / transfer since the last reset (where measurable).
-  virtual double ffn_seconds() const { return 0; }
-  virtual double comm_seconds() const { return 0; }
-  virtual void reset_times() {}
+  // Per-layer times since the last reset_times() (one entry per layer seen).
+  const std::vector<FfnLayerTimes>& layer_times() const { return times_; }
+  void reset_times() { times_.clear(); }
+
+ protected:
+  FfnLayerTimes& times_at(int64_t layer) {
+    if (static_cast<size_t>(layer) >= times_.size()) times_.resize(static_cast<size_t>(layer) + 1);
+    return times_[static_cast<size_t>(layer)];
+  }
+
+ private:
+  std::vector<FfnLayerTimes> times_;
 };
 
 // Runs ffn_part in the calling thread at dispatch() (monolithic wiring). With
@@ -46,8 +65,6 @@ class LocalFfnBackend : public FfnBackend {
   LocalFfnBackend(std::shared_ptr<const ModelWeights> w, LocalFfnOptions opt, ThreadPool* pool);
   Status dispatch(int64_t layer, int microbatch, TokenBatch& b) override;
   Status combine(int64_t layer, int microbatch, TokenBatch& b) override { return Status::ok(); }
-  double ffn_seconds() const override { return ffn_s_; }
-  void reset_times() override { ffn_s_ = 0; }
 
  private:
   std::shared_ptr<const ModelWeights> w_;
@@ -58,7 +75,6 @@ class LocalFfnBackend : public FfnBackend {
   std::vector<uint8_t> q8_;
   std::vector<float> scales_;
   std::vector<float> partial_;  // [n, hidden] one shard's output (combine_shards > 0)
-  double ffn_s_ = 0;
 };
 
 // Rounds h [n, hidden] in place through FP8 e4m3 with one scale per `group` channels —

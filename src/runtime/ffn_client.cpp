@@ -1,5 +1,6 @@
 #include "runtime/ffn_client.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/log.h"
@@ -362,7 +363,7 @@ Status FfnClient::dispatch(int64_t layer, int mb, TokenBatch& b) {
     s.send_id = *sd;
     s.send_live = true;
   }
-  comm_s_ += static_cast<double>(now_ns() - t0) * 1e-9;
+  times_at(layer).a2f_s += static_cast<double>(now_ns() - t0) * 1e-9;
   return Status::ok();
 }
 
@@ -379,6 +380,7 @@ Status FfnClient::combine(int64_t layer, int mb, TokenBatch& b) {
     spdlog::error("attention {}: {}: {}", opt_.index, where, s.to_string());
     return s.with_context(where);
   };
+  uint32_t slowest_ffn_us = 0;  // the FFN workers compute in parallel: the slowest one counts
   for (size_t j = 0; j < workers_.size(); ++j) {
     Slot& s = slots_[mb][j];
     if (!s.recv_live) return invalid_argument("ffn client: combine without dispatch");
@@ -411,6 +413,7 @@ Status FfnClient::combine(int64_t layer, int mb, TokenBatch& b) {
       }
       auto v = decode_f2a(s.recv.data(), c.bytes, static_cast<uint32_t>(H), static_cast<uint32_t>(s.rows.size()));
       if (!v.ok()) return fail(j, v.status());
+      slowest_ffn_us = std::max(slowest_ffn_us, hdr->ffn_us);
       for (size_t r = 0; r < s.rows.size(); ++r) {
         float* out = b.ffn_out.data() + static_cast<int64_t>(s.rows[r]) * H;
         const uint16_t* in = v->out + static_cast<int64_t>(r) * H;
@@ -423,7 +426,9 @@ Status FfnClient::combine(int64_t layer, int mb, TokenBatch& b) {
     s.send_live = false;
     if (!cs.status.is_ok()) return fail(j, cs.status);
   }
-  comm_s_ += static_cast<double>(now_ns() - t0) * 1e-9;
+  FfnLayerTimes& lt = times_at(layer);
+  lt.f2a_s += static_cast<double>(now_ns() - t0) * 1e-9;
+  lt.ffn_s += static_cast<double>(slowest_ffn_us) * 1e-6;
   return Status::ok();
 }
 

@@ -62,8 +62,6 @@ class FfnClient : public FfnBackend {
 
   Status dispatch(int64_t layer, int microbatch, TokenBatch& b) override;
   Status combine(int64_t layer, int microbatch, TokenBatch& b) override;
-  double comm_seconds() const override { return comm_s_; }
-  void reset_times() override { comm_s_ = 0; }
 
   // The expert range FFN worker j reported in its handshake.
   const comm::Handshake& ffn_handshake(int j) const { return workers_[j].hs; }
@@ -105,7 +103,6 @@ class FfnClient : public FfnBackend {
   int shared_owner_ = 0;
   bool has_shared_ = false;
   uint64_t step_ = 0;
-  double comm_s_ = 0;
 };
 
 }  // namespace afd

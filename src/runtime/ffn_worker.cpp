@@ -1,5 +1,7 @@
 #include "runtime/ffn_worker.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 
@@ -408,6 +410,7 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     h.n_tokens = static_cast<uint32_t>(m.n);
     h.hidden = static_cast<uint32_t>(H);
     h.payload_bytes = f2a_payload_bytes(m.n, H);
+    h.ffn_us = static_cast<uint32_t>(std::min<int64_t>((t1 - t0) / 1000, UINT32_MAX));
     encode_header(h, payload, s.send.data());
     auto r = t_->post_send(m.p->id, frame_tag(TagFamily::f2a, static_cast<uint32_t>(mb)), s.send.data(),
                            kFrameHeaderBytes + h.payload_bytes);

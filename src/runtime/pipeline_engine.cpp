@@ -111,6 +111,7 @@ Status PipelineEngine::run_layers(std::vector<TokenBatch*>& mbs) {
   const int64_t n_layers = w_->config.n_layers;
   const int m = static_cast<int>(mbs.size());
   double attn_s = 0;
+  times_.layers.assign(static_cast<size_t>(n_layers), LayerStageTimes{});
   for (TokenBatch* b : mbs) {
     const int64_t t0 = now_ns();
     attn_.embed(*b);
@@ -129,6 +130,7 @@ Status PipelineEngine::run_layers(std::vector<TokenBatch*>& mbs) {
       attn_.forward(l, b);
       const int64_t t1 = now_ns();
       attn_s += (t1 - t0) * 1e-9;
+      times_.layers[static_cast<size_t>(l)].attention_s += (t1 - t0) * 1e-9;
       if (trace_) trace_->span("attention", trace_pid_, 1 + mb, t0, t1, l, mb, b.n);
       expert_reads_ += count_distinct_experts(b, w_->config, l, w_->layers[l].is_moe);
       const int64_t td = now_ns();
@@ -229,8 +231,17 @@ Status PipelineEngine::forward(std::span<const BatchItem> items, std::vector<flo
   times_.attention_s += (now_ns() - t0) * 1e-9;
   // The step succeeded: record the tokens so full blocks get their prefix-cache keys.
   for (int64_t i = 0; i < n_items; ++i) kv_->commit_tokens(items[i].seq_id, items[i].tokens);
-  times_.ffn_s = ffn_->ffn_seconds();
-  times_.a2f_s = ffn_->comm_seconds();
+  times_.ffn_s = times_.a2f_s = times_.f2a_s = 0;
+  const std::vector<FfnLayerTimes>& ft = ffn_->layer_times();
+  for (size_t l = 0; l < ft.size() && l < times_.layers.size(); ++l) {
+    LayerStageTimes& lt = times_.layers[l];
+    lt.a2f_s = ft[l].a2f_s;
+    lt.ffn_s = ft[l].ffn_s;
+    lt.f2a_s = ft[l].f2a_s;
+    times_.a2f_s += lt.a2f_s;
+    times_.ffn_s += lt.ffn_s;
+    times_.f2a_s += lt.f2a_s;
+  }
   times_.total_s = (now_ns() - t_start) * 1e-9;
   return Status::ok();
 }

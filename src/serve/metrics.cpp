@@ -136,7 +136,7 @@ std::string Metrics::render() const {
   per_worker({"afd_preemptions_total", "counter", "sequences preempted (KV recomputed later) for lack of KV blocks"},
              [](WorkerStats& w) { return static_cast<double>(w.preemptions.load()); });
 
-  std::string stage, idle, stage_idle;
+  std::string stage, layer_stage, idle, stage_idle;
   for (size_t i = 0; i < workers_.size(); ++i) {
     WorkerStats& w = *workers_[i];
     std::lock_guard<std::mutex> l(w.mu);
@@ -145,6 +145,14 @@ std::string Metrics::render() const {
     const std::pair<const char*, double> st[] = {
         {"attention", s.attention_s}, {"a2f", s.a2f_s}, {"ffn", s.ffn_s}, {"f2a", s.f2a_s}, {"total", s.total_s}};
     for (auto& [name, v] : st) stage += "afd_stage_seconds_total{" + wl + ",stage=\"" + name + "\"} " + num(v) + "\n";
+    for (size_t l = 0; l < s.layers.size(); ++l) {
+      const LayerStageTimes& ls = s.layers[l];
+      const std::pair<const char*, double> lst[] = {
+          {"attention", ls.attention_s}, {"a2f", ls.a2f_s}, {"ffn", ls.ffn_s}, {"f2a", ls.f2a_s}};
+      for (auto& [name, v] : lst)
+        layer_stage += "afd_layer_stage_seconds_total{" + wl + ",layer=\"" + std::to_string(l) + "\",stage=\"" + name +
+                       "\"} " + num(v) + "\n";
+    }
     double wall = w.busy_s + w.idle_s;
     idle += "afd_worker_idle_ratio{" + wl + "} " + num(wall > 0 ? w.idle_s / wall : 0.0) + "\n";
     if (s.total_s > 0) {
@@ -155,6 +163,9 @@ std::string Metrics::render() const {
   }
   header(&o, "afd_stage_seconds_total", "counter", "accumulated per-stage pipeline time reported by the engine");
   o += stage;
+  header(&o, "afd_layer_stage_seconds_total", "counter",
+         "accumulated per-layer stage time: attention, a2f (A->F post), ffn (FFN compute), f2a (waiting for F->A)");
+  o += layer_stage;
   header(&o, "afd_worker_idle_ratio", "gauge", "fraction of wall time the worker's step loop waited for work");
   o += idle;
   header(&o, "afd_stage_idle_ratio", "gauge",

@@ -102,6 +102,23 @@ TEST(Protocol, LimitsAreEnforced) {
   EXPECT_FALSE(decode_a2f(buf.data() + 1, len, A2fLimits{128, 2, 8, 8}).ok());
 }
 
+TEST(Protocol, F2aCarriesTheFfnTime) {
+  AlignedBuf buf(1 << 12);
+  FrameHeader h;
+  h.kind = FrameKind::f2a;
+  h.layer = 3;
+  h.n_tokens = 2;
+  h.hidden = 8;
+  h.ffn_us = 123456;
+  h.payload_bytes = f2a_payload_bytes(2, 8);
+  std::memset(buf.data() + kFrameHeaderBytes, 0, h.payload_bytes);
+  encode_header(h, buf.data() + kFrameHeaderBytes, buf.data());
+  auto d = decode_header(buf.data(), kFrameHeaderBytes + h.payload_bytes);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->ffn_us, 123456u);
+  EXPECT_EQ(d->layer, 3u);
+}
+
 TEST(Protocol, BadScaleAndWeightAreRejected) {
   std::mt19937 rng(3);
   AlignedBuf buf(1 << 16);

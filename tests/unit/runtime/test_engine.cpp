@@ -278,5 +278,53 @@ TEST(EnginePrefixCache, FailedStepRegistersNothingAndOneTokenIsComputed) {
   EXPECT_EQ(e->reuse_prefix(*s4, p), 32);
 }
 
+// Per-layer stage times: one entry per layer, attention measured on every layer, the FFN
+// stage where it runs (inside dispatch in mono; reported by the FFN workers through the
+// reply header in a bundle), and the per-step totals equal to the sums over layers.
+void check_layer_stage_times(const std::string& topology, int microbatches) {
+  EngineOptions o;
+  o.model_dir = kModel;
+  o.precision = Precision::reference;
+  o.kv_capacity_tokens = 512;
+  o.max_seqs = 4;
+  o.topology = topology;
+  o.microbatches = microbatches;
+  auto e = make_engine(o);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  std::vector<int32_t> a = {1, 2, 3, 4, 5}, b = {7, 8, 9};
+  auto s0 = (*e)->create_sequence(), s1 = (*e)->create_sequence();
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  std::vector<BatchItem> items = {{*s0, a, false}, {*s1, b, false}};
+  std::vector<float> logits;
+  ASSERT_TRUE((*e)->forward(items, &logits).is_ok());
+  const StageTimes t = (*e)->last_stage_times();
+  const int64_t n_layers = (*e)->config().n_layers;
+  ASSERT_EQ(static_cast<int64_t>(t.layers.size()), n_layers) << topology;
+  double attn = 0, a2f = 0, ffn = 0, f2a = 0;
+  for (const LayerStageTimes& l : t.layers) {
+    EXPECT_GT(l.attention_s, 0) << topology;
+    EXPECT_GT(l.ffn_s, 0) << topology;
+    if (topology == "mono") {
+      EXPECT_EQ(l.a2f_s, 0);  // the FFN runs inside dispatch: all of it is ffn_s
+      EXPECT_EQ(l.f2a_s, 0);
+    } else {
+      EXPECT_GT(l.a2f_s, 0) << topology;
+      EXPECT_GT(l.f2a_s, 0) << topology;
+    }
+    attn += l.attention_s;
+    a2f += l.a2f_s;
+    ffn += l.ffn_s;
+    f2a += l.f2a_s;
+  }
+  EXPECT_GE(t.attention_s, attn * 0.999);  // plus embedding and LM head
+  EXPECT_NEAR(t.a2f_s, a2f, 1e-9);
+  EXPECT_NEAR(t.f2a_s, f2a, 1e-9);
+  if (topology == "mono") EXPECT_NEAR(t.ffn_s, ffn, 1e-9);
+  EXPECT_LE(attn + a2f + f2a, t.total_s * 1.001 + 1e-4) << topology;
+}
+
+TEST(EngineStageTimes, PerLayerMono) { check_layer_stage_times("mono", 1); }
+TEST(EngineStageTimes, PerLayerThroughA1A2FBundleWithMicrobatches) { check_layer_stage_times("1A2F", 2); }
+
 }  // namespace
 }  // namespace afd

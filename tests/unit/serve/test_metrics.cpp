@@ -16,7 +16,7 @@ TEST(Metrics, PrometheusTextHasEveryFamily) {
   m.worker(1).kv_blocks_used = 4;
   {
     std::lock_guard<std::mutex> l(m.worker(0).mu);
-    m.worker(0).stage_sum = {0.3, 0.1, 0.5, 0.1, 1.0};
+    m.worker(0).stage_sum = {0.3, 0.1, 0.5, 0.1, 1.0, {{0.1, 0.02, 0.25, 0.05}, {0.2, 0.08, 0.25, 0.05}}};
     m.worker(0).busy_s = 1;
     m.worker(0).idle_s = 3;
   }
@@ -26,7 +26,9 @@ TEST(Metrics, PrometheusTextHasEveryFamily) {
         "afd_time_to_first_token_seconds_count 1", "afd_time_per_output_token_seconds_sum 0.004",
         "afd_queue_depth{worker=\"1\"} 0", "afd_kv_usage_ratio{worker=\"1\"} 0.4",
         "afd_stage_seconds_total{worker=\"0\",stage=\"ffn\"} 0.5", "afd_worker_idle_ratio{worker=\"0\"} 0.75",
-        "afd_stage_idle_ratio{worker=\"0\",side=\"attention\"} 0.7", "afd_generation_tokens_total 0"})
+        "afd_stage_idle_ratio{worker=\"0\",side=\"attention\"} 0.7", "afd_generation_tokens_total 0",
+        "afd_layer_stage_seconds_total{worker=\"0\",layer=\"1\",stage=\"a2f\"} 0.08",
+        "afd_layer_stage_seconds_total{worker=\"0\",layer=\"0\",stage=\"ffn\"} 0.25"})
     EXPECT_NE(t.find(s), std::string::npos) << s;
 }
 
