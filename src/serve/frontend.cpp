@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "model/config.h"
 #include "runtime/topology_file.h"
+#include "serve/client_connection.h"
 #include "serve/model_serving.h"
 #include "serve/response.h"
 
@@ -324,9 +325,20 @@ void Frontend::install_routes() {
         pump->cv.notify_all();
       }).detach();
 
-      // Wait for the status line (or for the exchange to end without one).
+      // Wait for the status line (or for the exchange to end without one). A non-streaming
+      // answer arrives only when the whole generation is done, so meanwhile the client's
+      // connection is checked every 50 ms: a client that hung up cancels the exchange, which
+      // closes the upstream connection and makes the worker drop the sequence.
       std::unique_lock<std::mutex> l(pump->mu);
-      pump->cv.wait(l, [&] { return pump->head_known || pump->finished; });
+      const int conn = connection_socket(req);
+      while (!pump->cv.wait_for(l, std::chrono::milliseconds(50), [&] { return pump->head_known || pump->finished; })) {
+        if (conn >= 0 && peer_closed(conn)) {
+          l.unlock();
+          pump->stop();
+          count_response(499);  // nginx's "client closed request"; nobody reads it
+          return send_error(res, 499, "client closed the connection", retry_s);
+        }
+      }
       if (!pump->head_known && (stopping_ || pump->outcome.cancelled)) {
         count_response(503);
         return send_error(res, 503, "the server is shutting down", retry_s);
@@ -342,7 +354,14 @@ void Frontend::install_routes() {
       const UpstreamHead head = pump->head;
       const bool sse = head.status == 200 && head.content_type.find("text/event-stream") != std::string::npos;
       if (!sse) {
-        pump->cv.wait(l, [&] { return pump->finished; });
+        while (!pump->cv.wait_for(l, std::chrono::milliseconds(50), [&] { return pump->finished; })) {
+          if (conn >= 0 && peer_closed(conn)) {
+            l.unlock();
+            pump->stop();
+            count_response(499);
+            return send_error(res, 499, "client closed the connection", retry_s);
+          }
+        }
         std::string body;
         for (auto& c : pump->chunks) body += c;
         if (!pump->outcome.completed && stopping_) {

@@ -33,7 +33,7 @@ port_of() { sed -n 's/.*on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1" | head 
 # streaming texts joined by '|'. Usage: client PORT MODE [ARGS]
 client() {
   /usr/bin/python3 - "$@" <<'PY'
-import json, sys, urllib.request, threading
+import json, sys, time, urllib.request, threading
 port, mode = sys.argv[1], sys.argv[2]
 base = f"http://127.0.0.1:{port}"
 PROMPTS = [[3, 14, 15, 92, 65], [35], [89, 79, 32, 38, 46, 26, 43]]
@@ -77,6 +77,15 @@ elif mode == "disconnect":  # reads 3 events of a long stream, then hangs up
         if n == 3: break
     r.close()
     print(n)
+elif mode == "disconnect_json":  # a long non-streaming request whose client hangs up after 1 s
+    import socket
+    body = json.dumps({"prompt": [5, 6, 7], "max_tokens": 3000, "temperature": 0, "ignore_eos": True}).encode()
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+              + str(len(body)).encode() + b"\r\n\r\n" + body)
+    time.sleep(1.0)
+    s.close()
+    print("closed")
 elif mode == "metric":  # value of the series named in argv[3]
     body = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
     print(sum(float(l.split()[-1]) for l in body.splitlines() if l.startswith(sys.argv[3])))
@@ -134,6 +143,20 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 [ $cancelled = 1 ] && ok "client disconnect mid-stream cancels the worker's sequence" || bad "disconnect not propagated ($c0, $c1)"
+
+# A non-streaming client hanging up before its answer: the front end notices, closes the
+# upstream exchange, and the worker cancels the sequence.
+before=$(( ${c0%.*} + ${c1%.*} ))
+timeout 30 bash -c "$(declare -f client); client $PF disconnect_json" >/dev/null
+cancelled=0
+for _ in $(seq 1 100); do
+  c0=$(timeout 5 bash -c "$(declare -f client); client $PA0 metric afd_requests_cancelled_total")
+  c1=$(timeout 5 bash -c "$(declare -f client); client $PA1 metric afd_requests_cancelled_total")
+  if [ $(( ${c0%.*} + ${c1%.*} )) -gt $before ]; then cancelled=1; break; fi
+  sleep 0.1
+done
+c499=$(timeout 5 bash -c "$(declare -f client); client $PF metric 'afd_frontend_responses_total{code=\"499\"'")
+[ $cancelled = 1 ] && ok "non-streaming client disconnect cancels the worker's sequence (front end 499s: $c499)" || bad "non-streaming disconnect not propagated ($c0, $c1)"
 
 # An attention worker dies: requests go to the other one, nothing hangs.
 kill -9 $A0; wait $A0 2>/dev/null
