@@ -260,6 +260,7 @@ void run_bench(const BenchFlags& f) {
       // Monolithic baseline of this point (mono mode: one row per micro-batch count).
       EngineOptions m = o;
       m.topology = "mono";
+      m.ffn_addresses.clear();  // the baseline runs here, whatever FFN workers the afd rows use
       double mono_tps = 0;
       for (int64_t mb : *mbs) {
         if (f.mode == "afd" && mb != (*mbs)[0]) break;
