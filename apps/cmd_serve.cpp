@@ -27,6 +27,7 @@ struct ServeFlags {
   std::string attention_workers;  // front end over these attention workers
   std::string topology_file;
   bool spawn_workers = false;
+  bool in_process = false;
 };
 
 serve::FrontendOptions frontend_options(const ServeFlags& f) {
@@ -144,6 +145,12 @@ void run_serve(const ServeFlags& f) {
     fail("serve", not_found("model directory '" + f.engine.model_dir +
                             "' does not exist (create one: afd make-model --preset tiny --out " + f.engine.model_dir + ")"));
   if (f.spawn_workers) return serve_spawned(f);
+  // An xAyF topology with no FFN workers named: one process per worker behind the front end
+  // (the deployment the topology describes), unless --in-process asks for threads.
+  if (!f.in_process && f.engine.ffn.empty() && !f.engine.spawn_ffn && f.service.workers == 1) {
+    auto topo = parse_topology(f.engine.topology);
+    if (topo.ok() && topo->wiring == Wiring::afd) return serve_spawned(f);
+  }
   if (!f.attention_workers.empty()) {
     serve::FrontendOptions fo = frontend_options(f);
     fo.workers = split_list(f.attention_workers);
@@ -177,8 +184,12 @@ void register_serve(CLI::App& app) {
                   "Front end of the deployment in this JSON file (docs/DEPLOYMENT.md); other flags are ignored")
       ->envname("AFD_TOPOLOGY_FILE");
   cmd->add_flag("--spawn-workers", f->spawn_workers,
-                "Start every worker of --topology xAyF (or --topology-file) as a local process behind a front end")
+                "Start every worker of --topology xAyF (or --topology-file) as a local process behind a front end "
+                "(the default for --topology xAyF without --ffn / --spawn-ffn)")
       ->envname("AFD_SPAWN_WORKERS");
+  cmd->add_flag("--in-process", f->in_process,
+                "--topology xAyF: run the attention engines and FFN workers as threads of this one process")
+      ->envname("AFD_IN_PROCESS");
   cmd->callback([f] { run_serve(*f); });
 }
 

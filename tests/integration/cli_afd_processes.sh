@@ -179,8 +179,9 @@ except urllib.error.HTTPError as e:
 kill $FE $F0
 timeout 15 bash -c "while kill -0 $FE 2>/dev/null || kill -0 $F0 2>/dev/null; do sleep 0.1; done" && ok "front end and FFN worker stop on SIGTERM" || bad "processes did not stop"
 
-# One command on one machine: every worker a child process behind the front end.
-"$AFD" serve --model "$M" --topology 2A1F --spawn-workers --precision reference --threads 1 --port 0 >"$TMP/sp.out" 2>"$TMP/sp.err" &
+# One command on one machine: every worker a child process behind the front end (the default
+# for an xAyF topology; --spawn-workers says the same explicitly).
+"$AFD" serve --model "$M" --topology 2A1F --precision reference --threads 1 --port 0 >"$TMP/sp.out" 2>"$TMP/sp.err" &
 SP=$!; PIDS+=($SP)
 if wait_for "$TMP/sp.out" "bundle complete: 2 attention workers + 1 FFN worker up" 40; then ok "--spawn-workers prints the bundle-complete line"
 else bad "--spawn-workers bundle never completed"; tail -5 "$TMP/sp.err"; fi
@@ -190,5 +191,14 @@ kill $SP
 timeout 15 bash -c "while kill -0 $SP 2>/dev/null; do sleep 0.1; done" || bad "--spawn-workers front end did not stop"
 sleep 0.3
 if pgrep -f -- "--model $M" >/dev/null; then bad "spawned workers left running"; pgrep -af -- "--model $M"; else ok "spawned workers stopped"; fi
+
+# --in-process: the same topology as threads of one process, same answers, no children.
+"$AFD" serve --model "$M" --topology 2A1F --in-process --precision reference --threads 1 --port 0 >"$TMP/ip.out" 2>"$TMP/ip.err" &
+IP=$!; PIDS+=($IP)
+wait_for "$TMP/ip.out" "on http://" 40 || { bad "--in-process server never started"; tail -5 "$TMP/ip.err"; }
+got=$(timeout 60 bash -c "$(declare -f client); client $(port_of "$TMP/ip.out") compare")
+[ "$got" = "$want" ] && ok "--in-process 2A1F completions equal in-process mono serve" || { bad "--in-process output"; echo " got: $got"; }
+if pgrep -f -- "worker --role" >/dev/null && pgrep -af -- "worker --role" | grep -q -- "$M"; then bad "--in-process started worker processes"; else ok "--in-process starts no worker process"; fi
+kill $IP; wait $IP 2>/dev/null
 echo "$fails failed"
 [ $fails -eq 0 ]
