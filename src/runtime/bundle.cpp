@@ -185,8 +185,34 @@ bool DataParallelEngine::can_append(int64_t seq_id, int64_t n_tokens) const {
 }
 
 int64_t DataParallelEngine::reuse_prefix(int64_t seq_id, std::span<const int32_t> prompt) {
-  const Placement* p = find(seq_id);
-  return p ? engines()[p->engine]->reuse_prefix(p->inner, prompt) : 0;
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) return 0;
+  Placement& p = it->second;
+  const auto& es = engines();
+  if (es[p.engine]->sequence_length(p.inner) == 0) {
+    int best = p.engine;
+    int64_t best_len = es[p.engine]->cached_prefix(prompt);
+    for (int i = 0; i < static_cast<int>(es.size()); ++i) {
+      const int64_t n = i == p.engine ? 0 : es[i]->cached_prefix(prompt);
+      if (n > best_len) best = i, best_len = n;
+    }
+    if (best != p.engine) {
+      auto moved = es[best]->create_sequence();
+      if (moved.ok()) {  // else: no slot there; stay where the load placed it
+        es[p.engine]->release_sequence(p.inner);
+        --live_[p.engine];
+        ++live_[best];
+        p = Placement{best, *moved};
+      }
+    }
+  }
+  return es[p.engine]->reuse_prefix(p.inner, prompt);
+}
+
+int64_t DataParallelEngine::cached_prefix(std::span<const int32_t> prompt) const {
+  int64_t best = 0;
+  for (const auto& e : engines()) best = std::max(best, e->cached_prefix(prompt));
+  return best;
 }
 
 Status DataParallelEngine::fill_synthetic_context(int64_t seq_id, int64_t n_tokens) {

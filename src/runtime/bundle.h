@@ -64,8 +64,12 @@ class DataParallelEngine : public Engine {
   void release_sequence(int64_t seq_id) override;
   int64_t sequence_length(int64_t seq_id) const override;
   bool can_append(int64_t seq_id, int64_t n_tokens) const override;
-  // Forwarded to the attention engine that holds the sequence (its own prefix cache).
+  // Prefix-aware placement: an empty sequence moves to the attention engine whose prefix
+  // cache holds the longest part of `prompt` (if that engine can take one more sequence),
+  // then the call is forwarded to the engine that holds it. create_sequence() alone can
+  // only balance by load, since it does not see the prompt.
   int64_t reuse_prefix(int64_t seq_id, std::span<const int32_t> prompt) override;
+  int64_t cached_prefix(std::span<const int32_t> prompt) const override;
   Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override;
   KvUsage kv_usage() const override;
   StageTimes last_stage_times() const override { return times_; }

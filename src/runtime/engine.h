@@ -72,6 +72,9 @@ class Engine {
   // or not empty. Blocks get their keys once full after a successful forward; a failed
   // forward leaves no trace. Engines without a prefix cache return 0.
   virtual int64_t reuse_prefix(int64_t seq_id, std::span<const int32_t> prompt) { return 0; }
+  // Tokens reuse_prefix would map for this prompt now, without mapping anything (placement
+  // decisions); 0 for engines without a prefix cache.
+  virtual int64_t cached_prefix(std::span<const int32_t> prompt) const { return 0; }
 
   // Runs one forward pass over the batch. logits receives, per item in order, one row
   // [vocab] (or one per token when all_logits). Errors (unknown sequence, token outside

@@ -48,6 +48,11 @@ int64_t PipelineEngine::reuse_prefix(int64_t seq_id, std::span<const int32_t> pr
   return kv_->reuse_prefix(seq_id, prompt, static_cast<int64_t>(prompt.size()) - 1);
 }
 
+int64_t PipelineEngine::cached_prefix(std::span<const int32_t> prompt) const {
+  if (prompt.size() < 2) return 0;
+  return kv_->match_prefix(prompt.first(prompt.size() - 1));
+}
+
 KvUsage PipelineEngine::kv_usage() const {
   return KvUsage{kv_->config().n_blocks, kv_->n_used_blocks(), kv_->config().block_size};
 }

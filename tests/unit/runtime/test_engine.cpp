@@ -223,6 +223,26 @@ TEST(EnginePrefixCache, SharedPrefixGivesTheSameTokensAndLogits) { check_shared_
 // DataParallelEngine forwards reuse_prefix to the attention engine holding the sequence.
 TEST(EnginePrefixCache, SharedPrefixThroughAnAfdBundle) { check_shared_prefix_matches_uncached("1A1F"); }
 
+// With two attention engines, create_sequence() places b on the lighter engine (a holds
+// blocks on the other); reuse_prefix moves the still-empty b to the engine whose cache holds
+// the shared prefix, so it is reused, and the result is still exact.
+TEST(EnginePrefixCache, DataParallelPlacementFollowsTheCachedPrefix) {
+  const auto prefix = shared_prefix();
+  const auto a = with_prefix(prefix, {5, 6, 7, 8, 9, 10});
+  const auto b = with_prefix(prefix, {200, 201, 202});
+  auto off = make_cached(false, "2A1F");
+  GreedyRun b0 = greedy(*off, b, 8);
+  auto on = make_cached(true, "2A1F");
+  int64_t a_seq = -1;
+  greedy(*on, a, 4, &a_seq);  // live on one engine, its prefix blocks registered there
+  GreedyRun b1 = greedy(*on, b, 8);
+  EXPECT_EQ(b1.reused, 32);
+  EXPECT_EQ(on->cached_prefix(b), 32);
+  EXPECT_EQ(b1.tokens, b0.tokens);
+  EXPECT_LE(max_diff(b1, b0), 1e-4f);
+  on->release_sequence(a_seq);
+}
+
 // A sequence preempted after generating and re-admitted with prompt + generated tokens
 // continues exactly as if it had never been interrupted.
 TEST(EnginePrefixCache, ReadmissionAfterPreemptionContinuesIdentically) {
