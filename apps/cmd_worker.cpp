@@ -2,7 +2,8 @@
 // (docs/DEPLOYMENT.md). Workers start in any order and wait for their peers.
 //   --role ffn        FFN worker over UCX: accepts the attention workers (`--attention x`) on
 //                     --listen and serves expert shard --shard i/y until SIGINT/SIGTERM,
-//                     surviving peers that die or misbehave.
+//                     surviving peers that die or misbehave. --ffn-tp t: TP rank i % t of EP
+//                     group i / t (runtime/topology.h).
 //   --role attention  attention worker: the whole serving stack of `afd serve` (scheduler,
 //                     engine with KV cache, sampling) with remote FFN workers (--ffn, in shard
 //                     order; --attention-index i of --attention x), answering the HTTP API on
@@ -51,6 +52,9 @@ void run_ffn(const WorkerFlags& f) {
   Precision prec;
   if (!precision_from_name(f.engine.precision, &prec)) fail("worker", invalid_argument("--precision: reference | fast"));
   if (f.n_attention < 1 || f.n_attention > 64) fail("worker", invalid_argument("--attention must be in [1, 64]"));
+  if (f.engine.ffn_tp < 1 || n_shards % f.engine.ffn_tp != 0)
+    fail("worker", invalid_argument("--ffn-tp " + std::to_string(f.engine.ffn_tp) + " does not divide the " +
+                                    std::to_string(n_shards) + " FFN workers of --shard " + f.shard));
   auto w = load_model(f.engine.model_dir);
   if (!w.ok()) fail("worker", w.status());
 
@@ -66,12 +70,14 @@ void run_ffn(const WorkerFlags& f) {
   fo.n_attention = f.n_attention;
   fo.prec = prec == Precision::reference ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
   fo.peer_timeout_ms = f.peer_timeout_ms;
+  fo.tp = f.engine.ffn_tp;
   ThreadPool pool(f.engine.threads);
   auto worker = FfnWorker::create(*w, t->get(), fo, &pool);
   if (!worker.ok()) fail("worker", worker.status());
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  spdlog::info("ffn worker {}/{} listening on {} for {} attention worker(s)", shard, n_shards, listen, f.n_attention);
+  spdlog::info("ffn worker {}/{} (FFN TP degree {}) listening on {} for {} attention worker(s)", shard, n_shards,
+               f.engine.ffn_tp, listen, f.n_attention);
   s = (*worker)->run(&g_stop);
   (*t)->close();
   if (!s.is_ok()) fail("worker", s);
@@ -127,6 +133,7 @@ void apply_topology_file(WorkerFlags* f) {
   e.topology = t->topology();
   e.ffn_timeout_ms = t->ffn_timeout_ms;
   e.ffn_connect_timeout_ms = t->ffn_connect_timeout_ms;
+  e.ffn_tp = t->ffn_tp;
   f->listen = w.listen;
   f->n_attention = static_cast<int>(t->attention.size());
   f->peer_timeout_ms = t->peer_timeout_ms;
@@ -161,7 +168,8 @@ void register_worker(CLI::App& app) {
                   "host:port to bind: FFN workers accept attention workers there (default 127.0.0.1:7100); "
                   "attention workers answer HTTP there")
       ->envname("AFD_LISTEN");
-  cmd->add_option("--shard", f->shard, "FFN: this worker's expert shard i/y (experts [i*E/y, (i+1)*E/y))")
+  cmd->add_option("--shard", f->shard,
+                  "FFN: this worker's shard i/y (experts [i*E/y, (i+1)*E/y); with --ffn-tp t: TP rank i%t of EP group i/t)")
       ->envname("AFD_SHARD");
   cmd->add_option("--attention", f->n_attention, "Attention workers in the deployment (x of xAyF)")
       ->envname("AFD_N_ATTENTION");

@@ -27,6 +27,10 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
   cmd->add_option("--afd-rounding", afd_rounding,
                   "Mono: round FP8 dispatch + BF16 combine exactly as an xAyF bundle with this y does")
       ->envname("AFD_AFD_ROUNDING");
+  cmd->add_option("--ffn-tp", ffn_tp,
+                  "FFN tensor-parallel degree t dividing y: y/t EP groups of t ranks, each rank holding I/t of "
+                  "every expert (1: pure EP, y: pure TP); mono: with --afd-rounding")
+      ->envname("AFD_FFN_TP");
   cmd->add_option("--fp8-group", fp8_group, "FP8 scale group: 0 per token, 128 per block")->envname("AFD_FP8_GROUP");
   cmd->add_option("--ffn", ffn, "Remote FFN workers host:port,... (afd worker --role ffn), in shard order")
       ->envname("AFD_FFN");
@@ -67,6 +71,7 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.fp8_dispatch = fp8_dispatch;
   o.fp8_group = fp8_group;
   o.afd_rounding_shards = afd_rounding;
+  o.ffn_tp = ffn_tp;
   if (!ffn.empty()) {
     size_t i = 0;
     while (i <= ffn.size()) {

@@ -23,6 +23,7 @@ struct EngineFlags {
   std::string microbatches = "1";  // one value; bench accepts a list
   bool fp8_dispatch = false;
   int afd_rounding = 0;
+  int ffn_tp = 1;           // FFN tensor-parallel degree (EngineOptions::ffn_tp)
   int64_t fp8_group = 0;
   std::string ffn;          // remote FFN workers "host:port,host:port" (shard order)
   int attention_index = 0;

@@ -7,7 +7,7 @@ namespace afd::cli {
 
 Result<std::vector<std::string>> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn,
                                                    const std::string& model_dir, const std::string& precision,
-                                                   int threads) {
+                                                   int threads, int ffn_tp) {
   std::vector<std::string> out;
   for (int j = 0; j < n_ffn; ++j) {
     AFD_ASSIGN_OR_RETURN(int port, free_local_port());
@@ -15,6 +15,10 @@ Result<std::vector<std::string>> spawn_ffn_workers(ChildProcesses* children, int
     std::vector<std::string> args = {"worker", "--role", "ffn", "--model", model_dir, "--listen", addr,
                                      "--shard", std::to_string(j) + "/" + std::to_string(n_ffn),
                                      "--attention", std::to_string(n_attention), "--precision", precision};
+    if (ffn_tp > 1) {
+      args.push_back("--ffn-tp");
+      args.push_back(std::to_string(ffn_tp));
+    }
     if (threads > 0) {
       args.push_back("--threads");
       args.push_back(std::to_string(threads));
@@ -33,7 +37,8 @@ Status LocalFfnProcesses::start(const EngineFlags& flags, EngineOptions* o) {
   AFD_ASSIGN_OR_RETURN(Topology t, parse_topology(o->topology));
   if (t.wiring != Wiring::afd) return invalid_argument("--spawn-ffn needs an xAyF topology, got '" + o->topology + "'");
   AFD_ASSIGN_OR_RETURN(o->ffn_addresses,
-                       spawn_ffn_workers(&children_, t.n_attention, t.n_ffn, o->model_dir, flags.precision, flags.threads));
+                       spawn_ffn_workers(&children_, t.n_attention, t.n_ffn, o->model_dir, flags.precision, flags.threads,
+                                         o->ffn_tp));
   o->attention_index = 0;
   o->local_attention = t.n_attention;
   return Status::ok();

@@ -13,10 +13,11 @@
 namespace afd::cli {
 
 // Spawns the y FFN workers of topology t (xAyF) as children on free 127.0.0.1 ports; returns
-// their addresses in shard order. threads > 0 is passed to each worker.
+// their addresses in shard order. threads > 0 is passed to each worker; ffn_tp > 1 (dividing
+// n_ffn) makes them TP ranks of y/ffn_tp EP groups (--ffn-tp).
 Result<std::vector<std::string>> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn,
                                                    const std::string& model_dir, const std::string& precision,
-                                                   int threads);
+                                                   int threads, int ffn_tp = 1);
 
 class LocalFfnProcesses {
  public:

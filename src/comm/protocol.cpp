@@ -272,6 +272,8 @@ size_t encode_handshake(FrameKind kind, const Handshake& s, uint8_t* out) {
   put<uint32_t>(p, 36, s.hidden);
   put<uint32_t>(p, 40, s.top_k);
   put<uint32_t>(p, 44, s.max_tokens);
+  put<uint16_t>(p, 48, s.tp_rank);
+  put<uint16_t>(p, 50, s.tp_degree);
   FrameHeader h;
   h.kind = kind;
   h.payload_bytes = kHandshakeBytes;
@@ -310,6 +312,16 @@ Result<Handshake> decode_handshake(const uint8_t* data, size_t len, FrameKind ex
   s.hidden = get<uint32_t>(p, 36);
   s.top_k = get<uint32_t>(p, 40);
   s.max_tokens = get<uint32_t>(p, 44);
+  s.tp_rank = get<uint16_t>(p, 48);
+  s.tp_degree = get<uint16_t>(p, 50);
+  if (s.role == Role::ffn && (s.tp_degree < 1 || s.tp_degree > 64 || s.tp_rank >= s.tp_degree)) {
+    return corrupt_data("handshake has TP rank " + std::to_string(s.tp_rank) + " of degree " +
+                        std::to_string(s.tp_degree) + " (need rank < degree <= 64)");
+  }
+  if (s.role == Role::attention && (s.tp_degree > 64 || s.tp_rank != 0)) {
+    return corrupt_data("attention handshake expects TP degree " + std::to_string(s.tp_degree) + " (0..64), rank " +
+                        std::to_string(s.tp_rank) + " (must be 0)");
+  }
   if (s.holds_shared > 1) return corrupt_data("handshake has holds_shared " + std::to_string(s.holds_shared));
   uint16_t n_role = s.role == Role::attention ? s.n_attention : s.n_ffn;
   if (n_role == 0 || s.index >= n_role) {
@@ -358,6 +370,7 @@ std::string describe(const Handshake& h) {
   if (h.role == Role::ffn) {
     s += ", experts [" + std::to_string(h.expert_begin) + ", " + std::to_string(h.expert_end) + ")";
     if (h.holds_shared) s += " + shared/dense";
+    if (h.tp_degree > 1) s += ", TP rank " + std::to_string(h.tp_rank) + "/" + std::to_string(h.tp_degree);
   }
   char fp[32];
   std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(h.fingerprint));
@@ -375,6 +388,13 @@ Status check_handshake_match(const Handshake& mine, const Handshake& theirs) {
   if (mine.hidden != theirs.hidden || mine.top_k != theirs.top_k || mine.n_experts != theirs.n_experts ||
       mine.n_layers != theirs.n_layers) {
     return fail("model shapes differ");
+  }
+  // The attention side's expected TP degree (0: any) against the FFN side's.
+  const Handshake& a = mine.role == Role::attention ? mine : theirs;
+  const Handshake& f = mine.role == Role::attention ? theirs : mine;
+  if (a.tp_degree != 0 && a.tp_degree != f.tp_degree) {
+    return fail("the attention side expects FFN TP degree " + std::to_string(a.tp_degree) + ", the FFN worker has " +
+                std::to_string(f.tp_degree));
   }
   return Status::ok();
 }

@@ -16,7 +16,7 @@
 namespace afd::comm {
 
 constexpr uint32_t kFrameMagic = 0x46444641u;  // "AFDF" in memory order
-constexpr uint16_t kProtocolVersion = 1;
+constexpr uint16_t kProtocolVersion = 2;  // 2: handshake carries the FFN TP rank/degree (56 bytes)
 constexpr size_t kFrameHeaderBytes = 64;
 constexpr size_t kMaxReasonBytes = 4096;
 constexpr int64_t kScaleBlock = 128;  // channels per scale with ScaleGranularity::per_block
@@ -79,6 +79,11 @@ struct Handshake {
   uint32_t expert_begin = 0;     // FFN: experts [begin, end) held; attention: 0, 0
   uint32_t expert_end = 0;
   uint8_t holds_shared = 0;      // FFN: computes the shared expert and dense layers
+  // FFN: which intermediate slice of its experts (and shared/dense part) it holds: rows
+  // [tp_rank*I/tp_degree, (tp_rank+1)*I/tp_degree); 0 of 1 = whole experts. Attention:
+  // the TP degree it expects of every FFN worker, 0 = whatever they announce.
+  uint16_t tp_rank = 0;
+  uint16_t tp_degree = 1;
   uint32_t n_layers = 0;
   uint32_t n_experts = 0;
   uint32_t hidden = 0;
@@ -87,7 +92,7 @@ struct Handshake {
   uint16_t n_microbatches = 0;   // attention: micro-batches it uses (1..4)
   ScaleGranularity granularity = ScaleGranularity::per_token;
 };
-constexpr size_t kHandshakeBytes = 48;
+constexpr size_t kHandshakeBytes = 56;
 std::string describe(const Handshake& h);
 
 // Fast 64-bit hash over bytes (header and optional payload checksums, fingerprints).

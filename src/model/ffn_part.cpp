@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/check.h"
+
 namespace afd {
 
 namespace {
@@ -40,6 +42,7 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
 
   if (!L.is_moe) {
     if (!opt.include_shared) return;
+    AFD_CHECK(!L.dense.empty(), "ffn_part: dense layer not held by these weights");
     const int64_t inter = L.dense.gate.rows;
     scratch->buf.resize(static_cast<size_t>(2 * n * inter));
     swiglu(L.dense, h, n, out, scratch->buf.data(), opt.prec, pool);
@@ -71,6 +74,7 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
     const int64_t m = start[e + 1] - start[e];
     if (m == 0) continue;
     if (!opt.experts_mask.empty() && !opt.experts_mask[e]) continue;
+    AFD_CHECK(!L.moe.experts[e].empty(), "ffn_part: expert not held by these weights was not masked out");
     const int32_t* sel = order + start[e];
     for (int64_t r = 0; r < m; ++r)
       std::memcpy(xs + r * hid, h + (sel[r] / K) * hid, static_cast<size_t>(hid) * sizeof(float));
@@ -87,6 +91,90 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
     }
     for (int64_t i = 0; i < n; ++i) kernels::axpy(gate[i], ys + i * hid, hid, out + i * hid);
   }
+}
+
+}  // namespace afd
+
+namespace afd {
+
+namespace {
+
+// Rank r of t of one SwiGLU FFN (see slice_ffn_tp). inter % t == 0 was checked.
+FfnWeights slice_one(const FfnWeights& f, int r, int t, ModelWeights* out) {
+  const int64_t inter = f.gate.rows, part = inter / t, r0 = r * part;
+  FfnWeights s;
+  s.gate = f.gate;
+  s.gate.data = f.gate.row_ptr(r0);
+  s.gate.rows = part;
+  s.up = f.up;
+  s.up.data = f.up.row_ptr(r0);
+  s.up.rows = part;
+  // down [hidden, inter] -> [hidden, part]: columns [r0, r0 + part) of every row, copied.
+  const size_t es = dtype_size(f.down.dtype);
+  const size_t row_bytes = static_cast<size_t>(part) * es;
+  auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(f.down.rows) * row_bytes);
+  for (int64_t i = 0; i < f.down.rows; ++i)
+    std::memcpy(buf.get() + static_cast<size_t>(i) * row_bytes, f.down.row_ptr(i) + static_cast<size_t>(r0) * es,
+                row_bytes);
+  s.down = f.down;
+  s.down.data = buf.get();
+  s.down.cols = part;
+  out->owned_bytes.push_back(std::move(buf));
+  return s;
+}
+
+}  // namespace
+
+Status check_ffn_tp_degree(const ModelWeights& w, int degree) {
+  if (degree < 1 || degree > 64) return invalid_argument("FFN TP degree must be in [1, 64], got " + std::to_string(degree));
+  auto check = [&](const FfnWeights& f, const char* field) -> Status {
+    if (f.empty() || f.gate.rows % degree == 0) return Status::ok();
+    return invalid_argument("FFN TP degree " + std::to_string(degree) + " does not divide " + field + " = " +
+                            std::to_string(f.gate.rows) + " (each TP rank holds I/t intermediate rows)");
+  };
+  for (const LayerWeights& L : w.layers) {
+    if (L.is_moe) {
+      if (!L.moe.experts.empty()) AFD_RETURN_IF_ERROR(check(L.moe.experts[0], "moe_intermediate_size"));
+      AFD_RETURN_IF_ERROR(check(L.moe.shared, "shared_expert_intermediate_size"));
+    } else {
+      AFD_RETURN_IF_ERROR(check(L.dense, "intermediate_size"));
+    }
+  }
+  return Status::ok();
+}
+
+Result<std::shared_ptr<const ModelWeights>> slice_ffn_tp(std::shared_ptr<const ModelWeights> w, const FfnTpSlice& s) {
+  if (!w) return invalid_argument("slice_ffn_tp: no model");
+  AFD_RETURN_IF_ERROR(check_ffn_tp_degree(*w, s.degree));
+  if (s.rank < 0 || s.rank >= s.degree)
+    return invalid_argument("FFN TP rank " + std::to_string(s.rank) + " outside [0, " + std::to_string(s.degree) + ")");
+  const int64_t E = w->config.n_experts;
+  const int64_t eb = s.expert_end < 0 ? 0 : s.expert_begin, ee = s.expert_end < 0 ? E : s.expert_end;
+  if (eb < 0 || eb > ee || ee > E)
+    return invalid_argument("slice_ffn_tp: expert range [" + std::to_string(eb) + ", " + std::to_string(ee) +
+                            ") outside the model's " + std::to_string(E) + " experts");
+  if (s.degree == 1) return w;
+  auto out = std::make_shared<ModelWeights>();
+  out->config = w->config;
+  out->embed = w->embed;
+  out->lm_head = w->lm_head;
+  out->final_norm = w->final_norm;
+  out->checkpoint = w->checkpoint;
+  out->base = w;
+  out->layers = w->layers;  // views; the FFN ones are replaced below
+  for (LayerWeights& L : out->layers) {
+    if (L.is_moe) {
+      for (int64_t e = 0; e < static_cast<int64_t>(L.moe.experts.size()); ++e) {
+        FfnWeights& f = L.moe.experts[static_cast<size_t>(e)];
+        f = e >= eb && e < ee ? slice_one(f, s.rank, s.degree, out.get()) : FfnWeights{};
+      }
+      if (!L.moe.shared.empty()) L.moe.shared = s.include_shared ? slice_one(L.moe.shared, s.rank, s.degree, out.get()) : FfnWeights{};
+      if (!s.include_shared) L.moe.shared_gate = Matrix{};
+    } else {
+      L.dense = s.include_shared ? slice_one(L.dense, s.rank, s.degree, out.get()) : FfnWeights{};
+    }
+  }
+  return std::shared_ptr<const ModelWeights>(std::move(out));
 }
 
 }  // namespace afd

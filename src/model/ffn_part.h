@@ -8,9 +8,16 @@
 //   (+ shared expert, gated by sigmoid(shared_gate . h), when the model has one)
 // restricted to the experts in `experts_mask` when given (expert parallelism: each FFN
 // worker returns a partial sum over the experts it holds; the attention side adds them).
+//
+// Tensor parallelism: with weights from slice_ffn_tp (rank r of t), every SwiGLU FFN holds
+// only rows [r*I/t, (r+1)*I/t) of gate/up and the same columns of down, so ffn_part returns
+// the rank's partial down-projection. SwiGLU is elementwise in I, so the sum over the t
+// ranks is the full output (exact in real arithmetic); the shared expert's sigmoid gate is
+// a per-token scalar applied to each partial (linear, so also exact).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -31,6 +38,31 @@ struct FfnScratch {
   std::vector<float> buf;
   std::vector<int32_t> idx;
 };
+
+// What one tensor-parallel FFN worker holds (runtime/topology.h): TP rank `rank` of
+// `degree` of the routed experts [expert_begin, expert_end) and, when include_shared, of the
+// shared expert and the dense layers.
+struct FfnTpSlice {
+  int rank = 0;
+  int degree = 1;
+  int64_t expert_begin = 0;
+  int64_t expert_end = -1;  // < 0: every expert
+  bool include_shared = true;
+};
+
+// invalid_argument naming the config field (moe_intermediate_size,
+// shared_expert_intermediate_size, intermediate_size) when a layer's FFN intermediate size is
+// not divisible by `degree`, or when degree is outside [1, 64].
+Status check_ffn_tp_degree(const ModelWeights& w, int degree);
+
+// A copy of w's views in which every held FFN is TP-sliced: gate/up are views of their rows
+// [r*I/t, (r+1)*I/t) (contiguous in the row-major [I, hidden] matrix: an offset pointer), down
+// [hidden, I/t] is a copy of the matching columns into memory the result owns (columns of a
+// row-major [hidden, I] matrix are not contiguous) — made once, here. Routed experts outside
+// the held range, and the shared expert / dense layers when !include_shared, are left empty
+// (ffn_part must not be asked for them: mask them out). Attention, router, embedding and norm
+// views are shared unchanged. The result keeps `w` alive. degree 1 returns `w` itself.
+Result<std::shared_ptr<const ModelWeights>> slice_ffn_tp(std::shared_ptr<const ModelWeights> w, const FfnTpSlice& s);
 
 // out [n, hidden] is overwritten.
 void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, const int32_t* ids,

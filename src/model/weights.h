@@ -82,6 +82,10 @@ struct ModelWeights {
   // Keeps mmaps and converted buffers alive.
   std::shared_ptr<Checkpoint> checkpoint;
   std::vector<std::unique_ptr<float[]>> owned_f32;
+  // A derived view (e.g. a tensor-parallel slice, model/ffn_part.h slice_ffn_tp) keeps the
+  // model it points into alive, and owns the bytes it had to copy (down-projection slices).
+  std::shared_ptr<const ModelWeights> base;
+  std::vector<std::unique_ptr<uint8_t[]>> owned_bytes;
 };
 
 // Loads DIR (config.json + safetensors, single or sharded). Every expected tensor must be

@@ -62,6 +62,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
       fo.n_attention = x;
       fo.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
       fo.peer_timeout_ms = opt.ffn_timeout_ms;
+      fo.tp = opt.ffn_tp;
       if (opt.trace) {
         const int pid = TraceRecorder::kFfnPid + j;
         opt.trace->name_process(pid, "ffn " + std::to_string(j));
@@ -113,6 +114,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
     co.per_block_scales = opt.fp8_group == 128;
     co.timeout_ms = opt.ffn_timeout_ms;
     co.connect_timeout_ms = opt.ffn_connect_timeout_ms;
+    co.expect_tp = opt.ffn_tp > 1 || !remote ? opt.ffn_tp : 0;  // remote, default 1: accept what the workers announce
     t = with_delay(std::move(t), opt.inject_delay_us);
     AFD_ASSIGN_OR_RETURN(auto client, FfnClient::create(w, t.get(), co));
     b->transports_.push_back(std::move(t));
@@ -121,8 +123,9 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
     AFD_ASSIGN_OR_RETURN(auto e, make_pipeline_engine(eo, w, std::move(client), attn_pools[i]));
     b->attention_.push_back(std::move(e));
   }
-  spdlog::info("bundle {} complete: {} attention engine(s) here, {} FFN worker(s) {}", topo.to_string(), local_attn, y,
-               remote ? "remote" : "in-process");
+  spdlog::info("bundle {} complete: {} attention engine(s) here, {} FFN worker(s) {}{}", topo.to_string(), local_attn, y,
+               remote ? "remote" : "in-process",
+               opt.ffn_tp > 1 ? " (FFN TP degree " + std::to_string(opt.ffn_tp) + ")" : std::string());
   return b;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/ffn_part.h"
 #include "model/weights.h"
 #include "runtime/bundle.h"
 #include "runtime/pipeline_engine.h"
@@ -48,6 +49,16 @@ Status EngineOptions::validate() const {
   if (t.wiring != Wiring::mono && afd_rounding_shards > 0)
     return invalid_argument("--afd-rounding emulates an AFD bundle in the monolithic engine; use it with mono");
   if (local_attention < 1) return invalid_argument("local attention workers must be >= 1");
+  if (ffn_tp < 1 || ffn_tp > 64) return invalid_argument("--ffn-tp must be in [1, 64], got " + std::to_string(ffn_tp));
+  if (ffn_tp > 1) {
+    if (t.wiring == Wiring::ep) return invalid_argument("--ffn-tp applies to xAyF topologies, not " + t.to_string());
+    if (t.wiring == Wiring::mono && afd_rounding_shards == 0)
+      return invalid_argument("--ffn-tp with mono needs --afd-rounding y (the bundle whose rounding to reproduce)");
+    const int y = t.wiring == Wiring::mono ? afd_rounding_shards : t.n_ffn;
+    if (y % ffn_tp != 0)
+      return invalid_argument("--ffn-tp " + std::to_string(ffn_tp) + " does not divide the " + std::to_string(y) +
+                              " FFN workers" + (t.wiring == Wiring::mono ? " of --afd-rounding" : " of " + t.to_string()));
+  }
   return Status::ok();
 }
 
@@ -61,6 +72,8 @@ Result<std::unique_ptr<Engine>> make_engine(const EngineOptions& opt, std::share
     return invalid_argument("fp8 group " + std::to_string(opt.fp8_group) + " does not divide hidden_size " +
                             std::to_string(c.hidden_size));
   AFD_ASSIGN_OR_RETURN(Topology topo, parse_topology(opt.topology));
+  topo.ffn_tp = opt.ffn_tp;
+  AFD_RETURN_IF_ERROR(check_ffn_tp_degree(*weights, opt.ffn_tp));
   if (topo.wiring != Wiring::mono) {
     AFD_ASSIGN_OR_RETURN(auto bundle, Bundle::create(opt, topo, weights));
     return std::unique_ptr<Engine>(std::make_unique<DataParallelEngine>(std::move(bundle)));
@@ -71,6 +84,14 @@ Result<std::unique_ptr<Engine>> make_engine(const EngineOptions& opt, std::share
   fo.fp8_dispatch = opt.fp8_dispatch || opt.afd_rounding_shards > 0;
   fo.fp8_group = opt.fp8_group;
   fo.combine_shards = opt.afd_rounding_shards;
+  fo.combine_tp = opt.ffn_tp;
+  for (int r = 0; opt.ffn_tp > 1 && r < opt.ffn_tp; ++r) {
+    FfnTpSlice sl;
+    sl.rank = r;
+    sl.degree = opt.ffn_tp;
+    AFD_ASSIGN_OR_RETURN(auto ws, slice_ffn_tp(weights, sl));
+    fo.tp_slices.push_back(std::move(ws));
+  }
   return make_pipeline_engine(opt, weights, std::make_unique<LocalFfnBackend>(weights, fo, pool.get()), pool);
 }
 

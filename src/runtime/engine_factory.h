@@ -62,6 +62,11 @@ struct EngineOptions {
   // Monolithic only: also round the FFN output as an xAyF bundle with y = this does (BF16
   // partials per expert shard), so mono and AFD outputs are bit-comparable. Implies fp8_dispatch.
   int afd_rounding_shards = 0;
+  // FFN tensor-parallel degree t (runtime/topology.h; --ffn-tp): divides the topology's y;
+  // t FFN workers per EP group each hold I/t of every expert's intermediate rows. 1 = pure EP,
+  // y = pure TP. In mono it applies to afd_rounding_shards (reproduce a TP bundle's rounding).
+  // With remote FFN workers, t > 1 is checked against what they announce (1: accept any).
+  int ffn_tp = 1;
   Status validate() const;
 };
 

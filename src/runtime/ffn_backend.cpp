@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "core/timer.h"
 #include "runtime/topology.h"
 
@@ -32,17 +33,20 @@ Status LocalFfnBackend::dispatch(int64_t layer, int microbatch, TokenBatch& b) {
   if (opt_.combine_shards <= 0) {
     ffn_part(*w_, layer, h, b.n, b.topk_ids.data(), b.topk_w.data(), b.ffn_out.data(), opt_.part, &scratch_, pool_);
   } else {
-    Topology topo = *parse_topology("1A" + std::to_string(opt_.combine_shards) + "F");
+    const int tp = opt_.combine_tp > 1 ? opt_.combine_tp : 1;
+    AFD_CHECK(opt_.combine_shards % tp == 0 && (tp == 1 || static_cast<int>(opt_.tp_slices.size()) == tp),
+              "LocalFfnBackend: combine_tp must divide combine_shards and come with its weight slices");
     const int64_t E = w_->config.n_experts, total = b.n * hid;
     partial_.resize(static_cast<size_t>(total));
     std::fill(b.ffn_out.begin(), b.ffn_out.begin() + total, 0.0f);
     for (int s = 0; s < opt_.combine_shards; ++s) {
-      const ExpertRange r = topo.ffn_shard(s, E);
+      const ExpertRange r = ffn_shard_range(s, opt_.combine_shards, tp, E);
+      const ModelWeights& ws = tp > 1 ? *opt_.tp_slices[static_cast<size_t>(r.tp_rank)] : *w_;
       FfnPartOptions po = opt_.part;
       po.experts_mask.assign(static_cast<size_t>(std::max<int64_t>(E, 1)), 0);
       for (int64_t e = r.begin; e < r.end; ++e) po.experts_mask[e] = 1;
       po.include_shared = r.holds_shared;
-      ffn_part(*w_, layer, h, b.n, b.topk_ids.data(), b.topk_w.data(), partial_.data(), po, &scratch_, pool_);
+      ffn_part(ws, layer, h, b.n, b.topk_ids.data(), b.topk_w.data(), partial_.data(), po, &scratch_, pool_);
       for (int64_t i = 0; i < total; ++i) b.ffn_out[i] += round_bf16(partial_[i]);
     }
   }

@@ -58,6 +58,13 @@ struct LocalFfnOptions {
   // FFN shard's partial sum (runtime/topology.h ranges, shared expert in shard 0) is rounded
   // to BF16 and the partials are added in f32 in shard order, exactly as FfnClient does.
   int combine_shards = 0;
+  // With combine_shards = y > 0 and TP degree t > 1 (dividing y): reproduce an xAyF bundle
+  // with --ffn-tp t instead — shard s is TP rank s % t of EP group s / t (runtime/topology.h);
+  // its partial (computed from tp_slices[s % t]) is rounded to BF16 and added in f32 in
+  // shard order, exactly as FfnClient adds the workers' replies.
+  int combine_tp = 1;
+  // [t] slice_ffn_tp(w, rank r of t, every expert, shared included); required when combine_tp > 1.
+  std::vector<std::shared_ptr<const ModelWeights>> tp_slices;
 };
 
 class LocalFfnBackend : public FfnBackend {

@@ -100,6 +100,8 @@ Handshake FfnClient::my_handshake() const {
   h.max_tokens = static_cast<uint32_t>(opt_.max_tokens);
   h.n_microbatches = static_cast<uint16_t>(opt_.microbatches);
   h.granularity = opt_.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token;
+  h.tp_rank = 0;
+  h.tp_degree = static_cast<uint16_t>(opt_.expect_tp);
   return h;
 }
 
@@ -118,6 +120,7 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
                             std::to_string(opt.n_attention) + ")");
   }
   if (opt.max_tokens < 1 || opt.max_tokens > (1 << 20)) return invalid_argument("ffn client: max_tokens must be 1..2^20");
+  if (opt.expect_tp < 0 || opt.expect_tp > 64) return invalid_argument("ffn client: expected FFN TP degree must be 0..64");
   ScaleGranularity g = opt.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token;
   AFD_ASSIGN_OR_RETURN(A2fLayout lay, a2f_layout(opt.max_tokens, c.hidden_size, c.n_experts_per_tok, g));
 
@@ -200,31 +203,62 @@ Status FfnClient::handshake(int j) {
   return Status::ok();
 }
 
+namespace {
+
+// One (worker, TP rank, TP degree) claim on a part (an expert, or the shared/dense part).
+struct Claim {
+  int worker, rank, degree;
+};
+
+// The claims on one part must be one TP degree t and ranks 0..t-1 each exactly once.
+Status check_claims(const std::vector<Claim>& cs, const std::string& part) {
+  if (cs.empty()) return invalid_argument("no FFN worker holds " + part);
+  const int t = cs[0].degree;
+  std::vector<int> by_rank(static_cast<size_t>(t), -1);
+  for (const Claim& c : cs) {
+    if (c.degree != t) {
+      return invalid_argument(part + " is held with TP degree " + std::to_string(t) + " by FFN worker " +
+                              std::to_string(cs[0].worker) + " but with TP degree " + std::to_string(c.degree) +
+                              " by FFN worker " + std::to_string(c.worker) + " (overlapping intermediate slices)");
+    }
+    int& holder = by_rank[static_cast<size_t>(c.rank)];
+    if (holder >= 0) {
+      return invalid_argument(part + (t > 1 ? ", intermediate slice " + std::to_string(c.rank) + "/" + std::to_string(t) + "," : "") +
+                              " is held by FFN workers " + std::to_string(holder) + " and " + std::to_string(c.worker));
+    }
+    holder = c.worker;
+  }
+  for (int r = 0; r < t; ++r) {
+    if (by_rank[static_cast<size_t>(r)] < 0) {
+      return invalid_argument("no FFN worker holds intermediate slice " + std::to_string(r) + "/" + std::to_string(t) +
+                              " of " + part);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status FfnClient::check_shards() {
   const int64_t E = w_->config.n_experts;
-  std::vector<int> owner(static_cast<size_t>(E), -1);
-  int shared = -1;
+  std::vector<std::vector<Claim>> experts(static_cast<size_t>(E));
+  std::vector<Claim> shared;
   for (size_t j = 0; j < workers_.size(); ++j) {
-    const Handshake& h = workers_[j].hs;
-    for (uint32_t e = h.expert_begin; e < h.expert_end; ++e) {
-      if (owner[e] >= 0) {
-        return invalid_argument("expert " + std::to_string(e) + " is held by FFN workers " + std::to_string(owner[e]) +
-                                " and " + std::to_string(j));
-      }
-      owner[e] = static_cast<int>(j);
-    }
-    if (h.holds_shared) {
-      if (shared >= 0) return invalid_argument("FFN workers " + std::to_string(shared) + " and " + std::to_string(j) +
-                                               " both claim the shared expert / dense layers");
-      shared = static_cast<int>(j);
-    }
+    const Handshake& h = workers_[j].hs;  // decode_handshake checked range and rank < degree
+    const Claim c{static_cast<int>(j), h.tp_rank, h.tp_degree};
+    for (uint32_t e = h.expert_begin; e < h.expert_end; ++e) experts[e].push_back(c);
+    if (h.holds_shared) shared.push_back(c);
   }
+  std::vector<uint64_t> masks(static_cast<size_t>(E), 0);
   for (int64_t e = 0; e < E; ++e) {
-    if (owner[e] < 0) return invalid_argument("no FFN worker holds expert " + std::to_string(e));
+    AFD_RETURN_IF_ERROR(check_claims(experts[static_cast<size_t>(e)], "expert " + std::to_string(e)));
+    for (const Claim& c : experts[static_cast<size_t>(e)]) masks[static_cast<size_t>(e)] |= uint64_t{1} << c.worker;
   }
-  if (shared < 0) return invalid_argument("no FFN worker holds the shared expert / dense layers");
-  expert_owner_ = std::move(owner);
-  shared_owner_ = shared;
+  AFD_RETURN_IF_ERROR(check_claims(shared, "the shared expert / dense layers"));
+  uint64_t smask = 0;
+  for (const Claim& c : shared) smask |= uint64_t{1} << c.worker;
+  expert_workers_ = std::move(masks);
+  shared_workers_ = smask;
   has_shared_ = w_->config.shared_expert_intermediate_size > 0;
   return Status::ok();
 }
@@ -304,12 +338,12 @@ Status FfnClient::dispatch(int64_t layer, int mb, TokenBatch& b) {
   }
   for (int64_t i = 0; i < b.n; ++i) {
     uint64_t mask = 0;
-    if (!moe || has_shared_) mask |= uint64_t{1} << shared_owner_;
+    if (!moe || has_shared_) mask |= shared_workers_;
     if (moe) {
       for (int64_t k = 0; k < K; ++k) {
         int32_t e = b.topk_ids[static_cast<size_t>(i * K + k)];
         if (e < 0 || e >= c.n_experts) return invalid_argument("ffn client: expert id " + std::to_string(e) + " out of range");
-        mask |= uint64_t{1} << expert_owner_[static_cast<size_t>(e)];
+        mask |= expert_workers_[static_cast<size_t>(e)];
       }
     }
     for (size_t j = 0; j < n_ffn; ++j) {

@@ -4,7 +4,11 @@
 //
 //   dispatch(layer, mb, b): quantises b.h to FP8 e4m3 (per-token or per-128 scales) and
 //     sends every FFN worker one a2f frame holding the tokens routed to its experts (the
-//     shared/dense holder gets every token; a worker with no tokens gets an empty frame).
+//     shared/dense holders get every token; a worker with no tokens gets an empty frame).
+//     With tensor parallelism (FFN workers announcing TP degree t) every TP rank holding
+//     a slice of an expert gets the token: all t ranks of each EP group holding one of its
+//     experts, and all ranks of the shared/dense group when the layer has a shared expert
+//     or is dense.
 //     Returns once the sends are posted: the transfers progress on the transport's thread.
 //   combine(layer, mb, b): waits (deadline: timeout_ms) for every worker's f2a reply and
 //     writes b.ffn_out = sum of the BF16 partials (in f32).
@@ -50,6 +54,9 @@ struct FfnClientOptions {
   bool payload_checksum = false;   // hash every payload (header is always checked)
   int timeout_ms = 10000;          // per combine wait
   int connect_timeout_ms = 60000;  // create(): waiting for the FFN workers
+  // TP degree every FFN worker must announce (--ffn-tp); 0: accept what they announce (the
+  // shard check below still requires every expert slice to be covered exactly once).
+  int expect_tp = 0;
 };
 
 class FfnClient : public FfnBackend {
@@ -65,6 +72,9 @@ class FfnClient : public FfnBackend {
 
   // The expert range FFN worker j reported in its handshake.
   const comm::Handshake& ffn_handshake(int j) const { return workers_[j].hs; }
+  // Bit j set: FFN worker j holds a slice of expert e / of the shared-dense part.
+  uint64_t expert_workers(int64_t e) const { return expert_workers_[static_cast<size_t>(e)]; }
+  uint64_t shared_workers() const { return shared_workers_; }
   // Tokens sent to worker j in the last dispatch of micro-batch mb (tests, stats).
   int64_t last_sent_tokens(int mb, int j) const { return static_cast<int64_t>(slots_[mb][j].rows.size()); }
 
@@ -89,6 +99,8 @@ class FfnClient : public FfnBackend {
   Status connect_all();
   Status handshake(int j);
   Status refresh_connections();
+  // Every routed expert and the shared/dense part must be covered by the workers' (range,
+  // TP slice) claims exactly once: one TP degree t per expert, ranks 0..t-1 each held once.
   Status check_shards();
   void abandon(int mb);  // cancels a micro-batch's outstanding operations and waits for them
   comm::Handshake my_handshake() const;
@@ -99,8 +111,8 @@ class FfnClient : public FfnBackend {
   uint64_t fingerprint_ = 0;
   std::vector<Worker> workers_;
   std::vector<std::vector<Slot>> slots_;  // [microbatches][n_ffn]
-  std::vector<int> expert_owner_;          // [n_experts] -> FFN worker
-  int shared_owner_ = 0;
+  std::vector<uint64_t> expert_workers_;   // [n_experts] -> bit mask of the FFN workers holding a slice
+  uint64_t shared_workers_ = 0;            // FFN workers holding a slice of the shared expert / dense layers
   bool has_shared_ = false;
   uint64_t step_ = 0;
 };

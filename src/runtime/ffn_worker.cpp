@@ -10,6 +10,7 @@
 #include "kernels/cpu/ops.h"
 #include "model/weights.h"
 #include "runtime/ffn_client.h"
+#include "runtime/topology.h"
 
 namespace afd {
 
@@ -35,19 +36,37 @@ Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const Model
                             " is not valid");
   }
   if (opt.n_attention < 1 || opt.n_attention > 1024) return invalid_argument("ffn worker: n_attention must be 1..1024");
+  if (opt.tp < 1 || opt.tp > 64 || opt.n_ffn % opt.tp != 0) {
+    return invalid_argument("ffn worker: FFN TP degree " + std::to_string(opt.tp) + " does not divide the " +
+                            std::to_string(opt.n_ffn) + " FFN workers");
+  }
+  const ExpertRange range = ffn_shard_range(opt.index, opt.n_ffn, opt.tp, c.n_experts);
   if (opt.expert_end < 0) {
-    opt.expert_begin = opt.index * c.n_experts / opt.n_ffn;
-    opt.expert_end = (opt.index + 1) * c.n_experts / opt.n_ffn;
+    opt.expert_begin = range.begin;
+    opt.expert_end = range.end;
   }
   if (opt.expert_begin < 0 || opt.expert_begin > opt.expert_end || opt.expert_end > c.n_experts) {
     return invalid_argument("ffn worker: expert range [" + std::to_string(opt.expert_begin) + ", " +
                             std::to_string(opt.expert_end) + ") outside the model's " + std::to_string(c.n_experts) +
                             " experts");
   }
-  if (opt.holds_shared < 0) opt.holds_shared = opt.index == 0 ? 1 : 0;
+  if (opt.holds_shared < 0) opt.holds_shared = range.holds_shared ? 1 : 0;
+  // The fingerprint is the whole model's (the attention side has the unsliced weights).
+  const uint64_t fingerprint = model_fingerprint(*w);
+  if (opt.tp > 1) {
+    FfnTpSlice sl;
+    sl.rank = range.tp_rank;
+    sl.degree = opt.tp;
+    sl.expert_begin = opt.expert_begin;
+    sl.expert_end = opt.expert_end;
+    sl.include_shared = opt.holds_shared != 0;
+    auto sliced = slice_ffn_tp(w, sl);
+    if (!sliced.ok()) return sliced.status().with_context("ffn worker " + std::to_string(opt.index));
+    w = *sliced;
+  }
   std::unique_ptr<FfnWorker> wk(new FfnWorker(w, transport, opt, pool));
   Handshake& h = wk->mine_;
-  h.fingerprint = model_fingerprint(*w);
+  h.fingerprint = fingerprint;
   h.role = Role::ffn;
   h.index = static_cast<uint16_t>(opt.index);
   h.n_attention = static_cast<uint16_t>(opt.n_attention);
@@ -55,6 +74,8 @@ Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const Model
   h.expert_begin = static_cast<uint32_t>(opt.expert_begin);
   h.expert_end = static_cast<uint32_t>(opt.expert_end);
   h.holds_shared = static_cast<uint8_t>(opt.holds_shared ? 1 : 0);
+  h.tp_rank = static_cast<uint16_t>(range.tp_rank);
+  h.tp_degree = static_cast<uint16_t>(opt.tp);
   h.n_layers = static_cast<uint32_t>(c.n_layers);
   h.n_experts = static_cast<uint32_t>(c.n_experts);
   h.hidden = static_cast<uint32_t>(c.hidden_size);

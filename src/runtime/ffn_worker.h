@@ -44,7 +44,12 @@ struct FfnWorkerOptions {
   // Routed experts held: [expert_begin, expert_end); expert_end < 0 means the contiguous
   // shard index*E/n_ffn .. (index+1)*E/n_ffn (runtime/topology.h).
   int64_t expert_begin = 0, expert_end = -1;
-  int holds_shared = -1;          // shared expert + dense layers; -1: index == 0
+  int holds_shared = -1;          // shared expert + dense layers; -1: EP group 0
+  // Tensor-parallel degree t (divides n_ffn; runtime/topology.h): this worker is TP rank
+  // index % t of EP group index / t, holding the intermediate slice rank of its experts.
+  // The default expert range is then its group's (of n_ffn / t groups). With t > 1 the
+  // worker keeps a TP-sliced copy of the FFN weights (slice_ffn_tp: down columns copied once).
+  int tp = 1;
   kernels::ActPrecision prec = kernels::ActPrecision::f32;
   int peer_timeout_ms = 10000;    // waiting for a mid-step attention worker's frame
   int gather_window_us = 2000;    // layer 0: waiting for attention workers active last step

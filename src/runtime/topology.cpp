@@ -25,13 +25,21 @@ std::string Topology::to_string() const {
   return "?";
 }
 
-ExpertRange Topology::ffn_shard(int shard, int64_t n_experts) const {
+ExpertRange ffn_shard_range(int shard, int n_ffn, int tp, int64_t n_experts) {
   const int y = n_ffn > 0 ? n_ffn : 1;
+  const int t = tp > 0 && y % tp == 0 ? tp : 1;
+  const int groups = y / t, g = shard / t;
   ExpertRange r;
-  r.begin = shard * n_experts / y;
-  r.end = (shard + 1) * n_experts / y;
-  r.holds_shared = shard == 0;
+  r.begin = g * n_experts / groups;
+  r.end = (g + 1) * n_experts / groups;
+  r.holds_shared = g == 0;
+  r.tp_rank = shard % t;
+  r.tp_degree = t;
   return r;
+}
+
+ExpertRange Topology::ffn_shard(int shard, int64_t n_experts) const {
+  return ffn_shard_range(shard, n_ffn, ffn_tp, n_experts);
 }
 
 Result<Topology> parse_topology(const std::string& s) {

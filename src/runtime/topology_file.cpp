@@ -107,7 +107,7 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
   if (!j.is_object()) return invalid_argument(origin + ": must be a JSON object");
   Fields top(j, origin, "");
   AFD_RETURN_IF_ERROR(top.check_keys({"model", "precision", "kv_dtype", "microbatches", "threads", "ffn_timeout_ms",
-                                      "ffn_connect_timeout_ms", "peer_timeout_ms", "frontend", "attention", "ffn"}));
+                                      "ffn_connect_timeout_ms", "peer_timeout_ms", "ffn_tp", "frontend", "attention", "ffn"}));
   TopologyFile t;
   TopologyWorker defaults;
   AFD_RETURN_IF_ERROR(top.str("model", &defaults.model_dir));
@@ -120,6 +120,7 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
   AFD_RETURN_IF_ERROR(top.integer("ffn_timeout_ms", &t.ffn_timeout_ms, 1, 86400000));
   AFD_RETURN_IF_ERROR(top.integer("ffn_connect_timeout_ms", &t.ffn_connect_timeout_ms, 1, 86400000));
   AFD_RETURN_IF_ERROR(top.integer("peer_timeout_ms", &t.peer_timeout_ms, 1, 86400000));
+  AFD_RETURN_IF_ERROR(top.integer("ffn_tp", &t.ffn_tp, 1, 64));
 
   t.frontend.model_dir = defaults.model_dir;
   if (auto it = j.find("frontend"); it != j.end()) {
@@ -149,6 +150,9 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
       out.push_back(std::move(w));
     }
   }
+  if (t.ffn.size() % static_cast<size_t>(t.ffn_tp) != 0)
+    return top.err("ffn_tp", std::to_string(t.ffn_tp) + " does not divide the " + std::to_string(t.ffn.size()) +
+                                 " FFN workers");
   // Two workers (or a worker and the front end) on the same address cannot both bind it.
   std::set<std::string> seen{t.frontend.listen};
   for (const char* role : {"attention", "ffn"}) {

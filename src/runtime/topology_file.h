@@ -8,13 +8,15 @@
 //                                             //   unless every worker names its own)
 //     "precision": "fast", "kv_dtype": "bf16", "microbatches": 2, "threads": 0,
 //     "ffn_timeout_ms": 10000, "ffn_connect_timeout_ms": 60000, "peer_timeout_ms": 10000,
+//     "ffn_tp": 1,                             // optional FFN TP degree, divides len(ffn)
 //     "frontend":  {"listen": "0.0.0.0:8000", "api_key": "", "model_name": ""},
 //     "attention": [{"address": "host1:8101", "listen": "0.0.0.0:8101"}, ...],
 //     "ffn":       [{"address": "host3:7100"}, {"address": "host4:7100", "threads": 8}]
 //   }
 //
 // attention[i] is attention worker i; ffn[j] holds expert shard j/len(ffn); the bundle's
-// topology is {len(attention)}A{len(ffn)}F. "address" is how peers reach a worker; "listen"
+// topology is {len(attention)}A{len(ffn)}F; with "ffn_tp": t, ffn[j] is TP rank j % t of EP
+// group j / t (runtime/topology.h). "address" is how peers reach a worker; "listen"
 // (default: the address) is what it binds. Per-worker "model", "threads" and (attention)
 // "microbatches" override the top-level values. Unknown keys are errors (typos would
 // otherwise silently change a deployment). Relative model paths are resolved against the
@@ -49,6 +51,7 @@ struct TopologyFile {
   int ffn_timeout_ms = 10000;
   int ffn_connect_timeout_ms = 60000;
   int peer_timeout_ms = 10000;
+  int ffn_tp = 1;  // FFN tensor-parallel degree; divides ffn.size()
   TopologyFrontend frontend;
   std::vector<TopologyWorker> attention;  // index = attention worker index
   std::vector<TopologyWorker> ffn;        // index = expert shard

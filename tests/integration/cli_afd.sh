@@ -28,6 +28,27 @@ for t in 1A1F 2A1F 1A2F 2A2F EP2; do
 done
 want=$want2
 
+# FFN tensor parallelism (--ffn-tp t): pure TP (1A2F, t=2) and hybrid TP+EP (1A4F, t=2: two EP
+# groups of two TP ranks) give exactly mono's tokens with the matching --afd-rounding y --ffn-tp t;
+# the logits are bit-identical too (and differ from the EP rounding, so the emulation is the TP one).
+want_tp2=$("$AFD" --log-level error generate "${P[@]}" --afd-rounding 2 --ffn-tp 2) || { echo "mono TP run failed"; exit 1; }
+want_tp4=$("$AFD" --log-level error generate "${P[@]}" --afd-rounding 4 --ffn-tp 2) || { echo "mono TP run failed"; exit 1; }
+for t in 1A2F 1A4F; do
+  w=$want_tp2; [ $t = 1A4F ] && w=$want_tp4
+  for mb in 1 3; do
+    got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --topology $t --ffn-tp 2 --microbatches $mb)
+    check "in-process $t --ffn-tp 2, $mb micro-batch(es)" "$w" "$got"
+  done
+done
+"$AFD" --log-level error generate "${P[@]}" --afd-rounding 4 --ffn-tp 2 --dump-logits "$TMP/m_tp.bin" >/dev/null 2>&1
+"$AFD" --log-level error generate "${P[@]}" --afd-rounding 4 --dump-logits "$TMP/m_ep.bin" >/dev/null 2>&1
+"$AFD" --log-level error generate "${P[@]}" --topology 1A4F --ffn-tp 2 --dump-logits "$TMP/a_tp.bin" >/dev/null 2>&1
+if [ -s "$TMP/a_tp.bin" ] && cmp -s "$TMP/m_tp.bin" "$TMP/a_tp.bin" && ! cmp -s "$TMP/m_ep.bin" "$TMP/a_tp.bin"; then
+  echo "ok   1A4F --ffn-tp 2 logits bit-identical to mono --afd-rounding 4 --ffn-tp 2"
+else echo "FAIL hybrid TP logits vs mono emulation"; fails=$((fails+1)); fi
+out=$("$AFD" --log-level error generate "${P[@]}" --topology 1A2F --ffn-tp 3 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "ffn-tp 3 does not divide" <<<"$out"; then echo "ok   --ffn-tp not dividing y refused"; else echo "FAIL --ffn-tp 3 of 2: rc=$rc $out"; fails=$((fails+1)); fi
+
 # --trace: a Chrome trace-event file with attention, FFN-wait and FFN spans of both sides.
 "$AFD" --log-level error generate "${P[@]}" --topology 2A1F --microbatches 3 --trace "$TMP/trace.json" >/dev/null 2>&1
 if /usr/bin/python3 - "$TMP/trace.json" <<'PY'
@@ -44,6 +65,8 @@ then echo "ok   --trace writes both sides' spans"; else echo "FAIL --trace"; fai
 # One command, FFN workers as child processes over UCX (--spawn-ffn); none left behind.
 got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --topology 2A2F --microbatches 3 --spawn-ffn 2>/dev/null)
 check "2A2F with --spawn-ffn (FFN worker processes)" "$want2" "$got"
+got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --topology 1A4F --ffn-tp 2 --spawn-ffn 2>/dev/null)
+check "1A4F --ffn-tp 2 with --spawn-ffn (hybrid TP+EP worker processes)" "$want_tp4" "$got"
 sleep 0.5
 if pgrep -f -- "worker --role ffn --model $M" >/dev/null; then echo "FAIL spawned workers left running"; fails=$((fails+1)); else echo "ok   spawned workers stopped"; fi
 
@@ -56,6 +79,15 @@ port0=$((20000 + RANDOM % 20000)); port1=$((port0 + 1))
 got=$(timeout 120 "$AFD" generate "${P[@]}" --microbatches 3 --ffn 127.0.0.1:$port0,127.0.0.1:$port1 2>"$TMP/g.log")
 check "UCX 1A2F across processes" "$want" "$got"
 grep -q "waiting for FFN worker" "$TMP/g.log" && echo "ok   attention side said what it waited for" || { echo "FAIL no waiting log"; fails=$((fails+1)); }
+
+# The same over UCX with TP: 1A2F, both FFN worker processes TP ranks of one group (--ffn-tp 2).
+port2=$((port0 + 2)); port3=$((port0 + 3))
+for k in 0 1; do
+  ( exec "$AFD" worker --role ffn --model "$M" --listen 127.0.0.1:$((port2 + k)) --shard $k/2 --ffn-tp 2 --threads 1 \
+      --precision reference >"$TMP/tp$k.log" 2>&1 ) & PIDS+=($!)
+done
+got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --microbatches 3 --ffn 127.0.0.1:$port2,127.0.0.1:$port3 --ffn-tp 2)
+check "UCX 1A2F --ffn-tp 2 across processes" "$want_tp2" "$got"
 
 # Fault: FFN worker 1 dies; the attention side gives up after its connect timeout with a
 # clear error naming what it waited for (mid-step losses: tests/unit/runtime, comm).

@@ -235,6 +235,36 @@ TEST(Protocol, HandshakeRoundTripAndMismatch) {
   EXPECT_NE(check_handshake_match(a, f).message().find("topologies differ"), std::string::npos);
 }
 
+// Version 2: FFN workers announce their TP rank/degree; the attention side its expected degree.
+TEST(Protocol, HandshakeCarriesTpRankAndDegree) {
+  AlignedBuf buf(256);
+  Handshake f = attention_hs();
+  f.role = Role::ffn;
+  f.index = 0;
+  f.expert_end = 8;
+  f.tp_rank = 1;
+  f.tp_degree = 2;
+  size_t len = encode_handshake(FrameKind::hello_ack, f, buf.data());
+  EXPECT_EQ(len, kFrameHeaderBytes + kHandshakeBytes);
+  auto d = decode_handshake(buf.data(), len, FrameKind::hello_ack);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->tp_rank, 1);
+  EXPECT_EQ(d->tp_degree, 2);
+  Handshake a = attention_hs();
+  a.tp_degree = 0;  // any
+  EXPECT_TRUE(check_handshake_match(a, f).is_ok());
+  a.tp_degree = 2;
+  EXPECT_TRUE(check_handshake_match(a, f).is_ok());
+  a.tp_degree = 1;
+  EXPECT_NE(check_handshake_match(a, f).message().find("TP degree"), std::string::npos);
+  // A rank outside its degree is a corrupt handshake, not an assert.
+  f.tp_rank = 2;
+  len = encode_handshake(FrameKind::hello_ack, f, buf.data());
+  auto bad = decode_handshake(buf.data(), len, FrameKind::hello_ack);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::corrupt_data);
+}
+
 TEST(Protocol, RefuseFrameCarriesReason) {
   AlignedBuf buf(8192);
   size_t len = encode_reason(FrameKind::refuse, 0, 0, 0, "model fingerprint mismatch", buf.data());

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -123,7 +124,9 @@ std::unique_ptr<Transport> inproc(Bundle& b, const std::string& name) {
 }
 
 // x attention transports and y FFN workers running on threads (inproc).
-void start_workers(Bundle& b, std::shared_ptr<const ModelWeights> w, int x, int y, bool fault_wrap = false) {
+// tp: FFN TP degree; ranges[j] (when given) overrides worker j's expert range.
+void start_workers(Bundle& b, std::shared_ptr<const ModelWeights> w, int x, int y, bool fault_wrap = false, int tp = 1,
+                   std::vector<std::pair<int64_t, int64_t>> ranges = {}) {
   for (int j = 0; j < y; ++j) {
     std::unique_ptr<Transport> t = inproc(b, "ffn" + std::to_string(j));
     if (fault_wrap) t = std::make_unique<FaultTransport>(std::move(t), 11);
@@ -133,6 +136,8 @@ void start_workers(Bundle& b, std::shared_ptr<const ModelWeights> w, int x, int 
     o.n_ffn = y;
     o.n_attention = x;
     o.peer_timeout_ms = 500;
+    o.tp = tp;
+    if (!ranges.empty()) o.expert_begin = ranges[j].first, o.expert_end = ranges[j].second;
     auto wk = FfnWorker::create(w, t.get(), o, nullptr);
     ASSERT_TRUE(wk.ok()) << wk.status().to_string();
     b.workers.push_back(std::move(wk).value());
@@ -264,6 +269,182 @@ TEST(FfnAfd, HandshakeMismatchIsRefusedWithAClearError) {
   ASSERT_FALSE(c2.ok());
   EXPECT_NE(c2.status().message().find("topolog"), std::string::npos) << c2.status().to_string();
   EXPECT_EQ(b.workers[0]->stats().refused.load(), 2);
+}
+
+// ---- Tensor parallelism (--ffn-tp) --------------------------------------------------
+
+// Summed over the t ranks, the TP-sliced ffn_part equals the unsliced one (f32, ~1e-5):
+// MoE layers with the shared expert and the dense layer 1.
+TEST(FfnTp, SlicedFfnPartSumsToUnsliced) {
+  auto w = tiny_model("a");
+  const ModelConfig& c = w->config;
+  const int64_t H = c.hidden_size, n = 9;
+  TokenBatch b = random_batch(c, n, 77);
+  for (int t : {2, 4}) {
+    std::vector<std::shared_ptr<const ModelWeights>> slices;
+    for (int r = 0; r < t; ++r) {
+      auto sl = slice_ffn_tp(w, FfnTpSlice{r, t, 0, -1, true});
+      ASSERT_TRUE(sl.ok()) << sl.status().to_string();
+      slices.push_back(*sl);
+    }
+    // Layout: gate is a view into the checkpoint at row r*I/t; down is an owned copy of columns.
+    const FfnWeights& e0 = w->layers[0].moe.experts[0];
+    const FfnWeights& s1 = slices[1]->layers[0].moe.experts[0];
+    EXPECT_EQ(s1.gate.rows, c.moe_intermediate_size / t);
+    EXPECT_EQ(s1.gate.data, static_cast<const void*>(e0.gate.row_ptr(c.moe_intermediate_size / t)));
+    EXPECT_EQ(s1.down.rows, H);
+    EXPECT_EQ(s1.down.cols, c.moe_intermediate_size / t);
+    const size_t es = dtype_size(e0.down.dtype);
+    EXPECT_EQ(std::memcmp(s1.down.row_ptr(5), e0.down.row_ptr(5) + (c.moe_intermediate_size / t) * es,
+                          static_cast<size_t>(s1.down.cols) * es), 0);
+    for (int64_t layer = 0; layer < c.n_layers; ++layer) {
+      const bool moe = c.is_moe_layer(layer);
+      std::vector<float> full(static_cast<size_t>(n * H)), sum(full.size(), 0.0f), part(full.size());
+      FfnPartOptions opt;
+      FfnScratch scratch;
+      ffn_part(*w, layer, b.h.data(), n, moe ? b.topk_ids.data() : nullptr, moe ? b.topk_w.data() : nullptr,
+               full.data(), opt, &scratch, nullptr);
+      for (int r = 0; r < t; ++r) {
+        ffn_part(*slices[r], layer, b.h.data(), n, moe ? b.topk_ids.data() : nullptr,
+                 moe ? b.topk_w.data() : nullptr, part.data(), opt, &scratch, nullptr);
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+      }
+      double amax = 0, dmax = 0;
+      for (size_t i = 0; i < full.size(); ++i) {
+        amax = std::max(amax, static_cast<double>(std::fabs(full[i])));
+        dmax = std::max(dmax, static_cast<double>(std::fabs(full[i] - sum[i])));
+      }
+      EXPECT_GT(amax, 1e-3) << "layer " << layer;
+      EXPECT_LT(dmax, 1e-5 * std::max(1.0, amax)) << "t " << t << " layer " << layer;
+    }
+  }
+  // Held range only: experts outside it and the shared/dense part are not kept.
+  auto part = slice_ffn_tp(w, FfnTpSlice{1, 2, 4, 8, false});
+  ASSERT_TRUE(part.ok());
+  EXPECT_TRUE((*part)->layers[0].moe.experts[3].empty());
+  EXPECT_FALSE((*part)->layers[0].moe.experts[4].empty());
+  EXPECT_TRUE((*part)->layers[0].moe.shared.empty());
+  EXPECT_TRUE((*part)->layers[1].dense.empty());
+  // A degree that does not divide the intermediate size names the field.
+  auto bad = slice_ffn_tp(w, FfnTpSlice{0, 3, 0, -1, true});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("moe_intermediate_size"), std::string::npos) << bad.status().to_string();
+  auto hubp = std::make_shared<InprocHub>();
+  auto tr = InprocTransport::create(hubp, "ffn0");
+  ASSERT_TRUE(tr.ok());
+  FfnWorkerOptions o;
+  o.n_ffn = 3;
+  o.tp = 3;
+  auto wk = FfnWorker::create(w, tr->get(), o, nullptr);
+  ASSERT_FALSE(wk.ok());
+  EXPECT_NE(wk.status().message().find("moe_intermediate_size"), std::string::npos) << wk.status().to_string();
+  o.n_ffn = 4;  // 3 does not divide 4
+  EXPECT_FALSE(FfnWorker::create(w, tr->get(), o, nullptr).ok());
+}
+
+// Hybrid 1A4F with --ffn-tp 2: workers 0,1 = group 0 (experts [0,4), shared/dense), workers
+// 2,3 = group 1 (experts [4,8)). A token goes to both ranks of every group holding one of its
+// experts (group 0 always: shared expert / dense layer), and the combine equals the mono
+// emulation (LocalFfnBackend combine_shards 4, combine_tp 2) bit for bit.
+TEST(FfnTp, HybridRoutesToAllRanksAndMatchesMonoEmulation) {
+  auto w = tiny_model("a");
+  const ModelConfig& c = w->config;
+  const int64_t H = c.hidden_size, K = c.n_experts_per_tok;
+  Bundle b;
+  start_workers(b, w, 1, 4, false, 2);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  FfnClientOptions co = client_opts(0, 1, 4);
+  co.expect_tp = 2;
+  auto cl = FfnClient::create(w, b.attn_t[0].get(), co);
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  for (int64_t e = 0; e < c.n_experts; ++e) EXPECT_EQ((*cl)->expert_workers(e), e < 4 ? 0b0011u : 0b1100u) << e;
+  EXPECT_EQ((*cl)->shared_workers(), 0b0011u);
+  EXPECT_EQ((*cl)->ffn_handshake(3).tp_rank, 1);
+  EXPECT_EQ((*cl)->ffn_handshake(3).tp_degree, 2);
+
+  LocalFfnOptions lo;
+  lo.fp8_dispatch = true;
+  lo.combine_shards = 4;
+  lo.combine_tp = 2;
+  for (int r = 0; r < 2; ++r) lo.tp_slices.push_back(*slice_ffn_tp(w, FfnTpSlice{r, 2, 0, -1, true}));
+  LocalFfnBackend mono(w, lo, nullptr);
+  for (int64_t layer = 0; layer < c.n_layers; ++layer) {
+    TokenBatch tb = random_batch(c, 6, 300 + layer);
+    // Token 0: experts 0,1 (group 0 only); token 1: experts 5,6 (group 1 + shared group 0).
+    tb.topk_ids[0] = 0, tb.topk_ids[1] = 1, tb.topk_ids[K] = 5, tb.topk_ids[K + 1] = 6;
+    ASSERT_TRUE((*cl)->dispatch(layer, 0, tb).is_ok());
+    if (c.is_moe_layer(layer)) {
+      int64_t group1 = 0;
+      for (int64_t i = 0; i < tb.n; ++i)
+        group1 += tb.topk_ids[i * K] >= 4 || tb.topk_ids[i * K + 1] >= 4 ? 1 : 0;
+      EXPECT_EQ((*cl)->last_sent_tokens(0, 0), tb.n);  // shared expert: every token
+      EXPECT_EQ((*cl)->last_sent_tokens(0, 1), tb.n);
+      EXPECT_EQ((*cl)->last_sent_tokens(0, 2), group1);
+      EXPECT_EQ((*cl)->last_sent_tokens(0, 3), group1);
+      EXPECT_GE(group1, 1);
+      EXPECT_LT(group1, tb.n);
+    } else {  // dense: group 0's ranks only
+      EXPECT_EQ((*cl)->last_sent_tokens(0, 0), tb.n);
+      EXPECT_EQ((*cl)->last_sent_tokens(0, 1), tb.n);
+      EXPECT_EQ((*cl)->last_sent_tokens(0, 2), 0);
+      EXPECT_EQ((*cl)->last_sent_tokens(0, 3), 0);
+    }
+    Status s = (*cl)->combine(layer, 0, tb);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    TokenBatch ref = tb;
+    ASSERT_TRUE(mono.dispatch(layer, 0, ref).is_ok());
+    for (int64_t i = 0; i < tb.n * H; ++i) ASSERT_EQ(tb.ffn_out[i], ref.ffn_out[i]) << "layer " << layer << " at " << i;
+  }
+}
+
+// Pure TP (1A2F, --ffn-tp 2): both ranks hold a slice of every expert, so every token goes to both.
+TEST(FfnTp, PureTpSendsEveryTokenToEveryRank) {
+  auto w = tiny_model("a");
+  Bundle b;
+  start_workers(b, w, 1, 2, false, 2);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  auto cl = FfnClient::create(w, b.attn_t[0].get(), client_opts(0, 1, 2));  // expect_tp 0: any
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  for (int64_t e = 0; e < w->config.n_experts; ++e) EXPECT_EQ((*cl)->expert_workers(e), 0b11u);
+  TokenBatch tb = random_batch(w->config, 5, 9);
+  ASSERT_TRUE((*cl)->dispatch(0, 0, tb).is_ok());
+  EXPECT_EQ((*cl)->last_sent_tokens(0, 0), 5);
+  EXPECT_EQ((*cl)->last_sent_tokens(0, 1), 5);
+  ASSERT_TRUE((*cl)->combine(0, 0, tb).is_ok());
+}
+
+// The client refuses shard sets that do not cover every (expert, intermediate slice) exactly once.
+TEST(FfnTp, HandshakeRefusesOverlappingAndMissingSlices) {
+  auto w = tiny_model("a");
+  {  // Expert 3's slice 0/2 claimed by workers 0 and 2.
+    Bundle b;
+    start_workers(b, w, 1, 4, false, 2, {{0, 4}, {0, 4}, {3, 8}, {4, 8}});
+    b.attn_t.push_back(inproc(b, "attn0"));
+    auto cl = FfnClient::create(w, b.attn_t[0].get(), client_opts(0, 1, 4));
+    ASSERT_FALSE(cl.ok());
+    EXPECT_NE(cl.status().message().find("expert 3, intermediate slice 0/2, is held by FFN workers 0 and 2"),
+              std::string::npos)
+        << cl.status().to_string();
+  }
+  {  // Expert 7's slice 1/2 held by nobody.
+    Bundle b;
+    start_workers(b, w, 1, 4, false, 2, {{0, 4}, {0, 4}, {4, 8}, {4, 7}});
+    b.attn_t.push_back(inproc(b, "attn0"));
+    auto cl = FfnClient::create(w, b.attn_t[0].get(), client_opts(0, 1, 4));
+    ASSERT_FALSE(cl.ok());
+    EXPECT_NE(cl.status().message().find("no FFN worker holds intermediate slice 1/2 of expert 7"), std::string::npos)
+        << cl.status().to_string();
+  }
+  {  // The attention side expects TP degree 4, the workers have 2: refused by the handshake.
+    Bundle b;
+    start_workers(b, w, 1, 2, false, 2);
+    b.attn_t.push_back(inproc(b, "attn0"));
+    FfnClientOptions co = client_opts(0, 1, 2);
+    co.expect_tp = 4;
+    auto cl = FfnClient::create(w, b.attn_t[0].get(), co);
+    ASSERT_FALSE(cl.ok());
+    EXPECT_NE(cl.status().message().find("TP degree"), std::string::npos) << cl.status().to_string();
+  }
 }
 
 TEST(FfnAfd, StallTimesOutThenRecovers) {
