@@ -36,6 +36,31 @@ TEST(Topology, ShardsCoverEveryExpertOnce) {
   }
 }
 
+// --ffn-tp t: worker s is TP rank s % t of EP group s / t; group 0 holds the shared part.
+TEST(Topology, TpShards) {
+  for (int y : {2, 4, 8}) {
+    for (int t = 1; t <= y; t *= 2) {
+      std::vector<int> slices(37, 0);
+      int shared = 0;
+      for (int s = 0; s < y; ++s) {
+        ExpertRange r = ffn_shard_range(s, y, t, 37);
+        EXPECT_EQ(r.tp_degree, t);
+        EXPECT_EQ(r.tp_rank, s % t);
+        EXPECT_EQ(r.holds_shared, s < t);
+        shared += r.holds_shared;
+        for (int64_t e = r.begin; e < r.end; ++e) slices[e]++;
+      }
+      EXPECT_EQ(shared, t);
+      for (int e = 0; e < 37; ++e) EXPECT_EQ(slices[e], t) << "y " << y << " t " << t << " expert " << e;
+    }
+  }
+  Topology topo = *parse_topology("1A4F");
+  topo.ffn_tp = 2;
+  EXPECT_EQ(topo.ffn_shard(3, 8).begin, 4);
+  EXPECT_EQ(topo.ffn_shard(3, 8).tp_rank, 1);
+  EXPECT_EQ(topo.ffn_shard(1, 8).end, 4);
+}
+
 TEST(Topology, ShardSpec) {
   int i, y;
   ASSERT_TRUE(parse_shard("1/2", &i, &y).is_ok());

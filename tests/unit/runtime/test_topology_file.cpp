@@ -105,6 +105,27 @@ TEST(TopologyFile, BadFilesNameTheField) {
   }
 }
 
+// "ffn_tp": optional FFN tensor-parallel degree (default 1), must divide the FFN worker count.
+TEST(TopologyFile, FfnTp) {
+  auto t = parse_topology_file(kGood, "t.json");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->ffn_tp, 1);
+  std::string two(kGood);
+  two.replace(two.find("\"peer_timeout_ms\""), 0, "\"ffn_tp\": 2, ");
+  auto t2 = parse_topology_file(two, "t.json");
+  ASSERT_TRUE(t2.ok()) << t2.status().to_string();
+  EXPECT_EQ(t2->ffn_tp, 2);
+  std::string three(kGood);
+  three.replace(three.find("\"peer_timeout_ms\""), 0, "\"ffn_tp\": 3, ");
+  auto t3 = parse_topology_file(three, "t.json");
+  ASSERT_FALSE(t3.ok());
+  EXPECT_NE(t3.status().message().find("t.json: ffn_tp: 3 does not divide the 2 FFN workers"), std::string::npos)
+      << t3.status().to_string();
+  std::string zero(kGood);
+  zero.replace(zero.find("\"peer_timeout_ms\""), 0, "\"ffn_tp\": 0, ");
+  EXPECT_FALSE(parse_topology_file(zero, "t.json").ok());
+}
+
 TEST(TopologyFile, SplitHostPort) {
   std::string h;
   int p = 0;
