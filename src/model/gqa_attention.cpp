@@ -17,6 +17,14 @@
 
 #define AFD_ALWAYS_INLINE inline __attribute__((always_inline))
 
+// Dispatch (gqa_attend_one, chosen once per process from cpu_features()):
+//   AVX-512F/BW/VL and head_dim % 16 == 0, KV bf16 / f32 / fp8 -> attend_avx512_tiled
+//   (AFD_ATTN_KERNEL=v1: attend_avx512_bf16_f32 for bf16 / f32, portable for fp8);
+//   otherwise attend_impl compiled for AVX-512, AVX2+FMA or the baseline ISA
+//   (AFD_CPU_DISABLE=avx512 / all force the latter two).
+// Every path computes the scores and the P.V products in f32 from the KV values as the cache
+// stores them (widened exactly; fp8 times its per-slot scale) and uses kernels::softmax; they
+// differ only in the f32 summation order.
 namespace afd {
 
 namespace {
@@ -125,9 +133,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"), always_inline)) inl
   }
 }
 
-// AVX-512 path for bf16 / f32 KV and head_dim % 16 == 0: each K row of the group is widened
-// once into registers and dotted with the G query heads; V rows are accumulated into the
-// G output heads in L1. No horizontal work except one reduce per (position, head).
+// Previous AVX-512 path ("v1", only with AFD_ATTN_KERNEL=v1; bf16 / f32 KV, head_dim % 16 ==
+// 0), kept as the baseline the tiled kernel below is measured against: each K row is widened
+// once into registers and dotted with the G query heads with one horizontal reduce per
+// (position, head); V rows are accumulated into the G output heads through L1 (a load and a
+// store per position, 16-dim chunk and head).
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void attend_avx512_bf16_f32(
     const PagedKvCache& kv, int64_t layer, int64_t seq, int64_t n_ctx, int64_t g, const GqaShape& s,
     const float* q, float* out) {
