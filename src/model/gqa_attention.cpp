@@ -204,10 +204,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void attend_avx512
 //      sc[h * ns + tile offset + t] = scale * q_h . K_t, ns = n rounded up to 16, so a partial
 //      tile writes zeros into the padding.
 //   2. softmax per head over sc[h * ns, + n); out (group g) is zeroed.
-//   3. P.V: for each tile, V rows as f32 like K; for each 16-dim chunk v and each group of at
-//      most 8 heads, the heads' output chunks stay in registers across the tile's positions
-//      (acc[h] += p[h][t] * V[t][16v..], p as broadcast memory operand) and are written back
-//      once per tile.
+//   3. P.V: for each tile and each group of at most 8 heads, for each 16-dim chunk v, the
+//      heads' output chunks stay in registers across the tile's positions (acc[h] +=
+//      p[h][t] * V[t][16v..], p as broadcast memory operand) and are written back once per
+//      tile. V rows: bf16 rows of one page are widened in registers (AFD_ATTN_V_DIRECT=0:
+//      through `buf` instead); otherwise as f32 like K (page or `buf`).
 // Registers: pass 1 uses 16 accumulators + 1 q chunk, pass 3 at most 8 accumulators + 1 V
 // chunk, so any head_dim multiple of 16 and any G run without spills. The next tiles' K / V
 // rows are prefetched (see prefetch_rows).
@@ -310,18 +311,46 @@ AFD_AVX512 void score_tile(const float* K, const float* qg, int64_t G, int64_t h
 }
 
 // o[h][:] += sum_{t < nb} p[h * ns + t] * V[t][:] for GH heads (o rows hd apart, V rows
-// stride hd): the GH output chunks stay in registers across the tile's positions.
-template <int GH>
-AFD_AVX512 void pv_tile(const float* V, int64_t nb, int64_t hd, const float* p, int64_t ns, float* o) {
+// stride hd): the GH output chunks stay in registers across the tile's positions. V is f32,
+// or (Bf16) the bf16 rows of one page, widened in registers: each V chunk feeds GH FMAs, so
+// that is cheaper than a round trip through the tile buffer.
+template <int GH, bool Bf16>
+AFD_AVX512 void pv_tile(const void* Vp, int64_t nb, int64_t hd, const float* p, int64_t ns, float* o) {
   const int64_t nv = hd / 16;
   for (int64_t v = 0; v < nv; ++v) {
     __m512 acc[GH];
     for (int h = 0; h < GH; ++h) acc[h] = _mm512_loadu_ps(o + h * hd + 16 * v);
     for (int64_t t = 0; t < nb; ++t) {
-      const __m512 x = _mm512_loadu_ps(V + t * hd + 16 * v);
+      __m512 x;
+      if constexpr (Bf16) {
+        const __m256i r = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(Vp) + t * hd + 16 * v));
+        x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(r), 16));
+      } else {
+        x = _mm512_loadu_ps(static_cast<const float*>(Vp) + t * hd + 16 * v);
+      }
       for (int h = 0; h < GH; ++h) acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(p[h * ns + t]), x, acc[h]);
     }
     for (int h = 0; h < GH; ++h) _mm512_storeu_ps(o + h * hd + 16 * v, acc[h]);
+  }
+}
+
+// pv_tile over the G heads in groups of at most 8 (p, o: of head 0).
+template <bool Bf16>
+AFD_AVX512 void pv_heads(const void* V, int64_t nb, int64_t hd, int64_t G, const float* p, int64_t ns, float* o) {
+  for (int64_t h0 = 0; h0 < G; h0 += 8) {
+    const float* ph = p + h0 * ns;
+    float* oh = o + h0 * hd;
+    switch (std::min<int64_t>(8, G - h0)) {
+      case 1: pv_tile<1, Bf16>(V, nb, hd, ph, ns, oh); break;
+      case 2: pv_tile<2, Bf16>(V, nb, hd, ph, ns, oh); break;
+      case 3: pv_tile<3, Bf16>(V, nb, hd, ph, ns, oh); break;
+      case 4: pv_tile<4, Bf16>(V, nb, hd, ph, ns, oh); break;
+      case 5: pv_tile<5, Bf16>(V, nb, hd, ph, ns, oh); break;
+      case 6: pv_tile<6, Bf16>(V, nb, hd, ph, ns, oh); break;
+      case 7: pv_tile<7, Bf16>(V, nb, hd, ph, ns, oh); break;
+      default: pv_tile<8, Bf16>(V, nb, hd, ph, ns, oh); break;
+    }
   }
 }
 
@@ -342,6 +371,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void atte
   static const int64_t pf = [] {
     const char* e = std::getenv("AFD_ATTN_PREFETCH");
     return e != nullptr ? std::max<int64_t>(0, std::atoll(e)) : 2;
+  }();
+  // bf16 V widened in registers (default) or through the tile buffer (AFD_ATTN_V_DIRECT=0).
+  static const bool v_direct = [] {
+    const char* e = std::getenv("AFD_ATTN_V_DIRECT");
+    return e == nullptr || std::string_view(e) != "0";
   }();
   thread_local std::vector<float> scores, buf;
   scores.resize(static_cast<size_t>(G * ns));
@@ -368,20 +402,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void atte
     const int64_t nb = std::min(kTile, n_ctx - jb);
     if (pf > 0 && jb + pf * kTile < n_ctx)
       prefetch_rows(table, bs, jb + pf * kTile, std::min(kTile, n_ctx - jb - pf * kTile), hd, esz, v_head);
-    const float* V = tile_rows(table, bs, jb, nb, hd, dt, v_head, buf.data());
-    for (int64_t h0 = 0; h0 < G; h0 += 8) {
-      const float* p = &scores[h0 * ns + (jb - j0)];
-      float* o = og + h0 * hd;
-      switch (std::min<int64_t>(8, G - h0)) {
-        case 1: pv_tile<1>(V, nb, hd, p, ns, o); break;
-        case 2: pv_tile<2>(V, nb, hd, p, ns, o); break;
-        case 3: pv_tile<3>(V, nb, hd, p, ns, o); break;
-        case 4: pv_tile<4>(V, nb, hd, p, ns, o); break;
-        case 5: pv_tile<5>(V, nb, hd, p, ns, o); break;
-        case 6: pv_tile<6>(V, nb, hd, p, ns, o); break;
-        case 7: pv_tile<7>(V, nb, hd, p, ns, o); break;
-        default: pv_tile<8>(V, nb, hd, p, ns, o); break;
-      }
+    const float* p = &scores[jb - j0];
+    const int64_t slot0 = jb % bs;
+    if (dt == DType::bf16 && v_direct && slot0 + nb <= bs) {  // the tile's rows lie in one page
+      pv_heads<true>(kv.v_head(layer, table[jb / bs], g) + slot0 * hd * 2, nb, hd, G, p, ns, og);
+    } else {
+      pv_heads<false>(tile_rows(table, bs, jb, nb, hd, dt, v_head, buf.data()), nb, hd, G, p, ns, og);
     }
   }
 }
