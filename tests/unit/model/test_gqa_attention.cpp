@@ -138,7 +138,7 @@ void run_f64(const Case& c) {
 
 TEST(GqaAttentionF64, HeadDimGroupDtype) {
   for (DType dt : {DType::bf16, DType::f32, DType::f8_e4m3})
-    for (int64_t hd : {64, 128, 40})
+    for (int64_t hd : {64, 128, 40, 17})  // 40, 17: not multiples of 16, generic path
       for (int64_t G : {1, 2, 4, 8}) run_f64({dt, hd, G, 2, 37, 0, 16});
 }
 
