@@ -1,6 +1,10 @@
 // Times gqa_attend_one (one query token, one KV head group) over a long bf16 context,
-// single-threaded, and reports the achieved KV read bandwidth and FLOP rate.
+// single-threaded, and reports the achieved KV read bandwidth and FLOP rate (best of `reps`).
+// Usage: bench_attention [ctx] [n_kv_heads] [reps]. AFD_ATTN_KERNEL=v1 times the previous
+// AVX-512 kernel, AFD_CPU_DISABLE=avx512 the portable one (see gqa_attention.cpp).
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "core/timer.h"
@@ -10,6 +14,7 @@ int main(int argc, char** argv) {
   using namespace afd;
   const int64_t ctx = argc > 1 ? std::atoll(argv[1]) : 4096;
   const int64_t n_kv = argc > 2 ? std::atoll(argv[2]) : 4, n_heads = 8 * n_kv, hd = 128;
+  const int reps = argc > 3 ? std::atoi(argv[3]) : 20;
   for (DType dt : {DType::bf16, DType::f8_e4m3, DType::f32}) {
     KvCacheConfig c{1, n_kv, hd, 16, (ctx + 15) / 16, dt};
     auto kv = PagedKvCache::create(c);
@@ -23,7 +28,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < q.size(); ++i) q[i] = 0.01f * (i % 13);
     GqaShape s{n_heads, n_kv, hd, 0};
     double best = 1e9;
-    for (int rep = 0; rep < 5; ++rep) {
+    for (int rep = 0; rep < reps; ++rep) {
       int64_t t0 = now_ns();
       for (int64_t g = 0; g < n_kv; ++g) gqa_attend_one(**kv, 0, 0, ctx, g, s, q.data(), out.data());
       best = std::min(best, (now_ns() - t0) * 1e-9);
