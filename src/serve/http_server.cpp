@@ -10,18 +10,13 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "serve/client_connection.h"
+#include "serve/http_errors.h"
 #include "serve/response.h"
 
 namespace afd::serve {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-void send_error(httplib::Response& res, int status, const std::string& msg, int retry_after_s) {
-  res.status = status;
-  if (status == 429 || status == 503) res.set_header("Retry-After", std::to_string(retry_after_s));
-  res.set_content(error_body(status, msg), "application/json");
-}
 
 }  // namespace
 
@@ -100,25 +95,7 @@ void HttpServer::install_routes() {
     metrics_->request_finished(401);
     return httplib::Server::HandlerResponse::Handled;
   });
-  s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
-                      : res.status == 413 ? "request body larger than " + std::to_string(opt_.max_body_bytes) + " bytes"
-                                          : "HTTP error " + std::to_string(res.status);
-    res.set_content(error_body(res.status, msg), "application/json");
-  });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = std::string("internal error: ") + e.what();
-    } catch (...) {
-    }
-    spdlog::error("request handler: {}", what);
-    res.status = 500;
-    res.set_content(error_body(500, what), "application/json");
-  });
+  install_error_handlers(s, opt_.max_body_bytes, "request handler");
 
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (stopping_) return send_error(res, 503, "shutting down", opt_.retry_after_s);
