@@ -1,7 +1,6 @@
 #include "serve/frontend.h"
 
 #include <chrono>
-#include <csignal>
 #include <ctime>
 #include <deque>
 #include <random>
@@ -13,7 +12,7 @@
 #include "model/config.h"
 #include "runtime/topology_file.h"
 #include "serve/client_connection.h"
-#include "serve/http_errors.h"
+#include "serve/http_common.h"
 #include "serve/model_serving.h"
 #include "serve/response.h"
 
@@ -81,17 +80,7 @@ Frontend::~Frontend() {
 }
 
 Status Frontend::start() {
-  std::signal(SIGPIPE, SIG_IGN);
-  const auto& so = opt_.server;
-  if (so.port == 0) {
-    int p = svr_->bind_to_any_port(so.host);
-    if (p <= 0) return io_error("cannot bind " + so.host + " (any port)");
-    port_ = p;
-  } else {
-    if (!svr_->bind_to_port(so.host, so.port))
-      return io_error("cannot bind " + so.host + ":" + std::to_string(so.port) + " (in use, or not an address of this host)");
-    port_ = so.port;
-  }
+  AFD_ASSIGN_OR_RETURN(port_, bind_server(*svr_, opt_.server));
   health_ = std::thread([this] { health_loop(); });
   return Status::ok();
 }
@@ -194,28 +183,7 @@ std::string Frontend::render_metrics() const {
 
 void Frontend::install_routes() {
   httplib::Server& s = *svr_;
-  const auto& so = opt_.server;
-  const int n_threads = std::max(1, so.http_threads);
-  s.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
-  s.set_payload_max_length(so.max_body_bytes);
-  s.set_keep_alive_max_count(1000);
-  s.set_keep_alive_timeout(30);
-  s.set_read_timeout(30, 0);
-  s.set_write_timeout(30, 0);
-  s.set_tcp_nodelay(true);
-
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const auto& key = opt_.server.api_key;
-    if (key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    std::string auth = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    if (auth.rfind(prefix, 0) == 0 && HttpServer::constant_time_equal(auth.substr(prefix.size()), key))
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, 401, "invalid or missing API key (Authorization: Bearer <key>)", opt_.server.retry_after_s);
-    count_response(401);
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  install_error_handlers(s, opt_.server.max_body_bytes, "front end request handler");
+  configure_server(s, opt_.server, "front end request handler", [this] { count_response(401); });
 
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (stopping_) return send_error(res, 503, "shutting down", opt_.server.retry_after_s);

@@ -1,6 +1,5 @@
 #include "serve/http_server.h"
 
-#include <csignal>
 #include <cstdlib>
 #include <ctime>
 #include <random>
@@ -10,7 +9,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "serve/client_connection.h"
-#include "serve/http_errors.h"
+#include "serve/http_common.h"
 #include "serve/response.h"
 
 namespace afd::serve {
@@ -19,18 +18,6 @@ namespace {
 using json = nlohmann::ordered_json;
 
 }  // namespace
-
-bool HttpServer::constant_time_equal(const std::string& a, const std::string& b) {
-  // Runs over the longer length whatever the contents; only the length can leak.
-  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
-  size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff = diff | static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
-}
 
 HttpServer::HttpServer(ServerOptions opt, ModelServing model, std::vector<Scheduler*> workers, Router* router,
                        Metrics* metrics)
@@ -49,17 +36,7 @@ HttpServer::HttpServer(ServerOptions opt, ModelServing model, std::vector<Schedu
 HttpServer::~HttpServer() { stop(); }
 
 Status HttpServer::bind() {
-  // A client that disconnects mid-write must not kill the process.
-  std::signal(SIGPIPE, SIG_IGN);
-  if (opt_.port == 0) {
-    int p = svr_->bind_to_any_port(opt_.host);
-    if (p <= 0) return io_error("cannot bind " + opt_.host + " (any port)");
-    port_ = p;
-  } else {
-    if (!svr_->bind_to_port(opt_.host, opt_.port))
-      return io_error("cannot bind " + opt_.host + ":" + std::to_string(opt_.port) + " (in use, or not an address of this host)");
-    port_ = opt_.port;
-  }
+  AFD_ASSIGN_OR_RETURN(port_, bind_server(*svr_, opt_));
   return Status::ok();
 }
 
@@ -76,26 +53,7 @@ void HttpServer::stop() {
 
 void HttpServer::install_routes() {
   httplib::Server& s = *svr_;
-  const int n_threads = std::max(1, opt_.http_threads);
-  s.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
-  s.set_payload_max_length(opt_.max_body_bytes);
-  s.set_keep_alive_max_count(1000);
-  s.set_keep_alive_timeout(30);
-  s.set_read_timeout(30, 0);
-  s.set_write_timeout(30, 0);
-  s.set_tcp_nodelay(true);
-
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (opt_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    std::string auth = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    bool ok = auth.rfind(prefix, 0) == 0 && constant_time_equal(auth.substr(prefix.size()), opt_.api_key);
-    if (ok) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, 401, "invalid or missing API key (Authorization: Bearer <key>)", opt_.retry_after_s);
-    metrics_->request_finished(401);
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  install_error_handlers(s, opt_.max_body_bytes, "request handler");
+  configure_server(s, opt_, "request handler", [this] { metrics_->request_finished(401); });
 
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (stopping_) return send_error(res, 503, "shutting down", opt_.retry_after_s);

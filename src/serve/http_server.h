@@ -15,6 +15,7 @@
 
 #include "core/status.h"
 #include "serve/chat_template.h"
+#include "serve/http_common.h"
 #include "serve/metrics.h"
 #include "serve/request.h"
 #include "serve/router.h"
@@ -26,15 +27,6 @@ class Server;
 }
 
 namespace afd::serve {
-
-struct ServerOptions {
-  std::string host = "127.0.0.1";
-  int port = 8000;                  // 0: any free port (see HttpServer::port())
-  std::string api_key;              // empty: no authentication
-  size_t max_body_bytes = 1 << 20;  // larger bodies get 413
-  int http_threads = 512;           // concurrent connections being served
-  int retry_after_s = 1;            // Retry-After on 429 / 503
-};
 
 // Everything the handlers need to know about the served model.
 struct ModelServing {
@@ -55,8 +47,6 @@ class HttpServer {
   // Serves until stop() (blocks).
   Status run();
   void stop();
-
-  static bool constant_time_equal(const std::string& a, const std::string& b);
 
  private:
   void install_routes();

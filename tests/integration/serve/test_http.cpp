@@ -127,7 +127,9 @@ TEST_F(HttpTest, StreamingEndsWithDoneAndUsage) {
     EXPECT_TRUE(ch["usage"].is_null());
     n_tokens += static_cast<int>(ch["choices"][0]["logprobs"]["content"].size());
     if (!ch["choices"][0]["finish_reason"].is_null()) finish = ch["choices"][0]["finish_reason"];
-    if (i == 0) EXPECT_EQ(ch["choices"][0]["delta"]["role"], "assistant");
+    if (i == 0) {
+      EXPECT_EQ(ch["choices"][0]["delta"]["role"], "assistant");
+    }
   }
   EXPECT_EQ(n_tokens, 5);
   EXPECT_EQ(finish, "length");
@@ -166,9 +168,9 @@ TEST_F(HttpTest, ApiKeyIsRequiredOnV1) {
   EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1})", {{"Authorization", "Bearer wrong"}})->status, 401);
   EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1})", {{"Authorization", "Bearer sekret"}})->status, 200);
   EXPECT_EQ(cli_->Get("/health")->status, 200);  // health stays open
-  EXPECT_TRUE(HttpServer::constant_time_equal("abc", "abc"));
-  EXPECT_FALSE(HttpServer::constant_time_equal("abc", "abd"));
-  EXPECT_FALSE(HttpServer::constant_time_equal("abc", "abcd"));
+  EXPECT_TRUE(constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(constant_time_equal("abc", "abd"));
+  EXPECT_FALSE(constant_time_equal("abc", "abcd"));
 }
 
 TEST_F(HttpTest, OverCapacityIs429WithRetryAfter) {
@@ -254,7 +256,7 @@ TEST_F(HttpTest, MetricsAndRoutingAcrossWorkers) {
     ts.emplace_back([this, i] {
       httplib::Client c("127.0.0.1", svc_->port());
       c.set_read_timeout(30, 0);
-      auto r = c.Post("/v1/completions", "{\"prompt\":[" + std::to_string(i + 1) + ",2,3],\"max_tokens\":20}", "application/json");
+      auto r = c.Post("/v1/completions", "{\"prompt\":[" + std::to_string(i + 1) + ",2,3],\"max_tokens\":20,\"ignore_eos\":true}", "application/json");
       EXPECT_TRUE(r && r->status == 200);
     });
   for (auto& t : ts) t.join();

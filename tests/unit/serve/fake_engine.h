@@ -113,7 +113,7 @@ class FakeEngine : public Engine {
     std::lock_guard<std::mutex> l(mu_);
     return {blocks_total_, used_blocks(), block_size_};
   }
-  StageTimes last_stage_times() const override { return {0.001, 0, 0.002, 0, 0.003}; }
+  StageTimes last_stage_times() const override { return {0.001, 0, 0.002, 0, 0.003, {}}; }
 
   int64_t live_sequences() const {
     std::lock_guard<std::mutex> l(mu_);
