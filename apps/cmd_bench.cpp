@@ -133,7 +133,7 @@ void prefault(const ModelWeights& w) {
   volatile uint8_t sink = 0;
   auto touch = [&](const Matrix& m) {
     const uint8_t* p = static_cast<const uint8_t*>(m.data);
-    for (size_t i = 0; i < m.nbytes(); i += 4096) sink ^= p[i];
+    for (size_t i = 0; i < m.nbytes(); i += 4096) sink = sink ^ p[i];
   };
   touch(w.embed);
   touch(w.lm_head);

@@ -291,13 +291,7 @@ Status DataParallelEngine::forward(std::span<const BatchItem> items, std::vector
       times_.ffn_s += s.ffn_s / n_eng;
       times_.f2a_s += s.f2a_s / n_eng;
       if (times_.layers.size() < s.layers.size()) times_.layers.resize(s.layers.size());
-      for (size_t l = 0; l < s.layers.size(); ++l) {
-        LayerStageTimes& d = times_.layers[l];
-        d.attention_s += s.layers[l].attention_s / n_eng;
-        d.a2f_s += s.layers[l].a2f_s / n_eng;
-        d.ffn_s += s.layers[l].ffn_s / n_eng;
-        d.f2a_s += s.layers[l].f2a_s / n_eng;
-      }
+      for (size_t l = 0; l < s.layers.size(); ++l) times_.layers[l].add(s.layers[l], 1.0 / n_eng);
     }
   }
   times_.total_s = (now_ns() - t0) * 1e-9;

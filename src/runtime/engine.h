@@ -36,6 +36,13 @@ struct KvUsage {
 //          replies): the part of FFN + transfer time the micro-batch pipeline did not hide.
 struct LayerStageTimes {
   double attention_s = 0, a2f_s = 0, ffn_s = 0, f2a_s = 0;
+  // this += k * o, stage by stage (sums over steps, means over engines).
+  void add(const LayerStageTimes& o, double k = 1.0) {
+    attention_s += k * o.attention_s;
+    a2f_s += k * o.a2f_s;
+    ffn_s += k * o.ffn_s;
+    f2a_s += k * o.f2a_s;
+  }
 };
 
 // Per-step stage times (seconds) of the last forward pass: the sums of `layers`, plus the

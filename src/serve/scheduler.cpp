@@ -291,12 +291,7 @@ Result<int> Scheduler::step() {
     stats_->stage_sum.total_s += s.total_s > 0 ? s.total_s : dt;
     auto& layers = stats_->stage_sum.layers;
     if (layers.size() < s.layers.size()) layers.resize(s.layers.size());
-    for (size_t l = 0; l < s.layers.size(); ++l) {
-      layers[l].attention_s += s.layers[l].attention_s;
-      layers[l].a2f_s += s.layers[l].a2f_s;
-      layers[l].ffn_s += s.layers[l].ffn_s;
-      layers[l].f2a_s += s.layers[l].f2a_s;
-    }
+    for (size_t l = 0; l < s.layers.size(); ++l) layers[l].add(s.layers[l]);
     stats_->busy_s += dt;
   }
   if (!st.is_ok()) {

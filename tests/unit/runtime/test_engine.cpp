@@ -339,7 +339,9 @@ void check_layer_stage_times(const std::string& topology, int microbatches) {
   EXPECT_GE(t.attention_s, attn * 0.999);  // plus embedding and LM head
   EXPECT_NEAR(t.a2f_s, a2f, 1e-9);
   EXPECT_NEAR(t.f2a_s, f2a, 1e-9);
-  if (topology == "mono") EXPECT_NEAR(t.ffn_s, ffn, 1e-9);
+  if (topology == "mono") {
+    EXPECT_NEAR(t.ffn_s, ffn, 1e-9);
+  }
   EXPECT_LE(attn + a2f + f2a, t.total_s * 1.001 + 1e-4) << topology;
 }
 
