@@ -2,8 +2,11 @@
 // per step and the achieved fractions of this machine's limits measured in the same run.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -28,7 +31,20 @@ struct BenchFlags {
   bool skip_limits = false;
   std::string mode = "mono";
   std::string delay = "0";
+  int rounds = 1;
 };
+
+// Per row key (wiring, micro-batches, delay, batch, context): the ratios of every round.
+struct RoundRatios {
+  std::vector<double> vs_mono, vs_no_delay;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 // Bytes of one FfnWeights (gate + up + down).
 size_t ffn_bytes(const FfnWeights& f) { return f.gate.nbytes() + f.up.nbytes() + f.down.nbytes(); }
@@ -204,9 +220,18 @@ void run_bench(const BenchFlags& f) {
                 "context", "tok/s", "step_ms", "vs_mono", "vs_d0", "MB/step", "bw_frac", "flop_frac", "ffn_ms",
                 "ffn_frac", "eta_A", "eta_F");
   }
+  using RowKey = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t>;
+  std::map<RowKey, RoundRatios> by_row;
+  std::map<std::pair<int64_t, int64_t>, int64_t> auto_delay;
+  std::vector<RowKey> row_order;
   auto emit = [&](const std::string& wiring, int64_t mb, int64_t dly, int64_t batch, int64_t ctx, const Point& p,
                   double mono_tps, double nodelay_tps) {
     const double tps = batch / p.step_s;
+    RowKey key{wiring, mb, dly, batch, ctx};
+    if (!by_row.count(key)) row_order.push_back(key);
+    RoundRatios& rr = by_row[key];
+    if (mono_tps > 0) rr.vs_mono.push_back(tps / mono_tps);
+    if (nodelay_tps > 0) rr.vs_no_delay.push_back(tps / nodelay_tps);
     nlohmann::json r = {{"wiring", wiring},
                         {"microbatches", mb},
                         {"delay_us", dly},
@@ -250,6 +275,9 @@ void run_bench(const BenchFlags& f) {
     }
   };
 
+  // Rounds repeat every point, mono baseline included, one after the other: on a noisy
+  // machine the per-round ratios spread, and their median is what to quote.
+  for (int round = 0; round < f.rounds; ++round)
   for (int64_t ctx : *contexts) {
     for (int64_t batch : *batches) {
       EngineOptions o = *opt;
@@ -270,7 +298,9 @@ void run_bench(const BenchFlags& f) {
         emit("mono", m.microbatches, 0, batch, ctx, p, mono_tps, 0);
       }
       if (f.mode == "mono") continue;
-      int64_t d_auto = 0;  // half the per-layer attention time of the whole batch (first sweep point)
+      // Half the per-layer attention time of the whole batch, from the first micro-batch count
+      // of the first round (later rounds reuse it, so their rows line up).
+      int64_t& d_auto = auto_delay[{batch, ctx}];
       for (int64_t mb : *mbs) {
         o.microbatches = static_cast<int>(mb);
         o.inject_delay_us = 0;
@@ -291,6 +321,43 @@ void run_bench(const BenchFlags& f) {
     Status ts = opt->trace->write(f.engine.trace);
     if (!ts.is_ok()) fail("bench", ts);
   }
+  nlohmann::json summary = nlohmann::json::array();
+  if (f.rounds > 1) {
+    if (!f.json) {
+      std::printf("over %d rounds: median [min, max] of each round's ratio\n", f.rounds);
+      std::printf("%-6s %3s %7s %6s %7s %26s %26s\n", "wiring", "mb", "delay", "batch", "context", "vs_mono",
+                  "vs_d0");
+    }
+    for (const RowKey& k : row_order) {
+      const RoundRatios& rr = by_row[k];
+      auto stats = [](const std::vector<double>& v) {
+        if (v.empty()) return nlohmann::json(nullptr);
+        return nlohmann::json{{"median", median(v)},
+                              {"min", *std::min_element(v.begin(), v.end())},
+                              {"max", *std::max_element(v.begin(), v.end())},
+                              {"rounds", v}};
+      };
+      summary.push_back({{"wiring", std::get<0>(k)},
+                         {"microbatches", std::get<1>(k)},
+                         {"delay_us", std::get<2>(k)},
+                         {"batch", std::get<3>(k)},
+                         {"context", std::get<4>(k)},
+                         {"vs_mono", stats(rr.vs_mono)},
+                         {"vs_no_delay", stats(rr.vs_no_delay)}});
+      if (!f.json) {
+        auto cell = [](const std::vector<double>& v) {
+          char b[64];
+          if (v.empty()) return std::string("");
+          std::snprintf(b, sizeof b, "%.3f [%.3f, %.3f]", median(v), *std::min_element(v.begin(), v.end()),
+                        *std::max_element(v.begin(), v.end()));
+          return std::string(b);
+        };
+        std::printf("%-6s %3lld %7lld %6lld %7lld %26s %26s\n", std::get<0>(k).c_str(), (long long)std::get<1>(k),
+                    (long long)std::get<2>(k), (long long)std::get<3>(k), (long long)std::get<4>(k),
+                    cell(rr.vs_mono).c_str(), cell(rr.vs_no_delay).c_str());
+      }
+    }
+  }
   const double rss = peak_rss_bytes();
   if (f.json) {
     nlohmann::json out = {{"model", opt->model_dir},
@@ -300,7 +367,9 @@ void run_bench(const BenchFlags& f) {
                           {"read_bandwidth_Bps", bw},
                           {"gemm_flops", gemm},
                           {"peak_rss_bytes", rss},
-                          {"rows", rows}};
+                          {"rows", rows},
+                          {"rounds", f.rounds},
+                          {"summary", summary}};
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("peak RSS %.2f GB (weights %.2f GB)\n", rss / 1e9, (*weights)->matrix_bytes() / 1e9);
@@ -323,6 +392,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--delay-us", f->delay,
                   "One-way delay injected into every A<->F message (afd): microseconds, or 'auto' = half the "
                   "per-layer attention time measured without delay");
+  cmd->add_option("--rounds", f->rounds,
+                  "Repeat the whole sweep this many times and print the median [min, max] of each row's ratios")
+      ->check(CLI::Range(1, 100));
   cmd->add_flag("--skip-limits", f->skip_limits, "Do not measure bandwidth / GEMM rate (fractions print 0)");
   cmd->callback([f] { run_bench(*f); });
 }

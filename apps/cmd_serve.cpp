@@ -99,7 +99,8 @@ void serve_spawned(const ServeFlags& f) {
       f.engine.threads > 0 ? f.engine.threads
                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / procs);
   ChildProcesses children;
-  auto ffn = spawn_ffn_workers(&children, topo->n_attention, topo->n_ffn, f.engine.model_dir, f.engine.precision, threads, f.engine.ffn_tp);
+  auto ffn = spawn_ffn_workers(&children, topo->n_attention, topo->n_ffn, f.engine.model_dir, f.engine.precision, threads, f.engine.ffn_tp,
+                               f.engine.ucx_spin_us);
   if (!ffn.ok()) fail("serve", ffn.status());
   std::string ffn_list;
   for (const auto& a : *ffn) ffn_list += (ffn_list.empty() ? "" : ",") + a;
@@ -116,7 +117,8 @@ void serve_spawned(const ServeFlags& f) {
                                      std::to_string(e.kv_block), "--max-seqs", std::to_string(e.max_seqs),
                                      "--threads", std::to_string(threads), "--microbatches", e.microbatches,
                                      "--fp8-group", std::to_string(e.fp8_group), "--ffn-timeout-ms",
-                                     std::to_string(e.ffn_timeout_ms), "--ffn-connect-timeout-ms",
+                                     std::to_string(e.ffn_timeout_ms), "--ucx-spin-us", std::to_string(e.ucx_spin_us),
+                                     "--ffn-connect-timeout-ms",
                                      std::to_string(e.ffn_connect_timeout_ms), "--max-running",
                                      std::to_string(f.service.max_running), "--max-queue",
                                      std::to_string(f.service.max_queue), "--max-batch-tokens",

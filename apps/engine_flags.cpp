@@ -42,6 +42,10 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
       ->envname("AFD_SPAWN_FFN");
   cmd->add_option("--trace", trace, "Write a Chrome trace-event JSON of the pipeline timeline (Perfetto)")
       ->envname("AFD_TRACE");
+  cmd->add_option("--ucx-spin-us", ucx_spin_us,
+                  "UCX: a thread waiting for a message polls this long before it sleeps (-1: default; "
+                  "lower it when workers share few cores)")
+      ->envname("AFD_UCX_SPIN_US");
   cmd->add_option("--ffn-connect-timeout-ms", ffn_connect_timeout_ms, "Give up waiting for FFN workers after this")
       ->envname("AFD_FFN_CONNECT_TIMEOUT_MS");
 }
@@ -89,6 +93,7 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.attention_index = attention_index;
   o.ffn_timeout_ms = ffn_timeout_ms;
   o.ffn_connect_timeout_ms = ffn_connect_timeout_ms;
+  o.ucx_spin_us = ucx_spin_us;
   if (!trace.empty()) o.trace = std::make_shared<TraceRecorder>();
   AFD_RETURN_IF_ERROR(o.validate());
   return o;

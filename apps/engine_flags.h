@@ -29,6 +29,7 @@ struct EngineFlags {
   int attention_index = 0;
   int ffn_timeout_ms = 10000;
   int ffn_connect_timeout_ms = 60000;
+  int ucx_spin_us = -1;     // -1: UcxOptions default (EngineOptions::ucx_spin_us)
   bool spawn_ffn = false;    // start the FFN workers as local processes (apps/local_ffn.h)
   std::string trace;        // Chrome trace-event JSON of the pipeline (written by the command)
 

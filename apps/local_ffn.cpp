@@ -7,7 +7,7 @@ namespace afd::cli {
 
 Result<std::vector<std::string>> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn,
                                                    const std::string& model_dir, const std::string& precision,
-                                                   int threads, int ffn_tp) {
+                                                   int threads, int ffn_tp, int ucx_spin_us) {
   std::vector<std::string> out;
   for (int j = 0; j < n_ffn; ++j) {
     AFD_ASSIGN_OR_RETURN(int port, free_local_port());
@@ -22,6 +22,10 @@ Result<std::vector<std::string>> spawn_ffn_workers(ChildProcesses* children, int
     if (threads > 0) {
       args.push_back("--threads");
       args.push_back(std::to_string(threads));
+    }
+    if (ucx_spin_us >= 0) {
+      args.push_back("--ucx-spin-us");
+      args.push_back(std::to_string(ucx_spin_us));
     }
     const std::string name = "FFN worker " + std::to_string(j) + "/" + std::to_string(n_ffn);
     AFD_ASSIGN_OR_RETURN(pid_t pid, children->spawn_self(args, name));
@@ -38,7 +42,7 @@ Status LocalFfnProcesses::start(const EngineFlags& flags, EngineOptions* o) {
   if (t.wiring != Wiring::afd) return invalid_argument("--spawn-ffn needs an xAyF topology, got '" + o->topology + "'");
   AFD_ASSIGN_OR_RETURN(o->ffn_addresses,
                        spawn_ffn_workers(&children_, t.n_attention, t.n_ffn, o->model_dir, flags.precision, flags.threads,
-                                         o->ffn_tp));
+                                         o->ffn_tp, flags.ucx_spin_us));
   o->attention_index = 0;
   o->local_attention = t.n_attention;
   return Status::ok();

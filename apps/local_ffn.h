@@ -17,7 +17,7 @@ namespace afd::cli {
 // n_ffn) makes them TP ranks of y/ffn_tp EP groups (--ffn-tp).
 Result<std::vector<std::string>> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn,
                                                    const std::string& model_dir, const std::string& precision,
-                                                   int threads, int ffn_tp = 1);
+                                                   int threads, int ffn_tp = 1, int ucx_spin_us = -1);
 
 class LocalFfnProcesses {
  public:

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -23,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/frame_buffer.h"
 #include "comm/inproc_transport.h"
 #include "comm/ucx_transport.h"
 #include "core/log.h"
@@ -65,14 +67,14 @@ int run_echo_server(const std::string& address, size_t max_size) {
   if (!t.ok() || !(*t)->listen(address).is_ok()) return 2;
   auto peer = wait_for_peer(**t, "bench-client", deadline_in_ms(30000));
   if (!peer.ok()) return 3;
-  std::vector<uint8_t> buf(max_size);
-  (void)(*t)->register_memory(buf.data(), buf.size());
+  auto buf = FrameBuffer::create(t->get(), max_size);  // as afd's frames: registered, huge pages from 64 KiB
+  if (!buf.ok()) return 2;
   for (;;) {
-    auto r = (*t)->post_recv(*peer, 1, buf.data(), buf.size());
+    auto r = (*t)->post_recv(*peer, 1, buf->data(), max_size);
     if (!r.ok()) return 0;
     Completion c = (*t)->wait(*r, deadline_in_ms(120000));
     if (!c.status.is_ok()) return 0;
-    auto s = (*t)->post_send(*peer, 2, buf.data(), c.bytes);
+    auto s = (*t)->post_send(*peer, 2, buf->data(), c.bytes);
     if (!s.ok() || !(*t)->wait(*s, deadline_in_ms(10000)).status.is_ok()) return 0;
   }
 }
@@ -92,9 +94,10 @@ uint16_t free_port() {
 }
 
 Stats pingpong(Transport& t, PeerId peer, size_t size, int iters, int warmup) {
-  std::vector<uint8_t> out(size, 0x5a), in(size);
-  (void)t.register_memory(out.data(), out.size());
-  (void)t.register_memory(in.data(), in.size());
+  auto out_buf = FrameBuffer::create(&t, size), in_buf = FrameBuffer::create(&t, size);
+  if (!out_buf.ok() || !in_buf.ok()) return Stats{0, 0, 0, false, "cannot allocate buffers"};
+  std::span<uint8_t> out(out_buf->data(), size), in(in_buf->data(), size);
+  std::memset(out.data(), 0x5a, size);
   std::vector<double> lat;
   lat.reserve(static_cast<size_t>(iters));
   for (int i = 0; i < warmup + iters; ++i) {
@@ -128,7 +131,6 @@ Stats bench_afd_ucx(size_t size, int iters, int warmup) {
     o.name = "bench-client";
     if (const char* s = getenv("BENCH_WAITER_SPIN_US")) o.waiter_spin_ns = std::atoll(s) * 1000;
     if (const char* s = getenv("BENCH_PROGRESS_SPIN_US")) o.progress_spin_ns = std::atoll(s) * 1000;
-  if (const char* s = getenv("BENCH_PROGRESS_SPIN_US")) o.progress_spin_ns = std::atoll(s) * 1000;
     o.peer_error_handling = getenv("BENCH_PEER_ERR") != nullptr;
     o.connect_retry_ms = 20;
     auto t = UcxTransport::create(o);

@@ -108,13 +108,15 @@ Completion RequestTable::wait(RequestId id, int64_t deadline_ns) {
   return c;
 }
 
+int RequestTable::poll_any(std::span<const RequestId> ids) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (finished(ids[i])) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 int RequestTable::wait_any(std::span<const RequestId> ids, int64_t deadline_ns) {
-  auto scan = [&]() -> int {
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (finished(ids[i])) return static_cast<int>(i);
-    }
-    return -1;
-  };
+  auto scan = [&]() -> int { return poll_any(ids); };
   int64_t spin_until = now_ns() + spin_ns_;
   for (;;) {
     int r = scan();

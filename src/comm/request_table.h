@@ -34,6 +34,8 @@ class RequestTable {
   bool test(RequestId id, Completion* out);
   Completion wait(RequestId id, int64_t deadline_ns);
   int wait_any(std::span<const RequestId> ids, int64_t deadline_ns);
+  // Index of the first finished id (done, or unknown/stale), -1 if none: no clock, no sleep.
+  int poll_any(std::span<const RequestId> ids) const;
   size_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
 
  private:

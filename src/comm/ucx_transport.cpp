@@ -7,6 +7,7 @@
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -27,6 +28,18 @@ namespace {
 constexpr uint32_t kBootMagic = 0x42444641u;  // "AFDB"
 constexpr uint16_t kBootVersion = 1;
 constexpr PeerId kMaxPeers = 1024;
+// A parked progress thread re-checks this often. It bounds how long an operation posted
+// on a caller's thread right after a wait (which found nothing else in flight, so did not
+// wake it) goes unprogressed if the caller then computes instead of waiting.
+constexpr int kParkTimeoutUs = 250;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 std::string ucs_error(const char* what, ucs_status_t st) { return std::string(what) + ": " + ucs_status_string(st); }
 
@@ -55,7 +68,7 @@ struct ErrArg {
 
 class UcxTransportImpl final : public UcxTransport {
  public:
-  explicit UcxTransportImpl(UcxOptions opt) : opt_(std::move(opt)), table_(8192, opt_.waiter_spin_ns) {}
+  explicit UcxTransportImpl(UcxOptions opt) : opt_(std::move(opt)), table_(8192, std::min<int64_t>(opt_.waiter_spin_ns, 20000)) {}
   ~UcxTransportImpl() override { close(); }
 
   Status init();
@@ -132,11 +145,25 @@ class UcxTransportImpl final : public UcxTransport {
   Result<RequestId> enqueue(Command c, CompletionFn on_done);
   void wake();
   void progress_loop();
+  void park();  // progress thread, while a caller drives the worker in wait_any
   void cancel_live(const std::vector<RequestId>& ids);  // worker lock held
   bool progress_once();  // worker lock held
   bool try_lock_worker();
   void lock_worker();
   void unlock_worker();
+  // Holds the worker mutex for a scope unless this thread already does (a callback).
+  struct WorkerGuard {
+    explicit WorkerGuard(UcxTransportImpl& t) : t_(t), mine_(t.owner_.load() != std::this_thread::get_id()) {
+      if (mine_) t_.lock_worker();
+    }
+    ~WorkerGuard() {
+      if (mine_) t_.unlock_worker();
+    }
+    WorkerGuard(const WorkerGuard&) = delete;
+    WorkerGuard& operator=(const WorkerGuard&) = delete;
+    UcxTransportImpl& t_;
+    bool mine_;
+  };
   void bootstrap_loop();
   Status exchange(int fd, const std::string& dialed, PeerId* out_peer);
   void handle(Command& c);
@@ -179,6 +206,7 @@ class UcxTransportImpl final : public UcxTransport {
   std::mutex worker_mu_;
   std::atomic<std::thread::id> owner_{};
   std::atomic<int> waiters_{0};
+  std::atomic<int> n_live_{0};  // live_ops_.size(), readable without the worker lock
   std::unordered_map<RequestId, OpCtx*> live_ops_;
   std::vector<void*> closing_;
   std::vector<std::unique_ptr<ErrArg>> err_args_;
@@ -200,9 +228,10 @@ Status UcxTransportImpl::init() {
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return unavailable(ucs_error("ucp_config_read", st));
   ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  // No mt_workers_shared: the context's own locks cost ~2-4 us per 64 KiB rendezvous
+  // message here (bench_comm); ucp_mem_map / unmap run under the worker mutex instead.
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-  params.mt_workers_shared = 1;  // ucp_mem_map may run on caller threads
   st = ucp_init(&params, config, &context_);
   ucp_config_release(config);
   if (st != UCS_OK) return unavailable(ucs_error("ucp_init", st));
@@ -310,6 +339,10 @@ Result<RequestId> UcxTransportImpl::enqueue(Command c, CompletionFn on_done) {
         handle(c);
         ucp_worker_progress(worker_);
         unlock_worker();
+        // No wake here: measured, waking the progress thread on every post that stays in
+        // flight (a receive, a rendezvous send) made the 64 KiB ping-pong 5x slower on two
+        // vCPUs; a running progress thread picks it up, an idle one is woken by the worker's
+        // events, a parked one within kParkTimeoutUs.
         return id;
       }
     }
@@ -380,7 +413,11 @@ Result<MemoryRegion> UcxTransportImpl::register_memory(void* base, size_t size) 
   p.address = base;
   p.length = size;
   ucp_mem_h memh = nullptr;
-  ucs_status_t st = ucp_mem_map(context_, &p, &memh);
+  ucs_status_t st;
+  {
+    WorkerGuard g(*this);
+    st = ucp_mem_map(context_, &p, &memh);
+  }
   if (st != UCS_OK) return resource_exhausted(ucs_error("ucp_mem_map", st) + " (" + std::to_string(size) + " bytes)");
   std::lock_guard<std::mutex> lk(regions_mu_);
   MemoryRegion r{base, size, reinterpret_cast<uint64_t>(memh)};
@@ -389,6 +426,7 @@ Result<MemoryRegion> UcxTransportImpl::register_memory(void* base, size_t size) 
 }
 
 Status UcxTransportImpl::deregister_memory(const MemoryRegion& region) {
+  WorkerGuard g(*this);  // lock order: worker, then regions (do_send holds the worker in find_memh)
   std::lock_guard<std::mutex> lk(regions_mu_);
   for (auto it = regions_.begin(); it != regions_.end(); ++it) {
     if (it->r.base == region.base && it->r.handle == region.handle) {
@@ -419,6 +457,7 @@ void UcxTransportImpl::finish(OpCtx* ctx, Completion c) {
     return;
   }
   live_ops_.erase(ctx->id);
+  n_live_.store(static_cast<int>(live_ops_.size()), std::memory_order_release);
   delete ctx;
 }
 
@@ -497,6 +536,7 @@ void UcxTransportImpl::do_send(Command& c) {
     ctx->in_post = false;
     ctx->req = st;
     live_ops_[c.id] = ctx;
+    n_live_.store(static_cast<int>(live_ops_.size()), std::memory_order_release);
   }
 }
 
@@ -537,6 +577,7 @@ void UcxTransportImpl::do_recv(Command& c) {
     ctx->in_post = false;
     ctx->req = st;
     live_ops_[c.id] = ctx;
+    n_live_.store(static_cast<int>(live_ops_.size()), std::memory_order_release);
   }
 }
 
@@ -712,27 +753,32 @@ void UcxTransportImpl::unlock_worker() {
 }
 
 int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_ns) {
-  // A caller with nothing else to do lends its thread to progress for a short while
-  // (no thread hand-off on the latency path); then it sleeps and the progress thread
-  // carries on alone.
+  int r = table_.poll_any(ids);
+  if (r >= 0) return r;
+  // A caller with nothing else to do drives the worker itself for up to waiter_spin_ns,
+  // as ucx_perftest does (no thread hand-off on the latency path). Meanwhile the progress
+  // thread stays parked off the CPU (it never contends for the worker while waiters_ > 0):
+  // on a machine with fewer free cores than spinning threads, a second spinner per
+  // process starved the peer process (docs/BENCHMARKS.md "Communication").
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
   int64_t spin_until = now_ns() + opt_.waiter_spin_ns;
-  waiters_.fetch_add(1, std::memory_order_relaxed);
-  int r = -1;
   for (;;) {
-    r = table_.wait_any(ids, 0);
-    if (r >= 0) break;
-    int64_t t = now_ns();
-    if (t >= deadline_ns || t >= spin_until || stop_.load(std::memory_order_relaxed)) break;
     if (try_lock_worker()) {
       progress_once();
       unlock_worker();
     }
-    // Let the progress thread (parked on the worker mutex) take its turn: measured, a
-    // waiter that re-took the mutex at once kept messages from being delivered until its
-    // spin ended (each message then cost the whole waiter spin).
-    std::this_thread::yield();
+    r = table_.poll_any(ids);
+    if (r >= 0) break;
+    int64_t t = now_ns();
+    if (t >= deadline_ns || t >= spin_until || stop_.load(std::memory_order_relaxed)) break;
+    cpu_relax();
   }
-  waiters_.fetch_sub(1, std::memory_order_relaxed);
+  // Hand progress back when this caller gives up, or when operations it does not wait
+  // for are still in flight (they must move while the caller computes).
+  if (waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+      (r < 0 || n_live_.load(std::memory_order_acquire) > 0 || n_cmds_.load(std::memory_order_acquire) > 0)) {
+    wake();
+  }
   if (r >= 0) return r;
   return table_.wait_any(ids, deadline_ns);
 }
@@ -747,21 +793,37 @@ Completion UcxTransportImpl::wait(RequestId id, int64_t deadline_ns) {
   return c;
 }
 
+void UcxTransportImpl::park() {
+  // Sleeps on the wake fd only (not the worker's event fd: the waiter handles those
+  // events). Dekker with wait_any's exit: either it sees sleeping_ and writes the fd, or
+  // this thread sees waiters_ == 0 and does not sleep.
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (waiters_.load(std::memory_order_seq_cst) > 0 && !stop_.load()) {
+    pollfd p{wake_fd_, POLLIN, 0};
+    timespec ts{0, kParkTimeoutUs * 1000};
+    if (::ppoll(&p, 1, &ts, nullptr) > 0) {
+      uint64_t v;
+      ssize_t n = ::read(wake_fd_, &v, sizeof v);
+      (void)n;
+    }
+  }
+  sleeping_.store(false, std::memory_order_seq_cst);
+}
+
 void UcxTransportImpl::progress_loop() {
   int64_t last_active = now_ns();
   while (!stop_.load(std::memory_order_relaxed)) {
+    if (waiters_.load(std::memory_order_seq_cst) > 0) {
+      park();
+      last_active = now_ns();
+      continue;
+    }
     lock_worker();
     bool active = progress_once();
     unlock_worker();
     int64_t t = now_ns();
     if (active) {
       last_active = t;
-      continue;
-    }
-    if (waiters_.load(std::memory_order_relaxed) > 0) {
-      // A caller is progressing in wait(): stay off the CPU it needs.
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-      last_active = now_ns();
       continue;
     }
     if (t - last_active < opt_.progress_spin_ns) {
@@ -973,12 +1035,12 @@ void UcxTransportImpl::close() {
   if (progress_.joinable()) progress_.join();
   if (listen_fd_ >= 0) close_fd(listen_fd_);
   listen_fd_ = -1;
+  lock_worker();
   {
     std::lock_guard<std::mutex> r(regions_mu_);
     for (auto& reg : regions_) ucp_mem_unmap(context_, reg.memh);
     regions_.clear();
   }
-  lock_worker();
   if (worker_) ucp_worker_destroy(worker_);
   worker_ = nullptr;
   unlock_worker();

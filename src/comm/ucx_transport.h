@@ -32,7 +32,7 @@ struct UcxOptions {
   // Callers of wait() help progress this long, then sleep. Short on purpose: on a machine
   // with fewer free cores than spinning threads, a long spin starves the peer process and
   // every message then costs the whole spin (bench_comm, docs/BENCHMARKS.md).
-  int64_t waiter_spin_ns = 20000;
+  int64_t waiter_spin_ns = 200000;
   int connect_retry_ms = 200;          // first retry interval (doubles up to 2 s)
   int bootstrap_timeout_ms = 5000;     // address exchange deadline
   // UCP_ERR_HANDLING_MODE_PEER on endpoints. Off by default: dead peers are detected by
