@@ -11,12 +11,15 @@
 //
 // Wire tag = (id the receiver gave the sender) << 48 | user tag, so receives match per peer.
 //
-// Threads: a progress thread drives the ucp worker (UCS_THREAD_MODE_SINGLE, behind one
-// mutex): it busy-polls (yielding) for progress_spin_ns after the last activity, then
-// sleeps on the worker's event fd. Posts from other threads are queued to it — or, when
-// the worker is free, posted directly on the caller's thread; a caller blocked in wait()
-// helps progress for waiter_spin_ns before it sleeps (no thread hand-off on the latency
-// path). A bootstrap thread accepts and dials.
+// Threads: one progress thread and the callers share the ucp worker
+// (UCS_THREAD_MODE_SINGLE, behind one mutex). A caller blocked in wait() drives the worker
+// itself for waiter_spin_ns, like ucx_perftest's single thread, while the progress thread
+// stays parked off the CPU (it never contends for the worker while a caller waits); when
+// the caller gives up, or leaves with other operations still in flight, it wakes the
+// progress thread. Otherwise the progress thread polls (yielding) for progress_spin_ns
+// after the last activity, then sleeps on the worker's event fd. Posts run directly on the
+// caller's thread when the worker is free, else are queued to whoever drives it next.
+// A bootstrap thread accepts and dials.
 #pragma once
 
 #include <memory>
@@ -29,9 +32,11 @@ namespace afd::comm {
 struct UcxOptions {
   std::string name;                // this transport's peer name (unique in the deployment)
   int64_t progress_spin_ns = 2000000;  // progress thread polls this long after activity
-  // Callers of wait() help progress this long, then sleep. Short on purpose: on a machine
-  // with fewer free cores than spinning threads, a long spin starves the peer process and
-  // every message then costs the whole spin (bench_comm, docs/BENCHMARKS.md).
+  // Callers of wait() drive the worker this long, then sleep. Long enough to cover a
+  // rendezvous message of a few MiB (532480 B: ~40 us one way here); a waiter that gives up
+  // earlier pays a hand-off to the progress thread and a wake-up (1.7x ucx_perftest at
+  // 532480 B with 20 us, 0.96x with 200 us; bench_comm, docs/BENCHMARKS.md). Lower it
+  // (`--ucx-spin-us`) when workers share fewer cores than they have waiting threads.
   int64_t waiter_spin_ns = 200000;
   int connect_retry_ms = 200;          // first retry interval (doubles up to 2 s)
   int bootstrap_timeout_ms = 5000;     // address exchange deadline

@@ -246,5 +246,50 @@ TEST(UcxTransport, RegisteredMemoryIsUsed) {
   EXPECT_EQ(p.a->deregister_memory(*rb).code(), StatusCode::not_found);
 }
 
+// A caller that posts and then computes instead of waiting: its operations still finish.
+// Each step comes right after a wait() that found nothing else in flight, which leaves the
+// progress thread parked (ucx_transport.cpp park()): it must take the operation over.
+TEST(UcxTransport, OperationsFinishWithoutTheCallerWaiting) {
+  auto p = testing::make_pair("ucx");
+  const size_t n = 1 << 20;  // rendezvous, not eager
+  std::vector<uint8_t> src(n, 9), dst(n), tiny(8, 1), tiny_in(8);
+  auto poll_until_done = [](Transport& t, RequestId id) {
+    Completion c;
+    // Far above the ~1 ms it takes here (a parked progress thread re-checks every 250 us),
+    // far below "never": a progress thread left parked fails this.
+    int64_t deadline = deadline_in_ms(500);
+    while (!t.test(id, &c)) {
+      if (now_ns() > deadline) return Completion{timeout_error("not finished without a waiter"), 0};
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // "computing"
+    }
+    return c;
+  };
+  for (int round = 0; round < 20; ++round) {
+    // Park both progress threads: a ping whose waits leave nothing in flight.
+    auto r0 = p.a->post_recv(p.a_sees_b, 2, tiny_in.data(), tiny_in.size());
+    auto s0 = p.b->post_send(p.b_sees_a, 2, tiny.data(), tiny.size());
+    ASSERT_TRUE(p.b->wait(*s0, deadline_in_ms(5000)).status.is_ok());
+    ASSERT_TRUE(p.a->wait(*r0, deadline_in_ms(5000)).status.is_ok());
+    // Sender never waits.
+    std::fill(dst.begin(), dst.end(), 0);
+    auto r = p.a->post_recv(p.a_sees_b, 1, dst.data(), dst.size());
+    auto s = p.b->post_send(p.b_sees_a, 1, src.data(), src.size());
+    ASSERT_TRUE(r.ok() && s.ok());
+    ASSERT_TRUE(p.a->wait(*r, deadline_in_ms(5000)).status.is_ok()) << "round " << round;
+    Completion cs = poll_until_done(*p.b, *s);
+    ASSERT_TRUE(cs.status.is_ok()) << "round " << round << ": " << cs.status.to_string();
+    EXPECT_EQ(dst, src);
+    // Receiver never waits.
+    std::fill(dst.begin(), dst.end(), 0);
+    r = p.a->post_recv(p.a_sees_b, 1, dst.data(), dst.size());
+    s = p.b->post_send(p.b_sees_a, 1, src.data(), src.size());
+    ASSERT_TRUE(r.ok() && s.ok());
+    Completion cr = poll_until_done(*p.a, *r);
+    ASSERT_TRUE(cr.status.is_ok()) << "round " << round << ": " << cr.status.to_string();
+    ASSERT_TRUE(p.b->wait(*s, deadline_in_ms(5000)).status.is_ok());
+    EXPECT_EQ(dst, src);
+  }
+}
+
 }  // namespace
 }  // namespace afd::comm
