@@ -137,6 +137,15 @@ void apply_topology_file(WorkerFlags* f) {
   e.ffn_timeout_ms = t->ffn_timeout_ms;
   e.ffn_connect_timeout_ms = t->ffn_connect_timeout_ms;
   e.ffn_tp = t->ffn_tp;
+  if (t->ucx_spin_us >= 0) e.ucx_spin_us = t->ucx_spin_us;
+  const TopologyScheduler& sc = t->scheduler;
+  if (sc.max_running >= 0) f->service.max_running = sc.max_running;
+  if (sc.max_queue >= 0) f->service.max_queue = sc.max_queue;
+  if (sc.max_batch_tokens >= 0) f->service.max_batch_tokens = sc.max_batch_tokens;
+  if (sc.max_context >= 0) f->service.max_context = sc.max_context;
+  if (sc.max_seqs >= 0) e.max_seqs = sc.max_seqs;
+  if (sc.kv_capacity >= 0) e.kv_capacity = sc.kv_capacity;
+  if (sc.kv_block >= 0) e.kv_block = sc.kv_block;
   f->listen = w.listen;
   f->n_attention = static_cast<int>(t->attention.size());
   f->peer_timeout_ms = t->peer_timeout_ms;

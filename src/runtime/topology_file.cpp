@@ -107,7 +107,8 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
   if (!j.is_object()) return invalid_argument(origin + ": must be a JSON object");
   Fields top(j, origin, "");
   AFD_RETURN_IF_ERROR(top.check_keys({"model", "precision", "kv_dtype", "microbatches", "threads", "ffn_timeout_ms",
-                                      "ffn_connect_timeout_ms", "peer_timeout_ms", "ffn_tp", "frontend", "attention", "ffn"}));
+                                      "ffn_connect_timeout_ms", "peer_timeout_ms", "ffn_tp", "ucx_spin_us", "scheduler",
+                                      "frontend", "attention", "ffn"}));
   TopologyFile t;
   TopologyWorker defaults;
   AFD_RETURN_IF_ERROR(top.str("model", &defaults.model_dir));
@@ -121,6 +122,21 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
   AFD_RETURN_IF_ERROR(top.integer("ffn_connect_timeout_ms", &t.ffn_connect_timeout_ms, 1, 86400000));
   AFD_RETURN_IF_ERROR(top.integer("peer_timeout_ms", &t.peer_timeout_ms, 1, 86400000));
   AFD_RETURN_IF_ERROR(top.integer("ffn_tp", &t.ffn_tp, 1, 64));
+  AFD_RETURN_IF_ERROR(top.integer("ucx_spin_us", &t.ucx_spin_us, 0, 1000000));
+  if (auto it = j.find("scheduler"); it != j.end()) {
+    if (!it->is_object()) return top.err("scheduler", "must be an object");
+    Fields s(*it, origin, "scheduler");
+    AFD_RETURN_IF_ERROR(s.check_keys(
+        {"max_running", "max_queue", "max_batch_tokens", "max_context", "max_seqs", "kv_capacity", "kv_block"}));
+    TopologyScheduler& d = t.scheduler;
+    AFD_RETURN_IF_ERROR(s.integer("max_running", &d.max_running, 1, 1 << 20));
+    AFD_RETURN_IF_ERROR(s.integer("max_queue", &d.max_queue, 0, 1 << 24));
+    AFD_RETURN_IF_ERROR(s.integer("max_batch_tokens", &d.max_batch_tokens, 1, 1 << 24));
+    AFD_RETURN_IF_ERROR(s.integer("max_context", &d.max_context, 0, 1 << 30));
+    AFD_RETURN_IF_ERROR(s.integer("max_seqs", &d.max_seqs, 1, 1 << 20));
+    AFD_RETURN_IF_ERROR(s.integer("kv_capacity", &d.kv_capacity, 0, 1 << 30));
+    AFD_RETURN_IF_ERROR(s.integer("kv_block", &d.kv_block, 1, 1 << 16));
+  }
 
   t.frontend.model_dir = defaults.model_dir;
   if (auto it = j.find("frontend"); it != j.end()) {

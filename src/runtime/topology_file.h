@@ -9,6 +9,11 @@
 //     "precision": "fast", "kv_dtype": "bf16", "microbatches": 2, "threads": 0,
 //     "ffn_timeout_ms": 10000, "ffn_connect_timeout_ms": 60000, "peer_timeout_ms": 10000,
 //     "ffn_tp": 1,                             // optional FFN TP degree, divides len(ffn)
+//     "ucx_spin_us": 200,                      // optional; afd worker --ucx-spin-us
+//     "scheduler": {"max_running": 64, "max_queue": 1024, "max_batch_tokens": 1024,
+//                   "max_context": 0, "max_seqs": 256, "kv_capacity": 0, "kv_block": 16},
+//                                             // optional; attention workers' limits (the
+//                                             //   afd worker flags of the same names)
 //     "frontend":  {"listen": "0.0.0.0:8000", "api_key": "", "model_name": ""},
 //     "attention": [{"address": "host1:8101", "listen": "0.0.0.0:8101"}, ...],
 //     "ffn":       [{"address": "host3:7100"}, {"address": "host4:7100", "threads": 8}]
@@ -45,6 +50,17 @@ struct TopologyFrontend {
   std::string model_dir;
 };
 
+// Attention workers' scheduler and KV limits; -1: not in the file (the worker's default).
+struct TopologyScheduler {
+  int max_running = -1;
+  int max_queue = -1;
+  int max_batch_tokens = -1;
+  int max_context = -1;
+  int max_seqs = -1;
+  int kv_capacity = -1;
+  int kv_block = -1;
+};
+
 struct TopologyFile {
   std::string precision = "fast";
   std::string kv_dtype = "bf16";
@@ -52,6 +68,8 @@ struct TopologyFile {
   int ffn_connect_timeout_ms = 60000;
   int peer_timeout_ms = 10000;
   int ffn_tp = 1;  // FFN tensor-parallel degree; divides ffn.size()
+  int ucx_spin_us = -1;  // -1: the transport's default
+  TopologyScheduler scheduler;
   TopologyFrontend frontend;
   std::vector<TopologyWorker> attention;  // index = attention worker index
   std::vector<TopologyWorker> ffn;        // index = expert shard

@@ -126,6 +126,40 @@ TEST(TopologyFile, FfnTp) {
   EXPECT_FALSE(parse_topology_file(zero, "t.json").ok());
 }
 
+TEST(TopologyFile, SchedulerLimitsAndUcxSpin) {
+  auto t = parse_topology_file(kGood, "t.json");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->scheduler.max_running, -1);  // absent: the worker's own defaults
+  EXPECT_EQ(t->ucx_spin_us, -1);
+  std::string with(kGood);
+  with.replace(with.find("\"peer_timeout_ms\""), 0,
+               "\"ucx_spin_us\": 20, \"scheduler\": {\"max_running\": 8, \"max_queue\": 0, "
+               "\"max_batch_tokens\": 512, \"max_context\": 2048, \"max_seqs\": 16, \"kv_capacity\": 32768, "
+               "\"kv_block\": 32}, ");
+  auto t2 = parse_topology_file(with, "t.json");
+  ASSERT_TRUE(t2.ok()) << t2.status().to_string();
+  EXPECT_EQ(t2->ucx_spin_us, 20);
+  EXPECT_EQ(t2->scheduler.max_running, 8);
+  EXPECT_EQ(t2->scheduler.max_queue, 0);
+  EXPECT_EQ(t2->scheduler.max_batch_tokens, 512);
+  EXPECT_EQ(t2->scheduler.max_context, 2048);
+  EXPECT_EQ(t2->scheduler.max_seqs, 16);
+  EXPECT_EQ(t2->scheduler.kv_capacity, 32768);
+  EXPECT_EQ(t2->scheduler.kv_block, 32);
+  std::string typo(kGood);
+  typo.replace(typo.find("\"peer_timeout_ms\""), 0, "\"scheduler\": {\"max_runing\": 8}, ");
+  auto t3 = parse_topology_file(typo, "t.json");
+  ASSERT_FALSE(t3.ok());
+  EXPECT_NE(t3.status().message().find("t.json: scheduler.max_runing: unknown field"), std::string::npos)
+      << t3.status().to_string();
+  std::string zero(kGood);
+  zero.replace(zero.find("\"peer_timeout_ms\""), 0, "\"scheduler\": {\"max_running\": 0}, ");
+  auto t4 = parse_topology_file(zero, "t.json");
+  ASSERT_FALSE(t4.ok());
+  EXPECT_NE(t4.status().message().find("scheduler.max_running: 0 is outside"), std::string::npos)
+      << t4.status().to_string();
+}
+
 TEST(TopologyFile, SplitHostPort) {
   std::string h;
   int p = 0;
