@@ -60,9 +60,7 @@ void run_ffn(const WorkerFlags& f) {
 
   comm::UcxOptions uo;
   uo.name = "ffn" + std::to_string(shard);
-  if (f.engine.ucx_spin_us < -1 || f.engine.ucx_spin_us > 1000000)
-    fail("worker", invalid_argument("--ucx-spin-us must be in [-1, 1000000]"));
-  if (f.engine.ucx_spin_us >= 0) uo.waiter_spin_ns = int64_t{f.engine.ucx_spin_us} * 1000;
+  uo.set_waiter_spin_us(f.engine.ucx_spin_us);
   auto t = comm::UcxTransport::create(uo);
   if (!t.ok()) fail("worker", t.status());
   s = (*t)->listen(listen);

@@ -45,6 +45,7 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
   cmd->add_option("--ucx-spin-us", ucx_spin_us,
                   "UCX: a thread waiting for a message polls this long before it sleeps (-1: default; "
                   "lower it when workers share few cores)")
+      ->check(CLI::Range(-1, 1000000))
       ->envname("AFD_UCX_SPIN_US");
   cmd->add_option("--ffn-connect-timeout-ms", ffn_connect_timeout_ms, "Give up waiting for FFN workers after this")
       ->envname("AFD_FFN_CONNECT_TIMEOUT_MS");

@@ -116,10 +116,9 @@ int RequestTable::poll_any(std::span<const RequestId> ids) const {
 }
 
 int RequestTable::wait_any(std::span<const RequestId> ids, int64_t deadline_ns) {
-  auto scan = [&]() -> int { return poll_any(ids); };
   int64_t spin_until = now_ns() + spin_ns_;
   for (;;) {
-    int r = scan();
+    int r = poll_any(ids);
     if (r >= 0) return r;
     int64_t t = now_ns();
     if (t >= deadline_ns) return -1;
@@ -130,7 +129,7 @@ int RequestTable::wait_any(std::span<const RequestId> ids, int64_t deadline_ns) 
   sleepers_.fetch_add(1, std::memory_order_acq_rel);
   int r;
   for (;;) {
-    r = scan();
+    r = poll_any(ids);
     if (r >= 0) break;
     int64_t t = now_ns();
     if (t >= deadline_ns) break;

@@ -173,6 +173,7 @@ class UcxTransportImpl final : public UcxTransport {
   void lose_peer(PeerId p, uint64_t gen, const std::string& why);
   void check_liveness();
   void finish(OpCtx* ctx, Completion c);
+  void set_live(RequestId id, OpCtx* ctx);  // worker lock held; ctx null: remove; keeps n_live_
   ucp_mem_h find_memh(const void* p, size_t n);
   void push_event(PeerEvent ev);
 
@@ -450,14 +451,19 @@ ucp_mem_h UcxTransportImpl::find_memh(const void* p, size_t n) {
 
 // ---------------- progress thread ----------------
 
+void UcxTransportImpl::set_live(RequestId id, OpCtx* ctx) {
+  if (ctx != nullptr) live_ops_[id] = ctx;
+  else live_ops_.erase(id);
+  n_live_.store(static_cast<int>(live_ops_.size()), std::memory_order_release);
+}
+
 void UcxTransportImpl::finish(OpCtx* ctx, Completion c) {
   table_.complete(ctx->id, std::move(c));
   if (ctx->in_post) {
     ctx->done = true;  // the poster deletes it when the post call returns
     return;
   }
-  live_ops_.erase(ctx->id);
-  n_live_.store(static_cast<int>(live_ops_.size()), std::memory_order_release);
+  set_live(ctx->id, nullptr);
   delete ctx;
 }
 
@@ -535,8 +541,7 @@ void UcxTransportImpl::do_send(Command& c) {
   } else {
     ctx->in_post = false;
     ctx->req = st;
-    live_ops_[c.id] = ctx;
-    n_live_.store(static_cast<int>(live_ops_.size()), std::memory_order_release);
+    set_live(c.id, ctx);
   }
 }
 
@@ -576,8 +581,7 @@ void UcxTransportImpl::do_recv(Command& c) {
   } else {
     ctx->in_post = false;
     ctx->req = st;
-    live_ops_[c.id] = ctx;
-    n_live_.store(static_cast<int>(live_ops_.size()), std::memory_order_release);
+    set_live(c.id, ctx);
   }
 }
 
@@ -895,6 +899,7 @@ void UcxTransportImpl::progress_loop() {
     // The UCX request is abandoned with its worker; ctx leaks intentionally (the worker may still reference it).
   }
   live_ops_.clear();
+  n_live_.store(0, std::memory_order_release);
   unlock_worker();
 }
 

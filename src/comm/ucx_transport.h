@@ -38,6 +38,10 @@ struct UcxOptions {
   // 532480 B with 20 us, 0.96x with 200 us; bench_comm, docs/BENCHMARKS.md). Lower it
   // (`--ucx-spin-us`) when workers share fewer cores than they have waiting threads.
   int64_t waiter_spin_ns = 200000;
+  // waiter_spin_ns from a --ucx-spin-us value; a negative one keeps the default.
+  void set_waiter_spin_us(int64_t us) {
+    if (us >= 0) waiter_spin_ns = us * 1000;
+  }
   int connect_retry_ms = 200;          // first retry interval (doubles up to 2 s)
   int bootstrap_timeout_ms = 5000;     // address exchange deadline
   // UCP_ERR_HANDLING_MODE_PEER on endpoints. Off by default: dead peers are detected by

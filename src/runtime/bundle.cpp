@@ -101,7 +101,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
     if (remote) {
       comm::UcxOptions uo;
       uo.name = attn_name(index);
-      if (opt.ucx_spin_us >= 0) uo.waiter_spin_ns = int64_t{opt.ucx_spin_us} * 1000;
+      uo.set_waiter_spin_us(opt.ucx_spin_us);
       AFD_ASSIGN_OR_RETURN(auto ut, comm::UcxTransport::create(uo));
       t = std::move(ut);
       co.ffn_addresses = opt.ffn_addresses;

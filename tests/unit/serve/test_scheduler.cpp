@@ -136,10 +136,9 @@ TEST(Scheduler, AdmissionWaitsForKvAndRejectsWhatCanNeverFit) {
   EXPECT_EQ(drain(*b).finish, FinishReason::length);
 }
 
-TEST(Scheduler, PreemptsByRecomputeWhenKvRunsOut) {
-  SchedulerOptions o;
-  Fixture f(/*blocks=*/6, /*block=*/2, o);
-  // Three sequences of 3 prompt tokens growing to 9: 5 blocks each at the end, 6 in total.
+// Three sequences of 3 prompt tokens growing to 9 on a 6-block cache of 2-token blocks (5
+// blocks each at the end): runs them to the end and checks every output is the unpreempted one.
+void run_three_over_a_small_cache(Fixture& f) {
   std::vector<std::shared_ptr<SeqRequest>> rs;
   for (int i = 0; i < 3; ++i) rs.push_back(f.submit({static_cast<int32_t>(i + 1), 7, 9}, 6));
   run_until_idle(f.sched);
@@ -149,6 +148,12 @@ TEST(Scheduler, PreemptsByRecomputeWhenKvRunsOut) {
     EXPECT_EQ(c.tokens, Fixture::expected({i + 1, 7, 9}, 6)) << i;
   }
   EXPECT_GT(f.metrics.worker(0).preemptions.load(), 0);
+}
+
+TEST(Scheduler, PreemptsByRecomputeWhenKvRunsOut) {
+  SchedulerOptions o;
+  Fixture f(/*blocks=*/6, /*block=*/2, o);
+  run_three_over_a_small_cache(f);
   EXPECT_EQ(f.engine.live_sequences(), 0);
 }
 
@@ -206,15 +211,7 @@ TEST(Scheduler, ReadmissionAfterPreemptionReusesCachedBlocks) {
   SchedulerOptions o;
   Fixture f(/*blocks=*/6, /*block=*/2, o);
   f.engine.prefix_caching = true;
-  std::vector<std::shared_ptr<SeqRequest>> rs;
-  for (int i = 0; i < 3; ++i) rs.push_back(f.submit({static_cast<int32_t>(i + 1), 7, 9}, 6));
-  run_until_idle(f.sched);
-  for (int i = 0; i < 3; ++i) {
-    Collected c = drain(*rs[i]);
-    EXPECT_EQ(c.finish, FinishReason::length) << i;
-    EXPECT_EQ(c.tokens, Fixture::expected({i + 1, 7, 9}, 6)) << i;
-  }
-  EXPECT_GT(f.metrics.worker(0).preemptions.load(), 0);
+  run_three_over_a_small_cache(f);
   EXPECT_GT(f.metrics.prefix_cache_hits.load(), 0);
   EXPECT_EQ(f.metrics.prefix_cache_hits.load(), f.engine.reused_tokens);
   EXPECT_EQ(f.engine.live_sequences(), 0);
