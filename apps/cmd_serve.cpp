@@ -99,8 +99,7 @@ void serve_spawned(const ServeFlags& f) {
       f.engine.threads > 0 ? f.engine.threads
                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / procs);
   ChildProcesses children;
-  auto ffn = spawn_ffn_workers(&children, topo->n_attention, topo->n_ffn, f.engine.model_dir, f.engine.precision, threads, f.engine.ffn_tp,
-                               f.engine.ucx_spin_us);
+  auto ffn = spawn_ffn_workers(&children, topo->n_attention, topo->n_ffn, f.engine, threads);
   if (!ffn.ok()) fail("serve", ffn.status());
   std::string ffn_list;
   for (const auto& a : *ffn) ffn_list += (ffn_list.empty() ? "" : ",") + a;

@@ -72,6 +72,7 @@ void run_ffn(const WorkerFlags& f) {
   fo.prec = prec == Precision::reference ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
   fo.peer_timeout_ms = f.peer_timeout_ms;
   fo.tp = f.engine.ffn_tp;
+  fo.device = f.engine.ffn_device;
   ThreadPool pool(f.engine.threads);
   auto worker = FfnWorker::create(*w, t->get(), fo, &pool);
   if (!worker.ok()) fail("worker", worker.status());

@@ -38,6 +38,10 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
       ->envname("AFD_ATTENTION_INDEX");
   cmd->add_option("--ffn-timeout-ms", ffn_timeout_ms, "Fail a step whose FFN reply is later than this")
       ->envname("AFD_FFN_TIMEOUT_MS");
+  cmd->add_option("--ffn-device", ffn_device,
+                  "Where the FFN half runs: cpu | cuda (GPU, needs a CUDA build; mono engine and FFN workers)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->envname("AFD_FFN_DEVICE");
   cmd->add_flag("--spawn-ffn", spawn_ffn, "Run the topology's FFN workers as local processes over UCX")
       ->envname("AFD_SPAWN_FFN");
   cmd->add_option("--trace", trace, "Write a Chrome trace-event JSON of the pipeline timeline (Perfetto)")
@@ -95,6 +99,7 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.ffn_timeout_ms = ffn_timeout_ms;
   o.ffn_connect_timeout_ms = ffn_connect_timeout_ms;
   o.ucx_spin_us = ucx_spin_us;
+  o.ffn_device = ffn_device;
   if (!trace.empty()) o.trace = std::make_shared<TraceRecorder>();
   AFD_RETURN_IF_ERROR(o.validate());
   return o;

@@ -6,26 +6,26 @@
 namespace afd::cli {
 
 Result<std::vector<std::string>> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn,
-                                                   const std::string& model_dir, const std::string& precision,
-                                                   int threads, int ffn_tp, int ucx_spin_us) {
+                                                   const EngineFlags& e, int threads) {
   std::vector<std::string> out;
   for (int j = 0; j < n_ffn; ++j) {
     AFD_ASSIGN_OR_RETURN(int port, free_local_port());
     const std::string addr = "127.0.0.1:" + std::to_string(port);
-    std::vector<std::string> args = {"worker", "--role", "ffn", "--model", model_dir, "--listen", addr,
+    std::vector<std::string> args = {"worker", "--role", "ffn", "--model", e.model_dir, "--listen", addr,
                                      "--shard", std::to_string(j) + "/" + std::to_string(n_ffn),
-                                     "--attention", std::to_string(n_attention), "--precision", precision};
-    if (ffn_tp > 1) {
+                                     "--attention", std::to_string(n_attention), "--precision", e.precision,
+                                     "--ffn-device", e.ffn_device};
+    if (e.ffn_tp > 1) {
       args.push_back("--ffn-tp");
-      args.push_back(std::to_string(ffn_tp));
+      args.push_back(std::to_string(e.ffn_tp));
     }
     if (threads > 0) {
       args.push_back("--threads");
       args.push_back(std::to_string(threads));
     }
-    if (ucx_spin_us >= 0) {
+    if (e.ucx_spin_us >= 0) {
       args.push_back("--ucx-spin-us");
-      args.push_back(std::to_string(ucx_spin_us));
+      args.push_back(std::to_string(e.ucx_spin_us));
     }
     const std::string name = "FFN worker " + std::to_string(j) + "/" + std::to_string(n_ffn);
     AFD_ASSIGN_OR_RETURN(pid_t pid, children->spawn_self(args, name));
@@ -41,8 +41,7 @@ Status LocalFfnProcesses::start(const EngineFlags& flags, EngineOptions* o) {
   AFD_ASSIGN_OR_RETURN(Topology t, parse_topology(o->topology));
   if (t.wiring != Wiring::afd) return invalid_argument("--spawn-ffn needs an xAyF topology, got '" + o->topology + "'");
   AFD_ASSIGN_OR_RETURN(o->ffn_addresses,
-                       spawn_ffn_workers(&children_, t.n_attention, t.n_ffn, o->model_dir, flags.precision, flags.threads,
-                                         o->ffn_tp, flags.ucx_spin_us));
+                       spawn_ffn_workers(&children_, t.n_attention, t.n_ffn, flags, flags.threads));
   o->attention_index = 0;
   o->local_attention = t.n_attention;
   return Status::ok();

@@ -13,11 +13,10 @@
 namespace afd::cli {
 
 // Spawns the y FFN workers of topology t (xAyF) as children on free 127.0.0.1 ports; returns
-// their addresses in shard order. threads > 0 is passed to each worker; ffn_tp > 1 (dividing
-// n_ffn) makes them TP ranks of y/ffn_tp EP groups (--ffn-tp).
+// their addresses in shard order. Each gets e's model, --precision, --ffn-tp (> 1: TP ranks of
+// y/ffn_tp EP groups), --ucx-spin-us and --ffn-device; threads > 0 is passed as --threads.
 Result<std::vector<std::string>> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn,
-                                                   const std::string& model_dir, const std::string& precision,
-                                                   int threads, int ffn_tp = 1, int ucx_spin_us = -1);
+                                                   const EngineFlags& e, int threads);
 
 class LocalFfnProcesses {
  public:

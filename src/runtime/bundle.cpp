@@ -63,6 +63,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
       fo.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
       fo.peer_timeout_ms = opt.ffn_timeout_ms;
       fo.tp = opt.ffn_tp;
+      fo.device = opt.ffn_device;
       if (opt.trace) {
         const int pid = TraceRecorder::kFfnPid + j;
         opt.trace->name_process(pid, "ffn " + std::to_string(j));

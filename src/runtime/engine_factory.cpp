@@ -5,6 +5,7 @@
 #include "model/ffn_part.h"
 #include "model/weights.h"
 #include "runtime/bundle.h"
+#include "runtime/cuda_ffn.h"
 #include "runtime/pipeline_engine.h"
 #include "runtime/topology.h"
 
@@ -50,6 +51,10 @@ Status EngineOptions::validate() const {
   if (t.wiring != Wiring::mono && afd_rounding_shards > 0)
     return invalid_argument("--afd-rounding emulates an AFD bundle in the monolithic engine; use it with mono");
   if (local_attention < 1) return invalid_argument("local attention workers must be >= 1");
+  if (ffn_device != "cpu" && ffn_device != "cuda")
+    return invalid_argument("--ffn-device must be cpu or cuda, got '" + ffn_device + "'");
+  if (ffn_device == "cuda" && afd_rounding_shards > 0)
+    return invalid_argument("--afd-rounding reproduces the CPU bundle's rounding; use it with --ffn-device cpu");
   if (ffn_tp < 1 || ffn_tp > 64) return invalid_argument("--ffn-tp must be in [1, 64], got " + std::to_string(ffn_tp));
   if (ffn_tp > 1) {
     if (t.wiring == Wiring::ep) return invalid_argument("--ffn-tp applies to xAyF topologies, not " + t.to_string());
@@ -80,6 +85,11 @@ Result<std::unique_ptr<Engine>> make_engine(const EngineOptions& opt, std::share
     return std::unique_ptr<Engine>(std::make_unique<DataParallelEngine>(std::move(bundle)));
   }
   auto pool = std::make_shared<ThreadPool>(opt.n_threads);
+  if (opt.ffn_device == "cuda") {
+    AFD_ASSIGN_OR_RETURN(auto gpu, CudaFfn::create(weights, CudaFfnOptions{}));
+    auto ffn = std::make_unique<CudaFfnBackend>(std::move(gpu), c.hidden_size, opt.fp8_dispatch, opt.fp8_group);
+    return make_pipeline_engine(opt, weights, std::move(ffn), pool);
+  }
   LocalFfnOptions fo;
   fo.part.prec = opt.precision == Precision::reference ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
   fo.fp8_dispatch = opt.fp8_dispatch || opt.afd_rounding_shards > 0;

@@ -70,6 +70,9 @@ struct EngineOptions {
   // y = pure TP. In mono it applies to afd_rounding_shards (reproduce a TP bundle's rounding).
   // With remote FFN workers, t > 1 is checked against what they announce (1: accept any).
   int ffn_tp = 1;
+  // Where FFN halves computed in this process run (runtime/cuda_ffn.h): "cpu" | "cuda". Applies
+  // to the monolithic engine and in-process FFN workers; remote workers choose their own.
+  std::string ffn_device = "cpu";
   Status validate() const;
 };
 

@@ -9,6 +9,7 @@
 #include "core/timer.h"
 #include "kernels/cpu/ops.h"
 #include "model/weights.h"
+#include "runtime/cuda_ffn.h"
 #include "runtime/ffn_client.h"
 #include "runtime/topology.h"
 
@@ -85,6 +86,19 @@ Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const Model
   wk->part_.experts_mask.assign(static_cast<size_t>(c.n_experts), 0);
   for (int64_t e = opt.expert_begin; e < opt.expert_end; ++e) wk->part_.experts_mask[static_cast<size_t>(e)] = 1;
   wk->limits_ = A2fLimits{h.hidden, h.top_k, h.n_experts, 0};
+  if (opt.device == "cuda") {
+    CudaFfnOptions co;
+    co.experts_mask = wk->part_.experts_mask;
+    co.include_shared = wk->part_.include_shared;
+    co.slots = 1;
+    auto gpu = CudaFfn::create(wk->w_, co);
+    if (!gpu.ok()) return gpu.status().with_context("ffn worker " + std::to_string(opt.index) + " --ffn-device cuda");
+    wk->gpu_ = std::move(*gpu);
+    spdlog::info("ffn worker {}: experts on {} ({} MiB of weights on the device)", opt.index, wk->gpu_->device_name(),
+                 wk->gpu_->weight_bytes() >> 20);
+  } else if (opt.device != "cpu") {
+    return invalid_argument("ffn worker: device must be cpu or cuda, got '" + opt.device + "'");
+  }
   spdlog::info("ffn worker {}: {} on transport '{}'", opt.index, describe(h), transport->local_name());
   return wk;
 }
@@ -407,8 +421,18 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     if (!st.is_ok()) spdlog::warn("ffn worker {}: re-posting a receive for '{}': {}", opt_.index, m.p->name, st.to_string());
   }
   const int64_t t0 = now_ns();
-  ffn_part(*w_, layer, h_.data(), total, K > 0 ? ids_.data() : nullptr, K > 0 ? wts_.data() : nullptr, out_.data(),
-           part_, &scratch_, pool_);
+  if (gpu_) {
+    Status gs = gpu_->run(layer, h_.data(), total, K > 0 ? ids_.data() : nullptr, K > 0 ? wts_.data() : nullptr,
+                          out_.data());
+    if (!gs.is_ok()) {
+      spdlog::error("ffn worker {}: GPU FFN failed ({}); computing on the CPU from now on", opt_.index, gs.to_string());
+      gpu_.reset();
+    }
+  }
+  if (!gpu_) {
+    ffn_part(*w_, layer, h_.data(), total, K > 0 ? ids_.data() : nullptr, K > 0 ? wts_.data() : nullptr,
+             out_.data(), part_, &scratch_, pool_);
+  }
   const int64_t t1 = now_ns();
   stats_.ffn_ns += t1 - t0;
   if (opt_.on_batch) opt_.on_batch(layer, mb, t0, t1, total);

@@ -19,7 +19,7 @@
 // back, after a new handshake, when it reconnects. None of these stop the worker.
 //
 // Threading: run() blocks the calling thread until *stop becomes true (checked at least
-// every 50 ms); ffn_part uses `pool`. Stats may be read from other threads.
+// every 50 ms); ffn_part uses `pool` (or the GPU: FfnWorkerOptions::device). Stats may be read from other threads.
 #pragma once
 
 #include <functional>
@@ -51,6 +51,10 @@ struct FfnWorkerOptions {
   // worker keeps a TP-sliced copy of the FFN weights (slice_ffn_tp: down columns copied once).
   int tp = 1;
   kernels::ActPrecision prec = kernels::ActPrecision::f32;
+  // "cuda": compute the held experts on the GPU (runtime/cuda_ffn.h; create() fails with the
+  // reason when that is unavailable). A CUDA error while serving is logged and the worker
+  // continues on the CPU. "cpu": ffn_part with `prec`.
+  std::string device = "cpu";
   int peer_timeout_ms = 10000;    // waiting for a mid-step attention worker's frame
   int gather_window_us = 2000;    // layer 0: waiting for attention workers active last step
   // Optional: called on the worker thread after every ffn_part batch (tracing).
@@ -127,6 +131,7 @@ class FfnWorker {
   comm::A2fLimits limits_;
   std::vector<std::unique_ptr<Peer>> peers_;
   FfnScratch scratch_;
+  std::unique_ptr<class CudaFfn> gpu_;  // device == "cuda"
   std::vector<float> h_, out_;        // [total, hidden]
   std::vector<int32_t> ids_;          // [total, top_k]
   std::vector<float> wts_;            // [total, top_k]

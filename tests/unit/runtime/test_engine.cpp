@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "model/weights.h"
+#include "runtime/cuda_ffn.h"
 #include "runtime/engine_factory.h"
 #include "runtime/generate.h"
 #include "runtime/pipeline_engine.h"
@@ -347,6 +348,32 @@ void check_layer_stage_times(const std::string& topology, int microbatches) {
 
 TEST(EngineStageTimes, PerLayerMono) { check_layer_stage_times("mono", 1); }
 TEST(EngineStageTimes, PerLayerThroughA1A2FBundleWithMicrobatches) { check_layer_stage_times("1A2F", 2); }
+
+}  // namespace
+}  // namespace afd
+
+namespace afd {
+namespace {
+
+// --ffn-device: a bad name is refused by validate(); "cuda" without a CUDA build or GPU is
+// a clear `unavailable` error from make_engine (mono, in-process bundle), never an abort.
+TEST(EngineFfnDevice, UnknownDeviceAndMissingGpuAreClearErrors) {
+  EngineOptions o;
+  o.model_dir = AFD_SOURCE_DIR "/tests/reference/data/qwen2moe_shared";
+  o.ffn_device = "tpu";
+  EXPECT_EQ(o.validate().code(), StatusCode::invalid_argument);
+  std::string why;
+  if (cuda_ffn_available(&why)) GTEST_SKIP() << "a GPU is visible: test_cuda_ffn covers the cuda device";
+  EXPECT_FALSE(why.empty());
+  o.ffn_device = "cuda";
+  for (const char* topo : {"mono", "1A1F"}) {
+    o.topology = topo;
+    auto e = make_engine(o);
+    ASSERT_FALSE(e.ok()) << topo;
+    EXPECT_EQ(e.status().code(), StatusCode::unavailable) << e.status().to_string();
+    EXPECT_NE(e.status().to_string().find("CUDA"), std::string::npos) << e.status().to_string();
+  }
+}
 
 }  // namespace
 }  // namespace afd
