@@ -25,7 +25,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Prints the message (or --help); a usage error exits 2, as getopt-style tools do
+    // (CLI11's own codes are >= 100 and would read as crashes to scripts).
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const afd::InternalError& e) {
     std::fprintf(stderr, "afd: internal error: %s\n", e.what());
     return 70;

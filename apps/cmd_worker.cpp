@@ -136,6 +136,7 @@ void apply_topology_file(WorkerFlags* f) {
   e.ffn_timeout_ms = t->ffn_timeout_ms;
   e.ffn_connect_timeout_ms = t->ffn_connect_timeout_ms;
   e.ffn_tp = t->ffn_tp;
+  if (f->role == "ffn") e.ffn_device = w.device;
   if (t->ucx_spin_us >= 0) e.ucx_spin_us = t->ucx_spin_us;
   const TopologyScheduler& sc = t->scheduler;
   if (sc.max_running >= 0) f->service.max_running = sc.max_running;

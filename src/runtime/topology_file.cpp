@@ -54,7 +54,7 @@ Status parse_worker(const json& j, const std::string& origin, const std::string&
   if (!j.is_object()) return invalid_argument(origin + ": " + path + ": must be an object");
   Fields f(j, origin, path);
   if (attention) AFD_RETURN_IF_ERROR(f.check_keys({"address", "listen", "model", "threads", "microbatches"}));
-  else AFD_RETURN_IF_ERROR(f.check_keys({"address", "listen", "model", "threads"}));
+  else AFD_RETURN_IF_ERROR(f.check_keys({"address", "listen", "model", "threads", "device"}));
   *w = defaults;
   AFD_RETURN_IF_ERROR(f.str("address", &w->address, /*required=*/true));
   std::string h;
@@ -66,6 +66,10 @@ Status parse_worker(const json& j, const std::string& origin, const std::string&
   AFD_RETURN_IF_ERROR(f.str("model", &w->model_dir));
   AFD_RETURN_IF_ERROR(f.integer("threads", &w->threads, 0, 4096));
   if (attention) AFD_RETURN_IF_ERROR(f.integer("microbatches", &w->microbatches, 1, 4));
+  if (!attention) {
+    AFD_RETURN_IF_ERROR(f.str("device", &w->device));
+    if (w->device != "cpu" && w->device != "cuda") return f.err("device", "must be 'cpu' or 'cuda'");
+  }
   if (w->model_dir.empty()) return f.err("model", "missing (set it here or at the top level)");
   return Status::ok();
 }

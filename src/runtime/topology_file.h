@@ -16,14 +16,16 @@
 //                                             //   afd worker flags of the same names)
 //     "frontend":  {"listen": "0.0.0.0:8000", "api_key": "", "model_name": ""},
 //     "attention": [{"address": "host1:8101", "listen": "0.0.0.0:8101"}, ...],
-//     "ffn":       [{"address": "host3:7100"}, {"address": "host4:7100", "threads": 8}]
+//     "ffn":       [{"address": "host3:7100"}, {"address": "host4:7100", "threads": 8},
+//                   {"address": "gpu1:7100", "device": "cuda"}]
 //   }
 //
 // attention[i] is attention worker i; ffn[j] holds expert shard j/len(ffn); the bundle's
 // topology is {len(attention)}A{len(ffn)}F; with "ffn_tp": t, ffn[j] is TP rank j % t of EP
 // group j / t (runtime/topology.h). "address" is how peers reach a worker; "listen"
 // (default: the address) is what it binds. Per-worker "model", "threads" and (attention)
-// "microbatches" override the top-level values. Unknown keys are errors (typos would
+// "microbatches" override the top-level values; an FFN worker's "device" ("cpu" default |
+// "cuda") is where it computes its experts (afd worker --ffn-device). Unknown keys are errors (typos would
 // otherwise silently change a deployment). Relative model paths are resolved against the
 // file's directory by load_topology_file.
 #pragma once
@@ -41,6 +43,7 @@ struct TopologyWorker {
   std::string model_dir;
   int threads = 0;       // 0: all cores
   int microbatches = 1;  // attention workers only
+  std::string device = "cpu";  // FFN workers only: cpu | cuda
 };
 
 struct TopologyFrontend {

@@ -35,5 +35,10 @@ cp -r "$M" "$TMP/shape"; sed -i 's/"hidden_size": 64/"hidden_size": 96/' "$TMP/s
 expect_error "shape disagrees with config" "shape|hidden" "$AFD" generate --model "$TMP/shape" --prompt-ids 1
 cp -r "$M" "$TMP/garbage"; head -c 4096 /dev/urandom > "$TMP/garbage/model.safetensors"
 expect_error "garbage safetensors" "model.safetensors" "$AFD" generate --model "$TMP/garbage" --prompt-ids 1
+expect_error "unknown FFN device" "ffn-device|cpu, cuda" "$AFD" generate --model "$M" --prompt-ids 1 --ffn-device tpu
+if ! command -v nvidia-smi >/dev/null 2>&1; then  # no GPU: the cuda device is a clear error, not a crash
+  expect_error "cuda without a GPU" "unavailable" "$AFD" generate --model "$M" --prompt-ids 1 --ffn-device cuda
+  expect_error "cuda FFN worker without a GPU" "unavailable" "$AFD" worker --role ffn --model "$M" --ffn-device cuda --listen 127.0.0.1:0
+fi
 echo "$fails failed"
 [ $fails -eq 0 ]

@@ -18,7 +18,7 @@ const char* kGood = R"({
   "frontend": {"listen": "0.0.0.0:8000", "api_key": "k"},
   "attention": [{"address": "a1:8101", "listen": "0.0.0.0:8101"},
                 {"address": "a2:8101", "microbatches": 4, "model": "/m/other"}],
-  "ffn": [{"address": "f1:7100"}, {"address": "[::1]:7100", "threads": 8}]
+  "ffn": [{"address": "f1:7100"}, {"address": "[::1]:7100", "threads": 8, "device": "cuda"}]
 })";
 
 TEST(TopologyFile, ParsesEveryField) {
@@ -158,6 +158,24 @@ TEST(TopologyFile, SchedulerLimitsAndUcxSpin) {
   ASSERT_FALSE(t4.ok());
   EXPECT_NE(t4.status().message().find("scheduler.max_running: 0 is outside"), std::string::npos)
       << t4.status().to_string();
+}
+
+TEST(TopologyFile, FfnWorkerDevice) {
+  auto t = parse_topology_file(kGood, "t.json");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->ffn[0].device, "cpu");  // the default
+  EXPECT_EQ(t->ffn[1].device, "cuda");
+  std::string bad(kGood);
+  bad.replace(bad.find("\"cuda\""), 6, "\"gpu\"");
+  auto t2 = parse_topology_file(bad, "t.json");
+  ASSERT_FALSE(t2.ok());
+  EXPECT_NE(t2.status().message().find("t.json: ffn[1].device: must be 'cpu' or 'cuda'"), std::string::npos)
+      << t2.status().to_string();
+  std::string on_attention(kGood);
+  on_attention.replace(on_attention.find("\"listen\": \"0.0.0.0:8101\""), 0, "\"device\": \"cuda\", ");
+  auto t3 = parse_topology_file(on_attention, "t.json");
+  ASSERT_FALSE(t3.ok());
+  EXPECT_NE(t3.status().message().find("device: unknown field"), std::string::npos) << t3.status().to_string();
 }
 
 TEST(TopologyFile, SplitHostPort) {
