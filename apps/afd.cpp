@@ -25,9 +25,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // Prints the message (or --help); a usage error exits 2, as getopt-style tools do
-    // (CLI11's own codes are >= 100 and would read as crashes to scripts).
-    return app.exit(e) == 0 ? 0 : 2;
+    // Prints the message (or --help). Commands fail with CLI::RuntimeError(1) (cli::fail);
+    // CLI11's usage errors carry codes >= 100, which scripts would read as crashes: they
+    // exit 2, as getopt-style tools do.
+    const int rc = app.exit(e);
+    return rc >= 100 ? 2 : rc;
   } catch (const afd::InternalError& e) {
     std::fprintf(stderr, "afd: internal error: %s\n", e.what());
     return 70;
