@@ -34,6 +34,12 @@ struct CudaFfnOptions {
   std::vector<uint8_t> experts_mask;  // empty: every expert; else experts_mask[e] = held
   bool include_shared = true;         // the shared expert and dense layers are held
   int slots = 4;                      // independent submit/collect slots (micro-batches)
+  // Decode shapes: when no expert gets more than this many tokens, the experts' products run
+  // as one hand-written grouped kernel per projection (kernels::cuda::grouped_skinny_gemm),
+  // reading each expert's weights ~once; above it, one cuBLAS GEMM per expert. 0: always cuBLAS.
+  // Measured on an H100 (docs/BENCHMARKS.md): the kernel wins up to ~16 tokens per expert and
+  // loses beyond ~32 (it re-reads the tokens' activations for every weight row; no tensor cores).
+  int skinny_max_tokens = 16;
 };
 
 class CudaFfn {

@@ -72,6 +72,58 @@ __global__ void add_gated_kernel(const float* h, const float* gate_w, const floa
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] += g * ys[t * hidden + i];
 }
 
+constexpr int kSkinnyTokens = 32;  // tokens per pass (accumulators per lane)
+constexpr int kSkinnyWarps = 8;    // output rows per block
+
+__device__ inline void bf16x8_to_f32(const uint4& v, float* f) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(u[i] << 16);
+    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+
+__global__ void grouped_skinny_gemm_kernel(const uint16_t* const* w, const int32_t* off, const int32_t* m, int64_t out,
+                                           int64_t in, const uint16_t* x, float* y) {
+  const int g = blockIdx.y;
+  const int lane = threadIdx.x & 31;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kSkinnyWarps + (threadIdx.x >> 5);
+  if (o >= out) return;
+  const uint4* wrow = reinterpret_cast<const uint4*>(w[g] + o * in);
+  const int64_t in8 = in / 8;
+  const int rows = m[g];
+  const int64_t base = off[g];
+  for (int t0 = 0; t0 < rows; t0 += kSkinnyTokens) {
+    const int mt = min(kSkinnyTokens, rows - t0);
+    float acc[kSkinnyTokens];
+#pragma unroll
+    for (int t = 0; t < kSkinnyTokens; ++t) acc[t] = 0.0f;
+    for (int64_t k = lane; k < in8; k += 32) {
+      float wf[8];
+      bf16x8_to_f32(__ldg(wrow + k), wf);
+#pragma unroll
+      for (int t = 0; t < kSkinnyTokens; ++t) {
+        if (t < mt) {
+          float xf[8];
+          bf16x8_to_f32(__ldg(reinterpret_cast<const uint4*>(x + (base + t0 + t) * in) + k), xf);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[t] = fmaf(wf[i], xf[i], acc[t]);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kSkinnyTokens; ++t) {
+      if (t < mt) {
+        float v = acc[t];
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
+        if (lane == t) y[(base + t0 + t) * out + o] = v;
+      }
+    }
+  }
+}
+
 // A grid of one block per row; rows beyond the 2^31-1 grid limit cannot occur (m is a token
 // count bounded by the wire's max_tokens * top_k).
 cudaError_t launched() { return cudaGetLastError(); }
@@ -108,6 +160,15 @@ cudaError_t add_gated(const float* h, const float* gate_w, const float* ys, int6
                       cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   add_gated_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(h, gate_w, ys, hidden, out);
+  return launched();
+}
+
+cudaError_t grouped_skinny_gemm(const uint16_t* const* w, const int32_t* off, const int32_t* m, int32_t groups,
+                                int64_t out, int64_t in, const uint16_t* x, float* y, cudaStream_t stream) {
+  if (groups <= 0 || out <= 0) return cudaSuccess;
+  if (in % 8 != 0) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((out + kSkinnyWarps - 1) / kSkinnyWarps), static_cast<unsigned>(groups));
+  grouped_skinny_gemm_kernel<<<grid, kSkinnyWarps * 32, 0, stream>>>(w, off, m, out, in, x, y);
   return launched();
 }
 

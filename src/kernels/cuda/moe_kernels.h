@@ -38,4 +38,13 @@ cudaError_t sum_slots(const float* slot_out, int64_t n, int64_t k, int64_t hidde
 cudaError_t add_gated(const float* h, const float* gate_w, const float* ys, int64_t n, int64_t hidden, float* out,
                       cudaStream_t stream);
 
+// Expert-grouped skinny product for decode shapes (few tokens per expert), one launch for
+// all groups: for group g and r < m[g], y[(off[g] + r), o] = sum_i x[off[g] + r, i] * W_g[o, i]
+// for o < out, with W_g = w[g] ([out, in] bf16 row-major), x [*, in] bf16, y [*, out] f32, f32
+// accumulation. Each warp computes one output row o of one group, streaming W_g's row once
+// per 32 tokens (so the weights are read ~once while m[g] <= 32). Requires in % 8 == 0 and
+// 16-byte aligned rows; w / off / m are device arrays of length groups.
+cudaError_t grouped_skinny_gemm(const uint16_t* const* w, const int32_t* off, const int32_t* m, int32_t groups,
+                                int64_t out, int64_t in, const uint16_t* x, float* y, cudaStream_t stream);
+
 }  // namespace afd::kernels::cuda

@@ -73,6 +73,9 @@ struct Grow {
 };
 
 struct Slot {
+  // Grouped-kernel arguments: [G] gate_up weight pointers | [G] down pointers | [G] row
+  // offsets | [G] row counts, packed in pinned memory and copied to the slot's device region.
+  Grow<uint8_t, true> groups;
   Grow<float, true> h, out;
   Grow<int32_t, true> rows, slots;
   Grow<float, true> w;
@@ -116,6 +119,9 @@ class CudaFfnImpl final : public CudaFfn {
   Grow<float, false> d_h_, d_w_, d_gu_, d_y_, d_slot_out_, d_out_;
   Grow<int32_t, false> d_rows_, d_slots_;
   Grow<uint16_t, false> d_xs_, d_act_;
+  Grow<uint8_t, false> d_groups_;  // [slots][group_bytes_] device copies of Slot::groups
+  size_t group_bytes_ = 0;
+  int skinny_max_tokens_ = 16;
   // Host scratch of submit().
   std::vector<int32_t> count_;
 };
@@ -134,11 +140,12 @@ CudaFfnImpl::~CudaFfnImpl() {
     s.rows.release();
     s.slots.release();
     s.w.release();
+    s.groups.release();
     if (s.start) cudaEventDestroy(s.start);
     if (s.done) cudaEventDestroy(s.done);
   }
   d_h_.release(); d_w_.release(); d_gu_.release(); d_y_.release(); d_slot_out_.release(); d_out_.release();
-  d_rows_.release(); d_slots_.release(); d_xs_.release(); d_act_.release();
+  d_rows_.release(); d_slots_.release(); d_xs_.release(); d_act_.release(); d_groups_.release();
   for (void* p : allocations_) cudaFree(p);
   if (blas_ != nullptr) cublasDestroy(blas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -192,6 +199,7 @@ Status CudaFfnImpl::upload_ffn(const FfnWeights& f, DevFfn* d) {
 Status CudaFfnImpl::init(std::shared_ptr<const ModelWeights> w, const CudaFfnOptions& opt) {
   w_ = std::move(w);
   device_ = opt.device;
+  skinny_max_tokens_ = opt.skinny_max_tokens;
   const ModelConfig& c = w_->config;
   if (opt.slots < 1 || opt.slots > 64) return invalid_argument("CUDA FFN: slots must be in [1, 64]");
   if (!opt.experts_mask.empty() && static_cast<int64_t>(opt.experts_mask.size()) != c.n_experts)
@@ -275,6 +283,9 @@ Status CudaFfnImpl::init(std::shared_ptr<const ModelWeights> w, const CudaFfnOpt
     AFD_CUDA_TRY(cudaEventCreate(&s.done));
   }
   count_.resize(static_cast<size_t>(c.n_experts) + 1);
+  group_bytes_ = static_cast<size_t>(std::max<int64_t>(c.n_experts, 1)) * (2 * sizeof(void*) + 2 * sizeof(int32_t));
+  AFD_CUDA_TRY(d_groups_.reserve(group_bytes_ * slots_.size()));
+  for (Slot& s : slots_) AFD_CUDA_TRY(s.groups.reserve(group_bytes_));
   return Status::ok();
 }
 
@@ -383,20 +394,53 @@ Status CudaFfnImpl::submit(int slot, int64_t layer, const float* h, int64_t n, c
     AFD_CUDA_TRY(cudaMemcpyAsync(d_w_.p, S.w.p, M * sizeof(float), cudaMemcpyHostToDevice, stream_));
     AFD_CUDA_TRY(cudaMemsetAsync(d_slot_out_.p, 0, static_cast<size_t>(n * K * hid) * sizeof(float), stream_));
     AFD_CUDA_TRY(kc::gather_rows_bf16(d_h_.p, hid, d_rows_.p, M, d_xs_.p, stream_));
-    for (int64_t x = 0; x < E; ++x) {
-      const int64_t off = count_[static_cast<size_t>(x)], m = count_[static_cast<size_t>(x) + 1] - off;
-      if (m == 0) continue;
-      const DevFfn& f = D.experts[static_cast<size_t>(x)];
-      AFD_RETURN_IF_ERROR(gemm(f.gu, 2 * f.inter, hid, d_xs_.p + off * hid, m, d_gu_.p + off * 2 * f.inter));
-    }
     // Every routed expert of a layer has the same intermediate size (moe_intermediate_size).
     const int64_t inter = D.experts[static_cast<size_t>(ids[S.slots.p[0]])].inter;
-    AFD_CUDA_TRY(kc::silu_mul_bf16(d_gu_.p, M, inter, d_act_.p, stream_));
+    int64_t most = 0;
+    int32_t G = 0;
     for (int64_t x = 0; x < E; ++x) {
-      const int64_t off = count_[static_cast<size_t>(x)], m = count_[static_cast<size_t>(x) + 1] - off;
-      if (m == 0) continue;
-      const DevFfn& f = D.experts[static_cast<size_t>(x)];
-      AFD_RETURN_IF_ERROR(gemm(f.down, hid, f.inter, d_act_.p + off * f.inter, m, d_y_.p + off * hid));
+      const int64_t m = count_[static_cast<size_t>(x) + 1] - count_[static_cast<size_t>(x)];
+      most = std::max(most, m);
+      G += m > 0 ? 1 : 0;
+    }
+    if (most <= skinny_max_tokens_ && hid % 8 == 0 && inter % 8 == 0) {
+      // One grouped kernel per projection (decode shapes).
+      const uint16_t** wgu = reinterpret_cast<const uint16_t**>(S.groups.p);
+      const uint16_t** wdn = wgu + G;
+      int32_t* goff = reinterpret_cast<int32_t*>(wdn + G);
+      int32_t* gm = goff + G;
+      int32_t g = 0;
+      for (int64_t x = 0; x < E; ++x) {
+        const int64_t o = count_[static_cast<size_t>(x)], m = count_[static_cast<size_t>(x) + 1] - o;
+        if (m == 0) continue;
+        wgu[g] = D.experts[static_cast<size_t>(x)].gu;
+        wdn[g] = D.experts[static_cast<size_t>(x)].down;
+        goff[g] = static_cast<int32_t>(o);
+        gm[g] = static_cast<int32_t>(m);
+        ++g;
+      }
+      uint8_t* dg = d_groups_.p + static_cast<size_t>(slot) * group_bytes_;
+      const size_t used = static_cast<size_t>(G) * (2 * sizeof(void*) + 2 * sizeof(int32_t));
+      AFD_CUDA_TRY(cudaMemcpyAsync(dg, S.groups.p, used, cudaMemcpyHostToDevice, stream_));
+      const uint16_t* const* dwgu = reinterpret_cast<const uint16_t* const*>(dg);
+      const int32_t* dgoff = reinterpret_cast<const int32_t*>(dwgu + 2 * G);
+      AFD_CUDA_TRY(kc::grouped_skinny_gemm(dwgu, dgoff, dgoff + G, G, 2 * inter, hid, d_xs_.p, d_gu_.p, stream_));
+      AFD_CUDA_TRY(kc::silu_mul_bf16(d_gu_.p, M, inter, d_act_.p, stream_));
+      AFD_CUDA_TRY(kc::grouped_skinny_gemm(dwgu + G, dgoff, dgoff + G, G, hid, inter, d_act_.p, d_y_.p, stream_));
+    } else {
+      for (int64_t x = 0; x < E; ++x) {
+        const int64_t off = count_[static_cast<size_t>(x)], m = count_[static_cast<size_t>(x) + 1] - off;
+        if (m == 0) continue;
+        const DevFfn& f = D.experts[static_cast<size_t>(x)];
+        AFD_RETURN_IF_ERROR(gemm(f.gu, 2 * f.inter, hid, d_xs_.p + off * hid, m, d_gu_.p + off * 2 * f.inter));
+      }
+      AFD_CUDA_TRY(kc::silu_mul_bf16(d_gu_.p, M, inter, d_act_.p, stream_));
+      for (int64_t x = 0; x < E; ++x) {
+        const int64_t off = count_[static_cast<size_t>(x)], m = count_[static_cast<size_t>(x) + 1] - off;
+        if (m == 0) continue;
+        const DevFfn& f = D.experts[static_cast<size_t>(x)];
+        AFD_RETURN_IF_ERROR(gemm(f.down, hid, f.inter, d_act_.p + off * f.inter, m, d_y_.p + off * hid));
+      }
     }
     AFD_CUDA_TRY(kc::scatter_weighted(d_y_.p, M, hid, d_slots_.p, d_w_.p, d_slot_out_.p, stream_));
     AFD_CUDA_TRY(kc::sum_slots(d_slot_out_.p, n, K, hid, d_out_.p, stream_));
