@@ -26,26 +26,35 @@ using namespace afd;
 
 namespace {
 
-double device_bandwidth_gbs() {
-  const size_t bytes = size_t{1} << 30;
-  void *a = nullptr, *b = nullptr;
-  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
+// Best of 5 timed runs of `work` (after one warm-up), in ms, from CUDA events.
+template <class Work>
+float best_ms(Work work) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
   float best = 1e30f;
   for (int i = 0; i < 6; ++i) {
     cudaEventRecord(e0);
-    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    work();
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
     if (i > 0) best = std::min(best, ms);
   }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return best;
+}
+
+double device_bandwidth_gbs() {
+  const size_t bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
+  const float ms = best_ms([&] { cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice); });
   cudaFree(a);
   cudaFree(b);
-  return 2.0 * bytes / (best * 1e-3) / 1e9;
+  return 2.0 * bytes / (ms * 1e-3) / 1e9;
 }
 
 double gemm_tflops() {
@@ -60,25 +69,15 @@ double gemm_tflops() {
   cublasHandle_t h;
   cublasCreate(&h);
   const float alpha = 1, beta = 0;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  float best = 1e30f;
-  for (int i = 0; i < 6; ++i) {
-    cudaEventRecord(e0);
+  const float ms = best_ms([&] {
     cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &beta, c,
                  CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i > 0) best = std::min(best, ms);
-  }
+  });
   cublasDestroy(h);
   cudaFree(a);
   cudaFree(b);
   cudaFree(c);
-  return 2.0 * n * double(n) * n / (best * 1e-3) / 1e12;
+  return 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
 }
 
 }  // namespace
