@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "core/timer.h"
 #include "engine_flags.h"
+#include "local_ffn.h"
 #include "kernels/cpu/machine_limits.h"
 #include "model/weights.h"
 #include "runtime/engine_factory.h"
@@ -188,6 +189,12 @@ void run_bench(const BenchFlags& f) {
   }
   if (f.mode == "mono" && (delay_auto || delay_us > 0))
     fail("bench", invalid_argument("--delay-us needs --mode afd (mono sends no messages)"));
+  if (f.mode == "mono" && f.engine.spawn_ffn)
+    fail("bench", invalid_argument("--spawn-ffn needs --mode afd (mono has no FFN workers)"));
+  // --spawn-ffn: the afd rows' FFN workers are child processes over UCX (started once, kept
+  // for every row; each afd engine connects and hands its micro-batch count in the handshake).
+  LocalFfnProcesses ffn_procs;
+  if (Status s = ffn_procs.start(f.engine, &*opt); !s.is_ok()) fail("bench", s);
 
   auto weights = load_model(opt->model_dir);
   if (!weights.ok()) fail("bench", weights.status());
