@@ -2,6 +2,7 @@
 // (Debian ucx-utils) for the same message sizes on loopback, in the same run.
 //
 //   bench_comm [--sizes 64,4096,65536,532480] [--iters 2000] [--warmup 200] [--repeat 3] [--json]
+//              [--only perftest|ucx|inproc]   (one measurement alone, e.g. under perf record)
 //
 // For every size it runs, one after the other:
 //   ucx_perftest tag_lat  (two processes, ping-pong; reports half the round trip)
@@ -232,6 +233,7 @@ int main(int argc, char** argv) {
   std::vector<size_t> sizes = {64, 4096, 65536, 532480};
   int iters = 2000, warmup = 200, repeat = 3;
   bool json = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--sizes" && i + 1 < argc) sizes = parse_sizes(argv[++i]);
@@ -239,8 +241,10 @@ int main(int argc, char** argv) {
     else if (a == "--warmup" && i + 1 < argc) warmup = std::stoi(argv[++i]);
     else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::stoi(argv[++i]));
     else if (a == "--json") json = true;
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: bench_comm [--sizes a,b,c] [--iters N] [--warmup N] [--repeat R] [--json]\n");
+      std::fprintf(stderr, "usage: bench_comm [--sizes a,b,c] [--iters N] [--warmup N] [--repeat R] [--json] "
+                   "[--only perftest|ucx|inproc]\n");
       return 1;
     }
   }
@@ -261,9 +265,9 @@ int main(int argc, char** argv) {
     // other load during one run should not decide the comparison.
     Stats ref, ucx, inp;
     for (int rep = 0; rep < repeat; ++rep) {
-      Stats a = bench_perftest(size, it, wu);
-      Stats b = bench_afd_ucx(size, it, wu);
-      Stats c = bench_inproc(size, it, wu);
+      Stats a = only.empty() || only == "perftest" ? bench_perftest(size, it, wu) : Stats{};
+      Stats b = only.empty() || only == "ucx" ? bench_afd_ucx(size, it, wu) : Stats{};
+      Stats c = only.empty() || only == "inproc" ? bench_inproc(size, it, wu) : Stats{};
       if (a.ok && (!ref.ok || a.p50_us < ref.p50_us)) ref = a;
       if (!ref.ok && !a.ok) ref = a;
       if (b.ok && (!ucx.ok || b.p50_us < ucx.p50_us)) ucx = b;
@@ -280,9 +284,9 @@ int main(int argc, char** argv) {
       std::printf("%10zu | %11.2f us | %11.2f us %6.2fx | %11.2f us | %6.2f us %6.2f us\n", size, ref.p50_us,
                   ucx.p50_us, ratio, inp.p50_us, ucx.p90_us, ucx.mean_us);
     }
-    if (!ref.ok) std::fprintf(stderr, "ucx_perftest (%zu bytes): %s\n", size, ref.error.c_str());
-    if (!ucx.ok) std::fprintf(stderr, "afd ucx (%zu bytes): %s\n", size, ucx.error.c_str());
-    if (!inp.ok) std::fprintf(stderr, "afd inproc (%zu bytes): %s\n", size, inp.error.c_str());
+    if (!ref.ok && (only.empty() || only == "perftest")) std::fprintf(stderr, "ucx_perftest (%zu bytes): %s\n", size, ref.error.c_str());
+    if (!ucx.ok && (only.empty() || only == "ucx")) std::fprintf(stderr, "afd ucx (%zu bytes): %s\n", size, ucx.error.c_str());
+    if (!inp.ok && (only.empty() || only == "inproc")) std::fprintf(stderr, "afd inproc (%zu bytes): %s\n", size, inp.error.c_str());
     std::fflush(stdout);
   }
   if (json) std::printf("]\n");

@@ -147,7 +147,12 @@ class UcxTransportImpl final : public UcxTransport {
   void progress_loop();
   void park();  // progress thread, while a caller drives the worker in wait_any
   void cancel_live(const std::vector<RequestId>& ids);  // worker lock held
-  bool progress_once();  // worker lock held
+  // One pass over the worker (lock held): queued commands, UCX progress, deferred endpoint
+  // errors and closes, and the liveness sockets when `now` (a now_ns() reading; 0 skips
+  // them) has reached their next check. `drain` repeats ucp_worker_progress until it
+  // reports nothing (the progress thread); a waiter makes one call and checks its requests
+  // in between, so a completion is seen one progress call sooner.
+  bool progress_once(int64_t now, bool drain);
   bool try_lock_worker();
   void lock_worker();
   void unlock_worker();
@@ -336,7 +341,7 @@ Result<RequestId> UcxTransportImpl::enqueue(Command c, CompletionFn on_done) {
   if (try_lock_worker()) {
     if (worker_ != nullptr && !stop_.load()) {
       if (c.kind == Command::send || c.kind == Command::recv || c.kind == Command::cancel) {
-        if (n_cmds_.load(std::memory_order_acquire) > 0) progress_once();
+        if (n_cmds_.load(std::memory_order_acquire) > 0) progress_once(0, true);
         handle(c);
         ucp_worker_progress(worker_);
         unlock_worker();
@@ -705,7 +710,7 @@ void UcxTransportImpl::handle(Command& c) {
   }
 }
 
-bool UcxTransportImpl::progress_once() {
+bool UcxTransportImpl::progress_once(int64_t now, bool drain) {
   bool active = false;
   if (n_cmds_.load(std::memory_order_acquire) > 0) {
     std::vector<Command> batch;
@@ -717,7 +722,11 @@ bool UcxTransportImpl::progress_once() {
     for (auto& c : batch) handle(c);
     active = true;
   }
-  while (ucp_worker_progress(worker_) != 0) active = true;
+  if (drain) {
+    while (ucp_worker_progress(worker_) != 0) active = true;
+  } else if (ucp_worker_progress(worker_) != 0) {
+    active = true;
+  }
   if (!failed_eps_.empty()) {
     auto failed = std::move(failed_eps_);
     failed_eps_.clear();
@@ -731,10 +740,9 @@ bool UcxTransportImpl::progress_once() {
       ++it;
     }
   }
-  int64_t t = now_ns();
-  if (t >= next_liveness_) {
+  if (now != 0 && now >= next_liveness_.load(std::memory_order_relaxed)) {
     check_liveness();
-    next_liveness_ = t + 1000000;
+    next_liveness_.store(now + 1000000, std::memory_order_relaxed);
   }
   return active;
 }
@@ -764,17 +772,23 @@ int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_
   // thread stays parked off the CPU (it never contends for the worker while waiters_ > 0):
   // on a machine with fewer free cores than spinning threads, a second spinner per
   // process starved the peer process (docs/BENCHMARKS.md "Communication").
+  //
+  // The clock is read every kClockEvery turns only (a clock read costs about as much as an
+  // idle progress call here): the deadline and the spin limit are overshot by at most that
+  // many turns, and the liveness sockets are checked at the first clock reading past due.
+  constexpr uint32_t kClockEvery = 16;
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   int64_t spin_until = now_ns() + opt_.waiter_spin_ns;
-  for (;;) {
+  for (uint32_t turn = 1;; ++turn) {
+    int64_t t = turn % kClockEvery == 0 ? now_ns() : 0;
     if (try_lock_worker()) {
-      progress_once();
+      progress_once(t, false);
       unlock_worker();
     }
     r = table_.poll_any(ids);
     if (r >= 0) break;
-    int64_t t = now_ns();
-    if (t >= deadline_ns || t >= spin_until || stop_.load(std::memory_order_relaxed)) break;
+    if (t != 0 && (t >= deadline_ns || t >= spin_until)) break;
+    if (stop_.load(std::memory_order_relaxed)) break;
     cpu_relax();
   }
   // Hand progress back when this caller gives up, or when operations it does not wait
@@ -823,7 +837,7 @@ void UcxTransportImpl::progress_loop() {
       continue;
     }
     lock_worker();
-    bool active = progress_once();
+    bool active = progress_once(now_ns(), true);
     unlock_worker();
     int64_t t = now_ns();
     if (active) {
