@@ -8,8 +8,9 @@ namespace afd::comm {
 
 RequestTable::RequestTable(uint32_t capacity, int64_t spin_ns)
     : slots_(new Slot[capacity]), capacity_(capacity), spin_ns_(spin_ns) {
-  free_.reserve(capacity);
-  for (uint32_t i = capacity; i > 0; --i) free_.push_back(i - 1);
+  // Slot 0 on top, then 1, 2, ...
+  for (uint32_t i = 0; i + 1 < capacity; ++i) slots_[i].next_free.store(i + 2, std::memory_order_relaxed);
+  free_head_.store(capacity > 0 ? 1 : 0, std::memory_order_release);
 }
 
 RequestTable::Slot* RequestTable::lookup(RequestId id) const {
@@ -23,14 +24,21 @@ RequestTable::Slot* RequestTable::lookup(RequestId id) const {
 
 Result<RequestId> RequestTable::allocate(CompletionFn on_done) {
   uint32_t index;
-  {
-    std::lock_guard<std::mutex> lk(free_mu_);
-    if (free_.empty()) {
+  uint64_t head = free_head_.load(std::memory_order_acquire);
+  for (;;) {
+    uint32_t top = static_cast<uint32_t>(head);
+    if (top == 0) {
       return resource_exhausted("transport: more than " + std::to_string(capacity_) +
                                 " operations in flight");
     }
-    index = free_.back();
-    free_.pop_back();
+    // May read the link of a slot another thread just popped: then the count moved and
+    // the exchange below fails.
+    uint32_t below = slots_[top - 1].next_free.load(std::memory_order_relaxed);
+    uint64_t popped = (((head >> 32) + 1) << 32) | below;
+    if (free_head_.compare_exchange_weak(head, popped, std::memory_order_acquire, std::memory_order_acquire)) {
+      index = top - 1;
+      break;
+    }
   }
   Slot& s = slots_[index];
   s.on_done = std::move(on_done);
@@ -48,8 +56,12 @@ void RequestTable::release(uint32_t index) {
   s.gen.store(g, std::memory_order_release);
   s.state.store(kFree, std::memory_order_release);
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lk(free_mu_);
-  free_.push_back(index);
+  uint64_t head = free_head_.load(std::memory_order_relaxed);
+  uint64_t pushed;
+  do {
+    s.next_free.store(static_cast<uint32_t>(head), std::memory_order_relaxed);
+    pushed = (head & ~uint64_t{0xffffffffu}) | (index + 1);
+  } while (!free_head_.compare_exchange_weak(head, pushed, std::memory_order_release, std::memory_order_relaxed));
 }
 
 void RequestTable::complete(RequestId id, Completion c) {

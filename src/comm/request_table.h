@@ -3,7 +3,8 @@
 // thread; callers test / wait on it. Shared by every transport so they wait alike.
 //
 // Ids are (generation << 32 | slot): a stale or foreign id is detected, never aliased.
-// Threading: all methods are thread-safe. complete() never blocks on waiters.
+// Threading: all methods are thread-safe and lock-free except a waiter's sleep (wait /
+// wait_any past spin_ns). complete() never blocks on waiters.
 #pragma once
 
 #include <atomic>
@@ -12,7 +13,6 @@
 #include <memory>
 #include <mutex>
 #include <span>
-#include <vector>
 
 #include "comm/transport.h"
 
@@ -43,6 +43,7 @@ class RequestTable {
   struct Slot {
     std::atomic<uint32_t> state{kFree};
     std::atomic<uint32_t> gen{1};
+    std::atomic<uint32_t> next_free{0};  // free stack link: index + 1 of the slot below, 0 at the bottom
     Completion result;
     CompletionFn on_done;
   };
@@ -53,8 +54,11 @@ class RequestTable {
   std::unique_ptr<Slot[]> slots_;
   uint32_t capacity_;
   int64_t spin_ns_;
-  std::mutex free_mu_;
-  std::vector<uint32_t> free_;
+  // Free slots: a lock-free stack threaded through Slot::next_free. The word packs
+  // (pops so far << 32 | top index + 1, 0 when empty); every pop bumps the count, so a
+  // pop that read a top which was popped and pushed back meanwhile fails its
+  // compare-exchange instead of installing a stale link (ABA).
+  std::atomic<uint64_t> free_head_{0};
   std::atomic<size_t> in_flight_{0};
   std::mutex wait_mu_;
   std::condition_variable wait_cv_;

@@ -1,0 +1,99 @@
+// RequestTable: ids, exhaustion, and the lock-free free list under concurrent use.
+#include "comm/request_table.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "core/timer.h"
+
+namespace afd::comm {
+namespace {
+
+TEST(RequestTable, ExhaustionAndReuseWithNewGeneration) {
+  RequestTable t(4);
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto r = t.allocate();
+    ASSERT_TRUE(r.ok());
+    ids.push_back(*r);
+  }
+  EXPECT_EQ(t.allocate().status().code(), StatusCode::resource_exhausted);
+  EXPECT_EQ(t.in_flight(), 4u);
+  t.complete(ids[2], Completion{Status::ok(), 5});
+  Completion c;
+  ASSERT_TRUE(t.test(ids[2], &c));
+  EXPECT_EQ(c.bytes, 5u);
+  // The freed slot comes back under a new id; the old one is stale.
+  auto again = t.allocate();
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(*again, ids[2]);
+  EXPECT_EQ(*again & 0xffffffffu, ids[2] & 0xffffffffu);
+  ASSERT_TRUE(t.test(ids[2], &c));
+  EXPECT_EQ(c.status.code(), StatusCode::invalid_argument);
+  t.complete(ids[2], Completion{Status::ok(), 9});  // stale: ignored
+  EXPECT_TRUE(t.is_pending(*again));
+}
+
+TEST(RequestTable, ConcurrentAllocateCompleteRelease) {
+  // Threads allocate, complete (half through callbacks, which free the slot inside
+  // complete) and consume requests on a small table, so slots are recycled constantly.
+  constexpr uint32_t kCap = 16;
+  constexpr int kThreads = 4, kRounds = 20000;
+  RequestTable t(kCap, 0);
+  std::atomic<int> live_slots[kCap] = {};
+  std::atomic<int> callbacks{0}, errors{0};
+  auto worker = [&](int seed) {
+    for (int i = 0; i < kRounds; ++i) {
+      bool cb = (i + seed) % 2 == 0;
+      auto r = cb ? t.allocate([&](const Completion& c) { callbacks.fetch_add(c.bytes == 3 ? 1 : 0); })
+                  : t.allocate();
+      if (!r.ok()) {
+        std::this_thread::yield();
+        continue;
+      }
+      uint32_t slot = static_cast<uint32_t>(*r & 0xffffffffu);
+      if (live_slots[slot].fetch_add(1) != 0) errors.fetch_add(1);  // two owners of one slot
+      live_slots[slot].fetch_sub(1);  // before complete: a callback frees the slot inside it
+      t.complete(*r, Completion{Status::ok(), 3});
+      if (!cb) {
+        Completion c;
+        if (!t.test(*r, &c) || !c.status.is_ok() || c.bytes != 3) errors.fetch_add(1);
+      }
+    }
+  };
+  std::vector<std::thread> ths;
+  for (int k = 0; k < kThreads; ++k) ths.emplace_back(worker, k);
+  for (auto& th : ths) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(t.in_flight(), 0u);
+  // Every slot is free again, each exactly once.
+  std::set<uint32_t> slots;
+  for (uint32_t i = 0; i < kCap; ++i) {
+    auto r = t.allocate();
+    ASSERT_TRUE(r.ok());
+    slots.insert(static_cast<uint32_t>(*r & 0xffffffffu));
+  }
+  EXPECT_EQ(slots.size(), kCap);
+  EXPECT_FALSE(t.allocate().ok());
+}
+
+TEST(RequestTable, WaitSeesACompletionFromAnotherThread) {
+  RequestTable t(8, 1000);
+  auto r = t.allocate();
+  ASSERT_TRUE(r.ok());
+  std::thread th([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    t.complete(*r, Completion{Status::ok(), 1});
+  });
+  Completion c = t.wait(*r, now_ns() + 5000000000);
+  th.join();
+  EXPECT_TRUE(c.status.is_ok());
+  EXPECT_EQ(c.bytes, 1u);
+}
+
+}  // namespace
+}  // namespace afd::comm
