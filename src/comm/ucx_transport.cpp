@@ -28,6 +28,7 @@ namespace {
 constexpr uint32_t kBootMagic = 0x42444641u;  // "AFDB"
 constexpr uint16_t kBootVersion = 1;
 constexpr PeerId kMaxPeers = 1024;
+constexpr uint32_t kMaxInFlight = 8192;  // RequestTable capacity: request slots are < this
 // A parked progress thread re-checks this often. It bounds how long an operation posted
 // on a caller's thread right after a wait (which found nothing else in flight, so did not
 // wake it) goes unprogressed if the caller then computes instead of waiting.
@@ -45,6 +46,8 @@ std::string ucs_error(const char* what, ucs_status_t st) { return std::string(wh
 
 class UcxTransportImpl;
 
+// The state of one UCX operation in flight (user_data of its UCX request). Pooled by the
+// transport and only touched with the worker lock held.
 struct OpCtx {
   UcxTransportImpl* self = nullptr;
   RequestId id = 0;
@@ -58,6 +61,9 @@ struct OpCtx {
   // that matches an already-arrived message with NO_IMM_CMPL); the poster then frees ctx.
   bool in_post = true;
   bool done = false;
+  // Links in the transport's list of live operations (after the post returned in flight).
+  OpCtx* live_prev = nullptr;
+  OpCtx* live_next = nullptr;
 };
 
 struct ErrArg {
@@ -68,7 +74,8 @@ struct ErrArg {
 
 class UcxTransportImpl final : public UcxTransport {
  public:
-  explicit UcxTransportImpl(UcxOptions opt) : opt_(std::move(opt)), table_(8192, std::min<int64_t>(opt_.waiter_spin_ns, 20000)) {}
+  explicit UcxTransportImpl(UcxOptions opt)
+      : opt_(std::move(opt)), table_(kMaxInFlight, std::min<int64_t>(opt_.waiter_spin_ns, 20000)) {}
   ~UcxTransportImpl() override { close(); }
 
   Status init();
@@ -142,7 +149,7 @@ class UcxTransportImpl final : public UcxTransport {
   };
 
   PeerId intern_peer(const std::string& name);  // peers_mu_ held
-  Result<RequestId> enqueue(Command c, CompletionFn on_done);
+  Result<RequestId> enqueue(Command::Kind kind, PeerId peer, uint64_t tag, void* buf, size_t len, CompletionFn on_done);
   void wake();
   void progress_loop();
   void park();  // progress thread, while a caller drives the worker in wait_any
@@ -172,13 +179,19 @@ class UcxTransportImpl final : public UcxTransport {
   void bootstrap_loop();
   Status exchange(int fd, const std::string& dialed, PeerId* out_peer);
   void handle(Command& c);
-  void do_send(Command& c);
-  void do_recv(Command& c);
+  void do_send(RequestId id, PeerId peer, uint64_t tag, void* buf, size_t len);
+  void do_recv(RequestId id, PeerId peer, uint64_t tag, void* buf, size_t len);
   void add_peer(Command& c);
   void lose_peer(PeerId p, uint64_t gen, const std::string& why);
   void check_liveness();
   void finish(OpCtx* ctx, Completion c);
-  void set_live(RequestId id, OpCtx* ctx);  // worker lock held; ctx null: remove; keeps n_live_
+  // Worker lock held: OpCtx pool, and the live set (by request slot, plus a list for
+  // lose_peer and shutdown), which keeps n_live_.
+  OpCtx* take_ctx(RequestId id, PeerId peer, bool is_recv);
+  void give_ctx(OpCtx* ctx);
+  void add_live(OpCtx* ctx);
+  void remove_live(OpCtx* ctx);
+  OpCtx* find_live(RequestId id) const;
   ucp_mem_h find_memh(const void* p, size_t n);
   void push_event(PeerEvent ev);
 
@@ -193,7 +206,9 @@ class UcxTransportImpl final : public UcxTransport {
 
   mutable std::mutex peers_mu_;
   std::unique_ptr<Peer[]> peers_{new Peer[kMaxPeers]};
-  PeerId n_peers_ = 0;
+  // Written under peers_mu_; read without it on the post path (peers are only ever added,
+  // and a slot's name is set before the count that covers it is published).
+  std::atomic<PeerId> n_peers_{0};
   std::unordered_map<std::string, PeerId> peer_ids_;
   std::vector<Wanted> wanted_;
   int listen_fd_ = -1;
@@ -212,8 +227,10 @@ class UcxTransportImpl final : public UcxTransport {
   std::mutex worker_mu_;
   std::atomic<std::thread::id> owner_{};
   std::atomic<int> waiters_{0};
-  std::atomic<int> n_live_{0};  // live_ops_.size(), readable without the worker lock
-  std::unordered_map<RequestId, OpCtx*> live_ops_;
+  std::atomic<int> n_live_{0};  // live operations, readable without the worker lock
+  std::unique_ptr<OpCtx*[]> live_{new OpCtx*[kMaxInFlight]()};  // by request slot
+  OpCtx* live_head_ = nullptr;
+  std::vector<OpCtx*> ctx_pool_;
   std::vector<void*> closing_;
   std::vector<std::unique_ptr<ErrArg>> err_args_;
   std::vector<std::pair<PeerId, uint64_t>> failed_eps_;
@@ -271,10 +288,11 @@ Status UcxTransportImpl::init() {
 PeerId UcxTransportImpl::intern_peer(const std::string& name) {
   auto it = peer_ids_.find(name);
   if (it != peer_ids_.end()) return it->second;
-  if (n_peers_ >= kMaxPeers) return kNoPeer;
-  PeerId id = n_peers_++;
+  PeerId id = n_peers_.load(std::memory_order_relaxed);
+  if (id >= kMaxPeers) return kNoPeer;
   peers_[id].name = name;
   peer_ids_[name] = id;
+  n_peers_.store(id + 1, std::memory_order_release);
   return id;
 }
 
@@ -328,32 +346,40 @@ void UcxTransportImpl::wake() {
   }
 }
 
-Result<RequestId> UcxTransportImpl::enqueue(Command c, CompletionFn on_done) {
-  if ((c.tag & ~kTagMask) != 0) return invalid_argument("transport tag uses more than 48 bits");
-  {
-    std::lock_guard<std::mutex> lk(peers_mu_);
-    if (c.peer >= n_peers_) return invalid_argument("ucx transport: unknown peer " + std::to_string(c.peer));
+Result<RequestId> UcxTransportImpl::enqueue(Command::Kind kind, PeerId peer, uint64_t tag, void* buf, size_t len,
+                                            CompletionFn on_done) {
+  if ((tag & ~kTagMask) != 0) return invalid_argument("transport tag uses more than 48 bits");
+  if (peer >= n_peers_.load(std::memory_order_acquire)) {
+    return invalid_argument("ucx transport: unknown peer " + std::to_string(peer));
   }
-  AFD_ASSIGN_OR_RETURN(c.id, table_.allocate(std::move(on_done)));
-  RequestId id = c.id;
+  AFD_ASSIGN_OR_RETURN(RequestId id, table_.allocate(std::move(on_done)));
   // Direct path: when nobody is progressing, post on the caller's thread (after whatever
   // is queued, to keep per-tag order) and push it out with one progress call.
   if (try_lock_worker()) {
     if (worker_ != nullptr && !stop_.load()) {
-      if (c.kind == Command::send || c.kind == Command::recv || c.kind == Command::cancel) {
-        if (n_cmds_.load(std::memory_order_acquire) > 0) progress_once(0, true);
-        handle(c);
-        ucp_worker_progress(worker_);
-        unlock_worker();
-        // No wake here: measured, waking the progress thread on every post that stays in
-        // flight (a receive, a rendezvous send) made the 64 KiB ping-pong 5x slower on two
-        // vCPUs; a running progress thread picks it up, an idle one is woken by the worker's
-        // events, a parked one within kParkTimeoutUs.
-        return id;
+      if (n_cmds_.load(std::memory_order_acquire) > 0) progress_once(0, true);
+      if (kind == Command::send) {
+        do_send(id, peer, tag, buf, len);
+      } else {
+        do_recv(id, peer, tag, buf, len);
       }
+      ucp_worker_progress(worker_);
+      unlock_worker();
+      // No wake here: measured, waking the progress thread on every post that stays in
+      // flight (a receive, a rendezvous send) made the 64 KiB ping-pong 5x slower on two
+      // vCPUs; a running progress thread picks it up, an idle one is woken by the worker's
+      // events, a parked one within kParkTimeoutUs.
+      return id;
     }
     unlock_worker();
   }
+  Command c;
+  c.kind = kind;
+  c.id = id;
+  c.peer = peer;
+  c.tag = tag;
+  c.buf = buf;
+  c.len = len;
   {
     std::lock_guard<std::mutex> lk(cmd_mu_);
     if (stop_.load()) {
@@ -369,24 +395,12 @@ Result<RequestId> UcxTransportImpl::enqueue(Command c, CompletionFn on_done) {
 
 Result<RequestId> UcxTransportImpl::post_send(PeerId peer, uint64_t tag, const void* data, size_t len,
                                               CompletionFn on_done) {
-  Command c;
-  c.kind = Command::send;
-  c.peer = peer;
-  c.tag = tag;
-  c.buf = const_cast<void*>(data);
-  c.len = len;
-  return enqueue(std::move(c), std::move(on_done));
+  return enqueue(Command::send, peer, tag, const_cast<void*>(data), len, std::move(on_done));
 }
 
 Result<RequestId> UcxTransportImpl::post_recv(PeerId peer, uint64_t tag, void* buf, size_t capacity,
                                               CompletionFn on_done) {
-  Command c;
-  c.kind = Command::recv;
-  c.peer = peer;
-  c.tag = tag;
-  c.buf = buf;
-  c.len = capacity;
-  return enqueue(std::move(c), std::move(on_done));
+  return enqueue(Command::recv, peer, tag, buf, capacity, std::move(on_done));
 }
 
 void UcxTransportImpl::cancel(RequestId id) {
@@ -456,20 +470,64 @@ ucp_mem_h UcxTransportImpl::find_memh(const void* p, size_t n) {
 
 // ---------------- progress thread ----------------
 
-void UcxTransportImpl::set_live(RequestId id, OpCtx* ctx) {
-  if (ctx != nullptr) live_ops_[id] = ctx;
-  else live_ops_.erase(id);
-  n_live_.store(static_cast<int>(live_ops_.size()), std::memory_order_release);
+OpCtx* UcxTransportImpl::take_ctx(RequestId id, PeerId peer, bool is_recv) {
+  OpCtx* ctx;
+  if (ctx_pool_.empty()) {
+    ctx = new OpCtx;
+  } else {
+    ctx = ctx_pool_.back();
+    ctx_pool_.pop_back();
+    ctx->req = nullptr;
+    ctx->lost = false;
+    ctx->lost_why.clear();
+    ctx->info = ucp_tag_recv_info_t{};
+    ctx->in_post = true;
+    ctx->done = false;
+  }
+  ctx->self = this;
+  ctx->id = id;
+  ctx->peer = peer;
+  ctx->is_recv = is_recv;
+  return ctx;
+}
+
+void UcxTransportImpl::give_ctx(OpCtx* ctx) { ctx_pool_.push_back(ctx); }
+
+void UcxTransportImpl::add_live(OpCtx* ctx) {
+  live_[ctx->id & 0xffffffffu] = ctx;  // a pending request's slot is not reused, so it is free here
+  ctx->live_prev = nullptr;
+  ctx->live_next = live_head_;
+  if (live_head_ != nullptr) live_head_->live_prev = ctx;
+  live_head_ = ctx;
+  n_live_.store(n_live_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+void UcxTransportImpl::remove_live(OpCtx* ctx) {
+  live_[ctx->id & 0xffffffffu] = nullptr;
+  if (ctx->live_prev != nullptr) ctx->live_prev->live_next = ctx->live_next;
+  else live_head_ = ctx->live_next;
+  if (ctx->live_next != nullptr) ctx->live_next->live_prev = ctx->live_prev;
+  n_live_.store(n_live_.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+}
+
+OpCtx* UcxTransportImpl::find_live(RequestId id) const {
+  uint32_t slot = static_cast<uint32_t>(id & 0xffffffffu);
+  if (slot >= kMaxInFlight) return nullptr;
+  OpCtx* ctx = live_[slot];
+  return ctx != nullptr && ctx->id == id ? ctx : nullptr;  // the same slot under another generation is not it
 }
 
 void UcxTransportImpl::finish(OpCtx* ctx, Completion c) {
-  table_.complete(ctx->id, std::move(c));
+  // ctx is settled before the request completes: a completion callback, or a waiter
+  // reusing the slot, then never meets it.
+  RequestId id = ctx->id;
   if (ctx->in_post) {
-    ctx->done = true;  // the poster deletes it when the post call returns
-    return;
+    ctx->done = true;  // the poster returns it to the pool when the post call returns
+  } else {
+    remove_live(ctx);
+    give_ctx(ctx);
   }
-  set_live(ctx->id, nullptr);
-  delete ctx;
+  table_.complete(id, std::move(c));
 }
 
 void UcxTransportImpl::send_cb(void* request, ucs_status_t status, void* user_data) {
@@ -515,78 +573,72 @@ void UcxTransportImpl::err_cb(void* arg, ucp_ep_h, ucs_status_t status) {
   spdlog::debug("ucx: endpoint error for peer {}: {}", a->peer, ucs_status_string(status));
 }
 
-void UcxTransportImpl::do_send(Command& c) {
-  Peer& p = peers_[c.peer];
+void UcxTransportImpl::do_send(RequestId id, PeerId peer, uint64_t user_tag, void* buf, size_t len) {
+  Peer& p = peers_[peer];
   if (p.ep == nullptr) {
-    table_.complete(c.id, Completion{unavailable("peer '" + peer_name(c.peer) + "' is not connected"), 0});
+    table_.complete(id, Completion{unavailable("peer '" + peer_name(peer) + "' is not connected"), 0});
     return;
   }
-  auto* ctx = new OpCtx;
-  ctx->self = this;
-  ctx->id = c.id;
-  ctx->peer = c.peer;
+  OpCtx* ctx = take_ctx(id, peer, false);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxTransportImpl::send_cb;
   param.user_data = ctx;
-  if (ucp_mem_h memh = find_memh(c.buf, c.len)) {
+  if (ucp_mem_h memh = find_memh(buf, len)) {
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     param.memh = memh;
   }
-  uint64_t tag = (static_cast<uint64_t>(p.src_id_there) << kTagBits) | c.tag;
-  ucs_status_ptr_t st = ucp_tag_send_nbx(p.ep, c.buf, c.len, tag, &param);
+  uint64_t tag = (static_cast<uint64_t>(p.src_id_there) << kTagBits) | user_tag;
+  ucs_status_ptr_t st = ucp_tag_send_nbx(p.ep, buf, len, tag, &param);
   if (st == nullptr) {
-    table_.complete(c.id, Completion{Status::ok(), c.len});
-    delete ctx;
+    give_ctx(ctx);
+    table_.complete(id, Completion{Status::ok(), len});
   } else if (UCS_PTR_IS_ERR(st)) {
-    table_.complete(c.id, Completion{unavailable(ucs_error("ucp_tag_send_nbx", UCS_PTR_STATUS(st))), 0});
-    delete ctx;
+    give_ctx(ctx);
+    table_.complete(id, Completion{unavailable(ucs_error("ucp_tag_send_nbx", UCS_PTR_STATUS(st))), 0});
   } else if (ctx->done) {
-    delete ctx;  // completed inside the call
+    give_ctx(ctx);  // completed inside the call
   } else {
     ctx->in_post = false;
     ctx->req = st;
-    set_live(c.id, ctx);
+    add_live(ctx);
   }
 }
 
-void UcxTransportImpl::do_recv(Command& c) {
-  if (peers_[c.peer].ep == nullptr) {
-    table_.complete(c.id, Completion{unavailable("peer '" + peer_name(c.peer) + "' is not connected"), 0});
+void UcxTransportImpl::do_recv(RequestId id, PeerId peer, uint64_t user_tag, void* buf, size_t len) {
+  if (peers_[peer].ep == nullptr) {
+    table_.complete(id, Completion{unavailable("peer '" + peer_name(peer) + "' is not connected"), 0});
     return;
   }
-  auto* ctx = new OpCtx;
-  ctx->self = this;
-  ctx->id = c.id;
-  ctx->peer = c.peer;
-  ctx->is_recv = true;
+  OpCtx* ctx = take_ctx(id, peer, true);
   ucp_request_param_t param{};
   // UCX 1.13 leaves recv_info.tag_info unfilled on immediate completion of an unexpected
   // eager message (measured: length 0), so completions always go through the callback.
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &UcxTransportImpl::recv_cb;
   param.user_data = ctx;
-  if (ucp_mem_h memh = find_memh(c.buf, c.len)) {
+  if (ucp_mem_h memh = find_memh(buf, len)) {
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     param.memh = memh;
   }
-  uint64_t tag = (static_cast<uint64_t>(c.peer) << kTagBits) | c.tag;
-  ucs_status_ptr_t st = ucp_tag_recv_nbx(worker_, c.buf, c.len, tag, ~uint64_t{0}, &param);
+  uint64_t tag = (static_cast<uint64_t>(peer) << kTagBits) | user_tag;
+  ucs_status_ptr_t st = ucp_tag_recv_nbx(worker_, buf, len, tag, ~uint64_t{0}, &param);
   if (st == nullptr) {
-    table_.complete(c.id, Completion{Status::ok(), ctx->info.length});
-    delete ctx;
+    size_t got = ctx->info.length;
+    give_ctx(ctx);
+    table_.complete(id, Completion{Status::ok(), got});
   } else if (UCS_PTR_IS_ERR(st)) {
     ucs_status_t e = UCS_PTR_STATUS(st);
     Status s = e == UCS_ERR_MESSAGE_TRUNCATED ? resource_exhausted("message exceeds the posted receive buffer")
                                               : unavailable(ucs_error("ucp_tag_recv_nbx", e));
-    table_.complete(c.id, Completion{s, 0});
-    delete ctx;
+    give_ctx(ctx);
+    table_.complete(id, Completion{s, 0});
   } else if (ctx->done) {
-    delete ctx;  // completed inside the call
+    give_ctx(ctx);  // completed inside the call
   } else {
     ctx->in_post = false;
     ctx->req = st;
-    set_live(c.id, ctx);
+    add_live(ctx);
   }
 }
 
@@ -640,14 +692,14 @@ void UcxTransportImpl::lose_peer(PeerId pid, uint64_t gen, const std::string& wh
     p.fd = -1;
   }
   std::string msg = "peer '" + name + "' disconnected: " + why;
-  // ucp_request_cancel may run the completion callback (which erases from live_ops_)
+  // ucp_request_cancel may run the completion callback (which removes from the live set)
   // synchronously: collect first, cancel after.
   std::vector<RequestId> to_cancel;
-  for (auto& [id, ctx] : live_ops_) {
+  for (OpCtx* ctx = live_head_; ctx != nullptr; ctx = ctx->live_next) {
     if (ctx->peer != pid) continue;
     ctx->lost = true;
     ctx->lost_why = msg;
-    if (ctx->is_recv) to_cancel.push_back(id);
+    if (ctx->is_recv) to_cancel.push_back(ctx->id);
   }
   cancel_live(to_cancel);
   if (p.ep != nullptr) {
@@ -691,22 +743,19 @@ void UcxTransportImpl::check_liveness() {
 void UcxTransportImpl::cancel_live(const std::vector<RequestId>& ids) {
   // Looked up one by one: a cancel may complete (and free) other requests synchronously.
   for (RequestId id : ids) {
-    auto it = live_ops_.find(id);
-    if (it != live_ops_.end()) ucp_request_cancel(worker_, it->second->req);
+    if (OpCtx* ctx = find_live(id)) ucp_request_cancel(worker_, ctx->req);
   }
 }
 
 void UcxTransportImpl::handle(Command& c) {
   switch (c.kind) {
-    case Command::send: do_send(c); break;
-    case Command::recv: do_recv(c); break;
+    case Command::send: do_send(c.id, c.peer, c.tag, c.buf, c.len); break;
+    case Command::recv: do_recv(c.id, c.peer, c.tag, c.buf, c.len); break;
     case Command::add_peer: add_peer(c); break;
     case Command::drop_peer: lose_peer(c.peer, peers_[c.peer].gen, c.detail); break;
-    case Command::cancel: {
-      auto it = live_ops_.find(c.id);
-      if (it != live_ops_.end()) ucp_request_cancel(worker_, it->second->req);
+    case Command::cancel:
+      if (OpCtx* ctx = find_live(c.id)) ucp_request_cancel(worker_, ctx->req);
       break;
-    }
   }
 }
 
@@ -893,11 +942,11 @@ void UcxTransportImpl::progress_loop() {
   for (PeerId i = 0; i < n; ++i) lose_peer(i, peers_[i].gen, "transport closed");
   {
     std::vector<RequestId> to_cancel;
-    for (auto& [id, ctx] : live_ops_) to_cancel.push_back(id);
+    for (OpCtx* ctx = live_head_; ctx != nullptr; ctx = ctx->live_next) to_cancel.push_back(ctx->id);
     cancel_live(to_cancel);
   }
   int64_t deadline = now_ns() + 2000000000;
-  while ((!live_ops_.empty() || !closing_.empty()) && now_ns() < deadline) {
+  while ((live_head_ != nullptr || !closing_.empty()) && now_ns() < deadline) {
     ucp_worker_progress(worker_);
     for (auto it = closing_.begin(); it != closing_.end();) {
       if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
@@ -908,12 +957,16 @@ void UcxTransportImpl::progress_loop() {
       }
     }
   }
-  for (auto& [id, ctx] : live_ops_) {
-    table_.complete(id, Completion{cancelled("ucx transport closed"), 0});
-    // The UCX request is abandoned with its worker; ctx leaks intentionally (the worker may still reference it).
+  // The UCX requests still live are abandoned with their worker; their ctx leak
+  // intentionally (the worker may still reference them).
+  std::vector<RequestId> abandoned;
+  for (OpCtx* ctx = live_head_; ctx != nullptr; ctx = ctx->live_next) {
+    live_[ctx->id & 0xffffffffu] = nullptr;
+    abandoned.push_back(ctx->id);
   }
-  live_ops_.clear();
+  live_head_ = nullptr;
   n_live_.store(0, std::memory_order_release);
+  for (RequestId id : abandoned) table_.complete(id, Completion{cancelled("ucx transport closed"), 0});
   unlock_worker();
 }
 
@@ -1062,6 +1115,8 @@ void UcxTransportImpl::close() {
   }
   if (worker_) ucp_worker_destroy(worker_);
   worker_ = nullptr;
+  for (OpCtx* ctx : ctx_pool_) delete ctx;
+  ctx_pool_.clear();
   unlock_worker();
   if (context_) ucp_cleanup(context_);
   context_ = nullptr;
