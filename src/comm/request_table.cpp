@@ -44,7 +44,6 @@ Result<RequestId> RequestTable::allocate(CompletionFn on_done) {
   s.on_done = std::move(on_done);
   s.result = Completion{};
   s.state.store(kPending, std::memory_order_release);
-  in_flight_.fetch_add(1, std::memory_order_relaxed);
   return (static_cast<uint64_t>(s.gen.load(std::memory_order_relaxed)) << 32) | index;
 }
 
@@ -55,7 +54,6 @@ void RequestTable::release(uint32_t index) {
   if (g == 0) g = 1;
   s.gen.store(g, std::memory_order_release);
   s.state.store(kFree, std::memory_order_release);
-  in_flight_.fetch_sub(1, std::memory_order_relaxed);
   uint64_t head = free_head_.load(std::memory_order_relaxed);
   uint64_t pushed;
   do {
@@ -86,6 +84,14 @@ void RequestTable::complete(RequestId id, Completion c) {
     std::lock_guard<std::mutex> lk(wait_mu_);
     wait_cv_.notify_all();
   }
+}
+
+size_t RequestTable::in_flight() const {
+  size_t n = 0;
+  for (uint32_t i = 0; i < capacity_; ++i) {
+    if (slots_[i].state.load(std::memory_order_acquire) != kFree) ++n;
+  }
+  return n;
 }
 
 bool RequestTable::is_pending(RequestId id) const {

@@ -36,7 +36,9 @@ class RequestTable {
   int wait_any(std::span<const RequestId> ids, int64_t deadline_ns);
   // Index of the first finished id (done, or unknown/stale), -1 if none: no clock, no sleep.
   int poll_any(std::span<const RequestId> ids) const;
-  size_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
+  // Requests allocated and not yet released. Counts the slots (O(capacity)): for tests
+  // and diagnostics, not the per-message path (which keeps no shared counter).
+  size_t in_flight() const;
 
  private:
   enum : uint32_t { kFree = 0, kPending = 1, kDone = 2, kCompleting = 3 };
@@ -59,7 +61,6 @@ class RequestTable {
   // pop that read a top which was popped and pushed back meanwhile fails its
   // compare-exchange instead of installing a stale link (ABA).
   std::atomic<uint64_t> free_head_{0};
-  std::atomic<size_t> in_flight_{0};
   std::mutex wait_mu_;
   std::condition_variable wait_cv_;
   std::atomic<int> sleepers_{0};
