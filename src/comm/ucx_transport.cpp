@@ -192,7 +192,7 @@ class UcxTransportImpl final : public UcxTransport {
   void add_live(OpCtx* ctx);
   void remove_live(OpCtx* ctx);
   OpCtx* find_live(RequestId id) const;
-  ucp_mem_h find_memh(const void* p, size_t n);
+  ucp_mem_h find_memh(const void* p, size_t n);  // worker lock held
   void push_event(PeerEvent ev);
 
   UcxOptions opt_;
@@ -222,7 +222,7 @@ class UcxTransportImpl final : public UcxTransport {
   bool closed_ = false;
   std::mutex close_mu_;
 
-  // Guards the ucp worker and everything below it up to regions_mu_: held by the progress
+  // Guards the ucp worker and everything below it: held by the progress
   // thread while it progresses, or by a caller that posts directly / helps progress in wait.
   std::mutex worker_mu_;
   std::atomic<std::thread::id> owner_{};
@@ -236,8 +236,10 @@ class UcxTransportImpl final : public UcxTransport {
   std::vector<std::pair<PeerId, uint64_t>> failed_eps_;
   std::atomic<int64_t> next_liveness_{0};  // set to 0 from the epoll path (lock not held) to force a check
 
-  std::mutex regions_mu_;
+  // Registered regions sorted by base (worker lock held), and the largest size seen:
+  // find_memh looks back from the last base <= the address no further than that.
   std::vector<Region> regions_;
+  size_t max_region_size_ = 0;
 
   PeerEventQueue events_;
 
@@ -433,21 +435,19 @@ Result<MemoryRegion> UcxTransportImpl::register_memory(void* base, size_t size) 
   p.address = base;
   p.length = size;
   ucp_mem_h memh = nullptr;
-  ucs_status_t st;
-  {
-    WorkerGuard g(*this);
-    st = ucp_mem_map(context_, &p, &memh);
-  }
+  WorkerGuard g(*this);
+  ucs_status_t st = ucp_mem_map(context_, &p, &memh);
   if (st != UCS_OK) return resource_exhausted(ucs_error("ucp_mem_map", st) + " (" + std::to_string(size) + " bytes)");
-  std::lock_guard<std::mutex> lk(regions_mu_);
   MemoryRegion r{base, size, reinterpret_cast<uint64_t>(memh)};
-  regions_.push_back(Region{r, memh});
+  auto at = std::upper_bound(regions_.begin(), regions_.end(), base,
+                             [](void* b, const Region& x) { return std::less<void*>()(b, x.r.base); });
+  regions_.insert(at, Region{r, memh});
+  max_region_size_ = std::max(max_region_size_, size);
   return r;
 }
 
 Status UcxTransportImpl::deregister_memory(const MemoryRegion& region) {
-  WorkerGuard g(*this);  // lock order: worker, then regions (do_send holds the worker in find_memh)
-  std::lock_guard<std::mutex> lk(regions_mu_);
+  WorkerGuard g(*this);
   for (auto it = regions_.begin(); it != regions_.end(); ++it) {
     if (it->r.base == region.base && it->r.handle == region.handle) {
       ucp_mem_unmap(context_, it->memh);
@@ -459,11 +459,17 @@ Status UcxTransportImpl::deregister_memory(const MemoryRegion& region) {
 }
 
 ucp_mem_h UcxTransportImpl::find_memh(const void* p, size_t n) {
-  std::lock_guard<std::mutex> lk(regions_mu_);
   auto a = reinterpret_cast<uintptr_t>(p);
-  for (auto& r : regions_) {
-    auto b = reinterpret_cast<uintptr_t>(r.r.base);
-    if (a >= b && a + n <= b + r.r.size) return r.memh;
+  // Regions with base <= a, nearest first; one that starts more than max_region_size_
+  // below a cannot contain it, nor can any before it.
+  auto it = std::upper_bound(regions_.begin(), regions_.end(), a, [](uintptr_t x, const Region& r) {
+    return x < reinterpret_cast<uintptr_t>(r.r.base);
+  });
+  while (it != regions_.begin()) {
+    --it;
+    auto b = reinterpret_cast<uintptr_t>(it->r.base);
+    if (a - b > max_region_size_) break;
+    if (a + n <= b + it->r.size) return it->memh;
   }
   return nullptr;
 }
@@ -1108,11 +1114,8 @@ void UcxTransportImpl::close() {
   if (listen_fd_ >= 0) close_fd(listen_fd_);
   listen_fd_ = -1;
   lock_worker();
-  {
-    std::lock_guard<std::mutex> r(regions_mu_);
-    for (auto& reg : regions_) ucp_mem_unmap(context_, reg.memh);
-    regions_.clear();
-  }
+  for (auto& reg : regions_) ucp_mem_unmap(context_, reg.memh);
+  regions_.clear();
   if (worker_) ucp_worker_destroy(worker_);
   worker_ = nullptr;
   for (OpCtx* ctx : ctx_pool_) delete ctx;
