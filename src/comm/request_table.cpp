@@ -41,15 +41,16 @@ Result<RequestId> RequestTable::allocate(CompletionFn on_done) {
     }
   }
   Slot& s = slots_[index];
-  s.on_done = std::move(on_done);
-  s.result = Completion{};
+  // A free slot has no callback (release clears it), and its result is written by
+  // complete() before anyone reads it: nothing to reset.
+  if (on_done) s.on_done = std::move(on_done);
   s.state.store(kPending, std::memory_order_release);
   return (static_cast<uint64_t>(s.gen.load(std::memory_order_relaxed)) << 32) | index;
 }
 
 void RequestTable::release(uint32_t index) {
   Slot& s = slots_[index];
-  s.on_done = nullptr;
+  if (s.on_done) s.on_done = nullptr;
   uint32_t g = s.gen.load(std::memory_order_relaxed) + 1;
   if (g == 0) g = 1;
   s.gen.store(g, std::memory_order_release);

@@ -149,7 +149,7 @@ class UcxTransportImpl final : public UcxTransport {
   };
 
   PeerId intern_peer(const std::string& name);  // peers_mu_ held
-  Result<RequestId> enqueue(Command::Kind kind, PeerId peer, uint64_t tag, void* buf, size_t len, CompletionFn on_done);
+  Result<RequestId> enqueue(Command::Kind kind, PeerId peer, uint64_t tag, void* buf, size_t len, CompletionFn&& on_done);
   void wake();
   void progress_loop();
   void park();  // progress thread, while a caller drives the worker in wait_any
@@ -349,7 +349,7 @@ void UcxTransportImpl::wake() {
 }
 
 Result<RequestId> UcxTransportImpl::enqueue(Command::Kind kind, PeerId peer, uint64_t tag, void* buf, size_t len,
-                                            CompletionFn on_done) {
+                                            CompletionFn&& on_done) {
   if ((tag & ~kTagMask) != 0) return invalid_argument("transport tag uses more than 48 bits");
   if (peer >= n_peers_.load(std::memory_order_acquire)) {
     return invalid_argument("ucx transport: unknown peer " + std::to_string(peer));
