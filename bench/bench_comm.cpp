@@ -3,6 +3,10 @@
 //
 //   bench_comm [--sizes 64,4096,65536,532480] [--iters 2000] [--warmup 200] [--repeat 3] [--json]
 //              [--only perftest|ucx|inproc]   (one measurement alone, e.g. under perf record)
+//              [--send-first]  (the client posts its send before its receive, as ucx_perftest's
+//                               ping-pong does; by default the receive is posted first, as afd's
+//                               runtime does, which puts that post between a receive completing
+//                               and the next send)
 //
 // For every size it runs, one after the other:
 //   ucx_perftest tag_lat  (two processes, ping-pong; reports half the round trip)
@@ -94,6 +98,8 @@ uint16_t free_port() {
   return (*probe)->listen_port();
 }
 
+bool g_send_first = false;
+
 Stats pingpong(Transport& t, PeerId peer, size_t size, int iters, int warmup) {
   auto out_buf = FrameBuffer::create(&t, size), in_buf = FrameBuffer::create(&t, size);
   if (!out_buf.ok() || !in_buf.ok()) return Stats{0, 0, 0, false, "cannot allocate buffers"};
@@ -108,8 +114,14 @@ Stats pingpong(Transport& t, PeerId peer, size_t size, int iters, int warmup) {
   int64_t t0 = now_ns();
   for (int i = 0; i < warmup + iters; ++i) {
     int64_t deadline = t0 + int64_t{10000} * 1000000;
-    auto r = t.post_recv(peer, 2, in.data(), in.size());
-    auto s = t.post_send(peer, 1, out.data(), out.size());
+    Result<RequestId> r = RequestId{0}, s = RequestId{0};
+    if (g_send_first) {
+      s = t.post_send(peer, 1, out.data(), out.size());
+      r = t.post_recv(peer, 2, in.data(), in.size());
+    } else {
+      r = t.post_recv(peer, 2, in.data(), in.size());
+      s = t.post_send(peer, 1, out.data(), out.size());
+    }
     if (!r.ok() || !s.ok()) return Stats{0, 0, 0, false, "post failed"};
     Completion c = t.wait(*r, deadline);
     Completion cs = t.wait(*s, deadline);
@@ -249,9 +261,10 @@ int main(int argc, char** argv) {
     else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::stoi(argv[++i]));
     else if (a == "--json") json = true;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--send-first") g_send_first = true;
     else {
       std::fprintf(stderr, "usage: bench_comm [--sizes a,b,c] [--iters N] [--warmup N] [--repeat R] [--json] "
-                   "[--only perftest|ucx|inproc]\n");
+                   "[--only perftest|ucx|inproc] [--send-first]\n");
       return 1;
     }
   }
