@@ -164,7 +164,7 @@ class UcxTransportImpl final : public UcxTransport {
   bool try_lock_worker();
   void lock_worker();
   void unlock_worker();
-  // Holds the worker mutex for a scope unless this thread already does (a callback).
+  // Holds the worker lock for a scope unless this thread already does (a callback).
   struct WorkerGuard {
     explicit WorkerGuard(UcxTransportImpl& t) : t_(t), mine_(t.owner_.load() != std::this_thread::get_id()) {
       if (mine_) t_.lock_worker();
@@ -261,7 +261,7 @@ Status UcxTransportImpl::init() {
   if (st != UCS_OK) return unavailable(ucs_error("ucp_config_read", st));
   ucp_params_t params{};
   // No mt_workers_shared: the context's own locks cost ~2-4 us per 64 KiB rendezvous
-  // message here (bench_comm); ucp_mem_map / unmap run under the worker mutex instead.
+  // message here (bench_comm); ucp_mem_map / unmap run under the worker lock instead.
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   st = ucp_init(&params, config, &context_);

@@ -12,8 +12,9 @@
 // Wire tag = (id the receiver gave the sender) << 48 | user tag, so receives match per peer.
 //
 // Threads: one progress thread and the callers share the ucp worker
-// (UCS_THREAD_MODE_SINGLE, behind one mutex). A caller blocked in wait() drives the worker
-// itself for waiter_spin_ns, like ucx_perftest's single thread, while the progress thread
+// (UCS_THREAD_MODE_SINGLE, behind one lock). A caller blocked in wait() drives the worker
+// itself for waiter_spin_ns, like ucx_perftest's single thread (yielding its core about once
+// a microsecond after the first 20 us, so a thread woken on that core can run), while the progress thread
 // stays parked off the CPU (it never contends for the worker while a caller waits); when
 // the caller gives up, or leaves with other operations still in flight, it wakes the
 // progress thread. Otherwise the progress thread polls (yielding) for progress_spin_ns
