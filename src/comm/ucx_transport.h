@@ -13,11 +13,11 @@
 //
 // Threads: one progress thread and the callers share the ucp worker
 // (UCS_THREAD_MODE_SINGLE, behind one lock). A caller blocked in wait() drives the worker
-// itself for waiter_spin_ns, like ucx_perftest's single thread (yielding its core about once
-// a microsecond after the first 20 us, so a thread woken on that core can run), while the progress thread
-// stays parked off the CPU (it never contends for the worker while a caller waits); when
-// the caller gives up, or leaves with other operations still in flight, it wakes the
-// progress thread. Otherwise the progress thread polls (yielding) for progress_spin_ns
+// itself for waiter_spin_ns, like ucx_perftest's single thread (yielding its core about
+// once a microsecond after the first 20 us, so a thread woken on that core can run), while
+// the progress thread stays parked off the CPU (it never contends for the worker while a
+// caller waits); when the caller gives up, or leaves with other operations still in
+// flight, it wakes the progress thread. Otherwise the progress thread polls (yielding) for progress_spin_ns
 // after the last activity, then sleeps on the worker's event fd. Posts run directly on the
 // caller's thread when the worker is free, else are queued to whoever drives it next.
 // A bootstrap thread accepts and dials.
