@@ -17,9 +17,10 @@
 // once a microsecond after the first 20 us, so a thread woken on that core can run), while
 // the progress thread stays parked off the CPU (it never contends for the worker while a
 // caller waits); when the caller gives up, or leaves with other operations still in
-// flight, it wakes the progress thread. Otherwise the progress thread polls (yielding) for progress_spin_ns
-// after the last activity, then sleeps on the worker's event fd. Posts run directly on the
-// caller's thread when the worker is free, else are queued to whoever drives it next.
+// flight, it wakes the progress thread. Otherwise the progress thread polls (yielding) for
+// progress_spin_ns after the last activity, then sleeps on the worker's event fd. Posts
+// run directly on the caller's thread when the worker is free, else are queued to whoever
+// drives it next.
 // A bootstrap thread accepts and dials.
 #pragma once
 
