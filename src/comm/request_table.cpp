@@ -14,7 +14,7 @@ RequestTable::RequestTable(uint32_t capacity, int64_t spin_ns)
 }
 
 RequestTable::Slot* RequestTable::lookup(RequestId id) const {
-  uint32_t index = static_cast<uint32_t>(id & 0xffffffffu);
+  uint32_t index = slot_of(id);
   uint32_t gen = static_cast<uint32_t>(id >> 32);
   if (index >= capacity_) return nullptr;
   Slot* s = &slots_[index];
@@ -75,7 +75,7 @@ void RequestTable::complete(RequestId id, Completion c) {
   }
   if (s->on_done) {
     CompletionFn fn = std::move(s->on_done);
-    release(static_cast<uint32_t>(id & 0xffffffffu));
+    release(slot_of(id));
     fn(c);
     return;
   }
@@ -113,7 +113,7 @@ bool RequestTable::test(RequestId id, Completion* out) {
   }
   if (s->state.load(std::memory_order_acquire) != kDone) return false;
   *out = std::move(s->result);
-  release(static_cast<uint32_t>(id & 0xffffffffu));
+  release(slot_of(id));
   return true;
 }
 

@@ -495,12 +495,7 @@ OpCtx* UcxTransportImpl::take_ctx(RequestId id, PeerId peer, bool is_recv) {
   } else {
     ctx = ctx_pool_.back();
     ctx_pool_.pop_back();
-    ctx->req = nullptr;
-    ctx->lost = false;
-    ctx->lost_why.clear();
-    ctx->info = ucp_tag_recv_info_t{};
-    ctx->in_post = true;
-    ctx->done = false;
+    *ctx = OpCtx{};
   }
   ctx->self = this;
   ctx->id = id;
@@ -512,7 +507,7 @@ OpCtx* UcxTransportImpl::take_ctx(RequestId id, PeerId peer, bool is_recv) {
 void UcxTransportImpl::give_ctx(OpCtx* ctx) { ctx_pool_.push_back(ctx); }
 
 void UcxTransportImpl::add_live(OpCtx* ctx) {
-  live_[ctx->id & 0xffffffffu] = ctx;  // a pending request's slot is not reused, so it is free here
+  live_[RequestTable::slot_of(ctx->id)] = ctx;  // a pending request's slot is not reused, so it is free here
   ctx->live_prev = nullptr;
   ctx->live_next = live_head_;
   if (live_head_ != nullptr) live_head_->live_prev = ctx;
@@ -521,7 +516,7 @@ void UcxTransportImpl::add_live(OpCtx* ctx) {
 }
 
 void UcxTransportImpl::remove_live(OpCtx* ctx) {
-  live_[ctx->id & 0xffffffffu] = nullptr;
+  live_[RequestTable::slot_of(ctx->id)] = nullptr;
   if (ctx->live_prev != nullptr) ctx->live_prev->live_next = ctx->live_next;
   else live_head_ = ctx->live_next;
   if (ctx->live_next != nullptr) ctx->live_next->live_prev = ctx->live_prev;
@@ -529,7 +524,7 @@ void UcxTransportImpl::remove_live(OpCtx* ctx) {
 }
 
 OpCtx* UcxTransportImpl::find_live(RequestId id) const {
-  uint32_t slot = static_cast<uint32_t>(id & 0xffffffffu);
+  uint32_t slot = RequestTable::slot_of(id);
   if (slot >= kMaxInFlight) return nullptr;
   OpCtx* ctx = live_[slot];
   return ctx != nullptr && ctx->id == id ? ctx : nullptr;  // the same slot under another generation is not it
@@ -886,16 +881,15 @@ int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_
     r = table_.poll_any(ids);
     if (r >= 0) break;
     if (t != 0 && (t >= deadline_ns || t >= spin_until)) break;
-    if (t >= yield_from) std::this_thread::yield();
     if (stop_.load(std::memory_order_relaxed)) break;
-    if (progressed) {
-      held_turns = 0;
-    } else if (++held_turns < kHeldSpins) {
-      cpu_relax();
-    } else {
-      // Another thread has held the worker for a while: it may be preempted while holding
-      // it (more runnable threads than cores), and spinning here keeps it off the CPU.
+    held_turns = progressed ? 0 : held_turns + 1;
+    // Past kYieldAfterNs; or another thread has held the worker for a while: it may be
+    // preempted while holding it (more runnable threads than cores), and spinning here
+    // keeps it off the CPU.
+    if (t >= yield_from || held_turns >= kHeldSpins) {
       std::this_thread::yield();
+    } else if (!progressed) {
+      cpu_relax();
     }
   }
   // Hand progress back when this caller gives up, or when operations it does not wait
@@ -1019,7 +1013,7 @@ void UcxTransportImpl::progress_loop() {
   // intentionally (the worker may still reference them).
   std::vector<RequestId> abandoned;
   for (OpCtx* ctx = live_head_; ctx != nullptr; ctx = ctx->live_next) {
-    live_[ctx->id & 0xffffffffu] = nullptr;
+    live_[RequestTable::slot_of(ctx->id)] = nullptr;
     abandoned.push_back(ctx->id);
   }
   live_head_ = nullptr;
