@@ -1,6 +1,7 @@
 #include "comm/inproc_transport.h"
 
 #include <cstring>
+#include <thread>
 
 #include "core/log.h"
 #include "core/timer.h"
@@ -226,12 +227,29 @@ Result<RequestId> InprocTransport::enqueue(Command c, CompletionFn on_done) {
     if (c.peer >= peers_.size()) return invalid_argument("inproc transport: unknown peer " + std::to_string(c.peer));
   }
   AFD_ASSIGN_OR_RETURN(c.id, table_->allocate(std::move(on_done)));
+  std::atomic<int>& queued = c.kind == Command::send ? queued_sends_ : queued_recvs_;
+  if ((c.kind == Command::recv || c.len <= kInlineCopyMax) && queued.load(std::memory_order_acquire) == 0) {
+    inline_posts_.fetch_add(1, std::memory_order_seq_cst);
+    bool closing = stop_.load(std::memory_order_seq_cst);
+    Finishes f;
+    if (!closing) {
+      if (c.kind == Command::send) {
+        do_send(c, f);
+      } else {
+        do_recv(c, f);
+      }
+    }
+    inline_posts_.fetch_sub(1, std::memory_order_seq_cst);
+    f.deliver();
+    if (!closing) return c.id;
+  }
   {
     std::lock_guard<std::mutex> lk(cmd_mu_);
-    if (stop_) {
+    if (stop_.load()) {
       table_->complete(c.id, Completion{cancelled("inproc transport '" + name_ + "' is closed"), 0});
       return c.id;
     }
+    queued.fetch_add(1, std::memory_order_release);
     cmds_.push_back(c);
   }
   cmd_cv_.notify_one();
@@ -251,70 +269,83 @@ Result<RequestId> InprocTransport::post_recv(PeerId peer, uint64_t tag, void* bu
 void InprocTransport::cancel(RequestId id) {
   {
     std::lock_guard<std::mutex> lk(cmd_mu_);
-    if (stop_) return;
+    if (stop_.load()) return;
     cmds_.push_back(Command{Command::cancel, id, kNoPeer, 0, nullptr, 0});
   }
   cmd_cv_.notify_one();
 }
 
-void InprocTransport::do_send(const Command& c) {
+void InprocTransport::do_send(const Command& c, Finishes& f) {
   std::shared_ptr<InprocPort> remote;
   PeerId src;
-  std::string peer;
   {
     std::lock_guard<std::mutex> lk(peers_mu_);
     remote = peers_[c.peer].remote;
     src = peers_[c.peer].my_id_there;
-    peer = peers_[c.peer].name;
   }
   if (!remote) {
-    table_->complete(c.id, Completion{unavailable("peer '" + peer + "' is not connected"), 0});
+    f.add(table_.get(), nullptr, c.id, Completion{unavailable("peer '" + peer_name(c.peer) + "' is not connected"), 0});
     return;
   }
-  std::lock_guard<std::mutex> lk(remote->mu);
-  if (!remote->alive) {
-    table_->complete(c.id, Completion{unavailable("peer '" + peer + "' is closed"), 0});
-    return;
-  }
-  for (auto it = remote->recvs.begin(); it != remote->recvs.end(); ++it) {
-    if (it->src != src || it->tag != c.tag) continue;
-    if (c.len > it->cap) {
-      remote->table->complete(it->id, Completion{too_long(c.len, it->cap, name_), 0});
-    } else {
-      if (c.len) std::memcpy(it->buf, c.buf, c.len);
-      remote->table->complete(it->id, ok_bytes(c.len));
-    }
-    remote->recvs.erase(it);
-    table_->complete(c.id, ok_bytes(c.len));
-    return;
-  }
-  remote->sends.push_back(InprocPort::PendingSend{c.id, table_, src, c.tag, c.buf, c.len});
-}
-
-void InprocTransport::do_recv(const Command& c) {
-  std::string peer;
   {
-    std::lock_guard<std::mutex> lk(peers_mu_);
-    peer = peers_[c.peer].name;
-    if (peers_[c.peer].remote == nullptr) {
-      table_->complete(c.id, Completion{unavailable("peer '" + peer + "' is not connected"), 0});
+    std::lock_guard<std::mutex> lk(remote->mu);
+    if (remote->alive) {
+      for (auto it = remote->recvs.begin(); it != remote->recvs.end(); ++it) {
+        if (it->src != src || it->tag != c.tag) continue;
+        if (c.len > it->cap) {
+          f.add(remote->table.get(), remote->table, it->id, Completion{too_long(c.len, it->cap, name_), 0});
+        } else {
+          if (c.len) std::memcpy(it->buf, c.buf, c.len);
+          f.add(remote->table.get(), remote->table, it->id, ok_bytes(c.len));
+        }
+        remote->recvs.erase(it);
+        f.add(table_.get(), nullptr, c.id, ok_bytes(c.len));
+        return;
+      }
+      remote->sends.push_back(InprocPort::PendingSend{c.id, table_, src, c.tag, c.buf, c.len});
       return;
     }
   }
-  std::lock_guard<std::mutex> lk(port_->mu);
-  for (auto it = port_->sends.begin(); it != port_->sends.end(); ++it) {
-    if (it->src != c.peer || it->tag != c.tag) continue;
+  // Named outside the port lock (lock order: peers_mu_ before a port's mu).
+  f.add(table_.get(), nullptr, c.id, Completion{unavailable("peer '" + peer_name(c.peer) + "' is closed"), 0});
+  return;
+}
+
+void InprocTransport::do_recv(const Command& c, Finishes& f) {
+  {
+    std::lock_guard<std::mutex> lk(peers_mu_);
+    if (peers_[c.peer].remote == nullptr) {
+      f.add(table_.get(), nullptr, c.id,
+            Completion{unavailable("peer '" + peers_[c.peer].name + "' is not connected"), 0});
+      return;
+    }
+  }
+  size_t overlong = 0;  // a matched message longer than the buffer: its length
+  {
+    std::lock_guard<std::mutex> lk(port_->mu);
+    if (!port_->alive) {
+      f.add(table_.get(), nullptr, c.id, Completion{cancelled("inproc transport '" + name_ + "' is closed"), 0});
+      return;
+    }
+    auto it = port_->sends.begin();
+    while (it != port_->sends.end() && (it->src != c.peer || it->tag != c.tag)) ++it;
+    if (it == port_->sends.end()) {
+      port_->recvs.push_back(InprocPort::PostedRecv{c.id, c.peer, c.tag, c.buf, c.len});
+      return;
+    }
     if (it->len > c.len) {
-      table_->complete(c.id, Completion{too_long(it->len, c.len, peer), 0});
+      overlong = it->len;
     } else {
       if (it->len) std::memcpy(c.buf, it->data, it->len);
-      table_->complete(c.id, ok_bytes(it->len));
+      f.add(table_.get(), nullptr, c.id, ok_bytes(it->len));
     }
-    it->sender_table->complete(it->id, ok_bytes(it->len));
+    RequestTable* st = it->sender_table.get();
+    f.add(st, std::move(it->sender_table), it->id, ok_bytes(it->len));
     port_->sends.erase(it);
-    return;
   }
-  port_->recvs.push_back(InprocPort::PostedRecv{c.id, c.peer, c.tag, c.buf, c.len});
+  // Named outside the port lock (lock order: peers_mu_ before a port's mu).
+  if (overlong > 0) f.add(table_.get(), nullptr, c.id, Completion{too_long(overlong, c.len, peer_name(c.peer)), 0});
+  return;
 }
 
 void InprocTransport::do_cancel(const Command& c) {
@@ -349,22 +380,33 @@ void InprocTransport::do_cancel(const Command& c) {
   }
 }
 
+void InprocTransport::run_queued(const Command& c) {
+  Finishes f;
+  if (c.kind == Command::send) {
+    do_send(c, f);
+  } else if (c.kind == Command::recv) {
+    do_recv(c, f);
+  } else {
+    do_cancel(c);
+  }
+  // Counted down only once run: a later post of this direction stays queued behind it.
+  if (c.kind == Command::send) queued_sends_.fetch_sub(1, std::memory_order_release);
+  if (c.kind == Command::recv) queued_recvs_.fetch_sub(1, std::memory_order_release);
+  f.deliver();
+}
+
 void InprocTransport::progress_loop() {
   int64_t next_reconnect = 0;
   std::unique_lock<std::mutex> lk(cmd_mu_);
   for (;;) {
-    if (cmds_.empty() && !stop_) {
+    if (cmds_.empty() && !stop_.load()) {
       cmd_cv_.wait_for(lk, std::chrono::milliseconds(opt_.reconnect_interval_ms));
     }
-    if (stop_) break;
+    if (stop_.load()) break;
     std::deque<Command> batch;
     batch.swap(cmds_);
     lk.unlock();
-    for (const auto& c : batch) {
-      if (c.kind == Command::send) do_send(c);
-      else if (c.kind == Command::recv) do_recv(c);
-      else do_cancel(c);
-    }
+    for (const auto& c : batch) run_queued(c);
     int64_t t = now_ns();
     if (t >= next_reconnect) {
       try_reconnect();
@@ -382,11 +424,14 @@ void InprocTransport::progress_loop() {
 void InprocTransport::close() {
   {
     std::lock_guard<std::mutex> lk(cmd_mu_);
-    if (stop_) return;
-    stop_ = true;
+    if (stop_.load()) return;
+    stop_.store(true, std::memory_order_seq_cst);
   }
   cmd_cv_.notify_all();
   if (progress_.joinable()) progress_.join();
+  // Posts that got past the stop_ check finish first: none may add to a port once the
+  // links below are torn down.
+  while (inline_posts_.load(std::memory_order_seq_cst) > 0) std::this_thread::yield();
   std::lock_guard<std::mutex> hub_lock(hub_->mu_);
   closed_ = true;
   if (!listen_address_.empty()) hub_->listeners_.erase(listen_address_);

@@ -73,6 +73,74 @@ TEST_P(TransportTest, TagsMatchAndOrderIsKept) {
   for (auto id : sends) EXPECT_TRUE(p.b->wait(id, deadline_in_ms(5000)).status.is_ok());
 }
 
+// Messages of mixed sizes on one tag keep their order, whichever side posts first: the
+// in-process transport runs small operations on the posting thread and large ones on its
+// progress thread (InprocTransport::kInlineCopyMax), and must not let one overtake another.
+TEST_P(TransportTest, MixedSizesOnOneTagKeepTheirOrder) {
+  auto p = testing::make_pair(GetParam());
+  constexpr int kN = 12;
+  constexpr size_t kBig = 3 * InprocTransport::kInlineCopyMax, kSmall = 16;
+  auto size_of = [](int i) { return i % 3 == 1 ? kSmall : kBig; };
+  for (bool sends_first : {true, false}) {
+    std::vector<std::vector<uint8_t>> out(kN), in(kN, std::vector<uint8_t>(kBig));
+    std::vector<RequestId> sends, recvs;
+    auto post_sends = [&] {
+      for (int i = 0; i < kN; ++i) {
+        out[i].assign(size_of(i), static_cast<uint8_t>(i + 1));
+        auto s = p.b->post_send(p.b_sees_a, 7, out[i].data(), out[i].size());
+        ASSERT_TRUE(s.ok());
+        sends.push_back(*s);
+      }
+    };
+    auto post_recvs = [&] {
+      for (int i = 0; i < kN; ++i) {
+        auto r = p.a->post_recv(p.a_sees_b, 7, in[i].data(), in[i].size());
+        ASSERT_TRUE(r.ok());
+        recvs.push_back(*r);
+      }
+    };
+    if (sends_first) {
+      post_sends();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // all pending at the receiver
+      post_recvs();
+    } else {
+      post_recvs();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      post_sends();
+    }
+    for (int i = 0; i < kN; ++i) {
+      Completion c = p.a->wait(recvs[i], deadline_in_ms(5000));
+      ASSERT_TRUE(c.status.is_ok()) << c.status.to_string();
+      EXPECT_EQ(c.bytes, size_of(i)) << "message " << i << (sends_first ? ", sends first" : ", receives first");
+      EXPECT_EQ(in[i][0], static_cast<uint8_t>(i + 1)) << "message " << i;
+      EXPECT_EQ(in[i][c.bytes - 1], static_cast<uint8_t>(i + 1)) << "message " << i;
+    }
+    for (auto id : sends) EXPECT_TRUE(p.b->wait(id, deadline_in_ms(5000)).status.is_ok());
+  }
+}
+
+// A completion callback may post on the same transport (no lock of the transport is held
+// while callbacks run): here each receive's callback posts the reply.
+TEST_P(TransportTest, CallbackMayPostOnTheSameTransport) {
+  auto p = testing::make_pair(GetParam());
+  std::atomic<int> replied{0};
+  uint64_t ping = 7, pong = 0;
+  uint64_t echo = 0;
+  Transport* a = p.a.get();
+  PeerId to_b = p.a_sees_b;
+  ASSERT_TRUE(p.a->post_recv(p.a_sees_b, 21, &echo, 8, [&, a, to_b](const Completion& c) {
+    if (!c.status.is_ok()) return;
+    if (a->post_send(to_b, 22, &echo, 8).ok()) replied.fetch_add(1);
+  }).ok());
+  auto r = p.b->post_recv(p.b_sees_a, 22, &pong, 8);
+  auto s = p.b->post_send(p.b_sees_a, 21, &ping, 8);
+  ASSERT_TRUE(r.ok() && s.ok());
+  Completion c = p.b->wait(*r, deadline_in_ms(5000));
+  EXPECT_TRUE(c.status.is_ok()) << c.status.to_string();
+  EXPECT_EQ(pong, 7u);
+  EXPECT_EQ(replied.load(), 1);
+}
+
 TEST_P(TransportTest, BothDirectionsAndCallbacks) {
   auto p = testing::make_pair(GetParam());
   std::atomic<int> done{0};
