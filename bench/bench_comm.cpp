@@ -7,6 +7,9 @@
 //                               ping-pong does; by default the receive is posted first, as afd's
 //                               runtime does, which puts that post between a receive completing
 //                               and the next send)
+//              [--echo-received]  (the echo server replies with the bytes it just received,
+//                               dirty in its cache, instead of from its own untouched
+//                               buffer as ucx_perftest does)
 //
 // For every size it runs, one after the other:
 //   ucx_perftest tag_lat  (two processes, ping-pong; reports half the round trip)
@@ -62,7 +65,7 @@ Stats summarize(std::vector<double> half_rtt_us) {
 }
 
 // ---- echo server (child process) ----
-int run_echo_server(const std::string& address, size_t max_size) {
+int run_echo_server(const std::string& address, size_t max_size, bool echo_received) {
   UcxOptions o;
   o.name = "bench-echo";
   if (const char* s = getenv("BENCH_WAITER_SPIN_US")) o.waiter_spin_ns = std::atoll(s) * 1000;
@@ -72,8 +75,15 @@ int run_echo_server(const std::string& address, size_t max_size) {
   if (!t.ok() || !(*t)->listen(address).is_ok()) return 2;
   auto peer = wait_for_peer(**t, "bench-client", deadline_in_ms(30000));
   if (!peer.ok()) return 3;
-  auto buf = FrameBuffer::create(t->get(), max_size);  // as afd's frames: registered, huge pages from 64 KiB
-  if (!buf.ok()) return 2;
+  // As afd's frames: registered, huge pages from 64 KiB. The reply goes out of its own
+  // buffer, which nothing writes between messages, as in ucx_perftest: replying with the
+  // bytes just received made the client copy cache lines left dirty by this process's
+  // receive — 3x the cost at 64 KiB when the VM's two vCPUs sat on different CCDs
+  // (perf: _copy_to_iter 29% of all samples against 5.5% for ucx_perftest).
+  auto buf = FrameBuffer::create(t->get(), max_size);
+  auto reply = FrameBuffer::create(t->get(), max_size);
+  if (!buf.ok() || !reply.ok()) return 2;
+  std::memset(reply->data(), 0xa5, max_size);
   // One clock read per round trip, as the client (see pingpong()).
   for (;;) {
     int64_t deadline = deadline_in_ms(120000);
@@ -81,7 +91,7 @@ int run_echo_server(const std::string& address, size_t max_size) {
     if (!r.ok()) return 0;
     Completion c = (*t)->wait(*r, deadline);
     if (!c.status.is_ok()) return 0;
-    auto s = (*t)->post_send(*peer, 2, buf->data(), c.bytes);
+    auto s = (*t)->post_send(*peer, 2, echo_received ? buf->data() : reply->data(), c.bytes);
     if (!s.ok() || !(*t)->wait(*s, deadline).status.is_ok()) return 0;
   }
 }
@@ -101,6 +111,7 @@ uint16_t free_port() {
 }
 
 bool g_send_first = false;
+bool g_echo_received = false;
 
 Stats pingpong(Transport& t, PeerId peer, size_t size, int iters, int warmup) {
   auto out_buf = FrameBuffer::create(&t, size), in_buf = FrameBuffer::create(&t, size);
@@ -144,7 +155,8 @@ Stats bench_afd_ucx(size_t size, int iters, int warmup) {
   pid_t child = fork();
   if (child == 0) {
     std::string max = std::to_string(size);
-    execl(exe.c_str(), exe.c_str(), "--echo-server", addr.c_str(), max.c_str(), static_cast<char*>(nullptr));
+    execl(exe.c_str(), exe.c_str(), "--echo-server", addr.c_str(), max.c_str(), g_echo_received ? "1" : "0",
+          static_cast<char*>(nullptr));
     _exit(12);
   }
   Stats st;
@@ -180,12 +192,12 @@ Stats bench_inproc(size_t size, int iters, int warmup) {
   auto pb = wait_for_peer(**b, "bench-echo", deadline_in_ms(5000));
   if (!pa.ok() || !pb.ok()) return Stats{0, 0, 0, false, "connect failed"};
   std::thread echo([&] {
-    std::vector<uint8_t> buf(size);
+    std::vector<uint8_t> buf(size), reply(size, 0xa5);  // replies as the UCX echo server does
     for (int i = 0; i < warmup + iters; ++i) {
       auto r = (*a)->post_recv(*pa, 1, buf.data(), buf.size());
       Completion c = (*a)->wait(*r, deadline_in_ms(10000));
       if (!c.status.is_ok()) return;
-      auto s = (*a)->post_send(*pa, 2, buf.data(), c.bytes);
+      auto s = (*a)->post_send(*pa, 2, g_echo_received ? buf.data() : reply.data(), c.bytes);
       if (!(*a)->wait(*s, deadline_in_ms(10000)).status.is_ok()) return;
     }
   });
@@ -248,8 +260,8 @@ std::vector<size_t> parse_sizes(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--echo-server") {
-    return run_echo_server(argv[2], std::stoull(argv[3]));
+  if (argc == 5 && std::string(argv[1]) == "--echo-server") {
+    return run_echo_server(argv[2], std::stoull(argv[3]), std::string(argv[4]) == "1");
   }
   std::vector<size_t> sizes = {64, 4096, 65536, 532480};
   int iters = 2000, warmup = 200, repeat = 3;
@@ -264,9 +276,10 @@ int main(int argc, char** argv) {
     else if (a == "--json") json = true;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--send-first") g_send_first = true;
+    else if (a == "--echo-received") g_echo_received = true;
     else {
       std::fprintf(stderr, "usage: bench_comm [--sizes a,b,c] [--iters N] [--warmup N] [--repeat R] [--json] "
-                   "[--only perftest|ucx|inproc] [--send-first]\n");
+                   "[--only perftest|ucx|inproc] [--send-first] [--echo-received]\n");
       return 1;
     }
   }
