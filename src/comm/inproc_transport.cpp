@@ -308,7 +308,6 @@ void InprocTransport::do_send(const Command& c, Finishes& f) {
   }
   // Named outside the port lock (lock order: peers_mu_ before a port's mu).
   f.add(table_.get(), nullptr, c.id, Completion{unavailable("peer '" + peer_name(c.peer) + "' is closed"), 0});
-  return;
 }
 
 void InprocTransport::do_recv(const Command& c, Finishes& f) {
@@ -345,7 +344,6 @@ void InprocTransport::do_recv(const Command& c, Finishes& f) {
   }
   // Named outside the port lock (lock order: peers_mu_ before a port's mu).
   if (overlong > 0) f.add(table_.get(), nullptr, c.id, Completion{too_long(overlong, c.len, peer_name(c.peer)), 0});
-  return;
 }
 
 void InprocTransport::do_cancel(const Command& c) {

@@ -25,7 +25,9 @@
 //
 // Threading: every method may be called from any thread concurrently, except that a
 // given RequestId is waited on by one thread at a time. Optional completion callbacks run
-// on the transport's progress thread and must not block.
+// on whichever thread completes the request — the transport's progress thread, a thread
+// waiting on or posting to it, or (in-process) the peer's posting thread — possibly before
+// post_*() returns. They may post to the transport but must not block or wait on it.
 #pragma once
 
 #include <condition_variable>
