@@ -126,7 +126,11 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
 
   std::unique_ptr<FfnClient> cl(new FfnClient(w, transport, opt));
   cl->fingerprint_ = model_fingerprint(*w);
-  for (const auto& n : opt.ffn_names) cl->workers_.push_back(Worker{n});
+  for (const auto& n : opt.ffn_names) {
+    Worker wk;
+    wk.name = n;
+    cl->workers_.push_back(std::move(wk));
+  }
   cl->slots_.resize(static_cast<size_t>(opt.microbatches));
   for (auto& per_mb : cl->slots_) {
     per_mb.resize(opt.ffn_names.size());
