@@ -15,7 +15,7 @@ RequestTable::RequestTable(uint32_t capacity, int64_t spin_ns)
 
 RequestTable::Slot* RequestTable::lookup(RequestId id) const {
   uint32_t index = slot_of(id);
-  uint32_t gen = static_cast<uint32_t>(id >> 32);
+  uint32_t gen = gen_of(id);
   if (index >= capacity_) return nullptr;
   Slot* s = &slots_[index];
   if (s->gen.load(std::memory_order_acquire) != gen) return nullptr;
@@ -69,7 +69,7 @@ void RequestTable::complete(RequestId id, Completion c) {
   // Claim: only one completer proceeds (pending -> completing -> done).
   uint32_t expected = kPending;
   if (!s->state.compare_exchange_strong(expected, kCompleting, std::memory_order_acq_rel)) return;
-  if (s->gen.load(std::memory_order_acquire) != static_cast<uint32_t>(id >> 32)) {
+  if (s->gen.load(std::memory_order_acquire) != gen_of(id)) {
     s->state.store(kPending, std::memory_order_release);  // raced with a reuse: not ours
     return;
   }

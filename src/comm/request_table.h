@@ -28,6 +28,8 @@ class RequestTable {
   Result<RequestId> allocate(CompletionFn on_done = {});
   // The slot an id names (< capacity for ids this table issued; not unique over time).
   static uint32_t slot_of(RequestId id) { return static_cast<uint32_t>(id & 0xffffffffu); }
+  // The slot generation an id was issued under (ids are gen << 32 | slot).
+  static uint32_t gen_of(RequestId id) { return static_cast<uint32_t>(id >> 32); }
   // Finishes a pending request (first completion wins; later ones are ignored). If it
   // was allocated with a callback, the callback runs here and the slot is freed.
   void complete(RequestId id, Completion c);

@@ -74,8 +74,9 @@ TEST_P(TransportTest, TagsMatchAndOrderIsKept) {
 }
 
 // Messages of mixed sizes on one tag keep their order, whichever side posts first: the
-// in-process transport runs small operations on the posting thread and large ones on its
-// progress thread (InprocTransport::kInlineCopyMax), and must not let one overtake another.
+// in-process transport runs receives and small sends on the posting thread and large sends
+// on its progress thread (InprocTransport::kInlineCopyMax), and must not let one overtake
+// another.
 TEST_P(TransportTest, MixedSizesOnOneTagKeepTheirOrder) {
   auto p = testing::make_pair(GetParam());
   constexpr int kN = 12;
