@@ -52,7 +52,7 @@ void RequestTable::release(uint32_t index) {
   Slot& s = slots_[index];
   if (s.on_done) s.on_done = nullptr;
   uint32_t g = s.gen.load(std::memory_order_relaxed) + 1;
-  if (g == 0) g = 1;
+  if (g >= kGenLimit) g = 1;
   s.gen.store(g, std::memory_order_release);
   s.state.store(kFree, std::memory_order_release);
   uint64_t head = free_head_.load(std::memory_order_relaxed);
@@ -106,6 +106,10 @@ bool RequestTable::finished(RequestId id) const {
 }
 
 bool RequestTable::test(RequestId id, Completion* out) {
+  if (is_finished_id(id)) {
+    *out = Completion{Status::ok(), static_cast<size_t>(id & kTagMask)};
+    return true;
+  }
   Slot* s = lookup(id);
   if (s == nullptr) {
     *out = Completion{invalid_argument("transport: unknown or already consumed request id"), 0};

@@ -3,6 +3,10 @@
 // thread; callers test / wait on it. Shared by every transport so they wait alike.
 //
 // Ids are (generation << 32 | slot): a stale or foreign id is detected, never aliased.
+// Generations stay below 2^31, so bit 63 is free for finished_id(): an operation that
+// completed inside its post call (a small eager send) needs no slot at all; its id carries
+// the byte count and reads as done, successfully, every time it is tested (as
+// MPI_REQUEST_NULL does) — there is nothing to consume or release.
 // Threading: all methods are thread-safe and lock-free except a waiter's sleep (wait /
 // wait_any past spin_ns). complete() never blocks on waiters.
 #pragma once
@@ -30,6 +34,9 @@ class RequestTable {
   static uint32_t slot_of(RequestId id) { return static_cast<uint32_t>(id & 0xffffffffu); }
   // The slot generation an id was issued under (ids are gen << 32 | slot).
   static uint32_t gen_of(RequestId id) { return static_cast<uint32_t>(id >> 32); }
+  // An id for an operation that already finished successfully with `bytes` (< 2^48), no slot.
+  static RequestId finished_id(size_t bytes) { return kFinishedBit | (bytes & kTagMask); }
+  static bool is_finished_id(RequestId id) { return (id & kFinishedBit) != 0; }
   // Finishes a pending request (first completion wins; later ones are ignored). If it
   // was allocated with a callback, the callback runs here and the slot is freed.
   void complete(RequestId id, Completion c);
@@ -45,6 +52,8 @@ class RequestTable {
   size_t in_flight() const;
 
  private:
+  static constexpr RequestId kFinishedBit = RequestId{1} << 63;
+  static constexpr uint32_t kGenLimit = 0x80000000u;  // generations are 1 .. kGenLimit - 1
   enum : uint32_t { kFree = 0, kPending = 1, kDone = 2, kCompleting = 3 };
   struct Slot {
     std::atomic<uint32_t> state{kFree};

@@ -17,7 +17,9 @@
 // - A send may complete only once the peer has posted a matching receive (rendezvous),
 //   so never wait for a send before the peer can post its receive.
 // - Completion: test() polls, wait()/wait_any() block until a deadline (now_ns() clock).
-//   test()/wait() returning a terminal completion consume the request. A deadline that
+//   test()/wait() returning a terminal completion consume the request (an operation that
+//   finished inside its post may return an id with nothing to consume, which reads as
+//   done every time: RequestTable::finished_id). A deadline that
 //   passes leaves the request pending: call cancel() and keep polling until it reaches a
 //   terminal state before reusing its buffer (cancellation is asynchronous).
 // - Prepare once, post every step: callers allocate their frame buffers once per

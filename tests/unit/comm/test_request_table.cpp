@@ -38,6 +38,32 @@ TEST(RequestTable, ExhaustionAndReuseWithNewGeneration) {
   EXPECT_TRUE(t.is_pending(*again));
 }
 
+// An operation that finished inside its post call gets a slot-less id: done, successful,
+// with its byte count, every time it is looked at; nothing in the table is touched.
+TEST(RequestTable, FinishedIdsNeedNoSlot) {
+  RequestTable t(1);
+  auto held = t.allocate();
+  ASSERT_TRUE(held.ok());
+  RequestId f = RequestTable::finished_id(4096);
+  EXPECT_TRUE(RequestTable::is_finished_id(f));
+  EXPECT_FALSE(RequestTable::is_finished_id(*held));
+  EXPECT_FALSE(t.is_pending(f));
+  t.complete(f, Completion{cancelled("late"), 0});  // ignored
+  for (int i = 0; i < 2; ++i) {
+    Completion c;
+    ASSERT_TRUE(t.test(f, &c));
+    EXPECT_TRUE(c.status.is_ok());
+    EXPECT_EQ(c.bytes, 4096u);
+  }
+  RequestId both[2] = {*held, f};
+  EXPECT_EQ(t.poll_any(both), 1);
+  EXPECT_EQ(t.wait_any(both, now_ns()), 1);
+  EXPECT_TRUE(t.wait(f, now_ns()).status.is_ok());
+  // The one real slot is still the held request's.
+  EXPECT_EQ(t.allocate().status().code(), StatusCode::resource_exhausted);
+  EXPECT_TRUE(t.is_pending(*held));
+}
+
 TEST(RequestTable, ConcurrentAllocateCompleteRelease) {
   // Threads allocate, complete (half through callbacks, which free the slot inside
   // complete) and consume requests on a small table, so slots are recycled constantly.
