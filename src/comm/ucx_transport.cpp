@@ -35,8 +35,8 @@ constexpr uint32_t kMaxInFlight = 8192;  // RequestTable capacity: request slots
 // wake it) goes unprogressed if the caller then computes instead of waiting.
 constexpr int kParkTimeoutUs = 250;
 // Operations shorter than this go without their registered memory handle: UCX copies
-// them (eager short / bcopy) on every transport, and handing it a handle anyway cost
-// ~12 ns per 64 B message on each side (raw ucp ping-pong, docs/BENCHMARKS.md).
+// them (eager short / bcopy) on every transport, so the handle buys nothing and its
+// lookup is skipped (the effect at 64 B is within this VM's run-to-run spread).
 constexpr size_t kMemhMinBytes = 1024;
 // Sends up to this size are first offered to UCX for immediate completion (eager: the
 // bytes are copied out inside the call); when UCX takes one, the post needs no request
