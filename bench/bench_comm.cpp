@@ -59,9 +59,22 @@ struct Stats {
   std::string error;
 };
 
+// The kept pairs as JSON objects: {"perftest_us": mean of the two neighbours, "afd_us": ...}.
+std::string kept_json(const std::vector<double>& ref, const std::vector<double>& afd) {
+  std::string out;
+  char buf[96];
+  for (size_t i = 0; i < ref.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s{\"perftest_us\": %.3f, \"afd_us\": %.3f}", i ? ", " : "", ref[i], afd[i]);
+    out += buf;
+  }
+  return out;
+}
+
 double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 Stats summarize(std::vector<double> half_rtt_us) {
@@ -295,7 +308,7 @@ std::vector<size_t> parse_sizes(const std::string& s) {
 
 int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "--echo-server") {
-    spdlog::set_level(spdlog::level::warn);
+    spdlog::set_level(spdlog::level::err);  // its peer's goodbye is not news (and stdout may be JSON)
     return run_echo_server(argv[2], std::stoull(argv[3]), std::string(argv[4]) == "1");
   }
   std::vector<size_t> sizes = {64, 4096, 65536, 532480};
@@ -326,7 +339,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  spdlog::set_level(spdlog::level::warn);
+  spdlog::set_level(json ? spdlog::level::err : spdlog::level::warn);  // logs share stdout
   if (!json) {
     std::printf("one-way per-message latency (half round trip), loopback, median of %d ping-pongs per run; "
                 "%d afd runs, each between two ucx_perftest runs\n"
@@ -404,9 +417,9 @@ int main(int argc, char** argv) {
     if (json) {
       std::printf("  {\"bytes\": %zu, \"iters\": %d, \"ucx_perftest_p50_us\": %.3f, \"afd_ucx_p50_us\": %.3f, "
                   "\"afd_ucx_p90_us\": %.3f, \"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f, "
-                  "\"pairs\": %d, \"pairs_kept\": %zu, \"afd_inproc_p50_us\": %.3f}%s\n",
-                  size, it, ref.p50_us, ucx.p50_us, ucx.p90_us, ratio, rmin, rmax, pairs, ratios.size(), inp.p50_us,
-                  k + 1 < sizes.size() ? "," : "");
+                  "\"pairs\": %d, \"pairs_kept\": %zu, \"kept\": [%s], \"afd_inproc_p50_us\": %.3f}%s\n",
+                  size, it, ref.p50_us, ucx.p50_us, ucx.p90_us, ratio, rmin, rmax, pairs, ratios.size(),
+                  kept_json(kept_ref, kept_afd).c_str(), inp.p50_us, k + 1 < sizes.size() ? "," : "");
     } else {
       std::printf("%10zu | %11.2f us | %11.2f us %6.2fx [%4.2f, %4.2f] %2zu/%-2d | %11.2f us | %6.2f us\n", size,
                   ref.p50_us, ucx.p50_us, ratio, rmin, rmax, ratios.size(), pairs, inp.p50_us, ucx.p90_us);
