@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/socket_util.h"
 #include "core/timer.h"
 
 using afd::now_ns;
@@ -56,27 +57,11 @@ struct Side {
   ucp_mem_h in_memh = nullptr, out_memh = nullptr;
 };
 
-bool write_all(int fd, const void* p, size_t n) {
-  auto* b = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = ::write(fd, b, n);
-    if (w <= 0) return false;
-    b += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
+// The socketpair handshake (addresses, "ready") gets 10 s.
+int64_t handshake_deadline() { return now_ns() + int64_t{10} * 1000000000; }
 
-bool read_all(int fd, void* p, size_t n) {
-  auto* b = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t r = ::read(fd, b, n);
-    if (r <= 0) return false;
-    b += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
+bool write_all(int fd, const void* p, size_t n) { return afd::comm::send_all(fd, p, n, handshake_deadline()).is_ok(); }
+bool read_all(int fd, void* p, size_t n) { return afd::comm::recv_all(fd, p, n, handshake_deadline()).is_ok(); }
 
 // Context, worker, and an endpoint to the process at the other end of `fd`.
 bool connect_side(int fd, Side* s) {
@@ -116,29 +101,28 @@ ucp_mem_h map(Side& s, void* p, size_t n) {
   return ucp_mem_map(s.ctx, &mp, &h) == UCS_OK ? h : nullptr;
 }
 
-void* post_recv(Side& s, void* buf, size_t n, uint64_t tag, Flag* f) {
+// Request parameters with a completion flag, `extra` attribute flags, and `memh` if any.
+ucp_request_param_t params(Flag* f, ucp_mem_h memh, uint32_t extra) {
   ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  p.cb.recv = recv_done;
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | extra;
   p.user_data = f;
-  if (s.in_memh != nullptr) {
+  if (memh != nullptr) {
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-    p.memh = s.in_memh;
+    p.memh = memh;
   }
   f->done = false;
+  return p;
+}
+
+void* post_recv(Side& s, void* buf, size_t n, uint64_t tag, Flag* f) {
+  ucp_request_param_t p = params(f, s.in_memh, UCP_OP_ATTR_FLAG_NO_IMM_CMPL);
+  p.cb.recv = recv_done;
   return ucp_tag_recv_nbx(s.worker, buf, n, tag, ~uint64_t{0}, &p);
 }
 
 void* post_send(Side& s, const void* buf, size_t n, uint64_t tag, Flag* f) {
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  ucp_request_param_t p = params(f, s.out_memh, 0);
   p.cb.send = send_done;
-  p.user_data = f;
-  if (s.out_memh != nullptr) {
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-    p.memh = s.out_memh;
-  }
-  f->done = false;
   void* r = ucp_tag_send_nbx(s.ep, buf, n, tag, &p);
   if (r == nullptr) f->done = true;  // completed inside the call (no callback then)
   return r;
