@@ -232,13 +232,7 @@ Result<RequestId> InprocTransport::enqueue(Command c, CompletionFn on_done) {
     inline_posts_.fetch_add(1, std::memory_order_seq_cst);
     bool closing = stop_.load(std::memory_order_seq_cst);
     Finishes f;
-    if (!closing) {
-      if (c.kind == Command::send) {
-        do_send(c, f);
-      } else {
-        do_recv(c, f);
-      }
-    }
+    if (!closing) run(c, f);
     inline_posts_.fetch_sub(1, std::memory_order_seq_cst);
     f.deliver();
     if (!closing) return c.id;
@@ -378,15 +372,17 @@ void InprocTransport::do_cancel(const Command& c) {
   }
 }
 
+void InprocTransport::run(const Command& c, Finishes& f) {
+  switch (c.kind) {
+    case Command::send: do_send(c, f); break;
+    case Command::recv: do_recv(c, f); break;
+    case Command::cancel: do_cancel(c); break;
+  }
+}
+
 void InprocTransport::run_queued(const Command& c) {
   Finishes f;
-  if (c.kind == Command::send) {
-    do_send(c, f);
-  } else if (c.kind == Command::recv) {
-    do_recv(c, f);
-  } else {
-    do_cancel(c);
-  }
+  run(c, f);
   // Counted down only once run: a later post of this direction stays queued behind it.
   if (c.kind == Command::send) queued_sends_.fetch_sub(1, std::memory_order_release);
   if (c.kind == Command::recv) queued_recvs_.fetch_sub(1, std::memory_order_release);

@@ -127,7 +127,8 @@ class InprocTransport final : public Transport {
   void do_send(const Command& c, Finishes& f);
   void do_recv(const Command& c, Finishes& f);
   void do_cancel(const Command& c);
-  void run_queued(const Command& c);
+  void run(const Command& c, Finishes& f);  // dispatches on c.kind
+  void run_queued(const Command& c);         // run() on the progress thread, then uncounts c
   void try_reconnect();
   PeerId intern_peer(const std::string& name);  // peers_mu_ held
   // Links a and b (hub mutex held).

@@ -51,6 +51,9 @@ inline void cpu_relax() {
 #endif
 }
 
+// The UCX tag of a message: the 16-bit id the receiver knows the sender by, over the user tag.
+uint64_t wire_tag(uint32_t src_id, uint64_t user_tag) { return (static_cast<uint64_t>(src_id) << kTagBits) | user_tag; }
+
 std::string ucs_error(const char* what, ucs_status_t st) { return std::string(what) + ": " + ucs_status_string(st); }
 
 class UcxTransportImpl;
@@ -205,6 +208,8 @@ class UcxTransportImpl final : public UcxTransport {
   void remove_live(OpCtx* ctx);
   OpCtx* find_live(RequestId id) const;
   ucp_mem_h find_memh(const void* p, size_t n);  // worker lock held
+  // Worker lock held: passes buf's registered handle to UCX, for kMemhMinBytes and more.
+  void add_memh(ucp_request_param_t* param, const void* buf, size_t len);
   void push_event(PeerEvent ev);
 
   UcxOptions opt_;
@@ -492,6 +497,14 @@ Status UcxTransportImpl::deregister_memory(const MemoryRegion& region) {
   return not_found("ucx deregister_memory: region was not registered here");
 }
 
+void UcxTransportImpl::add_memh(ucp_request_param_t* param, const void* buf, size_t len) {
+  if (len < kMemhMinBytes) return;
+  if (ucp_mem_h memh = find_memh(buf, len)) {
+    param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param->memh = memh;
+  }
+}
+
 ucp_mem_h UcxTransportImpl::find_memh(const void* p, size_t n) {
   auto a = reinterpret_cast<uintptr_t>(p);
   // Regions with base <= a, nearest first; one that starts more than max_region_size_
@@ -627,13 +640,8 @@ void UcxTransportImpl::do_send(RequestId id, PeerId peer, uint64_t user_tag, voi
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxTransportImpl::send_cb;
   param.user_data = ctx;
-  if (len >= kMemhMinBytes) {
-    if (ucp_mem_h memh = find_memh(buf, len)) {
-      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-      param.memh = memh;
-    }
-  }
-  uint64_t tag = (static_cast<uint64_t>(p.src_id_there) << kTagBits) | user_tag;
+  add_memh(&param, buf, len);
+  uint64_t tag = wire_tag(p.src_id_there, user_tag);
   ucs_status_ptr_t st = ucp_tag_send_nbx(p.ep, buf, len, tag, &param);
   if (st == nullptr) {
     give_ctx(ctx);
@@ -655,7 +663,7 @@ bool UcxTransportImpl::send_now(PeerId peer, uint64_t user_tag, const void* buf,
   if (p.ep == nullptr) return false;
   ucp_request_param_t param;  // UCX reads only the fields op_attr_mask selects (none here)
   param.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-  uint64_t tag = (static_cast<uint64_t>(p.src_id_there) << kTagBits) | user_tag;
+  uint64_t tag = wire_tag(p.src_id_there, user_tag);
   ucs_status_ptr_t st = ucp_tag_send_nbx(p.ep, buf, len, tag, &param);
   if (st == nullptr) return true;
   if (UCS_PTR_IS_ERR(st)) return false;  // NO_RESOURCE (nothing was sent), or an error
@@ -678,13 +686,8 @@ void UcxTransportImpl::do_recv(RequestId id, PeerId peer, uint64_t user_tag, voi
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &UcxTransportImpl::recv_cb;
   param.user_data = ctx;
-  if (len >= kMemhMinBytes) {
-    if (ucp_mem_h memh = find_memh(buf, len)) {
-      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-      param.memh = memh;
-    }
-  }
-  uint64_t tag = (static_cast<uint64_t>(peer) << kTagBits) | user_tag;
+  add_memh(&param, buf, len);
+  uint64_t tag = wire_tag(peer, user_tag);
   ucs_status_ptr_t st = ucp_tag_recv_nbx(worker_, buf, len, tag, ~uint64_t{0}, &param);
   if (st == nullptr) {
     size_t got = ctx->info.length;
