@@ -162,22 +162,24 @@ void prefault(const ModelWeights& w) {
 }
 
 void run_bench(const BenchFlags& f) {
-  auto opt = f.engine.to_options();
-  EngineFlags one = f.engine;
-  one.microbatches = "1";
-  if (!opt.ok()) opt = one.to_options();  // a micro-batch list is fine here
+  EngineFlags no_list = f.engine;
+  no_list.microbatches.clear();  // a micro-batch list is fine here: parsed below
+  auto opt = no_list.to_options();
   if (!opt.ok()) fail("bench", opt.status());
   auto batches = parse_int_list(f.batches, "--batch");
   if (!batches.ok()) fail("bench", batches.status());
   auto contexts = parse_int_list(f.contexts, "--context");
   if (!contexts.ok()) fail("bench", contexts.status());
-  auto mbs = parse_int_list(f.engine.microbatches, "--microbatches");
+  if (f.mode == "afd" && opt->topology == "mono") opt->topology = "1A1F";
+  // No list: the wiring's default count (EngineOptions::pipeline_microbatches).
+  auto mbs = f.engine.microbatches.empty()
+                 ? Result<std::vector<int64_t>>(std::vector<int64_t>{opt->pipeline_microbatches()})
+                 : parse_int_list(f.engine.microbatches, "--microbatches");
   if (!mbs.ok()) fail("bench", mbs.status());
   for (int64_t b : *batches) if (b <= 0) fail("bench", invalid_argument("--batch values must be positive"));
   for (int64_t c : *contexts) if (c <= 0) fail("bench", invalid_argument("--context values must be positive"));
   for (int64_t m : *mbs) if (m < 1 || m > 4) fail("bench", invalid_argument("--microbatches values must be in 1..4"));
   if (f.mode != "mono" && f.mode != "afd") fail("bench", invalid_argument("--mode must be mono or afd"));
-  if (f.mode == "afd" && opt->topology == "mono") opt->topology = "1A1F";
   if (f.mode == "mono" && opt->topology != "mono")
     fail("bench", invalid_argument("--mode mono with --topology " + opt->topology + ": use --mode afd"));
   int64_t delay_us = 0;

@@ -114,7 +114,7 @@ void serve_spawned(const ServeFlags& f) {
                                      std::to_string(i), "--precision", e.precision, "--kv-dtype", e.kv_dtype,
                                      "--kv-capacity", std::to_string(e.kv_capacity), "--kv-block",
                                      std::to_string(e.kv_block), "--max-seqs", std::to_string(e.max_seqs),
-                                     "--threads", std::to_string(threads), "--microbatches", e.microbatches,
+                                     "--threads", std::to_string(threads),
                                      "--fp8-group", std::to_string(e.fp8_group), "--ffn-timeout-ms",
                                      std::to_string(e.ffn_timeout_ms), "--ucx-spin-us", std::to_string(e.ucx_spin_us),
                                      "--ffn-connect-timeout-ms",
@@ -125,6 +125,7 @@ void serve_spawned(const ServeFlags& f) {
                                      std::to_string(f.service.max_context), "--max-body",
                                      std::to_string(f.service.max_body), "--http-threads",
                                      std::to_string(f.service.http_threads)};
+    if (!e.microbatches.empty()) args.insert(args.end(), {"--microbatches", e.microbatches});
     if (e.no_prefix_cache) args.push_back("--no-prefix-cache");
     if (!f.service.model_name.empty()) {
       args.push_back("--model-name");

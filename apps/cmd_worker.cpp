@@ -131,7 +131,7 @@ void apply_topology_file(WorkerFlags* f) {
   e.precision = t->precision;
   e.kv_dtype = t->kv_dtype;
   e.threads = w.threads;
-  e.microbatches = std::to_string(w.microbatches);
+  e.microbatches = w.microbatches > 0 ? std::to_string(w.microbatches) : "";  // 0: the engine's default
   e.topology = t->topology();
   e.ffn_timeout_ms = t->ffn_timeout_ms;
   e.ffn_connect_timeout_ms = t->ffn_connect_timeout_ms;

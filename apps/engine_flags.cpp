@@ -20,7 +20,7 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
       ->envname("AFD_NO_PREFIX_CACHE");
   cmd->add_option("--threads", threads, "Compute threads (0: all cores)")->envname("AFD_THREADS");
   cmd->add_option("--topology", topology, "mono | xAyF (e.g. 2A1F)")->envname("AFD_TOPOLOGY");
-  cmd->add_option("--microbatches", microbatches, "Micro-batches per attention worker (1-4)")
+  cmd->add_option("--microbatches", microbatches, "Micro-batches per attention worker, 1-4 (default: 3 for xAyF, 1 for mono and EPn)")
       ->envname("AFD_MICROBATCHES");
   cmd->add_flag("--fp8-dispatch", fp8_dispatch, "Round FFN inputs through FP8 as the AFD wire does")
       ->envname("AFD_FP8_DISPATCH");
@@ -70,12 +70,11 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.prefix_caching = !no_prefix_cache;
   o.n_threads = threads;
   o.topology = topology;
-  {
-    int mb = 0;
+  if (!microbatches.empty()) {  // empty: EngineOptions::pipeline_microbatches() picks the wiring's default
     auto v = parse_int_list(microbatches, "--microbatches");
-    if (!v.ok() || v->size() != 1) return invalid_argument("--microbatches: one value in 1..4, got '" + microbatches + "'");
-    mb = static_cast<int>((*v)[0]);
-    o.microbatches = mb;
+    if (!v.ok() || v->size() != 1 || (*v)[0] < 1 || (*v)[0] > 4)
+      return invalid_argument("--microbatches: micro-batches must be one value in 1..4, got '" + microbatches + "'");
+    o.microbatches = static_cast<int>((*v)[0]);
   }
   o.fp8_dispatch = fp8_dispatch;
   o.fp8_group = fp8_group;

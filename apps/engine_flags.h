@@ -20,7 +20,7 @@ struct EngineFlags {
   bool no_prefix_cache = false;  // disables automatic prefix caching (EngineOptions::prefix_caching)
   int threads = 0;
   std::string topology = "mono";
-  std::string microbatches = "1";  // one value; bench accepts a list
+  std::string microbatches;  // one value, empty: the wiring's default; bench accepts a list
   bool fp8_dispatch = false;
   int afd_rounding = 0;
   int ffn_tp = 1;           // FFN tensor-parallel degree (EngineOptions::ffn_tp)

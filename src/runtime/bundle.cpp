@@ -111,7 +111,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
       t = std::move(it);
       for (int j = 0; j < y; ++j) co.ffn_addresses.push_back(ffn_name(j));
     }
-    co.microbatches = opt.microbatches;
+    co.microbatches = opt.pipeline_microbatches();
     co.max_tokens = opt.max_batch_tokens;
     co.per_block_scales = opt.fp8_group == 128;
     co.timeout_ms = opt.ffn_timeout_ms;

@@ -17,13 +17,20 @@ bool precision_from_name(const std::string& s, Precision* out) {
   return false;
 }
 
+int EngineOptions::pipeline_microbatches() const {
+  if (microbatches > 0) return microbatches;
+  Result<Topology> t = parse_topology(topology);
+  return t.ok() && t->wiring == Wiring::afd ? 3 : 1;
+}
+
 Status EngineOptions::validate() const {
   if (kv_block_size <= 0 || kv_block_size > 1024)
     return invalid_argument("kv block size must be in [1, 1024], got " + std::to_string(kv_block_size));
   if (kv_capacity_tokens < 0) return invalid_argument("kv capacity must be >= 0");
   if (max_seqs <= 0) return invalid_argument("max sequences must be positive");
-  if (microbatches < 1 || microbatches > 4)
-    return invalid_argument("micro-batches must be in [1, 4], got " + std::to_string(microbatches));
+  if (microbatches < 0 || microbatches > 4)
+    return invalid_argument("micro-batches must be in [1, 4] (0: the wiring's default), got " +
+                            std::to_string(microbatches));
   if (kv_dtype != DType::f32 && kv_dtype != DType::bf16 && kv_dtype != DType::f8_e4m3)
     return invalid_argument("kv dtype must be f32, bf16 or fp8");
   if (fp8_group < 0) return invalid_argument("fp8 group must be >= 0");
@@ -127,7 +134,7 @@ Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, s
   AFD_ASSIGN_OR_RETURN(auto kv, PagedKvCache::create(kc));
   AttentionOptions ao;
   ao.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
-  auto pe = std::make_unique<PipelineEngine>(w, std::move(kv), std::move(ffn), std::move(pool), ao, opt.microbatches,
+  auto pe = std::make_unique<PipelineEngine>(w, std::move(kv), std::move(ffn), std::move(pool), ao, opt.pipeline_microbatches(),
                                              opt.max_seqs);
   if (opt.trace) {
     const int pid = TraceRecorder::kAttentionPid + opt.attention_index;

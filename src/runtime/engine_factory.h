@@ -40,7 +40,8 @@ struct EngineOptions {
   // in-process workers, or remote FFN workers when ffn_addresses is set), "EPn" (expert-
   // parallel baseline: n workers each running attention and an expert shard on shared cores).
   std::string topology = "mono";
-  int microbatches = 1;
+  // Micro-batches per attention engine (1..4); 0: the wiring's default (pipeline_microbatches()).
+  int microbatches = 0;
   // Remote FFN workers ("host:port" of `afd worker --role ffn`), in shard order. This
   // process then hosts attention worker attention_index of the topology's x.
   std::vector<std::string> ffn_addresses;
@@ -74,6 +75,12 @@ struct EngineOptions {
   // to the monolithic engine and in-process FFN workers; remote workers choose their own.
   std::string ffn_device = "cpu";
   Status validate() const;
+  // The micro-batch count the pipeline runs: `microbatches`, or when that is 0 the wiring's
+  // default: 3 for xAyF (the Step-3 pipeline of Figure 7: attention, both transfers and the
+  // FFN each busy with another micro-batch), 1 for mono and EPn (their FFN runs on the
+  // attention thread's cores, so extra micro-batches only re-read expert weights). Call
+  // after validate() succeeds.
+  int pipeline_microbatches() const;
 };
 
 class FfnBackend;

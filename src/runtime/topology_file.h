@@ -42,7 +42,7 @@ struct TopologyWorker {
   std::string listen;   // host:port to bind (default: address)
   std::string model_dir;
   int threads = 0;       // 0: all cores
-  int microbatches = 1;  // attention workers only
+  int microbatches = 0;  // attention workers only; 0: the engine's default for xAyF (3)
   std::string device = "cpu";  // FFN workers only: cpu | cuda
 };
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "model/weights.h"
+#include "runtime/bundle.h"
 #include "runtime/cuda_ffn.h"
 #include "runtime/engine_factory.h"
 #include "runtime/generate.h"
@@ -373,6 +374,42 @@ TEST(EngineFfnDevice, UnknownDeviceAndMissingGpuAreClearErrors) {
     EXPECT_EQ(e.status().code(), StatusCode::unavailable) << e.status().to_string();
     EXPECT_NE(e.status().to_string().find("CUDA"), std::string::npos) << e.status().to_string();
   }
+}
+
+}  // namespace
+}  // namespace afd
+
+namespace afd {
+namespace {
+
+// The micro-batch count defaults by wiring: 3 for an AFD bundle (issue 3: "default 3"),
+// 1 for mono and the EP baseline; an explicit count always wins. Checked on the engines
+// make_engine builds, not only on the option.
+TEST(EngineMicrobatches, DefaultFollowsTheWiring) {
+  EngineOptions o;
+  o.model_dir = kModel;
+  o.kv_capacity_tokens = 256;
+  o.max_seqs = 4;
+  EXPECT_EQ(o.microbatches, 0);
+  struct Case { const char* topo; int set; int want; };
+  for (Case c : {Case{"mono", 0, 1}, Case{"2A1F", 0, 3}, Case{"1A2F", 0, 3}, Case{"EP2", 0, 1},
+                 Case{"1A1F", 2, 2}, Case{"mono", 4, 4}}) {
+    o.topology = c.topo;
+    o.microbatches = c.set;
+    ASSERT_TRUE(o.validate().is_ok()) << c.topo;
+    EXPECT_EQ(o.pipeline_microbatches(), c.want) << c.topo << " set " << c.set;
+    auto e = make_engine(o);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    const Engine* first = e->get();
+    if (auto* dp = dynamic_cast<DataParallelEngine*>(e->get())) first = dp->bundle().attention()[0].get();
+    auto* pe = dynamic_cast<const PipelineEngine*>(first);
+    ASSERT_NE(pe, nullptr) << c.topo;
+    EXPECT_EQ(pe->microbatches(), c.want) << c.topo << " set " << c.set;
+  }
+  o.microbatches = 5;
+  EXPECT_EQ(o.validate().code(), StatusCode::invalid_argument);
+  o.microbatches = -1;
+  EXPECT_EQ(o.validate().code(), StatusCode::invalid_argument);
 }
 
 }  // namespace

@@ -40,6 +40,13 @@ TEST(TopologyFile, ParsesEveryField) {
   EXPECT_EQ(t->attention[1].model_dir, "/m/other");
   EXPECT_EQ(t->ffn[1].threads, 8);
   EXPECT_EQ(t->ffn[0].model_dir, "/m/default");
+  // Without "microbatches" anywhere: 0, i.e. the engine's xAyF default (3).
+  std::string none(kGood);
+  none.erase(none.find("\"microbatches\": 2, "), std::string("\"microbatches\": 2, ").size());
+  auto t0 = parse_topology_file(none, "t.json");
+  ASSERT_TRUE(t0.ok()) << t0.status().to_string();
+  EXPECT_EQ(t0->attention[0].microbatches, 0);
+  EXPECT_EQ(t0->attention[1].microbatches, 4);
 }
 
 TEST(TopologyFile, LoadResolvesRelativeModelDirs) {
