@@ -18,11 +18,13 @@
 #include "commands.h"
 #include "comm/ucx_transport.h"
 #include "core/log.h"
+#include "core/timer.h"
 #include "engine_flags.h"
 #include "model/weights.h"
 #include "runtime/ffn_worker.h"
 #include "runtime/topology.h"
 #include "runtime/topology_file.h"
+#include "serve/ffn_metrics.h"
 #include "serve_stack.h"
 
 namespace afd::cli {
@@ -42,6 +44,7 @@ struct WorkerFlags {
   int peer_timeout_ms = 10000;
   std::string topology_file;
   int index = -1;
+  std::string metrics_listen;  // FFN: host:port for GET /metrics and /health; empty: none
 };
 
 void run_ffn(const WorkerFlags& f) {
@@ -76,11 +79,39 @@ void run_ffn(const WorkerFlags& f) {
   ThreadPool pool(f.engine.threads);
   auto worker = FfnWorker::create(*w, t->get(), fo, &pool);
   if (!worker.ok()) fail("worker", worker.status());
+  std::unique_ptr<serve::StatusServer> status;
+  if (!f.metrics_listen.empty()) {
+    serve::ServerOptions so;
+    if (Status hs = split_host_port(f.metrics_listen, &so.host, &so.port); !hs.is_ok())
+      fail("worker", hs.with_context("--metrics-listen"));
+    so.http_threads = 4;
+    serve::FfnWorkerInfo info;
+    info.shard = shard;
+    info.n_shards = n_shards;
+    info.tp = f.engine.ffn_tp;
+    info.n_attention = f.n_attention;
+    info.device = f.engine.ffn_device;
+    char fp[17];
+    std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>((*worker)->handshake().fingerprint));
+    info.model = fp;
+    const FfnWorker* wk = worker->get();
+    auto st = serve::StatusServer::start(
+        so, [wk, info] { return serve::render_ffn_worker_metrics(wk->stats(), info, now_ns()); },
+        [wk, n = f.n_attention] {
+          const int64_t serving = wk->stats().attention_serving.load();
+          return std::make_pair(200, "{\"status\":\"ok\",\"role\":\"ffn\",\"attention_serving\":" +
+                                         std::to_string(serving) + ",\"attention_expected\":" + std::to_string(n) + "}");
+        });
+    if (!st.ok()) fail("worker", st.status().with_context("--metrics-listen"));
+    status = std::move(*st);
+    spdlog::info("ffn worker {}: metrics on http://{}:{}/metrics", shard, so.host, status->port());
+  }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   spdlog::info("ffn worker {}/{} (FFN TP degree {}) listening on {} for {} attention worker(s)", shard, n_shards,
                f.engine.ffn_tp, listen, f.n_attention);
   s = (*worker)->run(&g_stop);
+  status.reset();
   (*t)->close();
   if (!s.is_ok()) fail("worker", s);
   const auto& st = (*worker)->stats();
@@ -136,7 +167,10 @@ void apply_topology_file(WorkerFlags* f) {
   e.ffn_timeout_ms = t->ffn_timeout_ms;
   e.ffn_connect_timeout_ms = t->ffn_connect_timeout_ms;
   e.ffn_tp = t->ffn_tp;
-  if (f->role == "ffn") e.ffn_device = w.device;
+  if (f->role == "ffn") {
+    e.ffn_device = w.device;
+    if (!w.metrics_listen.empty()) f->metrics_listen = w.metrics_listen;
+  }
   if (t->ucx_spin_us >= 0) e.ucx_spin_us = t->ucx_spin_us;
   const TopologyScheduler& sc = t->scheduler;
   if (sc.max_running >= 0) f->service.max_running = sc.max_running;
@@ -164,6 +198,8 @@ void run_worker(WorkerFlags f) {
   if (!f.topology_file.empty()) apply_topology_file(&f);
   else if (f.index >= 0) fail("worker", invalid_argument("--index is for --topology-file"));
   if (f.engine.model_dir.empty()) fail("worker", invalid_argument("--model DIR is required (or --topology-file)"));
+  if (f.role == "attention" && !f.metrics_listen.empty())
+    fail("worker", invalid_argument("--metrics-listen is for --role ffn; an attention worker serves /metrics on --listen"));
   if (f.role == "ffn") run_ffn(f);
   else run_attention(std::move(f));
 }
@@ -189,6 +225,9 @@ void register_worker(CLI::App& app) {
       ->envname("AFD_PEER_TIMEOUT_MS");
   cmd->add_option("--topology-file", f->topology_file, "Take every setting from this JSON file (docs/DEPLOYMENT.md)")
       ->envname("AFD_TOPOLOGY_FILE");
+  cmd->add_option("--metrics-listen", f->metrics_listen,
+                  "FFN: host:port answering GET /metrics (Prometheus) and GET /health (default: none)")
+      ->envname("AFD_METRICS_LISTEN");
   cmd->add_option("--index", f->index, "With --topology-file: which worker of --role this process is")
       ->envname("AFD_INDEX");
   cmd->callback([f] { run_worker(*f); });

@@ -179,6 +179,7 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
     AFD_ASSIGN_OR_RETURN(p.mbs[mb].send, FrameBuffer::create(t_, kFrameHeaderBytes + f2a_payload_bytes(theirs->max_tokens, H)));
     AFD_RETURN_IF_ERROR(post_frame_recv(p, static_cast<int>(mb)));
   }
+  if (!p.serving) stats_.attention_serving++;  // before the ack: a peer that has it finds itself counted
   size_t n = encode_handshake(FrameKind::hello_ack, mine_, p.hello_out.data());
   AFD_ASSIGN_OR_RETURN(RequestId s, t_->post_send(p.id, tag, p.hello_out.data(), n));
   Completion cs = t_->wait(s, deadline_in_ms(opt_.peer_timeout_ms));
@@ -211,6 +212,10 @@ void FfnWorker::drop_peer(Peer& p, const std::string& why) {
     if (s.send_live) end(s.send_id);
     s.recv_live = s.send_live = s.ready = false;
     s.expect_layer = -1;
+  }
+  if (p.serving) {
+    stats_.attention_serving--;
+    stats_.peer_losses++;
   }
   p.serving = false;
   p.connected = false;
@@ -349,6 +354,7 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
       if (!behind(*q)) continue;
       spdlog::warn("ffn worker {}: attention peer '{}' sent no frame for micro-batch {} within {} ms", opt_.index,
                    q->name, mb, opt_.peer_timeout_ms);
+      stats_.late_peers++;
       q->mbs[static_cast<size_t>(mb)].expect_layer = -1;
     }
     if (!any) break;
@@ -381,6 +387,7 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
       spdlog::warn("ffn worker {}: attention peer '{}' sent no frame for layer {} micro-batch {} within {} ms; serving "
                    "the others",
                    opt_.index, q->name, layer, mb, opt_.peer_timeout_ms);
+      stats_.late_peers++;
       q->mbs[static_cast<size_t>(mb)].expect_layer = -1;
     }
   }
@@ -440,6 +447,7 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
   stats_.tokens += total;
   stats_.frames += static_cast<int64_t>(members.size());
   if (members.size() > 1) stats_.multi_peer_batches++;
+  stats_.batch_tokens[FfnWorkerStats::token_bucket(total)]++;
 
   // Reply: each member's rows in BF16.
   for (auto& m : members) {
@@ -471,6 +479,7 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
 }
 
 Status FfnWorker::run(const std::atomic<bool>* stop) {
+  if (stats_.started_ns.load() == 0) stats_.started_ns = now_ns();
   int64_t next_log = now_ns() + 2000000000;
   while (!stop->load()) {
     handle_events();

@@ -61,6 +61,8 @@ struct FfnWorkerOptions {
   std::function<void(int64_t layer, int microbatch, int64_t t0_ns, int64_t t1_ns, int64_t tokens)> on_batch;
 };
 
+// Written by the worker thread only; any thread may read (GET /metrics of an FFN worker
+// process: serve/ffn_metrics.h).
 struct FfnWorkerStats {
   std::atomic<int64_t> batches{0};        // ffn_part calls
   std::atomic<int64_t> frames{0};         // a2f frames served
@@ -69,6 +71,19 @@ struct FfnWorkerStats {
   std::atomic<int64_t> bad_frames{0};     // malformed frames answered with an error frame
   std::atomic<int64_t> refused{0};        // handshakes refused
   std::atomic<int64_t> ffn_ns{0};         // time in ffn_part
+  std::atomic<int64_t> started_ns{0};     // now_ns() when run() began; 0 before
+  std::atomic<int64_t> attention_serving{0};  // attention workers whose handshake was accepted, now
+  std::atomic<int64_t> peer_losses{0};    // accepted attention workers lost (disconnect, replaced)
+  std::atomic<int64_t> late_peers{0};     // an expected frame later than peer_timeout_ms: served without it
+  // Tokens per aggregated batch: batch_tokens[i] counts batches of at most 2^i tokens
+  // (and more than 2^(i-1)); the last bucket holds everything larger (non-cumulative).
+  static constexpr int kTokenBuckets = 15;  // 1, 2, 4, ..., 8192, more
+  std::atomic<int64_t> batch_tokens[kTokenBuckets] = {};
+  static int token_bucket(int64_t n) {
+    int b = 0;
+    while (b + 1 < kTokenBuckets && (int64_t{1} << b) < n) ++b;
+    return b;
+  }
 };
 
 class FfnWorker {

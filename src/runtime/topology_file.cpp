@@ -54,7 +54,7 @@ Status parse_worker(const json& j, const std::string& origin, const std::string&
   if (!j.is_object()) return invalid_argument(origin + ": " + path + ": must be an object");
   Fields f(j, origin, path);
   if (attention) AFD_RETURN_IF_ERROR(f.check_keys({"address", "listen", "model", "threads", "microbatches"}));
-  else AFD_RETURN_IF_ERROR(f.check_keys({"address", "listen", "model", "threads", "device"}));
+  else AFD_RETURN_IF_ERROR(f.check_keys({"address", "listen", "model", "threads", "device", "metrics"}));
   *w = defaults;
   AFD_RETURN_IF_ERROR(f.str("address", &w->address, /*required=*/true));
   std::string h;
@@ -69,6 +69,10 @@ Status parse_worker(const json& j, const std::string& origin, const std::string&
   if (!attention) {
     AFD_RETURN_IF_ERROR(f.str("device", &w->device));
     if (w->device != "cpu" && w->device != "cuda") return f.err("device", "must be 'cpu' or 'cuda'");
+    AFD_RETURN_IF_ERROR(f.str("metrics", &w->metrics_listen));
+    if (!w->metrics_listen.empty()) {
+      if (Status s = split_host_port(w->metrics_listen, &h, &p); !s.is_ok()) return f.err("metrics", s.message());
+    }
   }
   if (w->model_dir.empty()) return f.err("model", "missing (set it here or at the top level)");
   return Status::ok();

@@ -16,7 +16,8 @@
 //                                             //   afd worker flags of the same names)
 //     "frontend":  {"listen": "0.0.0.0:8000", "api_key": "", "model_name": ""},
 //     "attention": [{"address": "host1:8101", "listen": "0.0.0.0:8101"}, ...],
-//     "ffn":       [{"address": "host3:7100"}, {"address": "host4:7100", "threads": 8},
+//     "ffn":       [{"address": "host3:7100", "metrics": "0.0.0.0:9100"},
+//                   {"address": "host4:7100", "threads": 8},
 //                   {"address": "gpu1:7100", "device": "cuda"}]
 //   }
 //
@@ -25,7 +26,8 @@
 // group j / t (runtime/topology.h). "address" is how peers reach a worker; "listen"
 // (default: the address) is what it binds. Per-worker "model", "threads" and (attention)
 // "microbatches" override the top-level values; an FFN worker's "device" ("cpu" default |
-// "cuda") is where it computes its experts (afd worker --ffn-device). Unknown keys are errors (typos would
+// "cuda") is where it computes its experts (afd worker --ffn-device), its optional "metrics"
+// the host:port of its GET /metrics and /health (afd worker --metrics-listen). Unknown keys are errors (typos would
 // otherwise silently change a deployment). Relative model paths are resolved against the
 // file's directory by load_topology_file.
 #pragma once
@@ -44,6 +46,7 @@ struct TopologyWorker {
   int threads = 0;       // 0: all cores
   int microbatches = 0;  // attention workers only; 0: the engine's default for xAyF (3)
   std::string device = "cpu";  // FFN workers only: cpu | cuda
+  std::string metrics_listen;  // FFN workers only: host:port of GET /metrics and /health ("metrics"); empty: none
 };
 
 struct TopologyFrontend {

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include "core/log.h"
 #include "serve/response.h"
@@ -39,6 +40,13 @@ void configure_server(httplib::Server& s, const ServerOptions& o, const std::str
   s.set_read_timeout(30, 0);
   s.set_write_timeout(30, 0);
   s.set_tcp_nodelay(true);
+  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, with which a second
+  // server on a port in use binds without error and the kernel splits the connections
+  // between the two processes. Now that is "address in use" (bind_server's io_error).
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
 
   s.set_pre_routing_handler([key = o.api_key, retry = o.retry_after_s, on_unauthorized](
                                 const httplib::Request& req, httplib::Response& res) {

@@ -13,6 +13,10 @@
 
 namespace afd::serve {
 
+// Prometheus text helpers: a sample value (%.9g), and the # HELP / # TYPE lines of a metric.
+std::string prom_num(double v);
+void prom_header(std::string* out, const char* name, const char* type, const char* help);
+
 class Histogram {
  public:
   explicit Histogram(std::vector<double> upper_bounds);

@@ -101,9 +101,9 @@ kill $REF; wait $REF 2>/dev/null
 echo "reference: $want" | head -1
 
 # The topology file, with free ports.
-read -r PF PA0 PA1 PFFN < <(/usr/bin/python3 -c '
+read -r PF PA0 PA1 PFFN PM < <(/usr/bin/python3 -c '
 import socket
-ss = [socket.socket() for _ in range(4)]
+ss = [socket.socket() for _ in range(5)]
 for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')
 cat >"$TMP/topology.json" <<JSON
@@ -112,7 +112,7 @@ cat >"$TMP/topology.json" <<JSON
   "peer_timeout_ms": 2000, "ffn_connect_timeout_ms": 60000,
   "frontend": {"listen": "127.0.0.1:$PF"},
   "attention": [{"address": "127.0.0.1:$PA0"}, {"address": "127.0.0.1:$PA1", "microbatches": 1}],
-  "ffn": [{"address": "127.0.0.1:$PFFN"}]
+  "ffn": [{"address": "127.0.0.1:$PFFN", "metrics": "127.0.0.1:$PM"}]
 }
 JSON
 # Any start order: front end, attention workers, then the FFN worker.
@@ -132,6 +132,15 @@ n=$(timeout 60 bash -c "$(declare -f client); client $PF parallel")
 r0=$(timeout 10 bash -c "$(declare -f client); client $PF metric 'afd_frontend_worker_requests_total{worker=\"0\"'")
 r1=$(timeout 10 bash -c "$(declare -f client); client $PF metric 'afd_frontend_worker_requests_total{worker=\"1\"'")
 if [ "${r0%.*}" -gt 0 ] && [ "${r1%.*}" -gt 0 ]; then ok "requests placed on both attention workers ($r0, $r1)"; else bad "placement: worker 0 got $r0, worker 1 got $r1"; fi
+# The FFN worker's own /metrics ("metrics" in the topology file): both attention workers
+# served, tokens computed, every batch in the size histogram.
+fs=$(timeout 10 bash -c "$(declare -f client); client $PM metric 'afd_ffn_attention_workers{state=\"serving\"'")
+ft=$(timeout 10 bash -c "$(declare -f client); client $PM metric afd_ffn_tokens_total")
+fb=$(timeout 10 bash -c "$(declare -f client); client $PM metric afd_ffn_batches_total")
+fh=$(timeout 10 bash -c "$(declare -f client); client $PM metric 'afd_ffn_batch_tokens_bucket{le=\"+Inf\"'")
+if [ "${fs%.*}" = 2 ] && [ "${ft%.*}" -gt 0 ] && [ "${fb%.*}" -gt 0 ] && [ "${fh%.*}" -ge "${fb%.*}" ]; then
+  ok "FFN worker /metrics: 2 attention workers served, $ft tokens in $fb batches"
+else bad "FFN worker /metrics: serving=$fs tokens=$ft batches=$fb histogram=$fh"; fi
 
 # A client hanging up mid-stream cancels the sequence on its attention worker.
 timeout 30 bash -c "$(declare -f client); client $PF disconnect" >/dev/null

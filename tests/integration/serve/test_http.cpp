@@ -106,6 +106,27 @@ TEST_F(HttpTest, CompletionsAndChatNonStreaming) {
   EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "tiny");
 }
 
+// A second server on a port that is in use is a clear error, not a silent co-listener
+// (cpp-httplib's default SO_REUSEPORT would let the kernel split connections between them).
+TEST_F(HttpTest, PortInUseIsAClearError) {
+  start({});
+  ServiceOptions so;
+  so.model_dir = dir_;
+  so.model_name = "tiny";
+  so.server.port = svc_->port();
+  std::vector<std::unique_ptr<Engine>> engines;
+  engines.push_back(std::make_unique<FakeEngine>(1024, 256, 64, 16));
+  auto second = Service::create(so, std::move(engines));
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  Status st = (*second)->start();
+  EXPECT_EQ(st.code(), StatusCode::io_error) << st.to_string();
+  EXPECT_NE(st.message().find(std::to_string(svc_->port())), std::string::npos) << st.to_string();
+  (*second)->stop();
+  auto r = cli_->Get("/health");  // the first one still answers
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
 TEST_F(HttpTest, StreamingEndsWithDoneAndUsage) {
   start({});
   auto r = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true,

@@ -252,6 +252,17 @@ TEST(FfnAfd, TwoAttentionTwoFfnAggregatesAndMatches) {
   EXPECT_GT(b.workers[0]->stats().tokens.load(), b.workers[1]->stats().tokens.load());
   // Both attention workers' frames were aggregated into single batches at least sometimes.
   EXPECT_GT(b.workers[0]->stats().multi_peer_batches.load() + b.workers[1]->stats().multi_peer_batches.load(), 0);
+  // What GET /metrics of an FFN worker process reports (serve/ffn_metrics.h).
+  for (auto& wk : b.workers) {
+    const FfnWorkerStats& st = wk->stats();
+    EXPECT_EQ(st.attention_serving.load(), 2);
+    EXPECT_EQ(st.peer_losses.load(), 0);
+    EXPECT_GT(st.started_ns.load(), 0);
+    int64_t in_buckets = 0;
+    for (const auto& c : st.batch_tokens) in_buckets += c.load();
+    EXPECT_EQ(in_buckets, st.batches.load());
+    EXPECT_GT(st.batches.load(), 0);
+  }
 }
 
 TEST(FfnAfd, HandshakeMismatchIsRefusedWithAClearError) {
@@ -527,6 +538,8 @@ TEST(FfnAfd, LostFfnWorkerIsUnavailableAndTakenBackOnReconnect) {
   ASSERT_TRUE(ok.is_ok()) << ok.to_string();
   Status c = (*cl)->combine(0, 0, t);
   ASSERT_TRUE(c.is_ok()) << c.to_string();
+  EXPECT_GE(b.workers[0]->stats().peer_losses.load(), 1);
+  EXPECT_EQ(b.workers[0]->stats().attention_serving.load(), 1);  // lost, then served again
 }
 
 TEST(FfnAfd, OverUcx) {

@@ -1,0 +1,58 @@
+// Observability of an FFN worker process (`afd worker --role ffn --metrics-listen HOST:PORT`):
+// its FfnWorkerStats as Prometheus text, and a small HTTP server answering GET /metrics and
+// GET /health for processes that serve no API of their own.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "core/status.h"
+#include "runtime/ffn_worker.h"
+#include "serve/http_common.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace afd::serve {
+
+// Labels of the afd_ffn_worker_info series.
+struct FfnWorkerInfo {
+  int shard = 0;        // i of --shard i/y
+  int n_shards = 1;     // y
+  int tp = 1;           // FFN TP degree
+  int n_attention = 1;  // attention workers expected (x)
+  std::string device = "cpu";
+  std::string model;    // model fingerprint (hex), as in the handshake
+};
+
+// Prometheus text of one FFN worker's counters at `now_ns` (now_ns() clock): batches,
+// frames, tokens, compute seconds, aggregated batch sizes (histogram), attention workers
+// served / expected, faults (bad frames, refused handshakes, lost and late peers), uptime and
+// the idle ratio since the worker started serving (1 - compute / uptime: eta_F of seeds/003
+// eq. (23) over the whole run; windowed: 1 - rate(afd_ffn_compute_seconds_total)).
+std::string render_ffn_worker_metrics(const FfnWorkerStats& s, const FfnWorkerInfo& info, int64_t now_ns);
+
+// GET /metrics -> metrics() as text/plain (Prometheus 0.0.4); GET /health -> health()'s
+// status code and JSON body. Anything else: 404 with an OpenAI-style error body. Runs on
+// its own threads from start() until the object is destroyed.
+class StatusServer {
+ public:
+  using MetricsFn = std::function<std::string()>;
+  using HealthFn = std::function<std::pair<int, std::string>()>;
+  // Binds o.host:o.port (0: any free port); io_error naming the address when it cannot.
+  static Result<std::unique_ptr<StatusServer>> start(ServerOptions o, MetricsFn metrics, HealthFn health);
+  ~StatusServer();
+  int port() const { return port_; }
+
+ private:
+  StatusServer() = default;
+  std::unique_ptr<httplib::Server> svr_;
+  std::thread thread_;
+  int port_ = -1;
+};
+
+}  // namespace afd::serve
