@@ -47,6 +47,14 @@ TEST(TopologyFile, ParsesEveryField) {
   ASSERT_TRUE(t0.ok()) << t0.status().to_string();
   EXPECT_EQ(t0->attention[0].microbatches, 0);
   EXPECT_EQ(t0->attention[1].microbatches, 4);
+  EXPECT_EQ(t0->ffn[0].metrics_listen, "");  // no metrics server unless asked
+  std::string with_metrics(kGood);
+  with_metrics.replace(with_metrics.find("{\"address\": \"f1:7100\"}"), std::string("{\"address\": \"f1:7100\"}").size(),
+                       "{\"address\": \"f1:7100\", \"metrics\": \"0.0.0.0:9100\"}");
+  auto tm = parse_topology_file(with_metrics, "t.json");
+  ASSERT_TRUE(tm.ok()) << tm.status().to_string();
+  EXPECT_EQ(tm->ffn[0].metrics_listen, "0.0.0.0:9100");
+  EXPECT_EQ(tm->ffn[1].metrics_listen, "");
 }
 
 TEST(TopologyFile, LoadResolvesRelativeModelDirs) {
@@ -85,6 +93,10 @@ TEST(TopologyFile, BadFilesNameTheField) {
        "attention[0].microbatches: 9 is outside [1, 4]"},
       {R"({"model": "m", "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2", "microbatches": 2}]})",
        "ffn[0].microbatches: unknown field"},
+      {R"({"model": "m", "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2", "metrics": "h"}]})",
+       "ffn[0].metrics: 'h' is not host:port"},
+      {R"({"model": "m", "attention": [{"address": "h:1", "metrics": "h:3"}], "ffn": [{"address": "h:2"}]})",
+       "attention[0].metrics: unknown field"},
       {R"({"model": "m", "atention": [], "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2"}]})",
        "atention: unknown field"},
       {R"({"model": "m", "precision": "fastest", "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2"}]})",
