@@ -85,18 +85,10 @@ void run_ffn(const WorkerFlags& f) {
     if (Status hs = split_host_port(f.metrics_listen, &so.host, &so.port); !hs.is_ok())
       fail("worker", hs.with_context("--metrics-listen"));
     so.http_threads = 4;
-    serve::FfnWorkerInfo info;
-    info.shard = shard;
-    info.n_shards = n_shards;
-    info.tp = f.engine.ffn_tp;
-    info.n_attention = f.n_attention;
-    info.device = f.engine.ffn_device;
-    char fp[17];
-    std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>((*worker)->handshake().fingerprint));
-    info.model = fp;
+    const serve::FfnWorkerSample sample = serve::ffn_worker_sample(**worker);
     const FfnWorker* wk = worker->get();
     auto st = serve::StatusServer::start(
-        so, [wk, info] { return serve::render_ffn_worker_metrics(wk->stats(), info, now_ns()); },
+        so, [sample] { return serve::render_ffn_worker_metrics({&sample, 1}, now_ns()); },
         [wk, n = f.n_attention] {
           const int64_t serving = wk->stats().attention_serving.load();
           return std::make_pair(200, "{\"status\":\"ok\",\"role\":\"ffn\",\"attention_serving\":" +

@@ -7,6 +7,9 @@
 #include <thread>
 
 #include "core/log.h"
+#include "core/timer.h"
+#include "runtime/bundle.h"
+#include "serve/ffn_metrics.h"
 
 namespace afd::cli {
 
@@ -96,8 +99,20 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   so.model_dir = opt.model_dir;
   so.model_name = f.model_name;
   so.max_context = f.max_context;
+  // In-process bundles' FFN workers (owned by the engines, which the service keeps alive):
+  // their afd_ffn_* series join the service's /metrics, labelled ffn="<engine>.<shard>".
+  std::vector<serve::FfnWorkerSample> ffn_samples;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    auto* dp = dynamic_cast<DataParallelEngine*>(engines[i].get());
+    if (dp == nullptr) continue;
+    for (const auto& wk : dp->bundle().ffn_workers())
+      ffn_samples.push_back(serve::ffn_worker_sample(*wk, std::to_string(i) + "." + std::to_string(wk->options().index)));
+  }
   auto svc = serve::Service::create(so, std::move(engines));
   if (!svc.ok()) fail(cmd, svc.status());
+  if (!ffn_samples.empty()) {
+    (*svc)->metrics().add_section([ffn_samples] { return serve::render_ffn_worker_metrics(ffn_samples, now_ns()); });
+  }
   if (Status s = (*svc)->start(); !s.is_ok()) fail(cmd, s);
   serve::Service* raw = svc->get();
   if (Status s = stop_on_signal([raw] { raw->stop(); }); !s.is_ok()) fail(cmd, s);

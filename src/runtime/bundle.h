@@ -38,6 +38,8 @@ class Bundle {
   const Topology& topology() const { return topo_; }
   // Local FFN workers' statistics (empty for a remote bundle).
   std::vector<const FfnWorkerStats*> ffn_stats() const;
+  // Local FFN workers (empty for a remote bundle), in shard order.
+  const std::vector<std::unique_ptr<FfnWorker>>& ffn_workers() const { return ffn_; }
 
  private:
   Bundle() = default;

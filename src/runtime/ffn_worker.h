@@ -99,6 +99,7 @@ class FfnWorker {
 
   const FfnWorkerStats& stats() const { return stats_; }
   const comm::Handshake& handshake() const { return mine_; }
+  const FfnWorkerOptions& options() const { return opt_; }
 
  private:
   struct MbSlot {

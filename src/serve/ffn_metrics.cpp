@@ -4,62 +4,100 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "serve/metrics.h"
 
 namespace afd::serve {
 
-std::string render_ffn_worker_metrics(const FfnWorkerStats& s, const FfnWorkerInfo& info, int64_t now_ns) {
+FfnWorkerSample ffn_worker_sample(const FfnWorker& w, std::string id) {
+  FfnWorkerSample s;
+  s.stats = &w.stats();
+  const FfnWorkerOptions& o = w.options();
+  s.info.id = std::move(id);
+  s.info.shard = o.index;
+  s.info.n_shards = o.n_ffn;
+  s.info.tp = o.tp;
+  s.info.n_attention = o.n_attention;
+  s.info.device = o.device;
+  char fp[17];
+  std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(w.handshake().fingerprint));
+  s.info.model = fp;
+  return s;
+}
+
+std::string render_ffn_worker_metrics(std::span<const FfnWorkerSample> workers, int64_t now_ns) {
   std::string o;
-  auto counter = [&](const char* name, const char* help, double v) {
-    prom_header(&o, name, "counter", help);
-    o += std::string(name) + " " + prom_num(v) + "\n";
+  auto id = [](const FfnWorkerInfo& i) { return "ffn=\"" + (i.id.empty() ? std::to_string(i.shard) : i.id) + "\""; };
+  // One family: HELP/TYPE once, then `value(sample)` for every worker under its label.
+  auto family = [&](const char* name, const char* type, const char* help,
+                    const std::function<double(const FfnWorkerStats&)>& value) {
+    prom_header(&o, name, type, help);
+    for (const FfnWorkerSample& w : workers)
+      o += std::string(name) + "{" + id(w.info) + "} " + prom_num(value(*w.stats)) + "\n";
   };
+  auto as_d = [](int64_t v) { return static_cast<double>(v); };
   prom_header(&o, "afd_ffn_worker_info", "gauge", "This FFN worker: expert shard, TP degree, device, model fingerprint.");
-  o += "afd_ffn_worker_info{shard=\"" + std::to_string(info.shard) + "\",n_shards=\"" + std::to_string(info.n_shards) +
-       "\",tp=\"" + std::to_string(info.tp) + "\",device=\"" + info.device + "\",model=\"" + info.model + "\"} 1\n";
+  for (const FfnWorkerSample& w : workers) {
+    const FfnWorkerInfo& i = w.info;
+    o += "afd_ffn_worker_info{" + id(i) + ",shard=\"" + std::to_string(i.shard) + "\",n_shards=\"" +
+         std::to_string(i.n_shards) + "\",tp=\"" + std::to_string(i.tp) + "\",device=\"" + i.device + "\",model=\"" +
+         i.model + "\"} 1\n";
+  }
   prom_header(&o, "afd_ffn_attention_workers", "gauge",
               "Attention workers this FFN worker serves (handshake accepted) and expects (x of xAyF).");
-  o += "afd_ffn_attention_workers{state=\"serving\"} " + std::to_string(s.attention_serving.load()) + "\n";
-  o += "afd_ffn_attention_workers{state=\"expected\"} " + std::to_string(info.n_attention) + "\n";
-  const int64_t batches = s.batches.load();
-  const int64_t tokens = s.tokens.load();
-  const double compute_s = static_cast<double>(s.ffn_ns.load()) * 1e-9;
-  counter("afd_ffn_batches_total", "Aggregated batches computed (one per layer and micro-batch step).",
-          static_cast<double>(batches));
-  counter("afd_ffn_frames_total", "Attention-to-FFN frames served.", static_cast<double>(s.frames.load()));
-  counter("afd_ffn_tokens_total", "Tokens computed (rate: this worker's tokens/s).", static_cast<double>(tokens));
-  counter("afd_ffn_multi_worker_batches_total", "Batches that aggregated frames of more than one attention worker.",
-          static_cast<double>(s.multi_peer_batches.load()));
-  counter("afd_ffn_compute_seconds_total", "Seconds spent computing the FFN (experts, shared expert, dense layers).",
-          compute_s);
-  counter("afd_ffn_bad_frames_total", "Malformed frames, answered with an error frame.",
-          static_cast<double>(s.bad_frames.load()));
-  counter("afd_ffn_refused_handshakes_total", "Attention workers refused at the handshake (model or topology mismatch).",
-          static_cast<double>(s.refused.load()));
-  counter("afd_ffn_peer_losses_total", "Served attention workers lost (disconnected or replaced).",
-          static_cast<double>(s.peer_losses.load()));
-  counter("afd_ffn_late_peers_total",
-          "Expected frames that did not come within the peer timeout (the batch was served without them).",
-          static_cast<double>(s.late_peers.load()));
-  prom_header(&o, "afd_ffn_batch_tokens", "histogram", "Tokens per aggregated batch.");
-  int64_t acc = 0;
-  for (int b = 0; b < FfnWorkerStats::kTokenBuckets; ++b) {
-    acc += s.batch_tokens[b].load();
-    const std::string le = b + 1 < FfnWorkerStats::kTokenBuckets ? std::to_string(int64_t{1} << b) : "+Inf";
-    o += "afd_ffn_batch_tokens_bucket{le=\"" + le + "\"} " + std::to_string(acc) + "\n";
+  for (const FfnWorkerSample& w : workers) {
+    o += "afd_ffn_attention_workers{" + id(w.info) + ",state=\"serving\"} " +
+         std::to_string(w.stats->attention_serving.load()) + "\n";
+    o += "afd_ffn_attention_workers{" + id(w.info) + ",state=\"expected\"} " + std::to_string(w.info.n_attention) + "\n";
   }
-  // Sum and count from the same counters as the buckets, read separately: under load they
-  // may be a batch apart.
-  o += "afd_ffn_batch_tokens_sum " + std::to_string(tokens) + "\nafd_ffn_batch_tokens_count " +
-       std::to_string(batches) + "\n";
-  const int64_t started = s.started_ns.load();
-  const double up_s = started > 0 && now_ns > started ? static_cast<double>(now_ns - started) * 1e-9 : 0.0;
-  prom_header(&o, "afd_ffn_uptime_seconds", "gauge", "Seconds since the worker began serving.");
-  o += "afd_ffn_uptime_seconds " + prom_num(up_s) + "\n";
-  prom_header(&o, "afd_ffn_idle_ratio", "gauge",
-              "1 - compute seconds / uptime: the FFN idle ratio (eta_F) over the whole run so far.");
-  o += "afd_ffn_idle_ratio " + prom_num(up_s > 0 ? std::max(0.0, 1.0 - compute_s / up_s) : 1.0) + "\n";
+  family("afd_ffn_batches_total", "counter", "Aggregated batches computed (one per layer and micro-batch step).",
+         [&](const FfnWorkerStats& s) { return as_d(s.batches.load()); });
+  family("afd_ffn_frames_total", "counter", "Attention-to-FFN frames served.",
+         [&](const FfnWorkerStats& s) { return as_d(s.frames.load()); });
+  family("afd_ffn_tokens_total", "counter", "Tokens computed (rate: this worker's tokens/s).",
+         [&](const FfnWorkerStats& s) { return as_d(s.tokens.load()); });
+  family("afd_ffn_multi_worker_batches_total", "counter",
+         "Batches that aggregated frames of more than one attention worker.",
+         [&](const FfnWorkerStats& s) { return as_d(s.multi_peer_batches.load()); });
+  family("afd_ffn_compute_seconds_total", "counter",
+         "Seconds spent computing the FFN (experts, shared expert, dense layers).",
+         [&](const FfnWorkerStats& s) { return as_d(s.ffn_ns.load()) * 1e-9; });
+  family("afd_ffn_bad_frames_total", "counter", "Malformed frames, answered with an error frame.",
+         [&](const FfnWorkerStats& s) { return as_d(s.bad_frames.load()); });
+  family("afd_ffn_refused_handshakes_total", "counter",
+         "Attention workers refused at the handshake (model or topology mismatch).",
+         [&](const FfnWorkerStats& s) { return as_d(s.refused.load()); });
+  family("afd_ffn_peer_losses_total", "counter", "Served attention workers lost (disconnected or replaced).",
+         [&](const FfnWorkerStats& s) { return as_d(s.peer_losses.load()); });
+  family("afd_ffn_late_peers_total", "counter",
+         "Expected frames that did not come within the peer timeout (the batch was served without them).",
+         [&](const FfnWorkerStats& s) { return as_d(s.late_peers.load()); });
+  prom_header(&o, "afd_ffn_batch_tokens", "histogram", "Tokens per aggregated batch.");
+  for (const FfnWorkerSample& w : workers) {
+    const FfnWorkerStats& s = *w.stats;
+    int64_t acc = 0;
+    for (int b = 0; b < FfnWorkerStats::kTokenBuckets; ++b) {
+      acc += s.batch_tokens[b].load();
+      const std::string le = b + 1 < FfnWorkerStats::kTokenBuckets ? std::to_string(int64_t{1} << b) : "+Inf";
+      o += "afd_ffn_batch_tokens_bucket{" + id(w.info) + ",le=\"" + le + "\"} " + std::to_string(acc) + "\n";
+    }
+    // Sum and count from the same counters as the totals above, read separately from the
+    // buckets: under load a scrape may have them a batch apart.
+    o += "afd_ffn_batch_tokens_sum{" + id(w.info) + "} " + std::to_string(s.tokens.load()) + "\n";
+    o += "afd_ffn_batch_tokens_count{" + id(w.info) + "} " + std::to_string(s.batches.load()) + "\n";
+  }
+  auto uptime = [now_ns](const FfnWorkerStats& s) {
+    const int64_t started = s.started_ns.load();
+    return started > 0 && now_ns > started ? static_cast<double>(now_ns - started) * 1e-9 : 0.0;
+  };
+  family("afd_ffn_uptime_seconds", "gauge", "Seconds since the worker began serving.", uptime);
+  family("afd_ffn_idle_ratio", "gauge",
+         "1 - compute seconds / uptime: the FFN idle ratio (eta_F) over the whole run so far.",
+         [&](const FfnWorkerStats& s) {
+           const double up = uptime(s);
+           return up > 0 ? std::max(0.0, 1.0 - as_d(s.ffn_ns.load()) * 1e-9 / up) : 1.0;
+         });
   return o;
 }
 

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -19,8 +20,10 @@ class Server;
 
 namespace afd::serve {
 
-// Labels of the afd_ffn_worker_info series.
+// What names one FFN worker in the series: every afd_ffn_* sample carries ffn="<id>" (the
+// shard index when id is empty); afd_ffn_worker_info carries the rest.
 struct FfnWorkerInfo {
+  std::string id;       // distinguishes workers rendered together (several bundles in one process)
   int shard = 0;        // i of --shard i/y
   int n_shards = 1;     // y
   int tp = 1;           // FFN TP degree
@@ -29,12 +32,23 @@ struct FfnWorkerInfo {
   std::string model;    // model fingerprint (hex), as in the handshake
 };
 
-// Prometheus text of one FFN worker's counters at `now_ns` (now_ns() clock): batches,
-// frames, tokens, compute seconds, aggregated batch sizes (histogram), attention workers
-// served / expected, faults (bad frames, refused handshakes, lost and late peers), uptime and
-// the idle ratio since the worker started serving (1 - compute / uptime: eta_F of seeds/003
-// eq. (23) over the whole run; windowed: 1 - rate(afd_ffn_compute_seconds_total)).
-std::string render_ffn_worker_metrics(const FfnWorkerStats& s, const FfnWorkerInfo& info, int64_t now_ns);
+struct FfnWorkerSample {
+  const FfnWorkerStats* stats = nullptr;  // must stay valid while rendering
+  FfnWorkerInfo info;
+};
+
+// A worker's sample: its stats, shard, TP degree, device and expected attention workers from
+// its options, the model fingerprint from its handshake; `id` as FfnWorkerInfo::id.
+FfnWorkerSample ffn_worker_sample(const FfnWorker& w, std::string id = "");
+
+// Prometheus text of FFN workers' counters at `now_ns` (now_ns() clock), each family once with
+// one sample per worker: batches, frames, tokens, compute seconds, aggregated batch sizes
+// (histogram), attention workers served / expected, faults (bad frames, refused handshakes,
+// lost and late peers), uptime and the idle ratio since the worker started serving
+// (1 - compute / uptime: eta_F of seeds/003 eq. (23) over the whole run; windowed:
+// 1 - rate(afd_ffn_compute_seconds_total)). Used by FFN worker processes and, for in-process
+// bundles, appended to the service's /metrics.
+std::string render_ffn_worker_metrics(std::span<const FfnWorkerSample> workers, int64_t now_ns);
 
 // GET /metrics -> metrics() as text/plain (Prometheus 0.0.4); GET /health -> health()'s
 // status code and JSON body. Anything else: 404 with an OpenAI-style error body. Runs on

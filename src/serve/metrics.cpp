@@ -75,6 +75,11 @@ void Metrics::request_finished(int http_status) {
   status_counts_.push_back({http_status, 1});
 }
 
+void Metrics::add_section(std::function<std::string()> fn) {
+  std::lock_guard<std::mutex> l(mu_);
+  sections_.push_back(std::move(fn));
+}
+
 std::string Metrics::render() const {
   std::string o;
   prom_header(&o, "afd_requests_total", "counter", "HTTP API requests by status code");
@@ -171,6 +176,12 @@ std::string Metrics::render() const {
   prom_header(&o, "afd_stage_idle_ratio", "gauge",
          "1 - stage time / step time, for the attention and FFN sides, over all steps so far");
   o += stage_idle;
+  std::vector<std::function<std::string()>> sections;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    sections = sections_;
+  }
+  for (const auto& fn : sections) o += fn();
   return o;
 }
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -74,8 +75,12 @@ class Metrics {
   Histogram e2e;      // seconds, arrival -> last token
 
   std::string render() const;
+  // Appends fn()'s Prometheus text to every render() (e.g. the in-process FFN workers'
+  // afd_ffn_* series); fn must not repeat a family render() already has.
+  void add_section(std::function<std::string()> fn);
 
  private:
+  std::vector<std::function<std::string()>> sections_;  // under mu_
   std::vector<std::unique_ptr<WorkerStats>> workers_;
   mutable std::mutex mu_;
   std::vector<std::pair<int, int64_t>> status_counts_;  // (http status, count)

@@ -134,10 +134,10 @@ r1=$(timeout 10 bash -c "$(declare -f client); client $PF metric 'afd_frontend_w
 if [ "${r0%.*}" -gt 0 ] && [ "${r1%.*}" -gt 0 ]; then ok "requests placed on both attention workers ($r0, $r1)"; else bad "placement: worker 0 got $r0, worker 1 got $r1"; fi
 # The FFN worker's own /metrics ("metrics" in the topology file): both attention workers
 # served, tokens computed, every batch in the size histogram.
-fs=$(timeout 10 bash -c "$(declare -f client); client $PM metric 'afd_ffn_attention_workers{state=\"serving\"'")
+fs=$(timeout 10 bash -c "$(declare -f client); client $PM metric 'afd_ffn_attention_workers{ffn=\"0\",state=\"serving\"'")
 ft=$(timeout 10 bash -c "$(declare -f client); client $PM metric afd_ffn_tokens_total")
 fb=$(timeout 10 bash -c "$(declare -f client); client $PM metric afd_ffn_batches_total")
-fh=$(timeout 10 bash -c "$(declare -f client); client $PM metric 'afd_ffn_batch_tokens_bucket{le=\"+Inf\"'")
+fh=$(timeout 10 bash -c "$(declare -f client); client $PM metric 'afd_ffn_batch_tokens_bucket{ffn=\"0\",le=\"+Inf\"'")
 if [ "${fs%.*}" = 2 ] && [ "${ft%.*}" -gt 0 ] && [ "${fb%.*}" -gt 0 ] && [ "${fh%.*}" -ge "${fb%.*}" ]; then
   ok "FFN worker /metrics: 2 attention workers served, $ft tokens in $fb batches"
 else bad "FFN worker /metrics: serving=$fs tokens=$ft batches=$fb histogram=$fh"; fi
@@ -208,6 +208,9 @@ wait_for "$TMP/ip.out" "on http://" 40 || { bad "--in-process server never start
 got=$(timeout 60 bash -c "$(declare -f client); client $(port_of "$TMP/ip.out") compare")
 [ "$got" = "$want" ] && ok "--in-process 2A1F completions equal in-process mono serve" || { bad "--in-process output"; echo " got: $got"; }
 if pgrep -f -- "worker --role" >/dev/null && pgrep -af -- "worker --role" | grep -q -- "$M"; then bad "--in-process started worker processes"; else ok "--in-process starts no worker process"; fi
+# The in-process FFN worker's series are part of the service's /metrics (ffn="<engine>.<shard>").
+ipt=$(timeout 10 bash -c "$(declare -f client); client $(port_of "$TMP/ip.out") metric 'afd_ffn_tokens_total{ffn=\"0.0\"'")
+[ "${ipt%.*}" -gt 0 ] && ok "--in-process /metrics has the FFN worker's tokens ($ipt)" || bad "--in-process afd_ffn_tokens_total: '$ipt'"
 kill $IP; wait $IP 2>/dev/null
 echo "$fails failed"
 [ $fails -eq 0 ]

@@ -24,31 +24,40 @@ TEST(FfnMetrics, PrometheusTextCarriesTheWorkersCounters) {
   s.refused = 6;
   // Batches of 1, 3, 3, 20 and 10000 tokens.
   for (int64_t n : {1, 3, 3, 20, 10000}) s.batch_tokens[FfnWorkerStats::token_bucket(n)]++;
-  FfnWorkerInfo info;
-  info.shard = 1;
-  info.n_shards = 2;
-  info.n_attention = 3;
-  info.model = "00ff";
-  const std::string t = render_ffn_worker_metrics(s, info, /*now_ns=*/3000000000);  // 2 s after the start
+  FfnWorkerSample one;
+  one.stats = &s;
+  one.info.shard = 1;
+  one.info.n_shards = 2;
+  one.info.n_attention = 3;
+  one.info.model = "00ff";
+  const std::string t = render_ffn_worker_metrics({&one, 1}, /*now_ns=*/3000000000);  // 2 s after the start
   for (const char* want :
-       {"afd_ffn_worker_info{shard=\"1\",n_shards=\"2\",tp=\"1\",device=\"cpu\",model=\"00ff\"} 1",
-        "afd_ffn_attention_workers{state=\"serving\"} 2\n", "afd_ffn_attention_workers{state=\"expected\"} 3\n",
-        "afd_ffn_batches_total 5\n", "afd_ffn_frames_total 7\n", "afd_ffn_tokens_total 70\n",
-        "afd_ffn_multi_worker_batches_total 2\n", "afd_ffn_compute_seconds_total 0.5\n", "afd_ffn_bad_frames_total 4\n",
-        "afd_ffn_refused_handshakes_total 6\n", "afd_ffn_peer_losses_total 1\n", "afd_ffn_late_peers_total 3\n",
+       {"afd_ffn_worker_info{ffn=\"1\",shard=\"1\",n_shards=\"2\",tp=\"1\",device=\"cpu\",model=\"00ff\"} 1",
+        "afd_ffn_attention_workers{ffn=\"1\",state=\"serving\"} 2\n",
+        "afd_ffn_attention_workers{ffn=\"1\",state=\"expected\"} 3\n", "afd_ffn_batches_total{ffn=\"1\"} 5\n",
+        "afd_ffn_frames_total{ffn=\"1\"} 7\n", "afd_ffn_tokens_total{ffn=\"1\"} 70\n",
+        "afd_ffn_multi_worker_batches_total{ffn=\"1\"} 2\n", "afd_ffn_compute_seconds_total{ffn=\"1\"} 0.5\n",
+        "afd_ffn_bad_frames_total{ffn=\"1\"} 4\n", "afd_ffn_refused_handshakes_total{ffn=\"1\"} 6\n",
+        "afd_ffn_peer_losses_total{ffn=\"1\"} 1\n", "afd_ffn_late_peers_total{ffn=\"1\"} 3\n",
         "# TYPE afd_ffn_batch_tokens histogram\n",
         // Cumulative buckets: <=1: 1; <=2: 1; <=4: 3; <=16: 3; <=32: 4; <=8192: 4; +Inf: 5.
-        "afd_ffn_batch_tokens_bucket{le=\"1\"} 1\n", "afd_ffn_batch_tokens_bucket{le=\"2\"} 1\n",
-        "afd_ffn_batch_tokens_bucket{le=\"4\"} 3\n", "afd_ffn_batch_tokens_bucket{le=\"16\"} 3\n",
-        "afd_ffn_batch_tokens_bucket{le=\"32\"} 4\n", "afd_ffn_batch_tokens_bucket{le=\"8192\"} 4\n",
-        "afd_ffn_batch_tokens_bucket{le=\"+Inf\"} 5\n", "afd_ffn_batch_tokens_count 5\n",
-        "afd_ffn_uptime_seconds 2\n", "afd_ffn_idle_ratio 0.75\n"})
+        "afd_ffn_batch_tokens_bucket{ffn=\"1\",le=\"1\"} 1\n", "afd_ffn_batch_tokens_bucket{ffn=\"1\",le=\"2\"} 1\n",
+        "afd_ffn_batch_tokens_bucket{ffn=\"1\",le=\"4\"} 3\n", "afd_ffn_batch_tokens_bucket{ffn=\"1\",le=\"16\"} 3\n",
+        "afd_ffn_batch_tokens_bucket{ffn=\"1\",le=\"32\"} 4\n", "afd_ffn_batch_tokens_bucket{ffn=\"1\",le=\"8192\"} 4\n",
+        "afd_ffn_batch_tokens_bucket{ffn=\"1\",le=\"+Inf\"} 5\n", "afd_ffn_batch_tokens_count{ffn=\"1\"} 5\n",
+        "afd_ffn_uptime_seconds{ffn=\"1\"} 2\n", "afd_ffn_idle_ratio{ffn=\"1\"} 0.75\n"})
     EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
-  // Before the worker starts: no uptime, fully idle.
+  // Two workers (one not started yet: no uptime, fully idle), each family's HELP once.
   FfnWorkerStats fresh;
-  const std::string t0 = render_ffn_worker_metrics(fresh, info, 5);
-  EXPECT_NE(t0.find("afd_ffn_uptime_seconds 0\n"), std::string::npos) << t0;
-  EXPECT_NE(t0.find("afd_ffn_idle_ratio 1\n"), std::string::npos) << t0;
+  FfnWorkerSample two[2] = {one, {&fresh, {}}};
+  two[1].info.id = "0.7";
+  const std::string t2 = render_ffn_worker_metrics(two, 5);
+  EXPECT_NE(t2.find("afd_ffn_uptime_seconds{ffn=\"0.7\"} 0\n"), std::string::npos) << t2;
+  EXPECT_NE(t2.find("afd_ffn_idle_ratio{ffn=\"0.7\"} 1\n"), std::string::npos) << t2;
+  EXPECT_NE(t2.find("afd_ffn_tokens_total{ffn=\"1\"} 70\n"), std::string::npos) << t2;
+  size_t helps = 0;
+  for (size_t at = 0; (at = t2.find("# HELP afd_ffn_tokens_total ", at)) != std::string::npos; ++at) ++helps;
+  EXPECT_EQ(helps, 1u);
 }
 
 TEST(FfnMetrics, TokenBucketsArePowersOfTwo) {

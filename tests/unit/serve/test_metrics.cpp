@@ -32,6 +32,14 @@ TEST(Metrics, PrometheusTextHasEveryFamily) {
     EXPECT_NE(t.find(s), std::string::npos) << s;
 }
 
+TEST(Metrics, SectionsAreAppended) {
+  Metrics m(1);
+  int calls = 0;
+  m.add_section([&calls] { return "x_extra " + std::to_string(++calls) + "\n"; });
+  EXPECT_NE(m.render().find("\nx_extra 1\n"), std::string::npos);
+  EXPECT_NE(m.render().find("\nx_extra 2\n"), std::string::npos);  // rendered afresh each time
+}
+
 TEST(Histogram, QuantilesFromBuckets) {
   Histogram h({0.01, 0.1, 1});
   for (int i = 0; i < 90; ++i) h.observe(0.005);
