@@ -86,13 +86,12 @@ void run_ffn(const WorkerFlags& f) {
       fail("worker", hs.with_context("--metrics-listen"));
     so.http_threads = 4;
     const serve::FfnWorkerSample sample = serve::ffn_worker_sample(**worker);
-    const FfnWorker* wk = worker->get();
     auto st = serve::StatusServer::start(
         so, [sample] { return serve::render_ffn_worker_metrics({&sample, 1}, now_ns()); },
-        [wk, n = f.n_attention] {
-          const int64_t serving = wk->stats().attention_serving.load();
+        [sample] {
           return std::make_pair(200, "{\"status\":\"ok\",\"role\":\"ffn\",\"attention_serving\":" +
-                                         std::to_string(serving) + ",\"attention_expected\":" + std::to_string(n) + "}");
+                                         std::to_string(sample.stats->attention_serving.load()) +
+                                         ",\"attention_expected\":" + std::to_string(sample.info.n_attention) + "}");
         });
     if (!st.ok()) fail("worker", st.status().with_context("--metrics-listen"));
     status = std::move(*st);

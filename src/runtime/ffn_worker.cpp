@@ -485,8 +485,7 @@ Status FfnWorker::run(const std::atomic<bool>* stop) {
     handle_events();
     poll_frames();
     if (now_ns() >= next_log) {
-      int serving = 0;
-      for (auto& p : peers_) serving += p->serving ? 1 : 0;
+      const int64_t serving = stats_.attention_serving.load();
       if (serving < opt_.n_attention) {
         spdlog::info("ffn worker {}: waiting for attention workers ({} of {} connected and accepted)", opt_.index,
                      serving, opt_.n_attention);

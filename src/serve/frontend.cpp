@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "model/config.h"
 #include "runtime/topology_file.h"
+#include "serve/metrics.h"
 #include "serve/client_connection.h"
 #include "serve/http_common.h"
 #include "serve/model_serving.h"
@@ -151,7 +152,9 @@ void Frontend::count_response(int status) {
 std::string Frontend::render_metrics() const {
   std::ostringstream o;
   auto family = [&](const char* name, const char* type, const char* help) {
-    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+    std::string h;
+    prom_header(&h, name, type, help);
+    o << h;
   };
   auto labels = [](const FrontendWorker& w) {
     return "{worker=\"" + std::to_string(w.index) + "\",address=\"" + w.address + "\"}";
