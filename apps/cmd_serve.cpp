@@ -66,6 +66,18 @@ void serve_topology_file(const ServeFlags& f) {
   fo.model_name = t->frontend.model_name;
   fo.model_dir = t->frontend.model_dir;
   for (const auto& w : t->attention) fo.workers.push_back(w.address);
+  // FFN workers with a "metrics" listener join the front end's /metrics (at the host their
+  // "address" names when they listen on a wildcard).
+  for (size_t j = 0; j < t->ffn.size(); ++j) {
+    const auto& w = t->ffn[j];
+    if (w.metrics_listen.empty()) continue;
+    std::string host;
+    int port = 0;
+    if (Status s = split_host_port(w.address, &host, &port); !s.is_ok()) fail("serve", s.with_context("ffn[" + std::to_string(j) + "].address"));
+    auto target = serve::metrics_target_for(w.metrics_listen, host, "");
+    if (!target.ok()) fail("serve", target.status().with_context("ffn[" + std::to_string(j) + "].metrics"));
+    fo.metrics_targets.push_back(*target);
+  }
   ChildProcesses children;
   if (f.spawn_workers) {
     const std::string abs = std::filesystem::absolute(f.topology_file).string();
@@ -99,11 +111,12 @@ void serve_spawned(const ServeFlags& f) {
       f.engine.threads > 0 ? f.engine.threads
                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / procs);
   ChildProcesses children;
-  auto ffn = spawn_ffn_workers(&children, topo->n_attention, topo->n_ffn, f.engine, threads);
+  auto ffn = spawn_ffn_workers(&children, topo->n_attention, topo->n_ffn, f.engine, threads, /*with_metrics=*/true);
   if (!ffn.ok()) fail("serve", ffn.status());
   std::string ffn_list;
-  for (const auto& a : *ffn) ffn_list += (ffn_list.empty() ? "" : ",") + a;
+  for (const auto& a : ffn->addresses) ffn_list += (ffn_list.empty() ? "" : ",") + a;
   serve::FrontendOptions fo = frontend_options(f);
+  fo.metrics_targets = ffn->metrics;
   const EngineFlags& e = f.engine;
   for (int i = 0; i < topo->n_attention; ++i) {
     auto port = free_local_port();
@@ -164,11 +177,12 @@ void run_serve(const ServeFlags& f) {
   if (f.engine.spawn_ffn && f.service.workers != 1)
     fail("serve", invalid_argument("--spawn-ffn hosts the topology's attention workers itself; use --workers 1"));
   LocalFfnProcesses ffn_procs;
-  if (Status s = ffn_procs.start(f.engine, &*opt); !s.is_ok()) fail("serve", s);
+  if (Status s = ffn_procs.start(f.engine, &*opt, /*with_metrics=*/true); !s.is_ok()) fail("serve", s);
   const int n = f.service.workers;
   run_engine_service("serve", f.service, *opt, "afd serve: model '{model}'",
                      " (" + std::to_string(n) + " worker" + (n > 1 ? "s" : "") + ")" +
-                         (f.service.api_key.empty() ? "" : ", API key required"));
+                         (f.service.api_key.empty() ? "" : ", API key required"),
+                     ffn_procs.metrics_targets());
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 
 namespace afd::cli {
 
-Result<std::vector<std::string>> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn,
-                                                   const EngineFlags& e, int threads) {
-  std::vector<std::string> out;
+Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn, const EngineFlags& e,
+                                     int threads, bool with_metrics) {
+  SpawnedFfn out;
   for (int j = 0; j < n_ffn; ++j) {
     AFD_ASSIGN_OR_RETURN(int port, free_local_port());
     const std::string addr = "127.0.0.1:" + std::to_string(port);
@@ -27,21 +27,30 @@ Result<std::vector<std::string>> spawn_ffn_workers(ChildProcesses* children, int
       args.push_back("--ucx-spin-us");
       args.push_back(std::to_string(e.ucx_spin_us));
     }
+    std::string metrics;
+    if (with_metrics) {
+      AFD_ASSIGN_OR_RETURN(int mport, free_local_port());
+      out.metrics.push_back({"127.0.0.1", mport, ""});  // its samples carry ffn="<shard>"
+      metrics = out.metrics.back().address();
+      args.insert(args.end(), {"--metrics-listen", metrics});
+    }
     const std::string name = "FFN worker " + std::to_string(j) + "/" + std::to_string(n_ffn);
     AFD_ASSIGN_OR_RETURN(pid_t pid, children->spawn_self(args, name));
-    out.push_back(addr);
-    spdlog::info("started {} as process {} on {}", name, pid, addr);
+    out.addresses.push_back(addr);
+    spdlog::info("started {} as process {} on {}{}", name, pid, addr, metrics.empty() ? "" : ", metrics on " + metrics);
   }
   return out;
 }
 
-Status LocalFfnProcesses::start(const EngineFlags& flags, EngineOptions* o) {
+Status LocalFfnProcesses::start(const EngineFlags& flags, EngineOptions* o, bool with_metrics) {
   if (!flags.spawn_ffn) return Status::ok();
   if (!o->ffn_addresses.empty()) return invalid_argument("--spawn-ffn and --ffn exclude each other");
   AFD_ASSIGN_OR_RETURN(Topology t, parse_topology(o->topology));
   if (t.wiring != Wiring::afd) return invalid_argument("--spawn-ffn needs an xAyF topology, got '" + o->topology + "'");
-  AFD_ASSIGN_OR_RETURN(o->ffn_addresses,
-                       spawn_ffn_workers(&children_, t.n_attention, t.n_ffn, flags, flags.threads));
+  AFD_ASSIGN_OR_RETURN(SpawnedFfn spawned,
+                       spawn_ffn_workers(&children_, t.n_attention, t.n_ffn, flags, flags.threads, with_metrics));
+  o->ffn_addresses = std::move(spawned.addresses);
+  metrics_ = std::move(spawned.metrics);
   o->attention_index = 0;
   o->local_attention = t.n_attention;
   return Status::ok();

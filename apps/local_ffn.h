@@ -9,23 +9,32 @@
 
 #include "child_processes.h"
 #include "engine_flags.h"
+#include "serve/metrics_federation.h"
 
 namespace afd::cli {
 
-// Spawns the y FFN workers of topology t (xAyF) as children on free 127.0.0.1 ports; returns
-// their addresses in shard order. Each gets e's model, --precision, --ffn-tp (> 1: TP ranks of
-// y/ffn_tp EP groups), --ucx-spin-us and --ffn-device; threads > 0 is passed as --threads.
-Result<std::vector<std::string>> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn,
-                                                   const EngineFlags& e, int threads);
+struct SpawnedFfn {
+  std::vector<std::string> addresses;         // what the attention workers dial, in shard order
+  std::vector<serve::MetricsTarget> metrics;  // their GET /metrics (with_metrics only)
+};
+
+// Spawns the y FFN workers of topology t (xAyF) as children on free 127.0.0.1 ports. Each
+// gets e's model, --precision, --ffn-tp (> 1: TP ranks of y/ffn_tp EP groups), --ucx-spin-us
+// and --ffn-device; threads > 0 is passed as --threads; with_metrics: a --metrics-listen port.
+Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn, const EngineFlags& e,
+                                     int threads, bool with_metrics);
 
 class LocalFfnProcesses {
  public:
   // No-op unless flags.spawn_ffn. Otherwise spawns the workers, fills o->ffn_addresses and
-  // hosts all x attention workers here (o->local_attention = x).
-  Status start(const EngineFlags& flags, EngineOptions* o);
+  // hosts all x attention workers here (o->local_attention = x). with_metrics: each worker
+  // also answers GET /metrics at one of metrics_targets().
+  Status start(const EngineFlags& flags, EngineOptions* o, bool with_metrics = false);
+  const std::vector<serve::MetricsTarget>& metrics_targets() const { return metrics_; }
 
  private:
   ChildProcesses children_;
+  std::vector<serve::MetricsTarget> metrics_;
 };
 
 }  // namespace afd::cli

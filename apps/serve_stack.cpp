@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "runtime/bundle.h"
 #include "serve/ffn_metrics.h"
+#include "serve/metrics_federation.h"
 
 namespace afd::cli {
 
@@ -76,7 +77,7 @@ Status stop_on_signal(std::function<void()> stop) {
 }
 
 void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOptions& opt, const std::string& banner,
-                        const std::string& suffix) {
+                        const std::string& suffix, std::vector<serve::MetricsTarget> federate) {
   // Data-parallel attention workers: one engine each, sharing the compute threads.
   std::vector<std::unique_ptr<Engine>> engines;
   for (int w = 0; w < f.workers; ++w) {
@@ -112,6 +113,9 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   if (!svc.ok()) fail(cmd, svc.status());
   if (!ffn_samples.empty()) {
     (*svc)->metrics().add_section([ffn_samples] { return serve::render_ffn_worker_metrics(ffn_samples, now_ns()); });
+  }
+  if (!federate.empty()) {
+    (*svc)->metrics().add_section([federate] { return serve::federate_metrics("", federate, 1000); });
   }
   if (Status s = (*svc)->start(); !s.is_ok()) fail(cmd, s);
   serve::Service* raw = svc->get();

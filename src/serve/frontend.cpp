@@ -55,6 +55,11 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
   auto ws = f->workers_;
   f->router_ = std::make_unique<Router>(static_cast<int>(ws.size()),
                                         [ws](int w) { return ws[w]->inflight_tokens.load(); }, 16);
+  if (opt.federate) {
+    for (const auto& w : f->workers_)
+      f->scrape_targets_.push_back({w->host, w->port, "attention=\"" + std::to_string(w->index) + "\""});
+    f->scrape_targets_.insert(f->scrape_targets_.end(), opt.metrics_targets.begin(), opt.metrics_targets.end());
+  }
   f->opt_ = std::move(opt);
   f->svr_ = std::make_unique<httplib::Server>();
   f->created_ = static_cast<int64_t>(std::time(nullptr));
@@ -184,6 +189,11 @@ std::string Frontend::render_metrics() const {
   return o.str();
 }
 
+std::string Frontend::scrape_metrics() const {
+  if (scrape_targets_.empty()) return render_metrics();
+  return federate_metrics(render_metrics(), scrape_targets_, opt_.health_timeout_ms);
+}
+
 void Frontend::install_routes() {
   httplib::Server& s = *svr_;
   configure_server(s, opt_.server, "front end request handler", [this] { count_response(401); });
@@ -196,7 +206,7 @@ void Frontend::install_routes() {
     res.set_content(j.dump(), "application/json");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_metrics(), "text/plain; version=0.0.4");
+    res.set_content(scrape_metrics(), "text/plain; version=0.0.4");
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     nlohmann::ordered_json m = {{"object", "list"},

@@ -24,6 +24,7 @@
 
 #include "core/status.h"
 #include "serve/http_server.h"
+#include "serve/metrics_federation.h"
 #include "serve/proxy_client.h"
 #include "serve/router.h"
 
@@ -44,6 +45,11 @@ struct FrontendOptions {
   int health_interval_ms = 500;
   int health_timeout_ms = 1000;
   UpstreamTimeouts upstream;
+  // GET /metrics also carries every attention worker's own series (label attention="<index>")
+  // and those of these targets (e.g. the FFN workers' --metrics-listen), fetched per scrape
+  // within health_timeout_ms (serve/metrics_federation.h). federate = false: front end only.
+  bool federate = true;
+  std::vector<MetricsTarget> metrics_targets;
   // Called once (from the health thread, with the bound port) when every worker has answered /health.
   std::function<void(int port)> on_all_up;
 };
@@ -73,7 +79,10 @@ class Frontend {
   void stop();
   int workers_up() const;
   const ModelServing& model() const { return model_; }
+  // The front end's own afd_frontend_* series.
   std::string render_metrics() const;
+  // What GET /metrics answers: render_metrics() and, with federate, the workers' series.
+  std::string scrape_metrics() const;
 
  private:
   Frontend() = default;
@@ -84,6 +93,7 @@ class Frontend {
   FrontendOptions opt_;
   ModelServing model_;
   std::vector<std::shared_ptr<FrontendWorker>> workers_;
+  std::vector<MetricsTarget> scrape_targets_;  // attention workers, then opt_.metrics_targets
   std::unique_ptr<Router> router_;
   std::unique_ptr<httplib::Server> svr_;
   int port_ = -1;

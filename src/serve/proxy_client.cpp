@@ -73,14 +73,43 @@ UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& b
   return out;
 }
 
+namespace {
+
+void set_timeouts(httplib::Client* cli, int timeout_ms) {
+  cli->set_connection_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  cli->set_read_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  cli->set_write_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+}
+
+}  // namespace
+
 Result<int> http_get_status(const std::string& host, int port, const std::string& path, int timeout_ms) {
   httplib::Client cli(host, port);
-  cli.set_connection_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
-  cli.set_read_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
-  cli.set_write_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  set_timeouts(&cli, timeout_ms);
   auto r = cli.Get(path);
   if (!r) return unavailable(host + ":" + std::to_string(port) + path + ": " + httplib::to_string(r.error()));
   return r->status;
+}
+
+Result<std::string> http_get_body(const std::string& host, int port, const std::string& path, int timeout_ms,
+                                  size_t max_bytes) {
+  httplib::Client cli(host, port);
+  set_timeouts(&cli, timeout_ms);
+  const std::string where = host + ":" + std::to_string(port) + path;
+  std::string body;
+  bool too_long = false;
+  auto r = cli.Get(path, [&](const char* data, size_t n) {
+    if (body.size() + n > max_bytes) {
+      too_long = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  if (too_long) return resource_exhausted(where + ": answer longer than " + std::to_string(max_bytes) + " bytes");
+  if (!r) return unavailable(where + ": " + httplib::to_string(r.error()));
+  if (r->status != 200) return unavailable(where + ": answered " + std::to_string(r->status));
+  return body;
 }
 
 }  // namespace afd::serve

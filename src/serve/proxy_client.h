@@ -62,5 +62,9 @@ class UpstreamCall {
 // GET host:port/path with short timeouts; the status code, or unavailable when there is no
 // answer (connection refused, timeout).
 Result<int> http_get_status(const std::string& host, int port, const std::string& path, int timeout_ms);
+// GET host:port/path within timeout_ms; the body of a 200 answer. unavailable for no answer
+// or another status, resource_exhausted past max_bytes (the rest is not read).
+Result<std::string> http_get_body(const std::string& host, int port, const std::string& path, int timeout_ms,
+                                  size_t max_bytes);
 
 }  // namespace afd::serve

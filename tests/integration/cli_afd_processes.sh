@@ -86,6 +86,19 @@ elif mode == "disconnect_json":  # a long non-streaming request whose client han
     time.sleep(1.0)
     s.close()
     print("closed")
+elif mode == "exposition":  # checks /metrics is one valid exposition: each family's TYPE once, no series twice
+    body = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
+    types, series, errors = set(), set(), []
+    for l in body.splitlines():
+        if l.startswith("# TYPE "):
+            name = l.split()[2]
+            if name in types: errors.append("TYPE twice: " + name)
+            types.add(name)
+        elif l and not l.startswith("#"):
+            key = l.rsplit(" ", 1)[0]
+            if key in series: errors.append("series twice: " + key)
+            series.add(key)
+    print("valid" if not errors else "; ".join(errors[:3]))
 elif mode == "metric":  # value of the series named in argv[3]
     body = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
     print(sum(float(l.split()[-1]) for l in body.splitlines() if l.startswith(sys.argv[3])))
@@ -142,6 +155,17 @@ if [ "${fs%.*}" = 2 ] && [ "${ft%.*}" -gt 0 ] && [ "${fb%.*}" -gt 0 ] && [ "${fh
   ok "FFN worker /metrics: 2 attention workers served, $ft tokens in $fb batches"
 else bad "FFN worker /metrics: serving=$fs tokens=$ft batches=$fb histogram=$fh"; fi
 
+# The front end's /metrics carries the whole bundle: each attention worker's series (label
+# attention="i") and the FFN worker's (ffn="0"), as one valid exposition.
+fa0=$(timeout 10 bash -c "$(declare -f client); client $PF metric 'afd_generation_tokens_total{attention=\"0\"'")
+fa1=$(timeout 10 bash -c "$(declare -f client); client $PF metric 'afd_generation_tokens_total{attention=\"1\"'")
+ff=$(timeout 10 bash -c "$(declare -f client); client $PF metric 'afd_ffn_tokens_total{ffn=\"0\"'")
+fu=$(timeout 10 bash -c "$(declare -f client); client $PF metric afd_federation_target_up")
+fv=$(timeout 10 bash -c "$(declare -f client); client $PF exposition")
+if [ "${fa0%.*}" -gt 0 ] && [ "${fa1%.*}" -gt 0 ] && [ "${ff%.*}" -ge "${ft%.*}" ] && [ "${fu%.*}" = 3 ] && [ "$fv" = valid ]; then
+  ok "front end /metrics federates both attention workers ($fa0, $fa1 tokens) and the FFN worker ($ff tokens)"
+else bad "front end federation: attention $fa0/$fa1, ffn $ff (own $ft), targets up $fu, exposition: $fv"; fi
+
 # A client hanging up mid-stream cancels the sequence on its attention worker.
 timeout 30 bash -c "$(declare -f client); client $PF disconnect" >/dev/null
 cancelled=0
@@ -175,6 +199,9 @@ n=$(timeout 60 bash -c "$(declare -f client); client $PF parallel")
 [ "$n" = 6 ] && ok "concurrent requests after the kill" || bad "concurrent requests after kill: $n of 6"
 up=$(timeout 10 bash -c "$(declare -f client); client $PF metric afd_frontend_worker_up")
 [ "${up%.*}" = 1 ] && ok "/metrics shows one worker up" || bad "worker_up sum $up"
+fu=$(timeout 10 bash -c "$(declare -f client); client $PF metric afd_federation_target_up")
+fv=$(timeout 10 bash -c "$(declare -f client); client $PF exposition")
+[ "${fu%.*}" = 2 ] && [ "$fv" = valid ] && ok "/metrics after the kill: 2 of 3 workers scraped, still valid" || bad "after kill: targets up $fu, $fv"
 kill $A1; wait $A1 2>/dev/null
 sleep 1.5
 code=$(/usr/bin/python3 -c "
@@ -196,6 +223,10 @@ if wait_for "$TMP/sp.out" "bundle complete: 2 attention workers + 1 FFN worker u
 else bad "--spawn-workers bundle never completed"; tail -5 "$TMP/sp.err"; fi
 got=$(timeout 60 bash -c "$(declare -f client); client $(port_of "$TMP/sp.out") compare")
 [ "$got" = "$want" ] && ok "--spawn-workers completions equal in-process serve" || { bad "--spawn-workers output"; echo " got: $got"; }
+# The spawned FFN worker gets a metrics port; the front end's /metrics carries its series.
+st=$(timeout 10 bash -c "$(declare -f client); client $(port_of "$TMP/sp.out") metric 'afd_ffn_tokens_total{ffn=\"0\"'")
+su=$(timeout 10 bash -c "$(declare -f client); client $(port_of "$TMP/sp.out") metric afd_federation_target_up")
+[ "${st%.*}" -gt 0 ] && [ "${su%.*}" = 3 ] && ok "--spawn-workers /metrics has the FFN worker's tokens ($st) and 3 workers up" || bad "--spawn-workers federation: ffn tokens '$st', targets up '$su'"
 kill $SP
 timeout 15 bash -c "while kill -0 $SP 2>/dev/null; do sleep 0.1; done" || bad "--spawn-workers front end did not stop"
 sleep 0.3

@@ -1,0 +1,41 @@
+// PromMerger: several Prometheus text expositions (format 0.0.4) merged into one valid one.
+// The text format lets a metric family appear once, as its # HELP / # TYPE lines followed by
+// all its samples, so concatenating workers' answers is not enough: this parses each
+// source, files its samples under their family with a label naming the source, and renders
+// every family once. Sources are outside input: what does not parse is dropped and counted,
+// never trusted (tests/fuzz/serve/fuzz_prom_merge.cpp).
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace afd::serve {
+
+class PromMerger {
+ public:
+  // Adds every sample of `text`, with `label` (`name="value"`, already escaped; empty: none)
+  // put first in its label set (a source label of the same name becomes exported_<name>).
+  // A line that does not parse (bad syntax, a label twice, a value that is not a number, an
+  // unknown TYPE) and a sample whose family has another TYPE than the one already collected
+  // are dropped and counted. Returns the number of lines dropped. Invariant: render()'s
+  // output added to a fresh PromMerger drops nothing.
+  size_t add(std::string_view text, const std::string& label);
+  // The families in the order first seen, each as HELP, TYPE and its samples.
+  std::string render() const;
+  size_t families() const { return order_.size(); }
+
+ private:
+  struct Family {
+    std::string help, type;  // empty where the source gave none
+    std::vector<std::pair<std::string, std::string>> samples;  // series (name + labels), "value [timestamp]"
+  };
+  Family& family(const std::string& name);
+  std::map<std::string, Family> by_name_;
+  std::vector<std::string> order_;
+};
+
+}  // namespace afd::serve
