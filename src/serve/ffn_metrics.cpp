@@ -82,10 +82,11 @@ std::string render_ffn_worker_metrics(std::span<const FfnWorkerSample> workers, 
       const std::string le = b + 1 < FfnWorkerStats::kTokenBuckets ? std::to_string(int64_t{1} << b) : "+Inf";
       o += "afd_ffn_batch_tokens_bucket{" + id(w.info) + ",le=\"" + le + "\"} " + std::to_string(acc) + "\n";
     }
-    // Sum and count from the same counters as the totals above, read separately from the
-    // buckets: under load a scrape may have them a batch apart.
+    // _count is the +Inf bucket (as the format requires, whatever batches finish meanwhile);
+    // _sum is the tokens counter, read after the buckets: under load it may include a batch
+    // the buckets do not yet.
     o += "afd_ffn_batch_tokens_sum{" + id(w.info) + "} " + std::to_string(s.tokens.load()) + "\n";
-    o += "afd_ffn_batch_tokens_count{" + id(w.info) + "} " + std::to_string(s.batches.load()) + "\n";
+    o += "afd_ffn_batch_tokens_count{" + id(w.info) + "} " + std::to_string(acc) + "\n";
   }
   auto uptime = [now_ns](const FfnWorkerStats& s) {
     const int64_t started = s.started_ns.load();
