@@ -14,6 +14,7 @@
 #include "core/timer.h"
 #include "engine_flags.h"
 #include "local_ffn.h"
+#include "trace_output.h"
 #include "kernels/cpu/machine_limits.h"
 #include "model/weights.h"
 #include "runtime/engine_factory.h"
@@ -327,8 +328,8 @@ void run_bench(const BenchFlags& f) {
     }
   }
   if (opt->trace) {
-    Status ts = opt->trace->write(f.engine.trace);
-    if (!ts.is_ok()) fail("bench", ts);
+    if (Status ts = write_trace("bench", *opt->trace, f.engine.trace); !ts.is_ok()) fail("bench", ts);
+    if (Status ts = ffn_procs.merge_traces("bench", f.engine.trace); !ts.is_ok()) fail("bench", ts);
   }
   nlohmann::json summary = nlohmann::json::array();
   if (f.rounds > 1) {

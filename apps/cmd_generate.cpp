@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "engine_flags.h"
 #include "local_ffn.h"
+#include "trace_output.h"
 #include "runtime/generate.h"
 
 namespace afd::cli {
@@ -59,9 +60,8 @@ void run_generate(const GenerateFlags& f) {
     if (!out) fail("generate", io_error("cannot write logits to " + f.dump_logits));
   }
   if (opt->trace) {
-    Status ts = opt->trace->write(f.engine.trace);
-    if (!ts.is_ok()) fail("generate", ts);
-    std::fprintf(stderr, "afd generate: wrote %zu trace spans to %s\n", opt->trace->size(), f.engine.trace.c_str());
+    if (Status ts = write_trace("generate", *opt->trace, f.engine.trace); !ts.is_ok()) fail("generate", ts);
+    if (Status ts = ffn_procs.merge_traces("generate", f.engine.trace); !ts.is_ok()) fail("generate", ts);
   }
   int64_t gen = 0;
   for (const auto& t : res->tokens) gen += static_cast<int64_t>(t.size());

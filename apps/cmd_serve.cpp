@@ -16,6 +16,7 @@
 #include "runtime/topology.h"
 #include "runtime/topology_file.h"
 #include "serve_stack.h"
+#include "trace_output.h"
 
 namespace afd::cli {
 
@@ -112,6 +113,7 @@ void serve_spawned(const ServeFlags& f) {
                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / procs);
   ChildProcesses children;
   auto ffn = spawn_ffn_workers(&children, topo->n_attention, topo->n_ffn, f.engine, threads, /*with_metrics=*/true);
+  std::vector<std::string> trace_parts = ffn.ok() ? ffn->trace_parts : std::vector<std::string>{};
   if (!ffn.ok()) fail("serve", ffn.status());
   std::string ffn_list;
   for (const auto& a : ffn->addresses) ffn_list += (ffn_list.empty() ? "" : ",") + a;
@@ -140,6 +142,10 @@ void serve_spawned(const ServeFlags& f) {
                                      std::to_string(f.service.http_threads)};
     if (!e.microbatches.empty()) args.insert(args.end(), {"--microbatches", e.microbatches});
     if (e.no_prefix_cache) args.push_back("--no-prefix-cache");
+    if (!e.trace.empty()) {
+      trace_parts.push_back(trace_part_path(e.trace, "attention", i));
+      args.insert(args.end(), {"--trace", trace_parts.back(), "--trace-max-spans", std::to_string(e.trace_max_spans)});
+    }
     if (!f.service.model_name.empty()) {
       args.push_back("--model-name");
       args.push_back(f.service.model_name);
@@ -150,7 +156,8 @@ void serve_spawned(const ServeFlags& f) {
     spdlog::info("started {} as process {} on {}", name, *pid, addr);
     fo.workers.push_back(addr);
   }
-  run_frontend("serve", std::move(fo), topo->n_ffn, &children);
+  run_frontend("serve", std::move(fo), topo->n_ffn, &children);  // returns with the workers stopped
+  if (Status s = merge_trace_parts("serve", e.trace, trace_parts, /*include_path=*/false); !s.is_ok()) fail("serve", s);
 }
 
 void run_serve(const ServeFlags& f) {
@@ -182,7 +189,10 @@ void run_serve(const ServeFlags& f) {
   run_engine_service("serve", f.service, *opt, "afd serve: model '{model}'",
                      " (" + std::to_string(n) + " worker" + (n > 1 ? "s" : "") + ")" +
                          (f.service.api_key.empty() ? "" : ", API key required"),
-                     ffn_procs.metrics_targets());
+                     ServiceExtras{ffn_procs.metrics_targets(), f.engine.trace});
+  if (opt->trace) {
+    if (Status s = ffn_procs.merge_traces("serve", f.engine.trace); !s.is_ok()) fail("serve", s);
+  }
 }
 
 }  // namespace

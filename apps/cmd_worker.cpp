@@ -22,10 +22,12 @@
 #include "engine_flags.h"
 #include "model/weights.h"
 #include "runtime/ffn_worker.h"
+#include "runtime/trace.h"
 #include "runtime/topology.h"
 #include "runtime/topology_file.h"
 #include "serve/ffn_metrics.h"
 #include "serve_stack.h"
+#include "trace_output.h"
 
 namespace afd::cli {
 
@@ -76,6 +78,17 @@ void run_ffn(const WorkerFlags& f) {
   fo.peer_timeout_ms = f.peer_timeout_ms;
   fo.tp = f.engine.ffn_tp;
   fo.device = f.engine.ffn_device;
+  // --trace: this worker's batches on the FFN lane of the bundle's timeline (pid kFfnPid +
+  // shard, one thread per micro-batch, as in-process bundles record them).
+  std::shared_ptr<TraceRecorder> trace;
+  if (!f.engine.trace.empty()) {
+    trace = std::make_shared<TraceRecorder>(static_cast<size_t>(f.engine.trace_max_spans));
+    const int pid = TraceRecorder::kFfnPid + shard;
+    trace->name_process(pid, "ffn " + std::to_string(shard));
+    fo.on_batch = [trace, pid](int64_t layer, int mb, int64_t t0, int64_t t1, int64_t tokens) {
+      trace->span("ffn", pid, 1 + mb, t0, t1, layer, mb, tokens);
+    };
+  }
   ThreadPool pool(f.engine.threads);
   auto worker = FfnWorker::create(*w, t->get(), fo, &pool);
   if (!worker.ok()) fail("worker", worker.status());
@@ -104,6 +117,9 @@ void run_ffn(const WorkerFlags& f) {
   s = (*worker)->run(&g_stop);
   status.reset();
   (*t)->close();
+  if (trace) {
+    if (Status ts = write_trace("worker", *trace, f.engine.trace); !ts.is_ok()) spdlog::error("afd worker: {}", ts.to_string());
+  }
   if (!s.is_ok()) fail("worker", s);
   const auto& st = (*worker)->stats();
   spdlog::info("ffn worker {} stopped: {} batches, {} tokens, {} bad frames", shard, st.batches.load(),
@@ -136,7 +152,7 @@ void run_attention(WorkerFlags f) {
   run_engine_service("worker", f.service, *opt,
                      "afd worker: attention worker " + std::to_string(opt->attention_index) + "/" +
                          std::to_string(topo->n_attention) + " serving model '{model}'",
-                     "");
+                     "", ServiceExtras{{}, f.engine.trace});
 }
 
 // Fills the flags of worker `index` with role `role` from the topology file.

@@ -44,8 +44,13 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
       ->envname("AFD_FFN_DEVICE");
   cmd->add_flag("--spawn-ffn", spawn_ffn, "Run the topology's FFN workers as local processes over UCX")
       ->envname("AFD_SPAWN_FFN");
-  cmd->add_option("--trace", trace, "Write a Chrome trace-event JSON of the pipeline timeline (Perfetto)")
+  cmd->add_option("--trace", trace,
+                  "Write a Chrome trace-event JSON of the pipeline timeline (Perfetto); serve and worker write it "
+                  "when they stop")
       ->envname("AFD_TRACE");
+  cmd->add_option("--trace-max-spans", trace_max_spans, "--trace keeps at most this many spans (later ones are dropped)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32))
+      ->envname("AFD_TRACE_MAX_SPANS");
   cmd->add_option("--ucx-spin-us", ucx_spin_us,
                   "UCX: a thread waiting for a message polls this long before it sleeps (-1: default; "
                   "lower it when workers share few cores)")
@@ -99,7 +104,7 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.ffn_connect_timeout_ms = ffn_connect_timeout_ms;
   o.ucx_spin_us = ucx_spin_us;
   o.ffn_device = ffn_device;
-  if (!trace.empty()) o.trace = std::make_shared<TraceRecorder>();
+  if (!trace.empty()) o.trace = std::make_shared<TraceRecorder>(static_cast<size_t>(trace_max_spans));
   AFD_RETURN_IF_ERROR(o.validate());
   return o;
 }

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "runtime/engine_factory.h"
+#include "runtime/trace.h"
 
 namespace afd::cli {
 
@@ -33,6 +34,7 @@ struct EngineFlags {
   std::string ffn_device = "cpu";  // where FFN halves run: cpu | cuda (EngineOptions::ffn_device)
   bool spawn_ffn = false;    // start the FFN workers as local processes (apps/local_ffn.h)
   std::string trace;        // Chrome trace-event JSON of the pipeline (written by the command)
+  int64_t trace_max_spans = static_cast<int64_t>(TraceRecorder::kDefaultMaxSpans);  // later spans are dropped
 
   void add_to(CLI::App* cmd, bool model_required = true);
   // Converts to EngineOptions; errors name the flag.

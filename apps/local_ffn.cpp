@@ -2,6 +2,7 @@
 
 #include "core/log.h"
 #include "runtime/topology.h"
+#include "trace_output.h"
 
 namespace afd::cli {
 
@@ -27,6 +28,10 @@ Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, 
       args.push_back("--ucx-spin-us");
       args.push_back(std::to_string(e.ucx_spin_us));
     }
+    if (!e.trace.empty()) {
+      out.trace_parts.push_back(trace_part_path(e.trace, "ffn", j));
+      args.insert(args.end(), {"--trace", out.trace_parts.back(), "--trace-max-spans", std::to_string(e.trace_max_spans)});
+    }
     std::string metrics;
     if (with_metrics) {
       AFD_ASSIGN_OR_RETURN(int mport, free_local_port());
@@ -51,9 +56,16 @@ Status LocalFfnProcesses::start(const EngineFlags& flags, EngineOptions* o, bool
                        spawn_ffn_workers(&children_, t.n_attention, t.n_ffn, flags, flags.threads, with_metrics));
   o->ffn_addresses = std::move(spawned.addresses);
   metrics_ = std::move(spawned.metrics);
+  trace_parts_ = std::move(spawned.trace_parts);
   o->attention_index = 0;
   o->local_attention = t.n_attention;
   return Status::ok();
+}
+
+Status LocalFfnProcesses::merge_traces(const char* cmd, const std::string& path) {
+  if (trace_parts_.empty()) return Status::ok();
+  children_.stop_all();
+  return merge_trace_parts(cmd, path, trace_parts_, /*include_path=*/true);
 }
 
 }  // namespace afd::cli

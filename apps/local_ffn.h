@@ -16,11 +16,13 @@ namespace afd::cli {
 struct SpawnedFfn {
   std::vector<std::string> addresses;         // what the attention workers dial, in shard order
   std::vector<serve::MetricsTarget> metrics;  // their GET /metrics (with_metrics only)
+  std::vector<std::string> trace_parts;       // with e.trace: the trace file each writes when it stops
 };
 
 // Spawns the y FFN workers of topology t (xAyF) as children on free 127.0.0.1 ports. Each
 // gets e's model, --precision, --ffn-tp (> 1: TP ranks of y/ffn_tp EP groups), --ucx-spin-us
-// and --ffn-device; threads > 0 is passed as --threads; with_metrics: a --metrics-listen port.
+// and --ffn-device; threads > 0 is passed as --threads; with_metrics: a --metrics-listen port;
+// e.trace: --trace trace_part_path(e.trace, "ffn", j) and e's --trace-max-spans.
 Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn, const EngineFlags& e,
                                      int threads, bool with_metrics);
 
@@ -31,10 +33,14 @@ class LocalFfnProcesses {
   // also answers GET /metrics at one of metrics_targets().
   Status start(const EngineFlags& flags, EngineOptions* o, bool with_metrics = false);
   const std::vector<serve::MetricsTarget>& metrics_targets() const { return metrics_; }
+  // With --trace: stops the workers (each writes its part as it stops) and merges their
+  // parts into `path` after what this process wrote there. No-op without spawned traces.
+  Status merge_traces(const char* cmd, const std::string& path);
 
  private:
   ChildProcesses children_;
   std::vector<serve::MetricsTarget> metrics_;
+  std::vector<std::string> trace_parts_;
 };
 
 }  // namespace afd::cli

@@ -11,6 +11,7 @@
 #include "runtime/bundle.h"
 #include "serve/ffn_metrics.h"
 #include "serve/metrics_federation.h"
+#include "trace_output.h"
 
 namespace afd::cli {
 
@@ -77,7 +78,7 @@ Status stop_on_signal(std::function<void()> stop) {
 }
 
 void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOptions& opt, const std::string& banner,
-                        const std::string& suffix, std::vector<serve::MetricsTarget> federate) {
+                        const std::string& suffix, const ServiceExtras& extras) {
   // Data-parallel attention workers: one engine each, sharing the compute threads.
   std::vector<std::unique_ptr<Engine>> engines;
   for (int w = 0; w < f.workers; ++w) {
@@ -114,8 +115,9 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   if (!ffn_samples.empty()) {
     (*svc)->metrics().add_section([ffn_samples] { return serve::render_ffn_worker_metrics(ffn_samples, now_ns()); });
   }
-  if (!federate.empty()) {
-    (*svc)->metrics().add_section([federate] { return serve::federate_metrics("", federate, 1000); });
+  if (!extras.federate.empty()) {
+    (*svc)->metrics().add_section(
+        [targets = extras.federate] { return serve::federate_metrics("", targets, 1000); });
   }
   if (Status s = (*svc)->start(); !s.is_ok()) fail(cmd, s);
   serve::Service* raw = svc->get();
@@ -126,6 +128,9 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   std::fflush(stdout);
   Status s = raw->run();
   raw->stop();
+  if (opt.trace && !extras.trace_path.empty()) {
+    if (Status ts = write_trace(cmd, *opt.trace, extras.trace_path); !ts.is_ok()) spdlog::error("afd {}: {}", cmd, ts.to_string());
+  }
   if (!s.is_ok()) fail(cmd, s);
 }
 

@@ -43,10 +43,16 @@ Status stop_on_signal(std::function<void()> stop);
 
 // Builds f.workers engines from `opt` and serves them until a signal. Once the API listens,
 // prints (stdout) "<banner> on http://HOST:PORT<suffix>", "{model}" in banner replaced by the
-// served model id. The service's /metrics also carries the series of `federate` (e.g. FFN
-// worker child processes), fetched per scrape (serve/metrics_federation.h).
+// served model id.
+struct ServiceExtras {
+  // Their series join the service's /metrics, fetched per scrape (e.g. FFN worker child
+  // processes; serve/metrics_federation.h).
+  std::vector<serve::MetricsTarget> federate;
+  // With opt.trace: the pipeline trace is written here when the service stops.
+  std::string trace_path;
+};
 void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOptions& opt, const std::string& banner,
-                        const std::string& suffix, std::vector<serve::MetricsTarget> federate = {});
+                        const std::string& suffix, const ServiceExtras& extras = {});
 
 // Serves the front end over `fo.workers` until a signal; prints the front end's address,
 // then "afd serve: bundle complete: ..." once every attention worker answers /health.

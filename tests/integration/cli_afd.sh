@@ -65,8 +65,20 @@ PY
 then echo "ok   --trace writes both sides' spans"; else echo "FAIL --trace"; fails=$((fails+1)); fi
 
 # One command, FFN workers as child processes over UCX (--spawn-ffn); none left behind.
-got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --topology 2A2F --microbatches 3 --spawn-ffn 2>/dev/null)
+got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --topology 2A2F --microbatches 3 --spawn-ffn --trace "$TMP/sp_trace.json" 2>/dev/null)
 check "2A2F with --spawn-ffn (FFN worker processes)" "$want2" "$got"
+# --trace with --spawn-ffn: the FFN worker processes' spans (pid 100, 101) merged into the file.
+if /usr/bin/python3 - "$TMP/sp_trace.json" <<'PY'
+import json, sys, collections
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+c = collections.Counter((e["pid"], e["name"]) for e in ev if e["ph"] == "X")
+assert c[(1, "attention")] > 0 and c[(2, "attention")] > 0 and c[(100, "ffn")] > 0 and c[(101, "ffn")] > 0, c
+print("trace spans:", dict(c))
+PY
+then
+  if ls "$TMP"/sp_trace.ffn*.json >/dev/null 2>&1; then echo "FAIL --spawn-ffn --trace left its parts"; fails=$((fails+1))
+  else echo "ok   --spawn-ffn --trace merges the FFN worker processes' spans"; fi
+else echo "FAIL --spawn-ffn --trace"; fails=$((fails+1)); fi
 got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --topology 1A4F --ffn-tp 2 --spawn-ffn 2>/dev/null)
 check "1A4F --ffn-tp 2 with --spawn-ffn (hybrid TP+EP worker processes)" "$want_tp4" "$got"
 sleep 0.5

@@ -105,6 +105,19 @@ elif mode == "metric":  # value of the series named in argv[3]
 PY
 }
 
+# trace_summary FILE PIDS...: a valid trace with complete events of (one of) each PIDS
+# ("1,2": attention worker 0 or 1, whichever the router placed requests on); prints the counts.
+trace_summary() {
+  /usr/bin/python3 - "$@" <<'PY' 2>&1
+import json, sys, collections
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+c = collections.Counter(e["pid"] for e in ev if e["ph"] == "X")
+want = [[int(p) for p in a.split(",")] for a in sys.argv[2:]]
+assert all(any(c[p] > 0 for p in alt) for alt in want) and all(e["dur"] >= 0 and e["ts"] >= 0 for e in ev if e["ph"] == "X"), dict(c)
+print("spans by pid " + ", ".join("%d: %d" % (p, c[p]) for p in sorted(c)))
+PY
+}
+
 # Reference: in-process monolithic serving with the 1-FFN-worker wire rounding.
 "$AFD" serve --model "$M" --precision reference --afd-rounding 1 --threads 1 --port 0 >"$TMP/ref.out" 2>"$TMP/ref.err" &
 REF=$!; PIDS+=($REF)
@@ -217,7 +230,7 @@ timeout 15 bash -c "while kill -0 $FE 2>/dev/null || kill -0 $F0 2>/dev/null; do
 
 # One command on one machine: every worker a child process behind the front end (the default
 # for an xAyF topology; --spawn-workers says the same explicitly).
-"$AFD" serve --model "$M" --topology 2A1F --precision reference --threads 1 --port 0 >"$TMP/sp.out" 2>"$TMP/sp.err" &
+"$AFD" serve --model "$M" --topology 2A1F --precision reference --threads 1 --port 0 --trace "$TMP/sp_trace.json" >"$TMP/sp.out" 2>"$TMP/sp.err" &
 SP=$!; PIDS+=($SP)
 if wait_for "$TMP/sp.out" "bundle complete: 2 attention workers + 1 FFN worker up" 40; then ok "--spawn-workers prints the bundle-complete line"
 else bad "--spawn-workers bundle never completed"; tail -5 "$TMP/sp.err"; fi
@@ -231,9 +244,14 @@ kill $SP
 timeout 15 bash -c "while kill -0 $SP 2>/dev/null; do sleep 0.1; done" || bad "--spawn-workers front end did not stop"
 sleep 0.3
 if pgrep -f -- "--model $M" >/dev/null; then bad "spawned workers left running"; pgrep -af -- "--model $M"; else ok "spawned workers stopped"; fi
+# --trace: each worker process wrote its part when it stopped; the front end merged them
+# into one timeline (attention workers pid 1 and 2, the FFN worker pid 100) and removed them.
+if tr=$(trace_summary "$TMP/sp_trace.json" 1,2 100) && ! ls "$TMP"/sp_trace.*.json >/dev/null 2>&1; then
+  ok "--spawn-workers --trace: one merged timeline ($tr)"
+else bad "--spawn-workers --trace: $tr; files: $(ls "$TMP" | grep trace | tr '\n' ' ')"; fi
 
 # --in-process: the same topology as threads of one process, same answers, no children.
-"$AFD" serve --model "$M" --topology 2A1F --in-process --precision reference --threads 1 --port 0 >"$TMP/ip.out" 2>"$TMP/ip.err" &
+"$AFD" serve --model "$M" --topology 2A1F --in-process --precision reference --threads 1 --port 0 --trace "$TMP/ip_trace.json" >"$TMP/ip.out" 2>"$TMP/ip.err" &
 IP=$!; PIDS+=($IP)
 wait_for "$TMP/ip.out" "on http://" 40 || { bad "--in-process server never started"; tail -5 "$TMP/ip.err"; }
 got=$(timeout 60 bash -c "$(declare -f client); client $(port_of "$TMP/ip.out") compare")
@@ -243,5 +261,6 @@ if pgrep -f -- "worker --role" >/dev/null && pgrep -af -- "worker --role" | grep
 ipt=$(timeout 10 bash -c "$(declare -f client); client $(port_of "$TMP/ip.out") metric 'afd_ffn_tokens_total{ffn=\"0.0\"'")
 [ "${ipt%.*}" -gt 0 ] && ok "--in-process /metrics has the FFN worker's tokens ($ipt)" || bad "--in-process afd_ffn_tokens_total: '$ipt'"
 kill $IP; wait $IP 2>/dev/null
+tr=$(trace_summary "$TMP/ip_trace.json" 1,2 100) && ok "--in-process serve --trace written when it stops ($tr)" || bad "--in-process --trace: $tr"
 echo "$fails failed"
 [ $fails -eq 0 ]

@@ -1,0 +1,28 @@
+// --trace FILE for the commands: writing this process's pipeline trace, and merging the
+// traces of worker processes it started (each writes its own part when it stops) into FILE,
+// so a local multi-process bundle gives one timeline (runtime/trace.h: merge_trace_files).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "runtime/trace.h"
+
+namespace afd::cli {
+
+// The file worker `role` `index` of a bundle traced to `path` writes its part to:
+// "t.json" -> "t.<role><index>.json".
+std::string trace_part_path(const std::string& path, const std::string& role, int index);
+
+// Writes `t` to path and logs (stderr) how many spans, and how many were dropped past
+// --trace-max-spans.
+Status write_trace(const char* cmd, const TraceRecorder& t, const std::string& path);
+
+// Merges the parts (and path itself first, if include_path and it exists) into path, then
+// removes the parts that were merged. Parts that are missing or unreadable are logged and
+// left where they are.
+Status merge_trace_parts(const char* cmd, const std::string& path, const std::vector<std::string>& parts,
+                         bool include_path);
+
+}  // namespace afd::cli
