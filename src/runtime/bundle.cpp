@@ -226,6 +226,11 @@ Status DataParallelEngine::fill_synthetic_context(int64_t seq_id, int64_t n_toke
   return engines()[p->engine]->fill_synthetic_context(p->inner, n_tokens);
 }
 
+Status DataParallelEngine::health() const {
+  for (const auto& e : engines()) AFD_RETURN_IF_ERROR(e->health());
+  return Status::ok();
+}
+
 int64_t DataParallelEngine::last_expert_reads() const {
   int64_t n = 0;
   for (const auto& e : engines()) n += e->last_expert_reads();

@@ -75,6 +75,7 @@ class DataParallelEngine : public Engine {
   Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override;
   KvUsage kv_usage() const override;
   StageTimes last_stage_times() const override { return times_; }
+  Status health() const override;
   Bundle& bundle() { return *bundle_; }
   Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens) override;
   int64_t last_expert_reads() const override;

@@ -91,6 +91,10 @@ class Engine {
 
   virtual KvUsage kv_usage() const = 0;
   virtual StageTimes last_stage_times() const { return {}; }
+  // ok when a forward pass can run now; otherwise why not (unavailable: a remote FFN worker
+  // is not connected). Thread-safe, unlike the rest of this interface: health checks call
+  // it while the engine runs.
+  virtual Status health() const { return Status::ok(); }
 
   // Benchmarks only: appends n_tokens positions with synthetic K/V (not a model computation)
   // so decode can be timed at a long context without an O(context^2) prefill.

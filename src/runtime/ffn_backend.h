@@ -33,6 +33,10 @@ class FfnBackend {
   virtual Status dispatch(int64_t layer, int microbatch, TokenBatch& b) = 0;
   // Fills b.ffn_out [n, hidden]. Errors: a peer lost, timed out or sent garbage.
   virtual Status combine(int64_t layer, int microbatch, TokenBatch& b) = 0;
+  // Whether the backend can serve a forward pass now: ok, or unavailable naming what is
+  // missing (e.g. a remote FFN worker that is not connected). Unlike the rest of this
+  // interface, callable from any thread (health checks), concurrently with the engine.
+  virtual Status health() const { return Status::ok(); }
   // Per-layer times since the last reset_times() (one entry per layer seen).
   const std::vector<FfnLayerTimes>& layer_times() const { return times_; }
   void reset_times() { times_.clear(); }

@@ -267,6 +267,15 @@ Status FfnClient::check_shards() {
   return Status::ok();
 }
 
+Status FfnClient::health() const {
+  for (const Worker& wk : workers_) {
+    auto peer = t_->peer_id(wk.name);
+    if (!peer.ok()) return unavailable("FFN worker '" + wk.name + "' has not connected yet");
+    if (!t_->is_connected(*peer)) return unavailable("FFN worker '" + wk.name + "' is not connected");
+  }
+  return Status::ok();
+}
+
 Status FfnClient::refresh_connections() {
   PeerEvent ev;
   bool changed = false;

@@ -69,6 +69,10 @@ class FfnClient : public FfnBackend {
 
   Status dispatch(int64_t layer, int microbatch, TokenBatch& b) override;
   Status combine(int64_t layer, int microbatch, TokenBatch& b) override;
+  // unavailable while any FFN worker is not connected (it may still be handshaking after a
+  // reconnect: the next forward pass does that). Thread-safe: reads only the worker names
+  // (fixed at create) and the transport's connection state.
+  Status health() const override;
 
   // The expert range FFN worker j reported in its handshake.
   const comm::Handshake& ffn_handshake(int j) const { return workers_[j].hs; }

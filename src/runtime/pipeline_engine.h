@@ -37,6 +37,7 @@ class PipelineEngine : public Engine {
   Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override;
   KvUsage kv_usage() const override;
   StageTimes last_stage_times() const override { return times_; }
+  Status health() const override { return ffn_->health(); }
 
   const PagedKvCache& kv_cache() const { return *kv_; }
   // Records attention and FFN-wait spans as pid `pid` (tracing; null to stop).

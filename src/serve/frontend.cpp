@@ -117,6 +117,30 @@ int Frontend::workers_up() const {
   return n;
 }
 
+namespace {
+
+// Why a /health check failed: no answer, or the worker's own reason (the message of its
+// OpenAI-style error body), else its status code.
+std::string health_failure(const Result<HttpAnswer>& st) {
+  if (!st.ok()) return st.status().message();
+  auto j = nlohmann::json::parse(st->body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
+      j["error"]["message"].is_string())
+    return j["error"]["message"].get<std::string>();
+  return "health " + std::to_string(st->status);
+}
+
+}  // namespace
+
+std::string Frontend::why_workers_down() const {
+  std::string out;
+  for (const auto& w : workers_) {
+    if (w->up.load()) continue;
+    out += (out.empty() ? "" : "; ") + ("worker " + std::to_string(w->index) + ": " + w->why_down());
+  }
+  return out;
+}
+
 void Frontend::health_loop() {
   using clock = std::chrono::steady_clock;
   std::vector<clock::time_point> last_wait_log(workers_.size(), clock::time_point{});
@@ -124,18 +148,18 @@ void Frontend::health_loop() {
   for (;;) {
     for (size_t i = 0; i < workers_.size(); ++i) {
       FrontendWorker& w = *workers_[i];
-      auto st = http_get_status(w.host, w.port, "/health", opt_.health_timeout_ms);
-      const bool up = st.ok() && *st == 200;
+      auto st = http_get(w.host, w.port, "/health", opt_.health_timeout_ms, 64 << 10);
+      const bool up = st.ok() && st->status == 200;
+      w.set_why_down(up ? "" : health_failure(st));
       const bool was = w.up.exchange(up);
       if (up && !was) {
         spdlog::info("front end: attention worker {} at {} is up", i, w.address);
         w.ever_up = true;
       } else if (!up && was) {
-        spdlog::warn("front end: attention worker {} at {} is down ({})", i, w.address,
-                     st.ok() ? "health " + std::to_string(*st) : st.status().message());
+        spdlog::warn("front end: attention worker {} at {} is down ({})", i, w.address, w.why_down());
       } else if (!up && clock::now() - last_wait_log[i] > std::chrono::seconds(5)) {
-        spdlog::info("front end: waiting for attention worker {} at {}{}", i, w.address,
-                     w.ever_up ? " (lost)" : "");
+        spdlog::info("front end: waiting for attention worker {} at {}{} ({})", i, w.address,
+                     w.ever_up ? " (lost)" : "", w.why_down());
         last_wait_log[i] = clock::now();
       }
     }
@@ -201,7 +225,8 @@ void Frontend::install_routes() {
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (stopping_) return send_error(res, 503, "shutting down", opt_.server.retry_after_s);
     const int up = workers_up();
-    if (up == 0) return send_error(res, 503, "no attention worker is up", opt_.server.retry_after_s);
+    if (up == 0)
+      return send_error(res, 503, "no attention worker is up (" + why_workers_down() + ")", opt_.server.retry_after_s);
     nlohmann::json j = {{"status", "ok"}, {"workers_up", up}, {"workers", workers_.size()}};
     res.set_content(j.dump(), "application/json");
   });
@@ -386,7 +411,7 @@ void Frontend::install_routes() {
     no_worker_.fetch_add(1);
     count_response(503);
     send_error(res, 503, "no attention worker is available (" + std::to_string(workers_up()) + " of " +
-                             std::to_string(workers_.size()) + " up)", retry_s);
+                             std::to_string(workers_.size()) + " up; " + why_workers_down() + ")", retry_s);
   };
   s.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) {
     generate(Endpoint::completions, "/v1/completions", req, res);

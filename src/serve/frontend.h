@@ -65,6 +65,20 @@ struct FrontendWorker {
   std::atomic<int64_t> inflight_requests{0};
   std::atomic<uint64_t> requests{0};        // placed here
   std::atomic<uint64_t> failures{0};        // connection refused / broken mid-response
+  // Why its last health check failed ("" while up): no answer, or the worker's own reason
+  // (e.g. its FFN worker is not connected).
+  std::string why_down() const {
+    std::lock_guard<std::mutex> l(why_mu);
+    return why;
+  }
+  void set_why_down(std::string w) {
+    std::lock_guard<std::mutex> l(why_mu);
+    why = std::move(w);
+  }
+
+ private:
+  mutable std::mutex why_mu;
+  std::string why = "not checked yet";
 };
 
 class Frontend {
@@ -78,6 +92,8 @@ class Frontend {
   Status run();
   void stop();
   int workers_up() const;
+  // "worker 0: <why>; worker 1: <why>" over the workers that are down ("" if none).
+  std::string why_workers_down() const;
   const ModelServing& model() const { return model_; }
   // The front end's own afd_frontend_* series.
   std::string render_metrics() const;

@@ -55,8 +55,18 @@ void HttpServer::install_routes() {
   httplib::Server& s = *svr_;
   configure_server(s, opt_, "request handler", [this] { metrics_->request_finished(401); });
 
+  // Readiness: 503 (with why) while an engine cannot run a forward pass, e.g. an AFD
+  // attention worker whose FFN worker is not connected; the front end then places requests
+  // elsewhere, or answers 503 + Retry-After itself.
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (stopping_) return send_error(res, 503, "shutting down", opt_.retry_after_s);
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (Status h = workers_[i]->engine_health(); !h.is_ok()) {
+        std::string why = h.message();
+        if (workers_.size() > 1) why = "worker " + std::to_string(i) + ": " + why;
+        return send_error(res, 503, why, opt_.retry_after_s);
+      }
+    }
     res.set_content("{\"status\":\"ok\"}", "application/json");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {

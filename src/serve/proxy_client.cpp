@@ -3,6 +3,22 @@
 #include <httplib.h>
 
 namespace afd::serve {
+namespace {
+
+// What a failed exchange means, in words (httplib's names are terse: "Connection", "Read").
+std::string describe(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection: return "cannot connect (refused or unreachable)";
+    case httplib::Error::ConnectionTimeout: return "connect timed out";
+    case httplib::Error::Read: return "no answer (read failed or timed out)";
+    case httplib::Error::Write: return "sending the request failed";
+    case httplib::Error::Canceled: return "cancelled";
+    default: return httplib::to_string(e);
+  }
+}
+
+}  // namespace
+
 
 UpstreamCall::UpstreamCall(const std::string& host, int port, UpstreamTimeouts t)
     : where_(host + ":" + std::to_string(port)), cli_(std::make_unique<httplib::Client>(host, port)) {
@@ -67,7 +83,7 @@ UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& b
   } else if (by_callback || cancelled) {
     out.cancelled = true;
   } else {
-    out.error = unavailable("attention worker " + where_ + ": " + httplib::to_string(err) +
+    out.error = unavailable("attention worker " + where_ + ": " + describe(err) +
                             (out.responded ? " (mid-response)" : ""));
   }
   return out;
@@ -83,33 +99,33 @@ void set_timeouts(httplib::Client* cli, int timeout_ms) {
 
 }  // namespace
 
-Result<int> http_get_status(const std::string& host, int port, const std::string& path, int timeout_ms) {
+Result<HttpAnswer> http_get(const std::string& host, int port, const std::string& path, int timeout_ms,
+                            size_t max_bytes) {
   httplib::Client cli(host, port);
   set_timeouts(&cli, timeout_ms);
-  auto r = cli.Get(path);
-  if (!r) return unavailable(host + ":" + std::to_string(port) + path + ": " + httplib::to_string(r.error()));
-  return r->status;
+  const std::string where = host + ":" + std::to_string(port) + path;
+  HttpAnswer a;
+  bool too_long = false;
+  auto r = cli.Get(path, [&](const char* data, size_t n) {
+    if (a.body.size() + n > max_bytes) {
+      too_long = true;
+      return false;
+    }
+    a.body.append(data, n);
+    return true;
+  });
+  if (too_long) return resource_exhausted(where + ": answer longer than " + std::to_string(max_bytes) + " bytes");
+  if (!r) return unavailable(where + ": " + describe(r.error()));
+  a.status = r->status;
+  return a;
 }
 
 Result<std::string> http_get_body(const std::string& host, int port, const std::string& path, int timeout_ms,
                                   size_t max_bytes) {
-  httplib::Client cli(host, port);
-  set_timeouts(&cli, timeout_ms);
-  const std::string where = host + ":" + std::to_string(port) + path;
-  std::string body;
-  bool too_long = false;
-  auto r = cli.Get(path, [&](const char* data, size_t n) {
-    if (body.size() + n > max_bytes) {
-      too_long = true;
-      return false;
-    }
-    body.append(data, n);
-    return true;
-  });
-  if (too_long) return resource_exhausted(where + ": answer longer than " + std::to_string(max_bytes) + " bytes");
-  if (!r) return unavailable(where + ": " + httplib::to_string(r.error()));
-  if (r->status != 200) return unavailable(where + ": answered " + std::to_string(r->status));
-  return body;
+  AFD_ASSIGN_OR_RETURN(HttpAnswer a, http_get(host, port, path, timeout_ms, max_bytes));
+  if (a.status != 200)
+    return unavailable(host + ":" + std::to_string(port) + path + ": answered " + std::to_string(a.status));
+  return std::move(a.body);
 }
 
 }  // namespace afd::serve

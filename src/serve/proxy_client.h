@@ -59,11 +59,16 @@ class UpstreamCall {
   bool cancelled_ = false;
 };
 
-// GET host:port/path with short timeouts; the status code, or unavailable when there is no
-// answer (connection refused, timeout).
-Result<int> http_get_status(const std::string& host, int port, const std::string& path, int timeout_ms);
-// GET host:port/path within timeout_ms; the body of a 200 answer. unavailable for no answer
-// or another status, resource_exhausted past max_bytes (the rest is not read).
+struct HttpAnswer {
+  int status = 0;
+  std::string body;
+};
+// GET host:port/path within timeout_ms: the status and body, whatever the status.
+// unavailable when there is no answer (connection refused, timeout), resource_exhausted
+// past max_bytes of body (the rest is not read).
+Result<HttpAnswer> http_get(const std::string& host, int port, const std::string& path, int timeout_ms,
+                            size_t max_bytes);
+// The same, but only a 200 answer is one (another status is unavailable); its body.
 Result<std::string> http_get_body(const std::string& host, int port, const std::string& path, int timeout_ms,
                                   size_t max_bytes);
 

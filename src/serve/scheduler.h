@@ -69,6 +69,8 @@ class Scheduler {
   void process_logits(const std::vector<SeqRequest*>& order, const std::vector<BatchItem>& items,
                       const std::vector<float>& logits);
 
+  // The engine's health (Engine::health; thread-safe).
+  Status engine_health() const { return engine_->health(); }
   int64_t n_waiting() const;
   int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
 

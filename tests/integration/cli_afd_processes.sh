@@ -228,6 +228,49 @@ except urllib.error.HTTPError as e:
 kill $FE $F0
 timeout 15 bash -c "while kill -0 $FE 2>/dev/null || kill -0 $F0 2>/dev/null; do sleep 0.1; done" && ok "front end and FFN worker stop on SIGTERM" || bad "processes did not stop"
 
+# An FFN worker dies: its attention worker's /health turns 503 naming it, the front end stops
+# placing requests there and answers 503 + Retry-After with the reason; when the FFN worker
+# is back, everything serves again.
+read -r QF QA QFFN < <(/usr/bin/python3 -c '
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+"$AFD" worker --role ffn --model "$M" --listen 127.0.0.1:$QFFN --precision reference --threads 1 >"$TMP/q_f.log" 2>&1 & QF0=$!; PIDS+=($QF0)
+"$AFD" worker --role attention --model "$M" --ffn 127.0.0.1:$QFFN --listen 127.0.0.1:$QA --precision reference --threads 1 \
+  --ffn-timeout-ms 2000 >"$TMP/q_a.log" 2>&1 & QA0=$!; PIDS+=($QA0)
+"$AFD" serve --model "$M" --attention-workers 127.0.0.1:$QA --port $QF >"$TMP/q_fe.out" 2>"$TMP/q_fe.err" & QFE=$!; PIDS+=($QFE)
+wait_for "$TMP/q_fe.out" "bundle complete" 40 || bad "FFN-loss bundle never completed"
+kill -9 $QF0; wait $QF0 2>/dev/null
+health() { /usr/bin/python3 -c "
+import urllib.request, urllib.error, json
+try:
+    r = urllib.request.urlopen('http://127.0.0.1:$1/health', timeout=5); print(r.status)
+except urllib.error.HTTPError as e:
+    print(e.code, json.load(e)['error']['message'])
+except Exception as e: print('error', e)"; }
+ah=""; fh=""
+for _ in $(seq 1 50); do
+  ah=$(health $QA); fh=$(health $QF)
+  case "$fh" in 503*ffn0*) break;; esac
+  sleep 0.1
+done
+case "$ah" in "503 FFN worker 'ffn0' is not connected") ok "attention worker /health: $ah";; *) bad "attention worker /health after FFN loss: '$ah'";; esac
+case "$fh" in 503*"worker 0: FFN worker 'ffn0' is not connected"*) ok "front end /health names the lost FFN worker: $fh";; *) bad "front end /health after FFN loss: '$fh'";; esac
+code=$(/usr/bin/python3 -c "
+import urllib.request, urllib.error, json
+try:
+    urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:$QF/v1/completions', data=b'{\"prompt\":[1],\"max_tokens\":2}', headers={'content-type':'application/json'}), timeout=10)
+    print(200)
+except urllib.error.HTTPError as e:
+    print(e.code, e.headers.get('Retry-After'), 'ffn0' in json.load(e)['error']['message'])")
+[ "$code" = "503 1 True" ] && ok "request while the FFN worker is down: 503 + Retry-After naming it" || bad "request during FFN loss: '$code'"
+"$AFD" worker --role ffn --model "$M" --listen 127.0.0.1:$QFFN --precision reference --threads 1 >"$TMP/q_f2.log" 2>&1 & QF0=$!; PIDS+=($QF0)
+for _ in $(seq 1 100); do fh=$(health $QF); [ "$fh" = 200 ] && break; sleep 0.1; done
+got=$(timeout 60 bash -c "$(declare -f client); client $QF compare")
+[ "$fh" = 200 ] && [ "$got" = "$want" ] && ok "FFN worker back: healthy and serving the same answers" || bad "after the FFN worker came back: health '$fh'"
+kill $QFE $QA0 $QF0; wait $QFE $QA0 $QF0 2>/dev/null
+
 # One command on one machine: every worker a child process behind the front end (the default
 # for an xAyF topology; --spawn-workers says the same explicitly).
 "$AFD" serve --model "$M" --topology 2A1F --precision reference --threads 1 --port 0 --trace "$TMP/sp_trace.json" >"$TMP/sp.out" 2>"$TMP/sp.err" &

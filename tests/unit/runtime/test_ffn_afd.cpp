@@ -542,6 +542,27 @@ TEST(FfnAfd, LostFfnWorkerIsUnavailableAndTakenBackOnReconnect) {
   EXPECT_EQ(b.workers[0]->stats().attention_serving.load(), 1);  // lost, then served again
 }
 
+TEST(FfnAfd, HealthSaysWhichFfnWorkerIsNotConnected) {
+  auto w = tiny_model("a");
+  Bundle b;
+  start_workers(b, w, 1, 2);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  auto cl = FfnClient::create(w, b.attn_t[0].get(), client_opts(0, 1, 2));
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  EXPECT_TRUE((*cl)->health().is_ok()) << (*cl)->health().to_string();
+  // FFN worker 1's transport goes away for good (its process died): health says so, from
+  // another thread than the engine's, while nothing is being forwarded.
+  b.ffn_t[1]->close();
+  Status h;
+  std::thread checker([&] {
+    const int64_t dl = deadline_in_ms(3000);
+    while ((h = (*cl)->health()).is_ok() && now_ns() < dl) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  checker.join();
+  EXPECT_EQ(h.code(), StatusCode::unavailable) << h.to_string();
+  EXPECT_NE(h.message().find("'ffn1'"), std::string::npos) << h.to_string();
+}
+
 TEST(FfnAfd, OverUcx) {
   auto w = tiny_model("a");
   std::atomic<bool> stop{false};
