@@ -164,12 +164,17 @@ FfnClientOptions client_opts(int index, int x, int y, int mbs = 2) {
   return o;
 }
 
+// One attention worker ("attn0") and y FFN workers on b's hub; the attention side's client.
+Result<std::unique_ptr<FfnClient>> one_attention(Bundle& b, std::shared_ptr<const ModelWeights> w, int y) {
+  start_workers(b, w, 1, y);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  return FfnClient::create(w, b.attn_t[0].get(), client_opts(0, 1, y));
+}
+
 TEST(FfnAfd, OneWorkerIsBitExactToLocalFp8PlusBf16) {
   auto w = tiny_model("a");
   Bundle b;
-  start_workers(b, w, 1, 1);
-  b.attn_t.push_back(inproc(b, "attn0"));
-  auto cl = FfnClient::create(w, b.attn_t[0].get(), client_opts(0, 1, 1));
+  auto cl = one_attention(b, w, 1);
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
   const int64_t H = w->config.hidden_size;
   for (int step = 0; step < 2; ++step) {
@@ -517,9 +522,7 @@ TEST(FfnAfd, MalformedFrameGetsAnErrorReplyAndWorkerKeepsServing) {
 TEST(FfnAfd, LostFfnWorkerIsUnavailableAndTakenBackOnReconnect) {
   auto w = tiny_model("a");
   Bundle b;
-  start_workers(b, w, 1, 1);
-  b.attn_t.push_back(inproc(b, "attn0"));
-  auto cl = FfnClient::create(w, b.attn_t[0].get(), client_opts(0, 1, 1));
+  auto cl = one_attention(b, w, 1);
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
   TokenBatch t = random_batch(w->config, 4, 30);
   // The FFN side drops the connection mid-layer.
@@ -545,9 +548,7 @@ TEST(FfnAfd, LostFfnWorkerIsUnavailableAndTakenBackOnReconnect) {
 TEST(FfnAfd, HealthSaysWhichFfnWorkerIsNotConnected) {
   auto w = tiny_model("a");
   Bundle b;
-  start_workers(b, w, 1, 2);
-  b.attn_t.push_back(inproc(b, "attn0"));
-  auto cl = FfnClient::create(w, b.attn_t[0].get(), client_opts(0, 1, 2));
+  auto cl = one_attention(b, w, 2);
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
   EXPECT_TRUE((*cl)->health().is_ok()) << (*cl)->health().to_string();
   // FFN worker 1's transport goes away for good (its process died): health says so, from
