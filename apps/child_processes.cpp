@@ -31,7 +31,7 @@ Result<int> free_local_port() {
   return port;
 }
 
-Result<pid_t> ChildProcesses::spawn_self(const std::vector<std::string>& args, const std::string& name) {
+Result<pid_t> ChildProcesses::start(const std::vector<std::string>& args, const std::string& name) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0) return io_error("cannot find this executable (/proc/self/exe)");
@@ -48,40 +48,83 @@ Result<pid_t> ChildProcesses::spawn_self(const std::vector<std::string>& args, c
     sigset_t none;  // the mask survives exec: give the worker default signal handling
     sigemptyset(&none);
     pthread_sigmask(SIG_SETMASK, &none, nullptr);
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // (sent when the forking *thread* ends: see stop_all)
     if (getppid() != parent) _exit(1);  // the parent died before prctl
     execv(exe, argv.data());
     _exit(127);
   }
-  std::lock_guard<std::mutex> l(mu_);
-  children_.push_back({pid, name, false});
   return pid;
 }
 
-void ChildProcesses::watch() {
+Result<pid_t> ChildProcesses::spawn_self(const std::vector<std::string>& args, const std::string& name) {
+  std::lock_guard<std::mutex> l(mu_);
+  AFD_ASSIGN_OR_RETURN(pid_t pid, start(args, name));
+  Child c;
+  c.pid = pid;
+  c.name = name;
+  c.args = args;
+  c.started = std::chrono::steady_clock::now();
+  children_.push_back(std::move(c));
+  return pid;
+}
+
+void ChildProcesses::on_exit(Child& c, int st, const RestartPolicy& policy) {
+  using clock = std::chrono::steady_clock;
+  c.reaped = true;
+  if (stopping_) return;
+  spdlog::error("{} (process {}) exited ({} {})", c.name, c.pid, WIFSIGNALED(st) ? "signal" : "status",
+                WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+  if (policy.max_per_minute <= 0) return;
+  const auto now = clock::now();
+  std::erase_if(c.restarts, [&](clock::time_point t) { return now - t > std::chrono::minutes(1); });
+  if (static_cast<int>(c.restarts.size()) >= policy.max_per_minute) {
+    spdlog::error("{} exited {} times within a minute: not restarting it again", c.name, c.restarts.size() + 1);
+    return;
+  }
+  // A child that ran for a minute starts over at the initial backoff.
+  c.backoff_ms = now - c.started > std::chrono::minutes(1) || c.backoff_ms == 0
+                     ? policy.backoff_ms
+                     : std::min(policy.max_backoff_ms, c.backoff_ms * 2);
+  c.pending = true;
+  c.restart_at = now + std::chrono::milliseconds(c.backoff_ms);
+  spdlog::warn("restarting {} in {} ms", c.name, c.backoff_ms);
+}
+
+void ChildProcesses::watch(RestartPolicy policy) {
   if (watcher_.joinable()) return;
-  watcher_ = std::thread([this] {
+  watcher_ = std::thread([this, policy] {
     while (!stopping_) {
       {
         std::lock_guard<std::mutex> l(mu_);
         for (Child& c : children_) {
+          if (c.pending && !stopping_ && std::chrono::steady_clock::now() >= c.restart_at) {
+            c.pending = false;
+            auto pid = start(c.args, c.name);
+            if (!pid.ok()) {
+              spdlog::error("cannot restart {}: {}", c.name, pid.status().to_string());
+              continue;
+            }
+            c.pid = *pid;
+            c.reaped = false;
+            c.started = std::chrono::steady_clock::now();
+            c.restarts.push_back(c.started);
+            restarts_.fetch_add(1);
+            spdlog::warn("restarted {} as process {}", c.name, c.pid);
+          }
           if (c.reaped) continue;
           int st = 0;
-          if (waitpid(c.pid, &st, WNOHANG) == c.pid) {
-            c.reaped = true;
-            if (!stopping_)
-              spdlog::error("{} (process {}) exited ({} {})", c.name, c.pid, WIFSIGNALED(st) ? "signal" : "status",
-                            WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-          }
+          if (waitpid(c.pid, &st, WNOHANG) == c.pid) on_exit(c, st, policy);
         }
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
 }
 
 void ChildProcesses::stop_all() {
   stopping_ = true;
+  // Children the watcher restarted get their PR_SET_PDEATHSIG (SIGTERM) as it ends here;
+  // the rest get theirs below. Either way every child is stopped and reaped.
   if (watcher_.joinable()) watcher_.join();
   std::lock_guard<std::mutex> l(mu_);
   for (Child& c : children_)

@@ -1,12 +1,14 @@
 // ChildProcesses: worker processes started by this one (`--spawn-ffn`, `--spawn-workers`).
 // Each child gets default signal handling and SIGTERM if this process dies (PR_SET_PDEATHSIG);
 // the destructor stops them all (SIGTERM, then SIGKILL after 5 s) and reaps them. watch()
-// logs a child that exits on its own.
+// logs a child that exits on its own and, with a RestartPolicy, starts it again with the
+// same arguments (same ports: its peers reconnect to it as they do after any loss).
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -15,6 +17,15 @@
 #include "core/status.h"
 
 namespace afd::cli {
+
+// Restarting children that exit on their own: after backoff_ms (doubling, up to
+// max_backoff_ms, while it keeps dying within a minute of starting), at most max_per_minute
+// times in any 60 s; past that the child is left down (logged).
+struct RestartPolicy {
+  int max_per_minute = 0;  // 0: never restart
+  int backoff_ms = 500;
+  int max_backoff_ms = 10000;
+};
 
 class ChildProcesses {
  public:
@@ -26,8 +37,11 @@ class ChildProcesses {
   // Runs this executable with args (args[0] is not the program: it is the first argument);
   // `name` is used in logs.
   Result<pid_t> spawn_self(const std::vector<std::string>& args, const std::string& name);
-  // Starts a thread that logs (error) any child exiting before stop_all().
-  void watch();
+  // Starts a thread that logs (error) any child exiting before stop_all() and restarts it
+  // as `policy` says.
+  void watch(RestartPolicy policy = {});
+  // Restarts so far (all children).
+  int restarts() const { return restarts_.load(); }
   // Stops and reaps every child; idempotent.
   void stop_all();
   size_t size() const { return children_.size(); }
@@ -37,10 +51,19 @@ class ChildProcesses {
     pid_t pid = -1;
     std::string name;
     bool reaped = false;
+    std::vector<std::string> args;
+    std::chrono::steady_clock::time_point started;
+    std::vector<std::chrono::steady_clock::time_point> restarts;  // within the last minute
+    std::chrono::steady_clock::time_point restart_at{};            // pending restart (reaped, not given up)
+    bool pending = false;
+    int backoff_ms = 0;
   };
+  Result<pid_t> start(const std::vector<std::string>& args, const std::string& name);
+  void on_exit(Child& c, int status, const RestartPolicy& policy);  // mu_ held
   std::mutex mu_;
   std::vector<Child> children_;
   std::atomic<bool> stopping_{false};
+  std::atomic<int> restarts_{0};
   std::thread watcher_;
 };
 

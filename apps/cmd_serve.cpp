@@ -29,7 +29,14 @@ struct ServeFlags {
   std::string topology_file;
   bool spawn_workers = false;
   bool in_process = false;
+  int worker_restarts = 5;  // per worker per minute; 0: never
 };
+
+RestartPolicy restart_policy(const ServeFlags& f) {
+  RestartPolicy p;
+  p.max_per_minute = f.worker_restarts;
+  return p;
+}
 
 serve::FrontendOptions frontend_options(const ServeFlags& f) {
   serve::FrontendOptions fo;
@@ -93,7 +100,7 @@ void serve_topology_file(const ServeFlags& f) {
       }
     }
   }
-  run_frontend("serve", std::move(fo), static_cast<int>(t->ffn.size()), &children);
+  run_frontend("serve", std::move(fo), static_cast<int>(t->ffn.size()), &children, restart_policy(f));
 }
 
 // --spawn-workers with --topology xAyF: x attention + y FFN worker processes on free local ports.
@@ -156,7 +163,7 @@ void serve_spawned(const ServeFlags& f) {
     spdlog::info("started {} as process {} on {}", name, *pid, addr);
     fo.workers.push_back(addr);
   }
-  run_frontend("serve", std::move(fo), topo->n_ffn, &children);  // returns with the workers stopped
+  run_frontend("serve", std::move(fo), topo->n_ffn, &children, restart_policy(f));  // returns with the workers stopped
   if (Status s = merge_trace_parts("serve", e.trace, trace_parts, /*include_path=*/false); !s.is_ok()) fail("serve", s);
 }
 
@@ -185,6 +192,7 @@ void run_serve(const ServeFlags& f) {
     fail("serve", invalid_argument("--spawn-ffn hosts the topology's attention workers itself; use --workers 1"));
   LocalFfnProcesses ffn_procs;
   if (Status s = ffn_procs.start(f.engine, &*opt, /*with_metrics=*/true); !s.is_ok()) fail("serve", s);
+  ffn_procs.watch(restart_policy(f));
   const int n = f.service.workers;
   run_engine_service("serve", f.service, *opt, "afd serve: model '{model}'",
                      " (" + std::to_string(n) + " worker" + (n > 1 ? "s" : "") + ")" +
@@ -213,6 +221,11 @@ void register_serve(CLI::App& app) {
                 "Start every worker of --topology xAyF (or --topology-file) as a local process behind a front end "
                 "(the default for --topology xAyF without --ffn / --spawn-ffn)")
       ->envname("AFD_SPAWN_WORKERS");
+  cmd->add_option("--worker-restarts", f->worker_restarts,
+                  "Worker processes this command started (--topology xAyF, --spawn-workers, --spawn-ffn) that exit "
+                  "are started again, at most this many times a minute each (0: never)")
+      ->check(CLI::Range(0, 1000))
+      ->envname("AFD_WORKER_RESTARTS");
   cmd->add_flag("--in-process", f->in_process,
                 "--topology xAyF: run the attention engines and FFN workers as threads of this one process")
       ->envname("AFD_IN_PROCESS");

@@ -134,7 +134,8 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   if (!s.is_ok()) fail(cmd, s);
 }
 
-void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children) {
+void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children,
+                  RestartPolicy restart) {
   const int n_att = static_cast<int>(fo.workers.size());
   const std::string host = fo.server.host;
   auto model = std::make_shared<std::string>();
@@ -151,7 +152,7 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   if (Status s = (*f)->start(); !s.is_ok()) fail(cmd, s);
   serve::Frontend* raw = f->get();
   if (Status s = stop_on_signal([raw] { raw->stop(); }); !s.is_ok()) fail(cmd, s);
-  if (children) children->watch();
+  if (children) children->watch(restart);
   std::printf("afd serve: front end on http://%s:%d for %d attention worker%s (waiting for them)\n", host.c_str(),
               raw->port(), n_att, n_att > 1 ? "s" : "");
   std::fflush(stdout);

@@ -56,7 +56,9 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
 
 // Serves the front end over `fo.workers` until a signal; prints the front end's address,
 // then "afd serve: bundle complete: ..." once every attention worker answers /health.
-// `children` (may be null) are the locally spawned workers, stopped on exit.
-void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children);
+// `children` (may be null) are the locally spawned workers, restarted as `restart` says when
+// they exit, and stopped on exit.
+void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children,
+                  RestartPolicy restart = {});
 
 }  // namespace afd::cli

@@ -283,6 +283,20 @@ got=$(timeout 60 bash -c "$(declare -f client); client $(port_of "$TMP/sp.out") 
 st=$(timeout 10 bash -c "$(declare -f client); client $(port_of "$TMP/sp.out") metric 'afd_ffn_tokens_total{ffn=\"0\"'")
 su=$(timeout 10 bash -c "$(declare -f client); client $(port_of "$TMP/sp.out") metric afd_federation_target_up")
 [ "${st%.*}" -gt 0 ] && [ "${su%.*}" = 3 ] && ok "--spawn-workers /metrics has the FFN worker's tokens ($st) and 3 workers up" || bad "--spawn-workers federation: ffn tokens '$st', targets up '$su'"
+# A spawned worker that dies is started again (--worker-restarts, default 5 a minute) and the
+# bundle heals: the attention workers reconnect to the new FFN worker process.
+SPP=$(port_of "$TMP/sp.out")
+FP=$(pgrep -f -- "worker --role ffn --model $M" | head -1)
+kill -9 "$FP"
+healed=0
+for _ in $(seq 1 100); do
+  if grep -q "restarted FFN worker 0/1 as process" "$TMP/sp.err" &&
+     [ "$(curl -s "127.0.0.1:$SPP/health" | grep -o '"workers_up":[0-9]*')" = '"workers_up":2' ]; then healed=1; break; fi
+  sleep 0.1
+done
+got=$(timeout 60 bash -c "$(declare -f client); client $SPP compare")
+[ $healed = 1 ] && [ "$got" = "$want" ] && ok "a killed FFN worker process is restarted and the bundle serves the same answers" ||
+  { bad "FFN worker restart: healed=$healed"; grep -E "restart|exited" "$TMP/sp.err" | tail -3; }
 kill $SP
 timeout 15 bash -c "while kill -0 $SP 2>/dev/null; do sleep 0.1; done" || bad "--spawn-workers front end did not stop"
 sleep 0.3
