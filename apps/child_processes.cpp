@@ -108,7 +108,6 @@ void ChildProcesses::watch(RestartPolicy policy) {
             c.reaped = false;
             c.started = std::chrono::steady_clock::now();
             c.restarts.push_back(c.started);
-            restarts_.fetch_add(1);
             spdlog::warn("restarted {} as process {}", c.name, c.pid);
           }
           if (c.reaped) continue;

@@ -40,8 +40,6 @@ class ChildProcesses {
   // Starts a thread that logs (error) any child exiting before stop_all() and restarts it
   // as `policy` says.
   void watch(RestartPolicy policy = {});
-  // Restarts so far (all children).
-  int restarts() const { return restarts_.load(); }
   // Stops and reaps every child; idempotent.
   void stop_all();
   size_t size() const { return children_.size(); }
@@ -63,7 +61,6 @@ class ChildProcesses {
   std::mutex mu_;
   std::vector<Child> children_;
   std::atomic<bool> stopping_{false};
-  std::atomic<int> restarts_{0};
   std::thread watcher_;
 };
 

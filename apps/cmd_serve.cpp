@@ -120,8 +120,8 @@ void serve_spawned(const ServeFlags& f) {
                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / procs);
   ChildProcesses children;
   auto ffn = spawn_ffn_workers(&children, topo->n_attention, topo->n_ffn, f.engine, threads, /*with_metrics=*/true);
-  std::vector<std::string> trace_parts = ffn.ok() ? ffn->trace_parts : std::vector<std::string>{};
   if (!ffn.ok()) fail("serve", ffn.status());
+  std::vector<std::string> trace_parts = ffn->trace_parts;  // the attention workers' are added below
   std::string ffn_list;
   for (const auto& a : ffn->addresses) ffn_list += (ffn_list.empty() ? "" : ",") + a;
   serve::FrontendOptions fo = frontend_options(f);

@@ -125,8 +125,11 @@ std::string health_failure(const Result<HttpAnswer>& st) {
   if (!st.ok()) return st.status().message();
   auto j = nlohmann::json::parse(st->body, nullptr, /*allow_exceptions=*/false);
   if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
-      j["error"]["message"].is_string())
-    return j["error"]["message"].get<std::string>();
+      j["error"]["message"].is_string()) {
+    std::string why = j["error"]["message"].get<std::string>();
+    if (why.size() > 300) why = why.substr(0, 300) + "...";  // it goes into our own answers
+    return why;
+  }
   return "health " + std::to_string(st->status);
 }
 

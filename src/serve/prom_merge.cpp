@@ -7,7 +7,6 @@
 namespace afd::serve {
 namespace {
 
-
 bool name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':'; }
 bool name_char(char c) { return name_start(c) || std::isdigit(static_cast<unsigned char>(c)); }
 
