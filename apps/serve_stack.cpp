@@ -57,24 +57,35 @@ Status ServiceFlags::validate() const {
   return Status::ok();
 }
 
-Status stop_on_signal(std::function<void()> stop) {
-  // The handler only writes a byte to a pipe (async-signal-safe), whichever thread takes the
-  // signal (libraries such as OpenBLAS start threads before main, so a blocked-mask +
-  // sigwait scheme can miss it); a dedicated thread reads the pipe and calls stop().
+Result<std::unique_ptr<StopOnSignal>> StopOnSignal::start(std::function<void()> stop) {
+  // The handler only writes the signal's number to a pipe (async-signal-safe), whichever
+  // thread takes the signal (libraries such as OpenBLAS start threads before main, so a
+  // blocked-mask + sigwait scheme can miss it); a dedicated thread reads the pipe and calls
+  // stop(). A 0 byte (no signal has that number) from the destructor ends the thread.
   if (g_signal_pipe[0] < 0 && pipe(g_signal_pipe) != 0) return io_error("pipe() failed");
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  std::thread([stop = std::move(stop)] {
+  std::unique_ptr<StopOnSignal> s(new StopOnSignal());
+  s->thread_ = std::thread([stop = std::move(stop)] {
     unsigned char sig = 0;
-    if (read(g_signal_pipe[0], &sig, 1) == 1) {
+    while (read(g_signal_pipe[0], &sig, 1) == 1) {
+      if (sig == 0) return;
       spdlog::info("afd: signal {}, stopping", static_cast<int>(sig));
       stop();
+      return;
     }
-  }).detach();
-  return Status::ok();
+  });
+  return s;
+}
+
+StopOnSignal::~StopOnSignal() {
+  const unsigned char end = 0;
+  ssize_t r = write(g_signal_pipe[1], &end, 1);
+  (void)r;
+  if (thread_.joinable()) thread_.join();
 }
 
 void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOptions& opt, const std::string& banner,
@@ -121,12 +132,14 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   }
   if (Status s = (*svc)->start(); !s.is_ok()) fail(cmd, s);
   serve::Service* raw = svc->get();
-  if (Status s = stop_on_signal([raw] { raw->stop(); }); !s.is_ok()) fail(cmd, s);
+  auto on_signal = StopOnSignal::start([raw] { raw->stop(); });
+  if (!on_signal.ok()) fail(cmd, on_signal.status());
   std::string b = banner;
   if (size_t at = b.find("{model}"); at != std::string::npos) b.replace(at, 7, raw->model().limits.model_name);
   std::printf("%s on http://%s:%d%s\n", b.c_str(), f.host.c_str(), raw->port(), suffix.c_str());
   std::fflush(stdout);
   Status s = raw->run();
+  on_signal->reset();  // a signal's stop() has finished (the service outlives it)
   raw->stop();
   if (opt.trace && !extras.trace_path.empty()) {
     if (Status ts = write_trace(cmd, *opt.trace, extras.trace_path); !ts.is_ok()) spdlog::error("afd {}: {}", cmd, ts.to_string());
@@ -151,12 +164,14 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   *model = (*f)->model().limits.model_name;
   if (Status s = (*f)->start(); !s.is_ok()) fail(cmd, s);
   serve::Frontend* raw = f->get();
-  if (Status s = stop_on_signal([raw] { raw->stop(); }); !s.is_ok()) fail(cmd, s);
+  auto on_signal = StopOnSignal::start([raw] { raw->stop(); });
+  if (!on_signal.ok()) fail(cmd, on_signal.status());
   if (children) children->watch(restart);
   std::printf("afd serve: front end on http://%s:%d for %d attention worker%s (waiting for them)\n", host.c_str(),
               raw->port(), n_att, n_att > 1 ? "s" : "");
   std::fflush(stdout);
   Status s = raw->run();
+  on_signal->reset();  // a signal's stop() has finished before the front end goes
   raw->stop();
   f->reset();
   if (children) children->stop_all();

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -38,8 +40,17 @@ struct ServiceFlags {
 };
 
 // SIGINT/SIGTERM call stop() once, from a dedicated thread (the handler only writes to a
-// pipe). Call once per process.
-Status stop_on_signal(std::function<void()> stop);
+// pipe). Destroying the object waits for a stop() in progress and rules out a later one, so
+// whatever stop() touches may be destroyed after it. One at a time per process.
+class StopOnSignal {
+ public:
+  static Result<std::unique_ptr<StopOnSignal>> start(std::function<void()> stop);
+  ~StopOnSignal();
+
+ private:
+  StopOnSignal() = default;
+  std::thread thread_;
+};
 
 // Builds f.workers engines from `opt` and serves them until a signal. Once the API listens,
 // prints (stdout) "<banner> on http://HOST:PORT<suffix>", "{model}" in banner replaced by the
