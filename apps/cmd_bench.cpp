@@ -17,6 +17,7 @@
 #include "trace_output.h"
 #include "kernels/cpu/machine_limits.h"
 #include "model/weights.h"
+#include "runtime/bundle.h"
 #include "runtime/engine_factory.h"
 
 namespace afd::cli {
@@ -30,6 +31,7 @@ struct BenchFlags {
   int steps = 5;
   bool json = false;
   bool per_layer = false;
+  bool per_worker = false;
   bool skip_limits = false;
   std::string mode = "mono";
   std::string delay = "0";
@@ -106,7 +108,19 @@ double peak_rss_bytes() {
 struct Point {
   double step_s = 0, ffn_s = 0, attn_s = 0, comm_s = 0, bytes = 0, flops = 0, expert_flops = 0;
   std::vector<LayerStageTimes> layers;  // of the best step
+  // Of the best step, in-process bundles only (empty otherwise): tokens each attention
+  // engine ran, and tokens each FFN worker computed per layer (its routed share, averaged
+  // over the layers; every TP rank of a group computes the group's tokens).
+  std::vector<double> attention_tokens, ffn_tokens;
 };
+
+// Tokens computed so far by each in-process FFN worker of `e` (empty for other engines).
+std::vector<int64_t> ffn_token_counts(Engine& e) {
+  std::vector<int64_t> out;
+  if (auto* dp = dynamic_cast<DataParallelEngine*>(&e))
+    for (const FfnWorkerStats* s : dp->bundle().ffn_stats()) out.push_back(s->tokens.load());
+  return out;
+}
 
 // Best decode step of `batch` sequences at context `ctx` over `steps` timed steps.
 Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int64_t batch, int64_t ctx, int steps) {
@@ -130,17 +144,24 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
   best.step_s = 1e30;
   for (int step = 0; step <= steps; ++step) {  // step 0 warms up
     for (int64_t i = 0; i < batch; ++i) items[i] = BatchItem{seqs[i], std::span<const int32_t>(&last[i], 1), false};
+    const std::vector<int64_t> ffn0 = ffn_token_counts(e);
     const int64_t t0 = now_ns();
     Status s = e.forward(items, &logits);
     const double dt = (now_ns() - t0) * 1e-9;
     if (!s.is_ok()) fail("bench", s);
+    const std::vector<int64_t> ffn1 = ffn_token_counts(e);
+    std::vector<double> ffn_tokens;
+    for (size_t j = 0; j < ffn1.size(); ++j)
+      ffn_tokens.push_back(static_cast<double>(ffn1[j] - ffn0[j]) / static_cast<double>(mc.n_layers));
     for (int64_t i = 0; i < batch; ++i) last[i] = static_cast<int32_t>((last[i] * 31 + 7) % mc.vocab_size);
     if (step > 0 && dt < best.step_s) {
       StageTimes st = e.last_stage_times();
       const size_t kv_tok = static_cast<size_t>(2 * mc.n_layers * mc.kv_dim()) *
                             (o.precision == Precision::reference ? 4 : dtype_size(o.kv_dtype));
       StepCost sc = step_cost(*w, batch, ctx + step, e.last_expert_reads(), kv_tok);
-      best = Point{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, st.layers};
+      best = Point{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, st.layers, {}, ffn_tokens};
+      if (auto* dp = dynamic_cast<DataParallelEngine*>(&e))
+        best.attention_tokens.assign(dp->last_engine_tokens().begin(), dp->last_engine_tokens().end());
     }
   }
   return best;
@@ -267,6 +288,16 @@ void run_bench(const BenchFlags& f) {
                         {"ffn_ms", l.ffn_s * 1e3},
                         {"f2a_ms", l.f2a_s * 1e3}});
     r["layers"] = layers;
+    // Tokens/s per worker (in-process bundles): each attention engine's share of the step and
+    // each FFN worker's routed tokens per layer; their spread across FFN workers is the EP
+    // imbalance (with top-k > 1 a token may reach several workers, so they can sum past tok/s).
+    auto per_s = [&](const std::vector<double>& n) {
+      nlohmann::json a = nlohmann::json::array();
+      for (double v : n) a.push_back(v / p.step_s);
+      return a;
+    };
+    r["attention_tokens_per_s"] = per_s(p.attention_tokens);
+    r["ffn_tokens_per_s"] = per_s(p.ffn_tokens);
     rows.push_back(r);
     if (!f.json) {
       std::printf("%-6s %3lld %7lld %6lld %7lld %9.1f %9.2f %8.3f %8.3f %8.1f %8.3f %9.3f %8.2f %9.3f %6.2f %6.2f\n",
@@ -274,6 +305,15 @@ void run_bench(const BenchFlags& f) {
                   r["vs_mono"].get<double>(), r["vs_no_delay"].get<double>(), p.bytes / 1e6,
                   r["bandwidth_fraction"].get<double>(), r["flop_fraction"].get<double>(), p.ffn_s * 1e3,
                   r["ffn_flop_fraction"].get<double>(), r["eta_attention"].get<double>(), r["eta_ffn"].get<double>());
+      if (f.per_worker && !p.attention_tokens.empty()) {
+        auto list = [&](const std::vector<double>& n) {
+          std::string o;
+          for (double v : n) o += (o.empty() ? "" : " ") + std::to_string(static_cast<int64_t>(v / p.step_s + 0.5));
+          return o;
+        };
+        std::printf("  tok/s per worker: attention [%s]  ffn [%s]\n", list(p.attention_tokens).c_str(),
+                    list(p.ffn_tokens).c_str());
+      }
       if (f.per_layer) {
         // Per-layer stage times of the best step (docs/BENCHMARKS.md explains each stage).
         std::printf("  %5s %12s %9s %9s %9s\n", "layer", "attention_ms", "a2f_ms", "ffn_ms", "f2a_ms");
@@ -399,6 +439,9 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", f->json, "Print JSON (rows always carry per-layer stage times)");
   cmd->add_flag("--per-layer", f->per_layer,
                 "Print each row's per-layer stage times (attention, A->F post, FFN, F->A wait)");
+  cmd->add_flag("--per-worker", f->per_worker,
+                "Print each row's tokens/s per attention engine and per FFN worker (in-process bundles; --json "
+                "rows always carry them)");
   cmd->add_option("--mode", f->mode, "mono | afd (afd rows are compared with a mono baseline of the same run)");
   cmd->add_option("--delay-us", f->delay,
                   "One-way delay injected into every A<->F message (afd): microseconds, or 'auto' = half the "

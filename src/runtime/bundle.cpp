@@ -262,6 +262,9 @@ Status DataParallelEngine::forward(std::span<const BatchItem> items, std::vector
     per[p->engine].push_back(it);
     which[p->engine].push_back(k);
   }
+  last_tokens_.assign(static_cast<size_t>(n_eng), 0);
+  for (int e = 0; e < n_eng; ++e)
+    for (const BatchItem& it : per[e]) last_tokens_[static_cast<size_t>(e)] += static_cast<int64_t>(it.tokens.size());
   int64_t ffn_busy0 = 0;
   for (const FfnWorkerStats* s : bundle_->ffn_stats()) ffn_busy0 += s->ffn_ns.load();
   std::vector<std::vector<float>> out(n_eng);

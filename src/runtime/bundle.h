@@ -77,6 +77,8 @@ class DataParallelEngine : public Engine {
   StageTimes last_stage_times() const override { return times_; }
   Status health() const override;
   Bundle& bundle() { return *bundle_; }
+  // Tokens each attention engine ran in the last forward (its share of the batch).
+  const std::vector<int64_t>& last_engine_tokens() const { return last_tokens_; }
   Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens) override;
   int64_t last_expert_reads() const override;
 
@@ -93,6 +95,7 @@ class DataParallelEngine : public Engine {
   int64_t next_id_ = 0;
   std::vector<int64_t> live_;  // live sequences per engine (tie-break of the placement)
   StageTimes times_;
+  std::vector<int64_t> last_tokens_;
 };
 
 }  // namespace afd

@@ -64,6 +64,29 @@ print("trace spans:", dict(c))
 PY
 then echo "ok   --trace writes both sides' spans"; else echo "FAIL --trace"; fails=$((fails+1)); fi
 
+# afd bench --json: a mono baseline and one row per micro-batch count, each with the stage
+# times, idle ratios and tokens/s per worker (the attention engines' shares add up to the
+# row's tokens/s; each of the 2 FFN workers saw a routed share, at most every token).
+if "$AFD" --log-level error bench --model "$M" --precision reference --threads 1 --mode afd --topology 2A2F \
+     --microbatches 1,3 --batch 8 --context 16 --steps 1 --json >"$TMP/bench.json" 2>"$TMP/bench.err" &&
+   /usr/bin/python3 - "$TMP/bench.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = d["rows"]
+assert [(r["wiring"], r["microbatches"]) for r in rows] == [("mono", 1), ("2A2F", 1), ("2A2F", 3)], rows
+for r in rows[1:]:
+    tps = r["tokens_per_s"]
+    assert tps > 0 and 0 <= r["eta_attention"] <= 1 and 0 <= r["eta_ffn"] <= 1, r
+    a, f = r["attention_tokens_per_s"], r["ffn_tokens_per_s"]
+    assert len(a) == 2 and abs(sum(a) - tps) < 1e-6 * tps, (a, tps)
+    assert len(f) == 2 and all(0 < x <= tps * (1 + 1e-9) for x in f), (f, tps)
+    assert len(r["layers"]) > 0 and all(l["ffn_ms"] >= 0 for l in r["layers"]), r["layers"]
+assert rows[0]["attention_tokens_per_s"] == [] and rows[0]["ffn_tokens_per_s"] == []
+print("bench rows:", [(r["wiring"], r["microbatches"], round(r["tokens_per_s"])) for r in rows])
+PY
+then echo "ok   afd bench --json rows carry stage times, idle ratios and per-worker tokens/s"
+else echo "FAIL afd bench --json"; tail -3 "$TMP/bench.err"; fails=$((fails+1)); fi
+
 # One command, FFN workers as child processes over UCX (--spawn-ffn); none left behind.
 got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --topology 2A2F --microbatches 3 --spawn-ffn --trace "$TMP/sp_trace.json" 2>/dev/null)
 check "2A2F with --spawn-ffn (FFN worker processes)" "$want2" "$got"
