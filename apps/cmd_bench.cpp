@@ -109,17 +109,25 @@ struct Point {
   double step_s = 0, ffn_s = 0, attn_s = 0, comm_s = 0, bytes = 0, flops = 0, expert_flops = 0;
   std::vector<LayerStageTimes> layers;  // of the best step
   // Of the best step, in-process bundles only (empty otherwise): tokens each attention
-  // engine ran, and tokens each FFN worker computed per layer (its routed share, averaged
-  // over the layers; every TP rank of a group computes the group's tokens).
-  std::vector<double> attention_tokens, ffn_tokens;
+  // engine ran; per FFN worker, the tokens it computed per layer (averaged over the layers;
+  // a token reaches every worker holding one of its top-k experts, and every TP rank of a
+  // group) and its (token, expert) pairs per MoE layer (its share of the expert load).
+  std::vector<double> attention_tokens, ffn_tokens, ffn_expert_rows;
 };
 
-// Tokens computed so far by each in-process FFN worker of `e` (empty for other engines).
-std::vector<int64_t> ffn_token_counts(Engine& e) {
-  std::vector<int64_t> out;
+// Tokens and (token, expert) pairs computed so far by each in-process FFN worker of `e`
+// (empty for other engines).
+struct FfnCounts {
+  std::vector<int64_t> tokens, rows;
+};
+FfnCounts ffn_counts(Engine& e) {
+  FfnCounts c;
   if (auto* dp = dynamic_cast<DataParallelEngine*>(&e))
-    for (const FfnWorkerStats* s : dp->bundle().ffn_stats()) out.push_back(s->tokens.load());
-  return out;
+    for (const FfnWorkerStats* s : dp->bundle().ffn_stats()) {
+      c.tokens.push_back(s->tokens.load());
+      c.rows.push_back(s->expert_rows.load());
+    }
+  return c;
 }
 
 // Best decode step of `batch` sequences at context `ctx` over `steps` timed steps.
@@ -140,26 +148,31 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
   }
   std::vector<BatchItem> items(static_cast<size_t>(batch));
   std::vector<float> logits;
+  int64_t n_moe = 0;  // layers with routed experts
+  for (const LayerWeights& L : w->layers) n_moe += L.moe.experts.empty() ? 0 : 1;
   Point best;
   best.step_s = 1e30;
   for (int step = 0; step <= steps; ++step) {  // step 0 warms up
     for (int64_t i = 0; i < batch; ++i) items[i] = BatchItem{seqs[i], std::span<const int32_t>(&last[i], 1), false};
-    const std::vector<int64_t> ffn0 = ffn_token_counts(e);
+    const FfnCounts ffn0 = ffn_counts(e);
     const int64_t t0 = now_ns();
     Status s = e.forward(items, &logits);
     const double dt = (now_ns() - t0) * 1e-9;
     if (!s.is_ok()) fail("bench", s);
-    const std::vector<int64_t> ffn1 = ffn_token_counts(e);
-    std::vector<double> ffn_tokens;
-    for (size_t j = 0; j < ffn1.size(); ++j)
-      ffn_tokens.push_back(static_cast<double>(ffn1[j] - ffn0[j]) / static_cast<double>(mc.n_layers));
+    const FfnCounts ffn1 = ffn_counts(e);
+    std::vector<double> ffn_tokens, ffn_rows;
+    for (size_t j = 0; j < ffn1.tokens.size(); ++j) {
+      ffn_tokens.push_back(static_cast<double>(ffn1.tokens[j] - ffn0.tokens[j]) / static_cast<double>(mc.n_layers));
+      ffn_rows.push_back(static_cast<double>(ffn1.rows[j] - ffn0.rows[j]) / static_cast<double>(std::max<int64_t>(1, n_moe)));
+    }
     for (int64_t i = 0; i < batch; ++i) last[i] = static_cast<int32_t>((last[i] * 31 + 7) % mc.vocab_size);
     if (step > 0 && dt < best.step_s) {
       StageTimes st = e.last_stage_times();
       const size_t kv_tok = static_cast<size_t>(2 * mc.n_layers * mc.kv_dim()) *
                             (o.precision == Precision::reference ? 4 : dtype_size(o.kv_dtype));
       StepCost sc = step_cost(*w, batch, ctx + step, e.last_expert_reads(), kv_tok);
-      best = Point{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, st.layers, {}, ffn_tokens};
+      best = Point{dt,        st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, st.layers, {},
+                   ffn_tokens, ffn_rows};
       if (auto* dp = dynamic_cast<DataParallelEngine*>(&e))
         best.attention_tokens.assign(dp->last_engine_tokens().begin(), dp->last_engine_tokens().end());
     }
@@ -288,9 +301,10 @@ void run_bench(const BenchFlags& f) {
                         {"ffn_ms", l.ffn_s * 1e3},
                         {"f2a_ms", l.f2a_s * 1e3}});
     r["layers"] = layers;
-    // Tokens/s per worker (in-process bundles): each attention engine's share of the step and
-    // each FFN worker's routed tokens per layer; their spread across FFN workers is the EP
-    // imbalance (with top-k > 1 a token may reach several workers, so they can sum past tok/s).
+    // Tokens/s per worker (in-process bundles): each attention engine's share of the step;
+    // each FFN worker's tokens per layer (with top-k > 1 a token reaches several workers, so
+    // they can sum past tok/s) and (token, expert) pairs per MoE layer, whose spread across
+    // FFN workers is the expert-parallel load imbalance.
     auto per_s = [&](const std::vector<double>& n) {
       nlohmann::json a = nlohmann::json::array();
       for (double v : n) a.push_back(v / p.step_s);
@@ -298,6 +312,7 @@ void run_bench(const BenchFlags& f) {
     };
     r["attention_tokens_per_s"] = per_s(p.attention_tokens);
     r["ffn_tokens_per_s"] = per_s(p.ffn_tokens);
+    r["ffn_expert_rows_per_s"] = per_s(p.ffn_expert_rows);
     rows.push_back(r);
     if (!f.json) {
       std::printf("%-6s %3lld %7lld %6lld %7lld %9.1f %9.2f %8.3f %8.3f %8.1f %8.3f %9.3f %8.2f %9.3f %6.2f %6.2f\n",
@@ -311,8 +326,8 @@ void run_bench(const BenchFlags& f) {
           for (double v : n) o += (o.empty() ? "" : " ") + std::to_string(static_cast<int64_t>(v / p.step_s + 0.5));
           return o;
         };
-        std::printf("  tok/s per worker: attention [%s]  ffn [%s]\n", list(p.attention_tokens).c_str(),
-                    list(p.ffn_tokens).c_str());
+        std::printf("  per worker: attention tok/s [%s]  ffn tok/s [%s]  ffn (token, expert) pairs/s [%s]\n",
+                    list(p.attention_tokens).c_str(), list(p.ffn_tokens).c_str(), list(p.ffn_expert_rows).c_str());
       }
       if (f.per_layer) {
         // Per-layer stage times of the best step (docs/BENCHMARKS.md explains each stage).

@@ -445,6 +445,11 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
   if (opt_.on_batch) opt_.on_batch(layer, mb, t0, t1, total);
   stats_.batches++;
   stats_.tokens += total;
+  if (K > 0) {
+    int64_t rows = 0;  // ids were range-checked when the frame was decoded
+    for (int64_t t = 0; t < total * K; ++t) rows += part_.experts_mask[static_cast<size_t>(ids_[static_cast<size_t>(t)])];
+    stats_.expert_rows += rows;
+  }
   stats_.frames += static_cast<int64_t>(members.size());
   if (members.size() > 1) stats_.multi_peer_batches++;
   stats_.batch_tokens[FfnWorkerStats::token_bucket(total)]++;

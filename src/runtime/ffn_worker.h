@@ -67,6 +67,7 @@ struct FfnWorkerStats {
   std::atomic<int64_t> batches{0};        // ffn_part calls
   std::atomic<int64_t> frames{0};         // a2f frames served
   std::atomic<int64_t> tokens{0};         // tokens computed
+  std::atomic<int64_t> expert_rows{0};    // (token, routed expert) pairs computed: its share of the EP load
   std::atomic<int64_t> multi_peer_batches{0};  // batches aggregating > 1 attention worker
   std::atomic<int64_t> bad_frames{0};     // malformed frames answered with an error frame
   std::atomic<int64_t> refused{0};        // handshakes refused

@@ -57,6 +57,9 @@ std::string render_ffn_worker_metrics(std::span<const FfnWorkerSample> workers, 
          [&](const FfnWorkerStats& s) { return as_d(s.frames.load()); });
   family("afd_ffn_tokens_total", "counter", "Tokens computed (rate: this worker's tokens/s).",
          [&](const FfnWorkerStats& s) { return as_d(s.tokens.load()); });
+  family("afd_ffn_expert_rows_total", "counter",
+         "(token, routed expert) pairs computed: this worker's share of the expert-parallel load.",
+         [&](const FfnWorkerStats& s) { return as_d(s.expert_rows.load()); });
   family("afd_ffn_multi_worker_batches_total", "counter",
          "Batches that aggregated frames of more than one attention worker.",
          [&](const FfnWorkerStats& s) { return as_d(s.multi_peer_batches.load()); });

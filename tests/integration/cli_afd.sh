@@ -69,9 +69,10 @@ then echo "ok   --trace writes both sides' spans"; else echo "FAIL --trace"; fai
 # row's tokens/s; each of the 2 FFN workers saw a routed share, at most every token).
 if "$AFD" --log-level error bench --model "$M" --precision reference --threads 1 --mode afd --topology 2A2F \
      --microbatches 1,3 --batch 8 --context 16 --steps 1 --json >"$TMP/bench.json" 2>"$TMP/bench.err" &&
-   /usr/bin/python3 - "$TMP/bench.json" <<'PY'
+   /usr/bin/python3 - "$TMP/bench.json" "$M" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
+top_k = json.load(open(sys.argv[2] + "/config.json"))["num_experts_per_tok"]
 rows = d["rows"]
 assert [(r["wiring"], r["microbatches"]) for r in rows] == [("mono", 1), ("2A2F", 1), ("2A2F", 3)], rows
 for r in rows[1:]:
@@ -80,6 +81,9 @@ for r in rows[1:]:
     a, f = r["attention_tokens_per_s"], r["ffn_tokens_per_s"]
     assert len(a) == 2 and abs(sum(a) - tps) < 1e-6 * tps, (a, tps)
     assert len(f) == 2 and all(0 < x <= tps * (1 + 1e-9) for x in f), (f, tps)
+    # Every token's top-k experts are computed once, by the worker holding each.
+    pairs = r["ffn_expert_rows_per_s"]
+    assert len(pairs) == 2 and abs(sum(pairs) - tps * top_k) < 1e-6 * tps * top_k, (pairs, tps, top_k)
     assert len(r["layers"]) > 0 and all(l["ffn_ms"] >= 0 for l in r["layers"]), r["layers"]
 assert rows[0]["attention_tokens_per_s"] == [] and rows[0]["ffn_tokens_per_s"] == []
 print("bench rows:", [(r["wiring"], r["microbatches"], round(r["tokens_per_s"])) for r in rows])

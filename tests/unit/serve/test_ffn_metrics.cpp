@@ -14,6 +14,7 @@ TEST(FfnMetrics, PrometheusTextCarriesTheWorkersCounters) {
   s.batches = 5;
   s.frames = 7;
   s.tokens = 70;
+  s.expert_rows = 140;
   s.multi_peer_batches = 2;
   s.ffn_ns = 500000000;  // 0.5 s of compute
   s.started_ns = 1000000000;
@@ -36,6 +37,7 @@ TEST(FfnMetrics, PrometheusTextCarriesTheWorkersCounters) {
         "afd_ffn_attention_workers{ffn=\"1\",state=\"serving\"} 2\n",
         "afd_ffn_attention_workers{ffn=\"1\",state=\"expected\"} 3\n", "afd_ffn_batches_total{ffn=\"1\"} 5\n",
         "afd_ffn_frames_total{ffn=\"1\"} 7\n", "afd_ffn_tokens_total{ffn=\"1\"} 70\n",
+        "afd_ffn_expert_rows_total{ffn=\"1\"} 140\n",
         "afd_ffn_multi_worker_batches_total{ffn=\"1\"} 2\n", "afd_ffn_compute_seconds_total{ffn=\"1\"} 0.5\n",
         "afd_ffn_bad_frames_total{ffn=\"1\"} 4\n", "afd_ffn_refused_handshakes_total{ffn=\"1\"} 6\n",
         "afd_ffn_peer_losses_total{ffn=\"1\"} 1\n", "afd_ffn_late_peers_total{ffn=\"1\"} 3\n",
