@@ -72,8 +72,15 @@ void ChildProcesses::on_exit(Child& c, int st, const RestartPolicy& policy) {
   using clock = std::chrono::steady_clock;
   c.reaped = true;
   if (stopping_) return;
-  spdlog::error("{} (process {}) exited ({} {})", c.name, c.pid, WIFSIGNALED(st) ? "signal" : "status",
-                WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+  const std::string what = c.name + " (process " + std::to_string(c.pid) + ") exited (" +
+                           (WIFSIGNALED(st) ? "signal " + std::to_string(WTERMSIG(st))
+                                            : "status " + std::to_string(WEXITSTATUS(st))) + ")";
+  spdlog::error("{}", what);
+  if (on_startup_failure_ && !ready_) {
+    if (!startup_failed_) on_startup_failure_(what + " before the bundle came up (its error is logged above)");
+    startup_failed_ = true;
+    return;
+  }
   if (policy.max_per_minute <= 0) return;
   const auto now = clock::now();
   std::erase_if(c.restarts, [&](clock::time_point t) { return now - t > std::chrono::minutes(1); });
@@ -90,8 +97,9 @@ void ChildProcesses::on_exit(Child& c, int st, const RestartPolicy& policy) {
   spdlog::warn("restarting {} in {} ms", c.name, c.backoff_ms);
 }
 
-void ChildProcesses::watch(RestartPolicy policy) {
+void ChildProcesses::watch(RestartPolicy policy, std::function<void(const std::string&)> on_startup_failure) {
   if (watcher_.joinable()) return;
+  on_startup_failure_ = std::move(on_startup_failure);
   watcher_ = std::thread([this, policy] {
     while (!stopping_) {
       {

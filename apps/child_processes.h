@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -38,8 +39,12 @@ class ChildProcesses {
   // `name` is used in logs.
   Result<pid_t> spawn_self(const std::vector<std::string>& args, const std::string& name);
   // Starts a thread that logs (error) any child exiting before stop_all() and restarts it
-  // as `policy` says.
-  void watch(RestartPolicy policy = {});
+  // as `policy` says. With on_startup_failure: a child that exits before mark_ready() is
+  // not restarted; on_startup_failure(why) runs once (on the watcher thread) instead — a
+  // deployment whose workers cannot start should fail, not retry forever.
+  void watch(RestartPolicy policy = {}, std::function<void(const std::string&)> on_startup_failure = {});
+  // The bundle came up once: from now on, exits are restarted (policy).
+  void mark_ready() { ready_ = true; }
   // Stops and reaps every child; idempotent.
   void stop_all();
   size_t size() const { return children_.size(); }
@@ -61,6 +66,9 @@ class ChildProcesses {
   std::mutex mu_;
   std::vector<Child> children_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> ready_{false};
+  std::function<void(const std::string&)> on_startup_failure_;
+  bool startup_failed_ = false;  // mu_
   std::thread watcher_;
 };
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <mutex>
 #include <thread>
 
 #include "core/log.h"
@@ -152,7 +153,8 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   const int n_att = static_cast<int>(fo.workers.size());
   const std::string host = fo.server.host;
   auto model = std::make_shared<std::string>();
-  fo.on_all_up = [n_att, n_ffn, host, model](int port) {
+  fo.on_all_up = [n_att, n_ffn, host, model, children](int port) {
+    if (children) children->mark_ready();  // from now on a worker that exits is restarted
     std::printf("afd serve: bundle complete: %d attention worker%s%s up; model '%s' on http://%s:%d\n", n_att,
                 n_att > 1 ? "s" : "",
                 n_ffn > 0 ? (" + " + std::to_string(n_ffn) + " FFN worker" + (n_ffn > 1 ? "s" : "")).c_str() : "",
@@ -166,16 +168,28 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   serve::Frontend* raw = f->get();
   auto on_signal = StopOnSignal::start([raw] { raw->stop(); });
   if (!on_signal.ok()) fail(cmd, on_signal.status());
-  if (children) children->watch(restart);
+  // A worker that cannot start (bad model, port taken, ...) fails the whole command.
+  auto startup_failure = std::make_shared<std::string>();
+  auto failure_mu = std::make_shared<std::mutex>();
+  if (children)
+    children->watch(restart, [raw, startup_failure, failure_mu](const std::string& why) {
+      {
+        std::lock_guard<std::mutex> l(*failure_mu);
+        *startup_failure = why;
+      }
+      raw->stop();
+    });
   std::printf("afd serve: front end on http://%s:%d for %d attention worker%s (waiting for them)\n", host.c_str(),
               raw->port(), n_att, n_att > 1 ? "s" : "");
   std::fflush(stdout);
   Status s = raw->run();
   on_signal->reset();  // a signal's stop() has finished before the front end goes
+  if (children) children->stop_all();  // joins the watcher: no stop() from it after this
   raw->stop();
   f->reset();
-  if (children) children->stop_all();
   if (!s.is_ok()) fail(cmd, s);
+  std::lock_guard<std::mutex> l(*failure_mu);
+  if (!startup_failure->empty()) fail(cmd, unavailable(*startup_failure));
 }
 
 }  // namespace afd::cli

@@ -27,6 +27,14 @@ expect_error "bad micro-batches" "micro-batches" "$AFD" generate --model "$M" --
 # Corrupt checkpoints.
 cp -r "$M" "$TMP/trunc"; truncate -s 1000 "$TMP/trunc/model.safetensors"
 expect_error "truncated safetensors" "model.safetensors" "$AFD" generate --model "$TMP/trunc" --prompt-ids 1
+# A multi-process bundle whose workers cannot load the model fails as a whole, with the
+# worker's reason, instead of restarting them forever; no worker is left behind.
+"$AFD" --log-level error make-model --preset tiny --seed 1 --out "$TMP/bundle" >/dev/null
+for f in "$TMP"/bundle/*.safetensors; do truncate -s 1000 "$f"; done
+expect_error "bundle with a corrupt model" "before the bundle came up" \
+  timeout 60 "$AFD" serve --model "$TMP/bundle" --topology 1A1F --threads 1 --port 0
+sleep 0.3
+if pgrep -f -- "--model $TMP/bundle" >/dev/null; then echo "FAIL workers of the failed bundle left running"; fails=$((fails+1)); fi
 cp -r "$M" "$TMP/noconf"; rm "$TMP/noconf/config.json"
 expect_error "missing config" "config.json" "$AFD" generate --model "$TMP/noconf" --prompt-ids 1
 cp -r "$M" "$TMP/arch"; sed -i 's/"qwen3_moe"/"llama4_text"/' "$TMP/arch/config.json"
