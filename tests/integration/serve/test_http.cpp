@@ -8,12 +8,15 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "../../unit/serve/fake_engine.h"
+#include "model/config.h"
+#include "serve/frontend.h"
 #include "serve/service.h"
 #include "serve/tokenizer_writer.h"
 
@@ -299,6 +302,38 @@ TEST_F(HttpTest, MetricsAndRoutingAcrossWorkers) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   for (const auto& s : want) EXPECT_NE(body.find(s), std::string::npos) << s;
+}
+
+// Frontend::stop() ends run() whenever it comes: before run(), while run() is starting to
+// listen (httplib ignores a stop that precedes its listening loop), or while it listens.
+TEST(FrontendStop, EndsRunWheneverItComes) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("afd_frontend_stop_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string model = std::string(AFD_SOURCE_DIR) + "/tests/reference/data/qwen3_gqa2_top2_untied";
+  std::filesystem::copy_file(model + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto cfg = load_model_config(dir);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  ASSERT_TRUE(write_tokenizer_files(dir, cfg->vocab_size).ok());
+  for (int i = 0; i < 30; ++i) {
+    FrontendOptions fo;
+    fo.server.port = 0;
+    fo.server.http_threads = 2;
+    fo.workers = {"127.0.0.1:1"};  // never up: nothing to proxy to
+    fo.model_dir = dir;
+    auto f = Frontend::create(fo);
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    ASSERT_TRUE((*f)->start().is_ok());
+    Frontend* raw = f->get();
+    if (i % 3 == 0) raw->stop();  // before run()
+    auto run = std::async(std::launch::async, [raw] { return raw->run(); });
+    if (i % 3 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // listening by now
+    raw->stop();  // i % 3 == 2: racing run()'s start
+    ASSERT_EQ(run.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "round " << i;
+    EXPECT_TRUE(run.get().is_ok());
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
