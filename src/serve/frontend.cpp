@@ -62,6 +62,7 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
   }
   f->opt_ = std::move(opt);
   f->svr_ = std::make_unique<httplib::Server>();
+  f->loop_ = std::make_unique<ListenLoop>(f->svr_.get());
   f->created_ = static_cast<int64_t>(std::time(nullptr));
   std::random_device rd;
   f->next_id_ = (static_cast<uint64_t>(rd()) << 20) | 1;
@@ -93,15 +94,8 @@ Status Frontend::start() {
 
 Status Frontend::run() {
   if (port_ < 0) AFD_RETURN_IF_ERROR(start());
-  {
-    std::lock_guard<std::mutex> l(listen_mu_);
-    if (stopping_) return Status::ok();
-    listening_ = true;
-  }
-  Status s;
-  if (!svr_->listen_after_bind() && !stopping_) s = io_error("the HTTP server stopped listening unexpectedly");
-  run_exited_.store(true);
-  return s;
+  if (!loop_->run()) return io_error("the HTTP server stopped listening unexpectedly");
+  return Status::ok();
 }
 
 void Frontend::stop() {
@@ -115,18 +109,7 @@ void Frontend::stop() {
     for (auto& wp : pumps_)
       if (auto p = wp.lock()) p->stop();
   }
-  if (!svr_) return;
-  bool listening;
-  {
-    std::lock_guard<std::mutex> l(listen_mu_);
-    listening = listening_;  // else run() sees stopping_ and never listens
-  }
-  if (!listening) return;
-  // run() is listening or about to: wait for httplib's loop to start (microseconds), then
-  // stop it, once.
-  for (int i = 0; i < 2000 && !svr_->is_running() && !run_exited_.load(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (!run_exited_.load() && !server_stopped_.exchange(true)) svr_->stop();
+  if (loop_) loop_->stop();
 }
 
 int Frontend::workers_up() const {

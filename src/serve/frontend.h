@@ -114,12 +114,7 @@ class Frontend {
   std::unique_ptr<httplib::Server> svr_;
   int port_ = -1;
   std::atomic<bool> stopping_{false};
-  // httplib ignores a stop() that comes before its listening loop, and must not be stopped
-  // twice: run() checks stopping_ under listen_mu_ before it listens, and stop() stops the
-  // server once (server_stopped_), after it has started listening.
-  std::mutex listen_mu_;
-  bool listening_ = false;  // listen_mu_
-  std::atomic<bool> run_exited_{false}, server_stopped_{false};
+  std::unique_ptr<ListenLoop> loop_;  // over svr_
   std::atomic<uint64_t> next_id_{1};
   int64_t created_ = 0;
 

@@ -1,8 +1,10 @@
 #include "serve/http_common.h"
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <exception>
+#include <thread>
 
 #include <httplib.h>
 #include <sys/socket.h>
@@ -92,6 +94,31 @@ Result<int> bind_server(httplib::Server& s, const ServerOptions& o) {
   if (!s.bind_to_port(o.host, o.port))
     return io_error("cannot bind " + o.host + ":" + std::to_string(o.port) + " (in use, or not an address of this host)");
   return o.port;
+}
+
+bool ListenLoop::run() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return true;
+    listening_ = true;
+  }
+  const bool ok = s_->listen_after_bind();
+  exited_.store(true);
+  std::lock_guard<std::mutex> l(mu_);
+  return ok || stopping_;
+}
+
+void ListenLoop::stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+    if (!listening_) return;  // run() will see stopping_ and not listen
+  }
+  // run() is listening or about to: wait for httplib's loop (it starts within microseconds),
+  // then stop it, once.
+  for (int i = 0; i < 2000 && !s_->is_running() && !exited_.load(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!exited_.load() && !stopped_.exchange(true)) s_->stop();
 }
 
 }  // namespace afd::serve

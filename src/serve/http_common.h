@@ -3,8 +3,10 @@
 // OpenAI-style error answers and the cpp-httplib error / exception handlers.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
+#include <mutex>
 #include <string>
 
 #include "core/status.h"
@@ -44,5 +46,23 @@ void configure_server(httplib::Server& s, const ServerOptions& o, const std::str
 // the address when that fails. Also ignores SIGPIPE: a client that disconnects mid-write
 // must not kill the process.
 Result<int> bind_server(httplib::Server& s, const ServerOptions& o);
+
+// Runs a bound server's listening loop so that stop() ends it whenever stop() comes: before
+// run(), while run() is starting to listen, or while it listens. (httplib ignores a stop()
+// that precedes its loop, and must not be stopped twice.)
+class ListenLoop {
+ public:
+  explicit ListenLoop(httplib::Server* s) : s_(s) {}
+  // Blocks until stop(); false if the loop ended without a stop() (the socket failed).
+  bool run();
+  // Thread-safe, idempotent; returns once the loop is told to end (not when run() returns).
+  void stop();
+
+ private:
+  httplib::Server* s_;
+  std::mutex mu_;
+  bool stopping_ = false, listening_ = false;  // mu_
+  std::atomic<bool> exited_{false}, stopped_{false};
+};
 
 }  // namespace afd::serve

@@ -26,7 +26,8 @@ HttpServer::HttpServer(ServerOptions opt, ModelServing model, std::vector<Schedu
       workers_(std::move(workers)),
       router_(router),
       metrics_(metrics),
-      svr_(std::make_unique<httplib::Server>()) {
+      svr_(std::make_unique<httplib::Server>()),
+      loop_(std::make_unique<ListenLoop>(svr_.get())) {
   created_ = static_cast<int64_t>(std::time(nullptr));
   std::random_device rd;
   next_id_ = (static_cast<uint64_t>(rd()) << 20) | 1;
@@ -42,13 +43,13 @@ Status HttpServer::bind() {
 
 Status HttpServer::run() {
   if (port_ < 0) AFD_RETURN_IF_ERROR(bind());
-  if (!svr_->listen_after_bind() && !stopping_) return io_error("the HTTP server stopped listening unexpectedly");
+  if (!loop_->run()) return io_error("the HTTP server stopped listening unexpectedly");
   return Status::ok();
 }
 
 void HttpServer::stop() {
   stopping_ = true;
-  if (svr_) svr_->stop();
+  if (loop_) loop_->stop();
 }
 
 void HttpServer::install_routes() {

@@ -57,6 +57,7 @@ class HttpServer {
   Router* router_;
   Metrics* metrics_;
   std::unique_ptr<httplib::Server> svr_;
+  std::unique_ptr<ListenLoop> loop_;  // over svr_
   int port_ = -1;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<bool> stopping_{false};
