@@ -72,6 +72,7 @@ void ChildProcesses::on_exit(Child& c, int st, const RestartPolicy& policy) {
   using clock = std::chrono::steady_clock;
   c.reaped = true;
   if (stopping_) return;
+  ++c.exits;
   const std::string what = c.name + " (process " + std::to_string(c.pid) + ") exited (" +
                            (WIFSIGNALED(st) ? "signal " + std::to_string(WTERMSIG(st))
                                             : "status " + std::to_string(WEXITSTATUS(st))) + ")";
@@ -116,6 +117,7 @@ void ChildProcesses::watch(RestartPolicy policy, std::function<void(const std::s
             c.reaped = false;
             c.started = std::chrono::steady_clock::now();
             c.restarts.push_back(c.started);
+            ++c.restarts_total;
             spdlog::warn("restarted {} as process {}", c.name, c.pid);
           }
           if (c.reaped) continue;
@@ -126,6 +128,13 @@ void ChildProcesses::watch(RestartPolicy policy, std::function<void(const std::s
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
+}
+
+std::vector<ChildProcesses::ChildState> ChildProcesses::states() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<ChildState> out;
+  for (const Child& c : children_) out.push_back({c.name, c.exits, c.restarts_total, !c.reaped});
+  return out;
 }
 
 void ChildProcesses::stop_all() {

@@ -45,6 +45,14 @@ class ChildProcesses {
   void watch(RestartPolicy policy = {}, std::function<void(const std::string&)> on_startup_failure = {});
   // The bundle came up once: from now on, exits are restarted (policy).
   void mark_ready() { ready_ = true; }
+  // Per child (by name): times it exited on its own, times it was restarted, and whether it
+  // is running now. Thread-safe.
+  struct ChildState {
+    std::string name;
+    int exits = 0, restarts = 0;
+    bool running = false;
+  };
+  std::vector<ChildState> states();
   // Stops and reaps every child; idempotent.
   void stop_all();
   size_t size() const { return children_.size(); }
@@ -60,6 +68,7 @@ class ChildProcesses {
     std::chrono::steady_clock::time_point restart_at{};            // pending restart (reaped, not given up)
     bool pending = false;
     int backoff_ms = 0;
+    int exits = 0, restarts_total = 0;
   };
   Result<pid_t> start(const std::vector<std::string>& args, const std::string& name);
   void on_exit(Child& c, int status, const RestartPolicy& policy);  // mu_ held

@@ -11,6 +11,7 @@
 #include "core/timer.h"
 #include "runtime/bundle.h"
 #include "serve/ffn_metrics.h"
+#include "serve/metrics.h"
 #include "serve/metrics_federation.h"
 #include "trace_output.h"
 
@@ -161,6 +162,25 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
                 model->c_str(), host.c_str(), port);
     std::fflush(stdout);
   };
+  if (children && children->size() > 0) {
+    // The launcher's view of its worker processes, for crash loops that /health alone hides.
+    fo.extra_metrics = [children] {
+      std::string o;
+      const auto states = children->states();
+      auto family = [&](const char* name, const char* type, const char* help, auto value) {
+        serve::prom_header(&o, name, type, help);
+        for (const auto& c : states)
+          o += std::string(name) + "{process=\"" + c.name + "\"} " + std::to_string(value(c)) + "\n";
+      };
+      family("afd_frontend_process_up", "gauge", "1 if the worker process this command started is running.",
+             [](const ChildProcesses::ChildState& c) { return c.running ? 1 : 0; });
+      family("afd_frontend_process_exits_total", "counter", "Times the worker process exited on its own.",
+             [](const ChildProcesses::ChildState& c) { return c.exits; });
+      family("afd_frontend_process_restarts_total", "counter", "Times the worker process was started again.",
+             [](const ChildProcesses::ChildState& c) { return c.restarts; });
+      return o;
+    };
+  }
   auto f = serve::Frontend::create(std::move(fo));
   if (!f.ok()) fail(cmd, f.status());
   *model = (*f)->model().limits.model_name;

@@ -214,6 +214,7 @@ std::string Frontend::render_metrics() const {
     std::lock_guard<std::mutex> l(counts_mu_);
     for (const auto& [code, n] : responses_) o << "afd_frontend_responses_total{code=\"" << code << "\"} " << n << '\n';
   }
+  if (opt_.extra_metrics) o << opt_.extra_metrics();
   return o.str();
 }
 

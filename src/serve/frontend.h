@@ -50,6 +50,9 @@ struct FrontendOptions {
   // within health_timeout_ms (serve/metrics_federation.h). federate = false: front end only.
   bool federate = true;
   std::vector<MetricsTarget> metrics_targets;
+  // Appended to the front end's own /metrics (e.g. the launcher's worker restarts); must
+  // not repeat a family the front end renders.
+  std::function<std::string()> extra_metrics;
   // Called once (from the health thread, with the bound port) when every worker has answered /health.
   std::function<void(int port)> on_all_up;
 };

@@ -297,6 +297,11 @@ done
 got=$(timeout 60 bash -c "$(declare -f client); client $SPP compare")
 [ $healed = 1 ] && [ "$got" = "$want" ] && ok "a killed FFN worker process is restarted and the bundle serves the same answers" ||
   { bad "FFN worker restart: healed=$healed"; grep -E "restart|exited" "$TMP/sp.err" | tail -3; }
+pe=$(timeout 10 bash -c "$(declare -f client); client $SPP metric 'afd_frontend_process_exits_total{process=\"FFN worker 0/1\"'")
+pr=$(timeout 10 bash -c "$(declare -f client); client $SPP metric 'afd_frontend_process_restarts_total{process=\"FFN worker 0/1\"'")
+pu=$(timeout 10 bash -c "$(declare -f client); client $SPP metric afd_frontend_process_up")
+[ "${pe%.*}" = 1 ] && [ "${pr%.*}" = 1 ] && [ "${pu%.*}" = 3 ] && ok "/metrics counts the FFN worker's exit and restart; 3 processes up" ||
+  bad "process metrics: exits '$pe' restarts '$pr' up '$pu'"
 kill $SP
 timeout 15 bash -c "while kill -0 $SP 2>/dev/null; do sleep 0.1; done" || bad "--spawn-workers front end did not stop"
 sleep 0.3
