@@ -273,6 +273,13 @@ Status FfnClient::health() const {
     if (!peer.ok()) return unavailable("FFN worker '" + wk.name + "' has not connected yet");
     if (!t_->is_connected(*peer)) return unavailable("FFN worker '" + wk.name + "' is not connected");
   }
+  const int64_t stall = last_stall_ns_.load();
+  const int64_t ago = now_ns() - stall;
+  if (opt_.stall_hold_ms > 0 && stall > last_ok_ns_.load() && ago < int64_t{opt_.stall_hold_ms} * 1000000) {
+    std::lock_guard<std::mutex> l(stall_mu_);
+    return unavailable(last_stall_ + " (" + std::to_string(ago / 1000000) + " ms ago; traffic resumes " +
+                       std::to_string(opt_.stall_hold_ms) + " ms after it)");
+  }
   return Status::ok();
 }
 
@@ -425,6 +432,11 @@ Status FfnClient::combine(int64_t layer, int mb, TokenBatch& b) {
     std::string where = "FFN worker '" + workers_[j].name + "', layer " + std::to_string(layer) + ", micro-batch " +
                         std::to_string(mb);
     spdlog::error("attention {}: {}: {}", opt_.index, where, s.to_string());
+    if (s.code() == StatusCode::timeout) {
+      std::lock_guard<std::mutex> l(stall_mu_);
+      last_stall_ = where + ": " + s.message();
+      last_stall_ns_.store(now_ns());
+    }
     return s.with_context(where);
   };
   uint32_t slowest_ffn_us = 0;  // the FFN workers compute in parallel: the slowest one counts
@@ -476,6 +488,7 @@ Status FfnClient::combine(int64_t layer, int mb, TokenBatch& b) {
   FfnLayerTimes& lt = times_at(layer);
   lt.f2a_s += static_cast<double>(now_ns() - t0) * 1e-9;
   lt.ffn_s += static_cast<double>(slowest_ffn_us) * 1e-6;
+  last_ok_ns_.store(now_ns());
   return Status::ok();
 }
 

@@ -26,7 +26,9 @@
 // any FFN worker that reconnected (handshake again); until then it fails with unavailable.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,10 @@ struct FfnClientOptions {
   bool per_block_scales = false;   // per-128-channel scales instead of per-token
   bool payload_checksum = false;   // hash every payload (header is always checked)
   int timeout_ms = 10000;          // per combine wait
+  // After a combine timed out (a stalled FFN worker: connected, not answering), health()
+  // reports it for this long unless a later combine succeeds, so a front end fails requests
+  // fast instead of letting each wait timeout_ms; then traffic probes the worker again.
+  int stall_hold_ms = 5000;        // 0: health() reports connections only
   int connect_timeout_ms = 60000;  // create(): waiting for the FFN workers
   // TP degree every FFN worker must announce (--ffn-tp); 0: accept what they announce (the
   // shard check below still requires every expert slice to be covered exactly once).
@@ -70,8 +76,9 @@ class FfnClient : public FfnBackend {
   Status dispatch(int64_t layer, int microbatch, TokenBatch& b) override;
   Status combine(int64_t layer, int microbatch, TokenBatch& b) override;
   // unavailable while any FFN worker is not connected (it may still be handshaking after a
-  // reconnect: the next forward pass does that). Thread-safe: reads only the worker names
-  // (fixed at create) and the transport's connection state.
+  // reconnect: the next forward pass does that), and for stall_hold_ms after a combine timed
+  // out unless one succeeded since. Thread-safe: reads the worker names (fixed at create),
+  // the transport's connection state and the stall record (atomics / stall_mu_).
   Status health() const override;
 
   // The expert range FFN worker j reported in its handshake.
@@ -113,6 +120,10 @@ class FfnClient : public FfnBackend {
   comm::Transport* t_;
   FfnClientOptions opt_;
   uint64_t fingerprint_ = 0;
+  // Last combine that succeeded / timed out (now_ns()), and why it timed out.
+  std::atomic<int64_t> last_ok_ns_{0}, last_stall_ns_{0};
+  mutable std::mutex stall_mu_;
+  std::string last_stall_;  // stall_mu_
   std::vector<Worker> workers_;
   std::vector<std::vector<Slot>> slots_;  // [microbatches][n_ffn]
   std::vector<uint64_t> expert_workers_;   // [n_experts] -> bit mask of the FFN workers holding a slice

@@ -241,7 +241,6 @@ print(*[s.getsockname()[1] for s in ss])')
   --ffn-timeout-ms 2000 >"$TMP/q_a.log" 2>&1 & QA0=$!; PIDS+=($QA0)
 "$AFD" serve --model "$M" --attention-workers 127.0.0.1:$QA --port $QF >"$TMP/q_fe.out" 2>"$TMP/q_fe.err" & QFE=$!; PIDS+=($QFE)
 wait_for "$TMP/q_fe.out" "bundle complete" 40 || bad "FFN-loss bundle never completed"
-kill -9 $QF0; wait $QF0 2>/dev/null
 health() { /usr/bin/python3 -c "
 import urllib.request, urllib.error, json
 try:
@@ -249,6 +248,32 @@ try:
 except urllib.error.HTTPError as e:
     print(e.code, json.load(e)['error']['message'])
 except Exception as e: print('error', e)"; }
+# First a stall: the FFN worker is stopped (SIGSTOP), connected but silent. The request in
+# flight fails after --ffn-timeout-ms; for the next seconds the attention worker reports
+# the stall on /health, so once the front end has polled it, further requests fail at once; after SIGCONT
+# traffic resumes.
+timed_code() { /usr/bin/python3 -c "
+import urllib.request, urllib.error, json, time
+t = time.time()
+try:
+    urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:$QF/v1/completions', data=b'{\"prompt\":[1],\"max_tokens\":2}', headers={'content-type':'application/json'}), timeout=30)
+    print(200, round(time.time() - t, 1))
+except urllib.error.HTTPError as e:
+    print(e.code, round(time.time() - t, 1), 'no reply within' in json.load(e)['error']['message'])"; }
+kill -STOP $QF0
+c1=$(timed_code)
+for _ in $(seq 1 30); do case "$(health $QF)" in 503*"no reply within"*) break;; esac; sleep 0.1; done  # next health poll
+c2=$(timed_code)
+read -r c1code c1t c1why <<<"$c1"; read -r c2code c2t c2why <<<"$c2"
+if [ "$c1code" = 503 ] && [ "$c1why" = True ] && [ "$c2code" = 503 ] && [ "$c2why" = True ] &&
+   /usr/bin/python3 -c "import sys; sys.exit(0 if $c2t < 1.0 else 1)"; then
+  ok "stalled FFN worker: 503 after the timeout ($c1t s), then 503 at once ($c2t s) naming the stall"
+else bad "stalled FFN worker: first '$c1', then '$c2'"; fi
+kill -CONT $QF0
+fh=""; for _ in $(seq 1 100); do fh=$(health $QF); [ "$fh" = 200 ] && break; sleep 0.1; done
+got=$(timeout 60 bash -c "$(declare -f client); client $QF compare")
+[ "$fh" = 200 ] && [ "$got" = "$want" ] && ok "after SIGCONT the bundle serves the same answers" || bad "after the stall: health '$fh'"
+kill -9 $QF0; wait $QF0 2>/dev/null
 ah=""; fh=""
 for _ in $(seq 1 50); do
   ah=$(health $QA); fh=$(health $QF)

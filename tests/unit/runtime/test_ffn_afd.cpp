@@ -481,6 +481,11 @@ TEST(FfnAfd, StallTimesOutThenRecovers) {
   EXPECT_EQ(s.code(), StatusCode::timeout) << s.to_string();
   EXPECT_NE(s.message().find("ffn0"), std::string::npos) << s.message();
   EXPECT_LT(now_ns() - t0, 5000000000);
+  // Connected but not answering: health() says so (the front end then fails requests fast).
+  Status h = (*cl)->health();
+  EXPECT_EQ(h.code(), StatusCode::unavailable) << h.to_string();
+  EXPECT_NE(h.message().find("ffn0"), std::string::npos) << h.to_string();
+  EXPECT_NE(h.message().find("no reply within"), std::string::npos) << h.to_string();
   fault->set_stall(false);
   // The next forward pass works; the late reply of the failed one is dropped.
   for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
@@ -491,6 +496,7 @@ TEST(FfnAfd, StallTimesOutThenRecovers) {
     auto ref = reference(*w, layer, u);
     EXPECT_EQ(u.ffn_out[5], round_bf16(ref[5]));
   }
+  EXPECT_TRUE((*cl)->health().is_ok()) << (*cl)->health().to_string();  // a success clears it
 }
 
 TEST(FfnAfd, MalformedFrameGetsAnErrorReplyAndWorkerKeepsServing) {
