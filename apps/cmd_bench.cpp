@@ -163,7 +163,8 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
     std::vector<double> ffn_tokens, ffn_rows;
     for (size_t j = 0; j < ffn1.tokens.size(); ++j) {
       ffn_tokens.push_back(static_cast<double>(ffn1.tokens[j] - ffn0.tokens[j]) / static_cast<double>(mc.n_layers));
-      ffn_rows.push_back(static_cast<double>(ffn1.rows[j] - ffn0.rows[j]) / static_cast<double>(std::max<int64_t>(1, n_moe)));
+      ffn_rows.push_back(static_cast<double>(ffn1.rows[j] - ffn0.rows[j]) /
+                         static_cast<double>(std::max<int64_t>(1, n_moe)));
     }
     for (int64_t i = 0; i < batch; ++i) last[i] = static_cast<int32_t>((last[i] * 31 + 7) % mc.vocab_size);
     if (step > 0 && dt < best.step_s) {
@@ -221,7 +222,8 @@ void run_bench(const BenchFlags& f) {
   const bool delay_auto = f.delay == "auto";
   if (!delay_auto) {
     auto d = parse_int_list(f.delay, "--delay-us");
-    if (!d.ok() || d->size() != 1 || (*d)[0] < 0) fail("bench", invalid_argument("--delay-us: a non-negative integer or 'auto'"));
+    if (!d.ok() || d->size() != 1 || (*d)[0] < 0)
+      fail("bench", invalid_argument("--delay-us: a non-negative integer or 'auto'"));
     delay_us = (*d)[0];
   }
   if (f.mode == "mono" && (delay_auto || delay_us > 0))

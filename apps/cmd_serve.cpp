@@ -81,7 +81,8 @@ void serve_topology_file(const ServeFlags& f) {
     if (w.metrics_listen.empty()) continue;
     std::string host;
     int port = 0;
-    if (Status s = split_host_port(w.address, &host, &port); !s.is_ok()) fail("serve", s.with_context("ffn[" + std::to_string(j) + "].address"));
+    if (Status s = split_host_port(w.address, &host, &port); !s.is_ok())
+      fail("serve", s.with_context("ffn[" + std::to_string(j) + "].address"));
     auto target = serve::metrics_target_for(w.metrics_listen, host, "");
     if (!target.ok()) fail("serve", target.status().with_context("ffn[" + std::to_string(j) + "].metrics"));
     fo.metrics_targets.push_back(*target);
@@ -112,7 +113,8 @@ void serve_spawned(const ServeFlags& f) {
                                    f.engine.topology + "'"));
   if (!f.engine.ffn.empty() || f.engine.spawn_ffn)
     fail("serve", invalid_argument("--spawn-workers starts the FFN workers itself: drop --ffn / --spawn-ffn"));
-  if (f.service.workers != 1) fail("serve", invalid_argument("--spawn-workers: one attention engine per process; drop --workers"));
+  if (f.service.workers != 1)
+    fail("serve", invalid_argument("--spawn-workers: one attention engine per process; drop --workers"));
   // Split the cores between the processes unless --threads says otherwise.
   const int procs = topo->n_attention + topo->n_ffn;
   const int threads =
@@ -171,8 +173,9 @@ void run_serve(const ServeFlags& f) {
   if (Status s = f.service.validate(); !s.is_ok()) fail("serve", s);
   if (!f.topology_file.empty()) return serve_topology_file(f);
   if (!std::filesystem::is_directory(f.engine.model_dir))
-    fail("serve", not_found("model directory '" + f.engine.model_dir +
-                            "' does not exist (create one: afd make-model --preset tiny --out " + f.engine.model_dir + ")"));
+    fail("serve",
+         not_found("model directory '" + f.engine.model_dir +
+                   "' does not exist (create one: afd make-model --preset tiny --out " + f.engine.model_dir + ")"));
   if (f.spawn_workers) return serve_spawned(f);
   // An xAyF topology with no FFN workers named: one process per worker behind the front end
   // (the deployment the topology describes), unless --in-process asks for threads.

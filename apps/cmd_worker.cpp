@@ -55,7 +55,8 @@ void run_ffn(const WorkerFlags& f) {
   Status s = parse_shard(f.shard, &shard, &n_shards);
   if (!s.is_ok()) fail("worker", s);
   Precision prec;
-  if (!precision_from_name(f.engine.precision, &prec)) fail("worker", invalid_argument("--precision: reference | fast"));
+  if (!precision_from_name(f.engine.precision, &prec))
+    fail("worker", invalid_argument("--precision: reference | fast"));
   if (f.n_attention < 1 || f.n_attention > 64) fail("worker", invalid_argument("--attention must be in [1, 64]"));
   if (f.engine.ffn_tp < 1 || n_shards % f.engine.ffn_tp != 0)
     fail("worker", invalid_argument("--ffn-tp " + std::to_string(f.engine.ffn_tp) + " does not divide the " +
@@ -118,7 +119,8 @@ void run_ffn(const WorkerFlags& f) {
   status.reset();
   (*t)->close();
   if (trace) {
-    if (Status ts = write_trace("worker", *trace, f.engine.trace); !ts.is_ok()) spdlog::error("afd worker: {}", ts.to_string());
+    if (Status ts = write_trace("worker", *trace, f.engine.trace); !ts.is_ok())
+      spdlog::error("afd worker: {}", ts.to_string());
   }
   if (!s.is_ok()) fail("worker", s);
   const auto& st = (*worker)->stats();
@@ -130,7 +132,8 @@ void run_attention(WorkerFlags f) {
   if (f.engine.ffn.empty())
     fail("worker", invalid_argument("--role attention needs --ffn host:port,... (the FFN workers, in shard order)"));
   if (f.engine.spawn_ffn) fail("worker", invalid_argument("--spawn-ffn is for afd serve|generate, not a worker"));
-  if (f.listen.empty()) fail("worker", invalid_argument("--role attention needs --listen host:port (its HTTP address)"));
+  if (f.listen.empty())
+    fail("worker", invalid_argument("--role attention needs --listen host:port (its HTTP address)"));
   if (f.n_attention < 1 || f.n_attention > 64) fail("worker", invalid_argument("--attention must be in [1, 64]"));
   if (Status s = split_host_port(f.listen, &f.service.host, &f.service.port); !s.is_ok())
     fail("worker", s.with_context("--listen"));
@@ -206,7 +209,8 @@ void run_worker(WorkerFlags f) {
   else if (f.index >= 0) fail("worker", invalid_argument("--index is for --topology-file"));
   if (f.engine.model_dir.empty()) fail("worker", invalid_argument("--model DIR is required (or --topology-file)"));
   if (f.role == "attention" && !f.metrics_listen.empty())
-    fail("worker", invalid_argument("--metrics-listen is for --role ffn; an attention worker serves /metrics on --listen"));
+    fail("worker",
+         invalid_argument("--metrics-listen is for --role ffn; an attention worker serves /metrics on --listen"));
   if (f.role == "ffn") run_ffn(f);
   else run_attention(std::move(f));
 }
@@ -223,8 +227,9 @@ void register_worker(CLI::App& app) {
                   "host:port to bind: FFN workers accept attention workers there (default 127.0.0.1:7100); "
                   "attention workers answer HTTP there")
       ->envname("AFD_LISTEN");
-  cmd->add_option("--shard", f->shard,
-                  "FFN: this worker's shard i/y (experts [i*E/y, (i+1)*E/y); with --ffn-tp t: TP rank i%t of EP group i/t)")
+  cmd->add_option(
+         "--shard", f->shard,
+         "FFN: this worker's shard i/y (experts [i*E/y, (i+1)*E/y); with --ffn-tp t: TP rank i%t of EP group i/t)")
       ->envname("AFD_SHARD");
   cmd->add_option("--attention", f->n_attention, "Attention workers in the deployment (x of xAyF)")
       ->envname("AFD_N_ATTENTION");

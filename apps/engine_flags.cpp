@@ -20,7 +20,8 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
       ->envname("AFD_NO_PREFIX_CACHE");
   cmd->add_option("--threads", threads, "Compute threads (0: all cores)")->envname("AFD_THREADS");
   cmd->add_option("--topology", topology, "mono | xAyF (e.g. 2A1F)")->envname("AFD_TOPOLOGY");
-  cmd->add_option("--microbatches", microbatches, "Micro-batches per attention worker, 1-4 (default: 3 for xAyF, 1 for mono and EPn)")
+  cmd->add_option("--microbatches", microbatches,
+                  "Micro-batches per attention worker, 1-4 (default: 3 for xAyF, 1 for mono and EPn)")
       ->envname("AFD_MICROBATCHES");
   cmd->add_flag("--fp8-dispatch", fp8_dispatch, "Round FFN inputs through FP8 as the AFD wire does")
       ->envname("AFD_FP8_DISPATCH");
@@ -48,7 +49,8 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
                   "Write a Chrome trace-event JSON of the pipeline timeline (Perfetto); serve and worker write it "
                   "when they stop")
       ->envname("AFD_TRACE");
-  cmd->add_option("--trace-max-spans", trace_max_spans, "--trace keeps at most this many spans (later ones are dropped)")
+  cmd->add_option("--trace-max-spans", trace_max_spans,
+                  "--trace keeps at most this many spans (later ones are dropped)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32))
       ->envname("AFD_TRACE_MAX_SPANS");
   cmd->add_option("--ucx-spin-us", ucx_spin_us,

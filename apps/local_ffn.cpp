@@ -30,7 +30,8 @@ Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, 
     }
     if (!e.trace.empty()) {
       out.trace_parts.push_back(trace_part_path(e.trace, "ffn", j));
-      args.insert(args.end(), {"--trace", out.trace_parts.back(), "--trace-max-spans", std::to_string(e.trace_max_spans)});
+      args.insert(args.end(),
+                  {"--trace", out.trace_parts.back(), "--trace-max-spans", std::to_string(e.trace_max_spans)});
     }
     std::string metrics;
     if (with_metrics) {

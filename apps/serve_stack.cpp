@@ -121,7 +121,8 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
     auto* dp = dynamic_cast<DataParallelEngine*>(engines[i].get());
     if (dp == nullptr) continue;
     for (const auto& wk : dp->bundle().ffn_workers())
-      ffn_samples.push_back(serve::ffn_worker_sample(*wk, std::to_string(i) + "." + std::to_string(wk->options().index)));
+      ffn_samples.push_back(
+          serve::ffn_worker_sample(*wk, std::to_string(i) + "." + std::to_string(wk->options().index)));
   }
   auto svc = serve::Service::create(so, std::move(engines));
   if (!svc.ok()) fail(cmd, svc.status());
@@ -144,7 +145,8 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   on_signal->reset();  // a signal's stop() has finished (the service outlives it)
   raw->stop();
   if (opt.trace && !extras.trace_path.empty()) {
-    if (Status ts = write_trace(cmd, *opt.trace, extras.trace_path); !ts.is_ok()) spdlog::error("afd {}: {}", cmd, ts.to_string());
+    if (Status ts = write_trace(cmd, *opt.trace, extras.trace_path); !ts.is_ok())
+      spdlog::error("afd {}: {}", cmd, ts.to_string());
   }
   if (!s.is_ok()) fail(cmd, s);
 }

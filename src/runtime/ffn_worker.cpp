@@ -176,7 +176,8 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
   p.mbs.resize(theirs->n_microbatches);
   for (size_t mb = 0; mb < p.mbs.size(); ++mb) {
     AFD_ASSIGN_OR_RETURN(p.mbs[mb].recv, FrameBuffer::create(t_, kFrameHeaderBytes + lay.total));
-    AFD_ASSIGN_OR_RETURN(p.mbs[mb].send, FrameBuffer::create(t_, kFrameHeaderBytes + f2a_payload_bytes(theirs->max_tokens, H)));
+    AFD_ASSIGN_OR_RETURN(p.mbs[mb].send,
+                         FrameBuffer::create(t_, kFrameHeaderBytes + f2a_payload_bytes(theirs->max_tokens, H)));
     AFD_RETURN_IF_ERROR(post_frame_recv(p, static_cast<int>(mb)));
   }
   if (!p.serving) stats_.attention_serving++;  // before the ack: a peer that has it finds itself counted
@@ -258,8 +259,8 @@ bool FfnWorker::accept_frame(Peer& p, int mb) {
     bad = corrupt_data("frame for micro-batch " + std::to_string(v->header.microbatch) + " arrived on micro-batch " +
                        std::to_string(mb));
   } else if (v->header.layer >= mine_.n_layers) {
-    bad = corrupt_data("frame for layer " + std::to_string(v->header.layer) + " of a " + std::to_string(mine_.n_layers) +
-                       "-layer model");
+    bad = corrupt_data("frame for layer " + std::to_string(v->header.layer) + " of a " +
+                       std::to_string(mine_.n_layers) + "-layer model");
   } else {
     bool moe = w_->config.is_moe_layer(v->header.layer);
     if (moe && v->header.top_k != mine_.top_k) bad = corrupt_data("MoE layer frame without its top-k routes");
@@ -271,7 +272,8 @@ bool FfnWorker::accept_frame(Peer& p, int mb) {
     uint64_t step = 0;
     auto h = decode_header(s.recv.data(), s.bytes);
     if (h.ok()) layer = h->layer, step = h->step;
-    spdlog::error("ffn worker {}: malformed frame from '{}' (micro-batch {}): {}", opt_.index, p.name, mb, bad.message());
+    spdlog::error("ffn worker {}: malformed frame from '{}' (micro-batch {}): {}", opt_.index, p.name, mb,
+                  bad.message());
     send_error(p, mb, layer, step, "malformed a2f frame: " + bad.message());
     s.expect_layer = -1;
     if (Status st = post_frame_recv(p, mb); !st.is_ok())
@@ -370,11 +372,13 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     if (layer > 0) return s.expect_layer == static_cast<int>(layer);
     return s.expect_layer < 0 && q.active_last_step;
   };
-  const int64_t deadline = layer > 0 ? deadline_in_ms(opt_.peer_timeout_ms) : now_ns() + int64_t{opt_.gather_window_us} * 1000;
+  const int64_t deadline =
+      layer > 0 ? deadline_in_ms(opt_.peer_timeout_ms) : now_ns() + int64_t{opt_.gather_window_us} * 1000;
   for (;;) {
     std::vector<RequestId> waiting;
     for (auto& q : peers_) {
-      if (expected(*q) && q->mbs[static_cast<size_t>(mb)].recv_live) waiting.push_back(q->mbs[static_cast<size_t>(mb)].recv_id);
+      if (expected(*q) && q->mbs[static_cast<size_t>(mb)].recv_live)
+        waiting.push_back(q->mbs[static_cast<size_t>(mb)].recv_id);
     }
     if (waiting.empty() || now_ns() >= deadline || stop->load()) break;
     t_->wait_any(waiting, std::min(deadline, now_ns() + 5000000));
@@ -425,7 +429,8 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     }
     // The receive buffer is consumed: post the next receive before computing.
     Status st = post_frame_recv(*m.p, mb);
-    if (!st.is_ok()) spdlog::warn("ffn worker {}: re-posting a receive for '{}': {}", opt_.index, m.p->name, st.to_string());
+    if (!st.is_ok())
+      spdlog::warn("ffn worker {}: re-posting a receive for '{}': {}", opt_.index, m.p->name, st.to_string());
   }
   const int64_t t0 = now_ns();
   if (gpu_) {
@@ -447,7 +452,8 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
   stats_.tokens += total;
   if (K > 0) {
     int64_t rows = 0;  // ids were range-checked when the frame was decoded
-    for (int64_t t = 0; t < total * K; ++t) rows += part_.experts_mask[static_cast<size_t>(ids_[static_cast<size_t>(t)])];
+    for (int64_t t = 0; t < total * K; ++t)
+      rows += part_.experts_mask[static_cast<size_t>(ids_[static_cast<size_t>(t)])];
     stats_.expert_rows += rows;
   }
   stats_.frames += static_cast<int64_t>(members.size());

@@ -67,7 +67,8 @@ Status TraceRecorder::write(const std::string& path) const {
   std::vector<std::string> ev;
   ev.reserve(names_.size() + spans_.size());
   for (const auto& [pid, name] : names_)
-    ev.push_back(nlohmann::json{{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}}.dump());
+    ev.push_back(
+        nlohmann::json{{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}}.dump());
   for (const Span& s : spans_) {
     nlohmann::json args = nlohmann::json::object();
     if (s.layer >= 0) args["layer"] = s.layer;
@@ -105,7 +106,8 @@ Status merge_trace_files(const std::vector<std::string>& parts, const std::strin
       skip("cannot read it");
       continue;
     }
-    if (std::sscanf(line.c_str(), kHeadFormat, &p.origin, &p.dropped) != 2 || line + "\n" != head_line(p.origin, p.dropped)) {
+    if (std::sscanf(line.c_str(), kHeadFormat, &p.origin, &p.dropped) != 2 ||
+        line + "\n" != head_line(p.origin, p.dropped)) {
       skip("not a trace written by afd (first line)");
       continue;
     }
