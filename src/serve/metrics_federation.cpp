@@ -46,7 +46,9 @@ std::string federate_metrics(const std::string& own, const std::vector<MetricsTa
     outcome.emplace_back(true, m.add(*body, targets[i].label));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::string o = m.render();
+  // This scrape's own families go through the merger too, so a target that exports the
+  // same names (a front end federating another) still yields each family once.
+  std::string o;
   auto target = [&](size_t i) { return "{target=\"" + escape_label_value(targets[i].address()) + "\"} "; };
   prom_header(&o, "afd_federation_target_up", "gauge",
               "1 if the worker answered this scrape's GET /metrics with 200 in time; its samples are above.");
@@ -58,7 +60,8 @@ std::string federate_metrics(const std::string& own, const std::vector<MetricsTa
     o += "afd_federation_dropped_lines" + target(i) + std::to_string(outcome[i].second) + "\n";
   prom_header(&o, "afd_federation_scrape_seconds", "gauge", "Time this scrape waited for its workers.");
   o += "afd_federation_scrape_seconds " + prom_num(seconds) + "\n";
-  return o;
+  m.add(o, "");
+  return m.render();
 }
 
 Result<MetricsTarget> metrics_target_for(const std::string& listen, const std::string& reachable_host,

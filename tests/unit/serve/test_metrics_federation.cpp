@@ -144,7 +144,12 @@ struct ClosedPort {
 
 TEST(FederateMetrics, LiveDeadAndOversizedWorkers) {
   auto a = serve_text([] { return std::string(kWorker); });
-  auto b = serve_text([] { return std::string("# TYPE afd_ffn_tokens_total counter\nafd_ffn_tokens_total{ffn=\"0\"} 9\n"); });
+  // b is itself a federating front end: its afd_federation_* families must merge with ours.
+  auto b = serve_text([] {
+    return std::string(
+        "# TYPE afd_ffn_tokens_total counter\nafd_ffn_tokens_total{ffn=\"0\"} 9\n"
+        "# TYPE afd_federation_target_up gauge\nafd_federation_target_up{target=\"10.0.0.9:9100\"} 1\n");
+  });
   auto huge = serve_text([] { return std::string(kMaxScrapeBytes + 1, '#'); });
   ASSERT_TRUE(a && b && huge);
   ClosedPort closed;
@@ -173,6 +178,8 @@ TEST(FederateMetrics, LiveDeadAndOversizedWorkers) {
   EXPECT_NE(out.find("afd_federation_dropped_lines{target=\"127.0.0.1:" + std::to_string(a->port()) + "\"} 0\n"),
             std::string::npos);
   EXPECT_NE(out.find("# TYPE afd_federation_scrape_seconds gauge\n"), std::string::npos);
+  EXPECT_EQ(count(out, "# TYPE afd_federation_target_up gauge\n"), 1u) << out;
+  EXPECT_NE(out.find("afd_federation_target_up{target=\"10.0.0.9:9100\"} 1\n"), std::string::npos) << out;
   // The whole answer is one valid exposition again.
   PromMerger check;
   EXPECT_EQ(check.add(out, ""), 0u);
