@@ -119,16 +119,17 @@ Result<std::unique_ptr<StatusServer>> StatusServer::start(ServerOptions o, Metri
     res.set_content(body, "application/json");
   });
   AFD_ASSIGN_OR_RETURN(srv->port_, bind_server(s, o));
-  srv->thread_ = std::thread([&s] { s.listen_after_bind(); });
-  // stop() is a no-op until the listening loop runs: wait for it, so the destructor
-  // cannot miss it (and hang joining).
+  srv->loop_ = std::make_unique<ListenLoop>(&s);
+  srv->thread_ = std::thread([loop = srv->loop_.get()] { (void)loop->run(); });
+  // A server that binds but never starts listening is an error now rather than a silent
+  // /metrics that never answers.
   for (int i = 0; i < 2000 && !s.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (!s.is_running()) return io_error("status server on " + o.host + ":" + std::to_string(srv->port_) + " did not start");
   return srv;
 }
 
 StatusServer::~StatusServer() {
-  if (svr_) svr_->stop();
+  if (loop_) loop_->stop();
   if (thread_.joinable()) thread_.join();
 }
 

@@ -65,6 +65,7 @@ class StatusServer {
  private:
   StatusServer() = default;
   std::unique_ptr<httplib::Server> svr_;
+  std::unique_ptr<ListenLoop> loop_;  // over svr_, run by thread_
   std::thread thread_;
   int port_ = -1;
 };
