@@ -1,5 +1,6 @@
 #include "trace_output.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -29,14 +30,12 @@ Status merge_trace_parts(const char* cmd, const std::string& path, const std::ve
   std::error_code ec;
   if (include_path && std::filesystem::exists(path, ec)) all.push_back(path);
   all.insert(all.end(), parts.begin(), parts.end());
-  std::vector<std::string> skipped;
+  std::vector<SkippedTracePart> skipped;
   AFD_RETURN_IF_ERROR(merge_trace_files(all, path, &skipped));
-  for (const std::string& s : skipped) spdlog::warn("afd {}: trace part left out: {}", cmd, s);
+  for (const SkippedTracePart& s : skipped) spdlog::warn("afd {}: trace part left out: {}: {}", cmd, s.path, s.why);
   size_t merged = 0;
   for (const std::string& p : parts) {
-    bool was_skipped = false;
-    for (const std::string& s : skipped) was_skipped = was_skipped || s.rfind(p + ": ", 0) == 0;
-    if (was_skipped) continue;
+    if (std::any_of(skipped.begin(), skipped.end(), [&](const SkippedTracePart& s) { return s.path == p; })) continue;
     std::filesystem::remove(p, ec);
     ++merged;
   }

@@ -87,7 +87,7 @@ Status TraceRecorder::write(const std::string& path) const {
 }
 
 Status merge_trace_files(const std::vector<std::string>& parts, const std::string& out,
-                         std::vector<std::string>* skipped) {
+                         std::vector<SkippedTracePart>* skipped) {
   struct Part {
     int64_t origin = 0;
     uint64_t dropped = 0;
@@ -100,7 +100,7 @@ Status merge_trace_files(const std::vector<std::string>& parts, const std::strin
     std::string line;
     Part p;
     auto skip = [&](const std::string& why) {
-      if (skipped) skipped->push_back(path + ": " + why);
+      if (skipped) skipped->push_back({path, why});
     };
     if (!in || !std::getline(in, line)) {
       skip("cannot read it");

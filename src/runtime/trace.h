@@ -49,9 +49,12 @@ class TraceRecorder {
 // Merges trace files written by TraceRecorder::write — e.g. one per worker process of a
 // local bundle, whose now_ns() clocks agree (CLOCK_MONOTONIC of one host; not across hosts)
 // — into one file at `out`, each part's events shifted by its origin_ns. A part that is
-// missing or not such a file is left out and named, with why, in *skipped; error only if
+// missing or not such a file is left out and listed, with why, in *skipped; error only if
 // `out` cannot be written. `out` may be one of the parts.
+struct SkippedTracePart {
+  std::string path, why;
+};
 Status merge_trace_files(const std::vector<std::string>& parts, const std::string& out,
-                         std::vector<std::string>* skipped);
+                         std::vector<SkippedTracePart>* skipped);
 
 }  // namespace afd

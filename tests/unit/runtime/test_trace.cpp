@@ -74,13 +74,16 @@ TEST(TraceRecorder, MergedProcessesShareOneClock) {
     std::getline(in, second);
     std::ofstream(cut) << first << "\n" << second << "\n";  // no closing line: a part cut short
   }
-  std::vector<std::string> skipped;
+  std::vector<SkippedTracePart> skipped;
   // The output may be one of the parts (it is read before it is written).
   ASSERT_TRUE(merge_trace_files({pa, pe, bad, pf, cut, missing}, pa, &skipped).is_ok());
   ASSERT_EQ(skipped.size(), 3u);
-  EXPECT_EQ(skipped[0].rfind(bad + ": not a trace", 0), 0u) << skipped[0];
-  EXPECT_EQ(skipped[1].rfind(cut + ": truncated", 0), 0u) << skipped[1];
-  EXPECT_EQ(skipped[2].rfind(missing + ": cannot read", 0), 0u) << skipped[2];
+  EXPECT_EQ(skipped[0].path, bad);
+  EXPECT_EQ(skipped[0].why.rfind("not a trace", 0), 0u) << skipped[0].why;
+  EXPECT_EQ(skipped[1].path, cut);
+  EXPECT_EQ(skipped[1].why.rfind("truncated", 0), 0u) << skipped[1].why;
+  EXPECT_EQ(skipped[2].path, missing);
+  EXPECT_EQ(skipped[2].why.rfind("cannot read", 0), 0u) << skipped[2].why;
   const nlohmann::json j = read_json(pa);
   EXPECT_EQ(j["otherData"]["origin_ns"], 5000000);
   const auto ts = times(j);
