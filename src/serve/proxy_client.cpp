@@ -17,8 +17,13 @@ std::string describe(httplib::Error e) {
   }
 }
 
-}  // namespace
+void set_timeouts(httplib::Client* cli, int timeout_ms) {
+  cli->set_connection_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  cli->set_read_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  cli->set_write_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+}
 
+}  // namespace
 
 UpstreamCall::UpstreamCall(const std::string& host, int port, UpstreamTimeouts t)
     : where_(host + ":" + std::to_string(port)), cli_(std::make_unique<httplib::Client>(host, port)) {
@@ -88,16 +93,6 @@ UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& b
   }
   return out;
 }
-
-namespace {
-
-void set_timeouts(httplib::Client* cli, int timeout_ms) {
-  cli->set_connection_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
-  cli->set_read_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
-  cli->set_write_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
-}
-
-}  // namespace
 
 Result<HttpAnswer> http_get(const std::string& host, int port, const std::string& path, int timeout_ms,
                             size_t max_bytes) {
