@@ -115,14 +115,14 @@ struct Point {
   std::vector<double> attention_tokens, ffn_tokens, ffn_expert_rows;
 };
 
-// Tokens and (token, expert) pairs computed so far by each in-process FFN worker of `e`
-// (empty for other engines).
+// Tokens and (token, expert) pairs computed so far by each in-process FFN worker of `dp`
+// (empty without an in-process bundle).
 struct FfnCounts {
   std::vector<int64_t> tokens, rows;
 };
-FfnCounts ffn_counts(Engine& e) {
+FfnCounts ffn_counts(DataParallelEngine* dp) {
   FfnCounts c;
-  if (auto* dp = dynamic_cast<DataParallelEngine*>(&e))
+  if (dp != nullptr)
     for (const FfnWorkerStats* s : dp->bundle().ffn_stats()) {
       c.tokens.push_back(s->tokens.load());
       c.rows.push_back(s->expert_rows.load());
@@ -148,18 +148,19 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
   }
   std::vector<BatchItem> items(static_cast<size_t>(batch));
   std::vector<float> logits;
+  auto* dp = dynamic_cast<DataParallelEngine*>(&e);  // null: no in-process bundle, no per-worker counts
   int64_t n_moe = 0;  // layers with routed experts
   for (const LayerWeights& L : w->layers) n_moe += L.moe.experts.empty() ? 0 : 1;
   Point best;
   best.step_s = 1e30;
   for (int step = 0; step <= steps; ++step) {  // step 0 warms up
     for (int64_t i = 0; i < batch; ++i) items[i] = BatchItem{seqs[i], std::span<const int32_t>(&last[i], 1), false};
-    const FfnCounts ffn0 = ffn_counts(e);
+    const FfnCounts ffn0 = ffn_counts(dp);
     const int64_t t0 = now_ns();
     Status s = e.forward(items, &logits);
     const double dt = (now_ns() - t0) * 1e-9;
     if (!s.is_ok()) fail("bench", s);
-    const FfnCounts ffn1 = ffn_counts(e);
+    const FfnCounts ffn1 = ffn_counts(dp);
     std::vector<double> ffn_tokens, ffn_rows;
     for (size_t j = 0; j < ffn1.tokens.size(); ++j) {
       ffn_tokens.push_back(static_cast<double>(ffn1.tokens[j] - ffn0.tokens[j]) / static_cast<double>(mc.n_layers));
@@ -174,8 +175,7 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
       StepCost sc = step_cost(*w, batch, ctx + step, e.last_expert_reads(), kv_tok);
       best = Point{dt,        st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, st.layers, {},
                    ffn_tokens, ffn_rows};
-      if (auto* dp = dynamic_cast<DataParallelEngine*>(&e))
-        best.attention_tokens.assign(dp->last_engine_tokens().begin(), dp->last_engine_tokens().end());
+      if (dp != nullptr) best.attention_tokens.assign(dp->last_engine_tokens().begin(), dp->last_engine_tokens().end());
     }
   }
   return best;

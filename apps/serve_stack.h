@@ -7,8 +7,8 @@
 
 #include <functional>
 #include <memory>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -52,9 +52,7 @@ class StopOnSignal {
   std::thread thread_;
 };
 
-// Builds f.workers engines from `opt` and serves them until a signal. Once the API listens,
-// prints (stdout) "<banner> on http://HOST:PORT<suffix>", "{model}" in banner replaced by the
-// served model id.
+// What run_engine_service adds to a plain service.
 struct ServiceExtras {
   // Their series join the service's /metrics, fetched per scrape (e.g. FFN worker child
   // processes; serve/metrics_federation.h).
@@ -62,6 +60,10 @@ struct ServiceExtras {
   // With opt.trace: the pipeline trace is written here when the service stops.
   std::string trace_path;
 };
+
+// Builds f.workers engines from `opt` and serves them until a signal. Once the API listens,
+// prints (stdout) "<banner> on http://HOST:PORT<suffix>", "{model}" in banner replaced by the
+// served model id.
 void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOptions& opt, const std::string& banner,
                         const std::string& suffix, const ServiceExtras& extras = {});
 
