@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <mutex>
 #include <thread>
 
 #include "core/log.h"
@@ -73,11 +72,9 @@ Result<std::unique_ptr<StopOnSignal>> StopOnSignal::start(std::function<void()> 
   std::unique_ptr<StopOnSignal> s(new StopOnSignal());
   s->thread_ = std::thread([stop = std::move(stop)] {
     unsigned char sig = 0;
-    while (read(g_signal_pipe[0], &sig, 1) == 1) {
-      if (sig == 0) return;
+    if (read(g_signal_pipe[0], &sig, 1) == 1 && sig != 0) {
       spdlog::info("afd: signal {}, stopping", static_cast<int>(sig));
       stop();
-      return;
     }
   });
   return s;
@@ -190,15 +187,12 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   serve::Frontend* raw = f->get();
   auto on_signal = StopOnSignal::start([raw] { raw->stop(); });
   if (!on_signal.ok()) fail(cmd, on_signal.status());
-  // A worker that cannot start (bad model, port taken, ...) fails the whole command.
+  // A worker that cannot start (bad model, port taken, ...) fails the whole command. The
+  // watcher writes the reason; it is read below only after stop_all() has joined the watcher.
   auto startup_failure = std::make_shared<std::string>();
-  auto failure_mu = std::make_shared<std::mutex>();
   if (children)
-    children->watch(restart, [raw, startup_failure, failure_mu](const std::string& why) {
-      {
-        std::lock_guard<std::mutex> l(*failure_mu);
-        *startup_failure = why;
-      }
+    children->watch(restart, [raw, startup_failure](const std::string& why) {
+      *startup_failure = why;
       raw->stop();
     });
   std::printf("afd serve: front end on http://%s:%d for %d attention worker%s (waiting for them)\n", host.c_str(),
@@ -210,7 +204,6 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   raw->stop();
   f->reset();
   if (!s.is_ok()) fail(cmd, s);
-  std::lock_guard<std::mutex> l(*failure_mu);
   if (!startup_failure->empty()) fail(cmd, unavailable(*startup_failure));
 }
 
