@@ -79,16 +79,11 @@ void run_ffn(const WorkerFlags& f) {
   fo.peer_timeout_ms = f.peer_timeout_ms;
   fo.tp = f.engine.ffn_tp;
   fo.device = f.engine.ffn_device;
-  // --trace: this worker's batches on the FFN lane of the bundle's timeline (pid kFfnPid +
-  // shard, one thread per micro-batch, as in-process bundles record them).
+  // --trace: this worker's batches on the FFN lane of the bundle's timeline.
   std::shared_ptr<TraceRecorder> trace;
   if (!f.engine.trace.empty()) {
     trace = std::make_shared<TraceRecorder>(static_cast<size_t>(f.engine.trace_max_spans));
-    const int pid = TraceRecorder::kFfnPid + shard;
-    trace->name_process(pid, "ffn " + std::to_string(shard));
-    fo.on_batch = [trace, pid](int64_t layer, int mb, int64_t t0, int64_t t1, int64_t tokens) {
-      trace->span("ffn", pid, 1 + mb, t0, t1, layer, mb, tokens);
-    };
+    trace_ffn_batches(trace, &fo);
   }
   ThreadPool pool(f.engine.threads);
   auto worker = FfnWorker::create(*w, t->get(), fo, &pool);

@@ -64,13 +64,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
       fo.peer_timeout_ms = opt.ffn_timeout_ms;
       fo.tp = opt.ffn_tp;
       fo.device = opt.ffn_device;
-      if (opt.trace) {
-        const int pid = TraceRecorder::kFfnPid + j;
-        opt.trace->name_process(pid, "ffn " + std::to_string(j));
-        fo.on_batch = [tr = opt.trace, pid](int64_t layer, int mb, int64_t t0, int64_t t1, int64_t tokens) {
-          tr->span("ffn", pid, 1 + mb, t0, t1, layer, mb, tokens);
-        };
-      }
+      if (opt.trace) trace_ffn_batches(opt.trace, &fo);
       ThreadPool* pool;
       if (topo.wiring == Wiring::ep) {
         pool = attn_pools[j].get();

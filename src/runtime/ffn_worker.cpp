@@ -12,6 +12,7 @@
 #include "runtime/cuda_ffn.h"
 #include "runtime/ffn_client.h"
 #include "runtime/topology.h"
+#include "runtime/trace.h"
 
 namespace afd {
 
@@ -26,6 +27,14 @@ FfnWorker::FfnWorker(std::shared_ptr<const ModelWeights> w, Transport* t, FfnWor
 
 FfnWorker::~FfnWorker() {
   for (auto& p : peers_) drop_peer(*p, "worker shutting down");
+}
+
+void trace_ffn_batches(std::shared_ptr<TraceRecorder> trace, FfnWorkerOptions* o) {
+  const int pid = TraceRecorder::kFfnPid + o->index;
+  trace->name_process(pid, "ffn " + std::to_string(o->index));
+  o->on_batch = [tr = std::move(trace), pid](int64_t layer, int mb, int64_t t0, int64_t t1, int64_t tokens) {
+    tr->span("ffn", pid, 1 + mb, t0, t1, layer, mb, tokens);
+  };
 }
 
 Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const ModelWeights> w, Transport* transport,

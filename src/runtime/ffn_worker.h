@@ -61,6 +61,12 @@ struct FfnWorkerOptions {
   std::function<void(int64_t layer, int microbatch, int64_t t0_ns, int64_t t1_ns, int64_t tokens)> on_batch;
 };
 
+class TraceRecorder;
+// Tracing an FFN worker: names lane TraceRecorder::kFfnPid + o->index "ffn <index>" and sets
+// o->on_batch to record each batch there as an "ffn" span, one thread per micro-batch (the
+// same lanes in-process bundles and FFN worker processes use, so their traces merge).
+void trace_ffn_batches(std::shared_ptr<TraceRecorder> trace, FfnWorkerOptions* o);
+
 // Written by the worker thread only; any thread may read (GET /metrics of an FFN worker
 // process: serve/ffn_metrics.h).
 struct FfnWorkerStats {
