@@ -171,6 +171,7 @@ void apply_topology_file(WorkerFlags* f) {
   e.topology = t->topology();
   e.ffn_timeout_ms = t->ffn_timeout_ms;
   e.ffn_connect_timeout_ms = t->ffn_connect_timeout_ms;
+  e.ffn_probe_ms = t->ffn_probe_ms;
   e.ffn_tp = t->ffn_tp;
   if (f->role == "ffn") {
     e.ffn_device = w.device;

@@ -60,6 +60,11 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
       ->envname("AFD_UCX_SPIN_US");
   cmd->add_option("--ffn-connect-timeout-ms", ffn_connect_timeout_ms, "Give up waiting for FFN workers after this")
       ->envname("AFD_FFN_CONNECT_TIMEOUT_MS");
+  cmd->add_option("--ffn-probe-ms", ffn_probe_ms,
+                  "Ping idle FFN workers this often; one that leaves a ping unanswered past --ffn-timeout-ms makes "
+                  "/health 503 (0: no pings)")
+      ->check(CLI::Range(0, 86400000))
+      ->envname("AFD_FFN_PROBE_MS");
 }
 
 Result<EngineOptions> EngineFlags::to_options() const {
@@ -104,6 +109,7 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.attention_index = attention_index;
   o.ffn_timeout_ms = ffn_timeout_ms;
   o.ffn_connect_timeout_ms = ffn_connect_timeout_ms;
+  o.ffn_probe_ms = ffn_probe_ms;
   o.ucx_spin_us = ucx_spin_us;
   o.ffn_device = ffn_device;
   if (!trace.empty()) o.trace = std::make_shared<TraceRecorder>(static_cast<size_t>(trace_max_spans));

@@ -24,7 +24,7 @@ T get(const uint8_t* p, size_t off) { T v; std::memcpy(&v, p + off, sizeof(T)); 
 
 size_t align8(size_t x) { return (x + 7) & ~size_t{7}; }
 
-bool known_kind(uint8_t k) { return k >= 1 && k <= 6; }
+bool known_kind(uint8_t k) { return k >= 1 && k <= 8; }
 
 std::string where(const FrameHeader& h) {
   return std::string(frame_kind_name(h.kind)) + " frame (layer " + std::to_string(h.layer) +
@@ -41,6 +41,8 @@ const char* frame_kind_name(FrameKind k) {
     case FrameKind::a2f: return "a2f";
     case FrameKind::f2a: return "f2a";
     case FrameKind::error: return "error";
+    case FrameKind::ping: return "ping";
+    case FrameKind::pong: return "pong";
   }
   return "unknown";
 }
@@ -177,6 +179,10 @@ Result<FrameHeader> decode_header(const uint8_t* data, size_t len) {
         return corrupt_data(where(h) + " has implausible sizes");
       }
       expect = f2a_payload_bytes(h.n_tokens, h.hidden);
+      break;
+    case FrameKind::ping:
+    case FrameKind::pong:
+      expect = 0;
       break;
   }
   if (h.payload_bytes != expect) {
@@ -362,6 +368,22 @@ Result<std::string> decode_reason(const uint8_t* data, size_t len) {
     if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') c = '?';
   }
   return r;
+}
+
+size_t encode_probe(FrameKind kind, uint64_t seq, uint8_t* out) {
+  FrameHeader h;
+  h.kind = kind;
+  h.step = seq;
+  encode_header(h, nullptr, out);
+  return kFrameHeaderBytes;
+}
+
+Result<uint64_t> decode_probe(const uint8_t* data, size_t len, FrameKind expect) {
+  AFD_ASSIGN_OR_RETURN(FrameHeader h, decode_header(data, len));
+  if (h.kind != expect) {
+    return corrupt_data(std::string("expected a ") + frame_kind_name(expect) + " frame, got " + where(h));
+  }
+  return h.step;
 }
 
 std::string describe(const Handshake& h) {

@@ -16,7 +16,7 @@
 namespace afd::comm {
 
 constexpr uint32_t kFrameMagic = 0x46444641u;  // "AFDF" in memory order
-constexpr uint16_t kProtocolVersion = 2;  // 2: handshake carries the FFN TP rank/degree (56 bytes)
+constexpr uint16_t kProtocolVersion = 3;  // 2: handshake carries the FFN TP rank/degree; 3: ping/pong probes
 constexpr size_t kFrameHeaderBytes = 64;
 constexpr size_t kMaxReasonBytes = 4096;
 constexpr int64_t kScaleBlock = 128;  // channels per scale with ScaleGranularity::per_block
@@ -28,6 +28,8 @@ enum class FrameKind : uint8_t {
   a2f = 4,        // attention -> FFN: FP8 activations + scales + expert ids + weights
   f2a = 5,        // FFN -> attention: BF16 partial outputs
   error = 6,      // FFN -> attention: this (layer, micro-batch) failed; payload = reason
+  ping = 7,       // attention -> FFN: liveness probe; no payload, step = probe sequence number
+  pong = 8,       // FFN -> attention: answers a ping; echoes its sequence number in step
 };
 const char* frame_kind_name(FrameKind k);
 
@@ -142,9 +144,14 @@ size_t encode_reason(FrameKind kind, uint32_t layer, uint16_t microbatch, uint64
 // The reason text of a refuse/error frame (validated header).
 Result<std::string> decode_reason(const uint8_t* data, size_t len);
 
+// ping / pong frames (kFrameHeaderBytes, no payload) carrying `seq` in the step field.
+size_t encode_probe(FrameKind kind, uint64_t seq, uint8_t* out);
+// The sequence number of a ping or pong (whichever `expect` says; any other kind is corrupt).
+Result<uint64_t> decode_probe(const uint8_t* data, size_t len, FrameKind expect);
+
 // Transport user tags of the runtime (docs/PROTOCOL.md, "Tags"): family in bits 47..40,
 // micro-batch in 39..32. The layer and step travel in the frame header.
-enum class TagFamily : uint8_t { handshake = 1, a2f = 2, f2a = 3 };
+enum class TagFamily : uint8_t { handshake = 1, a2f = 2, f2a = 3, probe = 4 };
 inline uint64_t frame_tag(TagFamily f, uint32_t microbatch) {
   return (static_cast<uint64_t>(f) << 40) | (static_cast<uint64_t>(microbatch & 0xffu) << 32);
 }

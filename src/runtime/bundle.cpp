@@ -110,6 +110,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
     co.per_block_scales = opt.fp8_group == 128;
     co.timeout_ms = opt.ffn_timeout_ms;
     co.connect_timeout_ms = opt.ffn_connect_timeout_ms;
+    co.probe_interval_ms = opt.ffn_probe_ms;
     co.expect_tp = opt.ffn_tp > 1 || !remote ? opt.ffn_tp : 0;  // remote, default 1: accept what the workers announce
     t = with_delay(std::move(t), opt.inject_delay_us);
     AFD_ASSIGN_OR_RETURN(auto client, FfnClient::create(w, t.get(), co));

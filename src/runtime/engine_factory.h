@@ -52,6 +52,7 @@ struct EngineOptions {
   int64_t max_batch_tokens = 4096;  // most tokens in one AFD micro-batch (wire buffers)
   int ffn_timeout_ms = 10000;       // an FFN reply later than this fails the step
   int ffn_connect_timeout_ms = 60000;  // FFN workers not connected by then: an error
+  int ffn_probe_ms = 1000;             // idle time before a liveness ping to the FFN workers; 0: none
   // UCX transports (remote FFN workers): how long a thread waiting for a message drives the
   // worker itself before it sleeps (comm::UcxOptions::waiter_spin_ns); -1: the default.
   int ucx_spin_us = -1;

@@ -82,6 +82,7 @@ FfnClient::FfnClient(std::shared_ptr<const ModelWeights> w, Transport* t, FfnCli
     : w_(std::move(w)), t_(t), opt_(std::move(opt)) {}
 
 FfnClient::~FfnClient() {
+  stop_probes();
   for (size_t mb = 0; mb < slots_.size(); ++mb) abandon(static_cast<int>(mb));
 }
 
@@ -121,6 +122,7 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
   }
   if (opt.max_tokens < 1 || opt.max_tokens > (1 << 20)) return invalid_argument("ffn client: max_tokens must be 1..2^20");
   if (opt.expect_tp < 0 || opt.expect_tp > 64) return invalid_argument("ffn client: expected FFN TP degree must be 0..64");
+  if (opt.probe_interval_ms < 0) return invalid_argument("ffn client: probe interval must be >= 0 (0: no probes)");
   ScaleGranularity g = opt.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token;
   AFD_ASSIGN_OR_RETURN(A2fLayout lay, a2f_layout(opt.max_tokens, c.hidden_size, c.n_experts_per_tok, g));
 
@@ -140,8 +142,113 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
                                                                       f2a_payload_bytes(opt.max_tokens, c.hidden_size)));
     }
   }
+  cl->probes_ = std::make_unique<Probe[]>(opt.ffn_names.size());
+  for (size_t j = 0; j < opt.ffn_names.size(); ++j) {
+    AFD_ASSIGN_OR_RETURN(cl->probes_[j].ping, FrameBuffer::create(transport, kFrameHeaderBytes));
+    AFD_ASSIGN_OR_RETURN(cl->probes_[j].pong, FrameBuffer::create(transport, kFrameHeaderBytes));
+    cl->probes_[j].next_ns = deadline_in_ms(opt.probe_interval_ms);
+  }
   AFD_RETURN_IF_ERROR(cl->connect_all());
+  if (opt.probe_interval_ms > 0) cl->prober_ = std::thread([c = cl.get()] { c->probe_loop(); });
   return cl;
+}
+
+void FfnClient::probe_loop() {
+  std::unique_lock<std::mutex> lk(probe_mu_);
+  while (!probe_stop_) {
+    lk.unlock();
+    const bool awaiting = probe_pass(now_ns());
+    lk.lock();
+    // A pong is polled for every 5 ms (its arrival time does not matter, only its absence);
+    // otherwise the next due ping is at most a quarter interval late.
+    const int wait_ms = awaiting ? 5 : std::clamp(opt_.probe_interval_ms / 4, 1, 100);
+    probe_cv_.wait_for(lk, std::chrono::milliseconds(wait_ms), [&] { return probe_stop_; });
+  }
+}
+
+bool FfnClient::probe_pass(int64_t now) {
+  const int64_t interval = int64_t{opt_.probe_interval_ms} * 1000000;
+  const uint64_t tag = frame_tag(TagFamily::probe, 0);
+  bool awaiting = false;
+  for (size_t j = 0; j < workers_.size(); ++j) {
+    Probe& p = probes_[j];
+    const std::string& name = workers_[j].name;  // fixed at create: safe to read here
+    Completion c;
+    if (p.ping_live && t_->test(p.ping_id, &c)) p.ping_live = false;
+    if (p.pong_live && t_->test(p.pong_id, &c)) {
+      p.pong_live = false;
+      auto seq = c.status.is_ok() ? decode_probe(p.pong.data(), c.bytes, FrameKind::pong) : Result<uint64_t>(c.status);
+      if (seq.ok() && *seq == p.seq) {
+        p.sent_ns.store(0);
+        p.answered.fetch_add(1);
+        p.next_ns = now + interval;
+      } else if (!c.status.is_ok()) {
+        // Lost (health() reports the disconnect) or cancelled: probe again after reconnecting.
+        p.sent_ns.store(0);
+        p.next_ns = now + interval;
+      } else {
+        // A malformed pong, or one for an older ping: the worker still owes this one.
+        if (!seq.ok()) spdlog::warn("attention {}: FFN worker '{}': {}", opt_.index, name, seq.status().message());
+        auto r = t_->post_recv(p.peer, tag, p.pong.data(), p.pong.capacity());
+        if (r.ok()) {
+          p.pong_id = *r;
+          p.pong_live = true;
+        } else {
+          p.sent_ns.store(0);
+          p.next_ns = now + interval;
+        }
+      }
+    }
+    if (p.pong_live) {
+      awaiting = true;
+      continue;
+    }
+    if (now < p.next_ns || p.ping_live) continue;
+    // A combine that succeeded within the interval already showed every worker alive.
+    const int64_t ok = last_ok_ns_.load();
+    if (now - ok < interval) {
+      p.next_ns = ok + interval;
+      continue;
+    }
+    p.next_ns = now + interval;
+    auto peer = t_->peer_id(name);
+    if (!peer.ok() || !t_->is_connected(*peer)) continue;  // health() reports that itself
+    auto r = t_->post_recv(*peer, tag, p.pong.data(), p.pong.capacity());
+    if (!r.ok()) continue;
+    encode_probe(FrameKind::ping, ++p.seq, p.ping.data());
+    auto sd = t_->post_send(*peer, tag, p.ping.data(), kFrameHeaderBytes);
+    if (!sd.ok()) {
+      t_->cancel(*r);
+      t_->wait(*r, deadline_in_ms(1000));
+      continue;
+    }
+    p.peer = *peer;
+    p.pong_id = *r;
+    p.ping_id = *sd;
+    p.pong_live = p.ping_live = true;
+    p.sent_ns.store(now);
+    awaiting = true;
+  }
+  return awaiting;
+}
+
+void FfnClient::stop_probes() {
+  {
+    std::lock_guard<std::mutex> l(probe_mu_);
+    probe_stop_ = true;
+  }
+  probe_cv_.notify_all();
+  if (prober_.joinable()) prober_.join();
+  if (!probes_) return;
+  for (size_t j = 0; j < workers_.size(); ++j) {
+    Probe& p = probes_[j];
+    for (auto [live, id] : {std::pair<bool*, RequestId>{&p.pong_live, p.pong_id}, {&p.ping_live, p.ping_id}}) {
+      if (!*live) continue;
+      t_->cancel(id);
+      t_->wait(id, deadline_in_ms(1000));
+      *live = false;
+    }
+  }
 }
 
 Status FfnClient::connect_all() {
@@ -273,8 +380,19 @@ Status FfnClient::health() const {
     if (!peer.ok()) return unavailable("FFN worker '" + wk.name + "' has not connected yet");
     if (!t_->is_connected(*peer)) return unavailable("FFN worker '" + wk.name + "' is not connected");
   }
+  const int64_t now = now_ns();
+  if (opt_.probe_interval_ms > 0) {
+    for (size_t j = 0; j < workers_.size(); ++j) {
+      const int64_t sent = probes_[j].sent_ns.load();
+      if (sent != 0 && now - sent > int64_t{opt_.timeout_ms} * 1000000) {
+        return unavailable("FFN worker '" + workers_[j].name + "' has not answered a liveness probe for " +
+                           std::to_string((now - sent) / 1000000) + " ms (timeout " + std::to_string(opt_.timeout_ms) +
+                           " ms)");
+      }
+    }
+  }
   const int64_t stall = last_stall_ns_.load();
-  const int64_t ago = now_ns() - stall;
+  const int64_t ago = now - stall;
   if (opt_.stall_hold_ms > 0 && stall > last_ok_ns_.load() && ago < int64_t{opt_.stall_hold_ms} * 1000000) {
     std::lock_guard<std::mutex> l(stall_mu_);
     return unavailable(last_stall_ + " (" + std::to_string(ago / 1000000) + " ms ago; traffic resumes " +

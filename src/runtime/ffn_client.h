@@ -19,6 +19,12 @@
 // mb1, combine mb0, ...), each using its own registered buffers — one send and one receive
 // buffer per (micro-batch, FFN worker), allocated and registered once in create().
 //
+// Liveness: when no combine has succeeded for probe_interval_ms (an idle engine, or one
+// whose passes fail), a probe thread pings every connected FFN worker on its own tag and
+// buffers (never touching the data path's) and waits for the pong. An FFN worker whose pong
+// is overdue by more than timeout_ms makes health() unavailable, naming it, until it answers:
+// a stall is seen without a request having to time out on it first.
+//
 // Errors: a lost FFN worker, a stall past timeout_ms, a malformed reply or an FFN-side
 // error frame make dispatch/combine return a Status naming the worker, layer and
 // micro-batch; outstanding operations of that micro-batch are cancelled so the next forward
@@ -27,9 +33,11 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/frame_buffer.h"
@@ -60,6 +68,9 @@ struct FfnClientOptions {
   // fast instead of letting each wait timeout_ms; then traffic probes the worker again.
   int stall_hold_ms = 5000;        // 0: health() reports connections only
   int connect_timeout_ms = 60000;  // create(): waiting for the FFN workers
+  // Liveness probes: idle time (no successful combine) before a ping, and between pings;
+  // a pong later than timeout_ms marks the worker stalled in health(). 0: no probes.
+  int probe_interval_ms = 1000;
   // TP degree every FFN worker must announce (--ffn-tp); 0: accept what they announce (the
   // shard check below still requires every expert slice to be covered exactly once).
   int expect_tp = 0;
@@ -76,9 +87,10 @@ class FfnClient : public FfnBackend {
   Status dispatch(int64_t layer, int microbatch, TokenBatch& b) override;
   Status combine(int64_t layer, int microbatch, TokenBatch& b) override;
   // unavailable while any FFN worker is not connected (it may still be handshaking after a
-  // reconnect: the next forward pass does that), and for stall_hold_ms after a combine timed
-  // out unless one succeeded since. Thread-safe: reads the worker names (fixed at create),
-  // the transport's connection state and the stall record (atomics / stall_mu_).
+  // reconnect: the next forward pass does that), while a liveness probe to one has been
+  // unanswered for longer than timeout_ms, and for stall_hold_ms after a combine timed out
+  // unless one succeeded since. Thread-safe: reads the worker names (fixed at create), the
+  // transport's connection state, the probes' atomics and the stall record (stall_mu_).
   Status health() const override;
 
   // The expert range FFN worker j reported in its handshake.
@@ -86,6 +98,8 @@ class FfnClient : public FfnBackend {
   // Bit j set: FFN worker j holds a slice of expert e / of the shared-dense part.
   uint64_t expert_workers(int64_t e) const { return expert_workers_[static_cast<size_t>(e)]; }
   uint64_t shared_workers() const { return shared_workers_; }
+  // Pongs received from FFN worker j so far (tests, stats).
+  int64_t probes_answered(int j) const { return probes_[static_cast<size_t>(j)].answered.load(); }
   // Tokens sent to worker j in the last dispatch of micro-batch mb (tests, stats).
   int64_t last_sent_tokens(int mb, int j) const { return static_cast<int64_t>(slots_[mb][j].rows.size()); }
 
@@ -106,7 +120,24 @@ class FfnClient : public FfnBackend {
     uint64_t step = 0;
   };
 
+  // One per FFN worker; owned by the probe thread except the atomics.
+  struct Probe {
+    comm::FrameBuffer ping, pong;
+    comm::RequestId ping_id = 0, pong_id = 0;
+    bool ping_live = false, pong_live = false;
+    comm::PeerId peer = comm::kNoPeer;  // the ping in flight went to
+    uint64_t seq = 0;          // of the ping in flight
+    int64_t next_ns = 0;       // when the next ping may go
+    std::atomic<int64_t> sent_ns{0};   // now_ns() of the unanswered ping; 0 when none
+    std::atomic<int64_t> answered{0};  // pongs received
+  };
+
   FfnClient(std::shared_ptr<const ModelWeights> w, comm::Transport* t, FfnClientOptions opt);
+  void probe_loop();
+  // One pass over the workers at `now`: reaps pongs, sends due pings. Returns whether a
+  // pong is awaited (the loop then polls again soon).
+  bool probe_pass(int64_t now);
+  void stop_probes();
   Status connect_all();
   Status handshake(int j);
   Status refresh_connections();
@@ -130,6 +161,11 @@ class FfnClient : public FfnBackend {
   uint64_t shared_workers_ = 0;            // FFN workers holding a slice of the shared expert / dense layers
   bool has_shared_ = false;
   uint64_t step_ = 0;
+  std::unique_ptr<Probe[]> probes_;  // [n_ffn]
+  std::thread prober_;
+  std::mutex probe_mu_;
+  std::condition_variable probe_cv_;
+  bool probe_stop_ = false;  // probe_mu_
 };
 
 }  // namespace afd

@@ -134,6 +134,7 @@ void FfnWorker::handle_events() {
     drop_peer(p, "reconnected");
     p.connected = true;
     Status s = post_hello(p);
+    if (s.is_ok()) s = post_ping_recv(p);
     if (!s.is_ok()) spdlog::error("ffn worker {}: peer '{}': {}", opt_.index, p.name, s.to_string());
   }
 }
@@ -210,6 +211,47 @@ Status FfnWorker::post_frame_recv(Peer& p, int mb) {
   return Status::ok();
 }
 
+Status FfnWorker::post_ping_recv(Peer& p) {
+  if (p.ping_in.data() == nullptr) {
+    AFD_ASSIGN_OR_RETURN(p.ping_in, FrameBuffer::create(t_, kFrameHeaderBytes));
+    AFD_ASSIGN_OR_RETURN(p.pong_out, FrameBuffer::create(t_, kFrameHeaderBytes));
+  }
+  AFD_ASSIGN_OR_RETURN(p.ping_id, t_->post_recv(p.id, frame_tag(TagFamily::probe, 0), p.ping_in.data(),
+                                                p.ping_in.capacity()));
+  p.ping_live = true;
+  return Status::ok();
+}
+
+void FfnWorker::answer_ping(Peer& p, const Completion& c) {
+  p.ping_live = false;
+  if (!c.status.is_ok()) return;  // lost or cancelled; the disconnect event re-posts
+  auto seq = decode_probe(p.ping_in.data(), c.bytes, FrameKind::ping);
+  if (!seq.ok()) {
+    stats_.bad_frames++;
+    spdlog::error("ffn worker {}: malformed probe from '{}': {}", opt_.index, p.name, seq.status().message());
+  } else {
+    // The previous pong (a header-sized eager send) has long completed; never reuse its
+    // buffer before it has.
+    if (p.pong_live) {
+      Completion done;
+      if (!t_->test(p.pong_id, &done)) {
+        done = t_->wait(p.pong_id, deadline_in_ms(opt_.peer_timeout_ms));
+        if (done.status.code() == StatusCode::timeout) t_->cancel(p.pong_id), t_->wait(p.pong_id, deadline_in_ms(1000));
+      }
+      p.pong_live = false;
+    }
+    size_t n = encode_probe(FrameKind::pong, *seq, p.pong_out.data());
+    auto r = t_->post_send(p.id, frame_tag(TagFamily::probe, 0), p.pong_out.data(), n);
+    if (r.ok()) {
+      p.pong_id = *r;
+      p.pong_live = true;
+      stats_.probes++;
+    }
+  }
+  if (Status s = post_ping_recv(p); !s.is_ok())
+    spdlog::warn("ffn worker {}: re-posting the probe receive for '{}': {}", opt_.index, p.name, s.to_string());
+}
+
 void FfnWorker::drop_peer(Peer& p, const std::string& why) {
   auto end = [&](RequestId id) {
     t_->cancel(id);
@@ -217,6 +259,9 @@ void FfnWorker::drop_peer(Peer& p, const std::string& why) {
   };
   if (p.hello_live) end(p.hello_id);
   p.hello_live = false;
+  if (p.ping_live) end(p.ping_id);
+  if (p.pong_live) end(p.pong_id);
+  p.ping_live = p.pong_live = false;
   for (auto& s : p.mbs) {
     if (s.recv_live) end(s.recv_id);
     if (s.send_live) end(s.send_id);
@@ -304,6 +349,10 @@ void FfnWorker::poll_frames() {
         Status s = on_hello(p, c);
         if (!s.is_ok()) spdlog::error("ffn worker {}: handshake with '{}': {}", opt_.index, p.name, s.to_string());
       }
+    }
+    if (p.ping_live) {
+      Completion c;
+      if (t_->test(p.ping_id, &c)) answer_ping(p, c);
     }
     if (!p.serving) continue;
     for (size_t mb = 0; mb < p.mbs.size(); ++mb) {
@@ -516,6 +565,7 @@ Status FfnWorker::run(const std::atomic<bool>* stop) {
     std::vector<RequestId> ids;
     for (auto& p : peers_) {
       if (p->hello_live) ids.push_back(p->hello_id);
+      if (p->ping_live) ids.push_back(p->ping_id);
       for (auto& s : p->mbs) {
         if (p->serving && s.recv_live) ids.push_back(s.recv_id);
       }

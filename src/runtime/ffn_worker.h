@@ -14,6 +14,10 @@
 // logged and served on its own later), and at layer 0 for up to gather_window_us for
 // attention workers that were active in their previous step.
 //
+// Liveness: from the moment an attention worker connects (before its handshake), a ping on
+// the probe tag is answered with a pong from this loop — between batches and while it
+// waits for stragglers — so an attention worker can tell a silent FFN worker from an idle one.
+//
 // Faults: a malformed frame is answered with an error frame (the attention side gets a
 // clear Status) and logged; a lost attention worker is dropped from aggregation and taken
 // back, after a new handshake, when it reconnects. None of these stop the worker.
@@ -82,6 +86,7 @@ struct FfnWorkerStats {
   std::atomic<int64_t> attention_serving{0};  // attention workers whose handshake was accepted, now
   std::atomic<int64_t> peer_losses{0};    // accepted attention workers lost (disconnect, replaced)
   std::atomic<int64_t> late_peers{0};     // an expected frame later than peer_timeout_ms: served without it
+  std::atomic<int64_t> probes{0};         // liveness pings answered
   // Tokens per aggregated batch: batch_tokens[i] counts batches of at most 2^i tokens
   // (and more than 2^(i-1)); the last bucket holds everything larger (non-cumulative).
   static constexpr int kTokenBuckets = 15;  // 1, 2, 4, ..., 8192, more
@@ -127,6 +132,9 @@ class FfnWorker {
     comm::FrameBuffer hello_in, hello_out;
     comm::RequestId hello_id = 0;
     bool hello_live = false;
+    comm::FrameBuffer ping_in, pong_out;  // liveness probe (header-only frames)
+    comm::RequestId ping_id = 0, pong_id = 0;
+    bool ping_live = false, pong_live = false;
     std::vector<MbSlot> mbs;
     bool active_last_step = false;
   };
@@ -137,6 +145,8 @@ class FfnWorker {
   Status post_hello(Peer& p);
   Status on_hello(Peer& p, const comm::Completion& c);
   Status post_frame_recv(Peer& p, int mb);
+  Status post_ping_recv(Peer& p);
+  void answer_ping(Peer& p, const comm::Completion& c);  // a completed ping receive: pong, re-post
   void poll_frames();
   bool accept_frame(Peer& p, int mb);  // decodes a completed receive; false if it was bad (answered)
   void send_error(Peer& p, int mb, uint32_t layer, uint64_t step, const std::string& why);

@@ -8,6 +8,7 @@
 //                                             //   unless every worker names its own)
 //     "precision": "fast", "kv_dtype": "bf16", "microbatches": 2, "threads": 0,
 //     "ffn_timeout_ms": 10000, "ffn_connect_timeout_ms": 60000, "peer_timeout_ms": 10000,
+//     "ffn_probe_ms": 1000,                    // optional; afd worker --ffn-probe-ms (0: off)
 //     "ffn_tp": 1,                             // optional FFN TP degree, divides len(ffn)
 //     "ucx_spin_us": 200,                      // optional; afd worker --ucx-spin-us
 //     "scheduler": {"max_running": 64, "max_queue": 1024, "max_batch_tokens": 1024,
@@ -72,6 +73,7 @@ struct TopologyFile {
   std::string kv_dtype = "bf16";
   int ffn_timeout_ms = 10000;
   int ffn_connect_timeout_ms = 60000;
+  int ffn_probe_ms = 1000;
   int peer_timeout_ms = 10000;
   int ffn_tp = 1;  // FFN tensor-parallel degree; divides ffn.size()
   int ucx_spin_us = -1;  // -1: the transport's default

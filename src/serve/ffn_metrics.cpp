@@ -76,6 +76,8 @@ std::string render_ffn_worker_metrics(std::span<const FfnWorkerSample> workers, 
   family("afd_ffn_late_peers_total", "counter",
          "Expected frames that did not come within the peer timeout (the batch was served without them).",
          [&](const FfnWorkerStats& s) { return as_d(s.late_peers.load()); });
+  family("afd_ffn_probes_total", "counter", "Liveness pings from attention workers answered.",
+         [&](const FfnWorkerStats& s) { return as_d(s.probes.load()); });
   prom_header(&o, "afd_ffn_batch_tokens", "histogram", "Tokens per aggregated batch.");
   for (const FfnWorkerSample& w : workers) {
     const FfnWorkerStats& s = *w.stats;

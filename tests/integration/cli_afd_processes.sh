@@ -259,12 +259,13 @@ try:
     urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:$QF/v1/completions', data=b'{\"prompt\":[1],\"max_tokens\":2}', headers={'content-type':'application/json'}), timeout=30)
     print(200, round(time.time() - t, 1))
 except urllib.error.HTTPError as e:
-    print(e.code, round(time.time() - t, 1), 'no reply within' in json.load(e)['error']['message'])"; }
+    m = json.load(e)['error']['message']
+    print(e.code, round(time.time() - t, 1), 'no reply within' in m, 'ffn0' in m)"; }
 kill -STOP $QF0
 c1=$(timed_code)
-for _ in $(seq 1 30); do case "$(health $QF)" in 503*"no reply within"*) break;; esac; sleep 0.1; done  # next health poll
+for _ in $(seq 1 30); do case "$(health $QF)" in 503*ffn0*) break;; esac; sleep 0.1; done  # next health poll
 c2=$(timed_code)
-read -r c1code c1t c1why <<<"$c1"; read -r c2code c2t c2why <<<"$c2"
+read -r c1code c1t c1why _ <<<"$c1"; read -r c2code c2t _ c2why <<<"$c2"
 if [ "$c1code" = 503 ] && [ "$c1why" = True ] && [ "$c2code" = 503 ] && [ "$c2why" = True ] &&
    /usr/bin/python3 -c "import sys; sys.exit(0 if $c2t < 1.0 else 1)"; then
   ok "stalled FFN worker: 503 after the timeout ($c1t s), then 503 at once ($c2t s) naming the stall"
@@ -273,6 +274,25 @@ kill -CONT $QF0
 fh=""; for _ in $(seq 1 100); do fh=$(health $QF); [ "$fh" = 200 ] && break; sleep 0.1; done
 got=$(timeout 60 bash -c "$(declare -f client); client $QF compare")
 [ "$fh" = 200 ] && [ "$got" = "$want" ] && ok "after SIGCONT the bundle serves the same answers" || bad "after the stall: health '$fh'"
+# A stall while idle: no request has to time out first. The attention worker pings its FFN
+# worker after a second without traffic (--ffn-probe-ms, default 1000); the pong overdue past
+# --ffn-timeout-ms (2 s) turns its /health 503, the front end follows; SIGCONT heals both.
+kill -STOP $QF0
+t0=$(date +%s.%N); ah=""
+for _ in $(seq 1 150); do ah=$(health $QA); case "$ah" in 503*) break;; esac; sleep 0.1; done
+idle_s=$(/usr/bin/python3 -c "import time; print(round(time.time() - $t0, 1))")
+for _ in $(seq 1 30); do fh=$(health $QF); case "$fh" in 503*"liveness probe"*) break;; esac; sleep 0.1; done
+case "$ah" in
+  "503 FFN worker 'ffn0' has not answered a liveness probe for "*)
+    /usr/bin/python3 -c "import sys; sys.exit(0 if 1.5 <= $idle_s <= 8 else 1)" &&
+      ok "idle stall seen without traffic in $idle_s s: $ah" || bad "idle stall took $idle_s s: $ah";;
+  *) bad "attention worker /health during an idle stall: '$ah'";;
+esac
+case "$fh" in 503*"worker 0: FFN worker 'ffn0' has not answered a liveness probe"*) ok "front end /health names the idle stall";;
+  *) bad "front end /health during an idle stall: '$fh'";; esac
+kill -CONT $QF0
+ah=""; for _ in $(seq 1 100); do ah=$(health $QA); fh=$(health $QF); [ "$ah" = 200 ] && [ "$fh" = 200 ] && break; sleep 0.1; done
+[ "$ah" = 200 ] && [ "$fh" = 200 ] && ok "after SIGCONT the probe answers: healthy again" || bad "after the idle stall: '$ah' / '$fh'"
 kill -9 $QF0; wait $QF0 2>/dev/null
 ah=""; fh=""
 for _ in $(seq 1 50); do

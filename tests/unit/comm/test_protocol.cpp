@@ -191,6 +191,25 @@ TEST(Protocol, F2aRoundTrip) {
   EXPECT_FALSE(decode_f2a(buf.data(), len, 128, 5).ok());
 }
 
+TEST(Protocol, ProbeRoundTrip) {
+  AlignedBuf buf(1 << 8);
+  ASSERT_EQ(encode_probe(FrameKind::ping, 0x1234567890ull, buf.data()), kFrameHeaderBytes);
+  auto seq = decode_probe(buf.data(), kFrameHeaderBytes, FrameKind::ping);
+  ASSERT_TRUE(seq.ok()) << seq.status().to_string();
+  EXPECT_EQ(*seq, 0x1234567890ull);
+  // A ping is not a pong; a probe with a payload, or a flipped bit, is corrupt.
+  auto wrong = decode_probe(buf.data(), kFrameHeaderBytes, FrameKind::pong);
+  EXPECT_EQ(wrong.status().code(), StatusCode::corrupt_data);
+  EXPECT_NE(wrong.status().message().find("expected a pong frame, got ping"), std::string::npos)
+      << wrong.status().message();
+  EXPECT_FALSE(decode_probe(buf.data(), kFrameHeaderBytes + 8, FrameKind::ping).ok());
+  buf.data()[20] ^= 1;
+  EXPECT_FALSE(decode_probe(buf.data(), kFrameHeaderBytes, FrameKind::ping).ok());
+  // A data frame on the probe tag is refused too.
+  encode_probe(FrameKind::pong, 7, buf.data());
+  EXPECT_FALSE(decode_f2a(buf.data(), kFrameHeaderBytes, 64, 0).ok());
+}
+
 Handshake attention_hs() {
   Handshake h;
   h.fingerprint = 0x1234;
@@ -303,7 +322,7 @@ TEST(Protocol, FuzzMutatedFramesNeverCrash) {
     if (mode == 3 || mode == 4) {
       // Random header fields, re-sealed: exercises the size/limit checks behind the checksum.
       FrameHeader h;
-      h.kind = static_cast<FrameKind>(1 + rng() % 6);
+      h.kind = static_cast<FrameKind>(1 + rng() % 8);
       h.granularity = static_cast<ScaleGranularity>(rng() % 3);
       h.n_tokens = rng() % 3 == 0 ? static_cast<uint32_t>(rng()) : rng() % 20;
       h.hidden = rng() % 3 == 0 ? static_cast<uint32_t>(rng()) : 128;
@@ -315,6 +334,8 @@ TEST(Protocol, FuzzMutatedFramesNeverCrash) {
     auto h2 = decode_handshake(m, mlen, FrameKind::hello);
     auto f = decode_f2a(m, mlen, 128, n);
     auto r = decode_reason(m, mlen);
+    auto pg = decode_probe(m, mlen, FrameKind::pong);
+    (void)pg;
     (void)h2;
     (void)f;
     (void)r;

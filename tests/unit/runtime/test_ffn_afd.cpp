@@ -161,6 +161,8 @@ FfnClientOptions client_opts(int index, int x, int y, int mbs = 2) {
   o.max_tokens = 32;
   o.timeout_ms = 3000;
   o.connect_timeout_ms = 5000;
+  // No liveness pings unless a test asks: they would take faults meant for data frames.
+  o.probe_interval_ms = 0;
   return o;
 }
 
@@ -497,6 +499,72 @@ TEST(FfnAfd, StallTimesOutThenRecovers) {
     EXPECT_EQ(u.ffn_out[5], round_bf16(ref[5]));
   }
   EXPECT_TRUE((*cl)->health().is_ok()) << (*cl)->health().to_string();  // a success clears it
+}
+
+// An idle attention side (no forward passes at all) still learns that its FFN worker went
+// silent: the liveness probe's pong is overdue, health() says so, and clears when it answers.
+TEST(FfnAfd, ProbeSeesASilentFfnWorkerWithoutTraffic) {
+  auto w = tiny_model("a");
+  Bundle b;
+  start_workers(b, w, 1, 1, /*fault_wrap=*/true);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  auto* fault = static_cast<FaultTransport*>(b.ffn_t[0].get());
+  auto opts = client_opts(0, 1, 1);
+  opts.probe_interval_ms = 50;
+  opts.timeout_ms = 400;
+  auto cl = FfnClient::create(w, b.attn_t[0].get(), opts);
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  auto wait_for = [&](auto pred, int64_t ms) {
+    const int64_t dl = deadline_in_ms(ms);
+    while (!pred() && now_ns() < dl) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return pred();
+  };
+  ASSERT_TRUE(wait_for([&] { return (*cl)->probes_answered(0) >= 2; }, 5000));
+  EXPECT_GE(b.workers[0]->stats().probes.load(), 2);
+  EXPECT_TRUE((*cl)->health().is_ok()) << (*cl)->health().to_string();
+
+  fault->set_stall(true);  // the FFN side's sends (its pongs) are held: connected, silent
+  const int64_t t0 = now_ns();
+  ASSERT_TRUE(wait_for([&] { return !(*cl)->health().is_ok(); }, 5000));
+  const int64_t took_ms = (now_ns() - t0) / 1000000;
+  EXPECT_GE(took_ms, opts.timeout_ms - 60);  // not before a pong is overdue (one 50 ms interval of slack)
+  Status h = (*cl)->health();
+  EXPECT_EQ(h.code(), StatusCode::unavailable);
+  EXPECT_NE(h.message().find("FFN worker 'ffn0' has not answered a liveness probe"), std::string::npos)
+      << h.to_string();
+
+  const int64_t answered = (*cl)->probes_answered(0);
+  fault->set_stall(false);
+  ASSERT_TRUE(wait_for([&] { return (*cl)->health().is_ok(); }, 5000)) << (*cl)->health().to_string();
+  EXPECT_GT((*cl)->probes_answered(0), answered);
+  // The data path never saw the probes: a forward pass works and is exact.
+  for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
+    TokenBatch u = random_batch(w->config, 4, 40 + layer);
+    ASSERT_TRUE((*cl)->dispatch(layer, 0, u).is_ok());
+    Status c = (*cl)->combine(layer, 0, u);
+    ASSERT_TRUE(c.is_ok()) << c.to_string();
+    auto ref = reference(*w, layer, u);
+    EXPECT_EQ(u.ffn_out[3], round_bf16(ref[3]));
+  }
+}
+
+// Without probes (the behaviour before them, and --ffn-probe-ms 0) a silent FFN worker is
+// only noticed by a request that times out on it.
+TEST(FfnAfd, WithoutProbesAnIdleClientCannotSeeAStall) {
+  auto w = tiny_model("a");
+  Bundle b;
+  start_workers(b, w, 1, 1, /*fault_wrap=*/true);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  auto opts = client_opts(0, 1, 1);
+  opts.timeout_ms = 200;
+  auto cl = FfnClient::create(w, b.attn_t[0].get(), opts);
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  static_cast<FaultTransport*>(b.ffn_t[0].get())->set_stall(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_TRUE((*cl)->health().is_ok()) << (*cl)->health().to_string();
+  EXPECT_EQ((*cl)->probes_answered(0), 0);
+  EXPECT_EQ(b.workers[0]->stats().probes.load(), 0);
+  static_cast<FaultTransport*>(b.ffn_t[0].get())->set_stall(false);
 }
 
 TEST(FfnAfd, MalformedFrameGetsAnErrorReplyAndWorkerKeepsServing) {

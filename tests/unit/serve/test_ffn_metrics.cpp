@@ -21,6 +21,7 @@ TEST(FfnMetrics, PrometheusTextCarriesTheWorkersCounters) {
   s.attention_serving = 2;
   s.peer_losses = 1;
   s.late_peers = 3;
+  s.probes = 11;
   s.bad_frames = 4;
   s.refused = 6;
   // Batches of 1, 3, 3, 20 and 10000 tokens.
@@ -41,6 +42,7 @@ TEST(FfnMetrics, PrometheusTextCarriesTheWorkersCounters) {
         "afd_ffn_multi_worker_batches_total{ffn=\"1\"} 2\n", "afd_ffn_compute_seconds_total{ffn=\"1\"} 0.5\n",
         "afd_ffn_bad_frames_total{ffn=\"1\"} 4\n", "afd_ffn_refused_handshakes_total{ffn=\"1\"} 6\n",
         "afd_ffn_peer_losses_total{ffn=\"1\"} 1\n", "afd_ffn_late_peers_total{ffn=\"1\"} 3\n",
+        "afd_ffn_probes_total{ffn=\"1\"} 11\n",
         "# TYPE afd_ffn_batch_tokens histogram\n",
         // Cumulative buckets: <=1: 1; <=2: 1; <=4: 3; <=16: 3; <=32: 4; <=8192: 4; +Inf: 5.
         "afd_ffn_batch_tokens_bucket{ffn=\"1\",le=\"1\"} 1\n", "afd_ffn_batch_tokens_bucket{ffn=\"1\",le=\"2\"} 1\n",
