@@ -147,6 +147,9 @@ Result<FrameHeader> decode_header(const uint8_t* data, size_t len) {
   h.payload_bytes = get<uint64_t>(data, kOffPayloadBytes);
   h.payload_checksum = get<uint64_t>(data, kOffPayloadSum);
   if (h.flags & ~kFlagPayloadChecksum) return corrupt_data(where(h) + " has unknown flags");
+  if (!(h.flags & kFlagPayloadChecksum) && h.payload_checksum != 0) {
+    return corrupt_data(where(h) + " has a payload checksum but not the flag that says so");
+  }
   if (h.payload_bytes != len - kFrameHeaderBytes) {
     return corrupt_data(where(h) + " announces " + std::to_string(h.payload_bytes) + " payload bytes but " +
                         std::to_string(len - kFrameHeaderBytes) + " arrived");

@@ -210,6 +210,20 @@ TEST(Protocol, ProbeRoundTrip) {
   EXPECT_FALSE(decode_f2a(buf.data(), kFrameHeaderBytes, 64, 0).ok());
 }
 
+// The payload checksum field is hash64(payload) with the flag, and 0 without it: a frame
+// that fills it without the flag is refused, not read loosely (found by fuzz_frames).
+TEST(Protocol, PayloadChecksumWithoutItsFlagIsCorrupt) {
+  AlignedBuf buf(1 << 8);
+  encode_probe(FrameKind::pong, 3, buf.data());
+  uint64_t bogus = 0x4b0000;
+  std::memcpy(buf.data() + 48, &bogus, 8);
+  uint64_t hs = hash64(buf.data(), 56);
+  std::memcpy(buf.data() + 56, &hs, 8);  // an honest header checksum over it
+  auto s = decode_header(buf.data(), kFrameHeaderBytes).status();
+  EXPECT_EQ(s.code(), StatusCode::corrupt_data);
+  EXPECT_NE(s.message().find("payload checksum but not the flag"), std::string::npos) << s.message();
+}
+
 Handshake attention_hs() {
   Handshake h;
   h.fingerprint = 0x1234;
