@@ -548,6 +548,34 @@ TEST(FfnAfd, ProbeSeesASilentFfnWorkerWithoutTraffic) {
   }
 }
 
+// Traffic shows liveness: while forward passes succeed, no ping goes out; once they stop,
+// pings start within an interval or two.
+TEST(FfnAfd, ProbesStayOffTheWireUnderTraffic) {
+  auto w = tiny_model("a");
+  Bundle b;
+  start_workers(b, w, 1, 1);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  auto opts = client_opts(0, 1, 1);
+  opts.probe_interval_ms = 1000;
+  auto cl = FfnClient::create(w, b.attn_t[0].get(), opts);
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  const int64_t until = deadline_in_ms(1500);
+  int passes = 0;
+  while (now_ns() < until) {
+    for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
+      TokenBatch u = random_batch(w->config, 2, 60 + passes);
+      ASSERT_TRUE((*cl)->dispatch(layer, 0, u).is_ok());
+      ASSERT_TRUE((*cl)->combine(layer, 0, u).is_ok());
+    }
+    ++passes;
+  }
+  EXPECT_GT(passes, 10);
+  EXPECT_EQ(b.workers[0]->stats().probes.load(), 0);  // 1.5 s, past the first due ping
+  const int64_t dl = deadline_in_ms(5000);
+  while ((*cl)->probes_answered(0) == 0 && now_ns() < dl) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GE((*cl)->probes_answered(0), 1);
+}
+
 // Without probes (the behaviour before them, and --ffn-probe-ms 0) a silent FFN worker is
 // only noticed by a request that times out on it.
 TEST(FfnAfd, WithoutProbesAnIdleClientCannotSeeAStall) {
