@@ -3,14 +3,18 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "core/log.h"
 #include "core/timer.h"
 #include "engine_flags.h"
 #include "local_ffn.h"
@@ -19,6 +23,7 @@
 #include "model/weights.h"
 #include "runtime/bundle.h"
 #include "runtime/engine_factory.h"
+#include "serve/proxy_client.h"
 
 namespace afd::cli {
 
@@ -108,21 +113,55 @@ double peak_rss_bytes() {
 struct Point {
   double step_s = 0, ffn_s = 0, attn_s = 0, comm_s = 0, bytes = 0, flops = 0, expert_flops = 0;
   std::vector<LayerStageTimes> layers;  // of the best step
-  // Of the best step, in-process bundles only (empty otherwise): tokens each attention
-  // engine ran; per FFN worker, the tokens it computed per layer (averaged over the layers;
+  // Of the best step (empty without a bundle): tokens each attention engine ran; per FFN
+  // worker (in-process, or --spawn-ffn processes through their /metrics), the tokens it computed per layer (averaged over the layers;
   // a token reaches every worker holding one of its top-k experts, and every TP rank of a
   // group) and its (token, expert) pairs per MoE layer (its share of the expert load).
   std::vector<double> attention_tokens, ffn_tokens, ffn_expert_rows;
 };
 
-// Tokens and (token, expert) pairs computed so far by each in-process FFN worker of `dp`
-// (empty without an in-process bundle).
+// The value of the first sample of `family` in Prometheus text (an FFN worker's /metrics
+// has one sample per family: its own); nullopt when absent or not a number.
+std::optional<int64_t> first_sample(const std::string& text, const std::string& family) {
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + at, end - at);
+    at = end + 1;
+    if (line.size() <= family.size() || line.compare(0, family.size(), family) != 0) continue;
+    const char next = line[family.size()];
+    if (next != '{' && next != ' ') continue;
+    const size_t sp = line.rfind(' ');
+    double v = 0;
+    auto [p, ec] = std::from_chars(line.data() + sp + 1, line.data() + line.size(), v);
+    if (ec != std::errc() || p != line.data() + line.size()) return std::nullopt;
+    return static_cast<int64_t>(v);
+  }
+  return std::nullopt;
+}
+
+// Tokens and (token, expert) pairs computed so far by each FFN worker: the in-process ones
+// of `dp`, or the --spawn-ffn processes at `remote` (their afd_ffn_tokens_total and
+// afd_ffn_expert_rows_total; counted before each reply is sent, so a scrape after a step
+// includes all of it). Empty when there are none, or when a worker did not answer.
 struct FfnCounts {
   std::vector<int64_t> tokens, rows;
 };
-FfnCounts ffn_counts(DataParallelEngine* dp) {
+FfnCounts ffn_counts(DataParallelEngine* dp, const std::vector<serve::MetricsTarget>& remote) {
   FfnCounts c;
-  if (dp != nullptr)
+  for (const serve::MetricsTarget& t : remote) {
+    auto body = serve::http_get_body(t.host, t.port, "/metrics", 2000, serve::kMaxScrapeBytes);
+    auto tokens = body.ok() ? first_sample(*body, "afd_ffn_tokens_total") : std::nullopt;
+    auto rows = body.ok() ? first_sample(*body, "afd_ffn_expert_rows_total") : std::nullopt;
+    if (!tokens || !rows) {
+      spdlog::warn("bench: no per-worker counts from the FFN worker at {}: {}", t.address(),
+                   body.ok() ? "its /metrics lacks the token counters" : body.status().to_string());
+      return FfnCounts{};
+    }
+    c.tokens.push_back(*tokens);
+    c.rows.push_back(*rows);
+  }
+  if (dp != nullptr && remote.empty())
     for (const FfnWorkerStats* s : dp->bundle().ffn_stats()) {
       c.tokens.push_back(s->tokens.load());
       c.rows.push_back(s->expert_rows.load());
@@ -131,7 +170,9 @@ FfnCounts ffn_counts(DataParallelEngine* dp) {
 }
 
 // Best decode step of `batch` sequences at context `ctx` over `steps` timed steps.
-Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int64_t batch, int64_t ctx, int steps) {
+// remote_ffn: the /metrics of --spawn-ffn workers, for their per-worker counts.
+Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int64_t batch, int64_t ctx, int steps,
+              const std::vector<serve::MetricsTarget>& remote_ffn = {}) {
   const ModelConfig& mc = w->config;
   auto eng = make_engine(o, w);
   if (!eng.ok()) fail("bench", eng.status());
@@ -155,14 +196,14 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
   best.step_s = 1e30;
   for (int step = 0; step <= steps; ++step) {  // step 0 warms up
     for (int64_t i = 0; i < batch; ++i) items[i] = BatchItem{seqs[i], std::span<const int32_t>(&last[i], 1), false};
-    const FfnCounts ffn0 = ffn_counts(dp);
+    const FfnCounts ffn0 = ffn_counts(dp, remote_ffn);
     const int64_t t0 = now_ns();
     Status s = e.forward(items, &logits);
     const double dt = (now_ns() - t0) * 1e-9;
     if (!s.is_ok()) fail("bench", s);
-    const FfnCounts ffn1 = ffn_counts(dp);
+    const FfnCounts ffn1 = ffn_counts(dp, remote_ffn);
     std::vector<double> ffn_tokens, ffn_rows;
-    for (size_t j = 0; j < ffn1.tokens.size(); ++j) {
+    for (size_t j = 0; j < ffn1.tokens.size() && ffn0.tokens.size() == ffn1.tokens.size(); ++j) {
       ffn_tokens.push_back(static_cast<double>(ffn1.tokens[j] - ffn0.tokens[j]) / static_cast<double>(mc.n_layers));
       ffn_rows.push_back(static_cast<double>(ffn1.rows[j] - ffn0.rows[j]) /
                          static_cast<double>(std::max<int64_t>(1, n_moe)));
@@ -233,7 +274,8 @@ void run_bench(const BenchFlags& f) {
   // --spawn-ffn: the afd rows' FFN workers are child processes over UCX (started once, kept
   // for every row; each afd engine connects and hands its micro-batch count in the handshake).
   LocalFfnProcesses ffn_procs;
-  if (Status s = ffn_procs.start(f.engine, &*opt); !s.is_ok()) fail("bench", s);
+  // Each with a /metrics port: the per-worker rates of the afd rows read their counters.
+  if (Status s = ffn_procs.start(f.engine, &*opt, /*with_metrics=*/true); !s.is_ok()) fail("bench", s);
 
   auto weights = load_model(opt->model_dir);
   if (!weights.ok()) fail("bench", weights.status());
@@ -303,7 +345,7 @@ void run_bench(const BenchFlags& f) {
                         {"ffn_ms", l.ffn_s * 1e3},
                         {"f2a_ms", l.f2a_s * 1e3}});
     r["layers"] = layers;
-    // Tokens/s per worker (in-process bundles): each attention engine's share of the step;
+    // Tokens/s per worker (in-process bundles and --spawn-ffn workers): each attention engine's share of the step;
     // each FFN worker's tokens per layer (with top-k > 1 a token reaches several workers, so
     // they can sum past tok/s) and (token, expert) pairs per MoE layer, whose spread across
     // FFN workers is the expert-parallel load imbalance.
@@ -371,14 +413,14 @@ void run_bench(const BenchFlags& f) {
       for (int64_t mb : *mbs) {
         o.microbatches = static_cast<int>(mb);
         o.inject_delay_us = 0;
-        Point p0 = measure(o, *weights, batch, ctx, f.steps);
+        Point p0 = measure(o, *weights, batch, ctx, f.steps, ffn_procs.metrics_targets());
         const double tps0 = batch / p0.step_s;
         emit(o.topology, mb, 0, batch, ctx, p0, mono_tps, tps0);
         if (d_auto == 0) d_auto = std::max<int64_t>(1, static_cast<int64_t>(p0.attn_s / mc.n_layers / 2 * 1e6));
         const int64_t d = delay_auto ? d_auto : delay_us;
         if (d > 0) {
           o.inject_delay_us = d;
-          Point pd = measure(o, *weights, batch, ctx, f.steps);
+          Point pd = measure(o, *weights, batch, ctx, f.steps, ffn_procs.metrics_targets());
           emit(o.topology, mb, d, batch, ctx, pd, mono_tps, tps0);
         }
       }

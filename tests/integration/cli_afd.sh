@@ -66,9 +66,11 @@ then echo "ok   --trace writes both sides' spans"; else echo "FAIL --trace"; fai
 
 # afd bench --json: a mono baseline and one row per micro-batch count, each with the stage
 # times, idle ratios and tokens/s per worker (the attention engines' shares add up to the
-# row's tokens/s; each of the 2 FFN workers saw a routed share, at most every token).
+# row's tokens/s; each of the 2 FFN workers saw a routed share, at most every token) — with
+# in-process FFN workers, and with --spawn-ffn worker processes (read from their /metrics).
+for spawn in "" --spawn-ffn; do
 if "$AFD" --log-level error bench --model "$M" --precision reference --threads 1 --mode afd --topology 2A2F \
-     --microbatches 1,3 --batch 8 --context 16 --steps 1 --json >"$TMP/bench.json" 2>"$TMP/bench.err" &&
+     --microbatches 1,3 --batch 8 --context 16 --steps 1 --json $spawn >"$TMP/bench.json" 2>"$TMP/bench.err" &&
    /usr/bin/python3 - "$TMP/bench.json" "$M" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -88,8 +90,9 @@ for r in rows[1:]:
 assert rows[0]["attention_tokens_per_s"] == [] and rows[0]["ffn_tokens_per_s"] == []
 print("bench rows:", [(r["wiring"], r["microbatches"], round(r["tokens_per_s"])) for r in rows])
 PY
-then echo "ok   afd bench --json rows carry stage times, idle ratios and per-worker tokens/s"
-else echo "FAIL afd bench --json"; tail -3 "$TMP/bench.err"; fails=$((fails+1)); fi
+then echo "ok   afd bench --json ${spawn:-(in-process)} rows carry stage times, idle ratios and per-worker tokens/s"
+else echo "FAIL afd bench --json $spawn"; tail -3 "$TMP/bench.err"; fails=$((fails+1)); fi
+done
 
 # One command, FFN workers as child processes over UCX (--spawn-ffn); none left behind.
 got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --topology 2A2F --microbatches 3 --spawn-ffn --trace "$TMP/sp_trace.json" 2>/dev/null)
