@@ -87,6 +87,12 @@ void serve_topology_file(const ServeFlags& f) {
     if (!target.ok()) fail("serve", target.status().with_context("ffn[" + std::to_string(j) + "].metrics"));
     fo.metrics_targets.push_back(*target);
   }
+  // The front end itself runs no engine: a trace comes from the workers this command starts.
+  const std::string& trace = f.engine.trace;
+  if (!trace.empty() && !f.spawn_workers)
+    fail("serve", invalid_argument("--trace with --topology-file needs --spawn-workers (workers started elsewhere "
+                                   "take --trace themselves)"));
+  std::vector<std::string> trace_parts;
   ChildProcesses children;
   if (f.spawn_workers) {
     const std::string abs = std::filesystem::absolute(f.topology_file).string();
@@ -94,14 +100,20 @@ void serve_topology_file(const ServeFlags& f) {
       const size_t n = std::string(role) == "ffn" ? t->ffn.size() : t->attention.size();
       for (size_t i = 0; i < n; ++i) {
         const std::string name = std::string(role) + " worker " + std::to_string(i);
-        auto pid = children.spawn_self({"worker", "--topology-file", abs, "--role", role, "--index", std::to_string(i)},
-                                       name);
+        std::vector<std::string> args = {"worker", "--topology-file", abs, "--role", role, "--index", std::to_string(i)};
+        if (!trace.empty()) {
+          trace_parts.push_back(trace_part_path(trace, role, static_cast<int>(i)));
+          args.insert(args.end(), {"--trace", trace_parts.back(), "--trace-max-spans",
+                                   std::to_string(f.engine.trace_max_spans)});
+        }
+        auto pid = children.spawn_self(args, name);
         if (!pid.ok()) fail("serve", pid.status());
         spdlog::info("started {} as process {}", name, *pid);
       }
     }
   }
   run_frontend("serve", std::move(fo), static_cast<int>(t->ffn.size()), &children, restart_policy(f));
+  if (Status s = merge_trace_parts("serve", trace, trace_parts, /*include_path=*/false); !s.is_ok()) fail("serve", s);
 }
 
 // --spawn-workers with --topology xAyF: x attention + y FFN worker processes on free local ports.
@@ -185,6 +197,9 @@ void run_serve(const ServeFlags& f) {
     if (topo.ok() && topo->wiring == Wiring::afd) return serve_spawned(f);
   }
   if (!f.attention_workers.empty()) {
+    if (!f.engine.trace.empty())
+      fail("serve", invalid_argument("--trace with --attention-workers: the front end runs no engine; start the "
+                                     "workers with --trace"));
     serve::FrontendOptions fo = frontend_options(f);
     fo.workers = split_list(f.attention_workers);
     return run_frontend("serve", std::move(fo), 0, nullptr);

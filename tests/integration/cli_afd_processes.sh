@@ -357,6 +357,29 @@ if tr=$(trace_summary "$TMP/sp_trace.json" 1,2 100) && ! ls "$TMP"/sp_trace.*.js
   ok "--spawn-workers --trace: one merged timeline ($tr)"
 else bad "--spawn-workers --trace: $tr; files: $(ls "$TMP" | grep trace | tr '\n' ' ')"; fi
 
+# --spawn-workers --topology-file: the file's workers as children of the front end; with
+# --trace each writes its part and the front end merges them (without --spawn-workers the
+# front end has no engine to trace: a clear error, not a silently missing file).
+read -r TF TA0 TA1 TFFN < <(/usr/bin/python3 -c '
+import socket
+ss = [socket.socket() for _ in range(4)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+sed -e "s/:$PF\"/:$TF\"/; s/:$PA0\"/:$TA0\"/; s/:$PA1\"/:$TA1\"/; s/:$PFFN\", \"metrics\": \"127.0.0.1:$PM\"/:$TFFN\"/" \
+  "$TMP/topology.json" >"$TMP/topology2.json"
+out=$(timeout 20 "$AFD" serve --topology-file "$TMP/topology2.json" --trace "$TMP/x.json" 2>&1); rc=$?
+[ $rc != 0 ] && grep -q "needs --spawn-workers" <<<"$out" && ok "--topology-file --trace without --spawn-workers: $(tail -1 <<<"$out")" ||
+  bad "--topology-file --trace without --spawn-workers: rc $rc: $out"
+"$AFD" serve --topology-file "$TMP/topology2.json" --spawn-workers --trace "$TMP/tf_trace.json" >"$TMP/tf.out" 2>"$TMP/tf.err" & TFE=$!; PIDS+=($TFE)
+if wait_for "$TMP/tf.out" "bundle complete: 2 attention workers + 1 FFN worker up" 40; then
+  got=$(timeout 60 bash -c "$(declare -f client); client $TF compare")
+  [ "$got" = "$want" ] && ok "--topology-file --spawn-workers completions equal in-process serve" || bad "--topology-file --spawn-workers output: $got"
+else bad "--topology-file --spawn-workers never completed"; tail -5 "$TMP/tf.err"; fi
+kill $TFE; timeout 15 bash -c "while kill -0 $TFE 2>/dev/null; do sleep 0.1; done" || bad "--topology-file --spawn-workers did not stop"
+if tr=$(trace_summary "$TMP/tf_trace.json" 1,2 100) && ! ls "$TMP"/tf_trace.*.json >/dev/null 2>&1; then
+  ok "--topology-file --spawn-workers --trace: one merged timeline ($tr)"
+else bad "--topology-file --spawn-workers --trace: $tr"; fi
+
 # --in-process: the same topology as threads of one process, same answers, no children.
 "$AFD" serve --model "$M" --topology 2A1F --in-process --precision reference --threads 1 --port 0 --trace "$TMP/ip_trace.json" >"$TMP/ip.out" 2>"$TMP/ip.err" &
 IP=$!; PIDS+=($IP)
