@@ -173,6 +173,19 @@ Result<std::unique_ptr<FfnClient>> one_attention(Bundle& b, std::shared_ptr<cons
   return FfnClient::create(w, b.attn_t[0].get(), client_opts(0, 1, y));
 }
 
+// One forward pass (every layer, micro-batch 0, n tokens) through a client with one FFN
+// worker: every output equals the local FFN on the same FP8-rounded input, in BF16.
+void expect_exact_pass(FfnClient& cl, const ModelWeights& w, int64_t n, uint32_t seed) {
+  for (int64_t layer = 0; layer < w.config.n_layers; ++layer) {
+    TokenBatch u = random_batch(w.config, n, seed + static_cast<uint32_t>(layer));
+    ASSERT_TRUE(cl.dispatch(layer, 0, u).is_ok());
+    Status c = cl.combine(layer, 0, u);
+    ASSERT_TRUE(c.is_ok()) << c.to_string();
+    auto ref = reference(w, layer, u);
+    for (int64_t i = 0; i < u.n * w.config.hidden_size; ++i) ASSERT_EQ(u.ffn_out[i], round_bf16(ref[i])) << i;
+  }
+}
+
 TEST(FfnAfd, OneWorkerIsBitExactToLocalFp8PlusBf16) {
   auto w = tiny_model("a");
   Bundle b;
@@ -465,16 +478,23 @@ TEST(FfnTp, HandshakeRefusesOverlappingAndMissingSlices) {
   }
 }
 
+// 1A1F whose FFN side sends through a FaultTransport (*fault), so a test can stall it.
+Result<std::unique_ptr<FfnClient>> faulty_ffn_bundle(Bundle& b, std::shared_ptr<const ModelWeights> w,
+                                                     const FfnClientOptions& opts, FaultTransport** fault) {
+  start_workers(b, w, 1, 1, /*fault_wrap=*/true);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  *fault = static_cast<FaultTransport*>(b.ffn_t[0].get());
+  return FfnClient::create(w, b.attn_t[0].get(), opts);
+}
+
 TEST(FfnAfd, StallTimesOutThenRecovers) {
   auto w = tiny_model("a");
   Bundle b;
-  start_workers(b, w, 1, 1, /*fault_wrap=*/true);
-  b.attn_t.push_back(inproc(b, "attn0"));
   auto opts = client_opts(0, 1, 1);
   opts.timeout_ms = 1000;  // long enough for the recovery passes on a loaded 2-core CI machine
-  auto cl = FfnClient::create(w, b.attn_t[0].get(), opts);
+  FaultTransport* fault = nullptr;
+  auto cl = faulty_ffn_bundle(b, w, opts, &fault);
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
-  auto* fault = static_cast<FaultTransport*>(b.ffn_t[0].get());
   TokenBatch t = random_batch(w->config, 4, 7);
   fault->set_stall(true);
   ASSERT_TRUE((*cl)->dispatch(0, 0, t).is_ok());
@@ -490,14 +510,7 @@ TEST(FfnAfd, StallTimesOutThenRecovers) {
   EXPECT_NE(h.message().find("no reply within"), std::string::npos) << h.to_string();
   fault->set_stall(false);
   // The next forward pass works; the late reply of the failed one is dropped.
-  for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
-    TokenBatch u = random_batch(w->config, 4, 8 + layer);
-    ASSERT_TRUE((*cl)->dispatch(layer, 0, u).is_ok());
-    Status c = (*cl)->combine(layer, 0, u);
-    ASSERT_TRUE(c.is_ok()) << c.to_string();
-    auto ref = reference(*w, layer, u);
-    EXPECT_EQ(u.ffn_out[5], round_bf16(ref[5]));
-  }
+  expect_exact_pass(**cl, *w, 4, 8);
   EXPECT_TRUE((*cl)->health().is_ok()) << (*cl)->health().to_string();  // a success clears it
 }
 
@@ -506,13 +519,11 @@ TEST(FfnAfd, StallTimesOutThenRecovers) {
 TEST(FfnAfd, ProbeSeesASilentFfnWorkerWithoutTraffic) {
   auto w = tiny_model("a");
   Bundle b;
-  start_workers(b, w, 1, 1, /*fault_wrap=*/true);
-  b.attn_t.push_back(inproc(b, "attn0"));
-  auto* fault = static_cast<FaultTransport*>(b.ffn_t[0].get());
   auto opts = client_opts(0, 1, 1);
   opts.probe_interval_ms = 50;
   opts.timeout_ms = 400;
-  auto cl = FfnClient::create(w, b.attn_t[0].get(), opts);
+  FaultTransport* fault = nullptr;
+  auto cl = faulty_ffn_bundle(b, w, opts, &fault);
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
   auto wait_for = [&](auto pred, int64_t ms) {
     const int64_t dl = deadline_in_ms(ms);
@@ -538,14 +549,7 @@ TEST(FfnAfd, ProbeSeesASilentFfnWorkerWithoutTraffic) {
   ASSERT_TRUE(wait_for([&] { return (*cl)->health().is_ok(); }, 5000)) << (*cl)->health().to_string();
   EXPECT_GT((*cl)->probes_answered(0), answered);
   // The data path never saw the probes: a forward pass works and is exact.
-  for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
-    TokenBatch u = random_batch(w->config, 4, 40 + layer);
-    ASSERT_TRUE((*cl)->dispatch(layer, 0, u).is_ok());
-    Status c = (*cl)->combine(layer, 0, u);
-    ASSERT_TRUE(c.is_ok()) << c.to_string();
-    auto ref = reference(*w, layer, u);
-    EXPECT_EQ(u.ffn_out[3], round_bf16(ref[3]));
-  }
+  expect_exact_pass(**cl, *w, 4, 40);
 }
 
 // Traffic shows liveness: while forward passes succeed, no ping goes out; once they stop,
@@ -581,18 +585,17 @@ TEST(FfnAfd, ProbesStayOffTheWireUnderTraffic) {
 TEST(FfnAfd, WithoutProbesAnIdleClientCannotSeeAStall) {
   auto w = tiny_model("a");
   Bundle b;
-  start_workers(b, w, 1, 1, /*fault_wrap=*/true);
-  b.attn_t.push_back(inproc(b, "attn0"));
   auto opts = client_opts(0, 1, 1);
   opts.timeout_ms = 200;
-  auto cl = FfnClient::create(w, b.attn_t[0].get(), opts);
+  FaultTransport* fault = nullptr;
+  auto cl = faulty_ffn_bundle(b, w, opts, &fault);
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
-  static_cast<FaultTransport*>(b.ffn_t[0].get())->set_stall(true);
+  fault->set_stall(true);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_TRUE((*cl)->health().is_ok()) << (*cl)->health().to_string();
   EXPECT_EQ((*cl)->probes_answered(0), 0);
   EXPECT_EQ(b.workers[0]->stats().probes.load(), 0);
-  static_cast<FaultTransport*>(b.ffn_t[0].get())->set_stall(false);
+  fault->set_stall(false);
 }
 
 TEST(FfnAfd, MalformedFrameGetsAnErrorReplyAndWorkerKeepsServing) {
@@ -682,15 +685,7 @@ TEST(FfnAfd, OverUcx) {
   o.ffn_addresses = {addr};
   auto cl = FfnClient::create(w, at->get(), o);
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
-  const int64_t H = w->config.hidden_size;
-  for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
-    TokenBatch u = random_batch(w->config, 9, 40 + layer);
-    ASSERT_TRUE((*cl)->dispatch(layer, 0, u).is_ok());
-    Status c = (*cl)->combine(layer, 0, u);
-    ASSERT_TRUE(c.is_ok()) << c.to_string();
-    auto ref = reference(*w, layer, u);
-    for (int64_t i = 0; i < u.n * H; ++i) ASSERT_EQ(u.ffn_out[i], round_bf16(ref[i]));
-  }
+  expect_exact_pass(**cl, *w, 9, 40);
   cl->reset();
   stop = true;
   th.join();
