@@ -114,9 +114,10 @@ struct Point {
   double step_s = 0, ffn_s = 0, attn_s = 0, comm_s = 0, bytes = 0, flops = 0, expert_flops = 0;
   std::vector<LayerStageTimes> layers;  // of the best step
   // Of the best step (empty without a bundle): tokens each attention engine ran; per FFN
-  // worker (in-process, or --spawn-ffn processes through their /metrics), the tokens it computed per layer (averaged over the layers;
-  // a token reaches every worker holding one of its top-k experts, and every TP rank of a
-  // group) and its (token, expert) pairs per MoE layer (its share of the expert load).
+  // worker (in-process, or --spawn-ffn processes through their /metrics), the tokens it
+  // computed per layer (averaged over the layers; a token reaches every worker holding one
+  // of its top-k experts, and every TP rank of a group) and its (token, expert) pairs per
+  // MoE layer (its share of the expert load).
   std::vector<double> attention_tokens, ffn_tokens, ffn_expert_rows;
 };
 
@@ -345,10 +346,10 @@ void run_bench(const BenchFlags& f) {
                         {"ffn_ms", l.ffn_s * 1e3},
                         {"f2a_ms", l.f2a_s * 1e3}});
     r["layers"] = layers;
-    // Tokens/s per worker (in-process bundles and --spawn-ffn workers): each attention engine's share of the step;
-    // each FFN worker's tokens per layer (with top-k > 1 a token reaches several workers, so
-    // they can sum past tok/s) and (token, expert) pairs per MoE layer, whose spread across
-    // FFN workers is the expert-parallel load imbalance.
+    // Tokens/s per worker (in-process bundles and --spawn-ffn workers): each attention
+    // engine's share of the step; each FFN worker's tokens per layer (with top-k > 1 a token
+    // reaches several workers, so they can sum past tok/s) and (token, expert) pairs per MoE
+    // layer, whose spread across FFN workers is the expert-parallel load imbalance.
     auto per_s = [&](const std::vector<double>& n) {
       nlohmann::json a = nlohmann::json::array();
       for (double v : n) a.push_back(v / p.step_s);
