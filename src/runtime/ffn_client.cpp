@@ -179,11 +179,17 @@ bool FfnClient::probe_pass(int64_t now) {
       p.pong_live = false;
       auto seq = c.status.is_ok() ? decode_probe(p.pong.data(), c.bytes, FrameKind::pong) : Result<uint64_t>(c.status);
       if (seq.ok() && *seq == p.seq) {
+        if (p.overdue) {
+          spdlog::info("attention {}: FFN worker '{}' answered its liveness probe again after {} ms", opt_.index, name,
+                       (now - p.sent_ns.load()) / 1000000);
+        }
+        p.overdue = false;
         p.sent_ns.store(0);
         p.answered.fetch_add(1);
         p.next_ns = now + interval;
       } else if (!c.status.is_ok()) {
         // Lost (health() reports the disconnect) or cancelled: probe again after reconnecting.
+        p.overdue = false;
         p.sent_ns.store(0);
         p.next_ns = now + interval;
       } else {
@@ -194,12 +200,20 @@ bool FfnClient::probe_pass(int64_t now) {
           p.pong_id = *r;
           p.pong_live = true;
         } else {
+          p.overdue = false;
           p.sent_ns.store(0);
           p.next_ns = now + interval;
         }
       }
     }
     if (p.pong_live) {
+      // The moment health() starts reporting it, said once in the log too.
+      if (!p.overdue && now - p.sent_ns.load() > int64_t{opt_.timeout_ms} * 1000000) {
+        p.overdue = true;
+        spdlog::warn("attention {}: FFN worker '{}' has not answered a liveness probe within {} ms (connected but "
+                     "silent): reporting it unavailable until it does",
+                     opt_.index, name, opt_.timeout_ms);
+      }
       awaiting = true;
       continue;
     }

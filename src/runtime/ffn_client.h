@@ -127,6 +127,7 @@ class FfnClient : public FfnBackend {
     bool ping_live = false, pong_live = false;
     comm::PeerId peer = comm::kNoPeer;  // the ping in flight went to
     uint64_t seq = 0;          // of the ping in flight
+    bool overdue = false;      // logged as unanswered past timeout_ms
     int64_t next_ns = 0;       // when the next ping may go
     std::atomic<int64_t> sent_ns{0};   // now_ns() of the unanswered ping; 0 when none
     std::atomic<int64_t> answered{0};  // pongs received

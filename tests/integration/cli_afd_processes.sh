@@ -293,6 +293,9 @@ case "$fh" in 503*"worker 0: FFN worker 'ffn0' has not answered a liveness probe
 kill -CONT $QF0
 ah=""; for _ in $(seq 1 100); do ah=$(health $QA); fh=$(health $QF); [ "$ah" = 200 ] && [ "$fh" = 200 ] && break; sleep 0.1; done
 [ "$ah" = 200 ] && [ "$fh" = 200 ] && ok "after SIGCONT the probe answers: healthy again" || bad "after the idle stall: '$ah' / '$fh'"
+grep -q "FFN worker 'ffn0' has not answered a liveness probe within 2000 ms" "$TMP/q_a.log" &&
+  grep -q "FFN worker 'ffn0' answered its liveness probe again after" "$TMP/q_a.log" &&
+  ok "the attention worker logged the idle stall and its end" || bad "idle stall log lines: $(grep -i probe "$TMP/q_a.log" | tail -2)"
 kill -9 $QF0; wait $QF0 2>/dev/null
 ah=""; fh=""
 for _ in $(seq 1 50); do
