@@ -112,7 +112,8 @@ void serve_topology_file(const ServeFlags& f) {
       }
     }
   }
-  run_frontend("serve", std::move(fo), static_cast<int>(t->ffn.size()), &children, restart_policy(f));
+  run_frontend("serve", std::move(fo), static_cast<int>(t->ffn.size()), &children, restart_policy(f),
+               f.service.drain_timeout_s);
   if (Status s = merge_trace_parts("serve", trace, trace_parts, /*include_path=*/false); !s.is_ok()) fail("serve", s);
 }
 
@@ -178,7 +179,8 @@ void serve_spawned(const ServeFlags& f) {
     spdlog::info("started {} as process {} on {}", name, *pid, addr);
     fo.workers.push_back(addr);
   }
-  run_frontend("serve", std::move(fo), topo->n_ffn, &children, restart_policy(f));  // returns with the workers stopped
+  run_frontend("serve", std::move(fo), topo->n_ffn, &children, restart_policy(f),
+               f.service.drain_timeout_s);  // returns with the workers stopped
   if (Status s = merge_trace_parts("serve", e.trace, trace_parts, /*include_path=*/false); !s.is_ok()) fail("serve", s);
 }
 
@@ -202,7 +204,7 @@ void run_serve(const ServeFlags& f) {
                                      "workers with --trace"));
     serve::FrontendOptions fo = frontend_options(f);
     fo.workers = split_list(f.attention_workers);
-    return run_frontend("serve", std::move(fo), 0, nullptr);
+    return run_frontend("serve", std::move(fo), 0, nullptr, {}, f.service.drain_timeout_s);
   }
   auto opt = f.engine.to_options();
   if (!opt.ok()) fail("serve", opt.status());

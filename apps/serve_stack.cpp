@@ -1,5 +1,6 @@
 #include "serve_stack.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -48,21 +49,27 @@ void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
       ->envname("AFD_MAX_BODY")->capture_default_str();
   cmd->add_option("--http-threads", http_threads, "Concurrent HTTP connections served")
       ->envname("AFD_HTTP_THREADS")->capture_default_str();
+  cmd->add_option("--drain-timeout-s", drain_timeout_s,
+                  "On SIGINT/SIGTERM, stop taking requests and let those in flight finish for up to this long (a "
+                  "second signal stops at once; 0: stop at once)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->envname("AFD_DRAIN_TIMEOUT_S")->capture_default_str();
 }
 
 Status ServiceFlags::validate() const {
   if (workers < 1 || workers > 64) return invalid_argument("--workers must be in [1, 64]");
   if (port < 0 || port > 65535) return invalid_argument("--port must be in [0, 65535]");
+  if (drain_timeout_s < 0) return invalid_argument("--drain-timeout-s must be >= 0");
   if (max_running < 1 || max_queue < 0 || max_batch_tokens < 1 || max_body < 1024 || http_threads < 1)
     return invalid_argument("--max-running, --max-batch-tokens, --http-threads must be >= 1, --max-body >= 1024");
   return Status::ok();
 }
 
-Result<std::unique_ptr<StopOnSignal>> StopOnSignal::start(std::function<void()> stop) {
+Result<std::unique_ptr<StopOnSignal>> StopOnSignal::start(StopActions a) {
   // The handler only writes the signal's number to a pipe (async-signal-safe), whichever
   // thread takes the signal (libraries such as OpenBLAS start threads before main, so a
-  // blocked-mask + sigwait scheme can miss it); a dedicated thread reads the pipe and calls
-  // stop(). A 0 byte (no signal has that number) from the destructor ends the thread.
+  // blocked-mask + sigwait scheme can miss it); a dedicated thread reads the pipe and runs
+  // the actions. A 0 byte (no signal has that number) from the destructor ends the thread.
   if (g_signal_pipe[0] < 0 && pipe(g_signal_pipe) != 0) return io_error("pipe() failed");
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -70,12 +77,36 @@ Result<std::unique_ptr<StopOnSignal>> StopOnSignal::start(std::function<void()> 
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   std::unique_ptr<StopOnSignal> s(new StopOnSignal());
-  s->thread_ = std::thread([stop = std::move(stop)] {
+  s->thread_ = std::thread([a = std::move(a)] {
     unsigned char sig = 0;
-    if (read(g_signal_pipe[0], &sig, 1) == 1 && sig != 0) {
+    if (read(g_signal_pipe[0], &sig, 1) != 1 || sig == 0) return;
+    if (a.drain && a.drain_timeout_s > 0) {
+      spdlog::info("afd: signal {}: draining (no new requests; up to {} s for those in flight, signal again to stop "
+                   "now)",
+                   static_cast<int>(sig), a.drain_timeout_s);
+      a.drain();
+      const int64_t t0 = now_ns();
+      const int64_t deadline = t0 + static_cast<int64_t>(a.drain_timeout_s * 1e9);
+      for (;;) {
+        if (a.drained()) {
+          spdlog::info("afd: drained in {:.1f} s, stopping", static_cast<double>(now_ns() - t0) * 1e-9);
+          break;
+        }
+        if (now_ns() >= deadline) {
+          spdlog::warn("afd: requests still in flight after {} s of draining: stopping anyway", a.drain_timeout_s);
+          break;
+        }
+        pollfd p{g_signal_pipe[0], POLLIN, 0};
+        if (::poll(&p, 1, 50) > 0 && read(g_signal_pipe[0], &sig, 1) == 1) {
+          if (sig == 0) return;  // destroyed: the server has stopped by itself
+          spdlog::info("afd: signal {} again, stopping now", static_cast<int>(sig));
+          break;
+        }
+      }
+    } else {
       spdlog::info("afd: signal {}, stopping", static_cast<int>(sig));
-      stop();
     }
+    a.stop();
   });
   return s;
 }
@@ -132,7 +163,8 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   }
   if (Status s = (*svc)->start(); !s.is_ok()) fail(cmd, s);
   serve::Service* raw = svc->get();
-  auto on_signal = StopOnSignal::start([raw] { raw->stop(); });
+  auto on_signal = StopOnSignal::start(StopActions{[raw] { raw->stop(); }, [raw] { raw->drain(); },
+                                                   [raw] { return raw->drained(); }, f.drain_timeout_s});
   if (!on_signal.ok()) fail(cmd, on_signal.status());
   std::string b = banner;
   if (size_t at = b.find("{model}"); at != std::string::npos) b.replace(at, 7, raw->model().limits.model_name);
@@ -149,7 +181,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
 }
 
 void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children,
-                  RestartPolicy restart) {
+                  RestartPolicy restart, double drain_timeout_s) {
   const int n_att = static_cast<int>(fo.workers.size());
   const std::string host = fo.server.host;
   auto model = std::make_shared<std::string>();
@@ -185,7 +217,8 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   *model = (*f)->model().limits.model_name;
   if (Status s = (*f)->start(); !s.is_ok()) fail(cmd, s);
   serve::Frontend* raw = f->get();
-  auto on_signal = StopOnSignal::start([raw] { raw->stop(); });
+  auto on_signal = StopOnSignal::start(StopActions{[raw] { raw->stop(); }, [raw] { raw->drain(); },
+                                                   [raw] { return raw->drained(); }, drain_timeout_s});
   if (!on_signal.ok()) fail(cmd, on_signal.status());
   // A worker that cannot start (bad model, port taken, ...) fails the whole command. The
   // watcher writes the reason; it is read below only after stop_all() has joined the watcher.

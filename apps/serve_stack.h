@@ -33,18 +33,31 @@ struct ServiceFlags {
   int64_t max_context = 0;
   int64_t max_body = 1 << 20;
   int http_threads = 512;
+  // SIGINT/SIGTERM first stop taking requests and let those in flight finish for up to this
+  // long (a second signal stops at once); 0: stop at once.
+  double drain_timeout_s = 30;
 
   // public_api: also --host, --port, --api-key, --workers (serve); workers get --listen instead.
   void add_to(CLI::App* cmd, bool public_api);
   Status validate() const;
 };
 
-// SIGINT/SIGTERM call stop() once, from a dedicated thread (the handler only writes to a
-// pipe). Destroying the object waits for a stop() in progress and rules out a later one, so
-// whatever stop() touches may be destroyed after it. One at a time per process.
+// What a signal does to a server. With drain_timeout_s > 0 and a drain, the first
+// SIGINT/SIGTERM calls drain() (stop taking work), then stop() once drained() is true, the
+// timeout has passed, or a second signal came; otherwise the first signal calls stop().
+struct StopActions {
+  std::function<void()> stop;
+  std::function<void()> drain;     // optional; must not block
+  std::function<bool()> drained;   // with drain
+  double drain_timeout_s = 0;
+};
+
+// Runs StopActions from a dedicated thread (the handler only writes to a pipe). Destroying
+// the object waits for a stop() in progress and rules out a later one, so whatever the
+// actions touch may be destroyed after it. One at a time per process.
 class StopOnSignal {
  public:
-  static Result<std::unique_ptr<StopOnSignal>> start(std::function<void()> stop);
+  static Result<std::unique_ptr<StopOnSignal>> start(StopActions actions);
   ~StopOnSignal();
 
  private:
@@ -71,7 +84,9 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
 // then "afd serve: bundle complete: ..." once every attention worker answers /health.
 // `children` (may be null) are the locally spawned workers, restarted as `restart` says when
 // they exit, and stopped on exit.
+// drain_timeout_s: StopActions::drain_timeout_s (the front end drains before it stops the
+// children, so they stop idle).
 void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children,
-                  RestartPolicy restart = {});
+                  RestartPolicy restart = {}, double drain_timeout_s = 0);
 
 }  // namespace afd::cli

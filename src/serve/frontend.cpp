@@ -229,6 +229,9 @@ void Frontend::install_routes() {
 
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (stopping_) return send_error(res, 503, "shutting down", opt_.server.retry_after_s);
+    if (draining_)
+      return send_error(res, 503, "draining: finishing the requests in flight, accepting none",
+                        opt_.server.retry_after_s);
     const int up = workers_up();
     if (up == 0)
       return send_error(res, 503, "no attention worker is up (" + why_workers_down() + ")", opt_.server.retry_after_s);
@@ -251,9 +254,15 @@ void Frontend::install_routes() {
 
   auto generate = [this](Endpoint ep, const std::string& path, const httplib::Request& req, httplib::Response& res) {
     const int retry_s = opt_.server.retry_after_s;
-    if (stopping_) {
+    active_.fetch_add(1);
+    struct Active {
+      std::atomic<int>& n;
+      ~Active() { n.fetch_sub(1); }
+    } active{active_};
+    if (stopping_ || draining_) {
       count_response(503);
-      return send_error(res, 503, "the server is shutting down", retry_s);
+      return send_error(res, 503, stopping_ ? "the server is shutting down" : "the server is draining (shutting down)",
+                        retry_s);
     }
     // Validate and tokenize as the worker will: 4xx answers never reach a worker, and the
     // prompt tokens drive placement.
@@ -359,6 +368,18 @@ void Frontend::install_routes() {
           return send_error(res, 502, "attention worker " + std::to_string(wi) + " failed mid-response: " +
                                           pump->outcome.error.message(), retry_s);
         }
+        if (head.status == 503) {
+          // The worker took no part of it (draining, its FFN worker lost or stalled, queue
+          // closed): the client saw nothing yet, so another worker may take it. Out of
+          // placement until its /health says otherwise.
+          if (w->up.exchange(false)) {
+            w->set_why_down("answered 503: " + health_failure(HttpAnswer{head.status, body}));
+            spdlog::info("front end: attention worker {} at {} refused a request (503); trying another", wi,
+                         w->address);
+          }
+          retries_.fetch_add(1);
+          continue;
+        }
         count_response(head.status);
         res.status = head.status;
         if (!head.retry_after.empty()) res.set_header("Retry-After", head.retry_after);
@@ -367,6 +388,7 @@ void Frontend::install_routes() {
       }
       l.unlock();
       count_response(200);
+      active_.fetch_add(1);  // until the stream ends (the releaser below)
       res.set_header("Cache-Control", "no-cache");
       res.set_header("X-Accel-Buffering", "no");
       res.set_chunked_content_provider(
@@ -408,8 +430,9 @@ void Frontend::install_routes() {
               }
             }
           },
-          [pump](bool success) {
+          [this, pump](bool success) {
             if (!success) pump->stop();
+            active_.fetch_sub(1);
           });
       return;
     }

@@ -94,6 +94,11 @@ class Frontend {
   // Serves until stop() is called from another thread.
   Status run();
   void stop();
+  // Graceful shutdown: drain() stops taking requests (503 + Retry-After, /health 503
+  // "draining"); drained() is true once no request is being proxied or streamed back.
+  // Both thread-safe; stop() after.
+  void drain() { draining_ = true; }
+  bool drained() const { return active_.load() == 0; }
   int workers_up() const;
   // "worker 0: <why>; worker 1: <why>" over the workers that are down ("" if none).
   std::string why_workers_down() const;
@@ -117,6 +122,10 @@ class Frontend {
   std::unique_ptr<httplib::Server> svr_;
   int port_ = -1;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> draining_{false};
+  // Generation handlers running, plus SSE answers still streaming after their handler
+  // returned (raised before the draining check, so drained() cannot miss one).
+  std::atomic<int> active_{0};
   std::unique_ptr<ListenLoop> loop_;  // over svr_
   std::atomic<uint64_t> next_id_{1};
   int64_t created_ = 0;

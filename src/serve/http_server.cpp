@@ -52,6 +52,17 @@ void HttpServer::stop() {
   if (loop_) loop_->stop();
 }
 
+void HttpServer::drain() { draining_ = true; }
+
+bool HttpServer::drained() const {
+  // admitting_ is raised before a handler reads draining_: a handler that saw it false and
+  // has not submitted yet keeps this false until its request is in a scheduler's queue.
+  if (admitting_.load() != 0) return false;
+  for (Scheduler* s : workers_)
+    if (!s->idle()) return false;
+  return true;
+}
+
 void HttpServer::install_routes() {
   httplib::Server& s = *svr_;
   configure_server(s, opt_, "request handler", [this] { metrics_->request_finished(401); });
@@ -61,6 +72,8 @@ void HttpServer::install_routes() {
   // elsewhere, or answers 503 + Retry-After itself.
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (stopping_) return send_error(res, 503, "shutting down", opt_.retry_after_s);
+    if (draining_)
+      return send_error(res, 503, "draining: finishing the requests in flight, accepting none", opt_.retry_after_s);
     for (size_t i = 0; i < workers_.size(); ++i) {
       if (Status h = workers_[i]->engine_health(); !h.is_ok()) {
         std::string why = h.message();
@@ -85,9 +98,21 @@ void HttpServer::install_routes() {
   });
 
   auto generate = [this](Endpoint ep, const httplib::Request& req, httplib::Response& res) {
-    if (stopping_) {
+    // Held until the request is in a scheduler (or refused): drained() waits for it.
+    struct Admitting {
+      std::atomic<int>& n;
+      explicit Admitting(std::atomic<int>& c) : n(c) { n.fetch_add(1); }
+      ~Admitting() { release(); }
+      void release() {
+        if (held) n.fetch_sub(1);
+        held = false;
+      }
+      bool held = true;
+    } admitting(admitting_);
+    if (stopping_ || draining_) {
       metrics_->request_finished(503);
-      return send_error(res, 503, "the server is shutting down", opt_.retry_after_s);
+      return send_error(res, 503, stopping_ ? "the server is shutting down" : "the server is draining (shutting down)",
+                        opt_.retry_after_s);
     }
     const ChatTemplate* chat = model_.chat ? &*model_.chat : nullptr;
     uint64_t id = next_id_.fetch_add(1);
@@ -100,6 +125,7 @@ void HttpServer::install_routes() {
     auto sr = std::make_shared<SeqRequest>(*g, model_.tokenizer.get(), model_.eos_ids, now_s());
     int w = router_->place(sr->tokens);
     Status sub = workers_[w]->submit(sr);
+    admitting.release();  // in a queue now (or refused): the scheduler's idle() covers it
     if (!sub.is_ok()) {
       int st = sub.code() == StatusCode::resource_exhausted ? 429 : 503;
       metrics_->requests_rejected.fetch_add(1);

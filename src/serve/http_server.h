@@ -47,6 +47,13 @@ class HttpServer {
   // Serves until stop() (blocks).
   Status run();
   void stop();
+  // Graceful shutdown, first half: from now on new generation requests and /health answer
+  // 503 ("draining"); requests already accepted run to the end. Thread-safe.
+  void drain();
+  // After drain(): true once no handler is between its draining check and handing its
+  // request to a scheduler, and every scheduler is idle, i.e. every accepted request has
+  // produced its last event. Thread-safe.
+  bool drained() const;
 
  private:
   void install_routes();
@@ -61,6 +68,8 @@ class HttpServer {
   int port_ = -1;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<int> admitting_{0};  // handlers past the draining check, before submit() returned
   int64_t created_ = 0;
 };
 

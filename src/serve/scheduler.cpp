@@ -31,9 +31,15 @@ Status Scheduler::submit(std::shared_ptr<SeqRequest> r) {
       stats_->token_load.fetch_add(static_cast<int64_t>(r->tokens.size()));
     }
     waiting_.push_back(std::move(r));
+    idle_ = false;
   }
   cv_.notify_one();
   return Status::ok();
+}
+
+bool Scheduler::idle() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return idle_;
 }
 
 int64_t Scheduler::n_waiting() const {
@@ -333,6 +339,7 @@ void Scheduler::start() {
         std::unique_lock<std::mutex> l(mu_);
         if (stop_) break;
         if (running_.empty() && waiting_.empty()) {
+          idle_ = true;  // running_ is this thread's; waiting_ is read under mu_: consistent
           double t0 = now_s();
           cv_.wait(l, [&] { return stop_ || !waiting_.empty(); });
           if (stats_) {

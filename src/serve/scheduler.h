@@ -72,6 +72,9 @@ class Scheduler {
   // The engine's health (Engine::health; thread-safe).
   Status engine_health() const { return engine_->health(); }
   int64_t n_waiting() const;
+  // True once the step thread has found nothing waiting and nothing running, until the next
+  // submit() (thread-safe). With submissions stopped, true means every request has finished.
+  bool idle() const;
   int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
 
  private:
@@ -92,6 +95,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<SeqRequest>> waiting_;
   bool stop_ = false;
+  bool idle_ = true;                             // mu_; see idle()
   std::vector<std::shared_ptr<SeqRequest>> running_;  // scheduler thread only, admission order
   std::thread thread_;
 };

@@ -35,6 +35,10 @@ class Service {
   // Serves until stop() is called from another thread.
   Status run();
   void stop();
+  // Graceful shutdown: drain() stops taking requests (503, /health 503 "draining"); drained()
+  // is true once every request accepted before has finished. Both thread-safe; stop() after.
+  void drain() { http_->drain(); }
+  bool drained() const { return http_->drained(); }
   Metrics& metrics() { return *metrics_; }
   const ModelServing& model() const { return model_; }
 

@@ -69,6 +69,24 @@ elif mode == "parallel":  # 6 concurrent requests; prints how many succeeded
     ts = [threading.Thread(target=one, args=(i,)) for i in range(6)]
     [t.start() for t in ts]; [t.join() for t in ts]
     print(len(res))
+elif mode == "load":  # 8 clients x 4 requests (JSON and SSE, 1500 tokens); prints "ok refused failed [first failure]"
+    import urllib.error
+    res, refused, errs = [], [], []
+    def one(i):
+        for k in range(4):
+            try:
+                out = (complete if (i + k) % 2 else stream)(PROMPTS[(i + k) % 3], 1500)
+                (res if out.endswith("#length") else errs).append(out)
+            except urllib.error.HTTPError as e:  # refused before any work: 503 "draining"
+                m = e.read().decode()
+                (refused if e.code == 503 and "draining" in m else errs).append(m)
+            except urllib.error.URLError as e:  # the server has gone: refused too
+                (refused if isinstance(e.reason, ConnectionRefusedError) else errs).append(repr(e))
+            except Exception as e:  # cut mid-answer, error event, ...
+                errs.append(repr(e))
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    [t.start() for t in ts]; [t.join() for t in ts]
+    print(len(res), len(refused), len(errs), *(errs[:1]))
 elif mode == "disconnect":  # reads 3 events of a long stream, then hangs up
     r = post({"prompt": [5, 6, 7], "max_tokens": 3000, "temperature": 0, "ignore_eos": True, "stream": True})
     n = 0
@@ -203,6 +221,25 @@ for _ in $(seq 1 100); do
 done
 c499=$(timeout 5 bash -c "$(declare -f client); client $PF metric 'afd_frontend_responses_total{code=\"499\"'")
 [ $cancelled = 1 ] && ok "non-streaming client disconnect cancels the worker's sequence (front end 499s: $c499)" || bad "non-streaming disconnect not propagated ($c0, $c1)"
+
+# Rolling restart: SIGTERM to attention worker 0 under load. It drains (no new requests,
+# /health 503 "draining"), finishes what it accepted and exits; the front end places new
+# requests on worker 1 (and retries a request worker 0 refused with 503), so no client sees
+# an error. Started again, worker 0 rejoins.
+timeout 120 bash -c "$(declare -f client); client $PF load" >"$TMP/load.out" 2>&1 & LOAD=$!
+sleep 0.4
+kill -TERM $A0
+wait $LOAD
+timeout 30 bash -c "while kill -0 $A0 2>/dev/null; do sleep 0.1; done"; a0_alive=$?
+read -r lok lref lfail lerr <"$TMP/load.out"
+dt=$(grep -o "drained in [0-9.]* s" "$TMP/a0.err")
+if [ "$lok" = 32 ] && [ "$lref" = 0 ] && [ "$lfail" = 0 ] && [ $a0_alive = 0 ] && [ -n "$dt" ] && [ "$dt" != "drained in 0.0 s" ]; then
+  ok "rolling restart: attention worker 0 $dt under load and exited; 32 of 32 requests answered in full"
+else bad "rolling restart: $(cat "$TMP/load.out"); worker 0 stopped: $a0_alive; $(grep -E "drain|signal" "$TMP/a0.err" | tail -2)"; fi
+"$AFD" worker --topology-file "$TMP/topology.json" --role attention --index 0 >"$TMP/a0.out" 2>"$TMP/a0b.err" & A0=$!; PIDS+=($A0)
+up=""
+for _ in $(seq 1 150); do up=$(curl -s "127.0.0.1:$PF/health" | grep -o '"workers_up":[0-9]*'); [ "$up" = '"workers_up":2' ] && break; sleep 0.1; done
+[ "$up" = '"workers_up":2' ] && ok "attention worker 0 started again and rejoined" || bad "worker 0 did not rejoin: $up"
 
 # An attention worker dies: requests go to the other one, nothing hangs.
 kill -9 $A0; wait $A0 2>/dev/null
@@ -350,8 +387,29 @@ pr=$(timeout 10 bash -c "$(declare -f client); client $SPP metric 'afd_frontend_
 pu=$(timeout 10 bash -c "$(declare -f client); client $SPP metric afd_frontend_process_up")
 [ "${pe%.*}" = 1 ] && [ "${pr%.*}" = 1 ] && [ "${pu%.*}" = 3 ] && ok "/metrics counts the FFN worker's exit and restart; 3 processes up" ||
   bad "process metrics: exits '$pe' restarts '$pr' up '$pu'"
+# SIGTERM to the whole bundle under load: the front end drains first (its in-flight requests
+# finish on the workers; new ones get 503 "draining"), then stops the workers.
+timeout 120 bash -c "$(declare -f client); client $SPP load" >"$TMP/load2.out" 2>&1 & LOAD=$!
+sleep 0.4
 kill $SP
+sleep 0.1
+dr=$(/usr/bin/python3 -c "
+import urllib.request, urllib.error, json
+try:
+    urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:$SPP/v1/completions', data=b'{\"prompt\":[1],\"max_tokens\":2}', headers={'content-type':'application/json'}), timeout=10)
+    print(200)
+except urllib.error.HTTPError as e: print(e.code, json.load(e)['error']['message'])
+except Exception as e: print('error', e)")
+wait $LOAD
+read -r lok lref lfail lerr <"$TMP/load2.out"
 timeout 15 bash -c "while kill -0 $SP 2>/dev/null; do sleep 0.1; done" || bad "--spawn-workers front end did not stop"
+dt=$(grep -o "drained in [0-9.]* s" "$TMP/sp.err" | head -1)  # the front end's: it drains before it stops the workers
+# Every request in flight at the signal is answered in full; the later ones are refused.
+case "$dr" in "503 the server is draining"*)
+  [ "$lok" -ge 8 ] && [ "$lref" -ge 1 ] && [ "$lfail" = 0 ] && [ -n "$dt" ] && [ "$dt" != "drained in 0.0 s" ] &&
+    ok "SIGTERM under load: the front end $dt ($lok requests answered in full, $lref refused with 503 draining, none cut)" ||
+    bad "bundle drain: $(cat "$TMP/load2.out"); $dt";;
+  *) bad "a request during the drain: '$dr' (load: $(cat "$TMP/load2.out"))";; esac
 sleep 0.3
 if pgrep -f -- "--model $M" >/dev/null; then bad "spawned workers left running"; pgrep -af -- "--model $M"; else ok "spawned workers stopped"; fi
 # --trace: each worker process wrote its part when it stopped; the front end merged them

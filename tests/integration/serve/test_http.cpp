@@ -304,6 +304,50 @@ TEST_F(HttpTest, MetricsAndRoutingAcrossWorkers) {
   for (const auto& s : want) EXPECT_NE(body.find(s), std::string::npos) << s;
 }
 
+// Graceful shutdown: after drain(), /health and new requests answer 503 "draining", the
+// requests accepted before run to their last token (JSON and SSE), and drained() turns true
+// only once they have.
+TEST_F(HttpTest, DrainFinishesAcceptedRequestsAndRefusesNewOnes) {
+  start({}, 1);
+  engines_[0]->forward_delay_ms = 10;  // 20 tokens: ~200 ms in flight
+  auto run = [this](bool stream) {
+    httplib::Client c("127.0.0.1", svc_->port());
+    c.set_read_timeout(30, 0);
+    std::string body = std::string(R"({"prompt":[5,6,7],"max_tokens":20,"temperature":0,"ignore_eos":true)") +
+                       (stream ? R"(,"stream":true})" : "}");
+    auto r = c.Post("/v1/completions", body, "application/json");
+    return r ? std::make_pair(r->status, r->body) : std::make_pair(-1, std::string());
+  };
+  auto json_answer = std::async(std::launch::async, run, false);
+  auto sse_answer = std::async(std::launch::async, run, true);
+  for (int i = 0; i < 400 && engines_[0]->live_sequences() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(engines_[0]->live_sequences(), 2) << "the requests never started";
+  svc_->drain();
+  EXPECT_FALSE(svc_->drained());
+  auto h = cli_->Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 503);
+  EXPECT_NE(h->body.find("draining"), std::string::npos) << h->body;
+  auto refused = post("/v1/completions", R"({"prompt":[1],"max_tokens":2})");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_NE(refused->body.find("draining"), std::string::npos) << refused->body;
+  EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
+
+  auto [js, jb] = json_answer.get();
+  ASSERT_EQ(js, 200) << jb;
+  EXPECT_EQ(json::parse(jb)["usage"]["completion_tokens"], 20);
+  auto [ss, sb] = sse_answer.get();
+  ASSERT_EQ(ss, 200) << sb;
+  auto events = sse_data(sb);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "length") << sb;
+  bool drained = false;
+  for (int i = 0; i < 200 && !(drained = svc_->drained()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(drained);
+}
+
 // Frontend::stop() ends run() whenever it comes: before run(), while run() is starting to
 // listen (httplib ignores a stop that precedes its listening loop), or while it listens.
 TEST(FrontendStop, EndsRunWheneverItComes) {
