@@ -72,11 +72,13 @@ elif mode == "parallel":  # 6 concurrent requests; prints how many succeeded
 elif mode == "load":  # 8 clients x 4 requests (JSON and SSE, 1500 tokens); prints "ok refused failed [first failure]"
     import urllib.error
     res, refused, errs = [], [], []
+    texts = {}  # prompt -> the answers it got (greedy: all must be the same)
     def one(i):
         for k in range(4):
             try:
                 out = (complete if (i + k) % 2 else stream)(PROMPTS[(i + k) % 3], 1500)
                 (res if out.endswith("#length") else errs).append(out)
+                texts.setdefault((i + k) % 3, set()).add(out)
             except urllib.error.HTTPError as e:  # refused before any work: 503 "draining"
                 m = e.read().decode()
                 (refused if e.code == 503 and "draining" in m else errs).append(m)
@@ -86,6 +88,8 @@ elif mode == "load":  # 8 clients x 4 requests (JSON and SSE, 1500 tokens); prin
                 errs.append(repr(e))
     ts = [threading.Thread(target=one, args=(i,)) for i in range(8)]
     [t.start() for t in ts]; [t.join() for t in ts]
+    for p, v in texts.items():
+        if len(v) > 1: errs.append("prompt %d got %d different answers" % (p, len(v)))
     print(len(res), len(refused), len(errs), *(errs[:1]))
 elif mode == "disconnect":  # reads 3 events of a long stream, then hangs up
     r = post({"prompt": [5, 6, 7], "max_tokens": 3000, "temperature": 0, "ignore_eos": True, "stream": True})
@@ -234,7 +238,7 @@ timeout 30 bash -c "while kill -0 $A0 2>/dev/null; do sleep 0.1; done"; a0_alive
 read -r lok lref lfail lerr <"$TMP/load.out"
 dt=$(grep -o "drained in [0-9.]* s" "$TMP/a0.err")
 if [ "$lok" = 32 ] && [ "$lref" = 0 ] && [ "$lfail" = 0 ] && [ $a0_alive = 0 ] && [ -n "$dt" ] && [ "$dt" != "drained in 0.0 s" ]; then
-  ok "rolling restart: attention worker 0 $dt under load and exited; 32 of 32 requests answered in full"
+  ok "rolling restart: attention worker 0 $dt under load and exited; 32 of 32 requests answered in full, the same for each prompt"
 else bad "rolling restart: $(cat "$TMP/load.out"); worker 0 stopped: $a0_alive; $(grep -E "drain|signal" "$TMP/a0.err" | tail -2)"; fi
 "$AFD" worker --topology-file "$TMP/topology.json" --role attention --index 0 >"$TMP/a0.out" 2>"$TMP/a0b.err" & A0=$!; PIDS+=($A0)
 up=""
