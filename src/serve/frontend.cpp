@@ -369,9 +369,9 @@ void Frontend::install_routes() {
                                           pump->outcome.error.message(), retry_s);
         }
         if (head.status == 503) {
-          // The worker took no part of it (draining, its FFN worker lost or stalled, queue
-          // closed): the client saw nothing yet, so another worker may take it. Out of
-          // placement until its /health says otherwise.
+          // The worker refused it or could not finish it (draining, shutting down, its FFN
+          // worker lost or stalled) and the client has seen nothing of it yet, so another
+          // worker may take it whole. Out of placement until its /health says otherwise.
           if (w->up.exchange(false)) {
             w->set_why_down("answered 503: " + health_failure(HttpAnswer{head.status, body}));
             spdlog::info("front end: attention worker {} at {} refused a request (503); trying another", wi,
