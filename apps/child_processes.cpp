@@ -31,13 +31,17 @@ Result<int> free_local_port() {
   return port;
 }
 
-Result<pid_t> ChildProcesses::start(const std::vector<std::string>& args, const std::string& name) {
+Result<pid_t> ChildProcesses::start(const std::vector<std::string>& args, const std::string& name, int life) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0) return io_error("cannot find this executable (/proc/self/exe)");
   exe[n] = '\0';
   std::vector<std::string> argv_s = {exe};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  for (std::string a : args) {
+    const std::string token = kLifeToken;
+    for (size_t at; (at = a.find(token)) != std::string::npos;) a.replace(at, token.size(), std::to_string(life));
+    argv_s.push_back(std::move(a));
+  }
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -58,7 +62,7 @@ Result<pid_t> ChildProcesses::start(const std::vector<std::string>& args, const 
 
 Result<pid_t> ChildProcesses::spawn_self(const std::vector<std::string>& args, const std::string& name) {
   std::lock_guard<std::mutex> l(mu_);
-  AFD_ASSIGN_OR_RETURN(pid_t pid, start(args, name));
+  AFD_ASSIGN_OR_RETURN(pid_t pid, start(args, name, 0));
   Child c;
   c.pid = pid;
   c.name = name;
@@ -108,7 +112,7 @@ void ChildProcesses::watch(RestartPolicy policy, std::function<void(const std::s
         for (Child& c : children_) {
           if (c.pending && !stopping_ && std::chrono::steady_clock::now() >= c.restart_at) {
             c.pending = false;
-            auto pid = start(c.args, c.name);
+            auto pid = start(c.args, c.name, c.restarts_total + 1);
             if (!pid.ok()) {
               spdlog::error("cannot restart {}: {}", c.name, pid.status().to_string());
               continue;

@@ -36,8 +36,11 @@ class ChildProcesses {
   ChildProcesses& operator=(const ChildProcesses&) = delete;
 
   // Runs this executable with args (args[0] is not the program: it is the first argument);
-  // `name` is used in logs.
+  // `name` is used in logs. kLifeToken inside an argument is replaced by the life of the
+  // process: 0 for this start, 1 for its first restart, ... (so each life can, e.g., write
+  // its own file).
   Result<pid_t> spawn_self(const std::vector<std::string>& args, const std::string& name);
+  static constexpr const char* kLifeToken = "{life}";
   // Starts a thread that logs (error) any child exiting before stop_all() and restarts it
   // as `policy` says. With on_startup_failure: a child that exits before mark_ready() is
   // not restarted; on_startup_failure(why) runs once (on the watcher thread) instead — a
@@ -70,7 +73,7 @@ class ChildProcesses {
     int backoff_ms = 0;
     int exits = 0, restarts_total = 0;
   };
-  Result<pid_t> start(const std::vector<std::string>& args, const std::string& name);
+  Result<pid_t> start(const std::vector<std::string>& args, const std::string& name, int life);
   void on_exit(Child& c, int status, const RestartPolicy& policy);  // mu_ held
   std::mutex mu_;
   std::vector<Child> children_;

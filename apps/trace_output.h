@@ -11,8 +11,9 @@
 
 namespace afd::cli {
 
-// The file worker `role` `index` of a bundle traced to `path` writes its part to:
-// "t.json" -> "t.<role><index>.json".
+// The file worker `role` `index` of a bundle traced to `path` writes its part to, per life of
+// its process (ChildProcesses::kLifeToken, replaced when it is started or restarted):
+// "t.json" -> "t.<role><index>.life{life}.json". A restarted worker's lives are all merged.
 std::string trace_part_path(const std::string& path, const std::string& role, int index);
 
 // Writes `t` to path and logs (stderr) how many spans, and how many were dropped past
@@ -20,8 +21,9 @@ std::string trace_part_path(const std::string& path, const std::string& role, in
 Status write_trace(const char* cmd, const TraceRecorder& t, const std::string& path);
 
 // Merges the parts (and path itself first, if include_path and it exists) into path, then
-// removes the parts that were merged. Parts that are missing or unreadable are logged and
-// left where they are.
+// removes the parts that were merged. A part with the life token stands for every life's
+// file that exists (a life killed before it wrote one has none); one with no file at all,
+// and parts that are unreadable, are logged and left where they are.
 Status merge_trace_parts(const char* cmd, const std::string& path, const std::vector<std::string>& parts,
                          bool include_path);
 

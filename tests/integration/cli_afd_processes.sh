@@ -391,6 +391,18 @@ pr=$(timeout 10 bash -c "$(declare -f client); client $SPP metric 'afd_frontend_
 pu=$(timeout 10 bash -c "$(declare -f client); client $SPP metric afd_frontend_process_up")
 [ "${pe%.*}" = 1 ] && [ "${pr%.*}" = 1 ] && [ "${pu%.*}" = 3 ] && ok "/metrics counts the FFN worker's exit and restart; 3 processes up" ||
   bad "process metrics: exits '$pe' restarts '$pr' up '$pu'"
+# Its second life ends with SIGTERM: it writes its trace part as it stops, is started a third
+# time, and both traced lives end up in the merged trace (checked below: 4 parts).
+FP=$(pgrep -f -- "worker --role ffn --model $M" | head -1)
+kill -TERM "$FP"
+healed=0
+for _ in $(seq 1 100); do
+  if [ "$(grep -c "restarted FFN worker 0/1 as process" "$TMP/sp.err")" = 2 ] &&
+     [ "$(curl -s "127.0.0.1:$SPP/health" | grep -o '"workers_up":[0-9]*')" = '"workers_up":2' ]; then healed=1; break; fi
+  sleep 0.1
+done
+got=$(timeout 60 bash -c "$(declare -f client); client $SPP compare")
+[ $healed = 1 ] && [ "$got" = "$want" ] && ok "an FFN worker stopped with SIGTERM is restarted too; same answers" || bad "FFN worker SIGTERM restart: healed=$healed"
 # SIGTERM to the whole bundle under load: the front end drains first (its in-flight requests
 # finish on the workers; new ones get 503 "draining"), then stops the workers.
 timeout 120 bash -c "$(declare -f client); client $SPP load" >"$TMP/load2.out" 2>&1 & LOAD=$!
@@ -418,8 +430,10 @@ sleep 0.3
 if pgrep -f -- "--model $M" >/dev/null; then bad "spawned workers left running"; pgrep -af -- "--model $M"; else ok "spawned workers stopped"; fi
 # --trace: each worker process wrote its part when it stopped; the front end merged them
 # into one timeline (attention workers pid 1 and 2, the FFN worker pid 100) and removed them.
-if tr=$(trace_summary "$TMP/sp_trace.json" 1,2 100) && ! ls "$TMP"/sp_trace.*.json >/dev/null 2>&1; then
-  ok "--spawn-workers --trace: one merged timeline ($tr)"
+# The FFN worker's first life was SIGKILLed (no part), its second and third wrote one each.
+if tr=$(trace_summary "$TMP/sp_trace.json" 1,2 100) && ! ls "$TMP"/sp_trace.*.json >/dev/null 2>&1 &&
+   grep -q "merged 4 worker process traces" "$TMP/sp.err"; then
+  ok "--spawn-workers --trace: one merged timeline, both traced lives of the restarted FFN worker ($tr)"
 else bad "--spawn-workers --trace: $tr; files: $(ls "$TMP" | grep trace | tr '\n' ' ')"; fi
 
 # --spawn-workers --topology-file: the file's workers as children of the front end; with
