@@ -54,12 +54,17 @@ void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
                   "second signal stops at once; 0: stop at once)")
       ->check(CLI::Range(0.0, 86400.0))
       ->envname("AFD_DRAIN_TIMEOUT_S")->capture_default_str();
+  cmd->add_option("--step-retry-s", step_retry_s,
+                  "AFD: when a forward pass fails on a lost or stalled FFN worker, keep its requests and retry it once "
+                  "the FFN side is back, for up to this long (0: fail them at once)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->envname("AFD_STEP_RETRY_S")->capture_default_str();
 }
 
 Status ServiceFlags::validate() const {
   if (workers < 1 || workers > 64) return invalid_argument("--workers must be in [1, 64]");
   if (port < 0 || port > 65535) return invalid_argument("--port must be in [0, 65535]");
-  if (drain_timeout_s < 0) return invalid_argument("--drain-timeout-s must be >= 0");
+  if (drain_timeout_s < 0 || step_retry_s < 0) return invalid_argument("--drain-timeout-s and --step-retry-s must be >= 0");
   if (max_running < 1 || max_queue < 0 || max_batch_tokens < 1 || max_body < 1024 || http_threads < 1)
     return invalid_argument("--max-running, --max-batch-tokens, --http-threads must be >= 1, --max-body >= 1024");
   return Status::ok();
@@ -139,6 +144,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   so.scheduler.max_running = f.max_running;
   so.scheduler.max_queue = f.max_queue;
   so.scheduler.max_batch_tokens = f.max_batch_tokens;
+  so.scheduler.step_retry_s = f.step_retry_s;
   so.model_dir = opt.model_dir;
   so.model_name = f.model_name;
   so.max_context = f.max_context;

@@ -36,6 +36,9 @@ struct ServiceFlags {
   // SIGINT/SIGTERM first stop taking requests and let those in flight finish for up to this
   // long (a second signal stops at once); 0: stop at once.
   double drain_timeout_s = 30;
+  // A forward pass failing on a lost or stalled FFN worker is retried for up to this long
+  // (SchedulerOptions::step_retry_s); 0: its requests fail at once.
+  double step_retry_s = 30;
 
   // public_api: also --host, --port, --api-key, --workers (serve); workers get --listen instead.
   void add_to(CLI::App* cmd, bool public_api);

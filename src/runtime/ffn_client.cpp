@@ -467,6 +467,10 @@ Status FfnClient::dispatch(int64_t layer, int mb, TokenBatch& b) {
                             std::to_string(opt_.max_tokens));
   }
   if (layer == 0 && mb == 0) {
+    // A new forward pass. Operations still outstanding belong to a pass that failed (one
+    // micro-batch's combine failed; the others' were never combined): end them, so every
+    // micro-batch starts clean. Their late replies, if any, are dropped by the step check.
+    for (int m = 0; m < opt_.microbatches; ++m) abandon(m);
     ++step_;
     AFD_RETURN_IF_ERROR(refresh_connections());
   }

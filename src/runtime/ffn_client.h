@@ -27,8 +27,8 @@
 //
 // Errors: a lost FFN worker, a stall past timeout_ms, a malformed reply or an FFN-side
 // error frame make dispatch/combine return a Status naming the worker, layer and
-// micro-batch; outstanding operations of that micro-batch are cancelled so the next forward
-// pass starts clean. A forward pass (dispatch of layer 0, micro-batch 0) first takes back
+// micro-batch; outstanding operations of that micro-batch are cancelled, and those of the
+// pass's other micro-batches when the next forward pass starts, so it starts clean. A forward pass (dispatch of layer 0, micro-batch 0) first takes back
 // any FFN worker that reconnected (handshake again); until then it fails with unavailable.
 #pragma once
 

@@ -140,6 +140,9 @@ std::string Metrics::render() const {
              [](WorkerStats& w) { return static_cast<double>(w.steps.load()); });
   per_worker({"afd_preemptions_total", "counter", "sequences preempted (KV recomputed later) for lack of KV blocks"},
              [](WorkerStats& w) { return static_cast<double>(w.preemptions.load()); });
+  per_worker({"afd_step_retries_total", "counter",
+              "forward passes run again after failing on a lost or stalled FFN worker (requests kept)"},
+             [](WorkerStats& w) { return static_cast<double>(w.step_retries.load()); });
 
   std::string stage, layer_stage, idle, stage_idle;
   for (size_t i = 0; i < workers_.size(); ++i) {

@@ -45,6 +45,7 @@ struct WorkerStats {
   std::atomic<int64_t> kv_blocks_total{0};
   std::atomic<int64_t> steps{0};
   std::atomic<int64_t> preemptions{0};
+  std::atomic<int64_t> step_retries{0};  // forward passes run again after a peer loss or stall
   // Accumulated seconds (under mu).
   std::mutex mu;
   StageTimes stage_sum;

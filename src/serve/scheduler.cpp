@@ -37,6 +37,16 @@ Status Scheduler::submit(std::shared_ptr<SeqRequest> r) {
   return Status::ok();
 }
 
+bool Scheduler::wait_for_engine(double t_fail) {
+  const double deadline = t_fail + opt_.step_retry_s;
+  for (;;) {
+    if (now_s() >= deadline) return false;
+    if (engine_->health().is_ok()) return true;
+    std::unique_lock<std::mutex> l(mu_);
+    if (cv_.wait_for(l, std::chrono::milliseconds(50), [&] { return stop_; })) return false;
+  }
+}
+
 bool Scheduler::idle() const {
   std::lock_guard<std::mutex> l(mu_);
   return idle_;
@@ -285,6 +295,20 @@ Result<int> Scheduler::step() {
   std::vector<float> logits;
   double t0 = now_s();
   Status st = engine_->forward(items, &logits);
+  // A lost or stalled AFD peer: the sequences are unchanged, so the same batch can run again
+  // once the engine is healthy (the peer reconnected or answers), within the retry budget.
+  const double t_fail = now_s();
+  while (!st.is_ok() && (st.code() == StatusCode::unavailable || st.code() == StatusCode::timeout) &&
+         opt_.step_retry_s > 0) {
+    spdlog::warn("engine forward failed for a batch of {} sequences: {}; holding them for up to {} s", items.size(),
+                 st.to_string(), opt_.step_retry_s);
+    if (!wait_for_engine(t_fail)) break;
+    if (stats_) stats_->step_retries.fetch_add(1);
+    spdlog::info("retrying the forward pass of {} sequences after {:.1f} s", items.size(), now_s() - t_fail);
+    logits.clear();
+    t0 = now_s();
+    st = engine_->forward(items, &logits);
+  }
   double dt = now_s() - t0;
   if (stats_) {
     stats_->steps.fetch_add(1);

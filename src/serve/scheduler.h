@@ -42,6 +42,11 @@ struct SchedulerOptions {
   int64_t max_running = 64;        // sequences in one batch
   int64_t max_queue = 1024;        // waiting requests; more -> resource_exhausted (HTTP 429)
   int64_t max_batch_tokens = 1024; // tokens per forward pass (decodes + prefill chunks)
+  // A forward pass that fails with unavailable or timeout (an AFD peer lost or stalled; the
+  // engine leaves every sequence unchanged) is retried, once Engine::health() is ok again,
+  // for up to this long before its requests fail; meanwhile they wait (streams pause).
+  // 0: fail them at once.
+  double step_retry_s = 0;
 };
 
 class Scheduler {
@@ -81,6 +86,9 @@ class Scheduler {
   int64_t blocks_for(int64_t n_tokens) const;
   void finish(SeqRequest* r, FinishReason why, Status err = Status::ok());
   void remove_finished();
+  // After a retryable failure of the batch started at `t_fail`: waits until the engine is
+  // healthy (true) or the retry budget is spent / the scheduler stops (false).
+  bool wait_for_engine(double t_fail);
   // Frees the newest running sequence other than `keep` and requeues it for recompute.
   bool preempt_one(const SeqRequest* keep);
   void publish_stats();

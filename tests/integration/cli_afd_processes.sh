@@ -279,7 +279,7 @@ for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')
 "$AFD" worker --role ffn --model "$M" --listen 127.0.0.1:$QFFN --precision reference --threads 1 >"$TMP/q_f.log" 2>&1 & QF0=$!; PIDS+=($QF0)
 "$AFD" worker --role attention --model "$M" --ffn 127.0.0.1:$QFFN --listen 127.0.0.1:$QA --precision reference --threads 1 \
-  --ffn-timeout-ms 2000 >"$TMP/q_a.log" 2>&1 & QA0=$!; PIDS+=($QA0)
+  --ffn-timeout-ms 2000 --step-retry-s 0 >"$TMP/q_a.log" 2>&1 & QA0=$!; PIDS+=($QA0)
 "$AFD" serve --model "$M" --attention-workers 127.0.0.1:$QA --port $QF >"$TMP/q_fe.out" 2>"$TMP/q_fe.err" & QFE=$!; PIDS+=($QFE)
 wait_for "$TMP/q_fe.out" "bundle complete" 40 || bad "FFN-loss bundle never completed"
 health() { /usr/bin/python3 -c "
@@ -373,8 +373,13 @@ st=$(timeout 10 bash -c "$(declare -f client); client $(port_of "$TMP/sp.out") m
 su=$(timeout 10 bash -c "$(declare -f client); client $(port_of "$TMP/sp.out") metric afd_federation_target_up")
 [ "${st%.*}" -gt 0 ] && [ "${su%.*}" = 3 ] && ok "--spawn-workers /metrics has the FFN worker's tokens ($st) and 3 workers up" || bad "--spawn-workers federation: ffn tokens '$st', targets up '$su'"
 # A spawned worker that dies is started again (--worker-restarts, default 5 a minute) and the
-# bundle heals: the attention workers reconnect to the new FFN worker process.
+# bundle heals: the attention workers reconnect to the new FFN worker process. Under load:
+# the forward passes that failed on the lost FFN worker are retried once it is back
+# (--step-retry-s, default 30), so every request in flight still completes, with the
+# same answer as without the crash.
 SPP=$(port_of "$TMP/sp.out")
+timeout 120 bash -c "$(declare -f client); client $SPP load" >"$TMP/load0.out" 2>&1 & LOAD=$!
+sleep 0.4
 FP=$(pgrep -f -- "worker --role ffn --model $M" | head -1)
 kill -9 "$FP"
 healed=0
@@ -383,6 +388,12 @@ for _ in $(seq 1 100); do
      [ "$(curl -s "127.0.0.1:$SPP/health" | grep -o '"workers_up":[0-9]*')" = '"workers_up":2' ]; then healed=1; break; fi
   sleep 0.1
 done
+wait $LOAD
+read -r lok lref lfail lerr <"$TMP/load0.out"
+retries=$(timeout 10 bash -c "$(declare -f client); client $SPP metric afd_step_retries_total")
+[ "$lok" = 32 ] && [ "$lfail" = 0 ] && [ "${retries%.*}" -ge 1 ] &&
+  ok "SIGKILL of the FFN worker under load: 32 of 32 requests answered in full, the same per prompt ($retries forward passes retried)" ||
+  bad "FFN worker crash under load: $(cat "$TMP/load0.out"); step retries '$retries'"
 got=$(timeout 60 bash -c "$(declare -f client); client $SPP compare")
 [ $healed = 1 ] && [ "$got" = "$want" ] && ok "a killed FFN worker process is restarted and the bundle serves the same answers" ||
   { bad "FFN worker restart: healed=$healed"; grep -E "restart|exited" "$TMP/sp.err" | tail -3; }

@@ -650,6 +650,37 @@ TEST(FfnAfd, LostFfnWorkerIsUnavailableAndTakenBackOnReconnect) {
   EXPECT_EQ(b.workers[0]->stats().attention_serving.load(), 1);  // lost, then served again
 }
 
+// A pass that fails with several micro-batches in flight (micro-batch 0's combine fails,
+// micro-batch 1 was dispatched and never combined) must not poison the next pass: it used to
+// fail every later pass with "dispatch of micro-batch 1 before the previous one was
+// combined", so an attention worker never recovered from an FFN loss under load.
+TEST(FfnAfd, FailedPassWithSeveralMicroBatchesLeavesTheNextOneClean) {
+  auto w = tiny_model("a");
+  Bundle b;
+  auto cl = one_attention(b, w, 1);  // 2 micro-batches
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  TokenBatch t0 = random_batch(w->config, 4, 70), t1 = random_batch(w->config, 3, 71);
+  ASSERT_TRUE((*cl)->dispatch(0, 0, t0).is_ok());
+  ASSERT_TRUE((*cl)->dispatch(0, 1, t1).is_ok());
+  ASSERT_TRUE(b.ffn_t[0]->disconnect(*b.ffn_t[0]->peer_id("attn0")).is_ok());
+  EXPECT_FALSE((*cl)->combine(0, 0, t0).is_ok());  // the engine gives up the pass here
+  Status ok;
+  const int64_t dl = deadline_in_ms(5000);
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    ok = (*cl)->dispatch(0, 0, t0);
+  } while (!ok.is_ok() && now_ns() < dl);
+  ASSERT_TRUE(ok.is_ok()) << ok.to_string();
+  Status d1 = (*cl)->dispatch(0, 1, t1);
+  ASSERT_TRUE(d1.is_ok()) << d1.to_string();
+  for (auto [mb, tb] : {std::pair<int, TokenBatch*>{0, &t0}, {1, &t1}}) {
+    Status c = (*cl)->combine(0, mb, *tb);
+    ASSERT_TRUE(c.is_ok()) << "micro-batch " << mb << ": " << c.to_string();
+    auto ref = reference(*w, 0, *tb);
+    for (int64_t i = 0; i < tb->n * w->config.hidden_size; ++i) ASSERT_EQ(tb->ffn_out[i], round_bf16(ref[i])) << i;
+  }
+}
+
 TEST(FfnAfd, HealthSaysWhichFfnWorkerIsNotConnected) {
   auto w = tiny_model("a");
   Bundle b;

@@ -80,6 +80,10 @@ class FakeEngine : public Engine {
       fail_next = false;
       return unavailable("injected engine failure");
     }
+    if (fail_unavailable.load() > 0) {
+      fail_unavailable.fetch_sub(1);
+      return unavailable("injected: FFN worker 'ffn0' lost");
+    }
     // Validate everything first: errors leave sequences unchanged.
     int64_t extra = 0;
     for (const BatchItem& it : items) {
@@ -124,6 +128,9 @@ class FakeEngine : public Engine {
   std::atomic<int> forward_delay_ms{0};  // each forward takes at least this long
   int64_t reused_tokens = 0;
   bool fail_next = false;
+  std::atomic<int> fail_unavailable{0};  // the next n forwards fail with unavailable (a lost peer)
+  std::atomic<bool> unhealthy{false};    // health() is unavailable while set
+  Status health() const override { return unhealthy ? unavailable("injected: FFN worker 'ffn0' is not connected") : Status::ok(); }
   int64_t n_forward = 0;
   int64_t max_batch_seen = 0;
   int64_t tokens_processed = 0;

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/timer.h"
 #include "fake_engine.h"
 #include "serve/scheduler.h"
 #include "serve/unicode.h"
@@ -247,6 +248,62 @@ TEST(Scheduler, BoundedQueueAndEngineErrors) {
   EXPECT_EQ(drain(*a).finish, FinishReason::error);
   EXPECT_EQ(drain(*b).finish, FinishReason::error);
   EXPECT_EQ(f.engine.live_sequences(), 0);
+}
+
+// Blocks until the request finishes (or `ms` pass): everything its channel delivered.
+Collected collect(SeqRequest& r, int ms = 10000) {
+  Collected all;
+  const double until = now_s() + ms * 1e-3;
+  while (all.finish == FinishReason::none && now_s() < until) {
+    for (StreamEvent& e : r.channel->wait(std::chrono::milliseconds(20))) {
+      for (auto& t : e.tokens) all.tokens.push_back(t.token);
+      if (e.finish != FinishReason::none) {
+        all.finish = e.finish;
+        all.error = e.error;
+      }
+    }
+  }
+  return all;
+}
+
+// A forward pass that fails on a lost peer keeps its requests: once the engine is healthy
+// again the same batch runs again (the engine left the sequences unchanged), and the
+// request completes with exactly the tokens it would have produced.
+TEST(Scheduler, StepRetriedOnceTheEngineIsHealthyAgain) {
+  SchedulerOptions o;
+  o.step_retry_s = 10;
+  Fixture f(1000, 4, o);
+  f.engine.unhealthy = true;
+  f.engine.fail_unavailable = 2;  // the first pass, and its first retry
+  f.sched.start();
+  auto r = f.submit({1, 2}, 6);
+  Collected early = collect(*r, 200);
+  EXPECT_EQ(early.finish, FinishReason::none) << "the request ended while the engine was unhealthy";
+  EXPECT_TRUE(early.tokens.empty());
+  f.engine.unhealthy = false;
+  Collected all = collect(*r);
+  EXPECT_EQ(all.finish, FinishReason::length);
+  EXPECT_EQ(all.tokens, Fixture::expected({1, 2}, 6));
+  EXPECT_EQ(f.metrics.worker(0).step_retries.load(), 2);
+  f.sched.stop();
+}
+
+// ... for at most step_retry_s: then its requests fail with the error, as without retries.
+TEST(Scheduler, StepRetryGivesUpAfterItsBudget) {
+  SchedulerOptions o;
+  o.step_retry_s = 0.3;
+  Fixture f(1000, 4, o);
+  f.engine.unhealthy = true;
+  f.engine.fail_unavailable = 1;
+  f.sched.start();
+  const double t0 = now_s();
+  auto r = f.submit({1, 2}, 6);
+  Collected all = collect(*r);
+  EXPECT_EQ(all.finish, FinishReason::error);
+  EXPECT_GE(now_s() - t0, 0.3);
+  EXPECT_EQ(f.metrics.worker(0).step_retries.load(), 0);
+  EXPECT_EQ(f.engine.live_sequences(), 0);
+  f.sched.stop();
 }
 
 TEST(Scheduler, ThreadServesManyConcurrentRequests) {
