@@ -186,6 +186,8 @@ void apply_topology_file(WorkerFlags* f) {
   if (sc.max_seqs >= 0) e.max_seqs = sc.max_seqs;
   if (sc.kv_capacity >= 0) e.kv_capacity = sc.kv_capacity;
   if (sc.kv_block >= 0) e.kv_block = sc.kv_block;
+  if (sc.step_retry_s >= 0) f->service.step_retry_s = sc.step_retry_s;
+  if (sc.drain_timeout_s >= 0) f->service.drain_timeout_s = sc.drain_timeout_s;
   f->listen = w.listen;
   f->n_attention = static_cast<int>(t->attention.size());
   f->peer_timeout_ms = t->peer_timeout_ms;

@@ -136,7 +136,8 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
     if (!it->is_object()) return top.err("scheduler", "must be an object");
     Fields s(*it, origin, "scheduler");
     AFD_RETURN_IF_ERROR(s.check_keys(
-        {"max_running", "max_queue", "max_batch_tokens", "max_context", "max_seqs", "kv_capacity", "kv_block"}));
+        {"max_running", "max_queue", "max_batch_tokens", "max_context", "max_seqs", "kv_capacity", "kv_block",
+         "step_retry_s", "drain_timeout_s"}));
     TopologyScheduler& d = t.scheduler;
     AFD_RETURN_IF_ERROR(s.integer("max_running", &d.max_running, 1, 1 << 20));
     AFD_RETURN_IF_ERROR(s.integer("max_queue", &d.max_queue, 0, 1 << 24));
@@ -145,6 +146,8 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
     AFD_RETURN_IF_ERROR(s.integer("max_seqs", &d.max_seqs, 1, 1 << 20));
     AFD_RETURN_IF_ERROR(s.integer("kv_capacity", &d.kv_capacity, 0, 1 << 30));
     AFD_RETURN_IF_ERROR(s.integer("kv_block", &d.kv_block, 1, 1 << 16));
+    AFD_RETURN_IF_ERROR(s.integer("step_retry_s", &d.step_retry_s, 0, 86400));
+    AFD_RETURN_IF_ERROR(s.integer("drain_timeout_s", &d.drain_timeout_s, 0, 86400));
   }
 
   t.frontend.model_dir = defaults.model_dir;

@@ -12,7 +12,8 @@
 //     "ffn_tp": 1,                             // optional FFN TP degree, divides len(ffn)
 //     "ucx_spin_us": 200,                      // optional; afd worker --ucx-spin-us
 //     "scheduler": {"max_running": 64, "max_queue": 1024, "max_batch_tokens": 1024,
-//                   "max_context": 0, "max_seqs": 256, "kv_capacity": 0, "kv_block": 16},
+//                   "max_context": 0, "max_seqs": 256, "kv_capacity": 0, "kv_block": 16,
+//                   "step_retry_s": 30, "drain_timeout_s": 30},
 //                                             // optional; attention workers' limits (the
 //                                             //   afd worker flags of the same names)
 //     "frontend":  {"listen": "0.0.0.0:8000", "api_key": "", "model_name": ""},
@@ -66,6 +67,8 @@ struct TopologyScheduler {
   int max_seqs = -1;
   int kv_capacity = -1;
   int kv_block = -1;
+  int step_retry_s = -1;     // afd worker --step-retry-s (whole seconds here)
+  int drain_timeout_s = -1;  // afd worker --drain-timeout-s
 };
 
 struct TopologyFile {

@@ -155,7 +155,7 @@ TEST(TopologyFile, SchedulerLimitsAndUcxSpin) {
   with.replace(with.find("\"peer_timeout_ms\""), 0,
                "\"ucx_spin_us\": 20, \"scheduler\": {\"max_running\": 8, \"max_queue\": 0, "
                "\"max_batch_tokens\": 512, \"max_context\": 2048, \"max_seqs\": 16, \"kv_capacity\": 32768, "
-               "\"kv_block\": 32}, ");
+               "\"kv_block\": 32, \"step_retry_s\": 0, \"drain_timeout_s\": 5}, ");
   auto t2 = parse_topology_file(with, "t.json");
   ASSERT_TRUE(t2.ok()) << t2.status().to_string();
   EXPECT_EQ(t2->ucx_spin_us, 20);
@@ -166,6 +166,9 @@ TEST(TopologyFile, SchedulerLimitsAndUcxSpin) {
   EXPECT_EQ(t2->scheduler.max_seqs, 16);
   EXPECT_EQ(t2->scheduler.kv_capacity, 32768);
   EXPECT_EQ(t2->scheduler.kv_block, 32);
+  EXPECT_EQ(t2->scheduler.step_retry_s, 0);
+  EXPECT_EQ(t2->scheduler.drain_timeout_s, 5);
+  EXPECT_EQ(t->scheduler.step_retry_s, -1);
   std::string typo(kGood);
   typo.replace(typo.find("\"peer_timeout_ms\""), 0, "\"scheduler\": {\"max_runing\": 8}, ");
   auto t3 = parse_topology_file(typo, "t.json");
