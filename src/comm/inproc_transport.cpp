@@ -32,6 +32,11 @@ struct InprocPort {
   std::shared_ptr<RequestTable> table;
   std::deque<PostedRecv> recvs;
   std::deque<PendingSend> sends;
+  // Per sender (the owner's PeerId for it): bumped when a link to it is made or lost. A send
+  // or receive checks, under mu, the epoch it was issued under: one that raced a disconnect
+  // fails instead of waiting in this port for the next connection's messages — where a
+  // send's buffer may already be gone.
+  std::unordered_map<PeerId, uint64_t> link_epoch;
 };
 
 namespace {
@@ -113,13 +118,29 @@ void InprocTransport::link(InprocTransport* a, InprocTransport* b, const std::st
   {
     std::lock_guard<std::mutex> lb(b->peers_mu_);
     pb = b->intern_peer(a->name_);
+  }
+  uint64_t ea, eb;  // new link epochs: a's port for b (pa), b's port for a (pb)
+  {
+    std::lock_guard<std::mutex> l(a->port_->mu);
+    ea = ++a->port_->link_epoch[pa];
+  }
+  {
+    std::lock_guard<std::mutex> l(b->port_->mu);
+    eb = ++b->port_->link_epoch[pb];
+  }
+  {
+    std::lock_guard<std::mutex> lb(b->peers_mu_);
     b->peers_[pb].remote = a->port_;
     b->peers_[pb].my_id_there = pa;
+    b->peers_[pb].epoch_there = ea;
+    b->peers_[pb].epoch_here = eb;
   }
   {
     std::lock_guard<std::mutex> la(a->peers_mu_);
     a->peers_[pa].remote = b->port_;
     a->peers_[pa].my_id_there = pb;
+    a->peers_[pa].epoch_there = eb;
+    a->peers_[pa].epoch_here = ea;
     a->peers_[pa].address = address_of_b;
   }
   spdlog::info("inproc: {} connected to {} at '{}'", a->name_, b->name_, address_of_b);
@@ -160,6 +181,7 @@ void InprocTransport::on_peer_lost(PeerId peer, const std::string& why) {
   }
   {
     std::lock_guard<std::mutex> lk(port_->mu);
+    ++port_->link_epoch[peer];  // operations issued under the lost link can no longer land here
     Status lost = unavailable("peer '" + name + "' disconnected: " + why);
     for (auto it = port_->recvs.begin(); it != port_->recvs.end();) {
       if (it->src == peer) {
@@ -272,10 +294,12 @@ void InprocTransport::cancel(RequestId id) {
 void InprocTransport::do_send(const Command& c, Finishes& f) {
   std::shared_ptr<InprocPort> remote;
   PeerId src;
+  uint64_t epoch;
   {
     std::lock_guard<std::mutex> lk(peers_mu_);
     remote = peers_[c.peer].remote;
     src = peers_[c.peer].my_id_there;
+    epoch = peers_[c.peer].epoch_there;
   }
   if (!remote) {
     f.add(table_.get(), nullptr, c.id, Completion{unavailable("peer '" + peer_name(c.peer) + "' is not connected"), 0});
@@ -283,7 +307,7 @@ void InprocTransport::do_send(const Command& c, Finishes& f) {
   }
   {
     std::lock_guard<std::mutex> lk(remote->mu);
-    if (remote->alive) {
+    if (remote->alive && remote->link_epoch[src] == epoch) {
       for (auto it = remote->recvs.begin(); it != remote->recvs.end(); ++it) {
         if (it->src != src || it->tag != c.tag) continue;
         if (c.len > it->cap) {
@@ -301,10 +325,12 @@ void InprocTransport::do_send(const Command& c, Finishes& f) {
     }
   }
   // Named outside the port lock (lock order: peers_mu_ before a port's mu).
-  f.add(table_.get(), nullptr, c.id, Completion{unavailable("peer '" + peer_name(c.peer) + "' is closed"), 0});
+  f.add(table_.get(), nullptr, c.id,
+        Completion{unavailable("peer '" + peer_name(c.peer) + "' is closed or was disconnected"), 0});
 }
 
 void InprocTransport::do_recv(const Command& c, Finishes& f) {
+  uint64_t epoch;
   {
     std::lock_guard<std::mutex> lk(peers_mu_);
     if (peers_[c.peer].remote == nullptr) {
@@ -312,7 +338,9 @@ void InprocTransport::do_recv(const Command& c, Finishes& f) {
             Completion{unavailable("peer '" + peers_[c.peer].name + "' is not connected"), 0});
       return;
     }
+    epoch = peers_[c.peer].epoch_here;
   }
+  bool stale = false;    // the link was lost (and maybe remade) since the check above
   size_t overlong = 0;  // a matched message longer than the buffer: its length
   {
     std::lock_guard<std::mutex> lk(port_->mu);
@@ -320,23 +348,32 @@ void InprocTransport::do_recv(const Command& c, Finishes& f) {
       f.add(table_.get(), nullptr, c.id, Completion{cancelled("inproc transport '" + name_ + "' is closed"), 0});
       return;
     }
-    auto it = port_->sends.begin();
+    stale = port_->link_epoch[c.peer] != epoch;
+    auto it = stale ? port_->sends.end() : port_->sends.begin();
     while (it != port_->sends.end() && (it->src != c.peer || it->tag != c.tag)) ++it;
     if (it == port_->sends.end()) {
-      port_->recvs.push_back(InprocPort::PostedRecv{c.id, c.peer, c.tag, c.buf, c.len});
-      return;
-    }
-    if (it->len > c.len) {
-      overlong = it->len;
+      if (!stale) {
+        port_->recvs.push_back(InprocPort::PostedRecv{c.id, c.peer, c.tag, c.buf, c.len});
+        return;
+      }
     } else {
-      if (it->len) std::memcpy(c.buf, it->data, it->len);
-      f.add(table_.get(), nullptr, c.id, ok_bytes(it->len));
+      if (it->len > c.len) {
+        overlong = it->len;
+      } else {
+        if (it->len) std::memcpy(c.buf, it->data, it->len);
+        f.add(table_.get(), nullptr, c.id, ok_bytes(it->len));
+      }
+      RequestTable* st = it->sender_table.get();
+      f.add(st, std::move(it->sender_table), it->id, ok_bytes(it->len));
+      port_->sends.erase(it);
     }
-    RequestTable* st = it->sender_table.get();
-    f.add(st, std::move(it->sender_table), it->id, ok_bytes(it->len));
-    port_->sends.erase(it);
   }
   // Named outside the port lock (lock order: peers_mu_ before a port's mu).
+  if (stale) {
+    f.add(table_.get(), nullptr, c.id,
+          Completion{unavailable("peer '" + peer_name(c.peer) + "' disconnected while the receive was posted"), 0});
+    return;
+  }
   if (overlong > 0) f.add(table_.get(), nullptr, c.id, Completion{too_long(overlong, c.len, peer_name(c.peer)), 0});
 }
 

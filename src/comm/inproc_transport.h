@@ -92,6 +92,8 @@ class InprocTransport final : public Transport {
     std::shared_ptr<InprocPort> remote;  // null while disconnected
     PeerId my_id_there = kNoPeer;        // the PeerId the remote gave us (its receive key)
     std::string address;                 // the remote's listen address ("" if it connected to us)
+    uint64_t epoch_there = 0;            // the remote port's link epoch for us when linked
+    uint64_t epoch_here = 0;             // our port's link epoch for this peer when linked
   };
   struct Command {
     enum Kind : uint8_t { send, recv, cancel } kind;

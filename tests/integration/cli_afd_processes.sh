@@ -140,6 +140,21 @@ print("spans by pid " + ", ".join("%d: %d" % (p, c[p]) for p in sorted(c)))
 PY
 }
 
+# Starts `client PORT load` in the background (LOAD = its pid, output in FILE) and returns
+# once the bundle has generated 200 more tokens (so requests are in flight), at most 30 s:
+# a fixed sleep raced a slow start of the clients on a loaded machine.
+start_load() {
+  local port=$1 out=$2 base now
+  base=$(timeout 10 bash -c "$(declare -f client); client $port metric afd_generation_tokens_total")
+  timeout 120 bash -c "$(declare -f client); client $port load" >"$out" 2>&1 & LOAD=$!
+  for _ in $(seq 1 300); do
+    now=$(timeout 10 bash -c "$(declare -f client); client $port metric afd_generation_tokens_total")
+    [ "${now%.*}" -ge $(( ${base%.*} + 200 )) ] && return 0
+    sleep 0.1
+  done
+  echo "load never started on $port"
+}
+
 # Reference: in-process monolithic serving with the 1-FFN-worker wire rounding.
 "$AFD" serve --model "$M" --precision reference --afd-rounding 1 --threads 1 --port 0 >"$TMP/ref.out" 2>"$TMP/ref.err" &
 REF=$!; PIDS+=($REF)
@@ -230,8 +245,7 @@ c499=$(timeout 5 bash -c "$(declare -f client); client $PF metric 'afd_frontend_
 # /health 503 "draining"), finishes what it accepted and exits; the front end places new
 # requests on worker 1 (and retries a request worker 0 refused with 503), so no client sees
 # an error. Started again, worker 0 rejoins.
-timeout 120 bash -c "$(declare -f client); client $PF load" >"$TMP/load.out" 2>&1 & LOAD=$!
-sleep 0.4
+start_load $PF "$TMP/load.out"
 kill -TERM $A0
 wait $LOAD
 timeout 30 bash -c "while kill -0 $A0 2>/dev/null; do sleep 0.1; done"; a0_alive=$?
@@ -378,8 +392,7 @@ su=$(timeout 10 bash -c "$(declare -f client); client $(port_of "$TMP/sp.out") m
 # (--step-retry-s, default 30), so every request in flight still completes, with the
 # same answer as without the crash.
 SPP=$(port_of "$TMP/sp.out")
-timeout 120 bash -c "$(declare -f client); client $SPP load" >"$TMP/load0.out" 2>&1 & LOAD=$!
-sleep 0.4
+start_load $SPP "$TMP/load0.out"
 FP=$(pgrep -f -- "worker --role ffn --model $M" | head -1)
 kill -9 "$FP"
 healed=0
@@ -416,8 +429,7 @@ got=$(timeout 60 bash -c "$(declare -f client); client $SPP compare")
 [ $healed = 1 ] && [ "$got" = "$want" ] && ok "an FFN worker stopped with SIGTERM is restarted too; same answers" || bad "FFN worker SIGTERM restart: healed=$healed"
 # SIGTERM to the whole bundle under load: the front end drains first (its in-flight requests
 # finish on the workers; new ones get 503 "draining"), then stops the workers.
-timeout 120 bash -c "$(declare -f client); client $SPP load" >"$TMP/load2.out" 2>&1 & LOAD=$!
-sleep 0.4
+start_load $SPP "$TMP/load2.out"
 kill $SP
 sleep 0.1
 dr=$(/usr/bin/python3 -c "
