@@ -624,6 +624,18 @@ TEST(FfnAfd, MalformedFrameGetsAnErrorReplyAndWorkerKeepsServing) {
   }
 }
 
+// After an FFN worker's connection dropped: dispatches layer 0, micro-batch 0 (a new pass)
+// every 30 ms until the client has redialled and re-handshaken, for up to 5 s.
+Status dispatch_once_back(FfnClient& cl, TokenBatch& t) {
+  Status ok;
+  const int64_t dl = deadline_in_ms(5000);
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    ok = cl.dispatch(0, 0, t);
+  } while (!ok.is_ok() && now_ns() < dl);
+  return ok;
+}
+
 TEST(FfnAfd, LostFfnWorkerIsUnavailableAndTakenBackOnReconnect) {
   auto w = tiny_model("a");
   Bundle b;
@@ -637,12 +649,7 @@ TEST(FfnAfd, LostFfnWorkerIsUnavailableAndTakenBackOnReconnect) {
   EXPECT_FALSE(s.is_ok());
   EXPECT_TRUE(s.code() == StatusCode::unavailable || s.code() == StatusCode::timeout) << s.to_string();
   // The client redials; the next pass re-handshakes and works.
-  Status ok;
-  int64_t dl = deadline_in_ms(5000);
-  do {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    ok = (*cl)->dispatch(0, 0, t);
-  } while (!ok.is_ok() && now_ns() < dl);
+  Status ok = dispatch_once_back(**cl, t);
   ASSERT_TRUE(ok.is_ok()) << ok.to_string();
   Status c = (*cl)->combine(0, 0, t);
   ASSERT_TRUE(c.is_ok()) << c.to_string();
@@ -664,12 +671,7 @@ TEST(FfnAfd, FailedPassWithSeveralMicroBatchesLeavesTheNextOneClean) {
   ASSERT_TRUE((*cl)->dispatch(0, 1, t1).is_ok());
   ASSERT_TRUE(b.ffn_t[0]->disconnect(*b.ffn_t[0]->peer_id("attn0")).is_ok());
   EXPECT_FALSE((*cl)->combine(0, 0, t0).is_ok());  // the engine gives up the pass here
-  Status ok;
-  const int64_t dl = deadline_in_ms(5000);
-  do {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    ok = (*cl)->dispatch(0, 0, t0);
-  } while (!ok.is_ok() && now_ns() < dl);
+  Status ok = dispatch_once_back(**cl, t0);
   ASSERT_TRUE(ok.is_ok()) << ok.to_string();
   Status d1 = (*cl)->dispatch(0, 1, t1);
   ASSERT_TRUE(d1.is_ok()) << d1.to_string();
