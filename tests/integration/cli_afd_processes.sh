@@ -248,7 +248,7 @@ c499=$(timeout 5 bash -c "$(declare -f client); client $PF metric 'afd_frontend_
 start_load $PF "$TMP/load.out"
 kill -TERM $A0
 wait $LOAD
-timeout 30 bash -c "while kill -0 $A0 2>/dev/null; do sleep 0.1; done"; a0_alive=$?
+timeout 90 bash -c "while kill -0 $A0 2>/dev/null; do sleep 0.1; done"; a0_alive=$?
 read -r lok lref lfail lerr <"$TMP/load.out"
 dt=$(grep -o "drained in [0-9.]* s" "$TMP/a0.err")
 if [ "$lok" = 32 ] && [ "$lref" = 0 ] && [ "$lfail" = 0 ] && [ $a0_alive = 0 ] && [ -n "$dt" ] && [ "$dt" != "drained in 0.0 s" ]; then
@@ -441,7 +441,7 @@ except urllib.error.HTTPError as e: print(e.code, json.load(e)['error']['message
 except Exception as e: print('error', e)")
 wait $LOAD
 read -r lok lref lfail lerr <"$TMP/load2.out"
-timeout 15 bash -c "while kill -0 $SP 2>/dev/null; do sleep 0.1; done" || bad "--spawn-workers front end did not stop"
+timeout 90 bash -c "while kill -0 $SP 2>/dev/null; do sleep 0.1; done" || bad "--spawn-workers front end did not stop"  # drains first
 dt=$(grep -o "drained in [0-9.]* s" "$TMP/sp.err" | head -1)  # the front end's: it drains before it stops the workers
 # Every request in flight at the signal is answered in full; the later ones are refused.
 case "$dr" in "503 the server is draining"*)
