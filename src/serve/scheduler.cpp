@@ -37,13 +37,19 @@ Status Scheduler::submit(std::shared_ptr<SeqRequest> r) {
   return Status::ok();
 }
 
-bool Scheduler::wait_for_engine(double t_fail) {
+bool Scheduler::wait_for_engine(double t_fail, int attempt) {
   const double deadline = t_fail + opt_.step_retry_s;
+  // Back off between attempts (50 ms, doubling to 1 s), so a failure that health() does not
+  // reflect is not retried in a tight loop.
+  auto pause = std::chrono::milliseconds(std::min(1000, 50 << std::min(attempt, 5)));
   for (;;) {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (cv_.wait_for(l, pause, [&] { return stop_; })) return false;
+    }
     if (now_s() >= deadline) return false;
     if (engine_->health().is_ok()) return true;
-    std::unique_lock<std::mutex> l(mu_);
-    if (cv_.wait_for(l, std::chrono::milliseconds(50), [&] { return stop_; })) return false;
+    pause = std::chrono::milliseconds(50);
   }
 }
 
@@ -298,11 +304,12 @@ Result<int> Scheduler::step() {
   // A lost or stalled AFD peer: the sequences are unchanged, so the same batch can run again
   // once the engine is healthy (the peer reconnected or answers), within the retry budget.
   const double t_fail = now_s();
-  while (!st.is_ok() && (st.code() == StatusCode::unavailable || st.code() == StatusCode::timeout) &&
-         opt_.step_retry_s > 0) {
+  for (int attempt = 0; !st.is_ok() && (st.code() == StatusCode::unavailable || st.code() == StatusCode::timeout) &&
+                        opt_.step_retry_s > 0;
+       ++attempt) {
     spdlog::warn("engine forward failed for a batch of {} sequences: {}; holding them for up to {} s", items.size(),
                  st.to_string(), opt_.step_retry_s);
-    if (!wait_for_engine(t_fail)) break;
+    if (!wait_for_engine(t_fail, attempt)) break;
     if (stats_) stats_->step_retries.fetch_add(1);
     spdlog::info("retrying the forward pass of {} sequences after {:.1f} s", items.size(), now_s() - t_fail);
     logits.clear();

@@ -86,9 +86,10 @@ class Scheduler {
   int64_t blocks_for(int64_t n_tokens) const;
   void finish(SeqRequest* r, FinishReason why, Status err = Status::ok());
   void remove_finished();
-  // After a retryable failure of the batch started at `t_fail`: waits until the engine is
-  // healthy (true) or the retry budget is spent / the scheduler stops (false).
-  bool wait_for_engine(double t_fail);
+  // After the attempt-th retryable failure of a batch that first failed at `t_fail`: pauses
+  // (50 ms << attempt, at most 1 s), then waits until the engine is healthy (true) or the
+  // retry budget is spent / the scheduler stops (false).
+  bool wait_for_engine(double t_fail, int attempt);
   // Frees the newest running sequence other than `keep` and requeues it for recompute.
   bool preempt_one(const SeqRequest* keep);
   void publish_stats();
