@@ -9,13 +9,6 @@
 
 namespace afd::cli {
 
-std::string trace_part_path(const std::string& path, const std::string& role, int index) {
-  const std::string ext = ".json";
-  const bool json = path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
-  const std::string base = json ? path.substr(0, path.size() - ext.size()) : path;
-  return base + "." + role + std::to_string(index) + ".life" + ChildProcesses::kLifeToken + ext;
-}
-
 namespace {
 
 // The files a part names: itself, or with the life token, every existing life's file in
@@ -46,6 +39,18 @@ std::vector<std::string> part_files(const std::string& part) {
 }
 
 }  // namespace
+
+std::string trace_part_path(const std::string& path, const std::string& role, int index) {
+  const std::string ext = ".json";
+  const bool json = path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+  const std::string base = json ? path.substr(0, path.size() - ext.size()) : path;
+  const std::string part = base + "." + role + std::to_string(index) + ".life" + ChildProcesses::kLifeToken + ext;
+  std::error_code ec;
+  for (const std::string& stale : part_files(part)) {
+    if (std::filesystem::remove(stale, ec)) spdlog::info("removed a trace part an earlier run left: {}", stale);
+  }
+  return part;
+}
 
 Status write_trace(const char* cmd, const TraceRecorder& t, const std::string& path) {
   AFD_RETURN_IF_ERROR(t.write(path));

@@ -14,6 +14,8 @@ namespace afd::cli {
 // The file worker `role` `index` of a bundle traced to `path` writes its part to, per life of
 // its process (ChildProcesses::kLifeToken, replaced when it is started or restarted):
 // "t.json" -> "t.<role><index>.life{life}.json". A restarted worker's lives are all merged.
+// Also removes parts an earlier run left there (a crashed launcher does not merge them), so
+// the merge collects this run's lives only.
 std::string trace_part_path(const std::string& path, const std::string& role, int index);
 
 // Writes `t` to path and logs (stderr) how many spans, and how many were dropped past
