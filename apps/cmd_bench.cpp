@@ -3,12 +3,9 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <optional>
-#include <string_view>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +20,7 @@
 #include "model/weights.h"
 #include "runtime/bundle.h"
 #include "runtime/engine_factory.h"
+#include "serve/prom_merge.h"
 #include "serve/proxy_client.h"
 
 namespace afd::cli {
@@ -121,26 +119,6 @@ struct Point {
   std::vector<double> attention_tokens, ffn_tokens, ffn_expert_rows;
 };
 
-// The value of the first sample of `family` in Prometheus text (an FFN worker's /metrics
-// has one sample per family: its own); nullopt when absent or not a number.
-std::optional<int64_t> first_sample(const std::string& text, const std::string& family) {
-  for (size_t at = 0; at < text.size();) {
-    size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + at, end - at);
-    at = end + 1;
-    if (line.size() <= family.size() || line.compare(0, family.size(), family) != 0) continue;
-    const char next = line[family.size()];
-    if (next != '{' && next != ' ') continue;
-    const size_t sp = line.rfind(' ');
-    double v = 0;
-    auto [p, ec] = std::from_chars(line.data() + sp + 1, line.data() + line.size(), v);
-    if (ec != std::errc() || p != line.data() + line.size()) return std::nullopt;
-    return static_cast<int64_t>(v);
-  }
-  return std::nullopt;
-}
-
 // Tokens and (token, expert) pairs computed so far by each FFN worker: the in-process ones
 // of `dp`, or the --spawn-ffn processes at `remote` (their afd_ffn_tokens_total and
 // afd_ffn_expert_rows_total; counted before each reply is sent, so a scrape after a step
@@ -152,15 +130,17 @@ FfnCounts ffn_counts(DataParallelEngine* dp, const std::vector<serve::MetricsTar
   FfnCounts c;
   for (const serve::MetricsTarget& t : remote) {
     auto body = serve::http_get_body(t.host, t.port, "/metrics", 2000, serve::kMaxScrapeBytes);
-    auto tokens = body.ok() ? first_sample(*body, "afd_ffn_tokens_total") : std::nullopt;
-    auto rows = body.ok() ? first_sample(*body, "afd_ffn_expert_rows_total") : std::nullopt;
+    serve::PromMerger scrape;  // one worker's text: each family has its one sample
+    if (body.ok()) scrape.add(*body, "");
+    const auto tokens = scrape.first_value("afd_ffn_tokens_total");
+    const auto rows = scrape.first_value("afd_ffn_expert_rows_total");
     if (!tokens || !rows) {
       spdlog::warn("bench: no per-worker counts from the FFN worker at {}: {}", t.address(),
                    body.ok() ? "its /metrics lacks the token counters" : body.status().to_string());
       return FfnCounts{};
     }
-    c.tokens.push_back(*tokens);
-    c.rows.push_back(*rows);
+    c.tokens.push_back(static_cast<int64_t>(*tokens));
+    c.rows.push_back(static_cast<int64_t>(*rows));
   }
   if (dp != nullptr && remote.empty())
     for (const FfnWorkerStats* s : dp->bundle().ffn_stats()) {

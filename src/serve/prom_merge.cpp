@@ -200,6 +200,18 @@ size_t PromMerger::add(std::string_view text, const std::string& label) {
   return dropped;
 }
 
+std::optional<double> PromMerger::first_value(std::string_view name) const {
+  for (const std::string& fam : order_) {
+    for (const auto& [series, value] : by_name_.at(fam).samples) {
+      if (std::string_view(series).substr(0, series.find('{')) != name) continue;
+      // add() accepted it: "value [timestamp]" with a number first.
+      const std::string_view v = std::string_view(value).substr(0, value.find(' '));
+      return std::strtod(std::string(v).c_str(), nullptr);
+    }
+  }
+  return std::nullopt;
+}
+
 std::string PromMerger::render() const {
   std::string o;
   std::unordered_set<std::string_view> seen;  // a series (name + labels) twice is invalid: first wins

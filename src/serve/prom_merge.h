@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -27,6 +28,9 @@ class PromMerger {
   // The families in the order first seen, each as HELP, TYPE and its samples.
   std::string render() const;
   size_t families() const { return order_.size(); }
+  // The value of the first sample (in the order added) whose name is exactly `name`,
+  // whatever its labels; nullopt if there is none. For reading one counter from a scrape.
+  std::optional<double> first_value(std::string_view name) const;
 
  private:
   struct Family {

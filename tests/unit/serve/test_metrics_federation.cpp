@@ -36,6 +36,21 @@ const char* kWorker =
     "afd_tpot_seconds_sum 0.5\n"
     "afd_tpot_seconds_count 4\n";
 
+// Reading one counter from a scrape: the first sample with exactly that name, labels or
+// not, timestamp or not; a longer name sharing the prefix is another series.
+TEST(PromMerger, FirstValueReadsOneSeries) {
+  PromMerger m;
+  m.add("# TYPE afd_ffn_tokens_total counter\nafd_ffn_tokens_total_extra 9\n"
+        "afd_ffn_tokens_total{ffn=\"1\"} 512 1700000000000\nafd_ffn_tokens_total{ffn=\"2\"} 7\n"
+        "afd_up 1\nbroken line here\n",
+        "");
+  EXPECT_EQ(m.first_value("afd_ffn_tokens_total"), 512.0);
+  EXPECT_EQ(m.first_value("afd_ffn_tokens_total_extra"), 9.0);
+  EXPECT_EQ(m.first_value("afd_up"), 1.0);
+  EXPECT_FALSE(m.first_value("afd_ffn_tokens").has_value());
+  EXPECT_FALSE(m.first_value("broken").has_value());
+}
+
 TEST(PromMerger, OneFamilyPerNameWithEverySourcesLabelledSamples) {
   PromMerger m;
   EXPECT_EQ(m.add("# HELP own_up front end\n# TYPE own_up gauge\nown_up 1\n", ""), 0u);
