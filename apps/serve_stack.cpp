@@ -169,8 +169,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   }
   if (Status s = (*svc)->start(); !s.is_ok()) fail(cmd, s);
   serve::Service* raw = svc->get();
-  auto on_signal = StopOnSignal::start(StopActions{[raw] { raw->stop(); }, [raw] { raw->drain(); },
-                                                   [raw] { return raw->drained(); }, f.drain_timeout_s});
+  auto on_signal = StopOnSignal::start(drain_then_stop(raw, f.drain_timeout_s));
   if (!on_signal.ok()) fail(cmd, on_signal.status());
   std::string b = banner;
   if (size_t at = b.find("{model}"); at != std::string::npos) b.replace(at, 7, raw->model().limits.model_name);
@@ -223,8 +222,7 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   *model = (*f)->model().limits.model_name;
   if (Status s = (*f)->start(); !s.is_ok()) fail(cmd, s);
   serve::Frontend* raw = f->get();
-  auto on_signal = StopOnSignal::start(StopActions{[raw] { raw->stop(); }, [raw] { raw->drain(); },
-                                                   [raw] { return raw->drained(); }, drain_timeout_s});
+  auto on_signal = StopOnSignal::start(drain_then_stop(raw, drain_timeout_s));
   if (!on_signal.ok()) fail(cmd, on_signal.status());
   // A worker that cannot start (bad model, port taken, ...) fails the whole command. The
   // watcher writes the reason; it is read below only after stop_all() has joined the watcher.

@@ -55,6 +55,13 @@ struct StopActions {
   double drain_timeout_s = 0;
 };
 
+// Drain-then-stop for a server with stop(), drain() and drained() (serve::Service,
+// serve::Frontend), which must outlive the StopOnSignal.
+template <class Server>
+StopActions drain_then_stop(Server* s, double drain_timeout_s) {
+  return StopActions{[s] { s->stop(); }, [s] { s->drain(); }, [s] { return s->drained(); }, drain_timeout_s};
+}
+
 // Runs StopActions from a dedicated thread (the handler only writes to a pipe). Destroying
 // the object waits for a stop() in progress and rules out a later one, so whatever the
 // actions touch may be destroyed after it. One at a time per process.
