@@ -254,11 +254,7 @@ void Frontend::install_routes() {
 
   auto generate = [this](Endpoint ep, const std::string& path, const httplib::Request& req, httplib::Response& res) {
     const int retry_s = opt_.server.retry_after_s;
-    active_.fetch_add(1);
-    struct Active {
-      std::atomic<int>& n;
-      ~Active() { n.fetch_sub(1); }
-    } active{active_};
+    InFlight active(active_);
     if (stopping_ || draining_) {
       count_response(503);
       return send_error(res, 503, stopping_ ? "the server is shutting down" : "the server is draining (shutting down)",

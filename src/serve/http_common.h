@@ -47,6 +47,25 @@ void configure_server(httplib::Server& s, const ServerOptions& o, const std::str
 // must not kill the process.
 Result<int> bind_server(httplib::Server& s, const ServerOptions& o);
 
+// Counts one request in flight on `n` for its scope (or until release()); a server's
+// drained() reads n. Raise it before reading the server's draining flag, so that a request
+// which saw the flag unset is counted until it is handed on.
+class InFlight {
+ public:
+  explicit InFlight(std::atomic<int>& n) : n_(n) { n_.fetch_add(1); }
+  ~InFlight() { release(); }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  void release() {
+    if (held_) n_.fetch_sub(1);
+    held_ = false;
+  }
+
+ private:
+  std::atomic<int>& n_;
+  bool held_ = true;
+};
+
 // Runs a bound server's listening loop so that stop() ends it whenever stop() comes: before
 // run(), while run() is starting to listen, or while it listens. (httplib ignores a stop()
 // that precedes its loop, and must not be stopped twice.)

@@ -98,17 +98,7 @@ void HttpServer::install_routes() {
   });
 
   auto generate = [this](Endpoint ep, const httplib::Request& req, httplib::Response& res) {
-    // Held until the request is in a scheduler (or refused): drained() waits for it.
-    struct Admitting {
-      std::atomic<int>& n;
-      explicit Admitting(std::atomic<int>& c) : n(c) { n.fetch_add(1); }
-      ~Admitting() { release(); }
-      void release() {
-        if (held) n.fetch_sub(1);
-        held = false;
-      }
-      bool held = true;
-    } admitting(admitting_);
+    InFlight admitting(admitting_);  // until the request is in a scheduler (or refused): drained() waits for it
     if (stopping_ || draining_) {
       metrics_->request_finished(503);
       return send_error(res, 503, stopping_ ? "the server is shutting down" : "the server is draining (shutting down)",
