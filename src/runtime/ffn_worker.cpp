@@ -232,14 +232,7 @@ void FfnWorker::answer_ping(Peer& p, const Completion& c) {
   } else {
     // The previous pong (a header-sized eager send) has long completed; never reuse its
     // buffer before it has.
-    if (p.pong_live) {
-      Completion done;
-      if (!t_->test(p.pong_id, &done)) {
-        done = t_->wait(p.pong_id, deadline_in_ms(opt_.peer_timeout_ms));
-        if (done.status.code() == StatusCode::timeout) t_->cancel(p.pong_id), t_->wait(p.pong_id, deadline_in_ms(1000));
-      }
-      p.pong_live = false;
-    }
+    wait_send(p.pong_id, &p.pong_live);
     size_t n = encode_probe(FrameKind::pong, *seq, p.pong_out.data());
     auto r = t_->post_send(p.id, frame_tag(TagFamily::probe, 0), p.pong_out.data(), n);
     if (r.ok()) {
@@ -279,7 +272,7 @@ void FfnWorker::drop_peer(Peer& p, const std::string& why) {
 
 void FfnWorker::send_error(Peer& p, int mb, uint32_t layer, uint64_t step, const std::string& why) {
   MbSlot& s = p.mbs[static_cast<size_t>(mb)];
-  wait_send(s);
+  wait_send(s.send_id, &s.send_live);
   size_t n = encode_reason(FrameKind::error, layer, static_cast<uint16_t>(mb), step, why, s.send.data());
   auto r = t_->post_send(p.id, frame_tag(TagFamily::f2a, static_cast<uint32_t>(mb)), s.send.data(), n);
   if (r.ok()) {
@@ -288,17 +281,17 @@ void FfnWorker::send_error(Peer& p, int mb, uint32_t layer, uint64_t step, const
   }
 }
 
-void FfnWorker::wait_send(MbSlot& s) {
-  if (!s.send_live) return;
+void FfnWorker::wait_send(RequestId id, bool* live) {
+  if (!*live) return;
   Completion c;
-  if (!t_->test(s.send_id, &c)) {
-    c = t_->wait(s.send_id, deadline_in_ms(opt_.peer_timeout_ms));
+  if (!t_->test(id, &c)) {
+    c = t_->wait(id, deadline_in_ms(opt_.peer_timeout_ms));
     if (c.status.code() == StatusCode::timeout) {
-      t_->cancel(s.send_id);
-      t_->wait(s.send_id, deadline_in_ms(1000));
+      t_->cancel(id);
+      t_->wait(id, deadline_in_ms(1000));
     }
   }
-  s.send_live = false;
+  *live = false;
 }
 
 bool FfnWorker::accept_frame(Peer& p, int mb) {
@@ -521,7 +514,7 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
   // Reply: each member's rows in BF16.
   for (auto& m : members) {
     MbSlot& s = m.p->mbs[static_cast<size_t>(mb)];
-    wait_send(s);
+    wait_send(s.send_id, &s.send_live);
     uint8_t* payload = s.send.data() + kFrameHeaderBytes;
     kernels::f32_to_bf16_row(out_.data() + m.off * H, m.n * H, reinterpret_cast<uint16_t*>(payload));
     FrameHeader h;

@@ -151,7 +151,9 @@ class FfnWorker {
   bool accept_frame(Peer& p, int mb);  // decodes a completed receive; false if it was bad (answered)
   void send_error(Peer& p, int mb, uint32_t layer, uint64_t step, const std::string& why);
   void drop_peer(Peer& p, const std::string& why);
-  void wait_send(MbSlot& s);
+  // Waits (up to peer_timeout_ms, then cancels) for a send posted from a buffer about to be
+  // reused; *live becomes false.
+  void wait_send(comm::RequestId id, bool* live);
   // Gathers and serves one batch if any frame is ready; returns whether it did.
   bool serve_one(const std::atomic<bool>* stop);
 
