@@ -255,13 +255,8 @@ void FfnClient::stop_probes() {
   if (prober_.joinable()) prober_.join();
   if (!probes_) return;
   for (size_t j = 0; j < workers_.size(); ++j) {
-    Probe& p = probes_[j];
-    for (auto [live, id] : {std::pair<bool*, RequestId>{&p.pong_live, p.pong_id}, {&p.ping_live, p.ping_id}}) {
-      if (!*live) continue;
-      t_->cancel(id);
-      t_->wait(id, deadline_in_ms(1000));
-      *live = false;
-    }
+    end_op(probes_[j].pong_id, &probes_[j].pong_live);
+    end_op(probes_[j].ping_id, &probes_[j].ping_live);
   }
 }
 
@@ -441,16 +436,18 @@ Status FfnClient::refresh_connections() {
   return Status::ok();
 }
 
+bool FfnClient::end_op(RequestId id, bool* live) {
+  if (!*live) return true;
+  *live = false;
+  t_->cancel(id);
+  return t_->wait(id, deadline_in_ms(1000)).status.code() != StatusCode::timeout;
+}
+
 void FfnClient::abandon(int mb) {
   for (auto& s : slots_[mb]) {
     for (auto [live, id] : {std::pair<bool*, RequestId>{&s.recv_live, s.recv_id}, {&s.send_live, s.send_id}}) {
-      if (!*live) continue;
-      t_->cancel(id);
-      Completion c = t_->wait(id, deadline_in_ms(1000));
-      if (c.status.code() == StatusCode::timeout) {
+      if (!end_op(id, live))
         spdlog::warn("attention {}: an operation of micro-batch {} did not end after cancel", opt_.index, mb);
-      }
-      *live = false;
     }
   }
 }

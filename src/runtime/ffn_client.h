@@ -146,6 +146,8 @@ class FfnClient : public FfnBackend {
   // TP slice) claims exactly once: one TP degree t per expert, ranks 0..t-1 each held once.
   Status check_shards();
   void abandon(int mb);  // cancels a micro-batch's outstanding operations and waits for them
+  // Cancels the operation if *live and waits (1 s) for it to end; false if it did not.
+  bool end_op(comm::RequestId id, bool* live);
   comm::Handshake my_handshake() const;
 
   std::shared_ptr<const ModelWeights> w_;
