@@ -1,16 +1,91 @@
 #include "comm/request_table.h"
 
+#include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "core/timer.h"
 
 namespace afd::comm {
+namespace {
+
+std::atomic<uint64_t> g_next_uid{1};
+
+// The tables that have a thread cache, by uid: a thread's exit returns its cached slots
+// through this, and only while the table still exists.
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<uint64_t, RequestTable*> tables;
+  // Bumped when a table leaves: a cache holding slots of another table checks then
+  // whether that table is gone (so a long-lived thread's cache is not stuck with it).
+  std::atomic<uint64_t> removed{0};
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: thread exits may come after static destruction
+  return *r;
+}
+
+}  // namespace
+
+struct RequestTable::ThreadCache {
+  uint64_t table = 0;    // uid of the table the cached slots belong to (0: none yet)
+  uint64_t removed = 0;  // registry().removed when `table` was last known to exist
+  uint32_t n = 0;
+  uint32_t slots[kThreadCacheSlots];
+
+  // Returns the cached slots to their table if it still exists (thread exit); `n` is 0 after.
+  void give_back() {
+    if (n == 0) return;
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lk(r.mu);
+    auto it = r.tables.find(table);
+    if (it != r.tables.end()) {
+      for (uint32_t i = 0; i < n; ++i) it->second->push_free(slots[i]);
+    }
+    n = 0;
+  }
+  // True when the table the slots belong to has been destroyed (then they are dropped).
+  bool table_gone() {
+    Registry& r = registry();
+    uint64_t now = r.removed.load(std::memory_order_acquire);
+    if (now == removed) return false;
+    std::lock_guard<std::mutex> lk(r.mu);
+    removed = now;
+    if (r.tables.count(table) != 0) return false;
+    n = 0;
+    return true;
+  }
+  ~ThreadCache() { give_back(); }
+};
+
+RequestTable::ThreadCache& RequestTable::thread_cache() {
+  thread_local ThreadCache cache;
+  return cache;
+}
 
 RequestTable::RequestTable(uint32_t capacity, int64_t spin_ns)
-    : slots_(new Slot[capacity]), capacity_(capacity), spin_ns_(spin_ns) {
+    : slots_(new Slot[capacity]),
+      capacity_(capacity),
+      uid_(g_next_uid.fetch_add(1)),
+      cached_(capacity >= kMinCachedCapacity),
+      spin_ns_(spin_ns) {
   // Slot 0 on top, then 1, 2, ...
   for (uint32_t i = 0; i + 1 < capacity; ++i) slots_[i].next_free.store(i + 2, std::memory_order_relaxed);
   free_head_.store(capacity > 0 ? 1 : 0, std::memory_order_release);
+  if (cached_) {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lk(r.mu);
+    r.tables.emplace(uid_, this);
+  }
+}
+
+RequestTable::~RequestTable() {
+  if (!cached_) return;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  r.tables.erase(uid_);
+  r.removed.fetch_add(1, std::memory_order_release);
 }
 
 RequestTable::Slot* RequestTable::lookup(RequestId id) const {
@@ -24,6 +99,11 @@ RequestTable::Slot* RequestTable::lookup(RequestId id) const {
 
 Result<RequestId> RequestTable::allocate(CompletionFn on_done) {
   uint32_t index;
+  ThreadCache* tc = cached_ ? &thread_cache() : nullptr;
+  if (tc != nullptr && tc->n > 0 && tc->table == uid_) {
+    index = tc->slots[--tc->n];
+    return claim(index, std::move(on_done));
+  }
   uint64_t head = free_head_.load(std::memory_order_acquire);
   for (;;) {
     uint32_t top = static_cast<uint32_t>(head);
@@ -40,6 +120,10 @@ Result<RequestId> RequestTable::allocate(CompletionFn on_done) {
       break;
     }
   }
+  return claim(index, std::move(on_done));
+}
+
+RequestId RequestTable::claim(uint32_t index, CompletionFn&& on_done) {
   Slot& s = slots_[index];
   // A free slot has no callback (release clears it), and its result is written by
   // complete() before anyone reads it: nothing to reset.
@@ -55,6 +139,20 @@ void RequestTable::release(uint32_t index) {
   if (g >= kGenLimit) g = 1;
   s.gen.store(g, std::memory_order_release);
   s.state.store(kFree, std::memory_order_release);
+  if (cached_) {
+    ThreadCache& tc = thread_cache();
+    if (tc.n > 0 && tc.table != uid_ && tc.table_gone()) tc.n = 0;
+    if (tc.n == 0) tc.table = uid_;
+    if (tc.table == uid_ && tc.n < kThreadCacheSlots) {
+      tc.slots[tc.n++] = index;
+      return;
+    }
+  }
+  push_free(index);
+}
+
+void RequestTable::push_free(uint32_t index) {
+  Slot& s = slots_[index];
   uint64_t head = free_head_.load(std::memory_order_relaxed);
   uint64_t pushed;
   do {
@@ -73,6 +171,19 @@ void RequestTable::complete(RequestId id, Completion c) {
     s->state.store(kPending, std::memory_order_release);  // raced with a reuse: not ours
     return;
   }
+  finish_claimed(s, id, std::move(c));
+}
+
+void RequestTable::complete_exclusive(RequestId id, Completion c) {
+  Slot* s = lookup(id);
+  if (s == nullptr) return;
+  // The generation matched, so the slot was not released since this id was issued; only a
+  // completion moves it out of pending, and none runs beside this one: it stays ours.
+  if (s->state.load(std::memory_order_acquire) != kPending) return;
+  finish_claimed(s, id, std::move(c));
+}
+
+void RequestTable::finish_claimed(Slot* s, RequestId id, Completion c) {
   if (s->on_done) {
     CompletionFn fn = std::move(s->on_done);
     release(slot_of(id));

@@ -8,7 +8,20 @@
 // the byte count and reads as done, successfully, every time it is tested (as
 // MPI_REQUEST_NULL does) — there is nothing to consume or release.
 // Threading: all methods are thread-safe and lock-free except a waiter's sleep (wait /
-// wait_any past spin_ns). complete() never blocks on waiters.
+// wait_any past spin_ns) and a thread's exit (below). complete() never blocks on waiters.
+//
+// Cost on the message path: every locked read-modify-write costs ~5 ns here (Zen 4), and a
+// 64 B ping-pong's round trip is ~300 ns, so the table avoids them where it can
+// (docs/BENCHMARKS.md "Communication", session 11):
+// - Free slots: a table of at least kMinCachedCapacity slots keeps up to kThreadCacheSlots
+//   freed slots per thread in a thread-local cache, for that thread's next allocations,
+//   without touching the shared free stack. A cache serves one table at a time (the one
+//   it was first given a slot of while empty); a thread's cached slots go back to their
+//   table when it exits (or are dropped with the table if that is gone first). So at most
+//   kThreadCacheSlots x (threads) slots of a table may be free yet unavailable to other
+//   threads: small tables (tests of exhaustion) have no cache and stay exact.
+// - complete_exclusive(): the claim without an atomic exchange, for transports whose
+//   completers of one request are serialized anyway.
 #pragma once
 
 #include <atomic>
@@ -40,6 +53,10 @@ class RequestTable {
   // Finishes a pending request (first completion wins; later ones are ignored). If it
   // was allocated with a callback, the callback runs here and the slot is freed.
   void complete(RequestId id, Completion c);
+  // As complete(), for a caller that guarantees that no other complete() or
+  // complete_exclusive() of the same id can run at the same time (e.g. every completer
+  // of the transport holds one lock): the claim is a plain load and store.
+  void complete_exclusive(RequestId id, Completion c);
   bool is_pending(RequestId id) const;
 
   bool test(RequestId id, Completion* out);
@@ -51,7 +68,16 @@ class RequestTable {
   // and diagnostics, not the per-message path (which keeps no shared counter).
   size_t in_flight() const;
 
+  // The thread cache's bounds (see the header comment).
+  static constexpr uint32_t kThreadCacheSlots = 16;
+  static constexpr uint32_t kMinCachedCapacity = 1024;
+
+  ~RequestTable();
+  RequestTable(const RequestTable&) = delete;
+  RequestTable& operator=(const RequestTable&) = delete;
+
  private:
+  struct ThreadCache;
   static constexpr RequestId kFinishedBit = RequestId{1} << 63;
   static constexpr uint32_t kGenLimit = 0x80000000u;  // generations are 1 .. kGenLimit - 1
   enum : uint32_t { kFree = 0, kPending = 1, kDone = 2, kCompleting = 3 };
@@ -64,10 +90,18 @@ class RequestTable {
   };
   Slot* lookup(RequestId id) const;
   void release(uint32_t index);
+  void push_free(uint32_t index);  // onto the shared free stack
+  RequestId claim(uint32_t index, CompletionFn&& on_done);  // a free slot taken: now pending
+  static ThreadCache& thread_cache();
+  // Completion of a request already claimed (state kCompleting, or pending under an
+  // exclusive completer).
+  void finish_claimed(Slot* s, RequestId id, Completion c);
   bool finished(RequestId id) const;  // done, or unknown/stale id
 
   std::unique_ptr<Slot[]> slots_;
   uint32_t capacity_;
+  uint64_t uid_;  // names this table to the thread caches (never reused, unlike its address)
+  bool cached_;   // capacity_ >= kMinCachedCapacity
   int64_t spin_ns_;
   // Free slots: a lock-free stack threaded through Slot::next_free. The word packs
   // (pops so far << 32 | top index + 1, 0 when empty); every pop bumps the count, so a

@@ -213,6 +213,8 @@ class UcxTransportImpl final : public UcxTransport {
   void push_event(PeerEvent ev);
 
   UcxOptions opt_;
+  // Every completion of a request runs with the worker lock held (UCX callbacks, posts,
+  // close) or before its id is known to anyone: complete_exclusive() throughout.
   RequestTable table_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -424,7 +426,7 @@ Result<RequestId> UcxTransportImpl::enqueue(Command::Kind kind, PeerId peer, uin
   {
     std::lock_guard<std::mutex> lk(cmd_mu_);
     if (stop_.load()) {
-      table_.complete(id, Completion{cancelled("ucx transport '" + opt_.name + "' is closed"), 0});
+      table_.complete_exclusive(id, Completion{cancelled("ucx transport '" + opt_.name + "' is closed"), 0});
       return id;
     }
     cmds_.push_back(std::move(c));
@@ -583,7 +585,7 @@ void UcxTransportImpl::finish(OpCtx* ctx, Completion c) {
     remove_live(ctx);
     give_ctx(ctx);
   }
-  table_.complete(id, std::move(c));
+  table_.complete_exclusive(id, std::move(c));
 }
 
 void UcxTransportImpl::send_cb(void* request, ucs_status_t status, void* user_data) {
@@ -632,7 +634,7 @@ void UcxTransportImpl::err_cb(void* arg, ucp_ep_h, ucs_status_t status) {
 void UcxTransportImpl::do_send(RequestId id, PeerId peer, uint64_t user_tag, void* buf, size_t len) {
   Peer& p = peers_[peer];
   if (p.ep == nullptr) {
-    table_.complete(id, Completion{unavailable("peer '" + peer_name(peer) + "' is not connected"), 0});
+    table_.complete_exclusive(id, Completion{unavailable("peer '" + peer_name(peer) + "' is not connected"), 0});
     return;
   }
   OpCtx* ctx = take_ctx(id, peer, false);
@@ -645,10 +647,10 @@ void UcxTransportImpl::do_send(RequestId id, PeerId peer, uint64_t user_tag, voi
   ucs_status_ptr_t st = ucp_tag_send_nbx(p.ep, buf, len, tag, &param);
   if (st == nullptr) {
     give_ctx(ctx);
-    table_.complete(id, Completion{Status::ok(), len});
+    table_.complete_exclusive(id, Completion{Status::ok(), len});
   } else if (UCS_PTR_IS_ERR(st)) {
     give_ctx(ctx);
-    table_.complete(id, Completion{unavailable(ucs_error("ucp_tag_send_nbx", UCS_PTR_STATUS(st))), 0});
+    table_.complete_exclusive(id, Completion{unavailable(ucs_error("ucp_tag_send_nbx", UCS_PTR_STATUS(st))), 0});
   } else if (ctx->done) {
     give_ctx(ctx);  // completed inside the call
   } else {
@@ -676,7 +678,7 @@ bool UcxTransportImpl::send_now(PeerId peer, uint64_t user_tag, const void* buf,
 
 void UcxTransportImpl::do_recv(RequestId id, PeerId peer, uint64_t user_tag, void* buf, size_t len) {
   if (peers_[peer].ep == nullptr) {
-    table_.complete(id, Completion{unavailable("peer '" + peer_name(peer) + "' is not connected"), 0});
+    table_.complete_exclusive(id, Completion{unavailable("peer '" + peer_name(peer) + "' is not connected"), 0});
     return;
   }
   OpCtx* ctx = take_ctx(id, peer, true);
@@ -692,13 +694,13 @@ void UcxTransportImpl::do_recv(RequestId id, PeerId peer, uint64_t user_tag, voi
   if (st == nullptr) {
     size_t got = ctx->info.length;
     give_ctx(ctx);
-    table_.complete(id, Completion{Status::ok(), got});
+    table_.complete_exclusive(id, Completion{Status::ok(), got});
   } else if (UCS_PTR_IS_ERR(st)) {
     ucs_status_t e = UCS_PTR_STATUS(st);
     Status s = e == UCS_ERR_MESSAGE_TRUNCATED ? resource_exhausted("message exceeds the posted receive buffer")
                                               : unavailable(ucs_error("ucp_tag_recv_nbx", e));
     give_ctx(ctx);
-    table_.complete(id, Completion{s, 0});
+    table_.complete_exclusive(id, Completion{s, 0});
   } else if (ctx->done) {
     give_ctx(ctx);  // completed inside the call
   } else {
@@ -1040,7 +1042,7 @@ void UcxTransportImpl::progress_loop() {
     std::lock_guard<std::mutex> lk(cmd_mu_);
     for (auto& c : cmds_) {
       if (c.kind == Command::send || c.kind == Command::recv) {
-        table_.complete(c.id, Completion{cancelled("ucx transport closed"), 0});
+        table_.complete_exclusive(c.id, Completion{cancelled("ucx transport closed"), 0});
       }
       if (c.kind == Command::add_peer) close_fd(c.fd);
     }
@@ -1078,7 +1080,7 @@ void UcxTransportImpl::progress_loop() {
   }
   live_head_ = nullptr;
   n_live_.store(0, std::memory_order_release);
-  for (RequestId id : abandoned) table_.complete(id, Completion{cancelled("ucx transport closed"), 0});
+  for (RequestId id : abandoned) table_.complete_exclusive(id, Completion{cancelled("ucx transport closed"), 0});
   unlock_worker();
 }
 

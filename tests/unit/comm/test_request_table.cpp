@@ -107,6 +107,96 @@ TEST(RequestTable, ConcurrentAllocateCompleteRelease) {
   EXPECT_FALSE(t.allocate().ok());
 }
 
+// A table large enough for thread caches: slots freed on a thread are reused by it
+// without the shared stack, go back to the table when the thread exits, and every slot is
+// still handed out exactly once.
+TEST(RequestTable, ThreadCachedSlotsComeBackWhenTheThreadExits) {
+  constexpr uint32_t kCap = RequestTable::kMinCachedCapacity;
+  RequestTable t(kCap, 0);
+  std::atomic<int> errors{0};
+  auto worker = [&](bool exclusive) {
+    // Hold kThreadCacheSlots + 4 at once so that releasing them fills this thread's cache
+    // and spills the rest to the shared stack; then churn one at a time.
+    std::vector<RequestId> held;
+    for (uint32_t i = 0; i < RequestTable::kThreadCacheSlots + 4; ++i) {
+      auto r = t.allocate();
+      if (!r.ok()) {
+        errors.fetch_add(1);
+        return;
+      }
+      held.push_back(*r);
+    }
+    for (RequestId id : held) {
+      if (exclusive) t.complete_exclusive(id, Completion{Status::ok(), 1});
+      else t.complete(id, Completion{Status::ok(), 1});
+      Completion c;
+      if (!t.test(id, &c) || c.bytes != 1) errors.fetch_add(1);
+    }
+    for (int i = 0; i < 5000; ++i) {
+      auto r = t.allocate();
+      if (!r.ok()) {
+        errors.fetch_add(1);
+        return;
+      }
+      t.complete_exclusive(*r, Completion{Status::ok(), 2});
+      t.complete_exclusive(*r, Completion{cancelled("second"), 0});  // ignored: already done
+      Completion c;
+      if (!t.test(*r, &c) || !c.status.is_ok() || c.bytes != 2) errors.fetch_add(1);
+    }
+  };
+  std::vector<std::thread> ths;
+  for (int k = 0; k < 4; ++k) ths.emplace_back(worker, k % 2 == 0);
+  for (auto& th : ths) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(t.in_flight(), 0u);
+  // The exited threads' cached slots are back: all kCap can be allocated here, each once.
+  std::set<uint32_t> slots;
+  for (uint32_t i = 0; i < kCap; ++i) {
+    auto r = t.allocate();
+    ASSERT_TRUE(r.ok()) << "slot " << i << " of " << kCap << ": " << r.status().to_string();
+    slots.insert(RequestTable::slot_of(*r));
+  }
+  EXPECT_EQ(slots.size(), kCap);
+  EXPECT_FALSE(t.allocate().ok());
+}
+
+// A thread whose cache holds slots of a table that has been destroyed drops them and
+// caches the next table's slots instead (a long-lived thread is not stuck with a dead one).
+TEST(RequestTable, ThreadCacheMovesOnFromADestroyedTable) {
+  constexpr uint32_t kCap = RequestTable::kMinCachedCapacity;
+  {
+    RequestTable dead(kCap, 0);
+    auto r = dead.allocate();
+    ASSERT_TRUE(r.ok());
+    dead.complete(*r, Completion{Status::ok(), 1});
+    Completion c;
+    ASSERT_TRUE(dead.test(*r, &c));  // its slot is now in this thread's cache
+  }
+  RequestTable t(kCap, 0);
+  // A slot freed here goes to this thread's cache, now t's: another thread can then get
+  // every slot but that one, and this thread gets it back.
+  auto first = t.allocate();
+  ASSERT_TRUE(first.ok());
+  t.complete(*first, Completion{Status::ok(), 1});
+  Completion c;
+  ASSERT_TRUE(t.test(*first, &c));
+  std::set<uint32_t> slots;
+  std::thread other([&] {
+    for (;;) {
+      auto r = t.allocate();
+      if (!r.ok()) break;
+      slots.insert(RequestTable::slot_of(*r));
+    }
+  });
+  other.join();
+  EXPECT_EQ(slots.size(), kCap - 1);
+  EXPECT_EQ(slots.count(RequestTable::slot_of(*first)), 0u);
+  auto again = t.allocate();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(RequestTable::slot_of(*again), RequestTable::slot_of(*first));
+  EXPECT_FALSE(t.allocate().ok());
+}
+
 TEST(RequestTable, WaitSeesACompletionFromAnotherThread) {
   RequestTable t(8, 1000);
   auto r = t.allocate();
