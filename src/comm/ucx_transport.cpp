@@ -252,6 +252,7 @@ class UcxTransportImpl final : public UcxTransport {
   std::atomic<bool> worker_locked_{false};
   std::atomic<std::thread::id> owner_{};
   std::atomic<int> waiters_{0};
+  std::atomic<int> lock_wanted_{0};  // threads blocked in lock_worker()
   std::atomic<int> n_live_{0};  // live operations, readable without the worker lock
   std::unique_ptr<OpCtx*[]> live_{new OpCtx*[kMaxInFlight]()};  // by request slot
   OpCtx* live_head_ = nullptr;
@@ -874,6 +875,9 @@ bool UcxTransportImpl::try_lock_worker() {
 }
 
 void UcxTransportImpl::lock_worker() {
+  if (try_lock_worker()) return;
+  // Tell a waiter that keeps the lock across its polling turns to let go (wait_any).
+  lock_wanted_.fetch_add(1, std::memory_order_relaxed);
   for (uint32_t n = 0; !try_lock_worker(); ++n) {
     if (n < 64) {
       cpu_relax();
@@ -883,6 +887,7 @@ void UcxTransportImpl::lock_worker() {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
+  lock_wanted_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void UcxTransportImpl::unlock_worker() {
@@ -914,6 +919,12 @@ int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_
   // runs). Short waits, which complete well within this, never pay for a yield.
   constexpr int64_t kYieldAfterNs = 20000;
   uint32_t held_turns = 0;
+  // The worker lock is kept from one turn to the next while nobody else asks for it
+  // (lock_wanted_) and this waiter does not yield: taking it is a locked exchange, which
+  // drains the store buffer; once per turn it was two thirds of an idle turn (perf), and a
+  // longer turn is a later look at an arriving message. Posts from other threads meanwhile
+  // go through the command queue, which the next turn runs.
+  bool held = false;
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   // The spin limit counts from the first clock reading (kClockEvery turns in), so a wait
   // that completes within those turns reads no clock at all.
@@ -928,8 +939,8 @@ int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_
     // No pause after a progress call of our own: that call is the polling, as in
     // ucx_perftest, and a pause (~140 cycles here, half of a turn; perf) delayed noticing
     // an arrival by that much. Only while another thread holds the worker.
-    bool progressed = try_lock_worker();
-    if (progressed) {
+    if (!held) held = try_lock_worker();
+    if (held) {
       // Most turns have nothing but the worker to look at: call UCX directly then (the
       // full pass has a large frame and several checks, ~a third of an idle turn; perf).
       if (t == 0 && n_cmds_.load(std::memory_order_acquire) == 0 && failed_eps_.empty() && closing_.empty()) {
@@ -937,22 +948,27 @@ int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_
       } else {
         progress_once(t, false);
       }
-      unlock_worker();
     }
     r = table_.poll_any(ids);
     if (r >= 0) break;
     if (t != 0 && (t >= deadline_ns || t >= spin_until)) break;
     if (stop_.load(std::memory_order_relaxed)) break;
-    held_turns = progressed ? 0 : held_turns + 1;
+    held_turns = held ? 0 : held_turns + 1;
     // Past kYieldAfterNs; or another thread has held the worker for a while: it may be
     // preempted while holding it (more runnable threads than cores), and spinning here
     // keeps it off the CPU.
-    if (t >= yield_from || held_turns >= kHeldSpins) {
+    bool yield = t >= yield_from || held_turns >= kHeldSpins;
+    if (held && (yield || lock_wanted_.load(std::memory_order_relaxed) > 0)) {
+      unlock_worker();
+      held = false;
+    }
+    if (yield) {
       std::this_thread::yield();
-    } else if (!progressed) {
+    } else if (!held) {
       cpu_relax();
     }
   }
+  if (held) unlock_worker();
   // Hand progress back when this caller gives up, or when operations it does not wait
   // for are still in flight (they must move while the caller computes).
   if (waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
