@@ -88,6 +88,15 @@ RequestTable::~RequestTable() {
   r.removed.fetch_add(1, std::memory_order_release);
 }
 
+RequestTable::Slot* RequestTable::lookup(RequestId id) const {
+  uint32_t index = slot_of(id);
+  uint32_t gen = gen_of(id);
+  if (index >= capacity_) return nullptr;
+  Slot* s = &slots_[index];
+  if (s->gen.load(std::memory_order_acquire) != gen) return nullptr;
+  return s;
+}
+
 Result<RequestId> RequestTable::allocate(CompletionFn on_done) {
   uint32_t index;
   ThreadCache* tc = cached_ ? &thread_cache() : nullptr;
@@ -202,6 +211,11 @@ bool RequestTable::is_pending(RequestId id) const {
   return s != nullptr && s->state.load(std::memory_order_acquire) == kPending;
 }
 
+bool RequestTable::finished(RequestId id) const {
+  Slot* s = lookup(id);
+  return s == nullptr || s->state.load(std::memory_order_acquire) == kDone;
+}
+
 bool RequestTable::test(RequestId id, Completion* out) {
   if (is_finished_id(id)) {
     *out = Completion{Status::ok(), static_cast<size_t>(id & kTagMask)};
@@ -226,6 +240,13 @@ Completion RequestTable::wait(RequestId id, int64_t deadline_ns) {
   }
   test(id, &c);
   return c;
+}
+
+int RequestTable::poll_any(std::span<const RequestId> ids) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (finished(ids[i])) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 int RequestTable::wait_any(std::span<const RequestId> ids, int64_t deadline_ns) {

@@ -63,13 +63,7 @@ class RequestTable {
   Completion wait(RequestId id, int64_t deadline_ns);
   int wait_any(std::span<const RequestId> ids, int64_t deadline_ns);
   // Index of the first finished id (done, or unknown/stale), -1 if none: no clock, no sleep.
-  // Inline: it is what a waiter's polling turn checks.
-  int poll_any(std::span<const RequestId> ids) const {
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (finished(ids[i])) return static_cast<int>(i);
-    }
-    return -1;
-  }
+  int poll_any(std::span<const RequestId> ids) const;
   // Requests allocated and not yet released. Counts the slots (O(capacity)): for tests
   // and diagnostics, not the per-message path (which keeps no shared counter).
   size_t in_flight() const;
@@ -94,12 +88,7 @@ class RequestTable {
     Completion result;
     CompletionFn on_done;
   };
-  Slot* lookup(RequestId id) const {
-    uint32_t index = slot_of(id);
-    if (index >= capacity_) return nullptr;
-    Slot* s = &slots_[index];
-    return s->gen.load(std::memory_order_acquire) == gen_of(id) ? s : nullptr;
-  }
+  Slot* lookup(RequestId id) const;
   void release(uint32_t index);
   void push_free(uint32_t index);  // onto the shared free stack
   RequestId claim(uint32_t index, CompletionFn&& on_done);  // a free slot taken: now pending
@@ -107,10 +96,7 @@ class RequestTable {
   // Completion of a request already claimed (state kCompleting, or pending under an
   // exclusive completer).
   void finish_claimed(Slot* s, RequestId id, Completion c);
-  bool finished(RequestId id) const {  // done, or unknown/stale id
-    Slot* s = lookup(id);
-    return s == nullptr || s->state.load(std::memory_order_acquire) == kDone;
-  }
+  bool finished(RequestId id) const;  // done, or unknown/stale id
 
   std::unique_ptr<Slot[]> slots_;
   uint32_t capacity_;

@@ -931,16 +931,6 @@ int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_
   int64_t spin_until = std::numeric_limits<int64_t>::max();
   int64_t yield_from = std::numeric_limits<int64_t>::max();
   for (uint32_t turn = 1;; ++turn) {
-    if (held && turn % kClockEvery != 0) {
-      // The hot turn, with the worker held: UCX and the requests, nothing else. Queued
-      // commands, other lockers, endpoint errors and stop are looked at every kClockEvery
-      // turns (below). Every instruction here is also taken from the peer when the two
-      // spinning processes share a core's hyperthreads.
-      ucp_worker_progress(worker_);
-      r = table_.poll_any(ids);
-      if (r >= 0) break;
-      continue;
-    }
     int64_t t = turn % kClockEvery == 0 ? now_ns() : 0;
     if (turn == kClockEvery) {
       spin_until = t + opt_.waiter_spin_ns;
