@@ -165,6 +165,7 @@ class UcxTransportImpl final : public UcxTransport {
   void wake();
   void progress_loop();
   void park();  // progress thread, while a caller drives the worker in wait_any
+  bool should_park();  // progress thread: a caller drives the worker (see waiters_)
   void cancel_live(const std::vector<RequestId>& ids);  // worker lock held
   // One pass over the worker (lock held): queued commands, UCX progress, deferred endpoint
   // errors and closes, and the liveness sockets when `now` (a now_ns() reading; 0 skips
@@ -251,7 +252,18 @@ class UcxTransportImpl final : public UcxTransport {
   // close) since holders keep it for one pass of work at a time.
   std::atomic<bool> worker_locked_{false};
   std::atomic<std::thread::id> owner_{};
+  // Callers driving the worker in wait_any, so the progress thread stays parked:
+  // - waiters_ counts the ones that have waited kClockEvery turns (a locked add and
+  //   subtract, ~5 ns each after the stores of a send);
+  // - a shorter wait (a 64 B round trip's, typically) only bumps waiter_epoch_ with a plain
+  //   store when it takes the worker lock (so under it): the progress thread parks again
+  //   while the epoch moved since its last look (park period kParkTimeoutUs);
+  // - a waiter that leaves operations in flight (or gives up, or left commands queued)
+  //   raises handoff_ and wakes the progress thread, which then runs instead of parking.
   std::atomic<int> waiters_{0};
+  std::atomic<uint64_t> waiter_epoch_{0};
+  std::atomic<bool> handoff_{false};
+  uint64_t seen_epoch_ = 0;  // progress thread only
   std::atomic<int> lock_wanted_{0};  // threads blocked in lock_worker()
   std::atomic<int> n_live_{0};  // live operations, readable without the worker lock
   std::unique_ptr<OpCtx*[]> live_{new OpCtx*[kMaxInFlight]()};  // by request slot
@@ -925,7 +937,8 @@ int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_
   // longer turn is a later look at an arriving message. Posts from other threads meanwhile
   // go through the command queue, which the next turn runs.
   bool held = false;
-  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  // Registered in waiters_ from the first clock reading on (see waiters_).
+  bool registered = false;
   // The spin limit counts from the first clock reading (kClockEvery turns in), so a wait
   // that completes within those turns reads no clock at all.
   int64_t spin_until = std::numeric_limits<int64_t>::max();
@@ -935,11 +948,15 @@ int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_
     if (turn == kClockEvery) {
       spin_until = t + opt_.waiter_spin_ns;
       yield_from = t + kYieldAfterNs;
+      waiters_.fetch_add(1, std::memory_order_seq_cst);
+      registered = true;
     }
     // No pause after a progress call of our own: that call is the polling, as in
     // ucx_perftest, and a pause (~140 cycles here, half of a turn; perf) delayed noticing
     // an arrival by that much. Only while another thread holds the worker.
-    if (!held) held = try_lock_worker();
+    if (!held && (held = try_lock_worker())) {
+      waiter_epoch_.store(waiter_epoch_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
     if (held) {
       // Most turns have nothing but the worker to look at: call UCX directly then (the
       // full pass has a large frame and several checks, ~a third of an idle turn; perf).
@@ -970,9 +987,12 @@ int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_
   }
   if (held) unlock_worker();
   // Hand progress back when this caller gives up, or when operations it does not wait
-  // for are still in flight (they must move while the caller computes).
-  if (waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-      (r < 0 || n_live_.load(std::memory_order_acquire) > 0 || n_cmds_.load(std::memory_order_acquire) > 0)) {
+  // for are still in flight (they must move while the caller computes). Dekker with park():
+  // handoff_ is raised before sleeping_ is read (the fetch_sub or the fence orders them).
+  bool last = !registered || waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1;
+  if (last && (r < 0 || n_live_.load(std::memory_order_acquire) > 0 || n_cmds_.load(std::memory_order_acquire) > 0)) {
+    handoff_.store(true, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     wake();
   }
   if (r >= 0) return r;
@@ -993,9 +1013,12 @@ Completion UcxTransportImpl::wait(RequestId id, int64_t deadline_ns) {
 void UcxTransportImpl::park() {
   // Sleeps on the wake fd only (not the worker's event fd: the waiter handles those
   // events). Dekker with wait_any's exit: either it sees sleeping_ and writes the fd, or
-  // this thread sees waiters_ == 0 and does not sleep.
+  // this thread sees handoff_ and does not sleep; with enqueue likewise for a command
+  // queued while no registered waiter is there to run it.
   sleeping_.store(true, std::memory_order_seq_cst);
-  if (waiters_.load(std::memory_order_seq_cst) > 0 && !stop_.load()) {
+  if (!handoff_.load(std::memory_order_seq_cst) &&
+      (waiters_.load(std::memory_order_seq_cst) > 0 || n_cmds_.load(std::memory_order_seq_cst) == 0) &&
+      !stop_.load()) {
     pollfd p{wake_fd_, POLLIN, 0};
     timespec ts{0, kParkTimeoutUs * 1000};
     if (::ppoll(&p, 1, &ts, nullptr) > 0) {
@@ -1007,10 +1030,23 @@ void UcxTransportImpl::park() {
   sleeping_.store(false, std::memory_order_seq_cst);
 }
 
+bool UcxTransportImpl::should_park() {
+  if (handoff_.load(std::memory_order_acquire)) {
+    handoff_.store(false, std::memory_order_relaxed);
+    return false;  // a waiter left work in flight: drive it
+  }
+  if (waiters_.load(std::memory_order_seq_cst) > 0) return true;
+  if (n_cmds_.load(std::memory_order_acquire) > 0) return false;  // nobody registered to run them
+  uint64_t e = waiter_epoch_.load(std::memory_order_relaxed);
+  if (e == seen_epoch_) return false;
+  seen_epoch_ = e;  // a short wait took the worker since the last look: stay parked a period
+  return true;
+}
+
 void UcxTransportImpl::progress_loop() {
   int64_t last_active = now_ns();
   while (!stop_.load(std::memory_order_relaxed)) {
-    if (waiters_.load(std::memory_order_seq_cst) > 0) {
+    if (should_park()) {
       park();
       last_active = now_ns();
       continue;
