@@ -20,14 +20,19 @@ const char* status_code_name(StatusCode c) {
   return "unknown";
 }
 
+const std::string& Status::empty_message() {
+  static const std::string empty;
+  return empty;
+}
+
 std::string Status::to_string() const {
   if (is_ok()) return "ok";
-  return std::string(status_code_name(code_)) + ": " + message_;
+  return std::string(status_code_name(code_)) + ": " + message();
 }
 
 Status Status::with_context(const std::string& context) const {
   if (is_ok()) return *this;
-  return Status(code_, context + ": " + message_);
+  return Status(code_, context + ": " + message());
 }
 
 }  // namespace afd

@@ -2,6 +2,7 @@
 // configuration) travel through afd. Broken internal invariants use AFD_CHECK (check.h).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -28,21 +29,36 @@ const char* status_code_name(StatusCode c);
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(StatusCode code, std::string message)
+      : code_(code), message_(message.empty() ? nullptr : std::make_unique<std::string>(std::move(message))) {}
+  Status(const Status& o) : code_(o.code_), message_(o.message_ ? std::make_unique<std::string>(*o.message_) : nullptr) {}
+  Status& operator=(const Status& o) {
+    if (this != &o) {
+      code_ = o.code_;
+      message_ = o.message_ ? std::make_unique<std::string>(*o.message_) : nullptr;
+    }
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
 
   static Status ok() { return Status(); }
   bool is_ok() const { return code_ == StatusCode::ok; }
   explicit operator bool() const { return is_ok(); }
   StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
+  const std::string& message() const { return message_ ? *message_ : empty_message(); }
   // "<code name>: <message>", or "ok".
   std::string to_string() const;
   // Returns a copy whose message is "<context>: <message>".
   Status with_context(const std::string& context) const;
 
  private:
+  static const std::string& empty_message();
   StatusCode code_ = StatusCode::ok;
-  std::string message_;
+  // Null when empty (every ok Status): a Status is two words, and building, moving and
+  // destroying an ok one — every completion on the transports' message path — touches no
+  // string. Copies of a non-empty one copy the message.
+  std::unique_ptr<std::string> message_;
 };
 
 inline Status invalid_argument(std::string m) { return {StatusCode::invalid_argument, std::move(m)}; }

@@ -25,6 +25,31 @@ TEST(Status, OkAndError) {
   EXPECT_EQ(s.with_context("loading").message(), "loading: model.safetensors");
 }
 
+// The message lives behind a pointer that is null when empty: copies must still be deep,
+// moves must leave a valid (empty-message) Status, and an empty message reads as "".
+TEST(Status, CopiesMovesAndEmptyMessages) {
+  Status a = unavailable("peer 'ffn0' is gone");
+  Status b = a;  // copy
+  EXPECT_EQ(b.message(), a.message());
+  EXPECT_NE(&b.message(), &a.message());  // its own string
+  Status c = std::move(a);
+  EXPECT_EQ(c.code(), StatusCode::unavailable);
+  EXPECT_EQ(c.message(), "peer 'ffn0' is gone");
+  EXPECT_EQ(a.message(), "");  // NOLINT(bugprone-use-after-move): moved-from stays usable
+  a = c;  // copy-assign over a moved-from one
+  EXPECT_EQ(a.message(), c.message());
+  a = a;  // self-assignment keeps it
+  EXPECT_EQ(a.message(), "peer 'ffn0' is gone");
+  Status empty(StatusCode::internal, "");
+  EXPECT_FALSE(empty.is_ok());
+  EXPECT_EQ(empty.message(), "");
+  EXPECT_EQ(empty.to_string(), "internal: ");
+  EXPECT_EQ(Status::ok().message(), "");
+  Status d = Status::ok();
+  d = b;
+  EXPECT_EQ(d.to_string(), "unavailable: peer 'ffn0' is gone");
+}
+
 TEST(Result, PropagatesErrors) {
   auto ok = doubled(3);
   ASSERT_TRUE(ok.ok());
