@@ -27,8 +27,10 @@ namespace afd::comm {
 namespace {
 
 constexpr uint32_t kBootMagic = 0x42444641u;  // "AFDB"
-constexpr uint16_t kBootVersion = 1;
-constexpr PeerId kMaxPeers = 1024;
+// 2: the id each side gives the other carries a connection stamp (below).
+constexpr uint16_t kBootVersion = 2;
+constexpr int kPeerIdBits = 10;
+constexpr PeerId kMaxPeers = PeerId{1} << kPeerIdBits;
 constexpr uint32_t kMaxInFlight = 8192;  // RequestTable capacity: request slots are < this
 // A parked progress thread re-checks this often. It bounds how long an operation posted
 // on a caller's thread right after a wait (which found nothing else in flight, so did not
@@ -51,8 +53,15 @@ inline void cpu_relax() {
 #endif
 }
 
-// The UCX tag of a message: the 16-bit id the receiver knows the sender by, over the user tag.
+// The UCX tag of a message: the 16-bit source field the receiver gave the sender, over the
+// user tag. The field is the PeerId the receiver knows the sender by (low kPeerIdBits) and
+// a stamp of the connection it was given for (the 6 bits above, 1..63, a new one at every
+// connection): a message that the sender's previous connection delivered but nobody
+// received matches no receive posted after a reconnect (UCX matches tags worker-wide,
+// whichever endpoint a message came through).
 uint64_t wire_tag(uint32_t src_id, uint64_t user_tag) { return (static_cast<uint64_t>(src_id) << kTagBits) | user_tag; }
+uint16_t source_field(PeerId id, uint8_t stamp) { return static_cast<uint16_t>(id | (uint32_t{stamp} << kPeerIdBits)); }
+constexpr uint8_t kStamps = 63;  // stamps run 1..63; 0 is no connection yet
 
 std::string ucs_error(const char* what, ucs_status_t st) { return std::string(what) + ": " + ucs_status_string(st); }
 
@@ -131,7 +140,9 @@ class UcxTransportImpl final : public UcxTransport {
     std::string name;
     bool connected = false;      // guarded by peers_mu_
     uint16_t src_id_there = 0;   // id the peer gave us: goes into our send tags
+    uint8_t stamp_issued = 0;    // guarded by peers_mu_: the stamp of the last id we gave it
     // worker lock held:
+    uint16_t recv_src = 0;       // source field of the current connection (0: none yet)
     ucp_ep_h ep = nullptr;
     int fd = -1;
     uint64_t gen = 0;
@@ -145,6 +156,7 @@ class UcxTransportImpl final : public UcxTransport {
     size_t len = 0;
     std::vector<uint8_t> addr;  // add_peer: remote ucp worker address
     uint16_t src_id_there = 0;
+    uint16_t recv_src = 0;  // add_peer: the source field we gave the peer
     int fd = -1;
     std::string detail;
   };
@@ -161,6 +173,9 @@ class UcxTransportImpl final : public UcxTransport {
   };
 
   PeerId intern_peer(const std::string& name);  // peers_mu_ held
+  // Worker lock held: receives and drops every unexpected message whose source field is
+  // `src` (a lost connection's), so it neither matches a later receive nor stays queued.
+  void discard_unexpected(uint16_t src, const std::string& name);
   Result<RequestId> enqueue(Command::Kind kind, PeerId peer, uint64_t tag, void* buf, size_t len, CompletionFn&& on_done);
   void wake();
   void progress_loop();
@@ -702,7 +717,7 @@ void UcxTransportImpl::do_recv(RequestId id, PeerId peer, uint64_t user_tag, voi
   param.cb.recv = &UcxTransportImpl::recv_cb;
   param.user_data = ctx;
   add_memh(&param, buf, len);
-  uint64_t tag = wire_tag(peer, user_tag);
+  uint64_t tag = wire_tag(peers_[peer].recv_src, user_tag);
   ucs_status_ptr_t st = ucp_tag_recv_nbx(worker_, buf, len, tag, ~uint64_t{0}, &param);
   if (st == nullptr) {
     size_t got = ctx->info.length;
@@ -721,6 +736,30 @@ void UcxTransportImpl::do_recv(RequestId id, PeerId peer, uint64_t user_tag, voi
     ctx->req = st;
     add_live(ctx);
   }
+}
+
+void UcxTransportImpl::discard_unexpected(uint16_t src, const std::string& name) {
+  const uint64_t tag = wire_tag(src, 0), mask = ~kTagMask;
+  size_t n = 0;
+  for (;;) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, tag, mask, 1, &info);
+    if (msg == nullptr) break;
+    ++n;
+    // Received into a scratch buffer that the completion frees (a rendezvous one from a
+    // dead peer ends with an error, later or never: nothing waits for it).
+    auto* sink = new std::vector<uint8_t>(std::max<size_t>(info.length, 1));
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.recv = [](void* request, ucs_status_t, const ucp_tag_recv_info_t*, void* user) {
+      delete static_cast<std::vector<uint8_t>*>(user);
+      ucp_request_free(request);
+    };
+    prm.user_data = sink;
+    ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, sink->data(), info.length, msg, &prm);
+    if (r == nullptr || UCS_PTR_IS_ERR(r)) delete sink;  // done inside the call, or failed: no callback
+  }
+  if (n > 0) spdlog::info("ucx: {} dropped {} unreceived message(s) of a lost connection from {}", opt_.name, n, name);
 }
 
 void UcxTransportImpl::add_peer(Command& c) {
@@ -747,6 +786,9 @@ void UcxTransportImpl::add_peer(Command& c) {
   p.ep = h;
   p.fd = c.fd;
   p.src_id_there = c.src_id_there;
+  // Late arrivals of the previous connection (lose_peer dropped what had come by then).
+  if (p.recv_src != 0 && p.recv_src != c.recv_src) discard_unexpected(p.recv_src, name);
+  p.recv_src = c.recv_src;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
   ev.data.fd = c.fd;
@@ -791,6 +833,7 @@ void UcxTransportImpl::lose_peer(PeerId pid, uint64_t gen, const std::string& wh
     if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing_.push_back(r);
     p.ep = nullptr;
   }
+  if (p.recv_src != 0) discard_unexpected(p.recv_src, name);
   spdlog::warn("ucx: {} lost {}", opt_.name, msg);
   push_event(PeerEvent{PeerEventKind::disconnected, pid, name, why});
 }
@@ -1171,20 +1214,29 @@ Status UcxTransportImpl::exchange(int fd, const std::string& dialed, PeerId* out
   if (name == opt_.name) return invalid_argument("bootstrap: the peer has our own name '" + name + "'");
   // Round 2: the id each side gives the other.
   PeerId id;
+  uint16_t mine16 = 0;
   {
     std::lock_guard<std::mutex> lk(peers_mu_);
     id = intern_peer(name);
+    if (id != kNoPeer) {
+      Peer& p = peers_[id];
+      p.stamp_issued = static_cast<uint8_t>(p.stamp_issued % kStamps + 1);
+      mine16 = source_field(id, p.stamp_issued);
+    }
   }
   if (id == kNoPeer) return resource_exhausted("bootstrap: too many peers");
-  uint32_t mine = id, theirs = 0;
+  uint32_t mine = mine16, theirs = 0;
   AFD_RETURN_IF_ERROR(send_all(fd, &mine, 4, deadline));
   AFD_RETURN_IF_ERROR(recv_all(fd, &theirs, 4, deadline));
-  if (theirs >= kMaxPeers) return corrupt_data("bootstrap: peer gave us id " + std::to_string(theirs));
+  if (theirs > 0xffffu || (theirs >> kPeerIdBits) == 0) {
+    return corrupt_data("bootstrap: peer gave us source field " + std::to_string(theirs));
+  }
   Command c;
   c.kind = Command::add_peer;
   c.peer = id;
   c.addr = std::move(addr);
   c.src_id_there = static_cast<uint16_t>(theirs);
+  c.recv_src = mine16;
   c.fd = fd;
   c.detail = dialed.empty() ? "accepted" : "dialed " + dialed;
   {
