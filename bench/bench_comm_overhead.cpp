@@ -23,6 +23,7 @@
 #include "comm/frame_buffer.h"
 #include "comm/ucx_transport.h"
 #include "core/timer.h"
+#include "ucp_worker_util.h"
 
 using namespace afd;
 using namespace afd::comm;
@@ -44,21 +45,7 @@ struct Worker {
   }
 };
 
-// A context and a worker as afd's (tag + wakeup features, single-threaded worker).
-bool make_worker(Worker* w) {
-  ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-  ucp_config_t* config = nullptr;
-  if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) return false;
-  ucs_status_t st = ucp_init(&params, config, &w->ctx);
-  ucp_config_release(config);
-  if (st != UCS_OK) return false;
-  ucp_worker_params_t wp{};
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-  return ucp_worker_create(w->ctx, &wp, &w->worker) == UCS_OK;
-}
+bool make_worker(Worker* w) { return afd::bench::make_ucp_worker(&w->ctx, &w->worker); }
 
 // ns per message, or a negative value on failure.
 double run_ucp(size_t size, int iters) {

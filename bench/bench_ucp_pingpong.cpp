@@ -30,6 +30,7 @@
 
 #include "comm/socket_util.h"
 #include "core/timer.h"
+#include "ucp_worker_util.h"
 
 using afd::now_ns;
 
@@ -65,18 +66,7 @@ bool read_all(int fd, void* p, size_t n) { return afd::comm::recv_all(fd, p, n, 
 
 // Context, worker, and an endpoint to the process at the other end of `fd`.
 bool connect_side(int fd, Side* s) {
-  ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-  ucp_config_t* config = nullptr;
-  if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) return false;
-  ucs_status_t st = ucp_init(&params, config, &s->ctx);
-  ucp_config_release(config);
-  if (st != UCS_OK) return false;
-  ucp_worker_params_t wp{};
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-  if (ucp_worker_create(s->ctx, &wp, &s->worker) != UCS_OK) return false;
+  if (!afd::bench::make_ucp_worker(&s->ctx, &s->worker)) return false;
   ucp_address_t* addr = nullptr;
   size_t len = 0;
   if (ucp_worker_get_address(s->worker, &addr, &len) != UCS_OK) return false;

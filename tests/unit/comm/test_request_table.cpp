@@ -13,6 +13,31 @@
 namespace afd::comm {
 namespace {
 
+// Allocates `cap` requests on this thread: every slot comes out, each once, then none.
+void ExpectEverySlotFreeOnce(RequestTable& t, uint32_t cap) {
+  std::set<uint32_t> slots;
+  for (uint32_t i = 0; i < cap; ++i) {
+    auto r = t.allocate();
+    ASSERT_TRUE(r.ok()) << "slot " << i << " of " << cap << ": " << r.status().to_string();
+    slots.insert(RequestTable::slot_of(*r));
+  }
+  EXPECT_EQ(slots.size(), cap);
+  EXPECT_FALSE(t.allocate().ok());
+}
+
+// Runs worker(k) for k < n on n threads and joins them; then no errors, nothing in
+// flight, and every slot free once.
+template <class Worker>
+void RunThreadsThenExpectEverySlotFree(RequestTable& t, uint32_t cap, int n, Worker worker,
+                                       const std::atomic<int>& errors) {
+  std::vector<std::thread> ths;
+  for (int k = 0; k < n; ++k) ths.emplace_back(worker, k);
+  for (auto& th : ths) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(t.in_flight(), 0u);
+  ExpectEverySlotFreeOnce(t, cap);
+}
+
 TEST(RequestTable, ExhaustionAndReuseWithNewGeneration) {
   RequestTable t(4);
   std::vector<RequestId> ids;
@@ -91,20 +116,7 @@ TEST(RequestTable, ConcurrentAllocateCompleteRelease) {
       }
     }
   };
-  std::vector<std::thread> ths;
-  for (int k = 0; k < kThreads; ++k) ths.emplace_back(worker, k);
-  for (auto& th : ths) th.join();
-  EXPECT_EQ(errors.load(), 0);
-  EXPECT_EQ(t.in_flight(), 0u);
-  // Every slot is free again, each exactly once.
-  std::set<uint32_t> slots;
-  for (uint32_t i = 0; i < kCap; ++i) {
-    auto r = t.allocate();
-    ASSERT_TRUE(r.ok());
-    slots.insert(static_cast<uint32_t>(*r & 0xffffffffu));
-  }
-  EXPECT_EQ(slots.size(), kCap);
-  EXPECT_FALSE(t.allocate().ok());
+  RunThreadsThenExpectEverySlotFree(t, kCap, kThreads, worker, errors);
 }
 
 // A table large enough for thread caches: slots freed on a thread are reused by it
@@ -144,20 +156,8 @@ TEST(RequestTable, ThreadCachedSlotsComeBackWhenTheThreadExits) {
       if (!t.test(*r, &c) || !c.status.is_ok() || c.bytes != 2) errors.fetch_add(1);
     }
   };
-  std::vector<std::thread> ths;
-  for (int k = 0; k < 4; ++k) ths.emplace_back(worker, k % 2 == 0);
-  for (auto& th : ths) th.join();
-  EXPECT_EQ(errors.load(), 0);
-  EXPECT_EQ(t.in_flight(), 0u);
   // The exited threads' cached slots are back: all kCap can be allocated here, each once.
-  std::set<uint32_t> slots;
-  for (uint32_t i = 0; i < kCap; ++i) {
-    auto r = t.allocate();
-    ASSERT_TRUE(r.ok()) << "slot " << i << " of " << kCap << ": " << r.status().to_string();
-    slots.insert(RequestTable::slot_of(*r));
-  }
-  EXPECT_EQ(slots.size(), kCap);
-  EXPECT_FALSE(t.allocate().ok());
+  RunThreadsThenExpectEverySlotFree(t, kCap, 4, [&](int k) { worker(k % 2 == 0); }, errors);
 }
 
 // A thread whose cache holds slots of a table that has been destroyed drops them and
