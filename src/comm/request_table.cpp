@@ -141,7 +141,7 @@ void RequestTable::release(uint32_t index) {
   s.state.store(kFree, std::memory_order_release);
   if (cached_) {
     ThreadCache& tc = thread_cache();
-    if (tc.n > 0 && tc.table != uid_ && tc.table_gone()) tc.n = 0;
+    if (tc.n > 0 && tc.table != uid_) tc.table_gone();  // empties the cache if its table is gone
     if (tc.n == 0) tc.table = uid_;
     if (tc.table == uid_ && tc.n < kThreadCacheSlots) {
       tc.slots[tc.n++] = index;

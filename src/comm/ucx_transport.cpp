@@ -274,7 +274,8 @@ class UcxTransportImpl final : public UcxTransport {
   //   store when it takes the worker lock (so under it): the progress thread parks again
   //   while the epoch moved since its last look (park period kParkTimeoutUs);
   // - a waiter that leaves operations in flight (or gives up, or left commands queued)
-  //   raises handoff_ and wakes the progress thread, which then runs instead of parking.
+  //   raises handoff_ and wakes the progress thread, which then runs instead of parking;
+  //   a post that leaves one in flight raises it without a wake (seen at the next look).
   std::atomic<int> waiters_{0};
   std::atomic<uint64_t> waiter_epoch_{0};
   std::atomic<bool> handoff_{false};
@@ -438,7 +439,9 @@ Result<RequestId> UcxTransportImpl::enqueue(Command::Kind kind, PeerId peer, uin
       // No wake here: measured, waking the progress thread on every post that stays in
       // flight (a receive, a rendezvous send) made the 64 KiB ping-pong 5x slower on two
       // vCPUs; a running progress thread picks it up, an idle one is woken by the worker's
-      // events, a parked one within kParkTimeoutUs.
+      // events, a parked one within kParkTimeoutUs: handoff_ (a plain store) makes it run at
+      // its next look even if a short wait moved the epoch meanwhile (should_park).
+      handoff_.store(true, std::memory_order_relaxed);
       return id;
     }
     unlock_worker();
