@@ -30,11 +30,7 @@ using namespace afd::comm;
 
 namespace {
 
-struct Flag {
-  volatile bool done = false;
-};
-void recv_done(void*, ucs_status_t, const ucp_tag_recv_info_t*, void* user) { static_cast<Flag*>(user)->done = true; }
-void send_done(void*, ucs_status_t, void* user) { static_cast<Flag*>(user)->done = true; }
+using namespace afd::bench;  // Flag, send_done, recv_done, make_ucp_worker
 
 struct Worker {
   ucp_context_h ctx = nullptr;
@@ -45,7 +41,7 @@ struct Worker {
   }
 };
 
-bool make_worker(Worker* w) { return afd::bench::make_ucp_worker(&w->ctx, &w->worker); }
+bool make_worker(Worker* w) { return make_ucp_worker(&w->ctx, &w->worker); }
 
 // ns per message, or a negative value on failure.
 double run_ucp(size_t size, int iters) {

@@ -44,12 +44,7 @@ uint64_t ticks() {
 #endif
 }
 
-struct Flag {
-  volatile bool done = false;
-};
-
-void send_done(void*, ucs_status_t, void* user) { static_cast<Flag*>(user)->done = true; }
-void recv_done(void*, ucs_status_t, const ucp_tag_recv_info_t*, void* user) { static_cast<Flag*>(user)->done = true; }
+using namespace afd::bench;  // Flag, send_done, recv_done, make_ucp_worker
 
 struct Side {
   ucp_context_h ctx = nullptr;
@@ -66,7 +61,7 @@ bool read_all(int fd, void* p, size_t n) { return afd::comm::recv_all(fd, p, n, 
 
 // Context, worker, and an endpoint to the process at the other end of `fd`.
 bool connect_side(int fd, Side* s) {
-  if (!afd::bench::make_ucp_worker(&s->ctx, &s->worker)) return false;
+  if (!make_ucp_worker(&s->ctx, &s->worker)) return false;
   ucp_address_t* addr = nullptr;
   size_t len = 0;
   if (ucp_worker_get_address(s->worker, &addr, &len) != UCS_OK) return false;

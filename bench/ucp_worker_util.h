@@ -1,10 +1,20 @@
-// A ucp context and worker set up as afd's UcxTransport sets up its own (tag + wakeup
-// features, a single-threaded worker), for the benchmarks that compare afd with bare UCP.
+// For the benchmarks that compare afd with bare UCP: a ucp context and worker set up as
+// afd's UcxTransport sets up its own (tag + wakeup features, a single-threaded worker), and a
+// completion flag for bare requests.
 #pragma once
 
 #include <ucp/api/ucp.h>
 
 namespace afd::bench {
+
+// A completion flag set by the callbacks below (user_data of a UCP request).
+struct Flag {
+  volatile bool done = false;
+};
+inline void send_done(void*, ucs_status_t, void* user) { static_cast<Flag*>(user)->done = true; }
+inline void recv_done(void*, ucs_status_t, const ucp_tag_recv_info_t*, void* user) {
+  static_cast<Flag*>(user)->done = true;
+}
 
 // Creates *ctx and *worker; false (with whatever was created left in them) on failure.
 inline bool make_ucp_worker(ucp_context_h* ctx, ucp_worker_h* worker) {

@@ -45,16 +45,14 @@ struct RequestTable::ThreadCache {
     }
     n = 0;
   }
-  // True when the table the slots belong to has been destroyed (then they are dropped).
-  bool table_gone() {
+  // Drops the cached slots if the table they belong to has been destroyed.
+  void forget_if_table_gone() {
     Registry& r = registry();
     uint64_t now = r.removed.load(std::memory_order_acquire);
-    if (now == removed) return false;
+    if (now == removed) return;
     std::lock_guard<std::mutex> lk(r.mu);
     removed = now;
-    if (r.tables.count(table) != 0) return false;
-    n = 0;
-    return true;
+    if (r.tables.count(table) == 0) n = 0;
   }
   ~ThreadCache() { give_back(); }
 };
@@ -141,7 +139,7 @@ void RequestTable::release(uint32_t index) {
   s.state.store(kFree, std::memory_order_release);
   if (cached_) {
     ThreadCache& tc = thread_cache();
-    if (tc.n > 0 && tc.table != uid_) tc.table_gone();  // empties the cache if its table is gone
+    if (tc.n > 0 && tc.table != uid_) tc.forget_if_table_gone();
     if (tc.n == 0) tc.table = uid_;
     if (tc.table == uid_ && tc.n < kThreadCacheSlots) {
       tc.slots[tc.n++] = index;
