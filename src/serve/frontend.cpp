@@ -230,7 +230,7 @@ void Frontend::install_routes() {
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (stopping_) return send_error(res, 503, "shutting down", opt_.server.retry_after_s);
     if (draining_)
-      return send_error(res, 503, "draining: finishing the requests in flight, accepting none",
+      return send_error(res, 503, kDrainingHealth,
                         opt_.server.retry_after_s);
     const int up = workers_up();
     if (up == 0)
@@ -257,7 +257,7 @@ void Frontend::install_routes() {
     InFlight active(active_);
     if (stopping_ || draining_) {
       count_response(503);
-      return send_error(res, 503, stopping_ ? "the server is shutting down" : "the server is draining (shutting down)",
+      return send_error(res, 503, refusal_while_closing(stopping_),
                         retry_s);
     }
     // Validate and tokenize as the worker will: 4xx answers never reach a worker, and the

@@ -47,6 +47,13 @@ void configure_server(httplib::Server& s, const ServerOptions& o, const std::str
 // must not kill the process.
 Result<int> bind_server(httplib::Server& s, const ServerOptions& o);
 
+// What a server says with its 503 while it drains (drain(): finishing the requests in
+// flight, accepting none) or stops: on /health, and to a new generation request.
+inline constexpr const char* kDrainingHealth = "draining: finishing the requests in flight, accepting none";
+inline const char* refusal_while_closing(bool stopping) {
+  return stopping ? "the server is shutting down" : "the server is draining (shutting down)";
+}
+
 // Counts one request in flight on `n` for its scope (or until release()); a server's
 // drained() reads n. Raise it before reading the server's draining flag, so that a request
 // which saw the flag unset is counted until it is handed on.

@@ -73,7 +73,7 @@ void HttpServer::install_routes() {
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (stopping_) return send_error(res, 503, "shutting down", opt_.retry_after_s);
     if (draining_)
-      return send_error(res, 503, "draining: finishing the requests in flight, accepting none", opt_.retry_after_s);
+      return send_error(res, 503, kDrainingHealth, opt_.retry_after_s);
     for (size_t i = 0; i < workers_.size(); ++i) {
       if (Status h = workers_[i]->engine_health(); !h.is_ok()) {
         std::string why = h.message();
@@ -101,7 +101,7 @@ void HttpServer::install_routes() {
     InFlight admitting(admitting_);  // until the request is in a scheduler (or refused): drained() waits for it
     if (stopping_ || draining_) {
       metrics_->request_finished(503);
-      return send_error(res, 503, stopping_ ? "the server is shutting down" : "the server is draining (shutting down)",
+      return send_error(res, 503, refusal_while_closing(stopping_),
                         opt_.retry_after_s);
     }
     const ChatTemplate* chat = model_.chat ? &*model_.chat : nullptr;
