@@ -86,15 +86,6 @@ RequestTable::~RequestTable() {
   r.removed.fetch_add(1, std::memory_order_release);
 }
 
-RequestTable::Slot* RequestTable::lookup(RequestId id) const {
-  uint32_t index = slot_of(id);
-  uint32_t gen = gen_of(id);
-  if (index >= capacity_) return nullptr;
-  Slot* s = &slots_[index];
-  if (s->gen.load(std::memory_order_acquire) != gen) return nullptr;
-  return s;
-}
-
 Result<RequestId> RequestTable::allocate(CompletionFn on_done) {
   uint32_t index;
   ThreadCache* tc = cached_ ? &thread_cache() : nullptr;
@@ -172,13 +163,8 @@ void RequestTable::complete(RequestId id, Completion c) {
   finish_claimed(s, id, std::move(c));
 }
 
-void RequestTable::complete_exclusive(RequestId id, Completion c) {
-  Slot* s = lookup(id);
-  if (s == nullptr) return;
-  // The generation matched, so the slot was not released since this id was issued; only a
-  // completion moves it out of pending, and none runs beside this one: it stays ours.
-  if (s->state.load(std::memory_order_acquire) != kPending) return;
-  finish_claimed(s, id, std::move(c));
+Completion RequestTable::unknown_id() {
+  return Completion{invalid_argument("transport: unknown or already consumed request id"), 0};
 }
 
 void RequestTable::finish_claimed(Slot* s, RequestId id, Completion c) {
@@ -204,32 +190,6 @@ size_t RequestTable::in_flight() const {
   return n;
 }
 
-bool RequestTable::is_pending(RequestId id) const {
-  Slot* s = lookup(id);
-  return s != nullptr && s->state.load(std::memory_order_acquire) == kPending;
-}
-
-bool RequestTable::finished(RequestId id) const {
-  Slot* s = lookup(id);
-  return s == nullptr || s->state.load(std::memory_order_acquire) == kDone;
-}
-
-bool RequestTable::test(RequestId id, Completion* out) {
-  if (is_finished_id(id)) {
-    *out = Completion{Status::ok(), static_cast<size_t>(id & kTagMask)};
-    return true;
-  }
-  Slot* s = lookup(id);
-  if (s == nullptr) {
-    *out = Completion{invalid_argument("transport: unknown or already consumed request id"), 0};
-    return true;
-  }
-  if (s->state.load(std::memory_order_acquire) != kDone) return false;
-  *out = std::move(s->result);
-  release(slot_of(id));
-  return true;
-}
-
 Completion RequestTable::wait(RequestId id, int64_t deadline_ns) {
   RequestId one[1] = {id};
   Completion c;
@@ -238,13 +198,6 @@ Completion RequestTable::wait(RequestId id, int64_t deadline_ns) {
   }
   test(id, &c);
   return c;
-}
-
-int RequestTable::poll_any(std::span<const RequestId> ids) const {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (finished(ids[i])) return static_cast<int>(i);
-  }
-  return -1;
 }
 
 int RequestTable::wait_any(std::span<const RequestId> ids, int64_t deadline_ns) {
