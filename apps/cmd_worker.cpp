@@ -83,6 +83,7 @@ void run_ffn(const WorkerFlags& f) {
   std::shared_ptr<TraceRecorder> trace;
   if (!f.engine.trace.empty()) {
     trace = std::make_shared<TraceRecorder>(static_cast<size_t>(f.engine.trace_max_spans));
+    if (Status ts = trace->stream_to(f.engine.trace); !ts.is_ok()) fail("worker", ts.with_context("--trace"));
     trace_ffn_batches(trace, &fo);
   }
   ThreadPool pool(f.engine.threads);

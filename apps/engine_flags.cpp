@@ -46,8 +46,9 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
   cmd->add_flag("--spawn-ffn", spawn_ffn, "Run the topology's FFN workers as local processes over UCX")
       ->envname("AFD_SPAWN_FFN");
   cmd->add_option("--trace", trace,
-                  "Write a Chrome trace-event JSON of the pipeline timeline (Perfetto); serve and worker write it "
-                  "when they stop")
+                  "Write a Chrome trace-event JSON of the pipeline timeline (Perfetto): streamed to the file as "
+                  "the run goes, completed when the command ends (serve, worker: when they stop); a process killed "
+                  "mid-run leaves its spans up to then")
       ->envname("AFD_TRACE");
   cmd->add_option("--trace-max-spans", trace_max_spans,
                   "--trace keeps at most this many spans (later ones are dropped)")
@@ -112,8 +113,12 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.ffn_probe_ms = ffn_probe_ms;
   o.ucx_spin_us = ucx_spin_us;
   o.ffn_device = ffn_device;
-  if (!trace.empty()) o.trace = std::make_shared<TraceRecorder>(static_cast<size_t>(trace_max_spans));
   AFD_RETURN_IF_ERROR(o.validate());
+  if (!trace.empty()) {
+    // Streamed from the start: a process killed mid-run leaves its spans up to then.
+    o.trace = std::make_shared<TraceRecorder>(static_cast<size_t>(trace_max_spans));
+    AFD_RETURN_IF_ERROR(o.trace->stream_to(trace).with_context("--trace"));
+  }
   return o;
 }
 

@@ -52,8 +52,8 @@ std::string trace_part_path(const std::string& path, const std::string& role, in
   return part;
 }
 
-Status write_trace(const char* cmd, const TraceRecorder& t, const std::string& path) {
-  AFD_RETURN_IF_ERROR(t.write(path));
+Status write_trace(const char* cmd, TraceRecorder& t, const std::string& path) {
+  AFD_RETURN_IF_ERROR(t.stream_path().empty() ? t.write(path) : t.finish());
   const size_t dropped = t.dropped();
   std::fprintf(stderr, "afd %s: wrote %zu trace spans to %s%s\n", cmd, t.size(), path.c_str(),
                dropped == 0 ? "" : (" (" + std::to_string(dropped) + " more dropped past --trace-max-spans)").c_str());
@@ -66,7 +66,7 @@ Status merge_trace_parts(const char* cmd, const std::string& path, const std::ve
   std::vector<std::string> files;
   for (const std::string& p : parts) {
     std::vector<std::string> f = part_files(p);
-    if (f.empty()) spdlog::warn("afd {}: no trace from {} (a process killed before it stopped writes none)", cmd, p);
+    if (f.empty()) spdlog::warn("afd {}: no trace from {} (its process ended before it opened one)", cmd, p);
     files.insert(files.end(), f.begin(), f.end());
   }
   if (files.empty()) return Status::ok();
@@ -74,12 +74,14 @@ Status merge_trace_parts(const char* cmd, const std::string& path, const std::ve
   std::error_code ec;
   if (include_path && std::filesystem::exists(path, ec)) all.push_back(path);
   all.insert(all.end(), files.begin(), files.end());
-  std::vector<SkippedTracePart> skipped;
-  AFD_RETURN_IF_ERROR(merge_trace_files(all, path, &skipped));
-  for (const SkippedTracePart& s : skipped) spdlog::warn("afd {}: trace part left out: {}: {}", cmd, s.path, s.why);
+  std::vector<TracePartNote> notes;
+  AFD_RETURN_IF_ERROR(merge_trace_files(all, path, &notes));
+  for (const TracePartNote& n : notes)
+    spdlog::warn("afd {}: trace part {}: {}: {}", cmd, n.merged ? "merged" : "left out", n.path, n.why);
   size_t merged = 0;
   for (const std::string& p : files) {
-    if (std::any_of(skipped.begin(), skipped.end(), [&](const SkippedTracePart& s) { return s.path == p; })) continue;
+    if (std::any_of(notes.begin(), notes.end(), [&](const TracePartNote& n) { return n.path == p && !n.merged; }))
+      continue;
     std::filesystem::remove(p, ec);
     ++merged;
   }

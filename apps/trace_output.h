@@ -18,14 +18,16 @@ namespace afd::cli {
 // the merge collects this run's lives only.
 std::string trace_part_path(const std::string& path, const std::string& role, int index);
 
-// Writes `t` to path and logs (stderr) how many spans, and how many were dropped past
+// Completes `t`'s file at path — finishes its stream (TraceRecorder::stream_to), or writes it if it
+// was kept in memory — and logs (stderr) how many spans, and how many were dropped past
 // --trace-max-spans.
-Status write_trace(const char* cmd, const TraceRecorder& t, const std::string& path);
+Status write_trace(const char* cmd, TraceRecorder& t, const std::string& path);
 
 // Merges the parts (and path itself first, if include_path and it exists) into path, then
 // removes the parts that were merged. A part with the life token stands for every life's
-// file that exists (a life killed before it wrote one has none); one with no file at all,
-// and parts that are unreadable, are logged and left where they are.
+// file that exists (a life killed before it opened its stream has none); one with no file at
+// all, and parts that are unreadable, are logged and left where they are. A life killed
+// mid-run left a part cut short: it is merged (up to its last flush) and logged.
 Status merge_trace_parts(const char* cmd, const std::string& path, const std::vector<std::string>& parts,
                          bool include_path);
 

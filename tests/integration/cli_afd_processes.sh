@@ -451,13 +451,16 @@ case "$dr" in "503 the server is draining"*)
   *) bad "a request during the drain: '$dr' (load: $(cat "$TMP/load2.out"))";; esac
 sleep 0.3
 if pgrep -f -- "--model $M" >/dev/null; then bad "spawned workers left running"; pgrep -af -- "--model $M"; else ok "spawned workers stopped"; fi
-# --trace: each worker process wrote its part when it stopped; the front end merged them
-# into one timeline (attention workers pid 1 and 2, the FFN worker pid 100) and removed them.
-# The FFN worker's first life was SIGKILLed (no part), its second and third wrote one each.
+# --trace: each worker process streamed its part and completed it when it stopped; the front
+# end merged them into one timeline (attention workers pid 1 and 2, the FFN worker pid 100)
+# and removed them. The FFN worker's first life was SIGKILLed under load: its part is cut
+# short but holds its spans up to its last flush, and is merged too (5 parts in all).
+cut=$(grep -o "trace part merged: [^ ]*ffn0.life0.json: cut short[^;]*; merged its [0-9]* complete events" "$TMP/sp.err")
+ncut=$(grep -o '[0-9]* complete' <<<"$cut" | cut -d' ' -f1)
 if tr=$(trace_summary "$TMP/sp_trace.json" 1,2 100) && ! ls "$TMP"/sp_trace.*.json >/dev/null 2>&1 &&
-   grep -q "merged 4 worker process traces" "$TMP/sp.err"; then
-  ok "--spawn-workers --trace: one merged timeline, both traced lives of the restarted FFN worker ($tr)"
-else bad "--spawn-workers --trace: $tr; files: $(ls "$TMP" | grep trace | tr '\n' ' ')"; fi
+   grep -q "merged 5 worker process traces" "$TMP/sp.err" && [ "${ncut:-0}" -gt 1 ]; then
+  ok "--spawn-workers --trace: one merged timeline, all three lives of the restarted FFN worker, the SIGKILLed one up to its kill ($tr; $ncut events from the killed life)"
+else bad "--spawn-workers --trace: $tr; cut part: '$cut'; files: $(ls "$TMP" | grep trace | tr '\n' ' ')"; grep "trace" "$TMP/sp.err" | tail -5; fi
 
 # --spawn-workers --topology-file: the file's workers as children of the front end; with
 # --trace each writes its part and the front end merges them (without --spawn-workers the
