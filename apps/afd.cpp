@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   afd::cli::register_worker(app);
   afd::cli::register_serve(app);
   afd::cli::register_plan(app);
+  afd::cli::register_trace(app);
 
   try {
     app.parse(argc, argv);

@@ -15,5 +15,7 @@ void register_worker(CLI::App& app);
 void register_serve(CLI::App& app);
 // plan (cost|sparsity|hardware|ratio), sim and calibrate: apps/cmd_plan.cpp
 void register_plan(CLI::App& app);
+// trace merge: apps/cmd_trace.cpp
+void register_trace(CLI::App& app);
 
 }  // namespace afd::cli

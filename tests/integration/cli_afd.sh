@@ -133,6 +133,27 @@ done
 got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --microbatches 3 --ffn 127.0.0.1:$port2,127.0.0.1:$port3 --ffn-tp 2)
 check "UCX 1A2F --ffn-tp 2 across processes" "$want_tp2" "$got"
 
+# --trace of a worker that is killed: the file streamed as it ran holds its spans up to the
+# kill (no closing line); `afd trace merge` completes it into a file Perfetto opens.
+port4=$((port0 + 4))
+"$AFD" worker --role ffn --model "$M" --listen 127.0.0.1:$port4 --threads 1 --precision reference \
+  --trace "$TMP/killed.json" >"$TMP/killed.log" 2>&1 & KW=$!; PIDS+=($KW)
+timeout 120 "$AFD" --log-level error generate "${P[@]}" --ffn 127.0.0.1:$port4 >/dev/null 2>&1
+sleep 0.6  # past a flush (every 200 ms)
+kill -9 $KW; wait $KW 2>/dev/null
+out=$("$AFD" trace merge -o "$TMP/completed.json" "$TMP/killed.json" 2>&1); rc=$?
+if [ $rc = 0 ] && ! tail -c 4 "$TMP/killed.json" | grep -q "]}" && grep -q "merged $TMP/killed.json: cut short" <<<"$out" &&
+   n=$(/usr/bin/python3 -c "
+import json, sys
+ev = json.load(open(sys.argv[1]))['traceEvents']
+n = sum(1 for e in ev if e['ph'] == 'X' and e['pid'] == 100 and e['name'] == 'ffn')
+assert n > 0
+print(n)" "$TMP/completed.json"); then echo "ok   a SIGKILLed worker's --trace holds its $n FFN spans; afd trace merge completes it"
+else echo "FAIL killed worker's trace: rc=$rc $out"; fails=$((fails+1)); fi
+out=$("$AFD" trace merge -o "$TMP/x.json" "$TMP/w0.log" 2>&1); rc=$?
+[ $rc = 1 ] && grep -q "not a trace written by afd" <<<"$out" && echo "ok   afd trace merge of a file that is no trace: exit 1" ||
+  { echo "FAIL trace merge of a non-trace: rc=$rc $out"; fails=$((fails+1)); }
+
 # Fault: FFN worker 1 dies; the attention side gives up after its connect timeout with a
 # clear error naming what it waited for (mid-step losses: tests/unit/runtime, comm).
 pkill -f -- "--listen 127.0.0.1:$port1" 2>/dev/null
