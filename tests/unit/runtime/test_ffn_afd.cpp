@@ -639,15 +639,20 @@ Status dispatch_once_back(FfnClient& cl, TokenBatch& t) {
 TEST(FfnAfd, LostFfnWorkerIsUnavailableAndTakenBackOnReconnect) {
   auto w = tiny_model("a");
   Bundle b;
-  auto cl = one_attention(b, w, 1);
+  FaultTransport* fault = nullptr;
+  auto cl = faulty_ffn_bundle(b, w, client_opts(0, 1, 1), &fault);
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
   TokenBatch t = random_batch(w->config, 4, 30);
-  // The FFN side drops the connection mid-layer.
+  // The FFN side drops the connection mid-layer: before its reply is out (held by the
+  // stall; without it a preempted test thread let the reply arrive first on a loaded CI
+  // machine, and the pass succeeded).
+  fault->set_stall(true);
   ASSERT_TRUE((*cl)->dispatch(0, 0, t).is_ok());
   ASSERT_TRUE(b.ffn_t[0]->disconnect(*b.ffn_t[0]->peer_id("attn0")).is_ok());
   Status s = (*cl)->combine(0, 0, t);
   EXPECT_FALSE(s.is_ok());
   EXPECT_TRUE(s.code() == StatusCode::unavailable || s.code() == StatusCode::timeout) << s.to_string();
+  fault->set_stall(false);  // the held reply is then late: dropped
   // The client redials; the next pass re-handshakes and works.
   Status ok = dispatch_once_back(**cl, t);
   ASSERT_TRUE(ok.is_ok()) << ok.to_string();
@@ -664,13 +669,16 @@ TEST(FfnAfd, LostFfnWorkerIsUnavailableAndTakenBackOnReconnect) {
 TEST(FfnAfd, FailedPassWithSeveralMicroBatchesLeavesTheNextOneClean) {
   auto w = tiny_model("a");
   Bundle b;
-  auto cl = one_attention(b, w, 1);  // 2 micro-batches
+  FaultTransport* fault = nullptr;
+  auto cl = faulty_ffn_bundle(b, w, client_opts(0, 1, 1), &fault);  // 2 micro-batches
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
   TokenBatch t0 = random_batch(w->config, 4, 70), t1 = random_batch(w->config, 3, 71);
+  fault->set_stall(true);  // no reply gets out before the disconnect (see above)
   ASSERT_TRUE((*cl)->dispatch(0, 0, t0).is_ok());
   ASSERT_TRUE((*cl)->dispatch(0, 1, t1).is_ok());
   ASSERT_TRUE(b.ffn_t[0]->disconnect(*b.ffn_t[0]->peer_id("attn0")).is_ok());
   EXPECT_FALSE((*cl)->combine(0, 0, t0).is_ok());  // the engine gives up the pass here
+  fault->set_stall(false);
   Status ok = dispatch_once_back(**cl, t0);
   ASSERT_TRUE(ok.is_ok()) << ok.to_string();
   Status d1 = (*cl)->dispatch(0, 1, t1);
