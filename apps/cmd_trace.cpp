@@ -1,6 +1,7 @@
 // afd trace merge: merges trace files written by --trace into one timeline, and completes a
 // part whose process was killed before it finished it (runtime/trace.h: merge_trace_files).
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 

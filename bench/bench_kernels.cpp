@@ -1,11 +1,14 @@
 // bench_kernels: times the CPU kernels against the machine limits measured in the same run.
-//   bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune]
+//   bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8]
 // Prints a Markdown table: kernel path, W shape, n, precision, time per call, GB/s of W
 // streamed, GFLOP/s, fraction of the measured read bandwidth, of the library GEMM rate and of
 // the vector peak. Every case is timed in several rounds (best of 9 repetitions per round, best
 // round), the limits before every round and at the end (best sample used, worst printed too).
 // Weights are cold: each timed call uses the next of a set of distinct matrices whose total
 // size is several times the L3 cache, as MoE decode touches different experts every step.
+// --fp8: instead, the FP8 e4m3 quantization of AFD's dispatch (per-token scales, one
+// thread, activations hot in cache as after attention): the dispatched kernel against the
+// scalar reference and against a copy of the same bytes, in the same run.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -126,21 +129,71 @@ void print_table(const std::vector<Case>& cases, const Limits& lim) {
   }
 }
 
+// Best seconds per call of fn over rounds of repetitions (at least min_s per round).
+template <typename Fn>
+double best_seconds(Fn&& fn, double min_s) {
+  double best = 1e30;
+  for (int round = 0; round < 5; ++round) {
+    int64_t calls = 0;
+    const int64_t t0 = now_ns();
+    int64_t t = t0;
+    while (t - t0 < static_cast<int64_t>(min_s * 1e9)) {
+      fn();
+      ++calls;
+      t = now_ns();
+    }
+    best = std::min(best, static_cast<double>(t - t0) * 1e-9 / static_cast<double>(calls));
+  }
+  return best;
+}
+
+int run_fp8(bool quick) {
+  const double min_s = quick ? 0.02 : 0.1;
+  std::printf("FP8 e4m3 quantization, per-token scales, one thread; isa %s\n", isa_name(active_isa()));
+  std::printf("| tokens | hidden | scalar reference us | kernel us | speedup | kernel GB/s (f32 in) | copy GB/s | kernel / copy |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (int64_t hidden : {int64_t{2048}, int64_t{7168}})
+    for (int64_t n : {int64_t{32}, int64_t{128}}) {
+      const int64_t total = n * hidden;
+      std::vector<float> x(static_cast<size_t>(total)), y(static_cast<size_t>(total));
+      uint32_t r = 7;
+      for (float& v : x) {
+        r = r * 1664525u + 1013904223u;
+        v = (static_cast<float>(r >> 8) / 16777216.0f - 0.5f) * 8.0f;
+      }
+      std::vector<uint8_t> q(static_cast<size_t>(total));
+      std::vector<float> sc(static_cast<size_t>(n));
+      const double ref_s = best_seconds([&] { ref::quantize_fp8_e4m3(x.data(), total, hidden, q.data(), sc.data()); }, min_s);
+      const double k_s = best_seconds([&] { quantize_fp8_e4m3(x.data(), total, hidden, q.data(), sc.data()); }, min_s);
+      const double copy_s = best_seconds([&] {
+        std::memcpy(y.data(), x.data(), x.size() * sizeof(float));
+        asm volatile("" : : "r"(y.data()) : "memory");
+      }, min_s);
+      const double bytes = static_cast<double>(total) * sizeof(float);
+      std::printf("| %lld | %lld | %.1f | %.1f | %.1fx | %.1f | %.1f | %.2f |\n", static_cast<long long>(n),
+                  static_cast<long long>(hidden), ref_s * 1e6, k_s * 1e6, ref_s / k_s, bytes / k_s / 1e9,
+                  bytes / copy_s / 1e9, copy_s / k_s);
+    }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2;
-  bool quick = false, compare = false, tune = false;
+  bool quick = false, compare = false, tune = false, fp8 = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--compare-sgemm")) compare = true;
     else if (!std::strcmp(argv[i], "--tune")) tune = true;
+    else if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else {
-      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8]\n");
       return 2;
     }
   }
+  if (fp8) return run_fp8(quick);
   ThreadPool pool(threads);
   if (tune) {
     // n == 1 on a 128 MiB bf16 matrix: prefetch distance x rows per tile, interleaved rounds

@@ -80,15 +80,14 @@ void bf16_to_f32_row(const uint16_t* x, int64_t n, float* y) {
 void quantize_fp8_e4m3(const float* x, int64_t n, int64_t group, uint8_t* q, float* scales) {
   if (!use_avx512()) return ref::quantize_fp8_e4m3(x, n, group, q, scales);
   AFD_CHECK(group > 0 && n % group == 0, "quantize_fp8_e4m3: n must be a multiple of group");
-  // Vector amax (exact in any order), then the scalar rounding of core/dtype.h, so the
+  // Vector amax (exact in any order) and a vector form of core/dtype.h's rounding: the
   // result is bit-identical to the reference.
   for (int64_t g = 0; g < n / group; ++g) {
     const float* xg = x + g * group;
     float amax = detail::amax_avx512(xg, group);
     float scale = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
     scales[g] = scale;
-    uint8_t* qg = q + g * group;
-    for (int64_t i = 0; i < group; ++i) qg[i] = f32_to_fp8_e4m3(xg[i] / scale);
+    detail::quantize_fp8_avx512(xg, scale, group, q + g * group);
   }
 }
 

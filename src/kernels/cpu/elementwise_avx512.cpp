@@ -160,4 +160,38 @@ AFD_AVX512 void dequantize_fp8_avx512(const uint8_t* q, const float* table, floa
   }
 }
 
+AFD_AVX512 void quantize_fp8_avx512(const float* x, float scale, int64_t n, uint8_t* q) {
+  // core/dtype.h f32_to_fp8_e4m3, lane-wise on the bits of x[i] / scale (a vector division
+  // rounds exactly as the scalar one): NaN -> 0x7f, |y| >= 448 -> 0x7e (saturate), |y| < 2^-6
+  // -> the subnormal grid round(|y| * 2^9) (0..8; 8 is 2^-6's code), else the mantissa
+  // rounded to 3 bits, nearest even, and the exponent rebiased (127 -> 7); the sign on top.
+  const __m512 s = _mm512_set1_ps(scale);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i inf_bits = _mm512_set1_epi32(0x7f800000);
+  const __m512i max_bits = _mm512_set1_epi32(0x43e00000);  // 448.0f
+  const __m512i min_normal_bits = _mm512_set1_epi32(0x3c800000);  // 2^-6
+  const __m512i one = _mm512_set1_epi32(1), round_bias = _mm512_set1_epi32(0x7ffff);
+  const __m512i rebias = _mm512_set1_epi32(120 << 3);
+  const __m512i sat = _mm512_set1_epi32(0x7e), nan = _mm512_set1_epi32(0x7f);
+  const __m512 sub_scale = _mm512_set1_ps(512.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512i u = _mm512_castps_si512(_mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), s));
+    const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80));
+    const __m512i a = _mm512_and_si512(u, abs_mask);
+    // Normal: round at bit 20, then (biased exponent << 3 | mantissa) - (120 << 3); past 0x7e
+    // (exponent 15 with mantissa 7, or more) saturates.
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 20), one);
+    const __m512i r = _mm512_add_epi32(a, _mm512_add_epi32(round_bias, odd));
+    __m512i v = _mm512_min_epi32(_mm512_sub_epi32(_mm512_srli_epi32(r, 20), rebias), sat);
+    // Subnormal grid (the conversion rounds to nearest even, as nearbyint in the default mode).
+    const __m512i sub = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), sub_scale),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm512_mask_mov_epi32(v, _mm512_cmplt_epu32_mask(a, min_normal_bits), sub);
+    v = _mm512_mask_mov_epi32(v, _mm512_cmpge_epu32_mask(a, max_bits), sat);
+    v = _mm512_mask_mov_epi32(v, _mm512_cmpgt_epu32_mask(a, inf_bits), nan);
+    _mm_mask_storeu_epi8(q + i, m, _mm512_cvtepi32_epi8(_mm512_or_si512(v, sign)));
+  }
+}
+
 }  // namespace afd::kernels::detail

@@ -10,6 +10,7 @@
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "kernels/cpu/elementwise_kernels.h"
 #include "kernels/cpu/ops.h"
 #include "test_util.h"
 
@@ -139,6 +140,41 @@ TEST(Conversions, Bf16ToF32ExactForAllValues) {
     bf16_to_f32_row(all.data() + 1, 65535, got.data());
     for (int i = 1; i < 65536; ++i) ASSERT_EQ(f32_bits(got[i - 1]), f32_bits(bf16_to_f32(all[i]))) << i;
     EXPECT_EQ(got[65535], 7.0f);
+  }
+}
+
+// The AVX-512 rounding to e4m3 equals core/dtype.h's f32_to_fp8_e4m3 bit for bit on every
+// sign and exponent (NaN, infinities, saturation, the subnormal grid, zeros), every 11-bit
+// mantissa head, and mantissa tails at and around the rounding ties of every grid (normal:
+// bit 20; subnormal: bits 20..23 by exponent), plus random words; and with a scale != 1.
+TEST(Fp8, VectorRoundingMatchesScalarOnEdges) {
+  if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::vector<float> x;
+  const uint32_t tails[] = {0x0u, 0x1u, 0x7ffffu, 0x80000u, 0x80001u, 0xfffffu, 0x3ffffu, 0x40000u, 0x40001u,
+                            0x1ffffu, 0x20000u, 0x20001u, 0xffffu, 0x10000u, 0x10001u};
+  for (uint32_t sign = 0; sign < 2; ++sign)
+    for (uint32_t e = 0; e < 256; ++e)
+      for (uint32_t head = 0; head < 8; ++head)  // the 3 bits e4m3 keeps
+        for (uint32_t tail : tails)
+          for (uint32_t mid = 0; mid < 2; ++mid)  // bit 19..: with and without the tie bit's neighbour
+            x.push_back(f32_from_bits(sign << 31 | e << 23 | head << 20 | ((tail ^ (mid << 19)) & 0xfffffu)));
+  uint32_t r = 12345;
+  for (int i = 0; i < 200000; ++i) {
+    r = r * 1664525u + 1013904223u;
+    x.push_back(f32_from_bits(r));
+  }
+  for (float scale : {1.0f, 0.37f, 3.0e-5f, 1.0f / 448.0f}) {
+    std::vector<uint8_t> q(x.size());
+    detail::quantize_fp8_avx512(x.data(), scale, static_cast<int64_t>(x.size()), q.data());
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(q[i], f32_to_fp8_e4m3(x[i] / scale))
+          << "x bits 0x" << std::hex << f32_bits(x[i]) << " scale " << scale;
+  }
+  // Tails of every length up to a vector are written, and nothing past them.
+  for (int64_t n = 0; n <= 17; ++n) {
+    std::vector<uint8_t> q(20, 0xab);
+    detail::quantize_fp8_avx512(x.data() + 1000, 1.0f, n, q.data());
+    for (int64_t i = 0; i < 20; ++i) ASSERT_EQ(q[i], i < n ? f32_to_fp8_e4m3(x[1000 + i]) : 0xab) << n << " " << i;
   }
 }
 
