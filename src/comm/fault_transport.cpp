@@ -169,6 +169,44 @@ void FaultTransport::cancel(RequestId id) {
   if (found_inner) inner_->cancel(inner);
 }
 
+std::vector<RequestId> FaultTransport::take_held(PeerId peer) {
+  std::vector<RequestId> out;
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->peer != peer) {
+      ++it;
+      continue;
+    }
+    out.push_back(it->outer);
+    it = held_.erase(it);
+  }
+  return out;
+}
+
+Status FaultTransport::disconnect(PeerId peer) {
+  std::vector<RequestId> lost;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    lost = take_held(peer);
+  }
+  const std::string why = "peer '" + inner_->peer_name(peer) + "' disconnected while the send was held";
+  for (RequestId id : lost) table_.complete(id, Completion{unavailable(why), 0});
+  return inner_->disconnect(peer);
+}
+
+bool FaultTransport::next_event(PeerEvent* ev, int64_t deadline_ns) {
+  if (!inner_->next_event(ev, deadline_ns)) return false;
+  if (ev->kind == PeerEventKind::disconnected) {
+    std::vector<RequestId> lost;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      lost = take_held(ev->peer);
+    }
+    const std::string why = "peer '" + ev->name + "' disconnected while the send was held: " + ev->detail;
+    for (RequestId id : lost) table_.complete(id, Completion{unavailable(why), 0});
+  }
+  return true;
+}
+
 void FaultTransport::fault_loop() {
   std::unique_lock<std::mutex> lk(mu_);
   while (!stop_) {

@@ -10,6 +10,10 @@
 //   drop:    the next n sends (or each with probability p) vanish; the sender sees success.
 //   corrupt: the next n sends are copied and random bytes of the copy are flipped.
 //   disconnect(peer): the inner transport drops the connection (it reconnects as usual).
+// Held sends belong to the connection they were posted on, as on a real wire: when that
+// connection is lost — disconnect(peer) here, or a disconnected event seen through
+// next_event — the peer's held sends fail (unavailable) instead of reaching its next
+// connection later.
 // Threading: all methods thread-safe; held sends are forwarded by the wrapper's own thread.
 #pragma once
 
@@ -20,6 +24,7 @@
 #include <random>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "comm/request_table.h"
 #include "comm/transport.h"
@@ -50,7 +55,7 @@ class FaultTransport final : public Transport {
   Result<PeerId> peer_id(const std::string& name) const override { return inner_->peer_id(name); }
   std::string peer_name(PeerId peer) const override { return inner_->peer_name(peer); }
   bool is_connected(PeerId peer) const override { return inner_->is_connected(peer); }
-  bool next_event(PeerEvent* ev, int64_t deadline_ns) override { return inner_->next_event(ev, deadline_ns); }
+  bool next_event(PeerEvent* ev, int64_t deadline_ns) override;
   Result<RequestId> post_send(PeerId peer, uint64_t tag, const void* data, size_t len, CompletionFn on_done = {}) override;
   Result<RequestId> post_recv(PeerId peer, uint64_t tag, void* buf, size_t capacity, CompletionFn on_done = {}) override;
   bool test(RequestId id, Completion* out) override { return table_.test(id, out); }
@@ -60,7 +65,7 @@ class FaultTransport final : public Transport {
   void close() override;
   Result<MemoryRegion> register_memory(void* base, size_t size) override { return inner_->register_memory(base, size); }
   Status deregister_memory(const MemoryRegion& r) override { return inner_->deregister_memory(r); }
-  Status disconnect(PeerId peer) override { return inner_->disconnect(peer); }
+  Status disconnect(PeerId peer) override;
 
  private:
   struct Held {
@@ -74,6 +79,9 @@ class FaultTransport final : public Transport {
   };
   bool applies(PeerId target, PeerId peer) const { return target == kNoPeer || target == peer; }
   void forward(Held h);
+  // Removes the held sends to `peer` and returns their ids (mu_ held; the caller completes
+  // them after unlocking, as callbacks may post).
+  std::vector<RequestId> take_held(PeerId peer);
   void fault_loop();
 
   std::unique_ptr<Transport> inner_;

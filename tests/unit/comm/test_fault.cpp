@@ -137,6 +137,35 @@ TEST_P(FaultTest, DisconnectOnCommandAndReconnect) {
   EXPECT_EQ(got, 99u);
 }
 
+// A send held by a stall belongs to the connection it was posted on: when that connection
+// is dropped, the send fails, and lifting the stall later does not deliver it through the
+// next connection (it used to: an FFN worker's stale reply then reached the attention
+// side's next pass, from a buffer the worker had reused — "bad magic").
+TEST_P(FaultTest, HeldSendFailsWithItsConnection) {
+  auto p = make_fault_pair(GetParam());
+  p.b->set_stall(true);
+  uint64_t stale = 111, sentinel = 0;
+  auto s = p.b->post_send(p.b_sees_a, 7, &stale, 8);
+  ASSERT_TRUE(s.ok());
+  auto lost = p.a->post_recv(p.a_sees_b, 9, &sentinel, 8);  // fails once a has seen the loss
+  ASSERT_TRUE(p.b->disconnect(p.b_sees_a).is_ok());
+  Completion cs = p.b->wait(*s, deadline_in_ms(5000));
+  EXPECT_EQ(cs.status.code(), StatusCode::unavailable) << cs.status.to_string();
+  EXPECT_NE(cs.status.message().find("disconnected while the send was held"), std::string::npos)
+      << cs.status.to_string();
+  EXPECT_EQ(p.a->wait(*lost, deadline_in_ms(5000)).status.code(), StatusCode::unavailable);
+  ASSERT_TRUE(wait_for_peer(*p.b, "server", deadline_in_ms(10000)).ok());
+  ASSERT_TRUE(wait_for_peer(*p.a, "client", deadline_in_ms(10000)).ok());
+  uint64_t got = 0;
+  auto r = p.a->post_recv(p.a_sees_b, 7, &got, 8);
+  p.b->set_stall(false);
+  EXPECT_EQ(p.a->wait(*r, deadline_in_ms(200)).status.code(), StatusCode::timeout) << "got " << got;
+  p.a->cancel(*r);
+  p.a->wait(*r, deadline_in_ms(5000));
+  EXPECT_TRUE(send_and_recv(p, 8, 222, 5000, &got).is_ok());  // the new connection works
+  EXPECT_EQ(got, 222u);
+}
+
 // Random drops and corruptions on a stream of frames: every receive ends (ok, timeout or
 // a decode error) within its deadline; nothing hangs or crashes.
 TEST_P(FaultTest, FaultStormNeverHangs) {
