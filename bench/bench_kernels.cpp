@@ -6,9 +6,9 @@
 // round), the limits before every round and at the end (best sample used, worst printed too).
 // Weights are cold: each timed call uses the next of a set of distinct matrices whose total
 // size is several times the L3 cache, as MoE decode touches different experts every step.
-// --fp8: instead, the FP8 e4m3 quantization of AFD's dispatch (per-token scales, one
-// thread, activations hot in cache as after attention): the dispatched kernel against the
-// scalar reference and against a copy of the same bytes, in the same run.
+// --fp8: instead, the FP8 e4m3 quantization of AFD's dispatch and the FFN side's
+// dequantization (per-token scales, one thread, activations hot in cache): the dispatched
+// kernels against the scalar references and against a copy of the same bytes, in the same run.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -152,6 +152,11 @@ int run_fp8(bool quick) {
   std::printf("FP8 e4m3 quantization, per-token scales, one thread; isa %s\n", isa_name(active_isa()));
   std::printf("| tokens | hidden | scalar reference us | kernel us | speedup | kernel GB/s (f32 in) | copy GB/s | kernel / copy |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  struct Deq {
+    int64_t n, hidden;
+    double ref_s, k_s, copy_s, bytes;
+  };
+  std::vector<Deq> deq;
   for (int64_t hidden : {int64_t{2048}, int64_t{7168}})
     for (int64_t n : {int64_t{32}, int64_t{128}}) {
       const int64_t total = n * hidden;
@@ -173,7 +178,17 @@ int run_fp8(bool quick) {
       std::printf("| %lld | %lld | %.1f | %.1f | %.1fx | %.1f | %.1f | %.2f |\n", static_cast<long long>(n),
                   static_cast<long long>(hidden), ref_s * 1e6, k_s * 1e6, ref_s / k_s, bytes / k_s / 1e9,
                   bytes / copy_s / 1e9, copy_s / k_s);
+      const double dref_s = best_seconds([&] { ref::dequantize_fp8_e4m3(q.data(), sc.data(), total, hidden, y.data()); }, min_s);
+      const double dk_s = best_seconds([&] { dequantize_fp8_e4m3(q.data(), sc.data(), total, hidden, y.data()); }, min_s);
+      deq.push_back({n, hidden, dref_s, dk_s, copy_s, bytes});
     }
+  std::printf("\nFP8 e4m3 dequantization (the FFN worker's side), same inputs\n");
+  std::printf("| tokens | hidden | scalar reference us | kernel us | speedup | kernel GB/s (f32 out) | kernel / copy |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Deq& d : deq)
+    std::printf("| %lld | %lld | %.1f | %.1f | %.1fx | %.1f | %.2f |\n", static_cast<long long>(d.n),
+                static_cast<long long>(d.hidden), d.ref_s * 1e6, d.k_s * 1e6, d.ref_s / d.k_s, d.bytes / d.k_s / 1e9,
+                d.copy_s / d.k_s);
   return 0;
 }
 

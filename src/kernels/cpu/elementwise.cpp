@@ -98,7 +98,7 @@ void dequantize_fp8_e4m3(const uint8_t* q, const float* scales, int64_t n, int64
     const uint8_t* qg = q + g * group;
     float* xg = x + g * group;
     if (use_avx512()) {
-      detail::dequantize_fp8_avx512(qg, t.data(), scales[g], group, xg);
+      detail::dequantize_fp8_avx512(qg, scales[g], group, xg);
     } else {
       for (int64_t i = 0; i < group; ++i) xg[i] = t[qg[i]] * scales[g];
     }

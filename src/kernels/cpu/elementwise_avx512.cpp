@@ -150,13 +150,24 @@ AFD_AVX512 float amax_avx512(const float* x, int64_t n) {
   return _mm512_reduce_max_ps(mx);
 }
 
-AFD_AVX512 void dequantize_fp8_avx512(const uint8_t* q, const float* table, float scale, int64_t n, float* x) {
+AFD_AVX512 void dequantize_fp8_avx512(const uint8_t* q, float scale, int64_t n, float* x) {
+  // Decoded from the bits (core/dtype.cpp's table, without a gather): exponent field 0 is the
+  // subnormal grid m * 2^-9, 0x7f / 0xff is NaN, else (e << 3 | m) << 20 plus the rebias
+  // (120 << 23) is the f32 with the same value; the sign moves to bit 31.
   const __m512 s = _mm512_set1_ps(scale);
+  const __m512i low7 = _mm512_set1_epi32(0x7f), rebias = _mm512_set1_epi32(120 << 23);
+  const __m512i nan = _mm512_set1_epi32(0x7fc00000), eight = _mm512_set1_epi32(8);
+  const __m512 sub_unit = _mm512_set1_ps(1.0f / 512.0f);
   for (int64_t i = 0; i < n; i += 16) {
-    __mmask16 m = tail_mask(n - i);
-    __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, q + i));
-    __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, table, 4);
-    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(v, s));
+    const __mmask16 m = tail_mask(n - i);
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, q + i));
+    const __m512i em = _mm512_and_si512(v, low7);
+    __m512i bits = _mm512_add_epi32(_mm512_slli_epi32(em, 20), rebias);
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmplt_epi32_mask(em, eight),
+                                 _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(em), sub_unit)));
+    bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(em, low7), nan);
+    bits = _mm512_or_si512(bits, _mm512_slli_epi32(_mm512_xor_si512(v, em), 24));  // sign: bit 7 -> 31
+    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_castsi512_ps(bits), s));
   }
 }
 

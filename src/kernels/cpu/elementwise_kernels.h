@@ -14,8 +14,8 @@ void f32_to_bf16_row_avx512(const float* x, int64_t n, uint16_t* y);
 void bf16_to_f32_row_avx512(const uint16_t* x, int64_t n, float* y);
 // max |x[i]| over i < n.
 float amax_avx512(const float* x, int64_t n);
-// x[i] = table[q[i]] * scale for i < n; table: the 256 fp8 e4m3 values as f32.
-void dequantize_fp8_avx512(const uint8_t* q, const float* table, float scale, int64_t n, float* x);
+// x[i] = fp8_e4m3_to_f32(q[i]) * scale for i < n (core/dtype.h), bit for bit.
+void dequantize_fp8_avx512(const uint8_t* q, float scale, int64_t n, float* x);
 // q[i] = f32_to_fp8_e4m3(x[i] / scale) for i < n (core/dtype.h), bit for bit.
 void quantize_fp8_avx512(const float* x, float scale, int64_t n, uint8_t* q);
 
