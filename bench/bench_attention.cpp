@@ -10,14 +10,34 @@
 #include "core/timer.h"
 #include "model/gqa_attention.h"
 
+namespace {
+
+// argv[i] as a whole number in [1, max], or `fallback` when absent; -1 if it is not one.
+int64_t positive_arg(int argc, char** argv, int i, int64_t fallback, int64_t max) {
+  if (argc <= i) return fallback;
+  char* end = nullptr;
+  const long long v = std::strtoll(argv[i], &end, 10);
+  return end != argv[i] && *end == 0 && v >= 1 && v <= max ? v : -1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace afd;
-  const int64_t ctx = argc > 1 ? std::atoll(argv[1]) : 4096;
-  const int64_t n_kv = argc > 2 ? std::atoll(argv[2]) : 4, n_heads = 8 * n_kv, hd = 128;
-  const int reps = argc > 3 ? std::atoi(argv[3]) : 20;
+  const int64_t ctx = positive_arg(argc, argv, 1, 4096, int64_t{1} << 24);
+  const int64_t n_kv = positive_arg(argc, argv, 2, 4, 64), n_heads = 8 * n_kv, hd = 128;
+  const int reps = static_cast<int>(positive_arg(argc, argv, 3, 20, 100000));
+  if (argc > 4 || ctx < 0 || n_kv < 0 || reps < 0) {
+    std::fprintf(stderr, "usage: bench_attention [ctx (1..2^24, 4096)] [n_kv_heads (1..64, 4)] [reps (20)]\n");
+    return 2;
+  }
   for (DType dt : {DType::bf16, DType::f8_e4m3, DType::f32}) {
     KvCacheConfig c{1, n_kv, hd, 16, (ctx + 15) / 16, dt};
     auto kv = PagedKvCache::create(c);
+    if (!kv.ok()) {
+      std::fprintf(stderr, "bench_attention: %s\n", kv.status().to_string().c_str());
+      return 1;
+    }
     (void)(*kv)->add_sequence(0);
     (void)(*kv)->append(0, ctx);
     std::vector<float> k(n_kv * hd), q(n_heads * hd), out(n_heads * hd);

@@ -118,6 +118,12 @@ Result_ run(const Args& a, const std::string& dir, const Tokenizer* tok, bool ca
 
 int main(int argc, char** argv) {
   Args a;
+  if (argc % 2 == 0) {  // flags come in pairs; a lone one (--help too) gets the usage
+    std::fprintf(stderr,
+                 "usage: bench_prefix_cache [--preset P] [--requests N] [--clients N] [--system TOKENS] [--user TOKENS] "
+                 "[--max-tokens N] [--threads N]\n");
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--preset") a.preset = v;

@@ -33,8 +33,14 @@ SimConfig baseline() {
 
 int main(int argc, char** argv) {
   int reps = 3;
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: bench_sim [--reps N]\n");
+      return 2;
+    }
+  }
 
   std::printf("bench_sim: AFD discrete-event simulator, seeds/003 baseline (B=256, mu_P=100, mu_D=500, N=10000/instance)\n");
   std::printf("event = one timed event popped from the queue (attention done, transfer done, FFN done)\n\n");
