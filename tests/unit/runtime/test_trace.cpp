@@ -12,9 +12,9 @@
 #include <sstream>
 #include <thread>
 
-#include "core/timer.h"
-
 #include <nlohmann/json.hpp>
+
+#include "core/timer.h"
 
 namespace afd {
 namespace {
@@ -24,11 +24,15 @@ std::string tmp_path(const std::string& name) {
       .string();
 }
 
-nlohmann::json read_json(const std::string& path) {
+std::string read_text(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str());  // throws (fails the test) if not JSON
+  return ss.str();
+}
+
+nlohmann::json read_json(const std::string& path) {
+  return nlohmann::json::parse(read_text(path));  // throws (fails the test) if not JSON
 }
 
 // ts (µs) of every complete event, by (pid, name).
@@ -79,21 +83,21 @@ TEST(TraceRecorder, MergedProcessesShareOneClock) {
     std::getline(in, second);
     std::ofstream(cut) << first << "\n" << second << "\n";  // no closing line: a part cut short
   }
-  std::vector<TracePartNote> skipped;
+  std::vector<TracePartNote> notes;
   // The output may be one of the parts (it is read before it is written).
-  ASSERT_TRUE(merge_trace_files({pa, pe, bad, pf, cut, missing}, pa, &skipped).is_ok());
-  ASSERT_EQ(skipped.size(), 3u);
-  EXPECT_EQ(skipped[0].path, bad);
-  EXPECT_EQ(skipped[0].why.rfind("not a trace", 0), 0u) << skipped[0].why;
-  EXPECT_FALSE(skipped[0].merged);
+  ASSERT_TRUE(merge_trace_files({pa, pe, bad, pf, cut, missing}, pa, &notes).is_ok());
+  ASSERT_EQ(notes.size(), 3u);
+  EXPECT_EQ(notes[0].path, bad);
+  EXPECT_EQ(notes[0].why.rfind("not a trace", 0), 0u) << notes[0].why;
+  EXPECT_FALSE(notes[0].merged);
   // A part cut short is merged with its complete lines (here: the process name only).
-  EXPECT_EQ(skipped[1].path, cut);
-  EXPECT_EQ(skipped[1].why.rfind("cut short", 0), 0u) << skipped[1].why;
-  EXPECT_NE(skipped[1].why.find("merged its 1 complete events"), std::string::npos) << skipped[1].why;
-  EXPECT_TRUE(skipped[1].merged);
-  EXPECT_EQ(skipped[2].path, missing);
-  EXPECT_EQ(skipped[2].why.rfind("cannot read", 0), 0u) << skipped[2].why;
-  EXPECT_FALSE(skipped[2].merged);
+  EXPECT_EQ(notes[1].path, cut);
+  EXPECT_EQ(notes[1].why.rfind("cut short", 0), 0u) << notes[1].why;
+  EXPECT_NE(notes[1].why.find("merged its 1 complete events"), std::string::npos) << notes[1].why;
+  EXPECT_TRUE(notes[1].merged);
+  EXPECT_EQ(notes[2].path, missing);
+  EXPECT_EQ(notes[2].why.rfind("cannot read", 0), 0u) << notes[2].why;
+  EXPECT_FALSE(notes[2].merged);
   const nlohmann::json j = read_json(pa);
   EXPECT_EQ(j["otherData"]["origin_ns"], 5000000);
   const auto ts = times(j);
@@ -104,20 +108,13 @@ TEST(TraceRecorder, MergedProcessesShareOneClock) {
   for (const auto& e : j["traceEvents"]) names += e["ph"] == "M" ? 1 : 0;
   EXPECT_EQ(names, 3);  // attention 0, ffn 0, and ffn 0 again from the cut part
   // A merged file merges again.
-  skipped.clear();
-  ASSERT_TRUE(merge_trace_files({pa}, pe, &skipped).is_ok());
-  EXPECT_TRUE(skipped.empty());
+  notes.clear();
+  ASSERT_TRUE(merge_trace_files({pa}, pe, &notes).is_ok());
+  EXPECT_TRUE(notes.empty());
   EXPECT_EQ(times(read_json(pe)).at({100, "ffn"})[0], 7.0);
   for (const auto& p : {pa, pf, pe, bad, cut}) std::filesystem::remove(p);
   // An output that cannot be written is an error.
   EXPECT_FALSE(merge_trace_files({}, "/nonexistent-dir/x.json", nullptr).is_ok());
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 TEST(TraceRecorder, StreamedFileIsCompleteAfterFinish) {
