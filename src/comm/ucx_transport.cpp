@@ -67,24 +67,38 @@ std::string ucs_error(const char* what, ucs_status_t st) { return std::string(wh
 
 class UcxTransportImpl;
 
-// The state of one UCX operation in flight (user_data of its UCX request). Pooled by the
-// transport and only touched with the worker lock held.
+// The state of one send in flight (user_data of its UCX request; a send that finishes
+// inside its post needs none). Pooled by the transport and only touched with the worker
+// lock held.
 struct OpCtx {
   UcxTransportImpl* self = nullptr;
   RequestId id = 0;
   PeerId peer = kNoPeer;
-  bool is_recv = false;
   void* req = nullptr;
   bool lost = false;
   std::string lost_why;
-  ucp_tag_recv_info_t info{};
-  // Set while ucp_tag_*_nbx runs: UCX may run the callback inside the call (e.g. a receive
-  // that matches an already-arrived message with NO_IMM_CMPL); the poster then frees ctx.
+  // Set while ucp_tag_send_nbx runs: UCX may run the callback inside the call; the poster
+  // then frees ctx.
   bool in_post = true;
   bool done = false;
   // Links in the transport's list of live operations (after the post returned in flight).
   OpCtx* live_prev = nullptr;
   OpCtx* live_next = nullptr;
+};
+
+// The state of one receive (user_data of its UCX request): one per request slot, in a table
+// the transport allocates once (a pending request's slot is not reused, so a receive owns
+// its entry from post to completion). Leaner than an OpCtx, as receives are on every
+// message's path: no pool, no list — a lost peer or close() scans the table (rare), and a
+// lost receive's reason is its peer's (Peer::lost_why). Worker lock held.
+struct RecvOp {
+  enum : uint8_t { kIdle, kPosting, kDoneInPost, kLive };
+  UcxTransportImpl* self = nullptr;  // set once
+  void* req = nullptr;               // the UCX request while kLive
+  RequestId id = 0;
+  PeerId peer = kNoPeer;
+  uint8_t state = kIdle;
+  bool lost = false;
 };
 
 struct ErrArg {
@@ -96,7 +110,9 @@ struct ErrArg {
 class UcxTransportImpl final : public UcxTransport {
  public:
   explicit UcxTransportImpl(UcxOptions opt)
-      : opt_(std::move(opt)), table_(kMaxInFlight, std::min<int64_t>(opt_.waiter_spin_ns, 20000)) {}
+      : opt_(std::move(opt)), table_(kMaxInFlight, std::min<int64_t>(opt_.waiter_spin_ns, 20000)) {
+    for (uint32_t i = 0; i < kMaxInFlight; ++i) recv_ops_[i].self = this;
+  }
   ~UcxTransportImpl() override { close(); }
 
   Status init();
@@ -132,7 +148,7 @@ class UcxTransportImpl final : public UcxTransport {
 
   // Callbacks (progress thread).
   static void send_cb(void* request, ucs_status_t status, void* user_data);
-  static void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data);
+  static void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data);  // RecvOp
   static void err_cb(void* arg, ucp_ep_h ep, ucs_status_t status);
 
  private:
@@ -146,6 +162,7 @@ class UcxTransportImpl final : public UcxTransport {
     ucp_ep_h ep = nullptr;
     int fd = -1;
     uint64_t gen = 0;
+    std::string lost_why;        // why the last connection was lost (its receives fail with it)
   };
   struct Command {
     enum Kind : uint8_t { send, recv, cancel, add_peer, drop_peer } kind;
@@ -218,11 +235,16 @@ class UcxTransportImpl final : public UcxTransport {
   void finish(OpCtx* ctx, Completion c);
   // Worker lock held: OpCtx pool, and the live set (by request slot, plus a list for
   // lose_peer and shutdown), which keeps n_live_.
-  OpCtx* take_ctx(RequestId id, PeerId peer, bool is_recv);
+  OpCtx* take_ctx(RequestId id, PeerId peer);
   void give_ctx(OpCtx* ctx);
   void add_live(OpCtx* ctx);
   void remove_live(OpCtx* ctx);
   OpCtx* find_live(RequestId id) const;
+  // Worker lock held: the UCX request of a live operation (send or receive), or null.
+  void* live_request(RequestId id) const;
+  // Worker lock held: the ids of the live receives (of `peer`, or all with kNoPeer; a lost
+  // peer's are marked lost).
+  std::vector<RequestId> live_recvs(PeerId peer, bool mark_lost);
   ucp_mem_h find_memh(const void* p, size_t n);  // worker lock held
   // Worker lock held: passes buf's registered handle to UCX, for kMemhMinBytes and more.
   void add_memh(ucp_request_param_t* param, const void* buf, size_t len);
@@ -285,6 +307,7 @@ class UcxTransportImpl final : public UcxTransport {
   std::unique_ptr<OpCtx*[]> live_{new OpCtx*[kMaxInFlight]()};  // by request slot
   OpCtx* live_head_ = nullptr;
   std::vector<OpCtx*> ctx_pool_;
+  std::unique_ptr<RecvOp[]> recv_ops_{new RecvOp[kMaxInFlight]};  // by request slot
   std::vector<void*> closing_;
   std::vector<std::unique_ptr<ErrArg>> err_args_;
   std::vector<std::pair<PeerId, uint64_t>> failed_eps_;
@@ -556,7 +579,7 @@ ucp_mem_h UcxTransportImpl::find_memh(const void* p, size_t n) {
 
 // ---------------- progress thread ----------------
 
-OpCtx* UcxTransportImpl::take_ctx(RequestId id, PeerId peer, bool is_recv) {
+OpCtx* UcxTransportImpl::take_ctx(RequestId id, PeerId peer) {
   OpCtx* ctx;
   if (ctx_pool_.empty()) {
     ctx = new OpCtx;
@@ -568,7 +591,6 @@ OpCtx* UcxTransportImpl::take_ctx(RequestId id, PeerId peer, bool is_recv) {
     ctx->req = nullptr;
     ctx->lost = false;
     ctx->lost_why.clear();
-    ctx->info = ucp_tag_recv_info_t{};
     ctx->in_post = true;
     ctx->done = false;
     ctx->live_prev = ctx->live_next = nullptr;
@@ -576,7 +598,6 @@ OpCtx* UcxTransportImpl::take_ctx(RequestId id, PeerId peer, bool is_recv) {
   ctx->self = this;
   ctx->id = id;
   ctx->peer = peer;
-  ctx->is_recv = is_recv;
   return ctx;
 }
 
@@ -604,6 +625,26 @@ OpCtx* UcxTransportImpl::find_live(RequestId id) const {
   if (slot >= kMaxInFlight) return nullptr;
   OpCtx* ctx = live_[slot];
   return ctx != nullptr && ctx->id == id ? ctx : nullptr;  // the same slot under another generation is not it
+}
+
+void* UcxTransportImpl::live_request(RequestId id) const {
+  const uint32_t slot = RequestTable::slot_of(id);
+  if (slot >= kMaxInFlight) return nullptr;
+  const RecvOp& r = recv_ops_[slot];
+  if (r.state == RecvOp::kLive && r.id == id) return r.req;
+  OpCtx* ctx = find_live(id);
+  return ctx != nullptr ? ctx->req : nullptr;
+}
+
+std::vector<RequestId> UcxTransportImpl::live_recvs(PeerId peer, bool mark_lost) {
+  std::vector<RequestId> ids;
+  for (uint32_t i = 0; i < kMaxInFlight; ++i) {
+    RecvOp& r = recv_ops_[i];
+    if (r.state != RecvOp::kLive || (peer != kNoPeer && r.peer != peer)) continue;
+    if (mark_lost) r.lost = true;
+    ids.push_back(r.id);
+  }
+  return ids;
 }
 
 void UcxTransportImpl::finish(OpCtx* ctx, Completion c) {
@@ -637,13 +678,13 @@ void UcxTransportImpl::send_cb(void* request, ucs_status_t status, void* user_da
 }
 
 void UcxTransportImpl::recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
-  auto* ctx = static_cast<OpCtx*>(user_data);
-  UcxTransportImpl* self = ctx->self;
+  auto* r = static_cast<RecvOp*>(user_data);
+  UcxTransportImpl* self = r->self;
   Completion c;
   if (status == UCS_OK) {
     c = Completion{Status::ok(), info ? info->length : 0};
-  } else if (ctx->lost) {
-    c = Completion{unavailable(ctx->lost_why), 0};
+  } else if (r->lost) {
+    c = Completion{unavailable(self->peers_[r->peer].lost_why), 0};
   } else if (status == UCS_ERR_CANCELED) {
     c = Completion{cancelled("receive cancelled"), 0};
   } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
@@ -652,7 +693,15 @@ void UcxTransportImpl::recv_cb(void* request, ucs_status_t status, const ucp_tag
     c = Completion{unavailable(ucs_error("receive failed", status)), 0};
   }
   ucp_request_free(request);
-  self->finish(ctx, std::move(c));
+  // The entry is settled before the request completes (a waiter may reuse the slot).
+  if (r->state == RecvOp::kPosting) {
+    r->state = RecvOp::kDoneInPost;  // the poster sees it when the post call returns
+  } else {
+    r->state = RecvOp::kIdle;
+    r->req = nullptr;
+    self->n_live_.store(self->n_live_.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+  }
+  self->table_.complete_exclusive(r->id, std::move(c));
 }
 
 void UcxTransportImpl::err_cb(void* arg, ucp_ep_h, ucs_status_t status) {
@@ -668,7 +717,7 @@ void UcxTransportImpl::do_send(RequestId id, PeerId peer, uint64_t user_tag, voi
     table_.complete_exclusive(id, Completion{unavailable("peer '" + peer_name(peer) + "' is not connected"), 0});
     return;
   }
-  OpCtx* ctx = take_ctx(id, peer, false);
+  OpCtx* ctx = take_ctx(id, peer);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxTransportImpl::send_cb;
@@ -712,32 +761,34 @@ void UcxTransportImpl::do_recv(RequestId id, PeerId peer, uint64_t user_tag, voi
     table_.complete_exclusive(id, Completion{unavailable("peer '" + peer_name(peer) + "' is not connected"), 0});
     return;
   }
-  OpCtx* ctx = take_ctx(id, peer, true);
-  ucp_request_param_t param{};
+  RecvOp* r = &recv_ops_[RequestTable::slot_of(id)];
+  r->id = id;
+  r->peer = peer;
+  r->lost = false;
+  r->state = RecvOp::kPosting;
+  ucp_request_param_t param;  // UCX reads only the fields op_attr_mask selects
   // UCX 1.13 leaves recv_info.tag_info unfilled on immediate completion of an unexpected
   // eager message (measured: length 0), so completions always go through the callback.
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &UcxTransportImpl::recv_cb;
-  param.user_data = ctx;
+  param.user_data = r;
   add_memh(&param, buf, len);
   uint64_t tag = wire_tag(peers_[peer].recv_src, user_tag);
   ucs_status_ptr_t st = ucp_tag_recv_nbx(worker_, buf, len, tag, ~uint64_t{0}, &param);
-  if (st == nullptr) {
-    size_t got = ctx->info.length;
-    give_ctx(ctx);
-    table_.complete_exclusive(id, Completion{Status::ok(), got});
-  } else if (UCS_PTR_IS_ERR(st)) {
-    ucs_status_t e = UCS_PTR_STATUS(st);
-    Status s = e == UCS_ERR_MESSAGE_TRUNCATED ? resource_exhausted("message exceeds the posted receive buffer")
-                                              : unavailable(ucs_error("ucp_tag_recv_nbx", e));
-    give_ctx(ctx);
-    table_.complete_exclusive(id, Completion{s, 0});
-  } else if (ctx->done) {
-    give_ctx(ctx);  // completed inside the call
+  if (r->state == RecvOp::kDoneInPost) {
+    r->state = RecvOp::kIdle;  // completed inside the call
+  } else if (UCS_PTR_IS_ERR(st) || st == nullptr) {
+    // An error, or (not expected with NO_IMM_CMPL) an immediate completion whose length
+    // UCX would not have reported.
+    r->state = RecvOp::kIdle;
+    ucs_status_t e = st == nullptr ? UCS_ERR_NO_MESSAGE : UCS_PTR_STATUS(st);
+    Status why = e == UCS_ERR_MESSAGE_TRUNCATED ? resource_exhausted("message exceeds the posted receive buffer")
+                                                : unavailable(ucs_error("ucp_tag_recv_nbx", e));
+    table_.complete_exclusive(id, Completion{why, 0});
   } else {
-    ctx->in_post = false;
-    ctx->req = st;
-    add_live(ctx);
+    r->req = st;
+    r->state = RecvOp::kLive;
+    n_live_.store(n_live_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
 }
 
@@ -818,16 +869,16 @@ void UcxTransportImpl::lose_peer(PeerId pid, uint64_t gen, const std::string& wh
     p.fd = -1;
   }
   std::string msg = "peer '" + name + "' disconnected: " + why;
-  // ucp_request_cancel may run the completion callback (which removes from the live set)
-  // synchronously: collect first, cancel after.
-  std::vector<RequestId> to_cancel;
+  // Its sends fail on their own as the endpoint closes (with msg); its receives (matched
+  // worker-wide, not by endpoint) are cancelled. ucp_request_cancel may run the completion
+  // callback synchronously: collect first, cancel after.
   for (OpCtx* ctx = live_head_; ctx != nullptr; ctx = ctx->live_next) {
     if (ctx->peer != pid) continue;
     ctx->lost = true;
     ctx->lost_why = msg;
-    if (ctx->is_recv) to_cancel.push_back(ctx->id);
   }
-  cancel_live(to_cancel);
+  p.lost_why = msg;
+  cancel_live(live_recvs(pid, /*mark_lost=*/true));
   if (p.ep != nullptr) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -870,7 +921,7 @@ void UcxTransportImpl::check_liveness() {
 void UcxTransportImpl::cancel_live(const std::vector<RequestId>& ids) {
   // Looked up one by one: a cancel may complete (and free) other requests synchronously.
   for (RequestId id : ids) {
-    if (OpCtx* ctx = find_live(id)) ucp_request_cancel(worker_, ctx->req);
+    if (void* req = live_request(id)) ucp_request_cancel(worker_, req);
   }
 }
 
@@ -881,7 +932,7 @@ void UcxTransportImpl::handle(Command& c) {
     case Command::add_peer: add_peer(c); break;
     case Command::drop_peer: lose_peer(c.peer, peers_[c.peer].gen, c.detail); break;
     case Command::cancel:
-      if (OpCtx* ctx = find_live(c.id)) ucp_request_cancel(worker_, ctx->req);
+      if (void* req = live_request(c.id)) ucp_request_cancel(worker_, req);
       break;
   }
 }
@@ -1153,12 +1204,12 @@ void UcxTransportImpl::progress_loop() {
   }
   for (PeerId i = 0; i < n; ++i) lose_peer(i, peers_[i].gen, "transport closed");
   {
-    std::vector<RequestId> to_cancel;
+    std::vector<RequestId> to_cancel = live_recvs(kNoPeer, /*mark_lost=*/false);
     for (OpCtx* ctx = live_head_; ctx != nullptr; ctx = ctx->live_next) to_cancel.push_back(ctx->id);
     cancel_live(to_cancel);
   }
   int64_t deadline = now_ns() + 2000000000;
-  while ((live_head_ != nullptr || !closing_.empty()) && now_ns() < deadline) {
+  while ((n_live_.load(std::memory_order_relaxed) > 0 || !closing_.empty()) && now_ns() < deadline) {
     ucp_worker_progress(worker_);
     for (auto it = closing_.begin(); it != closing_.end();) {
       if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
@@ -1171,7 +1222,8 @@ void UcxTransportImpl::progress_loop() {
   }
   // The UCX requests still live are abandoned with their worker; their ctx leak
   // intentionally (the worker may still reference them).
-  std::vector<RequestId> abandoned;
+  std::vector<RequestId> abandoned = live_recvs(kNoPeer, /*mark_lost=*/false);
+  for (RequestId id : abandoned) recv_ops_[RequestTable::slot_of(id)].state = RecvOp::kIdle;
   for (OpCtx* ctx = live_head_; ctx != nullptr; ctx = ctx->live_next) {
     live_[RequestTable::slot_of(ctx->id)] = nullptr;
     abandoned.push_back(ctx->id);
