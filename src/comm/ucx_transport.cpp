@@ -233,8 +233,8 @@ class UcxTransportImpl final : public UcxTransport {
   void lose_peer(PeerId p, uint64_t gen, const std::string& why);
   void check_liveness();
   void finish(OpCtx* ctx, Completion c);
-  // Worker lock held: OpCtx pool, and the live set (by request slot, plus a list for
-  // lose_peer and shutdown), which keeps n_live_.
+  // Worker lock held: OpCtx pool (sends), and their live set (by request slot, plus a list
+  // for lose_peer and shutdown); n_live_ counts these and the live receives (recv_ops_).
   OpCtx* take_ctx(RequestId id, PeerId peer);
   void give_ctx(OpCtx* ctx);
   void add_live(OpCtx* ctx);
@@ -777,11 +777,14 @@ void UcxTransportImpl::do_recv(RequestId id, PeerId peer, uint64_t user_tag, voi
   ucs_status_ptr_t st = ucp_tag_recv_nbx(worker_, buf, len, tag, ~uint64_t{0}, &param);
   if (r->state == RecvOp::kDoneInPost) {
     r->state = RecvOp::kIdle;  // completed inside the call
-  } else if (UCS_PTR_IS_ERR(st) || st == nullptr) {
-    // An error, or (not expected with NO_IMM_CMPL) an immediate completion whose length
-    // UCX would not have reported.
+  } else if (st == nullptr) {
+    // Not expected with NO_IMM_CMPL: an immediate completion, whose length UCX would not
+    // have reported (see above).
     r->state = RecvOp::kIdle;
-    ucs_status_t e = st == nullptr ? UCS_ERR_NO_MESSAGE : UCS_PTR_STATUS(st);
+    table_.complete_exclusive(id, Completion{internal_error("ucp_tag_recv_nbx completed at once despite NO_IMM_CMPL"), 0});
+  } else if (UCS_PTR_IS_ERR(st)) {
+    r->state = RecvOp::kIdle;
+    ucs_status_t e = UCS_PTR_STATUS(st);
     Status why = e == UCS_ERR_MESSAGE_TRUNCATED ? resource_exhausted("message exceeds the posted receive buffer")
                                                 : unavailable(ucs_error("ucp_tag_recv_nbx", e));
     table_.complete_exclusive(id, Completion{why, 0});
