@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include "core/check.h"
+#include "kernels/cpu/ops.h"
 
 namespace afd {
 
@@ -267,19 +268,15 @@ void PagedKvCache::store_row(uint8_t* data, float* scales, int64_t block, int64_
       case DType::f32:
         std::memcpy(reinterpret_cast<float*>(data) + r * hd, xh, static_cast<size_t>(hd) * 4);
         break;
-      case DType::bf16: {
-        auto* d = reinterpret_cast<uint16_t*>(data) + r * hd;
-        for (int64_t i = 0; i < hd; ++i) d[i] = f32_to_bf16(xh[i]).bits;
+      case DType::bf16:
+        kernels::f32_to_bf16_row(xh, hd, reinterpret_cast<uint16_t*>(data) + r * hd);
         break;
-      }
       default: {  // fp8 e4m3, one scale per head row
         uint8_t* d = data + r * hd;
-        float amax = 0;
-        for (int64_t i = 0; i < hd; ++i) amax = std::max(amax, std::fabs(xh[i]));
+        const float amax = kernels::abs_max(xh, hd);
         const float s = amax > 0 ? amax / kFp8E4M3Max : 1.0f;
         scales[r] = s;
-        const float inv = 1.0f / s;
-        for (int64_t i = 0; i < hd; ++i) d[i] = f32_to_fp8_e4m3(xh[i] * inv);
+        kernels::scale_to_fp8_e4m3(xh, hd, 1.0f / s, d);
       }
     }
   }

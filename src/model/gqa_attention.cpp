@@ -12,6 +12,10 @@
 #include "kernels/cpu/ops.h"
 
 #if defined(__x86_64__)
+// GCC 12 reports false -Wmaybe-uninitialized warnings inside its own AVX-512 headers
+// (_mm*_undefined_* helpers, GCC bug 105593), as in kernels/cpu/elementwise_avx512.cpp.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #endif
 

@@ -91,6 +91,18 @@ void quantize_fp8_e4m3(const float* x, int64_t n, int64_t group, uint8_t* q, flo
   }
 }
 
+float abs_max(const float* x, int64_t n) {
+  if (use_avx512() && n > 0) return detail::amax_avx512(x, n);
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
+void scale_to_fp8_e4m3(const float* x, int64_t n, float mul, uint8_t* q) {
+  if (use_avx512()) return detail::scale_to_fp8_avx512(x, mul, n, q);
+  for (int64_t i = 0; i < n; ++i) q[i] = f32_to_fp8_e4m3(x[i] * mul);
+}
+
 void dequantize_fp8_e4m3(const uint8_t* q, const float* scales, int64_t n, int64_t group, float* x) {
   AFD_CHECK(group > 0 && n % group == 0, "dequantize_fp8_e4m3: n must be a multiple of group");
   const std::array<float, 256>& t = fp8_table();

@@ -171,7 +171,11 @@ AFD_AVX512 void dequantize_fp8_avx512(const uint8_t* q, float scale, int64_t n, 
   }
 }
 
-AFD_AVX512 void quantize_fp8_avx512(const float* x, float scale, int64_t n, uint8_t* q) {
+namespace {
+
+// q[i] = f32_to_fp8_e4m3(x[i] / s) (kDivide) or f32_to_fp8_e4m3(x[i] * s).
+template <bool kDivide>
+AFD_AVX512 inline void quantize_fp8_impl(const float* x, float scale, int64_t n, uint8_t* q) {
   // core/dtype.h f32_to_fp8_e4m3, lane-wise on the bits of x[i] / scale (a vector division
   // rounds exactly as the scalar one): NaN -> 0x7f, |y| >= 448 -> 0x7e (saturate), |y| < 2^-6
   // -> the subnormal grid round(|y| * 2^9) (0..8; 8 is 2^-6's code), else the mantissa
@@ -187,7 +191,8 @@ AFD_AVX512 void quantize_fp8_avx512(const float* x, float scale, int64_t n, uint
   const __m512 sub_scale = _mm512_set1_ps(512.0f);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
-    const __m512i u = _mm512_castps_si512(_mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), s));
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+    const __m512i u = _mm512_castps_si512(kDivide ? _mm512_div_ps(xv, s) : _mm512_mul_ps(xv, s));
     const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80));
     const __m512i a = _mm512_and_si512(u, abs_mask);
     // Normal: round at bit 20, then (biased exponent << 3 | mantissa) - (120 << 3); past 0x7e
@@ -203,6 +208,16 @@ AFD_AVX512 void quantize_fp8_avx512(const float* x, float scale, int64_t n, uint
     v = _mm512_mask_mov_epi32(v, _mm512_cmpgt_epu32_mask(a, inf_bits), nan);
     _mm_mask_storeu_epi8(q + i, m, _mm512_cvtepi32_epi8(_mm512_or_si512(v, sign)));
   }
+}
+
+}  // namespace
+
+AFD_AVX512 void quantize_fp8_avx512(const float* x, float scale, int64_t n, uint8_t* q) {
+  quantize_fp8_impl<true>(x, scale, n, q);
+}
+
+AFD_AVX512 void scale_to_fp8_avx512(const float* x, float mul, int64_t n, uint8_t* q) {
+  quantize_fp8_impl<false>(x, mul, n, q);
 }
 
 }  // namespace afd::kernels::detail

@@ -18,5 +18,7 @@ float amax_avx512(const float* x, int64_t n);
 void dequantize_fp8_avx512(const uint8_t* q, float scale, int64_t n, float* x);
 // q[i] = f32_to_fp8_e4m3(x[i] / scale) for i < n (core/dtype.h), bit for bit.
 void quantize_fp8_avx512(const float* x, float scale, int64_t n, uint8_t* q);
+// q[i] = f32_to_fp8_e4m3(x[i] * mul) for i < n, bit for bit.
+void scale_to_fp8_avx512(const float* x, float mul, int64_t n, uint8_t* q);
 
 }  // namespace afd::kernels::detail

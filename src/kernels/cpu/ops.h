@@ -55,6 +55,13 @@ void bf16_to_f32_row(const uint16_t* x, int64_t n, float* y);
 void quantize_fp8_e4m3(const float* x, int64_t n, int64_t group, uint8_t* q, float* scales);
 // x[i] = fp8_to_f32(q[i]) * scales[i / group]
 void dequantize_fp8_e4m3(const uint8_t* q, const float* scales, int64_t n, int64_t group, float* x);
+// q[i] = f32_to_fp8_e4m3(x[i] * mul) for i < n (core/dtype.h): the KV cache's rounding, which
+// multiplies by the inverse of its scale.
+void scale_to_fp8_e4m3(const float* x, int64_t n, float mul, uint8_t* q);
+// max |x[i]| over i < n (0 for n == 0); exact for finite x (a maximum does not depend on the
+// order). With a NaN in x the result is unspecified (the vector path returns NaN, the scalar
+// one skips it).
+float abs_max(const float* x, int64_t n);
 
 // Name of the implementation linear() dispatches to on this CPU ("avx512_bf16", "avx2", "scalar").
 const char* linear_impl_name(ActPrecision prec);

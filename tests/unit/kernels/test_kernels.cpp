@@ -146,7 +146,8 @@ TEST(Conversions, Bf16ToF32ExactForAllValues) {
 // The AVX-512 rounding to e4m3 equals core/dtype.h's f32_to_fp8_e4m3 bit for bit on every
 // sign and exponent (NaN, infinities, saturation, the subnormal grid, zeros), every 11-bit
 // mantissa head, and mantissa tails at and around the rounding ties of every grid (normal:
-// bit 20; subnormal: bits 20..23 by exponent), plus random words; and with a scale != 1.
+// bit 20; subnormal: bits 20..23 by exponent), plus random words; and with a scale != 1,
+// dividing (dispatch) or multiplying (the KV cache).
 TEST(Fp8, VectorRoundingMatchesScalarOnEdges) {
   if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::vector<float> x;
@@ -169,6 +170,13 @@ TEST(Fp8, VectorRoundingMatchesScalarOnEdges) {
     for (size_t i = 0; i < x.size(); ++i)
       ASSERT_EQ(q[i], f32_to_fp8_e4m3(x[i] / scale))
           << "x bits 0x" << std::hex << f32_bits(x[i]) << " scale " << scale;
+  }
+  // The KV cache's form (multiply by the inverse scale), through the public entry point.
+  for (float mul : {1.0f, 2.7f, 1.0f / 0.37f, 33333.0f}) {
+    std::vector<uint8_t> q(x.size());
+    scale_to_fp8_e4m3(x.data(), static_cast<int64_t>(x.size()), mul, q.data());
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(q[i], f32_to_fp8_e4m3(x[i] * mul)) << "x bits 0x" << std::hex << f32_bits(x[i]) << " mul " << mul;
   }
   // Tails of every length up to a vector are written, and nothing past them.
   for (int64_t n = 0; n <= 17; ++n) {

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "kv/paged_kv_cache.h"
 
 namespace afd {
@@ -85,6 +87,49 @@ TEST(PagedKvCache, RoundTripF32) { check_round_trip(DType::f32, 0.0f); }
 TEST(PagedKvCache, RoundTripBf16) { check_round_trip(DType::bf16, 1.0f / 128); }
 // e4m3 has 3 mantissa bits: relative step 1/8 near the top of each binade, scaled per head.
 TEST(PagedKvCache, RoundTripFp8) { check_round_trip(DType::f8_e4m3, 1.0f / 16); }
+
+// The stored rounding is exactly core/dtype.h's, element by element (the store goes through
+// the vector kernels where the CPU has them): bf16 round to nearest even; fp8 with the head
+// row's scale amax / 448 and x * (1 / scale) rounded; head_dim 8 and 40 (a masked tail).
+void check_exact_store(DType dt, int64_t hd) {
+  KvCacheConfig cfg = small_cfg(dt);
+  cfg.head_dim = hd;
+  auto kv = PagedKvCache::create(cfg);
+  ASSERT_TRUE(kv.ok());
+  auto& c = **kv;
+  ASSERT_TRUE(c.add_sequence(1).is_ok());
+  ASSERT_TRUE(c.append(1, 3).is_ok());
+  const int64_t n = cfg.n_kv_heads * hd;
+  std::vector<float> k(n), v(n), out(n);
+  for (int64_t pos = 0; pos < 3; ++pos) {
+    for (int64_t i = 0; i < n; ++i) {
+      k[i] = std::sin(1.7f * i + pos) * std::exp(0.21f * (i % 23) - 2.0f);
+      v[i] = i % 5 == 0 ? 0.0f : -k[i] * 3.3f;
+    }
+    c.write(0, 1, pos, k.data(), v.data());
+    for (const auto* x : {&k, &v}) {
+      (x == &k ? c.read_k(0, 1, pos, out.data()) : c.read_v(0, 1, pos, out.data()));
+      for (int64_t h = 0; h < cfg.n_kv_heads; ++h) {
+        float amax = 0;
+        for (int64_t i = 0; i < hd; ++i) amax = std::max(amax, std::fabs((*x)[h * hd + i]));
+        const float s = amax > 0 ? amax / kFp8E4M3Max : 1.0f, inv = 1.0f / s;
+        for (int64_t i = 0; i < hd; ++i) {
+          const float xi = (*x)[h * hd + i];
+          const float want = dt == DType::bf16 ? bf16_to_f32(f32_to_bf16(xi).bits)
+                                               : fp8_e4m3_to_f32(f32_to_fp8_e4m3(xi * inv)) * s;
+          ASSERT_EQ(f32_bits(out[h * hd + i]), f32_bits(want)) << dtype_name(dt) << " pos " << pos << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedKvCache, StoresExactlyAsTheScalarRounding) {
+  for (int64_t hd : {int64_t{8}, int64_t{40}}) {
+    check_exact_store(DType::bf16, hd);
+    check_exact_store(DType::f8_e4m3, hd);
+  }
+}
 
 TEST(PagedKvCache, RejectsBadConfig) {
   auto c = small_cfg(DType::i32);
