@@ -114,6 +114,18 @@ check "1A4F --ffn-tp 2 with --spawn-ffn (hybrid TP+EP worker processes)" "$want_
 sleep 0.5
 if pgrep -f -- "worker --role ffn --model $M" >/dev/null; then echo "FAIL spawned workers left running"; fails=$((fails+1)); else echo "ok   spawned workers stopped"; fi
 
+# afd calibrate samples the engine; with --trace its spans are written too (they used to be
+# recorded and dropped), and the profile goes to --out.
+out=$("$AFD" --log-level error calibrate --model "$M" --batches 1,2 --contexts 8 --threads 1 \
+      --trace "$TMP/cal_trace.json" --out "$TMP/profile.json" 2>&1); rc=$?
+if [ $rc = 0 ] && n=$(/usr/bin/python3 -c "
+import json, sys
+ev = json.load(open(sys.argv[1]))['traceEvents']
+n = sum(1 for e in ev if e['ph'] == 'X' and e['name'] == 'attention')
+assert n > 0 and 'ffn' in json.load(open(sys.argv[2]))
+print(n)" "$TMP/cal_trace.json" "$TMP/profile.json"); then echo "ok   afd calibrate --trace --out: profile written, $n attention spans traced"
+else echo "FAIL afd calibrate --trace: rc=$rc $(tail -2 <<<"$out")"; fails=$((fails+1)); fi
+
 # Multi-process over UCX: the attention side starts first and waits for its FFN workers.
 port0=$((20000 + RANDOM % 20000)); port1=$((port0 + 1))
 ( sleep 1; exec "$AFD" worker --role ffn --model "$M" --listen 127.0.0.1:$port0 --shard 0/2 --threads 1 \
