@@ -31,12 +31,6 @@ std::string head_line(int64_t origin, uint64_t dropped) {
   return buf;
 }
 
-// Where the dropped count starts in head_line(origin, ...).
-long dropped_offset(int64_t origin) {
-  const std::string h = head_line(origin, 0);
-  return static_cast<long>(h.find("\"dropped_spans\":") + std::strlen("\"dropped_spans\":"));
-}
-
 // Writes the head, the event lines (comma-separated), and the tail.
 Status write_file(const std::string& path, int64_t origin, uint64_t dropped, const std::vector<std::string>& events) {
   std::ofstream out(path);
@@ -112,7 +106,7 @@ Status TraceRecorder::stream_to(const std::string& path, int64_t flush_ms) {
     std::fclose(f);
     return io_error("cannot write trace to " + path + ": " + std::strerror(errno));
   }
-  dropped_at_ = dropped_offset(origin_);
+  dropped_at_ = static_cast<long>(head.find("\"dropped_spans\":") + std::strlen("\"dropped_spans\":"));
   stream_path_ = path;
   file_ = f;
   flusher_ = std::thread([this, flush_ms] { flush_loop(std::max<int64_t>(flush_ms, 1)); });
@@ -132,9 +126,9 @@ void TraceRecorder::write_events(const std::vector<std::pair<int, std::string>>&
 
 void TraceRecorder::flush_loop(int64_t flush_ms) {
   std::unique_lock<std::mutex> lk(mu_);
-  while (!stop_flusher_) {
+  while (!closed_) {
     flush_cv_.wait_for(lk, std::chrono::milliseconds(flush_ms));
-    if (stop_flusher_) break;  // finish() writes the rest
+    if (closed_) break;  // finish() writes the rest
     if (spans_.empty() && names_.empty()) continue;
     std::vector<Span> spans;
     std::vector<std::pair<int, std::string>> names;
@@ -150,7 +144,6 @@ Status TraceRecorder::finish() {
   if (file_ == nullptr) return Status::ok();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    stop_flusher_ = true;
     closed_ = true;
   }
   flush_cv_.notify_all();

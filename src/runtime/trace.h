@@ -79,7 +79,7 @@ class TraceRecorder {
   size_t kept_ = 0;
   size_t dropped_ = 0;
   size_t max_spans_;
-  bool closed_ = false;  // a finished stream: later spans are dropped
+  bool closed_ = false;  // a finished stream: later spans are dropped, the flusher ends
 
   // Streaming: set by stream_to, then used by the flusher thread and, after it has
   // ended, by finish().
@@ -90,8 +90,7 @@ class TraceRecorder {
   bool wrote_event_ = false;
   bool write_failed_ = false;
   std::thread flusher_;
-  std::condition_variable flush_cv_;
-  bool stop_flusher_ = false;  // guarded by mu_
+  std::condition_variable flush_cv_;  // with mu_: wakes the flusher when closed_
 };
 
 // Merges trace files written by TraceRecorder (write() or a stream) — e.g. one per worker
