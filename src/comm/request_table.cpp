@@ -28,38 +28,37 @@ Registry& registry() {
 
 }  // namespace
 
-struct RequestTable::ThreadCache {
-  uint64_t table = 0;    // uid of the table the cached slots belong to (0: none yet)
-  uint64_t removed = 0;  // registry().removed when `table` was last known to exist
-  uint32_t n = 0;
-  uint32_t slots[kThreadCacheSlots];
+constinit thread_local RequestTable::ThreadCache RequestTable::tls_cache_{};
 
-  // Returns the cached slots to their table if it still exists (thread exit); `n` is 0 after.
-  void give_back() {
-    if (n == 0) return;
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lk(r.mu);
-    auto it = r.tables.find(table);
-    if (it != r.tables.end()) {
-      for (uint32_t i = 0; i < n; ++i) it->second->push_free(slots[i]);
+struct RequestTable::ExitHook {
+  ~ExitHook() {
+    ThreadCache& tc = tls_cache_;
+    if (tc.n > 0) {
+      Registry& r = registry();
+      std::lock_guard<std::mutex> lk(r.mu);
+      auto it = r.tables.find(tc.table);
+      if (it != r.tables.end()) {
+        for (uint32_t i = 0; i < tc.n; ++i) it->second->push_free(tc.slots[i]);
+      }
     }
-    n = 0;
+    // A slot released by a later exit handler takes release_uncached, which arms a new hook.
+    tc = ThreadCache{};
   }
-  // Drops the cached slots if the table they belong to has been destroyed.
-  void forget_if_table_gone() {
-    Registry& r = registry();
-    uint64_t now = r.removed.load(std::memory_order_acquire);
-    if (now == removed) return;
-    std::lock_guard<std::mutex> lk(r.mu);
-    removed = now;
-    if (r.tables.count(table) == 0) n = 0;
-  }
-  ~ThreadCache() { give_back(); }
 };
 
-RequestTable::ThreadCache& RequestTable::thread_cache() {
-  thread_local ThreadCache cache;
-  return cache;
+void RequestTable::arm_thread_exit() {
+  thread_local ExitHook hook;  // constructed (and its destructor registered) on first call
+  (void)hook;
+  tls_cache_.armed = true;
+}
+
+void RequestTable::forget_if_table_gone(ThreadCache& tc) {
+  Registry& r = registry();
+  uint64_t now = r.removed.load(std::memory_order_acquire);
+  if (now == tc.removed) return;
+  std::lock_guard<std::mutex> lk(r.mu);
+  tc.removed = now;
+  if (r.tables.count(tc.table) == 0) tc.n = 0;
 }
 
 RequestTable::RequestTable(uint32_t capacity, int64_t spin_ns)
@@ -86,13 +85,8 @@ RequestTable::~RequestTable() {
   r.removed.fetch_add(1, std::memory_order_release);
 }
 
-Result<RequestId> RequestTable::allocate(CompletionFn on_done) {
+Result<RequestId> RequestTable::allocate_shared(CompletionFn&& on_done) {
   uint32_t index;
-  ThreadCache* tc = cached_ ? &thread_cache() : nullptr;
-  if (tc != nullptr && tc->n > 0 && tc->table == uid_) {
-    index = tc->slots[--tc->n];
-    return claim(index, std::move(on_done));
-  }
   uint64_t head = free_head_.load(std::memory_order_acquire);
   for (;;) {
     uint32_t top = static_cast<uint32_t>(head);
@@ -112,26 +106,14 @@ Result<RequestId> RequestTable::allocate(CompletionFn on_done) {
   return claim(index, std::move(on_done));
 }
 
-RequestId RequestTable::claim(uint32_t index, CompletionFn&& on_done) {
-  Slot& s = slots_[index];
-  // A free slot has no callback (release clears it), and its result is written by
-  // complete() before anyone reads it: nothing to reset.
-  if (on_done) s.on_done = std::move(on_done);
-  s.state.store(kPending, std::memory_order_release);
-  return (static_cast<uint64_t>(s.gen.load(std::memory_order_relaxed)) << 32) | index;
-}
-
-void RequestTable::release(uint32_t index) {
-  Slot& s = slots_[index];
-  if (s.on_done) s.on_done = nullptr;
-  uint32_t g = s.gen.load(std::memory_order_relaxed) + 1;
-  if (g >= kGenLimit) g = 1;
-  s.gen.store(g, std::memory_order_release);
-  s.state.store(kFree, std::memory_order_release);
+void RequestTable::release_uncached(uint32_t index) {
   if (cached_) {
-    ThreadCache& tc = thread_cache();
-    if (tc.n > 0 && tc.table != uid_) tc.forget_if_table_gone();
-    if (tc.n == 0) tc.table = uid_;
+    ThreadCache& tc = tls_cache_;
+    if (tc.n > 0 && tc.table != uid_) forget_if_table_gone(tc);
+    if (tc.n == 0) {
+      if (!tc.armed) arm_thread_exit();
+      tc.table = uid_;
+    }
     if (tc.table == uid_ && tc.n < kThreadCacheSlots) {
       tc.slots[tc.n++] = index;
       return;
@@ -167,19 +149,15 @@ Completion RequestTable::unknown_id() {
   return Completion{invalid_argument("transport: unknown or already consumed request id"), 0};
 }
 
-void RequestTable::finish_claimed(Slot* s, RequestId id, Completion c) {
-  if (s->on_done) {
-    CompletionFn fn = std::move(s->on_done);
-    release(slot_of(id));
-    fn(c);
-    return;
-  }
-  s->result = std::move(c);
-  s->state.store(kDone, std::memory_order_release);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-    std::lock_guard<std::mutex> lk(wait_mu_);
-    wait_cv_.notify_all();
-  }
+void RequestTable::finish_with_callback(Slot* s, RequestId id, Completion&& c) {
+  CompletionFn fn = std::move(s->on_done);
+  release(slot_of(id));
+  fn(c);
+}
+
+void RequestTable::wake_sleepers() {
+  std::lock_guard<std::mutex> lk(wait_mu_);
+  wait_cv_.notify_all();
 }
 
 size_t RequestTable::in_flight() const {

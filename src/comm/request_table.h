@@ -41,7 +41,8 @@ class RequestTable {
   // it sleeps on a condition variable (latency vs CPU).
   explicit RequestTable(uint32_t capacity = 8192, int64_t spin_ns = 20000);
 
-  // A new pending request; resource_exhausted when `capacity` are in flight.
+  // A new pending request; resource_exhausted when `capacity` are in flight. Inline: a
+  // slot from the thread cache is taken here; the shared free stack is out of line.
   Result<RequestId> allocate(CompletionFn on_done = {});
   // The slot an id names (< capacity for ids this table issued; not unique over time).
   static uint32_t slot_of(RequestId id) { return static_cast<uint32_t>(id & 0xffffffffu); }
@@ -59,10 +60,11 @@ class RequestTable {
   void complete_exclusive(RequestId id, Completion c);
   bool is_pending(RequestId id) const;
 
-  // test, poll_any, is_pending and the check in complete_exclusive are defined inline
-  // below: they sit on every message's path, and a call into this library from the
-  // transports cost ~1 ns each (a build with link-time optimisation, which inlines them,
-  // was 3-4 ns per message faster; docs/BENCHMARKS.md "Communication").
+  // test, poll_any, is_pending, complete_exclusive and the thread-cache paths of allocate
+  // and release are defined inline below: they sit on every message's path, and a call
+  // into this library from the transports cost ~1 ns each (a build with link-time
+  // optimisation, which inlines them, was 3-4 ns per message faster; docs/BENCHMARKS.md
+  // "Communication").
   bool test(RequestId id, Completion* out);
   Completion wait(RequestId id, int64_t deadline_ns);
   int wait_any(std::span<const RequestId> ids, int64_t deadline_ns);
@@ -81,7 +83,22 @@ class RequestTable {
   RequestTable& operator=(const RequestTable&) = delete;
 
  private:
-  struct ThreadCache;
+  // A thread's cached free slots (header comment). Trivially destructible and constant-
+  // initialised, so the message path reads it without an initialisation guard; a thread
+  // that first caches a slot arms an exit hook (arm_thread_exit) that gives them back.
+  struct ThreadCache {
+    uint64_t table = 0;    // uid of the table the cached slots belong to (0: none yet)
+    uint64_t removed = 0;  // registry's removal count when `table` was last known to exist
+    uint32_t n = 0;
+    bool armed = false;  // this thread's exit hook is registered
+    uint32_t slots[kThreadCacheSlots] = {};
+  };
+  // constinit: other translation units read it directly, with no TLS wrapper call.
+  static constinit thread_local ThreadCache tls_cache_;
+  struct ExitHook;  // a thread_local whose destructor gives tls_cache_'s slots back
+  static void arm_thread_exit();
+  // Drops the cached slots if the table they belong to has been destroyed.
+  static void forget_if_table_gone(ThreadCache& tc);
   static constexpr RequestId kFinishedBit = RequestId{1} << 63;
   static constexpr uint32_t kGenLimit = 0x80000000u;  // generations are 1 .. kGenLimit - 1
   enum : uint32_t { kFree = 0, kPending = 1, kDone = 2, kCompleting = 3 };
@@ -93,13 +110,16 @@ class RequestTable {
     CompletionFn on_done;
   };
   Slot* lookup(RequestId id) const;
+  Result<RequestId> allocate_shared(CompletionFn&& on_done);  // from the shared free stack
   void release(uint32_t index);
+  void release_uncached(uint32_t index);  // release's cache bookkeeping, or the shared stack
   void push_free(uint32_t index);  // onto the shared free stack
   RequestId claim(uint32_t index, CompletionFn&& on_done);  // a free slot taken: now pending
-  static ThreadCache& thread_cache();
   // Completion of a request already claimed (state kCompleting, or pending under an
   // exclusive completer).
   void finish_claimed(Slot* s, RequestId id, Completion c);
+  void finish_with_callback(Slot* s, RequestId id, Completion&& c);  // s->on_done set
+  void wake_sleepers();
   bool finished(RequestId id) const;  // done, or unknown/stale id
   // test() of an id that names no slot of this table any more (unknown, or consumed).
   static Completion unknown_id();
@@ -125,6 +145,47 @@ inline RequestTable::Slot* RequestTable::lookup(RequestId id) const {
   Slot* s = &slots_[index];
   if (s->gen.load(std::memory_order_acquire) != gen_of(id)) return nullptr;
   return s;
+}
+
+inline Result<RequestId> RequestTable::allocate(CompletionFn on_done) {
+  ThreadCache& tc = tls_cache_;
+  if (cached_ && tc.n > 0 && tc.table == uid_) return claim(tc.slots[--tc.n], std::move(on_done));
+  return allocate_shared(std::move(on_done));
+}
+
+inline RequestId RequestTable::claim(uint32_t index, CompletionFn&& on_done) {
+  Slot& s = slots_[index];
+  // A free slot has no callback (release clears it), and its result is written by
+  // complete() before anyone reads it: nothing to reset.
+  if (on_done) s.on_done = std::move(on_done);
+  s.state.store(kPending, std::memory_order_release);
+  return (static_cast<uint64_t>(s.gen.load(std::memory_order_relaxed)) << 32) | index;
+}
+
+inline void RequestTable::release(uint32_t index) {
+  Slot& s = slots_[index];
+  if (s.on_done) s.on_done = nullptr;
+  uint32_t g = s.gen.load(std::memory_order_relaxed) + 1;
+  if (g >= kGenLimit) g = 1;
+  s.gen.store(g, std::memory_order_release);
+  s.state.store(kFree, std::memory_order_release);
+  ThreadCache& tc = tls_cache_;
+  // tc.table is set (to a live table) only after the exit hook was armed.
+  if (cached_ && tc.table == uid_ && tc.n < kThreadCacheSlots) {
+    tc.slots[tc.n++] = index;
+    return;
+  }
+  release_uncached(index);
+}
+
+inline void RequestTable::finish_claimed(Slot* s, RequestId id, Completion c) {
+  if (s->on_done) {
+    finish_with_callback(s, id, std::move(c));
+    return;
+  }
+  s->result = std::move(c);
+  s->state.store(kDone, std::memory_order_release);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_sleepers();
 }
 
 inline bool RequestTable::is_pending(RequestId id) const {

@@ -45,6 +45,11 @@ constexpr size_t kMemhMinBytes = 1024;
 // slot and no operation context, and returns RequestTable::finished_id().
 constexpr size_t kImmediateMaxBytes = 8192;
 
+// Names the calling thread to the worker lock's owner check (a thread-local's address: a
+// register-relative address, where std::this_thread::get_id() is a call into libc).
+thread_local char t_thread_token;
+inline const void* this_thread_token() { return &t_thread_token; }
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -193,7 +198,13 @@ class UcxTransportImpl final : public UcxTransport {
   // Worker lock held: receives and drops every unexpected message whose source field is
   // `src` (a lost connection's), so it neither matches a later receive nor stays queued.
   void discard_unexpected(uint16_t src, const std::string& name);
+  // Posts a send or receive: on the caller's thread when the worker lock is free (the
+  // message path), else through the command queue (enqueue_command, out of line so the
+  // message path keeps a small frame). post_error: why a post's tag or peer is refused.
   Result<RequestId> enqueue(Command::Kind kind, PeerId peer, uint64_t tag, void* buf, size_t len, CompletionFn&& on_done);
+  [[gnu::noinline]] Result<RequestId> enqueue_command(Command::Kind kind, PeerId peer, uint64_t tag, void* buf, size_t len,
+                                                      CompletionFn&& on_done);
+  [[gnu::noinline, gnu::cold]] Status post_error(uint64_t tag, PeerId peer) const;
   void wake();
   void progress_loop();
   void park();  // progress thread, while a caller drives the worker in wait_any
@@ -205,12 +216,23 @@ class UcxTransportImpl final : public UcxTransport {
   // reports nothing (the progress thread); a waiter makes one call and checks its requests
   // in between, so a completion is seen one progress call sooner.
   bool progress_once(int64_t now, bool drain);
-  bool try_lock_worker();
+  // Defined here, on every message's path, so they inline into it.
+  bool try_lock_worker() {
+    // Also fails for the holder itself (re-entered from a callback): the lock is not recursive.
+    if (worker_locked_.load(std::memory_order_relaxed) || worker_locked_.exchange(true, std::memory_order_acquire)) {
+      return false;
+    }
+    owner_.store(this_thread_token(), std::memory_order_relaxed);
+    return true;
+  }
   void lock_worker();
-  void unlock_worker();
+  void unlock_worker() {
+    owner_.store(nullptr, std::memory_order_relaxed);
+    worker_locked_.store(false, std::memory_order_release);
+  }
   // Holds the worker lock for a scope unless this thread already does (a callback).
   struct WorkerGuard {
-    explicit WorkerGuard(UcxTransportImpl& t) : t_(t), mine_(t.owner_.load() != std::this_thread::get_id()) {
+    explicit WorkerGuard(UcxTransportImpl& t) : t_(t), mine_(t.owner_.load() != this_thread_token()) {
       if (mine_) t_.lock_worker();
     }
     ~WorkerGuard() {
@@ -288,7 +310,7 @@ class UcxTransportImpl final : public UcxTransport {
   // suits its users (the progress thread outside callers' waits, memory registration,
   // close) since holders keep it for one pass of work at a time.
   std::atomic<bool> worker_locked_{false};
-  std::atomic<std::thread::id> owner_{};
+  std::atomic<const void*> owner_{nullptr};  // this_thread_token() of the holder
   // Callers driving the worker in wait_any, so the progress thread stays parked:
   // - waiters_ counts the ones that have waited kClockEvery turns (a locked add and
   //   subtract, ~5 ns each after the stores of a send);
@@ -425,12 +447,14 @@ void UcxTransportImpl::wake() {
   }
 }
 
+Status UcxTransportImpl::post_error(uint64_t tag, PeerId peer) const {
+  if ((tag & ~kTagMask) != 0) return invalid_argument("transport tag uses more than 48 bits");
+  return invalid_argument("ucx transport: unknown peer " + std::to_string(peer));
+}
+
 Result<RequestId> UcxTransportImpl::enqueue(Command::Kind kind, PeerId peer, uint64_t tag, void* buf, size_t len,
                                             CompletionFn&& on_done) {
-  if ((tag & ~kTagMask) != 0) return invalid_argument("transport tag uses more than 48 bits");
-  if (peer >= n_peers_.load(std::memory_order_acquire)) {
-    return invalid_argument("ucx transport: unknown peer " + std::to_string(peer));
-  }
+  if ((tag & ~kTagMask) != 0 || peer >= n_peers_.load(std::memory_order_acquire)) return post_error(tag, peer);
   // Direct path: when nobody is progressing, post on the caller's thread (after whatever
   // is queued, to keep per-tag order) and push it out with one progress call.
   if (try_lock_worker()) {
@@ -469,6 +493,11 @@ Result<RequestId> UcxTransportImpl::enqueue(Command::Kind kind, PeerId peer, uin
     }
     unlock_worker();
   }
+  return enqueue_command(kind, peer, tag, buf, len, std::move(on_done));
+}
+
+Result<RequestId> UcxTransportImpl::enqueue_command(Command::Kind kind, PeerId peer, uint64_t tag, void* buf, size_t len,
+                                                    CompletionFn&& on_done) {
   AFD_ASSIGN_OR_RETURN(RequestId id, table_.allocate(std::move(on_done)));
   Command c;
   c.kind = kind;
@@ -977,15 +1006,6 @@ bool UcxTransportImpl::progress_once(int64_t now, bool drain) {
   return active;
 }
 
-bool UcxTransportImpl::try_lock_worker() {
-  // Also fails for the holder itself (re-entered from a callback): the lock is not recursive.
-  if (worker_locked_.load(std::memory_order_relaxed) || worker_locked_.exchange(true, std::memory_order_acquire)) {
-    return false;
-  }
-  owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-  return true;
-}
-
 void UcxTransportImpl::lock_worker() {
   if (try_lock_worker()) return;
   // Tell a waiter that keeps the lock across its polling turns to let go (wait_any).
@@ -1000,11 +1020,6 @@ void UcxTransportImpl::lock_worker() {
     }
   }
   lock_wanted_.fetch_sub(1, std::memory_order_relaxed);
-}
-
-void UcxTransportImpl::unlock_worker() {
-  owner_.store(std::thread::id(), std::memory_order_relaxed);
-  worker_locked_.store(false, std::memory_order_release);
 }
 
 int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_ns) {
@@ -1100,12 +1115,15 @@ int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_
 }
 
 Completion UcxTransportImpl::wait(RequestId id, int64_t deadline_ns) {
-  Completion c;
-  if (table_.test(id, &c)) return c;  // finished already (a small send, typically)
-  RequestId one[1] = {id};
-  if (wait_any(one, deadline_ns) < 0) {
-    return Completion{timeout_error("transport: operation did not finish before its deadline"), 0};
+  // A finished id (a small send, typically) reads as done at once; any other id is looked
+  // at first by wait_any's own poll, so a receive is tested once, when it is done.
+  if (!RequestTable::is_finished_id(id)) {
+    RequestId one[1] = {id};
+    if (wait_any(one, deadline_ns) < 0) {
+      return Completion{timeout_error("transport: operation did not finish before its deadline"), 0};
+    }
   }
+  Completion c;
   table_.test(id, &c);
   return c;
 }
