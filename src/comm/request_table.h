@@ -57,7 +57,7 @@ class RequestTable {
   // As complete(), for a caller that guarantees that no other complete() or
   // complete_exclusive() of the same id can run at the same time (e.g. every completer
   // of the transport holds one lock): the claim is a plain load and store.
-  void complete_exclusive(RequestId id, Completion c);
+  void complete_exclusive(RequestId id, Completion&& c);
   bool is_pending(RequestId id) const;
 
   // test, poll_any, is_pending, complete_exclusive and the thread-cache paths of allocate
@@ -117,7 +117,7 @@ class RequestTable {
   RequestId claim(uint32_t index, CompletionFn&& on_done);  // a free slot taken: now pending
   // Completion of a request already claimed (state kCompleting, or pending under an
   // exclusive completer).
-  void finish_claimed(Slot* s, RequestId id, Completion c);
+  void finish_claimed(Slot* s, RequestId id, Completion&& c);
   void finish_with_callback(Slot* s, RequestId id, Completion&& c);  // s->on_done set
   void wake_sleepers();
   bool finished(RequestId id) const;  // done, or unknown/stale id
@@ -178,7 +178,7 @@ inline void RequestTable::release(uint32_t index) {
   release_uncached(index);
 }
 
-inline void RequestTable::finish_claimed(Slot* s, RequestId id, Completion c) {
+inline void RequestTable::finish_claimed(Slot* s, RequestId id, Completion&& c) {
   if (s->on_done) {
     finish_with_callback(s, id, std::move(c));
     return;
@@ -221,7 +221,7 @@ inline bool RequestTable::test(RequestId id, Completion* out) {
   return true;
 }
 
-inline void RequestTable::complete_exclusive(RequestId id, Completion c) {
+inline void RequestTable::complete_exclusive(RequestId id, Completion&& c) {
   Slot* s = lookup(id);
   // The generation matched, so the slot was not released since this id was issued; only a
   // completion moves it out of pending, and none runs beside this one: it stays ours.

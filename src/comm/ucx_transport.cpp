@@ -154,6 +154,8 @@ class UcxTransportImpl final : public UcxTransport {
   // Callbacks (progress thread).
   static void send_cb(void* request, ucs_status_t status, void* user_data);
   static void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data);  // RecvOp
+  // Worker lock held: how a receive that UCX ended with `status` (not UCS_OK) failed.
+  [[gnu::noinline]] Completion recv_failure(const RecvOp& r, ucs_status_t status) const;
   static void err_cb(void* arg, ucp_ep_h ep, ucs_status_t status);
 
  private:
@@ -706,21 +708,19 @@ void UcxTransportImpl::send_cb(void* request, ucs_status_t status, void* user_da
   self->finish(ctx, std::move(c));
 }
 
+Completion UcxTransportImpl::recv_failure(const RecvOp& r, ucs_status_t status) const {
+  if (r.lost) return Completion{unavailable(peers_[r.peer].lost_why), 0};
+  if (status == UCS_ERR_CANCELED) return Completion{cancelled("receive cancelled"), 0};
+  if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+    return Completion{resource_exhausted("message exceeds the posted receive buffer"), 0};
+  }
+  return Completion{unavailable(ucs_error("receive failed", status)), 0};
+}
+
 void UcxTransportImpl::recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   auto* r = static_cast<RecvOp*>(user_data);
   UcxTransportImpl* self = r->self;
-  Completion c;
-  if (status == UCS_OK) {
-    c = Completion{Status::ok(), info ? info->length : 0};
-  } else if (r->lost) {
-    c = Completion{unavailable(self->peers_[r->peer].lost_why), 0};
-  } else if (status == UCS_ERR_CANCELED) {
-    c = Completion{cancelled("receive cancelled"), 0};
-  } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
-    c = Completion{resource_exhausted("message exceeds the posted receive buffer"), 0};
-  } else {
-    c = Completion{unavailable(ucs_error("receive failed", status)), 0};
-  }
+  Completion c = status == UCS_OK ? Completion{Status::ok(), info ? info->length : 0} : self->recv_failure(*r, status);
   ucp_request_free(request);
   // The entry is settled before the request completes (a waiter may reuse the slot).
   if (r->state == RecvOp::kPosting) {
