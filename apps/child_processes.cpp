@@ -32,11 +32,25 @@ Result<int> free_local_port() {
 }
 
 Result<pid_t> ChildProcesses::start(const std::vector<std::string>& args, const std::string& name, int life) {
+  // Children exec /proc/self/exe, i.e. the very file this process runs, not the path it was
+  // started from: a rebuild or upgrade that replaces that path while the bundle serves
+  // would otherwise leave a restart nothing to exec (the link then reads "... (deleted)").
+  // So a bundle's restarted workers are always of the front end's own version.
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0) return io_error("cannot find this executable (/proc/self/exe)");
   exe[n] = '\0';
-  std::vector<std::string> argv_s = {exe};
+  std::string shown = exe;
+  const std::string deleted = " (deleted)";
+  if (shown.size() > deleted.size() && shown.ends_with(deleted)) {
+    shown.resize(shown.size() - deleted.size());
+    if (!warned_replaced_) {
+      spdlog::warn("{} was replaced on disk: workers are restarted from the running version (restart the bundle to "
+                   "run the new one)", shown);
+      warned_replaced_ = true;
+    }
+  }
+  std::vector<std::string> argv_s = {shown};
   for (std::string a : args) {
     const std::string token = kLifeToken;
     for (size_t at; (at = a.find(token)) != std::string::npos;) a.replace(at, token.size(), std::to_string(life));
@@ -45,6 +59,8 @@ Result<pid_t> ChildProcesses::start(const std::vector<std::string>& args, const 
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // Written by the child if exec fails (only async-signal-safe calls after fork).
+  const std::string exec_failed = "afd: cannot start " + name + ": exec of /proc/self/exe (" + shown + ") failed\n";
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return io_error("fork() failed starting " + name);
@@ -54,7 +70,9 @@ Result<pid_t> ChildProcesses::start(const std::vector<std::string>& args, const 
     pthread_sigmask(SIG_SETMASK, &none, nullptr);
     prctl(PR_SET_PDEATHSIG, SIGTERM);  // (sent when the forking *thread* ends: see stop_all)
     if (getppid() != parent) _exit(1);  // the parent died before prctl
-    execv(exe, argv.data());
+    execv("/proc/self/exe", argv.data());
+    ssize_t w = write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
+    (void)w;
     _exit(127);
   }
   return pid;

@@ -81,6 +81,7 @@ class ChildProcesses {
   std::atomic<bool> ready_{false};
   std::function<void(const std::string&)> on_startup_failure_;
   bool startup_failed_ = false;  // mu_
+  bool warned_replaced_ = false;  // mu_ (start): logged that this executable was replaced on disk
   std::thread watcher_;
 };
 

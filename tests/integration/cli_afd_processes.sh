@@ -375,8 +375,10 @@ got=$(timeout 60 bash -c "$(declare -f client); client $QF compare")
 kill $QFE $QA0 $QF0; wait $QFE $QA0 $QF0 2>/dev/null
 
 # One command on one machine: every worker a child process behind the front end (the default
-# for an xAyF topology; --spawn-workers says the same explicitly).
-"$AFD" serve --model "$M" --topology 2A1F --precision reference --threads 1 --port 0 --trace "$TMP/sp_trace.json" >"$TMP/sp.out" 2>"$TMP/sp.err" &
+# for an xAyF topology; --spawn-workers says the same explicitly). Started from a copy of the
+# binary, which is replaced on disk below (as a rebuild or upgrade would) before a restart.
+mkdir -p "$TMP/bin" && cp "$AFD" "$TMP/bin/afd"
+"$TMP/bin/afd" serve --model "$M" --topology 2A1F --precision reference --threads 1 --port 0 --trace "$TMP/sp_trace.json" >"$TMP/sp.out" 2>"$TMP/sp.err" &
 SP=$!; PIDS+=($SP)
 if wait_for "$TMP/sp.out" "bundle complete: 2 attention workers + 1 FFN worker up" 40; then ok "--spawn-workers prints the bundle-complete line"
 else bad "--spawn-workers bundle never completed"; tail -5 "$TMP/sp.err"; fi
@@ -416,7 +418,9 @@ pu=$(timeout 10 bash -c "$(declare -f client); client $SPP metric afd_frontend_p
 [ "${pe%.*}" = 1 ] && [ "${pr%.*}" = 1 ] && [ "${pu%.*}" = 3 ] && ok "/metrics counts the FFN worker's exit and restart; 3 processes up" ||
   bad "process metrics: exits '$pe' restarts '$pr' up '$pu'"
 # Its second life ends with SIGTERM: it writes its trace part as it stops, is started a third
-# time, and both traced lives end up in the merged trace (checked below: 4 parts).
+# time, and both traced lives end up in the merged trace (checked below: 4 parts). Before
+# that, the bundle's binary is replaced on disk: the restart still runs (the running version).
+mv "$TMP/bin/afd" "$TMP/bin/afd.old" && cp "$TMP/bin/afd.old" "$TMP/bin/afd" && rm "$TMP/bin/afd.old"
 FP=$(pgrep -f -- "worker --role ffn --model $M" | head -1)
 kill -TERM "$FP"
 healed=0
@@ -426,7 +430,9 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 got=$(timeout 60 bash -c "$(declare -f client); client $SPP compare")
-[ $healed = 1 ] && [ "$got" = "$want" ] && ok "an FFN worker stopped with SIGTERM is restarted too; same answers" || bad "FFN worker SIGTERM restart: healed=$healed"
+[ $healed = 1 ] && [ "$got" = "$want" ] && grep -q "was replaced on disk: workers are restarted from the running version" "$TMP/sp.err" &&
+  ok "an FFN worker stopped with SIGTERM is restarted too, after the binary was replaced on disk (logged); same answers" ||
+  { bad "FFN worker SIGTERM restart (binary replaced on disk): healed=$healed"; grep -E "restart|exited|replaced|cannot start" "$TMP/sp.err" | tail -3; }
 # SIGTERM to the whole bundle under load: the front end drains first (its in-flight requests
 # finish on the workers; new ones get 503 "draining"), then stops the workers.
 start_load $SPP "$TMP/load2.out"
