@@ -475,7 +475,7 @@ void register_bench(CLI::App& app) {
   f->engine.add_to(cmd);
   cmd->add_option("--batch", f->batches, "Comma-separated batch sizes");
   cmd->add_option("--context", f->contexts, "Comma-separated context lengths");
-  cmd->add_option("--steps", f->steps, "Timed decode steps per point (best is reported)");
+  cmd->add_option("--steps", f->steps, "Timed decode steps per point (best is reported)")->check(CLI::Range(1, 1000000));
   cmd->add_flag("--json", f->json, "Print JSON (rows always carry per-layer stage times)");
   cmd->add_flag("--per-layer", f->per_layer,
                 "Print each row's per-layer stage times (attention, A->F post, FFN, F->A wait)");

@@ -24,6 +24,7 @@ expect_error "bad temperature" "temperature" "$AFD" generate --model "$M" --prom
 expect_error "bad top_p" "top_p" "$AFD" generate --model "$M" --prompt-ids 1 --temperature 1 --top-p 0
 expect_error "bad precision" "precision" "$AFD" generate --model "$M" --prompt-ids 1 --precision fp4
 expect_error "bad micro-batches" "micro-batches" "$AFD" generate --model "$M" --prompt-ids 1 --microbatches 9
+expect_error "bench without timed steps" "steps" "$AFD" bench --model "$M" --batch 1 --context 8 --steps 0 --skip-limits
 # Corrupt checkpoints.
 cp -r "$M" "$TMP/trunc"; truncate -s 1000 "$TMP/trunc/model.safetensors"
 expect_error "truncated safetensors" "model.safetensors" "$AFD" generate --model "$TMP/trunc" --prompt-ids 1
