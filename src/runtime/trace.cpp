@@ -6,10 +6,13 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
+
+#include <unistd.h>
 
 #include "core/timer.h"
 
@@ -31,14 +34,26 @@ std::string head_line(int64_t origin, uint64_t dropped) {
   return buf;
 }
 
-// Writes the head, the event lines (comma-separated), and the tail.
+// Writes the head, the event lines (comma-separated), and the tail: into a file beside
+// `path`, renamed over it once complete, so a failed write leaves what `path` held.
 Status write_file(const std::string& path, int64_t origin, uint64_t dropped, const std::vector<std::string>& events) {
-  std::ofstream out(path);
-  out << head_line(origin, dropped);
-  for (size_t i = 0; i < events.size(); ++i) out << events[i] << (i + 1 < events.size() ? ",\n" : "\n");
-  out << kTail;
-  out.flush();
-  if (!out) return io_error("cannot write trace to " + path);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp);
+    out << head_line(origin, dropped);
+    for (size_t i = 0; i < events.size(); ++i) out << events[i] << (i + 1 < events.size() ? ",\n" : "\n");
+    out << kTail;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return io_error("cannot write trace to " + path);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    return io_error("cannot write trace to " + path + ": " + std::strerror(e));
+  }
   return Status::ok();
 }
 
@@ -189,13 +204,23 @@ Status merge_trace_files(const std::vector<std::string>& parts, const std::strin
     std::vector<nlohmann::json> events;
   };
   std::vector<Part> read;
+  std::vector<std::string> seen;  // canonical paths of the parts read so far
+  std::string why_none;           // the first part's reason, for the error if none is read
   for (const std::string& path : parts) {
     std::ifstream in(path);
     std::string line;
     Part p;
     auto note = [&](const std::string& why, bool merged) {
       if (notes) notes->push_back({path, why, merged});
+      if (!merged && why_none.empty()) why_none = path + ": " + why;
     };
+    std::error_code ec;
+    const std::string canon = std::filesystem::weakly_canonical(path, ec).string();
+    if (!ec && std::find(seen.begin(), seen.end(), canon) != seen.end()) {
+      note("listed twice (merged once)", false);
+      continue;
+    }
+    if (!ec) seen.push_back(canon);
     if (!in || !std::getline(in, line)) {
       note("cannot read it", false);
       continue;
@@ -232,6 +257,11 @@ Status merge_trace_files(const std::vector<std::string>& parts, const std::strin
            true);
     }
     read.push_back(std::move(p));
+  }
+  if (read.empty()) {
+    return invalid_argument(parts.empty() ? std::string("no trace files to merge")
+                                          : "none of the files is a trace written by afd --trace (" + why_none +
+                                                "); " + out + " was not written");
   }
   int64_t origin = 0;
   uint64_t dropped = 0;

@@ -98,8 +98,10 @@ class TraceRecorder {
 // across hosts) — into one file at `out`, each part's events shifted by its origin_ns.
 // A part that is missing or not such a file is left out; a stream whose process stopped
 // before finishing it (no closing line) is merged with every complete event line it has.
-// Both are listed, with why, in *notes (merged says which). Error only if `out` cannot be
-// written. `out` may be one of the parts.
+// Both are listed, with why, in *notes (merged says which), as is a part listed twice
+// (merged once). Errors, writing nothing: no part could be read; `out` cannot be written
+// (it is written to a file beside it and renamed over it, so it keeps what it held). `out`
+// may be one of the parts.
 struct TracePartNote {
   std::string path, why;
   bool merged = false;  // true: cut short but its events were merged; false: left out

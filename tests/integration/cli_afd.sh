@@ -162,8 +162,10 @@ n = sum(1 for e in ev if e['ph'] == 'X' and e['pid'] == 100 and e['name'] == 'ff
 assert n > 0
 print(n)" "$TMP/completed.json"); then echo "ok   a SIGKILLed worker's --trace holds its $n FFN spans; afd trace merge completes it"
 else echo "FAIL killed worker's trace: rc=$rc $out"; fails=$((fails+1)); fi
-out=$("$AFD" trace merge -o "$TMP/x.json" "$TMP/w0.log" 2>&1); rc=$?
-[ $rc = 1 ] && grep -q "not a trace written by afd" <<<"$out" && echo "ok   afd trace merge of a file that is no trace: exit 1" ||
+cp "$TMP/completed.json" "$TMP/keep.json"
+out=$("$AFD" trace merge -o "$TMP/keep.json" "$TMP/w0.log" "$TMP/missing.json" 2>&1); rc=$?
+[ $rc = 1 ] && grep -q "not a trace written by afd" <<<"$out" && cmp -s "$TMP/completed.json" "$TMP/keep.json" &&
+  echo "ok   afd trace merge of files that are no trace: exit 1, the existing output untouched" ||
   { echo "FAIL trace merge of a non-trace: rc=$rc $out"; fails=$((fails+1)); }
 
 # Fault: FFN worker 1 dies; the attention side gives up after its connect timeout with a

@@ -117,6 +117,41 @@ TEST(TraceRecorder, MergedProcessesShareOneClock) {
   EXPECT_FALSE(merge_trace_files({}, "/nonexistent-dir/x.json", nullptr).is_ok());
 }
 
+TEST(TraceRecorder, MergeOfNothingReadableWritesNothing) {
+  TraceRecorder t(8);
+  t.span("ffn", 100, 0, 5000, 6000, 0, 0, 4);
+  const std::string keep = tmp_path("keep.json"), bad = tmp_path("garbage.json");
+  ASSERT_TRUE(t.write(keep).is_ok());
+  const std::string before = read_text(keep);
+  std::ofstream(bad) << "not a trace\n";
+  std::vector<TracePartNote> notes;
+  const Status s = merge_trace_files({tmp_path("missing.json"), bad}, keep, &notes);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("none of the files"), std::string::npos) << s.to_string();
+  EXPECT_EQ(notes.size(), 2u);
+  EXPECT_EQ(read_text(keep), before);  // the existing output is untouched
+  EXPECT_FALSE(merge_trace_files({}, keep, nullptr).is_ok());
+  EXPECT_EQ(read_text(keep), before);
+  // No temporary file is left beside it.
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(keep).parent_path()))
+    EXPECT_EQ(e.path().string().find(keep + ".tmp"), std::string::npos) << e.path();
+  for (const auto& p : {keep, bad}) std::filesystem::remove(p);
+}
+
+TEST(TraceRecorder, MergeReadsAPartListedTwiceOnce) {
+  TraceRecorder t(8);
+  t.span("ffn", 100, 0, 5000, 6000, 0, 0, 4);
+  const std::string p = tmp_path("twice.json"), m = tmp_path("twice_merged.json");
+  ASSERT_TRUE(t.write(p).is_ok());
+  std::vector<TracePartNote> notes;
+  ASSERT_TRUE(merge_trace_files({p, p}, m, &notes).is_ok());
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_FALSE(notes[0].merged);
+  EXPECT_NE(notes[0].why.find("listed twice"), std::string::npos);
+  EXPECT_EQ(times(read_json(m)).at({100, "ffn"}).size(), 1u);
+  for (const auto& f : {p, m}) std::filesystem::remove(f);
+}
+
 TEST(TraceRecorder, StreamedFileIsCompleteAfterFinish) {
   const std::string p = tmp_path("stream.json");
   {
@@ -182,12 +217,14 @@ TEST(TraceRecorder, StreamOfAKilledProcessKeepsItsFlushedSpans) {
   EXPECT_TRUE(notes[0].merged);
   EXPECT_NE(notes[0].why.find("not the cut last line"), std::string::npos) << notes[0].why;
   EXPECT_EQ(times(read_json(m)).at({1, "attention"}).size(), 3u);
-  // A bad line that is not the last one is not a cut: the part is left out.
+  // A bad line that is not the last one is not a cut: the part is left out (it being the
+  // only one, the merge fails and leaves the earlier output as it was).
   std::ofstream(snap) << text << ",\nnot json,\n" << text.substr(text.rfind('\n') + 1);
   notes.clear();
-  ASSERT_TRUE(merge_trace_files({snap}, m, &notes).is_ok());
+  EXPECT_FALSE(merge_trace_files({snap}, m, &notes).is_ok());
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_FALSE(notes[0].merged);
+  EXPECT_EQ(times(read_json(m)).at({1, "attention"}).size(), 3u);
   ASSERT_TRUE(t.finish().is_ok());
   EXPECT_EQ(times(read_json(p)).at({1, "attention"}).size(), 3u);
   for (const auto& f : {p, snap, m}) std::filesystem::remove(f);
