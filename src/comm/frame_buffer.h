@@ -33,10 +33,14 @@ class FrameBuffer {
   }
   ~FrameBuffer() { release(); }
 
-  // Buffers of at least this many bytes sit on 2 MiB-aligned memory advised for
-  // transparent huge pages: a rendezvous copy between processes (UCX cma) pins every page
-  // of both buffers per message, and 4 KiB pages made a 532480-byte message cost 1.45x
-  // ucx_perftest's (whose buffers are on huge pages) against 1.01x with them (bench_comm).
+  // Buffers of at least this many bytes, of a transport between processes, sit on 2 MiB-
+  // aligned memory (rounded up to whole 2 MiB pages) advised for transparent huge pages: a
+  // rendezvous copy between processes (UCX cma) pins every page of both buffers per
+  // message, and 4 KiB pages made a 532480-byte message cost 1.45x ucx_perftest's (whose
+  // buffers are on huge pages) against 1.01x with them (bench_comm). An in-process
+  // transport copies nothing page by page, and a bundle of many workers in one process has
+  // many buffers (x*y pairs, each with m micro-batches of them): the rounding made EP16 of
+  // the tiny model hold 2.3 GB, EP64 more than this machine's 24 GB. Not for them.
   static constexpr size_t kHugeFrom = size_t{64} << 10;
   static constexpr size_t kHugePage = size_t{2} << 20;
 
@@ -45,7 +49,7 @@ class FrameBuffer {
   // fine: the buffer is then used unregistered).
   static Result<FrameBuffer> create(Transport* t, size_t capacity) {
     FrameBuffer b;
-    size_t align = capacity >= kHugeFrom ? kHugePage : 64;
+    size_t align = capacity >= kHugeFrom && t->caps().inter_process ? kHugePage : 64;
     size_t rounded = (capacity + align - 1) / align * align;
     if (rounded == 0) rounded = 64;
     b.data_ = static_cast<uint8_t*>(std::aligned_alloc(align, rounded));

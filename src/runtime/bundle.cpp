@@ -1,11 +1,14 @@
 #include "runtime/bundle.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "comm/fault_transport.h"
 #include "comm/inproc_transport.h"
+#include "comm/protocol.h"
 #include "comm/ucx_transport.h"
 #include "core/log.h"
+#include "core/memory_info.h"
 #include "core/timer.h"
 #include "model/weights.h"
 #include "runtime/ffn_client.h"
@@ -15,6 +18,31 @@ namespace afd {
 namespace {
 std::string ffn_name(int j) { return "ffn" + std::to_string(j); }
 std::string attn_name(int i) { return "attn" + std::to_string(i); }
+
+// An in-process bundle holds every (attention, FFN) pair's wire buffers at both ends: per
+// micro-batch, a dispatch and a combine frame of up to max_batch_tokens tokens each in the
+// FfnClient and in the FfnWorker. A topology whose buffers the machine cannot hold is
+// refused here rather than killed by the kernel part-way through allocating them.
+Status check_wire_memory(const EngineOptions& opt, const Topology& topo, const ModelConfig& c) {
+  const comm::ScaleGranularity g = opt.fp8_group == 128 ? comm::ScaleGranularity::per_block : comm::ScaleGranularity::per_token;
+  AFD_ASSIGN_OR_RETURN(comm::A2fLayout lay, comm::a2f_layout(opt.max_batch_tokens, c.hidden_size, c.n_experts_per_tok, g));
+  const double per_frame_pair = static_cast<double>(2 * comm::kFrameHeaderBytes + lay.total +
+                                                    comm::f2a_payload_bytes(opt.max_batch_tokens, c.hidden_size));
+  const double need = per_frame_pair * 2 * topo.n_attention * topo.n_ffn * opt.pipeline_microbatches();
+  const int64_t avail = available_memory_bytes();
+  if (avail > 0 && need > 0.8 * static_cast<double>(avail)) {
+    char msg[512];
+    std::snprintf(msg, sizeof msg,
+                  "topology %s in one process needs %.1f GiB of wire buffers (%d x %d worker pairs x %d micro-batch(es) "
+                  "x a dispatch and a combine frame of up to %lld tokens, at both ends), more than this machine can "
+                  "spare (%.1f GiB available): use fewer workers, fewer micro-batches, a smaller --max-batch-tokens, "
+                  "or worker processes",
+                  topo.to_string().c_str(), need / (1 << 30), topo.n_attention, topo.n_ffn, opt.pipeline_microbatches(),
+                  static_cast<long long>(opt.max_batch_tokens), static_cast<double>(avail) / (1 << 30));
+    return resource_exhausted(msg);
+  }
+  return Status::ok();
+}
 
 std::unique_ptr<comm::Transport> with_delay(std::unique_ptr<comm::Transport> t, int64_t delay_us) {
   if (delay_us <= 0) return t;
@@ -35,6 +63,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
   std::unique_ptr<Bundle> b(new Bundle());
   b->topo_ = topo;
   const bool remote = !opt.ffn_addresses.empty();
+  b->first_attention_index_ = remote ? opt.attention_index : 0;
   const bool ref = opt.precision == Precision::reference;
   const int x = topo.n_attention, y = topo.n_ffn;
   // Threads: in EP each worker's FFN shares its attention engine's cores (one pool per
@@ -51,6 +80,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
 
   std::shared_ptr<comm::InprocHub> hub;
   if (!remote) {
+    AFD_RETURN_IF_ERROR(check_wire_memory(opt, topo, w->config));
     hub = std::make_shared<comm::InprocHub>();
     for (int j = 0; j < y; ++j) {
       AFD_ASSIGN_OR_RETURN(auto it, comm::InprocTransport::create(hub, ffn_name(j)));
@@ -271,7 +301,7 @@ Status DataParallelEngine::forward(std::span<const BatchItem> items, std::vector
   }
   for (auto& t : threads) t.join();
   for (int e = 0; e < n_eng; ++e)
-    if (!st[e].is_ok()) return st[e].with_context("attention worker " + std::to_string(e));
+    if (!st[e].is_ok()) return st[e].with_context("attention worker " + std::to_string(bundle_->first_attention_index() + e));
   // Reassemble rows in item order.
   const int64_t V = config().vocab_size;
   std::vector<int64_t> rows(items.size());

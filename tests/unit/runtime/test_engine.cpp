@@ -412,5 +412,23 @@ TEST(EngineMicrobatches, DefaultFollowsTheWiring) {
   EXPECT_EQ(o.validate().code(), StatusCode::invalid_argument);
 }
 
+// An in-process bundle whose wire buffers (x*y pairs, m micro-batches, frames of up to
+// max_batch_tokens tokens, at both ends) cannot fit in this machine's memory is refused
+// with a clear error before anything is allocated (QA: EP64 was OOM-killed at 23.6 GB).
+TEST(Engine, InProcessBundleTooLargeForMemoryIsRefused) {
+  EngineOptions o;
+  o.model_dir = kModel;
+  o.precision = Precision::reference;
+  o.kv_capacity_tokens = 256;
+  o.max_seqs = 4;
+  o.topology = "64A64F";
+  o.max_batch_tokens = 1 << 20;  // ~100 MB frames x 4096 pairs x 3 micro-batches: no machine has that
+  auto e = make_engine(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::resource_exhausted) << e.status().to_string();
+  EXPECT_NE(e.status().message().find("wire buffers"), std::string::npos) << e.status().to_string();
+  EXPECT_NE(e.status().message().find("64A64F"), std::string::npos) << e.status().to_string();
+}
+
 }  // namespace
 }  // namespace afd
