@@ -36,6 +36,9 @@ class Bundle {
 
   std::vector<std::unique_ptr<Engine>>& attention() { return attention_; }
   const Topology& topology() const { return topo_; }
+  // The topology's index of attention()[0] (the others follow): 0 in one process; a
+  // worker process's --attention-index when the FFN workers are remote.
+  int first_attention_index() const { return first_attention_index_; }
   // Local FFN workers' statistics (empty for a remote bundle).
   std::vector<const FfnWorkerStats*> ffn_stats() const;
   // Local FFN workers (empty for a remote bundle), in shard order.
@@ -44,6 +47,7 @@ class Bundle {
  private:
   Bundle() = default;
   Topology topo_;
+  int first_attention_index_ = 0;
   std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<comm::Transport>> transports_;  // FFN side first, then attention
   std::vector<std::unique_ptr<FfnWorker>> ffn_;
