@@ -29,11 +29,7 @@ struct Hasher {
   }
 };
 
-}  // namespace
-
-uint64_t model_fingerprint(const ModelWeights& w) {
-  const ModelConfig& c = w.config;
-  Hasher h;
+void add_config(Hasher& h, const ModelConfig& c) {
   h.add(static_cast<int>(c.arch));
   for (int64_t v : {c.vocab_size, c.hidden_size, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.n_experts,
                     c.n_experts_per_tok, c.moe_intermediate_size, c.intermediate_size,
@@ -45,6 +41,19 @@ uint64_t model_fingerprint(const ModelWeights& w) {
   h.add(c.tie_word_embeddings);
   h.add(c.rope_theta);
   h.add(c.rms_norm_eps);
+}
+
+}  // namespace
+
+uint64_t model_config_fingerprint(const ModelConfig& c) {
+  Hasher h;
+  add_config(h, c);
+  return h.h;
+}
+
+uint64_t model_fingerprint(const ModelWeights& w) {
+  Hasher h;
+  add_config(h, w.config);
   // Matrix "paths": layer * 2^20 + part code (+ expert index); stable across processes.
   int64_t path = 0;
   h.add_matrix(path++, w.embed);

@@ -50,6 +50,10 @@ namespace afd {
 // Hash of the model's identity: architecture, shape-defining config fields, and the
 // position, dtype and shape of every weight matrix. Equal on both sides of a handshake.
 uint64_t model_fingerprint(const ModelWeights& w);
+// The part of model_fingerprint that the config alone gives (architecture and dimensions):
+// for processes that load no weights (a serving front end checks its attention workers'
+// /health against it).
+uint64_t model_config_fingerprint(const ModelConfig& c);
 
 struct FfnClientOptions {
   int index = 0;        // this attention worker's index in [0, n_attention)

@@ -134,6 +134,28 @@ std::string health_failure(const Result<HttpAnswer>& st) {
   return "health " + std::to_string(st->status);
 }
 
+// Why a worker that answered /health 200 must still not get requests: it is not an
+// attention server (an FFN worker's metrics port, say), or it serves another model than
+// this front end's (by model_config_fingerprint). Empty when it may. Bodies without these
+// fields (older workers) are taken as they are.
+std::string identity_mismatch(const std::string& body, const ModelServing& mine) {
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return "";
+  if (j.contains("role") && j["role"].is_string() && j["role"] != "attention")
+    return "not an attention worker: its /health says role '" + j["role"].get<std::string>() + "'";
+  if (j.contains("model_config") && j["model_config"].is_string()) {
+    char fp[17];
+    std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(mine.config_fingerprint));
+    if (j["model_config"] != fp) {
+      std::string theirs = j.contains("model") && j["model"].is_string() ? j["model"].get<std::string>() : "?";
+      if (theirs.size() > 100) theirs = theirs.substr(0, 100) + "...";
+      return "serves another model: '" + theirs + "' (config fingerprint " + j["model_config"].get<std::string>() +
+             "), this front end '" + mine.limits.model_name + "' (" + fp + ")";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string Frontend::why_workers_down() const {
@@ -153,8 +175,9 @@ void Frontend::health_loop() {
     for (size_t i = 0; i < workers_.size(); ++i) {
       FrontendWorker& w = *workers_[i];
       auto st = http_get(w.host, w.port, "/health", opt_.health_timeout_ms, 64 << 10);
-      const bool up = st.ok() && st->status == 200;
-      w.set_why_down(up ? "" : health_failure(st));
+      const std::string mismatch = st.ok() && st->status == 200 ? identity_mismatch(st->body, model_) : "";
+      const bool up = st.ok() && st->status == 200 && mismatch.empty();
+      w.set_why_down(up ? "" : !mismatch.empty() ? mismatch : health_failure(st));
       const bool was = w.up.exchange(up);
       if (up && !was) {
         spdlog::info("front end: attention worker {} at {} is up", i, w.address);

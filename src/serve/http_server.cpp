@@ -1,5 +1,6 @@
 #include "serve/http_server.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <random>
@@ -18,6 +19,12 @@ namespace {
 using json = nlohmann::ordered_json;
 
 }  // namespace
+
+std::string attention_health_body(const ModelServing& m) {
+  char fp[17];
+  std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(m.config_fingerprint));
+  return json{{"status", "ok"}, {"role", "attention"}, {"model", m.limits.model_name}, {"model_config", fp}}.dump();
+}
 
 HttpServer::HttpServer(ServerOptions opt, ModelServing model, std::vector<Scheduler*> workers, Router* router,
                        Metrics* metrics)
@@ -81,7 +88,7 @@ void HttpServer::install_routes() {
         return send_error(res, 503, why, opt_.retry_after_s);
       }
     }
-    res.set_content("{\"status\":\"ok\"}", "application/json");
+    res.set_content(attention_health_body(model_), "application/json");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_->render(), "text/plain; version=0.0.4");

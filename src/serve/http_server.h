@@ -34,7 +34,14 @@ struct ModelServing {
   std::optional<ChatTemplate> chat;  // absent: chat endpoint answers 400
   std::vector<int32_t> eos_ids;
   RequestLimits limits;              // model_name, vocab_size, max_context
+  // model_config_fingerprint() of the model: an attention server's /health reports it, and
+  // a front end only places requests on workers whose fingerprint equals its own.
+  uint64_t config_fingerprint = 0;
 };
+
+// The /health body of a ready attention server: {"status":"ok","role":"attention",
+// "model":NAME,"model_config":"<16 hex digits>"}.
+std::string attention_health_body(const ModelServing& m);
 
 class HttpServer {
  public:

@@ -4,12 +4,14 @@
 #include <filesystem>
 
 #include "core/log.h"
+#include "runtime/ffn_client.h"
 
 namespace afd::serve {
 
 Result<ModelServing> load_model_serving(const std::string& model_dir, const std::string& model_name,
                                         int64_t max_context, const ModelConfig& cfg) {
   ModelServing m;
+  m.config_fingerprint = model_config_fingerprint(cfg);
   const std::string tok_path = model_dir + "/tokenizer.json";
   auto tok = Tokenizer::load(tok_path);
   if (!tok.ok())

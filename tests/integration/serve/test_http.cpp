@@ -16,6 +16,7 @@
 
 #include "../../unit/serve/fake_engine.h"
 #include "model/config.h"
+#include "runtime/ffn_client.h"
 #include "serve/frontend.h"
 #include "serve/service.h"
 #include "serve/tokenizer_writer.h"
@@ -111,6 +112,21 @@ TEST_F(HttpTest, CompletionsAndChatNonStreaming) {
 
 // A second server on a port that is in use is a clear error, not a silent co-listener
 // (cpp-httplib's default SO_REUSEPORT would let the kernel split connections between them).
+// A ready attention server's /health says what it is and which model it serves (the front
+// end checks both before placing requests on it).
+TEST_F(HttpTest, HealthSaysRoleAndModel) {
+  start(ServiceOptions{});
+  auto r = cli_->Get("/health");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  json h = json::parse(r->body);
+  EXPECT_EQ(h["status"], "ok");
+  EXPECT_EQ(h["role"], "attention");
+  EXPECT_EQ(h["model"], "tiny");
+  ASSERT_TRUE(h["model_config"].is_string());
+  EXPECT_EQ(h["model_config"].get<std::string>().size(), 16u);
+}
+
 TEST_F(HttpTest, PortInUseIsAClearError) {
   start({});
   ServiceOptions so;
@@ -377,6 +393,66 @@ TEST(FrontendStop, EndsRunWheneverItComes) {
     ASSERT_EQ(run.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "round " << i;
     EXPECT_TRUE(run.get().is_ok());
   }
+  std::filesystem::remove_all(dir);
+}
+
+// The front end keeps requests off a worker whose /health answers 200 but which is not an
+// attention server (an FFN worker's metrics port given by mistake) or serves another model,
+// and says why; a worker of its own model is placed on.
+TEST(FrontendIdentity, RefusesNonAttentionAndOtherModelWorkers) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("afd_frontend_id_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string model = std::string(AFD_SOURCE_DIR) + "/tests/reference/data/qwen3_gqa2_top2_untied";
+  std::filesystem::copy_file(model + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto cfg = load_model_config(dir);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  ASSERT_TRUE(write_tokenizer_files(dir, cfg->vocab_size).ok());
+  char mine[17];
+  std::snprintf(mine, sizeof mine, "%016llx", static_cast<unsigned long long>(model_config_fingerprint(*cfg)));
+  const std::vector<std::string> bodies = {
+      R"({"status":"ok","role":"ffn"})",
+      R"({"status":"ok","role":"attention","model":"other","model_config":"0123456789abcdef"})",
+      json{{"status", "ok"}, {"role", "attention"}, {"model", "same"}, {"model_config", mine}}.dump()};
+  std::vector<std::unique_ptr<httplib::Server>> fakes;
+  std::vector<std::thread> threads;
+  std::vector<std::string> addrs;
+  for (const std::string& b : bodies) {
+    auto s = std::make_unique<httplib::Server>();
+    s->Get("/health", [b](const httplib::Request&, httplib::Response& res) { res.set_content(b, "application/json"); });
+    const int port = s->bind_to_any_port("127.0.0.1");
+    ASSERT_GT(port, 0);
+    addrs.push_back("127.0.0.1:" + std::to_string(port));
+    threads.emplace_back([srv = s.get()] { srv->listen_after_bind(); });
+    fakes.push_back(std::move(s));
+  }
+  FrontendOptions fo;
+  fo.server.port = 0;
+  fo.server.http_threads = 2;
+  fo.workers = addrs;
+  fo.model_dir = dir;
+  fo.health_interval_ms = 20;
+  fo.federate = false;
+  auto f = Frontend::create(fo);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  ASSERT_TRUE((*f)->start().is_ok());
+  Frontend* raw = f->get();
+  auto run = std::async(std::launch::async, [raw] { return raw->run(); });
+  std::string why;
+  for (int i = 0; i < 250; ++i) {
+    why = raw->why_workers_down();
+    if (raw->workers_up() == 1 && why.find("serves another model") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(raw->workers_up(), 1) << why;
+  EXPECT_NE(why.find("worker 0: not an attention worker: its /health says role 'ffn'"), std::string::npos) << why;
+  EXPECT_NE(why.find("worker 1: serves another model: 'other'"), std::string::npos) << why;
+  EXPECT_EQ(why.find("worker 2"), std::string::npos) << why;
+  raw->stop();
+  EXPECT_TRUE(run.get().is_ok());
+  for (auto& s : fakes) s->stop();
+  for (auto& t : threads) t.join();
   std::filesystem::remove_all(dir);
 }
 
