@@ -5,9 +5,12 @@
 //                            --attention-workers host:port,... or --topology-file F;
 //   --spawn-workers        — the front end plus every worker of --topology xAyF (or of
 //                            --topology-file F) as local child processes, stopped on exit.
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <thread>
+
+#include <algorithm>
 
 #include "commands.h"
 #include "core/log.h"
@@ -205,6 +208,13 @@ void run_serve(const ServeFlags& f) {
                                      "workers with --trace"));
     serve::FrontendOptions fo = frontend_options(f);
     fo.workers = split_list(f.attention_workers);
+    for (size_t i = 0; i < fo.workers.size(); ++i) {
+      if (fo.workers[i].find(':') == std::string::npos)
+        fail("serve", invalid_argument("--attention-workers: '" + fo.workers[i] + "' is not host:port"));
+      if (std::find(fo.workers.begin(), fo.workers.begin() + static_cast<long>(i), fo.workers[i]) !=
+          fo.workers.begin() + static_cast<long>(i))
+        fail("serve", invalid_argument("--attention-workers: " + fo.workers[i] + " is listed twice"));
+    }
     return run_frontend("serve", std::move(fo), 0, nullptr, {}, f.service.drain_timeout_s);
   }
   auto opt = f.engine.to_options();
@@ -233,12 +243,21 @@ void register_serve(CLI::App& app) {
   f->engine.model_dir = "models/tiny";
   f->engine.add_to(cmd, /*model_required=*/false);
   f->service.add_to(cmd, /*public_api=*/true);
-  cmd->add_option("--attention-workers", f->attention_workers,
-                  "Front end only: proxy to these attention workers (host:port,...; afd worker --role attention)")
-      ->envname("AFD_ATTENTION_WORKERS");
-  cmd->add_option("--topology-file", f->topology_file,
-                  "Front end of the deployment in this JSON file (docs/DEPLOYMENT.md); other flags are ignored")
-      ->envname("AFD_TOPOLOGY_FILE");
+  auto* workers_opt =
+      cmd->add_option("--attention-workers", f->attention_workers,
+                      "Front end only: proxy to these attention workers (host:port,...; afd worker --role attention)")
+          ->check([](const std::string& v) { return v.empty() ? std::string("names no attention worker") : std::string(); })
+          ->envname("AFD_ATTENTION_WORKERS");
+  auto* file_opt = cmd->add_option("--topology-file", f->topology_file,
+                                   "Front end of the deployment in this JSON file (docs/DEPLOYMENT.md); the file names "
+                                   "the workers, so --attention-workers, --topology, --ffn and --spawn-ffn are refused "
+                                   "with it, and other engine flags are ignored")
+                       ->envname("AFD_TOPOLOGY_FILE");
+  // The file describes the deployment: a flag that describes another one is an error, not
+  // silently ignored.
+  file_opt->excludes(workers_opt);
+  for (const char* name : {"--topology", "--ffn", "--spawn-ffn"}) file_opt->excludes(cmd->get_option(name));
+  workers_opt->excludes(cmd->get_option("--spawn-ffn"));
   cmd->add_flag("--spawn-workers", f->spawn_workers,
                 "Start every worker of --topology xAyF (or --topology-file) as a local process behind a front end "
                 "(the default for --topology xAyF without --ffn / --spawn-ffn)")

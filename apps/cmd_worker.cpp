@@ -219,7 +219,7 @@ void run_worker(WorkerFlags f) {
 void register_worker(CLI::App& app) {
   auto f = std::make_shared<WorkerFlags>();
   auto* cmd = app.add_subcommand("worker", "Run one FFN or attention worker process of an AFD deployment");
-  cmd->add_option("--role", f->role, "ffn | attention")->envname("AFD_ROLE");
+  auto* role_opt = cmd->add_option("--role", f->role, "ffn | attention")->envname("AFD_ROLE");
   f->engine.add_to(cmd, /*model_required=*/false);
   f->service.add_to(cmd, /*public_api=*/false);
   cmd->add_option("--listen", f->listen,
@@ -234,13 +234,20 @@ void register_worker(CLI::App& app) {
       ->envname("AFD_N_ATTENTION");
   cmd->add_option("--peer-timeout-ms", f->peer_timeout_ms, "FFN: wait for a mid-step attention worker this long")
       ->envname("AFD_PEER_TIMEOUT_MS");
-  cmd->add_option("--topology-file", f->topology_file, "Take every setting from this JSON file (docs/DEPLOYMENT.md)")
-      ->envname("AFD_TOPOLOGY_FILE");
+  auto* file_opt =
+      cmd->add_option("--topology-file", f->topology_file,
+                      "Take every setting from this JSON file (docs/DEPLOYMENT.md); needs --role and --index")
+          ->envname("AFD_TOPOLOGY_FILE");
   cmd->add_option("--metrics-listen", f->metrics_listen,
                   "FFN: host:port answering GET /metrics (Prometheus) and GET /health (default: none)")
       ->envname("AFD_METRICS_LISTEN");
-  cmd->add_option("--index", f->index, "With --topology-file: which worker of --role this process is")
-      ->envname("AFD_INDEX");
+  auto* index_opt = cmd->add_option("--index", f->index, "With --topology-file: which worker of --role this process is")
+                        ->envname("AFD_INDEX");
+  // With a file, which worker this is must be said, not defaulted (a missing --role made an
+  // FFN worker of an attention worker's command line).
+  file_opt->needs(role_opt);
+  file_opt->needs(index_opt);
+  index_opt->needs(file_opt);
   cmd->callback([f] { run_worker(*f); });
 }
 

@@ -1,5 +1,7 @@
 #include "engine_flags.h"
 
+#include <algorithm>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -101,6 +103,8 @@ Result<EngineOptions> EngineFlags::to_options() const {
       std::string a = ffn.substr(i, j - i);
       if (a.empty() || a.find(':') == std::string::npos)
         return invalid_argument("--ffn: '" + a + "' is not host:port");
+      if (std::find(o.ffn_addresses.begin(), o.ffn_addresses.end(), a) != o.ffn_addresses.end())
+        return invalid_argument("--ffn: " + a + " is listed twice (one address per FFN worker, in shard order)");
       o.ffn_addresses.push_back(a);
       i = j + 1;
     }
