@@ -110,8 +110,27 @@ std::string TopologyFile::ffn_addresses() const {
 }
 
 Result<TopologyFile> parse_topology_file(const std::string& text, const std::string& origin) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
-  if (j.is_discarded()) return invalid_argument(origin + ": not valid JSON");
+  // Keys seen in each open object, innermost last: a key given twice is an error (the JSON
+  // library would keep the last one silently).
+  std::vector<std::set<std::string>> keys;
+  std::string duplicate;
+  json::parser_callback_t cb = [&](int /*depth*/, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) keys.emplace_back();
+    if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (ev == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
+        duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json j;
+  try {
+    j = json::parse(text, cb, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line L, column C: ..."
+    if (const size_t at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+    return invalid_argument(origin + ": not valid JSON: " + what);
+  }
+  if (!duplicate.empty()) return invalid_argument(origin + ": key \"" + duplicate + "\" appears twice in one object");
   if (!j.is_object()) return invalid_argument(origin + ": must be a JSON object");
   Fields top(j, origin, "");
   AFD_RETURN_IF_ERROR(top.check_keys({"model", "precision", "kv_dtype", "microbatches", "threads", "ffn_timeout_ms",

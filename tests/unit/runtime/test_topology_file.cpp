@@ -84,6 +84,11 @@ struct BadCase {
 TEST(TopologyFile, BadFilesNameTheField) {
   const BadCase cases[] = {
       {"{", "not valid JSON"},
+      {"{\n  \"model\": \"m\",\n  \"attention\": [}", "not valid JSON: parse error at line 3, column"},
+      {R"({"model": "m", "model": "n", "attention": [{"address": "h:1"}], "ffn": [{"address": "h:2"}]})",
+       "key \"model\" appears twice"},
+      {R"({"model": "m", "attention": [{"address": "h:1", "address": "h:3"}], "ffn": [{"address": "h:2"}]})",
+       "key \"address\" appears twice"},
       {"[]", "must be a JSON object"},
       {R"({"model": "m", "ffn": [{"address": "h:1"}]})", "attention: missing"},
       {R"({"model": "m", "attention": [], "ffn": [{"address": "h:1"}]})", "attention: must be an array of 1 to 64"},
