@@ -24,6 +24,12 @@ expect_error "bad temperature" "temperature" "$AFD" generate --model "$M" --prom
 expect_error "bad top_p" "top_p" "$AFD" generate --model "$M" --prompt-ids 1 --temperature 1 --top-p 0
 expect_error "bad precision" "precision" "$AFD" generate --model "$M" --prompt-ids 1 --precision fp4
 expect_error "bad micro-batches" "micro-batches" "$AFD" generate --model "$M" --prompt-ids 1 --microbatches 9
+expect_error "an FFN worker listed twice" "listed twice" "$AFD" generate --model "$M" --prompt-ids 1 --ffn 127.0.0.1:5,127.0.0.1:5
+expect_error "an attention worker listed twice" "listed twice" "$AFD" serve --model "$M" --attention-workers 127.0.0.1:5,127.0.0.1:5
+expect_error "no attention worker named" "names no attention worker" "$AFD" serve --model "$M" --attention-workers ""
+echo '{}' >"$TMP/topo.json"
+expect_error "a topology file and another topology" "excludes" "$AFD" serve --topology-file "$TMP/topo.json" --topology 2A1F
+expect_error "a topology file without --role" "requires --role" "$AFD" worker --topology-file "$TMP/topo.json" --index 0
 expect_error "bench without timed steps" "steps" "$AFD" bench --model "$M" --batch 1 --context 8 --steps 0 --skip-limits
 # Corrupt checkpoints.
 cp -r "$M" "$TMP/trunc"; truncate -s 1000 "$TMP/trunc/model.safetensors"
