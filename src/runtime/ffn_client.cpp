@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "kernels/cpu/ops.h"
+#include "model/checkpoint.h"
 #include "model/weights.h"
 
 namespace afd {
@@ -82,6 +83,19 @@ uint64_t model_fingerprint(const ModelWeights& w) {
       h.add_matrix(base + 10, L.dense.gate);
       h.add_matrix(base + 11, L.dense.up);
       h.add_matrix(base + 12, L.dense.down);
+    }
+  }
+  // A sample of the values: 16 bytes from the middle of every tensor of the checkpoint (by
+  // name, in name order), as stored on disk — so two sides that convert weights differently
+  // still agree, while two checkpoints of one architecture (another seed, another fine-tune)
+  // do not. One page per tensor is read (the processes map them anyway).
+  if (w.checkpoint) {
+    for (const std::string& name : w.checkpoint->tensor_names()) {
+      const TensorRef* t = w.checkpoint->find(name);
+      if (t == nullptr || t->info == nullptr || t->data == nullptr) continue;
+      const size_t n = t->info->nbytes(), take = std::min<size_t>(n, 16);
+      h.add_str(name);
+      h.h = hash64(t->data + (n - take) / 2, take, h.h);
     }
   }
   return h.h;

@@ -47,8 +47,9 @@
 
 namespace afd {
 
-// Hash of the model's identity: architecture, shape-defining config fields, and the
-// position, dtype and shape of every weight matrix. Equal on both sides of a handshake.
+// Hash of the model's identity: architecture, shape-defining config fields, the position,
+// dtype and shape of every weight matrix, and a sample of every checkpoint tensor's stored
+// bytes (16 from its middle). Equal on both sides of a handshake that load one checkpoint.
 uint64_t model_fingerprint(const ModelWeights& w);
 // The part of model_fingerprint that the config alone gives (architecture and dimensions):
 // for processes that load no weights (a serving front end checks its attention workers'

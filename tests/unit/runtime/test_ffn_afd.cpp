@@ -15,6 +15,7 @@
 #include "comm/ucx_transport.h"
 #include "core/timer.h"
 #include "model/make_model.h"
+#include "model/checkpoint.h"
 #include "model/weights.h"
 #include "runtime/ffn_backend.h"
 #include "runtime/ffn_client.h"
@@ -28,7 +29,7 @@ using namespace comm;
 int64_t deadline_in_ms(int64_t ms) { return now_ns() + ms * 1000000; }
 
 // qwen2_moe tiny (8 experts, top-2, shared expert) with layer 1 dense.
-std::shared_ptr<const ModelWeights> tiny_model(const std::string& tag, int64_t n_layers = 3) {
+std::shared_ptr<const ModelWeights> tiny_model(const std::string& tag, int64_t n_layers = 3, uint64_t seed = 3) {
   static std::map<std::string, std::shared_ptr<const ModelWeights>> cache;
   if (cache.count(tag)) return cache[tag];
   auto c = make_preset_config(Arch::qwen2_moe, "tiny");
@@ -39,7 +40,7 @@ std::shared_ptr<const ModelWeights> tiny_model(const std::string& tag, int64_t n
   // One directory per process: ctest runs the cases of this binary as parallel processes.
   o.out_dir = std::string(AFD_BINARY_DIR) + "/test_ffn_afd_" + tag + "_" + std::to_string(getpid());
   std::filesystem::create_directories(o.out_dir);
-  o.seed = 3;
+  o.seed = seed;
   auto r = make_model(*c, o);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   auto w = load_model(o.out_dir);
@@ -300,6 +301,24 @@ TEST(FfnAfd, HandshakeMismatchIsRefusedWithAClearError) {
   ASSERT_FALSE(c2.ok());
   EXPECT_NE(c2.status().message().find("topolog"), std::string::npos) << c2.status().to_string();
   EXPECT_EQ(b.workers[0]->stats().refused.load(), 2);
+}
+
+// Two checkpoints of one architecture with different weights (another seed): the
+// fingerprint samples the stored values, so the handshake refuses them too; a second load
+// of the same checkpoint is accepted.
+TEST(FfnAfd, HandshakeRefusesACheckpointWithOtherWeights) {
+  auto w = tiny_model("a");
+  auto reseeded = tiny_model("a_seed4", 3, 4);
+  EXPECT_NE(model_fingerprint(*w), model_fingerprint(*reseeded));
+  auto again = load_model(w->checkpoint->dir());
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(model_fingerprint(*w), model_fingerprint(**again));
+  Bundle b;
+  start_workers(b, w, 1, 1);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  auto cl = FfnClient::create(reseeded, b.attn_t[0].get(), client_opts(0, 1, 1));
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.status().message().find("fingerprint"), std::string::npos) << cl.status().to_string();
 }
 
 // ---- Tensor parallelism (--ffn-tp) --------------------------------------------------
