@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "core/log.h"
 #include "core/timer.h"
@@ -285,13 +286,33 @@ void FfnClient::stop_probes() {
 
 Status FfnClient::connect_all() {
   for (size_t j = 0; j < opt_.ffn_addresses.size(); ++j) AFD_RETURN_IF_ERROR(t_->connect(opt_.ffn_addresses[j]));
-  int64_t deadline = deadline_in_ms(opt_.connect_timeout_ms);
-  for (size_t j = 0; j < workers_.size(); ++j) {
-    spdlog::info("attention {}: waiting for FFN worker '{}'{}", opt_.index, workers_[j].name,
-                 opt_.ffn_addresses.empty() ? "" : " at " + opt_.ffn_addresses[j]);
-    auto p = wait_for_peer(*t_, workers_[j].name, deadline);
-    if (!p.ok()) return p.status().with_context("attention worker " + std::to_string(opt_.index));
-    workers_[j].peer = *p;
+  // Waits for all of them at once; every 2 s (and in the error at the deadline) it names
+  // the ones still missing, with their addresses.
+  const int64_t deadline = deadline_in_ms(opt_.connect_timeout_ms);
+  int64_t next_log = 0;
+  for (;;) {
+    std::string missing;
+    for (size_t j = 0; j < workers_.size(); ++j) {
+      if (workers_[j].peer != kNoPeer && t_->is_connected(workers_[j].peer)) continue;
+      auto id = t_->peer_id(workers_[j].name);
+      if (id.ok() && t_->is_connected(*id)) {
+        workers_[j].peer = *id;
+        continue;
+      }
+      missing += (missing.empty() ? "'" : ", '") + workers_[j].name + "'" +
+                 (opt_.ffn_addresses.empty() ? "" : " at " + opt_.ffn_addresses[j]);
+    }
+    if (missing.empty()) break;
+    const int64_t now = now_ns();
+    if (now >= deadline) {
+      return timeout_error("attention worker " + std::to_string(opt_.index) + ": FFN worker(s) " + missing +
+                           " did not connect within " + std::to_string(opt_.connect_timeout_ms) + " ms");
+    }
+    if (now >= next_log) {
+      spdlog::info("attention {}: waiting for FFN worker(s) {}", opt_.index, missing);
+      next_log = now + int64_t{2000000000};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   for (size_t j = 0; j < workers_.size(); ++j) AFD_RETURN_IF_ERROR(handshake(static_cast<int>(j)));
   // The connect events are consumed: refresh_connections() only sees later changes.
