@@ -170,7 +170,7 @@ void InprocTransport::try_reconnect() {
   }
 }
 
-void InprocTransport::on_peer_lost(PeerId peer, const std::string& why) {
+void InprocTransport::on_peer_lost(PeerId peer, const std::string& why, bool closing) {
   std::string name;
   {
     std::lock_guard<std::mutex> lk(peers_mu_);
@@ -200,7 +200,13 @@ void InprocTransport::on_peer_lost(PeerId peer, const std::string& why) {
       }
     }
   }
-  spdlog::warn("inproc: {} lost peer {}: {}", name_, name, why);
+  // A close is an expected end (both sides: this one's own, and its peers being told):
+  // info, not a warning; a connection dropped on request, or a peer lost otherwise, warns.
+  if (closing) {
+    spdlog::info("inproc: {} lost peer {}: {}", name_, name, why);
+  } else {
+    spdlog::warn("inproc: {} lost peer {}: {}", name_, name, why);
+  }
   push_event(PeerEvent{PeerEventKind::disconnected, peer, name, why});
 }
 
@@ -476,8 +482,8 @@ void InprocTransport::close() {
   }
   for (auto& [p, l] : linked) {
     auto it = hub_->by_name_.find(l.name);
-    if (it != hub_->by_name_.end()) it->second->on_peer_lost(l.my_id_there, "'" + name_ + "' closed");
-    on_peer_lost(p, "closed locally");
+    if (it != hub_->by_name_.end()) it->second->on_peer_lost(l.my_id_there, "'" + name_ + "' closed", /*closing=*/true);
+    on_peer_lost(p, "closed locally", /*closing=*/true);
   }
   std::lock_guard<std::mutex> lk(port_->mu);
   port_->alive = false;

@@ -136,7 +136,8 @@ class InprocTransport final : public Transport {
   // Links a and b (hub mutex held).
   static void link(InprocTransport* a, InprocTransport* b, const std::string& address_of_b);
   // The link to `peer` is gone; fails receives posted for it. Hub mutex held.
-  void on_peer_lost(PeerId peer, const std::string& why);
+  // closing: the loss is part of a close() (this transport's or the peer's): logged as info.
+  void on_peer_lost(PeerId peer, const std::string& why, bool closing = false);
   void push_event(PeerEvent ev);
   Result<RequestId> enqueue(Command c, CompletionFn on_done);
 
