@@ -1272,7 +1272,15 @@ Status UcxTransportImpl::exchange(int fd, const std::string& dialed, PeerId* out
   AFD_RETURN_IF_ERROR(send_all(fd, opt_.name.data(), opt_.name.size(), deadline));
   AFD_RETURN_IF_ERROR(send_all(fd, worker_address_.data(), worker_address_.size(), deadline));
   uint8_t rh[12];
-  AFD_RETURN_IF_ERROR(recv_all(fd, rh, sizeof rh, deadline));
+  // A listener that is not an afd transport (an HTTP server, say) may accept and then say
+  // nothing: say so rather than only "timed out".
+  if (Status st = recv_all(fd, rh, sizeof rh, deadline); !st.is_ok()) {
+    return st.code() == StatusCode::timeout
+               ? timeout_error("no afd handshake from " + (dialed.empty() ? std::string("the peer") : dialed) +
+                               " within " + std::to_string(opt_.bootstrap_timeout_ms) +
+                               " ms (is an afd worker listening there?)")
+               : st;
+  }
   uint32_t r_magic, r_addr_len;
   uint16_t r_ver, r_name_len;
   std::memcpy(&r_magic, rh, 4);
