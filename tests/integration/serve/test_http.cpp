@@ -364,18 +364,28 @@ TEST_F(HttpTest, DrainFinishesAcceptedRequestsAndRefusesNewOnes) {
   EXPECT_TRUE(drained);
 }
 
-// Frontend::stop() ends run() whenever it comes: before run(), while run() is starting to
-// listen (httplib ignores a stop that precedes its listening loop), or while it listens.
-TEST(FrontendStop, EndsRunWheneverItComes) {
+// A model directory for an engine-less front end (config.json of a reference model and
+// generated tokenizer files) under a per-process name; empty on failure (reported).
+std::string frontend_model_dir(const std::string& tag) {
   const std::string dir =
-      (std::filesystem::temp_directory_path() / ("afd_frontend_stop_" + std::to_string(::getpid()))).string();
+      (std::filesystem::temp_directory_path() / ("afd_frontend_" + tag + "_" + std::to_string(::getpid()))).string();
   std::filesystem::create_directories(dir);
   const std::string model = std::string(AFD_SOURCE_DIR) + "/tests/reference/data/qwen3_gqa2_top2_untied";
   std::filesystem::copy_file(model + "/config.json", dir + "/config.json",
                              std::filesystem::copy_options::overwrite_existing);
   auto cfg = load_model_config(dir);
-  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
-  ASSERT_TRUE(write_tokenizer_files(dir, cfg->vocab_size).ok());
+  EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
+  if (!cfg.ok()) return "";
+  auto tok = write_tokenizer_files(dir, cfg->vocab_size);
+  EXPECT_TRUE(tok.ok()) << tok.status().to_string();
+  return tok.ok() ? dir : "";
+}
+
+// Frontend::stop() ends run() whenever it comes: before run(), while run() is starting to
+// listen (httplib ignores a stop that precedes its listening loop), or while it listens.
+TEST(FrontendStop, EndsRunWheneverItComes) {
+  const std::string dir = frontend_model_dir("stop");
+  ASSERT_FALSE(dir.empty());
   for (int i = 0; i < 30; ++i) {
     FrontendOptions fo;
     fo.server.port = 0;
@@ -400,15 +410,10 @@ TEST(FrontendStop, EndsRunWheneverItComes) {
 // attention server (an FFN worker's metrics port given by mistake) or serves another model,
 // and says why; a worker of its own model is placed on.
 TEST(FrontendIdentity, RefusesNonAttentionAndOtherModelWorkers) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("afd_frontend_id_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(dir);
-  const std::string model = std::string(AFD_SOURCE_DIR) + "/tests/reference/data/qwen3_gqa2_top2_untied";
-  std::filesystem::copy_file(model + "/config.json", dir + "/config.json",
-                             std::filesystem::copy_options::overwrite_existing);
+  const std::string dir = frontend_model_dir("id");
+  ASSERT_FALSE(dir.empty());
   auto cfg = load_model_config(dir);
   ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
-  ASSERT_TRUE(write_tokenizer_files(dir, cfg->vocab_size).ok());
   char mine[17];
   std::snprintf(mine, sizeof mine, "%016llx", static_cast<unsigned long long>(model_config_fingerprint(*cfg)));
   const std::vector<std::string> bodies = {
