@@ -41,8 +41,10 @@ struct RequestTable::ExitHook {
         for (uint32_t i = 0; i < tc.n; ++i) it->second->push_free(tc.slots[i]);
       }
     }
-    // A slot released by a later exit handler takes release_uncached, which arms a new hook.
+    // Still armed: a slot released by a later exit handler of this thread is cached and
+    // lost with it (at most kThreadCacheSlots), as the hook cannot be constructed again.
     tc = ThreadCache{};
+    tc.armed = true;
   }
 };
 
