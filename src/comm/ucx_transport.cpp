@@ -920,7 +920,11 @@ void UcxTransportImpl::lose_peer(PeerId pid, uint64_t gen, const std::string& wh
     p.ep = nullptr;
   }
   if (p.recv_src != 0) discard_unexpected(p.recv_src, name);
-  spdlog::warn("ucx: {} lost {}", opt_.name, msg);
+  if (stop_.load()) {
+    spdlog::info("ucx: {} lost {}", opt_.name, msg);  // this transport is closing: expected
+  } else {
+    spdlog::warn("ucx: {} lost {}", opt_.name, msg);
+  }
   push_event(PeerEvent{PeerEventKind::disconnected, pid, name, why});
 }
 
@@ -1360,6 +1364,9 @@ void UcxTransportImpl::bootstrap_loop() {
       wanted = wanted_;
     }
     for (size_t i = 0; i < wanted.size(); ++i) {
+      // Closing: the progress thread drops every connection as it stops; re-dialling them
+      // would only connect to each peer once more and leave it again.
+      if (stop_.load()) break;
       Wanted& w = wanted[i];
       int64_t t = now_ns();
       if (w.peer != kNoPeer && is_connected(w.peer)) continue;
