@@ -39,6 +39,7 @@ struct BenchFlags {
   std::string mode = "mono";
   std::string delay = "0";
   int rounds = 1;
+  bool topology_given = false;  // --topology on the command line (else the default, mono)
 };
 
 // Per row key (wiring, micro-batches, delay, batch, context): the ratios of every round.
@@ -228,7 +229,12 @@ void run_bench(const BenchFlags& f) {
   if (!batches.ok()) fail("bench", batches.status());
   auto contexts = parse_int_list(f.contexts, "--context");
   if (!contexts.ok()) fail("bench", contexts.status());
-  if (f.mode == "afd" && opt->topology == "mono") opt->topology = "1A1F";
+  if (f.mode == "afd" && opt->topology == "mono") {
+    if (f.topology_given)
+      fail("bench", invalid_argument("--mode afd with --topology mono: mono has no FFN workers (use --mode mono, or an "
+                                     "xAyF / EPn topology)"));
+    opt->topology = "1A1F";  // --mode afd alone: the simplest AFD wiring
+  }
   // No list: the wiring's default count (EngineOptions::pipeline_microbatches).
   auto mbs = f.engine.microbatches.empty()
                  ? Result<std::vector<int64_t>>(std::vector<int64_t>{opt->pipeline_microbatches()})
@@ -490,7 +496,11 @@ void register_bench(CLI::App& app) {
                   "Repeat the whole sweep this many times and print the median [min, max] of each row's ratios")
       ->check(CLI::Range(1, 100));
   cmd->add_flag("--skip-limits", f->skip_limits, "Do not measure bandwidth / GEMM rate (fractions print 0)");
-  cmd->callback([f] { run_bench(*f); });
+  CLI::Option* topology = cmd->get_option("--topology");
+  cmd->callback([f, topology] {
+    f->topology_given = topology->count() > 0;
+    run_bench(*f);
+  });
 }
 
 }  // namespace afd::cli

@@ -30,6 +30,7 @@ expect_error "no attention worker named" "names no attention worker" "$AFD" serv
 echo '{}' >"$TMP/topo.json"
 expect_error "a topology file and another topology" "excludes" "$AFD" serve --topology-file "$TMP/topo.json" --topology 2A1F
 expect_error "a topology file without --role" "requires --role" "$AFD" worker --topology-file "$TMP/topo.json" --index 0
+expect_error "bench --mode afd on mono" "mono has no FFN workers" "$AFD" bench --model "$M" --mode afd --topology mono --batch 1 --context 8 --steps 1 --skip-limits
 expect_error "bench without timed steps" "steps" "$AFD" bench --model "$M" --batch 1 --context 8 --steps 0 --skip-limits
 # Corrupt checkpoints.
 cp -r "$M" "$TMP/trunc"; truncate -s 1000 "$TMP/trunc/model.safetensors"
