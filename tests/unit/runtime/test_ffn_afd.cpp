@@ -229,14 +229,16 @@ TEST(FfnAfd, TwoAttentionTwoFfnAggregatesAndMatches) {
       if (!cl.ok()) {
         ADD_FAILURE() << cl.status().to_string();
         failures++;
-        ready++;
+        ready += 100;  // releases the other client from every step barrier
         return;
       }
-      // Start stepping together, as attention workers of one bundle do.
       ready++;
-      while (ready.load() < 2) std::this_thread::yield();
       const int64_t H = w->config.hidden_size;
       for (int step = 0; step < 4; ++step) {
+        // Start every step together, as the attention workers of one bundle do (a machine
+        // busy with other tests could otherwise run one client's steps all before the
+        // other's first, and nothing would be aggregated).
+        while (ready.load() < 2 * (step + 1)) std::this_thread::yield();
         for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
           TokenBatch bt[2] = {random_batch(w->config, 5 + a, 1000 * a + step * 10 + layer),
                               random_batch(w->config, 4, 5000 * a + step * 10 + layer)};
@@ -260,6 +262,7 @@ TEST(FfnAfd, TwoAttentionTwoFfnAggregatesAndMatches) {
             }
           }
         }
+        ready++;
       }
       cls[a] = std::move(cl).value();
     });
