@@ -80,8 +80,7 @@ struct OpCtx {
   RequestId id = 0;
   PeerId peer = kNoPeer;
   void* req = nullptr;
-  bool lost = false;
-  std::string lost_why;
+  bool lost = false;  // its peer was lost: it fails with the peer's lost_why
   // Set while ucp_tag_send_nbx runs: UCX may run the callback inside the call; the poster
   // then frees ctx.
   bool in_post = true;
@@ -169,7 +168,7 @@ class UcxTransportImpl final : public UcxTransport {
     ucp_ep_h ep = nullptr;
     int fd = -1;
     uint64_t gen = 0;
-    std::string lost_why;        // why the last connection was lost (its receives fail with it)
+    std::string lost_why;        // why the last connection was lost (its operations fail with it)
   };
   struct Command {
     enum Kind : uint8_t { send, recv, cancel, add_peer, drop_peer } kind;
@@ -621,7 +620,6 @@ OpCtx* UcxTransportImpl::take_ctx(RequestId id, PeerId peer) {
     // copied it back through a store-forwarding stall, ~a third of this call (perf).
     ctx->req = nullptr;
     ctx->lost = false;
-    ctx->lost_why.clear();
     ctx->in_post = true;
     ctx->done = false;
     ctx->live_prev = ctx->live_next = nullptr;
@@ -698,7 +696,7 @@ void UcxTransportImpl::send_cb(void* request, ucs_status_t status, void* user_da
   if (status == UCS_OK) {
     c = Completion{Status::ok(), 0};
   } else if (ctx->lost) {
-    c = Completion{unavailable(ctx->lost_why), 0};
+    c = Completion{unavailable(self->peers_[ctx->peer].lost_why), 0};
   } else if (status == UCS_ERR_CANCELED) {
     c = Completion{cancelled("send cancelled"), 0};
   } else {
@@ -907,7 +905,6 @@ void UcxTransportImpl::lose_peer(PeerId pid, uint64_t gen, const std::string& wh
   for (OpCtx* ctx = live_head_; ctx != nullptr; ctx = ctx->live_next) {
     if (ctx->peer != pid) continue;
     ctx->lost = true;
-    ctx->lost_why = msg;
   }
   p.lost_why = msg;
   cancel_live(live_recvs(pid, /*mark_lost=*/true));
