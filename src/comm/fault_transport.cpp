@@ -169,41 +169,31 @@ void FaultTransport::cancel(RequestId id) {
   if (found_inner) inner_->cancel(inner);
 }
 
-std::vector<RequestId> FaultTransport::take_held(PeerId peer) {
-  std::vector<RequestId> out;
-  for (auto it = held_.begin(); it != held_.end();) {
-    if (it->peer != peer) {
-      ++it;
-      continue;
-    }
-    out.push_back(it->outer);
-    it = held_.erase(it);
-  }
-  return out;
-}
-
-Status FaultTransport::disconnect(PeerId peer) {
+void FaultTransport::fail_held(PeerId peer, const std::string& why) {
   std::vector<RequestId> lost;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    lost = take_held(peer);
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (it->peer != peer) {
+        ++it;
+        continue;
+      }
+      lost.push_back(it->outer);
+      it = held_.erase(it);
+    }
   }
-  const std::string why = "peer '" + inner_->peer_name(peer) + "' disconnected while the send was held";
   for (RequestId id : lost) table_.complete(id, Completion{unavailable(why), 0});
+}
+
+Status FaultTransport::disconnect(PeerId peer) {
+  fail_held(peer, "peer '" + inner_->peer_name(peer) + "' disconnected while the send was held");
   return inner_->disconnect(peer);
 }
 
 bool FaultTransport::next_event(PeerEvent* ev, int64_t deadline_ns) {
   if (!inner_->next_event(ev, deadline_ns)) return false;
-  if (ev->kind == PeerEventKind::disconnected) {
-    std::vector<RequestId> lost;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      lost = take_held(ev->peer);
-    }
-    const std::string why = "peer '" + ev->name + "' disconnected while the send was held: " + ev->detail;
-    for (RequestId id : lost) table_.complete(id, Completion{unavailable(why), 0});
-  }
+  if (ev->kind == PeerEventKind::disconnected)
+    fail_held(ev->peer, "peer '" + ev->name + "' disconnected while the send was held: " + ev->detail);
   return true;
 }
 

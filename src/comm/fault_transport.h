@@ -79,9 +79,9 @@ class FaultTransport final : public Transport {
   };
   bool applies(PeerId target, PeerId peer) const { return target == kNoPeer || target == peer; }
   void forward(Held h);
-  // Removes the held sends to `peer` and returns their ids (mu_ held; the caller completes
-  // them after unlocking, as callbacks may post).
-  std::vector<RequestId> take_held(PeerId peer);
+  // Removes the held sends to `peer` and fails them with `why` (mu_ not held: it is taken to
+  // remove them and released before completing them, as callbacks may post).
+  void fail_held(PeerId peer, const std::string& why);
   void fault_loop();
 
   std::unique_ptr<Transport> inner_;
