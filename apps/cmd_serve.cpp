@@ -10,8 +10,6 @@
 #include <memory>
 #include <thread>
 
-#include <algorithm>
-
 #include "commands.h"
 #include "core/log.h"
 #include "engine_flags.h"
@@ -52,18 +50,6 @@ serve::FrontendOptions frontend_options(const ServeFlags& f) {
   fo.model_name = f.service.model_name;
   fo.max_context = f.service.max_context;
   return fo;
-}
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i <= s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    out.push_back(s.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
 }
 
 // --topology-file F: the front end's settings (and with --spawn-workers, every worker) from F.
@@ -207,14 +193,9 @@ void run_serve(const ServeFlags& f) {
       fail("serve", invalid_argument("--trace with --attention-workers: the front end runs no engine; start the "
                                      "workers with --trace"));
     serve::FrontendOptions fo = frontend_options(f);
-    fo.workers = split_list(f.attention_workers);
-    for (size_t i = 0; i < fo.workers.size(); ++i) {
-      if (fo.workers[i].find(':') == std::string::npos)
-        fail("serve", invalid_argument("--attention-workers: '" + fo.workers[i] + "' is not host:port"));
-      if (std::find(fo.workers.begin(), fo.workers.begin() + static_cast<long>(i), fo.workers[i]) !=
-          fo.workers.begin() + static_cast<long>(i))
-        fail("serve", invalid_argument("--attention-workers: " + fo.workers[i] + " is listed twice"));
-    }
+    auto workers = parse_address_list("--attention-workers", f.attention_workers);
+    if (!workers.ok()) fail("serve", workers.status());
+    fo.workers = std::move(*workers);
     return run_frontend("serve", std::move(fo), 0, nullptr, {}, f.service.drain_timeout_s);
   }
   auto opt = f.engine.to_options();

@@ -70,6 +70,22 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
       ->envname("AFD_FFN_PROBE_MS");
 }
 
+Result<std::vector<std::string>> parse_address_list(const std::string& flag, const std::string& csv) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= csv.size()) {
+    size_t j = csv.find(',', i);
+    if (j == std::string::npos) j = csv.size();
+    std::string a = csv.substr(i, j - i);
+    if (a.empty() || a.find(':') == std::string::npos) return invalid_argument(flag + ": '" + a + "' is not host:port");
+    if (std::find(out.begin(), out.end(), a) != out.end())
+      return invalid_argument(flag + ": " + a + " is listed twice (one address per worker)");
+    out.push_back(std::move(a));
+    i = j + 1;
+  }
+  return out;
+}
+
 Result<EngineOptions> EngineFlags::to_options() const {
   EngineOptions o;
   o.model_dir = model_dir;
@@ -96,18 +112,7 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.afd_rounding_shards = afd_rounding;
   o.ffn_tp = ffn_tp;
   if (!ffn.empty()) {
-    size_t i = 0;
-    while (i <= ffn.size()) {
-      size_t j = ffn.find(',', i);
-      if (j == std::string::npos) j = ffn.size();
-      std::string a = ffn.substr(i, j - i);
-      if (a.empty() || a.find(':') == std::string::npos)
-        return invalid_argument("--ffn: '" + a + "' is not host:port");
-      if (std::find(o.ffn_addresses.begin(), o.ffn_addresses.end(), a) != o.ffn_addresses.end())
-        return invalid_argument("--ffn: " + a + " is listed twice (one address per FFN worker, in shard order)");
-      o.ffn_addresses.push_back(a);
-      i = j + 1;
-    }
+    AFD_ASSIGN_OR_RETURN(o.ffn_addresses, parse_address_list("--ffn", ffn));
     // A bare --ffn list with the default topology means 1A{n}F.
     if (topology == "mono") o.topology = "1A" + std::to_string(o.ffn_addresses.size()) + "F";
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -10,6 +11,10 @@
 #include "runtime/trace.h"
 
 namespace afd::cli {
+
+// A comma-separated host:port list (--ffn, --attention-workers): every entry must contain a
+// ':', none may appear twice; errors name `flag`.
+Result<std::vector<std::string>> parse_address_list(const std::string& flag, const std::string& csv);
 
 struct EngineFlags {
   std::string model_dir;
