@@ -144,8 +144,7 @@ std::string identity_mismatch(const std::string& body, const ModelServing& mine)
   if (j.contains("role") && j["role"].is_string() && j["role"] != "attention")
     return "not an attention worker: its /health says role '" + j["role"].get<std::string>() + "'";
   if (j.contains("model_config") && j["model_config"].is_string()) {
-    char fp[17];
-    std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(mine.config_fingerprint));
+    const std::string fp = config_fingerprint_hex(mine);
     if (j["model_config"] != fp) {
       std::string theirs = j.contains("model") && j["model"].is_string() ? j["model"].get<std::string>() : "?";
       if (theirs.size() > 100) theirs = theirs.substr(0, 100) + "...";

@@ -20,10 +20,18 @@ using json = nlohmann::ordered_json;
 
 }  // namespace
 
-std::string attention_health_body(const ModelServing& m) {
+std::string config_fingerprint_hex(const ModelServing& m) {
   char fp[17];
   std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(m.config_fingerprint));
-  return json{{"status", "ok"}, {"role", "attention"}, {"model", m.limits.model_name}, {"model_config", fp}}.dump();
+  return fp;
+}
+
+std::string attention_health_body(const ModelServing& m) {
+  return json{{"status", "ok"},
+              {"role", "attention"},
+              {"model", m.limits.model_name},
+              {"model_config", config_fingerprint_hex(m)}}
+      .dump();
 }
 
 HttpServer::HttpServer(ServerOptions opt, ModelServing model, std::vector<Scheduler*> workers, Router* router,

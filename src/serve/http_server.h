@@ -39,8 +39,10 @@ struct ModelServing {
   uint64_t config_fingerprint = 0;
 };
 
+// m.config_fingerprint as /health reports it: 16 lowercase hex digits.
+std::string config_fingerprint_hex(const ModelServing& m);
 // The /health body of a ready attention server: {"status":"ok","role":"attention",
-// "model":NAME,"model_config":"<16 hex digits>"}.
+// "model":NAME,"model_config":config_fingerprint_hex(m)}.
 std::string attention_health_body(const ModelServing& m);
 
 class HttpServer {
