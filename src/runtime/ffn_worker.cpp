@@ -196,7 +196,6 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
   Completion cs = t_->wait(s, deadline_in_ms(opt_.peer_timeout_ms));
   if (cs.status.code() == StatusCode::timeout) t_->cancel(s), t_->wait(s, deadline_in_ms(1000));
   p.serving = true;
-  p.active_last_step = false;
   spdlog::info("ffn worker {}: serving attention peer '{}' ({}, {} micro-batches, up to {} tokens)", opt_.index, p.name,
                describe(*theirs), theirs->n_microbatches, theirs->max_tokens);
   return Status::ok();
@@ -258,7 +257,7 @@ void FfnWorker::drop_peer(Peer& p, const std::string& why) {
   for (auto& s : p.mbs) {
     if (s.recv_live) end(s.recv_id);
     if (s.send_live) end(s.send_id);
-    s.recv_live = s.send_live = s.ready = false;
+    s.recv_live = s.send_live = s.ready = s.active_last_step = false;
     s.expect_layer = -1;
   }
   if (p.serving) {
@@ -267,7 +266,6 @@ void FfnWorker::drop_peer(Peer& p, const std::string& why) {
   }
   p.serving = false;
   p.connected = false;
-  p.active_last_step = false;
 }
 
 void FfnWorker::send_error(Peer& p, int mb, uint32_t layer, uint64_t step, const std::string& why) {
@@ -421,7 +419,7 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     const MbSlot& s = q.mbs[static_cast<size_t>(mb)];
     if (s.ready) return false;
     if (layer > 0) return s.expect_layer == static_cast<int>(layer);
-    return s.expect_layer < 0 && q.active_last_step;
+    return s.expect_layer < 0 && s.active_last_step;
   };
   const int64_t deadline =
       layer > 0 ? deadline_in_ms(opt_.peer_timeout_ms) : now_ns() + int64_t{opt_.gather_window_us} * 1000;
@@ -436,7 +434,12 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     poll_frames();
     handle_events();
   }
-  if (layer > 0) {
+  if (layer == 0) {
+    // The window passed without them: not waited for again until they finish a step here.
+    for (auto& q : peers_) {
+      if (expected(*q)) q->mbs[static_cast<size_t>(mb)].active_last_step = false;
+    }
+  } else {
     for (auto& q : peers_) {
       if (!expected(*q)) continue;
       spdlog::warn("ffn worker {}: attention peer '{}' sent no frame for layer {} micro-batch {} within {} ms; serving "
@@ -535,7 +538,7 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     }
     const bool last = layer + 1 >= mine_.n_layers;
     s.expect_layer = last ? -1 : static_cast<int>(layer + 1);
-    if (last) m.p->active_last_step = true;
+    if (last) s.active_last_step = true;
   }
   return true;
 }

@@ -122,6 +122,10 @@ class FfnWorker {
     size_t bytes = 0;
     comm::A2fView view;       // valid when ready && decoded
     int expect_layer = -1;    // next layer expected mid-step; -1 idle
+    // It finished its last layer on this micro-batch in its last step here, so at layer 0
+    // the worker waits up to gather_window_us for it; cleared once a window passes without
+    // it (an empty or idle micro-batch then delays the others once, not every step).
+    bool active_last_step = false;
   };
   struct Peer {
     comm::PeerId id = comm::kNoPeer;
@@ -136,7 +140,6 @@ class FfnWorker {
     comm::RequestId ping_id = 0, pong_id = 0;
     bool ping_live = false, pong_live = false;
     std::vector<MbSlot> mbs;
-    bool active_last_step = false;
   };
 
   FfnWorker(std::shared_ptr<const ModelWeights> w, comm::Transport* t, FfnWorkerOptions opt, ThreadPool* pool);

@@ -112,6 +112,7 @@ struct Bundle {
   std::vector<std::thread> threads;
   std::atomic<bool> stop{false};
   ThreadPool pool{1};
+  int gather_window_us = FfnWorkerOptions{}.gather_window_us;  // for the workers start_workers makes
   ~Bundle() {
     stop = true;
     for (auto& t : threads) t.join();
@@ -137,6 +138,7 @@ void start_workers(Bundle& b, std::shared_ptr<const ModelWeights> w, int x, int 
     o.n_ffn = y;
     o.n_attention = x;
     o.peer_timeout_ms = 500;
+    o.gather_window_us = b.gather_window_us;
     o.tp = tp;
     if (!ranges.empty()) o.expert_begin = ranges[j].first, o.expert_end = ranges[j].second;
     auto wk = FfnWorker::create(w, t.get(), o, nullptr);
@@ -287,6 +289,55 @@ TEST(FfnAfd, TwoAttentionTwoFfnAggregatesAndMatches) {
     EXPECT_EQ(in_buckets, st.batches.load());
     EXPECT_GT(st.batches.load(), 0);
   }
+}
+
+// At layer 0 an FFN worker waits up to gather_window_us for the attention workers that
+// were active on that micro-batch in the last step, so their frames aggregate. An
+// attention worker with an empty micro-batch, or one that went idle, must not hold the
+// others' batches for that window step after step: it once did (the flag was per
+// attention worker, never cleared), and a 2A1F bundle with fewer sequences than
+// micro-batches x workers ran ~10x slower (2 ms per micro-batch and step).
+TEST(FfnAfd, EmptyOrIdleAttentionWorkerDelaysOthersAtMostOneWindow) {
+  auto w = tiny_model("a");
+  Bundle b;
+  b.gather_window_us = 1000000;  // 1 s: a wait for it cannot hide in a step's noise
+  start_workers(b, w, 2, 1);
+  b.attn_t.push_back(inproc(b, "attn0"));
+  b.attn_t.push_back(inproc(b, "attn1"));
+  auto c0 = FfnClient::create(w, b.attn_t[0].get(), client_opts(0, 2, 1));
+  auto c1 = FfnClient::create(w, b.attn_t[1].get(), client_opts(1, 2, 1));
+  ASSERT_TRUE(c0.ok() && c1.ok());
+  // One step of `cl` over the micro-batches in `mbs`; its wall time in ms.
+  auto step = [&](FfnClient& cl, std::vector<int> mbs, uint32_t seed) {
+    int64_t t0 = now_ns();
+    for (int64_t layer = 0; layer < w->config.n_layers; ++layer) {
+      std::vector<TokenBatch> bt;
+      for (int mb : mbs) bt.push_back(random_batch(w->config, 3, seed + 10 * static_cast<uint32_t>(layer) + mb));
+      for (size_t i = 0; i < mbs.size(); ++i) EXPECT_TRUE(cl.dispatch(layer, mbs[i], bt[i]).is_ok());
+      for (size_t i = 0; i < mbs.size(); ++i) EXPECT_TRUE(cl.combine(layer, mbs[i], bt[i]).is_ok());
+    }
+    return static_cast<double>(now_ns() - t0) / 1e6;
+  };
+  // Phase 1: both step together; attention worker 1 has nothing in micro-batch 1.
+  std::atomic<int> started{0};
+  std::vector<double> ms0;
+  std::thread t1([&] {
+    for (int s = 0; s < 3; ++s) {
+      while (started.load() < 2 * s + 1) std::this_thread::yield();
+      started++;
+      step(**c1, {0}, 500 + s);
+    }
+  });
+  for (int s = 0; s < 3; ++s) {
+    started++;
+    while (started.load() < 2 * s + 2) std::this_thread::yield();
+    ms0.push_back(step(**c0, {0, 1}, 100 + s));
+  }
+  t1.join();
+  // Phase 2: attention worker 1 goes idle. The first step may wait one window for it.
+  for (int s = 0; s < 3; ++s) ms0.push_back(step(**c0, {0, 1}, 200 + s));
+  for (int s : {1, 2, 4, 5}) EXPECT_LT(ms0[s], 400.0) << "step " << s << " of attention worker 0";
+  EXPECT_EQ(b.workers[0]->stats().late_peers.load(), 0);
 }
 
 TEST(FfnAfd, HandshakeMismatchIsRefusedWithAClearError) {
