@@ -95,14 +95,28 @@ struct OpCtx {
 // its entry from post to completion). Leaner than an OpCtx, as receives are on every
 // message's path: no pool, no list — a lost peer or close() scans the table (rare), and a
 // lost receive's reason is its peer's (Peer::lost_why). Worker lock held.
+//
+// A receive posted on the caller's thread is first kDeferred: recorded here and handed to
+// UCX (ucp_tag_recv_nbx, ~170 instructions) at the next of: a send posted on this
+// transport (after that send is out), a waiter's turn, a pass of the progress thread, a
+// lost peer, or a full deferral list (kMaxDeferred). A caller that posts its receive and
+// then its send (the runtime's order: results are expected before the dispatch goes) thus
+// sends without paying for the receive's post first; a message that arrives meanwhile
+// waits in UCX's unexpected queue and is matched when the receive is posted. Deferred
+// receives are posted in the order they were made, before any command queued after them,
+// so per-tag order holds.
 struct RecvOp {
-  enum : uint8_t { kIdle, kPosting, kDoneInPost, kLive };
+  enum : uint8_t { kIdle, kDeferred, kPosting, kDoneInPost, kLive };
   UcxTransportImpl* self = nullptr;  // set once
   void* req = nullptr;               // the UCX request while kLive
   RequestId id = 0;
   PeerId peer = kNoPeer;
   uint8_t state = kIdle;
   bool lost = false;
+  // While kDeferred: the receive to post.
+  void* buf = nullptr;
+  size_t len = 0;
+  uint64_t user_tag = 0;
 };
 
 struct ErrArg {
@@ -252,6 +266,14 @@ class UcxTransportImpl final : public UcxTransport {
   // posts nothing (false: the caller takes the regular path, which also reports errors).
   bool send_now(PeerId peer, uint64_t tag, const void* buf, size_t len);
   void do_recv(RequestId id, PeerId peer, uint64_t tag, void* buf, size_t len);
+  // Worker lock held: records a receive to post later (RecvOp's comment; a full list is
+  // posted first); false (nothing recorded) when the peer has no endpoint (do_recv then
+  // fails it now).
+  bool defer_recv(RequestId id, PeerId peer, uint64_t tag, void* buf, size_t len);
+  // Worker lock held: hands every deferred receive to UCX, oldest first.
+  void post_deferred();
+  // Worker lock held: posts r's receive to UCX; `counted`: r is already in n_live_ (deferred).
+  void start_recv(RecvOp& r, void* buf, size_t len, uint64_t user_tag, bool counted);
   void add_peer(Command& c);
   void lose_peer(PeerId p, uint64_t gen, const std::string& why);
   void check_liveness();
@@ -331,6 +353,10 @@ class UcxTransportImpl final : public UcxTransport {
   OpCtx* live_head_ = nullptr;
   std::vector<OpCtx*> ctx_pool_;
   std::unique_ptr<RecvOp[]> recv_ops_{new RecvOp[kMaxInFlight]};  // by request slot
+  // Slots of the kDeferred receives, oldest first (worker lock held); counted in n_live_.
+  static constexpr uint32_t kMaxDeferred = 64;
+  uint32_t deferred_[kMaxDeferred] = {};
+  uint32_t n_deferred_ = 0;
   std::vector<void*> closing_;
   std::vector<std::unique_ptr<ErrArg>> err_args_;
   std::vector<std::pair<PeerId, uint64_t>> failed_eps_;
@@ -462,6 +488,7 @@ Result<RequestId> UcxTransportImpl::enqueue(Command::Kind kind, PeerId peer, uin
     if (worker_ != nullptr && !stop_.load()) {
       if (n_cmds_.load(std::memory_order_acquire) > 0) progress_once(0, true);
       if (kind == Command::send && len <= kImmediateMaxBytes && send_now(peer, tag, buf, len)) {
+        if (n_deferred_ > 0) post_deferred();  // the send is out: now the receives before it
         unlock_worker();
         if (on_done) on_done(Completion{Status::ok(), len});  // after unlocking: it may post
         return RequestTable::finished_id(len);
@@ -474,7 +501,8 @@ Result<RequestId> UcxTransportImpl::enqueue(Command::Kind kind, PeerId peer, uin
       RequestId id = *allocated;
       if (kind == Command::send) {
         do_send(id, peer, tag, buf, len);
-      } else {
+        if (n_deferred_ > 0) post_deferred();
+      } else if (!defer_recv(id, peer, tag, buf, len)) {
         do_recv(id, peer, tag, buf, len);
       }
       // One progress call moves a send that stayed in flight (rendezvous) along. An
@@ -788,37 +816,77 @@ void UcxTransportImpl::do_recv(RequestId id, PeerId peer, uint64_t user_tag, voi
     table_.complete_exclusive(id, Completion{unavailable("peer '" + peer_name(peer) + "' is not connected"), 0});
     return;
   }
-  RecvOp* r = &recv_ops_[RequestTable::slot_of(id)];
-  r->id = id;
-  r->peer = peer;
-  r->lost = false;
-  r->state = RecvOp::kPosting;
+  RecvOp& r = recv_ops_[RequestTable::slot_of(id)];
+  r.id = id;
+  r.peer = peer;
+  r.lost = false;
+  start_recv(r, buf, len, user_tag, /*counted=*/false);
+}
+
+bool UcxTransportImpl::defer_recv(RequestId id, PeerId peer, uint64_t user_tag, void* buf, size_t len) {
+  if (peers_[peer].ep == nullptr) return false;
+  if (n_deferred_ == kMaxDeferred) post_deferred();  // (in order: the older ones first)
+  const uint32_t slot = RequestTable::slot_of(id);
+  RecvOp& r = recv_ops_[slot];
+  r.id = id;
+  r.peer = peer;
+  r.lost = false;
+  r.state = RecvOp::kDeferred;
+  r.buf = buf;
+  r.len = len;
+  r.user_tag = user_tag;
+  deferred_[n_deferred_++] = slot;
+  n_live_.store(n_live_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  return true;
+}
+
+void UcxTransportImpl::post_deferred() {
+  // Emptied first: a completion inside a post may run a callback that posts again (through
+  // the command queue, as this thread holds the worker), never into this list.
+  const uint32_t n = n_deferred_;
+  n_deferred_ = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    RecvOp& r = recv_ops_[deferred_[i]];
+    // The endpoint is the one the receive was deferred under: a loss posts the deferred
+    // receives before it closes an endpoint, and a new one comes only from a command,
+    // which runs after them.
+    start_recv(r, r.buf, r.len, r.user_tag, /*counted=*/true);
+  }
+}
+
+void UcxTransportImpl::start_recv(RecvOp& r, void* buf, size_t len, uint64_t user_tag, bool counted) {
+  const RequestId id = r.id;
+  r.state = RecvOp::kPosting;
   ucp_request_param_t param;  // UCX reads only the fields op_attr_mask selects
   // UCX 1.13 leaves recv_info.tag_info unfilled on immediate completion of an unexpected
   // eager message (measured: length 0), so completions always go through the callback.
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &UcxTransportImpl::recv_cb;
-  param.user_data = r;
+  param.user_data = &r;
   add_memh(&param, buf, len);
-  uint64_t tag = wire_tag(peers_[peer].recv_src, user_tag);
+  uint64_t tag = wire_tag(peers_[r.peer].recv_src, user_tag);
   ucs_status_ptr_t st = ucp_tag_recv_nbx(worker_, buf, len, tag, ~uint64_t{0}, &param);
-  if (r->state == RecvOp::kDoneInPost) {
-    r->state = RecvOp::kIdle;  // completed inside the call
+  bool live = false;
+  if (r.state == RecvOp::kDoneInPost) {
+    r.state = RecvOp::kIdle;  // completed inside the call
   } else if (st == nullptr) {
     // Not expected with NO_IMM_CMPL: an immediate completion, whose length UCX would not
     // have reported (see above).
-    r->state = RecvOp::kIdle;
+    r.state = RecvOp::kIdle;
     table_.complete_exclusive(id, Completion{internal_error("ucp_tag_recv_nbx completed at once despite NO_IMM_CMPL"), 0});
   } else if (UCS_PTR_IS_ERR(st)) {
-    r->state = RecvOp::kIdle;
+    r.state = RecvOp::kIdle;
     ucs_status_t e = UCS_PTR_STATUS(st);
     Status why = e == UCS_ERR_MESSAGE_TRUNCATED ? resource_exhausted("message exceeds the posted receive buffer")
                                                 : unavailable(ucs_error("ucp_tag_recv_nbx", e));
     table_.complete_exclusive(id, Completion{why, 0});
   } else {
-    r->req = st;
-    r->state = RecvOp::kLive;
-    n_live_.store(n_live_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    r.req = st;
+    r.state = RecvOp::kLive;
+    live = true;
+  }
+  if (live != counted) {
+    n_live_.store(n_live_.load(std::memory_order_relaxed) + (live ? 1 : -1), std::memory_order_release);
   }
 }
 
@@ -886,6 +954,9 @@ void UcxTransportImpl::add_peer(Command& c) {
 }
 
 void UcxTransportImpl::lose_peer(PeerId pid, uint64_t gen, const std::string& why) {
+  // Deferred receives go to UCX under the connection they were made for, so the loss
+  // below cancels this peer's like any live one.
+  if (n_deferred_ > 0) post_deferred();
   Peer& p = peers_[pid];
   if (p.gen != gen || (p.ep == nullptr && p.fd < 0)) return;
   std::string name = peer_name(pid);
@@ -972,6 +1043,7 @@ void UcxTransportImpl::handle(Command& c) {
 
 bool UcxTransportImpl::progress_once(int64_t now, bool drain) {
   bool active = false;
+  if (n_deferred_ > 0) post_deferred();  // before the commands queued after them
   if (n_cmds_.load(std::memory_order_acquire) > 0) {
     std::vector<Command> batch;
     {
@@ -1076,6 +1148,7 @@ int UcxTransportImpl::wait_any(std::span<const RequestId> ids, int64_t deadline_
     if (held) {
       // Most turns have nothing but the worker to look at: call UCX directly then (the
       // full pass has a large frame and several checks, ~a third of an idle turn; perf).
+      if (n_deferred_ > 0) post_deferred();  // (not through progress_once: its frame costs ~70 instructions)
       if (t == 0 && n_cmds_.load(std::memory_order_acquire) == 0 && failed_eps_.empty() && closing_.empty()) {
         ucp_worker_progress(worker_);
       } else {
@@ -1208,7 +1281,9 @@ void UcxTransportImpl::progress_loop() {
     last_active = now_ns() - opt_.progress_spin_ns + 200000;  // spin briefly after waking
   }
   lock_worker();
-  // Shutting down: fail queued commands, cancel what is in flight, close endpoints.
+  // Shutting down: fail queued commands, cancel what is in flight (deferred receives
+  // posted first, so they are), close endpoints.
+  if (n_deferred_ > 0) post_deferred();
   {
     std::lock_guard<std::mutex> lk(cmd_mu_);
     for (auto& c : cmds_) {

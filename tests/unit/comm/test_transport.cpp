@@ -183,6 +183,61 @@ TEST_P(TransportTest, DeadlineThenCancel) {
   EXPECT_EQ(again.status.code(), StatusCode::invalid_argument);
 }
 
+// Receives posted ahead of their messages, more of them than UCX's transport defers at once
+// (UcxTransportImpl::kMaxDeferred, 64) and with a send of the receiving side in between
+// (which posts the deferred ones after it): each gets its own message, in posting order.
+TEST_P(TransportTest, ManyReceivesPostedAheadKeepTheirOrder) {
+  auto p = testing::make_pair(GetParam());
+  constexpr int kN = 200;
+  std::vector<uint32_t> in(kN, 0), out(kN);
+  std::vector<RequestId> recvs, sends;
+  uint32_t ping = 7, pong = 0;
+  auto pong_recv = p.b->post_recv(p.b_sees_a, 4, &pong, 4);
+  ASSERT_TRUE(pong_recv.ok());
+  for (int i = 0; i < kN; ++i) {
+    auto r = p.a->post_recv(p.a_sees_b, 3, &in[i], 4);
+    ASSERT_TRUE(r.ok());
+    recvs.push_back(*r);
+    if (i == kN / 2) {
+      auto s = p.a->post_send(p.a_sees_b, 4, &ping, 4);
+      ASSERT_TRUE(s.ok());
+      ASSERT_TRUE(p.a->wait(*s, deadline_in_ms(5000)).status.is_ok());
+    }
+  }
+  ASSERT_TRUE(p.b->wait(*pong_recv, deadline_in_ms(5000)).status.is_ok());
+  EXPECT_EQ(pong, 7u);
+  for (int i = 0; i < kN; ++i) {
+    out[i] = static_cast<uint32_t>(1000 + i);
+    auto s = p.b->post_send(p.b_sees_a, 3, &out[i], 4);
+    ASSERT_TRUE(s.ok());
+    sends.push_back(*s);
+  }
+  for (int i = 0; i < kN; ++i) {
+    Completion c = p.a->wait(recvs[i], deadline_in_ms(5000));
+    ASSERT_TRUE(c.status.is_ok()) << "receive " << i << ": " << c.status.to_string();
+    EXPECT_EQ(in[i], static_cast<uint32_t>(1000 + i)) << "receive " << i;
+  }
+  for (auto id : sends) EXPECT_TRUE(p.b->wait(id, deadline_in_ms(5000)).status.is_ok());
+}
+
+// A receive cancelled right after its post (before anyone waited or progressed it) ends
+// cancelled, and a later receive on the same tag still gets the next message.
+TEST_P(TransportTest, ReceiveCancelledRightAfterItsPost) {
+  auto p = testing::make_pair(GetParam());
+  uint64_t v = 0, w = 42, got = 0;
+  auto r = p.a->post_recv(p.a_sees_b, 13, &v, 8);
+  ASSERT_TRUE(r.ok());
+  p.a->cancel(*r);
+  Completion c = p.a->wait(*r, deadline_in_ms(5000));
+  EXPECT_EQ(c.status.code(), StatusCode::cancelled) << c.status.to_string();
+  auto r2 = p.a->post_recv(p.a_sees_b, 13, &got, 8);
+  auto s = p.b->post_send(p.b_sees_a, 13, &w, 8);
+  ASSERT_TRUE(r2.ok() && s.ok());
+  EXPECT_TRUE(p.a->wait(*r2, deadline_in_ms(5000)).status.is_ok());
+  EXPECT_EQ(got, 42u);
+  EXPECT_TRUE(p.b->wait(*s, deadline_in_ms(5000)).status.is_ok());
+}
+
 TEST_P(TransportTest, MessageLongerThanBufferFailsTheReceive) {
   auto p = testing::make_pair(GetParam());
   std::vector<uint8_t> big(4096, 1), small(64);
