@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +59,9 @@ struct Stats {
   double tmean_us = 0;  // mean of the 10th..90th percentiles: finer than the TSC-quantized median (for A/B)
   bool ok = false;
   std::string error;
+  // ucx_perftest only: the TSC rate its process assumed over the rate measured here, by which
+  // its reported latencies were multiplied to correct them (1 when not known; see bench_perftest).
+  double clock_scale = 1;
 };
 
 // The kept pairs as JSON objects: {"perftest_us": mean of the two neighbours, "afd_us": ...}.
@@ -66,6 +70,16 @@ std::string kept_json(const std::vector<double>& ref, const std::vector<double>&
   char buf[96];
   for (size_t i = 0; i < ref.size(); ++i) {
     std::snprintf(buf, sizeof buf, "%s{\"perftest_us\": %.3f, \"afd_us\": %.3f}", i ? ", " : "", ref[i], afd[i]);
+    out += buf;
+  }
+  return out;
+}
+
+std::string scales_json(const std::vector<double>& v) {
+  std::string out;
+  char buf[32];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%.4f", i ? ", " : "", v[i]);
     out += buf;
   }
   return out;
@@ -104,6 +118,23 @@ uint64_t ticks() {
   if (g_use_tsc) return __rdtsc();
 #endif
   return static_cast<uint64_t>(now_ns());
+}
+
+// TSC ticks per second, measured once against clock_gettime over 200 ms (x86; 0 elsewhere).
+double tsc_hz() {
+#if defined(__x86_64__)
+  static const double hz = [] {
+    const int64_t n0 = now_ns();
+    const uint64_t t0 = __rdtsc();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const int64_t n1 = now_ns();
+    const uint64_t t1 = __rdtsc();
+    return static_cast<double>(t1 - t0) * 1e9 / static_cast<double>(n1 - n0);
+  }();
+  return hz;
+#else
+  return 0;
+#endif
 }
 
 // ---- echo server (child process) ----
@@ -265,6 +296,16 @@ Stats bench_inproc(size_t size, int iters, int warmup) {
 
 // ucx_perftest tag_lat: server and client processes; parses the "Final:" line of -f output
 // (columns: iterations, 50%ile latency, average latency, overall latency, ...; latencies in us).
+//
+// Its clock: UCX times with the TSC and converts ticks to seconds with a TSC rate it takes
+// from the CPU model name ("@ 2.60GHz") or, where that has none (this VM: "AMD EPYC"),
+// measures against gettimeofday for at most 1 ms at start-up. That estimate differs from
+// process to process: 2366, 2564, 2565 and 2603 MHz in four runs here, against 2596.09 MHz
+// measured over 200 ms (and the kernel's 2596.094): ucx_perftest's latencies were off by
+// -0.3 % to +9.7 %, each run its own way. So the client runs with UCX_LOG_LEVEL=debug, which
+// prints the rate it assumed ("arch clock frequency: N Hz"; logging happens at start-up and
+// exit only), and its latencies are rescaled to the rate measured here (tsc_hz). A rate far
+// from the TSC's (UCX on another clock) is left alone.
 Stats bench_perftest(size_t size, int iters, int warmup) {
   uint16_t port = free_port();
   std::string p = std::to_string(port), s = std::to_string(size), n = std::to_string(iters),
@@ -278,7 +319,8 @@ Stats bench_perftest(size_t size, int iters, int warmup) {
     _exit(13);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::string cmd = "ucx_perftest 127.0.0.1 -p " + p + " -t tag_lat -s " + s + " -n " + n + " -w " + w + " -f 2>&1";
+  std::string cmd =
+      "UCX_LOG_LEVEL=debug ucx_perftest 127.0.0.1 -p " + p + " -t tag_lat -s " + s + " -n " + n + " -w " + w + " -f 2>&1";
   Stats st;
   FILE* f = popen(cmd.c_str(), "r");
   if (f == nullptr) {
@@ -286,8 +328,15 @@ Stats bench_perftest(size_t size, int iters, int warmup) {
   } else {
     char line[1024];
     std::string last;
+    double assumed_hz = 0;
     while (fgets(line, sizeof line, f)) {
       std::string l(line);
+      const char* key = "arch clock frequency: ";
+      if (size_t at = l.find(key); at != std::string::npos) {
+        assumed_hz = std::atof(l.c_str() + at + std::strlen(key));
+        continue;
+      }
+      if (l.find(" UCX ") != std::string::npos) continue;  // other log lines
       // The result row: first token is the iteration count.
       std::istringstream is(l);
       long it;
@@ -301,6 +350,11 @@ Stats bench_perftest(size_t size, int iters, int warmup) {
     }
     int rc = pclose(f);
     if (!st.ok) st.error = "ucx_perftest failed (rc " + std::to_string(rc) + "): " + last;
+    const double hz = tsc_hz();
+    if (st.ok && hz > 0 && assumed_hz > 0.7 * hz && assumed_hz < 1.3 * hz) {
+      st.clock_scale = assumed_hz / hz;  // ticks / assumed = reported; ticks / hz = true
+      st.p50_us *= st.clock_scale;
+    }
   }
   waitpid(server, nullptr, 0);
   return st;
@@ -372,13 +426,15 @@ int main(int argc, char** argv) {
     // kept pairs; the microsecond columns are the medians of the kept runs.
     constexpr double kSameRegime = 1.25;
     Stats ref, ucx, inp;
-    std::vector<double> ratios, kept_ref, kept_afd;
+    std::vector<double> ratios, kept_ref, kept_afd, scales;  // scales: every ucx_perftest run's clock_scale
     int pairs = 0;
     if (only.empty()) {
       Stats before = bench_perftest(size, it, wu);
+      if (before.ok) scales.push_back(before.clock_scale);
       for (int rep = 0; rep < repeat; ++rep) {
         Stats b = bench_afd_ucx(size, it, wu);
         Stats after = bench_perftest(size, it, wu);
+        if (after.ok) scales.push_back(after.clock_scale);
         if (!b.ok) ucx = b;
         if (!after.ok) ref = after;
         if (before.ok && b.ok && after.ok) {
@@ -411,6 +467,7 @@ int main(int argc, char** argv) {
       // One measurement alone: best median of the repetitions.
       for (int rep = 0; rep < repeat; ++rep) {
         Stats a = only == "perftest" ? bench_perftest(size, it, wu) : Stats{};
+        if (a.ok) scales.push_back(a.clock_scale);
         Stats b = only == "ucx" ? bench_afd_ucx(size, it, wu) : Stats{};
         Stats c = only == "inproc" ? bench_inproc(size, it, wu) : Stats{};
         if (a.ok && (!ref.ok || a.p50_us < ref.p50_us)) ref = a;
@@ -427,12 +484,18 @@ int main(int argc, char** argv) {
     if (json) {
       std::printf("  {\"bytes\": %zu, \"iters\": %d, \"ucx_perftest_p50_us\": %.3f, \"afd_ucx_p50_us\": %.3f, "
                   "\"afd_ucx_p90_us\": %.3f, \"afd_ucx_tmean_us\": %.4f, \"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f, "
-                  "\"pairs\": %d, \"pairs_kept\": %zu, \"kept\": [%s], \"afd_inproc_p50_us\": %.3f}%s\n",
+                  "\"pairs\": %d, \"pairs_kept\": %zu, \"kept\": [%s], \"afd_inproc_p50_us\": %.3f, "
+                  "\"perftest_clock_scale\": [%s]}%s\n",
                   size, it, ref.p50_us, ucx.p50_us, ucx.p90_us, ucx.tmean_us, ratio, rmin, rmax, pairs, ratios.size(),
-                  kept_json(kept_ref, kept_afd).c_str(), inp.p50_us, k + 1 < sizes.size() ? "," : "");
+                  kept_json(kept_ref, kept_afd).c_str(), inp.p50_us, scales_json(scales).c_str(),
+                  k + 1 < sizes.size() ? "," : "");
     } else {
       std::printf("%10zu | %11.2f us | %11.2f us %6.2fx [%4.2f, %4.2f] %2zu/%-2d | %11.2f us | %6.2f us\n", size,
                   ref.p50_us, ucx.p50_us, ratio, rmin, rmax, ratios.size(), pairs, inp.p50_us, ucx.p90_us);
+      if (!scales.empty()) {
+        std::printf("%10s   ucx_perftest's TSC rate over the measured one, by run (its latencies rescaled): %s\n", "",
+                    scales_json(scales).c_str());
+      }
     }
     if (!ref.ok && (only.empty() || only == "perftest")) std::fprintf(stderr, "ucx_perftest (%zu bytes): %s\n", size, ref.error.c_str());
     if (!ucx.ok && (only.empty() || only == "ucx")) std::fprintf(stderr, "afd ucx (%zu bytes): %s\n", size, ucx.error.c_str());
