@@ -7,6 +7,7 @@
 #include <iterator>
 #include <unistd.h>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -35,6 +36,29 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// <system temp dir>/<name>_<pid>, created empty, for files that serve every test of one
+// process (a checkpoint cached across tests): the process that made it removes it, with its
+// contents, at exit.
+inline std::string process_scratch_dir(const std::string& name) {
+  struct Registry {
+    pid_t owner = ::getpid();
+    std::vector<std::string> dirs;
+    ~Registry() {
+      if (::getpid() != owner) return;  // a forked child exiting normally leaves them be
+      for (const auto& d : dirs) {
+        std::error_code ec;
+        std::filesystem::remove_all(d, ec);
+      }
+    }
+  };
+  static Registry registry;
+  std::string dir = (std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  registry.dirs.push_back(dir);
+  return dir;
+}
 
 inline std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "model/ffn_part.h"
+#include "../model/model_test_util.h"
 #include "model/make_model.h"
 #include "model/weights.h"
 #include "runtime/cuda_ffn.h"
@@ -38,8 +39,7 @@ std::shared_ptr<const ModelWeights> tiny_model(DType dtype = DType::bf16) {
   c->n_layers = 3;
   c->mlp_only_layers = {1};
   MakeModelOptions o;
-  o.out_dir = std::string(AFD_BINARY_DIR) + "/test_cuda_ffn_" + std::to_string(key) + "_" + std::to_string(getpid());
-  std::filesystem::create_directories(o.out_dir);
+  o.out_dir = test::process_scratch_dir("afd_test_cuda_ffn_" + std::to_string(key));  // removed at exit
   o.seed = 5;
   o.dtype = dtype;
   auto r = make_model(*c, o);

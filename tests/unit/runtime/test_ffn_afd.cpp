@@ -14,6 +14,7 @@
 #include "comm/inproc_transport.h"
 #include "comm/ucx_transport.h"
 #include "core/timer.h"
+#include "../model/model_test_util.h"
 #include "model/make_model.h"
 #include "model/checkpoint.h"
 #include "model/weights.h"
@@ -37,9 +38,9 @@ std::shared_ptr<const ModelWeights> tiny_model(const std::string& tag, int64_t n
   c->n_layers = n_layers;
   c->mlp_only_layers = {1};
   MakeModelOptions o;
-  // One directory per process: ctest runs the cases of this binary as parallel processes.
-  o.out_dir = std::string(AFD_BINARY_DIR) + "/test_ffn_afd_" + tag + "_" + std::to_string(getpid());
-  std::filesystem::create_directories(o.out_dir);
+  // One directory per process (ctest runs the cases of this binary as parallel processes),
+  // removed at exit.
+  o.out_dir = test::process_scratch_dir("afd_test_ffn_afd_" + tag);
   o.seed = seed;
   auto r = make_model(*c, o);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
