@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <unistd.h>
 #include <string>
 #include <system_error>
@@ -15,49 +16,44 @@
 
 namespace afd::test {
 
-// A fresh directory under the system temp dir, removed when the object dies.
+// A fresh directory <system temp dir>/<name>_<pid>, removed with its contents when the
+// object dies; by default named after the running test.
 class TempDir {
  public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string("afd_model_") + (info ? info->test_suite_name() : "x") + "_" +
-                       (info ? info->name() : "y") + "_" + std::to_string(::getpid());
-    for (char& ch : name) {
-      if (ch == '/') ch = '_';
-    }
-    path_ = (std::filesystem::temp_directory_path() / name).string();
+  TempDir() : TempDir(test_name()) {}
+  explicit TempDir(const std::string& name)
+      : path_((std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string()) {
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
-  ~TempDir() { std::filesystem::remove_all(path_); }
+  ~TempDir() {
+    std::error_code ec;  // (a destructor, also at exit: never throws)
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
 
  private:
+  static std::string test_name() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string("afd_model_") + (info ? info->test_suite_name() : "x") + "_" + (info ? info->name() : "y");
+    for (char& ch : name) {
+      if (ch == '/') ch = '_';
+    }
+    return name;
+  }
+
   std::string path_;
 };
 
-// <system temp dir>/<name>_<pid>, created empty, for files that serve every test of one
-// process (a checkpoint cached across tests): the process that made it removes it, with its
-// contents, at exit.
+// A TempDir for files that serve every test of one process (a checkpoint cached across
+// tests): it lives, and is removed, with the process.
 inline std::string process_scratch_dir(const std::string& name) {
-  struct Registry {
-    pid_t owner = ::getpid();
-    std::vector<std::string> dirs;
-    ~Registry() {
-      if (::getpid() != owner) return;  // a forked child exiting normally leaves them be
-      for (const auto& d : dirs) {
-        std::error_code ec;
-        std::filesystem::remove_all(d, ec);
-      }
-    }
-  };
-  static Registry registry;
-  std::string dir = (std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  registry.dirs.push_back(dir);
-  return dir;
+  static std::vector<std::unique_ptr<TempDir>> dirs;
+  dirs.push_back(std::make_unique<TempDir>(name));
+  return dirs.back()->path();
 }
 
 inline std::string read_bytes(const std::string& path) {
