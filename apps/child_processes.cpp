@@ -13,9 +13,11 @@
 
 namespace afd::cli {
 
-Result<int> free_local_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+Result<int> ChildProcesses::reserve_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return io_error("socket() failed");
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -26,9 +28,9 @@ Result<int> free_local_port() {
     close(fd);
     return io_error("cannot find a free port on 127.0.0.1");
   }
-  const int port = ntohs(a.sin_port);
-  close(fd);
-  return port;
+  std::lock_guard<std::mutex> l(mu_);
+  reserved_fds_.push_back(fd);
+  return ntohs(a.sin_port);
 }
 
 Result<pid_t> ChildProcesses::start(const std::vector<std::string>& args, const std::string& name, int life) {
@@ -183,6 +185,9 @@ void ChildProcesses::stop_all() {
   }
 }
 
-ChildProcesses::~ChildProcesses() { stop_all(); }
+ChildProcesses::~ChildProcesses() {
+  stop_all();
+  for (int fd : reserved_fds_) close(fd);
+}
 
 }  // namespace afd::cli

@@ -59,6 +59,15 @@ class ChildProcesses {
   // Stops and reaps every child; idempotent.
   void stop_all();
   size_t size() const { return children_.size(); }
+  // A free TCP port on 127.0.0.1 for a child to listen on, held until this object is
+  // destroyed (after its children are stopped) by a socket bound to it with SO_REUSEADDR that
+  // never listens. Meanwhile nothing else takes the port — neither a bind() without
+  // SO_REUSEADDR nor the kernel's pick of a source port for a connection, which skips bound
+  // ports — while the child, whose listeners set SO_REUSEADDR, binds and listens on it, at
+  // start and after any restart (a second listener is refused as usual). A port merely found
+  // free and released was taken, once in a test run, by another process before the child
+  // bound it: the child failed to start and so did the bundle.
+  Result<int> reserve_port();
 
  private:
   struct Child {
@@ -83,10 +92,7 @@ class ChildProcesses {
   bool startup_failed_ = false;  // mu_
   bool warned_replaced_ = false;  // mu_ (start): logged that this executable was replaced on disk
   std::thread watcher_;
+  std::vector<int> reserved_fds_;  // mu_ (reserve_port); closed by the destructor
 };
-
-// A currently free TCP port on 127.0.0.1 (the OS picks; another process could take it
-// before the child binds — the child then fails with a clear error).
-Result<int> free_local_port();
 
 }  // namespace afd::cli

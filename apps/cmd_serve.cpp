@@ -132,7 +132,7 @@ void serve_spawned(const ServeFlags& f) {
   fo.metrics_targets = ffn->metrics;
   const EngineFlags& e = f.engine;
   for (int i = 0; i < topo->n_attention; ++i) {
-    auto port = free_local_port();
+    auto port = children.reserve_port();
     if (!port.ok()) fail("serve", port.status());
     const std::string addr = "127.0.0.1:" + std::to_string(*port);
     std::vector<std::string> args = {"worker", "--role", "attention", "--model", e.model_dir, "--listen", addr,

@@ -10,7 +10,7 @@ Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, 
                                      int threads, bool with_metrics) {
   SpawnedFfn out;
   for (int j = 0; j < n_ffn; ++j) {
-    AFD_ASSIGN_OR_RETURN(int port, free_local_port());
+    AFD_ASSIGN_OR_RETURN(int port, children->reserve_port());
     const std::string addr = "127.0.0.1:" + std::to_string(port);
     std::vector<std::string> args = {"worker", "--role", "ffn", "--model", e.model_dir, "--listen", addr,
                                      "--shard", std::to_string(j) + "/" + std::to_string(n_ffn),
@@ -35,7 +35,7 @@ Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, 
     }
     std::string metrics;
     if (with_metrics) {
-      AFD_ASSIGN_OR_RETURN(int mport, free_local_port());
+      AFD_ASSIGN_OR_RETURN(int mport, children->reserve_port());
       out.metrics.push_back({"127.0.0.1", mport, ""});  // its samples carry ffn="<shard>"
       metrics = out.metrics.back().address();
       args.insert(args.end(), {"--metrics-listen", metrics});

@@ -494,6 +494,28 @@ if tr=$(trace_summary "$TMP/tf_trace.json" 1,2 100) && ! ls "$TMP"/tf_trace.*.js
   ok "--topology-file --spawn-workers --trace: one merged timeline ($tr)"
 else bad "--topology-file --spawn-workers --trace: $tr"; fi
 
+# The ports a bundle gives its worker processes stay reserved by the front end while it runs
+# (a bound socket that never listens): a worker down for a moment gets its port back, as
+# nothing else can bind it meanwhile (a port merely found free was once taken by another
+# process before the worker bound it, and the bundle failed to start).
+"$AFD" serve --model "$M" --topology 1A1F --precision reference --threads 1 --port 0 --worker-restarts 0 >"$TMP/rp.out" 2>"$TMP/rp.err" &
+RP=$!; PIDS+=($RP)
+if wait_for "$TMP/rp.out" "bundle complete" 40; then
+  # The FFN worker's metrics port: nothing has connected to it yet, so no TIME_WAIT
+  # connection holds it once the worker is gone (its other ports have them).
+  line=$(grep -o "started FFN worker 0/1 as process [0-9]* on 127.0.0.1:[0-9]*, metrics on 127.0.0.1:[0-9]*" "$TMP/rp.err")
+  AW=$(awk '{print $7}' <<<"$line"); AWP=${line##*:}
+  kill -9 "$AW"; timeout 5 bash -c "while kill -0 $AW 2>/dev/null; do sleep 0.05; done"
+  b=$(/usr/bin/python3 -c "
+import socket, sys
+s = socket.socket()
+try: s.bind(('127.0.0.1', int(sys.argv[1]))); print('bound')
+except OSError as e: print('refused' if e.errno == 98 else e)" "$AWP")
+  [ "$b" = refused ] && ok "a killed FFN worker's metrics port stays reserved by the front end (bind: address in use)" ||
+    bad "a killed FFN worker's metrics port ($AWP, process $AW): bind $b"
+else bad "1A1F bundle for the port check never completed"; tail -5 "$TMP/rp.err"; fi
+kill $RP; wait $RP 2>/dev/null
+
 # --in-process: the same topology as threads of one process, same answers, no children.
 "$AFD" serve --model "$M" --topology 2A1F --in-process --precision reference --threads 1 --port 0 --trace "$TMP/ip_trace.json" >"$TMP/ip.out" 2>"$TMP/ip.err" &
 IP=$!; PIDS+=($IP)
