@@ -64,7 +64,8 @@ class ChildProcesses {
   // never listens. Meanwhile nothing else takes the port — neither a bind() without
   // SO_REUSEADDR nor the kernel's pick of a source port for a connection, which skips bound
   // ports — while the child, whose listeners set SO_REUSEADDR, binds and listens on it, at
-  // start and after any restart (a second listener is refused as usual). A port merely found
+  // start and after any restart (a second listener is refused as usual; only another
+  // SO_REUSEADDR socket could bind it, and listen, while no child does). A port merely found
   // free and released was taken, once in a test run, by another process before the child
   // bound it: the child failed to start and so did the bundle.
   Result<int> reserve_port();
