@@ -28,6 +28,34 @@ out=$(timeout 20 "$AFD" worker --topology-file "$TMP/bad.json" --role ffn --inde
 # Waits (up to $3 s) for a line matching $2 in file $1.
 wait_for() { for _ in $(seq 1 $(($3 * 10))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 port_of() { sed -n 's/.*on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1" | head -1; }
+# Prints $1 distinct TCP ports free on 127.0.0.1, drawn at random below the kernel's
+# ephemeral range: the kernel never hands out a port there by itself (bind to port 0, an
+# outgoing connection), so between this pick and a worker's bind only another explicit
+# pick could take one (a port found free inside the range and released was once taken so
+# by a parallel test's connection, and its bundle never started).
+free_ports() {
+  /usr/bin/python3 - "$1" <<'PY'
+import random, socket, sys
+n = int(sys.argv[1])
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+pool = range(10000, lo) if lo - 10000 >= 1000 else range(1024, 65536)
+got = []
+for port in random.sample(pool, min(len(pool), 200)):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))  # no SO_REUSEADDR: a port in TIME_WAIT is not taken either
+        got.append(port)
+    except OSError:
+        pass
+    finally:
+        s.close()
+    if len(got) == n:
+        break
+if len(got) < n:
+    sys.exit("free_ports: found only %d of %d free ports" % (len(got), n))
+print(*got)
+PY
+}
 
 # HTTP client: prints one line per prompt (greedy, prompt as token ids), non-streaming then
 # streaming texts joined by '|'. Usage: client PORT MODE [ARGS]
@@ -167,11 +195,8 @@ kill $REF; wait $REF 2>/dev/null
 echo "reference: $want" | head -1
 
 # The topology file, with free ports.
-read -r PF PA0 PA1 PFFN PM < <(/usr/bin/python3 -c '
-import socket
-ss = [socket.socket() for _ in range(5)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+read -r PF PA0 PA1 PFFN PM < <(free_ports 5)
+[ -n "$PM" ] || { echo "no free ports for the topology"; exit 1; }
 cat >"$TMP/topology.json" <<JSON
 {
   "model": "model", "precision": "reference", "threads": 1, "microbatches": 2,
@@ -289,11 +314,8 @@ timeout 15 bash -c "while kill -0 $FE 2>/dev/null || kill -0 $F0 2>/dev/null; do
 # An FFN worker dies: its attention worker's /health turns 503 naming it, the front end stops
 # placing requests there and answers 503 + Retry-After with the reason; when the FFN worker
 # is back, everything serves again.
-read -r QF QA QFFN < <(/usr/bin/python3 -c '
-import socket
-ss = [socket.socket() for _ in range(3)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+read -r QF QA QFFN < <(free_ports 3)
+[ -n "$QFFN" ] || { echo "no free ports for the topology"; exit 1; }
 "$AFD" worker --role ffn --model "$M" --listen 127.0.0.1:$QFFN --precision reference --threads 1 >"$TMP/q_f.log" 2>&1 & QF0=$!; PIDS+=($QF0)
 "$AFD" worker --role attention --model "$M" --ffn 127.0.0.1:$QFFN --listen 127.0.0.1:$QA --precision reference --threads 1 \
   --ffn-timeout-ms 2000 --step-retry-s 0 >"$TMP/q_a.log" 2>&1 & QA0=$!; PIDS+=($QA0)
@@ -474,11 +496,8 @@ else bad "--spawn-workers --trace: $tr; cut part: '$cut'; files: $(ls "$TMP" | g
 # --spawn-workers --topology-file: the file's workers as children of the front end; with
 # --trace each writes its part and the front end merges them (without --spawn-workers the
 # front end has no engine to trace: a clear error, not a silently missing file).
-read -r TF TA0 TA1 TFFN < <(/usr/bin/python3 -c '
-import socket
-ss = [socket.socket() for _ in range(4)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+read -r TF TA0 TA1 TFFN < <(free_ports 4)
+[ -n "$TFFN" ] || { echo "no free ports for the topology"; exit 1; }
 sed -e "s/:$PF\"/:$TF\"/; s/:$PA0\"/:$TA0\"/; s/:$PA1\"/:$TA1\"/; s/:$PFFN\", \"metrics\": \"127.0.0.1:$PM\"/:$TFFN\"/" \
   "$TMP/topology.json" >"$TMP/topology2.json"
 out=$(timeout 20 "$AFD" serve --topology-file "$TMP/topology2.json" --trace "$TMP/x.json" 2>&1); rc=$?
