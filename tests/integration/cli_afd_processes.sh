@@ -111,7 +111,11 @@ elif mode == "load":  # 8 clients x 4 requests (JSON and SSE, 1500 tokens); prin
                 m = e.read().decode()
                 (refused if e.code == 503 and "draining" in m else errs).append(m)
             except urllib.error.URLError as e:  # the server has gone: refused too
-                (refused if isinstance(e.reason, ConnectionRefusedError) else errs).append(repr(e))
+                # urllib wraps in URLError only what fails while the request is sent: a
+                # connection that sat in the listen backlog when the server stopped is reset
+                # before any answer (an answer cut later raises outside URLError: an error).
+                gone = (ConnectionRefusedError, ConnectionResetError)
+                (refused if isinstance(e.reason, gone) else errs).append(repr(e))
             except Exception as e:  # cut mid-answer, error event, ...
                 errs.append(repr(e))
     ts = [threading.Thread(target=one, args=(i,)) for i in range(8)]
