@@ -149,7 +149,7 @@ TEST(Conversions, Bf16ToF32ExactForAllValues) {
 // bit 20; subnormal: bits 20..23 by exponent), plus random words; and with a scale != 1,
 // dividing (dispatch) or multiplying (the KV cache).
 TEST(Fp8, VectorRoundingMatchesScalarOnEdges) {
-  if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU (Isa::avx512)";
   std::vector<float> x;
   const uint32_t tails[] = {0x0u, 0x1u, 0x7ffffu, 0x80000u, 0x80001u, 0xfffffu, 0x3ffffu, 0x40000u, 0x40001u,
                             0x1ffffu, 0x20000u, 0x20001u, 0xffffu, 0x10000u, 0x10001u};
@@ -190,7 +190,7 @@ TEST(Fp8, VectorRoundingMatchesScalarOnEdges) {
 // of the 256 codes (zeros, subnormals, normals, NaN) at several scales, and writes tails
 // exactly.
 TEST(Fp8, VectorDecodingMatchesScalarOnEveryCode) {
-  if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU (Isa::avx512)";
   std::vector<uint8_t> q(256 + 7);
   for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint8_t>(i * 37 + 11);  // then every code below
   for (int i = 0; i < 256; ++i) q[i] = static_cast<uint8_t>(i);
