@@ -3,10 +3,12 @@
 //
 //   bench_comm [--sizes 64,4096,65536,532480] [--iters 2000] [--warmup 200] [--repeat 3] [--json]
 //              [--only perftest|ucx|inproc]   (one measurement alone, e.g. under perf record)
-//              [--send-first]  (the client posts its send before its receive, as ucx_perftest's
-//                               ping-pong does; by default the receive is posted first, as afd's
-//                               runtime does, which puts that post between a receive completing
-//                               and the next send)
+//              [--recv-first]  (the client posts its receive before its send, as afd's runtime
+//                               does, which puts that post between a receive completing and the
+//                               next send; by default it posts its send first and its receive
+//                               after it, as ucx_perftest's tag_lat client does — the
+//                               like-for-like comparison; --send-first names that default.
+//                               Before session 18 the default was --recv-first)
 //              [--clock tsc|mono]  (the harness's once-per-round-trip clock: the TSC, as
 //                               ucx_perftest reads, by default on x86; or clock_gettime)
 //              [--echo-received]  (the echo server replies with the bytes it just received,
@@ -106,7 +108,8 @@ Stats summarize(std::vector<double> half_rtt_us) {
   return s;
 }
 
-bool g_send_first = false;
+// The client's posting order (see the header comment): ucx_perftest's unless --recv-first.
+bool g_send_first = true;
 #if defined(__x86_64__)
 bool g_use_tsc = true;
 #else
@@ -388,6 +391,7 @@ int main(int argc, char** argv) {
     else if (a == "--json") json = true;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--send-first") g_send_first = true;
+    else if (a == "--recv-first") g_send_first = false;
     else if (a == "--echo-received") g_echo_received = true;
     else if (a == "--clock" && i + 1 < argc) {
       std::string c = argv[++i];
@@ -399,16 +403,18 @@ int main(int argc, char** argv) {
     }
     else {
       std::fprintf(stderr, "usage: bench_comm [--sizes a,b,c] [--iters N] [--warmup N] [--repeat R] [--json] "
-                   "[--only perftest|ucx|inproc] [--send-first] [--echo-received] [--clock tsc|mono]\n");
+                   "[--only perftest|ucx|inproc] [--send-first|--recv-first] [--echo-received] [--clock tsc|mono]\n");
       return 1;
     }
   }
   spdlog::set_level(json ? spdlog::level::err : spdlog::level::warn);  // logs share stdout
   if (!json) {
     std::printf("one-way per-message latency (half round trip), loopback, median of %d ping-pongs per run; "
-                "%d afd runs, each between two ucx_perftest runs\n"
+                "%d afd runs, each between two ucx_perftest runs; afd's client posts %s\n"
                 "ratio: median [min, max] over the pairs whose two ucx_perftest runs agree within 25%%, kept/all\n",
-                iters, repeat);
+                iters, repeat,
+                g_send_first ? "its send first, as ucx_perftest's (--recv-first: receive first, as afd's runtime)"
+                             : "its receive first, as afd's runtime (ucx_perftest's client sends first)");
     std::printf("%10s | %14s | %14s %7s %12s %5s | %14s | %9s\n", "bytes", "ucx_perftest", "afd ucx", "ratio",
                 "range", "kept", "afd inproc (best)", "ucx p90");
   } else {
@@ -482,11 +488,11 @@ int main(int argc, char** argv) {
     double rmin = ratios.empty() ? 0 : *std::min_element(ratios.begin(), ratios.end());
     double rmax = ratios.empty() ? 0 : *std::max_element(ratios.begin(), ratios.end());
     if (json) {
-      std::printf("  {\"bytes\": %zu, \"iters\": %d, \"ucx_perftest_p50_us\": %.3f, \"afd_ucx_p50_us\": %.3f, "
+      std::printf("  {\"bytes\": %zu, \"iters\": %d, \"order\": \"%s\", \"ucx_perftest_p50_us\": %.3f, \"afd_ucx_p50_us\": %.3f, "
                   "\"afd_ucx_p90_us\": %.3f, \"afd_ucx_tmean_us\": %.4f, \"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f, "
                   "\"pairs\": %d, \"pairs_kept\": %zu, \"kept\": [%s], \"afd_inproc_p50_us\": %.3f, "
                   "\"perftest_clock_scale\": [%s]}%s\n",
-                  size, it, ref.p50_us, ucx.p50_us, ucx.p90_us, ucx.tmean_us, ratio, rmin, rmax, pairs, ratios.size(),
+                  size, it, g_send_first ? "send_first" : "recv_first", ref.p50_us, ucx.p50_us, ucx.p90_us, ucx.tmean_us, ratio, rmin, rmax, pairs, ratios.size(),
                   kept_json(kept_ref, kept_afd).c_str(), inp.p50_us, scales_json(scales).c_str(),
                   k + 1 < sizes.size() ? "," : "");
     } else {
