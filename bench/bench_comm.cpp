@@ -29,6 +29,8 @@
 #if defined(__x86_64__)
 #include <x86intrin.h>
 #endif
+#include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -141,14 +143,21 @@ double tsc_hz() {
 }
 
 // ---- echo server (child process) ----
-int run_echo_server(const std::string& address, size_t max_size, bool echo_received) {
+// Listens on an ephemeral port of 127.0.0.1 and writes it (2 bytes) to port_fd, the parent's
+// pipe: a port chosen by the parent beforehand ("bind 0, release, reuse") could meanwhile be
+// handed to another socket, and then the client waited out its 30 s for nobody (seen once
+// in ~800 runs).
+int run_echo_server(int port_fd, size_t max_size, bool echo_received) {
   UcxOptions o;
   o.name = "bench-echo";
   if (const char* s = getenv("BENCH_WAITER_SPIN_US")) o.waiter_spin_ns = std::atoll(s) * 1000;
   if (const char* s = getenv("BENCH_PROGRESS_SPIN_US")) o.progress_spin_ns = std::atoll(s) * 1000;
   o.peer_error_handling = getenv("BENCH_PEER_ERR") != nullptr;
   auto t = UcxTransport::create(o);
-  if (!t.ok() || !(*t)->listen(address).is_ok()) return 2;
+  if (!t.ok() || !(*t)->listen("127.0.0.1:0").is_ok()) return 2;
+  const uint16_t port = (*t)->listen_port();
+  if (::write(port_fd, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) return 2;
+  ::close(port_fd);
   auto peer = wait_for_peer(**t, "bench-client", deadline_in_ms(30000));
   if (!peer.ok()) return 3;
   // As afd's frames: registered, huge pages from 64 KiB. The reply goes out of its own
@@ -239,17 +248,38 @@ Stats pingpong(Transport& t, PeerId peer, size_t size, int iters, int warmup) {
   return summarize(std::move(lat));
 }
 
+// The echo server's port, from its pipe (0 if it wrote none within 30 s or exited).
+uint16_t read_port(int fd) {
+  uint16_t port = 0;
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 30000) == 1 && ::read(fd, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) port = 0;
+  return port;
+}
+
 Stats bench_afd_ucx(size_t size, int iters, int warmup) {
-  uint16_t port = free_port();
-  std::string addr = "127.0.0.1:" + std::to_string(port);
   std::string exe = self_exe();
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Stats{0, 0, 0, false, "pipe failed"};
   pid_t child = fork();
   if (child == 0) {
-    std::string max = std::to_string(size);
-    execl(exe.c_str(), exe.c_str(), "--echo-server", addr.c_str(), max.c_str(), g_echo_received ? "1" : "0",
+    ::close(fds[0]);
+    ::fcntl(fds[1], F_SETFD, 0);  // kept across exec: the port goes back through it
+    std::string fd = std::to_string(fds[1]), max = std::to_string(size);
+    execl(exe.c_str(), exe.c_str(), "--echo-server", fd.c_str(), max.c_str(), g_echo_received ? "1" : "0",
           static_cast<char*>(nullptr));
     _exit(12);
   }
+  ::close(fds[1]);
+  const uint16_t port = child > 0 ? read_port(fds[0]) : 0;
+  ::close(fds[0]);
+  if (port == 0) {
+    if (child > 0) {
+      ::kill(child, SIGKILL);
+      waitpid(child, nullptr, 0);
+    }
+    return Stats{0, 0, 0, false, "the echo server did not start listening"};
+  }
+  std::string addr = "127.0.0.1:" + std::to_string(port);
   Stats st;
   {
     UcxOptions o;
@@ -376,7 +406,7 @@ std::vector<size_t> parse_sizes(const std::string& s) {
 int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "--echo-server") {
     spdlog::set_level(spdlog::level::err);  // its peer's goodbye is not news (and stdout may be JSON)
-    return run_echo_server(argv[2], std::stoull(argv[3]), std::string(argv[4]) == "1");
+    return run_echo_server(std::atoi(argv[2]), std::stoull(argv[3]), std::string(argv[4]) == "1");
   }
   std::vector<size_t> sizes = {64, 4096, 65536, 532480};
   int iters = 2000, warmup = 200, repeat = 3;
