@@ -522,7 +522,8 @@ int main(int argc, char** argv) {
                   "\"afd_ucx_p90_us\": %.3f, \"afd_ucx_tmean_us\": %.4f, \"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f, "
                   "\"pairs\": %d, \"pairs_kept\": %zu, \"kept\": [%s], \"afd_inproc_p50_us\": %.3f, "
                   "\"perftest_clock_scale\": [%s]}%s\n",
-                  size, it, g_send_first ? "send_first" : "recv_first", ref.p50_us, ucx.p50_us, ucx.p90_us, ucx.tmean_us, ratio, rmin, rmax, pairs, ratios.size(),
+                  size, it, g_send_first ? "send_first" : "recv_first", ref.p50_us, ucx.p50_us, ucx.p90_us,
+                  ucx.tmean_us, ratio, rmin, rmax, pairs, ratios.size(),
                   kept_json(kept_ref, kept_afd).c_str(), inp.p50_us, scales_json(scales).c_str(),
                   k + 1 < sizes.size() ? "," : "");
     } else {
