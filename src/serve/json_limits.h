@@ -29,9 +29,9 @@ struct JsonLimits {
 // Time and extra memory are linear in text.size() whatever its shape; the stack does not
 // grow with the nesting depth. Duplicate keys: the object keeps the key at the position of
 // its first occurrence with the value of its last (nlohmann's own ordered_json::parse
-// semantics). Errors are invalid_argument whose message starts with `what` and names the
-// limit, e.g. "request body nests deeper than 64 levels (json_max_depth)", or says where the
-// text stops being JSON (no bytes of the input are quoted).
+// semantics). Errors are invalid_argument whose message names `what` and the limit, e.g.
+// "request body nests deeper than 64 levels (json_max_depth)", or starts "<what> is not valid
+// JSON: " and says where the text stops being JSON (no bytes of the input are quoted).
 Result<nlohmann::ordered_json> parse_json_bounded(std::string_view text, const JsonLimits& limits,
                                                   std::string_view what = "request body");
 

@@ -26,6 +26,14 @@ Status type_error(const std::string& field, const char* want, const json& got) {
   return invalid_argument("'" + field + "' must be " + want + ", got " + describe(got));
 }
 
+// "'field' must be in [lo, hi], got <the value as written>".
+Status range_error(const char* field, const std::string& lo, const std::string& hi, const json& got) {
+  std::string m(1, '\'');
+  m += field;
+  m += "' must be in [" + lo + ", " + hi + "], got " + got.dump();
+  return invalid_argument(std::move(m));
+}
+
 // Optional number field in [lo, hi]; leaves *out unchanged when absent or null.
 Status read_number(const json& b, const char* field, double lo, double hi, float* out) {
   const json* v = get(b, field);
@@ -33,8 +41,7 @@ Status read_number(const json& b, const char* field, double lo, double hi, float
   if (!v->is_number()) return type_error(field, "a number", *v);
   double d = v->get<double>();
   if (!std::isfinite(d) || d < lo || d > hi)
-    return invalid_argument("'" + std::string(field) + "' must be in [" + std::to_string(lo) + ", " +
-                            std::to_string(hi) + "], got " + v->dump());
+    return range_error(field, std::to_string(lo), std::to_string(hi), *v);
   *out = static_cast<float>(d);
   return Status::ok();
 }
@@ -75,8 +82,7 @@ Status read_int(const json& b, const char* field, int64_t lo, int64_t hi, int64_
   const bool fits = as_int64(*v, &x, &is_int);
   if (!is_int) return type_error(field, "an integer", *v);
   if (!fits || x < lo || x > hi)
-    return invalid_argument("'" + std::string(field) + "' must be in [" + std::to_string(lo) + ", " +
-                            std::to_string(hi) + "], got " + v->dump());
+    return range_error(field, std::to_string(lo), std::to_string(hi), *v);
   *out = x;
   if (present) *present = true;
   return Status::ok();
@@ -190,16 +196,20 @@ Result<json> read_messages(const json& b) {
   return out;
 }
 
-// A key of the request quoted in a message: at most 64 bytes, cut at a UTF-8 boundary.
+// A key of the request as named in a message: at most 64 bytes, cut at a UTF-8 boundary.
+std::string short_key(const std::string& k) {
+  if (k.size() <= 64) return k;
+  size_t n = 64;
+  while (n > 0 && (static_cast<unsigned char>(k[n]) & 0xC0) == 0x80) --n;
+  std::string s = k.substr(0, n);
+  s += "...";
+  return s;
+}
+
 std::string quoted_key(const std::string& k) {
-  size_t n = k.size();
-  if (n > 64) {
-    n = 64;
-    while (n > 0 && (static_cast<unsigned char>(k[n]) & 0xC0) == 0x80) --n;
-  }
   std::string q(1, '\'');
-  q.append(k, 0, n);
-  q += n < k.size() ? "...'" : "'";
+  q += short_key(k);
+  q += '\'';
   return q;
 }
 
@@ -269,7 +279,7 @@ Status check_chat_fields(const json& b) {
   if (const json* v = get(b, "metadata")) {
     if (!v->is_object()) return type_error("metadata", "an object", *v);
     for (auto it = v->begin(); it != v->end(); ++it)
-      if (!it->is_string()) return type_error("metadata." + quoted_key(it.key()), "a string", *it);
+      if (!it->is_string()) return type_error("metadata." + short_key(it.key()), "a string", *it);
   }
   if (const json* v = get(b, "prediction")) {
     if (!v->is_object()) return type_error("prediction", "an object", *v);

@@ -286,7 +286,7 @@ TEST_F(RequestTest, UnsupportedFieldsAreRefusedByName) {
   expect_400(Endpoint::completions, R"({"prompt":"a","messages":[]})", "unknown field 'messages'");
   expect_400(Endpoint::completions, R"({"prompt":"a","tools":[]})", "unknown field 'tools'");
   expect_400(Endpoint::chat, m + R"("user":5})", "'user' must be a string");
-  expect_400(Endpoint::chat, m + R"("metadata":{"k":1}})", "'metadata.'k'' must be a string");
+  expect_400(Endpoint::chat, m + R"("metadata":{"k":1}})", "'metadata.k' must be a string");
   expect_400(Endpoint::chat, m + R"("store":"yes"})", "'store' must be a boolean");
   expect_400(Endpoint::chat, m + R"("prediction":{"type":"other"}})", "'prediction.type'");
   // Accepted: the metadata fields, text output, and every refused field's harmless value.
