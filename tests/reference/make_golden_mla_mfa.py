@@ -45,13 +45,13 @@ YARN_V3 = {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale
 HIDDEN = 144
 VOCAB = 128
 
-DS_BASE = dict(family="deepseek", hidden=HIDDEN, vocab=VOCAB, heads=4, q_lora=144, kv_lora=128, nope=32,
-               rope=32, v_dim=32, inter=96, moe_inter=16, experts=16, n_shared=2, top_k=4, n_group=4,
+DS_BASE = dict(family="deepseek", hidden=HIDDEN, vocab=VOCAB, heads=4, q_lora=144, kv_lora=128, nope=64,
+               rope=32, v_dim=32, inter=64, moe_inter=16, experts=16, n_shared=2, top_k=4, n_group=4,
                topk_group=2, first_k_dense=1, moe_layer_freq=1, scoring="sigmoid", topk_method="noaux_tc",
                norm_topk=True, scaling=2.5, rope_theta=10000.0, rope_scaling=YARN_V3, max_pos=163840, eps=1e-6,
                mtp=0, rope_interleave=None)
 
-ST_BASE = dict(family="step3", hidden=HIDDEN, vocab=VOCAB, heads=4, head_dim=32, share_q=144, inter=96,
+ST_BASE = dict(family="step3", hidden=HIDDEN, vocab=VOCAB, heads=4, head_dim=32, share_q=144, inter=64,
                experts=8, top_k=3, moe_inter=16, share_dim=48, norm_w=False, layers=4, enum="1,2",
                rope_theta=500000.0, max_pos=4096, eps=1e-5, vl=False, vision_dummy=False)
 
@@ -82,11 +82,11 @@ CASES = [
        top_k=3, prompt_lens=(37, 1, 5),
        covers="deepseek_v3 as dsv3_tiny_fp8 in bf16; 8 experts in 4 groups of 2 (keep 2), top-3; 1 shared "
               "expert; no MTP; rope_interleave absent (default interleaved)"),
-    ds(name="dsv2_style_bf16", arch="deepseek_v2", seed=13000, layers=2, fp8=False, q_lora=None, experts=8,
+    ds(name="dsv2_style_bf16", arch="deepseek_v2", seed=13000, layers=2, fp8=False, q_lora=None, heads=2, experts=8,
        top_k=3, scoring="softmax", topk_method="group_limited_greedy", norm_topk=False, scaling=2.0,
        first_k_dense=0, moe_layer_freq=2,
        rope_scaling=dict(YARN_V3, mscale=0.707), prompt_lens=(1, 5, 37),
-       covers="deepseek_v2: no q LoRA (q_proj), softmax scores, group_limited_greedy (group score = max, "
+       covers="deepseek_v2: no q LoRA (q_proj), 2 heads, softmax scores, group_limited_greedy (group score = max, "
               "8 experts in 4 groups, keep 2, top-3), no correction bias, weights not renormalised x 2.0; "
               "first_k_dense_replace 0 with moe_layer_freq 2 (layer 0 MoE, layer 1 dense: a dense last layer); YaRN mscale 0.707 / mscale_all_dim 1.0 (cos/sin factor 0.92104)"),
     ds(name="k2_style_fp8", arch="kimi_k2", seed=14000, layers=2, fp8=True, experts=12, n_group=1, topk_group=1,
