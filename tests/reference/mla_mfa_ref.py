@@ -451,8 +451,7 @@ class RouterStats:
 
 class Sequence:
     """Per-sequence state: tokens seen and per-layer caches (MLA: c_n [len, kv_lora_rank] and
-    k_pe [len, qk_rope_head_dim], rotated; MFA: k, v [len, head_dim]). Layer indices at and
-    above num_hidden_layers belong to the MTP module."""
+    k_pe [len, qk_rope_head_dim], rotated; MFA: k, v [len, head_dim])."""
 
     def __init__(self, n_layers):
         self.length = 0
@@ -461,7 +460,8 @@ class Sequence:
 
 class Model:
     def __init__(self, cfg, tensors, dtype=np.float64, mla_form="both", load_mtp=False):
-        """cfg: Config; tensors: {name: st.Tensor} in Hugging Face naming."""
+        """cfg: Config; tensors: {name: st.Tensor} in Hugging Face naming. load_mtp: also read
+        (and shape-check) the MTP module's tensors into self.mtp."""
         if mla_form not in ("both", "naive", "absorbed"):
             raise ValueError(f"mla_form {mla_form!r}")
         self.cfg = cfg
@@ -621,7 +621,8 @@ class Model:
 
     def _load_mtp(self, l):
         """The MTP module at layer id l (MODELS.md B7): its own norms, eh_proj, decoder layer and
-        shared head (embed_tokens / shared_head.head are copies of the main model's)."""
+        shared head (embed_tokens / shared_head.head are copies of the main model's). Loaded
+        only to check its layout: the reference does not run MTP."""
         c = self.cfg
         H, V = c.hidden_size, c.vocab_size
         p = f"model.layers.{l}."
@@ -635,7 +636,7 @@ class Model:
         return M
 
     def new_sequence(self):
-        return Sequence(self.cfg.n_layers + self.cfg.n_mtp)
+        return Sequence(self.cfg.n_layers)
 
     def _record(self, layer, name, x):
         if self.trace is not None:
@@ -788,44 +789,6 @@ class Model:
         if "sg" in L:
             out = out + mlp(h, L["sg"], L["su"], L["sd"])      # shared experts: always on, unweighted
         return out
-
-    # -- MTP (MODELS.md B7)
-    def mtp_forward(self, batch):
-        """batch: list of (Sequence, hidden [n, H], next_tokens [n]) where hidden are the main
-        model's final-normed states at positions seq.mtp_length.. and next_tokens the tokens one
-        position later. Runs the MTP module (its own cache in the sequence, layer id
-        num_hidden_layers) at those positions and returns the logits predicting two tokens
-        ahead, one array [n, vocab] per sequence."""
-        M = self.mtp
-        c = self.cfg
-        l = c.n_layers
-        xs, positions, segs, toks = [], [], [], []
-        for seq, hid, nxt in batch:
-            start = getattr(seq, "mtp_length", 0)
-            n = len(nxt)
-            s0 = sum(len(x) for x in xs)
-            xs.append(np.asarray(hid))
-            toks += [int(t) for t in nxt]
-            positions += list(range(start, start + n))
-            segs.append((seq, s0, s0 + n))
-        hid = np.concatenate(xs)
-        e = rms_norm(M["embed"][np.asarray(toks)], M["enorm"], c.rms_norm_eps)
-        hn = rms_norm(hid, M["hnorm"], c.rms_norm_eps)
-        x = np.concatenate([e, hn], axis=-1) @ M["eh_proj"].T             # embedding half first
-        positions = np.asarray(positions)
-        # the MTP layer's attention uses its own cache slot and each sequence's MTP length
-        saved = [(seq, seq.length) for seq, _, _ in segs]
-        for seq, _, _ in segs:
-            seq.length = getattr(seq, "mtp_length", 0)
-        try:
-            x = self._layer(l, M, x, positions, segs)
-        finally:
-            for seq, n in saved:
-                seq.length = n
-        for seq, s, e2 in segs:
-            seq.mtp_length = getattr(seq, "mtp_length", 0) + (e2 - s)
-        logits = rms_norm(x, M["head_norm"], c.rms_norm_eps) @ M["head"].T
-        return [logits[s:e2] for _, s, e2 in segs]
 
 
 def load(model_dir, dtype=np.float64, **kw):

@@ -415,6 +415,33 @@ class MlaMfaModel(unittest.TestCase):
             self.assertLess(float(np.max(np.abs(k_pe - c["k_pe"]))), 1e-12)
             self.assertGreater(float(np.max(np.abs(k_pe[1:] - raw[1:, cfg.kv_lora_rank:]))), 1e-3)
 
+    def test_dump_stages(self):
+        """dump_stages.py writes every stage; its logits are the golden prompt rows; the residual
+        stream after the last layer, normed, is final_hidden."""
+        import subprocess
+        for name in ("dsv3_tiny_fp8", "step3_tiny_fp8"):
+            with self.subTest(case=name):
+                d, g, logits, cfg = _golden(name)
+                p = g["prompts"][0]
+                with tempfile.TemporaryDirectory() as tmp:
+                    out = os.path.join(tmp, "s.safetensors")
+                    r = subprocess.run([sys.executable, os.path.join(HERE, "dump_stages.py"), d,
+                                        ",".join(map(str, p)), out], capture_output=True, text=True)
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    t = st.read_file(out)
+                c = ref.Config(cfg)
+                L = c.n_layers
+                want = {f"layer{l}.{s}" for l in range(L) for s in ("after_attention", "after_ffn")}
+                want |= {f"layer{l}.router_{s}" for l in range(L) if c.is_moe_layer(l) for s in ("idx", "weights")}
+                if c.family == "deepseek":
+                    want |= {f"layer{l}.mla_{s}" for l in range(L) for s in ("c_n", "k_pe_rot")}
+                self.assertEqual(set(t), want | {"final_hidden", "logits"})
+                self.assertTrue(np.array_equal(t["logits"].raw, logits[:len(p)]))
+                self.assertEqual(t[f"layer{L - 1}.after_ffn"].shape, (len(p), c.hidden_size))
+                m = ref.Model(c, st.load_dir(d))
+                fh = ref.rms_norm(t[f"layer{L - 1}.after_ffn"].to_f64(), m.final_norm, c.rms_norm_eps)
+                self.assertLess(float(np.max(np.abs(fh - t["final_hidden"].to_f64()))), 1e-5)
+
     def test_torch_mirror_agrees(self):
         """torch_mirror_mla_mfa (padded full recompute, HF-style de-interleaved rope, torch.topk
         routing, bit-pattern FP8 decode, block-loop dequantization) agrees with the reference on
@@ -539,6 +566,24 @@ class Loader(unittest.TestCase):
             ref.Model(ref.Config(bare), t)
         self.assertTrue(np.array_equal(a, self._logits(bare, {k: v for k, v in t.items() if k not in vis},
                                                        g["prompts"][0])))
+
+    def test_mtp_layout(self):
+        """dsv3_tiny_fp8 holds one MTP module at layer id num_hidden_layers in the DeepSeek-V3
+        layout: a MoE decoder layer (FP8), enorm / hnorm / shared_head.norm, a bf16 eh_proj
+        [H, 2H], and embed_tokens / shared_head.head equal to the main model's."""
+        d, _, _, cfg = _golden("dsv3_tiny_fp8")
+        m = ref.Model.from_dir(d, load_mtp=True)
+        M = m.mtp
+        self.assertTrue(M["moe"])
+        self.assertEqual(M["eh_proj"].shape, (cfg["hidden_size"], 2 * cfg["hidden_size"]))
+        self.assertTrue(np.array_equal(M["embed"], m.embed))
+        self.assertTrue(np.array_equal(M["head"], m.lm_head))
+        t = st.load_dir(d)
+        l = cfg["num_hidden_layers"]
+        self.assertEqual(t[f"model.layers.{l}.eh_proj.weight"].dtype, "BF16")
+        self.assertEqual(t[f"model.layers.{l}.self_attn.q_b_proj.weight"].dtype, "F8_E4M3")
+        with self.assertRaisesRegex(ValueError, "num_nextn_predict_layers"):
+            ref.Model.from_dir(os.path.join(DATA, "dsv3_tiny_bf16"), load_mtp=True)
 
     def test_errors_name_the_problem(self):
         d, g, _, cfg = _golden("dsv3_tiny_fp8")

@@ -335,6 +335,25 @@ class CheckLogitsTool(unittest.TestCase):
             rc, _ = self._run(d, path)
             self.assertEqual(rc, 2)
 
+    def test_mla_mfa_cases(self):
+        """The tool runs the DeepSeek / Step-3 reference for those model types: the golden dump
+        passes, a 2e-4 perturbation fails."""
+        for name in ("dsv3_tiny_fp8", "step3_tiny_fp8"):
+            with self.subTest(case=name):
+                d, g, logits = load_golden(name)
+                rc, rep = self._run(d, os.path.join(d, "logits.f32"))
+                self.assertEqual(rc, 0, rep)
+                self.assertEqual(rep["max_new_tokens"], 8)
+                self.assertLess(rep["max_abs_err"], 1e-6)
+                with tempfile.TemporaryDirectory() as tmp:
+                    bad = logits.copy()
+                    bad[10, 3] -= 2e-4
+                    path = os.path.join(tmp, "bad.f32")
+                    bad.tofile(path)
+                    rc, rep = self._run(d, path)
+                    self.assertEqual(rc, 1)
+                    self.assertEqual(rep["worst_row"]["row"], 10)
+
     def test_teacher_forced_on_other_tokens(self):
         """A dump that followed different tokens (explicit prompts, --gen-ids) is compared
         against the reference fed those same tokens."""
