@@ -15,8 +15,6 @@ Router rows list the chosen experts in descending order of the score the choice 
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mla_mfa_ref as ref  # noqa: E402
 import safetensors_io as st  # noqa: E402

@@ -74,7 +74,8 @@ CASES = [
        covers="deepseek_v3 MLA with q LoRA (q_a 144 rows: partial row block; q_b reads 144: partial column "
               "block), kv_a_proj_with_mqa 160 rows (partial last row block, like the real 576); YaRN factor 40 "
               "on 32 rope dims (low 5, high 12), softmax scale x mscale^2; interleaved rope; dense layer 0 "
-              "(first_k_dense_replace 1), MoE layer 1; sigmoid + e_score_correction_bias (changes selections) with 4 groups "
+              "(first_k_dense_replace 1), MoE layer 1; sigmoid + e_score_correction_bias (changes selections) "
+              "with 4 groups "
               "/ keep 2 (mask excludes plain top-k choices), top-4 renormalised x 2.5; 2 shared experts; FP8 "
               "e4m3 128x128 blocks with partial edge blocks; MTP layer 2 tensors present (ignored by the main "
               "model)"),
@@ -88,7 +89,8 @@ CASES = [
        rope_scaling=dict(YARN_V3, mscale=0.707), prompt_lens=(1, 5, 37),
        covers="deepseek_v2: no q LoRA (q_proj), 2 heads, softmax scores, group_limited_greedy (group score = max, "
               "8 experts in 4 groups, keep 2, top-3), no correction bias, weights not renormalised x 2.0; "
-              "first_k_dense_replace 0 with moe_layer_freq 2 (layer 0 MoE, layer 1 dense: a dense last layer); YaRN mscale 0.707 / mscale_all_dim 1.0 (cos/sin factor 0.92104)"),
+              "first_k_dense_replace 0 with moe_layer_freq 2 (layer 0 MoE, layer 1 dense: a dense last layer); "
+              "YaRN mscale 0.707 / mscale_all_dim 1.0 (cos/sin factor 0.92104)"),
     ds(name="k2_style_fp8", arch="kimi_k2", seed=14000, layers=2, fp8=True, experts=12, n_group=1, topk_group=1,
        n_shared=1, scaling=2.827, rope_theta=50000.0,
        rope_scaling=dict(YARN_V3, factor=32, beta_fast=1, beta_slow=1), max_pos=131072, prompt_lens=(5, 1, 37),

@@ -71,7 +71,6 @@ class Config:
             v = t.get(k)
             return default if v is None else v
 
-        self._req, self._opt = req, opt
         self.vocab_size = int(req("vocab_size"))
         self.hidden_size = int(req("hidden_size"))
         self.n_layers = int(req("num_hidden_layers"))
@@ -789,7 +788,3 @@ class Model:
         if "sg" in L:
             out = out + mlp(h, L["sg"], L["su"], L["sd"])      # shared experts: always on, unweighted
         return out
-
-
-def load(model_dir, dtype=np.float64, **kw):
-    return Model.from_dir(model_dir, dtype, **kw)

@@ -250,8 +250,10 @@ def _route_cases():
     out = []
     for scoring, method, E, ng, kg, k, norm, scale in [
             ("sigmoid", "noaux_tc", 16, 4, 2, 4, True, 2.5), ("sigmoid", "noaux_tc", 12, 1, 1, 4, True, 2.827),
-            ("sigmoid", "noaux_tc", 256, 8, 4, 8, True, 2.5), ("softmax", "group_limited_greedy", 8, 4, 2, 3, False, 2.0),
-            ("softmax", "group_limited_greedy", 160, 8, 3, 6, False, 16.0), ("softmax", "greedy", 64, 1, 1, 6, False, 1.0),
+            ("sigmoid", "noaux_tc", 256, 8, 4, 8, True, 2.5),
+            ("softmax", "group_limited_greedy", 8, 4, 2, 3, False, 2.0),
+            ("softmax", "group_limited_greedy", 160, 8, 3, 6, False, 16.0),
+            ("softmax", "greedy", 64, 1, 1, 6, False, 1.0),
             ("softmax", "greedy", 16, 1, 1, 4, True, 1.0), ("sigmoid", "noaux_tc", 16, 4, 4, 16, True, 1.0)]:
         logits = rng.normal(0, 2.0, size=(300, E))
         bias = rng.normal(0, 0.05, size=E) if method == "noaux_tc" else None
@@ -288,7 +290,8 @@ class Routing(unittest.TestCase):
         (group_limited_greedy), and nothing outside them outranks a chosen one."""
         for scoring, method, E, ng, kg, k, norm, scale, logits, bias in _route_cases():
             r = ref.route_deepseek(logits, scoring, method, k, ng, kg, norm, scale, bias)
-            s = 1 / (1 + np.exp(-logits)) if scoring == "sigmoid" else np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+            e = np.exp(logits)
+            s = 1 / (1 + 1 / e) if scoring == "sigmoid" else e / e.sum(1, keepdims=True)
             choice = s + bias if bias is not None else s
             for t in range(0, logits.shape[0], 7):
                 idx = r.idx[t]
@@ -347,7 +350,8 @@ class Routing(unittest.TestCase):
         _, _, _, cfg = _golden("dsv3_tiny_fp8")
         d = copy.deepcopy(cfg)
         d.update(num_hidden_layers=7, first_k_dense_replace=2, moe_layer_freq=2)
-        self.assertEqual([ref.Config(d).is_moe_layer(l) for l in range(7)], [False, False, True, False, True, False, True])
+        self.assertEqual([ref.Config(d).is_moe_layer(l) for l in range(7)],
+                         [False, False, True, False, True, False, True])
         d.update(n_routed_experts=None)
         self.assertEqual([ref.Config(d).is_moe_layer(l) for l in range(7)], [False] * 7)
         self.assertEqual([ref.Config.from_dir(os.path.join(DATA, "dsv2_style_bf16")).is_moe_layer(l) for l in range(2)],
@@ -457,6 +461,21 @@ class MlaMfaModel(unittest.TestCase):
                 self.assertLess(float(np.max(np.abs(out - logits))), 1e-5)
                 rows, _ = hf_moe_ref.greedy(ref.Model(ref.Config(cfg), t), g["prompts"], g["max_new_tokens"])
                 self.assertLess(float(np.max(np.abs(out - _flat(rows)))), 1e-10)
+
+    def test_rope_interleave_false(self):
+        """rope_interleave false (NeoX pairs on the rope dims) changes the logits, and the
+        reference and the torch mirror agree on it."""
+        _torch()
+        import torch_mirror_mla_mfa as tm
+        d, g, logits, cfg = _golden("dsv3_tiny_bf16")
+        cfg = dict(cfg, rope_interleave=False)
+        t = st.load_dir(d)
+        p = g["prompts"][0]
+        m = ref.Model(ref.Config(cfg), t)
+        a = m.forward([(m.new_sequence(), p)])[0]
+        b = tm.forward_padded(cfg, t, [p])[0]
+        self.assertLess(float(np.max(np.abs(a - b))), 1e-10)
+        self.assertGreater(float(np.max(np.abs(a[1:] - logits[1:len(p)]))), 1e-3)
 
     def test_prefill_equals_token_by_token(self):
         for name in ("dsv3_tiny_fp8", "step3_tiny_fp8"):
