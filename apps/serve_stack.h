@@ -68,6 +68,10 @@ StopActions drain_then_stop(Server* s, double drain_timeout_s) {
 class StopOnSignal {
  public:
   static Result<std::unique_ptr<StopOnSignal>> start(StopActions actions);
+  // Acts as a first SIGTERM would (drain, then stop; a signal after it stops at once),
+  // logging `why`. Async-safe enough for any thread (a pipe write); before start() it takes
+  // effect once start() runs. Used for --exit-on-worker-loss.
+  static void request_stop(const std::string& why);
   ~StopOnSignal();
 
  private:
@@ -82,6 +86,13 @@ struct ServiceExtras {
   std::vector<serve::MetricsTarget> federate;
   // With opt.trace: the pipeline trace is written here when the service stops.
   std::string trace_path;
+  // Worker processes this command started (--spawn-ffn), watched once the service runs:
+  // restarted as `restart` says; their afd_frontend_process_* series join /metrics; one that
+  // is lost (ChildProcesses::lost) makes /health 503 naming it, and with
+  // exit_on_worker_loss drains and stops the service, which then fails (exit status 1).
+  ChildProcesses* children = nullptr;
+  RestartPolicy restart;
+  bool exit_on_worker_loss = false;
 };
 
 // Builds f.workers engines from `opt` and serves them until a signal. Once the API listens,
@@ -93,10 +104,15 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
 // Serves the front end over `fo.workers` until a signal; prints the front end's address,
 // then "afd serve: bundle complete: ..." once every attention worker answers /health.
 // `children` (may be null) are the locally spawned workers, restarted as `restart` says when
-// they exit, and stopped on exit.
+// they exit, and stopped on exit. One that is lost (restarts exhausted or off) makes the
+// front end's /health 503 naming it; with exit_on_worker_loss the front end then drains and
+// stops and the command fails (exit status 1), for a supervisor to restart the bundle.
 // drain_timeout_s: StopActions::drain_timeout_s (the front end drains before it stops the
 // children, so they stop idle).
 void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children,
-                  RestartPolicy restart = {}, double drain_timeout_s = 0);
+                  RestartPolicy restart = {}, double drain_timeout_s = 0, bool exit_on_worker_loss = false);
+
+// The afd_frontend_process_* series of the worker processes in `children`.
+std::string render_process_metrics(ChildProcesses* children);
 
 }  // namespace afd::cli

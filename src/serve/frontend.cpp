@@ -120,18 +120,19 @@ int Frontend::workers_up() const {
 
 namespace {
 
-// Why a /health check failed: no answer, or the worker's own reason (the message of its
-// OpenAI-style error body), else its status code.
+// Why a worker's answer (to /health, or a 503 to a request) is not ok: no answer, or the
+// worker's own reason (the non-empty message of its OpenAI-style error body), else its
+// status code. Never empty.
 std::string health_failure(const Result<HttpAnswer>& st) {
   if (!st.ok()) return st.status().message();
   auto j = nlohmann::json::parse(st->body, nullptr, /*allow_exceptions=*/false);
   if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
-      j["error"]["message"].is_string()) {
+      j["error"]["message"].is_string() && !j["error"]["message"].get<std::string>().empty()) {
     std::string why = j["error"]["message"].get<std::string>();
     if (why.size() > 300) why = why.substr(0, 300) + "...";  // it goes into our own answers
     return why;
   }
-  return "health " + std::to_string(st->status);
+  return "answered " + std::to_string(st->status) + " without a reason";
 }
 
 // Why a worker that answered /health 200 must still not get requests: it is not an
@@ -157,11 +158,20 @@ std::string identity_mismatch(const std::string& body, const ModelServing& mine)
 
 }  // namespace
 
-std::string Frontend::why_workers_down() const {
+std::string Frontend::why_workers_down(const std::vector<std::string>* attempts) const {
   std::string out;
   for (const auto& w : workers_) {
-    if (w->up.load()) continue;
-    out += (out.empty() ? "" : "; ") + ("worker " + std::to_string(w->index) + ": " + w->why_down());
+    const size_t i = static_cast<size_t>(w->index);
+    const bool tried = attempts && i < attempts->size() && !(*attempts)[i].empty();
+    const std::string why = tried ? (*attempts)[i] : w->why_down();
+    if (why.empty()) continue;  // up
+    out += (out.empty() ? "" : "; ") + ("worker " + std::to_string(w->index) + ": " + why);
+  }
+  // Worker processes that will not come back (restarts exhausted) come first: they are why
+  // the others report what they report (e.g. their FFN worker not connected).
+  if (opt_.lost_workers) {
+    if (std::string lost = opt_.lost_workers(); !lost.empty())
+      out = "lost for good: " + lost + (out.empty() ? "" : "; " + out);
   }
   return out;
 }
@@ -176,8 +186,7 @@ void Frontend::health_loop() {
       auto st = http_get(w.host, w.port, "/health", opt_.health_timeout_ms, 64 << 10);
       const std::string mismatch = st.ok() && st->status == 200 ? identity_mismatch(st->body, model_) : "";
       const bool up = st.ok() && st->status == 200 && mismatch.empty();
-      w.set_why_down(up ? "" : !mismatch.empty() ? mismatch : health_failure(st));
-      const bool was = w.up.exchange(up);
+      const bool was = w.set_state(up, up ? "" : !mismatch.empty() ? mismatch : health_failure(st));
       if (up && !was) {
         spdlog::info("front end: attention worker {} at {} is up", i, w.address);
         w.ever_up = true;
@@ -254,6 +263,11 @@ void Frontend::install_routes() {
     if (draining_)
       return send_error(res, 503, kDrainingHealth,
                         opt_.server.retry_after_s);
+    if (opt_.lost_workers) {
+      if (std::string lost = opt_.lost_workers(); !lost.empty())
+        return send_error(res, 503, "worker process lost for good (restart afd serve): " + lost,
+                          opt_.server.retry_after_s);
+    }
     const int up = workers_up();
     if (up == 0)
       return send_error(res, 503, "no attention worker is up (" + why_workers_down() + ")", opt_.server.retry_after_s);
@@ -293,6 +307,7 @@ void Frontend::install_routes() {
     }
     const int64_t load = static_cast<int64_t>(g->prompt.size()) + g->max_tokens;
     std::vector<bool> tried(workers_.size(), false);
+    std::vector<std::string> attempts(workers_.size());  // why a tried worker did not take it
     for (size_t attempt = 0; attempt < workers_.size(); ++attempt) {
       std::vector<bool> eligible(workers_.size());
       for (size_t i = 0; i < workers_.size(); ++i) eligible[i] = !tried[i] && workers_[i]->up.load();
@@ -358,7 +373,8 @@ void Frontend::install_routes() {
       if (!pump->head_known) {
         // Nothing came back: the worker is unreachable; try another one.
         w->failures.fetch_add(1);
-        if (w->up.exchange(false))
+        attempts[wi] = "a request found it unreachable: " + pump->outcome.error.message();
+        if (w->set_state(false, attempts[wi]))
           spdlog::warn("front end: attention worker {} at {} is down ({})", wi, w->address, pump->outcome.error.message());
         retries_.fetch_add(1);
         continue;
@@ -390,8 +406,8 @@ void Frontend::install_routes() {
           // The worker refused it or could not finish it (draining, shutting down, its FFN
           // worker lost or stalled) and the client has seen nothing of it yet, so another
           // worker may take it whole. Out of placement until its /health says otherwise.
-          if (w->up.exchange(false)) {
-            w->set_why_down("answered 503: " + health_failure(HttpAnswer{head.status, body}));
+          attempts[wi] = "answered a request 503: " + health_failure(HttpAnswer{head.status, body});
+          if (w->set_state(false, attempts[wi])) {
             spdlog::info("front end: attention worker {} at {} refused a request (503); trying another", wi,
                          w->address);
           }
@@ -457,7 +473,7 @@ void Frontend::install_routes() {
     no_worker_.fetch_add(1);
     count_response(503);
     send_error(res, 503, "no attention worker is available (" + std::to_string(workers_up()) + " of " +
-                             std::to_string(workers_.size()) + " up; " + why_workers_down() + ")", retry_s);
+                             std::to_string(workers_.size()) + " up; " + why_workers_down(&attempts) + ")", retry_s);
   };
   s.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) {
     generate(Endpoint::completions, "/v1/completions", req, res);

@@ -53,6 +53,10 @@ struct FrontendOptions {
   // Appended to the front end's own /metrics (e.g. the launcher's worker restarts); must
   // not repeat a family the front end renders.
   std::function<std::string()> extra_metrics;
+  // Worker processes that are down for good ("" while none is; e.g. a launcher's child whose
+  // restarts are exhausted): non-empty makes /health 503 with it, and it leads every
+  // list of reasons (why_workers_down). Thread-safe; called per /health and per 503.
+  std::function<std::string()> lost_workers;
   // Called once (from the health thread, with the bound port) when every worker has answered /health.
   std::function<void(int port)> on_all_up;
 };
@@ -62,21 +66,25 @@ struct FrontendWorker {
   int index = 0;
   std::string address, host;
   int port = 0;
-  std::atomic<bool> up{false};
+  std::atomic<bool> up{false};  // written by set_state() only
   std::atomic<bool> ever_up{false};
   std::atomic<int64_t> inflight_tokens{0};  // prompt + max_tokens of requests being proxied
   std::atomic<int64_t> inflight_requests{0};
   std::atomic<uint64_t> requests{0};        // placed here
   std::atomic<uint64_t> failures{0};        // connection refused / broken mid-response
-  // Why its last health check failed ("" while up): no answer, or the worker's own reason
-  // (e.g. its FFN worker is not connected).
+  // Why it is down ("" while up): its last health check failed (no answer, or the worker's
+  // own reason, e.g. its FFN worker is not connected), or a request found it unreachable or
+  // refusing. Never "" while down: set_state() fills in an empty reason.
   std::string why_down() const {
     std::lock_guard<std::mutex> l(why_mu);
-    return why;
+    return up.load() ? "" : why;
   }
-  void set_why_down(std::string w) {
+  // Marks it up, or down because of `why`, together (why_down() never sees one without the
+  // other). Returns whether it was up.
+  bool set_state(bool now_up, std::string why_not) {
     std::lock_guard<std::mutex> l(why_mu);
-    why = std::move(w);
+    why = now_up ? "" : why_not.empty() ? "down (no reason given)" : std::move(why_not);
+    return up.exchange(now_up);
   }
 
  private:
@@ -100,8 +108,11 @@ class Frontend {
   void drain() { draining_ = true; }
   bool drained() const { return active_.load() == 0; }
   int workers_up() const;
-  // "worker 0: <why>; worker 1: <why>" over the workers that are down ("" if none).
-  std::string why_workers_down() const;
+  // "worker 0: <why>; worker 1: <why>" over the workers that are down, after "lost for good:
+  // <lost_workers>" if that is not empty; "" if none of them. No <why> is empty. attempts
+  // (by worker index; may be null): why a request's tries failed, used over why_down() for
+  // those workers (one may be up again by the time a request gives up).
+  std::string why_workers_down(const std::vector<std::string>* attempts = nullptr) const;
   const ModelServing& model() const { return model_; }
   // The front end's own afd_frontend_* series.
   std::string render_metrics() const;

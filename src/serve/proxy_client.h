@@ -54,6 +54,7 @@ class UpstreamCall {
 
  private:
   std::string where_;
+  UpstreamTimeouts timeouts_;
   std::unique_ptr<httplib::Client> cli_;
   std::mutex mu_;
   bool cancelled_ = false;
