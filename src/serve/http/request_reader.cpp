@@ -39,13 +39,18 @@ class RequestReader::Parser final : public beast_http::basic_parser<true> {
     header_limit(static_cast<std::uint32_t>(
         std::min<size_t>(l.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
     body_limit(static_cast<std::uint64_t>(l.max_body_bytes));
-    eager(true);
+    // One parse step per put() (header, body piece, chunk-size line, last chunk + trailer),
+    // so that next() can count the bytes of each and apply the size limits to exactly the
+    // same bytes however the input was split.
+    eager(false);
   }
 
   Request req;
   bool line_done = false;
   bool expect_continue = false;
   bool continue_sent = false;
+  size_t header_bytes = 0;     // request line + fields consumed so far
+  bool chunk_header = false;   // the last put() parsed a chunk-size line or the last chunk
   // Set by a callback that refused the request (with a Beast error code to stop parsing).
   int refusal_status = 0;
   std::string refusal;
@@ -106,7 +111,7 @@ class RequestReader::Parser final : public beast_http::basic_parser<true> {
     return body.size();
   }
 
-  void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
+  void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override { chunk_header = true; }
 
   size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code&) override {
     req.body.append(body.data(), body.size());
@@ -166,6 +171,11 @@ void RequestReader::discard() {
   start_ = prepared_at_ = 0;
 }
 
+std::string RequestReader::chunk_limit_message() const {
+  return "chunk-size line or trailer section longer than " + std::to_string(limits_.max_header_bytes) +
+         " bytes (--http-max-header-bytes)";
+}
+
 void RequestReader::fail(int status, std::string message) {
   failed_ = true;
   error_.status = status;
@@ -200,37 +210,55 @@ RequestReader::Event RequestReader::next() {
       return Event::error;
     }
   }
+  const std::string header_limit = "request header larger than " + std::to_string(limits_.max_header_bytes) +
+                                   " bytes (--http-max-header-bytes)";
   error_code ec;
-  if (start_ < buf_.size()) {
+  while (start_ < buf_.size()) {
+    const bool in_header = !p.is_header_done();
+    p.chunk_header = false;
     const size_t used = p.put(boost::asio::const_buffer(buf_.data() + start_, buf_.size() - start_), ec);
     start_ += used;
-  } else {
-    ec = beast_http::error::need_more;
+    if (in_header) p.header_bytes += used;
+    if (p.refusal_status != 0) {
+      fail(p.refusal_status, p.refusal);
+      return Event::error;
+    }
+    if (ec && ec != beast_http::error::need_more) {
+      if (ec == beast_http::error::header_limit)
+        fail(431, header_limit);
+      else if (ec == beast_http::error::body_limit)
+        fail(413, "request body larger than " + std::to_string(limits_.max_body_bytes) + " bytes (--max-body)");
+      else
+        fail(400, "malformed HTTP request: " + ec.message());
+      return Event::error;
+    }
+    // Beast bounds the request line and the fields each by the header limit; the limit is
+    // on both together.
+    if (in_header && p.header_bytes > limits_.max_header_bytes) {
+      fail(431, header_limit);
+      return Event::error;
+    }
+    if (p.chunk_header && used > limits_.max_header_bytes) {
+      fail(431, chunk_limit_message());
+      return Event::error;
+    }
+    if (p.is_done()) {
+      ready_ = std::make_unique<Request>(std::move(p.req));
+      parser_.reset();
+      return Event::request;
+    }
+    if (ec || used == 0) break;  // need more
   }
-  if (p.refusal_status != 0) {
-    fail(p.refusal_status, p.refusal);
+  // Waiting for more. What stays unparsed is part of the header, of a chunk-size line or of
+  // the last chunk and trailer section: whatever arrives later, a part already over its
+  // limit is refused now rather than buffered.
+  const size_t pending = buf_.size() - start_;
+  if (!p.is_header_done() && p.header_bytes + pending > limits_.max_header_bytes) {
+    fail(431, header_limit);
     return Event::error;
   }
-  if (ec && ec != beast_http::error::need_more) {
-    if (ec == beast_http::error::header_limit)
-      fail(431, "request header larger than " + std::to_string(limits_.max_header_bytes) +
-                    " bytes (--http-max-header-bytes)");
-    else if (ec == beast_http::error::body_limit)
-      fail(413, "request body larger than " + std::to_string(limits_.max_body_bytes) + " bytes (--max-body)");
-    else
-      fail(400, "malformed HTTP request: " + ec.message());
-    return Event::error;
-  }
-  if (p.is_done()) {
-    ready_ = std::make_unique<Request>(std::move(p.req));
-    parser_.reset();
-    return Event::request;
-  }
-  // Waiting for more. What stays unparsed is a partial header (Beast bounds it by the header
-  // limit), a partial chunk-size line or a partial trailer section: bound those too.
-  if (p.is_header_done() && buf_.size() - start_ > limits_.max_header_bytes) {
-    fail(431, "chunk-size line or trailer section longer than " + std::to_string(limits_.max_header_bytes) +
-                  " bytes (--http-max-header-bytes)");
+  if (p.is_header_done() && pending > limits_.max_header_bytes) {
+    fail(431, chunk_limit_message());
     return Event::error;
   }
   if (p.is_header_done() && p.expect_continue && !p.continue_sent && p.req.version >= 11) {

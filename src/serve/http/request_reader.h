@@ -61,6 +61,7 @@ class RequestReader {
 
  private:
   void fail(int status, std::string message);
+  std::string chunk_limit_message() const;
   void compact();
 
   Limits limits_;
