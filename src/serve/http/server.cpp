@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -608,8 +609,31 @@ void Server::set_exception_handler(std::function<void(const Request&, Response&,
   impl_->on_exception = std::move(f);
 }
 
+namespace {
+
+// Every connection is a descriptor: raises the soft descriptor limit (up to the hard one) so
+// that max_connections can be reached; says so when it cannot (accept() then fails with
+// EMFILE before the limit, and is retried).
+void make_room_for_connections(int max_connections, const std::string& who) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  const rlim_t want = static_cast<rlim_t>(max_connections) + 256;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
+    (void)getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want)
+    spdlog::warn("{}: open-file limit {} is below --http-max-connections {} + 256: connections beyond it wait "
+                 "(raise `ulimit -n`)",
+                 who, static_cast<unsigned long long>(rl.rlim_cur), max_connections);
+}
+
+}  // namespace
+
 Result<int> Server::bind() {
   Impl& s = *impl_;
+  make_room_for_connections(s.opt.limits.max_connections, s.opt.name);
   const std::string where = s.opt.host + ":" + (s.opt.port == 0 ? std::string("any port") : std::to_string(s.opt.port));
   error_code ec;
   tcp::resolver resolver(s.io);
