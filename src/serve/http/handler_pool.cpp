@@ -1,44 +1,63 @@
 #include "serve/http/handler_pool.h"
 
+#include <malloc.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <thread>
 
 namespace afd::serve::http {
+namespace {
+
+// Gives the kernel back the pages of this thread's stack below the current frame (and a
+// margin for what the thread still runs before it ends): a handler that once went deep
+// (JSON, templates) leaves them resident otherwise, also in the C library's cache of stacks
+// for new threads.
+void release_unused_stack() {
+  pthread_attr_t a;
+  if (pthread_getattr_np(pthread_self(), &a) != 0) return;
+  void* base = nullptr;
+  size_t size = 0;
+  const int r = pthread_attr_getstack(&a, &base, &size);
+  pthread_attr_destroy(&a);
+  if (r != 0 || base == nullptr) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  volatile char here = 0;
+  const uintptr_t sp = reinterpret_cast<uintptr_t>(&here);
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(base) + page - 1) & ~(page - 1);
+  const uintptr_t margin = 64 << 10;
+  if (sp < lo + margin + page) return;
+  const uintptr_t hi = (sp - margin) & ~(page - 1);
+  (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
+}  // namespace
 
 HandlerPool::HandlerPool(int max_threads, double idle_exit_s)
     : max_threads_(std::max(1, max_threads)), idle_exit_s_(idle_exit_s) {}
 
 HandlerPool::~HandlerPool() { shutdown(); }
 
-void HandlerPool::reap_locked(std::vector<std::thread>* out) {
-  for (std::thread::id id : ended_) {
-    auto it = std::find_if(threads_.begin(), threads_.end(), [id](const std::thread& t) { return t.get_id() == id; });
-    if (it == threads_.end()) continue;
-    out->push_back(std::move(*it));
-    threads_.erase(it);
-  }
-  ended_.clear();
-}
-
 void HandlerPool::submit(std::function<void()> task) {
-  std::vector<std::thread> done;
-  {
-    std::unique_lock<std::mutex> l(mu_);
-    if (shutdown_) {
-      l.unlock();
-      task();
-      return;
-    }
-    reap_locked(&done);
-    queue_.push_back(std::move(task));
-    if (idle_ >= static_cast<int>(queue_.size())) {
-      cv_.notify_one();
-    } else if (live_ < max_threads_) {
-      ++live_;
-      threads_.emplace_back([this] { worker(); });
-    }
+  std::unique_lock<std::mutex> l(mu_);
+  if (shutdown_) {
+    l.unlock();
+    task();
+    return;
   }
-  for (std::thread& t : done) t.join();  // they have left worker(): joins at once
+  queue_.push_back(std::move(task));
+  if (idle_ >= static_cast<int>(queue_.size())) {
+    cv_.notify_one();
+  } else if (live_ < max_threads_) {
+    ++live_;
+    // Detached: a thread that ends is gone, its stack released by the C library; shutdown()
+    // waits for live_ to reach 0.
+    std::thread([this] { worker(); }).detach();
+  }
 }
 
 void HandlerPool::worker() {
@@ -60,25 +79,24 @@ void HandlerPool::worker() {
     task = nullptr;  // what it captured is released before the thread waits again
     l.lock();
   }
+  l.unlock();
+  release_unused_stack();
+  l.lock();
   --live_;
-  ended_.push_back(std::this_thread::get_id());
+  const bool last = live_ == 0 && !shutdown_;
   cv_.notify_all();
+  l.unlock();  // the last touch of the pool: shutdown() may destroy it once it sees live_ == 0
+  // The last thread of a burst is gone: the heap memory its handlers freed goes back to the
+  // kernel too, rather than staying with the allocator's per-thread arenas.
+  if (last) malloc_trim(0);
 }
 
 void HandlerPool::shutdown() {
-  std::vector<std::thread> all;
-  {
-    std::unique_lock<std::mutex> l(mu_);
-    shutdown_ = true;
-    cv_.notify_all();
-    // Queued tasks still run (on the pool's threads) before the threads end.
-    cv_.wait(l, [this] { return live_ == 0; });
-    for (std::thread& t : threads_) all.push_back(std::move(t));
-    threads_.clear();
-    ended_.clear();
-  }
-  for (std::thread& t : all)
-    if (t.joinable()) t.join();
+  std::unique_lock<std::mutex> l(mu_);
+  shutdown_ = true;
+  cv_.notify_all();
+  // Queued tasks still run (on the pool's threads) before the threads end.
+  cv_.wait(l, [this] { return live_ == 0; });
 }
 
 int HandlerPool::threads() const {

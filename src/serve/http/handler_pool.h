@@ -1,18 +1,17 @@
 // HandlerPool: the threads HTTP handlers run on, at most `max_threads` of them. Threads are
 // started when work arrives and no thread is free, and end after `idle_exit_s` without work
-// (down to none), so an idle server holds no handler threads and a burst's threads (and
-// what their stacks touched) are given back. Tasks wait in FIFO order while all threads are
-// busy; the queue is bounded by whoever submits (the server: one task per connection).
+// (down to none), so an idle server holds no handler threads and a burst's threads, the
+// stack pages their handlers touched and (when the last one ends) the free heap memory
+// are given back. Tasks wait in FIFO order while all
+// threads are busy; the queue is bounded by whoever submits (the server: one task per
+// connection).
 #pragma once
 
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
-#include <list>
 #include <mutex>
-#include <thread>
-#include <vector>
 
 namespace afd::serve::http {
 
@@ -25,7 +24,7 @@ class HandlerPool {
 
   // Runs `task` on a pool thread. After shutdown() the task runs on the caller's thread.
   void submit(std::function<void()> task);
-  // Runs every queued task, waits for those running, joins all threads. Idempotent.
+  // Runs every queued task and waits until every thread has ended. Idempotent.
   void shutdown();
 
   int threads() const;  // started and not yet ended
@@ -34,16 +33,13 @@ class HandlerPool {
 
  private:
   void worker();
-  void reap_locked(std::vector<std::thread>* out);
 
   const int max_threads_;
   const double idle_exit_s_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
-  std::list<std::thread> threads_;
-  std::vector<std::thread::id> ended_;  // threads that left worker(), to be joined
-  int live_ = 0, idle_ = 0;
+  int live_ = 0, idle_ = 0;  // threads started and not ended; of those, waiting for work
   bool shutdown_ = false;
 };
 
