@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <system_error>
 #include <thread>
 
 namespace afd::serve::http {
@@ -56,7 +57,12 @@ void HandlerPool::submit(std::function<void()> task) {
     ++live_;
     // Detached: a thread that ends is gone, its stack released by the C library; shutdown()
     // waits for live_ to reach 0.
-    std::thread([this] { worker(); }).detach();
+    try {
+      std::thread([this] { worker(); }).detach();
+    } catch (const std::system_error&) {
+      // Out of threads: the task waits for a running thread, or for the next submit().
+      --live_;
+    }
   }
 }
 
@@ -97,6 +103,14 @@ void HandlerPool::shutdown() {
   cv_.notify_all();
   // Queued tasks still run (on the pool's threads) before the threads end.
   cv_.wait(l, [this] { return live_ == 0; });
+  // Tasks that never got a thread (thread creation failed) run here.
+  while (!queue_.empty()) {
+    std::function<void()> task = std::move(queue_.front());
+    queue_.pop_front();
+    l.unlock();
+    task();
+    l.lock();
+  }
 }
 
 int HandlerPool::threads() const {

@@ -144,6 +144,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Parses what is buffered and acts on it: a request to the pool, an interim 100, an error
   // answer, or a wait for more bytes.
   void process() {
+    // Request data never reaches an abort: whatever a parse or an allocation throws ends
+    // this connection only.
+    try {
+      process_unguarded();
+    } catch (const std::exception& e) {
+      spdlog::warn("{}: connection from {} closed: {}", s_->opt.name, remote_addr_, e.what());
+      if (phase_ != Phase::handling) close();
+    }
+  }
+
+  void process_unguarded() {
     if (phase_ == Phase::closed) return;
     if (s_->stopping.load()) return close();
     switch (reader_.next()) {
@@ -194,8 +205,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (phase_ != Phase::reading) return;
     if (ec) return close();
     error_code rec;
-    char* p = reader_.prepare(kReadChunk);
-    const size_t n = sock_.read_some(net::buffer(p, kReadChunk), rec);
+    size_t n = 0;
+    try {
+      char* p = reader_.prepare(kReadChunk);
+      n = sock_.read_some(net::buffer(p, kReadChunk), rec);
+    } catch (const std::exception& e) {
+      spdlog::warn("{}: connection from {} closed: {}", s_->opt.name, remote_addr_, e.what());
+      return close();
+    }
     reader_.commit(rec ? 0 : n);
     if (rec == net::error::would_block || rec == net::error::try_again || rec == net::error::interrupted)
       return wait_for_bytes();
@@ -204,7 +221,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void dispatch(Request req) {
-    phase_ = Phase::handling;
     disarm();
     first_ = false;
     header_started_ = body_started_ = false;
@@ -213,7 +229,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
     req.socket = sock_.native_handle();
     s_->requests.fetch_add(1);
     auto r = std::make_shared<Request>(std::move(req));
-    s_->pool.submit([self = shared_from_this(), r] { self->handle(*r); });
+    s_->pool.submit([self = shared_from_this(), r] { self->handle_guarded(*r); });
+    // The handler's answer comes back through this strand, so it cannot overtake this.
+    phase_ = Phase::handling;
+  }
+
+  void handle_guarded(const Request& req) {
+    try {
+      handle(req);
+    } catch (const std::exception& e) {
+      spdlog::error("{}: answering {} {}: {}", s_->opt.name, req.method, req.path, e.what());
+      net::post(executor(), [self = shared_from_this()] { self->after_response(false); });
+    }
   }
 
   // On a handler thread: the answer to req, written here when it streams, else handed back
