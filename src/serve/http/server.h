@@ -37,7 +37,7 @@ struct Options {
   std::function<std::string(int status, const std::string& message)> error_body;
 };
 
-// Counters since the server started (for tests and /metrics).
+// Counters since the server started (tests read them; no /metrics series yet).
 struct ServerCounters {
   uint64_t accepted = 0;          // connections accepted
   uint64_t refused = 0;           // connections over Limits::max_connections
