@@ -53,7 +53,7 @@ serve::FrontendOptions frontend_options(const ServeFlags& f) {
   fo.server.host = f.service.host;
   fo.server.port = f.service.port;
   fo.server.api_key = f.service.api_key;
-  fo.server.max_body_bytes = static_cast<size_t>(f.service.max_body);
+  fo.server.limits = f.service.http_limits();
   fo.server.http_threads = f.service.http_threads;
   fo.model_dir = f.engine.model_dir;
   fo.model_name = f.service.model_name;

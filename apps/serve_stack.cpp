@@ -112,10 +112,32 @@ void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
       ->envname("AFD_MAX_BATCH_TOKENS")->capture_default_str();
   cmd->add_option("--max-context", max_context, "Context limit per request (0: the model's)")
       ->envname("AFD_MAX_CONTEXT")->capture_default_str();
-  cmd->add_option("--max-body", max_body, "Request body limit in bytes (413 above)")
+  cmd->add_option("--max-body", max_body, "Request body limit in bytes, any transfer encoding (413 above)")
       ->envname("AFD_MAX_BODY")->capture_default_str();
-  cmd->add_option("--http-threads", http_threads, "Concurrent HTTP connections served")
+  cmd->add_option("--http-threads", http_threads,
+                  "Requests in handlers at once (handler threads; a generation holds one until it ends)")
       ->envname("AFD_HTTP_THREADS")->capture_default_str();
+  cmd->add_option("--http-max-connections", http_max_connections,
+                  "Open HTTP connections at once (one more gets 503 and is closed)")
+      ->envname("AFD_HTTP_MAX_CONNECTIONS")->capture_default_str();
+  cmd->add_option("--http-header-timeout-s", http_header_timeout_s,
+                  "A request's header must arrive within this long of its first byte (408 and close)")
+      ->envname("AFD_HTTP_HEADER_TIMEOUT_S")->capture_default_str();
+  cmd->add_option("--http-body-timeout-s", http_body_timeout_s,
+                  "A request's body must arrive within this long of its header (408 and close)")
+      ->envname("AFD_HTTP_BODY_TIMEOUT_S")->capture_default_str();
+  cmd->add_option("--http-idle-timeout-s", http_idle_timeout_s, "Keep-alive connections idle this long are closed")
+      ->envname("AFD_HTTP_IDLE_TIMEOUT_S")->capture_default_str();
+  cmd->add_option("--http-write-timeout-s", http_write_timeout_s,
+                  "A client that accepts no byte of its answer for this long is disconnected")
+      ->envname("AFD_HTTP_WRITE_TIMEOUT_S")->capture_default_str();
+  cmd->add_option("--http-max-header-bytes", http_max_header_bytes,
+                  "Request line + header fields, in bytes (431 above)")
+      ->envname("AFD_HTTP_MAX_HEADER_BYTES")->capture_default_str();
+  cmd->add_option("--http-max-headers", http_max_headers, "Header fields per request (431 above)")
+      ->envname("AFD_HTTP_MAX_HEADERS")->capture_default_str();
+  cmd->add_option("--http-max-target", http_max_target, "Request target (path + query) in bytes (414 above)")
+      ->envname("AFD_HTTP_MAX_TARGET")->capture_default_str();
   cmd->add_option("--drain-timeout-s", drain_timeout_s,
                   "On SIGINT/SIGTERM, stop taking requests and let those in flight finish for up to this long (a "
                   "second signal stops at once; 0: stop at once)")
@@ -134,7 +156,29 @@ Status ServiceFlags::validate() const {
   if (drain_timeout_s < 0 || step_retry_s < 0) return invalid_argument("--drain-timeout-s and --step-retry-s must be >= 0");
   if (max_running < 1 || max_queue < 0 || max_batch_tokens < 1 || max_body < 1024 || http_threads < 1)
     return invalid_argument("--max-running, --max-batch-tokens, --http-threads must be >= 1, --max-body >= 1024");
+  if (http_max_connections < 1 || http_max_headers < 1 || http_max_header_bytes < 1024 || http_max_target < 64 ||
+      http_max_header_bytes > (int64_t{1} << 30))
+    return invalid_argument(
+        "--http-max-connections and --http-max-headers must be >= 1, --http-max-header-bytes in [1024, 2^30], "
+        "--http-max-target >= 64");
+  for (double t : {http_header_timeout_s, http_body_timeout_s, http_idle_timeout_s, http_write_timeout_s})
+    if (!(t > 0 && t <= 86400))
+      return invalid_argument("--http-*-timeout-s must be in (0, 86400]");
   return Status::ok();
+}
+
+serve::http::Limits ServiceFlags::http_limits() const {
+  serve::http::Limits l;
+  l.max_body_bytes = static_cast<size_t>(max_body);
+  l.max_connections = http_max_connections;
+  l.header_timeout_s = http_header_timeout_s;
+  l.body_timeout_s = http_body_timeout_s;
+  l.idle_timeout_s = http_idle_timeout_s;
+  l.write_timeout_s = http_write_timeout_s;
+  l.max_header_bytes = static_cast<size_t>(http_max_header_bytes);
+  l.max_headers = http_max_headers;
+  l.max_target_bytes = static_cast<size_t>(http_max_target);
+  return l;
 }
 
 Result<std::unique_ptr<StopOnSignal>> StopOnSignal::start(StopActions a) {
@@ -234,7 +278,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   so.server.host = f.host;
   so.server.port = f.port;
   so.server.api_key = f.api_key;
-  so.server.max_body_bytes = static_cast<size_t>(f.max_body);
+  so.server.limits = f.http_limits();
   so.server.http_threads = f.http_threads;
   so.scheduler.max_running = f.max_running;
   so.scheduler.max_queue = f.max_queue;

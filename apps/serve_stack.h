@@ -33,6 +33,15 @@ struct ServiceFlags {
   int64_t max_context = 0;
   int64_t max_body = 1 << 20;
   int http_threads = 512;
+  // The HTTP layer's other limits (serve/http/limits.h has what each one answers).
+  int http_max_connections = 2048;
+  double http_header_timeout_s = 10;
+  double http_body_timeout_s = 30;
+  double http_idle_timeout_s = 30;
+  double http_write_timeout_s = 30;
+  int64_t http_max_header_bytes = 16 << 10;
+  int http_max_headers = 100;
+  int64_t http_max_target = 8 << 10;
   // SIGINT/SIGTERM first stop taking requests and let those in flight finish for up to this
   // long (a second signal stops at once); 0: stop at once.
   double drain_timeout_s = 30;
@@ -43,6 +52,8 @@ struct ServiceFlags {
   // public_api: also --host, --port, --api-key, --workers (serve); workers get --listen instead.
   void add_to(CLI::App* cmd, bool public_api);
   Status validate() const;
+  // --max-body and the --http-* limits, as the HTTP layer takes them.
+  serve::http::Limits http_limits() const;
 };
 
 // What a signal does to a server. With drain_timeout_s > 0 and a drain, the first

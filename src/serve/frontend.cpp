@@ -6,13 +6,12 @@
 #include <random>
 #include <sstream>
 
-#include <httplib.h>
-
 #include "core/log.h"
 #include "model/config.h"
 #include "runtime/topology_file.h"
 #include "serve/metrics.h"
 #include "serve/client_connection.h"
+#include "serve/http/server.h"
 #include "serve/http_common.h"
 #include "serve/model_serving.h"
 #include "serve/response.h"
@@ -61,8 +60,7 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
     f->scrape_targets_.insert(f->scrape_targets_.end(), opt.metrics_targets.begin(), opt.metrics_targets.end());
   }
   f->opt_ = std::move(opt);
-  f->svr_ = std::make_unique<httplib::Server>();
-  f->loop_ = std::make_unique<ListenLoop>(f->svr_.get());
+  f->svr_ = std::make_unique<http::Server>(http_options(f->opt_.server, "front end request handler"));
   f->created_ = static_cast<int64_t>(std::time(nullptr));
   std::random_device rd;
   f->next_id_ = (static_cast<uint64_t>(rd()) << 20) | 1;
@@ -94,7 +92,7 @@ Status Frontend::start() {
 
 Status Frontend::run() {
   if (port_ < 0) AFD_RETURN_IF_ERROR(start());
-  if (!loop_->run()) return io_error("the HTTP server stopped listening unexpectedly");
+  if (!svr_->run()) return io_error("the HTTP server is not bound");
   return Status::ok();
 }
 
@@ -109,7 +107,7 @@ void Frontend::stop() {
     for (auto& wp : pumps_)
       if (auto p = wp.lock()) p->stop();
   }
-  if (loop_) loop_->stop();
+  if (svr_) svr_->stop();
 }
 
 int Frontend::workers_up() const {
@@ -255,10 +253,10 @@ std::string Frontend::scrape_metrics() const {
 }
 
 void Frontend::install_routes() {
-  httplib::Server& s = *svr_;
+  http::Server& s = *svr_;
   configure_server(s, opt_.server, "front end request handler", [this] { count_response(401); });
 
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  s.get("/health", [this](const http::Request&, http::Response& res) {
     if (stopping_) return send_error(res, 503, "shutting down", opt_.server.retry_after_s);
     if (draining_)
       return send_error(res, 503, kDrainingHealth,
@@ -274,10 +272,10 @@ void Frontend::install_routes() {
     nlohmann::json j = {{"status", "ok"}, {"workers_up", up}, {"workers", workers_.size()}};
     res.set_content(j.dump(), "application/json");
   });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  s.get("/metrics", [this](const http::Request&, http::Response& res) {
     res.set_content(scrape_metrics(), "text/plain; version=0.0.4");
   });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  s.get("/v1/models", [this](const http::Request&, http::Response& res) {
     nlohmann::ordered_json m = {{"object", "list"},
                                 {"data", nlohmann::ordered_json::array({{{"id", model_.limits.model_name},
                                                                          {"object", "model"},
@@ -288,7 +286,7 @@ void Frontend::install_routes() {
     count_response(200);
   });
 
-  auto generate = [this](Endpoint ep, const std::string& path, const httplib::Request& req, httplib::Response& res) {
+  auto generate = [this](Endpoint ep, const std::string& path, const http::Request& req, http::Response& res) {
     const int retry_s = opt_.server.retry_after_s;
     InFlight active(active_);
     if (stopping_ || draining_) {
@@ -427,7 +425,7 @@ void Frontend::install_routes() {
       res.set_header("X-Accel-Buffering", "no");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, pump, w, wi](size_t, httplib::DataSink& sink) {
+          [this, pump, w, wi](size_t, http::DataSink& sink) {
             std::unique_lock<std::mutex> lk(pump->mu);
             for (;;) {
               pump->cv.wait_for(lk, std::chrono::milliseconds(200),
@@ -475,10 +473,10 @@ void Frontend::install_routes() {
     send_error(res, 503, "no attention worker is available (" + std::to_string(workers_up()) + " of " +
                              std::to_string(workers_.size()) + " up; " + why_workers_down(&attempts) + ")", retry_s);
   };
-  s.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) {
+  s.post("/v1/completions", [generate](const http::Request& req, http::Response& res) {
     generate(Endpoint::completions, "/v1/completions", req, res);
   });
-  s.Post("/v1/chat/completions", [generate](const httplib::Request& req, httplib::Response& res) {
+  s.post("/v1/chat/completions", [generate](const http::Request& req, http::Response& res) {
     generate(Endpoint::chat, "/v1/chat/completions", req, res);
   });
 }

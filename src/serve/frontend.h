@@ -28,16 +28,16 @@
 #include "serve/proxy_client.h"
 #include "serve/router.h"
 
-namespace httplib {
+namespace afd::serve {
+
+namespace http {
 class Server;
 }
-
-namespace afd::serve {
 
 struct StreamPump;  // one proxied exchange in flight (frontend.cpp)
 
 struct FrontendOptions {
-  ServerOptions server;              // host, port, api_key, max_body_bytes, http_threads, retry_after_s
+  ServerOptions server;              // host, port, api_key, http_threads, retry_after_s, limits
   std::vector<std::string> workers;  // host:port of the attention workers, by index
   std::string model_dir;             // tokenizer.json, tokenizer_config.json, config.json
   std::string model_name;            // empty: the directory's name (as the workers default to)
@@ -130,14 +130,13 @@ class Frontend {
   std::vector<std::shared_ptr<FrontendWorker>> workers_;
   std::vector<MetricsTarget> scrape_targets_;  // attention workers, then opt_.metrics_targets
   std::unique_ptr<Router> router_;
-  std::unique_ptr<httplib::Server> svr_;
+  std::unique_ptr<http::Server> svr_;
   int port_ = -1;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
   // Generation handlers running, plus SSE answers still streaming after their handler
   // returned (raised before the draining check, so drained() cannot miss one).
   std::atomic<int> active_{0};
-  std::unique_ptr<ListenLoop> loop_;  // over svr_
   std::atomic<uint64_t> next_id_{1};
   int64_t created_ = 0;
 
