@@ -139,7 +139,7 @@ Result<std::shared_ptr<const Regex>> Regex::compile(std::string_view pattern, bo
   }
   if (utf8_invalid_offset(r->translated_) != std::string_view::npos)
     return invalid_argument("regex '" + shorten(pattern) + "' is not valid UTF-8");
-  uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : PCRE2_MULTILINE);
+  uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
   int err = 0;
   PCRE2_SIZE off = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(r->translated_.data()), r->translated_.size(), opts,
