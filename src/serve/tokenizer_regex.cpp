@@ -171,11 +171,14 @@ Status Regex::match_error(int rc) const {
 
 namespace {
 
-// pcre2_match with one retry in the interpreter when the JIT stack is too small.
-int run_match(const pcre2_code* code, pcre2_match_context* mc, std::string_view text, size_t start,
+// One match attempt from start. The JIT fast path (pcre2_jit_match, which skips the
+// argument and UTF checks; text is valid UTF-8 by contract) serves unanchored searches;
+// a JIT stack overflow is retried in the interpreter, which has the heap limit.
+int run_match(const pcre2_code* code, pcre2_match_context* mc, bool jit, std::string_view text, size_t start,
               uint32_t opts, pcre2_match_data* md) {
   auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  int rc = pcre2_match(code, subject, text.size(), start, opts | PCRE2_NO_UTF_CHECK, md, mc);
+  int rc = jit && opts == 0 ? pcre2_jit_match(code, subject, text.size(), start, 0, md, mc)
+                            : pcre2_match(code, subject, text.size(), start, opts | PCRE2_NO_UTF_CHECK, md, mc);
   if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
     rc = pcre2_match(code, subject, text.size(), start, opts | PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, mc);
   return rc;
@@ -192,7 +195,7 @@ Status Regex::find_all(std::string_view text, std::vector<Span>* out) const {
   size_t start = 0;
   std::optional<size_t> last_end;
   while (start <= n) {
-    int rc = run_match(code, mc, text, start, 0, md);
+    int rc = run_match(code, mc, jit_, text, start, 0, md);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) return match_error(rc);
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
@@ -213,7 +216,7 @@ Status Regex::find_all(std::string_view text, std::vector<Span>* out) const {
 Result<bool> Regex::matches_at(std::string_view text, size_t pos) const {
   pcre2_match_data* md = thread_match_data();
   if (!md) return resource_exhausted("regex: cannot allocate PCRE2 match data");
-  int rc = run_match(static_cast<const pcre2_code*>(code_), static_cast<pcre2_match_context*>(mctx_), text, pos,
+  int rc = run_match(static_cast<const pcre2_code*>(code_), static_cast<pcre2_match_context*>(mctx_), jit_, text, pos,
                      PCRE2_ANCHORED, md);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) return match_error(rc);
