@@ -238,6 +238,13 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string&
   t->id_bytes_.assign(max_id + 1, std::string());
   t->special_.assign(max_id + 1, 0);
   for (const auto& [tok, id] : t->vocab_) t->id_bytes_[id] = byte_level_to_bytes(tok);
+  if (t->ignore_merges_) {
+    t->whole_tokens_.reserve(t->vocab_.size());
+    for (const auto& [tok, id] : t->vocab_) {
+      std::string raw = byte_level_to_bytes(tok);
+      if (bytes_to_byte_level(raw) == tok) t->whole_tokens_.emplace(std::move(raw), id);  // byte-level keys only
+    }
+  }
   for (AddedToken& a : added) {
     t->id_bytes_[a.id] = a.content;
     t->special_[a.id] = a.special;
@@ -284,6 +291,13 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string&
 
 void Tokenizer::bpe(std::string_view piece, std::vector<int32_t>* out) const {
   if (piece.empty()) return;
+  if (ignore_merges_) {
+    auto it = whole_tokens_.find(piece);
+    if (it != whole_tokens_.end()) {
+      out->push_back(it->second);
+      return;
+    }
+  }
   if (piece.size() > kCacheMaxPiece) return bpe_uncached(piece, out);
   if (cache_mu_.try_lock_shared()) {
     auto it = cache_.find(piece);
@@ -294,9 +308,11 @@ void Tokenizer::bpe(std::string_view piece, std::vector<int32_t>* out) const {
   }
   const size_t first = out->size();
   bpe_uncached(piece, out);
-  if (cache_.size() < kCacheCapacity && cache_mu_.try_lock()) {
+  if (!cache_full_.load(std::memory_order_relaxed) && cache_mu_.try_lock()) {
     if (cache_.size() < kCacheCapacity)
       cache_.emplace(std::string(piece), std::vector<int32_t>(out->begin() + first, out->end()));
+    else
+      cache_full_.store(true, std::memory_order_relaxed);
     cache_mu_.unlock();
   }
 }

@@ -8,6 +8,7 @@
 // Immutable after load; encode/decode are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <shared_mutex>
@@ -98,7 +99,10 @@ class Tokenizer {
   // bytes, filled until kCacheCapacity entries; readers and the writer only try the
   // lock, so a busy cache is skipped rather than waited for.
   static constexpr size_t kCacheCapacity = 20000, kCacheMaxPiece = 64;
+  // ignore_merges: a piece that is a whole token is that token; looked up by raw bytes.
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> whole_tokens_;
   mutable std::shared_mutex cache_mu_;
+  mutable std::atomic<bool> cache_full_{false};
   mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
   Normalizer normalizer_;
   PreTokenizer pre_;

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -359,6 +360,33 @@ TEST(TokenizerInput, RefusesInvalidUtf8AndNonByteLevelModels) {
   ASSERT_FALSE(l.ok());
   EXPECT_NE(l.status().message().find("Lowercase"), std::string::npos);
   EXPECT_NE(l.status().message().find("low.json"), std::string::npos);
+}
+
+TEST(TokenizerInput, ConcurrentEncodesAgree) {
+  // Threads share one tokenizer and its piece memo; every result equals the serial one.
+  json merges = json::array({"h e", "l l", "he ll", "o \u0120", "w o"});
+  json j = byte_tokenizer();
+  for (const char* tok : {"he", "ll", "hell", "o\u0120", "wo"}) j["model"]["vocab"][tok] = j["model"]["vocab"].size();
+  j["model"]["merges"] = merges;
+  auto t = make(j);
+  ASSERT_TRUE(t);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i) texts.push_back("hello world " + std::to_string(i * 7919) + " wohello\n");
+  std::vector<Ids> serial;
+  for (const auto& s : texts) serial.push_back(enc(*t, s));
+  EXPECT_LT(serial[0].size(), 20u);  // merges applied
+  std::vector<std::thread> pool;
+  std::vector<int> mismatches(4, 0);
+  for (int w = 0; w < 4; ++w)
+    pool.emplace_back([&, w] {
+      for (int r = 0; r < 50; ++r)
+        for (size_t i = 0; i < texts.size(); ++i) {
+          auto got = t->encode(texts[(i + w) % texts.size()], true);
+          if (!got.ok() || *got != serial[(i + w) % texts.size()]) ++mismatches[w];
+        }
+    });
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(mismatches, (std::vector<int>(4, 0)));
 }
 
 }  // namespace
