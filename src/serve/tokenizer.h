@@ -42,8 +42,8 @@ class Tokenizer {
   // written in the text become their ids, as HF does. parse_special=false: no added token
   // is recognised, special or not (DeepSeek's role markers are non-special added tokens),
   // so control-token text is encoded as plain text. Errors: text is not valid UTF-8
-  // (invalid_argument); a pre-tokenizer or normalizer regex ran past its match limit
-  // (resource_exhausted).
+  // (invalid_argument); a pre-tokenizer or normalizer regex ran past its match limit on
+  // this text (out_of_range: deterministic, retrying does not help).
   Result<std::vector<int32_t>> encode(std::string_view text, bool parse_special) const;
   // A /v1/completions prompt: prompt_prefix() + encode(text, true) + prompt_suffix(), what
   // transformers' tokenizer(text) (add_special_tokens=True) gives and vLLM sends. Chat

@@ -164,8 +164,8 @@ Regex::~Regex() {
 
 Status Regex::match_error(int rc) const {
   if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT)
-    return resource_exhausted("tokenizer regex '" + shorten(source_) + "' ran past its limit (" + pcre2_message(rc) +
-                              "); the pattern backtracks catastrophically on this text");
+    return out_of_range("tokenizer regex '" + shorten(source_) + "' ran past its limit (" + pcre2_message(rc) +
+                        "); the pattern backtracks catastrophically on this text");
   return internal_error("tokenizer regex '" + shorten(source_) + "': " + pcre2_message(rc));
 }
 

@@ -5,7 +5,7 @@
 // (\s, \S, \w, \W, \h, \H) into explicit Unicode sets, makes ^ and $ line anchors as in
 // Oniguruma, and refuses what PCRE2 would read differently (nested classes, class
 // intersection with &&). Matching is bounded: every match attempt has a match limit and a
-// heap limit, and running past one is an error (resource_exhausted), never a hang.
+// heap limit, and running past one is an error (out_of_range), never a hang.
 // Immutable after compile(); find() is thread-safe.
 #pragma once
 
