@@ -373,10 +373,25 @@ Result<std::vector<int32_t>> encode_chat(const Tokenizer& tok, const ChatTemplat
     if (t.find(kContentOpen) != std::string::npos || t.find(kContentClose) != std::string::npos)
       return invalid_argument("'messages[" + std::to_string(i) +
                               "].content' holds U+F0000 or U+F0001, which --content-special-tokens text reserves");
-    c = std::string(kContentOpen) + t + std::string(kContentClose);
+    // Brackets around the text between leading and trailing white space, so that a template
+    // that trims content (many do) still sees and removes that white space.
+    const size_t b = t.find_first_not_of(" \t\r\n\f\v");
+    if (b == std::string::npos) continue;
+    const size_t e = t.find_last_not_of(" \t\r\n\f\v") + 1;
+    c = t.substr(0, b) + std::string(kContentOpen) + t.substr(b, e - b) + std::string(kContentClose) + t.substr(e);
   }
   AFD_ASSIGN_OR_RETURN(std::string text, render(bracketed));
+  // Content holding no control-token text joins the template text around it, so such
+  // prompts tokenize exactly as without the option; only content that does is encoded on
+  // its own, as plain text.
   std::vector<int32_t> out;
+  std::string pending;  // template text and harmless content not yet encoded
+  auto flush = [&]() -> Status {
+    AFD_ASSIGN_OR_RETURN(std::vector<int32_t> part, tok.encode(pending, true));
+    out.insert(out.end(), part.begin(), part.end());
+    pending.clear();
+    return Status::ok();
+  };
   size_t pos = 0;
   bool inside = false, paired = true;
   for (;;) {
@@ -388,14 +403,25 @@ Result<std::vector<int32_t>> encode_chat(const Tokenizer& tok, const ChatTemplat
       paired = false;
       break;
     }
-    AFD_ASSIGN_OR_RETURN(std::vector<int32_t> part, tok.encode(std::string_view(text).substr(pos, at - pos), !inside));
-    out.insert(out.end(), part.begin(), part.end());
+    const std::string_view seg = std::string_view(text).substr(pos, at - pos);
+    if (inside) {
+      AFD_ASSIGN_OR_RETURN(std::vector<int32_t> plain, tok.encode(seg, false));
+      AFD_ASSIGN_OR_RETURN(std::vector<int32_t> parsed, tok.encode(seg, true));
+      if (plain == parsed) {
+        pending.append(seg);
+      } else {
+        AFD_RETURN_IF_ERROR(flush());
+        out.insert(out.end(), plain.begin(), plain.end());
+      }
+    } else {
+      pending.append(seg);
+    }
     inside = is_open;
     pos = at + kContentOpen.size();
   }
   if (paired && !inside) {
-    AFD_ASSIGN_OR_RETURN(std::vector<int32_t> tail, tok.encode(std::string_view(text).substr(pos), true));
-    out.insert(out.end(), tail.begin(), tail.end());
+    pending.append(std::string_view(text).substr(pos));
+    AFD_RETURN_IF_ERROR(flush());
     return out;
   }
   for (size_t i = 0; i < messages.size(); ++i) {

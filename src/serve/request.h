@@ -40,7 +40,8 @@ struct RequestLimits {
   JsonLimits json;               // depth, keys per object, values: checked while the body is parsed
   // Chat requests: control-token (added-token) text inside message content is tokenized as
   // plain text, so a user cannot write another role's turn markers. The template's own text
-  // keeps its control tokens; message content and template text meet at token boundaries.
+  // keeps its control tokens; content that holds control-token text starts and ends at token
+  // boundaries, other content tokenizes exactly as without the option.
   // false (default): the rendered prompt is tokenized as a whole, as Hugging Face does.
   bool content_special_as_text = false;
 };
