@@ -275,7 +275,8 @@ bool py_truthy(const json& v) {
   if (v.is_boolean()) return v.get<bool>();
   if (v.is_number_integer()) return v.is_number_unsigned() ? v.get<uint64_t>() != 0 : v.get<int64_t>() != 0;
   if (v.is_number()) return v.get<double>() != 0.0;
-  if (v.is_string() || v.is_array() || v.is_object()) return !v.empty();
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();
+  if (v.is_array() || v.is_object()) return !v.empty();
   return false;
 }
 
@@ -355,6 +356,7 @@ struct Args {
 
 const char* type_name(const Value& v) {
   if (v.undef()) return "Undefined";
+  if (v.method) return "builtin_function_or_method";
   const json& j = v.j();
   if (j.is_null()) return "NoneType";
   if (j.is_boolean()) return "bool";
@@ -589,6 +591,7 @@ class Evaluator {
   }
   // The JSON of `v` for embedding into a new value: moved when `v` is its sole owner.
   Result<json> take(int line, Value v, int extra_depth) {
+    if (v.method) return error(line, std::string("a method (") + v.method + ") cannot be stored in a list or dict");
     AFD_RETURN_IF_ERROR(admit(line, v.j(), extra_depth));
     if (v.p.use_count() == 1) return std::move(*v.p);
     return v.j();
@@ -623,6 +626,10 @@ class Evaluator {
   // Appends str(v) to *out within max_output_bytes.
   Status append_str(int line, const Value& v, std::string* out) {
     if (v.undef()) return Status::ok();
+    if (v.method) {  // Python adds the object's address, which no other engine can match
+      *out += std::string("<built-in method ") + v.method + " of " + type_name(Value{v.p}) + " object>";
+      return Status::ok();
+    }
     size_t before = out->size();
     if (!py_str(v.j(), true, lim_.max_output_bytes, out))
       return limit_error(line, "the output or a string would be longer than", "max_output_bytes",
@@ -831,7 +838,7 @@ class Evaluator {
   }
 
   // ---- expressions --------------------------------------------------------------------
-  static bool truthy(const Value& v) { return !v.undef() && py_truthy(v.j()); }
+  static bool truthy(const Value& v) { return !v.undef() && (v.method || py_truthy(v.j())); }
 
   Result<Value> eval(const Expr& e) {
     Depth d(&depth_);
@@ -919,10 +926,42 @@ class Evaluator {
     return Value::undefined();
   }
 
-  // jinja2's getattr: a dict's key, otherwise undefined; undefined itself has no attributes.
+  // Python methods of the value's type that jinja2's immutable sandbox lets a template
+  // fetch (mutating ones are "unsafe" and read as undefined), or nullptr.
+  static const char* safe_method(const json& j, const std::string& name) {
+    static const char* const kDict[] = {"copy", "fromkeys", "get", "items", "keys", "values"};
+    static const char* const kList[] = {"copy", "count", "index"};
+    static const char* const kStr[] = {
+        "capitalize", "casefold", "center",     "count",      "encode",       "endswith",    "expandtabs",
+        "find",       "format",   "format_map", "index",      "isalnum",      "isalpha",     "isascii",
+        "isdecimal",  "isdigit",  "isidentifier", "islower",  "isnumeric",    "isprintable", "isspace",
+        "istitle",    "isupper",  "join",       "ljust",      "lower",        "lstrip",      "maketrans",
+        "partition",  "removeprefix", "removesuffix", "replace", "rfind",     "rindex",      "rjust",
+        "rpartition", "rsplit",   "rstrip",     "split",      "splitlines",   "startswith",  "strip",
+        "swapcase",   "title",    "translate",  "upper",      "zfill"};
+    auto find = [&](const auto& table) -> const char* {
+      for (const char* m : table)
+        if (name == m) return m;
+      return nullptr;
+    };
+    if (j.is_object()) return find(kDict);
+    if (j.is_array()) return find(kList);
+    if (j.is_string()) return find(kStr);
+    return nullptr;
+  }
+  static Value method_value(const Value& receiver, const char* m) {
+    Value v;
+    v.p = receiver.p;
+    v.method = m;
+    return v;
+  }
+
+  // jinja2's getattr: Python attributes (a dict's methods) first, then the dict's key;
+  // anything else is undefined. Undefined itself has no attributes.
   Result<Value> get_attr(int line, const Value& o, const std::string& name) {
     if (o.undef()) return undefined_error(line, o);
     const json& j = o.j();
+    if (const char* m = safe_method(j, name)) return method_value(o, m);
     if (j.is_object()) {
       auto it = j.find(name);
       if (it != j.end()) return o.part(*it);
@@ -944,9 +983,13 @@ class Evaluator {
     }
     if (j.is_object() && key.is_string()) {
       auto it = j.find(key.get_ref<const std::string&>());
-      if (it == j.end()) return Value::undefined(&key.get_ref<const std::string&>());
-      return o.part(*it);
+      if (it != j.end()) return o.part(*it);
+      // jinja2's subscript falls back to the attribute: d['items'] is d.items.
+      if (const char* m = safe_method(j, key.get_ref<const std::string&>())) return method_value(o, m);
+      return Value::undefined(&key.get_ref<const std::string&>());
     }
+    if (key.is_string() && !k.undef())
+      if (const char* m = safe_method(j, key.get_ref<const std::string&>())) return method_value(o, m);
     if (j.is_string() && key.is_number_integer()) {
       const std::string& s = j.get_ref<const std::string&>();
       AFD_RETURN_IF_ERROR(scan(line, s.size()));
@@ -1577,16 +1620,40 @@ class Evaluator {
       if (v > INT64_MAX) return error(line, "integer overflow in abs");
       return Value::of(json(static_cast<int64_t>(v)));
     }
-    if (f == "round") {
+    if (f == "round") {  // Python's round(): half to even on the exact binary value
       if (!numeric(j) || x.undef()) return error(line, "round() of a non-number");
       AFD_ASSIGN_OR_RETURN(int64_t prec, int_arg(line, a, 0, "precision", 0));
       AFD_ASSIGN_OR_RETURN(std::string method, str_arg(line, a, 1, "method", "common"));
-      if (prec < -300 || prec > 300) return error(line, "round() precision out of range");
-      double v = as_double(j), scale = std::pow(10.0, static_cast<double>(prec));
-      double r = method == "floor" ? std::floor(v * scale) : method == "ceil" ? std::ceil(v * scale) : std::round(v * scale);
       if (method != "common" && method != "floor" && method != "ceil")
         return error(line, "method must be common, ceil or floor");
-      return Value::of(json(r / scale));
+      if (prec < -300 || prec > 300) return error(line, "round() precision out of range");
+      if (method != "common") {  // math.floor/ceil(value * 10**precision) / 10**precision
+        double scale = std::pow(10.0, static_cast<double>(prec));
+        double v = as_double(j) * scale;
+        return Value::of(json((method == "floor" ? std::floor(v) : std::ceil(v)) / scale));
+      }
+      if (!is_float(j)) {  // round(int, n) stays an int
+        __int128 v = as_int(j);
+        if (prec >= 0) return Value::of(json(static_cast<int64_t>(v)));
+        __int128 m = 1;
+        for (int64_t k = 0; k < -prec && m < (static_cast<__int128>(1) << 100); ++k) m *= 10;
+        __int128 q = v / m, r = v % m;
+        if (r < 0) q -= 1, r += m;
+        if (2 * r > m || (2 * r == m && q % 2 != 0)) q += 1;
+        __int128 res = q * m;
+        if (res > INT64_MAX || res < INT64_MIN) return error(line, "integer overflow in round");
+        return Value::of(json(static_cast<int64_t>(res)));
+      }
+      double v = j.get<double>();
+      if (!std::isfinite(v)) return Value::of(json(v));
+      if (prec < 0) {
+        double m = std::pow(10.0, static_cast<double>(-prec));
+        return Value::of(json(std::nearbyint(v / m) * m));
+      }
+      int n = std::snprintf(nullptr, 0, "%.*f", static_cast<int>(prec), v);
+      std::string buf(static_cast<size_t>(n) + 1, '\0');
+      std::snprintf(buf.data(), buf.size(), "%.*f", static_cast<int>(prec), v);
+      return Value::of(json(std::strtod(buf.c_str(), nullptr)));
     }
     if (f == "wordcount") {
       AFD_ASSIGN_OR_RETURN(std::string s, to_str(line, x));
@@ -1607,7 +1674,8 @@ class Evaluator {
 
   Result<Value> tojson(int line, const Value& x, const Args& a) {
     // transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
-    if (x.undef()) return error(line, "Object of type Undefined is not JSON serializable");
+    if (x.undef() || x.method)
+      return error(line, std::string("Object of type ") + type_name(x) + " is not JSON serializable");
     DumpOptions o;
     if (const Value* v = a.get(0, "ensure_ascii")) o.ensure_ascii = truthy(*v);
     if (const Value* v = a.get(1, "indent"); v && !v->undef() && !v->j().is_null()) {
@@ -1720,7 +1788,9 @@ class Evaluator {
       std::reverse(items.begin(), items.end());
       return to_list(items);
     }
-    const Value* attr = a.get(f == "sort" ? 2 : 1, "attribute");
+    // attribute= is positional after the sort options (sort: 3rd, unique/min/max: 2nd,
+    // sum: 1st); map takes it by keyword only.
+    const Value* attr = f == "map" ? a.get(SIZE_MAX, "attribute") : a.get(f == "sort" ? 2 : f == "sum" ? 0 : 1, "attribute");
     std::string attribute = attr && attr->j().is_string() ? attr->j().get<std::string>() : "";
     const std::string* attr_p = attr && attr->j().is_string() ? &attribute : nullptr;
     if (f == "sort" || f == "unique" || f == "min" || f == "max") {
@@ -1856,7 +1926,7 @@ class Evaluator {
     if (t == "defined") return !x.undef();
     if (t == "undefined") return x.undef();
     const Value* arg = a.get(0, "other");
-    if (t == "none") return !x.undef() && j.is_null();
+    if (t == "none") return !x.undef() && !x.method && j.is_null();
     if (t == "boolean") return !x.undef() && j.is_boolean();
     if (t == "true") return !x.undef() && j.is_boolean() && j.get<bool>();
     if (t == "false") return !x.undef() && j.is_boolean() && !j.get<bool>();
@@ -1867,7 +1937,7 @@ class Evaluator {
     if (t == "mapping") return !x.undef() && j.is_object();
     if (t == "iterable") return x.undef() || j.is_array() || j.is_string() || j.is_object();
     if (t == "sequence") return !x.undef() && (j.is_array() || j.is_string() || j.is_object());
-    if (t == "callable") return false;
+    if (t == "callable") return x.method != nullptr;
     if (t == "lower" || t == "upper") {
       if (x.undef()) return false;
       AFD_ASSIGN_OR_RETURN(std::string s, to_str(line, x));
@@ -1989,7 +2059,8 @@ class Evaluator {
     AFD_ASSIGN_OR_RETURN(Value b, eval(*e.args[1]));
     const json &x = a.j(), &y = b.j();
     if (op == "==" || op == "!=") {
-      bool eq = a.undef() == b.undef() && py_equal(x, y);
+      bool eq = a.method || b.method ? a.method == b.method && a.p == b.p
+                                     : a.undef() == b.undef() && py_equal(x, y);
       return truth(op == "==" ? eq : !eq);
     }
     if (op == "in" || op == "notin") {

@@ -68,6 +68,26 @@ size_t unescape(const std::string& s, size_t j, std::string* v) {
 
 }  // namespace
 
+// Index of the closing `}}` / `%}` of a tag whose body starts at b: the first one outside
+// string literals and brackets, as jinja2's lexer balances them ({{ {'a': {'b': 1}} }}).
+size_t find_tag_end(const std::string& t, size_t b, char kind) {
+  int depth = 0;
+  for (size_t i = b; i < t.size(); ++i) {
+    char c = t[i];
+    if (c == '\'' || c == '"') {
+      size_t j = i + 1;
+      while (j < t.size() && t[j] != c) j += t[j] == '\\' ? 2 : 1;
+      if (j >= t.size()) return std::string::npos;
+      i = j;
+      continue;
+    }
+    if (depth == 0 && c == (kind == '{' ? '}' : '%') && i + 1 < t.size() && t[i + 1] == '}') return i;
+    if (c == '(' || c == '[' || c == '{') ++depth;
+    else if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
+  }
+  return std::string::npos;
+}
+
 // As jinja2's lexer: newlines (\r\n, \r, \n) become \n and one trailing newline is
 // dropped (keep_trailing_newline is off in transformers).
 std::string normalize_newlines(const std::string& s) {
@@ -126,7 +146,7 @@ Result<std::vector<Chunk>> split_chunks(const std::string& source) {
     if (open == std::string::npos) break;
     const char* close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
     size_t body_start = open + 2 + ((left_minus || left_plus) ? 1 : 0);
-    size_t end = t.find(close, body_start);
+    size_t end = kind == '#' ? t.find(close, body_start) : find_tag_end(t, body_start, kind);
     if (end == std::string::npos) return invalid_argument(where(line) + ": unclosed tag");
     bool right_minus = end > body_start && t[end - 1] == '-';
     std::string body = t.substr(body_start, end - body_start - (right_minus ? 1 : 0));

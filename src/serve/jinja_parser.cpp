@@ -163,20 +163,27 @@ class ExprParser {
   Result<ExprP> add() { return binary(&ExprParser::concat, {"+", "-"}, false); }
   Result<ExprP> concat() { return binary(&ExprParser::mul, {"~"}, false); }
   Result<ExprP> mul() { return binary(&ExprParser::pow, {"*", "/", "//", "%"}, false); }
-  Result<ExprP> pow() { return binary(&ExprParser::unary, {"**"}, false); }
-  Result<ExprP> unary() {
+  Result<ExprP> pow() { return binary(&ExprParser::unary_filtered, {"**"}, false); }
+  Result<ExprP> unary_filtered() { return unary(true); }
+  // As jinja2: a unary minus/plus applies to its operand with postfix operators (.a [i]
+  // (args)) but without filters and tests, which then apply to the negated value
+  // (-5|abs is 5).
+  Result<ExprP> unary(bool with_filter = true) {
+    ExprP x;
     if (is_op("-") || is_op("+")) {
       std::string op = peek().text;
       ++p_;
       Nest nest(this);
       AFD_RETURN_IF_ERROR(nest.check());
-      AFD_ASSIGN_OR_RETURN(ExprP x, unary());
-      ExprP n = make(Expr::unary, op);
-      AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(x)));
-      return n;
+      AFD_ASSIGN_OR_RETURN(ExprP operand, unary(false));
+      x = make(Expr::unary, op);
+      AFD_RETURN_IF_ERROR(adopt(x.get(), std::move(operand)));
+    } else {
+      AFD_ASSIGN_OR_RETURN(x, primary());
     }
-    AFD_ASSIGN_OR_RETURN(ExprP x, primary());
-    return postfix(std::move(x));
+    AFD_ASSIGN_OR_RETURN(x, postfix(std::move(x)));
+    if (with_filter) return filter_expr(std::move(x));
+    return x;
   }
 
   Status call_args(Expr* n) {
@@ -197,6 +204,7 @@ class ExprParser {
     }
   }
 
+  // .name  [index or slice]  (call args)
   Result<ExprP> postfix(ExprP x) {
     for (;;) {
       if (accept_op(".")) {
@@ -226,12 +234,29 @@ class ExprParser {
         }
         x = std::move(n);
       } else if (accept_op("(")) {
-        ExprP n = make(Expr::call);
-        AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(x)));
-        AFD_RETURN_IF_ERROR(call_args(n.get()));
-        x = std::move(n);
-      } else if (accept_op("|")) {
+        AFD_ASSIGN_OR_RETURN(x, call(std::move(x)));
+      } else {
+        return x;
+      }
+    }
+  }
+
+  Result<ExprP> call(ExprP callee) {  // after '('
+    ExprP n = make(Expr::call);
+    AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(callee)));
+    AFD_RETURN_IF_ERROR(call_args(n.get()));
+    return n;
+  }
+
+  // |filter[(args)]  is [not] test [arg | (args)]  (call args)
+  Result<ExprP> filter_expr(ExprP x) {
+    for (;;) {
+      if (accept_op("|")) {
         AFD_ASSIGN_OR_RETURN(std::string name, expect_name());
+        while (accept_op(".")) {  // jinja2 allows dotted filter names
+          AFD_ASSIGN_OR_RETURN(std::string more, expect_name());
+          name += "." + more;
+        }
         ExprP n = make(Expr::filter, name);
         AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(x)));
         if (accept_op("(")) AFD_RETURN_IF_ERROR(call_args(n.get()));
@@ -239,18 +264,25 @@ class ExprParser {
       } else if (accept_name("is")) {
         bool neg = accept_name("not");
         AFD_ASSIGN_OR_RETURN(std::string name, expect_name());
+        while (accept_op(".")) {
+          AFD_ASSIGN_OR_RETURN(std::string more, expect_name());
+          name += "." + more;
+        }
         ExprP n = make(Expr::test, name);
         n->negate = neg;
         AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(x)));
         if (accept_op("(")) {
           AFD_RETURN_IF_ERROR(call_args(n.get()));
         } else if (test_argument_follows()) {
-          // `is divisibleby 3` / `is equalto 'x'` / `is sameas none` style single argument
+          // `is divisibleby 3`, `is in [1, 2]`, `is sameas none`: one bare argument
+          if (is_name("is")) return error("cannot chain tests with 'is'");
           AFD_ASSIGN_OR_RETURN(ExprP a, primary());
-          AFD_ASSIGN_OR_RETURN(a, postfix_no_test(std::move(a)));
+          AFD_ASSIGN_OR_RETURN(a, postfix(std::move(a)));
           AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(a)));
         }
         x = std::move(n);
+      } else if (accept_op("(")) {
+        AFD_ASSIGN_OR_RETURN(x, call(std::move(x)));
       } else {
         return x;
       }
@@ -333,33 +365,14 @@ class ExprParser {
     return error("unexpected '" + t.text + "' in expression");
   }
 
-  // After `is name`: a bare argument (a literal or a name that is not an operator word).
+  // After `is name`: a bare argument starts here (as jinja2: a name other than
+  // else/or/and, a literal, or a bracket).
   bool test_argument_follows() const {
     const Tok& t = peek();
     if (t.kind == TokKind::string || t.kind == TokKind::integer || t.kind == TokKind::number) return true;
+    if (t.kind == TokKind::op) return t.text == "[" || t.text == "{";
     if (t.kind != TokKind::name) return false;
-    static const std::set<std::string> kWords = {"and", "or", "else", "if", "in", "not", "is"};
-    return !kWords.count(t.text);
-  }
-  // Postfix operators other than tests, for a test's bare argument (`is sameas ns.x`).
-  Result<ExprP> postfix_no_test(ExprP x) {
-    while (is_op(".") || is_op("[")) {
-      if (accept_op(".")) {
-        AFD_ASSIGN_OR_RETURN(std::string name, expect_name());
-        ExprP n = make(Expr::attr, name);
-        AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(x)));
-        x = std::move(n);
-      } else {
-        accept_op("[");
-        AFD_ASSIGN_OR_RETURN(ExprP k, expression());
-        AFD_RETURN_IF_ERROR(expect_op("]"));
-        ExprP n = make(Expr::index);
-        AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(x)));
-        AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(k)));
-        x = std::move(n);
-      }
-    }
-    return x;
+    return t.text != "else" && t.text != "or" && t.text != "and";
   }
 
   std::vector<Tok> t_;

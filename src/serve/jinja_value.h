@@ -19,12 +19,17 @@ using json = nlohmann::ordered_json;
 // aliasing constructor, so naming a large variable costs O(1) rather than a copy. The JSON
 // a Value points at is never modified while another Value shares it: writers call
 // Evaluator::mutable_json, which copies first unless the writer holds the only reference.
+//
+// A Python method fetched without calling it (d.items, d['keys'] when d has no such key,
+// s.upper) is a defined, truthy value that is not data: `method` names it, p points at
+// its receiver, and j() is null.
 struct Value {
   std::shared_ptr<json> p;            // null: undefined
   const std::string* name = nullptr;  // undefined: the name that was looked up (for errors)
+  const char* method = nullptr;       // a bound method of *p
 
   bool undef() const { return !p; }
-  const json& j() const { return p ? *p : null_json(); }
+  const json& j() const { return p && !method ? *p : null_json(); }
 
   static Value of(json v) { return Value{std::make_shared<json>(std::move(v))}; }
   // A value whose storage outlives the render (the context); never written through.
