@@ -28,7 +28,7 @@ struct Node;
 struct Limits {
   // Parse time.
   int max_expr_depth = 128;   // height of one expression's tree (parentheses, operators, filters)
-  int max_block_depth = 128;  // nested {% if/for/macro/set/generation %} blocks
+  int max_block_depth = 64;   // nested {% if/for/macro/set/generation %} blocks
   // Render time.
   int max_eval_depth = 1024;  // nested statements + expressions + macro calls being evaluated
   int max_call_depth = 64;    // nested macro calls

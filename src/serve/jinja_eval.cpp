@@ -663,7 +663,7 @@ class Evaluator {
   }
   Value truth(bool b) const { return b ? true_ : false_; }
 
-  Result<Value> loop_attr(int line, const LoopState& L, const std::string& name) {
+  [[gnu::noinline]] Result<Value> loop_attr(int line, const LoopState& L, const std::string& name) {
     const int64_t i = L.index0, n = L.length;
     if (name == "index") return Value::of(json(i + 1));
     if (name == "index0") return Value::of(json(i));
@@ -680,7 +680,7 @@ class Evaluator {
     return Value::undefined(&name);
   }
   // `loop` used as a value ({{ loop }}, set l = loop): a dict of its attributes.
-  Result<Value> loop_value(int line, const LoopState& L) {
+  [[gnu::noinline]] Result<Value> loop_value(int line, const LoopState& L) {
     json o = json::object();
     for (const char* k : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0",
                           "previtem", "nextitem"}) {
@@ -746,7 +746,7 @@ class Evaluator {
     return Flow::normal;
   }
 
-  Status assign(const Node& n, Value v) {
+  [[gnu::noinline]] Status assign(const Node& n, Value v) {
     if (n.targets.size() == 1) {
       scopes_.back().vars[n.targets[0]] = std::move(v);
       return Status::ok();
@@ -801,7 +801,7 @@ class Evaluator {
     return Status::ok();
   }
 
-  Result<Flow> exec_for(const Node& n, std::string* out) {
+  [[gnu::noinline]] Result<Flow> exec_for(const Node& n, std::string* out) {
     AFD_ASSIGN_OR_RETURN(Value seq, eval(*n.expr));
     AFD_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(n.line, seq));
     // `for x in xs if cond` filters before loop indices are assigned.
@@ -860,38 +860,18 @@ class Evaluator {
         AFD_ASSIGN_OR_RETURN(Value o, eval(*e.args[0]));
         return get_attr(e.line, o, e.name);
       }
-      case Expr::index: {
-        AFD_ASSIGN_OR_RETURN(Value o, eval(*e.args[0]));
-        AFD_ASSIGN_OR_RETURN(Value k, eval(*e.args[1]));
-        return get_item(e.line, o, k);
-      }
+      case Expr::index:
+        return eval_index(e);
       case Expr::slice:
         return eval_slice(e);
       case Expr::call:
         return eval_call(e);
-      case Expr::filter: {
-        AFD_ASSIGN_OR_RETURN(Value x, eval(*e.args[0]));
-        AFD_ASSIGN_OR_RETURN(Args a, eval_args(e, 1));
-        return apply_filter(e.line, e.name, x, a);
-      }
-      case Expr::test: {
-        AFD_ASSIGN_OR_RETURN(Value x, eval(*e.args[0]));
-        AFD_ASSIGN_OR_RETURN(Args a, eval_args(e, 1));
-        AFD_ASSIGN_OR_RETURN(bool r, run_test(e.line, e.name, x, a));
-        return truth(e.negate ? !r : r);
-      }
-      case Expr::unary: {
-        AFD_ASSIGN_OR_RETURN(Value x, eval(*e.args[0]));
-        if (e.name == "not") return truth(!truthy(x));
-        if (x.undef()) return undefined_error(e.line, x);
-        const json& j = x.j();
-        if (!numeric(j)) return error(e.line, "bad operand type for unary " + e.name + ": '" + type_name(x) + "'");
-        if (is_float(j)) return Value::of(json(e.name == "-" ? -j.get<double>() : j.get<double>()));
-        __int128 v = as_int(j);
-        if (e.name == "-") v = -v;
-        if (v > INT64_MAX || v < INT64_MIN) return error(e.line, "integer overflow in unary " + e.name);
-        return Value::of(json(static_cast<int64_t>(v)));
-      }
+      case Expr::filter:
+        return eval_filter(e);
+      case Expr::test:
+        return eval_test(e);
+      case Expr::unary:
+        return eval_unary(e);
       case Expr::binary:
         return eval_binary(e);
       case Expr::cond: {
@@ -900,30 +880,64 @@ class Evaluator {
         if (e.args[2]) return eval(*e.args[2]);
         return Value::undefined();
       }
-      case Expr::list: {
-        json a = json::array();
-        for (const auto& x : e.args) {
-          AFD_ASSIGN_OR_RETURN(Value v, eval(*x));
-          if (v.undef()) return error(e.line, "a list item is undefined");
-          AFD_ASSIGN_OR_RETURN(json item, take(e.line, std::move(v), 1));
-          a.push_back(std::move(item));
-        }
-        return Value::of(std::move(a));
-      }
-      case Expr::dict: {
-        json o = json::object();
-        for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
-          AFD_ASSIGN_OR_RETURN(Value k, eval(*e.args[i]));
-          AFD_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1]));
-          if (!k.j().is_string() || k.undef()) return error(e.line, "dict keys must be strings");
-          if (v.undef()) return error(e.line, "a dict value is undefined");
-          AFD_ASSIGN_OR_RETURN(json item, take(e.line, std::move(v), 1));
-          o[k.j().get<std::string>()] = std::move(item);
-        }
-        return Value::of(std::move(o));
-      }
+      case Expr::list:
+      case Expr::dict:
+        return eval_literal(e);
     }
     return Value::undefined();
+  }
+
+  // The cases of eval() live in their own functions so that eval's frame, which every
+  // level of expression nesting adds to the stack, stays small.
+  [[gnu::noinline]] Result<Value> eval_index(const Expr& e) {
+    AFD_ASSIGN_OR_RETURN(Value o, eval(*e.args[0]));
+    AFD_ASSIGN_OR_RETURN(Value k, eval(*e.args[1]));
+    return get_item(e.line, o, k);
+  }
+  [[gnu::noinline]] Result<Value> eval_filter(const Expr& e) {
+    AFD_ASSIGN_OR_RETURN(Value x, eval(*e.args[0]));
+    AFD_ASSIGN_OR_RETURN(Args a, eval_args(e, 1));
+    return apply_filter(e.line, e.name, x, a);
+  }
+  [[gnu::noinline]] Result<Value> eval_test(const Expr& e) {
+    AFD_ASSIGN_OR_RETURN(Value x, eval(*e.args[0]));
+    AFD_ASSIGN_OR_RETURN(Args a, eval_args(e, 1));
+    AFD_ASSIGN_OR_RETURN(bool r, run_test(e.line, e.name, x, a));
+    return truth(e.negate ? !r : r);
+  }
+  [[gnu::noinline]] Result<Value> eval_unary(const Expr& e) {
+    AFD_ASSIGN_OR_RETURN(Value x, eval(*e.args[0]));
+    if (e.name == "not") return truth(!truthy(x));
+    if (x.undef()) return undefined_error(e.line, x);
+    const json& j = x.j();
+    if (!numeric(j)) return error(e.line, "bad operand type for unary " + e.name + ": '" + type_name(x) + "'");
+    if (is_float(j)) return Value::of(json(e.name == "-" ? -j.get<double>() : j.get<double>()));
+    __int128 v = as_int(j);
+    if (e.name == "-") v = -v;
+    if (v > INT64_MAX || v < INT64_MIN) return error(e.line, "integer overflow in unary " + e.name);
+    return Value::of(json(static_cast<int64_t>(v)));
+  }
+  [[gnu::noinline]] Result<Value> eval_literal(const Expr& e) {
+    if (e.kind == Expr::list) {
+      json a = json::array();
+      for (const auto& x : e.args) {
+        AFD_ASSIGN_OR_RETURN(Value v, eval(*x));
+        if (v.undef()) return error(e.line, "a list item is undefined");
+        AFD_ASSIGN_OR_RETURN(json item, take(e.line, std::move(v), 1));
+        a.push_back(std::move(item));
+      }
+      return Value::of(std::move(a));
+    }
+    json o = json::object();
+    for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+      AFD_ASSIGN_OR_RETURN(Value k, eval(*e.args[i]));
+      AFD_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1]));
+      if (!k.j().is_string() || k.undef()) return error(e.line, "dict keys must be strings");
+      if (v.undef()) return error(e.line, "a dict value is undefined");
+      AFD_ASSIGN_OR_RETURN(json item, take(e.line, std::move(v), 1));
+      o[k.j().get<std::string>()] = std::move(item);
+    }
+    return Value::of(std::move(o));
   }
 
   // Python methods of the value's type that jinja2's immutable sandbox lets a template
@@ -958,7 +972,7 @@ class Evaluator {
 
   // jinja2's getattr: Python attributes (a dict's methods) first, then the dict's key;
   // anything else is undefined. Undefined itself has no attributes.
-  Result<Value> get_attr(int line, const Value& o, const std::string& name) {
+  [[gnu::noinline]] Result<Value> get_attr(int line, const Value& o, const std::string& name) {
     if (o.undef()) return undefined_error(line, o);
     const json& j = o.j();
     if (const char* m = safe_method(j, name)) return method_value(o, m);
@@ -971,7 +985,7 @@ class Evaluator {
 
   // jinja2's subscript: list/string index (negative from the end), dict key; a missing
   // item is undefined.
-  Result<Value> get_item(int line, const Value& o, const Value& k) {
+  [[gnu::noinline]] Result<Value> get_item(int line, const Value& o, const Value& k) {
     if (o.undef()) return undefined_error(line, o);
     const json& j = o.j();
     const json& key = k.j();
@@ -1004,7 +1018,7 @@ class Evaluator {
     return Value::undefined();
   }
 
-  Result<Value> eval_slice(const Expr& e) {
+  [[gnu::noinline]] Result<Value> eval_slice(const Expr& e) {
     AFD_ASSIGN_OR_RETURN(Value o, eval(*e.args[0]));
     if (o.undef()) return undefined_error(e.line, o);
     int64_t idx[3] = {0, 0, 1};
@@ -1071,7 +1085,7 @@ class Evaluator {
     return a;
   }
 
-  Result<Value> eval_call(const Expr& e) {
+  [[gnu::noinline]] Result<Value> eval_call(const Expr& e) {
     const Expr& callee = *e.args[0];
     if (callee.kind == Expr::attr && callee.name == "cycle" && callee.args[0]->kind == Expr::var &&
         callee.args[0]->name == "loop") {
@@ -1143,14 +1157,15 @@ class Evaluator {
         AFD_ASSIGN_OR_RETURN(fmt, to_str(e.line, *v));
       }
       if (fmt.size() > 256) return error(e.line, "strftime_now() format longer than 256 bytes");
-      char buf[4096];
-      size_t n = fmt.empty() ? 0 : std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
-      return str_value(e.line, std::string(buf, n));
+      std::string buf(4096, '\0');  // on the heap: this frame is part of macro recursion
+      size_t n = fmt.empty() ? 0 : std::strftime(buf.data(), buf.size(), fmt.c_str(), &tm);
+      buf.resize(n);
+      return str_value(e.line, std::move(buf));
     }
     return error(e.line, "'" + f + "' is undefined");
   }
 
-  Result<Value> call_macro(int line, const Node& m, const Args& a) {
+  [[gnu::noinline]] Result<Value> call_macro(int line, const Node& m, const Args& a) {
     if (call_depth_ >= lim_.max_call_depth)
       return limit_error(line, "macro calls nested deeper than", "max_call_depth", lim_.max_call_depth);
     if (a.pos.size() > m.params.size())
@@ -1272,7 +1287,7 @@ class Evaluator {
     return Value::of(std::move(arr));
   }
 
-  Result<Value> call_method(int line, const Value& self, const std::string& m, const Args& a) {
+  [[gnu::noinline]] Result<Value> call_method(int line, const Value& self, const std::string& m, const Args& a) {
     const json& j = self.j();
     if (j.is_string()) {
       const std::string& s = j.get_ref<const std::string&>();
@@ -1493,7 +1508,7 @@ class Evaluator {
   }
 
   // ---- filters ------------------------------------------------------------------------
-  Result<Value> apply_filter(int line, const std::string& f, const Value& x, const Args& a) {
+  [[gnu::noinline]] Result<Value> apply_filter(int line, const std::string& f, const Value& x, const Args& a) {
     const json& j = x.j();
     if (f == "safe") return x;
     if (f == "default" || f == "d") {
@@ -1921,7 +1936,7 @@ class Evaluator {
   }
 
   // ---- tests --------------------------------------------------------------------------
-  Result<bool> run_test(int line, const std::string& t, const Value& x, const Args& a) {
+  [[gnu::noinline]] Result<bool> run_test(int line, const std::string& t, const Value& x, const Args& a) {
     const json& j = x.j();
     if (t == "defined") return !x.undef();
     if (t == "undefined") return x.undef();
@@ -2045,7 +2060,7 @@ class Evaluator {
     return Value::of(std::move(r));
   }
 
-  Result<Value> eval_binary(const Expr& e) {
+  [[gnu::noinline]] Result<Value> eval_binary(const Expr& e) {
     const std::string& op = e.name;
     AFD_ASSIGN_OR_RETURN(Value a, eval(*e.args[0]));
     if (op == "and") {
@@ -2057,6 +2072,13 @@ class Evaluator {
       return eval(*e.args[1]);
     }
     AFD_ASSIGN_OR_RETURN(Value b, eval(*e.args[1]));
+    return binary_op(e, std::move(a), std::move(b));
+  }
+
+  // The operators other than and/or, on evaluated operands (kept out of eval_binary's
+  // frame, which expression nesting stacks up).
+  [[gnu::noinline]] Result<Value> binary_op(const Expr& e, Value a, Value b) {
+    const std::string& op = e.name;
     const json &x = a.j(), &y = b.j();
     if (op == "==" || op == "!=") {
       bool eq = a.method || b.method ? a.method == b.method && a.p == b.p
