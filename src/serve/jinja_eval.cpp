@@ -19,6 +19,9 @@
 #include <ctime>
 #include <unordered_map>
 
+#include <locale.h>
+#include <wctype.h>
+
 #include "serve/jinja.h"
 #include "serve/jinja_ast.h"
 #include "serve/jinja_value.h"
@@ -128,9 +131,23 @@ void repr_string(const std::string& s, std::string* out) {
 
 }  // namespace
 
+bool contains_undefined(const json& v) {
+  std::vector<const json*> stack{&v};
+  while (!stack.empty()) {
+    const json* x = stack.back();
+    stack.pop_back();
+    if (x->is_discarded()) return true;
+    if (x->is_structured())
+      for (const json& c : *x) stack.push_back(&c);
+  }
+  return false;
+}
+
 bool py_str(const json& v, bool top, size_t limit, std::string* out) {
   if (out->size() > limit) return false;
-  if (v.is_string()) {
+  if (v.is_discarded()) {
+    if (!top) *out += "Undefined";
+  } else if (v.is_string()) {
     if (top) *out += v.get_ref<const std::string&>();
     else repr_string(v.get_ref<const std::string&>(), out);
   } else if (v.is_null()) {
@@ -271,7 +288,7 @@ bool dumps_at(const json& v, const DumpOptions& o, int level, size_t limit, std:
 bool py_dumps(const json& v, const DumpOptions& o, size_t limit, std::string* out) { return dumps_at(v, o, 0, limit, out); }
 
 bool py_truthy(const json& v) {
-  if (v.is_null()) return false;
+  if (v.is_null() || v.is_discarded()) return false;
   if (v.is_boolean()) return v.get<bool>();
   if (v.is_number_integer()) return v.is_number_unsigned() ? v.get<uint64_t>() != 0 : v.get<int64_t>() != 0;
   if (v.is_number()) return v.get<double>() != 0.0;
@@ -294,6 +311,7 @@ double as_double(const json& v) { return is_float(v) ? v.get<double>() : static_
 }  // namespace
 
 bool py_equal(const json& a, const json& b) {
+  if (a.is_discarded() || b.is_discarded()) return a.is_discarded() && b.is_discarded();
   if (numeric(a) && numeric(b)) {
     if (is_float(a) || is_float(b)) return as_double(a) == as_double(b);
     return as_int(a) == as_int(b);
@@ -318,6 +336,10 @@ bool py_equal(const json& a, const json& b) {
 
 bool py_less(const json& a, const json& b, bool* ok) {
   *ok = true;
+  if (a.is_discarded() || b.is_discarded()) {
+    *ok = false;
+    return false;
+  }
   if (numeric(a) && numeric(b)) {
     if (is_float(a) || is_float(b)) return as_double(a) < as_double(b);
     return as_int(a) < as_int(b);
@@ -367,9 +389,64 @@ const char* type_name(const Value& v) {
   return "dict";
 }
 
-std::string upper_ascii(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
+// Unicode case mapping: glibc's simple mappings from the built-in C.UTF-8 locale (Python
+// uses the full mappings, which differ for a few characters such as ß -> SS), ASCII only
+// where that locale is missing.
+locale_t utf8_ctype() {
+  static const locale_t l = newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(nullptr));
+  return l;
+}
+char32_t cp_upper(char32_t c) {
+  if (c < 0x80) return static_cast<char32_t>(std::toupper(static_cast<int>(c)));
+  return utf8_ctype() ? static_cast<char32_t>(towupper_l(static_cast<wint_t>(c), utf8_ctype())) : c;
+}
+char32_t cp_lower(char32_t c) {
+  if (c < 0x80) return static_cast<char32_t>(std::tolower(static_cast<int>(c)));
+  return utf8_ctype() ? static_cast<char32_t>(towlower_l(static_cast<wint_t>(c), utf8_ctype())) : c;
+}
+bool cp_is_upper(char32_t c) {
+  if (c < 0x80) return std::isupper(static_cast<int>(c)) != 0;
+  return utf8_ctype() && iswupper_l(static_cast<wint_t>(c), utf8_ctype());
+}
+bool cp_is_lower(char32_t c) {
+  if (c < 0x80) return std::islower(static_cast<int>(c)) != 0;
+  return utf8_ctype() && iswlower_l(static_cast<wint_t>(c), utf8_ctype());
+}
+bool cp_is_cased(char32_t c) { return cp_is_upper(c) || cp_is_lower(c); }
+
+enum class CaseMode { upper, lower, capitalize, title_py, title_jinja };
+
+// str.upper/lower/capitalize/title, and jinja2's title filter (words start after
+// whitespace, '-', '(', '{', '[' or '<').
+std::string map_case(const std::string& s, CaseMode mode) {
+  std::string r;
+  r.reserve(s.size());
+  bool prev_cased = false, word_start = true, first = true;
+  for (size_t i = 0; i < s.size();) {
+    size_t len = 1;
+    char32_t c = utf8_decode(s, i, &len);
+    char32_t m = c;
+    switch (mode) {
+      case CaseMode::upper: m = cp_upper(c); break;
+      case CaseMode::lower: m = cp_lower(c); break;
+      case CaseMode::capitalize: m = first ? cp_upper(c) : cp_lower(c); break;
+      case CaseMode::title_py:
+        m = prev_cased ? cp_lower(c) : cp_upper(c);
+        prev_cased = cp_is_cased(c);
+        break;
+      case CaseMode::title_jinja: {
+        bool sep = py_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+        m = sep ? c : (word_start ? cp_upper(c) : cp_lower(c));
+        word_start = sep;
+        break;
+      }
+    }
+    first = false;
+    if (m == c) r.append(s, i, len);
+    else utf8_append(&r, m);
+    i += len;
+  }
+  return r;
 }
 std::string lower_ascii(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -592,6 +669,7 @@ class Evaluator {
   // The JSON of `v` for embedding into a new value: moved when `v` is its sole owner.
   Result<json> take(int line, Value v, int extra_depth) {
     if (v.method) return error(line, std::string("a method (") + v.method + ") cannot be stored in a list or dict");
+    if (v.undef()) return json(json::value_t::discarded);
     AFD_RETURN_IF_ERROR(admit(line, v.j(), extra_depth));
     if (v.p.use_count() == 1) return std::move(*v.p);
     return v.j();
@@ -922,7 +1000,6 @@ class Evaluator {
       json a = json::array();
       for (const auto& x : e.args) {
         AFD_ASSIGN_OR_RETURN(Value v, eval(*x));
-        if (v.undef()) return error(e.line, "a list item is undefined");
         AFD_ASSIGN_OR_RETURN(json item, take(e.line, std::move(v), 1));
         a.push_back(std::move(item));
       }
@@ -933,7 +1010,6 @@ class Evaluator {
       AFD_ASSIGN_OR_RETURN(Value k, eval(*e.args[i]));
       AFD_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1]));
       if (!k.j().is_string() || k.undef()) return error(e.line, "dict keys must be strings");
-      if (v.undef()) return error(e.line, "a dict value is undefined");
       AFD_ASSIGN_OR_RETURN(json item, take(e.line, std::move(v), 1));
       o[k.j().get<std::string>()] = std::move(item);
     }
@@ -1042,7 +1118,7 @@ class Evaluator {
       AFD_RETURN_IF_ERROR(scan(e.line, j.get_ref<const std::string&>().size()));
       cps = code_points(j.get_ref<const std::string&>());
       n = static_cast<int64_t>(cps.size());
-    } else {
+    } else {  // jinja2 compiles slices to Python's own subscript, which raises
       return error(e.line, "'" + std::string(type_name(o)) + "' object is not subscriptable");
     }
     auto norm = [&](int64_t v, bool g, int64_t def) {
@@ -1122,7 +1198,6 @@ class Evaluator {
         }
       }
       for (auto& [k, v] : a.kw) {
-        if (v.undef()) return error(e.line, f + "() argument '" + k + "' is undefined");
         AFD_ASSIGN_OR_RETURN(json x, take(e.line, std::move(v), 1));
         o[k] = std::move(x);
       }
@@ -1330,19 +1405,10 @@ class Evaluator {
         for (auto& l : lines) arr.push_back(std::move(l));
         return Value::of(std::move(arr));
       }
-      if (m == "upper") return str_value(line, upper_ascii(s));
-      if (m == "lower") return str_value(line, lower_ascii(s));
-      if (m == "title" || m == "capitalize") {
-        std::string r = s;
-        bool prev_cased = false;
-        for (size_t i = 0; i < r.size(); ++i) {
-          unsigned char c = static_cast<unsigned char>(r[i]);
-          bool alpha = std::isalpha(c) != 0;
-          if (m == "capitalize") r[i] = static_cast<char>(i == 0 ? std::toupper(c) : std::tolower(c));
-          else r[i] = static_cast<char>(alpha ? (prev_cased ? std::tolower(c) : std::toupper(c)) : c);
-          prev_cased = alpha;
-        }
-        return str_value(line, std::move(r));
+      if (m == "upper" || m == "lower" || m == "title" || m == "capitalize") {
+        CaseMode mode = m == "upper" ? CaseMode::upper : m == "lower" ? CaseMode::lower
+                        : m == "title" ? CaseMode::title_py : CaseMode::capitalize;
+        return str_value(line, map_case(s, mode));
       }
       if (m == "replace") {
         AFD_ASSIGN_OR_RETURN(std::string from, str_arg(line, a, 0, "old", ""));
@@ -1382,14 +1448,27 @@ class Evaluator {
           else if (m == "isdigit") r = c < 0x80 && std::isdigit(static_cast<int>(c));
           else if (m == "isalpha") r = c >= 0x80 ? is_letter(c) : std::isalpha(static_cast<int>(c)) != 0;
           else if (m == "isalnum") r = c >= 0x80 ? (is_letter(c) || is_number(c)) : std::isalnum(static_cast<int>(c)) != 0;
-          else if (c < 0x80 && std::isalpha(static_cast<int>(c))) {
+          else if (cp_is_cased(c)) {
             cased = true;
-            r = m == "islower" ? std::islower(static_cast<int>(c)) != 0 : std::isupper(static_cast<int>(c)) != 0;
+            r = m == "islower" ? !cp_is_upper(c) : !cp_is_lower(c);
           }
         }
         if (m == "islower" || m == "isupper") r = r && cased;
         return Value::of(json(r));
       }
+    }
+    if (j.is_array() && (m == "count" || m == "index")) {
+      const Value* v = a.get(0, "value");
+      if (!v) return error(line, m + "() takes exactly one argument");
+      AFD_RETURN_IF_ERROR(step(line, static_cast<int64_t>(j.size())));
+      int64_t n = 0;
+      for (size_t i = 0; i < j.size(); ++i) {
+        if (v->undef() ? !j[i].is_discarded() : !py_equal(j[i], v->j())) continue;
+        if (m == "index") return Value::of(json(static_cast<int64_t>(i)));
+        ++n;
+      }
+      if (m == "index") return error(line, "value is not in list");
+      return Value::of(json(n));
     }
     if (j.is_object()) {
       if (m == "items" || m == "keys" || m == "values") {
@@ -1510,7 +1589,10 @@ class Evaluator {
   // ---- filters ------------------------------------------------------------------------
   [[gnu::noinline]] Result<Value> apply_filter(int line, const std::string& f, const Value& x, const Args& a) {
     const json& j = x.j();
-    if (f == "safe") return x;
+    if (f == "safe") {  // Markup(value): a string
+      AFD_ASSIGN_OR_RETURN(std::string str, to_str(line, x));
+      return str_value(line, std::move(str));
+    }
     if (f == "default" || f == "d") {
       const Value* bv = a.get(1, "boolean");
       bool boolean = bv && truthy(*bv);
@@ -1546,20 +1628,9 @@ class Evaluator {
       AFD_ASSIGN_OR_RETURN(std::string s, to_str(line, x));
       return call_method(line, Value::of(json(std::move(s))), f, Args{});
     }
-    if (f == "title") {  // jinja2: words start after whitespace, '-', '(', '{', '[', '<'
+    if (f == "title") {
       AFD_ASSIGN_OR_RETURN(std::string s, to_str(line, x));
-      bool start = true;
-      for (char& c : s) {
-        unsigned char u = static_cast<unsigned char>(c);
-        bool sep = std::isspace(u) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
-        if (sep) {
-          start = true;
-          continue;
-        }
-        c = static_cast<char>(start ? std::toupper(u) : std::tolower(u));
-        if (u < 0x80 || (u & 0xC0) == 0xC0) start = false;
-      }
-      return str_value(line, std::move(s));
+      return str_value(line, map_case(s, CaseMode::title_jinja));
     }
     if (f == "replace") {
       AFD_ASSIGN_OR_RETURN(std::string s, to_str(line, x));
@@ -1605,6 +1676,7 @@ class Evaluator {
         f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr" || f == "map" || f == "min" ||
         f == "max" || f == "sum")
       return sequence_filter(line, f, x, a);
+    if ((f == "int" || f == "float" || f == "round" || f == "indent") && x.undef()) return undefined_error(line, x);
     if (f == "int") {
       const Value* dv = a.get(0, "default");
       Value def = dv ? *dv : Value::of(json(0));
@@ -1689,8 +1761,9 @@ class Evaluator {
 
   Result<Value> tojson(int line, const Value& x, const Args& a) {
     // transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
-    if (x.undef() || x.method)
-      return error(line, std::string("Object of type ") + type_name(x) + " is not JSON serializable");
+    if (x.undef() || x.method || contains_undefined(x.j()))
+      return error(line, std::string("Object of type ") + (x.method ? type_name(x) : "Undefined") +
+                             " is not JSON serializable");
     DumpOptions o;
     if (const Value* v = a.get(0, "ensure_ascii")) o.ensure_ascii = truthy(*v);
     if (const Value* v = a.get(1, "indent"); v && !v->undef() && !v->j().is_null()) {
@@ -1715,7 +1788,9 @@ class Evaluator {
   }
 
   Result<Value> indent(int line, const Value& x, const Args& a) {
-    AFD_ASSIGN_OR_RETURN(std::string s, to_str(line, x));
+    if (!x.j().is_string())  // jinja2 appends "\n" to the value itself
+      return error(line, std::string("unsupported operand type(s) for +=: '") + type_name(x) + "' and 'str'");
+    std::string s = x.j().get<std::string>();
     std::string pad(4, ' ');
     if (const Value* w = a.get(0, "width"); w && !w->undef()) {
       if (w->j().is_string()) pad = w->j().get<std::string>();
@@ -1746,7 +1821,7 @@ class Evaluator {
         AFD_ASSIGN_OR_RETURN(v, attr_path(line, item, *attribute));
       }
     if (v.undef()) return error(line, "sort key is undefined");
-    if (!case_sensitive && v.j().is_string()) return json(lower_ascii(v.j().get<std::string>()));
+    if (!case_sensitive && v.j().is_string()) return json(map_case(v.j().get<std::string>(), CaseMode::lower));
     return v.j();
   }
 
@@ -1768,7 +1843,7 @@ class Evaluator {
       json arr = pairs.j();
       bool case_sensitive = cs && truthy(*cs), ok = true;
       auto key = [&](const json& p) {
-        return !case_sensitive && p[pos].is_string() ? json(lower_ascii(p[pos].get<std::string>())) : p[pos];
+        return !case_sensitive && p[pos].is_string() ? json(map_case(p[pos].get<std::string>(), CaseMode::lower)) : p[pos];
       };
       std::stable_sort(arr.begin(), arr.end(), [&](const json& p, const json& q) {
         bool o = true;
@@ -1786,6 +1861,10 @@ class Evaluator {
       for (size_t i = cps.size(); i-- > 0;) r += cps[i];
       return str_value(line, std::move(r));
     }
+    // jinja2's map/select/reject family starts with `if value:`, so a falsy non-sequence
+    // (0, false, none) gives nothing rather than an error.
+    bool lazy_family = f == "map" || f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr";
+    if (lazy_family && !truthy(x)) return Value::of(json::array());
     if (!x.undef() && !j.is_array() && !j.is_object() && !j.is_string())
       return error(line, "'" + std::string(type_name(x)) + "' object is not iterable");
     AFD_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(line, x));
@@ -1816,7 +1895,9 @@ class Evaluator {
         AFD_ASSIGN_OR_RETURN(json k, sort_key(line, v, attr_p, case_sensitive));
         keyed.push_back({std::move(k), v});
       }
-      if (f == "unique") {
+      if (f == "unique") {  // a set of the keys: lists and dicts are unhashable
+        for (auto& kv : keyed)
+          if (kv.first.is_structured()) return error(line, std::string("unhashable type: '") + type_name(kv.second) + "'");
         std::vector<Value> out;
         std::vector<json> seen;
         for (auto& [k, v] : keyed) {
@@ -1850,15 +1931,9 @@ class Evaluator {
         return to_list(out);
       }
       if (keyed.empty()) return Value::undefined();
+      // Both return the first of equal extremes, as Python's min and max do.
       auto it = f == "min" ? std::min_element(keyed.begin(), keyed.end(), less)
                            : std::max_element(keyed.begin(), keyed.end(), less);
-      if (f == "max") {  // Python's max returns the first maximal item
-        for (auto k = keyed.begin(); k != keyed.end(); ++k)
-          if (!less(*k, *it) && !less(*it, *k)) {
-            it = k;
-            break;
-          }
-      }
       if (!ok) return error(line, f + ": items are not comparable");
       return it->second;
     }
@@ -1887,7 +1962,6 @@ class Evaluator {
         for (const Value& v : items) {
           AFD_ASSIGN_OR_RETURN(Value r, attr_path(line, v, *attr_p));
           if (r.undef() && def) r = *def;
-          if (r.undef()) return error(line, "map: attribute '" + attribute + "' is undefined");
           out.push_back(std::move(r));
         }
       } else {
@@ -1898,7 +1972,6 @@ class Evaluator {
         rest.kw = a.kw;
         for (const Value& v : items) {
           AFD_ASSIGN_OR_RETURN(Value r, apply_filter(line, name, v, rest));
-          if (r.undef()) return error(line, "map: filter '" + name + "' gave an undefined value");
           out.push_back(std::move(r));
         }
       }
@@ -1951,12 +2024,12 @@ class Evaluator {
     if (t == "float") return !x.undef() && j.is_number_float();
     if (t == "mapping") return !x.undef() && j.is_object();
     if (t == "iterable") return x.undef() || j.is_array() || j.is_string() || j.is_object();
-    if (t == "sequence") return !x.undef() && (j.is_array() || j.is_string() || j.is_object());
-    if (t == "callable") return x.method != nullptr;
-    if (t == "lower" || t == "upper") {
-      if (x.undef()) return false;
+    if (t == "sequence") return x.undef() || j.is_array() || j.is_string() || j.is_object();  // Undefined has len()
+    if (t == "callable") return x.undef() || x.method != nullptr;  // Undefined defines __call__
+    if (t == "lower" || t == "upper") {  // str(x).islower() / isupper()
       AFD_ASSIGN_OR_RETURN(std::string s, to_str(line, x));
-      return s == (t == "lower" ? lower_ascii(s) : upper_ascii(s));
+      AFD_ASSIGN_OR_RETURN(Value r, call_method(line, Value::of(json(std::move(s))), t == "lower" ? "islower" : "isupper", Args{}));
+      return r.j().get<bool>();
     }
     if (t == "even" || t == "odd" || t == "divisibleby") {
       if (x.undef()) return undefined_error(line, x);
@@ -2011,7 +2084,10 @@ class Evaluator {
         if (!needle.undef() && py_equal(x, n)) return true;
       return false;
     }
-    if (h.is_object()) return !needle.undef() && n.is_string() && h.contains(n.get_ref<const std::string&>());
+    if (h.is_object()) {
+      if (n.is_structured()) return error(line, std::string("unhashable type: '") + type_name(needle) + "'");
+      return !needle.undef() && n.is_string() && h.contains(n.get_ref<const std::string&>());
+    }
     if (h.is_string()) {
       if (needle.undef() || !n.is_string())
         return error(line, "'in <string>' requires string as left operand, not " + std::string(type_name(needle)));
@@ -2128,6 +2204,7 @@ class Evaluator {
       else if (op == "-") r = p - q;
       else if (op == "*") r = p * q;
       else if (op == "**") {
+        if (q < 0 && p == 0) return error(e.line, "0.0 cannot be raised to a negative power");
         if (q < 0) return Value::of(json(std::pow(static_cast<double>(p), static_cast<double>(q))));
         r = 1;
         for (__int128 k = 0; k < q; ++k) {
@@ -2155,7 +2232,12 @@ class Evaluator {
     if (op == "+") return Value::of(json(p + q));
     if (op == "-") return Value::of(json(p - q));
     if (op == "*") return Value::of(json(p * q));
-    if (op == "**") return Value::of(json(std::pow(p, q)));
+    if (op == "**") {
+      if (p == 0 && q < 0) return error(e.line, "0.0 cannot be raised to a negative power");
+      double r = std::pow(p, q);
+      if (std::isinf(r) && std::isfinite(p) && std::isfinite(q)) return error(e.line, "numerical result out of range");
+      return Value::of(json(r));
+    }
     if (q == 0) return error(e.line, "division by zero");
     if (op == "/") return Value::of(json(p / q));
     double m = std::fmod(p, q);

@@ -20,6 +20,10 @@ using json = nlohmann::ordered_json;
 // a Value points at is never modified while another Value shares it: writers call
 // Evaluator::mutable_json, which copies first unless the writer holds the only reference.
 //
+// An undefined value stored inside a list or dict (jinja2 keeps Undefined objects there:
+// [message.missing], map(attribute=...) of a missing attribute) is JSON's `discarded`
+// value; reading it back (part()) gives undefined again.
+//
 // A Python method fetched without calling it (d.items, d['keys'] when d has no such key,
 // s.upper) is a defined, truthy value that is not data: `method` names it, p points at
 // its receiver, and j() is null.
@@ -36,13 +40,19 @@ struct Value {
   static Value borrow(const json& v) { return Value{std::shared_ptr<json>(std::shared_ptr<json>(), const_cast<json*>(&v))}; }
   static Value undefined(const std::string* name = nullptr) { return Value{nullptr, name}; }
   // `sub` must lie inside *p.
-  Value part(const json& sub) const { return Value{std::shared_ptr<json>(p, const_cast<json*>(&sub))}; }
+  Value part(const json& sub) const {
+    if (sub.is_discarded()) return undefined();
+    return Value{std::shared_ptr<json>(p, const_cast<json*>(&sub))};
+  }
 
   static const json& null_json();
 };
 
 // Python's repr(float): the shortest round-trip digits, scientific below 1e-4 and from 1e16.
 std::string py_float(double d);
+
+// Whether v holds an undefined value anywhere (jinja2 cannot serialise those).
+bool contains_undefined(const json& v);
 
 // Appends Python's str(v) (top = true) or repr(v) to *out; false once *out would exceed
 // `limit` bytes (the output is then incomplete). Recursion depth is the data depth.

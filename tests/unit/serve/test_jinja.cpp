@@ -175,6 +175,29 @@ TEST(ChatTemplate, ConfigJsonForms) {
   EXPECT_EQ(none.status().code(), StatusCode::not_found);
 }
 
+// Python/jinja2 semantics the differential test (chat_template_jinja2_diff) once found
+// wrong; expected strings are python3-jinja2's output for the same templates.
+TEST(Jinja, FollowsJinja2Semantics) {
+  json ctx = {{"messages", {1, 2}}, {"tools", nullptr}};
+  EXPECT_EQ(render("{{ not '' }}|{{ -5 | abs }}|{{ {'a': {'b': 1}}.a.b }}|{{ 2 is in [1, 2] }}|{{ 2.5 | round }}|"
+                   "{{ 1.25 | round(1) }}",
+                   ctx),
+            "True|5|1|True|2.0|1.2");
+  EXPECT_EQ(render("{{ {'items': 1}.items is defined }}|{{ {'a': 1}['keys'] is defined }}|{{ [x, 1] }}|"
+                   "{{ [1, x] | join('-') }}|{{ 'h\u00e9llo'[1:3] }}|{{ 'h\u00e9llo' | length }}",
+                   ctx),
+            "True|True|[Undefined, 1]|1-|\u00e9l|5");
+  EXPECT_EQ(render("{{ 7 // -2 }}|{{ -7 % 3 }}|{{ 1e16 }}|{{ 1e-5 }}|{{ 0.1 + 0.2 }}|{{ true == 1 }}|"
+                   "{{ ['it\\'s', 'x'] }}|{{ {'\u00e9': '\u00fc'} | tojson }}",
+                   ctx),
+            "-4|2|1e+16|1e-05|0.30000000000000004|True|[\"it's\", 'x']|{\"\u00e9\": \"\u00fc\"}");
+  EXPECT_EQ(render("{% for m in messages %}{{ loop.previtem is defined }}{{ loop.cycle('a', 'b') }}{% endfor %}|"
+                   "{{ tools is none }}|{{ ' a \u00a0' | trim }}|{{ 'Ab' | title }}",
+                   ctx),
+            "FalseaTrueb|True|a|Ab");
+  EXPECT_NE(render("{{ x.y }}").find("'x' is undefined"), std::string::npos);
+}
+
 // ---- limits: nothing a template or its data contains can crash, stall or exhaust memory
 
 std::string repeat(const std::string& s, int n) {
