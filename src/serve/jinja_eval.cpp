@@ -379,6 +379,7 @@ struct Args {
 const char* type_name(const Value& v) {
   if (v.undef()) return "Undefined";
   if (v.method) return "builtin_function_or_method";
+  if (v.macro) return "Macro";
   const json& j = v.j();
   if (j.is_null()) return "NoneType";
   if (j.is_boolean()) return "bool";
@@ -578,7 +579,10 @@ struct LoopState {
 struct Scope {
   std::unordered_map<std::string, Value> vars;
   const LoopState* loop = nullptr;  // a for-loop body's scope: `loop`
-  bool macro_frame = false;         // lookups from here skip to the template's top level
+  // A macro call's scope: lookups continue in the scope where the macro was defined
+  // (jinja2 scopes macros lexically), not in the caller's.
+  bool macro_frame = false;
+  size_t parent = 0;
 };
 
 class Evaluator {
@@ -669,6 +673,7 @@ class Evaluator {
   // The JSON of `v` for embedding into a new value: moved when `v` is its sole owner.
   Result<json> take(int line, Value v, int extra_depth) {
     if (v.method) return error(line, std::string("a method (") + v.method + ") cannot be stored in a list or dict");
+    if (v.macro) return error(line, "a macro cannot be stored in a list or dict");
     if (v.undef()) return json(json::value_t::discarded);
     AFD_RETURN_IF_ERROR(admit(line, v.j(), extra_depth));
     if (v.p.use_count() == 1) return std::move(*v.p);
@@ -708,6 +713,10 @@ class Evaluator {
       *out += std::string("<built-in method ") + v.method + " of " + type_name(Value{v.p}) + " object>";
       return Status::ok();
     }
+    if (v.macro) {
+      *out += "<Macro '" + v.macro->targets[0] + "'>";
+      return Status::ok();
+    }
     size_t before = out->size();
     if (!py_str(v.j(), true, lim_.max_output_bytes, out))
       return limit_error(line, "the output or a string would be longer than", "max_output_bytes",
@@ -721,11 +730,15 @@ class Evaluator {
   }
 
   // ---- statements ---------------------------------------------------------------------
-  const Value* lookup(const std::string& name) const {
+  // The variable `name` and the index of the scope that holds it.
+  const Value* lookup(const std::string& name, size_t* where = nullptr) const {
     for (size_t i = scopes_.size(); i-- > 0;) {
       auto f = scopes_[i].vars.find(name);
-      if (f != scopes_[i].vars.end()) return &f->second;
-      if (scopes_[i].macro_frame && i > 0) i = 1;  // continue at the top level
+      if (f != scopes_[i].vars.end()) {
+        if (where) *where = i;
+        return &f->second;
+      }
+      if (scopes_[i].macro_frame) i = scopes_[i].parent + 1;  // continue where the macro was defined
     }
     return nullptr;
   }
@@ -735,7 +748,7 @@ class Evaluator {
     for (size_t i = scopes_.size(); i-- > 0;) {
       if (scopes_[i].vars.count("loop")) return nullptr;
       if (scopes_[i].loop) return scopes_[i].loop;
-      if (scopes_[i].macro_frame && i > 0) i = 1;
+      if (scopes_[i].macro_frame) i = scopes_[i].parent + 1;
     }
     return nullptr;
   }
@@ -812,7 +825,7 @@ class Evaluator {
         return Flow::normal;
       }
       case Node::macro:
-        macros_[n.targets[0]] = &n;
+        scopes_.back().vars[n.targets[0]] = macro_value(n);
         return Flow::normal;
       case Node::break_:
         return Flow::brk;
@@ -916,7 +929,7 @@ class Evaluator {
   }
 
   // ---- expressions --------------------------------------------------------------------
-  static bool truthy(const Value& v) { return !v.undef() && (v.method || py_truthy(v.j())); }
+  static bool truthy(const Value& v) { return !v.undef() && (v.callable() || py_truthy(v.j())); }
 
   Result<Value> eval(const Expr& e) {
     Depth d(&depth_);
@@ -1180,7 +1193,8 @@ class Evaluator {
     if (callee.kind != Expr::var) return error(e.line, "only named functions, macros and methods can be called");
     const std::string& f = callee.name;
     AFD_ASSIGN_OR_RETURN(Args a, eval_args(e, 1));
-    if (auto it = macros_.find(f); it != macros_.end()) return call_macro(e.line, *it->second, a);
+    size_t defined_in = 0;
+    if (const Value* v = lookup(f, &defined_in); v && v->macro) return call_macro(e.line, *v->macro, defined_in, a);
     if (f == "raise_exception") {
       std::string msg = "error";
       if (const Value* m = a.get(0, "message")) {
@@ -1240,7 +1254,14 @@ class Evaluator {
     return error(e.line, "'" + f + "' is undefined");
   }
 
-  [[gnu::noinline]] Result<Value> call_macro(int line, const Node& m, const Args& a) {
+  Value macro_value(const Node& n) {
+    Value v;
+    v.p = macro_placeholder_;
+    v.macro = &n;
+    return v;
+  }
+
+  [[gnu::noinline]] Result<Value> call_macro(int line, const Node& m, size_t defined_in, const Args& a) {
     if (call_depth_ >= lim_.max_call_depth)
       return limit_error(line, "macro calls nested deeper than", "max_call_depth", lim_.max_call_depth);
     if (a.pos.size() > m.params.size())
@@ -1253,6 +1274,7 @@ class Evaluator {
     }
     Scope scope;
     scope.macro_frame = true;
+    scope.parent = defined_in;
     scopes_.push_back(std::move(scope));
     ++call_depth_;
     struct Pop {
@@ -1761,8 +1783,8 @@ class Evaluator {
 
   Result<Value> tojson(int line, const Value& x, const Args& a) {
     // transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
-    if (x.undef() || x.method || contains_undefined(x.j()))
-      return error(line, std::string("Object of type ") + (x.method ? type_name(x) : "Undefined") +
+    if (x.undef() || x.callable() || contains_undefined(x.j()))
+      return error(line, std::string("Object of type ") + (x.callable() ? type_name(x) : "Undefined") +
                              " is not JSON serializable");
     DumpOptions o;
     if (const Value* v = a.get(0, "ensure_ascii")) o.ensure_ascii = truthy(*v);
@@ -2014,7 +2036,7 @@ class Evaluator {
     if (t == "defined") return !x.undef();
     if (t == "undefined") return x.undef();
     const Value* arg = a.get(0, "other");
-    if (t == "none") return !x.undef() && !x.method && j.is_null();
+    if (t == "none") return !x.undef() && !x.callable() && j.is_null();
     if (t == "boolean") return !x.undef() && j.is_boolean();
     if (t == "true") return !x.undef() && j.is_boolean() && j.get<bool>();
     if (t == "false") return !x.undef() && j.is_boolean() && !j.get<bool>();
@@ -2025,7 +2047,7 @@ class Evaluator {
     if (t == "mapping") return !x.undef() && j.is_object();
     if (t == "iterable") return x.undef() || j.is_array() || j.is_string() || j.is_object();
     if (t == "sequence") return x.undef() || j.is_array() || j.is_string() || j.is_object();  // Undefined has len()
-    if (t == "callable") return x.undef() || x.method != nullptr;  // Undefined defines __call__
+    if (t == "callable") return x.undef() || x.callable();  // Undefined defines __call__
     if (t == "lower" || t == "upper") {  // str(x).islower() / isupper()
       AFD_ASSIGN_OR_RETURN(std::string s, to_str(line, x));
       AFD_ASSIGN_OR_RETURN(Value r, call_method(line, Value::of(json(std::move(s))), t == "lower" ? "islower" : "isupper", Args{}));
@@ -2157,8 +2179,8 @@ class Evaluator {
     const std::string& op = e.name;
     const json &x = a.j(), &y = b.j();
     if (op == "==" || op == "!=") {
-      bool eq = a.method || b.method ? a.method == b.method && a.p == b.p
-                                     : a.undef() == b.undef() && py_equal(x, y);
+      bool eq = a.callable() || b.callable() ? a.method == b.method && a.macro == b.macro && a.p == b.p
+                                             : a.undef() == b.undef() && py_equal(x, y);
       return truth(op == "==" ? eq : !eq);
     }
     if (op == "in" || op == "notin") {
@@ -2250,7 +2272,7 @@ class Evaluator {
   const Limits& lim_;
   const Value true_, false_;  // shared results of comparisons and tests
   std::vector<Scope> scopes_;
-  std::unordered_map<std::string, const Node*> macros_;
+  const std::shared_ptr<json> macro_placeholder_ = std::make_shared<json>();
   int64_t steps_ = 0;
   size_t alloc_ = 0;
   int depth_ = 0;

@@ -147,6 +147,7 @@ Result<std::vector<Chunk>> split_chunks(const std::string& source) {
     const char* close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
     size_t body_start = open + 2 + ((left_minus || left_plus) ? 1 : 0);
     size_t end = kind == '#' ? t.find(close, body_start) : find_tag_end(t, body_start, kind);
+    if (end == std::string::npos && kind == '#' && body_start >= t.size()) break;  // jinja2: `{#` at the very end is an empty comment
     if (end == std::string::npos) return invalid_argument(where(line) + ": unclosed tag");
     bool right_minus = end > body_start && t[end - 1] == '-';
     std::string body = t.substr(body_start, end - body_start - (right_minus ? 1 : 0));

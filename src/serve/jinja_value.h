@@ -13,6 +13,7 @@
 namespace afd::serve::jinja {
 
 using json = nlohmann::ordered_json;
+struct Node;
 
 // A value during rendering. Defined values point at JSON; a value that is part of another
 // (messages[0], ns.attr, a loop item) aliases its owner's storage through shared_ptr's
@@ -26,14 +27,17 @@ using json = nlohmann::ordered_json;
 //
 // A Python method fetched without calling it (d.items, d['keys'] when d has no such key,
 // s.upper) is a defined, truthy value that is not data: `method` names it, p points at
-// its receiver, and j() is null.
+// its receiver, and j() is null. A macro is a value of the same kind: `macro` is its
+// definition and p points at a null placeholder.
 struct Value {
   std::shared_ptr<json> p;            // null: undefined
   const std::string* name = nullptr;  // undefined: the name that was looked up (for errors)
   const char* method = nullptr;       // a bound method of *p
+  const Node* macro = nullptr;        // a macro
 
   bool undef() const { return !p; }
   const json& j() const { return p && !method ? *p : null_json(); }
+  bool callable() const { return method || macro; }
 
   static Value of(json v) { return Value{std::make_shared<json>(std::move(v))}; }
   // A value whose storage outlives the render (the context); never written through.
