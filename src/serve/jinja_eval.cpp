@@ -517,6 +517,20 @@ std::vector<std::string> py_splitlines(const std::string& s) {
   return out;
 }
 
+// Number of line boundaries py_splitlines finds (at most s.size()).
+size_t count_lines(const std::string& s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size();) {
+    size_t len = 1;
+    char32_t c = utf8_decode(s, i, &len);
+    if (c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || c == 0x1c || c == 0x1d || c == 0x1e || c == 0x85 ||
+        c == 0x2028 || c == 0x2029)
+      ++n;
+    i += len;
+  }
+  return n;
+}
+
 // Python's int(str): optional whitespace and sign, digits with single underscores between.
 bool parse_py_int(const std::string& text, int64_t* out) {
   std::string t = py_strip(text, nullptr, true, true);
@@ -1123,14 +1137,22 @@ class Evaluator {
     const int64_t step_by = idx[2];
     if (step_by == 0) return error(e.line, "slice step cannot be zero");
     const json& j = o.j();
-    std::vector<std::string_view> cps;
+    std::vector<uint32_t> offs;  // a non-ASCII string's code point offsets, and its size
     int64_t n;
     if (j.is_array()) {
       n = static_cast<int64_t>(j.size());
     } else if (j.is_string()) {
-      AFD_RETURN_IF_ERROR(scan(e.line, j.get_ref<const std::string&>().size()));
-      cps = code_points(j.get_ref<const std::string&>());
-      n = static_cast<int64_t>(cps.size());
+      const std::string& str = j.get_ref<const std::string&>();
+      AFD_RETURN_IF_ERROR(scan(e.line, str.size()));
+      if (std::any_of(str.begin(), str.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; })) {
+        AFD_RETURN_IF_ERROR(alloc(e.line, 4 * (str.size() + 1)));
+        for (size_t i = 0; i < str.size(); ++i)
+          if ((static_cast<unsigned char>(str[i]) & 0xC0) != 0x80) offs.push_back(static_cast<uint32_t>(i));
+        offs.push_back(static_cast<uint32_t>(str.size()));
+        n = static_cast<int64_t>(offs.size()) - 1;
+      } else {
+        n = static_cast<int64_t>(str.size());
+      }
     } else {  // jinja2 compiles slices to Python's own subscript, which raises
       return error(e.line, "'" + std::string(type_name(o)) + "' object is not subscriptable");
     }
@@ -1140,24 +1162,28 @@ class Evaluator {
       if (step_by > 0) return std::clamp<int64_t>(v, 0, n);
       return std::clamp<int64_t>(v, -1, n - 1);
     };
-    int64_t start = norm(idx[0], given[0], step_by > 0 ? 0 : n - 1);
-    int64_t stop = norm(idx[1], given[1], step_by > 0 ? n : -1);
-    std::vector<int64_t> pick;
-    for (int64_t i = start; step_by > 0 ? i < stop : i > stop;) {
-      pick.push_back(i);
-      if (__builtin_add_overflow(i, step_by, &i)) break;
-    }
-    AFD_RETURN_IF_ERROR(step(e.line, static_cast<int64_t>(pick.size())));
+    const int64_t start = norm(idx[0], given[0], step_by > 0 ? 0 : n - 1);
+    const int64_t stop = norm(idx[1], given[1], step_by > 0 ? n : -1);
+    __int128 count = 0;
+    if (step_by > 0 && stop > start) count = (static_cast<__int128>(stop) - start + step_by - 1) / step_by;
+    if (step_by < 0 && stop < start) count = (static_cast<__int128>(start) - stop - step_by - 1) / -static_cast<__int128>(step_by);
+    AFD_RETURN_IF_ERROR(step(e.line, static_cast<int64_t>(count)));
     if (j.is_array()) {
       json a = json::array();
-      for (int64_t i : pick) {
-        AFD_RETURN_IF_ERROR(admit(e.line, j[static_cast<size_t>(i)], 1));
-        a.push_back(j[static_cast<size_t>(i)]);
+      for (__int128 k = 0; k < count; ++k) {
+        const json& item = j[static_cast<size_t>(start + k * step_by)];
+        AFD_RETURN_IF_ERROR(admit(e.line, item, 1));
+        a.push_back(item);
       }
       return Value::of(std::move(a));
     }
+    const std::string& str = j.get_ref<const std::string&>();
     std::string r;
-    for (int64_t i : pick) r += cps[static_cast<size_t>(i)];
+    for (__int128 k = 0; k < count; ++k) {
+      size_t i = static_cast<size_t>(start + k * step_by);
+      if (offs.empty()) r += str[i];
+      else r.append(str, offs[i], offs[i + 1] - offs[i]);
+    }
     return str_value(e.line, std::move(r));
   }
 
@@ -1421,8 +1447,8 @@ class Evaluator {
       }
       if (m == "split" || m == "rsplit") return split(line, s, a, m == "rsplit");
       if (m == "splitlines") {
+        AFD_RETURN_IF_ERROR(alloc(line, s.size() + 64 * (count_lines(s) + 1)));
         std::vector<std::string> lines = py_splitlines(s);
-        AFD_RETURN_IF_ERROR(alloc(line, s.size() + 64 * lines.size()));
         json arr = json::array();
         for (auto& l : lines) arr.push_back(std::move(l));
         return Value::of(std::move(arr));
@@ -1530,15 +1556,17 @@ class Evaluator {
       return Status::ok();
     };
     if (from.empty()) {  // Python inserts `to` around every character
-      std::vector<std::string_view> cps = code_points(s);
-      for (std::string_view c : cps) {
+      for (size_t i = 0; i < s.size();) {
+        size_t len = 1;
+        utf8_decode(s, i, &len);
         if (count < 0 || done < count) {
           AFD_RETURN_IF_ERROR(grow(to.size()));
           r += to;
           ++done;
         }
-        AFD_RETURN_IF_ERROR(grow(c.size()));
-        r += c;
+        AFD_RETURN_IF_ERROR(grow(len));
+        r.append(s, i, len);
+        i += len;
       }
       if (count < 0 || done < count) {
         AFD_RETURN_IF_ERROR(grow(to.size()));
@@ -1822,8 +1850,9 @@ class Evaluator {
     const Value* fv = a.get(1, "first");
     const Value* bv = a.get(2, "blank");
     bool first = fv && truthy(*fv), blank = bv && truthy(*bv);
+    AFD_RETURN_IF_ERROR(string_size(line, s.size() + (count_lines(s) + 2) * (pad.size() + 1)));
+    AFD_RETURN_IF_ERROR(alloc(line, s.size() + 64 * (count_lines(s) + 2)));
     std::vector<std::string> lines = py_splitlines(s + "\n");
-    AFD_RETURN_IF_ERROR(string_size(line, s.size() + (lines.size() + 1) * (pad.size() + 1)));
     std::string r;
     for (size_t i = 0; i < lines.size(); ++i) {
       if (i > 0) {
@@ -1836,15 +1865,16 @@ class Evaluator {
     return str_value(line, std::move(r));
   }
 
-  // Sorting key: the item or its attribute, strings lower-cased unless case-sensitive.
-  Result<json> sort_key(int line, const Value& item, const std::string* attribute, bool case_sensitive) {
+  // Sorting key: the item or its attribute (shared, not copied), strings lower-cased
+  // unless case-sensitive.
+  Result<Value> sort_key(int line, const Value& item, const std::string* attribute, bool case_sensitive) {
     Value v = item;
     if (attribute) {
-        AFD_ASSIGN_OR_RETURN(v, attr_path(line, item, *attribute));
-      }
+      AFD_ASSIGN_OR_RETURN(v, attr_path(line, item, *attribute));
+    }
     if (v.undef()) return error(line, "sort key is undefined");
-    if (!case_sensitive && v.j().is_string()) return json(map_case(v.j().get<std::string>(), CaseMode::lower));
-    return v.j();
+    if (!case_sensitive && v.j().is_string()) return str_value(line, map_case(v.j().get<std::string>(), CaseMode::lower));
+    return v;
   }
 
   Result<Value> sequence_filter(int line, const std::string& f, const Value& x, const Args& a) {
@@ -1878,10 +1908,17 @@ class Evaluator {
       return Value::of(std::move(arr));
     }
     if (j.is_string() && f == "reverse") {
-      std::vector<std::string_view> cps = code_points(j.get_ref<const std::string&>());
+      const std::string& str = j.get_ref<const std::string&>();
+      AFD_RETURN_IF_ERROR(string_size(line, str.size()));
       std::string r;
-      for (size_t i = cps.size(); i-- > 0;) r += cps[i];
-      return str_value(line, std::move(r));
+      r.reserve(str.size());
+      for (size_t end = str.size(); end > 0;) {  // code points from the last
+        size_t b = end - 1;
+        while (b > 0 && (static_cast<unsigned char>(str[b]) & 0xC0) == 0x80) --b;
+        r.append(str, b, end - b);
+        end = b;
+      }
+      return Value::of(json(std::move(r)));
     }
     // jinja2's map/select/reject family starts with `if value:`, so a falsy non-sequence
     // (0, false, none) gives nothing rather than an error.
@@ -1912,19 +1949,19 @@ class Evaluator {
     if (f == "sort" || f == "unique" || f == "min" || f == "max") {
       const Value* cs = a.get(f == "sort" ? 1 : 0, "case_sensitive");
       bool case_sensitive = cs && truthy(*cs);
-      std::vector<std::pair<json, Value>> keyed;
+      std::vector<std::pair<Value, Value>> keyed;  // (key, item)
       for (const Value& v : items) {
-        AFD_ASSIGN_OR_RETURN(json k, sort_key(line, v, attr_p, case_sensitive));
+        AFD_ASSIGN_OR_RETURN(Value k, sort_key(line, v, attr_p, case_sensitive));
         keyed.push_back({std::move(k), v});
       }
       if (f == "unique") {  // a set of the keys: lists and dicts are unhashable
         for (auto& kv : keyed)
-          if (kv.first.is_structured()) return error(line, std::string("unhashable type: '") + type_name(kv.second) + "'");
+          if (kv.first.j().is_structured()) return error(line, std::string("unhashable type: '") + type_name(kv.second) + "'");
         std::vector<Value> out;
-        std::vector<json> seen;
+        std::vector<Value> seen;
         for (auto& [k, v] : keyed) {
           bool dup = false;
-          for (const json& s : seen) dup = dup || py_equal(s, k);
+          for (const Value& s : seen) dup = dup || py_equal(s.j(), k.j());
           AFD_RETURN_IF_ERROR(step(line, static_cast<int64_t>(seen.size())));
           if (!dup) {
             seen.push_back(k);
@@ -1934,9 +1971,9 @@ class Evaluator {
         return to_list(out);
       }
       bool ok = true;
-      auto less = [&](const std::pair<json, Value>& p, const std::pair<json, Value>& q) {
+      auto less = [&](const std::pair<Value, Value>& p, const std::pair<Value, Value>& q) {
         bool o = true;
-        bool r = py_less(p.first, q.first, &o);
+        bool r = py_less(p.first.j(), q.first.j(), &o);
         ok = ok && o;
         return r;
       };
@@ -2137,6 +2174,8 @@ class Evaluator {
     __int128 n = as_int(times.j());
     if (n < 0) n = 0;
     const json& s = seq.j();
+    if (s.empty() || (s.is_string() && s.get_ref<const std::string&>().empty()))
+      return Value::of(s.is_string() ? json("") : json::array());
     if (s.is_string()) {
       const std::string& str = s.get_ref<const std::string&>();
       if (static_cast<double>(n) * static_cast<double>(str.size()) > static_cast<double>(lim_.max_output_bytes))
