@@ -37,18 +37,26 @@ Result<ChatTemplate> ChatTemplate::from_config_json(const std::string& text, con
                                                     const jinja::Limits& limits) {
   json cfg = json::parse(text, nullptr, false);
   if (cfg.is_discarded() || !cfg.is_object()) return corrupt_data(source + ": not a JSON object");
-  std::string tmpl;
+  std::string tmpl, tool_tmpl;
   if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) {
     tmpl = cfg["chat_template"].get<std::string>();
   } else if (cfg.contains("chat_template") && cfg["chat_template"].is_array()) {
     // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
-    for (const json& t : cfg["chat_template"])
-      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
-        tmpl = t["template"].get<std::string>();
+    for (const json& t : cfg["chat_template"]) {
+      if (!t.is_object() || !t.contains("template") || !t["template"].is_string()) continue;
+      std::string name = t.value("name", "");
+      if (name == "default") tmpl = t["template"].get<std::string>();
+      if (name == "tool_use") tool_tmpl = t["template"].get<std::string>();
+    }
   }
   if (tmpl.empty()) return not_found(source + ": no chat_template");
   auto ct = from_template(tmpl, token_text(cfg, "bos_token"), token_text(cfg, "eos_token"), limits);
   if (!ct.ok()) return ct.status().with_context(source + ": chat_template");
+  if (!tool_tmpl.empty()) {
+    auto tt = jinja::Template::parse(tool_tmpl, limits);
+    if (!tt.ok()) return tt.status().with_context(source + ": chat_template 'tool_use'");
+    ct->tool_tmpl_ = *tt;
+  }
   for (const char* k : kSpecialTokens) {
     std::string t = token_text(cfg, k);
     if (!t.empty()) ct->special_tokens_[k] = t;
@@ -71,7 +79,7 @@ Result<std::string> ChatTemplate::render(const json& messages, bool add_generati
   ctx["documents"] = nullptr;
   ctx["add_generation_prompt"] = add_generation_prompt;
   for (auto it = special_tokens_.begin(); it != special_tokens_.end(); ++it) ctx[it.key()] = it.value();
-  return tmpl_->render(ctx);
+  return (!tools.is_null() && tool_tmpl_ ? tool_tmpl_ : tmpl_)->render(ctx);
 }
 
 }  // namespace afd::serve

@@ -16,7 +16,8 @@ class ChatTemplate {
  public:
   // Parses tokenizer_config.json text; not_found when it has no chat_template. A template
   // the Jinja subset refuses (syntax, or nesting beyond jinja::Limits) is an error naming
-  // `source` and the limit.
+  // `source` and the limit. Of a list of named templates, "default" is used, and
+  // "tool_use" when the request has tools (as transformers picks them).
   static Result<ChatTemplate> from_config_json(const std::string& text, const std::string& source,
                                                const jinja::Limits& limits = {});
   static Result<ChatTemplate> load(const std::string& tokenizer_config_path, const jinja::Limits& limits = {});
@@ -35,6 +36,7 @@ class ChatTemplate {
 
  private:
   std::shared_ptr<const jinja::Template> tmpl_;
+  std::shared_ptr<const jinja::Template> tool_tmpl_;  // null: tmpl_ serves requests with tools too
   std::string bos_, eos_;
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();  // name -> text
 };

@@ -107,22 +107,36 @@ def special_tokens(config):
     return out
 
 
-def template_text(config):
+def template_text(config, name="default"):
+    """The config's chat template; of a list of named ones, `name` (None when absent)."""
     t = config.get("chat_template")
     if isinstance(t, list):
-        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == "default"), None)
+        t = next((x.get("template") for x in t if isinstance(x, dict) and x.get("name") == name), None)
+    elif name != "default":
+        t = None
     return t
 
 
 def render_reference(env, config, cases):
-    try:
-        tmpl = env.from_string(template_text(config))
-    except Exception as e:  # noqa: BLE001 - any refusal counts as an error result
-        return [{"ok": False, "error": "%s: %s" % (type(e).__name__, e)} for _ in cases]
+    # transformers uses the "tool_use" template of a named set when tools are given.
+    compiled = {}
+    for name in ("default", "tool_use"):
+        text = template_text(config, name)
+        if text is None:
+            continue
+        try:
+            compiled[name] = env.from_string(text)
+        except Exception as e:  # noqa: BLE001 - any refusal counts as an error result
+            return [{"ok": False, "error": "%s: %s" % (type(e).__name__, e)} for _ in cases]
     tokens = special_tokens(config)
     out = []
     for c in cases:
         c = copy.deepcopy(c)  # jinja2 filters can mutate their input (indent on a list extends it)
+        tmpl = compiled.get("tool_use") if c.get("tools") is not None and "tool_use" in compiled else \
+            compiled.get("default")
+        if tmpl is None:
+            out.append({"ok": False, "error": "no template"})
+            continue
         try:
             text = tmpl.render(messages=c["messages"], tools=c.get("tools"), documents=None,
                                add_generation_prompt=c["add_generation_prompt"], **tokens)
@@ -255,6 +269,14 @@ def committed_jobs():
         jobs.append({"name": name, "config": dict(base, chat_template=text), "cases": cs})
         jobs.append({"name": name + " (CRLF)", "config": dict(base, chat_template=text.replace("\n", "\r\n")),
                      "cases": cs[:40]})
+    # A named set: "tool_use" serves the cases with tools, "default" the others.
+    texts = {}
+    for name in ("alternating_inst.jinja", "chatml_tools.jinja"):
+        with open(os.path.join(TEMPLATE_DIR, name), encoding="utf-8") as f:
+            texts[name] = f.read()
+    jobs.append({"name": "named set (default + tool_use)", "cases": cases(999, 80), "config": dict(
+        base, chat_template=[{"name": "default", "template": texts["alternating_inst.jinja"]},
+                             {"name": "tool_use", "template": texts["chatml_tools.jinja"]}])})
     with open(os.path.join(TEMPLATE_DIR, "expressions.txt"), encoding="utf-8") as f:
         lines = [l.rstrip("\n") for l in f]
     few = cases(7, 24)[16:24]

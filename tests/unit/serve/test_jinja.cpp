@@ -171,6 +171,13 @@ TEST(ChatTemplate, ConfigJsonForms) {
   ASSERT_TRUE(ct.ok()) << ct.status().to_string();
   EXPECT_EQ(ct->eos_token(), "</s>");
   EXPECT_EQ(*ct->render(json::array({{{"role", "user"}, {"content", "x"}}}), true), "<s>x");
+  // A "tool_use" template serves requests with tools, as transformers picks it.
+  json named = {{"chat_template", json::array({{{"name", "tool_use"}, {"template", "T{{ tools | length }}"}},
+                                               {{"name", "default"}, {"template", "D{{ tools is none }}"}}})}};
+  auto nt = afd::serve::ChatTemplate::from_config_json(named.dump(), "tokenizer_config.json");
+  ASSERT_TRUE(nt.ok()) << nt.status().to_string();
+  EXPECT_EQ(*nt->render(json::array(), true), "DTrue");
+  EXPECT_EQ(*nt->render(json::array(), true, json::array({1, 2})), "T2");
   auto none = afd::serve::ChatTemplate::from_config_json("{}", "tokenizer_config.json");
   EXPECT_EQ(none.status().code(), StatusCode::not_found);
 }
