@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
 #include <chrono>
 
 #include <nlohmann/json.hpp>
@@ -322,6 +324,31 @@ TEST(JinjaLimits, HostileMessageContentIsBounded) {
   for (int i = 0; i < 60; ++i) ok_depth = json::array({std::move(ok_depth)});
   r = render("{{ x | tojson | length }} {{ x == x }}", {{"x", ok_depth}});
   EXPECT_EQ(r, "122 True");
+}
+
+// The deepest nesting the limits allow (expressions inside blocks inside recursive macros)
+// ends in an error naming the limit on a thread with a 4 MiB stack (Release needs under
+// 512 KiB, ASan about 3 MiB): the depth limits, not the stack size, stop it.
+TEST(JinjaLimits, DeepestAllowedNestingFitsASmallStack) {
+  std::string expr = repeat("(", 120) + "n" + repeat(" + 1)", 120);
+  std::string t = "{% macro f(n) %}" + repeat("{% if true %}", 60) + "{{ f(" + expr + ") }}" +
+                  repeat("{% endif %}", 60) + "{% endmacro %}{{ f(0) }}{{ " + repeat("not ", 120) + "x }}";
+  struct Job {
+    std::string tmpl, result;
+  } job{t, ""};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, size_t{4} << 20);
+  pthread_t th;
+  auto body = [](void* p) -> void* {
+    auto* j = static_cast<Job*>(p);
+    j->result = render(j->tmpl);
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&th, &attr, body, &job), 0);
+  pthread_join(th, nullptr);
+  pthread_attr_destroy(&attr);
+  EXPECT_NE(job.result.find("max_eval_depth"), std::string::npos) << job.result.substr(0, 200);
 }
 
 TEST(JinjaLimits, ManyMessagesRenderInLinearTime) {
