@@ -7,7 +7,7 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       libopenblas-dev libucx-dev ucx-utils
       libpcre2-dev libutf8proc-dev
       clang libclang-rt-14-dev
-      python3 python3-numpy python3-torch python3-pytest
+      python3 python3-numpy python3-torch python3-pytest python3-jinja2
       curl iproute2)
 # Node.js + npm (for the OpenAI-client e2e test): Debian's packages unless a node with
 # npm is already installed (e.g. a distribution that bundles npm into nodejs).

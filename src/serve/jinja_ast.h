@@ -1,4 +1,5 @@
-// Jinja AST (internal to the interpreter). Expressions and statements own their children.
+// Jinja AST (internal to the interpreter). Expressions and statements own their children;
+// the parser bounds both trees' depth (Limits), so recursing over them is safe.
 #pragma once
 
 #include <memory>
@@ -32,6 +33,7 @@ struct Expr {
   std::vector<std::unique_ptr<Expr>> args;
   std::vector<std::pair<std::string, std::unique_ptr<Expr>>> kwargs;
   int line = 0;
+  int height = 1;  // 1 + the largest child's height (bounded by Limits::max_expr_depth)
 };
 
 struct Node {

@@ -1,6 +1,10 @@
 #include "serve/jinja_lexer.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstdint>
+
+#include "serve/unicode.h"
 
 namespace afd::serve::jinja {
 namespace {
@@ -9,9 +13,100 @@ bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 std::string where(int line) { return "chat template line " + std::to_string(line); }
 
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// One escape sequence of a string literal starting at s[j] == '\\', decoded as Python's
+// unicode-escape codec does (jinja2 decodes literals that way): \\ \' \" \a \b \f \n
+// \r \t \v, octal \ooo, \xhh, \uhhhh, \Uhhhhhhhh. Unknown escapes keep the backslash.
+// Returns the index of the escape's last character.
+size_t unescape(const std::string& s, size_t j, std::string* v) {
+  char e = s[j + 1];
+  switch (e) {
+    case 'n': *v += '\n'; return j + 1;
+    case 't': *v += '\t'; return j + 1;
+    case 'r': *v += '\r'; return j + 1;
+    case 'a': *v += '\a'; return j + 1;
+    case 'b': *v += '\b'; return j + 1;
+    case 'f': *v += '\f'; return j + 1;
+    case 'v': *v += '\v'; return j + 1;
+    case '\\': *v += '\\'; return j + 1;
+    case '\'': *v += '\''; return j + 1;
+    case '"': *v += '"'; return j + 1;
+    case '\n': return j + 1;  // line continuation
+    default: break;
+  }
+  if (e >= '0' && e <= '7') {
+    uint32_t cp = 0;
+    size_t k = j + 1;
+    for (int n = 0; n < 3 && k < s.size() && s[k] >= '0' && s[k] <= '7'; ++n, ++k) cp = cp * 8 + (s[k] - '0');
+    utf8_append(v, cp);
+    return k - 1;
+  }
+  int width = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
+  if (width > 0 && j + 1 + width < s.size()) {
+    uint32_t cp = 0;
+    bool ok = true;
+    for (int n = 0; n < width; ++n) {
+      int h = hex_value(s[j + 2 + n]);
+      if (h < 0) ok = false;
+      cp = cp * 16 + static_cast<uint32_t>(std::max(h, 0));
+    }
+    if (ok && cp <= 0x10FFFF) {
+      utf8_append(v, cp);
+      return j + 1 + width;
+    }
+  }
+  *v += '\\';
+  *v += e;
+  return j + 1;
+}
+
 }  // namespace
 
-Result<std::vector<Chunk>> split_chunks(const std::string& t) {
+// Index of the closing `}}` / `%}` of a tag whose body starts at b: the first one outside
+// string literals and brackets, as jinja2's lexer balances them ({{ {'a': {'b': 1}} }}).
+size_t find_tag_end(const std::string& t, size_t b, char kind) {
+  int depth = 0;
+  for (size_t i = b; i < t.size(); ++i) {
+    char c = t[i];
+    if (c == '\'' || c == '"') {
+      size_t j = i + 1;
+      while (j < t.size() && t[j] != c) j += t[j] == '\\' ? 2 : 1;
+      if (j >= t.size()) return std::string::npos;
+      i = j;
+      continue;
+    }
+    if (depth == 0 && c == (kind == '{' ? '}' : '%') && i + 1 < t.size() && t[i + 1] == '}') return i;
+    if (c == '(' || c == '[' || c == '{') ++depth;
+    else if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
+  }
+  return std::string::npos;
+}
+
+// As jinja2's lexer: newlines (\r\n, \r, \n) become \n and one trailing newline is
+// dropped (keep_trailing_newline is off in transformers).
+std::string normalize_newlines(const std::string& s) {
+  std::string t;
+  t.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\r') {
+      t.push_back('\n');
+      if (i + 1 < s.size() && s[i + 1] == '\n') ++i;
+    } else {
+      t.push_back(s[i]);
+    }
+  }
+  if (!t.empty() && t.back() == '\n') t.pop_back();
+  return t;
+}
+
+Result<std::vector<Chunk>> split_chunks(const std::string& source) {
+  const std::string t = normalize_newlines(source);
   std::vector<Chunk> out;
   size_t i = 0;
   int line = 1;
@@ -36,9 +131,6 @@ Result<std::vector<Chunk>> split_chunks(const std::string& t) {
     } else if (trim_next_nl && !text.empty() && text[0] == '\n') {
       text.erase(0, 1);
       starts_line = true;
-    } else if (trim_next_nl && text.size() >= 2 && text[0] == '\r' && text[1] == '\n') {
-      text.erase(0, 2);
-      starts_line = true;
     }
     if (left_minus) {
       while (!text.empty() && is_ws(text.back())) text.pop_back();
@@ -54,7 +146,8 @@ Result<std::vector<Chunk>> split_chunks(const std::string& t) {
     if (open == std::string::npos) break;
     const char* close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
     size_t body_start = open + 2 + ((left_minus || left_plus) ? 1 : 0);
-    size_t end = t.find(close, body_start);
+    size_t end = kind == '#' ? t.find(close, body_start) : find_tag_end(t, body_start, kind);
+    if (end == std::string::npos && kind == '#' && body_start >= t.size()) break;  // jinja2: `{#` at the very end is an empty comment
     if (end == std::string::npos) return invalid_argument(where(line) + ": unclosed tag");
     bool right_minus = end > body_start && t[end - 1] == '-';
     std::string body = t.substr(body_start, end - body_start - (right_minus ? 1 : 0));
@@ -88,11 +181,23 @@ Result<std::vector<Tok>> tokenize(const std::string& s, int line) {
     if (std::isdigit(static_cast<unsigned char>(c))) {
       size_t j = i;
       bool is_float = false;
-      while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+      auto digits = [&] {
+        while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+      };
+      digits();
       if (j + 1 < s.size() && s[j] == '.' && std::isdigit(static_cast<unsigned char>(s[j + 1]))) {
         is_float = true;
         ++j;
-        while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+        digits();
+      }
+      if (j < s.size() && (s[j] == 'e' || s[j] == 'E')) {  // exponent: 1e5, 2.5E-3
+        size_t k = j + 1;
+        if (k < s.size() && (s[k] == '+' || s[k] == '-')) ++k;
+        if (k < s.size() && std::isdigit(static_cast<unsigned char>(s[k]))) {
+          is_float = true;
+          j = k;
+          digits();
+        }
       }
       std::string num;
       for (size_t k = i; k < j; ++k)
@@ -106,16 +211,7 @@ Result<std::vector<Tok>> tokenize(const std::string& s, int line) {
       size_t j = i + 1;
       for (; j < s.size() && s[j] != c; ++j) {
         if (s[j] == '\\' && j + 1 < s.size()) {
-          char e = s[++j];
-          switch (e) {
-            case 'n': v += '\n'; break;
-            case 't': v += '\t'; break;
-            case 'r': v += '\r'; break;
-            case '\\': v += '\\'; break;
-            case '\'': v += '\''; break;
-            case '"': v += '"'; break;
-            default: v += '\\'; v += e;
-          }
+          j = unescape(s, j, &v);
         } else {
           v += s[j];
         }

@@ -1,6 +1,8 @@
 // Recursive-descent parser for the Jinja subset: statements over chunks, expressions
 // over tokens, with Jinja's precedence (or < and < not < compare < + - < ~ < * / // % <
-// ** < unary - < postfix: .attr [index] (call) |filter is test).
+// ** < unary - < postfix: .attr [index] (call) |filter is test). Recursion is bounded:
+// an expression's tree height and the parser's own nesting by Limits::max_expr_depth,
+// statement blocks by Limits::max_block_depth.
 #include <set>
 
 #include "serve/jinja.h"
@@ -12,9 +14,46 @@ namespace {
 
 using ExprP = std::unique_ptr<Expr>;
 
+std::string limit_message(const char* what, const char* name, int value) {
+  return std::string(what) + " (limit " + name + " = " + std::to_string(value) + ")";
+}
+
 class ExprParser {
  public:
-  ExprParser(std::vector<Tok> toks, int line) : t_(std::move(toks)), line_(line) {}
+  ExprParser(std::vector<Tok> toks, int line, const Limits& lim) : t_(std::move(toks)), line_(line), lim_(lim) {}
+
+  // Counts the parser's own recursion (parentheses, `not`, unary minus, nested literals);
+  // tree height is checked separately by adopt().
+  class Nest {
+   public:
+    explicit Nest(ExprParser* p) : p_(p) { ++p_->nest_; }
+    ~Nest() { --p_->nest_; }
+    Status check() const {
+      if (p_->nest_ > p_->lim_.max_expr_depth)
+        return p_->error(limit_message("expression nested too deeply", "max_expr_depth", p_->lim_.max_expr_depth));
+      return Status::ok();
+    }
+
+   private:
+    ExprParser* p_;
+  };
+  // Makes `child` an argument of `parent`, keeping parent->height within the limit.
+  Status adopt(Expr* parent, ExprP child) {
+    if (child) {
+      if (child->height + 1 > lim_.max_expr_depth)
+        return error(limit_message("expression nested too deeply", "max_expr_depth", lim_.max_expr_depth));
+      parent->height = std::max(parent->height, child->height + 1);
+    }
+    parent->args.push_back(std::move(child));
+    return Status::ok();
+  }
+  Status adopt_kw(Expr* parent, std::string key, ExprP child) {
+    if (child->height + 1 > lim_.max_expr_depth)
+      return error(limit_message("expression nested too deeply", "max_expr_depth", lim_.max_expr_depth));
+    parent->height = std::max(parent->height, child->height + 1);
+    parent->kwargs.push_back({std::move(key), std::move(child)});
+    return Status::ok();
+  }
 
   Status error(const std::string& m) const {
     return invalid_argument("chat template line " + std::to_string(line_) + ": " + m);
@@ -52,6 +91,8 @@ class ExprParser {
 
   // Full expression including the inline conditional.
   Result<ExprP> expression(bool allow_cond = true) {
+    Nest nest(this);
+    AFD_RETURN_IF_ERROR(nest.check());
     AFD_ASSIGN_OR_RETURN(ExprP e, or_expr());
     if (allow_cond && accept_name("if")) {
       AFD_ASSIGN_OR_RETURN(ExprP c, or_expr());
@@ -60,9 +101,9 @@ class ExprParser {
         AFD_ASSIGN_OR_RETURN(els, expression());
       }
       ExprP n = make(Expr::cond);
-      n->args.push_back(std::move(e));
-      n->args.push_back(std::move(c));
-      n->args.push_back(std::move(els));
+      AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(e)));
+      AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(c)));
+      AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(els)));
       return n;
     }
     return e;
@@ -78,8 +119,8 @@ class ExprParser {
       ++p_;
       AFD_ASSIGN_OR_RETURN(ExprP r, (this->*next)());
       ExprP n = make(Expr::binary, hit);
-      n->args.push_back(std::move(l));
-      n->args.push_back(std::move(r));
+      AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(l)));
+      AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(r)));
       l = std::move(n);
     }
   }
@@ -87,9 +128,11 @@ class ExprParser {
   Result<ExprP> and_expr() { return binary(&ExprParser::not_expr, {"and"}, true); }
   Result<ExprP> not_expr() {
     if (accept_name("not")) {
+      Nest nest(this);
+      AFD_RETURN_IF_ERROR(nest.check());
       AFD_ASSIGN_OR_RETURN(ExprP x, not_expr());
       ExprP n = make(Expr::unary, "not");
-      n->args.push_back(std::move(x));
+      AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(x)));
       return n;
     }
     return compare();
@@ -112,26 +155,35 @@ class ExprParser {
       }
       AFD_ASSIGN_OR_RETURN(ExprP r, add());
       ExprP n = make(Expr::binary, op);
-      n->args.push_back(std::move(l));
-      n->args.push_back(std::move(r));
+      AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(l)));
+      AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(r)));
       l = std::move(n);
     }
   }
   Result<ExprP> add() { return binary(&ExprParser::concat, {"+", "-"}, false); }
   Result<ExprP> concat() { return binary(&ExprParser::mul, {"~"}, false); }
   Result<ExprP> mul() { return binary(&ExprParser::pow, {"*", "/", "//", "%"}, false); }
-  Result<ExprP> pow() { return binary(&ExprParser::unary, {"**"}, false); }
-  Result<ExprP> unary() {
+  Result<ExprP> pow() { return binary(&ExprParser::unary_filtered, {"**"}, false); }
+  Result<ExprP> unary_filtered() { return unary(true); }
+  // As jinja2: a unary minus/plus applies to its operand with postfix operators (.a [i]
+  // (args)) but without filters and tests, which then apply to the negated value
+  // (-5|abs is 5).
+  Result<ExprP> unary(bool with_filter = true) {
+    ExprP x;
     if (is_op("-") || is_op("+")) {
       std::string op = peek().text;
       ++p_;
-      AFD_ASSIGN_OR_RETURN(ExprP x, unary());
-      ExprP n = make(Expr::unary, op);
-      n->args.push_back(std::move(x));
-      return n;
+      Nest nest(this);
+      AFD_RETURN_IF_ERROR(nest.check());
+      AFD_ASSIGN_OR_RETURN(ExprP operand, unary(false));
+      x = make(Expr::unary, op);
+      AFD_RETURN_IF_ERROR(adopt(x.get(), std::move(operand)));
+    } else {
+      AFD_ASSIGN_OR_RETURN(x, primary());
     }
-    AFD_ASSIGN_OR_RETURN(ExprP x, primary());
-    return postfix(std::move(x));
+    AFD_ASSIGN_OR_RETURN(x, postfix(std::move(x)));
+    if (with_filter) return filter_expr(std::move(x));
+    return x;
   }
 
   Status call_args(Expr* n) {
@@ -142,22 +194,23 @@ class ExprParser {
         std::string k = peek().text;
         p_ += 2;
         AFD_ASSIGN_OR_RETURN(ExprP v, expression());
-        n->kwargs.push_back({k, std::move(v)});
+        AFD_RETURN_IF_ERROR(adopt_kw(n, k, std::move(v)));
       } else {
         AFD_ASSIGN_OR_RETURN(ExprP v, expression());
-        n->args.push_back(std::move(v));
+        AFD_RETURN_IF_ERROR(adopt(n, std::move(v)));
       }
       if (accept_op(")")) return Status::ok();
       AFD_RETURN_IF_ERROR(expect_op(","));
     }
   }
 
+  // .name  [index or slice]  (call args)
   Result<ExprP> postfix(ExprP x) {
     for (;;) {
       if (accept_op(".")) {
         AFD_ASSIGN_OR_RETURN(std::string name, expect_name());
         ExprP n = make(Expr::attr, name);
-        n->args.push_back(std::move(x));
+        AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(x)));
         x = std::move(n);
       } else if (accept_op("[")) {
         ExprP parts[3];
@@ -172,39 +225,64 @@ class ExprParser {
         }
         AFD_RETURN_IF_ERROR(expect_op("]"));
         ExprP n = make(n_colons ? Expr::slice : Expr::index);
-        n->args.push_back(std::move(x));
+        AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(x)));
         if (n_colons) {
-          for (auto& p : parts) n->args.push_back(std::move(p));
+          for (auto& p : parts) AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(p)));
         } else {
           if (!parts[0]) return error("empty subscript");
-          n->args.push_back(std::move(parts[0]));
+          AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(parts[0])));
         }
         x = std::move(n);
       } else if (accept_op("(")) {
-        ExprP n = make(Expr::call);
-        n->args.push_back(std::move(x));
-        AFD_RETURN_IF_ERROR(call_args(n.get()));
-        x = std::move(n);
-      } else if (accept_op("|")) {
+        AFD_ASSIGN_OR_RETURN(x, call(std::move(x)));
+      } else {
+        return x;
+      }
+    }
+  }
+
+  Result<ExprP> call(ExprP callee) {  // after '('
+    ExprP n = make(Expr::call);
+    AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(callee)));
+    AFD_RETURN_IF_ERROR(call_args(n.get()));
+    return n;
+  }
+
+  // |filter[(args)]  is [not] test [arg | (args)]  (call args)
+  Result<ExprP> filter_expr(ExprP x) {
+    for (;;) {
+      if (accept_op("|")) {
         AFD_ASSIGN_OR_RETURN(std::string name, expect_name());
+        while (accept_op(".")) {  // jinja2 allows dotted filter names
+          AFD_ASSIGN_OR_RETURN(std::string more, expect_name());
+          name += "." + more;
+        }
         ExprP n = make(Expr::filter, name);
-        n->args.push_back(std::move(x));
+        AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(x)));
         if (accept_op("(")) AFD_RETURN_IF_ERROR(call_args(n.get()));
         x = std::move(n);
       } else if (accept_name("is")) {
         bool neg = accept_name("not");
         AFD_ASSIGN_OR_RETURN(std::string name, expect_name());
+        while (accept_op(".")) {
+          AFD_ASSIGN_OR_RETURN(std::string more, expect_name());
+          name += "." + more;
+        }
         ExprP n = make(Expr::test, name);
         n->negate = neg;
-        n->args.push_back(std::move(x));
+        AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(x)));
         if (accept_op("(")) {
           AFD_RETURN_IF_ERROR(call_args(n.get()));
-        } else if (peek().kind == TokKind::string || peek().kind == TokKind::integer) {
-          // `is divisibleby 3` / `is equalto 'x'` style single argument
+        } else if (test_argument_follows()) {
+          // `is divisibleby 3`, `is in [1, 2]`, `is sameas none`: one bare argument
+          if (is_name("is")) return error("cannot chain tests with 'is'");
           AFD_ASSIGN_OR_RETURN(ExprP a, primary());
-          n->args.push_back(std::move(a));
+          AFD_ASSIGN_OR_RETURN(a, postfix(std::move(a)));
+          AFD_RETURN_IF_ERROR(adopt(n.get(), std::move(a)));
         }
         x = std::move(n);
+      } else if (accept_op("(")) {
+        AFD_ASSIGN_OR_RETURN(x, call(std::move(x)));
       } else {
         return x;
       }
@@ -250,10 +328,10 @@ class ExprParser {
       AFD_ASSIGN_OR_RETURN(ExprP e, expression());
       if (accept_op(",")) {  // tuple: treated as a list
         ExprP l = make(Expr::list);
-        l->args.push_back(std::move(e));
+        AFD_RETURN_IF_ERROR(adopt(l.get(), std::move(e)));
         while (!is_op(")")) {
           AFD_ASSIGN_OR_RETURN(ExprP x, expression());
-          l->args.push_back(std::move(x));
+          AFD_RETURN_IF_ERROR(adopt(l.get(), std::move(x)));
           if (!accept_op(",")) break;
         }
         e = std::move(l);
@@ -265,7 +343,7 @@ class ExprParser {
       ExprP l = make(Expr::list);
       while (!is_op("]")) {
         AFD_ASSIGN_OR_RETURN(ExprP x, expression());
-        l->args.push_back(std::move(x));
+        AFD_RETURN_IF_ERROR(adopt(l.get(), std::move(x)));
         if (!accept_op(",")) break;
       }
       AFD_RETURN_IF_ERROR(expect_op("]"));
@@ -277,8 +355,8 @@ class ExprParser {
         AFD_ASSIGN_OR_RETURN(ExprP k, expression());
         AFD_RETURN_IF_ERROR(expect_op(":"));
         AFD_ASSIGN_OR_RETURN(ExprP v, expression());
-        d->args.push_back(std::move(k));
-        d->args.push_back(std::move(v));
+        AFD_RETURN_IF_ERROR(adopt(d.get(), std::move(k)));
+        AFD_RETURN_IF_ERROR(adopt(d.get(), std::move(v)));
         if (!accept_op(",")) break;
       }
       AFD_RETURN_IF_ERROR(expect_op("}"));
@@ -287,18 +365,40 @@ class ExprParser {
     return error("unexpected '" + t.text + "' in expression");
   }
 
+  // After `is name`: a bare argument starts here (as jinja2: a name other than
+  // else/or/and, a literal, or a bracket).
+  bool test_argument_follows() const {
+    const Tok& t = peek();
+    if (t.kind == TokKind::string || t.kind == TokKind::integer || t.kind == TokKind::number) return true;
+    if (t.kind == TokKind::op) return t.text == "[" || t.text == "{";
+    if (t.kind != TokKind::name) return false;
+    return t.text != "else" && t.text != "or" && t.text != "and";
+  }
+
   std::vector<Tok> t_;
   size_t p_ = 0;
   int line_;
+  const Limits& lim_;
+  int nest_ = 0;
 };
 
 class StmtParser {
  public:
-  explicit StmtParser(std::vector<Chunk> c) : c_(std::move(c)) {}
+  StmtParser(std::vector<Chunk> c, const Limits& lim) : c_(std::move(c)), lim_(lim) {}
 
   // Parses nodes until a statement whose first word is in `ends` (left unconsumed), or
   // the end of the template when `ends` is empty.
   Status body(NodeList* out, const std::set<std::string>& ends, std::string* end_word) {
+    struct Depth {
+      int* d;
+      ~Depth() { --*d; }
+    } depth{&depth_};
+    if (++depth_ > lim_.max_block_depth + 1) {  // the template's top level is depth 1
+      int line = i_ < c_.size() ? c_[i_].line : (c_.empty() ? 1 : c_.back().line);
+      return invalid_argument("chat template line " + std::to_string(line) + ": " +
+                              limit_message("statement blocks nested too deeply", "max_block_depth",
+                                            lim_.max_block_depth));
+    }
     while (i_ < c_.size()) {
       const Chunk& ch = c_[i_];
       if (ch.kind == ChunkKind::text) {
@@ -311,7 +411,7 @@ class StmtParser {
       }
       AFD_ASSIGN_OR_RETURN(std::vector<Tok> toks, tokenize(ch.body, ch.line));
       if (ch.kind == ChunkKind::expr) {
-        ExprParser p(std::move(toks), ch.line);
+        ExprParser p(std::move(toks), ch.line, lim_);
         AFD_ASSIGN_OR_RETURN(ExprP e, p.expression());
         if (!p.at_end()) return p.error("unexpected '" + p.peek().text + "' after expression");
         auto n = std::make_unique<Node>();
@@ -330,7 +430,7 @@ class StmtParser {
         return Status::ok();
       }
       ++i_;
-      ExprParser p(std::move(toks), ch.line);
+      ExprParser p(std::move(toks), ch.line, lim_);
       p.p_ = 1;
       AFD_RETURN_IF_ERROR(statement(word, p, ch.line, out));
     }
@@ -347,7 +447,7 @@ class StmtParser {
   Status consume_end() {
     AFD_ASSIGN_OR_RETURN(std::vector<Tok> toks, tokenize(c_[i_].body, c_[i_].line));
     ++i_;
-    last_end_ = std::make_unique<ExprParser>(std::move(toks), c_[i_ - 1].line);
+    last_end_ = std::make_unique<ExprParser>(std::move(toks), c_[i_ - 1].line, lim_);
     last_end_->p_ = 1;
     return Status::ok();
   }
@@ -454,16 +554,19 @@ class StmtParser {
   std::vector<Chunk> c_;
   size_t i_ = 0;
   std::unique_ptr<ExprParser> last_end_;
+  const Limits& lim_;
+  int depth_ = 0;
 };
 
 }  // namespace
 
 Template::~Template() = default;
 
-Result<std::shared_ptr<const Template>> Template::parse(const std::string& text) {
+Result<std::shared_ptr<const Template>> Template::parse(const std::string& text, const Limits& limits) {
   AFD_ASSIGN_OR_RETURN(std::vector<Chunk> chunks, split_chunks(text));
-  StmtParser sp(std::move(chunks));
+  StmtParser sp(std::move(chunks), limits);
   std::shared_ptr<Template> t(new Template());
+  t->limits_ = limits;
   std::string end;
   AFD_RETURN_IF_ERROR(sp.body(&t->body_, {}, &end));
   return std::shared_ptr<const Template>(std::move(t));

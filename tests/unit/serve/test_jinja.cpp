@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
+#include <chrono>
+
 #include <nlohmann/json.hpp>
 
 #include "serve/chat_template.h"
@@ -169,8 +173,199 @@ TEST(ChatTemplate, ConfigJsonForms) {
   ASSERT_TRUE(ct.ok()) << ct.status().to_string();
   EXPECT_EQ(ct->eos_token(), "</s>");
   EXPECT_EQ(*ct->render(json::array({{{"role", "user"}, {"content", "x"}}}), true), "<s>x");
+  // A "tool_use" template serves requests with tools, as transformers picks it.
+  json named = {{"chat_template", json::array({{{"name", "tool_use"}, {"template", "T{{ tools | length }}"}},
+                                               {{"name", "default"}, {"template", "D{{ tools is none }}"}}})}};
+  auto nt = afd::serve::ChatTemplate::from_config_json(named.dump(), "tokenizer_config.json");
+  ASSERT_TRUE(nt.ok()) << nt.status().to_string();
+  EXPECT_EQ(*nt->render(json::array(), true), "DTrue");
+  EXPECT_EQ(*nt->render(json::array(), true, json::array({1, 2})), "T2");
   auto none = afd::serve::ChatTemplate::from_config_json("{}", "tokenizer_config.json");
   EXPECT_EQ(none.status().code(), StatusCode::not_found);
+}
+
+// Python/jinja2 semantics the differential test (chat_template_jinja2_diff) once found
+// wrong; expected strings are python3-jinja2's output for the same templates.
+TEST(Jinja, FollowsJinja2Semantics) {
+  json ctx = {{"messages", {1, 2}}, {"tools", nullptr}};
+  EXPECT_EQ(render("{{ not '' }}|{{ -5 | abs }}|{{ {'a': {'b': 1}}.a.b }}|{{ 2 is in [1, 2] }}|{{ 2.5 | round }}|"
+                   "{{ 1.25 | round(1) }}",
+                   ctx),
+            "True|5|1|True|2.0|1.2");
+  EXPECT_EQ(render("{{ {'items': 1}.items is defined }}|{{ {'a': 1}['keys'] is defined }}|{{ [x, 1] }}|"
+                   "{{ [1, x] | join('-') }}|{{ 'h\u00e9llo'[1:3] }}|{{ 'h\u00e9llo' | length }}",
+                   ctx),
+            "True|True|[Undefined, 1]|1-|\u00e9l|5");
+  EXPECT_EQ(render("{{ 7 // -2 }}|{{ -7 % 3 }}|{{ 1e16 }}|{{ 1e-5 }}|{{ 0.1 + 0.2 }}|{{ true == 1 }}|"
+                   "{{ ['it\\'s', 'x'] }}|{{ {'\u00e9': '\u00fc'} | tojson }}",
+                   ctx),
+            "-4|2|1e+16|1e-05|0.30000000000000004|True|[\"it's\", 'x']|{\"\u00e9\": \"\u00fc\"}");
+  EXPECT_EQ(render("{% for m in messages %}{{ loop.previtem is defined }}{{ loop.cycle('a', 'b') }}{% endfor %}|"
+                   "{{ tools is none }}|{{ ' a \u00a0' | trim }}|{{ 'Ab' | title }}",
+                   ctx),
+            "FalseaTrueb|True|a|Ab");
+  EXPECT_NE(render("{{ x.y }}").find("'x' is undefined"), std::string::npos);
+}
+
+// ---- limits: nothing a template or its data contains can crash, stall or exhaust memory
+
+std::string repeat(const std::string& s, int n) {
+  std::string r;
+  for (int i = 0; i < n; ++i) r += s;
+  return r;
+}
+
+std::string parse_error(const std::string& t, const Limits& lim = {}) {
+  auto tp = Template::parse(t, lim);
+  return tp.ok() ? "" : tp.status().message();
+}
+
+TEST(JinjaLimits, DeepExpressionsAreRefusedAtParseTime) {
+  const std::string deep[] = {
+      "{{ " + repeat("(", 5000) + "1" + repeat(")", 5000) + " }}",
+      "{{ " + repeat("not ", 5000) + "x }}",
+      "{{ " + repeat("-", 5000) + "1 }}",
+      "{{ " + repeat("[", 5000) + repeat("]", 5000) + " }}",
+      "{{ " + repeat("{'a': ", 3000) + "1" + repeat("}", 3000) + " }}",
+      "{{ x" + repeat(" + x", 20000) + " }}",  // left-deep chain built by a loop
+      "{{ x" + repeat("|trim", 5000) + " }}",
+      "{{ x" + repeat(".a", 5000) + " }}",
+      "{{ x" + repeat("[0]", 5000) + " }}",
+      "{{ f(" + repeat("f(", 5000) + repeat(")", 5001) + " }}",
+      "{{ " + repeat("1 if 1 else ", 5000) + "1 }}",
+  };
+  for (const std::string& t : deep) {
+    std::string m = parse_error(t);
+    EXPECT_NE(m.find("max_expr_depth"), std::string::npos) << t.substr(0, 40) << ": " << m;
+  }
+  // Within the limit, the same shapes parse and render.
+  EXPECT_EQ(render("{{ " + repeat("(", 100) + "1" + repeat(")", 100) + " }}"), "1");
+  EXPECT_EQ(render("{{ " + repeat("not ", 100) + "false }}"), "False");
+  EXPECT_EQ(render("{{ " + repeat("-", 100) + "2 }}"), "2");
+  EXPECT_EQ(render("{{ 1" + repeat(" + 1", 100) + " }}"), "101");
+}
+
+TEST(JinjaLimits, DeepBlocksAreRefusedAtParseTime) {
+  std::string t = repeat("{% if true %}", 20000) + "x" + repeat("{% endif %}", 20000);
+  std::string m = parse_error(t);
+  EXPECT_NE(m.find("max_block_depth"), std::string::npos) << m;
+  std::string f = repeat("{% for i in [1] %}", 5000) + repeat("{% endfor %}", 5000);
+  EXPECT_NE(parse_error(f).find("max_block_depth"), std::string::npos);
+  std::string ok = repeat("{% if true %}", 60) + "x" + repeat("{% endif %}", 60);
+  EXPECT_EQ(render(ok), "x");
+  Limits small;
+  small.max_block_depth = 3;
+  EXPECT_EQ(parse_error("{% if 1 %}{% if 1 %}{% if 1 %}{% endif %}{% endif %}{% endif %}", small), "");
+  EXPECT_NE(parse_error("{% if 1 %}{% if 1 %}{% if 1 %}{% if 1 %}{% endif %}{% endif %}{% endif %}{% endif %}", small)
+                .find("max_block_depth"),
+            std::string::npos);
+}
+
+TEST(JinjaLimits, ChatTemplateNamesTheSourceOfARefusedTemplate) {
+  json cfg = {{"chat_template", "{{ " + repeat("(", 5000) + "1" + repeat(")", 5000) + " }}"}};
+  auto ct = afd::serve::ChatTemplate::from_config_json(cfg.dump(), "/m/tokenizer_config.json");
+  ASSERT_FALSE(ct.ok());
+  EXPECT_NE(ct.status().message().find("/m/tokenizer_config.json"), std::string::npos) << ct.status().message();
+  EXPECT_NE(ct.status().message().find("chat_template"), std::string::npos) << ct.status().message();
+  EXPECT_NE(ct.status().message().find("max_expr_depth"), std::string::npos) << ct.status().message();
+}
+
+TEST(JinjaLimits, RenderingIsBounded) {
+  auto err = [](const std::string& t, const json& ctx = json::object()) {
+    std::string r = render(t, ctx);
+    return r.rfind("RENDER ERROR", 0) == 0 ? r : "rendered " + std::to_string(r.size()) + " bytes";
+  };
+  // Recursion: a macro calling itself.
+  EXPECT_NE(err("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").find("max_call_depth"), std::string::npos);
+  // Work: nested loops, huge ranges, repetition, list building.
+  EXPECT_NE(err("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}").find("max_steps"),
+            std::string::npos);
+  EXPECT_NE(err("{{ range(10**9) | length }}").find("max_range"), std::string::npos);
+  EXPECT_NE(err("{{ 'a' * 10**9 }}").find("max_output_bytes"), std::string::npos);
+  EXPECT_NE(err("{{ [1] * 10**9 }}").find("max_steps"), std::string::npos);
+  EXPECT_NE(err("{% set ns = namespace(s='a') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}")
+                .find("max_output_bytes"),
+            std::string::npos);
+  EXPECT_NE(err("{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}")
+                .find("max_"),
+            std::string::npos);
+  // Output: many modest strings add up.
+  EXPECT_NE(err("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}").find("max_output_bytes"), std::string::npos);
+  // Data depth: a template nesting a value in itself.
+  EXPECT_NE(err("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                "{{ ns.x | tojson }}")
+                .find("max_data_depth"),
+            std::string::npos);
+  // Evaluation depth, with a smaller limit than the parser's.
+  Limits lim;
+  lim.max_eval_depth = 50;
+  auto tp = Template::parse("{{ " + repeat("(", 60) + "1" + repeat(" + 1)", 60) + " }}", lim);
+  ASSERT_TRUE(tp.ok());
+  auto r = (*tp)->render(json::object());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("max_eval_depth"), std::string::npos) << r.status().message();
+}
+
+TEST(JinjaLimits, HostileMessageContentIsBounded) {
+  // Content is data, but filters run on it: amplification stops at the string limit.
+  json ctx = {{"messages", json::array({{{"role", "user"}, {"content", std::string(1 << 20, 'a')}}})}};
+  std::string r = render("{{ messages[0].content | replace('a', 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb') }}", ctx);
+  EXPECT_NE(r.find("max_output_bytes"), std::string::npos) << r.substr(0, 80);
+  r = render("{{ messages[0].content | list | length }}", ctx);
+  EXPECT_EQ(r, "1048576");
+  // Deeply nested data (the request parser limits depth; the template engine checks too),
+  // built without recursion so that only the engine under test could overflow.
+  json deep = json::array();
+  for (int i = 0; i < 100000; ++i) deep = json::array({std::move(deep)});
+  json hostile = {{"messages", json::array({{{"role", "user"}, {"content", "x"}, {"extra", std::move(deep)}}})}};
+  r = render("{{ messages | tojson }}{{ messages }}{{ messages == messages }}", hostile);
+  EXPECT_NE(r.find("max_data_depth"), std::string::npos) << r.substr(0, 80);
+  json ok_depth = json::array();
+  for (int i = 0; i < 60; ++i) ok_depth = json::array({std::move(ok_depth)});
+  r = render("{{ x | tojson | length }} {{ x == x }}", {{"x", ok_depth}});
+  EXPECT_EQ(r, "122 True");
+}
+
+// The deepest nesting the limits allow (expressions inside blocks inside recursive macros)
+// ends in an error naming the limit on a thread with a 4 MiB stack (Release needs under
+// 512 KiB, ASan about 3 MiB): the depth limits, not the stack size, stop it.
+TEST(JinjaLimits, DeepestAllowedNestingFitsASmallStack) {
+  std::string expr = repeat("(", 120) + "n" + repeat(" + 1)", 120);
+  std::string t = "{% macro f(n) %}" + repeat("{% if true %}", 60) + "{{ f(" + expr + ") }}" +
+                  repeat("{% endif %}", 60) + "{% endmacro %}{{ f(0) }}{{ " + repeat("not ", 120) + "x }}";
+  struct Job {
+    std::string tmpl, result;
+  } job{t, ""};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, size_t{4} << 20);
+  pthread_t th;
+  auto body = [](void* p) -> void* {
+    auto* j = static_cast<Job*>(p);
+    j->result = render(j->tmpl);
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&th, &attr, body, &job), 0);
+  pthread_join(th, nullptr);
+  pthread_attr_destroy(&attr);
+  EXPECT_NE(job.result.find("max_eval_depth"), std::string::npos) << job.result.substr(0, 200);
+}
+
+TEST(JinjaLimits, ManyMessagesRenderInLinearTime) {
+  // Variable lookups and subscripts share storage instead of copying, so a template that
+  // indexes `messages` once per message stays linear in the number of messages.
+  const char* t =
+      "{%- for m in messages %}{%- if loop.first or messages[loop.index0 - 1].role != m.role %}<{{ m.role }}>"
+      "{%- endif %}{{ m.content }}{%- if loop.last or messages[loop.index0 + 1].role != m.role %}</>{% endif %}"
+      "{%- endfor %}";
+  json msgs = json::array();
+  for (int i = 0; i < 20000; ++i) msgs.push_back({{"role", i % 3 ? "tool" : "user"}, {"content", "c"}});
+  auto t0 = std::chrono::steady_clock::now();
+  std::string r = render(t, {{"messages", msgs}});
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // 20000 contents, and 13334 alternating runs of user/tool each wrapped in 9 bytes of tags.
+  EXPECT_EQ(r.size(), 20000u + 13334u * 9u) << r.substr(0, 100);
+  EXPECT_LT(s, 20.0);  // ~0.1 s idle; copying `messages` per lookup took minutes
 }
 
 }  // namespace
