@@ -1,5 +1,7 @@
 #include "serve/unicode.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -133,6 +135,25 @@ size_t utf8_invalid_offset(std::string_view s) {
     i += len;
   }
   return std::string_view::npos;
+}
+
+bool is_letter(char32_t cp) {
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_number(char32_t cp) {
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+      return true;
+    default:
+      return false;
+  }
 }
 
 bool is_whitespace(char32_t cp) {

@@ -26,6 +26,8 @@ std::string utf8_sanitize(std::string_view s);
 // valid UTF-8 (overlong forms, surrogates and code points past U+10FFFF are invalid).
 size_t utf8_invalid_offset(std::string_view s);
 
+bool is_letter(char32_t cp);  // Unicode general category L* (utf8proc)
+bool is_number(char32_t cp);  // Unicode general category N* (utf8proc)
 bool is_whitespace(char32_t cp);  // Unicode White_Space (Oniguruma's and Rust's \s)
 
 // GPT-2 bytes_to_unicode(): byte -> code point of a printable character.
