@@ -10,7 +10,7 @@ std::string describe(httplib::Error e) {
   switch (e) {
     case httplib::Error::Connection: return "cannot connect (refused or unreachable)";
     case httplib::Error::ConnectionTimeout: return "connect timed out";
-    case httplib::Error::Read: return "no answer (read failed or timed out)";
+    case httplib::Error::Read: return "connection closed, reset or silent past the read timeout";
     case httplib::Error::Write: return "sending the request failed";
     case httplib::Error::Canceled: return "cancelled";
     default: return httplib::to_string(e);
@@ -28,8 +28,8 @@ void set_timeouts(httplib::Client* cli, int timeout_ms) {
 UpstreamCall::UpstreamCall(const std::string& host, int port, UpstreamTimeouts t)
     : where_(host + ":" + std::to_string(port)), cli_(std::make_unique<httplib::Client>(host, port)) {
   cli_->set_connection_timeout(t.connect_ms / 1000, (t.connect_ms % 1000) * 1000);
-  cli_->set_read_timeout(t.read_s, 0);
-  cli_->set_write_timeout(t.write_s, 0);
+  cli_->set_read_timeout(t.read_ms / 1000, (t.read_ms % 1000) * 1000);
+  cli_->set_write_timeout(t.write_ms / 1000, (t.write_ms % 1000) * 1000);
   cli_->set_keep_alive(false);
   cli_->set_tcp_nodelay(true);
 }
@@ -43,6 +43,7 @@ void UpstreamCall::cancel() {
 }
 
 UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& body,
+                                   const std::vector<std::pair<std::string, std::string>>& headers,
                                    const std::function<bool(const UpstreamHead&)>& on_head,
                                    const std::function<bool(const char*, size_t)>& on_data) {
   UpstreamOutcome out;
@@ -53,6 +54,7 @@ UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& b
   req.body = body;
   req.headers.emplace("Content-Type", "application/json");
   req.headers.emplace("Accept", "application/json, text/event-stream");
+  for (const auto& [k, v] : headers) req.headers.emplace(k, v);
   req.response_handler = [&](const httplib::Response& r) {
     out.responded = true;
     UpstreamHead h;

@@ -244,6 +244,7 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
     ti.logprob = s.logprob;
     ti.top = std::move(s.top_logprobs);
     e.tokens.push_back(std::move(ti));
+    e.rng_draws = r->sampler.draws();
     if (r->output.n_generated() == 1) {
       r->t_first = now;
       if (metrics_) metrics_->ttft.observe(now - r->t_arrival);
