@@ -35,6 +35,7 @@ struct ServeFlags {
   int worker_restarts = 5;  // per worker per minute; 0: never
   double upstream_idle_timeout_s = 15;  // front end: an attention worker silent this long mid-request stalled
   double failover_timeout_s = 30;       // front end: how long a request may wait to continue elsewhere
+  std::string failover_replay = "exact";  // front end: how a continuation recomputes generated tokens
 };
 
 RestartPolicy restart_policy(const ServeFlags& f) {
@@ -55,6 +56,7 @@ serve::FrontendOptions frontend_options(const ServeFlags& f) {
   fo.max_context = f.service.max_context;
   fo.proxy.idle_timeout_s = f.upstream_idle_timeout_s;
   fo.proxy.failover_timeout_s = f.failover_timeout_s;
+  fo.proxy.exact_replay = f.failover_replay == "exact";
   return fo;
 }
 
@@ -275,6 +277,13 @@ void register_serve(CLI::App& app) {
                   "another worker to continue it (then 503, or an error event if the client has bytes already)")
       ->check(CLI::Range(0.0, 3600.0))
       ->envname("AFD_FAILOVER_TIMEOUT_S")
+      ->capture_default_str();
+  cmd->add_option("--failover-replay", f->failover_replay,
+                  "Front end: how the worker continuing a request recomputes the tokens generated before: 'exact' "
+                  "(one per step, as decoding computed them: the text equals an unfaulted run's) or 'prefill' (one "
+                  "pass, faster for long outputs; a near tie may later go another way)")
+      ->check(CLI::IsMember({"exact", "prefill"}))
+      ->envname("AFD_FAILOVER_REPLAY")
       ->capture_default_str();
   cmd->add_flag("--in-process", f->in_process,
                 "--topology xAyF: run the attention engines and FFN workers as threads of this one process")

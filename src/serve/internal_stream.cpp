@@ -84,6 +84,7 @@ std::string encode_control(const InternalControl& c) {
             {"seed", c.seed},
             {"generated", c.generated},
             {"rng", c.rng_draws},
+            {"replay", c.replay_exact ? "exact" : "prefill"},
             {"keepalive_ms", c.keepalive_ms}};
   return j.dump();
 }
@@ -95,7 +96,8 @@ Result<InternalBody> split_internal_body(std::string_view raw) {
   AFD_ASSIGN_OR_RETURN(json j, parse_bounded(raw.substr(0, nl), 2, "internal stream control line"));
   const std::string what = "internal stream control line";
   for (const auto& [k, v] : j.items()) {
-    if (k != "prompt" && k != "max_tokens" && k != "seed" && k != "generated" && k != "rng" && k != "keepalive_ms")
+    if (k != "prompt" && k != "max_tokens" && k != "seed" && k != "generated" && k != "rng" && k != "replay" &&
+        k != "keepalive_ms")
       return invalid_argument(what + ": unknown field '" + k + "'");
   }
   InternalBody out;
@@ -113,6 +115,11 @@ Result<InternalBody> split_internal_body(std::string_view raw) {
   c.rng_draws = 0;
   if (j.contains("rng")) {
     AFD_ASSIGN_OR_RETURN(c.rng_draws, unsigned_field(j, "rng", what));
+  }
+  if (j.contains("replay")) {
+    if (j["replay"] != "exact" && j["replay"] != "prefill")
+      return invalid_argument(what + ": 'replay' must be \"exact\" or \"prefill\"");
+    c.replay_exact = j["replay"] == "exact";
   }
   AFD_ASSIGN_OR_RETURN(uint64_t keepalive, unsigned_field(j, "keepalive_ms", what));
   if (keepalive < 10 || keepalive > 600000)

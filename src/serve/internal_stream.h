@@ -39,6 +39,10 @@ struct InternalControl {
   uint64_t seed = 0;               // sampling seed (the client's, or the front end's default)
   std::vector<int32_t> generated;  // continuation: tokens the client already has, in order
   uint64_t rng_draws = 0;          // continuation: Sampler::draws() after `generated`
+  // continuation: recompute `generated` one token per step, as decode computed them (exact:
+  // the logits that follow are bit for bit the original's), or in one prefill with the
+  // prompt (faster; a near tie may then go the other way later on).
+  bool replay_exact = true;
   int64_t keepalive_ms = 1000;     // send ": ping" after this long without writing
 };
 

@@ -40,7 +40,7 @@ std::string ProxyOutput::add(const StreamEvent& e) {
   return out;
 }
 
-InternalControl ProxyOutput::control(int64_t keepalive_ms) const {
+InternalControl ProxyOutput::control(int64_t keepalive_ms, bool replay_exact) const {
   InternalControl c;
   c.prompt = prompt_;
   c.max_tokens = max_tokens_;
@@ -48,6 +48,7 @@ InternalControl ProxyOutput::control(int64_t keepalive_ms) const {
   c.generated = generated_;
   c.rng_draws = rng_draws_;
   c.keepalive_ms = keepalive_ms;
+  c.replay_exact = replay_exact;
   return c;
 }
 

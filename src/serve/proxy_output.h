@@ -32,8 +32,9 @@ class ProxyOutput {
   // ("" for a non-streaming request, whose answer is body()).
   std::string add(const StreamEvent& e);
   bool finished() const { return finished_; }
-  // The control line of the next attempt: a continuation after the tokens added so far.
-  InternalControl control(int64_t keepalive_ms) const;
+  // The control line of the next attempt: a continuation after the tokens added so far
+  // (InternalControl::replay_exact as given).
+  InternalControl control(int64_t keepalive_ms, bool replay_exact = true) const;
   int64_t n_generated() const { return static_cast<int64_t>(generated_.size()); }
   // Whether anything of the answer exists yet (a token or the end).
   bool started() const { return !generated_.empty() || finished_; }

@@ -128,7 +128,7 @@ bool ProxySession::start_attempt() {
     att_ = a;
     if (cancelled_) a->call->cancel();
   }
-  std::string body = encode_control(out_.control(pool_.policy.keepalive_ms())) + "\n" + body_;
+  std::string body = encode_control(out_.control(pool_.policy.keepalive_ms(), pool_.policy.exact_replay)) + "\n" + body_;
   std::thread([a, path = path_, body = std::move(body)] {
     auto on_head = [a](const UpstreamHead& h) {
       std::lock_guard<std::mutex> l(a->mu);

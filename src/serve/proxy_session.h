@@ -53,6 +53,10 @@ struct ProxyPolicy {
   // After a worker fails mid-request, how long the request may wait for another to take it over.
   double failover_timeout_s = 30;
   int retry_after_s = 1;
+  // How a continuation recomputes the generated tokens (InternalControl::replay_exact): one
+  // per step, bit for bit as the original did (true), or in one prefill (faster; a near tie
+  // may later go another way than in an unfaulted run).
+  bool exact_replay = true;
   // The keep-alive interval asked of workers: a quarter of the idle timeout, in [10, 2000] ms.
   int64_t keepalive_ms() const;
 };

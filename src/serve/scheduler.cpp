@@ -194,6 +194,8 @@ std::vector<BatchItem> Scheduler::form_batch(std::vector<SeqRequest*>* order) {
       bool decode = remaining == 1 && r->n_computed > 0;
       if ((pass == 0) != decode || remaining <= 0) continue;
       int64_t n_new = std::min(remaining, budget);
+      if (r->n_computed < r->replay_end)
+        n_new = std::min(n_new, r->n_computed < r->n_prompt ? r->n_prompt - r->n_computed : int64_t{1});
       while (!engine_->can_append(r->seq_id, n_new)) {
         if (!preempt_one(r)) break;
       }

@@ -46,6 +46,7 @@ Status apply_resume(const InternalControl& c, SeqRequest* r) {
   if (c.generated.empty() && c.rng_draws == 0) return Status::ok();
   AFD_RETURN_IF_ERROR(r->output.replay(c.generated));
   r->tokens.insert(r->tokens.end(), c.generated.begin(), c.generated.end());
+  if (c.replay_exact) r->replay_end = static_cast<int64_t>(r->tokens.size());
   r->sampler.skip(c.rng_draws);
   return Status::ok();
 }

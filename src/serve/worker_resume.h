@@ -22,11 +22,13 @@ namespace afd::serve {
 Result<GenerationRequest> parse_internal_request(Endpoint ep, const InternalBody& b, const Tokenizer& tok,
                                                  const ChatTemplate* chat, const RequestLimits& limits);
 
-// A continuation (c.generated non-empty): appends the generated tokens to r's tokens (the
-// scheduler prefills prompt + generated), replays them through r's output state without
-// emitting their text (OutputProcessor::replay) and moves its sampler to c.rng_draws. From
-// then on r produces exactly the events the original sequence would have produced after
-// those tokens; its usage counts the prompt and every generated token. Call before submit().
+// A continuation (c.generated non-empty): appends the generated tokens to r's tokens, for
+// the scheduler to recompute (with c.replay_exact: the prompt as a prefill, then one
+// generated token per step, SeqRequest::replay_end), replays them through r's output state
+// without emitting their text (OutputProcessor::replay) and moves its sampler to
+// c.rng_draws. From then on r produces exactly the events the original sequence would have
+// produced after those tokens; its usage counts the prompt and every generated token. Call
+// before submit().
 Status apply_resume(const InternalControl& c, SeqRequest* r);
 
 // Writes ch's events in the internal format (encode_event) through write, and kKeepAlive
