@@ -6,7 +6,7 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libspdlog-dev libfmt-dev
       libopenblas-dev libucx-dev ucx-utils
       clang libclang-rt-14-dev
-      python3 python3-numpy python3-torch
+      python3 python3-numpy python3-torch python3-pytest
       curl iproute2)
 # Node.js + npm (for the OpenAI-client e2e test): Debian's packages unless a node with
 # npm is already installed (e.g. a distribution that bundles npm into nodejs).
