@@ -70,7 +70,8 @@ ProxySession::ProxySession(const ProxyPool& pool, std::string path, const Genera
       load_(static_cast<int64_t>(g.prompt.size()) + g.max_tokens),
       name_(meta.id),
       out_(std::move(meta), pool.tokenizer, g),
-      tried_(pool.workers.size(), false) {}
+      tried_(pool.workers.size(), false),
+      failed_on_(pool.workers.size(), false) {}
 
 ProxySession::~ProxySession() {
   cancel();
@@ -98,8 +99,16 @@ void ProxySession::drop_attempt(bool cancel_call) {
 bool ProxySession::start_attempt() {
   const auto now = clock::now();
   if (now < next_try_) return false;
+  // Not yet accepted: each worker once. A continuation: the workers it has not failed on,
+  // else any that is up (e.g. the failed one, restarted).
   std::vector<bool> eligible(pool_.workers.size());
-  for (size_t i = 0; i < eligible.size(); ++i) eligible[i] = pool_.workers[i]->up.load() && (accepted_ || !tried_[i]);
+  bool any = false;
+  for (size_t i = 0; i < eligible.size(); ++i) {
+    eligible[i] = pool_.workers[i]->up.load() && (accepted_ ? !failed_on_[i] : !tried_[i]);
+    any = any || eligible[i];
+  }
+  if (accepted_ && !any)
+    for (size_t i = 0; i < eligible.size(); ++i) eligible[i] = pool_.workers[i]->up.load();
   const int wi = pool_.router->place(prompt_, eligible);
   if (wi < 0) return false;
   tried_[wi] = true;
@@ -170,6 +179,7 @@ void ProxySession::fail_attempt(const std::string& why, bool stalled) {
   }
   if (!a) return;
   FrontendWorker& w = *a->w;
+  failed_on_[static_cast<size_t>(w.index)] = true;
   w.failures.fetch_add(1);
   if (stalled) pool_.counters->stalls.fetch_add(1);
   last_failure_ = "attention worker " + std::to_string(w.index) + " at " + w.address + " " + why;
@@ -213,6 +223,7 @@ ProxySession::Step ProxySession::answer_refusal(int status, const std::string& c
   if (status == 503 || (status == 429 && accepted_)) {
     // It refused (draining, shutting down, its FFN worker lost or stalled; or, for a
     // continuation, a full queue): another worker may take the request whole.
+    if (a) failed_on_[static_cast<size_t>(a->w->index)] = true;
     if (status == 503 && a && a->w->up.exchange(false)) {
       a->w->set_why_down("answered 503: " + why);
       spdlog::info("front end: attention worker {} at {} refused a request (503); trying another", a->w->index,

@@ -13,7 +13,8 @@
 // The failed worker is marked down until its /health says otherwise. A request no worker has
 // accepted yet is placed on the next one not tried, and answered 503 when none is left (as
 // before failover existed). A request a worker had accepted is continued on a worker that is
-// up — prompt + generated tokens, same max_tokens, seed and sampler position — waiting up to
+// up, one it has not failed on if there is such — prompt + generated tokens, same max_tokens,
+// seed and sampler position — waiting up to
 // policy.failover_timeout_s for one (then: 503 + Retry-After if the client has no byte yet,
 // else an error event); the client sees one answer, as from an unfaulted run. Errors that
 // are the request's own or the FFN side's (400, 429, a failed forward pass) end it as they
@@ -133,7 +134,8 @@ class ProxySession {
   const int64_t load_;  // prompt + max_tokens: what the request weighs on a worker
   const std::string name_;  // the response id, for the log
   ProxyOutput out_;
-  std::vector<bool> tried_;  // workers tried before any accepted the request
+  std::vector<bool> tried_;      // workers tried before any accepted the request
+  std::vector<bool> failed_on_;  // workers an attempt of this request failed on
   bool accepted_ = false;    // a worker answered 200 and began the stream
   bool retrying_ = false;    // the next placement repeats one (counted as a retry or failover)
   std::optional<std::chrono::steady_clock::time_point> failover_deadline_;
