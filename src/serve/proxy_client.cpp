@@ -26,7 +26,7 @@ void set_timeouts(httplib::Client* cli, int timeout_ms) {
 }  // namespace
 
 UpstreamCall::UpstreamCall(const std::string& host, int port, UpstreamTimeouts t)
-    : where_(host + ":" + std::to_string(port)), cli_(std::make_unique<httplib::Client>(host, port)) {
+    : cli_(std::make_unique<httplib::Client>(host, port)) {
   cli_->set_connection_timeout(t.connect_ms / 1000, (t.connect_ms % 1000) * 1000);
   cli_->set_read_timeout(t.read_ms / 1000, (t.read_ms % 1000) * 1000);
   cli_->set_write_timeout(t.write_ms / 1000, (t.write_ms % 1000) * 1000);
@@ -90,8 +90,7 @@ UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& b
   } else if (by_callback || cancelled) {
     out.cancelled = true;
   } else {
-    out.error = unavailable("attention worker " + where_ + ": " + describe(err) +
-                            (out.responded ? " (mid-response)" : ""));
+    out.error = unavailable(describe(err) + (out.responded ? " (mid-response)" : ""));
   }
   return out;
 }

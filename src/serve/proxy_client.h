@@ -37,7 +37,7 @@ struct UpstreamOutcome {
   bool responded = false;  // a status line arrived: the worker took the request
   bool completed = false;  // the whole body arrived
   bool cancelled = false;  // a callback or cancel() ended the exchange
-  Status error;            // why it did not complete (when !completed && !cancelled)
+  Status error;            // why it did not complete (when !completed && !cancelled); names no address
 };
 
 class UpstreamCall {
@@ -58,7 +58,6 @@ class UpstreamCall {
   void cancel();
 
  private:
-  std::string where_;
   std::unique_ptr<httplib::Client> cli_;
   std::mutex mu_;
   bool cancelled_ = false;

@@ -179,24 +179,30 @@ void ProxySession::fail_attempt(const std::string& why, bool stalled) {
   }
   if (!a) return;
   FrontendWorker& w = *a->w;
-  failed_on_[static_cast<size_t>(w.index)] = true;
   w.failures.fetch_add(1);
   if (stalled) pool_.counters->stalls.fetch_add(1);
   last_failure_ = "attention worker " + std::to_string(w.index) + " at " + w.address + " " + why;
   if (w.up.exchange(false)) w.set_why_down(why);
-  if (accepted_) {
+  if (accepted_)
     spdlog::warn("front end: {}: {}; continuing it elsewhere after {} generated tokens", name_, last_failure_,
                  out_.n_generated());
-    if (!failover_deadline_) failover_deadline_ = clock::now() + std::chrono::duration_cast<clock::duration>(
-                                                      std::chrono::duration<double>(pool_.policy.failover_timeout_s));
+  else
+    spdlog::warn("front end: {}: {}; trying another worker", name_, last_failure_);
+  after_failure(w);
+  drop_attempt(true);
+}
+
+void ProxySession::after_failure(const FrontendWorker& w) {
+  failed_on_[static_cast<size_t>(w.index)] = true;
+  if (accepted_) {
+    if (!failover_deadline_)
+      failover_deadline_ = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                              std::chrono::duration<double>(pool_.policy.failover_timeout_s));
     // Back off between continuations that keep failing (50 ms, doubling to 1 s).
     next_try_ = clock::now() + std::chrono::milliseconds(std::min(1000, 50 << std::min(failures_in_a_row_, 5)));
-  } else {
-    spdlog::warn("front end: {}: {}; trying another worker", name_, last_failure_);
   }
   ++failures_in_a_row_;
   retrying_ = true;
-  drop_attempt(true);
 }
 
 ProxySession::Step ProxySession::failed(int status, const std::string& message, bool retry_after) {
@@ -220,24 +226,17 @@ ProxySession::Step ProxySession::answer_refusal(int status, const std::string& c
     std::lock_guard<std::mutex> l(att_mu_);
     a = att_;
   }
-  if (status == 503 || (status == 429 && accepted_)) {
+  if (a && (status == 503 || (status == 429 && accepted_))) {
     // It refused (draining, shutting down, its FFN worker lost or stalled; or, for a
     // continuation, a full queue): another worker may take the request whole.
-    if (a) failed_on_[static_cast<size_t>(a->w->index)] = true;
-    if (status == 503 && a && a->w->up.exchange(false)) {
-      a->w->set_why_down("answered 503: " + why);
-      spdlog::info("front end: attention worker {} at {} refused a request (503); trying another", a->w->index,
-                   a->w->address);
+    FrontendWorker& w = *a->w;
+    if (status == 503 && w.up.exchange(false)) {
+      w.set_why_down("answered 503: " + why);
+      spdlog::info("front end: attention worker {} at {} refused a request (503); trying another", w.index,
+                   w.address);
     }
-    last_failure_ = "attention worker " + std::to_string(a ? a->w->index : -1) + " answered " +
-                    std::to_string(status) + ": " + why;
-    if (accepted_ && !failover_deadline_)
-      failover_deadline_ = clock::now() + std::chrono::duration_cast<clock::duration>(
-                                              std::chrono::duration<double>(pool_.policy.failover_timeout_s));
-    if (accepted_)
-      next_try_ = clock::now() + std::chrono::milliseconds(std::min(1000, 50 << std::min(failures_in_a_row_, 5)));
-    ++failures_in_a_row_;
-    retrying_ = true;
+    last_failure_ = "attention worker " + std::to_string(w.index) + " answered " + std::to_string(status) + ": " + why;
+    after_failure(w);
     drop_attempt(false);
     return {};
   }
@@ -267,7 +266,7 @@ ProxySession::Step ProxySession::advance(std::chrono::milliseconds wait) {
                     true);
     }
     if (!start_attempt()) {
-      if (!accepted_ && clock::now() >= next_try_) {
+      if (!accepted_) {
         pool_.counters->unavailable.fetch_add(1);
         const int up = workers_up(pool_.workers);
         return failed(503,
@@ -337,9 +336,8 @@ ProxySession::Step ProxySession::advance(std::chrono::milliseconds wait) {
   if (a->finished) {
     const UpstreamOutcome o = a->outcome;
     l.unlock();
-    if (o.cancelled) return failed(503, "the server is shutting down", true);
-    fail_attempt(!o.responded ? o.error.message() : "ended the stream before the request's end (" +
-                                                       (o.completed ? std::string("closed") : o.error.message()) + ")",
+    const std::string how = o.completed ? "the response ended" : o.error.message();
+    fail_attempt((o.responded ? "ended the stream before the request's end: " : "failed before answering: ") + how,
                  false);
     return {};
   }

@@ -122,6 +122,9 @@ class ProxySession {
   bool start_attempt();
   // The current attempt failed for `why`: leave the worker, mark it down, go on elsewhere.
   void fail_attempt(const std::string& why, bool stalled);
+  // After any failed attempt on w: w is not chosen again for this request while another
+  // worker is up; a continuation waits with back-off, within the failover deadline.
+  void after_failure(const FrontendWorker& w);
   // Releases the current attempt's load (and closes its connection when cancel_call).
   void drop_attempt(bool cancel_call);
   Step failed(int status, const std::string& message, bool retry_after);
