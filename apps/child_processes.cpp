@@ -7,11 +7,25 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "core/log.h"
 
 namespace afd::cli {
+
+RestartDecision plan_restart(const RestartPolicy& p, int prev_delay_ms, int64_t uptime_ms, int restarts_last_minute) {
+  if (p.max_per_minute <= 0 || restarts_last_minute >= p.max_per_minute) return {};
+  const double lo = std::max(0, p.backoff_ms);
+  const double hi = std::max(lo, static_cast<double>(p.max_backoff_ms));
+  double d = lo;
+  if (prev_delay_ms > 0 && p.half_life_ms > 0) {
+    const double ran = static_cast<double>(std::max<int64_t>(0, uptime_ms));
+    d = 2.0 * prev_delay_ms * std::exp2(-ran / p.half_life_ms);
+  }
+  return {true, static_cast<int>(std::lround(std::clamp(d, lo, hi)))};
+}
 
 Result<int> ChildProcesses::reserve_port() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -100,31 +114,44 @@ void ChildProcesses::on_exit(Child& c, int st, const RestartPolicy& policy) {
   const std::string what = c.name + " (process " + std::to_string(c.pid) + ") exited (" +
                            (WIFSIGNALED(st) ? "signal " + std::to_string(WTERMSIG(st))
                                             : "status " + std::to_string(WEXITSTATUS(st))) + ")";
-  spdlog::error("{}", what);
   if (on_startup_failure_ && !ready_) {
+    spdlog::error("{}", what);
     if (!startup_failed_) on_startup_failure_(what + " before the bundle came up (its error is logged above)");
     startup_failed_ = true;
     return;
   }
-  if (policy.max_per_minute <= 0) return;
   const auto now = clock::now();
   std::erase_if(c.restarts, [&](clock::time_point t) { return now - t > std::chrono::minutes(1); });
-  if (static_cast<int>(c.restarts.size()) >= policy.max_per_minute) {
-    spdlog::error("{} exited {} times within a minute: not restarting it again", c.name, c.restarts.size() + 1);
+  const int64_t uptime_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - c.started).count();
+  const RestartDecision d = plan_restart(policy, c.delay_ms, uptime_ms, static_cast<int>(c.restarts.size()));
+  if (!d.restart) {
+    lose(c, what + " and is not restarted: " +
+                (policy.max_per_minute <= 0
+                     ? std::string("restarts are off")
+                     : "restarts exhausted (restarted " + std::to_string(c.restarts.size()) +
+                           (c.restarts.size() == 1 ? " time" : " times") + " in the last minute, the limit)"));
     return;
   }
-  // A child that ran for a minute starts over at the initial backoff.
-  c.backoff_ms = now - c.started > std::chrono::minutes(1) || c.backoff_ms == 0
-                     ? policy.backoff_ms
-                     : std::min(policy.max_backoff_ms, c.backoff_ms * 2);
+  c.delay_ms = d.delay_ms;
   c.pending = true;
-  c.restart_at = now + std::chrono::milliseconds(c.backoff_ms);
-  spdlog::warn("restarting {} in {} ms", c.name, c.backoff_ms);
+  c.restart_at = now + std::chrono::milliseconds(d.delay_ms);
+  spdlog::error("{} after running {:.1f} s: restarting it in {} ms", what, static_cast<double>(uptime_ms) * 1e-3,
+                d.delay_ms);
 }
 
-void ChildProcesses::watch(RestartPolicy policy, std::function<void(const std::string&)> on_startup_failure) {
+void ChildProcesses::lose(Child& c, const std::string& why) {
+  if (c.lost) return;
+  c.lost = true;
+  c.lost_why = why;
+  spdlog::error("{}", why);
+  if (on_lost_) on_lost_(why);
+}
+
+void ChildProcesses::watch(RestartPolicy policy, std::function<void(const std::string&)> on_startup_failure,
+                           std::function<void(const std::string&)> on_lost) {
   if (watcher_.joinable()) return;
   on_startup_failure_ = std::move(on_startup_failure);
+  on_lost_ = std::move(on_lost);
   watcher_ = std::thread([this, policy] {
     while (!stopping_) {
       {
@@ -134,7 +161,7 @@ void ChildProcesses::watch(RestartPolicy policy, std::function<void(const std::s
             c.pending = false;
             auto pid = start(c.args, c.name, c.restarts_total + 1);
             if (!pid.ok()) {
-              spdlog::error("cannot restart {}: {}", c.name, pid.status().to_string());
+              lose(c, c.name + " could not be restarted: " + pid.status().to_string());
               continue;
             }
             c.pid = *pid;
@@ -157,7 +184,15 @@ void ChildProcesses::watch(RestartPolicy policy, std::function<void(const std::s
 std::vector<ChildProcesses::ChildState> ChildProcesses::states() {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<ChildState> out;
-  for (const Child& c : children_) out.push_back({c.name, c.exits, c.restarts_total, !c.reaped});
+  for (const Child& c : children_) out.push_back({c.name, c.exits, c.restarts_total, !c.reaped, c.lost, c.lost_why});
+  return out;
+}
+
+std::string ChildProcesses::lost() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string out;
+  for (const Child& c : children_)
+    if (c.lost) out += (out.empty() ? "" : "; ") + c.lost_why;
   return out;
 }
 

@@ -10,8 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_e2e.h"
 #include "commands.h"
 #include "core/log.h"
+#include "core/stats.h"
 #include "core/timer.h"
 #include "engine_flags.h"
 #include "local_ffn.h"
@@ -31,7 +33,11 @@ struct BenchFlags {
   EngineFlags engine;
   std::string batches = "1,8,32,128";
   std::string contexts = "512,4096";
-  int steps = 5;
+  int steps = 20;
+  bool e2e = false;          // --e2e: the real generate loop instead of synthetic steps
+  int64_t e2e_tokens = 64;
+  int64_t e2e_prompt = 128;
+  float e2e_temperature = 0.0f;
   bool json = false;
   bool per_layer = false;
   bool per_worker = false;
@@ -110,9 +116,12 @@ double peak_rss_bytes() {
 }
 
 struct Point {
+  // step_s is the median timed step; stage times, costs and per-worker counts are those of
+  // that step. steps_s holds every timed step, in order.
   double step_s = 0, ffn_s = 0, attn_s = 0, comm_s = 0, bytes = 0, flops = 0, expert_flops = 0;
-  std::vector<LayerStageTimes> layers;  // of the best step
-  // Of the best step (empty without a bundle): tokens each attention engine ran; per FFN
+  std::vector<double> steps_s;
+  std::vector<LayerStageTimes> layers;  // of the median step
+  // Of the median step (empty without a bundle): tokens each attention engine ran; per FFN
   // worker (in-process, or --spawn-ffn processes through their /metrics), the tokens it
   // computed per layer (averaged over the layers; a token reaches every worker holding one
   // of its top-k experts, and every TP rank of a group) and its (token, expert) pairs per
@@ -151,7 +160,8 @@ FfnCounts ffn_counts(DataParallelEngine* dp, const std::vector<serve::MetricsTar
   return c;
 }
 
-// Best decode step of `batch` sequences at context `ctx` over `steps` timed steps.
+// Decode steps of `batch` sequences at context `ctx`: one warm-up step, then `steps` timed
+// ones; the Point describes the median step and carries every step's time.
 // remote_ffn: the /metrics of --spawn-ffn workers, for their per-worker counts.
 Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int64_t batch, int64_t ctx, int steps,
               const std::vector<serve::MetricsTarget>& remote_ffn = {}) {
@@ -174,8 +184,7 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
   auto* dp = dynamic_cast<DataParallelEngine*>(&e);  // null: no in-process bundle, no per-worker counts
   int64_t n_moe = 0;  // layers with routed experts
   for (const LayerWeights& L : w->layers) n_moe += L.moe.experts.empty() ? 0 : 1;
-  Point best;
-  best.step_s = 1e30;
+  std::vector<Point> timed;
   for (int step = 0; step <= steps; ++step) {  // step 0 warms up
     for (int64_t i = 0; i < batch; ++i) items[i] = BatchItem{seqs[i], std::span<const int32_t>(&last[i], 1), false};
     const FfnCounts ffn0 = ffn_counts(dp, remote_ffn);
@@ -191,17 +200,26 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
                          static_cast<double>(std::max<int64_t>(1, n_moe)));
     }
     for (int64_t i = 0; i < batch; ++i) last[i] = static_cast<int32_t>((last[i] * 31 + 7) % mc.vocab_size);
-    if (step > 0 && dt < best.step_s) {
-      StageTimes st = e.last_stage_times();
-      const size_t kv_tok = static_cast<size_t>(2 * mc.n_layers * mc.kv_dim()) *
-                            (o.precision == Precision::reference ? 4 : dtype_size(o.kv_dtype));
-      StepCost sc = step_cost(*w, batch, ctx + step, e.last_expert_reads(), kv_tok);
-      best = Point{dt,        st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, st.layers, {},
-                   ffn_tokens, ffn_rows};
-      if (dp != nullptr) best.attention_tokens.assign(dp->last_engine_tokens().begin(), dp->last_engine_tokens().end());
-    }
+    if (step == 0) continue;
+    StageTimes st = e.last_stage_times();
+    const size_t kv_tok = static_cast<size_t>(2 * mc.n_layers * mc.kv_dim()) *
+                          (o.precision == Precision::reference ? 4 : dtype_size(o.kv_dtype));
+    StepCost sc = step_cost(*w, batch, ctx + step, e.last_expert_reads(), kv_tok);
+    Point p{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, {}, st.layers, {},
+            ffn_tokens, ffn_rows};
+    if (dp != nullptr) p.attention_tokens.assign(dp->last_engine_tokens().begin(), dp->last_engine_tokens().end());
+    timed.push_back(std::move(p));
   }
-  return best;
+  std::vector<double> steps_s;
+  for (const Point& p : timed) steps_s.push_back(p.step_s);
+  // The median step (the lower one of an even count) describes the point.
+  std::vector<size_t> order(timed.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return timed[a].step_s < timed[b].step_s; });
+  Point med = timed[order[(order.size() - 1) / 2]];
+  med.step_s = quantile(steps_s, 0.5);
+  med.steps_s = std::move(steps_s);
+  return med;
 }
 
 // Touches every weight page once so the first timed steps do not pay page faults.
@@ -269,10 +287,15 @@ void run_bench(const BenchFlags& f) {
   const ModelConfig& mc = (*weights)->config;
   int64_t max_c = 0;
   for (int64_t c : *contexts) max_c = std::max(max_c, c);
-  if (mc.max_position_embeddings > 0 && max_c + f.steps + 2 > mc.max_position_embeddings)
+  if (!f.e2e && mc.max_position_embeddings > 0 && max_c + f.steps + 2 > mc.max_position_embeddings)
     fail("bench", out_of_range("--context " + std::to_string(max_c) + " exceeds max_position_embeddings " +
                                std::to_string(mc.max_position_embeddings)));
   prefault(**weights);
+  if (f.e2e) {
+    E2eSpec spec{*batches, f.e2e_tokens, f.e2e_prompt, f.e2e_temperature, f.rounds, f.json};
+    run_bench_e2e(*opt, *weights, spec);
+    return;
+  }
 
   // Machine limits, measured now on the same threads.
   double bw = 0, gemm = 0;
@@ -291,9 +314,11 @@ void run_bench(const BenchFlags& f) {
                 (long long)mc.n_experts_per_tok, (*weights)->matrix_bytes() / 1e9, f.engine.precision.c_str(),
                 f.engine.kv_dtype.c_str());
     std::printf("machine: read bandwidth %.1f GB/s, library GEMM %.1f GFLOP/s (measured now)\n", bw / 1e9, gemm / 1e9);
-    std::printf("%-6s %3s %7s %6s %7s %9s %9s %8s %8s %8s %8s %9s %8s %9s %6s %6s\n", "wiring", "mb", "delay", "batch",
-                "context", "tok/s", "step_ms", "vs_mono", "vs_d0", "MB/step", "bw_frac", "flop_frac", "ffn_ms",
-                "ffn_frac", "eta_A", "eta_F");
+    std::printf("steps: the median of %d timed steps per row (tok/s = batch / median step), with p90 and p99\n",
+                f.steps);
+    std::printf("%-6s %3s %7s %6s %7s %9s %9s %8s %8s %8s %8s %8s %8s %9s %8s %9s %6s %6s\n", "wiring", "mb", "delay",
+                "batch", "context", "tok/s", "step_ms", "p90_ms", "p99_ms", "vs_mono", "vs_d0", "MB/step", "bw_frac",
+                "flop_frac", "ffn_ms", "ffn_frac", "eta_A", "eta_F");
   }
   using RowKey = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t>;
   std::map<RowKey, RoundRatios> by_row;
@@ -314,6 +339,10 @@ void run_bench(const BenchFlags& f) {
                         {"context", ctx},
                         {"tokens_per_s", tps},
                         {"step_ms", p.step_s * 1e3},
+                        {"step_ms_p90", quantile(p.steps_s, 0.9) * 1e3},
+                        {"step_ms_p99", quantile(p.steps_s, 0.99) * 1e3},
+                        {"step_ms_min", quantile(p.steps_s, 0.0) * 1e3},
+                        {"step_ms_mean", summarize(p.steps_s).mean * 1e3},
                         {"vs_mono", mono_tps > 0 ? tps / mono_tps : 0.0},
                         {"vs_no_delay", nodelay_tps > 0 ? tps / nodelay_tps : 0.0},
                         {"bytes_per_step", p.bytes},
@@ -332,6 +361,9 @@ void run_bench(const BenchFlags& f) {
                         {"ffn_ms", l.ffn_s * 1e3},
                         {"f2a_ms", l.f2a_s * 1e3}});
     r["layers"] = layers;
+    nlohmann::json all_steps = nlohmann::json::array();
+    for (double t : p.steps_s) all_steps.push_back(t * 1e3);
+    r["step_times_ms"] = all_steps;
     // Tokens/s per worker (in-process bundles and --spawn-ffn workers): each attention
     // engine's share of the step; each FFN worker's tokens per layer (with top-k > 1 a token
     // reaches several workers, so they can sum past tok/s) and (token, expert) pairs per MoE
@@ -346,9 +378,10 @@ void run_bench(const BenchFlags& f) {
     r["ffn_expert_rows_per_s"] = per_s(p.ffn_expert_rows);
     rows.push_back(r);
     if (!f.json) {
-      std::printf("%-6s %3lld %7lld %6lld %7lld %9.1f %9.2f %8.3f %8.3f %8.1f %8.3f %9.3f %8.2f %9.3f %6.2f %6.2f\n",
+      std::printf(
+          "%-6s %3lld %7lld %6lld %7lld %9.1f %9.2f %8.2f %8.2f %8.3f %8.3f %8.1f %8.3f %9.3f %8.2f %9.3f %6.2f %6.2f\n",
                   wiring.c_str(), (long long)mb, (long long)dly, (long long)batch, (long long)ctx, tps, p.step_s * 1e3,
-                  r["vs_mono"].get<double>(), r["vs_no_delay"].get<double>(), p.bytes / 1e6,
+                  r["step_ms_p90"].get<double>(), r["step_ms_p99"].get<double>(), r["vs_mono"].get<double>(), r["vs_no_delay"].get<double>(), p.bytes / 1e6,
                   r["bandwidth_fraction"].get<double>(), r["flop_fraction"].get<double>(), p.ffn_s * 1e3,
                   r["ffn_flop_fraction"].get<double>(), r["eta_attention"].get<double>(), r["eta_ffn"].get<double>());
       if (f.per_worker && !p.attention_tokens.empty()) {
@@ -361,7 +394,7 @@ void run_bench(const BenchFlags& f) {
                     list(p.attention_tokens).c_str(), list(p.ffn_tokens).c_str(), list(p.ffn_expert_rows).c_str());
       }
       if (f.per_layer) {
-        // Per-layer stage times of the best step (docs/BENCHMARKS.md explains each stage).
+        // Per-layer stage times of the median step (docs/BENCHMARKS.md explains each stage).
         std::printf("  %5s %12s %9s %9s %9s\n", "layer", "attention_ms", "a2f_ms", "ffn_ms", "f2a_ms");
         for (size_t l = 0; l < p.layers.size(); ++l)
           std::printf("  %5zu %12.3f %9.3f %9.3f %9.3f\n", l, p.layers[l].attention_s * 1e3, p.layers[l].a2f_s * 1e3,
@@ -481,7 +514,17 @@ void register_bench(CLI::App& app) {
   f->engine.add_to(cmd);
   cmd->add_option("--batch", f->batches, "Comma-separated batch sizes");
   cmd->add_option("--context", f->contexts, "Comma-separated context lengths");
-  cmd->add_option("--steps", f->steps, "Timed decode steps per point (best is reported)")->check(CLI::Range(1, 1000000));
+  cmd->add_option("--steps", f->steps,
+                  "Timed decode steps per point (the median is reported, with p90 and p99; --e2e: unused)")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_flag("--e2e", f->e2e,
+                "End to end: the real generate loop (prefill, sampling, KV growth) for --tokens new tokens per "
+                "sequence, each --batch value a batch of --prompt-len-token prompts; reports decode step median/p90/p99 "
+                "and mean tokens/s");
+  cmd->add_option("--tokens", f->e2e_tokens, "--e2e: new tokens per sequence")->check(CLI::Range(2, 1000000));
+  cmd->add_option("--prompt-len", f->e2e_prompt, "--e2e: prompt tokens per sequence")->check(CLI::Range(1, 1000000));
+  cmd->add_option("--temperature", f->e2e_temperature, "--e2e: sampling temperature (0 = greedy)")
+      ->check(CLI::Range(0.0, 2.0));
   cmd->add_flag("--json", f->json, "Print JSON (rows always carry per-layer stage times)");
   cmd->add_flag("--per-layer", f->per_layer,
                 "Print each row's per-layer stage times (attention, A->F post, FFN, F->A wait)");

@@ -7,6 +7,7 @@
 #include "engine_flags.h"
 #include "local_ffn.h"
 #include "trace_output.h"
+#include "core/stats.h"
 #include "runtime/generate.h"
 
 namespace afd::cli {
@@ -65,10 +66,14 @@ void run_generate(const GenerateFlags& f) {
   }
   int64_t gen = 0;
   for (const auto& t : res->tokens) gen += static_cast<int64_t>(t.size());
-  std::fprintf(stderr, "afd generate: %zu prompts, %lld tokens; prefill %.3f s, decode %.3f s (%lld steps, %.1f tok/s)\n",
+  const SampleSummary st = summarize(res->decode_step_s);
+  std::fprintf(stderr,
+               "afd generate: %zu prompts, %lld tokens; prefill %.3f s, decode %.3f s (%lld steps, %.1f tok/s); "
+               "decode step ms median %.2f p90 %.2f p99 %.2f max %.2f\n",
                prompts.size(), static_cast<long long>(gen), res->prefill_s, res->decode_s,
                static_cast<long long>(res->decode_steps),
-               res->decode_s > 0 ? (gen - static_cast<double>(prompts.size())) / res->decode_s : 0.0);
+               res->decode_s > 0 ? (gen - static_cast<double>(prompts.size())) / res->decode_s : 0.0, st.median * 1e3,
+               st.p90 * 1e3, st.p99 * 1e3, st.max * 1e3);
 }
 }  // namespace
 

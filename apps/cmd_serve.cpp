@@ -33,10 +33,19 @@ struct ServeFlags {
   bool spawn_workers = false;
   bool in_process = false;
   int worker_restarts = 5;  // per worker per minute; 0: never
+  bool exit_on_worker_loss = false;
   double upstream_idle_timeout_s = 15;  // front end: an attention worker silent this long mid-request stalled
   double failover_timeout_s = 30;       // front end: how long a request may wait to continue elsewhere
   std::string failover_replay = "exact";  // front end: how a continuation recomputes generated tokens
 };
+
+// --exit-on-worker-loss where this command starts no worker process to lose.
+void refuse_exit_on_loss(const ServeFlags& f, const char* shape) {
+  if (f.exit_on_worker_loss)
+    fail("serve", invalid_argument(std::string("--exit-on-worker-loss: ") + shape +
+                                   " starts no worker process (it applies to --topology xAyF, --spawn-workers and "
+                                   "--spawn-ffn)"));
+}
 
 RestartPolicy restart_policy(const ServeFlags& f) {
   RestartPolicy p;
@@ -49,7 +58,7 @@ serve::FrontendOptions frontend_options(const ServeFlags& f) {
   fo.server.host = f.service.host;
   fo.server.port = f.service.port;
   fo.server.api_key = f.service.api_key;
-  fo.server.max_body_bytes = static_cast<size_t>(f.service.max_body);
+  fo.server.limits = f.service.http_limits();
   fo.server.http_threads = f.service.http_threads;
   fo.model_dir = f.engine.model_dir;
   fo.model_name = f.service.model_name;
@@ -91,6 +100,7 @@ void serve_topology_file(const ServeFlags& f) {
                                    "take --trace themselves)"));
   std::vector<std::string> trace_parts;
   ChildProcesses children;
+  if (!f.spawn_workers) refuse_exit_on_loss(f, "--topology-file without --spawn-workers");
   if (f.spawn_workers) {
     const std::string abs = std::filesystem::absolute(f.topology_file).string();
     for (const char* role : {"ffn", "attention"}) {
@@ -110,7 +120,7 @@ void serve_topology_file(const ServeFlags& f) {
     }
   }
   run_frontend("serve", std::move(fo), static_cast<int>(t->ffn.size()), &children, restart_policy(f),
-               f.service.drain_timeout_s);
+               f.service.drain_timeout_s, f.exit_on_worker_loss);
   if (Status s = merge_trace_parts("serve", trace, trace_parts, /*include_path=*/false); !s.is_ok()) fail("serve", s);
 }
 
@@ -186,8 +196,8 @@ void serve_spawned(const ServeFlags& f) {
     spdlog::info("started {} as process {} on {}", name, *pid, addr);
     fo.workers.push_back(addr);
   }
-  run_frontend("serve", std::move(fo), topo->n_ffn, &children, restart_policy(f),
-               f.service.drain_timeout_s);  // returns with the workers stopped
+  run_frontend("serve", std::move(fo), topo->n_ffn, &children, restart_policy(f), f.service.drain_timeout_s,
+               f.exit_on_worker_loss);  // returns with the workers stopped
   if (Status s = merge_trace_parts("serve", e.trace, trace_parts, /*include_path=*/false); !s.is_ok()) fail("serve", s);
 }
 
@@ -209,6 +219,7 @@ void run_serve(const ServeFlags& f) {
     if (!f.engine.trace.empty())
       fail("serve", invalid_argument("--trace with --attention-workers: the front end runs no engine; start the "
                                      "workers with --trace"));
+    refuse_exit_on_loss(f, "--attention-workers");
     serve::FrontendOptions fo = frontend_options(f);
     auto workers = parse_address_list("--attention-workers", f.attention_workers);
     if (!workers.ok()) fail("serve", workers.status());
@@ -220,14 +231,22 @@ void run_serve(const ServeFlags& f) {
   // --spawn-ffn: the topology's FFN workers as child processes (outlive the engines).
   if (f.engine.spawn_ffn && f.service.workers != 1)
     fail("serve", invalid_argument("--spawn-ffn hosts the topology's attention workers itself; use --workers 1"));
+  if (!f.engine.spawn_ffn) refuse_exit_on_loss(f, "in-process serving without --spawn-ffn");
   LocalFfnProcesses ffn_procs;
   if (Status s = ffn_procs.start(f.engine, &*opt, /*with_metrics=*/true); !s.is_ok()) fail("serve", s);
-  ffn_procs.watch(restart_policy(f));
+  ServiceExtras extras;
+  extras.federate = ffn_procs.metrics_targets();
+  extras.trace_path = f.engine.trace;
+  if (f.engine.spawn_ffn) {
+    extras.children = ffn_procs.children();
+    extras.restart = restart_policy(f);
+    extras.exit_on_worker_loss = f.exit_on_worker_loss;
+  }
   const int n = f.service.workers;
   run_engine_service("serve", f.service, *opt, "afd serve: model '{model}'",
                      " (" + std::to_string(n) + " worker" + (n > 1 ? "s" : "") + ")" +
                          (f.service.api_key.empty() ? "" : ", API key required"),
-                     ServiceExtras{ffn_procs.metrics_targets(), f.engine.trace});
+                     extras);
   if (opt->trace) {
     if (Status s = ffn_procs.merge_traces("serve", f.engine.trace); !s.is_ok()) fail("serve", s);
   }
@@ -262,9 +281,14 @@ void register_serve(CLI::App& app) {
       ->envname("AFD_SPAWN_WORKERS");
   cmd->add_option("--worker-restarts", f->worker_restarts,
                   "Worker processes this command started (--topology xAyF, --spawn-workers, --spawn-ffn) that exit "
-                  "are started again, at most this many times a minute each (0: never)")
+                  "are started again, at most this many times a minute each (0: never); past that a worker is lost: "
+                  "/health 503 names it")
       ->check(CLI::Range(0, 1000))
       ->envname("AFD_WORKER_RESTARTS");
+  cmd->add_flag("--exit-on-worker-loss", f->exit_on_worker_loss,
+                "When a worker process this command started is lost (its restarts are exhausted or off), drain and "
+                "exit with status 1, so a supervisor (systemd, Kubernetes) restarts the whole bundle")
+      ->envname("AFD_EXIT_ON_WORKER_LOSS");
   cmd->add_option("--upstream-idle-timeout-s", f->upstream_idle_timeout_s,
                   "Front end: an attention worker that sends nothing for this long while it holds a request (it "
                   "sends a token or a keep-alive at least every quarter of it) has stalled: the request continues "

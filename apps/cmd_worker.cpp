@@ -148,10 +148,12 @@ void run_attention(WorkerFlags f) {
                                     std::to_string(topo->n_attention) + ") of topology " + opt->topology));
   spdlog::info("attention worker {}/{}: waiting for FFN workers {}, then serving on {}", opt->attention_index,
                topo->n_attention, f.engine.ffn, f.listen);
+  ServiceExtras extras;
+  extras.trace_path = f.engine.trace;
   run_engine_service("worker", f.service, *opt,
                      "afd worker: attention worker " + std::to_string(opt->attention_index) + "/" +
                          std::to_string(topo->n_attention) + " serving model '{model}'",
-                     "", ServiceExtras{{}, f.engine.trace});
+                     "", extras);
 }
 
 // Fills the flags of worker `index` with role `role` from the topology file.

@@ -33,8 +33,9 @@ class LocalFfnProcesses {
   // also answers GET /metrics at one of metrics_targets().
   Status start(const EngineFlags& flags, EngineOptions* o, bool with_metrics = false);
   const std::vector<serve::MetricsTarget>& metrics_targets() const { return metrics_; }
-  // Logs a worker that exits and restarts it as `policy` says (ChildProcesses::watch).
-  void watch(RestartPolicy policy) { children_.watch(policy); }
+  // The worker processes, for watching them (ChildProcesses::watch; run_engine_service's
+  // ServiceExtras::children).
+  ChildProcesses* children() { return &children_; }
   // With --trace: stops the workers (each writes its part as it stops) and merges their
   // parts into `path` after what this process wrote there. No-op without spawned traces.
   Status merge_traces(const char* cmd, const std::string& path);

@@ -1,10 +1,13 @@
 #include "serve_stack.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <mutex>
 #include <thread>
 
 #include "core/log.h"
@@ -18,13 +21,77 @@
 namespace afd::cli {
 
 namespace {
+// Bytes on the pipe: a signal's number, kStopRequested (request_stop), or 0 (the
+// StopOnSignal is being destroyed).
 int g_signal_pipe[2] = {-1, -1};
+constexpr unsigned char kStopRequested = 255;
+std::mutex g_stop_mu;
+std::string g_stop_why;  // g_stop_mu: request_stop's reason
+
+bool signal_pipe_ready() {
+  static std::once_flag once;
+  static bool ok = false;
+  std::call_once(once, [] { ok = pipe2(g_signal_pipe, O_CLOEXEC) == 0; });
+  return ok;
+}
+
 extern "C" void on_stop_signal(int sig) {
   const unsigned char b = static_cast<unsigned char>(sig);
   ssize_t r = write(g_signal_pipe[1], &b, 1);
   (void)r;
 }
+
+// Replaced by the lost-worker text of the watched children, if any.
+class LossAwareEngine final : public Engine {
+ public:
+  LossAwareEngine(std::unique_ptr<Engine> inner, ChildProcesses* children)
+      : inner_(std::move(inner)), children_(children) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  Result<int64_t> create_sequence() override { return inner_->create_sequence(); }
+  void release_sequence(int64_t id) override { inner_->release_sequence(id); }
+  int64_t sequence_length(int64_t id) const override { return inner_->sequence_length(id); }
+  bool can_append(int64_t id, int64_t n) const override { return inner_->can_append(id, n); }
+  int64_t reuse_prefix(int64_t id, std::span<const int32_t> p) override { return inner_->reuse_prefix(id, p); }
+  int64_t cached_prefix(std::span<const int32_t> p) const override { return inner_->cached_prefix(p); }
+  Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override {
+    return inner_->forward(items, logits);
+  }
+  KvUsage kv_usage() const override { return inner_->kv_usage(); }
+  StageTimes last_stage_times() const override { return inner_->last_stage_times(); }
+  Status health() const override {
+    if (std::string lost = children_->lost(); !lost.empty())
+      return unavailable("worker process lost for good (restart afd serve): " + lost);
+    return inner_->health();
+  }
+  Status fill_synthetic_context(int64_t id, int64_t n) override { return inner_->fill_synthetic_context(id, n); }
+  int64_t last_expert_reads() const override { return inner_->last_expert_reads(); }
+
+ private:
+  std::unique_ptr<Engine> inner_;
+  ChildProcesses* children_;
+};
 }  // namespace
+
+std::string render_process_metrics(ChildProcesses* children) {
+  std::string o;
+  const auto states = children->states();
+  auto family = [&](const char* name, const char* type, const char* help, auto value) {
+    serve::prom_header(&o, name, type, help);
+    for (const auto& c : states)
+      o += std::string(name) + "{process=\"" + c.name + "\"} " + std::to_string(value(c)) + "\n";
+  };
+  family("afd_frontend_process_up", "gauge", "1 if the worker process this command started is running.",
+         [](const ChildProcesses::ChildState& c) { return c.running ? 1 : 0; });
+  family("afd_frontend_process_exits_total", "counter", "Times the worker process exited on its own.",
+         [](const ChildProcesses::ChildState& c) { return c.exits; });
+  family("afd_frontend_process_restarts_total", "counter", "Times the worker process was started again.",
+         [](const ChildProcesses::ChildState& c) { return c.restarts; });
+  family("afd_frontend_process_lost_total", "counter",
+         "Times the worker process was left down for good (restarts exhausted or off, or it could not be started "
+         "again): 0 or 1.",
+         [](const ChildProcesses::ChildState& c) { return c.lost ? 1 : 0; });
+  return o;
+}
 
 void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
   if (public_api) {
@@ -45,10 +112,32 @@ void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
       ->envname("AFD_MAX_BATCH_TOKENS")->capture_default_str();
   cmd->add_option("--max-context", max_context, "Context limit per request (0: the model's)")
       ->envname("AFD_MAX_CONTEXT")->capture_default_str();
-  cmd->add_option("--max-body", max_body, "Request body limit in bytes (413 above)")
+  cmd->add_option("--max-body", max_body, "Request body limit in bytes, any transfer encoding (413 above)")
       ->envname("AFD_MAX_BODY")->capture_default_str();
-  cmd->add_option("--http-threads", http_threads, "Concurrent HTTP connections served")
+  cmd->add_option("--http-threads", http_threads,
+                  "Requests in handlers at once (handler threads; a generation holds one until it ends)")
       ->envname("AFD_HTTP_THREADS")->capture_default_str();
+  cmd->add_option("--http-max-connections", http_max_connections,
+                  "Open HTTP connections at once (one more gets 503 and is closed)")
+      ->envname("AFD_HTTP_MAX_CONNECTIONS")->capture_default_str();
+  cmd->add_option("--http-header-timeout-s", http_header_timeout_s,
+                  "A request's header must arrive within this long of its first byte (408 and close)")
+      ->envname("AFD_HTTP_HEADER_TIMEOUT_S")->capture_default_str();
+  cmd->add_option("--http-body-timeout-s", http_body_timeout_s,
+                  "A request's body must arrive within this long of its header (408 and close)")
+      ->envname("AFD_HTTP_BODY_TIMEOUT_S")->capture_default_str();
+  cmd->add_option("--http-idle-timeout-s", http_idle_timeout_s, "Keep-alive connections idle this long are closed")
+      ->envname("AFD_HTTP_IDLE_TIMEOUT_S")->capture_default_str();
+  cmd->add_option("--http-write-timeout-s", http_write_timeout_s,
+                  "A client that accepts no byte of its answer for this long is disconnected")
+      ->envname("AFD_HTTP_WRITE_TIMEOUT_S")->capture_default_str();
+  cmd->add_option("--http-max-header-bytes", http_max_header_bytes,
+                  "Request line + header fields, in bytes (431 above)")
+      ->envname("AFD_HTTP_MAX_HEADER_BYTES")->capture_default_str();
+  cmd->add_option("--http-max-headers", http_max_headers, "Header fields per request (431 above)")
+      ->envname("AFD_HTTP_MAX_HEADERS")->capture_default_str();
+  cmd->add_option("--http-max-target", http_max_target, "Request target (path + query) in bytes (414 above)")
+      ->envname("AFD_HTTP_MAX_TARGET")->capture_default_str();
   cmd->add_option("--drain-timeout-s", drain_timeout_s,
                   "On SIGINT/SIGTERM, stop taking requests and let those in flight finish for up to this long (a "
                   "second signal stops at once; 0: stop at once)")
@@ -67,7 +156,29 @@ Status ServiceFlags::validate() const {
   if (drain_timeout_s < 0 || step_retry_s < 0) return invalid_argument("--drain-timeout-s and --step-retry-s must be >= 0");
   if (max_running < 1 || max_queue < 0 || max_batch_tokens < 1 || max_body < 1024 || http_threads < 1)
     return invalid_argument("--max-running, --max-batch-tokens, --http-threads must be >= 1, --max-body >= 1024");
+  if (http_max_connections < 1 || http_max_headers < 1 || http_max_header_bytes < 1024 || http_max_target < 64 ||
+      http_max_header_bytes > (int64_t{1} << 30))
+    return invalid_argument(
+        "--http-max-connections and --http-max-headers must be >= 1, --http-max-header-bytes in [1024, 2^30], "
+        "--http-max-target >= 64");
+  for (double t : {http_header_timeout_s, http_body_timeout_s, http_idle_timeout_s, http_write_timeout_s})
+    if (!(t > 0 && t <= 86400))
+      return invalid_argument("--http-*-timeout-s must be in (0, 86400]");
   return Status::ok();
+}
+
+serve::http::Limits ServiceFlags::http_limits() const {
+  serve::http::Limits l;
+  l.max_body_bytes = static_cast<size_t>(max_body);
+  l.max_connections = http_max_connections;
+  l.header_timeout_s = http_header_timeout_s;
+  l.body_timeout_s = http_body_timeout_s;
+  l.idle_timeout_s = http_idle_timeout_s;
+  l.write_timeout_s = http_write_timeout_s;
+  l.max_header_bytes = static_cast<size_t>(http_max_header_bytes);
+  l.max_headers = http_max_headers;
+  l.max_target_bytes = static_cast<size_t>(http_max_target);
+  return l;
 }
 
 Result<std::unique_ptr<StopOnSignal>> StopOnSignal::start(StopActions a) {
@@ -75,7 +186,7 @@ Result<std::unique_ptr<StopOnSignal>> StopOnSignal::start(StopActions a) {
   // thread takes the signal (libraries such as OpenBLAS start threads before main, so a
   // blocked-mask + sigwait scheme can miss it); a dedicated thread reads the pipe and runs
   // the actions. A 0 byte (no signal has that number) from the destructor ends the thread.
-  if (g_signal_pipe[0] < 0 && pipe(g_signal_pipe) != 0) return io_error("pipe() failed");
+  if (!signal_pipe_ready()) return io_error("pipe() failed");
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -85,10 +196,14 @@ Result<std::unique_ptr<StopOnSignal>> StopOnSignal::start(StopActions a) {
   s->thread_ = std::thread([a = std::move(a)] {
     unsigned char sig = 0;
     if (read(g_signal_pipe[0], &sig, 1) != 1 || sig == 0) return;
+    std::string cause = "signal " + std::to_string(sig);
+    if (sig == kStopRequested) {
+      std::lock_guard<std::mutex> l(g_stop_mu);
+      cause = g_stop_why;
+    }
     if (a.drain && a.drain_timeout_s > 0) {
-      spdlog::info("afd: signal {}: draining (no new requests; up to {} s for those in flight, signal again to stop "
-                   "now)",
-                   static_cast<int>(sig), a.drain_timeout_s);
+      spdlog::info("afd: {}: draining (no new requests; up to {} s for those in flight, signal again to stop now)",
+                   cause, a.drain_timeout_s);
       a.drain();
       const int64_t t0 = now_ns();
       const int64_t deadline = t0 + static_cast<int64_t>(a.drain_timeout_s * 1e9);
@@ -104,16 +219,31 @@ Result<std::unique_ptr<StopOnSignal>> StopOnSignal::start(StopActions a) {
         pollfd p{g_signal_pipe[0], POLLIN, 0};
         if (::poll(&p, 1, 50) > 0 && read(g_signal_pipe[0], &sig, 1) == 1) {
           if (sig == 0) return;  // destroyed: the server has stopped by itself
+          if (sig == kStopRequested) continue;  // already draining
           spdlog::info("afd: signal {} again, stopping now", static_cast<int>(sig));
           break;
         }
       }
     } else {
-      spdlog::info("afd: signal {}, stopping", static_cast<int>(sig));
+      spdlog::info("afd: {}, stopping", cause);
     }
     a.stop();
   });
   return s;
+}
+
+void StopOnSignal::request_stop(const std::string& why) {
+  if (!signal_pipe_ready()) {
+    spdlog::error("afd: cannot stop on request ({}): no pipe", why);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> l(g_stop_mu);
+    g_stop_why = why;
+  }
+  const unsigned char b = kStopRequested;
+  ssize_t r = write(g_signal_pipe[1], &b, 1);
+  (void)r;
 }
 
 StopOnSignal::~StopOnSignal() {
@@ -125,6 +255,15 @@ StopOnSignal::~StopOnSignal() {
 
 void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOptions& opt, const std::string& banner,
                         const std::string& suffix, const ServiceExtras& extras) {
+  // Watched from the start: a worker process lost while the engines connect to it stops the
+  // service as soon as it runs (request_stop works before StopOnSignal::start).
+  auto lost = std::make_shared<std::atomic<bool>>(false);
+  if (extras.children) {
+    extras.children->watch(extras.restart, {}, [lost, exit = extras.exit_on_worker_loss](const std::string&) {
+      lost->store(true);
+      if (exit) StopOnSignal::request_stop("a worker process is lost (--exit-on-worker-loss)");
+    });
+  }
   // Data-parallel attention workers: one engine each, sharing the compute threads.
   std::vector<std::unique_ptr<Engine>> engines;
   for (int w = 0; w < f.workers; ++w) {
@@ -139,7 +278,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   so.server.host = f.host;
   so.server.port = f.port;
   so.server.api_key = f.api_key;
-  so.server.max_body_bytes = static_cast<size_t>(f.max_body);
+  so.server.limits = f.http_limits();
   so.server.http_threads = f.http_threads;
   so.scheduler.max_running = f.max_running;
   so.scheduler.max_queue = f.max_queue;
@@ -158,6 +297,9 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
       ffn_samples.push_back(
           serve::ffn_worker_sample(*wk, std::to_string(i) + "." + std::to_string(wk->options().index)));
   }
+  if (extras.children) {
+    for (auto& e : engines) e = std::make_unique<LossAwareEngine>(std::move(e), extras.children);
+  }
   auto svc = serve::Service::create(so, std::move(engines));
   if (!svc.ok()) fail(cmd, svc.status());
   if (!ffn_samples.empty()) {
@@ -166,6 +308,9 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   if (!extras.federate.empty()) {
     (*svc)->metrics().add_section(
         [targets = extras.federate] { return serve::federate_metrics("", targets, 1000); });
+  }
+  if (extras.children) {
+    (*svc)->metrics().add_section([children = extras.children] { return render_process_metrics(children); });
   }
   if (Status s = (*svc)->start(); !s.is_ok()) fail(cmd, s);
   serve::Service* raw = svc->get();
@@ -183,10 +328,15 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
       spdlog::error("afd {}: {}", cmd, ts.to_string());
   }
   if (!s.is_ok()) fail(cmd, s);
+  if (extras.exit_on_worker_loss && lost->load()) {
+    extras.children->stop_all();  // joins the watcher: lost() is final
+    fail(cmd, unavailable("stopped because a worker process is lost (--exit-on-worker-loss): " +
+                          extras.children->lost()));
+  }
 }
 
 void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children,
-                  RestartPolicy restart, double drain_timeout_s) {
+                  RestartPolicy restart, double drain_timeout_s, bool exit_on_worker_loss) {
   const int n_att = static_cast<int>(fo.workers.size());
   const std::string host = fo.server.host;
   auto model = std::make_shared<std::string>();
@@ -200,22 +350,8 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   };
   if (children && children->size() > 0) {
     // The launcher's view of its worker processes, for crash loops that /health alone hides.
-    fo.extra_metrics = [children] {
-      std::string o;
-      const auto states = children->states();
-      auto family = [&](const char* name, const char* type, const char* help, auto value) {
-        serve::prom_header(&o, name, type, help);
-        for (const auto& c : states)
-          o += std::string(name) + "{process=\"" + c.name + "\"} " + std::to_string(value(c)) + "\n";
-      };
-      family("afd_frontend_process_up", "gauge", "1 if the worker process this command started is running.",
-             [](const ChildProcesses::ChildState& c) { return c.running ? 1 : 0; });
-      family("afd_frontend_process_exits_total", "counter", "Times the worker process exited on its own.",
-             [](const ChildProcesses::ChildState& c) { return c.exits; });
-      family("afd_frontend_process_restarts_total", "counter", "Times the worker process was started again.",
-             [](const ChildProcesses::ChildState& c) { return c.restarts; });
-      return o;
-    };
+    fo.extra_metrics = [children] { return render_process_metrics(children); };
+    fo.lost_workers = [children] { return children->lost(); };
   }
   auto f = serve::Frontend::create(std::move(fo));
   if (!f.ok()) fail(cmd, f.status());
@@ -227,11 +363,18 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   // A worker that cannot start (bad model, port taken, ...) fails the whole command. The
   // watcher writes the reason; it is read below only after stop_all() has joined the watcher.
   auto startup_failure = std::make_shared<std::string>();
+  auto lost = std::make_shared<std::atomic<bool>>(false);
   if (children)
-    children->watch(restart, [raw, startup_failure](const std::string& why) {
-      *startup_failure = why;
-      raw->stop();
-    });
+    children->watch(
+        restart,
+        [raw, startup_failure](const std::string& why) {
+          *startup_failure = why;
+          raw->stop();
+        },
+        [lost, exit_on_worker_loss](const std::string&) {
+          lost->store(true);
+          if (exit_on_worker_loss) StopOnSignal::request_stop("a worker process is lost (--exit-on-worker-loss)");
+        });
   std::printf("afd serve: front end on http://%s:%d for %d attention worker%s (waiting for them)\n", host.c_str(),
               raw->port(), n_att, n_att > 1 ? "s" : "");
   std::fflush(stdout);
@@ -242,6 +385,8 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   f->reset();
   if (!s.is_ok()) fail(cmd, s);
   if (!startup_failure->empty()) fail(cmd, unavailable(*startup_failure));
+  if (exit_on_worker_loss && lost->load())
+    fail(cmd, unavailable("stopped because a worker process is lost (--exit-on-worker-loss): " + children->lost()));
 }
 
 }  // namespace afd::cli

@@ -33,6 +33,15 @@ struct ServiceFlags {
   int64_t max_context = 0;
   int64_t max_body = 1 << 20;
   int http_threads = 512;
+  // The HTTP layer's other limits (serve/http/limits.h has what each one answers).
+  int http_max_connections = 2048;
+  double http_header_timeout_s = 10;
+  double http_body_timeout_s = 30;
+  double http_idle_timeout_s = 30;
+  double http_write_timeout_s = 30;
+  int64_t http_max_header_bytes = 16 << 10;
+  int http_max_headers = 100;
+  int64_t http_max_target = 8 << 10;
   // SIGINT/SIGTERM first stop taking requests and let those in flight finish for up to this
   // long (a second signal stops at once); 0: stop at once.
   double drain_timeout_s = 30;
@@ -43,6 +52,8 @@ struct ServiceFlags {
   // public_api: also --host, --port, --api-key, --workers (serve); workers get --listen instead.
   void add_to(CLI::App* cmd, bool public_api);
   Status validate() const;
+  // --max-body and the --http-* limits, as the HTTP layer takes them.
+  serve::http::Limits http_limits() const;
 };
 
 // What a signal does to a server. With drain_timeout_s > 0 and a drain, the first
@@ -68,6 +79,10 @@ StopActions drain_then_stop(Server* s, double drain_timeout_s) {
 class StopOnSignal {
  public:
   static Result<std::unique_ptr<StopOnSignal>> start(StopActions actions);
+  // Acts as a first SIGTERM would (drain, then stop; a signal after it stops at once),
+  // logging `why`. Async-safe enough for any thread (a pipe write); before start() it takes
+  // effect once start() runs. Used for --exit-on-worker-loss.
+  static void request_stop(const std::string& why);
   ~StopOnSignal();
 
  private:
@@ -82,6 +97,13 @@ struct ServiceExtras {
   std::vector<serve::MetricsTarget> federate;
   // With opt.trace: the pipeline trace is written here when the service stops.
   std::string trace_path;
+  // Worker processes this command started (--spawn-ffn), watched once the service runs:
+  // restarted as `restart` says; their afd_frontend_process_* series join /metrics; one that
+  // is lost (ChildProcesses::lost) makes /health 503 naming it, and with
+  // exit_on_worker_loss drains and stops the service, which then fails (exit status 1).
+  ChildProcesses* children = nullptr;
+  RestartPolicy restart;
+  bool exit_on_worker_loss = false;
 };
 
 // Builds f.workers engines from `opt` and serves them until a signal. Once the API listens,
@@ -93,10 +115,15 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
 // Serves the front end over `fo.workers` until a signal; prints the front end's address,
 // then "afd serve: bundle complete: ..." once every attention worker answers /health.
 // `children` (may be null) are the locally spawned workers, restarted as `restart` says when
-// they exit, and stopped on exit.
+// they exit, and stopped on exit. One that is lost (restarts exhausted or off) makes the
+// front end's /health 503 naming it; with exit_on_worker_loss the front end then drains and
+// stops and the command fails (exit status 1), for a supervisor to restart the bundle.
 // drain_timeout_s: StopActions::drain_timeout_s (the front end drains before it stops the
 // children, so they stop idle).
 void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children,
-                  RestartPolicy restart = {}, double drain_timeout_s = 0);
+                  RestartPolicy restart = {}, double drain_timeout_s = 0, bool exit_on_worker_loss = false);
+
+// The afd_frontend_process_* series of the worker processes in `children`.
+std::string render_process_metrics(ChildProcesses* children);
 
 }  // namespace afd::cli

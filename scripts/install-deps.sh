@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev
-      nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libspdlog-dev libfmt-dev
+      nlohmann-json3-dev libcpp-httplib-dev libboost-dev libcli11-dev libspdlog-dev libfmt-dev
       libopenblas-dev libucx-dev ucx-utils
       clang libclang-rt-14-dev
       python3 python3-numpy python3-torch python3-pytest

@@ -210,6 +210,7 @@ bool FfnClient::probe_pass(int64_t now) {
         p.overdue = false;
         p.sent_ns.store(0);
         p.answered.fetch_add(1);
+        last_pong_ns_.store(now_ns());  // ends a stall hold recorded before this moment
         p.next_ns = now + interval;
       } else if (!c.status.is_ok()) {
         // Lost (health() reports the disconnect) or cancelled: probe again after reconnecting.
@@ -444,11 +445,15 @@ Status FfnClient::health() const {
       }
     }
   }
+  // The hold ends early once the FFN side answered anything after the stall: a pass
+  // succeeded, or (probes on) a worker answered a liveness ping.
   const int64_t stall = last_stall_ns_.load();
   const int64_t ago = now - stall;
-  if (opt_.stall_hold_ms > 0 && stall > last_ok_ns_.load() && ago < int64_t{opt_.stall_hold_ms} * 1000000) {
+  const int64_t answered = std::max(last_ok_ns_.load(), last_pong_ns_.load());
+  if (opt_.stall_hold_ms > 0 && stall > answered && ago < int64_t{opt_.stall_hold_ms} * 1000000) {
     std::lock_guard<std::mutex> l(stall_mu_);
     return unavailable(last_stall_ + " (" + std::to_string(ago / 1000000) + " ms ago; traffic resumes " +
+                       (opt_.probe_interval_ms > 0 ? "when it answers a liveness probe, at the latest " : "") +
                        std::to_string(opt_.stall_hold_ms) + " ms after it)");
   }
   return Status::ok();

@@ -69,8 +69,10 @@ struct FfnClientOptions {
   bool payload_checksum = false;   // hash every payload (header is always checked)
   int timeout_ms = 10000;          // per combine wait
   // After a combine timed out (a stalled FFN worker: connected, not answering), health()
-  // reports it for this long unless a later combine succeeds, so a front end fails requests
-  // fast instead of letting each wait timeout_ms; then traffic probes the worker again.
+  // reports it until the FFN side answers again — a later combine succeeds, or (with probes)
+  // an FFN worker answers a liveness ping after the stall — or for at most this long, so a
+  // front end fails requests fast instead of letting each wait timeout_ms, and takes them
+  // again as soon as the worker answers; past the hold, traffic probes the worker again.
   int stall_hold_ms = 5000;        // 0: health() reports connections only
   int connect_timeout_ms = 60000;  // create(): waiting for the FFN workers
   // Liveness probes: idle time (no successful combine) before a ping, and between pings;
@@ -93,8 +95,8 @@ class FfnClient : public FfnBackend {
   Status combine(int64_t layer, int microbatch, TokenBatch& b) override;
   // unavailable while any FFN worker is not connected (it may still be handshaking after a
   // reconnect: the next forward pass does that), while a liveness probe to one has been
-  // unanswered for longer than timeout_ms, and for stall_hold_ms after a combine timed out
-  // unless one succeeded since. Thread-safe: reads the worker names (fixed at create), the
+  // unanswered for longer than timeout_ms, and for up to stall_hold_ms after a combine timed
+  // out unless a combine succeeded or a pong arrived since. Thread-safe: reads the worker names (fixed at create), the
   // transport's connection state, the probes' atomics and the stall record (stall_mu_).
   Status health() const override;
 
@@ -161,6 +163,7 @@ class FfnClient : public FfnBackend {
   uint64_t fingerprint_ = 0;
   // Last combine that succeeded / timed out (now_ns()), and why it timed out.
   std::atomic<int64_t> last_ok_ns_{0}, last_stall_ns_{0};
+  std::atomic<int64_t> last_pong_ns_{0};  // now_ns() when a liveness pong last arrived
   mutable std::mutex stall_mu_;
   std::string last_stall_;  // stall_mu_
   std::vector<Worker> workers_;

@@ -84,6 +84,7 @@ Result<GenerateResult> generate(Engine& engine, const std::vector<std::vector<in
       who.push_back(i);
     }
     if (items.empty()) break;
+    const int64_t step_t0 = now_ns();
     s = engine.forward(items, &logits);
     if (!s.is_ok()) { release_all(); return s; }
     ++res.decode_steps;
@@ -97,6 +98,7 @@ Result<GenerateResult> generate(Engine& engine, const std::vector<std::vector<in
           static_cast<int64_t>(res.tokens[i].size()) >= opt.max_new_tokens)
         live[i].done = true;
     }
+    res.decode_step_s.push_back((now_ns() - step_t0) * 1e-9);
   }
   res.decode_s = (now_ns() - t0) * 1e-9;
   release_all();

@@ -25,6 +25,7 @@ struct GenerateResult {
   std::vector<std::vector<float>> logits;
   int64_t decode_steps = 0;
   double prefill_s = 0, decode_s = 0;
+  std::vector<double> decode_step_s;  // [decode_steps]: wall time of each decode step (forward + sampling)
 };
 
 Result<GenerateResult> generate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,

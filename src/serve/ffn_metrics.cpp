@@ -1,11 +1,10 @@
 #include "serve/ffn_metrics.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 
+#include "serve/http/server.h"
 #include "serve/metrics.h"
 
 namespace afd::serve {
@@ -109,29 +108,25 @@ std::string render_ffn_worker_metrics(std::span<const FfnWorkerSample> workers, 
 
 Result<std::unique_ptr<StatusServer>> StatusServer::start(ServerOptions o, MetricsFn metrics, HealthFn health) {
   std::unique_ptr<StatusServer> srv(new StatusServer());
-  srv->svr_ = std::make_unique<httplib::Server>();
-  httplib::Server& s = *srv->svr_;
+  srv->svr_ = std::make_unique<http::Server>(http_options(o, "status server"));
+  http::Server& s = *srv->svr_;
   configure_server(s, o, "status server", [] {});
-  s.Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
+  s.get("/metrics", [metrics](const http::Request&, http::Response& res) {
     res.set_content(metrics(), "text/plain; version=0.0.4");
   });
-  s.Get("/health", [health](const httplib::Request&, httplib::Response& res) {
+  s.get("/health", [health](const http::Request&, http::Response& res) {
     auto [code, body] = health();
     res.status = code;
     res.set_content(body, "application/json");
   });
+  // Bound means listening: connections queue from here on, served once the thread runs.
   AFD_ASSIGN_OR_RETURN(srv->port_, bind_server(s, o));
-  srv->loop_ = std::make_unique<ListenLoop>(&s);
-  srv->thread_ = std::thread([loop = srv->loop_.get()] { (void)loop->run(); });
-  // A server that binds but never starts listening is an error now rather than a silent
-  // /metrics that never answers.
-  for (int i = 0; i < 2000 && !s.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (!s.is_running()) return io_error("status server on " + o.host + ":" + std::to_string(srv->port_) + " did not start");
+  srv->thread_ = std::thread([&s] { (void)s.run(); });
   return srv;
 }
 
 StatusServer::~StatusServer() {
-  if (loop_) loop_->stop();
+  if (svr_) svr_->stop();
   if (thread_.joinable()) thread_.join();
 }
 

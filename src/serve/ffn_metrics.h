@@ -14,11 +14,11 @@
 #include "runtime/ffn_worker.h"
 #include "serve/http_common.h"
 
-namespace httplib {
+namespace afd::serve {
+
+namespace http {
 class Server;
 }
-
-namespace afd::serve {
 
 // What names one FFN worker in the series: every afd_ffn_* sample carries ffn="<id>" (the
 // shard index when id is empty); afd_ffn_worker_info carries the rest.
@@ -64,8 +64,7 @@ class StatusServer {
 
  private:
   StatusServer() = default;
-  std::unique_ptr<httplib::Server> svr_;
-  std::unique_ptr<ListenLoop> loop_;  // over svr_, run by thread_
+  std::unique_ptr<http::Server> svr_;  // run by thread_
   std::thread thread_;
   int port_ = -1;
 };

@@ -5,13 +5,12 @@
 #include <random>
 #include <sstream>
 
-#include <httplib.h>
-
 #include "core/log.h"
 #include "model/config.h"
 #include "runtime/topology_file.h"
 #include "serve/metrics.h"
 #include "serve/client_connection.h"
+#include "serve/http/server.h"
 #include "serve/http_common.h"
 #include "serve/model_serving.h"
 #include "serve/response.h"
@@ -47,8 +46,10 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
   f->pool_.policy = f->opt_.proxy;
   f->pool_.counters = &f->counters_;
   f->pool_.stopping = [raw = f.get()] { return raw->stopping_.load(); };
-  f->svr_ = std::make_unique<httplib::Server>();
-  f->loop_ = std::make_unique<ListenLoop>(f->svr_.get());
+  f->pool_.why_down = [raw = f.get()](const std::vector<std::string>* attempts) {
+    return raw->why_workers_down(attempts);
+  };
+  f->svr_ = std::make_unique<http::Server>(http_options(f->opt_.server, "front end request handler"));
   f->created_ = static_cast<int64_t>(std::time(nullptr));
   std::random_device rd;
   f->next_id_ = (static_cast<uint64_t>(rd()) << 20) | 1;
@@ -80,7 +81,7 @@ Status Frontend::start() {
 
 Status Frontend::run() {
   if (port_ < 0) AFD_RETURN_IF_ERROR(start());
-  if (!loop_->run()) return io_error("the HTTP server stopped listening unexpectedly");
+  if (!svr_->run()) return io_error("the HTTP server is not bound");
   return Status::ok();
 }
 
@@ -95,25 +96,26 @@ void Frontend::stop() {
     for (auto& wp : sessions_)
       if (auto p = wp.lock()) p->cancel();
   }
-  if (loop_) loop_->stop();
+  if (svr_) svr_->stop();
 }
 
 int Frontend::workers_up() const { return serve::workers_up(workers_); }
 
 namespace {
 
-// Why a /health check failed: no answer, or the worker's own reason (the message of its
-// OpenAI-style error body), else its status code.
+// Why a worker's answer (to /health, or a 503 to a request) is not ok: no answer, or the
+// worker's own reason (the non-empty message of its OpenAI-style error body), else its
+// status code. Never empty.
 std::string health_failure(const Result<HttpAnswer>& st) {
   if (!st.ok()) return st.status().message();
   auto j = nlohmann::json::parse(st->body, nullptr, /*allow_exceptions=*/false);
   if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
-      j["error"]["message"].is_string()) {
+      j["error"]["message"].is_string() && !j["error"]["message"].get<std::string>().empty()) {
     std::string why = j["error"]["message"].get<std::string>();
     if (why.size() > 300) why = why.substr(0, 300) + "...";  // it goes into our own answers
     return why;
   }
-  return "health " + std::to_string(st->status);
+  return "answered " + std::to_string(st->status) + " without a reason";
 }
 
 // Why a worker that answered /health 200 must still not get requests: it is not an
@@ -139,7 +141,23 @@ std::string identity_mismatch(const std::string& body, const ModelServing& mine)
 
 }  // namespace
 
-std::string Frontend::why_workers_down() const { return serve::why_workers_down(workers_); }
+std::string Frontend::why_workers_down(const std::vector<std::string>* attempts) const {
+  std::string out;
+  for (const auto& w : workers_) {
+    const size_t i = static_cast<size_t>(w->index);
+    const bool tried = attempts && i < attempts->size() && !(*attempts)[i].empty();
+    const std::string why = tried ? (*attempts)[i] : w->why_down();
+    if (why.empty()) continue;  // up
+    out += (out.empty() ? "" : "; ") + ("worker " + std::to_string(w->index) + ": " + why);
+  }
+  // Worker processes that will not come back (restarts exhausted) come first: they are why
+  // the others report what they report (e.g. their FFN worker not connected).
+  if (opt_.lost_workers) {
+    if (std::string lost = opt_.lost_workers(); !lost.empty())
+      out = "lost for good: " + lost + (out.empty() ? "" : "; " + out);
+  }
+  return out;
+}
 
 void Frontend::health_loop() {
   using clock = std::chrono::steady_clock;
@@ -151,8 +169,7 @@ void Frontend::health_loop() {
       auto st = http_get(w.host, w.port, "/health", opt_.health_timeout_ms, 64 << 10);
       const std::string mismatch = st.ok() && st->status == 200 ? identity_mismatch(st->body, model_) : "";
       const bool up = st.ok() && st->status == 200 && mismatch.empty();
-      w.set_why_down(up ? "" : !mismatch.empty() ? mismatch : health_failure(st));
-      const bool was = w.up.exchange(up);
+      const bool was = w.set_state(up, up ? "" : !mismatch.empty() ? mismatch : health_failure(st));
       if (up && !was) {
         spdlog::info("front end: attention worker {} at {} is up", i, w.address);
         w.ever_up = true;
@@ -229,24 +246,29 @@ std::string Frontend::scrape_metrics() const {
 }
 
 void Frontend::install_routes() {
-  httplib::Server& s = *svr_;
+  http::Server& s = *svr_;
   configure_server(s, opt_.server, "front end request handler", [this] { count_response(401); });
 
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  s.get("/health", [this](const http::Request&, http::Response& res) {
     if (stopping_) return send_error(res, 503, "shutting down", opt_.server.retry_after_s);
     if (draining_)
       return send_error(res, 503, kDrainingHealth,
                         opt_.server.retry_after_s);
+    if (opt_.lost_workers) {
+      if (std::string lost = opt_.lost_workers(); !lost.empty())
+        return send_error(res, 503, "worker process lost for good (restart afd serve): " + lost,
+                          opt_.server.retry_after_s);
+    }
     const int up = workers_up();
     if (up == 0)
       return send_error(res, 503, "no attention worker is up (" + why_workers_down() + ")", opt_.server.retry_after_s);
     nlohmann::json j = {{"status", "ok"}, {"workers_up", up}, {"workers", workers_.size()}};
     res.set_content(j.dump(), "application/json");
   });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  s.get("/metrics", [this](const http::Request&, http::Response& res) {
     res.set_content(scrape_metrics(), "text/plain; version=0.0.4");
   });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  s.get("/v1/models", [this](const http::Request&, http::Response& res) {
     nlohmann::ordered_json m = {{"object", "list"},
                                 {"data", nlohmann::ordered_json::array({{{"id", model_.limits.model_name},
                                                                          {"object", "model"},
@@ -257,7 +279,7 @@ void Frontend::install_routes() {
     count_response(200);
   });
 
-  auto generate = [this](Endpoint ep, const std::string& path, const httplib::Request& req, httplib::Response& res) {
+  auto generate = [this](Endpoint ep, const std::string& path, const http::Request& req, http::Response& res) {
     const int retry_s = opt_.server.retry_after_s;
     InFlight active(active_);
     if (stopping_ || draining_) {
@@ -304,7 +326,7 @@ void Frontend::install_routes() {
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [session](size_t, httplib::DataSink& sink) {
+        [session](size_t, http::DataSink& sink) {
           const bool done = session->stream([&](const std::string& c) { return sink.write(c.data(), c.size()); });
           if (done) sink.done();
           return done;
@@ -314,10 +336,10 @@ void Frontend::install_routes() {
           active_.fetch_sub(1);
         });
   };
-  s.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) {
+  s.post("/v1/completions", [generate](const http::Request& req, http::Response& res) {
     generate(Endpoint::completions, "/v1/completions", req, res);
   });
-  s.Post("/v1/chat/completions", [generate](const httplib::Request& req, httplib::Response& res) {
+  s.post("/v1/chat/completions", [generate](const http::Request& req, http::Response& res) {
     generate(Endpoint::chat, "/v1/chat/completions", req, res);
   });
 }

@@ -32,14 +32,14 @@
 #include "serve/router.h"
 #include "serve/upstream_worker.h"
 
-namespace httplib {
+namespace afd::serve {
+
+namespace http {
 class Server;
 }
 
-namespace afd::serve {
-
 struct FrontendOptions {
-  ServerOptions server;              // host, port, api_key, max_body_bytes, http_threads, retry_after_s
+  ServerOptions server;              // host, port, api_key, http_threads, retry_after_s, limits
   std::vector<std::string> workers;  // host:port of the attention workers, by index
   std::string model_dir;             // tokenizer.json, tokenizer_config.json, config.json
   std::string model_name;            // empty: the directory's name (as the workers default to)
@@ -47,8 +47,8 @@ struct FrontendOptions {
   int health_interval_ms = 500;
   int health_timeout_ms = 1000;
   // Upstream deadlines and failover (serve/proxy_session.h): idle_timeout_s
-  // (--upstream-idle-timeout-s), failover_timeout_s (--failover-timeout-s), connect and
-  // write limits. retry_after_s is taken from server.
+  // (--upstream-idle-timeout-s), failover_timeout_s (--failover-timeout-s), exact_replay
+  // (--failover-replay), connect and write limits. retry_after_s is taken from server.
   ProxyPolicy proxy;
   // GET /metrics also carries every attention worker's own series (label attention="<index>")
   // and those of these targets (e.g. the FFN workers' --metrics-listen), fetched per scrape
@@ -58,6 +58,10 @@ struct FrontendOptions {
   // Appended to the front end's own /metrics (e.g. the launcher's worker restarts); must
   // not repeat a family the front end renders.
   std::function<std::string()> extra_metrics;
+  // Worker processes that are down for good ("" while none is; e.g. a launcher's child whose
+  // restarts are exhausted): non-empty makes /health 503 with it, and it leads every
+  // list of reasons (why_workers_down). Thread-safe; called per /health and per 503.
+  std::function<std::string()> lost_workers;
   // Called once (from the health thread, with the bound port) when every worker has answered /health.
   std::function<void(int port)> on_all_up;
 };
@@ -78,8 +82,11 @@ class Frontend {
   void drain() { draining_ = true; }
   bool drained() const { return active_.load() == 0; }
   int workers_up() const;
-  // "worker 0: <why>; worker 1: <why>" over the workers that are down ("" if none).
-  std::string why_workers_down() const;
+  // "worker 0: <why>; worker 1: <why>" over the workers that are down, after "lost for good:
+  // <lost_workers>" if that is not empty; "" if none of them. No <why> is empty. attempts
+  // (by worker index; may be null): why a request's tries failed, used over why_down() for
+  // those workers (one may be up again by the time a request gives up).
+  std::string why_workers_down(const std::vector<std::string>* attempts = nullptr) const;
   const ModelServing& model() const { return model_; }
   // The front end's own afd_frontend_* series.
   std::string render_metrics() const;
@@ -97,14 +104,13 @@ class Frontend {
   std::vector<std::shared_ptr<FrontendWorker>> workers_;
   std::vector<MetricsTarget> scrape_targets_;  // attention workers, then opt_.metrics_targets
   std::unique_ptr<Router> router_;
-  std::unique_ptr<httplib::Server> svr_;
+  std::unique_ptr<http::Server> svr_;
   int port_ = -1;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
   // Generation handlers running, plus SSE answers still streaming after their handler
   // returned (raised before the draining check, so drained() cannot miss one).
   std::atomic<int> active_{0};
-  std::unique_ptr<ListenLoop> loop_;  // over svr_
   std::atomic<uint64_t> next_id_{1};
   int64_t created_ = 0;
 

@@ -1,20 +1,16 @@
 #include "serve/http_common.h"
 
 #include <algorithm>
-#include <chrono>
 #include <csignal>
 #include <exception>
-#include <thread>
-
-#include <httplib.h>
-#include <sys/socket.h>
 
 #include "core/log.h"
+#include "serve/http/server.h"
 #include "serve/response.h"
 
 namespace afd::serve {
 
-void send_error(httplib::Response& res, int status, const std::string& msg, int retry_after_s) {
+void send_error(http::Response& res, int status, const std::string& msg, int retry_after_s) {
   res.status = status;
   if (status == 429 || status == 503) res.set_header("Retry-After", std::to_string(retry_after_s));
   res.set_content(error_body(status, msg), "application/json");
@@ -32,45 +28,30 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-void configure_server(httplib::Server& s, const ServerOptions& o, const std::string& who,
-                      std::function<void()> on_unauthorized) {
-  const int n_threads = std::max(1, o.http_threads);
-  s.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
-  s.set_payload_max_length(o.max_body_bytes);
-  s.set_keep_alive_max_count(1000);
-  s.set_keep_alive_timeout(30);
-  s.set_read_timeout(30, 0);
-  s.set_write_timeout(30, 0);
-  s.set_tcp_nodelay(true);
-  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, with which a second
-  // server on a port in use binds without error and the kernel splits the connections
-  // between the two processes. Now that is "address in use" (bind_server's io_error).
-  s.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
+http::Options http_options(const ServerOptions& o, const std::string& who) {
+  http::Options h;
+  h.host = o.host;
+  h.port = o.port;
+  h.limits = o.limits;
+  h.handler_threads = std::max(1, o.http_threads);
+  h.name = who;
+  h.error_body = [](int status, const std::string& msg) { return error_body(status, msg); };
+  return h;
+}
 
-  s.set_pre_routing_handler([key = o.api_key, retry = o.retry_after_s, on_unauthorized](
-                                const httplib::Request& req, httplib::Response& res) {
-    if (key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+void configure_server(http::Server& s, const ServerOptions& o, const std::string& who,
+                      std::function<void()> on_unauthorized) {
+  s.set_pre_routing([key = o.api_key, retry = o.retry_after_s, on_unauthorized](const http::Request& req,
+                                                                                 http::Response& res) {
+    if (key.empty() || req.path.rfind("/v1/", 0) != 0) return false;
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
-    if (auth.rfind(prefix, 0) == 0 && constant_time_equal(auth.substr(prefix.size()), key))
-      return httplib::Server::HandlerResponse::Unhandled;
+    if (auth.rfind(prefix, 0) == 0 && constant_time_equal(auth.substr(prefix.size()), key)) return false;
     send_error(res, 401, "invalid or missing API key (Authorization: Bearer <key>)", retry);
     if (on_unauthorized) on_unauthorized();
-    return httplib::Server::HandlerResponse::Handled;
+    return true;
   });
-
-  const size_t max_body_bytes = o.max_body_bytes;
-  s.set_error_handler([max_body_bytes](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
-                      : res.status == 413 ? "request body larger than " + std::to_string(max_body_bytes) + " bytes"
-                                          : "HTTP error " + std::to_string(res.status);
-    res.set_content(error_body(res.status, msg), "application/json");
-  });
-  s.set_exception_handler([who](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  s.set_exception_handler([who](const http::Request&, http::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
       if (ep) std::rethrow_exception(ep);
@@ -84,41 +65,9 @@ void configure_server(httplib::Server& s, const ServerOptions& o, const std::str
   });
 }
 
-Result<int> bind_server(httplib::Server& s, const ServerOptions& o) {
+Result<int> bind_server(http::Server& s, const ServerOptions&) {
   std::signal(SIGPIPE, SIG_IGN);
-  if (o.port == 0) {
-    const int p = s.bind_to_any_port(o.host);
-    if (p <= 0) return io_error("cannot bind " + o.host + " (any port)");
-    return p;
-  }
-  if (!s.bind_to_port(o.host, o.port))
-    return io_error("cannot bind " + o.host + ":" + std::to_string(o.port) + " (in use, or not an address of this host)");
-  return o.port;
-}
-
-bool ListenLoop::run() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (stopping_) return true;
-    listening_ = true;
-  }
-  const bool ok = s_->listen_after_bind();
-  exited_.store(true);
-  std::lock_guard<std::mutex> l(mu_);
-  return ok || stopping_;
-}
-
-void ListenLoop::stop() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    stopping_ = true;
-    if (!listening_) return;  // run() will see stopping_ and not listen
-  }
-  // run() is listening or about to: wait for httplib's loop (it starts within microseconds),
-  // then stop it, once.
-  for (int i = 0; i < 2000 && !s_->is_running() && !exited_.load(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (!exited_.load() && !stopped_.exchange(true)) s_->stop();
+  return s.bind();
 }
 
 }  // namespace afd::serve

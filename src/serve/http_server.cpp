@@ -5,11 +5,10 @@
 #include <ctime>
 #include <random>
 
-#include <httplib.h>
-
 #include "core/log.h"
 #include "core/timer.h"
 #include "serve/client_connection.h"
+#include "serve/http/server.h"
 #include "serve/http_common.h"
 #include "serve/response.h"
 #include "serve/worker_resume.h"
@@ -42,8 +41,7 @@ HttpServer::HttpServer(ServerOptions opt, ModelServing model, std::vector<Schedu
       workers_(std::move(workers)),
       router_(router),
       metrics_(metrics),
-      svr_(std::make_unique<httplib::Server>()),
-      loop_(std::make_unique<ListenLoop>(svr_.get())) {
+      svr_(std::make_unique<http::Server>(http_options(opt_, "request handler"))) {
   created_ = static_cast<int64_t>(std::time(nullptr));
   std::random_device rd;
   next_id_ = (static_cast<uint64_t>(rd()) << 20) | 1;
@@ -59,13 +57,13 @@ Status HttpServer::bind() {
 
 Status HttpServer::run() {
   if (port_ < 0) AFD_RETURN_IF_ERROR(bind());
-  if (!loop_->run()) return io_error("the HTTP server stopped listening unexpectedly");
+  if (!svr_->run()) return io_error("the HTTP server is not bound");
   return Status::ok();
 }
 
 void HttpServer::stop() {
   stopping_ = true;
-  if (loop_) loop_->stop();
+  if (svr_) svr_->stop();
 }
 
 void HttpServer::drain() { draining_ = true; }
@@ -80,13 +78,13 @@ bool HttpServer::drained() const {
 }
 
 void HttpServer::install_routes() {
-  httplib::Server& s = *svr_;
+  http::Server& s = *svr_;
   configure_server(s, opt_, "request handler", [this] { metrics_->request_finished(401); });
 
   // Readiness: 503 (with why) while an engine cannot run a forward pass, e.g. an AFD
   // attention worker whose FFN worker is not connected; the front end then places requests
   // elsewhere, or answers 503 + Retry-After itself.
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  s.get("/health", [this](const http::Request&, http::Response& res) {
     if (stopping_) return send_error(res, 503, "shutting down", opt_.retry_after_s);
     if (draining_)
       return send_error(res, 503, kDrainingHealth, opt_.retry_after_s);
@@ -99,10 +97,10 @@ void HttpServer::install_routes() {
     }
     res.set_content(attention_health_body(model_), "application/json");
   });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  s.get("/metrics", [this](const http::Request&, http::Response& res) {
     res.set_content(metrics_->render(), "text/plain; version=0.0.4");
   });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  s.get("/v1/models", [this](const http::Request&, http::Response& res) {
     json m = {{"object", "list"},
               {"data", json::array({{{"id", model_.limits.model_name},
                                      {"object", "model"},
@@ -113,7 +111,7 @@ void HttpServer::install_routes() {
     metrics_->request_finished(200);
   });
 
-  auto generate = [this](Endpoint ep, const httplib::Request& req, httplib::Response& res) {
+  auto generate = [this](Endpoint ep, const http::Request& req, http::Response& res) {
     InFlight admitting(admitting_);  // until the request is in a scheduler (or refused): drained() waits for it
     if (stopping_ || draining_) {
       metrics_->request_finished(503);
@@ -167,7 +165,7 @@ void HttpServer::install_routes() {
       metrics_->request_finished(200);
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, ch, keepalive = internal->control.keepalive_ms](size_t, httplib::DataSink& sink) {
+          [this, ch, keepalive = internal->control.keepalive_ms](size_t, http::DataSink& sink) {
             const bool done = pump_internal_stream(
                 *ch, keepalive, [&](const std::string& s) { return sink.write(s.data(), s.size()); },
                 [this] { return stopping_.load(); });
@@ -233,7 +231,7 @@ void HttpServer::install_routes() {
     auto state = std::make_shared<StreamState>();
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, ch, meta, tok, include_usage, state](size_t, httplib::DataSink& sink) {
+        [this, ch, meta, tok, include_usage, state](size_t, http::DataSink& sink) {
           for (;;) {
             std::vector<StreamEvent> evs = ch->wait(std::chrono::milliseconds(200));
             if (stopping_ && evs.empty()) {
@@ -273,10 +271,10 @@ void HttpServer::install_routes() {
           if (!success) ch->cancel();
         });
   };
-  s.Post("/v1/completions",
-         [generate](const httplib::Request& req, httplib::Response& res) { generate(Endpoint::completions, req, res); });
-  s.Post("/v1/chat/completions",
-         [generate](const httplib::Request& req, httplib::Response& res) { generate(Endpoint::chat, req, res); });
+  s.post("/v1/completions",
+         [generate](const http::Request& req, http::Response& res) { generate(Endpoint::completions, req, res); });
+  s.post("/v1/chat/completions",
+         [generate](const http::Request& req, http::Response& res) { generate(Endpoint::chat, req, res); });
 }
 
 }  // namespace afd::serve

@@ -1,8 +1,8 @@
-// HttpServer: the OpenAI-compatible HTTP API over cpp-httplib.
+// HttpServer: the OpenAI-compatible HTTP API (on the HTTP layer, serve/http/).
 //   POST /v1/completions, /v1/chat/completions (JSON or SSE streaming)
 //   GET  /v1/models, /health, /metrics
 // Binds 127.0.0.1 unless told otherwise; an optional API key is checked (constant time)
-// on /v1/*. Handlers run on httplib's thread pool; each generation request waits on its
+// on /v1/*. Handlers run on the HTTP layer's handler pool; each generation request waits on its
 // RequestChannel while a Scheduler thread produces tokens.
 #pragma once
 
@@ -22,11 +22,11 @@
 #include "serve/scheduler.h"
 #include "serve/tokenizer.h"
 
-namespace httplib {
+namespace afd::serve {
+
+namespace http {
 class Server;
 }
-
-namespace afd::serve {
 
 // Everything the handlers need to know about the served model.
 struct ModelServing {
@@ -72,8 +72,7 @@ class HttpServer {
   std::vector<Scheduler*> workers_;
   Router* router_;
   Metrics* metrics_;
-  std::unique_ptr<httplib::Server> svr_;
-  std::unique_ptr<ListenLoop> loop_;  // over svr_
+  std::unique_ptr<http::Server> svr_;
   int port_ = -1;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<bool> stopping_{false};

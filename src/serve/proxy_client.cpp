@@ -2,16 +2,33 @@
 
 #include <httplib.h>
 
+#include <chrono>
+
 namespace afd::serve {
 namespace {
 
-// What a failed exchange means, in words (httplib's names are terse: "Connection", "Read").
-std::string describe(httplib::Error e) {
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// What a failed exchange means, in words (httplib's names are terse: "Connection", "Read",
+// and a read that timed out is the same error as a connection the peer closed or reset).
+// idle_ms: how long the exchange had gone without a byte from the peer when it failed;
+// read_timeout_ms: the limit for that. httplib does not expose the socket error, so a read
+// failing well before its timeout is told apart from a timeout by the time it took.
+std::string describe(httplib::Error e, double idle_ms, int read_timeout_ms, int connect_timeout_ms) {
   switch (e) {
-    case httplib::Error::Connection: return "cannot connect (refused or unreachable)";
-    case httplib::Error::ConnectionTimeout: return "connect timed out";
-    case httplib::Error::Read: return "connection closed, reset or silent past the read timeout";
-    case httplib::Error::Write: return "sending the request failed";
+    case httplib::Error::Connection: return "connection refused (nothing listening) or host unreachable";
+    case httplib::Error::ConnectionTimeout:
+      return "connect timed out after " + std::to_string(connect_timeout_ms) + " ms";
+    case httplib::Error::Read:
+      // A timed-out read returns at its deadline; a closed or reset connection at once.
+      if (idle_ms >= 0.9 * read_timeout_ms)
+        return "no answer within " + std::to_string(read_timeout_ms) + " ms (read timed out)";
+      return "connection closed or reset by the peer";
+    case httplib::Error::Write: return "sending the request failed (connection closed or reset, or write timed out)";
     case httplib::Error::Canceled: return "cancelled";
     default: return httplib::to_string(e);
   }
@@ -26,10 +43,10 @@ void set_timeouts(httplib::Client* cli, int timeout_ms) {
 }  // namespace
 
 UpstreamCall::UpstreamCall(const std::string& host, int port, UpstreamTimeouts t)
-    : cli_(std::make_unique<httplib::Client>(host, port)) {
+    : where_(host + ":" + std::to_string(port)), timeouts_(t), cli_(std::make_unique<httplib::Client>(host, port)) {
   cli_->set_connection_timeout(t.connect_ms / 1000, (t.connect_ms % 1000) * 1000);
-  cli_->set_read_timeout(t.read_ms / 1000, (t.read_ms % 1000) * 1000);
-  cli_->set_write_timeout(t.write_ms / 1000, (t.write_ms % 1000) * 1000);
+  cli_->set_read_timeout(t.read_s, 0);
+  cli_->set_write_timeout(t.write_s, 0);
   cli_->set_keep_alive(false);
   cli_->set_tcp_nodelay(true);
 }
@@ -43,11 +60,12 @@ void UpstreamCall::cancel() {
 }
 
 UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& body,
-                                   const std::vector<std::pair<std::string, std::string>>& headers,
                                    const std::function<bool(const UpstreamHead&)>& on_head,
-                                   const std::function<bool(const char*, size_t)>& on_data) {
+                                   const std::function<bool(const char*, size_t)>& on_data,
+                                   const std::vector<std::pair<std::string, std::string>>& headers) {
   UpstreamOutcome out;
   bool by_callback = false;
+  Clock::time_point last_byte = Clock::now();  // or the start: for telling a timeout from a reset
   httplib::Request req;
   req.method = "POST";
   req.path = path;
@@ -57,6 +75,7 @@ UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& b
   for (const auto& [k, v] : headers) req.headers.emplace(k, v);
   req.response_handler = [&](const httplib::Response& r) {
     out.responded = true;
+    last_byte = Clock::now();
     UpstreamHead h;
     h.status = r.status;
     h.content_type = r.get_header_value("Content-Type");
@@ -66,6 +85,7 @@ UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& b
     return false;
   };
   req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    last_byte = Clock::now();
     if (on_data(d, n)) return true;
     by_callback = true;
     return false;
@@ -90,7 +110,9 @@ UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& b
   } else if (by_callback || cancelled) {
     out.cancelled = true;
   } else {
-    out.error = unavailable(describe(err) + (out.responded ? " (mid-response)" : ""));
+    out.error = unavailable("attention worker " + where_ + ": " +
+                            describe(err, ms_since(last_byte), timeouts_.read_s * 1000, timeouts_.connect_ms) +
+                            (out.responded ? " (mid-response)" : ""));
   }
   return out;
 }
@@ -102,6 +124,7 @@ Result<HttpAnswer> http_get(const std::string& host, int port, const std::string
   const std::string where = host + ":" + std::to_string(port) + path;
   HttpAnswer a;
   bool too_long = false;
+  const Clock::time_point start = Clock::now();
   auto r = cli.Get(path, [&](const char* data, size_t n) {
     if (a.body.size() + n > max_bytes) {
       too_long = true;
@@ -111,7 +134,7 @@ Result<HttpAnswer> http_get(const std::string& host, int port, const std::string
     return true;
   });
   if (too_long) return resource_exhausted(where + ": answer longer than " + std::to_string(max_bytes) + " bytes");
-  if (!r) return unavailable(where + ": " + describe(r.error()));
+  if (!r) return unavailable(where + ": " + describe(r.error(), ms_since(start), timeout_ms, timeout_ms));
   a.status = r->status;
   return a;
 }

@@ -2,8 +2,8 @@
 // client), delivering the response status/headers and then the body bytes as they arrive,
 // so SSE chunks can be read without buffering. cancel() from any thread closes the
 // connection (the worker sees its next write fail and cancels the sequence). Every wait is
-// bounded: connecting by connect_ms, sending by write_ms, and each wait for the next byte by
-// read_ms (the proxy session also watches for silence itself, serve/proxy_session.h).
+// bounded: connecting by connect_ms, sending by write_s, and each wait for the next byte by
+// read_s (the proxy session also watches for silence itself, serve/proxy_session.h).
 #pragma once
 
 #include <functional>
@@ -23,8 +23,8 @@ namespace afd::serve {
 
 struct UpstreamTimeouts {
   int connect_ms = 2000;
-  int read_ms = 20000;  // longest wait for the next response byte
-  int write_ms = 30000; // longest wait to send the next piece of the request
+  int read_s = 600;   // longest wait for the next response byte
+  int write_s = 30;   // longest wait to send the next piece of the request
 };
 
 struct UpstreamHead {
@@ -37,7 +37,7 @@ struct UpstreamOutcome {
   bool responded = false;  // a status line arrived: the worker took the request
   bool completed = false;  // the whole body arrived
   bool cancelled = false;  // a callback or cancel() ended the exchange
-  Status error;            // why it did not complete (when !completed && !cancelled); names no address
+  Status error;            // why it did not complete (when !completed && !cancelled)
 };
 
 class UpstreamCall {
@@ -51,13 +51,15 @@ class UpstreamCall {
   // status line and headers arrive, on_data for each piece of the body; either returning
   // false abandons the exchange (closing the connection). Blocks until done; call once.
   UpstreamOutcome post(const std::string& path, const std::string& body,
-                       const std::vector<std::pair<std::string, std::string>>& headers,
                        const std::function<bool(const UpstreamHead&)>& on_head,
-                       const std::function<bool(const char*, size_t)>& on_data);
+                       const std::function<bool(const char*, size_t)>& on_data,
+                       const std::vector<std::pair<std::string, std::string>>& headers = {});
   // Thread-safe; idempotent. Ends a post() in progress (or makes a later one end at once).
   void cancel();
 
  private:
+  std::string where_;
+  UpstreamTimeouts timeouts_;
   std::unique_ptr<httplib::Client> cli_;
   std::mutex mu_;
   bool cancelled_ = false;

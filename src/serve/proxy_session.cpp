@@ -1,6 +1,7 @@
 #include "serve/proxy_session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <thread>
@@ -17,13 +18,16 @@ using clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxErrorBody = 1 << 20;  // a worker's non-stream answer (an error) kept for the client
 
-// The message of an OpenAI-style error body, else the body's start.
-std::string error_message_of(const std::string& body) {
+// Why a worker refused: the non-empty message of its OpenAI-style error body, else its status.
+std::string refusal_reason(int status, const std::string& body) {
   auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
-      j["error"]["message"].is_string())
-    return j["error"]["message"].get<std::string>();
-  return body.size() > 200 ? body.substr(0, 200) + "..." : body;
+      j["error"]["message"].is_string() && !j["error"]["message"].get<std::string>().empty()) {
+    std::string why = j["error"]["message"].get<std::string>();
+    if (why.size() > 300) why = why.substr(0, 300) + "...";  // it goes into our own answers
+    return why;
+  }
+  return "answered " + std::to_string(status) + " without a reason";
 }
 
 std::string seconds(double s) {
@@ -71,7 +75,8 @@ ProxySession::ProxySession(const ProxyPool& pool, std::string path, const Genera
       name_(meta.id),
       out_(std::move(meta), pool.tokenizer, g),
       tried_(pool.workers.size(), false),
-      failed_on_(pool.workers.size(), false) {}
+      failed_on_(pool.workers.size(), false),
+      attempts_(pool.workers.size()) {}
 
 ProxySession::~ProxySession() {
   cancel();
@@ -118,9 +123,9 @@ bool ProxySession::start_attempt() {
   a->resumed_after = out_.n_generated();
   UpstreamTimeouts t;
   t.connect_ms = pool_.policy.connect_ms;
-  t.write_ms = pool_.policy.write_ms;
+  t.write_s = pool_.policy.write_s;
   // A backstop only: the session gives up after idle_timeout_s itself.
-  t.read_ms = static_cast<int>(pool_.policy.idle_timeout_s * 1000) + 5000;
+  t.read_s = static_cast<int>(std::ceil(pool_.policy.idle_timeout_s)) + 5;
   a->call = std::make_unique<UpstreamCall>(a->w->host, a->w->port, t);
   a->w->requests.fetch_add(1);
   a->w->inflight_tokens.fetch_add(load_);
@@ -162,7 +167,7 @@ bool ProxySession::start_attempt() {
       a->cv.notify_all();
       return s.is_ok();
     };
-    UpstreamOutcome out = a->call->post(path, body, {{kInternalStreamHeader, "1"}}, on_head, on_data);
+    UpstreamOutcome out = a->call->post(path, body, on_head, on_data, {{kInternalStreamHeader, "1"}});
     std::lock_guard<std::mutex> l(a->mu);
     a->outcome = std::move(out);
     a->finished = true;
@@ -181,19 +186,19 @@ void ProxySession::fail_attempt(const std::string& why, bool stalled) {
   FrontendWorker& w = *a->w;
   w.failures.fetch_add(1);
   if (stalled) pool_.counters->stalls.fetch_add(1);
-  last_failure_ = "attention worker " + std::to_string(w.index) + " at " + w.address + " " + why;
-  if (w.up.exchange(false)) w.set_why_down(why);
+  w.set_state(false, why);
   if (accepted_)
-    spdlog::warn("front end: {}: {}; continuing it elsewhere after {} generated tokens", name_, last_failure_,
-                 out_.n_generated());
+    spdlog::warn("front end: {}: attention worker {} at {}: {}; continuing it elsewhere after {} generated tokens", name_,
+                 w.index, w.address, why, out_.n_generated());
   else
-    spdlog::warn("front end: {}: {}; trying another worker", name_, last_failure_);
-  after_failure(w);
+    spdlog::warn("front end: {}: attention worker {} at {}: {}; trying another worker", name_, w.index, w.address, why);
+  after_failure(w, why);
   drop_attempt(true);
 }
 
-void ProxySession::after_failure(const FrontendWorker& w) {
+void ProxySession::after_failure(const FrontendWorker& w, const std::string& why) {
   failed_on_[static_cast<size_t>(w.index)] = true;
+  attempts_[static_cast<size_t>(w.index)] = why;
   if (accepted_) {
     if (!failover_deadline_)
       failover_deadline_ = clock::now() + std::chrono::duration_cast<clock::duration>(
@@ -220,7 +225,7 @@ ProxySession::Step ProxySession::failed(int status, const std::string& message, 
 // any part in the request).
 ProxySession::Step ProxySession::answer_refusal(int status, const std::string& content_type,
                                                 const std::string& retry_after, const std::string& body) {
-  const std::string why = error_message_of(body);
+  const std::string reason = refusal_reason(status, body);
   std::shared_ptr<Attempt> a;
   {
     std::lock_guard<std::mutex> l(att_mu_);
@@ -230,13 +235,11 @@ ProxySession::Step ProxySession::answer_refusal(int status, const std::string& c
     // It refused (draining, shutting down, its FFN worker lost or stalled; or, for a
     // continuation, a full queue): another worker may take the request whole.
     FrontendWorker& w = *a->w;
-    if (status == 503 && w.up.exchange(false)) {
-      w.set_why_down("answered 503: " + why);
+    const std::string why = "answered a request " + std::to_string(status) + ": " + reason;
+    if (status == 503 && w.set_state(false, why))
       spdlog::info("front end: attention worker {} at {} refused a request (503); trying another", w.index,
                    w.address);
-    }
-    last_failure_ = "attention worker " + std::to_string(w.index) + " answered " + std::to_string(status) + ": " + why;
-    after_failure(w);
+    after_failure(w, why);
     drop_attempt(false);
     return {};
   }
@@ -245,14 +248,14 @@ ProxySession::Step ProxySession::answer_refusal(int status, const std::string& c
     drop_attempt(false);
     Step s;
     s.kind = Kind::failed;
-    s.message = why;
+    s.message = reason;
     s.answer.status = status;
     s.answer.content_type = content_type.empty() ? "application/json" : content_type;
     s.answer.retry_after = retry_after;
     s.answer.body = body;
     return s;
   }
-  return failed(status, "attention worker refused the continuation of this request: " + why, false);
+  return failed(status, "attention worker refused the continuation of this request: " + reason, false);
 }
 
 ProxySession::Step ProxySession::advance(std::chrono::milliseconds wait) {
@@ -262,7 +265,7 @@ ProxySession::Step ProxySession::advance(std::chrono::milliseconds wait) {
       pool_.counters->unavailable.fetch_add(1);
       return failed(503,
                     "no attention worker took the request over within " + seconds(pool_.policy.failover_timeout_s) +
-                        " (" + last_failure_ + "; " + why_workers_down(pool_.workers) + ")",
+                        " (" + pool_.why_down(&attempts_) + ")",
                     true);
     }
     if (!start_attempt()) {
@@ -271,8 +274,7 @@ ProxySession::Step ProxySession::advance(std::chrono::milliseconds wait) {
         const int up = workers_up(pool_.workers);
         return failed(503,
                       "no attention worker is available (" + std::to_string(up) + " of " +
-                          std::to_string(pool_.workers.size()) + " up; " +
-                          (last_failure_.empty() ? "" : last_failure_ + "; ") + why_workers_down(pool_.workers) + ")",
+                          std::to_string(pool_.workers.size()) + " up; " + pool_.why_down(&attempts_) + ")",
                       true);
       }
       std::this_thread::sleep_for(std::min(wait, std::chrono::milliseconds(50)));
@@ -304,12 +306,12 @@ ProxySession::Step ProxySession::advance(std::chrono::milliseconds wait) {
     auto d = decode_event(ev.data);
     if (!d.ok()) {
       l.unlock();
-      fail_attempt("sent a malformed event (" + d.status().message() + ")", false);
+      fail_attempt("sent a request a malformed event (" + d.status().message() + ")", false);
       return {};
     }
     if (d->event.finish == FinishReason::cancelled) {
       l.unlock();
-      fail_attempt("stopped with the request unfinished (" + d->event.error.message() + ")", false);
+      fail_attempt("stopped with a request unfinished (" + d->event.error.message() + ")", false);
       return {};
     }
     if (d->event.finish == FinishReason::error) {
@@ -330,21 +332,21 @@ ProxySession::Step ProxySession::advance(std::chrono::milliseconds wait) {
   if (!a->framing.is_ok()) {
     const std::string m = a->framing.message();
     l.unlock();
-    fail_attempt("broke the event stream (" + m + ")", false);
+    fail_attempt("broke a request's event stream (" + m + ")", false);
     return {};
   }
   if (a->finished) {
     const UpstreamOutcome o = a->outcome;
     l.unlock();
     const std::string how = o.completed ? "the response ended" : o.error.message();
-    fail_attempt((o.responded ? "ended the stream before the request's end: " : "failed before answering: ") + how,
+    fail_attempt((o.responded ? "ended a request's stream before its end: " : "a request found it unreachable: ") + how,
                  false);
     return {};
   }
   const double silent = std::chrono::duration<double>(clock::now() - a->last_byte).count();
   if (silent >= pool_.policy.idle_timeout_s) {
     l.unlock();
-    fail_attempt("sent nothing for " + seconds(silent) + " (--upstream-idle-timeout-s " +
+    fail_attempt("sent a request nothing for " + seconds(silent) + " (--upstream-idle-timeout-s " +
                      seconds(pool_.policy.idle_timeout_s) + ")",
                  true);
   }

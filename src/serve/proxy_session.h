@@ -48,7 +48,7 @@ namespace afd::serve {
 
 struct ProxyPolicy {
   int connect_ms = 2000;
-  int write_ms = 30000;
+  int write_s = 30;
   // No byte from the worker for this long while it holds the request: it stalled.
   double idle_timeout_s = 15;
   // After a worker fails mid-request, how long the request may wait for another to take it over.
@@ -77,6 +77,9 @@ struct ProxyPool {
   ProxyPolicy policy;
   ProxyCounters* counters = nullptr;
   std::function<bool()> stopping;  // the front end stops: end every session now
+  // "worker 0: <why>; ..." over the workers that are down (Frontend::why_workers_down);
+  // attempts: why this request's tries failed, by worker index, preferred where not empty.
+  std::function<std::string(const std::vector<std::string>* attempts)> why_down;
 };
 
 // The head of the answer to the client, and its body unless it is a stream.
@@ -120,11 +123,12 @@ class ProxySession {
   };
   Step advance(std::chrono::milliseconds wait);
   bool start_attempt();
-  // The current attempt failed for `why`: leave the worker, mark it down, go on elsewhere.
+  // The current attempt failed for `why` (a reason as why_workers_down lists it): leave the
+  // worker, mark it down, go on elsewhere.
   void fail_attempt(const std::string& why, bool stalled);
-  // After any failed attempt on w: w is not chosen again for this request while another
-  // worker is up; a continuation waits with back-off, within the failover deadline.
-  void after_failure(const FrontendWorker& w);
+  // After any failed attempt on w for `why`: w is not chosen again for this request while
+  // another worker is up; a continuation waits with back-off, within the failover deadline.
+  void after_failure(const FrontendWorker& w, const std::string& why);
   // Releases the current attempt's load (and closes its connection when cancel_call).
   void drop_attempt(bool cancel_call);
   Step failed(int status, const std::string& message, bool retry_after);
@@ -144,7 +148,7 @@ class ProxySession {
   std::optional<std::chrono::steady_clock::time_point> failover_deadline_;
   std::chrono::steady_clock::time_point next_try_{};  // no placement before this (back-off)
   int failures_in_a_row_ = 0;
-  std::string last_failure_;
+  std::vector<std::string> attempts_;  // why this request's try on each worker failed ("": none did)
   std::string pending_;  // stream bytes open() produced, for stream() to write first
 
   std::mutex att_mu_;  // guards att_ against cancel()

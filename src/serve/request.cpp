@@ -1,54 +1,125 @@
 #include "serve/request.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string_view>
 
 namespace afd::serve {
 namespace {
 
 using json = nlohmann::ordered_json;
 
+// The value of b[field], or null when the field is absent or JSON null (both mean "not given").
+const json* get(const json& b, const char* field) {
+  auto it = b.find(field);
+  return it == b.end() || it->is_null() ? nullptr : &*it;
+}
+
+// How a wrong value is named in messages: numbers and booleans by their value, the rest by type.
+std::string describe(const json& v) {
+  if (v.is_number() || v.is_boolean()) return v.dump();
+  return v.type_name();
+}
+
 Status type_error(const std::string& field, const char* want, const json& got) {
-  return invalid_argument("'" + field + "' must be " + want + ", got " + std::string(got.type_name()));
+  return invalid_argument("'" + field + "' must be " + want + ", got " + describe(got));
+}
+
+// "'field' must be in [lo, hi], got <the value as written>".
+Status range_error(const char* field, const std::string& lo, const std::string& hi, const json& got) {
+  std::string m(1, '\'');
+  m += field;
+  m += "' must be in [" + lo + ", " + hi + "], got " + got.dump();
+  return invalid_argument(std::move(m));
 }
 
 // Optional number field in [lo, hi]; leaves *out unchanged when absent or null.
 Status read_number(const json& b, const char* field, double lo, double hi, float* out) {
-  if (!b.contains(field) || b[field].is_null()) return Status::ok();
-  const json& v = b[field];
-  if (!v.is_number()) return type_error(field, "a number", v);
-  double d = v.get<double>();
+  const json* v = get(b, field);
+  if (!v) return Status::ok();
+  if (!v->is_number()) return type_error(field, "a number", *v);
+  double d = v->get<double>();
   if (!std::isfinite(d) || d < lo || d > hi)
-    return invalid_argument("'" + std::string(field) + "' must be in [" + std::to_string(lo) + ", " +
-                            std::to_string(hi) + "], got " + v.dump());
+    return range_error(field, std::to_string(lo), std::to_string(hi), *v);
   *out = static_cast<float>(d);
   return Status::ok();
 }
 
+// An integer-valued JSON number (signed, unsigned, or a float without a fractional part) as an
+// int64. False when it is one but outside int64 (the caller reports v.dump(), the value as
+// written, never a wrapped one); *is_int says whether it is integer-valued at all.
+bool as_int64(const json& v, int64_t* out, bool* is_int) {
+  *is_int = true;
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX)) return false;
+    *out = static_cast<int64_t>(u);
+    return true;
+  }
+  if (v.is_number_integer()) {
+    *out = v.get<int64_t>();
+    return true;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d)) {
+      if (d < -0x1p63 || d >= 0x1p63) return false;
+      *out = static_cast<int64_t>(d);
+      return true;
+    }
+  }
+  *is_int = false;
+  return false;
+}
+
 Status read_int(const json& b, const char* field, int64_t lo, int64_t hi, int64_t* out, bool* present = nullptr) {
   if (present) *present = false;
-  if (!b.contains(field) || b[field].is_null()) return Status::ok();
-  const json& v = b[field];
-  int64_t x;
-  if (v.is_number_integer()) {
-    x = v.get<int64_t>();
-  } else if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()) &&
-             std::fabs(v.get<double>()) < 9e18) {
-    x = static_cast<int64_t>(v.get<double>());
-  } else {
-    return type_error(field, "an integer", v);
-  }
-  if (x < lo || x > hi)
-    return invalid_argument("'" + std::string(field) + "' must be in [" + std::to_string(lo) + ", " +
-                            std::to_string(hi) + "], got " + std::to_string(x));
+  const json* v = get(b, field);
+  if (!v) return Status::ok();
+  int64_t x = 0;
+  bool is_int = false;
+  const bool fits = as_int64(*v, &x, &is_int);
+  if (!is_int) return type_error(field, "an integer", *v);
+  if (!fits || x < lo || x > hi)
+    return range_error(field, std::to_string(lo), std::to_string(hi), *v);
   *out = x;
   if (present) *present = true;
   return Status::ok();
 }
 
+// `seed`: any integer in [-2^63, 2^64), kept as its 64 bits.
+Status read_seed(const json& b, uint64_t* out, bool* present) {
+  *present = false;
+  const json* v = get(b, "seed");
+  if (!v) return Status::ok();
+  if (v->is_number_unsigned()) {
+    *out = v->get<uint64_t>();
+  } else {
+    int64_t x = 0;
+    bool is_int = false;
+    const bool fits = as_int64(*v, &x, &is_int);
+    if (!is_int) return type_error("seed", "an integer", *v);
+    if (!fits) return invalid_argument("'seed' must be in [-2^63, 2^64), got " + v->dump());
+    *out = static_cast<uint64_t>(x);
+  }
+  *present = true;
+  return Status::ok();
+}
+
 Status read_bool(const json& b, const char* field, bool* out) {
-  if (!b.contains(field) || b[field].is_null()) return Status::ok();
-  if (!b[field].is_boolean()) return type_error(field, "a boolean", b[field]);
-  *out = b[field].get<bool>();
+  const json* v = get(b, field);
+  if (!v) return Status::ok();
+  if (!v->is_boolean()) return type_error(field, "a boolean", *v);
+  *out = v->get<bool>();
+  return Status::ok();
+}
+
+Status read_string(const json& b, const char* field, std::string* out = nullptr) {
+  const json* v = get(b, field);
+  if (!v) return Status::ok();
+  if (!v->is_string()) return type_error(field, "a string", *v);
+  if (out) *out = v->get<std::string>();
   return Status::ok();
 }
 
@@ -56,9 +127,10 @@ Status read_token_ids(const json& a, const std::string& field, int64_t vocab, st
   for (size_t i = 0; i < a.size(); ++i) {
     const json& x = a[i];
     if (!x.is_number_integer()) return type_error(field + "[" + std::to_string(i) + "]", "an integer token id", x);
-    int64_t id = x.get<int64_t>();
-    if (id < 0 || id >= vocab)
-      return invalid_argument("'" + field + "[" + std::to_string(i) + "]' = " + std::to_string(id) +
+    int64_t id = -1;
+    bool is_int = false;
+    if (!as_int64(x, &id, &is_int) || id < 0 || id >= vocab)
+      return invalid_argument("'" + field + "[" + std::to_string(i) + "]' = " + x.dump() +
                               " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
     out->push_back(static_cast<int32_t>(id));
   }
@@ -124,38 +196,187 @@ Result<json> read_messages(const json& b) {
   return out;
 }
 
+// A key of the request as named in a message: at most 64 bytes, cut at a UTF-8 boundary.
+std::string short_key(const std::string& k) {
+  if (k.size() <= 64) return k;
+  size_t n = 64;
+  while (n > 0 && (static_cast<unsigned char>(k[n]) & 0xC0) == 0x80) --n;
+  std::string s = k.substr(0, n);
+  s += "...";
+  return s;
+}
+
+std::string quoted_key(const std::string& k) {
+  std::string q(1, '\'');
+  q += short_key(k);
+  q += '\'';
+  return q;
+}
+
+// Every top-level field afd knows, per endpoint: fields it uses, fields it accepts as metadata,
+// and fields it knows in order to refuse them by name (checked in check_refused_fields).
+// Anything else is refused as unknown, as OpenAI's own API does.
+constexpr std::string_view kCommonFields[] = {
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n",
+    "best_of", "logprobs", "stream", "stream_options", "ignore_eos", "frequency_penalty", "presence_penalty",
+    "logit_bias", "user"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "suffix", "echo"};
+constexpr std::string_view kChatFields[] = {
+    "messages", "add_generation_prompt", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+    "response_format", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key", "prediction",
+    "functions", "function_call", "audio", "modalities", "web_search_options", "reasoning_effort", "verbosity"};
+
+Status check_known_fields(const json& b, Endpoint ep) {
+  for (auto it = b.begin(); it != b.end(); ++it) {
+    const std::string& k = it.key();
+    auto in = [&](const auto& list) { return std::find(std::begin(list), std::end(list), k) != std::end(list); };
+    if (in(kCommonFields) || (ep == Endpoint::chat ? in(kChatFields) : in(kCompletionFields))) continue;
+    return invalid_argument("unknown field " + quoted_key(k) + " (not supported by " +
+                            (ep == Endpoint::chat ? "/v1/chat/completions" : "/v1/completions") + ")");
+  }
+  return Status::ok();
+}
+
+// Chat fields that would change the output in ways afd cannot honour (400 naming the field),
+// and the metadata fields it accepts without effect (type-checked only).
+Status check_chat_fields(const json& b) {
+  for (const char* f : {"functions", "function_call"})
+    if (get(b, f))
+      return invalid_argument("'" + std::string(f) + "' is not supported (deprecated by OpenAI; use 'tools' and 'tool_choice')");
+  if (get(b, "audio")) return invalid_argument("'audio' is not supported (afd generates text only)");
+  if (const json* v = get(b, "modalities")) {
+    if (!v->is_array()) return type_error("modalities", "an array", *v);
+    for (const json& x : *v)
+      if (x != "text") return invalid_argument("'modalities' other than [\"text\"] is not supported (afd generates text only)");
+  }
+  if (get(b, "web_search_options")) return invalid_argument("'web_search_options' is not supported (afd has no web search)");
+  if (get(b, "reasoning_effort"))
+    return invalid_argument("'reasoning_effort' is not supported (afd cannot bound how long a model reasons)");
+  if (get(b, "verbosity")) return invalid_argument("'verbosity' is not supported");
+  if (const json* v = get(b, "parallel_tool_calls")) {
+    if (!v->is_boolean()) return type_error("parallel_tool_calls", "a boolean", *v);
+    if (!v->get<bool>())
+      return invalid_argument("'parallel_tool_calls': false is not supported (afd does not constrain the tool calls a model writes)");
+  }
+  if (const json* v = get(b, "response_format")) {
+    if (!v->is_object()) return type_error("response_format", "an object", *v);
+    const json* t = get(*v, "type");
+    if (!t || !t->is_string()) return invalid_argument("'response_format.type' must be a string");
+    const std::string type = t->get<std::string>();
+    if (type == "json_object" || type == "json_schema")
+      return invalid_argument("'response_format' of type '" + type +
+                              "' is not supported (it needs constrained decoding, which afd does not have)");
+    if (type != "text")
+      return invalid_argument("'response_format.type' must be 'text' (or 'json_object' / 'json_schema', not supported)");
+  }
+  std::string tier;
+  AFD_RETURN_IF_ERROR(read_string(b, "service_tier", &tier));
+  if (!tier.empty() && tier != "auto" && tier != "default")
+    return invalid_argument("'service_tier' = " + quoted_key(tier) + " is not supported (afd has one tier: 'auto' or 'default')");
+  for (const char* f : {"user", "safety_identifier", "prompt_cache_key"}) AFD_RETURN_IF_ERROR(read_string(b, f));
+  bool store = false;
+  AFD_RETURN_IF_ERROR(read_bool(b, "store", &store));
+  if (const json* v = get(b, "metadata")) {
+    if (!v->is_object()) return type_error("metadata", "an object", *v);
+    for (auto it = v->begin(); it != v->end(); ++it)
+      if (!it->is_string()) return type_error("metadata." + short_key(it.key()), "a string", *it);
+  }
+  if (const json* v = get(b, "prediction")) {
+    if (!v->is_object()) return type_error("prediction", "an object", *v);
+    const json* t = get(*v, "type");
+    if (!t || *t != "content") return invalid_argument("'prediction.type' must be 'content'");
+    const json* c = get(*v, "content");
+    if (!c || !(c->is_string() || c->is_array()))
+      return invalid_argument("'prediction.content' must be a string or an array of text parts");
+  }
+  return Status::ok();
+}
+
+// `tools` (array of {"type": "function", "function": {"name", "description"?, "parameters"?,
+// "strict"?}}) and `tool_choice` ("none" | "auto"). The tools to render: null when none are
+// given or tool_choice is "none" (the model then does not see them, so it cannot call one).
+Status read_tools(const json& b, json* tools_out) {
+  *tools_out = nullptr;
+  std::string choice = "auto";
+  if (const json* c = get(b, "tool_choice")) {
+    if (c->is_object())
+      return invalid_argument("'tool_choice' naming a tool is not supported (forcing a call needs constrained decoding, "
+                              "which afd does not have); use \"auto\" or \"none\"");
+    if (!c->is_string()) return type_error("tool_choice", "\"none\", \"auto\" or \"required\"", *c);
+    choice = c->get<std::string>();
+    if (choice == "required")
+      return invalid_argument("'tool_choice': \"required\" is not supported (forcing a call needs constrained decoding, "
+                              "which afd does not have); use \"auto\" or \"none\"");
+    if (choice != "none" && choice != "auto")
+      return invalid_argument("'tool_choice' = " + quoted_key(choice) + " is not one of \"none\", \"auto\", \"required\"");
+  }
+  const json* t = get(b, "tools");
+  if (!t) return Status::ok();
+  if (!t->is_array()) return type_error("tools", "an array", *t);
+  for (size_t i = 0; i < t->size(); ++i) {
+    const std::string f = "tools[" + std::to_string(i) + "]";
+    const json& x = (*t)[i];
+    if (!x.is_object()) return type_error(f, "an object", x);
+    for (auto it = x.begin(); it != x.end(); ++it)
+      if (it.key() != "type" && it.key() != "function")
+        return invalid_argument("'" + f + "' has an unknown field " + quoted_key(it.key()));
+    const json* type = get(x, "type");
+    if (!type || *type != "function")
+      return invalid_argument("'" + f + ".type' must be \"function\" (the only kind of tool afd supports)");
+    const json* fn = get(x, "function");
+    if (!fn || !fn->is_object()) return invalid_argument("'" + f + ".function' must be an object");
+    for (auto it = fn->begin(); it != fn->end(); ++it) {
+      const std::string& k = it.key();
+      if (k != "name" && k != "description" && k != "parameters" && k != "strict")
+        return invalid_argument("'" + f + ".function' has an unknown field " + quoted_key(k));
+    }
+    const json* name = get(*fn, "name");
+    if (!name || !name->is_string() || name->get_ref<const std::string&>().empty())
+      return invalid_argument("'" + f + ".function.name' must be a non-empty string");
+    AFD_RETURN_IF_ERROR(read_string(*fn, "description").with_context(f + ".function"));
+    if (const json* p = get(*fn, "parameters"); p && !p->is_object())
+      return type_error(f + ".function.parameters", "an object (a JSON Schema)", *p);
+    bool strict = false;
+    AFD_RETURN_IF_ERROR(read_bool(*fn, "strict", &strict).with_context(f + ".function"));
+    if (strict)
+      return invalid_argument("'" + f + ".function.strict': true is not supported (it needs constrained decoding, "
+                              "which afd does not have)");
+  }
+  if (choice != "none") *tools_out = *t;
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<GenerationRequest> parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok,
                                         const ChatTemplate* chat, const RequestLimits& lim, uint64_t default_seed) {
-  json b = json::parse(body, nullptr, false);
-  if (b.is_discarded()) return invalid_argument("request body is not valid JSON");
+  AFD_ASSIGN_OR_RETURN(json b, parse_json_bounded(body, lim.json));
   if (!b.is_object()) return invalid_argument("request body must be a JSON object");
   GenerationRequest r;
   r.endpoint = ep;
 
-  if (b.contains("model") && !b["model"].is_null()) {
-    if (!b["model"].is_string()) return type_error("model", "a string", b["model"]);
-    std::string m = b["model"].get<std::string>();
+  if (const json* v = get(b, "model")) {
+    if (!v->is_string()) return type_error("model", "a string", *v);
+    std::string m = v->get<std::string>();
     if (m != lim.model_name) return not_found("The model '" + m + "' does not exist; this server serves '" + lim.model_name + "'");
   }
+  AFD_RETURN_IF_ERROR(check_known_fields(b, ep));
+  AFD_RETURN_IF_ERROR(read_string(b, "user"));
 
   if (ep == Endpoint::completions) {
     AFD_RETURN_IF_ERROR(read_prompt(b, tok, lim.vocab_size, &r.prompt));
-    if (b.contains("suffix") && !b["suffix"].is_null()) return invalid_argument("'suffix' is not supported");
+    if (get(b, "suffix")) return invalid_argument("'suffix' is not supported");
     bool echo = false;
     AFD_RETURN_IF_ERROR(read_bool(b, "echo", &echo));
     if (echo) return invalid_argument("'echo' is not supported");
   } else {
     if (!chat) return invalid_argument("this model has no chat template; use /v1/completions");
+    AFD_RETURN_IF_ERROR(check_chat_fields(b));
     AFD_ASSIGN_OR_RETURN(json messages, read_messages(b));
     bool add_generation_prompt = true;
     AFD_RETURN_IF_ERROR(read_bool(b, "add_generation_prompt", &add_generation_prompt));
-    json tools = nullptr;
-    if (b.contains("tools") && !b["tools"].is_null()) {
-      if (!b["tools"].is_array()) return type_error("tools", "an array", b["tools"]);
-      tools = b["tools"];
-    }
+    json tools;
+    AFD_RETURN_IF_ERROR(read_tools(b, &tools));
     auto text = chat->render(messages, add_generation_prompt, tools);
     if (!text.ok()) return invalid_argument("chat template: " + text.status().message());
     r.prompt = tok.encode(*text);
@@ -182,8 +403,7 @@ Result<GenerationRequest> parse_request(Endpoint ep, const std::string& body, co
   r.max_tokens = room;
   bool has_max = false;
   const int64_t kBig = int64_t{1} << 40;
-  const char* max_field = b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null()
-                              ? "max_completion_tokens" : "max_tokens";
+  const char* max_field = get(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   AFD_RETURN_IF_ERROR(read_int(b, max_field, 1, kBig, &r.max_tokens, &has_max));
   if (has_max && r.max_tokens > room)
     return invalid_argument("'" + std::string(max_field) + "' = " + std::to_string(r.max_tokens) + " plus " +
@@ -198,18 +418,17 @@ Result<GenerationRequest> parse_request(Endpoint ep, const std::string& body, co
   int64_t top_k = 0;
   AFD_RETURN_IF_ERROR(read_int(b, "top_k", -1, 1 << 30, &top_k));
   r.sampling.top_k = top_k < 0 ? 0 : top_k;  // -1 (vLLM's "off") = 0
-  int64_t seed = 0;
+  uint64_t seed = 0;
   bool has_seed = false;
-  AFD_RETURN_IF_ERROR(read_int(b, "seed", INT64_MIN, INT64_MAX, &seed, &has_seed));
-  r.sampling.seed = has_seed ? static_cast<uint64_t>(seed) : default_seed;
+  AFD_RETURN_IF_ERROR(read_seed(b, &seed, &has_seed));
+  r.sampling.seed = has_seed ? seed : default_seed;
   float pen = 0.0f;
   for (const char* f : {"presence_penalty", "frequency_penalty"}) {
     pen = 0.0f;
     AFD_RETURN_IF_ERROR(read_number(b, f, -2.0, 2.0, &pen));
     if (pen != 0.0f) return invalid_argument("'" + std::string(f) + "' other than 0 is not supported");
   }
-  if (b.contains("logit_bias") && !b["logit_bias"].is_null() &&
-      !(b["logit_bias"].is_object() && b["logit_bias"].empty()))
+  if (const json* v = get(b, "logit_bias"); v && !(v->is_object() && v->empty()))
     return invalid_argument("'logit_bias' is not supported");
 
   if (ep == Endpoint::chat) {
@@ -227,8 +446,8 @@ Result<GenerationRequest> parse_request(Endpoint ep, const std::string& body, co
     r.sampling.n_top_logprobs = lp;
   }
 
-  if (b.contains("stop") && !b["stop"].is_null()) {
-    const json& s = b["stop"];
+  if (const json* sp = get(b, "stop")) {
+    const json& s = *sp;
     if (s.is_string()) {
       r.stop.push_back(s.get<std::string>());
     } else if (s.is_array()) {
@@ -247,11 +466,18 @@ Result<GenerationRequest> parse_request(Endpoint ep, const std::string& body, co
   }
   AFD_RETURN_IF_ERROR(read_bool(b, "ignore_eos", &r.ignore_eos));
   AFD_RETURN_IF_ERROR(read_bool(b, "stream", &r.stream));
-  if (b.contains("stream_options") && !b["stream_options"].is_null()) {
-    const json& so = b["stream_options"];
+  if (const json* v = get(b, "stream_options")) {
+    const json& so = *v;
     if (!so.is_object()) return type_error("stream_options", "an object", so);
     if (!r.stream) return invalid_argument("'stream_options' is only allowed when 'stream' is true");
-    AFD_RETURN_IF_ERROR(read_bool(so, "include_usage", &r.include_usage));
+    for (auto it = so.begin(); it != so.end(); ++it)
+      if (it.key() != "include_usage" && it.key() != "include_obfuscation")
+        return invalid_argument("'stream_options' has an unknown field " + quoted_key(it.key()));
+    AFD_RETURN_IF_ERROR(read_bool(so, "include_usage", &r.include_usage).with_context("stream_options"));
+    bool obfuscate = false;
+    AFD_RETURN_IF_ERROR(read_bool(so, "include_obfuscation", &obfuscate).with_context("stream_options"));
+    if (obfuscate)
+      return invalid_argument("'stream_options.include_obfuscation': true is not supported (afd does not pad stream events)");
   }
   AFD_RETURN_IF_ERROR(r.sampling.validate());
   return r;

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "runtime/sampler.h"
 #include "serve/chat_template.h"
+#include "serve/json_limits.h"
 #include "serve/tokenizer.h"
 
 namespace afd::serve {
@@ -36,10 +37,16 @@ struct RequestLimits {
   int64_t max_context = 0;       // prompt + generated tokens per sequence
   int64_t max_stop = 4;          // stop strings per request
   int64_t max_stop_len = 256;    // bytes per stop string
+  JsonLimits json;               // depth, keys per object, values: checked while the body is parsed
 };
 
 // Parses and validates a request body. `chat` may be null for completions; chat requests
 // without a template fail with invalid_argument. `default_seed` seeds requests without a seed.
+// The body is parsed with parse_json_bounded (limits.json), so its cost is linear in its size
+// and everything built from it nests at most limits.json.max_depth levels. Every top-level
+// field is either used, accepted as metadata with no effect on the output (user, metadata,
+// store, ...), or refused with invalid_argument naming it; fields afd does not know are
+// refused too (docs/SERVING.md has the table).
 Result<GenerationRequest> parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok,
                                         const ChatTemplate* chat, const RequestLimits& limits,
                                         uint64_t default_seed);

@@ -23,10 +23,12 @@ const char* finish_json(FinishReason r) {
 }  // namespace
 
 std::string error_body(int http_status, const std::string& message) {
-  const char* type = http_status == 400 ? "invalid_request_error"
+  // 405, 408, 411, 413, 414, 431, 501: the HTTP layer refusing how a request was sent.
+  const bool framing = http_status == 405 || http_status == 408 || http_status == 411 || http_status == 413 ||
+                       http_status == 414 || http_status == 431 || http_status == 501;
+  const char* type = http_status == 400 || framing ? "invalid_request_error"
                      : http_status == 401 ? "authentication_error"
                      : http_status == 404 ? "not_found_error"
-                     : http_status == 413 ? "invalid_request_error"
                      : http_status == 429 ? "rate_limit_error"
                      : http_status == 503 ? "service_unavailable"
                                           : "server_error";

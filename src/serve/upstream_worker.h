@@ -5,8 +5,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -17,21 +17,25 @@ struct FrontendWorker {
   int index = 0;
   std::string address, host;
   int port = 0;
-  std::atomic<bool> up{false};
+  std::atomic<bool> up{false};  // written by set_state() only
   std::atomic<bool> ever_up{false};
   std::atomic<int64_t> inflight_tokens{0};  // prompt + max_tokens of requests being proxied
   std::atomic<int64_t> inflight_requests{0};
   std::atomic<uint64_t> requests{0};        // placed here
-  std::atomic<uint64_t> failures{0};        // connection refused, broken or silent mid-response
-  // Why its last health check failed ("" while up): no answer, or the worker's own reason
-  // (e.g. its FFN worker is not connected).
+  std::atomic<uint64_t> failures{0};        // exchanges refused, broken or silent mid-response
+  // Why it is down ("" while up): its last health check failed (no answer, or the worker's
+  // own reason, e.g. its FFN worker is not connected), or a request found it unreachable or
+  // refusing. Never "" while down: set_state() fills in an empty reason.
   std::string why_down() const {
     std::lock_guard<std::mutex> l(why_mu);
-    return why;
+    return up.load() ? "" : why;
   }
-  void set_why_down(std::string w) {
+  // Marks it up, or down because of `why`, together (why_down() never sees one without the
+  // other). Returns whether it was up.
+  bool set_state(bool now_up, std::string why_not) {
     std::lock_guard<std::mutex> l(why_mu);
-    why = std::move(w);
+    why = now_up ? "" : why_not.empty() ? "down (no reason given)" : std::move(why_not);
+    return up.exchange(now_up);
   }
 
  private:
@@ -44,16 +48,6 @@ inline int workers_up(const std::vector<std::shared_ptr<FrontendWorker>>& ws) {
   int n = 0;
   for (const auto& w : ws) n += w->up.load() ? 1 : 0;
   return n;
-}
-
-// "worker 0: <why>; worker 1: <why>" over the workers that are down ("" if none).
-inline std::string why_workers_down(const std::vector<std::shared_ptr<FrontendWorker>>& ws) {
-  std::string out;
-  for (const auto& w : ws) {
-    if (w->up.load()) continue;
-    out += (out.empty() ? "" : "; ") + ("worker " + std::to_string(w->index) + ": " + w->why_down());
-  }
-  return out;
 }
 
 }  // namespace afd::serve

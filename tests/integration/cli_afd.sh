@@ -88,11 +88,30 @@ for r in rows[1:]:
     assert len(pairs) == 2 and abs(sum(pairs) - tps * top_k) < 1e-6 * tps * top_k, (pairs, tps, top_k)
     assert len(r["layers"]) > 0 and all(l["ffn_ms"] >= 0 for l in r["layers"]), r["layers"]
 assert rows[0]["attention_tokens_per_s"] == [] and rows[0]["ffn_tokens_per_s"] == []
+for r in rows:  # --steps 1: one timed step, which is the median, p90 and p99
+    assert len(r["step_times_ms"]) == 1 and r["step_ms"] == r["step_times_ms"][0] == r["step_ms_p99"], r
 print("bench rows:", [(r["wiring"], r["microbatches"], round(r["tokens_per_s"])) for r in rows])
 PY
 then echo "ok   afd bench --json ${spawn:-(in-process)} rows carry stage times, idle ratios and per-worker tokens/s"
 else echo "FAIL afd bench --json $spawn"; tail -3 "$TMP/bench.err"; fails=$((fails+1)); fi
 done
+
+# afd bench --e2e: the real generate loop; every decode step timed, the summary consistent with them.
+if "$AFD" --log-level error bench --model "$M" --threads 1 --mode afd --topology 1A1F --batch 1,3 --e2e --tokens 6 \
+     --prompt-len 5 --json >"$TMP/e2e.json" 2>"$TMP/e2e.err" &&
+   /usr/bin/python3 - "$TMP/e2e.json" <<'PY'
+import json, statistics, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert [(r["wiring"], r["batch"]) for r in rows] == [("1A1F", 1), ("1A1F", 3)], rows
+for r in rows:
+    t = r["step_times_ms"]
+    assert len(t) == 5, t  # 6 new tokens: the first from the prefill, then 5 decode steps
+    assert abs(r["step_ms"] - statistics.median(t)) < 1e-9 and max(t) == r["step_ms_max"], r
+    assert r["step_ms"] <= r["step_ms_p90"] <= r["step_ms_p99"] <= r["step_ms_max"], r
+    assert r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0, r
+PY
+then echo "ok   afd bench --e2e rows carry every decode step and their median/p90/p99"
+else echo "FAIL afd bench --e2e"; tail -3 "$TMP/e2e.err"; fails=$((fails+1)); fi
 
 # One command, FFN workers as child processes over UCX (--spawn-ffn); none left behind.
 got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --topology 2A2F --microbatches 3 --spawn-ffn --trace "$TMP/sp_trace.json" 2>/dev/null)

@@ -7,9 +7,10 @@ AFD=$1; CASE=$2
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 PROMPTS=$(/usr/bin/python3 -c "import json,sys; g=json.load(open('$CASE/golden.json')); print(' '.join(','.join(map(str,p)) for p in g['prompts']))")
+MAXTOK=$(/usr/bin/python3 -c "import json; print(json.load(open('$CASE/golden.json')).get('max_new_tokens', 32))")
 ARGS=()
 for p in $PROMPTS; do ARGS+=(--prompt-ids "$p"); done
-"$AFD" generate --model "$CASE" --precision reference --max-tokens 32 --ignore-eos "${ARGS[@]}" \
+"$AFD" generate --model "$CASE" --precision reference --max-tokens "$MAXTOK" --ignore-eos "${ARGS[@]}" \
   --dump-logits "$TMP/logits.f32" > "$TMP/tokens.txt"
 /usr/bin/python3 "$ROOT/tests/reference/check_logits.py" "$CASE" "$TMP/logits.f32" $PROMPTS --tol 1e-4
 # The printed tokens must be the golden greedy continuations.

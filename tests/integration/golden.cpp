@@ -25,6 +25,7 @@ GoldenCase load_golden(const std::string& dir) {
   std::ifstream f(dir + "/golden.json");
   auto j = nlohmann::json::parse(f);
   g.name = j.value("case", std::filesystem::path(dir).filename().string());
+  g.family = j.value("family", std::string());
   g.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
   g.greedy = j.at("greedy_tokens").get<std::vector<std::vector<int32_t>>>();
   g.vocab = j.at("vocab_size").get<int64_t>();

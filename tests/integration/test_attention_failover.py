@@ -208,9 +208,6 @@ class Client:
         ts = [threading.Thread(target=self.one, args=(p, b, results, (tag, i))) for i, (p, b) in enumerate(reqs)]
         for t in ts:
             t.start()
-            # Connections a few ms apart: cpp-httplib's listen backlog is 5, and a burst of
-            # connects past it is sometimes reset by the kernel before the server sees it.
-            time.sleep(0.03)
         return ts
 
 
@@ -303,7 +300,7 @@ def test_attention_worker_failover_under_kill_and_stop(bundle):
     assert failovers >= 2 and stalls >= 1, f"failovers {failovers}, stalls {stalls}\n{bundle.log_tail()}"
     log = bundle.err_path.read_text()
     assert "continues on attention worker 1" in log and "continues on attention worker 0" in log, bundle.log_tail()
-    assert "sent nothing for" in log, bundle.log_tail()
+    assert "sent a request nothing for" in log, bundle.log_tail()
     # Some request was cut in the middle of its output, not only while queued.
     resumed_after = [int(m) for m in re.findall(r"continues on attention worker \d at \S+ after (\d+) generated", log)]
     assert max(resumed_after) > 0, resumed_after

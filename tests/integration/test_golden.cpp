@@ -35,6 +35,10 @@ class Golden : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     g_ = testing::load_golden(GetParam());
     auto w = load_model(g_.dir);
+    // The DeepSeek (MLA) and Step-3 (MFA) cases run once the engine loads their families;
+    // until then the loader refuses them as not_supported, and only that is skipped.
+    if (!w.ok() && !g_.family.empty() && w.status().code() == StatusCode::not_supported)
+      GTEST_SKIP() << "family '" << g_.family << "' not loaded by the engine yet: " << w.status().to_string();
     ASSERT_TRUE(w.ok()) << w.status().to_string();
     w_ = *w;
   }

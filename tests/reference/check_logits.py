@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Compares a logits dump written by another engine (e.g. `afd generate --dump-logits`)
-with the float64 reference.
+with the float64 reference (hf_moe_ref.py or mla_mfa_ref.py, by the model's model_type).
 
     check_logits.py MODEL_DIR DUMP_FILE [PROMPT ...] [--max-new-tokens N] [--gen-ids IDS ...]
                     [--tol 1e-4] [--report-only] [--json]
@@ -27,7 +27,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import hf_moe_ref as ref  # noqa: E402
+import hf_moe_ref as ref  # noqa: E402  (greedy, row_table)
+import reference  # noqa: E402  (picks hf_moe_ref or mla_mfa_ref by model_type)
 
 
 def parse_ids(s):
@@ -68,7 +69,7 @@ def main():
         fail("empty prompt")
 
     try:
-        model = ref.Model.from_dir(args.model_dir)
+        model = reference.load_model(args.model_dir)
     except (ValueError, OSError) as e:
         fail(f"{args.model_dir}: {e}")
     V = model.cfg.vocab_size
@@ -111,7 +112,7 @@ def main():
 
     rows, _ = ref.greedy(model, prompts, n_new, forced=engine_tokens)
     refl = np.concatenate([np.asarray(r) for r in rows])
-    _, ref_tokens = ref.greedy(ref.Model.from_dir(args.model_dir), prompts, n_new)
+    _, ref_tokens = ref.greedy(reference.load_model(args.model_dir), prompts, n_new)
 
     err = np.abs(dump - refl)
     row_err = err.max(axis=1)

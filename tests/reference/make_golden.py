@@ -4,6 +4,9 @@ Face layout plus the f64 reference's logits and greedy continuations.
 
     /usr/bin/python3 tests/reference/make_golden.py [--out tests/reference/data] [--only CASE]
 
+The DeepSeek-V2/V3/Kimi-K2 and Step-3 cases are defined and written by make_golden_mla_mfa.py;
+this script runs both and writes the one manifest.
+
 Deterministic: every case has a fixed base seed; the generator tries base, base+1, ...
 and keeps the first seed whose greedy decisions (top-2 logit gap) and routing decisions
 (gap between the k-th and (k+1)-th router logit) all clear MIN_GAP, so float32 versus
@@ -343,25 +346,46 @@ def write_case(c, out_root):
             "f32_reference_max_abs_dev": dev32}
 
 
+def mm_max_new_tokens():
+    import make_golden_mla_mfa as mm
+    return mm.MAX_NEW_TOKENS
+
+
+def all_cases():
+    """[(case spec, writer module)] for every golden case: this file's Qwen/Mixtral cases and
+    make_golden_mla_mfa's DeepSeek / Step-3 cases."""
+    import make_golden_mla_mfa as mm  # imports this module; imported here to avoid a cycle
+    return [(c, sys.modules[__name__]) for c in CASES] + [(c, mm) for c in mm.CASES]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"))
-    ap.add_argument("--only", help="regenerate only this case (the manifest is still rewritten)")
+    ap.add_argument("--only", help="regenerate only these cases (comma-separated names); the manifest keeps "
+                                   "the other cases' entries and is rewritten")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    cases = all_cases()
+    only = set(args.only.split(",")) if args.only else None
+    if only and only - {c["name"] for c, _ in cases}:
+        ap.error(f"no case named {sorted(only - {c['name'] for c, _ in cases})}")
+    old = {}
+    if only:
+        with open(os.path.join(args.out, "manifest.json")) as f:
+            old = {e["name"]: e for e in json.load(f)["cases"]}
     entries = []
-    for c in CASES:
-        if args.only and c["name"] != args.only:
-            mpath = os.path.join(args.out, "manifest.json")
-            with open(mpath) as f:
-                old = {e["name"]: e for e in json.load(f)["cases"]}
+    for c, writer in cases:
+        if only and c["name"] not in only:
+            if c["name"] not in old:
+                ap.error(f"case {c['name']} is in no manifest yet: generate it too")
             entries.append(old[c["name"]])
             continue
-        entries.append(write_case(c, args.out))
+        entries.append(writer.write_case(c, args.out))
     manifest = {
-        "generator": "tests/reference/make_golden.py",
-        "reference": "tests/reference/hf_moe_ref.py (float64)",
-        "max_new_tokens": MAX_NEW_TOKENS,
+        "generator": "tests/reference/make_golden.py (Qwen3-MoE, Qwen2-MoE, Mixtral) and "
+                     "tests/reference/make_golden_mla_mfa.py (DeepSeek-V2/V3/Kimi-K2, Step-3)",
+        "reference": "tests/reference/hf_moe_ref.py and tests/reference/mla_mfa_ref.py (float64)",
+        "max_new_tokens": {"hf_moe_ref": MAX_NEW_TOKENS, "mla_mfa_ref": mm_max_new_tokens()},
         "min_gap": MIN_GAP,
         "logits_tolerance_abs": 1e-4,
         "cases": entries,

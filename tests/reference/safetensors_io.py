@@ -5,7 +5,8 @@ Format: 8-byte little-endian u64 header length N, N bytes of JSON
 then the data; offsets are relative to the first byte after the header.
 
 BF16 has no numpy dtype: BF16 tensors are carried as uint16 bit patterns and
-converted with bf16_bits_to_f32 / f32_to_bf16_bits (round to nearest even).
+converted with bf16_bits_to_f32 / f32_to_bf16_bits (round to nearest even). F8_E4M3 tensors
+are carried as uint8 codes and decoded by fp8_e4m3.decode (block scales are separate tensors).
 """
 
 import json
@@ -14,9 +15,12 @@ import struct
 
 import numpy as np
 
+import fp8_e4m3
+
 # safetensors dtype name -> (numpy dtype used to hold the raw data, bytes per element)
 _DTYPES = {
     "BF16": (np.dtype("<u2"), 2),
+    "F8_E4M3": (np.dtype("u1"), 1),
     "F16": (np.dtype("<f2"), 2),
     "F32": (np.dtype("<f4"), 4),
     "F64": (np.dtype("<f8"), 8),
@@ -43,8 +47,8 @@ def bf16_bits_to_f32(bits):
 
 
 class Tensor:
-    """A tensor as stored: dtype name ("BF16", "F32", ...), shape, raw numpy array
-    (uint16 bits for BF16)."""
+    """A tensor as stored: dtype name ("BF16", "F8_E4M3", "F32", ...), shape, raw numpy array
+    (uint16 bits for BF16, uint8 codes for F8_E4M3)."""
 
     def __init__(self, dtype, raw):
         if dtype not in _DTYPES:
@@ -59,6 +63,8 @@ class Tensor:
     def to_f64(self):
         if self.dtype == "BF16":
             return bf16_bits_to_f32(self.raw).astype(np.float64)
+        if self.dtype == "F8_E4M3":
+            return fp8_e4m3.decode(self.raw)
         return self.raw.astype(np.float64)
 
     @staticmethod

@@ -16,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hf_moe_ref as ref  # noqa: E402
 import make_golden  # noqa: E402
+import reference  # noqa: E402
 import safetensors_io as st  # noqa: E402
 
 DATA = os.path.join(HERE, "data")
@@ -40,7 +41,17 @@ def load_golden(name):
 
 
 def case_spec(name):
-    return next(c for c in make_golden.CASES if c["name"] == name)
+    return next(c for c, _ in make_golden.all_cases() if c["name"] == name)
+
+
+def case_writer(name):
+    """The generator module (make_golden or make_golden_mla_mfa) that writes case `name`."""
+    return next(w for c, w in make_golden.all_cases() if c["name"] == name)
+
+
+def hf_cases():
+    """Manifest entries of the cases hf_moe_ref implements (Qwen3-MoE, Qwen2-MoE, Mixtral)."""
+    return [c for c in load_manifest()["cases"] if c["model_type"] in ("qwen3_moe", "qwen2_moe", "mixtral")]
 
 
 def flat(rows):
@@ -51,12 +62,14 @@ class GoldenData(unittest.TestCase):
     def test_manifest_lists_every_case_dir(self):
         m = load_manifest()
         names = [c["name"] for c in m["cases"]]
-        self.assertEqual(sorted(names), sorted(c["name"] for c in make_golden.CASES))
+        self.assertEqual(sorted(names), sorted(c["name"] for c, _ in make_golden.all_cases()))
         for n in names:
             self.assertTrue(os.path.isfile(os.path.join(DATA, n, "golden.json")), n)
+        dirs = [d for d in os.listdir(DATA) if os.path.isdir(os.path.join(DATA, d))]
+        self.assertEqual(sorted(dirs), sorted(names))
 
     def test_coverage(self):
-        cases = load_manifest()["cases"]
+        cases = hf_cases()
         self.assertEqual({1, 2, 4} - {c["gqa_ratio"] for c in cases}, set())
         self.assertEqual({1, 2, 8} - {c["top_k"] for c in cases}, set())
         for key in ("shared_expert", "tied_embeddings", "norm_topk_prob", "sharded"):
@@ -72,7 +85,7 @@ class GoldenData(unittest.TestCase):
         for c in load_manifest()["cases"]:
             with self.subTest(case=c["name"]):
                 d, g, logits = load_golden(c["name"])
-                model = ref.Model.from_dir(d)
+                model = reference.load_model(d)
                 rows, toks = ref.greedy(model, g["prompts"], g["max_new_tokens"])
                 self.assertEqual(toks, g["greedy_tokens"])
                 self.assertTrue(np.array_equal(flat(rows).astype("<f4"), logits))
@@ -95,6 +108,8 @@ class GoldenData(unittest.TestCase):
                 self.assertIn(cfg["eos_token_id"], gen_eos)
                 self.assertFalse(used & set(gen_eos))
                 self.assertGreater(g["min_top2_logit_gap"], make_golden.MIN_GAP)
+                # every continuation holds max_new_tokens ids (the C++ loader takes greedy[i].size())
+                self.assertEqual({len(t) for t in g["greedy_tokens"]}, {g["max_new_tokens"]})
 
     def test_f32_within_tolerance(self):
         """The same reference run in float32 stays within the 1e-4 logits tolerance the C++
@@ -102,7 +117,7 @@ class GoldenData(unittest.TestCase):
         for c in load_manifest()["cases"]:
             with self.subTest(case=c["name"]):
                 d, g, logits = load_golden(c["name"])
-                m32 = ref.Model.from_dir(d, np.float32)
+                m32 = reference.load_model(d, np.float32)
                 rows, toks = ref.greedy(m32, g["prompts"], g["max_new_tokens"])
                 self.assertEqual(toks, g["greedy_tokens"])
                 self.assertLess(float(np.max(np.abs(flat(rows).astype(np.float64) - logits))), 1e-4)
@@ -113,7 +128,7 @@ class Invariances(unittest.TestCase):
         for c in load_manifest()["cases"]:
             with self.subTest(case=c["name"]):
                 d, g, _ = load_golden(c["name"])
-                model = ref.Model.from_dir(d)
+                model = reference.load_model(d)
                 rows_b, toks_b = ref.greedy(model, g["prompts"], 8, batched=True)
                 rows_a, toks_a = ref.greedy(model, g["prompts"], 8, batched=False)
                 self.assertEqual(toks_a, toks_b)
@@ -132,7 +147,7 @@ class Invariances(unittest.TestCase):
         """hf_torch_mirror (padded full recompute, HF-style routing) agrees with the
         reference on every committed case, teacher-forced on the golden tokens."""
         import hf_torch_mirror as mirror
-        for c in load_manifest()["cases"]:
+        for c in hf_cases():
             with self.subTest(case=c["name"]):
                 d, g, logits = load_golden(c["name"])
                 cfg = ref.Config.from_dir(d)
@@ -225,8 +240,9 @@ class Layouts(unittest.TestCase):
             with self.subTest(case=c["name"]):
                 d, g, _ = load_golden(c["name"])
                 loaded = st.load_dir(d)
-                regen = make_golden.make_tensors(case_spec(c["name"]), g["seed"])
+                regen = case_writer(c["name"]).make_tensors(case_spec(c["name"]), g["seed"])
                 self.assertEqual(sorted(loaded), sorted(regen))
+                self.assertTrue(all(loaded[k].dtype == regen[k].dtype for k in loaded))
                 self.assertTrue(all(np.array_equal(loaded[k].raw, regen[k].raw) for k in loaded))
 
 
@@ -319,6 +335,25 @@ class CheckLogitsTool(unittest.TestCase):
             rc, _ = self._run(d, path)
             self.assertEqual(rc, 2)
 
+    def test_mla_mfa_cases(self):
+        """The tool runs the DeepSeek / Step-3 reference for those model types: the golden dump
+        passes, a 2e-4 perturbation fails."""
+        for name in ("dsv3_tiny_fp8", "step3_tiny_fp8"):
+            with self.subTest(case=name):
+                d, g, logits = load_golden(name)
+                rc, rep = self._run(d, os.path.join(d, "logits.f32"))
+                self.assertEqual(rc, 0, rep)
+                self.assertEqual(rep["max_new_tokens"], 8)
+                self.assertLess(rep["max_abs_err"], 1e-6)
+                with tempfile.TemporaryDirectory() as tmp:
+                    bad = logits.copy()
+                    bad[10, 3] -= 2e-4
+                    path = os.path.join(tmp, "bad.f32")
+                    bad.tofile(path)
+                    rc, rep = self._run(d, path)
+                    self.assertEqual(rc, 1)
+                    self.assertEqual(rep["worst_row"]["row"], 10)
+
     def test_teacher_forced_on_other_tokens(self):
         """A dump that followed different tokens (explicit prompts, --gen-ids) is compared
         against the reference fed those same tokens."""
@@ -386,6 +421,9 @@ class SafetensorsErrors(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "max_position_embeddings"):
             model.forward([(model.new_sequence(), [0] * (cfg.max_position_embeddings + 1))])
 
+
+# the DeepSeek / Step-3 / FP8 self-tests run in the same unittest.main
+from test_mla_mfa import Fp8Format, Loader, MlaMfaModel, RopeYarn, Routing  # noqa: E402,F401
 
 if __name__ == "__main__":
     unittest.main(verbosity=1)

@@ -1,7 +1,9 @@
 // libFuzzer target for the serving front end: OpenAI request bodies through
 // parse_request (JSON, validation, tokenizer, chat template), and arbitrary chat templates
 // through the Jinja interpreter. Input byte 0 picks the mode: bit 0 chat vs completions,
-// bit 1 "the rest is a template". Nothing here may crash, hang or abort.
+// bit 1 "the rest is a template". Nothing here may crash, hang or abort. Bodies up to the
+// default 1 MiB limit are meant (ctest runs it with -max_len=1048577); the bounded JSON parser
+// is also checked against nlohmann's own parser on bodies up to 64 KiB.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -10,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/chat_template.h"
+#include "serve/json_limits.h"
 #include "serve/request.h"
 #include "serve/tokenizer.h"
 #include "serve/unicode.h"
@@ -69,6 +72,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)t->render(msgs, true);
     }
     return 0;
+  }
+  // Differential check: within the limits, parse_json_bounded gives nlohmann's document
+  // (same duplicate-key rule, same key order); what nlohmann refuses, it refuses.
+  if (rest.size() <= 65536) {
+    auto mine = afd::serve::parse_json_bounded(rest, afd::serve::JsonLimits{});
+    const bool limit_hit = !mine.ok() && mine.status().message().find("not valid JSON") == std::string::npos;
+    if (!limit_hit) {
+      auto ref = nlohmann::ordered_json::parse(rest, nullptr, /*allow_exceptions=*/false);
+      if (mine.ok() != !ref.is_discarded()) __builtin_trap();
+      const auto h = nlohmann::ordered_json::error_handler_t::replace;
+      if (mine.ok() && mine->dump(-1, ' ', false, h) != ref.dump(-1, ' ', false, h)) __builtin_trap();
+    }
   }
   afd::serve::RequestLimits lim;
   lim.model_name = "m";

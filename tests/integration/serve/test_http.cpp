@@ -182,7 +182,7 @@ TEST_F(HttpTest, StreamingEndsWithDoneAndUsage) {
 
 TEST_F(HttpTest, ErrorsAreOpenAiShaped) {
   ServiceOptions so;
-  so.server.max_body_bytes = 4096;
+  so.server.limits.max_body_bytes = 4096;
   start(so);
   auto bad = post("/v1/completions", "{oops");
   ASSERT_TRUE(bad);
@@ -287,6 +287,43 @@ TEST_F(HttpTest, ClientDisconnectBeforeNonStreamingAnswerCancels) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 5);
+}
+
+// HTTP/1.1 pipelining: a non-streaming and a streaming completion sent in one segment on
+// one connection are both answered, in order (the second waits in the connection's buffer).
+TEST_F(HttpTest, PipelinedCompletionsAreAnsweredInOrder) {
+  start({}, 1);
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(svc_->port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  auto req = [](const std::string& body) {
+    return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  const std::string both = req(R"({"prompt":[1,2],"max_tokens":3,"ignore_eos":true})") +
+                           req(R"({"prompt":[3,4],"max_tokens":2,"ignore_eos":true,"stream":true})");
+  ASSERT_EQ(::send(fd, both.data(), both.size(), 0), static_cast<ssize_t>(both.size()));
+  std::string got;
+  char buf[4096];
+  const auto t0 = std::chrono::steady_clock::now();
+  while (got.find("data: [DONE]") == std::string::npos &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  const size_t first = got.find("HTTP/1.1 200");
+  const size_t second = got.find("HTTP/1.1 200", first + 1);
+  ASSERT_NE(first, std::string::npos) << got;
+  ASSERT_NE(second, std::string::npos) << got;
+  const size_t json_at = got.find("\"completion_tokens\":3");
+  EXPECT_LT(json_at, second) << got;                                     // the JSON answer first
+  EXPECT_NE(got.find("text/event-stream", second), std::string::npos) << got;  // then the stream
+  EXPECT_NE(got.find("data: [DONE]", second), std::string::npos) << got;
 }
 
 TEST_F(HttpTest, MetricsAndRoutingAcrossWorkers) {

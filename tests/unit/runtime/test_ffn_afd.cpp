@@ -626,6 +626,70 @@ TEST(FfnAfd, ProbeSeesASilentFfnWorkerWithoutTraffic) {
   expect_exact_pass(**cl, *w, 4, 40);
 }
 
+// After a pass timed out on a stalled FFN worker, health() holds the stall (the front end
+// stops placing requests) only until the worker answers again: its first pong after the
+// stall ends the hold, long before stall_hold_ms, with no forward pass needed.
+TEST(FfnAfd, StallHoldEndsWhenTheWorkerAnswersAProbe) {
+  auto w = tiny_model("a");
+  Bundle b;
+  auto opts = client_opts(0, 1, 1);
+  opts.probe_interval_ms = 50;
+  opts.timeout_ms = 400;
+  opts.stall_hold_ms = 120000;  // far beyond the test: only an answer can end the hold
+  FaultTransport* fault = nullptr;
+  auto cl = faulty_ffn_bundle(b, w, opts, &fault);
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  auto wait_for = [&](auto pred, int64_t ms) {
+    const int64_t dl = deadline_in_ms(ms);
+    while (!pred() && now_ns() < dl) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return pred();
+  };
+  ASSERT_TRUE(wait_for([&] { return (*cl)->probes_answered(0) >= 1; }, 5000));
+
+  fault->set_stall(true);
+  TokenBatch t = random_batch(w->config, 4, 7);
+  ASSERT_TRUE((*cl)->dispatch(0, 0, t).is_ok());
+  Status s = (*cl)->combine(0, 0, t);
+  ASSERT_EQ(s.code(), StatusCode::timeout) << s.to_string();
+  Status h = (*cl)->health();
+  EXPECT_EQ(h.code(), StatusCode::unavailable) << h.to_string();
+  EXPECT_NE(h.message().find("ffn0"), std::string::npos) << h.to_string();
+
+  const int64_t answered = (*cl)->probes_answered(0);
+  fault->set_stall(false);
+  // The held pong (or the next one) arrives within a few probe intervals; 30 s is only the
+  // test's patience on a loaded machine, a quarter of the hold.
+  const int64_t t0 = now_ns();
+  ASSERT_TRUE(wait_for([&] { return (*cl)->health().is_ok(); }, 30000)) << (*cl)->health().to_string();
+  EXPECT_LT(now_ns() - t0, int64_t{opts.stall_hold_ms} * 1000000 / 4);
+  EXPECT_GT((*cl)->probes_answered(0), answered);
+  expect_exact_pass(**cl, *w, 4, 8);  // the late reply of the failed pass is dropped
+}
+
+// Without probes nothing but a pass can show the worker answers again: the hold lasts until
+// one succeeds (or stall_hold_ms), and health() says how it ends.
+TEST(FfnAfd, WithoutProbesTheStallHoldLastsUntilAPassSucceeds) {
+  auto w = tiny_model("a");
+  Bundle b;
+  auto opts = client_opts(0, 1, 1);  // probes off
+  opts.timeout_ms = 400;
+  opts.stall_hold_ms = 120000;
+  FaultTransport* fault = nullptr;
+  auto cl = faulty_ffn_bundle(b, w, opts, &fault);
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  fault->set_stall(true);
+  TokenBatch t = random_batch(w->config, 4, 7);
+  ASSERT_TRUE((*cl)->dispatch(0, 0, t).is_ok());
+  ASSERT_EQ((*cl)->combine(0, 0, t).code(), StatusCode::timeout);
+  fault->set_stall(false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Status h = (*cl)->health();
+  EXPECT_EQ(h.code(), StatusCode::unavailable) << h.to_string();
+  EXPECT_NE(h.message().find("traffic resumes 120000 ms after it"), std::string::npos) << h.to_string();
+  expect_exact_pass(**cl, *w, 4, 8);
+  EXPECT_TRUE((*cl)->health().is_ok()) << (*cl)->health().to_string();
+}
+
 // Traffic shows liveness: while forward passes succeed, no ping goes out; once they stop,
 // pings start within an interval or two.
 TEST(FfnAfd, ProbesStayOffTheWireUnderTraffic) {
