@@ -60,6 +60,7 @@ serve::FrontendOptions frontend_options(const ServeFlags& f) {
   fo.server.api_key = f.service.api_key;
   fo.server.limits = f.service.http_limits();
   fo.server.http_threads = f.service.http_threads;
+  fo.server.content_special_as_text = f.service.content_special_tokens == "text";
   fo.model_dir = f.engine.model_dir;
   fo.model_name = f.service.model_name;
   fo.max_context = f.service.max_context;
@@ -179,7 +180,8 @@ void serve_spawned(const ServeFlags& f) {
                                      std::to_string(f.service.max_batch_tokens), "--max-context",
                                      std::to_string(f.service.max_context), "--max-body",
                                      std::to_string(worker_max_body), "--http-threads",
-                                     std::to_string(f.service.http_threads)};
+                                     std::to_string(f.service.http_threads), "--content-special-tokens",
+                                     f.service.content_special_tokens};
     if (!e.microbatches.empty()) args.insert(args.end(), {"--microbatches", e.microbatches});
     if (e.no_prefix_cache) args.push_back("--no-prefix-cache");
     if (!e.trace.empty()) {

@@ -114,6 +114,11 @@ void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
       ->envname("AFD_MAX_CONTEXT")->capture_default_str();
   cmd->add_option("--max-body", max_body, "Request body limit in bytes, any transfer encoding (413 above)")
       ->envname("AFD_MAX_BODY")->capture_default_str();
+  cmd->add_option("--content-special-tokens", content_special_tokens,
+                  "Control-token text inside chat message content: 'parse' (as Hugging Face: it becomes the control "
+                  "token) or 'text' (tokenized as plain text: a role-injection defence)")
+      ->check(CLI::IsMember({"parse", "text"}))
+      ->envname("AFD_CONTENT_SPECIAL_TOKENS")->capture_default_str();
   cmd->add_option("--http-threads", http_threads,
                   "Requests in handlers at once (handler threads; a generation holds one until it ends)")
       ->envname("AFD_HTTP_THREADS")->capture_default_str();
@@ -280,6 +285,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   so.server.api_key = f.api_key;
   so.server.limits = f.http_limits();
   so.server.http_threads = f.http_threads;
+  so.server.content_special_as_text = f.content_special_tokens == "text";
   so.scheduler.max_running = f.max_running;
   so.scheduler.max_queue = f.max_queue;
   so.scheduler.max_batch_tokens = f.max_batch_tokens;

@@ -33,6 +33,7 @@ struct ServiceFlags {
   int64_t max_context = 0;
   int64_t max_body = 1 << 20;
   int http_threads = 512;
+  std::string content_special_tokens = "parse";  // parse | text (RequestLimits::content_special_as_text)
   // The HTTP layer's other limits (serve/http/limits.h has what each one answers).
   int http_max_connections = 2048;
   double http_header_timeout_s = 10;

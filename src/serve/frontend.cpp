@@ -22,6 +22,7 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
   std::unique_ptr<Frontend> f(new Frontend());
   AFD_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(opt.model_dir));
   AFD_ASSIGN_OR_RETURN(f->model_, load_model_serving(opt.model_dir, opt.model_name, opt.max_context, cfg));
+  f->model_.limits.content_special_as_text = opt.server.content_special_as_text;
   for (size_t i = 0; i < opt.workers.size(); ++i) {
     auto w = std::make_shared<FrontendWorker>();
     w->index = static_cast<int>(i);

@@ -27,6 +27,9 @@ struct ServerOptions {
   std::string api_key;     // empty: no authentication
   int http_threads = 512;  // requests in handlers at once (a generation holds one until it ends)
   int retry_after_s = 1;   // Retry-After on 429 / 503
+  // Role-injection defence: control-token text inside chat message content is tokenized as
+  // plain text (RequestLimits::content_special_as_text). Default: as Hugging Face does.
+  bool content_special_as_text = false;
   // What a client may send and how long it may take (body 413, header 431, target 414,
   // deadlines 408, connections): serve/http/limits.h.
   http::Limits limits;

@@ -13,11 +13,16 @@ Result<ModelServing> load_model_serving(const std::string& model_dir, const std:
   ModelServing m;
   m.config_fingerprint = model_config_fingerprint(cfg);
   const std::string tok_path = model_dir + "/tokenizer.json";
-  auto tok = Tokenizer::load(tok_path);
+  // tokenizer_config.json (when present) adds add_bos_token / add_eos_token for
+  // completions prompts (Tokenizer::encode_prompt).
+  auto tok = Tokenizer::load_dir(model_dir);
   if (!tok.ok())
     return tok.status().with_context("serve needs " + tok_path +
                                      " (afd make-model writes one; Hugging Face checkpoints ship one)");
   m.tokenizer = *tok;
+  if (!m.tokenizer->prompt_prefix().empty() || !m.tokenizer->prompt_suffix().empty())
+    spdlog::info("serve: completions prompts get {} token(s) before and {} after the text (add_bos: {})",
+                 m.tokenizer->prompt_prefix().size(), m.tokenizer->prompt_suffix().size(), m.tokenizer->add_bos());
   const std::string cfg_path = model_dir + "/tokenizer_config.json";
   auto chat = ChatTemplate::load(cfg_path);
   if (chat.ok()) {

@@ -1,9 +1,13 @@
 #include "serve/pre_tokenizer.h"
 
-#include "serve/unicode.h"
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
 
 namespace afd::serve {
 namespace {
+
+using json = nlohmann::json;
 
 const char* kGpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 const char* kQwen2 =
@@ -12,123 +16,25 @@ const char* kQwen2 =
 const char* kLlama3 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
+// Rust's char::is_numeric (Digits) is general category N.
+const char* kNumeric = "\\p{N}";
 
-// Code points of the text with their byte offsets; one extra sentinel entry at the end.
-struct Cps {
-  std::vector<char32_t> cp;
-  std::vector<size_t> off;
+struct Piece {
+  size_t begin, end;
+  bool is_match;
 };
 
-Cps decode_all(std::string_view s) {
-  Cps c;
-  c.cp.reserve(s.size() + 1);
-  c.off.reserve(s.size() + 1);
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t len;
-    c.cp.push_back(utf8_decode(s, i, &len));
-    c.off.push_back(i);
-    i += len;
-  }
-  c.off.push_back(s.size());
-  return c;
+std::string str_field(const json& node, const char* key) {
+  auto it = node.find(key);
+  return it != node.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-bool is_nl(char32_t c) { return c == '\r' || c == '\n'; }
-bool is_other(char32_t c) { return !is_whitespace(c) && !is_letter(c) && !is_number(c); }  // [^\s\p{L}\p{N}]
-
-// Contraction at i: returns code points matched (0 if none).
-size_t match_contraction(const std::vector<char32_t>& cp, size_t i, bool icase) {
-  if (cp[i] != '\'' || i + 1 >= cp.size()) return 0;
-  auto lc = [&](size_t k) -> char32_t {
-    if (k >= cp.size()) return 0;
-    char32_t c = cp[k];
-    return (icase && c >= 'A' && c <= 'Z') ? c + 32 : c;
-  };
-  char32_t a = lc(i + 1);
-  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
-  char32_t b = lc(i + 2);
-  if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
-  return 0;
-}
-
-// \s+(?!\S) then \s+ for a whitespace run starting at i (cp[i] is whitespace).
-size_t match_space_run(const std::vector<char32_t>& cp, size_t i) {
-  size_t n = cp.size(), j = i;
-  while (j < n && is_whitespace(cp[j])) ++j;
-  if (j == n) return j - i;           // \s+(?!\S) at end of text
-  if (j - 1 > i) return j - 1 - i;    // leave the last space to prefix the next word
-  return j - i;                       // \s+
-}
-
-size_t match_gpt2(const std::vector<char32_t>& cp, size_t i) {
-  size_t n = cp.size();
-  if (size_t m = match_contraction(cp, i, false)) return m;
-  size_t k = (cp[i] == ' ' && i + 1 < n) ? i + 1 : i;  // optional leading space
-  for (int cls = 0; cls < 3; ++cls) {
-    auto in = [&](char32_t c) { return cls == 0 ? is_letter(c) : cls == 1 ? is_number(c) : is_other(c); };
-    if (in(cp[k])) {
-      size_t j = k;
-      while (j < n && in(cp[j])) ++j;
-      return j - i;
-    }
-  }
-  if (is_whitespace(cp[i])) return match_space_run(cp, i);
-  return 1;
-}
-
-size_t match_qwen2(const std::vector<char32_t>& cp, size_t i, size_t max_digits) {
-  size_t n = cp.size();
-  if (size_t m = match_contraction(cp, i, true)) return m;
-  // [^\r\n\p{L}\p{N}]?\p{L}+
-  {
-    size_t k = i;
-    if (!is_nl(cp[i]) && !is_letter(cp[i]) && !is_number(cp[i]) && i + 1 < n && is_letter(cp[i + 1])) k = i + 1;
-    if (is_letter(cp[k])) {
-      size_t j = k;
-      while (j < n && is_letter(cp[j])) ++j;
-      return j - i;
-    }
-  }
-  // \p{N}{1,max_digits}
-  if (is_number(cp[i])) {
-    size_t j = i;
-    while (j < n && j - i < max_digits && is_number(cp[j])) ++j;
-    return j - i;
-  }
-  // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
-  {
-    size_t k = (cp[i] == ' ' && i + 1 < n && is_other(cp[i + 1])) ? i + 1 : i;
-    if (is_other(cp[k])) {
-      size_t j = k;
-      while (j < n && is_other(cp[j])) ++j;
-      while (j < n && is_nl(cp[j])) ++j;
-      return j - i;
-    }
-  }
-  if (is_whitespace(cp[i])) {
-    // \s*[\r\n]+ : the whitespace run up to and including its last newline.
-    size_t j = i;
-    size_t last_nl = SIZE_MAX;
-    while (j < n && is_whitespace(cp[j])) {
-      if (is_nl(cp[j])) last_nl = j;
-      ++j;
-    }
-    if (last_nl != SIZE_MAX) return last_nl + 1 - i;
-    return match_space_run(cp, i);
-  }
-  return 1;
+bool bool_field(const json& node, const char* key, bool def) {
+  auto it = node.find(key);
+  return it != node.end() && it->is_boolean() ? it->get<bool>() : def;
 }
 
 }  // namespace
-
-Result<SplitPattern> split_pattern_from_regex(const std::string& regex) {
-  if (regex == kGpt2) return SplitPattern::gpt2;
-  if (regex == kQwen2) return SplitPattern::qwen2;
-  if (regex == kLlama3) return SplitPattern::llama3;
-  return not_supported("pre-tokenizer regex is not one of the supported patterns (GPT-2, Qwen2, Llama 3): " +
-                       regex.substr(0, 200));
-}
 
 const char* split_pattern_regex(SplitPattern p) {
   switch (p) {
@@ -139,19 +45,151 @@ const char* split_pattern_regex(SplitPattern p) {
   return kQwen2;
 }
 
-std::vector<std::string_view> pre_tokenize(std::string_view text, SplitPattern p) {
-  std::vector<std::string_view> out;
-  Cps c = decode_all(text);
-  size_t n = c.cp.size(), i = 0;
-  while (i < n) {
-    size_t m = p == SplitPattern::gpt2     ? match_gpt2(c.cp, i)
-               : p == SplitPattern::qwen2 ? match_qwen2(c.cp, i, 1)
-                                          : match_qwen2(c.cp, i, 3);
-    if (m == 0) m = 1;
-    out.push_back(text.substr(c.off[i], c.off[i + m] - c.off[i]));
-    i += m;
+Result<SplitBehavior> split_behavior_from_name(std::string_view name) {
+  if (name == "Isolated") return SplitBehavior::isolated;
+  if (name == "Removed") return SplitBehavior::removed;
+  if (name == "MergedWithPrevious") return SplitBehavior::merged_with_previous;
+  if (name == "MergedWithNext") return SplitBehavior::merged_with_next;
+  if (name == "Contiguous") return SplitBehavior::contiguous;
+  return not_supported("split behavior '" + std::string(name) +
+                       "' is not one of Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous");
+}
+
+Status split_pieces(std::string_view text, const Regex& re, SplitBehavior behavior, bool invert,
+                    std::vector<std::string_view>* out) {
+  if (text.empty()) return Status::ok();
+  thread_local std::vector<Regex::Span> spans;
+  thread_local std::vector<Piece> parts, merged;
+  spans.clear();
+  AFD_RETURN_IF_ERROR(re.find_all(text, &spans));
+  // The whole text as alternating gaps (is_match=false) and matches, in order.
+  parts.clear();
+  size_t prev = 0;
+  for (const auto& [s, e] : spans) {
+    if (prev != s) parts.push_back({prev, s, invert});
+    parts.push_back({s, e, !invert});
+    prev = e;
   }
-  return out;
+  if (prev != text.size()) parts.push_back({prev, text.size(), invert});
+
+  const std::vector<Piece>* result = &parts;
+  merged.clear();
+  switch (behavior) {
+    case SplitBehavior::isolated:
+      break;
+    case SplitBehavior::removed:
+      for (const Piece& p : parts)
+        if (!p.is_match) merged.push_back(p);
+      result = &merged;
+      break;
+    case SplitBehavior::contiguous: {
+      bool previous = false;
+      for (const Piece& p : parts) {
+        if (p.is_match == previous && !merged.empty()) merged.back().end = p.end;
+        else merged.push_back(p);
+        previous = p.is_match;
+      }
+      result = &merged;
+      break;
+    }
+    case SplitBehavior::merged_with_previous: {
+      bool previous = false;
+      for (const Piece& p : parts) {
+        if (p.is_match && !previous && !merged.empty()) merged.back().end = p.end;
+        else merged.push_back(p);
+        previous = p.is_match;
+      }
+      result = &merged;
+      break;
+    }
+    case SplitBehavior::merged_with_next: {
+      bool next = false;
+      for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+        if (it->is_match && !next && !merged.empty()) merged.back().begin = it->begin;
+        else merged.push_back(*it);
+        next = it->is_match;
+      }
+      std::reverse(merged.begin(), merged.end());
+      result = &merged;
+      break;
+    }
+  }
+  for (const Piece& p : *result)
+    if (p.end > p.begin) out->push_back(text.substr(p.begin, p.end - p.begin));
+  return Status::ok();
+}
+
+Result<PreTokenizer> PreTokenizer::from_json(const json& node, const std::string& where) {
+  PreTokenizer p;
+  if (!node.is_null()) AFD_RETURN_IF_ERROR(p.add_steps(node, where));
+  return p;
+}
+
+Status PreTokenizer::add_steps(const json& node, const std::string& where) {
+  if (!node.is_object()) return corrupt_data(where + ": a pre-tokenizer must be a JSON object");
+  const std::string type = str_field(node, "type");
+  if (type == "Sequence") {
+    auto it = node.find("pretokenizers");
+    if (it == node.end() || !it->is_array()) return corrupt_data(where + ": Sequence without a 'pretokenizers' array");
+    for (size_t i = 0; i < it->size(); ++i)
+      AFD_RETURN_IF_ERROR(add_steps((*it)[i], where + ".pretokenizers[" + std::to_string(i) + "]"));
+    return Status::ok();
+  }
+  Step s;
+  if (type == "Split") {
+    auto pat = node.find("pattern");
+    if (pat == node.end() || !pat->is_object())
+      return corrupt_data(where + ": Split without a 'pattern' object");
+    bool literal = pat->contains("String");
+    auto src = pat->find(literal ? "String" : "Regex");
+    if (src == pat->end() || !src->is_string())
+      return corrupt_data(where + ": Split pattern must be {\"Regex\": string} or {\"String\": string}");
+    auto re = Regex::compile(src->get<std::string>(), literal);
+    if (!re.ok()) return re.status().with_context(where + ": Split");
+    s.re = *re;
+    std::string behavior = node.contains("behavior") ? str_field(node, "behavior") : "Isolated";
+    auto b = split_behavior_from_name(behavior);
+    if (!b.ok()) return b.status().with_context(where + ": Split");
+    s.behavior = *b;
+    s.invert = bool_field(node, "invert", false);
+  } else if (type == "Digits") {
+    AFD_ASSIGN_OR_RETURN(s.re, Regex::compile(kNumeric));
+    s.behavior = bool_field(node, "individual_digits", false) ? SplitBehavior::isolated : SplitBehavior::contiguous;
+  } else if (type == "ByteLevel") {
+    s.add_prefix_space = bool_field(node, "add_prefix_space", false);
+    if (bool_field(node, "use_regex", true)) {
+      AFD_ASSIGN_OR_RETURN(s.re, Regex::compile(kGpt2));
+    }
+  } else {
+    return not_supported(where + ": pre-tokenizer type '" + type +
+                         "' is not supported (afd supports Split, Digits, ByteLevel and Sequence)");
+  }
+  steps_.push_back(std::move(s));
+  return Status::ok();
+}
+
+Status PreTokenizer::split(std::string_view text, std::vector<std::string_view>* pieces,
+                           std::deque<std::string>* arena) const {
+  pieces->clear();
+  if (text.empty()) return Status::ok();
+  pieces->push_back(text);
+  std::vector<std::string_view> next;
+  for (const Step& s : steps_) {
+    next.clear();
+    for (std::string_view p : *pieces) {
+      if (s.add_prefix_space && p.front() != ' ') {
+        std::string& spaced = arena->emplace_back();
+        spaced.reserve(p.size() + 1);
+        spaced.push_back(' ');
+        spaced.append(p);
+        p = spaced;
+      }
+      if (s.re) AFD_RETURN_IF_ERROR(split_pieces(p, *s.re, s.behavior, s.invert, &next));
+      else next.push_back(p);
+    }
+    pieces->swap(next);
+  }
+  return Status::ok();
 }
 
 }  // namespace afd::serve

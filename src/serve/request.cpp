@@ -141,7 +141,7 @@ Status read_prompt(const json& b, const Tokenizer& tok, int64_t vocab, std::vect
   if (!b.contains("prompt")) return invalid_argument("'prompt' is required");
   const json& p = b["prompt"];
   if (p.is_string()) {
-    *out = tok.encode(p.get<std::string>());
+    AFD_ASSIGN_OR_RETURN(*out, tok.encode_prompt(p.get<std::string>()));
     return Status::ok();
   }
   if (!p.is_array()) return type_error("prompt", "a string, an array of token ids, or a one-element array", p);
@@ -149,7 +149,7 @@ Status read_prompt(const json& b, const Tokenizer& tok, int64_t vocab, std::vect
   if (p[0].is_number_integer()) return read_token_ids(p, "prompt", vocab, out);
   if (p.size() != 1) return invalid_argument("'prompt' with several prompts is not supported (send one per request)");
   if (p[0].is_string()) {
-    *out = tok.encode(p[0].get<std::string>());
+    AFD_ASSIGN_OR_RETURN(*out, tok.encode_prompt(p[0].get<std::string>()));
     return Status::ok();
   }
   if (p[0].is_array()) return read_token_ids(p[0], "prompt[0]", vocab, out);
@@ -346,6 +346,72 @@ Status read_tools(const json& b, json* tools_out) {
   return Status::ok();
 }
 
+// U+F0000 and U+F0001 (Supplementary Private Use Area-A) bracket each message's content while
+// the template renders, so the rendered text says which of its bytes came from content.
+constexpr std::string_view kContentOpen = "\xF3\xB0\x80\x80", kContentClose = "\xF3\xB0\x80\x81";
+
+// The chat prompt's token ids. plain_content: the bytes that came from message content are
+// encoded with no added-token matching (control-token text stays text) and the template's
+// own text with it; when the template cuts or reorders content so that its brackets do not
+// pair up, content holding control-token text is refused instead.
+Result<std::vector<int32_t>> encode_chat(const Tokenizer& tok, const ChatTemplate& chat, const json& messages,
+                                         bool add_generation_prompt, const json& tools, bool plain_content) {
+  auto render = [&](const json& m) -> Result<std::string> {
+    auto text = chat.render(m, add_generation_prompt, tools);
+    if (!text.ok()) return invalid_argument("chat template: " + text.status().message());
+    return text;
+  };
+  if (!plain_content) {
+    AFD_ASSIGN_OR_RETURN(std::string text, render(messages));
+    return tok.encode(text, /*parse_special=*/true);
+  }
+  json bracketed = messages;
+  for (size_t i = 0; i < bracketed.size(); ++i) {
+    json& c = bracketed[i]["content"];
+    if (!c.is_string() || c.get_ref<const std::string&>().empty()) continue;
+    const std::string& t = c.get_ref<const std::string&>();
+    if (t.find(kContentOpen) != std::string::npos || t.find(kContentClose) != std::string::npos)
+      return invalid_argument("'messages[" + std::to_string(i) +
+                              "].content' holds U+F0000 or U+F0001, which --content-special-tokens text reserves");
+    c = std::string(kContentOpen) + t + std::string(kContentClose);
+  }
+  AFD_ASSIGN_OR_RETURN(std::string text, render(bracketed));
+  std::vector<int32_t> out;
+  size_t pos = 0;
+  bool inside = false, paired = true;
+  for (;;) {
+    const size_t o = text.find(kContentOpen, pos), c = text.find(kContentClose, pos);
+    const size_t at = std::min(o, c);
+    if (at == std::string::npos) break;
+    const bool is_open = at == o;
+    if (is_open == inside) {  // an open inside content, or a close outside it
+      paired = false;
+      break;
+    }
+    AFD_ASSIGN_OR_RETURN(std::vector<int32_t> part, tok.encode(std::string_view(text).substr(pos, at - pos), !inside));
+    out.insert(out.end(), part.begin(), part.end());
+    inside = is_open;
+    pos = at + kContentOpen.size();
+  }
+  if (paired && !inside) {
+    AFD_ASSIGN_OR_RETURN(std::vector<int32_t> tail, tok.encode(std::string_view(text).substr(pos), true));
+    out.insert(out.end(), tail.begin(), tail.end());
+    return out;
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& c = messages[i]["content"];
+    if (!c.is_string()) continue;
+    AFD_ASSIGN_OR_RETURN(std::vector<int32_t> parsed, tok.encode(c.get_ref<const std::string&>(), true));
+    AFD_ASSIGN_OR_RETURN(std::vector<int32_t> plain, tok.encode(c.get_ref<const std::string&>(), false));
+    if (parsed != plain)
+      return invalid_argument("'messages[" + std::to_string(i) +
+                              "].content' holds control-token text, refused with --content-special-tokens text (this "
+                              "model's chat template rewrites message content, so it cannot be kept as plain text)");
+  }
+  AFD_ASSIGN_OR_RETURN(text, render(messages));
+  return tok.encode(text, /*parse_special=*/true);
+}
+
 }  // namespace
 
 Result<GenerationRequest> parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok,
@@ -377,9 +443,8 @@ Result<GenerationRequest> parse_request(Endpoint ep, const std::string& body, co
     AFD_RETURN_IF_ERROR(read_bool(b, "add_generation_prompt", &add_generation_prompt));
     json tools;
     AFD_RETURN_IF_ERROR(read_tools(b, &tools));
-    auto text = chat->render(messages, add_generation_prompt, tools);
-    if (!text.ok()) return invalid_argument("chat template: " + text.status().message());
-    r.prompt = tok.encode(*text);
+    AFD_ASSIGN_OR_RETURN(r.prompt,
+                         encode_chat(tok, *chat, messages, add_generation_prompt, tools, lim.content_special_as_text));
   }
   // Prompt tokens must also fit the model's vocabulary (the tokenizer's may be larger).
   for (int32_t id : r.prompt)

@@ -38,6 +38,11 @@ struct RequestLimits {
   int64_t max_stop = 4;          // stop strings per request
   int64_t max_stop_len = 256;    // bytes per stop string
   JsonLimits json;               // depth, keys per object, values: checked while the body is parsed
+  // Chat requests: control-token (added-token) text inside message content is tokenized as
+  // plain text, so a user cannot write another role's turn markers. The template's own text
+  // keeps its control tokens; message content and template text meet at token boundaries.
+  // false (default): the rendered prompt is tokenized as a whole, as Hugging Face does.
+  bool content_special_as_text = false;
 };
 
 // Parses and validates a request body. `chat` may be null for completions; chat requests

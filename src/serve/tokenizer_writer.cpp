@@ -63,10 +63,9 @@ struct Trainer {
   // Classic BPE training: repeatedly merge the most frequent adjacent pair (ties broken
   // by the pair's strings, so the result is deterministic) until `target` tokens exist
   // or no pair occurs twice.
-  void train(const std::string& text, size_t target) {
+  void train(const std::vector<std::string_view>& pieces, size_t target) {
     std::map<std::string, int64_t> word_counts;
-    for (std::string_view p : serve::pre_tokenize(text, serve::SplitPattern::qwen2))
-      word_counts[bytes_to_byte_level(p)]++;
+    for (std::string_view p : pieces) word_counts[bytes_to_byte_level(p)]++;
     std::vector<std::pair<std::vector<std::string>, int64_t>> words;
     for (auto& [w, c] : word_counts) words.push_back({split_utf8_chars(w), c});
     while (tokens.size() < target) {
@@ -152,7 +151,11 @@ Result<TokenizerFilesInfo> write_tokenizer_files(const std::string& dir, int64_t
   const size_t n_bpe = static_cast<size_t>(vocab_size - 3);
   Trainer tr;
   for (int b = 0; b < 256; ++b) tr.add(bytes_to_byte_level(std::string(1, static_cast<char>(b))));
-  tr.train(kCorpus, n_bpe);
+  // The corpus is cut into words by the same Split pattern the written tokenizer uses.
+  AFD_ASSIGN_OR_RETURN(auto split_re, serve::Regex::compile(serve::split_pattern_regex(serve::SplitPattern::qwen2)));
+  std::vector<std::string_view> words;
+  AFD_RETURN_IF_ERROR(serve::split_pieces(kCorpus, *split_re, serve::SplitBehavior::isolated, false, &words));
+  tr.train(words, n_bpe);
   if (!tr.fill(n_bpe)) return internal_error("tokenizer writer could not fill " + std::to_string(n_bpe) + " tokens");
 
   TokenizerFilesInfo info;

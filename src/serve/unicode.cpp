@@ -2,27 +2,16 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 namespace afd::serve {
 namespace {
 
-struct CodeRange {
-  char32_t first, last;
-};
-#include "serve/unicode_ranges.inc"
-
-template <size_t N>
-bool in_ranges(const CodeRange (&r)[N], char32_t cp) {
-  const CodeRange* end = r + N;
-  const CodeRange* it = std::upper_bound(r, end, cp, [](char32_t c, const CodeRange& x) { return c < x.first; });
-  if (it == r) return false;
-  --it;
-  return cp >= it->first && cp <= it->last;
-}
-
 struct ByteTables {
   std::array<char32_t, 256> to_cp{};
-  std::array<int, 324> from_cp{};  // code points 0..323 -> byte or -1
+  std::array<std::array<char, 2>, 256> to_utf8{};  // to_cp as UTF-8 (all are 1 or 2 bytes)
+  std::array<uint8_t, 256> utf8_len{};
+  std::array<int, 324> from_cp{};          // code points 0..323 -> byte or -1
   ByteTables() {
     from_cp.fill(-1);
     int n = 0;
@@ -30,6 +19,10 @@ struct ByteTables {
       bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       to_cp[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
       from_cp[to_cp[b]] = b;
+      std::string u;
+      utf8_append(&u, to_cp[b]);
+      utf8_len[b] = static_cast<uint8_t>(u.size());
+      std::copy(u.begin(), u.end(), to_utf8[b].begin());
     }
   }
 };
@@ -119,14 +112,27 @@ std::string utf8_sanitize(std::string_view s) {
   return out;
 }
 
-bool is_letter(char32_t cp) {
-  if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
-  return in_ranges(kLetterRanges, cp);
-}
-
-bool is_number(char32_t cp) {
-  if (cp < 0x80) return cp >= '0' && cp <= '9';
-  return in_ranges(kNumberRanges, cp);
+size_t utf8_invalid_offset(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    if (i + 8 <= s.size()) {  // skip ASCII eight bytes at a time
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      if ((w & 0x8080808080808080ULL) == 0) {
+        i += 8;
+        continue;
+      }
+    }
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    char32_t cp = utf8_decode(s, i, &len);
+    if (cp == 0xFFFD && len == 1) return i;
+    i += len;
+  }
+  return std::string_view::npos;
 }
 
 bool is_whitespace(char32_t cp) {
@@ -148,7 +154,11 @@ int unicode_to_byte(char32_t cp) {
 std::string bytes_to_byte_level(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size() * 2);
-  for (char c : bytes) utf8_append(&out, byte_to_unicode(static_cast<uint8_t>(c)));
+  const ByteTables& t = byte_tables();
+  for (char c : bytes) {
+    auto b = static_cast<uint8_t>(c);
+    out.append(t.to_utf8[b].data(), t.utf8_len[b]);
+  }
   return out;
 }
 

@@ -1,6 +1,5 @@
-// UTF-8 decoding/encoding and the Unicode character classes the pre-tokenizer patterns
-// need (\p{L}, \p{N}, \s), plus GPT-2's byte <-> printable-character mapping used by
-// byte-level BPE. Pure functions, thread-safe.
+// UTF-8 decoding/encoding and validation, Unicode White_Space, plus GPT-2's byte <->
+// printable-character mapping used by byte-level BPE. Pure functions, thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -23,10 +22,11 @@ int utf8_sequence_length(unsigned char b);
 size_t utf8_complete_prefix(std::string_view s);
 // Replaces invalid sequences with U+FFFD; the result is valid UTF-8.
 std::string utf8_sanitize(std::string_view s);
+// Byte offset of the first invalid or truncated UTF-8 sequence in s, or npos when s is
+// valid UTF-8 (overlong forms, surrogates and code points past U+10FFFF are invalid).
+size_t utf8_invalid_offset(std::string_view s);
 
-bool is_letter(char32_t cp);      // general category L*
-bool is_number(char32_t cp);      // general category N*
-bool is_whitespace(char32_t cp);  // regex \s (Unicode White_Space)
+bool is_whitespace(char32_t cp);  // Unicode White_Space (Oniguruma's and Rust's \s)
 
 // GPT-2 bytes_to_unicode(): byte -> code point of a printable character.
 char32_t byte_to_unicode(uint8_t b);

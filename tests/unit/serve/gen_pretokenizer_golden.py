@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-# Golden pre-tokenizer splits from the real regular expressions (python3-regex, which
-# supports \p{L} / \p{N} like the Oniguruma engine of HF tokenizers). The C++ matchers in
-# src/serve/pre_tokenizer.cpp are written by hand and checked against this file.
+# Golden pre-tokenizer splits from real tokenizers' regular expressions, produced by
+# python3-regex (which supports \p{L} / \p{N} and Unicode \s like the Oniguruma engine of
+# HF tokenizers). afd runs the same patterns with PCRE2 (src/serve/tokenizer_regex.cpp)
+# and is checked against this file.
 # Run: /usr/bin/python3 tests/unit/serve/gen_pretokenizer_golden.py > tests/unit/serve/data/pretokenizer_golden.json
 import json
 import regex
@@ -10,6 +11,10 @@ PATTERNS = {
     "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
     "qwen2": r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
     "llama3": r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    # DeepSeek-V3's third Split (after \p{N}{1,3} and a CJK run split).
+    "deepseek_v3": r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    # GPT-4o (o200k).
+    "o200k": r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
 }
 
 TEXTS = [
@@ -37,13 +42,28 @@ TEXTS = [
     "email: someone@example.com, url: https://x.y/z?q=1&r=2",
     "   \n",
     "x  \n y",
+    "next\u0085line, mongolian\u180eseparator, zero\u200bwidth",
+    "long s: it\u017fs \u212a'S 'K HE'\u017ft",
+    "CamelCaseWords and ALLCAPS'S with marks: nai\u0308ve e\u0301te\u0301",
+    "#include <vector> -- x->y a/b/c\r\n",
 ]
+
+
+def isolated(pattern, text):
+    """HF Split with behavior Isolated: the matches and the gaps between them, in order."""
+    pieces, prev = [], 0
+    for m in regex.finditer(pattern, text):
+        pieces += [text[prev:m.start()], m.group()]
+        prev = m.end()
+    pieces.append(text[prev:])
+    return [p for p in pieces if p]
+
 
 out = {"patterns": PATTERNS, "cases": []}
 for t in TEXTS:
     case = {"text": t}
     for name, p in PATTERNS.items():
-        case[name] = regex.findall(p, t)
+        case[name] = isolated(p, t)
         assert "".join(case[name]) == t, (name, t)
     out["cases"].append(case)
 print(json.dumps(out, ensure_ascii=False, indent=1))
