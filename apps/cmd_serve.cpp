@@ -14,8 +14,10 @@
 #include "core/log.h"
 #include "engine_flags.h"
 #include "local_ffn.h"
+#include "model/config.h"
 #include "runtime/topology.h"
 #include "runtime/topology_file.h"
+#include "serve/internal_stream.h"
 #include "serve_stack.h"
 #include "trace_output.h"
 
@@ -32,6 +34,9 @@ struct ServeFlags {
   bool in_process = false;
   int worker_restarts = 5;  // per worker per minute; 0: never
   bool exit_on_worker_loss = false;
+  double upstream_idle_timeout_s = 15;  // front end: an attention worker silent this long mid-request stalled
+  double failover_timeout_s = 30;       // front end: how long a request may wait to continue elsewhere
+  std::string failover_replay = "exact";  // front end: how a continuation recomputes generated tokens
 };
 
 // --exit-on-worker-loss where this command starts no worker process to lose.
@@ -59,6 +64,9 @@ serve::FrontendOptions frontend_options(const ServeFlags& f) {
   fo.model_dir = f.engine.model_dir;
   fo.model_name = f.service.model_name;
   fo.max_context = f.service.max_context;
+  fo.proxy.idle_timeout_s = f.upstream_idle_timeout_s;
+  fo.proxy.failover_timeout_s = f.failover_timeout_s;
+  fo.proxy.exact_replay = f.failover_replay == "exact";
   return fo;
 }
 
@@ -142,6 +150,15 @@ void serve_spawned(const ServeFlags& f) {
   serve::FrontendOptions fo = frontend_options(f);
   fo.metrics_targets = ffn->metrics;
   const EngineFlags& e = f.engine;
+  // The front end sends each request with a control line of token ids before the client's
+  // body (serve/internal_stream.h): the workers' body limit leaves room for it.
+  int64_t context = f.service.max_context;
+  if (context <= 0) {
+    auto cfg = load_model_config(e.model_dir);
+    if (!cfg.ok()) fail("serve", cfg.status());
+    context = cfg->max_position_embeddings;
+  }
+  const int64_t worker_max_body = serve::internal_body_limit(f.service.max_body, context);
   for (int i = 0; i < topo->n_attention; ++i) {
     auto port = children.reserve_port();
     if (!port.ok()) fail("serve", port.status());
@@ -162,7 +179,7 @@ void serve_spawned(const ServeFlags& f) {
                                      std::to_string(f.service.max_queue), "--max-batch-tokens",
                                      std::to_string(f.service.max_batch_tokens), "--max-context",
                                      std::to_string(f.service.max_context), "--max-body",
-                                     std::to_string(f.service.max_body), "--http-threads",
+                                     std::to_string(worker_max_body), "--http-threads",
                                      std::to_string(f.service.http_threads), "--content-special-tokens",
                                      f.service.content_special_tokens};
     if (!e.microbatches.empty()) args.insert(args.end(), {"--microbatches", e.microbatches});
@@ -274,6 +291,26 @@ void register_serve(CLI::App& app) {
                 "When a worker process this command started is lost (its restarts are exhausted or off), drain and "
                 "exit with status 1, so a supervisor (systemd, Kubernetes) restarts the whole bundle")
       ->envname("AFD_EXIT_ON_WORKER_LOSS");
+  cmd->add_option("--upstream-idle-timeout-s", f->upstream_idle_timeout_s,
+                  "Front end: an attention worker that sends nothing for this long while it holds a request (it "
+                  "sends a token or a keep-alive at least every quarter of it) has stalled: the request continues "
+                  "on another worker")
+      ->check(CLI::Range(0.5, 3600.0))
+      ->envname("AFD_UPSTREAM_IDLE_TIMEOUT_S")
+      ->capture_default_str();
+  cmd->add_option("--failover-timeout-s", f->failover_timeout_s,
+                  "Front end: after an attention worker fails mid-request, how long the request may wait for "
+                  "another worker to continue it (then 503, or an error event if the client has bytes already)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->envname("AFD_FAILOVER_TIMEOUT_S")
+      ->capture_default_str();
+  cmd->add_option("--failover-replay", f->failover_replay,
+                  "Front end: how the worker continuing a request recomputes the tokens generated before: 'exact' "
+                  "(one per step, as decoding computed them: the text equals an unfaulted run's) or 'prefill' (one "
+                  "pass, faster for long outputs; a near tie may later go another way)")
+      ->check(CLI::IsMember({"exact", "prefill"}))
+      ->envname("AFD_FAILOVER_REPLAY")
+      ->capture_default_str();
   cmd->add_flag("--in-process", f->in_process,
                 "--topology xAyF: run the attention engines and FFN workers as threads of this one process")
       ->envname("AFD_IN_PROCESS");

@@ -19,6 +19,11 @@ Status SamplingParams::validate() const {
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
 
+void Sampler::skip(uint64_t n) {
+  rng_.discard(n);
+  draws_ += n;
+}
+
 SampledToken Sampler::sample(const float* logits, int64_t vocab) {
   SampledToken out;
   // log-softmax normaliser of the raw logits (for reported logprobs).
@@ -60,6 +65,7 @@ SampledToken Sampler::sample(const float* logits, int64_t vocab) {
     double mass = 0;
     for (size_t i = 0; i < keep; ++i) mass += prob[i];
     // Portable uniform in [0, 1): 53 random bits.
+    ++draws_;
     double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0) * mass;
     size_t pick = keep - 1;
     double acc = 0;

@@ -27,17 +27,26 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top_logprobs;  // best first, n_top_logprobs entries
 };
 
-// One Sampler per sequence: it owns the sequence's random stream.
+// One Sampler per sequence: it owns the sequence's random stream (seeded with params().seed).
+// Its position in that stream (draws()) is all the state sampling carries from one token to
+// the next, so a sequence continued elsewhere (an attention worker failover, docs/
+// DEPLOYMENT.md) samples exactly as the original would have after skip(draws()).
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);
-  // logits: [vocab]. Not modified.
+  // logits: [vocab]. Not modified. Draws one number from the stream when temperature > 0,
+  // none when greedy.
   SampledToken sample(const float* logits, int64_t vocab);
   const SamplingParams& params() const { return p_; }
+  // Numbers drawn from the random stream so far (including skipped ones).
+  uint64_t draws() const { return draws_; }
+  // Advances the stream by n numbers, as n draws would.
+  void skip(uint64_t n);
 
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
+  uint64_t draws_ = 0;
   std::vector<std::pair<float, int32_t>> cand_;  // scratch
 };
 

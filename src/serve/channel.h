@@ -31,6 +31,7 @@ struct StreamEvent {
   Status error;                  // finish == error
   int64_t prompt_tokens = 0;     // set on the last event
   int64_t completion_tokens = 0; // set on the last event
+  uint64_t rng_draws = 0;        // the request's Sampler::draws() after these tokens
 };
 
 class RequestChannel {

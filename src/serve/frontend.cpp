@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <ctime>
-#include <deque>
 #include <random>
 #include <sstream>
 
@@ -17,26 +16,6 @@
 #include "serve/response.h"
 
 namespace afd::serve {
-
-// One exchange with a worker, run on its own thread so the handler can learn the status
-// before answering, then forward the body as it arrives. Holds only shared state, so it may
-// outlive the handler (it ends as soon as it is cancelled).
-struct StreamPump {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool head_known = false;
-  UpstreamHead head;
-  std::deque<std::string> chunks;
-  bool finished = false;
-  UpstreamOutcome outcome;
-  std::unique_ptr<UpstreamCall> call;
-  std::atomic<bool> cancel{false};
-
-  void stop() {
-    cancel = true;
-    call->cancel();
-  }
-};
 
 Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
   if (opt.workers.empty()) return invalid_argument("front end: no attention worker addresses");
@@ -61,6 +40,16 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
     f->scrape_targets_.insert(f->scrape_targets_.end(), opt.metrics_targets.begin(), opt.metrics_targets.end());
   }
   f->opt_ = std::move(opt);
+  f->opt_.proxy.retry_after_s = f->opt_.server.retry_after_s;
+  f->pool_.workers = f->workers_;
+  f->pool_.router = f->router_.get();
+  f->pool_.tokenizer = f->model_.tokenizer.get();
+  f->pool_.policy = f->opt_.proxy;
+  f->pool_.counters = &f->counters_;
+  f->pool_.stopping = [raw = f.get()] { return raw->stopping_.load(); };
+  f->pool_.why_down = [raw = f.get()](const std::vector<std::string>* attempts) {
+    return raw->why_workers_down(attempts);
+  };
   f->svr_ = std::make_unique<http::Server>(http_options(f->opt_.server, "front end request handler"));
   f->created_ = static_cast<int64_t>(std::time(nullptr));
   std::random_device rd;
@@ -72,13 +61,13 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
 Frontend::~Frontend() {
   stop();
   if (health_.joinable()) health_.join();
-  // The exchanges were cancelled by stop(); give their threads a moment to let go.
+  // The sessions were cancelled by stop(); give their handlers a moment to let go.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (;;) {
     {
-      std::lock_guard<std::mutex> l(pumps_mu_);
-      std::erase_if(pumps_, [](const std::weak_ptr<StreamPump>& p) { return p.expired(); });
-      if (pumps_.empty()) break;
+      std::lock_guard<std::mutex> l(sessions_mu_);
+      std::erase_if(sessions_, [](const std::weak_ptr<ProxySession>& p) { return p.expired(); });
+      if (sessions_.empty()) break;
     }
     if (std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -104,18 +93,14 @@ void Frontend::stop() {
   }
   health_cv_.notify_all();
   {
-    std::lock_guard<std::mutex> l(pumps_mu_);
-    for (auto& wp : pumps_)
-      if (auto p = wp.lock()) p->stop();
+    std::lock_guard<std::mutex> l(sessions_mu_);
+    for (auto& wp : sessions_)
+      if (auto p = wp.lock()) p->cancel();
   }
   if (svr_) svr_->stop();
 }
 
-int Frontend::workers_up() const {
-  int n = 0;
-  for (const auto& w : workers_) n += w->up.load() ? 1 : 0;
-  return n;
-}
+int Frontend::workers_up() const { return serve::workers_up(workers_); }
 
 namespace {
 
@@ -227,7 +212,7 @@ std::string Frontend::render_metrics() const {
   family("afd_frontend_worker_requests_total", "counter", "Requests placed on each attention worker.");
   for (const auto& w : workers_) o << "afd_frontend_worker_requests_total" << labels(*w) << ' ' << w->requests << '\n';
   family("afd_frontend_worker_failures_total", "counter",
-         "Requests whose connection to the attention worker failed (refused or broken mid-response).");
+         "Exchanges with the attention worker that failed (refused, broken or silent mid-response).");
   for (const auto& w : workers_) o << "afd_frontend_worker_failures_total" << labels(*w) << ' ' << w->failures << '\n';
   family("afd_frontend_worker_inflight_requests", "gauge", "Requests being proxied to each attention worker.");
   for (const auto& w : workers_)
@@ -235,10 +220,18 @@ std::string Frontend::render_metrics() const {
   family("afd_frontend_worker_inflight_tokens", "gauge", "Prompt + max_tokens of the requests being proxied.");
   for (const auto& w : workers_)
     o << "afd_frontend_worker_inflight_tokens" << labels(*w) << ' ' << w->inflight_tokens << '\n';
-  family("afd_frontend_retries_total", "counter", "Placements repeated on another worker after a connection failure.");
-  o << "afd_frontend_retries_total " << retries_ << '\n';
-  family("afd_frontend_unavailable_total", "counter", "Requests answered 503 because no attention worker was up.");
-  o << "afd_frontend_unavailable_total " << no_worker_ << '\n';
+  family("afd_frontend_retries_total", "counter",
+         "Placements repeated on another worker before any worker accepted the request.");
+  o << "afd_frontend_retries_total " << counters_.retries << '\n';
+  family("afd_frontend_failovers_total", "counter",
+         "Requests continued on another attention worker after theirs failed mid-request.");
+  o << "afd_frontend_failovers_total " << counters_.failovers << '\n';
+  family("afd_frontend_upstream_stalls_total", "counter",
+         "Exchanges given up because the attention worker sent nothing for --upstream-idle-timeout-s.");
+  o << "afd_frontend_upstream_stalls_total " << counters_.stalls << '\n';
+  family("afd_frontend_unavailable_total", "counter",
+         "Requests answered 503 because no attention worker was up or none took them over in time.");
+  o << "afd_frontend_unavailable_total " << counters_.unavailable << '\n';
   family("afd_frontend_responses_total", "counter", "Answers to /v1/* requests by HTTP status.");
   {
     std::lock_guard<std::mutex> l(counts_mu_);
@@ -292,187 +285,57 @@ void Frontend::install_routes() {
     InFlight active(active_);
     if (stopping_ || draining_) {
       count_response(503);
-      return send_error(res, 503, refusal_while_closing(stopping_),
-                        retry_s);
+      return send_error(res, 503, refusal_while_closing(stopping_), retry_s);
     }
-    // Validate and tokenize as the worker will: 4xx answers never reach a worker, and the
-    // prompt tokens drive placement.
+    // Validate and tokenize as the worker would: 4xx answers never reach a worker, and the
+    // prompt tokens drive placement (and are what every worker of this request prefills).
     const ChatTemplate* chat = model_.chat ? &*model_.chat : nullptr;
-    auto g = parse_request(ep, req.body, *model_.tokenizer, chat, model_.limits, next_id_.fetch_add(1));
+    const uint64_t id = next_id_.fetch_add(1);
+    auto g = parse_request(ep, req.body, *model_.tokenizer, chat, model_.limits, id * 0x9E3779B97F4A7C15ULL);
     if (!g.ok()) {
       const int st = http_status_for(g.status());
       count_response(st);
       return send_error(res, st, g.status().message(), retry_s);
     }
-    const int64_t load = static_cast<int64_t>(g->prompt.size()) + g->max_tokens;
-    std::vector<bool> tried(workers_.size(), false);
-    std::vector<std::string> attempts(workers_.size());  // why a tried worker did not take it
-    for (size_t attempt = 0; attempt < workers_.size(); ++attempt) {
-      std::vector<bool> eligible(workers_.size());
-      for (size_t i = 0; i < workers_.size(); ++i) eligible[i] = !tried[i] && workers_[i]->up.load();
-      const int wi = router_->place(g->prompt, eligible);
-      if (wi < 0) break;
-      tried[wi] = true;
-      std::shared_ptr<FrontendWorker> w = workers_[wi];
-      w->requests.fetch_add(1);
-      w->inflight_tokens.fetch_add(load);
-      w->inflight_requests.fetch_add(1);
-      auto release = [w, load] {
-        w->inflight_tokens.fetch_sub(load);
-        w->inflight_requests.fetch_sub(1);
-      };
-      auto pump = std::make_shared<StreamPump>();
-      pump->call = std::make_unique<UpstreamCall>(w->host, w->port, opt_.upstream);
-      {
-        std::lock_guard<std::mutex> pl(pumps_mu_);
-        std::erase_if(pumps_, [](const std::weak_ptr<StreamPump>& p) { return p.expired(); });
-        pumps_.push_back(pump);
-      }
-      if (stopping_) pump->stop();
-      auto on_head = [pump](const UpstreamHead& h) {
-        std::lock_guard<std::mutex> l(pump->mu);
-        pump->head = h;
-        pump->head_known = true;
-        pump->cv.notify_all();
-        return !pump->cancel.load();
-      };
-      auto on_data = [pump](const char* d, size_t n) {
-        std::lock_guard<std::mutex> l(pump->mu);
-        pump->chunks.emplace_back(d, n);
-        pump->cv.notify_all();
-        return !pump->cancel.load();
-      };
-      std::thread([pump, path, body = req.body, on_head, on_data, release] {
-        UpstreamOutcome out = pump->call->post(path, body, on_head, on_data);
-        release();
-        std::lock_guard<std::mutex> l(pump->mu);
-        pump->outcome = out;
-        pump->finished = true;
-        pump->cv.notify_all();
-      }).detach();
-
-      // Wait for the status line (or for the exchange to end without one). A non-streaming
-      // answer arrives only when the whole generation is done, so meanwhile the client's
-      // connection is checked every 50 ms: a client that hung up cancels the exchange, which
-      // closes the upstream connection and makes the worker drop the sequence.
-      std::unique_lock<std::mutex> l(pump->mu);
-      const int conn = connection_socket(req);
-      while (!pump->cv.wait_for(l, std::chrono::milliseconds(50), [&] { return pump->head_known || pump->finished; })) {
-        if (conn >= 0 && peer_closed(conn)) {
-          l.unlock();
-          pump->stop();
-          count_response(499);  // nginx's "client closed request"; nobody reads it
-          return send_error(res, 499, "client closed the connection", retry_s);
-        }
-      }
-      if (!pump->head_known && (stopping_ || pump->outcome.cancelled)) {
-        count_response(503);
-        return send_error(res, 503, "the server is shutting down", retry_s);
-      }
-      if (!pump->head_known) {
-        // Nothing came back: the worker is unreachable; try another one.
-        w->failures.fetch_add(1);
-        attempts[wi] = "a request found it unreachable: " + pump->outcome.error.message();
-        if (w->set_state(false, attempts[wi]))
-          spdlog::warn("front end: attention worker {} at {} is down ({})", wi, w->address, pump->outcome.error.message());
-        retries_.fetch_add(1);
-        continue;
-      }
-      const UpstreamHead head = pump->head;
-      const bool sse = head.status == 200 && head.content_type.find("text/event-stream") != std::string::npos;
-      if (!sse) {
-        while (!pump->cv.wait_for(l, std::chrono::milliseconds(50), [&] { return pump->finished; })) {
-          if (conn >= 0 && peer_closed(conn)) {
-            l.unlock();
-            pump->stop();
-            count_response(499);
-            return send_error(res, 499, "client closed the connection", retry_s);
-          }
-        }
-        std::string body;
-        for (auto& c : pump->chunks) body += c;
-        if (!pump->outcome.completed && stopping_) {
-          count_response(503);
-          return send_error(res, 503, "the server is shutting down", retry_s);
-        }
-        if (!pump->outcome.completed) {
-          w->failures.fetch_add(1);
-          count_response(502);
-          return send_error(res, 502, "attention worker " + std::to_string(wi) + " failed mid-response: " +
-                                          pump->outcome.error.message(), retry_s);
-        }
-        if (head.status == 503) {
-          // The worker refused it or could not finish it (draining, shutting down, its FFN
-          // worker lost or stalled) and the client has seen nothing of it yet, so another
-          // worker may take it whole. Out of placement until its /health says otherwise.
-          attempts[wi] = "answered a request 503: " + health_failure(HttpAnswer{head.status, body});
-          if (w->set_state(false, attempts[wi])) {
-            spdlog::info("front end: attention worker {} at {} refused a request (503); trying another", wi,
-                         w->address);
-          }
-          retries_.fetch_add(1);
-          continue;
-        }
-        count_response(head.status);
-        res.status = head.status;
-        if (!head.retry_after.empty()) res.set_header("Retry-After", head.retry_after);
-        res.set_content(body, head.content_type.empty() ? "application/json" : head.content_type);
-        return;
-      }
-      l.unlock();
-      count_response(200);
-      active_.fetch_add(1);  // until the stream ends (the releaser below)
-      res.set_header("Cache-Control", "no-cache");
-      res.set_header("X-Accel-Buffering", "no");
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [this, pump, w, wi](size_t, http::DataSink& sink) {
-            std::unique_lock<std::mutex> lk(pump->mu);
-            for (;;) {
-              pump->cv.wait_for(lk, std::chrono::milliseconds(200),
-                                [&] { return !pump->chunks.empty() || pump->finished; });
-              if (stopping_) {
-                lk.unlock();
-                pump->stop();
-                return false;
-              }
-              while (!pump->chunks.empty()) {
-                std::string c = std::move(pump->chunks.front());
-                pump->chunks.pop_front();
-                lk.unlock();
-                const bool ok = sink.write(c.data(), c.size());
-                if (!ok) {
-                  pump->stop();  // client went away: closing upstream cancels the sequence
-                  return false;
-                }
-                lk.lock();
-              }
-              if (pump->finished && pump->chunks.empty()) {
-                const UpstreamOutcome out = pump->outcome;
-                lk.unlock();
-                if (!out.completed && !out.cancelled) {
-                  w->failures.fetch_add(1);
-                  const std::string e = "data: " +
-                                        error_body(502, "attention worker " + std::to_string(wi) +
-                                                            " failed mid-stream: " + out.error.message()) +
-                                        "\n\ndata: [DONE]\n\n";
-                  sink.write(e.data(), e.size());
-                }
-                sink.done();
-                return true;
-              }
-            }
-          },
-          [this, pump](bool success) {
-            if (!success) pump->stop();
-            active_.fetch_sub(1);
-          });
+    ResponseMeta meta;
+    char idbuf[32];
+    std::snprintf(idbuf, sizeof idbuf, "%016llx", static_cast<unsigned long long>(id));
+    meta.id = std::string(ep == Endpoint::chat ? "chatcmpl-" : "cmpl-") + idbuf;
+    meta.model = model_.limits.model_name;
+    meta.created = static_cast<int64_t>(std::time(nullptr));
+    meta.endpoint = ep;
+    meta.logprobs = g->logprobs;
+    auto session = std::make_shared<ProxySession>(pool_, path, *g, req.body, std::move(meta));
+    {
+      std::lock_guard<std::mutex> l(sessions_mu_);
+      std::erase_if(sessions_, [](const std::weak_ptr<ProxySession>& p) { return p.expired(); });
+      sessions_.push_back(session);
+    }
+    if (stopping_) session->cancel();
+    // A client that hangs up before the answer's head cancels the request (checked every 50 ms).
+    const int conn = connection_socket(req);
+    ProxyAnswer a = session->open([conn] { return conn >= 0 && peer_closed(conn); });
+    count_response(a.status);
+    if (!a.stream) {
+      res.status = a.status;
+      if (!a.retry_after.empty()) res.set_header("Retry-After", a.retry_after);
+      res.set_content(a.body, a.content_type);
       return;
     }
-    no_worker_.fetch_add(1);
-    count_response(503);
-    send_error(res, 503, "no attention worker is available (" + std::to_string(workers_up()) + " of " +
-                             std::to_string(workers_.size()) + " up; " + why_workers_down(&attempts) + ")", retry_s);
+    active_.fetch_add(1);  // until the stream ends (the releaser below)
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [session](size_t, http::DataSink& sink) {
+          const bool done = session->stream([&](const std::string& c) { return sink.write(c.data(), c.size()); });
+          if (done) sink.done();
+          return done;
+        },
+        [this, session](bool success) {
+          if (!success) session->cancel();
+          active_.fetch_sub(1);
+        });
   };
   s.post("/v1/completions", [generate](const http::Request& req, http::Response& res) {
     generate(Endpoint::completions, "/v1/completions", req, res);

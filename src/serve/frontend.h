@@ -2,14 +2,16 @@
 // engine. Each attention worker is an `afd worker --role attention` process (a full
 // Service: scheduler + engine + sampling) with its own internal HTTP address. Per request the
 // front end parses and tokenizes the body exactly as a worker would (to answer 4xx itself
-// and to place it), picks a worker with the Router (in-flight token load + prefix), and
-// proxies the body there: SSE chunks are forwarded as they arrive, other answers with their
-// status, body and Retry-After. A worker that refuses the connection is marked down and the
-// request is placed again on another one; with none left the answer is 503 + Retry-After.
+// and to place it), picks a worker with the Router (in-flight token load + prefix), and runs
+// the request there as an internal stream (serve/proxy_session.h): it renders the client's
+// answer (SSE chunks as tokens arrive, or one JSON body) itself and, when the worker dies or
+// stalls mid-request, continues the request on another worker without the client noticing.
+// A worker that refuses the connection or answers 503 is marked down and the request is
+// placed again on another one; with none left the answer is 503 + Retry-After.
 // A background thread polls every worker's GET /health (logging what it is waiting for).
-// A client that disconnects mid-stream closes the upstream connection, which cancels the
-// sequence on the worker. The API key, if set, is checked here (workers run without one and
-// must only be reachable from the front end).
+// A client that disconnects closes the upstream connection, which cancels the sequence on
+// the worker. The API key, if set, is checked here (workers run without one and must only
+// be reachable from the front end).
 #pragma once
 
 #include <atomic>
@@ -26,15 +28,15 @@
 #include "serve/http_server.h"
 #include "serve/metrics_federation.h"
 #include "serve/proxy_client.h"
+#include "serve/proxy_session.h"
 #include "serve/router.h"
+#include "serve/upstream_worker.h"
 
 namespace afd::serve {
 
 namespace http {
 class Server;
 }
-
-struct StreamPump;  // one proxied exchange in flight (frontend.cpp)
 
 struct FrontendOptions {
   ServerOptions server;              // host, port, api_key, http_threads, retry_after_s, limits
@@ -44,7 +46,10 @@ struct FrontendOptions {
   int64_t max_context = 0;           // 0: the model's
   int health_interval_ms = 500;
   int health_timeout_ms = 1000;
-  UpstreamTimeouts upstream;
+  // Upstream deadlines and failover (serve/proxy_session.h): idle_timeout_s
+  // (--upstream-idle-timeout-s), failover_timeout_s (--failover-timeout-s), exact_replay
+  // (--failover-replay), connect and write limits. retry_after_s is taken from server.
+  ProxyPolicy proxy;
   // GET /metrics also carries every attention worker's own series (label attention="<index>")
   // and those of these targets (e.g. the FFN workers' --metrics-listen), fetched per scrape
   // within health_timeout_ms (serve/metrics_federation.h). federate = false: front end only.
@@ -59,37 +64,6 @@ struct FrontendOptions {
   std::function<std::string()> lost_workers;
   // Called once (from the health thread, with the bound port) when every worker has answered /health.
   std::function<void(int port)> on_all_up;
-};
-
-// Per attention worker state; shared with in-flight proxy calls (which may outlive a request handler).
-struct FrontendWorker {
-  int index = 0;
-  std::string address, host;
-  int port = 0;
-  std::atomic<bool> up{false};  // written by set_state() only
-  std::atomic<bool> ever_up{false};
-  std::atomic<int64_t> inflight_tokens{0};  // prompt + max_tokens of requests being proxied
-  std::atomic<int64_t> inflight_requests{0};
-  std::atomic<uint64_t> requests{0};        // placed here
-  std::atomic<uint64_t> failures{0};        // connection refused / broken mid-response
-  // Why it is down ("" while up): its last health check failed (no answer, or the worker's
-  // own reason, e.g. its FFN worker is not connected), or a request found it unreachable or
-  // refusing. Never "" while down: set_state() fills in an empty reason.
-  std::string why_down() const {
-    std::lock_guard<std::mutex> l(why_mu);
-    return up.load() ? "" : why;
-  }
-  // Marks it up, or down because of `why`, together (why_down() never sees one without the
-  // other). Returns whether it was up.
-  bool set_state(bool now_up, std::string why_not) {
-    std::lock_guard<std::mutex> l(why_mu);
-    why = now_up ? "" : why_not.empty() ? "down (no reason given)" : std::move(why_not);
-    return up.exchange(now_up);
-  }
-
- private:
-  mutable std::mutex why_mu;
-  std::string why = "not checked yet";
 };
 
 class Frontend {
@@ -146,11 +120,11 @@ class Frontend {
 
   mutable std::mutex counts_mu_;
   std::map<int, uint64_t> responses_;  // by HTTP status
-  std::atomic<uint64_t> no_worker_{0};   // 503s because no worker was up
-  std::atomic<uint64_t> retries_{0};     // placements repeated after a connection failure
+  ProxyCounters counters_;
+  ProxyPool pool_;  // what the sessions share (workers_, router_, counters_)
 
-  std::mutex pumps_mu_;
-  std::vector<std::weak_ptr<StreamPump>> pumps_;  // exchanges in flight, cancelled by stop()
+  std::mutex sessions_mu_;
+  std::vector<std::weak_ptr<ProxySession>> sessions_;  // requests in flight, cancelled by stop()
 };
 
 }  // namespace afd::serve

@@ -11,6 +11,7 @@
 #include "serve/http/server.h"
 #include "serve/http_common.h"
 #include "serve/response.h"
+#include "serve/worker_resume.h"
 
 namespace afd::serve {
 namespace {
@@ -119,13 +120,28 @@ void HttpServer::install_routes() {
     }
     const ChatTemplate* chat = model_.chat ? &*model_.chat : nullptr;
     uint64_t id = next_id_.fetch_add(1);
-    auto g = parse_request(ep, req.body, *model_.tokenizer, chat, model_.limits, id * 0x9E3779B97F4A7C15ULL);
+    // A front end's internal stream (serve/internal_stream.h): control line + the client's body.
+    std::optional<InternalBody> internal;
+    if (req.has_header(kInternalStreamHeader)) {
+      auto b = split_internal_body(req.body);
+      if (!b.ok()) {
+        metrics_->request_finished(400);
+        return send_error(res, 400, b.status().message(), opt_.retry_after_s);
+      }
+      internal = std::move(*b);
+    }
+    auto g = internal ? parse_internal_request(ep, *internal, *model_.tokenizer, chat, model_.limits)
+                      : parse_request(ep, req.body, *model_.tokenizer, chat, model_.limits, id * 0x9E3779B97F4A7C15ULL);
     if (!g.ok()) {
       int st = http_status_for(g.status());
       metrics_->request_finished(st);
       return send_error(res, st, g.status().message(), opt_.retry_after_s);
     }
     auto sr = std::make_shared<SeqRequest>(*g, model_.tokenizer.get(), model_.eos_ids, now_s());
+    if (Status rs = internal ? apply_resume(internal->control, sr.get()) : Status::ok(); !rs.is_ok()) {
+      metrics_->request_finished(400);
+      return send_error(res, 400, rs.message(), opt_.retry_after_s);
+    }
     int w = router_->place(sr->tokens);
     Status sub = workers_[w]->submit(sr);
     admitting.release();  // in a queue now (or refused): the scheduler's idle() covers it
@@ -144,6 +160,23 @@ void HttpServer::install_routes() {
     meta.endpoint = ep;
     meta.logprobs = g->logprobs;
     std::shared_ptr<RequestChannel> ch = sr->channel;
+
+    if (internal) {
+      metrics_->request_finished(200);
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [this, ch, keepalive = internal->control.keepalive_ms](size_t, http::DataSink& sink) {
+            const bool done = pump_internal_stream(
+                *ch, keepalive, [&](const std::string& s) { return sink.write(s.data(), s.size()); },
+                [this] { return stopping_.load(); });
+            if (done) sink.done();
+            return done;
+          },
+          [ch](bool success) {
+            if (!success) ch->cancel();
+          });
+      return;
+    }
 
     if (!g->stream) {
       // A client that disconnects before the answer is ready cancels the request (as a

@@ -67,4 +67,14 @@ OutputProcessor::Step OutputProcessor::push(int32_t token) {
   return st;
 }
 
+Status OutputProcessor::replay(std::span<const int32_t> tokens) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (finished_ || push(tokens[i]).finish != FinishReason::none)
+      return invalid_argument("resumed output: generated token " + std::to_string(i + 1) + " of " +
+                              std::to_string(tokens.size()) +
+                              " ends the output (eos, a stop string or max_tokens); nothing is left to continue");
+  }
+  return Status::ok();
+}
+
 }  // namespace afd::serve

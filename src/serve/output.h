@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "serve/tokenizer.h"
 
 namespace afd::serve {
@@ -26,6 +28,14 @@ class OutputProcessor {
   };
   // Feeds the next generated token (counted in n_generated()).
   Step push(int32_t token);
+  // Continuation of a sequence whose first tokens were generated elsewhere and whose text
+  // the client already has (attention-worker failover): pushes `tokens`, discarding the
+  // text they release, so that the detokenizer, the text held back for stop strings and
+  // the token count are what they were after the last of them, and the next push() releases
+  // exactly what it would have. invalid_argument naming the position if the output finishes
+  // at or before the last of them (eos, a stop string, max_tokens: nothing would be left to
+  // continue); the processor is then finished.
+  Status replay(std::span<const int32_t> tokens);
   int64_t n_generated() const { return n_generated_; }
   bool finished() const { return finished_; }
 

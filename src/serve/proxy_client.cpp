@@ -61,7 +61,8 @@ void UpstreamCall::cancel() {
 
 UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& body,
                                    const std::function<bool(const UpstreamHead&)>& on_head,
-                                   const std::function<bool(const char*, size_t)>& on_data) {
+                                   const std::function<bool(const char*, size_t)>& on_data,
+                                   const std::vector<std::pair<std::string, std::string>>& headers) {
   UpstreamOutcome out;
   bool by_callback = false;
   Clock::time_point last_byte = Clock::now();  // or the start: for telling a timeout from a reset
@@ -71,6 +72,7 @@ UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& b
   req.body = body;
   req.headers.emplace("Content-Type", "application/json");
   req.headers.emplace("Accept", "application/json, text/event-stream");
+  for (const auto& [k, v] : headers) req.headers.emplace(k, v);
   req.response_handler = [&](const httplib::Response& r) {
     out.responded = true;
     last_byte = Clock::now();

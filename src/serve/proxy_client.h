@@ -1,13 +1,17 @@
 // UpstreamCall: one HTTP exchange from the front end with an attention worker (cpp-httplib
 // client), delivering the response status/headers and then the body bytes as they arrive,
-// so SSE chunks can be forwarded without buffering. cancel() from any thread closes the
-// connection (the worker sees its next write fail and cancels the sequence).
+// so SSE chunks can be read without buffering. cancel() from any thread closes the
+// connection (the worker sees its next write fail and cancels the sequence). Every wait is
+// bounded: connecting by connect_ms, sending by write_s, and each wait for the next byte by
+// read_s (the proxy session also watches for silence itself, serve/proxy_session.h).
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -19,8 +23,8 @@ namespace afd::serve {
 
 struct UpstreamTimeouts {
   int connect_ms = 2000;
-  int read_s = 600;   // longest wait for the next response byte (a whole non-streaming generation)
-  int write_s = 30;
+  int read_s = 600;   // longest wait for the next response byte
+  int write_s = 30;   // longest wait to send the next piece of the request
 };
 
 struct UpstreamHead {
@@ -43,12 +47,13 @@ class UpstreamCall {
   UpstreamCall(const UpstreamCall&) = delete;
   UpstreamCall& operator=(const UpstreamCall&) = delete;
 
-  // POSTs body (application/json) to path. on_head runs once when the status line and
-  // headers arrive, on_data for each piece of the body; either returning false abandons the
-  // exchange (closing the connection). Blocks until done; call once.
+  // POSTs body (application/json, with `headers` added) to path. on_head runs once when the
+  // status line and headers arrive, on_data for each piece of the body; either returning
+  // false abandons the exchange (closing the connection). Blocks until done; call once.
   UpstreamOutcome post(const std::string& path, const std::string& body,
                        const std::function<bool(const UpstreamHead&)>& on_head,
-                       const std::function<bool(const char*, size_t)>& on_data);
+                       const std::function<bool(const char*, size_t)>& on_data,
+                       const std::vector<std::pair<std::string, std::string>>& headers = {});
   // Thread-safe; idempotent. Ends a post() in progress (or makes a later one end at once).
   void cancel();
 

@@ -194,6 +194,8 @@ std::vector<BatchItem> Scheduler::form_batch(std::vector<SeqRequest*>* order) {
       bool decode = remaining == 1 && r->n_computed > 0;
       if ((pass == 0) != decode || remaining <= 0) continue;
       int64_t n_new = std::min(remaining, budget);
+      if (r->n_computed < r->replay_end)
+        n_new = std::min(n_new, r->n_computed < r->n_prompt ? r->n_prompt - r->n_computed : int64_t{1});
       while (!engine_->can_append(r->seq_id, n_new)) {
         if (!preempt_one(r)) break;
       }
@@ -244,6 +246,7 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
     ti.logprob = s.logprob;
     ti.top = std::move(s.top_logprobs);
     e.tokens.push_back(std::move(ti));
+    e.rng_draws = r->sampler.draws();
     if (r->output.n_generated() == 1) {
       r->t_first = now;
       if (metrics_) metrics_->ttft.observe(now - r->t_arrival);

@@ -30,6 +30,11 @@ struct SeqRequest {
   std::vector<int32_t> tokens;     // prompt + generated so far
   int64_t n_prompt = 0;
   int64_t n_computed = 0;          // tokens of `tokens` with KV in the engine
+  // A continuation replaying generated tokens exactly (worker_resume.h): until n_computed
+  // reaches this, the prompt is prefilled on its own and each generated token after it is
+  // forwarded alone, as one decode step, so that their KV — and every later logit — is
+  // computed as the original sequence computed it. 0: no such replay.
+  int64_t replay_end = 0;
   int64_t seq_id = -1;             // engine sequence, -1 when not admitted
   bool logprobs = false;
   Sampler sampler;

@@ -29,6 +29,39 @@ TEST(Sampler, SeededIsReproducible) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(a.sample(l.data(), 50).token, b.sample(l.data(), 50).token);
 }
 
+// A sampler continued elsewhere (attention-worker failover) from its position in the random
+// stream draws exactly what the original draws after that point; greedy sampling draws none.
+TEST(Sampler, SkipResumesTheRandomStreamExactly) {
+  std::vector<float> l(50);
+  for (int i = 0; i < 50; ++i) l[i] = std::sin(i * 0.7f);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.9f;
+  p.seed = 7;
+  Sampler original(p);
+  std::vector<int32_t> first, rest;
+  for (int i = 0; i < 13; ++i) first.push_back(original.sample(l.data(), 50).token);
+  EXPECT_EQ(original.draws(), 13u);
+  for (int i = 0; i < 40; ++i) rest.push_back(original.sample(l.data(), 50).token);
+  Sampler resumed(p);
+  resumed.skip(13);
+  EXPECT_EQ(resumed.draws(), 13u);
+  std::vector<int32_t> again;
+  for (int i = 0; i < 40; ++i) again.push_back(resumed.sample(l.data(), 50).token);
+  EXPECT_EQ(again, rest);
+  // Not skipping (or skipping one too few) gives another stream: the position matters.
+  Sampler off(p);
+  off.skip(12);
+  std::vector<int32_t> shifted;
+  for (int i = 0; i < 40; ++i) shifted.push_back(off.sample(l.data(), 50).token);
+  EXPECT_NE(shifted, rest);
+
+  SamplingParams g;  // greedy
+  Sampler greedy(g);
+  for (int i = 0; i < 5; ++i) greedy.sample(l.data(), 50);
+  EXPECT_EQ(greedy.draws(), 0u);
+}
+
 TEST(Sampler, TopKRestrictsCandidates) {
   std::vector<float> l = {5, 4, 3, 2, 1, 0};
   SamplingParams p;

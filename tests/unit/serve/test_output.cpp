@@ -90,5 +90,47 @@ TEST(OutputProcessor, Utf8NeverSplitAcrossDeltas) {
   EXPECT_EQ(fr, FinishReason::stop);
 }
 
+// Failover continuation: a processor that replays the first k tokens (whose text the client
+// already has) releases, from token k+1 on, exactly the deltas of the original, for every k:
+// in the middle of a multi-byte character, of a held-back stop-string prefix, anywhere.
+TEST(OutputProcessor, ReplayContinuesTheDeltasExactly) {
+  auto tok = bytes_tokenizer();
+  const std::string text = "é👋 EN ENxyz \xf0\x9f\x8e STOP tail";
+  const std::vector<std::string> stops = {"END", "STOP"};
+  OutputProcessor original(tok.get(), {256}, stops, 100, false);
+  std::vector<std::string> deltas;
+  std::vector<int32_t> ids;
+  FinishReason fr = FinishReason::none;
+  for (unsigned char c : text) {
+    ids.push_back(c);
+    auto st = original.push(c);
+    deltas.push_back(st.text);
+    if ((fr = st.finish) != FinishReason::none) break;
+  }
+  ASSERT_EQ(fr, FinishReason::stop);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    OutputProcessor resumed(tok.get(), {256}, stops, 100, false);
+    ASSERT_TRUE(resumed.replay(std::span<const int32_t>(ids.data(), k)).is_ok()) << k;
+    EXPECT_EQ(resumed.n_generated(), static_cast<int64_t>(k));
+    for (size_t i = k; i < ids.size(); ++i) {
+      auto st = resumed.push(ids[i]);
+      EXPECT_EQ(st.text, deltas[i]) << "cut after " << k << " tokens, token " << i;
+      EXPECT_EQ(st.finish, i + 1 == ids.size() ? FinishReason::stop : FinishReason::none) << k << " " << i;
+    }
+    EXPECT_EQ(resumed.n_generated(), original.n_generated());
+  }
+  // A replay that reaches the end of the output (here the stop string) is refused: the
+  // request was complete, there is nothing to continue.
+  OutputProcessor done(tok.get(), {256}, stops, 100, false);
+  Status st = done.replay(ids);
+  EXPECT_EQ(st.code(), StatusCode::invalid_argument);
+  EXPECT_NE(st.message().find("token " + std::to_string(ids.size()) + " of"), std::string::npos) << st.message();
+  OutputProcessor capped(tok.get(), {256}, {}, 3, false);
+  EXPECT_TRUE(capped.replay(std::vector<int32_t>{'a', 'b'}).is_ok());
+  EXPECT_EQ(capped.push('c').finish, FinishReason::length);
+  OutputProcessor over(tok.get(), {256}, {}, 3, false);
+  EXPECT_FALSE(over.replay(std::vector<int32_t>{'a', 'b', 'c'}).is_ok());
+}
+
 }  // namespace
 }  // namespace afd::serve
