@@ -65,7 +65,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t mode = data[0];
   std::string rest(reinterpret_cast<const char*>(data + 1), size - 1);
   if (mode & 2) {
-    auto t = ChatTemplate::from_template(rest);
+    // Default parse limits; render budgets small enough that one input runs in milliseconds
+    // under ASan (the defaults allow ~1 s of work in Release, far more under ASan).
+    afd::serve::jinja::Limits lim;
+    lim.max_steps = 200'000;
+    lim.max_alloc_bytes = size_t{32} << 20;
+    lim.max_output_bytes = size_t{1} << 20;
+    lim.max_range = 10'000;
+    auto t = ChatTemplate::from_template(rest, {}, {}, lim);
     if (t.ok()) {
       nlohmann::ordered_json msgs = nlohmann::ordered_json::array(
           {{{"role", "system"}, {"content", "S"}}, {{"role", "user"}, {"content", "hi </think> there"}}});
