@@ -30,6 +30,23 @@
 // micro-batch; outstanding operations of that micro-batch are cancelled, and those of the
 // pass's other micro-batches when the next forward pass starts, so it starts clean. A forward pass (dispatch of layer 0, micro-batch 0) first takes back
 // any FFN worker that reconnected (handshake again); until then it fails with unavailable.
+//
+// Membership and expert re-homing (docs/PROTOCOL.md, "Expert re-homing"): the FFN workers
+// are members (address + transport name), each with a stable slot (its bit in the routing
+// masks, its order in the sum). The experts are assigned to the members "in the assignment";
+// epoch 0 is what they were started with (their shards), every change starts a new epoch in
+// which the k-th of n assigned members (in slot order) holds [k*E/n, (k+1)*E/n), the first
+// also the shared expert / dense layers — the split runtime/topology.h gives y = n workers,
+// so results equal the monolithic engine's with --afd-rounding n. A member leaves the
+// assignment when it is unreachable (not connected, or a liveness probe unanswered) for
+// takeover_ms while another assigned member is reachable (the survivors take over its
+// experts), when it refuses its assignment, or when set_members() removes it; a member that
+// is reachable and not assigned (back after a loss, or added) joins. Changes need whole
+// experts: with FFN TP degree > 1 the membership stays as started (logged).
+// The monitor thread (the probe thread) owns these decisions; the engine thread applies a
+// new epoch at the next pass start: a hello carrying each assigned worker's range and the
+// epoch, the coverage check, new routing masks. A pass that fails meanwhile is retried by
+// the scheduler once health() is ok, which it is again once the unreachable worker has left.
 #pragma once
 
 #include <atomic>
@@ -44,6 +61,7 @@
 #include "comm/protocol.h"
 #include "comm/transport.h"
 #include "runtime/ffn_backend.h"
+#include "runtime/topology.h"
 
 namespace afd {
 
@@ -55,6 +73,35 @@ uint64_t model_fingerprint(const ModelWeights& w);
 // for processes that load no weights (a serving front end checks its attention workers'
 // /health against it).
 uint64_t model_config_fingerprint(const ModelConfig& c);
+
+// One FFN worker of the membership (FfnClient::set_members).
+struct FfnMember {
+  std::string address;  // what the transport connects to (UCX "host:port"; in-process: the listener's address)
+  // The worker's transport name (`afd worker --role ffn --shard i/y` is "ffn<i>"); empty: learned
+  // when it connects. Two members must not share a name.
+  std::string name;
+};
+
+// What FfnClient::membership() reports (metrics, the admin endpoint, logs).
+struct FfnMembership {
+  struct Member {
+    std::string name, address;
+    bool connected = false;
+    bool assigned = false;       // holds experts in the current epoch
+    bool removed = false;        // no longer a member (set_members)
+    int64_t expert_begin = 0, expert_end = 0;  // when assigned
+    bool holds_shared = false;
+    int64_t unreachable_ms = 0;  // > 0: unreachable this long
+  };
+  uint32_t epoch = 0;       // 0: the FFN workers hold the shards they were started with
+  uint32_t applied_epoch = 0;  // the epoch the last forward pass ran under
+  int64_t takeovers = 0;    // members that left the assignment after takeover_ms unreachable
+  int64_t rejoins = 0;      // members that joined it (back after a loss, or added)
+  int64_t leaves = 0;       // members that left it otherwise (removed, refused their assignment)
+  int assigned = 0;         // members in the assignment
+  bool whole_experts = true;  // every FFN worker holds whole experts (TP degree 1): re-homing possible
+  std::vector<Member> members;
+};
 
 struct FfnClientOptions {
   int index = 0;        // this attention worker's index in [0, n_attention)
@@ -79,6 +126,9 @@ struct FfnClientOptions {
   // TP degree every FFN worker must announce (--ffn-tp); 0: accept what they announce (the
   // shard check below still requires every expert slice to be covered exactly once).
   int expect_tp = 0;
+  // An assigned FFN worker unreachable for this long leaves the assignment; the others take
+  // over its experts (class comment). 0: never (the bundle waits for it to come back).
+  int takeover_ms = 0;
 };
 
 class FfnClient : public FfnBackend {
@@ -98,22 +148,41 @@ class FfnClient : public FfnBackend {
   // transport's connection state, the probes' atomics and the stall record (stall_mu_).
   Status health() const override;
 
-  // The expert range FFN worker j reported in its handshake.
+  // Replaces the FFN membership (thread-safe; the monitor thread and the next forward pass
+  // apply it): members not listed leave, new ones are connected to and join once reachable,
+  // one listed again that was removed before keeps its slot. not_supported when the
+  // FFN workers hold TP slices (no re-homing); invalid_argument for an empty list, an
+  // address or name given twice, a name another member has, or more than 64 slots in all.
+  Status set_members(std::vector<FfnMember> members);
+  Status add_member(FfnMember m);
+  // By address or name; not_found when no current member matches.
+  Status remove_member(const std::string& address_or_name);
+  // A snapshot (thread-safe).
+  FfnMembership membership() const;
+
+  // The expert range FFN worker (slot) j reported in its last handshake.
   const comm::Handshake& ffn_handshake(int j) const { return workers_[j].hs; }
-  // Bit j set: FFN worker j holds a slice of expert e / of the shared-dense part.
+  // Bit j set: FFN worker (slot) j holds a slice of expert e / of the shared-dense part.
   uint64_t expert_workers(int64_t e) const { return expert_workers_[static_cast<size_t>(e)]; }
   uint64_t shared_workers() const { return shared_workers_; }
   // Pongs received from FFN worker j so far (tests, stats).
-  int64_t probes_answered(int j) const { return probes_[static_cast<size_t>(j)].answered.load(); }
+  int64_t probes_answered(int j) const {
+    return probes_ && static_cast<size_t>(j) < kMaxSlots ? probes_[static_cast<size_t>(j)].answered.load() : 0;
+  }
   // Tokens sent to worker j in the last dispatch of micro-batch mb (tests, stats).
-  int64_t last_sent_tokens(int mb, int j) const { return static_cast<int64_t>(slots_[mb][j].rows.size()); }
+  int64_t last_sent_tokens(int mb, int j) const {
+    return static_cast<size_t>(j) < slots_[mb].size() ? static_cast<int64_t>(slots_[mb][j].rows.size()) : 0;
+  }
 
  private:
+  // Engine thread: per slot, the connection it last handshook.
   struct Worker {
     std::string name;
     comm::PeerId peer = comm::kNoPeer;
     comm::Handshake hs;
-    bool ready = false;  // handshake done on the current connection
+    bool ready = false;    // handshake done on connection `gen` for epoch `epoch`
+    uint64_t gen = 0;      // Member::conn_gen it was done on
+    uint32_t epoch = 0;
   };
   // One per (micro-batch, FFN worker).
   struct Slot {
@@ -138,22 +207,51 @@ class FfnClient : public FfnBackend {
     std::atomic<int64_t> answered{0};  // pongs received
   };
 
+  // A member of the FFN membership (mu_).
+  struct Member {
+    std::string name, address;
+    bool active = true;       // a member (false: removed by set_members; keeps its slot)
+    bool assigned = false;    // holds experts in epoch_
+    ExpertRange range;        // its share in epoch_ (epoch 0: what it announced)
+    comm::PeerId peer = comm::kNoPeer;
+    uint64_t conn_gen = 0;    // connections seen (each must be handshaken)
+    uint64_t refused_gen = 0; // conn_gen + 1 of a connection that refused its assignment; 0: none
+    int64_t down_since = 0;   // now_ns() when first seen unreachable; 0: reachable
+    std::string down_why;
+    int64_t added_ns = 0;
+  };
+  static constexpr size_t kMaxSlots = 64;  // bits of the routing masks
+
   FfnClient(std::shared_ptr<const ModelWeights> w, comm::Transport* t, FfnClientOptions opt);
   void probe_loop();
   // One pass over the workers at `now`: reaps pongs, sends due pings. Returns whether a
   // pong is awaited (the loop then polls again soon).
   bool probe_pass(int64_t now);
   void stop_probes();
+  // Pops the transport's connect/disconnect events into the members (any thread).
+  void pump_events();
+  // Monitor: who is reachable, who leaves or joins the assignment; a change starts a new
+  // epoch. mu_ held.
+  void evaluate(int64_t now);
+  // mu_ held: the assigned members' ranges for a new epoch (contiguous split in slot order).
+  void reassign(const std::string& why);
+  std::string describe_assignment() const;  // mu_ held
+  bool probe_overdue(size_t slot, int64_t now) const;
   Status connect_all();
-  Status handshake(int j);
+  // Handshake with slot j for `epoch` (0: its start-up shard; else `assign`). *refused: the
+  // worker answered and said no (or acknowledged something else), as opposed to a lost
+  // connection or a timeout.
+  Status handshake(int j, uint32_t epoch, const ExpertRange& assign, bool* refused);
   Status refresh_connections();
-  // Every routed expert and the shared/dense part must be covered by the workers' (range,
-  // TP slice) claims exactly once: one TP degree t per expert, ranks 0..t-1 each held once.
+  // Every routed expert and the shared/dense part must be covered by the assigned workers'
+  // (range, TP slice) claims exactly once: one TP degree t per expert, ranks 0..t-1 each held once.
   Status check_shards();
+  Status ensure_slot(size_t j);  // engine thread: workers_/slots_ hold slot j
   void abandon(int mb);  // cancels a micro-batch's outstanding operations and waits for them
   // Cancels the operation if *live and waits (1 s) for it to end; false if it did not.
   bool end_op(comm::RequestId id, bool* live);
-  comm::Handshake my_handshake() const;
+  comm::Handshake my_handshake(uint32_t epoch = 0, const ExpertRange* assign = nullptr) const;
+  void wake_monitor();
 
   std::shared_ptr<const ModelWeights> w_;
   comm::Transport* t_;
@@ -163,17 +261,36 @@ class FfnClient : public FfnBackend {
   std::atomic<int64_t> last_ok_ns_{0}, last_stall_ns_{0};
   mutable std::mutex stall_mu_;
   std::string last_stall_;  // stall_mu_
-  std::vector<Worker> workers_;
-  std::vector<std::vector<Slot>> slots_;  // [microbatches][n_ffn]
+
+  // Membership (mu_): read by health() and membership() from any thread, changed by the
+  // monitor thread, set_members() and the engine thread (a refused handshake, epoch-0 ranges).
+  mutable std::mutex mu_;
+  std::vector<Member> members_;  // [slot], append-only
+  uint32_t epoch_ = 0;
+  int64_t takeovers_ = 0, rejoins_ = 0, leaves_ = 0;
+  bool whole_experts_ = true;    // every FFN worker announced TP degree 1
+  bool warned_tp_ = false;       // logged once that TP rules out re-homing
+  std::atomic<uint32_t> applied_epoch_atomic_{0};
+  std::mutex events_mu_;         // one thread pops transport events at a time
+
+  // Engine thread.
+  std::vector<Worker> workers_;           // [slot]
+  std::vector<int> active_;               // slots of the applied assignment, in slot order
+  uint32_t applied_epoch_ = 0;
+  std::vector<std::vector<Slot>> slots_;  // [microbatches][slot]
   std::vector<uint64_t> expert_workers_;   // [n_experts] -> bit mask of the FFN workers holding a slice
   uint64_t shared_workers_ = 0;            // FFN workers holding a slice of the shared expert / dense layers
   bool has_shared_ = false;
   uint64_t step_ = 0;
-  std::unique_ptr<Probe[]> probes_;  // [n_ffn]
+  int64_t f2a_bytes_ = 0, a2f_bytes_ = 0;  // frame buffer sizes
+
+  // Monitor (probe) thread.
+  std::unique_ptr<Probe[]> probes_;  // [kMaxSlots]; their buffers made by the monitor thread at first use
   std::thread prober_;
   std::mutex probe_mu_;
   std::condition_variable probe_cv_;
   bool probe_stop_ = false;  // probe_mu_
+  bool probe_poke_ = false;  // probe_mu_: evaluate now (set_members)
 };
 
 }  // namespace afd
