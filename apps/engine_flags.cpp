@@ -68,6 +68,12 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
                   "/health 503 (0: no pings)")
       ->check(CLI::Range(0, 86400000))
       ->envname("AFD_FFN_PROBE_MS");
+  cmd->add_option("--ffn-takeover-s", ffn_takeover_s,
+                  "An FFN worker unreachable this long (lost, or silent past --ffn-timeout-ms) leaves the expert "
+                  "assignment: the other FFN workers take over its experts until it is back (0: never, wait for it; "
+                  "not with --ffn-tp > 1)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->envname("AFD_FFN_TAKEOVER_S");
 }
 
 Result<std::vector<std::string>> parse_address_list(const std::string& flag, const std::string& csv) {
@@ -120,6 +126,7 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.ffn_timeout_ms = ffn_timeout_ms;
   o.ffn_connect_timeout_ms = ffn_connect_timeout_ms;
   o.ffn_probe_ms = ffn_probe_ms;
+  o.ffn_takeover_ms = static_cast<int>(ffn_takeover_s * 1000 + 0.5);
   o.ucx_spin_us = ucx_spin_us;
   o.ffn_device = ffn_device;
   AFD_RETURN_IF_ERROR(o.validate());
