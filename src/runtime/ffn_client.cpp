@@ -359,9 +359,8 @@ void FfnClient::pump_events() {
     }
     if (m == nullptr) continue;
     m->peer = ev.peer;
-    if (ev.kind == PeerEventKind::connected) {
-      ++m->conn_gen;
-    } else if (m->active) {
+    ++m->conn_gen;  // a new connection, or none: either way the next pass must say hello
+    if (ev.kind == PeerEventKind::disconnected && m->active) {
       spdlog::warn("attention {}: FFN worker '{}' lost: {}", opt_.index, m->name, ev.detail);
     }
   }
@@ -874,7 +873,7 @@ Status FfnClient::refresh_connections() {
   for (const Want& x : want) {
     Worker& wk = workers_[static_cast<size_t>(x.slot)];
     wk.name = x.name;
-    if (wk.ready && wk.gen == x.gen && wk.epoch == epoch && wk.peer == x.peer) continue;
+    if (wk.ready && wk.gen == x.gen && wk.epoch == epoch && wk.peer == x.peer && t_->is_connected(x.peer)) continue;
     wk.ready = false;
     if (x.peer == kNoPeer || !t_->is_connected(x.peer)) {
       return unavailable("FFN worker '" + x.name + "' is not connected (waiting for it to come back" +

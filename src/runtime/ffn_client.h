@@ -214,7 +214,7 @@ class FfnClient : public FfnBackend {
     bool assigned = false;    // holds experts in epoch_
     ExpertRange range;        // its share in epoch_ (epoch 0: what it announced)
     comm::PeerId peer = comm::kNoPeer;
-    uint64_t conn_gen = 0;    // connections seen (each must be handshaken)
+    uint64_t conn_gen = 0;    // connection changes seen (each new connection must be handshaken)
     uint64_t refused_gen = 0; // conn_gen + 1 of a connection that refused its assignment; 0: none
     int64_t down_since = 0;   // now_ns() when first seen unreachable; 0: reachable
     std::string down_why;
