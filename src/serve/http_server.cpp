@@ -101,6 +101,21 @@ void HttpServer::install_routes() {
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_->render(), "text/plain; version=0.0.4");
   });
+  // FFN membership (serve/ffn_admin.h). Protected like the API: with an API key, the same
+  // Bearer check as /v1/* (the pre-routing check covers /v1/ only).
+  auto admin = [this](const httplib::Request& req, httplib::Response& res) {
+    if (!opt_.api_key.empty()) {
+      const std::string auth = req.get_header_value("Authorization");
+      if (auth.rfind("Bearer ", 0) != 0 || !constant_time_equal(auth.substr(7), opt_.api_key))
+        return send_error(res, 401, "invalid or missing API key (Authorization: Bearer <key>)", opt_.retry_after_s);
+    }
+    if (!ffn_admin_) return send_error(res, 404, "no FFN membership here (not an AFD attention worker)", opt_.retry_after_s);
+    auto [code, body] = ffn_admin_(req.method, req.body);
+    res.status = code;
+    res.set_content(body, "application/json");
+  };
+  s.Get("/admin/ffn", admin);
+  s.Post("/admin/ffn", admin);
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json m = {{"object", "list"},
               {"data", json::array({{{"id", model_.limits.model_name},
