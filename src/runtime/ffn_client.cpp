@@ -392,6 +392,10 @@ void FfnClient::evaluate(int64_t now) {
   for (size_t j = 0; j < members_.size(); ++j) {
     Member& m = members_[j];
     if (m.name.empty()) continue;
+    if (m.peer == kNoPeer) {  // its connect event may have been consumed before it was a member
+      auto id = t_->peer_id(m.name);
+      if (id.ok()) m.peer = *id;
+    }
     const bool connected = m.peer != kNoPeer && t_->is_connected(m.peer);
     const bool up = connected && !probe_overdue(j, now);
     reachable[j] = up;
@@ -458,17 +462,36 @@ void FfnClient::evaluate(int64_t now) {
 Status FfnClient::connect_all() {
   for (size_t j = 0; j < opt_.ffn_addresses.size(); ++j) AFD_RETURN_IF_ERROR(t_->connect(opt_.ffn_addresses[j]));
   // Waits for all of them at once; every 2 s (and in the error at the deadline) it names
-  // the ones still missing, with their addresses.
+  // the ones still missing, with their addresses. With a takeover time, FFN workers still
+  // missing after it are treated as lost: the client starts without them if the others hold
+  // whole experts (they take over; the missing ones join when they come).
+  const int64_t start = now_ns();
   const int64_t deadline = deadline_in_ms(opt_.connect_timeout_ms);
   int64_t next_log = 0;
+  bool tried_partial = false, partial = false;
+  std::vector<bool> shaken(members_.size(), false);
+  auto shake = [&](size_t j) -> Status {
+    Worker& wk = workers_[j];
+    wk.name = members_[j].name;
+    wk.peer = members_[j].peer;
+    bool refused = false;
+    AFD_RETURN_IF_ERROR(handshake(static_cast<int>(j), 0, ExpertRange{}, &refused));
+    wk.gen = 0;
+    wk.epoch = 0;
+    shaken[j] = true;
+    return Status::ok();
+  };
   for (;;) {
     std::string missing;
+    int connected = 0;
     for (size_t j = 0; j < members_.size(); ++j) {
       Member& m = members_[j];
-      if (m.peer != kNoPeer && t_->is_connected(m.peer)) continue;
-      auto id = t_->peer_id(m.name);
-      if (id.ok() && t_->is_connected(*id)) {
-        m.peer = *id;
+      if (m.peer == kNoPeer || !t_->is_connected(m.peer)) {
+        auto id = t_->peer_id(m.name);
+        if (id.ok() && t_->is_connected(*id)) m.peer = *id;
+      }
+      if (m.peer != kNoPeer && t_->is_connected(m.peer)) {
+        ++connected;
         continue;
       }
       missing += (missing.empty() ? "'" : ", '") + m.name + "'" +
@@ -476,6 +499,25 @@ Status FfnClient::connect_all() {
     }
     if (missing.empty()) break;
     const int64_t now = now_ns();
+    if (opt_.takeover_ms > 0 && connected > 0 && !tried_partial && now - start >= int64_t{opt_.takeover_ms} * 1000000) {
+      tried_partial = true;
+      bool whole = true;
+      for (size_t j = 0; j < members_.size(); ++j) {
+        if (members_[j].peer == kNoPeer || !t_->is_connected(members_[j].peer)) continue;
+        AFD_RETURN_IF_ERROR(shake(j));
+        if (workers_[j].hs.tp_degree != 1) whole = false;
+      }
+      if (whole) {
+        partial = true;
+        spdlog::warn("attention {}: FFN worker(s) {} not connected after {} ms (the takeover time): starting without "
+                     "them",
+                     opt_.index, missing, opt_.takeover_ms);
+        break;
+      }
+      spdlog::info("attention {}: FFN worker(s) {} not connected after {} ms; the others hold TP slices, so waiting "
+                   "for all",
+                   opt_.index, missing, opt_.takeover_ms);
+    }
     if (now >= deadline) {
       return timeout_error("attention worker " + std::to_string(opt_.index) + ": FFN worker(s) " + missing +
                            " did not connect within " + std::to_string(opt_.connect_timeout_ms) + " ms");
@@ -487,23 +529,36 @@ Status FfnClient::connect_all() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   for (size_t j = 0; j < members_.size(); ++j) {
-    Worker& wk = workers_[j];
-    wk.name = members_[j].name;
-    wk.peer = members_[j].peer;
-    bool refused = false;
-    AFD_RETURN_IF_ERROR(handshake(static_cast<int>(j), 0, ExpertRange{}, &refused));
-    wk.gen = 0;
-    wk.epoch = 0;
+    if (shaken[j] || members_[j].peer == kNoPeer || !t_->is_connected(members_[j].peer)) continue;
+    AFD_RETURN_IF_ERROR(shake(j));
   }
   // The connect events are consumed: later ones are new connections.
   PeerEvent ev;
   while (t_->next_event(&ev, 0)) {}
-  AFD_RETURN_IF_ERROR(check_shards());
+  if (!partial) AFD_RETURN_IF_ERROR(check_shards());
   std::lock_guard<std::mutex> l(mu_);
   for (size_t j = 0; j < members_.size(); ++j) {
+    if (!shaken[j]) continue;
     const Handshake& h = workers_[j].hs;
     members_[j].range = ExpertRange{h.expert_begin, h.expert_end, h.holds_shared != 0, h.tp_rank, h.tp_degree};
     if (h.tp_degree > 1) whole_experts_ = false;
+  }
+  if (partial) {
+    // The first pass applies epoch 1: the connected workers split the experts.
+    std::string gone;
+    for (size_t j = 0; j < members_.size(); ++j) {
+      if (shaken[j]) continue;
+      members_[j].assigned = false;
+      members_[j].down_since = start;
+      members_[j].down_why = "not connected";
+      ++takeovers_;
+      gone += (gone.empty() ? "'" : ", '") + members_[j].name + "'";
+    }
+    active_.clear();
+    for (size_t j = 0; j < members_.size(); ++j) {
+      if (shaken[j]) active_.push_back(static_cast<int>(j));
+    }
+    reassign("FFN worker(s) " + gone + " did not connect within the takeover time: the others take over their experts");
   }
   return Status::ok();
 }

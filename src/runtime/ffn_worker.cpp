@@ -265,15 +265,18 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
   }
   const bool changed = !p.serving || !assign.same_experts(p.assign);
   if (changed && !assign.same_experts(static_)) {
-    // Experts outside the start-up shard: their pages come from the checkpoint now, not at
+    // Experts outside the start-up shard: their pages are asked of the checkpoint now, not at
     // the first batch.
     std::vector<uint8_t> fresh = assign.mask;
     for (size_t e = 0; e < fresh.size(); ++e) fresh[e] = fresh[e] && !static_.mask[e];
     const size_t bytes = prefetch_ffn_weights(*w_, fresh, assign.shared && !static_.shared);
-    spdlog::info("ffn worker {}: attention peer '{}' assigns experts [{}, {}){} (epoch {}; started with [{}, {}){}): "
-                 "{} MiB of weights outside the start-up shard mapped from the checkpoint{}",
+    spdlog::info("ffn worker {}: attention peer '{}' assigns experts [{}, {}){} (epoch {}; started with [{}, {}){}){}{}",
                  opt_.index, p.name, assign.begin, assign.end, assign.shared ? " + shared/dense" : "", assign.epoch,
-                 static_.begin, static_.end, static_.shared ? " + shared/dense" : "", bytes >> 20,
+                 static_.begin, static_.end, static_.shared ? " + shared/dense" : "",
+                 bytes > 0 ? fmt::format(": {:.1f} MiB of weights outside the start-up shard read ahead from the "
+                                         "checkpoint",
+                                         static_cast<double>(bytes) / (1 << 20))
+                           : std::string(),
                  gpu_ ? "; computed on the CPU (the GPU holds the start-up shard)" : "");
   }
   if (changed && p.serving) stats_.reassignments++;

@@ -253,6 +253,42 @@ TEST(FfnFailover, SurvivorsTakeOverALostWorkersExpertsThenRebalanceWhenItReturns
   EXPECT_GT((*cl)->last_sent_tokens(0, 1) + (*cl)->last_sent_tokens(1, 1), 0);
 }
 
+// An attention worker (re)started while an FFN worker of its list is gone for good does not
+// wait for it past the takeover time: it starts with the others holding every expert, and
+// the missing one joins when it comes.
+TEST(FfnFailover, StartsWithoutAWorkerThatDoesNotComeWithinTheTakeoverTime) {
+  auto w = tiny_model();
+  Cluster c(w);
+  c.start(0, 3);
+  c.start(2, 3);
+  FfnClientOptions o = client_opts(3);
+  o.takeover_ms = 300;
+  o.connect_timeout_ms = 20000;
+  const int64_t t0 = now_ns();
+  auto cl = FfnClient::create(w, c.attention("attn0"), o);
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  EXPECT_GE(now_ns() - t0, int64_t{300} * 1000000);
+  FfnMembership m = (*cl)->membership();
+  EXPECT_EQ(m.epoch, 1u);
+  EXPECT_EQ(m.assigned, 2);
+  EXPECT_EQ(m.takeovers, 1);
+  EXPECT_FALSE(m.members[1].assigned);
+  EXPECT_TRUE((*cl)->health().is_ok()) << (*cl)->health().to_string();
+  expect_pass_equals_mono(**cl, w, 2, 11);
+  c.start(1, 3);
+  ASSERT_TRUE(wait_until([&] { return (*cl)->membership().assigned == 3; }));
+  expect_pass_equals_mono(**cl, w, 3, 12);
+  // Without a takeover time it is an error naming the missing worker, as before.
+  Cluster c2(w);
+  c2.start(0, 2);
+  FfnClientOptions o2 = client_opts(2);
+  o2.connect_timeout_ms = 300;
+  auto cl2 = FfnClient::create(w, c2.attention("attn0"), o2);
+  ASSERT_FALSE(cl2.ok());
+  EXPECT_NE(cl2.status().message().find("'ffn1' at ffn1-addr did not connect within 300 ms"), std::string::npos)
+      << cl2.status().to_string();
+}
+
 // A worker that is connected but silent (a stopped process) is unreachable too: with
 // liveness probes, the others take over once its pong is overdue for takeover_ms, and it
 // rejoins when it answers again.
