@@ -287,6 +287,9 @@ size_t encode_handshake(FrameKind kind, const Handshake& s, uint8_t* out) {
   put<uint16_t>(p, 48, s.tp_rank);
   put<uint16_t>(p, 50, s.tp_degree);
   put<uint32_t>(p, 52, s.epoch);
+  put<uint16_t>(p, 56, s.n_parts);
+  put<uint16_t>(p, 58, s.part_begin);
+  put<uint16_t>(p, 60, s.part_end);
   FrameHeader h;
   h.kind = kind;
   h.payload_bytes = kHandshakeBytes;
@@ -328,6 +331,9 @@ Result<Handshake> decode_handshake(const uint8_t* data, size_t len, FrameKind ex
   s.tp_rank = get<uint16_t>(p, 48);
   s.tp_degree = get<uint16_t>(p, 50);
   s.epoch = get<uint32_t>(p, 52);
+  s.n_parts = get<uint16_t>(p, 56);
+  s.part_begin = get<uint16_t>(p, 58);
+  s.part_end = get<uint16_t>(p, 60);
   if (s.role == Role::ffn && (s.tp_degree < 1 || s.tp_degree > 64 || s.tp_rank >= s.tp_degree)) {
     return corrupt_data("handshake has TP rank " + std::to_string(s.tp_rank) + " of degree " +
                         std::to_string(s.tp_degree) + " (need rank < degree <= 64)");
@@ -344,6 +350,23 @@ Result<Handshake> decode_handshake(const uint8_t* data, size_t len, FrameKind ex
   if (s.expert_begin > s.expert_end || s.expert_end > s.n_experts) {
     return corrupt_data("handshake expert range [" + std::to_string(s.expert_begin) + ", " +
                         std::to_string(s.expert_end) + ") is outside [0, " + std::to_string(s.n_experts) + ")");
+  }
+  if (s.epoch > 0) {
+    // Parts of an explicit assignment, and the experts they are (the same thing twice).
+    if (s.n_parts < 1 || s.n_parts > 64 || s.part_begin >= s.part_end || s.part_end > s.n_parts) {
+      return corrupt_data("handshake assigns parts [" + std::to_string(s.part_begin) + ", " +
+                          std::to_string(s.part_end) + ") of " + std::to_string(s.n_parts) + " (need begin < end <= n <= 64)");
+    }
+    const uint64_t E = s.n_experts, P = s.n_parts;
+    if (s.expert_begin != s.part_begin * E / P || s.expert_end != s.part_end * E / P ||
+        (s.holds_shared != 0) != (s.part_begin == 0)) {
+      return corrupt_data("handshake assigns parts [" + std::to_string(s.part_begin) + ", " +
+                          std::to_string(s.part_end) + ") of " + std::to_string(s.n_parts) + " but experts [" +
+                          std::to_string(s.expert_begin) + ", " + std::to_string(s.expert_end) + ")" +
+                          (s.holds_shared ? " + shared" : ""));
+    }
+  } else if (s.n_parts != 0 || s.part_begin != 0 || s.part_end != 0) {
+    return corrupt_data("handshake of epoch 0 (the start-up shard) names parts");
   }
   if (s.role == Role::attention && (s.n_microbatches < 1 || s.n_microbatches > 16)) {
     return corrupt_data("handshake asks for " + std::to_string(s.n_microbatches) + " micro-batches (1..16)");
@@ -403,11 +426,13 @@ std::string describe(const Handshake& h) {
     if (h.tp_degree > 1) s += ", TP rank " + std::to_string(h.tp_rank) + "/" + std::to_string(h.tp_degree);
   }
   if (h.epoch > 0) {
-    s += ", assignment epoch " + std::to_string(h.epoch);
+    s += ", assignment epoch " + std::to_string(h.epoch) + " (parts [" + std::to_string(h.part_begin) + ", " +
+         std::to_string(h.part_end) + ") of " + std::to_string(h.n_parts);
     if (h.role == Role::attention) {
-      s += " (experts [" + std::to_string(h.expert_begin) + ", " + std::to_string(h.expert_end) + ")" +
-           (h.holds_shared ? " + shared/dense" : "") + ")";
+      s += ": experts [" + std::to_string(h.expert_begin) + ", " + std::to_string(h.expert_end) + ")" +
+           (h.holds_shared ? " + shared/dense" : "");
     }
+    s += ")";
   }
   char fp[32];
   std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(h.fingerprint));

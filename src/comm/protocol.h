@@ -100,13 +100,19 @@ struct Handshake {
   uint16_t n_microbatches = 0;   // attention: micro-batches it uses (1..4)
   ScaleGranularity granularity = ScaleGranularity::per_token;
   // Expert assignment epoch. Attention hello: 0 = "hold the experts you were started with"
-  // (expert_begin/end and holds_shared are 0 and ignored); >= 1 = "for me, hold routed experts
-  // [expert_begin, expert_end) and the shared expert / dense layers iff holds_shared" (whole
-  // experts: an FFN worker with TP degree > 1 refuses any assignment but epoch 0).
-  // FFN hello_ack: the epoch it accepted, with the range it now holds for that attention worker.
+  // (the expert and part fields are 0 and ignored); >= 1 = "for me, hold parts
+  // [part_begin, part_end) of n_parts", part q being routed experts [q*E/n_parts,
+  // (q+1)*E/n_parts) plus, for q = 0, the shared expert and dense layers; expert_begin/end
+  // and holds_shared then say the same in experts (checked). Whole experts: an FFN worker
+  // with TP degree > 1 refuses any assignment but epoch 0. FFN hello_ack: the epoch it
+  // accepted, with what it now holds for that attention worker (n_parts 0 at epoch 0).
+  // A part is the unit of BF16 rounding: an FFN worker replies one partial per part it holds
+  // (docs/PROTOCOL.md, "f2a").
   uint32_t epoch = 0;
+  uint16_t n_parts = 0;
+  uint16_t part_begin = 0, part_end = 0;
 };
-constexpr size_t kHandshakeBytes = 56;
+constexpr size_t kHandshakeBytes = 64;
 std::string describe(const Handshake& h);
 
 // Fast 64-bit hash over bytes (header and optional payload checksums, fingerprints).

@@ -110,7 +110,7 @@ FfnClient::~FfnClient() {
   for (size_t mb = 0; mb < slots_.size(); ++mb) abandon(static_cast<int>(mb));
 }
 
-Handshake FfnClient::my_handshake(uint32_t epoch, const ExpertRange* assign) const {
+Handshake FfnClient::my_handshake(uint32_t epoch, const Share* assign) const {
   const ModelConfig& c = w_->config;
   Handshake h;
   h.fingerprint = fingerprint_;
@@ -129,9 +129,12 @@ Handshake FfnClient::my_handshake(uint32_t epoch, const ExpertRange* assign) con
   h.tp_degree = static_cast<uint16_t>(opt_.expect_tp);
   h.epoch = epoch;
   if (epoch > 0 && assign != nullptr) {
-    h.expert_begin = static_cast<uint32_t>(assign->begin);
-    h.expert_end = static_cast<uint32_t>(assign->end);
-    h.holds_shared = assign->holds_shared ? 1 : 0;
+    h.expert_begin = static_cast<uint32_t>(assign->range.begin);
+    h.expert_end = static_cast<uint32_t>(assign->range.end);
+    h.holds_shared = assign->range.holds_shared ? 1 : 0;
+    h.n_parts = static_cast<uint16_t>(parts_);
+    h.part_begin = static_cast<uint16_t>(assign->part_begin);
+    h.part_end = static_cast<uint16_t>(assign->part_end);
   }
   return h;
 }
@@ -154,6 +157,8 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
   if (opt.expect_tp < 0 || opt.expect_tp > 64) return invalid_argument("ffn client: expected FFN TP degree must be 0..64");
   if (opt.probe_interval_ms < 0) return invalid_argument("ffn client: probe interval must be >= 0 (0: no probes)");
   if (opt.takeover_ms < 0) return invalid_argument("ffn client: takeover time must be >= 0 (0: never)");
+  if (opt.parts < 0 || opt.parts > static_cast<int>(kMaxSlots))
+    return invalid_argument("ffn client: parts must be 0..64 (0: one per FFN worker it starts with)");
   ScaleGranularity g = opt.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token;
   AFD_ASSIGN_OR_RETURN(A2fLayout lay, a2f_layout(opt.max_tokens, c.hidden_size, c.n_experts_per_tok, g));
 
@@ -162,6 +167,7 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
   cl->a2f_bytes_ = static_cast<int64_t>(kFrameHeaderBytes + lay.total);
   cl->f2a_bytes_ = static_cast<int64_t>(kFrameHeaderBytes + f2a_payload_bytes(opt.max_tokens, c.hidden_size));
   cl->slots_.resize(static_cast<size_t>(opt.microbatches));
+  cl->parts_ = opt.parts > 0 ? opt.parts : static_cast<int>(opt.ffn_names.size());
   for (size_t j = 0; j < opt.ffn_names.size(); ++j) {
     Member m;
     m.name = opt.ffn_names[j];
@@ -175,6 +181,16 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
   cl->probes_ = std::make_unique<Probe[]>(kMaxSlots);
   for (size_t j = 0; j < kMaxSlots; ++j) cl->probes_[j].next_ns = deadline_in_ms(opt.probe_interval_ms);
   AFD_RETURN_IF_ERROR(cl->connect_all());
+  {
+    // More or fewer parts than the workers it started with: the first pass applies epoch 1,
+    // so every reply is rounded per part from the start.
+    std::lock_guard<std::mutex> l(cl->mu_);
+    if (cl->whole_experts_ && cl->epoch_ == 0 && cl->parts_ != static_cast<int>(cl->members_.size())) {
+      cl->fit_to_parts();
+      cl->reassign("the experts are cut into " + std::to_string(cl->parts_) + " parts (" +
+                   std::to_string(cl->members_.size()) + " FFN workers)");
+    }
+  }
   // The monitor: liveness probes (when probe_interval_ms > 0), transport events, and the
   // membership decisions.
   cl->prober_ = std::thread([c = cl.get()] { c->probe_loop(); });
@@ -370,10 +386,25 @@ std::string FfnClient::describe_assignment() const {
   std::string s;
   for (const Member& m : members_) {
     if (!m.assigned) continue;
-    s += (s.empty() ? "'" : ", '") + m.name + "' [" + std::to_string(m.range.begin) + ", " +
-         std::to_string(m.range.end) + ")" + (m.range.holds_shared ? " + shared/dense" : "");
+    s += (s.empty() ? "'" : ", '") + m.name + "' [" + std::to_string(m.share.range.begin) + ", " +
+         std::to_string(m.share.range.end) + ")" + (m.share.range.holds_shared ? " + shared/dense" : "");
   }
   return s.empty() ? "nobody" : s;
+}
+
+bool FfnClient::fit_to_parts() {
+  int n = 0;
+  bool any = false;
+  for (Member& m : members_) {
+    if (!m.assigned) continue;
+    if (++n > parts_) {
+      m.assigned = false;
+      any = true;
+      spdlog::info("attention {}: FFN worker '{}' is a standby: {} parts are held by as many FFN workers", opt_.index,
+                   m.name, parts_);
+    }
+  }
+  return any;
 }
 
 void FfnClient::reassign(const std::string& why) {
@@ -382,8 +413,13 @@ void FfnClient::reassign(const std::string& why) {
   for (Member& m : members_) {
     if (m.assigned) in.push_back(&m);
   }
-  const int n = static_cast<int>(in.size());
-  for (int k = 0; k < n; ++k) in[static_cast<size_t>(k)]->range = ffn_shard_range(k, n, 1, w_->config.n_experts);
+  const int64_t n = static_cast<int64_t>(in.size()), P = parts_, E = w_->config.n_experts;
+  for (int64_t k = 0; k < n; ++k) {
+    Share& sh = in[static_cast<size_t>(k)]->share;
+    sh.part_begin = static_cast<int>(k * P / n);
+    sh.part_end = static_cast<int>((k + 1) * P / n);
+    sh.range = ExpertRange{sh.part_begin * E / P, sh.part_end * E / P, sh.part_begin == 0, 0, 1};
+  }
   spdlog::warn("attention {}: {}: FFN expert assignment epoch {}: {}", opt_.index, why, epoch_, describe_assignment());
 }
 
@@ -444,14 +480,17 @@ void FfnClient::evaluate(int64_t now) {
       m.assigned = false;
       ++takeovers_;
       note("FFN worker '" + m.name + "' unreachable for " + std::to_string((now - m.down_since) / 1000000) + " ms (" +
-           m.down_why + "): the others take over its experts [" + std::to_string(m.range.begin) + ", " +
-           std::to_string(m.range.end) + ")");
+           m.down_why + "): the others take over its experts [" + std::to_string(m.share.range.begin) + ", " +
+           std::to_string(m.share.range.end) + ")");
     }
   }
-  for (size_t j = 0; j < members_.size(); ++j) {
+  int assigned = 0;
+  for (const Member& m : members_) assigned += m.assigned ? 1 : 0;
+  for (size_t j = 0; j < members_.size() && assigned < parts_; ++j) {
     Member& m = members_[j];
     if (m.assigned || !m.active || !reachable[j] || m.refused_gen == m.conn_gen + 1) continue;
     m.assigned = true;
+    ++assigned;
     ++rejoins_;
     note("FFN worker '" + m.name + "' (" + (m.address.empty() ? std::string("?") : m.address) +
          ") is reachable: it joins the assignment, the experts are rebalanced");
@@ -475,7 +514,7 @@ Status FfnClient::connect_all() {
     wk.name = members_[j].name;
     wk.peer = members_[j].peer;
     bool refused = false;
-    AFD_RETURN_IF_ERROR(handshake(static_cast<int>(j), 0, ExpertRange{}, &refused));
+    AFD_RETURN_IF_ERROR(handshake(static_cast<int>(j), 0, Share{}, &refused));
     wk.gen = 0;
     wk.epoch = 0;
     shaken[j] = true;
@@ -540,7 +579,8 @@ Status FfnClient::connect_all() {
   for (size_t j = 0; j < members_.size(); ++j) {
     if (!shaken[j]) continue;
     const Handshake& h = workers_[j].hs;
-    members_[j].range = ExpertRange{h.expert_begin, h.expert_end, h.holds_shared != 0, h.tp_rank, h.tp_degree};
+    members_[j].share.range = ExpertRange{h.expert_begin, h.expert_end, h.holds_shared != 0, h.tp_rank, h.tp_degree};
+    workers_[j].share = members_[j].share;
     if (h.tp_degree > 1) whole_experts_ = false;
   }
   if (partial) {
@@ -558,12 +598,13 @@ Status FfnClient::connect_all() {
     for (size_t j = 0; j < members_.size(); ++j) {
       if (shaken[j]) active_.push_back(static_cast<int>(j));
     }
+    fit_to_parts();
     reassign("FFN worker(s) " + gone + " did not connect within the takeover time: the others take over their experts");
   }
   return Status::ok();
 }
 
-Status FfnClient::handshake(int j, uint32_t epoch, const ExpertRange& assign, bool* refused) {
+Status FfnClient::handshake(int j, uint32_t epoch, const Share& assign, bool* refused) {
   *refused = false;
   Worker& wk = workers_[static_cast<size_t>(j)];
   std::string who = "FFN worker '" + wk.name + "'";
@@ -607,11 +648,11 @@ Status FfnClient::handshake(int j, uint32_t epoch, const ExpertRange& assign, bo
                          std::to_string(theirs->epoch));
   }
   if (m.is_ok() && epoch > 0 &&
-      (theirs->expert_begin != assign.begin || theirs->expert_end != assign.end ||
-       (theirs->holds_shared != 0) != assign.holds_shared || theirs->tp_degree != 1)) {
-    m = invalid_argument("asked to hold experts [" + std::to_string(assign.begin) + ", " + std::to_string(assign.end) +
-                         ")" + (assign.holds_shared ? " + shared/dense" : "") + ", the FFN worker acknowledged " +
-                         describe(*theirs));
+      (theirs->part_begin != assign.part_begin || theirs->part_end != assign.part_end || theirs->n_parts != parts_ ||
+       theirs->tp_degree != 1)) {
+    m = invalid_argument("asked to hold parts [" + std::to_string(assign.part_begin) + ", " +
+                         std::to_string(assign.part_end) + ") of " + std::to_string(parts_) +
+                         ", the FFN worker acknowledged " + describe(*theirs));
   }
   if (!m.is_ok()) {
     *refused = true;
@@ -620,6 +661,8 @@ Status FfnClient::handshake(int j, uint32_t epoch, const ExpertRange& assign, bo
   }
   wk.hs = *theirs;
   wk.ready = true;
+  wk.share = epoch > 0 ? assign : Share{ExpertRange{theirs->expert_begin, theirs->expert_end, theirs->holds_shared != 0,
+                                                    theirs->tp_rank, theirs->tp_degree}};
   spdlog::info("attention {}: handshake with {} ok ({})", opt_.index, who, describe(*theirs));
   return Status::ok();
 }
@@ -861,6 +904,7 @@ FfnMembership FfnClient::membership() const {
   r.rejoins = rejoins_;
   r.leaves = leaves_;
   r.whole_experts = whole_experts_;
+  r.parts = parts_;
   for (const Member& m : members_) {
     FfnMembership::Member x;
     x.name = m.name;
@@ -869,9 +913,11 @@ FfnMembership FfnClient::membership() const {
     x.assigned = m.assigned;
     x.removed = !m.active;
     if (m.assigned) {
-      x.expert_begin = m.range.begin;
-      x.expert_end = m.range.end;
-      x.holds_shared = m.range.holds_shared;
+      x.expert_begin = m.share.range.begin;
+      x.expert_end = m.share.range.end;
+      x.holds_shared = m.share.range.holds_shared;
+      x.part_begin = m.share.part_begin;
+      x.part_end = m.share.part_end;
       ++r.assigned;
     }
     x.unreachable_ms = m.down_since != 0 ? (now - m.down_since) / 1000000 : 0;
@@ -880,15 +926,23 @@ FfnMembership FfnClient::membership() const {
   return r;
 }
 
-Status FfnClient::ensure_slot(size_t j) {
+Status FfnClient::ensure_slot(size_t j, int64_t rows_per_token) {
   if (workers_.size() <= j) workers_.resize(j + 1);
+  if (recv_rows_.size() <= j) recv_rows_.resize(j + 1, 0);
+  const bool grow = recv_rows_[j] < rows_per_token;
   for (auto& per_mb : slots_) {
-    if (per_mb.size() > j && per_mb[j].send.data() != nullptr) continue;
     if (per_mb.size() <= j) per_mb.resize(j + 1);
     Slot& s = per_mb[j];
-    AFD_ASSIGN_OR_RETURN(s.send, FrameBuffer::create(t_, static_cast<size_t>(a2f_bytes_)));
-    AFD_ASSIGN_OR_RETURN(s.recv, FrameBuffer::create(t_, static_cast<size_t>(f2a_bytes_)));
+    if (s.send.data() == nullptr) {
+      AFD_ASSIGN_OR_RETURN(s.send, FrameBuffer::create(t_, static_cast<size_t>(a2f_bytes_)));
+    }
+    if (grow) {
+      // No operation of the slot is live here (a pass start, after abandon()).
+      const size_t bytes = kFrameHeaderBytes + f2a_payload_bytes(opt_.max_tokens * rows_per_token, w_->config.hidden_size);
+      AFD_ASSIGN_OR_RETURN(s.recv, FrameBuffer::create(t_, bytes));
+    }
   }
+  if (grow) recv_rows_[j] = rows_per_token;
   return Status::ok();
 }
 
@@ -899,7 +953,7 @@ Status FfnClient::refresh_connections() {
     std::string name;
     PeerId peer;
     uint64_t gen;
-    ExpertRange range;
+    Share share;
   };
   std::vector<Want> want;
   uint32_t epoch;
@@ -908,7 +962,7 @@ Status FfnClient::refresh_connections() {
     epoch = epoch_;
     for (size_t j = 0; j < members_.size(); ++j) {
       const Member& m = members_[j];
-      if (m.assigned) want.push_back(Want{static_cast<int>(j), m.name, m.peer, m.conn_gen, m.range});
+      if (m.assigned) want.push_back(Want{static_cast<int>(j), m.name, m.peer, m.conn_gen, m.share});
     }
   }
   if (want.empty()) return unavailable("no FFN worker holds the experts (every member was removed)");
@@ -916,7 +970,11 @@ Status FfnClient::refresh_connections() {
   for (const Want& x : want) slots.push_back(x.slot);
   const bool changed = epoch != applied_epoch_ || slots != active_;
   if (changed) {
-    for (const Want& x : want) AFD_RETURN_IF_ERROR(ensure_slot(static_cast<size_t>(x.slot)));
+    const int64_t K = w_->config.n_experts_per_tok;
+    for (const Want& x : want) {
+      const int64_t held = epoch > 0 ? x.share.part_end - x.share.part_begin : 1;
+      AFD_RETURN_IF_ERROR(ensure_slot(static_cast<size_t>(x.slot), held <= 1 ? 1 : std::min<int64_t>(held, K + 1)));
+    }
     // A pass must not run on half an assignment: routing waits until every handshake is done.
     active_ = slots;
     expert_workers_.assign(expert_workers_.size(), 0);
@@ -940,7 +998,7 @@ Status FfnClient::refresh_connections() {
     }
     wk.peer = x.peer;
     bool refused = false;
-    Status s = handshake(x.slot, epoch, x.range, &refused);
+    Status s = handshake(x.slot, epoch, x.share, &refused);
     if (!s.is_ok()) {
       if (refused && epoch > 0) {
         std::lock_guard<std::mutex> l(mu_);
@@ -963,13 +1021,13 @@ Status FfnClient::refresh_connections() {
     }
     applied_epoch_ = epoch;
     applied_epoch_atomic_.store(epoch);
+    const int64_t E = w_->config.n_experts;
+    part_of_expert_.assign(static_cast<size_t>(E), 0);
+    for (int64_t q = 0; q < parts_; ++q)
+      for (int64_t e = q * E / parts_; e < (q + 1) * E / parts_; ++e) part_of_expert_[static_cast<size_t>(e)] = static_cast<int16_t>(q);
     if (epoch == 0) {
       std::lock_guard<std::mutex> l(mu_);
-      for (int j : active_) {
-        const Handshake& h = workers_[static_cast<size_t>(j)].hs;
-        members_[static_cast<size_t>(j)].range =
-            ExpertRange{h.expert_begin, h.expert_end, h.holds_shared != 0, h.tp_rank, h.tp_degree};
-      }
+      for (int j : active_) members_[static_cast<size_t>(j)].share = workers_[static_cast<size_t>(j)].share;
     }
   }
   return Status::ok();
@@ -1028,18 +1086,41 @@ Status FfnClient::dispatch(int64_t layer, int mb, TokenBatch& b) {
     }
     s.rows.clear();
   }
+  // At epochs >= 1 the parts each token touches: a worker holding several parts replies one
+  // row per (token, part).
+  const bool by_parts = applied_epoch_ > 0;
+  token_parts_.assign(static_cast<size_t>(b.n), 0);
   for (int64_t i = 0; i < b.n; ++i) {
-    uint64_t mask = 0;
-    if (!moe || has_shared_) mask |= shared_workers_;
+    uint64_t mask = 0, parts = 0;
+    if (!moe || has_shared_) {
+      mask |= shared_workers_;
+      parts |= 1;
+    }
     if (moe) {
       for (int64_t k = 0; k < K; ++k) {
         int32_t e = b.topk_ids[static_cast<size_t>(i * K + k)];
         if (e < 0 || e >= c.n_experts) return invalid_argument("ffn client: expert id " + std::to_string(e) + " out of range");
         mask |= expert_workers_[static_cast<size_t>(e)];
+        if (by_parts) parts |= uint64_t{1} << part_of_expert_[static_cast<size_t>(e)];
       }
     }
+    token_parts_[static_cast<size_t>(i)] = parts;
     for (int j : active_) {
       if (mask >> j & 1) slots_[mb][static_cast<size_t>(j)].rows.push_back(static_cast<int32_t>(i));
+    }
+  }
+  for (int j : active_) {
+    Slot& s = slots_[mb][static_cast<size_t>(j)];
+    const Share& sh = workers_[static_cast<size_t>(j)].share;
+    if (!by_parts || sh.part_end - sh.part_begin <= 1) {
+      s.reply_rows = s.rows;
+      continue;
+    }
+    s.reply_rows.clear();
+    for (int q = sh.part_begin; q < sh.part_end; ++q) {
+      for (int32_t i : s.rows) {
+        if (token_parts_[static_cast<size_t>(i)] >> q & 1) s.reply_rows.push_back(i);
+      }
     }
   }
   for (int j : active_) {
@@ -1150,11 +1231,13 @@ Status FfnClient::combine(int64_t layer, int mb, TokenBatch& b) {
         auto why = decode_reason(s.recv.data(), c.bytes);
         return fail(j, unavailable("the FFN worker failed: " + (why.ok() ? *why : why.status().message())));
       }
-      auto v = decode_f2a(s.recv.data(), c.bytes, static_cast<uint32_t>(H), static_cast<uint32_t>(s.rows.size()));
+      auto v = decode_f2a(s.recv.data(), c.bytes, static_cast<uint32_t>(H), static_cast<uint32_t>(s.reply_rows.size()));
       if (!v.ok()) return fail(j, v.status());
       slowest_ffn_us = std::max(slowest_ffn_us, hdr->ffn_us);
-      for (size_t r = 0; r < s.rows.size(); ++r) {
-        float* out = b.ffn_out.data() + static_cast<int64_t>(s.rows[r]) * H;
+      // Slots in slot order hold consecutive parts, each slot's rows part by part: the
+      // partials are added in part order.
+      for (size_t r = 0; r < s.reply_rows.size(); ++r) {
+        float* out = b.ffn_out.data() + static_cast<int64_t>(s.reply_rows[r]) * H;
         const uint16_t* in = v->out + static_cast<int64_t>(r) * H;
         for (int64_t k = 0; k < H; ++k) out[k] += bf16_to_f32(in[k]);
       }

@@ -33,15 +33,20 @@
 //
 // Membership and expert re-homing (docs/PROTOCOL.md, "Expert re-homing"): the FFN workers
 // are members (address + transport name), each with a stable slot (its bit in the routing
-// masks, its order in the sum). The experts are assigned to the members "in the assignment";
-// epoch 0 is what they were started with (their shards), every change starts a new epoch in
-// which the k-th of n assigned members (in slot order) holds [k*E/n, (k+1)*E/n), the first
-// also the shared expert / dense layers — the split runtime/topology.h gives y = n workers,
-// so results equal the monolithic engine's with --afd-rounding n. A member leaves the
-// assignment when it is unreachable (not connected, or a liveness probe unanswered) for
-// takeover_ms while another assigned member is reachable (the survivors take over its
-// experts), when it refuses its assignment, or when set_members() removes it; a member that
-// is reachable and not assigned (back after a loss, or added) joins. Changes need whole
+// masks, its order in the sum). The experts are cut into P parts (options.parts, default the
+// y workers it starts with): part q is experts [q*E/P, (q+1)*E/P), part 0 also the shared
+// expert and dense layers — the shards runtime/topology.h gives y = P workers. A part is the
+// unit of BF16 rounding: each FFN worker replies one BF16 partial per part it holds, and the
+// partials are added in f32 in part order, so results equal the monolithic engine's with
+// --afd-rounding P whoever holds which part: a takeover or a rebalance does not change a
+// single bit. Epoch 0 is what the workers were started with (their shards, one part each);
+// every change starts a new epoch in which the k-th of n assigned members (in slot order)
+// holds parts [k*P/n, (k+1)*P/n). At most P members are assigned; a reachable member beyond
+// them is a standby, which joins when an assigned one leaves. A member leaves the assignment
+// when it is unreachable (not connected, or a liveness probe unanswered) for takeover_ms
+// while another assigned member is reachable (the survivors take over its parts), when it
+// refuses its assignment, or when set_members() removes it; a reachable member that is not
+// assigned (back after a loss, or added) joins while fewer than P are. Changes need whole
 // experts: with FFN TP degree > 1 the membership stays as started (logged).
 // The monitor thread (the probe thread) owns these decisions; the engine thread applies a
 // new epoch at the next pass start: a hello carrying each assigned worker's range and the
@@ -91,6 +96,7 @@ struct FfnMembership {
     bool removed = false;        // no longer a member (set_members)
     int64_t expert_begin = 0, expert_end = 0;  // when assigned
     bool holds_shared = false;
+    int part_begin = 0, part_end = 0;  // when assigned at epoch >= 1: parts [begin, end) of FfnMembership::parts
     int64_t unreachable_ms = 0;  // > 0: unreachable this long
   };
   uint32_t epoch = 0;       // 0: the FFN workers hold the shards they were started with
@@ -99,6 +105,7 @@ struct FfnMembership {
   int64_t rejoins = 0;      // members that joined it (back after a loss, or added)
   int64_t leaves = 0;       // members that left it otherwise (removed, refused their assignment)
   int assigned = 0;         // members in the assignment
+  int parts = 0;            // P (class comment of FfnClient)
   bool whole_experts = true;  // every FFN worker holds whole experts (TP degree 1): re-homing possible
   std::vector<Member> members;
 };
@@ -129,6 +136,9 @@ struct FfnClientOptions {
   // An assigned FFN worker unreachable for this long leaves the assignment; the others take
   // over its experts (class comment). 0: never (the bundle waits for it to come back).
   int takeover_ms = 0;
+  // Parts (class comment): the unit of BF16 rounding, and the most FFN workers that share
+  // the experts. 0: as many as the FFN workers it starts with (ffn_names).
+  int parts = 0;
 };
 
 class FfnClient : public FfnBackend {
@@ -175,6 +185,12 @@ class FfnClient : public FfnBackend {
   }
 
  private:
+  // What one FFN worker holds in an epoch: at epoch 0 its start-up range (one part, parts 0);
+  // else parts [part_begin, part_end) of parts_, whose experts and shared flag `range` says.
+  struct Share {
+    ExpertRange range;
+    int part_begin = 0, part_end = 0;
+  };
   // Engine thread: per slot, the connection it last handshook.
   struct Worker {
     std::string name;
@@ -183,11 +199,15 @@ class FfnClient : public FfnBackend {
     bool ready = false;    // handshake done on connection `gen` for epoch `epoch`
     uint64_t gen = 0;      // Member::conn_gen it was done on
     uint32_t epoch = 0;
+    Share share;           // what it holds in that epoch
   };
   // One per (micro-batch, FFN worker).
   struct Slot {
     comm::FrameBuffer send, recv;
     std::vector<int32_t> rows;  // [n_j] token rows of the micro-batch sent to this worker
+    // The token row of each reply row: `rows` when it holds one part; with several, per part
+    // (in order) the tokens of `rows` that touch it.
+    std::vector<int32_t> reply_rows;
     comm::RequestId send_id = 0, recv_id = 0;
     bool send_live = false, recv_live = false;
     uint32_t layer = 0;
@@ -212,7 +232,7 @@ class FfnClient : public FfnBackend {
     std::string name, address;
     bool active = true;       // a member (false: removed by set_members; keeps its slot)
     bool assigned = false;    // holds experts in epoch_
-    ExpertRange range;        // its share in epoch_ (epoch 0: what it announced)
+    Share share;              // what it holds in epoch_ (epoch 0: what it announced)
     comm::PeerId peer = comm::kNoPeer;
     uint64_t conn_gen = 0;    // connection changes seen (each new connection must be handshaken)
     uint64_t refused_gen = 0; // conn_gen + 1 of a connection that refused its assignment; 0: none
@@ -233,24 +253,28 @@ class FfnClient : public FfnBackend {
   // Monitor: who is reachable, who leaves or joins the assignment; a change starts a new
   // epoch. mu_ held.
   void evaluate(int64_t now);
-  // mu_ held: the assigned members' ranges for a new epoch (contiguous split in slot order).
+  // mu_ held: the assigned members' parts for a new epoch (contiguous split in slot order).
   void reassign(const std::string& why);
+  // mu_ held: unassigns the assigned members beyond the first parts_ (standbys); true if any.
+  bool fit_to_parts();
   std::string describe_assignment() const;  // mu_ held
   bool probe_overdue(size_t slot, int64_t now) const;
   Status connect_all();
   // Handshake with slot j for `epoch` (0: its start-up shard; else `assign`). *refused: the
   // worker answered and said no (or acknowledged something else), as opposed to a lost
   // connection or a timeout.
-  Status handshake(int j, uint32_t epoch, const ExpertRange& assign, bool* refused);
+  Status handshake(int j, uint32_t epoch, const Share& assign, bool* refused);
   Status refresh_connections();
   // Every routed expert and the shared/dense part must be covered by the assigned workers'
   // (range, TP slice) claims exactly once: one TP degree t per expert, ranks 0..t-1 each held once.
   Status check_shards();
-  Status ensure_slot(size_t j);  // engine thread: workers_/slots_ hold slot j
+  // Engine thread: workers_/slots_ hold slot j, its reply buffers room for `rows_per_token`
+  // rows per token (one per part a token can touch).
+  Status ensure_slot(size_t j, int64_t rows_per_token = 1);
   void abandon(int mb);  // cancels a micro-batch's outstanding operations and waits for them
   // Cancels the operation if *live and waits (1 s) for it to end; false if it did not.
   bool end_op(comm::RequestId id, bool* live);
-  comm::Handshake my_handshake(uint32_t epoch = 0, const ExpertRange* assign = nullptr) const;
+  comm::Handshake my_handshake(uint32_t epoch = 0, const Share* assign = nullptr) const;
   void wake_monitor();
 
   std::shared_ptr<const ModelWeights> w_;
@@ -281,8 +305,12 @@ class FfnClient : public FfnBackend {
   std::vector<uint64_t> expert_workers_;   // [n_experts] -> bit mask of the FFN workers holding a slice
   uint64_t shared_workers_ = 0;            // FFN workers holding a slice of the shared expert / dense layers
   bool has_shared_ = false;
+  int parts_ = 1;                          // P (fixed at create)
+  std::vector<int16_t> part_of_expert_;    // [n_experts] -> its part, at epochs >= 1
+  std::vector<uint64_t> token_parts_;      // dispatch scratch: [n] bit q: the token touches part q
   uint64_t step_ = 0;
-  int64_t f2a_bytes_ = 0, a2f_bytes_ = 0;  // frame buffer sizes
+  int64_t f2a_bytes_ = 0, a2f_bytes_ = 0;  // frame buffer sizes (f2a: one row per token)
+  std::vector<int64_t> recv_rows_;         // [slot]: reply rows per token its receive buffers hold
 
   // Monitor (probe) thread.
   std::unique_ptr<Probe[]> probes_;  // [kMaxSlots]; their buffers made by the monitor thread at first use

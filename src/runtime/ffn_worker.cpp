@@ -99,6 +99,7 @@ Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const Model
   wk->static_.end = opt.expert_end;
   wk->static_.shared = opt.holds_shared != 0;
   wk->static_.mask = wk->part_.experts_mask;
+  wk->static_.parts = {Part{wk->static_.begin, wk->static_.end, wk->static_.shared, wk->static_.mask}};
   wk->stats_.held_experts = opt.expert_end - opt.expert_begin;
   wk->limits_ = A2fLimits{h.hidden, h.top_k, h.n_experts, 0};
   if (opt.device == "cuda") {
@@ -165,13 +166,27 @@ Result<FfnWorker::Assignment> FfnWorker::assignment_for(const Handshake& h) cons
                             std::to_string(opt_.tp) +
                             " of its start-up shard only: expert re-homing needs whole experts (--ffn-tp 1)");
   }
+  // decode_handshake checked the parts and that the expert range and shared flag match them.
+  const int64_t E = w_->config.n_experts;
   Assignment a;
   a.epoch = h.epoch;
-  a.begin = h.expert_begin;  // decode_handshake checked begin <= end <= n_experts
+  a.begin = h.expert_begin;
   a.end = h.expert_end;
   a.shared = h.holds_shared != 0;
-  a.mask.assign(static_cast<size_t>(w_->config.n_experts), 0);
+  a.mask.assign(static_cast<size_t>(E), 0);
   for (int64_t e = a.begin; e < a.end; ++e) a.mask[static_cast<size_t>(e)] = 1;
+  a.n_parts = h.n_parts;
+  a.part_begin = h.part_begin;
+  a.part_end = h.part_end;
+  for (int q = a.part_begin; q < a.part_end; ++q) {
+    Part pt;
+    pt.begin = q * E / a.n_parts;
+    pt.end = (q + 1) * E / a.n_parts;
+    pt.shared = q == 0;
+    pt.mask.assign(static_cast<size_t>(E), 0);
+    for (int64_t e = pt.begin; e < pt.end; ++e) pt.mask[static_cast<size_t>(e)] = 1;
+    a.parts.push_back(std::move(pt));
+  }
   // Every view must exist (they do for a whole-model load; a sliced model has gaps).
   for (size_t l = 0; l < w_->layers.size(); ++l) {
     const LayerWeights& L = w_->layers[l];
@@ -189,6 +204,11 @@ Result<FfnWorker::Assignment> FfnWorker::assignment_for(const Handshake& h) cons
     }
   }
   return a;
+}
+
+int64_t FfnWorker::rows_per_token(const Assignment& a) const {
+  const int64_t n = static_cast<int64_t>(a.parts.size());
+  return n <= 1 ? 1 : std::min<int64_t>(n, int64_t{mine_.top_k} + 1);
 }
 
 void FfnWorker::end_mb_ops(Peer& p) {
@@ -241,8 +261,11 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
   // A hello on a connection already served (a new assignment epoch) keeps the buffers when
   // their sizes still fit. Every frame received before it belongs to the pass the attention
   // worker abandoned before it said hello again: dropped.
+  // Replies hold one row per (token, part it touches).
+  const size_t reply_bytes = kFrameHeaderBytes + f2a_payload_bytes(theirs->max_tokens * rows_per_token(assign), H);
   const bool keep = p.serving && p.hs.n_microbatches == theirs->n_microbatches &&
-                    p.hs.max_tokens == theirs->max_tokens && p.hs.granularity == theirs->granularity;
+                    p.hs.max_tokens == theirs->max_tokens && p.hs.granularity == theirs->granularity &&
+                    !p.mbs.empty() && p.mbs[0].send.capacity() >= reply_bytes;
   if (keep) {
     for (size_t mb = 0; mb < p.mbs.size(); ++mb) {
       MbSlot& s = p.mbs[mb];
@@ -258,8 +281,7 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
     p.mbs.resize(theirs->n_microbatches);
     for (size_t mb = 0; mb < p.mbs.size(); ++mb) {
       AFD_ASSIGN_OR_RETURN(p.mbs[mb].recv, FrameBuffer::create(t_, kFrameHeaderBytes + lay.total));
-      AFD_ASSIGN_OR_RETURN(p.mbs[mb].send,
-                           FrameBuffer::create(t_, kFrameHeaderBytes + f2a_payload_bytes(theirs->max_tokens, H)));
+      AFD_ASSIGN_OR_RETURN(p.mbs[mb].send, FrameBuffer::create(t_, reply_bytes));
       AFD_RETURN_IF_ERROR(post_frame_recv(p, static_cast<int>(mb)));
     }
   }
@@ -289,6 +311,9 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
   ack.expert_begin = static_cast<uint32_t>(p.assign.begin);
   ack.expert_end = static_cast<uint32_t>(p.assign.end);
   ack.holds_shared = p.assign.shared ? 1 : 0;
+  ack.n_parts = static_cast<uint16_t>(p.assign.n_parts);
+  ack.part_begin = static_cast<uint16_t>(p.assign.part_begin);
+  ack.part_end = static_cast<uint16_t>(p.assign.part_end);
   size_t n = encode_handshake(FrameKind::hello_ack, ack, p.hello_out.data());
   AFD_ASSIGN_OR_RETURN(RequestId s, t_->post_send(p.id, tag, p.hello_out.data(), n));
   Completion cs = t_->wait(s, deadline_in_ms(opt_.peer_timeout_ms));
@@ -588,7 +613,8 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
   }
   std::stable_sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
     const Assignment &x = a.p->assign, &y = b.p->assign;
-    return std::tie(x.begin, x.end, x.shared) < std::tie(y.begin, y.end, y.shared);
+    return std::tie(x.begin, x.end, x.shared, x.n_parts, x.part_begin, x.part_end) <
+           std::tie(y.begin, y.end, y.shared, y.n_parts, y.part_begin, y.part_end);
   });
   int64_t total = 0;
   for (auto& m : members) {
@@ -613,37 +639,80 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     if (!st.is_ok())
       spdlog::warn("ffn worker {}: re-posting a receive for '{}': {}", opt_.index, m.p->name, st.to_string());
   }
+  // Replies are written into the members' send buffers (several parts: as each part is
+  // computed), so their previous sends must be out.
+  for (auto& m : members) {
+    MbSlot& s = m.p->mbs[static_cast<size_t>(mb)];
+    wait_send(s.send_id, &s.send_live);
+  }
+  std::vector<int64_t> reply_rows(members.size(), 0);
+  auto payload_of = [&](size_t i) {
+    return reinterpret_cast<uint16_t*>(members[i].p->mbs[static_cast<size_t>(mb)].send.data() + kFrameHeaderBytes);
+  };
+  const bool model_shared = w_->config.shared_expert_intermediate_size > 0;
   const int64_t t0 = now_ns();
   int64_t expert_rows = 0;
+  std::vector<std::pair<size_t, size_t>> single;  // member ranges whose group holds one part
   for (size_t g0 = 0; g0 < members.size();) {
     const Assignment& a = members[g0].p->assign;
     size_t g1 = g0 + 1;
     int64_t n = members[g0].n;
     while (g1 < members.size() && members[g1].p->assign.same_experts(a)) n += members[g1++].n;
     const int64_t off = members[g0].off;
+    const size_t first = g0;
     g0 = g1;
     if (n == 0) continue;
     const int32_t* ids = K > 0 ? ids_.data() + off * K : nullptr;
     const float* wts = K > 0 ? wts_.data() + off * K : nullptr;
-    bool done = false;
-    if (gpu_ && a.same_experts(static_)) {  // the GPU holds the start-up shard's weights only
-      Status gs = gpu_->run(layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H);
-      if (gs.is_ok()) {
-        done = true;
-      } else {
-        spdlog::error("ffn worker {}: GPU FFN failed ({}); computing on the CPU from now on", opt_.index,
-                      gs.to_string());
-        gpu_.reset();
+    if (a.parts.size() <= 1) {
+      bool done = false;
+      if (gpu_ && a.same_experts(static_)) {  // the GPU holds the start-up shard's weights only
+        Status gs = gpu_->run(layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H);
+        if (gs.is_ok()) {
+          done = true;
+        } else {
+          spdlog::error("ffn worker {}: GPU FFN failed ({}); computing on the CPU from now on", opt_.index,
+                        gs.to_string());
+          gpu_.reset();
+        }
       }
+      if (!done) {
+        part_.experts_mask = a.mask;  // reuses its capacity
+        part_.include_shared = a.shared;
+        ffn_part(*w_, layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H, part_, &scratch_, pool_);
+      }
+      for (int64_t t = 0; t < n * K; ++t) expert_rows += a.mask[static_cast<size_t>(ids[t])];  // ids range-checked
+      single.emplace_back(first, g1);
+      continue;
     }
-    if (!done) {
-      part_.experts_mask = a.mask;  // reuses its capacity
-      part_.include_shared = a.shared;
+    // Several parts: each computed and rounded on its own, and replied as its own rows (the
+    // tokens of the frame that touch the part, in frame order), part after part.
+    for (const Part& pt : a.parts) {
+      part_.experts_mask = pt.mask;
+      part_.include_shared = pt.shared;
       ffn_part(*w_, layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H, part_, &scratch_, pool_);
+      for (size_t i = first; i < g1; ++i) {
+        const Member& m = members[i];
+        uint16_t* reply = payload_of(i);
+        for (int64_t t = 0; t < m.n; ++t) {
+          const int64_t r = m.off + t;
+          bool touches = pt.shared && (K == 0 || model_shared);
+          for (int64_t k = 0; k < K && !touches; ++k) touches = pt.mask[static_cast<size_t>(ids_[static_cast<size_t>(r * K + k)])];
+          if (!touches) continue;
+          kernels::f32_to_bf16_row(out_.data() + r * H, H, reply + reply_rows[i] * H);
+          ++reply_rows[i];
+        }
+      }
+      for (int64_t t = 0; t < n * K; ++t) expert_rows += pt.mask[static_cast<size_t>(ids[t])];
     }
-    for (int64_t t = 0; t < n * K; ++t) expert_rows += a.mask[static_cast<size_t>(ids[t])];  // ids range-checked
   }
   const int64_t t1 = now_ns();
+  for (auto [b0, b1] : single) {
+    for (size_t i = b0; i < b1; ++i) {
+      kernels::f32_to_bf16_row(out_.data() + members[i].off * H, members[i].n * H, payload_of(i));
+      reply_rows[i] = members[i].n;
+    }
+  }
   stats_.ffn_ns += t1 - t0;
   if (opt_.on_batch) opt_.on_batch(layer, mb, t0, t1, total);
   stats_.batches++;
@@ -653,22 +722,20 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
   if (members.size() > 1) stats_.multi_peer_batches++;
   stats_.batch_tokens[FfnWorkerStats::token_bucket(total)]++;
 
-  // Reply: each member's rows in BF16.
-  for (auto& m : members) {
+  // Reply: each member's rows in BF16 (one per token, or per (token, part) with several parts).
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Member& m = members[i];
     MbSlot& s = m.p->mbs[static_cast<size_t>(mb)];
-    wait_send(s.send_id, &s.send_live);
-    uint8_t* payload = s.send.data() + kFrameHeaderBytes;
-    kernels::f32_to_bf16_row(out_.data() + m.off * H, m.n * H, reinterpret_cast<uint16_t*>(payload));
     FrameHeader h;
     h.kind = FrameKind::f2a;
     h.layer = layer;
     h.microbatch = static_cast<uint16_t>(mb);
     h.step = m.step;
-    h.n_tokens = static_cast<uint32_t>(m.n);
+    h.n_tokens = static_cast<uint32_t>(reply_rows[i]);
     h.hidden = static_cast<uint32_t>(H);
-    h.payload_bytes = f2a_payload_bytes(m.n, H);
+    h.payload_bytes = f2a_payload_bytes(reply_rows[i], H);
     h.ffn_us = static_cast<uint32_t>(std::min<int64_t>((t1 - t0) / 1000, UINT32_MAX));
-    encode_header(h, payload, s.send.data());
+    encode_header(h, s.send.data() + kFrameHeaderBytes, s.send.data());
     auto r = t_->post_send(m.p->id, frame_tag(TagFamily::f2a, static_cast<uint32_t>(mb)), s.send.data(),
                            kFrameHeaderBytes + h.payload_bytes);
     if (r.ok()) {

@@ -128,13 +128,25 @@ class FfnWorker {
   const FfnWorkerOptions& options() const { return opt_; }
 
  private:
-  // The experts held for one attention worker (its last accepted hello).
+  // The experts held for one attention worker (its last accepted hello): one part (the
+  // start-up shard at epoch 0, or one part of n_parts) or several consecutive parts, each
+  // computed, rounded and replied separately.
+  struct Part {
+    int64_t begin = 0, end = 0;  // routed experts [begin, end)
+    bool shared = false;         // + the shared expert / dense layers
+    std::vector<uint8_t> mask;   // [n_experts]
+  };
   struct Assignment {
-    uint32_t epoch = 0;         // 0: the start-up shard
-    int64_t begin = 0, end = 0; // routed experts [begin, end)
-    bool shared = false;        // shared expert / dense layers
-    std::vector<uint8_t> mask;  // [n_experts]
-    bool same_experts(const Assignment& o) const { return begin == o.begin && end == o.end && shared == o.shared; }
+    uint32_t epoch = 0;          // 0: the start-up shard
+    int64_t begin = 0, end = 0;  // routed experts [begin, end) (all parts)
+    bool shared = false;         // shared expert / dense layers
+    std::vector<uint8_t> mask;   // [n_experts]
+    int n_parts = 0, part_begin = 0, part_end = 0;  // epoch >= 1: parts [part_begin, part_end) of n_parts
+    std::vector<Part> parts;     // [part_end - part_begin]; one entry at epoch 0
+    bool same_experts(const Assignment& o) const {
+      return begin == o.begin && end == o.end && shared == o.shared && n_parts == o.n_parts &&
+             part_begin == o.part_begin && part_end == o.part_end;
+    }
   };
   struct MbSlot {
     comm::FrameBuffer recv, send;
@@ -174,6 +186,9 @@ class FfnWorker {
   Result<Assignment> assignment_for(const comm::Handshake& theirs) const;
   // Ends every posted receive and send of p's micro-batch slots (before reallocating them).
   void end_mb_ops(Peer& p);
+  // Reply rows per token at most for an assignment: 1 for one part, else the parts a token
+  // can touch (at most top_k routed parts + the shared part).
+  int64_t rows_per_token(const Assignment& a) const;
   Status post_frame_recv(Peer& p, int mb);
   Status post_ping_recv(Peer& p);
   void answer_ping(Peer& p, const comm::Completion& c);  // a completed ping receive: pong, re-post

@@ -2,6 +2,8 @@
 // valid frames randomly and checks decoding returns errors without crashing.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -297,23 +299,42 @@ TEST(Protocol, HandshakeRoundTripAndMismatch) {
 // the epoch with the range the FFN worker now holds.
 TEST(Protocol, HandshakeCarriesTheAssignmentEpoch) {
   AlignedBuf buf(256);
-  Handshake a = attention_hs();
+  Handshake a = attention_hs();  // 8 experts
   a.epoch = 3;
-  a.expert_begin = 2;
+  a.n_parts = 4;
+  a.part_begin = 0;
+  a.part_end = 3;
+  a.expert_begin = 0;
   a.expert_end = 6;
   a.holds_shared = 1;
   size_t len = encode_handshake(FrameKind::hello, a, buf.data());
+  EXPECT_EQ(len, kFrameHeaderBytes + 64);
   auto d = decode_handshake(buf.data(), len, FrameKind::hello);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   EXPECT_EQ(d->epoch, 3u);
-  EXPECT_EQ(d->expert_begin, 2u);
+  EXPECT_EQ(d->n_parts, 4);
+  EXPECT_EQ(d->part_begin, 0);
+  EXPECT_EQ(d->part_end, 3);
+  EXPECT_EQ(d->expert_begin, 0u);
   EXPECT_EQ(d->expert_end, 6u);
   EXPECT_EQ(d->holds_shared, 1);
-  EXPECT_NE(describe(*d).find("assignment epoch 3 (experts [2, 6) + shared/dense)"), std::string::npos) << describe(*d);
-  // An assignment outside the model's experts is a corrupt handshake.
-  a.expert_end = 9;
-  len = encode_handshake(FrameKind::hello, a, buf.data());
-  EXPECT_EQ(decode_handshake(buf.data(), len, FrameKind::hello).status().code(), StatusCode::corrupt_data);
+  EXPECT_NE(describe(*d).find("assignment epoch 3 (parts [0, 3) of 4: experts [0, 6) + shared/dense)"),
+            std::string::npos)
+      << describe(*d);
+  // Parts and experts must say the same; parts must be a range within n_parts; epoch 0 has none.
+  for (auto bad : std::vector<std::function<void(Handshake&)>>{
+           [](Handshake& h) { h.expert_end = 5; },
+           [](Handshake& h) { h.holds_shared = 0; },
+           [](Handshake& h) { h.part_end = 5; },
+           [](Handshake& h) { h.part_begin = 3; },
+           [](Handshake& h) { h.n_parts = 0; },
+           [](Handshake& h) { h.epoch = 0; }}) {
+    Handshake b = a;
+    bad(b);
+    len = encode_handshake(FrameKind::hello, b, buf.data());
+    EXPECT_EQ(decode_handshake(buf.data(), len, FrameKind::hello).status().code(), StatusCode::corrupt_data)
+        << describe(b);
+  }
 }
 
 // Version 2: FFN workers announce their TP rank/degree; the attention side its expected degree.

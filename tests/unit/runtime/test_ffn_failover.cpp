@@ -1,10 +1,11 @@
 // FFN worker loss that persists and FFN membership changes (FfnClient membership, protocol
-// v4 assignment epochs, FfnWorker re-homing): an FFN worker that stays gone has its experts
-// taken over by the others after takeover_ms, and the results then equal the monolithic
-// engine's with the rounding of the smaller bundle (LocalFfnBackend, --afd-rounding n); it
-// rejoins and the experts are rebalanced; set_members adds and removes workers; a frame of
-// another assignment epoch is refused with an error frame; TP workers keep their shards; an
-// in-process bundle survives a failed FFN worker thread.
+// v4 assignment epochs and parts, FfnWorker re-homing): an FFN worker that stays gone has its
+// experts taken over by the others after takeover_ms; it rejoins and the experts are
+// rebalanced; set_members adds and removes workers, beyond the parts as standbys. Throughout,
+// the results equal the monolithic engine's with the rounding of the P-part bundle bit for
+// bit (LocalFfnBackend, --afd-rounding P): a worker holding several parts replies one BF16
+// partial per part. A frame of another assignment epoch is refused with an error frame; TP
+// workers keep their shards; an in-process bundle survives a failed FFN worker thread.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -110,7 +111,7 @@ struct Cluster {
     FfnWorkerOptions o;
     o.index = j;
     o.n_ffn = n;
-    o.n_attention = 1;
+    o.n_attention = x;
     o.peer_timeout_ms = 500;
     o.tp = tp;
     auto wk = FfnWorker::create(w, f->t.get(), o, nullptr);
@@ -136,6 +137,7 @@ struct Cluster {
     return attn.back().get();
   }
   std::shared_ptr<const ModelWeights> w;
+  int x = 1;  // attention workers the FFN workers expect
   std::shared_ptr<InprocHub> hub = std::make_shared<InprocHub>();
   std::vector<std::unique_ptr<Ffn>> ffn;
   std::vector<std::unique_ptr<Transport>> attn;
@@ -157,8 +159,8 @@ FfnClientOptions client_opts(int y) {
 }
 
 // One forward pass through the client (every layer, two micro-batches) against the
-// monolithic engine's FFN with the rounding of an n-worker bundle (--afd-rounding n: FP8 input,
-// each shard's partial rounded to BF16, summed in shard order): equal bit for bit.
+// monolithic engine's FFN with the rounding of an n-part bundle (--afd-rounding n: FP8 input,
+// each part's partial rounded to BF16, summed in part order): equal bit for bit.
 void expect_pass_equals_mono(FfnClient& cl, std::shared_ptr<const ModelWeights> w, int n, uint32_t seed) {
   LocalFfnOptions lo;
   lo.fp8_dispatch = true;
@@ -229,18 +231,22 @@ TEST(FfnFailover, SurvivorsTakeOverALostWorkersExpertsThenRebalanceWhenItReturns
   EXPECT_FALSE(m.members[1].assigned);
   EXPECT_FALSE(m.members[1].connected);
   EXPECT_GT(m.members[1].unreachable_ms, 0);
-  // The survivors split the experts as a 2-worker bundle would: ffn0 [0, 4) + shared, ffn2 [4, 8).
+  // The survivors split the 3 parts: ffn0 part 0 (experts [0, 2) + shared), ffn2 parts 1 and 2
+  // (experts [2, 8)), each part still rounded on its own: the 3-part results, bit for bit.
+  EXPECT_EQ(m.parts, 3);
   EXPECT_EQ(m.members[0].expert_begin, 0);
-  EXPECT_EQ(m.members[0].expert_end, 4);
+  EXPECT_EQ(m.members[0].expert_end, 2);
   EXPECT_TRUE(m.members[0].holds_shared);
-  EXPECT_EQ(m.members[2].expert_begin, 4);
+  EXPECT_EQ(m.members[2].expert_begin, 2);
   EXPECT_EQ(m.members[2].expert_end, 8);
-  expect_pass_equals_mono(**cl, w, 2, 2);
+  EXPECT_EQ(m.members[2].part_begin, 1);
+  EXPECT_EQ(m.members[2].part_end, 3);
+  expect_pass_equals_mono(**cl, w, 3, 2);
   EXPECT_EQ((*cl)->membership().applied_epoch, 1u);
   EXPECT_EQ((*cl)->last_sent_tokens(0, 1), 0);
   EXPECT_EQ((*cl)->ffn_handshake(2).epoch, 1u);
-  EXPECT_EQ(c.ffn[0]->wk->stats().held_experts.load(), 4);  // was [0, 2)
-  EXPECT_GE(c.ffn[0]->wk->stats().reassignments.load(), 1);
+  EXPECT_EQ(c.ffn[2]->wk->stats().held_experts.load(), 6);  // was [5, 8)
+  EXPECT_GE(c.ffn[2]->wk->stats().reassignments.load(), 1);
 
   // The worker comes back (same name and address): it joins, the experts are rebalanced.
   c.start(1, 3);
@@ -274,7 +280,7 @@ TEST(FfnFailover, StartsWithoutAWorkerThatDoesNotComeWithinTheTakeoverTime) {
   EXPECT_EQ(m.takeovers, 1);
   EXPECT_FALSE(m.members[1].assigned);
   EXPECT_TRUE((*cl)->health().is_ok()) << (*cl)->health().to_string();
-  expect_pass_equals_mono(**cl, w, 2, 11);
+  expect_pass_equals_mono(**cl, w, 3, 11);
   c.start(1, 3);
   ASSERT_TRUE(wait_until([&] { return (*cl)->membership().assigned == 3; }));
   expect_pass_equals_mono(**cl, w, 3, 12);
@@ -308,7 +314,7 @@ TEST(FfnFailover, AStalledWorkerIsTakenOverAndRejoinsWhenItAnswers) {
   ASSERT_TRUE(wait_until([&] { return (*cl)->membership().epoch == 1 && (*cl)->health().is_ok(); }))
       << (*cl)->health().to_string();
   EXPECT_EQ((*cl)->membership().takeovers, 1);
-  expect_pass_equals_mono(**cl, w, 1, 5);  // ffn0 holds everything
+  expect_pass_equals_mono(**cl, w, 2, 5);  // ffn0 holds both parts
   c.ffn[1]->fault->set_stall(false);
   ASSERT_TRUE(wait_until([&] { return (*cl)->membership().epoch == 2 && (*cl)->membership().assigned == 2; }));
   // The first pass after the rebalance may meet the stalled pass's late reply: dropped.
@@ -321,28 +327,45 @@ TEST(FfnFailover, SetMembersAddsAndRemovesWorkers) {
   c.start(0, 2);
   c.start(1, 2);
   c.start(2, 3);  // started as shard 2/3; its start-up shard does not matter once it is assigned
-  auto cl = FfnClient::create(w, c.attention("attn0"), client_opts(2));
+  c.start(3, 4);
+  FfnClientOptions o = client_opts(2);
+  o.parts = 3;  // room for a third worker
+  auto cl = FfnClient::create(w, c.attention("attn0"), o);
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
-  expect_pass_equals_mono(**cl, w, 2, 7);
+  // Three parts over two workers from the first pass on: epoch 1.
+  FfnMembership m = (*cl)->membership();
+  EXPECT_EQ(m.epoch, 1u);
+  EXPECT_EQ(m.members[1].part_begin, 1);
+  EXPECT_EQ(m.members[1].part_end, 3);
+  expect_pass_equals_mono(**cl, w, 3, 7);
 
   // Added by address alone: its name is learned when it connects.
   ASSERT_TRUE((*cl)->add_member(FfnMember{"ffn2-addr", ""}).is_ok());
   ASSERT_TRUE(wait_until([&] { return (*cl)->membership().assigned == 3; }));
-  FfnMembership m = (*cl)->membership();
-  EXPECT_EQ(m.epoch, 1u);
+  m = (*cl)->membership();
+  EXPECT_EQ(m.epoch, 2u);
   EXPECT_EQ(m.members[2].name, "ffn2");
   EXPECT_EQ(m.rejoins, 1);
   expect_pass_equals_mono(**cl, w, 3, 8);
 
-  // Removing the shared holder: the next one in slot order takes the shared part.
+  // A fourth: every part is held, so it waits as a standby (connected, not assigned).
+  ASSERT_TRUE((*cl)->add_member(FfnMember{"ffn3-addr", "ffn3"}).is_ok());
+  ASSERT_TRUE(wait_until([&] { return (*cl)->membership().members.size() == 4 && (*cl)->membership().members[3].connected; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  m = (*cl)->membership();
+  EXPECT_EQ(m.epoch, 2u);
+  EXPECT_FALSE(m.members[3].assigned);
+
+  // Removing the shared holder: the standby joins, the next one in slot order takes part 0.
   ASSERT_TRUE((*cl)->remove_member("ffn0").is_ok());
-  ASSERT_TRUE(wait_until([&] { return (*cl)->membership().epoch == 2; }));
+  ASSERT_TRUE(wait_until([&] { return (*cl)->membership().epoch == 3; }));
   m = (*cl)->membership();
   EXPECT_TRUE(m.members[0].removed);
   EXPECT_FALSE(m.members[0].assigned);
   EXPECT_TRUE(m.members[1].holds_shared);
+  EXPECT_TRUE(m.members[3].assigned);
   EXPECT_EQ(m.leaves, 1);
-  expect_pass_equals_mono(**cl, w, 2, 9);
+  expect_pass_equals_mono(**cl, w, 3, 9);
   EXPECT_EQ((*cl)->last_sent_tokens(0, 0), 0);
 
   // Bad requests are errors naming the problem, and change nothing.
@@ -352,13 +375,52 @@ TEST(FfnFailover, SetMembersAddsAndRemovesWorkers) {
   Status taken = (*cl)->set_members({FfnMember{"ffn1-addr", ""}, FfnMember{"elsewhere", "ffn1"}});
   EXPECT_EQ(taken.code(), StatusCode::invalid_argument) << taken.to_string();
   EXPECT_EQ((*cl)->remove_member("nobody").code(), StatusCode::not_found);
-  EXPECT_EQ((*cl)->membership().epoch, 2u);
+  EXPECT_EQ((*cl)->membership().epoch, 3u);
 
-  // Listed again, the removed worker gets its slot back.
-  ASSERT_TRUE((*cl)->add_member(FfnMember{"ffn0-addr", ""}).is_ok());
-  ASSERT_TRUE(wait_until([&] { return (*cl)->membership().assigned == 3; }));
-  EXPECT_EQ((*cl)->membership().members.size(), 3u);
+  // Listed again, the removed worker gets its slot back (as a standby: all parts are held).
+  ASSERT_TRUE((*cl)->set_members({FfnMember{"ffn0-addr", ""}, FfnMember{"ffn1-addr", ""},
+                                  FfnMember{"ffn2-addr", ""}, FfnMember{"ffn3-addr", ""}})
+                  .is_ok());
+  ASSERT_TRUE(wait_until([&] { return !(*cl)->membership().members[0].removed; }));
+  EXPECT_EQ((*cl)->membership().members.size(), 4u);
+  EXPECT_FALSE((*cl)->membership().members[0].assigned);
   expect_pass_equals_mono(**cl, w, 3, 10);
+}
+
+// Two attention workers mid-change hold different assignments on the same FFN worker: one
+// moved to epoch 1 (ffn0 holds both parts), the other still at epoch 0. The FFN worker
+// computes each assignment apart; both get the 2-part results.
+TEST(FfnFailover, AttentionWorkersInDifferentEpochsAreServedTogether) {
+  auto w = tiny_model();
+  Cluster c(w);
+  c.x = 2;
+  c.start(0, 2);
+  c.start(1, 2);
+  std::vector<std::unique_ptr<FfnClient>> cls;
+  for (int a = 0; a < 2; ++a) {
+    FfnClientOptions o = client_opts(2);
+    o.index = a;
+    o.n_attention = 2;
+    auto cl = FfnClient::create(w, c.attention("attn" + std::to_string(a)), o);
+    ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+    cls.push_back(std::move(*cl));
+  }
+  ASSERT_TRUE(cls[0]->remove_member("ffn1").is_ok());
+  ASSERT_TRUE(wait_until([&] { return cls[0]->membership().epoch == 1; }));
+  std::atomic<int> step{0};
+  std::vector<std::thread> ts;
+  for (int a = 0; a < 2; ++a) {
+    ts.emplace_back([&, a] {
+      for (int k = 0; k < 4; ++k) {
+        step++;
+        while (step.load() < 2 * (k + 1)) std::this_thread::yield();  // both start each pass together
+        expect_pass_equals_mono(*cls[static_cast<size_t>(a)], w, 2, 20 + static_cast<uint32_t>(10 * a + k));
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(cls[0]->last_sent_tokens(0, 1), 0);
+  EXPECT_GT(c.ffn[1]->wk->stats().frames.load(), 0);  // attention 1 still uses ffn1
 }
 
 // Without a survivor nothing moves: a 1A1F bundle whose FFN worker is gone waits for it,
@@ -435,7 +497,8 @@ struct RawAttention {
   }
 };
 
-Handshake attention_hello(const ModelWeights& w, uint32_t epoch, uint32_t begin, uint32_t end, bool shared) {
+// A hello for `epoch` asking for parts [begin, end) of n_parts (epoch 0: none).
+Handshake attention_hello(const ModelWeights& w, uint32_t epoch, uint16_t n_parts, uint16_t begin, uint16_t end) {
   const ModelConfig& c = w.config;
   Handshake h;
   h.fingerprint = model_fingerprint(w);
@@ -450,9 +513,14 @@ Handshake attention_hello(const ModelWeights& w, uint32_t epoch, uint32_t begin,
   h.n_microbatches = 1;
   h.tp_degree = 0;  // whatever the FFN worker has
   h.epoch = epoch;
-  h.expert_begin = begin;
-  h.expert_end = end;
-  h.holds_shared = shared ? 1 : 0;
+  if (epoch > 0) {
+    h.n_parts = n_parts;
+    h.part_begin = begin;
+    h.part_end = end;
+    h.expert_begin = static_cast<uint32_t>(begin * c.n_experts / n_parts);
+    h.expert_end = static_cast<uint32_t>(end * c.n_experts / n_parts);
+    h.holds_shared = begin == 0 ? 1 : 0;
+  }
   return h;
 }
 
@@ -465,8 +533,8 @@ TEST(FfnFailover, AFrameOfAnotherEpochIsRefusedWithAnErrorFrame) {
   auto peer = wait_for_peer(*t, "ffn1", deadline_in_ms(5000));
   ASSERT_TRUE(peer.ok()) << peer.status().to_string();
   RawAttention a{t, *peer};
-  // Epoch 2: everything, shared included.
-  auto ack = a.hello(attention_hello(*w, 2, 0, 8, true));
+  // Epoch 2: everything as one part, shared included.
+  auto ack = a.hello(attention_hello(*w, 2, 1, 0, 1));
   ASSERT_TRUE(ack.ok()) << ack.status().to_string();
   EXPECT_EQ(ack->epoch, 2u);
   EXPECT_EQ(ack->expert_begin, 0u);
@@ -497,7 +565,7 @@ TEST(FfnFailover, AFrameOfAnotherEpochIsRefusedWithAnErrorFrame) {
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   EXPECT_EQ(v->header.step, 6u);
   // A hello again on the same connection moves it to another epoch; epoch 0 is its shard.
-  ack = a.hello(attention_hello(*w, 0, 0, 0, false));
+  ack = a.hello(attention_hello(*w, 0, 0, 0, 0));
   ASSERT_TRUE(ack.ok()) << ack.status().to_string();
   EXPECT_EQ(ack->epoch, 0u);
   EXPECT_EQ(ack->expert_begin, 4u);
@@ -520,7 +588,7 @@ TEST(FfnFailover, TpWorkersKeepTheirShards) {
     auto peer = wait_for_peer(*t, "ffn0", deadline_in_ms(5000));
     ASSERT_TRUE(peer.ok());
     RawAttention a{t, *peer};
-    auto ack = a.hello(attention_hello(*w, 1, 0, 8, true));
+    auto ack = a.hello(attention_hello(*w, 1, 1, 0, 1));
     ASSERT_FALSE(ack.ok());
     EXPECT_NE(ack.status().message().find("expert re-homing needs whole experts (--ffn-tp 1)"), std::string::npos)
         << ack.status().to_string();
@@ -539,11 +607,11 @@ TEST(FfnFailover, TpWorkersKeepTheirShards) {
 }
 
 // An in-process xAyF bundle (afd serve --in-process, generate, bench): a failed FFN worker
-// thread leaves the process running; after the takeover time the other FFN worker holds every
-// expert and greedy decoding goes on with the tokens of an unfaulted run.
+// thread leaves the process running; after the takeover time the other FFN worker holds both
+// parts and decoding goes on with the logits of an unfaulted run, bit for bit.
 TEST(FfnFailover, InProcessBundleSurvivesAFailedFfnWorker) {
   const std::string dir = AFD_SOURCE_DIR "/tests/reference/data/qwen2moe_shared";
-  auto run = [&](bool fail_one, std::vector<int32_t>* toks) {
+  auto run = [&](bool fail_one, std::vector<int32_t>* toks, std::vector<float>* all) {
     EngineOptions eo;
     eo.model_dir = dir;
     eo.precision = Precision::reference;
@@ -577,6 +645,7 @@ TEST(FfnFailover, InProcessBundleSurvivesAFailedFfnWorker) {
         while (!(*e)->health().is_ok() && now_ns() < dl) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       ASSERT_TRUE(st.is_ok()) << st.to_string();
+      all->insert(all->end(), logits.begin(), logits.end());
       for (size_t i = 0; i < seqs.size(); ++i) {
         const float* row = logits.data() + static_cast<int64_t>(i) * V;
         const int32_t t = static_cast<int32_t>(std::max_element(row, row + V) - row);
@@ -592,9 +661,12 @@ TEST(FfnFailover, InProcessBundleSurvivesAFailedFfnWorker) {
     }
   };
   std::vector<int32_t> clean, faulted;
-  run(false, &clean);
-  run(true, &faulted);
+  std::vector<float> clean_logits, faulted_logits;
+  run(false, &clean, &clean_logits);
+  run(true, &faulted, &faulted_logits);
   EXPECT_EQ(clean, faulted);
+  ASSERT_EQ(clean_logits.size(), faulted_logits.size());
+  for (size_t i = 0; i < clean_logits.size(); ++i) ASSERT_EQ(clean_logits[i], faulted_logits[i]) << i;
 }
 
 }  // namespace

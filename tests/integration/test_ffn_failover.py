@@ -1,0 +1,267 @@
+"""FFN worker loss that persists, end to end (docs/DEPLOYMENT.md, "FFN failover").
+
+`afd serve --topology 1A2F --ffn-takeover-s 1 --worker-restarts 0`: FFN worker 1 is killed
+(SIGKILL) while greedy requests stream, and not restarted. The requests in flight are held and
+retried (--step-retry-s) and finish with exactly the unfaulted text; after the takeover time
+the surviving FFN worker holds every expert and new requests get the unfaulted text too. Then
+a new FFN worker is added through the attention worker's POST /admin/ffn, and the old one is
+started again by hand: the experts are rebalanced over 2, then 3 workers, every answer still
+the unfaulted text, and /metrics says what happened.
+
+Run: AFD_BIN=build/apps/afd /usr/bin/python3 -m pytest tests/integration/test_ffn_failover.py
+"""
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+AFD = os.environ.get("AFD_BIN", "build/apps/afd")
+PROMPTS = [[3, 14, 15, 92, 65], [35], [89, 79, 32, 38, 46, 26, 43], [7, 7, 7, 1]]
+
+
+def free_port():
+    # Below the kernel's ephemeral range, so no outgoing connection takes it meanwhile.
+    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    pool = range(10000, lo) if lo - 10000 >= 1000 else range(1024, 65536)
+    for port in random.sample(pool, 200):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            pass
+        finally:
+            s.close()
+    raise RuntimeError("no free port")
+
+
+def http(port, path, body=None, timeout=60):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def complete(port, prompt, n, stream):
+    """Greedy completion: (text, finish_reason, completion_tokens or None)."""
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        if not stream:
+            j = json.load(r)
+            return j["choices"][0]["text"], j["choices"][0]["finish_reason"], j["usage"]["completion_tokens"]
+        text, fin, usage, done = "", None, None, False
+        for line in r:
+            line = line.decode().strip()
+            if not line.startswith("data: "):
+                continue
+            if line == "data: [DONE]":
+                done = True
+                break
+            j = json.loads(line[6:])
+            if "error" in j:
+                raise RuntimeError("error event: " + line)
+            if j.get("usage"):
+                usage = j["usage"]["completion_tokens"]
+            for c in j.get("choices", []):
+                text += c["text"]
+                fin = c["finish_reason"] or fin
+        assert done, "stream ended without [DONE]"
+        return text, fin, usage
+
+
+def complete_retrying(port, prompt, n, stream, budget_s=30):
+    """As a client honouring Retry-After does: a 503 (nothing can serve right now) is retried."""
+    deadline = time.time() + budget_s
+    while True:
+        try:
+            return complete(port, prompt, n, stream)
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or time.time() > deadline:
+                raise
+            time.sleep(float(e.headers.get("Retry-After", "1")) / 4)
+
+
+def wait_for(pred, timeout_s, what):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            if pred():
+                return
+        except (OSError, urllib.error.URLError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def membership(attn_port):
+    return json.loads(http(attn_port, "/admin/ffn")[1])["engines"][0]
+
+
+def metric(port, name):
+    _, text = http(port, "/metrics")
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)
+
+
+def children(pid):
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    found = {}
+    for c in out:
+        try:
+            args = open(f"/proc/{c}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode() for a in args if a]
+        found[int(c)] = args
+    return found
+
+
+def arg(args, flag):
+    return args[args.index(flag) + 1]
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    model = tmp_path / "model"
+    subprocess.run([AFD, "--log-level", "error", "make-model", "--preset", "tiny", "--seed", "1", "--out", str(model)],
+                   check=True, capture_output=True)
+    log = open(tmp_path / "serve.log", "w")
+    serve = subprocess.Popen([AFD, "serve", "--model", str(model), "--topology", "1A2F", "--port", "0",
+                              "--threads", "1", "--precision", "reference", "--ffn-takeover-s", "1",
+                              "--worker-restarts", "0", "--step-retry-s", "30", "--ffn-timeout-ms", "3000"],
+                             stdout=subprocess.PIPE, stderr=log, text=True)
+    extra = []
+    try:
+        port = None
+        deadline = time.time() + 60
+        while port is None and time.time() < deadline:
+            line = serve.stdout.readline()
+            if not line:
+                break
+            m = re.search(r"bundle complete: .* on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                port = int(m.group(1))
+        assert port, "afd serve did not come up: " + open(tmp_path / "serve.log").read()[-3000:]
+        yield {"serve": serve, "port": port, "model": str(model), "extra": extra, "log": tmp_path / "serve.log",
+               "tmp": tmp_path}
+    finally:
+        for p in extra:
+            p.kill()
+            p.wait()
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(30)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve.wait()
+        log.close()
+
+
+def test_ffn_worker_lost_for_good_then_workers_added(bundle):
+    port = bundle["port"]
+    kids = children(bundle["serve"].pid)
+    ffn = {arg(a, "--shard"): (pid, arg(a, "--listen")) for pid, a in kids.items() if "ffn" in a and "--role" in a
+           and arg(a, "--role") == "ffn"}
+    attn = [arg(a, "--listen") for a in kids.values() if "--role" in a and arg(a, "--role") == "attention"]
+    assert set(ffn) == {"0/2", "1/2"} and len(attn) == 1, kids
+    attn_port = int(attn[0].rsplit(":", 1)[1])
+    n_long, n_short = 400, 24
+
+    # The unfaulted answers (non-streaming and streaming agree).
+    want_long = {i: complete(port, p, n_long, False) for i, p in enumerate(PROMPTS)}
+    want = {i: complete(port, p, n_short, False) for i, p in enumerate(PROMPTS)}
+    for i, p in enumerate(PROMPTS):
+        assert complete(port, p, n_short, True) == want[i]
+    assert membership(attn_port)["epoch"] == 0
+
+    # Load in flight, then FFN worker 1 dies and stays dead.
+    results, errors = {}, []
+
+    def one(k):
+        i, stream = k % len(PROMPTS), k % 2 == 1
+        try:
+            results[k] = complete(port, PROMPTS[i], n_long, stream)
+        except Exception as e:  # noqa: BLE001 -- any failure of a request in flight is the bug
+            errors.append(f"request {k}: {e!r}")
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    t_kill = time.time()
+    os.kill(ffn["1/2"][0], signal.SIGKILL)
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    for k, got in results.items():
+        assert got == want_long[k % len(PROMPTS)], f"request {k} after the kill differs from the unfaulted run"
+    assert len(results) == 6
+
+    # The takeover: the attention worker serves again with one FFN worker holding everything.
+    wait_for(lambda: membership(attn_port)["epoch"] == 1, 30, "the takeover")
+    assert time.time() - t_kill >= 1.0
+    m = membership(attn_port)
+    assert m["live"] == 1 and m["takeovers"] == 1
+    assert m["members"][0]["experts"] == [0, 8] and m["members"][0]["shared"]
+    assert not m["members"][1]["assigned"] and not m["members"][1]["connected"]
+    for i, p in enumerate(PROMPTS):
+        assert complete_retrying(port, p, n_short, i % 2 == 0) == want[i]
+
+    # A new FFN worker (another name: shard 2/3) added on the attention worker.
+    p2 = free_port()
+    bundle["extra"].append(subprocess.Popen(
+        [AFD, "worker", "--role", "ffn", "--model", bundle["model"], "--listen", f"127.0.0.1:{p2}", "--shard", "2/3",
+         "--attention", "1", "--precision", "reference", "--threads", "1"],
+        stdout=subprocess.DEVNULL, stderr=open(bundle["tmp"] / "ffn2.log", "w")))
+    status, body = http(attn_port, "/admin/ffn", {"add": f"127.0.0.1:{p2}"})
+    assert status == 200, body
+    wait_for(lambda: membership(attn_port)["live"] == 2, 30, "the added worker to join")
+    for i, p in enumerate(PROMPTS):
+        assert complete_retrying(port, p, n_short, i % 2 == 1) == want[i]
+    m = membership(attn_port)
+    assert m["applied_epoch"] == m["epoch"] == 2
+    assert [x.get("experts") for x in m["members"]] == [[0, 4], None, [4, 8]]
+
+    # The old worker, started again by hand at its address, rejoins: three workers.
+    bundle["extra"].append(subprocess.Popen(
+        [AFD, "worker", "--role", "ffn", "--model", bundle["model"], "--listen", ffn["1/2"][1], "--shard", "1/2",
+         "--attention", "1", "--precision", "reference", "--threads", "1"],
+        stdout=subprocess.DEVNULL, stderr=open(bundle["tmp"] / "ffn1.log", "w")))
+    wait_for(lambda: membership(attn_port)["live"] == 3, 30, "the old worker to rejoin")
+    for i, p in enumerate(PROMPTS):
+        assert complete_retrying(port, p, n_short, i % 2 == 0) == want[i]
+    m = membership(attn_port)
+    assert [x.get("experts") for x in m["members"]] == [[0, 2], [2, 5], [5, 8]]
+    assert m["rejoins"] == 2
+
+    # Bad admin requests are clear errors.
+    with pytest.raises(urllib.error.HTTPError) as e:
+        http(attn_port, "/admin/ffn", {"remove": "127.0.0.1:1"})
+    assert e.value.code == 404
+    with pytest.raises(urllib.error.HTTPError) as e:
+        http(attn_port, "/admin/ffn", {"frobnicate": 1})
+    assert e.value.code == 400
+
+    # What changed, on the front end's federated /metrics and in the log.
+    assert metric(port, "afd_ffn_takeovers_total") == 1
+    assert metric(port, "afd_ffn_epoch") == 3
+    assert metric(port, "afd_ffn_live_workers") == 3
+    log = open(bundle["log"]).read()
+    assert "FFN worker 'ffn1' unreachable for" in log and "the others take over its experts [4, 8)" in log
+    assert "FFN expert assignment epoch 3 in effect" in log
