@@ -3,10 +3,11 @@
 `afd serve --topology 1A2F --ffn-takeover-s 1 --worker-restarts 0`: FFN worker 1 is killed
 (SIGKILL) while greedy requests stream, and not restarted. The requests in flight are held and
 retried (--step-retry-s) and finish with exactly the unfaulted text; after the takeover time
-the surviving FFN worker holds every expert and new requests get the unfaulted text too. Then
-a new FFN worker is added through the attention worker's POST /admin/ffn, and the old one is
-started again by hand: the experts are rebalanced over 2, then 3 workers, every answer still
-the unfaulted text, and /metrics says what happened.
+the surviving FFN worker holds both parts and new requests get the unfaulted text too. Then a
+new FFN worker is added through the attention worker's POST /admin/ffn (it takes part 1), the
+old one is started again by hand (a standby: both parts are held) and the added one is killed
+under load (the standby takes over). Every answer is the unfaulted text, and /metrics and the
+log say what happened.
 
 Run: AFD_BIN=build/apps/afd /usr/bin/python3 -m pytest tests/integration/test_ffn_failover.py
 """
@@ -173,11 +174,45 @@ def bundle(tmp_path):
         log.close()
 
 
+def load_during(port, prompts, n, want, fault):
+    """Six concurrent greedy requests (streaming and not); `fault()` runs while they are in
+    flight. Every one must finish without an error and with exactly the unfaulted text."""
+    results, errors = {}, []
+
+    def one(k):
+        i, stream = k % len(prompts), k % 2 == 1
+        try:
+            results[k] = complete(port, prompts[i], n, stream)
+        except Exception as e:  # noqa: BLE001 -- any failure of a request in flight is the bug
+            errors.append(f"request {k}: {e!r}")
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    fault()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert len(results) == 6
+    for k, got in results.items():
+        assert got == want[k % len(prompts)], f"request {k} differs from the unfaulted run"
+
+
+def start_ffn(bundle, port, shard, name):
+    p = subprocess.Popen(
+        [AFD, "worker", "--role", "ffn", "--model", bundle["model"], "--listen", f"127.0.0.1:{port}", "--shard", shard,
+         "--attention", "1", "--precision", "reference", "--threads", "1"],
+        stdout=subprocess.DEVNULL, stderr=open(bundle["tmp"] / f"{name}.log", "w"))
+    bundle["extra"].append(p)
+    return p
+
+
 def test_ffn_worker_lost_for_good_then_workers_added(bundle):
     port = bundle["port"]
     kids = children(bundle["serve"].pid)
-    ffn = {arg(a, "--shard"): (pid, arg(a, "--listen")) for pid, a in kids.items() if "ffn" in a and "--role" in a
-           and arg(a, "--role") == "ffn"}
+    ffn = {arg(a, "--shard"): (pid, arg(a, "--listen")) for pid, a in kids.items()
+           if "--role" in a and arg(a, "--role") == "ffn"}
     attn = [arg(a, "--listen") for a in kids.values() if "--role" in a and arg(a, "--role") == "attention"]
     assert set(ffn) == {"0/2", "1/2"} and len(attn) == 1, kids
     attn_port = int(attn[0].rsplit(":", 1)[1])
@@ -190,32 +225,14 @@ def test_ffn_worker_lost_for_good_then_workers_added(bundle):
         assert complete(port, p, n_short, True) == want[i]
     assert membership(attn_port)["epoch"] == 0
 
-    # Load in flight, then FFN worker 1 dies and stays dead.
-    results, errors = {}, []
-
-    def one(k):
-        i, stream = k % len(PROMPTS), k % 2 == 1
-        try:
-            results[k] = complete(port, PROMPTS[i], n_long, stream)
-        except Exception as e:  # noqa: BLE001 -- any failure of a request in flight is the bug
-            errors.append(f"request {k}: {e!r}")
-
-    threads = [threading.Thread(target=one, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    time.sleep(0.3)
-    t_kill = time.time()
-    os.kill(ffn["1/2"][0], signal.SIGKILL)
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
-    for k, got in results.items():
-        assert got == want_long[k % len(PROMPTS)], f"request {k} after the kill differs from the unfaulted run"
-    assert len(results) == 6
-
-    # The takeover: the attention worker serves again with one FFN worker holding everything.
+    # FFN worker 1 dies under load and stays dead: the requests in flight are held, retried once
+    # FFN worker 0 holds both parts, and finish with the unfaulted text (bit-identical logits:
+    # each part is still rounded on its own).
+    t_kill = []
+    load_during(port, PROMPTS, n_long, want_long,
+                lambda: (t_kill.append(time.time()), os.kill(ffn["1/2"][0], signal.SIGKILL)))
     wait_for(lambda: membership(attn_port)["epoch"] == 1, 30, "the takeover")
-    assert time.time() - t_kill >= 1.0
+    assert time.time() - t_kill[0] >= 1.0
     m = membership(attn_port)
     assert m["live"] == 1 and m["takeovers"] == 1
     assert m["members"][0]["experts"] == [0, 8] and m["members"][0]["shared"]
@@ -223,12 +240,9 @@ def test_ffn_worker_lost_for_good_then_workers_added(bundle):
     for i, p in enumerate(PROMPTS):
         assert complete_retrying(port, p, n_short, i % 2 == 0) == want[i]
 
-    # A new FFN worker (another name: shard 2/3) added on the attention worker.
+    # A new FFN worker (another name: shard 2/3) added on the attention worker takes part 1.
     p2 = free_port()
-    bundle["extra"].append(subprocess.Popen(
-        [AFD, "worker", "--role", "ffn", "--model", bundle["model"], "--listen", f"127.0.0.1:{p2}", "--shard", "2/3",
-         "--attention", "1", "--precision", "reference", "--threads", "1"],
-        stdout=subprocess.DEVNULL, stderr=open(bundle["tmp"] / "ffn2.log", "w")))
+    start_ffn(bundle, p2, "2/3", "ffn2")
     status, body = http(attn_port, "/admin/ffn", {"add": f"127.0.0.1:{p2}"})
     assert status == 200, body
     wait_for(lambda: membership(attn_port)["live"] == 2, 30, "the added worker to join")
@@ -238,17 +252,22 @@ def test_ffn_worker_lost_for_good_then_workers_added(bundle):
     assert m["applied_epoch"] == m["epoch"] == 2
     assert [x.get("experts") for x in m["members"]] == [[0, 4], None, [4, 8]]
 
-    # The old worker, started again by hand at its address, rejoins: three workers.
-    bundle["extra"].append(subprocess.Popen(
-        [AFD, "worker", "--role", "ffn", "--model", bundle["model"], "--listen", ffn["1/2"][1], "--shard", "1/2",
-         "--attention", "1", "--precision", "reference", "--threads", "1"],
-        stdout=subprocess.DEVNULL, stderr=open(bundle["tmp"] / "ffn1.log", "w")))
-    wait_for(lambda: membership(attn_port)["live"] == 3, 30, "the old worker to rejoin")
+    # The old worker, started again by hand at its address, is a standby: both parts are held.
+    old = start_ffn(bundle, int(ffn["1/2"][1].rsplit(":", 1)[1]), "1/2", "ffn1")
+    wait_for(lambda: membership(attn_port)["members"][1]["connected"], 30, "the old worker to connect")
+    time.sleep(0.2)
+    m = membership(attn_port)
+    assert m["epoch"] == 2 and not m["members"][1]["assigned"]
+
+    # The added worker dies under load: the standby takes its part over.
+    load_during(port, PROMPTS, n_long, want_long, lambda: os.kill(bundle["extra"][0].pid, signal.SIGKILL))
+    wait_for(lambda: membership(attn_port)["epoch"] == 3, 30, "the standby to take over")
+    m = membership(attn_port)
+    assert [x.get("experts") for x in m["members"]] == [[0, 4], [4, 8], None]
+    assert m["takeovers"] == 2 and m["rejoins"] == 2
     for i, p in enumerate(PROMPTS):
         assert complete_retrying(port, p, n_short, i % 2 == 0) == want[i]
-    m = membership(attn_port)
-    assert [x.get("experts") for x in m["members"]] == [[0, 2], [2, 5], [5, 8]]
-    assert m["rejoins"] == 2
+    assert old.poll() is None
 
     # Bad admin requests are clear errors.
     with pytest.raises(urllib.error.HTTPError) as e:
@@ -259,9 +278,9 @@ def test_ffn_worker_lost_for_good_then_workers_added(bundle):
     assert e.value.code == 400
 
     # What changed, on the front end's federated /metrics and in the log.
-    assert metric(port, "afd_ffn_takeovers_total") == 1
+    assert metric(port, "afd_ffn_takeovers_total") == 2
     assert metric(port, "afd_ffn_epoch") == 3
-    assert metric(port, "afd_ffn_live_workers") == 3
+    assert metric(port, "afd_ffn_live_workers") == 2
     log = open(bundle["log"]).read()
     assert "FFN worker 'ffn1' unreachable for" in log and "the others take over its experts [4, 8)" in log
     assert "FFN expert assignment epoch 3 in effect" in log
