@@ -146,7 +146,7 @@ void serve_spawned(const ServeFlags& f) {
                                      "--ffn-connect-timeout-ms",
                                      std::to_string(e.ffn_connect_timeout_ms), "--ffn-probe-ms",
                                      std::to_string(e.ffn_probe_ms), "--ffn-takeover-s",
-                                     std::to_string(e.ffn_takeover_s), "--max-running",
+                                     std::to_string(e.ffn_takeover_s), "--ffn-parts", std::to_string(e.ffn_parts), "--max-running",
                                      std::to_string(f.service.max_running), "--step-retry-s",
                                      std::to_string(f.service.step_retry_s), "--max-queue",
                                      std::to_string(f.service.max_queue), "--max-batch-tokens",

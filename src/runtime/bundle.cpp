@@ -169,6 +169,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
     co.probe_interval_ms = opt.ffn_probe_ms;
     co.expect_tp = opt.ffn_tp > 1 || !remote ? opt.ffn_tp : 0;  // remote, default 1: accept what the workers announce
     co.takeover_ms = opt.ffn_takeover_ms;
+    co.parts = opt.ffn_parts;
     t = with_delay(std::move(t), opt.inject_delay_us);
     AFD_ASSIGN_OR_RETURN(auto client, FfnClient::create(w, t.get(), co));
     b->clients_.push_back(client.get());  // owned by the engine below

@@ -57,6 +57,10 @@ struct EngineOptions {
   // its experts (FfnClientOptions::takeover_ms; whole experts only, not with ffn_tp > 1); it
   // joins again when back. 0: never (the bundle waits for it).
   int ffn_takeover_ms = 10000;
+  // Parts the routed experts are cut into for re-homing (FfnClientOptions::parts): the unit of
+  // BF16 rounding, and the most FFN workers that hold experts (more are standbys); the results
+  // equal mono --afd-rounding ffn_parts. 0: y. Whole experts only (ffn_tp 1).
+  int ffn_parts = 0;
   // UCX transports (remote FFN workers): how long a thread waiting for a message drives the
   // worker itself before it sleeps (comm::UcxOptions::waiter_spin_ns); -1: the default.
   int ucx_spin_us = -1;

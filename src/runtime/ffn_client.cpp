@@ -159,6 +159,9 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
   if (opt.takeover_ms < 0) return invalid_argument("ffn client: takeover time must be >= 0 (0: never)");
   if (opt.parts < 0 || opt.parts > static_cast<int>(kMaxSlots))
     return invalid_argument("ffn client: parts must be 0..64 (0: one per FFN worker it starts with)");
+  if (opt.parts > c.n_experts)
+    return invalid_argument("ffn client: " + std::to_string(opt.parts) + " parts of " + std::to_string(c.n_experts) +
+                            " routed experts (at most one part per expert)");
   ScaleGranularity g = opt.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token;
   AFD_ASSIGN_OR_RETURN(A2fLayout lay, a2f_layout(opt.max_tokens, c.hidden_size, c.n_experts_per_tok, g));
 

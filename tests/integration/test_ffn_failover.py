@@ -284,3 +284,25 @@ def test_ffn_worker_lost_for_good_then_workers_added(bundle):
     log = open(bundle["log"]).read()
     assert "FFN worker 'ffn1' unreachable for" in log and "the others take over its experts [4, 8)" in log
     assert "FFN expert assignment epoch 3 in effect" in log
+
+
+def test_ffn_parts_logits_are_mono_with_that_rounding(tmp_path):
+    """`--ffn-parts P` cuts the experts into P parts rounded on their own, whoever holds them: an
+    in-process 1A2F bundle with 4 parts (each FFN worker replying two partials) gives logits
+    bit-identical to mono --afd-rounding 4, and different from --afd-rounding 2."""
+    model = tmp_path / "model"
+    subprocess.run([AFD, "--log-level", "error", "make-model", "--preset", "tiny", "--seed", "1", "--out", str(model)],
+                   check=True, capture_output=True)
+    common = [AFD, "--log-level", "error", "generate", "--model", str(model), "--precision", "reference",
+              "--max-tokens", "16", "--ignore-eos", "--threads", "1", "--microbatches", "3",
+              "--prompt-ids", "3,14,15,92,65", "--prompt-ids", "35"]
+
+    def logits(name, *extra):
+        path = tmp_path / name
+        subprocess.run(common + list(extra) + ["--dump-logits", str(path)], check=True, capture_output=True,
+                       timeout=120)
+        return path.read_bytes()
+
+    afd4 = logits("afd4.bin", "--topology", "1A2F", "--ffn-parts", "4")
+    assert afd4 == logits("mono4.bin", "--afd-rounding", "4")
+    assert afd4 != logits("mono2.bin", "--afd-rounding", "2")
