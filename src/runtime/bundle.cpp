@@ -188,7 +188,6 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
 Bundle::~Bundle() {
   attention_.clear();  // FfnClients close their sessions before the workers stop
   clients_.clear();
-  stop_.store(true);
   for (size_t j = 0; j < ffn_threads_.size(); ++j) ffn_stop_[j].store(true);
   for (auto& t : ffn_threads_) {
     if (t.joinable()) t.join();

@@ -55,7 +55,6 @@ class Bundle {
   Bundle() = default;
   Topology topo_;
   int first_attention_index_ = 0;
-  std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<comm::Transport>> transports_;  // FFN side first, then attention
   std::vector<std::unique_ptr<FfnWorker>> ffn_;
   std::unique_ptr<std::atomic<bool>[]> ffn_stop_;  // [y]: stops worker j alone (fail_ffn_worker)

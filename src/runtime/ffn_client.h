@@ -151,11 +151,12 @@ class FfnClient : public FfnBackend {
 
   Status dispatch(int64_t layer, int microbatch, TokenBatch& b) override;
   Status combine(int64_t layer, int microbatch, TokenBatch& b) override;
-  // unavailable while any FFN worker is not connected (it may still be handshaking after a
-  // reconnect: the next forward pass does that), while a liveness probe to one has been
+  // unavailable while an FFN worker of the assignment is not connected (it may still be
+  // handshaking after a reconnect: the next forward pass does that; with a takeover time the
+  // message says when the others take over), while a liveness probe to one has been
   // unanswered for longer than timeout_ms, and for stall_hold_ms after a combine timed out
-  // unless one succeeded since. Thread-safe: reads the worker names (fixed at create), the
-  // transport's connection state, the probes' atomics and the stall record (stall_mu_).
+  // unless one succeeded since. Thread-safe: reads the membership (mu_), the transport's
+  // connection state, the probes' atomics and the stall record (stall_mu_).
   Status health() const override;
 
   // Replaces the FFN membership (thread-safe; the monitor thread and the next forward pass
