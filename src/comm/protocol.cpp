@@ -147,6 +147,9 @@ Result<FrameHeader> decode_header(const uint8_t* data, size_t len) {
   h.top_k = get<uint32_t>(data, kOffTopK);
   if (h.kind == FrameKind::f2a) h.ffn_us = get<uint32_t>(data, kOffFfnUs);
   if (h.kind == FrameKind::a2f) h.epoch = get<uint32_t>(data, kOffEpoch);
+  if (h.kind != FrameKind::f2a && h.kind != FrameKind::a2f && get<uint32_t>(data, kOffFfnUs) != 0) {
+    return corrupt_data(where(h) + " has header bytes 36..39 set (only a2f and f2a frames use them)");
+  }
   h.payload_bytes = get<uint64_t>(data, kOffPayloadBytes);
   h.payload_checksum = get<uint64_t>(data, kOffPayloadSum);
   if (h.flags & ~kFlagPayloadChecksum) return corrupt_data(where(h) + " has unknown flags");
