@@ -286,7 +286,7 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
     }
   }
   const bool changed = !p.serving || !assign.same_experts(p.assign);
-  if (changed && !assign.same_experts(static_)) {
+  if (changed && !assign.same_range(static_)) {
     // Experts outside the start-up shard: their pages are asked of the checkpoint now, not at
     // the first batch.
     std::vector<uint8_t> fresh = assign.mask;
@@ -666,7 +666,7 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     const float* wts = K > 0 ? wts_.data() + off * K : nullptr;
     if (a.parts.size() <= 1) {
       bool done = false;
-      if (gpu_ && a.same_experts(static_)) {  // the GPU holds the start-up shard's weights only
+      if (gpu_ && a.same_range(static_)) {  // the GPU holds the start-up shard's weights only
         Status gs = gpu_->run(layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H);
         if (gs.is_ok()) {
           done = true;

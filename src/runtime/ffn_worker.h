@@ -143,6 +143,9 @@ class FfnWorker {
     std::vector<uint8_t> mask;   // [n_experts]
     int n_parts = 0, part_begin = 0, part_end = 0;  // epoch >= 1: parts [part_begin, part_end) of n_parts
     std::vector<Part> parts;     // [part_end - part_begin]; one entry at epoch 0
+    // The same routed experts and shared part (however cut into parts).
+    bool same_range(const Assignment& o) const { return begin == o.begin && end == o.end && shared == o.shared; }
+    // The same experts cut into the same parts: computed and replied the same way.
     bool same_experts(const Assignment& o) const {
       return begin == o.begin && end == o.end && shared == o.shared && n_parts == o.n_parts &&
              part_begin == o.part_begin && part_end == o.part_end;
