@@ -860,7 +860,16 @@ Status FfnClient::set_members(std::vector<FfnMember> list) {
                    members_[j].address);
     }
   }
-  for (const std::string& a : dial) AFD_RETURN_IF_ERROR(t_->connect(a).with_context("FFN membership: " + a));
+  for (const std::string& a : dial) {
+    Status c = t_->connect(a);
+    if (c.is_ok()) continue;
+    // Not an address the transport can dial: the new member goes again.
+    std::lock_guard<std::mutex> l(mu_);
+    for (Member& m : members_) {
+      if (m.address == a) m.active = false;
+    }
+    return c.with_context("FFN membership: " + a);
+  }
   wake_monitor();
   return Status::ok();
 }

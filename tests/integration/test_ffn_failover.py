@@ -276,6 +276,10 @@ def test_ffn_worker_lost_for_good_then_workers_added(bundle):
     with pytest.raises(urllib.error.HTTPError) as e:
         http(attn_port, "/admin/ffn", {"frobnicate": 1})
     assert e.value.code == 400
+    with pytest.raises(urllib.error.HTTPError) as e:
+        http(attn_port, "/admin/ffn", {"add": "nohost"})
+    assert e.value.code == 400 and "nohost" in e.value.read().decode()
+    assert all(x["removed"] for x in membership(attn_port)["members"][3:])  # the refused address is no member
 
     # What changed, on the front end's federated /metrics and in the log.
     assert metric(port, "afd_ffn_takeovers_total") == 2
