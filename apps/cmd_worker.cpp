@@ -175,6 +175,8 @@ void apply_topology_file(WorkerFlags* f) {
   e.ffn_timeout_ms = t->ffn_timeout_ms;
   e.ffn_connect_timeout_ms = t->ffn_connect_timeout_ms;
   e.ffn_probe_ms = t->ffn_probe_ms;
+  if (t->ffn_takeover_s >= 0) e.ffn_takeover_s = t->ffn_takeover_s;
+  e.ffn_parts = t->ffn_parts;
   e.ffn_tp = t->ffn_tp;
   if (f->role == "ffn") {
     e.ffn_device = w.device;

@@ -68,6 +68,18 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
                   "/health 503 (0: no pings)")
       ->check(CLI::Range(0, 86400000))
       ->envname("AFD_FFN_PROBE_MS");
+  cmd->add_option("--ffn-takeover-s", ffn_takeover_s,
+                  "An FFN worker unreachable this long (lost, or silent past --ffn-timeout-ms) leaves the expert "
+                  "assignment: the other FFN workers take over its experts until it is back (0: never, wait for it; "
+                  "not with --ffn-tp > 1)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->envname("AFD_FFN_TAKEOVER_S");
+  cmd->add_option("--ffn-parts", ffn_parts,
+                  "Cut the routed experts into this many parts, each rounded on its own: up to this many FFN workers "
+                  "share them (more are standbys) and results equal mono --afd-rounding P whoever holds which part "
+                  "(0: y of the topology)")
+      ->check(CLI::Range(0, 64))
+      ->envname("AFD_FFN_PARTS");
 }
 
 Result<std::vector<std::string>> parse_address_list(const std::string& flag, const std::string& csv) {
@@ -120,6 +132,8 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.ffn_timeout_ms = ffn_timeout_ms;
   o.ffn_connect_timeout_ms = ffn_connect_timeout_ms;
   o.ffn_probe_ms = ffn_probe_ms;
+  o.ffn_takeover_ms = static_cast<int>(ffn_takeover_s * 1000 + 0.5);
+  o.ffn_parts = ffn_parts;
   o.ucx_spin_us = ucx_spin_us;
   o.ffn_device = ffn_device;
   AFD_RETURN_IF_ERROR(o.validate());

@@ -36,6 +36,8 @@ struct EngineFlags {
   int ffn_timeout_ms = 10000;
   int ffn_connect_timeout_ms = 60000;
   int ffn_probe_ms = 1000;
+  double ffn_takeover_s = 10;  // EngineOptions::ffn_takeover_ms, in seconds
+  int ffn_parts = 0;           // EngineOptions::ffn_parts
   int ucx_spin_us = -1;     // -1: UcxOptions default (EngineOptions::ucx_spin_us)
   std::string ffn_device = "cpu";  // where FFN halves run: cpu | cuda (EngineOptions::ffn_device)
   bool spawn_ffn = false;    // start the FFN workers as local processes (apps/local_ffn.h)

@@ -13,6 +13,8 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "runtime/bundle.h"
+#include "runtime/ffn_client.h"
+#include "serve/ffn_admin.h"
 #include "serve/ffn_metrics.h"
 #include "serve/metrics.h"
 #include "serve/metrics_federation.h"
@@ -303,6 +305,24 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
       ffn_samples.push_back(
           serve::ffn_worker_sample(*wk, std::to_string(i) + "." + std::to_string(wk->options().index)));
   }
+  // The AFD engines' FFN clients: their membership on /metrics and on /admin/ffn.
+  std::vector<FfnClient*> clients;
+  std::vector<std::string> client_labels;  // worker="<engine>",engine="<its attention engine>"
+  for (size_t i = 0; i < engines.size(); ++i) {
+    if (auto* dp = dynamic_cast<DataParallelEngine*>(engines[i].get())) {
+      const auto cs = dp->bundle().ffn_clients();
+      for (size_t k = 0; k < cs.size(); ++k) {
+        clients.push_back(cs[k]);
+        client_labels.push_back("worker=\"" + std::to_string(i) + "\",engine=\"" +
+                                std::to_string(dp->bundle().first_attention_index() + static_cast<int>(k)) + "\"");
+      }
+    }
+  }
+  if (!clients.empty()) {
+    so.ffn_admin = [clients](const std::string& method, const std::string& body) {
+      return serve::ffn_admin_request(clients, method, body);
+    };
+  }
   if (extras.children) {
     for (auto& e : engines) e = std::make_unique<LossAwareEngine>(std::move(e), extras.children);
   }
@@ -310,6 +330,14 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   if (!svc.ok()) fail(cmd, svc.status());
   if (!ffn_samples.empty()) {
     (*svc)->metrics().add_section([ffn_samples] { return serve::render_ffn_worker_metrics(ffn_samples, now_ns()); });
+  }
+  if (!clients.empty()) {
+    (*svc)->metrics().add_section([clients, client_labels] {
+      std::vector<serve::FfnMembershipSample> samples;
+      for (size_t i = 0; i < clients.size(); ++i)
+        samples.push_back(serve::FfnMembershipSample{client_labels[i], clients[i]->membership()});
+      return serve::render_ffn_membership_metrics(samples);
+    });
   }
   if (!extras.federate.empty()) {
     (*svc)->metrics().add_section(

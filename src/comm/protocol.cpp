@@ -14,7 +14,7 @@ namespace {
 enum : size_t {
   kOffMagic = 0, kOffVersion = 4, kOffKind = 6, kOffGran = 7, kOffLayer = 8, kOffMb = 12,
   kOffFlags = 14, kOffStep = 16, kOffTokens = 24, kOffHidden = 28, kOffTopK = 32,
-  kOffFfnUs = 36, kOffPayloadBytes = 40, kOffPayloadSum = 48, kOffHeaderSum = 56,
+  kOffFfnUs = 36, kOffEpoch = 36, kOffPayloadBytes = 40, kOffPayloadSum = 48, kOffHeaderSum = 56,
 };
 
 template <class T>
@@ -109,7 +109,9 @@ void encode_header(FrameHeader h, const uint8_t* payload, uint8_t* out) {
   put<uint32_t>(out, kOffTokens, h.n_tokens);
   put<uint32_t>(out, kOffHidden, h.hidden);
   put<uint32_t>(out, kOffTopK, h.top_k);
-  put<uint32_t>(out, kOffFfnUs, h.ffn_us);
+  // Bytes 36..39: the f2a frame's compute time, the a2f frame's assignment epoch.
+  if (h.kind == FrameKind::f2a) put<uint32_t>(out, kOffFfnUs, h.ffn_us);
+  if (h.kind == FrameKind::a2f) put<uint32_t>(out, kOffEpoch, h.epoch);
   put<uint64_t>(out, kOffPayloadBytes, h.payload_bytes);
   put<uint64_t>(out, kOffPayloadSum, h.payload_checksum);
   put<uint64_t>(out, kOffHeaderSum, hash64(out, kOffHeaderSum));
@@ -143,7 +145,11 @@ Result<FrameHeader> decode_header(const uint8_t* data, size_t len) {
   h.n_tokens = get<uint32_t>(data, kOffTokens);
   h.hidden = get<uint32_t>(data, kOffHidden);
   h.top_k = get<uint32_t>(data, kOffTopK);
-  h.ffn_us = get<uint32_t>(data, kOffFfnUs);
+  if (h.kind == FrameKind::f2a) h.ffn_us = get<uint32_t>(data, kOffFfnUs);
+  if (h.kind == FrameKind::a2f) h.epoch = get<uint32_t>(data, kOffEpoch);
+  if (h.kind != FrameKind::f2a && h.kind != FrameKind::a2f && get<uint32_t>(data, kOffFfnUs) != 0) {
+    return corrupt_data(where(h) + " has header bytes 36..39 set (only a2f and f2a frames use them)");
+  }
   h.payload_bytes = get<uint64_t>(data, kOffPayloadBytes);
   h.payload_checksum = get<uint64_t>(data, kOffPayloadSum);
   if (h.flags & ~kFlagPayloadChecksum) return corrupt_data(where(h) + " has unknown flags");
@@ -283,6 +289,10 @@ size_t encode_handshake(FrameKind kind, const Handshake& s, uint8_t* out) {
   put<uint32_t>(p, 44, s.max_tokens);
   put<uint16_t>(p, 48, s.tp_rank);
   put<uint16_t>(p, 50, s.tp_degree);
+  put<uint32_t>(p, 52, s.epoch);
+  put<uint16_t>(p, 56, s.n_parts);
+  put<uint16_t>(p, 58, s.part_begin);
+  put<uint16_t>(p, 60, s.part_end);
   FrameHeader h;
   h.kind = kind;
   h.payload_bytes = kHandshakeBytes;
@@ -323,6 +333,10 @@ Result<Handshake> decode_handshake(const uint8_t* data, size_t len, FrameKind ex
   s.max_tokens = get<uint32_t>(p, 44);
   s.tp_rank = get<uint16_t>(p, 48);
   s.tp_degree = get<uint16_t>(p, 50);
+  s.epoch = get<uint32_t>(p, 52);
+  s.n_parts = get<uint16_t>(p, 56);
+  s.part_begin = get<uint16_t>(p, 58);
+  s.part_end = get<uint16_t>(p, 60);
   if (s.role == Role::ffn && (s.tp_degree < 1 || s.tp_degree > 64 || s.tp_rank >= s.tp_degree)) {
     return corrupt_data("handshake has TP rank " + std::to_string(s.tp_rank) + " of degree " +
                         std::to_string(s.tp_degree) + " (need rank < degree <= 64)");
@@ -339,6 +353,23 @@ Result<Handshake> decode_handshake(const uint8_t* data, size_t len, FrameKind ex
   if (s.expert_begin > s.expert_end || s.expert_end > s.n_experts) {
     return corrupt_data("handshake expert range [" + std::to_string(s.expert_begin) + ", " +
                         std::to_string(s.expert_end) + ") is outside [0, " + std::to_string(s.n_experts) + ")");
+  }
+  if (s.epoch > 0) {
+    // Parts of an explicit assignment, and the experts they are (the same thing twice).
+    if (s.n_parts < 1 || s.n_parts > 64 || s.part_begin >= s.part_end || s.part_end > s.n_parts) {
+      return corrupt_data("handshake assigns parts [" + std::to_string(s.part_begin) + ", " +
+                          std::to_string(s.part_end) + ") of " + std::to_string(s.n_parts) + " (need begin < end <= n <= 64)");
+    }
+    const uint64_t E = s.n_experts, P = s.n_parts;
+    if (s.expert_begin != s.part_begin * E / P || s.expert_end != s.part_end * E / P ||
+        (s.holds_shared != 0) != (s.part_begin == 0)) {
+      return corrupt_data("handshake assigns parts [" + std::to_string(s.part_begin) + ", " +
+                          std::to_string(s.part_end) + ") of " + std::to_string(s.n_parts) + " but experts [" +
+                          std::to_string(s.expert_begin) + ", " + std::to_string(s.expert_end) + ")" +
+                          (s.holds_shared ? " + shared" : ""));
+    }
+  } else if (s.n_parts != 0 || s.part_begin != 0 || s.part_end != 0) {
+    return corrupt_data("handshake of epoch 0 (the start-up shard) names parts");
   }
   if (s.role == Role::attention && (s.n_microbatches < 1 || s.n_microbatches > 16)) {
     return corrupt_data("handshake asks for " + std::to_string(s.n_microbatches) + " micro-batches (1..16)");
@@ -397,6 +428,15 @@ std::string describe(const Handshake& h) {
     if (h.holds_shared) s += " + shared/dense";
     if (h.tp_degree > 1) s += ", TP rank " + std::to_string(h.tp_rank) + "/" + std::to_string(h.tp_degree);
   }
+  if (h.epoch > 0) {
+    s += ", assignment epoch " + std::to_string(h.epoch) + " (parts [" + std::to_string(h.part_begin) + ", " +
+         std::to_string(h.part_end) + ") of " + std::to_string(h.n_parts);
+    if (h.role == Role::attention) {
+      s += ": experts [" + std::to_string(h.expert_begin) + ", " + std::to_string(h.expert_end) + ")" +
+           (h.holds_shared ? " + shared/dense" : "");
+    }
+    s += ")";
+  }
   char fp[32];
   std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(h.fingerprint));
   s += ", model " + std::string(fp);
@@ -409,7 +449,9 @@ Status check_handshake_match(const Handshake& mine, const Handshake& theirs) {
   };
   if (mine.fingerprint != theirs.fingerprint) return fail("model fingerprints differ (different model or config)");
   if (mine.role == theirs.role) return fail("both sides have the same role");
-  if (mine.n_attention != theirs.n_attention || mine.n_ffn != theirs.n_ffn) return fail("topologies differ");
+  // n_ffn is not compared: the set of FFN workers may change while the deployment runs (the
+  // attention side's hello says what each one holds).
+  if (mine.n_attention != theirs.n_attention) return fail("topologies differ (attention workers)");
   if (mine.hidden != theirs.hidden || mine.top_k != theirs.top_k || mine.n_experts != theirs.n_experts ||
       mine.n_layers != theirs.n_layers) {
     return fail("model shapes differ");

@@ -16,7 +16,9 @@
 namespace afd::comm {
 
 constexpr uint32_t kFrameMagic = 0x46444641u;  // "AFDF" in memory order
-constexpr uint16_t kProtocolVersion = 3;  // 2: handshake carries the FFN TP rank/degree; 3: ping/pong probes
+// 2: handshake carries the FFN TP rank/degree; 3: ping/pong probes; 4: expert assignment epoch
+// (hello carries the assignment, a2f frames the epoch they were built for).
+constexpr uint16_t kProtocolVersion = 4;
 constexpr size_t kFrameHeaderBytes = 64;
 constexpr size_t kMaxReasonBytes = 4096;
 constexpr int64_t kScaleBlock = 128;  // channels per scale with ScaleGranularity::per_block
@@ -51,6 +53,10 @@ struct FrameHeader {
   // f2a: the FFN worker's compute time for this (layer, micro-batch) batch in microseconds
   // (saturating; informational, for per-layer stage times); 0 in every other kind.
   uint32_t ffn_us = 0;
+  // a2f: the expert assignment epoch the frame was built for (the epoch of the sender's last
+  // handshake with this FFN worker); the FFN worker answers a frame of another epoch with an
+  // error frame. Shares header bytes 36..39 with ffn_us (each kind uses one); 0 elsewhere.
+  uint32_t epoch = 0;
   uint64_t payload_bytes = 0;
   uint64_t payload_checksum = 0;
 };
@@ -93,8 +99,20 @@ struct Handshake {
   uint32_t max_tokens = 0;       // attention: most tokens in one a2f frame
   uint16_t n_microbatches = 0;   // attention: micro-batches it uses (1..4)
   ScaleGranularity granularity = ScaleGranularity::per_token;
+  // Expert assignment epoch. Attention hello: 0 = "hold the experts you were started with"
+  // (the expert and part fields are 0 and ignored); >= 1 = "for me, hold parts
+  // [part_begin, part_end) of n_parts", part q being routed experts [q*E/n_parts,
+  // (q+1)*E/n_parts) plus, for q = 0, the shared expert and dense layers; expert_begin/end
+  // and holds_shared then say the same in experts (checked). Whole experts: an FFN worker
+  // with TP degree > 1 refuses any assignment but epoch 0. FFN hello_ack: the epoch it
+  // accepted, with what it now holds for that attention worker (n_parts 0 at epoch 0).
+  // A part is the unit of BF16 rounding: an FFN worker replies one partial per part it holds
+  // (docs/PROTOCOL.md, "f2a").
+  uint32_t epoch = 0;
+  uint16_t n_parts = 0;
+  uint16_t part_begin = 0, part_end = 0;
 };
-constexpr size_t kHandshakeBytes = 56;
+constexpr size_t kHandshakeBytes = 64;
 std::string describe(const Handshake& h);
 
 // Fast 64-bit hash over bytes (header and optional payload checksums, fingerprints).
@@ -157,7 +175,9 @@ inline uint64_t frame_tag(TagFamily f, uint32_t microbatch) {
 }
 
 // Checks that an FFN worker's handshake fits the attention side's (same fingerprint, same
-// x and y, hidden/top_k/n_experts/n_layers agree). Error message names the mismatch.
+// x, hidden/top_k/n_experts/n_layers agree; y is not compared: the FFN membership may change
+// while the deployment runs, the assignment travels in the hello). Error message names the
+// mismatch.
 Status check_handshake_match(const Handshake& mine, const Handshake& theirs);
 
 }  // namespace afd::comm

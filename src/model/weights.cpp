@@ -15,6 +15,8 @@
 #include "model/weights.h"
 
 #include <immintrin.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <unordered_set>
@@ -50,6 +52,37 @@ size_t ModelWeights::matrix_bytes() const {
       add(l.moe.shared_gate);
     } else {
       add_ffn(l.dense);
+    }
+  }
+  return total;
+}
+
+size_t prefetch_ffn_weights(const ModelWeights& w, const std::vector<uint8_t>& experts, bool shared) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  size_t total = 0;
+  auto advise = [&](const Matrix& m) {
+    if (m.empty()) return;
+    const auto lo = reinterpret_cast<uintptr_t>(m.data) & ~(page - 1);
+    const auto hi = reinterpret_cast<uintptr_t>(m.data) + m.nbytes();
+    // Advice only: an error (e.g. memory that is not a mapping) changes nothing.
+    (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_WILLNEED);
+    total += m.nbytes();
+  };
+  auto advise_ffn = [&](const FfnWeights& f) {
+    advise(f.gate);
+    advise(f.up);
+    advise(f.down);
+  };
+  for (const auto& l : w.layers) {
+    if (l.is_moe) {
+      for (size_t e = 0; e < l.moe.experts.size() && e < experts.size(); ++e)
+        if (experts[e]) advise_ffn(l.moe.experts[e]);
+      if (shared) {
+        advise_ffn(l.moe.shared);
+        advise(l.moe.shared_gate);
+      }
+    } else if (shared) {
+      advise_ffn(l.dense);
     }
   }
   return total;

@@ -88,6 +88,13 @@ struct ModelWeights {
   std::vector<std::unique_ptr<uint8_t[]>> owned_bytes;
 };
 
+// Expert re-homing (an FFN worker taking over experts outside its start-up shard): every
+// expert's weights are views into the checkpoint's mmap, so holding more experts needs no
+// load step; this asks the kernel to read the FFN weights of the routed experts with
+// experts[e] != 0 (and of the shared expert / dense MLPs when `shared`) ahead of their first
+// use (madvise WILLNEED on their pages). Empty views are skipped. Returns the bytes covered.
+size_t prefetch_ffn_weights(const ModelWeights& w, const std::vector<uint8_t>& experts, bool shared);
+
 // Loads DIR (config.json + safetensors, single or sharded). Every expected tensor must be
 // present with the shape config.json implies; errors name the file, tensor and field.
 Result<std::shared_ptr<const ModelWeights>> load_model(const std::string& model_dir);

@@ -52,6 +52,18 @@ std::unique_ptr<comm::Transport> with_delay(std::unique_ptr<comm::Transport> t, 
 }
 }  // namespace
 
+std::vector<FfnClient*> Bundle::ffn_clients() const { return clients_; }
+
+Status Bundle::fail_ffn_worker(int j, const std::string& why) {
+  if (ffn_.empty()) return invalid_argument("this bundle's FFN workers are remote processes");
+  if (j < 0 || j >= static_cast<int>(ffn_.size())) return invalid_argument("no local FFN worker " + std::to_string(j));
+  spdlog::error("bundle: FFN worker {} fails: {}", j, why);
+  ffn_stop_[static_cast<size_t>(j)].store(true);
+  if (ffn_threads_[static_cast<size_t>(j)].joinable()) ffn_threads_[static_cast<size_t>(j)].join();
+  transports_[static_cast<size_t>(j)]->close();  // the attention engines see the loss
+  return Status::ok();
+}
+
 std::vector<const FfnWorkerStats*> Bundle::ffn_stats() const {
   std::vector<const FfnWorkerStats*> out;
   for (const auto& f : ffn_) out.push_back(&f->stats());
@@ -106,11 +118,25 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
       b->transports_.push_back(std::move(t));
       b->ffn_.push_back(std::move(worker));
     }
+    b->ffn_stop_ = std::make_unique<std::atomic<bool>[]>(b->ffn_.size());
     for (int j = 0; j < y; ++j) {
       FfnWorker* wk = b->ffn_[j].get();
-      b->ffn_threads_.emplace_back([wk, stop = &b->stop_, j] {
-        Status s = wk->run(stop);
-        if (!s.is_ok()) spdlog::error("ffn worker {} stopped: {}", j, s.to_string());
+      comm::Transport* t = b->transports_[static_cast<size_t>(j)].get();
+      std::atomic<bool>* stop = &b->ffn_stop_[static_cast<size_t>(j)];
+      b->ffn_threads_.emplace_back([wk, stop, t, j] {
+        // A worker that fails (an error, or an exception from an internal check) ends alone:
+        // its transport closes, so the attention engines see a lost FFN worker (retry,
+        // takeover), and the process goes on.
+        Status s;
+        try {
+          s = wk->run(stop);
+        } catch (const std::exception& e) {
+          s = internal_error(e.what());
+        }
+        if (!s.is_ok()) {
+          spdlog::error("ffn worker {} stopped: {}", j, s.to_string());
+          t->close();
+        }
       });
     }
   }
@@ -142,8 +168,11 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
     co.connect_timeout_ms = opt.ffn_connect_timeout_ms;
     co.probe_interval_ms = opt.ffn_probe_ms;
     co.expect_tp = opt.ffn_tp > 1 || !remote ? opt.ffn_tp : 0;  // remote, default 1: accept what the workers announce
+    co.takeover_ms = opt.ffn_takeover_ms;
+    co.parts = opt.ffn_parts;
     t = with_delay(std::move(t), opt.inject_delay_us);
     AFD_ASSIGN_OR_RETURN(auto client, FfnClient::create(w, t.get(), co));
+    b->clients_.push_back(client.get());  // owned by the engine below
     b->transports_.push_back(std::move(t));
     EngineOptions eo = opt;
     eo.attention_index = index;
@@ -158,8 +187,11 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
 
 Bundle::~Bundle() {
   attention_.clear();  // FfnClients close their sessions before the workers stop
-  stop_.store(true);
-  for (auto& t : ffn_threads_) t.join();
+  clients_.clear();
+  for (size_t j = 0; j < ffn_threads_.size(); ++j) ffn_stop_[j].store(true);
+  for (auto& t : ffn_threads_) {
+    if (t.joinable()) t.join();
+  }
   ffn_.clear();
   for (auto& t : transports_) t->close();
 }
@@ -297,7 +329,14 @@ Status DataParallelEngine::forward(std::span<const BatchItem> items, std::vector
   std::vector<std::thread> threads;
   for (int e = 0; e < n_eng; ++e) {
     if (per[e].empty()) continue;
-    threads.emplace_back([&, e] { st[e] = es[e]->forward(per[e], &out[e]); });
+    threads.emplace_back([&, e] {
+      // An internal check failing in one engine fails the pass, not the process.
+      try {
+        st[e] = es[e]->forward(per[e], &out[e]);
+      } catch (const std::exception& ex) {
+        st[e] = internal_error(std::string("attention engine failed: ") + ex.what());
+      }
+    });
   }
   for (auto& t : threads) t.join();
   for (int e = 0; e < n_eng; ++e)

@@ -43,14 +43,22 @@ class Bundle {
   std::vector<const FfnWorkerStats*> ffn_stats() const;
   // Local FFN workers (empty for a remote bundle), in shard order.
   const std::vector<std::unique_ptr<FfnWorker>>& ffn_workers() const { return ffn_; }
+  // The attention engines' FFN clients (their membership: metrics, the admin endpoint).
+  std::vector<class FfnClient*> ffn_clients() const;
+  // Ends local FFN worker j as if its thread had died: stops it and closes its transport, so
+  // the attention engines see the loss (and, with a takeover time, move its experts to the
+  // others). Also what happens when the worker's thread fails (an exception escaping run()).
+  // Its statistics stay readable. invalid_argument for a remote bundle or a bad index.
+  Status fail_ffn_worker(int j, const std::string& why);
 
  private:
   Bundle() = default;
   Topology topo_;
   int first_attention_index_ = 0;
-  std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<comm::Transport>> transports_;  // FFN side first, then attention
   std::vector<std::unique_ptr<FfnWorker>> ffn_;
+  std::unique_ptr<std::atomic<bool>[]> ffn_stop_;  // [y]: stops worker j alone (fail_ffn_worker)
+  std::vector<class FfnClient*> clients_;
   std::vector<std::unique_ptr<ThreadPool>> ffn_pools_;
   std::vector<std::thread> ffn_threads_;
   std::vector<std::unique_ptr<Engine>> attention_;

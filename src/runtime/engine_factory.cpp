@@ -52,6 +52,10 @@ Status EngineOptions::validate() const {
     return invalid_argument("an injected A<->F delay needs an AFD topology (mono has no messages)");
   if (ffn_timeout_ms < 1) return invalid_argument("ffn timeout must be positive");
   if (ffn_probe_ms < 0) return invalid_argument("ffn probe interval must be >= 0 (0: no probes)");
+  if (ffn_takeover_ms < 0) return invalid_argument("ffn takeover time must be >= 0 (0: never)");
+  if (ffn_parts < 0 || ffn_parts > 64) return invalid_argument("--ffn-parts must be in [0, 64] (0: y)");
+  if (ffn_parts > 0 && ffn_tp > 1)
+    return invalid_argument("--ffn-parts needs whole experts; FFN workers with --ffn-tp > 1 keep their shards");
   if (ucx_spin_us < -1 || ucx_spin_us > 1000000) return invalid_argument("--ucx-spin-us must be in [-1, 1000000]");
   if (t.wiring != Wiring::mono && fp8_group != 0 && fp8_group != 128)
     return invalid_argument("the AFD wire carries per-token (--fp8-group 0) or per-128-channel scales, not " +

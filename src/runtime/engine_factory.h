@@ -53,6 +53,14 @@ struct EngineOptions {
   int ffn_timeout_ms = 10000;       // an FFN reply later than this fails the step
   int ffn_connect_timeout_ms = 60000;  // FFN workers not connected by then: an error
   int ffn_probe_ms = 1000;             // idle time before a liveness ping to the FFN workers; 0: none
+  // An FFN worker unreachable this long leaves the expert assignment and the others take over
+  // its experts (FfnClientOptions::takeover_ms; whole experts only, not with ffn_tp > 1); it
+  // joins again when back. 0: never (the bundle waits for it).
+  int ffn_takeover_ms = 10000;
+  // Parts the routed experts are cut into for re-homing (FfnClientOptions::parts): the unit of
+  // BF16 rounding, and the most FFN workers that hold experts (more are standbys); the results
+  // equal mono --afd-rounding ffn_parts. 0: y. Whole experts only (ffn_tp 1).
+  int ffn_parts = 0;
   // UCX transports (remote FFN workers): how long a thread waiting for a message drives the
   // worker itself before it sleeps (comm::UcxOptions::waiter_spin_ns); -1: the default.
   int ucx_spin_us = -1;

@@ -110,14 +110,14 @@ FfnClient::~FfnClient() {
   for (size_t mb = 0; mb < slots_.size(); ++mb) abandon(static_cast<int>(mb));
 }
 
-Handshake FfnClient::my_handshake() const {
+Handshake FfnClient::my_handshake(uint32_t epoch, const Share* assign) const {
   const ModelConfig& c = w_->config;
   Handshake h;
   h.fingerprint = fingerprint_;
   h.role = Role::attention;
   h.index = static_cast<uint16_t>(opt_.index);
   h.n_attention = static_cast<uint16_t>(opt_.n_attention);
-  h.n_ffn = static_cast<uint16_t>(workers_.size());
+  h.n_ffn = static_cast<uint16_t>(std::max<size_t>(1, active_.size()));
   h.n_layers = static_cast<uint32_t>(c.n_layers);
   h.n_experts = static_cast<uint32_t>(c.n_experts);
   h.hidden = static_cast<uint32_t>(c.hidden_size);
@@ -127,6 +127,15 @@ Handshake FfnClient::my_handshake() const {
   h.granularity = opt_.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token;
   h.tp_rank = 0;
   h.tp_degree = static_cast<uint16_t>(opt_.expect_tp);
+  h.epoch = epoch;
+  if (epoch > 0 && assign != nullptr) {
+    h.expert_begin = static_cast<uint32_t>(assign->range.begin);
+    h.expert_end = static_cast<uint32_t>(assign->range.end);
+    h.holds_shared = assign->range.holds_shared ? 1 : 0;
+    h.n_parts = static_cast<uint16_t>(parts_);
+    h.part_begin = static_cast<uint16_t>(assign->part_begin);
+    h.part_end = static_cast<uint16_t>(assign->part_end);
+  }
   return h;
 }
 
@@ -134,7 +143,7 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
                                                      FfnClientOptions opt) {
   if (!w || transport == nullptr) return invalid_argument("ffn client: no model or no transport");
   const ModelConfig& c = w->config;
-  if (opt.ffn_names.empty() || opt.ffn_names.size() > 64) return invalid_argument("ffn client: need 1..64 FFN workers");
+  if (opt.ffn_names.empty() || opt.ffn_names.size() > kMaxSlots) return invalid_argument("ffn client: need 1..64 FFN workers");
   if (!opt.ffn_addresses.empty() && opt.ffn_addresses.size() != opt.ffn_names.size()) {
     return invalid_argument("ffn client: " + std::to_string(opt.ffn_addresses.size()) + " addresses for " +
                             std::to_string(opt.ffn_names.size()) + " FFN workers");
@@ -147,56 +156,107 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
   if (opt.max_tokens < 1 || opt.max_tokens > (1 << 20)) return invalid_argument("ffn client: max_tokens must be 1..2^20");
   if (opt.expect_tp < 0 || opt.expect_tp > 64) return invalid_argument("ffn client: expected FFN TP degree must be 0..64");
   if (opt.probe_interval_ms < 0) return invalid_argument("ffn client: probe interval must be >= 0 (0: no probes)");
+  if (opt.takeover_ms < 0) return invalid_argument("ffn client: takeover time must be >= 0 (0: never)");
+  if (opt.parts < 0 || opt.parts > static_cast<int>(kMaxSlots))
+    return invalid_argument("ffn client: parts must be 0..64 (0: one per FFN worker it starts with)");
+  if (opt.parts > c.n_experts)
+    return invalid_argument("ffn client: " + std::to_string(opt.parts) + " parts of " + std::to_string(c.n_experts) +
+                            " routed experts (at most one part per expert)");
   ScaleGranularity g = opt.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token;
   AFD_ASSIGN_OR_RETURN(A2fLayout lay, a2f_layout(opt.max_tokens, c.hidden_size, c.n_experts_per_tok, g));
 
   std::unique_ptr<FfnClient> cl(new FfnClient(w, transport, opt));
   cl->fingerprint_ = model_fingerprint(*w);
-  for (const auto& n : opt.ffn_names) {
-    Worker wk;
-    wk.name = n;
-    cl->workers_.push_back(std::move(wk));
-  }
+  cl->a2f_bytes_ = static_cast<int64_t>(kFrameHeaderBytes + lay.total);
+  cl->f2a_bytes_ = static_cast<int64_t>(kFrameHeaderBytes + f2a_payload_bytes(opt.max_tokens, c.hidden_size));
   cl->slots_.resize(static_cast<size_t>(opt.microbatches));
-  for (auto& per_mb : cl->slots_) {
-    per_mb.resize(opt.ffn_names.size());
-    for (auto& s : per_mb) {
-      AFD_ASSIGN_OR_RETURN(s.send, FrameBuffer::create(transport, kFrameHeaderBytes + lay.total));
-      AFD_ASSIGN_OR_RETURN(s.recv, FrameBuffer::create(transport, kFrameHeaderBytes +
-                                                                      f2a_payload_bytes(opt.max_tokens, c.hidden_size)));
+  cl->parts_ = opt.parts > 0 ? opt.parts : static_cast<int>(opt.ffn_names.size());
+  for (size_t j = 0; j < opt.ffn_names.size(); ++j) {
+    Member m;
+    m.name = opt.ffn_names[j];
+    if (!opt.ffn_addresses.empty()) m.address = opt.ffn_addresses[j];
+    m.assigned = true;
+    m.added_ns = now_ns();
+    cl->members_.push_back(std::move(m));
+    AFD_RETURN_IF_ERROR(cl->ensure_slot(j));
+    cl->active_.push_back(static_cast<int>(j));
+  }
+  cl->probes_ = std::make_unique<Probe[]>(kMaxSlots);
+  for (size_t j = 0; j < kMaxSlots; ++j) cl->probes_[j].next_ns = deadline_in_ms(opt.probe_interval_ms);
+  AFD_RETURN_IF_ERROR(cl->connect_all());
+  {
+    // More or fewer parts than the workers it started with: the first pass applies epoch 1,
+    // so every reply is rounded per part from the start.
+    std::lock_guard<std::mutex> l(cl->mu_);
+    if (cl->whole_experts_ && cl->epoch_ == 0 && cl->parts_ != static_cast<int>(cl->members_.size())) {
+      cl->fit_to_parts();
+      cl->reassign("the experts are cut into " + std::to_string(cl->parts_) + " parts (" +
+                   std::to_string(cl->members_.size()) + " FFN workers)");
     }
   }
-  cl->probes_ = std::make_unique<Probe[]>(opt.ffn_names.size());
-  for (size_t j = 0; j < opt.ffn_names.size(); ++j) {
-    AFD_ASSIGN_OR_RETURN(cl->probes_[j].ping, FrameBuffer::create(transport, kFrameHeaderBytes));
-    AFD_ASSIGN_OR_RETURN(cl->probes_[j].pong, FrameBuffer::create(transport, kFrameHeaderBytes));
-    cl->probes_[j].next_ns = deadline_in_ms(opt.probe_interval_ms);
-  }
-  AFD_RETURN_IF_ERROR(cl->connect_all());
-  if (opt.probe_interval_ms > 0) cl->prober_ = std::thread([c = cl.get()] { c->probe_loop(); });
+  // The monitor: liveness probes (when probe_interval_ms > 0), transport events, and the
+  // membership decisions.
+  cl->prober_ = std::thread([c = cl.get()] { c->probe_loop(); });
   return cl;
+}
+void FfnClient::wake_monitor() {
+  {
+    std::lock_guard<std::mutex> l(probe_mu_);
+    probe_poke_ = true;
+  }
+  probe_cv_.notify_all();
 }
 
 void FfnClient::probe_loop() {
   std::unique_lock<std::mutex> lk(probe_mu_);
   while (!probe_stop_) {
+    probe_poke_ = false;
     lk.unlock();
-    const bool awaiting = probe_pass(now_ns());
+    const int64_t now = now_ns();
+    pump_events();
+    const bool awaiting = opt_.probe_interval_ms > 0 && probe_pass(now);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      evaluate(now_ns());
+    }
     lk.lock();
     // A pong is polled for every 5 ms (its arrival time does not matter, only its absence);
-    // otherwise the next due ping is at most a quarter interval late.
-    const int wait_ms = awaiting ? 5 : std::clamp(opt_.probe_interval_ms / 4, 1, 100);
-    probe_cv_.wait_for(lk, std::chrono::milliseconds(wait_ms), [&] { return probe_stop_; });
+    // otherwise the next due ping is at most a quarter interval late, and the membership is
+    // looked at every 20 ms (a takeover is due at most that late).
+    int wait_ms = 20;
+    if (opt_.probe_interval_ms > 0) wait_ms = std::min(wait_ms, std::clamp(opt_.probe_interval_ms / 4, 1, 100));
+    if (awaiting) wait_ms = 5;
+    probe_cv_.wait_for(lk, std::chrono::milliseconds(wait_ms), [&] { return probe_stop_ || probe_poke_; });
   }
 }
 
 bool FfnClient::probe_pass(int64_t now) {
   const int64_t interval = int64_t{opt_.probe_interval_ms} * 1000000;
   const uint64_t tag = frame_tag(TagFamily::probe, 0);
+  struct Target {
+    size_t slot;
+    std::string name;
+    PeerId peer;
+  };
+  std::vector<Target> targets;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t j = 0; j < members_.size(); ++j) {
+      const Member& m = members_[j];
+      if (m.active && !m.name.empty()) targets.push_back(Target{j, m.name, m.peer});
+    }
+  }
   bool awaiting = false;
-  for (size_t j = 0; j < workers_.size(); ++j) {
-    Probe& p = probes_[j];
-    const std::string& name = workers_[j].name;  // fixed at create: safe to read here
+  for (const Target& tg : targets) {
+    Probe& p = probes_[tg.slot];
+    const std::string& name = tg.name;
+    if (p.ping.data() == nullptr) {
+      auto ping = FrameBuffer::create(t_, kFrameHeaderBytes);
+      auto pong = FrameBuffer::create(t_, kFrameHeaderBytes);
+      if (!ping.ok() || !pong.ok()) continue;
+      p.ping = std::move(*ping);
+      p.pong = std::move(*pong);
+    }
     Completion c;
     if (p.ping_live && t_->test(p.ping_id, &c)) p.ping_live = false;
     if (p.pong_live && t_->test(p.pong_id, &c)) {
@@ -243,25 +303,31 @@ bool FfnClient::probe_pass(int64_t now) {
       continue;
     }
     if (now < p.next_ns || p.ping_live) continue;
-    // A combine that succeeded within the interval already showed every worker alive.
+    // A combine that succeeded within the interval already showed every assigned worker
+    // alive (the others are pinged regardless: that is how a stalled one is seen back).
     const int64_t ok = last_ok_ns_.load();
-    if (now - ok < interval) {
+    bool assigned;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      assigned = members_[tg.slot].assigned;
+    }
+    if (assigned && now - ok < interval) {
       p.next_ns = ok + interval;
       continue;
     }
     p.next_ns = now + interval;
-    auto peer = t_->peer_id(name);
-    if (!peer.ok() || !t_->is_connected(*peer)) continue;  // health() reports that itself
-    auto r = t_->post_recv(*peer, tag, p.pong.data(), p.pong.capacity());
+    const PeerId peer = tg.peer;
+    if (peer == kNoPeer || !t_->is_connected(peer)) continue;  // health() reports that itself
+    auto r = t_->post_recv(peer, tag, p.pong.data(), p.pong.capacity());
     if (!r.ok()) continue;
     encode_probe(FrameKind::ping, ++p.seq, p.ping.data());
-    auto sd = t_->post_send(*peer, tag, p.ping.data(), kFrameHeaderBytes);
+    auto sd = t_->post_send(peer, tag, p.ping.data(), kFrameHeaderBytes);
     if (!sd.ok()) {
       t_->cancel(*r);
       t_->wait(*r, deadline_in_ms(1000));
       continue;
     }
-    p.peer = *peer;
+    p.peer = peer;
     p.pong_id = *r;
     p.ping_id = *sd;
     p.pong_live = p.ping_live = true;
@@ -279,32 +345,222 @@ void FfnClient::stop_probes() {
   probe_cv_.notify_all();
   if (prober_.joinable()) prober_.join();
   if (!probes_) return;
-  for (size_t j = 0; j < workers_.size(); ++j) {
+  for (size_t j = 0; j < kMaxSlots; ++j) {
     end_op(probes_[j].pong_id, &probes_[j].pong_live);
     end_op(probes_[j].ping_id, &probes_[j].ping_live);
   }
 }
 
+bool FfnClient::probe_overdue(size_t slot, int64_t now) const {
+  if (opt_.probe_interval_ms <= 0 || !probes_ || slot >= kMaxSlots) return false;
+  const int64_t sent = probes_[slot].sent_ns.load();
+  return sent != 0 && now - sent > int64_t{opt_.timeout_ms} * 1000000;
+}
+
+void FfnClient::pump_events() {
+  std::lock_guard<std::mutex> el(events_mu_);
+  PeerEvent ev;
+  while (t_->next_event(&ev, 0)) {
+    std::lock_guard<std::mutex> l(mu_);
+    Member* m = nullptr;  // by name; an active member before one that left
+    for (Member& x : members_) {
+      if (!x.name.empty() && x.name == ev.name && (m == nullptr || !m->active)) m = &x;
+    }
+    if (m == nullptr && ev.kind == PeerEventKind::connected) {
+      // A member added by address alone: the connection it was dialled on names it
+      // (UCX: "dialed <address>"; in-process: the address).
+      for (Member& x : members_) {
+        if (x.name.empty() && !x.address.empty() && (ev.detail == x.address || ev.detail == "dialed " + x.address)) {
+          m = &x;
+          m->name = ev.name;
+          spdlog::info("attention {}: the FFN worker at {} is '{}'", opt_.index, m->address, m->name);
+        }
+      }
+    }
+    if (m == nullptr) continue;
+    m->peer = ev.peer;
+    ++m->conn_gen;  // a new connection, or none: either way the next pass must say hello
+    if (ev.kind == PeerEventKind::disconnected && m->active) {
+      spdlog::warn("attention {}: FFN worker '{}' lost: {}", opt_.index, m->name, ev.detail);
+    }
+  }
+}
+
+std::string FfnClient::describe_assignment() const {
+  std::string s;
+  for (const Member& m : members_) {
+    if (!m.assigned) continue;
+    s += (s.empty() ? "'" : ", '") + m.name + "' [" + std::to_string(m.share.range.begin) + ", " +
+         std::to_string(m.share.range.end) + ")" + (m.share.range.holds_shared ? " + shared/dense" : "");
+  }
+  return s.empty() ? "nobody" : s;
+}
+
+bool FfnClient::fit_to_parts() {
+  int n = 0;
+  bool any = false;
+  for (Member& m : members_) {
+    if (!m.assigned) continue;
+    if (++n > parts_) {
+      m.assigned = false;
+      any = true;
+      spdlog::info("attention {}: FFN worker '{}' is a standby: {} parts are held by as many FFN workers", opt_.index,
+                   m.name, parts_);
+    }
+  }
+  return any;
+}
+
+void FfnClient::reassign(const std::string& why) {
+  ++epoch_;
+  std::vector<Member*> in;
+  for (Member& m : members_) {
+    if (m.assigned) in.push_back(&m);
+  }
+  const int64_t n = static_cast<int64_t>(in.size()), P = parts_, E = w_->config.n_experts;
+  for (int64_t k = 0; k < n; ++k) {
+    Share& sh = in[static_cast<size_t>(k)]->share;
+    sh.part_begin = static_cast<int>(k * P / n);
+    sh.part_end = static_cast<int>((k + 1) * P / n);
+    sh.range = ExpertRange{sh.part_begin * E / P, sh.part_end * E / P, sh.part_begin == 0, 0, 1};
+  }
+  spdlog::warn("attention {}: {}: FFN expert assignment epoch {}: {}", opt_.index, why, epoch_, describe_assignment());
+}
+
+void FfnClient::evaluate(int64_t now) {
+  std::vector<bool> reachable(members_.size(), false);
+  for (size_t j = 0; j < members_.size(); ++j) {
+    Member& m = members_[j];
+    if (m.name.empty()) continue;
+    if (m.peer == kNoPeer) {  // its connect event may have been consumed before it was a member
+      auto id = t_->peer_id(m.name);
+      if (id.ok()) m.peer = *id;
+    }
+    const bool connected = m.peer != kNoPeer && t_->is_connected(m.peer);
+    const bool up = connected && !probe_overdue(j, now);
+    reachable[j] = up;
+    if (up) {
+      m.down_since = 0;
+      m.down_why.clear();
+    } else {
+      if (m.down_since == 0) m.down_since = now;
+      m.down_why = connected ? "no answer to a liveness probe" : "not connected";
+    }
+  }
+  if (!whole_experts_) {
+    // TP slices cannot move: the members stay as started (takeover_ms is not applied).
+    for (size_t j = 0; j < members_.size(); ++j) {
+      const Member& m = members_[j];
+      if (opt_.takeover_ms > 0 && !warned_tp_ && m.assigned && m.down_since != 0 &&
+          now - m.down_since >= int64_t{opt_.takeover_ms} * 1000000) {
+        warned_tp_ = true;
+        spdlog::warn("attention {}: FFN worker '{}' has been unreachable for {} ms, but the FFN workers hold TP slices "
+                     "(--ffn-tp > 1): its experts cannot move to the others; waiting for it to come back",
+                     opt_.index, m.name, (now - m.down_since) / 1000000);
+      }
+    }
+    return;
+  }
+  std::string why;
+  auto note = [&](const std::string& w) { why += (why.empty() ? "" : "; ") + w; };
+  for (size_t j = 0; j < members_.size(); ++j) {
+    Member& m = members_[j];
+    if (!m.assigned) continue;
+    // Survivors: assigned, reachable members other than this one.
+    bool others = false;
+    for (size_t k = 0; k < members_.size(); ++k) {
+      if (k != j && members_[k].assigned && members_[k].active && reachable[k]) others = true;
+    }
+    if (!m.active) {
+      m.assigned = false;
+      ++leaves_;
+      note("FFN worker '" + m.name + "' (" + m.address + ") left the membership");
+    } else if (m.refused_gen == m.conn_gen + 1 && others) {
+      m.assigned = false;
+      ++leaves_;
+      note("FFN worker '" + m.name + "' refused its assignment; the others take over its experts until it reconnects");
+    } else if (opt_.takeover_ms > 0 && m.down_since != 0 && others &&
+               now - m.down_since >= int64_t{opt_.takeover_ms} * 1000000) {
+      m.assigned = false;
+      ++takeovers_;
+      note("FFN worker '" + m.name + "' unreachable for " + std::to_string((now - m.down_since) / 1000000) + " ms (" +
+           m.down_why + "): the others take over its experts [" + std::to_string(m.share.range.begin) + ", " +
+           std::to_string(m.share.range.end) + ")");
+    }
+  }
+  int assigned = 0;
+  for (const Member& m : members_) assigned += m.assigned ? 1 : 0;
+  for (size_t j = 0; j < members_.size() && assigned < parts_; ++j) {
+    Member& m = members_[j];
+    if (m.assigned || !m.active || !reachable[j] || m.refused_gen == m.conn_gen + 1) continue;
+    m.assigned = true;
+    ++assigned;
+    ++rejoins_;
+    note("FFN worker '" + m.name + "' (" + (m.address.empty() ? std::string("?") : m.address) +
+         ") is reachable: it joins the assignment, the experts are rebalanced");
+  }
+  if (!why.empty()) reassign(why);
+}
+
 Status FfnClient::connect_all() {
   for (size_t j = 0; j < opt_.ffn_addresses.size(); ++j) AFD_RETURN_IF_ERROR(t_->connect(opt_.ffn_addresses[j]));
   // Waits for all of them at once; every 2 s (and in the error at the deadline) it names
-  // the ones still missing, with their addresses.
+  // the ones still missing, with their addresses. With a takeover time, FFN workers still
+  // missing after it are treated as lost: the client starts without them if the others hold
+  // whole experts (they take over; the missing ones join when they come).
+  const int64_t start = now_ns();
   const int64_t deadline = deadline_in_ms(opt_.connect_timeout_ms);
   int64_t next_log = 0;
+  bool tried_partial = false, partial = false;
+  std::vector<bool> shaken(members_.size(), false);
+  auto shake = [&](size_t j) -> Status {
+    Worker& wk = workers_[j];
+    wk.name = members_[j].name;
+    wk.peer = members_[j].peer;
+    bool refused = false;
+    AFD_RETURN_IF_ERROR(handshake(static_cast<int>(j), 0, Share{}, &refused));
+    wk.gen = 0;
+    wk.epoch = 0;
+    shaken[j] = true;
+    return Status::ok();
+  };
   for (;;) {
     std::string missing;
-    for (size_t j = 0; j < workers_.size(); ++j) {
-      if (workers_[j].peer != kNoPeer && t_->is_connected(workers_[j].peer)) continue;
-      auto id = t_->peer_id(workers_[j].name);
-      if (id.ok() && t_->is_connected(*id)) {
-        workers_[j].peer = *id;
+    int connected = 0;
+    for (size_t j = 0; j < members_.size(); ++j) {
+      Member& m = members_[j];
+      if (m.peer == kNoPeer || !t_->is_connected(m.peer)) {
+        auto id = t_->peer_id(m.name);
+        if (id.ok() && t_->is_connected(*id)) m.peer = *id;
+      }
+      if (m.peer != kNoPeer && t_->is_connected(m.peer)) {
+        ++connected;
         continue;
       }
-      missing += (missing.empty() ? "'" : ", '") + workers_[j].name + "'" +
+      missing += (missing.empty() ? "'" : ", '") + m.name + "'" +
                  (opt_.ffn_addresses.empty() ? "" : " at " + opt_.ffn_addresses[j]);
     }
     if (missing.empty()) break;
     const int64_t now = now_ns();
+    if (opt_.takeover_ms > 0 && connected > 0 && !tried_partial && now - start >= int64_t{opt_.takeover_ms} * 1000000) {
+      tried_partial = true;
+      bool whole = true;
+      for (size_t j = 0; j < members_.size(); ++j) {
+        if (members_[j].peer == kNoPeer || !t_->is_connected(members_[j].peer)) continue;
+        AFD_RETURN_IF_ERROR(shake(j));
+        if (workers_[j].hs.tp_degree != 1) whole = false;
+      }
+      if (whole) {
+        partial = true;
+        spdlog::warn("attention {}: FFN worker(s) {} not connected after {} ms (the takeover time): starting without "
+                     "them",
+                     opt_.index, missing, opt_.takeover_ms);
+        break;
+      }
+      spdlog::info("attention {}: FFN worker(s) {} not connected after {} ms; the others hold TP slices, so waiting "
+                   "for all",
+                   opt_.index, missing, opt_.takeover_ms);
+    }
     if (now >= deadline) {
       return timeout_error("attention worker " + std::to_string(opt_.index) + ": FFN worker(s) " + missing +
                            " did not connect within " + std::to_string(opt_.connect_timeout_ms) + " ms");
@@ -315,19 +571,51 @@ Status FfnClient::connect_all() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  for (size_t j = 0; j < workers_.size(); ++j) AFD_RETURN_IF_ERROR(handshake(static_cast<int>(j)));
-  // The connect events are consumed: refresh_connections() only sees later changes.
+  for (size_t j = 0; j < members_.size(); ++j) {
+    if (shaken[j] || members_[j].peer == kNoPeer || !t_->is_connected(members_[j].peer)) continue;
+    AFD_RETURN_IF_ERROR(shake(j));
+  }
+  // The connect events are consumed: later ones are new connections.
   PeerEvent ev;
   while (t_->next_event(&ev, 0)) {}
-  return check_shards();
+  if (!partial) AFD_RETURN_IF_ERROR(check_shards());
+  std::lock_guard<std::mutex> l(mu_);
+  for (size_t j = 0; j < members_.size(); ++j) {
+    if (!shaken[j]) continue;
+    const Handshake& h = workers_[j].hs;
+    members_[j].share.range = ExpertRange{h.expert_begin, h.expert_end, h.holds_shared != 0, h.tp_rank, h.tp_degree};
+    workers_[j].share = members_[j].share;
+    if (h.tp_degree > 1) whole_experts_ = false;
+  }
+  if (partial) {
+    // The first pass applies epoch 1: the connected workers split the experts.
+    std::string gone;
+    for (size_t j = 0; j < members_.size(); ++j) {
+      if (shaken[j]) continue;
+      members_[j].assigned = false;
+      members_[j].down_since = start;
+      members_[j].down_why = "not connected";
+      ++takeovers_;
+      gone += (gone.empty() ? "'" : ", '") + members_[j].name + "'";
+    }
+    active_.clear();
+    for (size_t j = 0; j < members_.size(); ++j) {
+      if (shaken[j]) active_.push_back(static_cast<int>(j));
+    }
+    fit_to_parts();
+    reassign("FFN worker(s) " + gone + " did not connect within the takeover time: the others take over their experts");
+  }
+  return Status::ok();
 }
 
-Status FfnClient::handshake(int j) {
-  Worker& wk = workers_[j];
+Status FfnClient::handshake(int j, uint32_t epoch, const Share& assign, bool* refused) {
+  *refused = false;
+  Worker& wk = workers_[static_cast<size_t>(j)];
   std::string who = "FFN worker '" + wk.name + "'";
   AFD_ASSIGN_OR_RETURN(FrameBuffer out, FrameBuffer::create(t_, kFrameHeaderBytes + kHandshakeBytes));
   AFD_ASSIGN_OR_RETURN(FrameBuffer in, FrameBuffer::create(t_, kFrameHeaderBytes + kMaxReasonBytes));
-  size_t len = encode_handshake(FrameKind::hello, my_handshake(), out.data());
+  const Handshake mine = my_handshake(epoch, &assign);
+  size_t len = encode_handshake(FrameKind::hello, mine, out.data());
   uint64_t tag = frame_tag(TagFamily::handshake, 0);
   AFD_ASSIGN_OR_RETURN(RequestId r, t_->post_recv(wk.peer, tag, in.data(), in.capacity()));
   auto s = t_->post_send(wk.peer, tag, out.data(), len);
@@ -349,21 +637,36 @@ Status FfnClient::handshake(int j) {
   if (!c.status.is_ok()) return c.status.with_context(who + ": handshake");
   auto theirs = decode_handshake(in.data(), c.bytes, FrameKind::hello_ack);
   if (!theirs.ok()) {
+    *refused = true;
     spdlog::error("attention {}: {} refused or broke the handshake: {}", opt_.index, who, theirs.status().to_string());
     return theirs.status().with_context(who);
   }
-  Handshake mine = my_handshake();
   Status m = check_handshake_match(mine, *theirs);
   if (m.is_ok() && theirs->role != Role::ffn) m = invalid_argument("peer is not an FFN worker: " + describe(*theirs));
-  if (m.is_ok() && theirs->index != j) {
+  // At epoch 0 the start-up order says which shard each worker holds (--ffn in shard order).
+  if (m.is_ok() && epoch == 0 && theirs->index != j) {
     m = invalid_argument("expected FFN worker " + std::to_string(j) + ", peer says it is " + describe(*theirs));
   }
+  if (m.is_ok() && theirs->epoch != epoch) {
+    m = invalid_argument("asked for assignment epoch " + std::to_string(epoch) + ", the FFN worker acknowledged epoch " +
+                         std::to_string(theirs->epoch));
+  }
+  if (m.is_ok() && epoch > 0 &&
+      (theirs->part_begin != assign.part_begin || theirs->part_end != assign.part_end || theirs->n_parts != parts_ ||
+       theirs->tp_degree != 1)) {
+    m = invalid_argument("asked to hold parts [" + std::to_string(assign.part_begin) + ", " +
+                         std::to_string(assign.part_end) + ") of " + std::to_string(parts_) +
+                         ", the FFN worker acknowledged " + describe(*theirs));
+  }
   if (!m.is_ok()) {
+    *refused = true;
     spdlog::error("attention {}: {}: {}", opt_.index, who, m.message());
     return m.with_context(who);
   }
   wk.hs = *theirs;
   wk.ready = true;
+  wk.share = epoch > 0 ? assign : Share{ExpertRange{theirs->expert_begin, theirs->expert_end, theirs->holds_shared != 0,
+                                                    theirs->tp_rank, theirs->tp_degree}};
   spdlog::info("attention {}: handshake with {} ok ({})", opt_.index, who, describe(*theirs));
   return Status::ok();
 }
@@ -408,9 +711,9 @@ Status FfnClient::check_shards() {
   const int64_t E = w_->config.n_experts;
   std::vector<std::vector<Claim>> experts(static_cast<size_t>(E));
   std::vector<Claim> shared;
-  for (size_t j = 0; j < workers_.size(); ++j) {
-    const Handshake& h = workers_[j].hs;  // decode_handshake checked range and rank < degree
-    const Claim c{static_cast<int>(j), h.tp_rank, h.tp_degree};
+  for (int j : active_) {
+    const Handshake& h = workers_[static_cast<size_t>(j)].hs;  // decode_handshake checked range and rank < degree
+    const Claim c{j, h.tp_rank, h.tp_degree};
     for (uint32_t e = h.expert_begin; e < h.expert_end; ++e) experts[e].push_back(c);
     if (h.holds_shared) shared.push_back(c);
   }
@@ -429,19 +732,36 @@ Status FfnClient::check_shards() {
 }
 
 Status FfnClient::health() const {
-  for (const Worker& wk : workers_) {
-    auto peer = t_->peer_id(wk.name);
-    if (!peer.ok()) return unavailable("FFN worker '" + wk.name + "' has not connected yet");
-    if (!t_->is_connected(*peer)) return unavailable("FFN worker '" + wk.name + "' is not connected");
-  }
   const int64_t now = now_ns();
-  if (opt_.probe_interval_ms > 0) {
-    for (size_t j = 0; j < workers_.size(); ++j) {
-      const int64_t sent = probes_[j].sent_ns.load();
-      if (sent != 0 && now - sent > int64_t{opt_.timeout_ms} * 1000000) {
-        return unavailable("FFN worker '" + workers_[j].name + "' has not answered a liveness probe for " +
-                           std::to_string((now - sent) / 1000000) + " ms (timeout " + std::to_string(opt_.timeout_ms) +
-                           " ms)");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t j = 0; j < members_.size(); ++j) {
+      const Member& m = members_[j];
+      if (!m.assigned) continue;
+      if (m.peer == kNoPeer) return unavailable("FFN worker '" + m.name + "' has not connected yet");
+      // Whether the others will take over, and when (the monitor's rule in evaluate()).
+      auto pending = [&]() -> std::string {
+        if (opt_.takeover_ms <= 0 || !whole_experts_) return "";
+        bool others = false;
+        for (size_t k = 0; k < members_.size(); ++k) {
+          const Member& o = members_[k];
+          if (k != j && o.assigned && o.active && o.peer != kNoPeer && t_->is_connected(o.peer) &&
+              !probe_overdue(k, now))
+            others = true;
+        }
+        if (!others) return "";
+        const int64_t since = m.down_since != 0 ? m.down_since : now;
+        const int64_t left = std::max<int64_t>(0, int64_t{opt_.takeover_ms} - (now - since) / 1000000);
+        return " (the other FFN workers take over its experts in " + std::to_string(left) + " ms)";
+      };
+      if (!t_->is_connected(m.peer)) return unavailable("FFN worker '" + m.name + "' is not connected" + pending());
+      if (opt_.probe_interval_ms > 0) {
+        const int64_t sent = probes_[j].sent_ns.load();
+        if (sent != 0 && now - sent > int64_t{opt_.timeout_ms} * 1000000) {
+          return unavailable("FFN worker '" + m.name + "' has not answered a liveness probe for " +
+                             std::to_string((now - sent) / 1000000) + " ms (timeout " + std::to_string(opt_.timeout_ms) +
+                             " ms)" + pending());
+        }
       }
     }
   }
@@ -459,29 +779,274 @@ Status FfnClient::health() const {
   return Status::ok();
 }
 
-Status FfnClient::refresh_connections() {
-  PeerEvent ev;
-  bool changed = false;
-  while (t_->next_event(&ev, 0)) {
-    for (auto& wk : workers_) {
-      if (wk.name != ev.name) continue;
-      wk.ready = false;
-      wk.peer = ev.peer;
-      changed = true;
-      if (ev.kind == PeerEventKind::disconnected) {
-        spdlog::warn("attention {}: FFN worker '{}' lost: {}", opt_.index, wk.name, ev.detail);
+Status FfnClient::set_members(std::vector<FfnMember> list) {
+  if (list.empty()) return invalid_argument("FFN membership: at least one FFN worker is needed");
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i].address.empty()) return invalid_argument("FFN membership: member " + std::to_string(i) + " has no address");
+    for (size_t k = 0; k < i; ++k) {
+      if (list[k].address == list[i].address)
+        return invalid_argument("FFN membership: address " + list[i].address + " is listed twice");
+      if (!list[i].name.empty() && list[k].name == list[i].name)
+        return invalid_argument("FFN membership: name '" + list[i].name + "' is listed twice");
+    }
+  }
+  std::vector<std::string> dial;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!whole_experts_) {
+      return not_supported(
+          "FFN membership changes need whole experts; these FFN workers hold TP slices (--ffn-tp > 1)");
+    }
+    // Where each listed member goes: an existing slot (same address, or same name), else a new one.
+    std::vector<int> slot(list.size(), -1);
+    size_t fresh = 0;
+    for (size_t i = 0; i < list.size(); ++i) {
+      for (size_t j = 0; j < members_.size(); ++j) {
+        const Member& m = members_[j];
+        if ((!m.address.empty() && m.address == list[i].address) ||
+            (m.address.empty() && !list[i].name.empty() && m.name == list[i].name))
+          slot[i] = static_cast<int>(j);
+      }
+      if (slot[i] < 0) {
+        ++fresh;
+      } else if (!list[i].name.empty() && !members_[static_cast<size_t>(slot[i])].name.empty() &&
+                 members_[static_cast<size_t>(slot[i])].name != list[i].name) {
+        return invalid_argument("FFN membership: " + list[i].address + " is FFN worker '" +
+                                members_[static_cast<size_t>(slot[i])].name + "', not '" + list[i].name + "'");
+      }
+      if (!list[i].name.empty()) {
+        // A name is one transport peer: it may pass from a member that leaves now (or left
+        // before) to another address, never be shared by two members.
+        for (size_t j = 0; j < members_.size(); ++j) {
+          if (static_cast<int>(j) == slot[i] || members_[j].name != list[i].name || !members_[j].active) continue;
+          if (std::any_of(list.begin(), list.end(), [&](const FfnMember& x) { return x.address == members_[j].address; }))
+            return invalid_argument("FFN membership: name '" + list[i].name + "' belongs to the member at " +
+                                    members_[j].address);
+        }
       }
     }
-  }
-  for (size_t j = 0; j < workers_.size(); ++j) {
-    Worker& wk = workers_[j];
-    if (wk.ready) continue;
-    if (wk.peer == kNoPeer || !t_->is_connected(wk.peer)) {
-      return unavailable("FFN worker '" + wk.name + "' is not connected (waiting for it to come back)");
+    if (members_.size() + fresh > kMaxSlots) {
+      return invalid_argument("FFN membership: more than " + std::to_string(kMaxSlots) +
+                              " FFN workers over this attention worker's lifetime");
     }
-    AFD_RETURN_IF_ERROR(handshake(static_cast<int>(j)));
+    std::vector<bool> listed(members_.size(), false);
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (slot[i] >= 0) {
+        Member& m = members_[static_cast<size_t>(slot[i])];
+        listed[static_cast<size_t>(slot[i])] = true;
+        if (!m.active) {
+          m.active = true;
+          m.added_ns = now_ns();
+          spdlog::info("attention {}: FFN worker at {} is a member again", opt_.index, m.address);
+        }
+        if (m.name.empty()) m.name = list[i].name;
+        continue;
+      }
+      Member m;
+      m.address = list[i].address;
+      m.name = list[i].name;
+      m.added_ns = now_ns();
+      // A name the transport already knows (e.g. a worker that was a member before under
+      // another address) gives its peer now; otherwise the connect event does.
+      if (!m.name.empty()) {
+        auto id = t_->peer_id(m.name);
+        if (id.ok()) m.peer = *id;
+      }
+      spdlog::info("attention {}: FFN worker at {}{} added to the membership (it joins the assignment once reachable)",
+                   opt_.index, m.address, m.name.empty() ? "" : " ('" + m.name + "')");
+      members_.push_back(std::move(m));
+      listed.push_back(true);
+      dial.push_back(list[i].address);
+    }
+    for (size_t j = 0; j < members_.size(); ++j) {
+      if (listed[j] || !members_[j].active) continue;
+      members_[j].active = false;
+      spdlog::info("attention {}: FFN worker '{}' ({}) removed from the membership", opt_.index, members_[j].name,
+                   members_[j].address);
+    }
   }
-  if (changed) AFD_RETURN_IF_ERROR(check_shards());
+  for (const std::string& a : dial) {
+    Status c = t_->connect(a);
+    if (c.is_ok()) continue;
+    // Not an address the transport can dial: the new member goes again.
+    std::lock_guard<std::mutex> l(mu_);
+    for (Member& m : members_) {
+      if (m.address == a) m.active = false;
+    }
+    return c.with_context("FFN membership: " + a);
+  }
+  wake_monitor();
+  return Status::ok();
+}
+
+Status FfnClient::add_member(FfnMember m) {
+  std::vector<FfnMember> list;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const Member& x : members_) {
+      if (!x.active) continue;
+      if (x.address == m.address) return Status::ok();  // already a member
+      list.push_back(FfnMember{x.address, x.name});
+    }
+  }
+  list.push_back(std::move(m));
+  return set_members(std::move(list));
+}
+
+Status FfnClient::remove_member(const std::string& who) {
+  std::vector<FfnMember> list;
+  bool found = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const Member& x : members_) {
+      if (!x.active) continue;
+      if (x.address == who || (!x.name.empty() && x.name == who)) {
+        found = true;
+        continue;
+      }
+      list.push_back(FfnMember{x.address, x.name});
+    }
+  }
+  if (!found) return not_found("FFN membership: no member at or named '" + who + "'");
+  return set_members(std::move(list));
+}
+
+FfnMembership FfnClient::membership() const {
+  FfnMembership r;
+  const int64_t now = now_ns();
+  std::lock_guard<std::mutex> l(mu_);
+  r.epoch = epoch_;
+  r.applied_epoch = applied_epoch_atomic_.load();
+  r.takeovers = takeovers_;
+  r.rejoins = rejoins_;
+  r.leaves = leaves_;
+  r.whole_experts = whole_experts_;
+  r.parts = parts_;
+  for (const Member& m : members_) {
+    FfnMembership::Member x;
+    x.name = m.name;
+    x.address = m.address;
+    x.connected = m.peer != kNoPeer && t_->is_connected(m.peer);
+    x.assigned = m.assigned;
+    x.removed = !m.active;
+    if (m.assigned) {
+      x.expert_begin = m.share.range.begin;
+      x.expert_end = m.share.range.end;
+      x.holds_shared = m.share.range.holds_shared;
+      x.part_begin = m.share.part_begin;
+      x.part_end = m.share.part_end;
+      ++r.assigned;
+    }
+    x.unreachable_ms = m.down_since != 0 ? (now - m.down_since) / 1000000 : 0;
+    r.members.push_back(std::move(x));
+  }
+  return r;
+}
+
+Status FfnClient::ensure_slot(size_t j, int64_t rows_per_token) {
+  if (workers_.size() <= j) workers_.resize(j + 1);
+  if (recv_rows_.size() <= j) recv_rows_.resize(j + 1, 0);
+  const bool grow = recv_rows_[j] < rows_per_token;
+  for (auto& per_mb : slots_) {
+    if (per_mb.size() <= j) per_mb.resize(j + 1);
+    Slot& s = per_mb[j];
+    if (s.send.data() == nullptr) {
+      AFD_ASSIGN_OR_RETURN(s.send, FrameBuffer::create(t_, static_cast<size_t>(a2f_bytes_)));
+    }
+    if (grow) {
+      // No operation of the slot is live here (a pass start, after abandon()).
+      const size_t bytes = kFrameHeaderBytes + f2a_payload_bytes(opt_.max_tokens * rows_per_token, w_->config.hidden_size);
+      AFD_ASSIGN_OR_RETURN(s.recv, FrameBuffer::create(t_, bytes));
+    }
+  }
+  if (grow) recv_rows_[j] = rows_per_token;
+  return Status::ok();
+}
+
+Status FfnClient::refresh_connections() {
+  pump_events();
+  struct Want {
+    int slot;
+    std::string name;
+    PeerId peer;
+    uint64_t gen;
+    Share share;
+  };
+  std::vector<Want> want;
+  uint32_t epoch;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    epoch = epoch_;
+    for (size_t j = 0; j < members_.size(); ++j) {
+      const Member& m = members_[j];
+      if (m.assigned) want.push_back(Want{static_cast<int>(j), m.name, m.peer, m.conn_gen, m.share});
+    }
+  }
+  if (want.empty()) return unavailable("no FFN worker holds the experts (every member was removed)");
+  std::vector<int> slots;
+  for (const Want& x : want) slots.push_back(x.slot);
+  const bool changed = epoch != applied_epoch_ || slots != active_;
+  if (changed) {
+    const int64_t K = w_->config.n_experts_per_tok;
+    for (const Want& x : want) {
+      const int64_t held = epoch > 0 ? x.share.part_end - x.share.part_begin : 1;
+      AFD_RETURN_IF_ERROR(ensure_slot(static_cast<size_t>(x.slot), held <= 1 ? 1 : std::min<int64_t>(held, K + 1)));
+    }
+    // A pass must not run on half an assignment: routing waits until every handshake is done.
+    active_ = slots;
+    expert_workers_.assign(expert_workers_.size(), 0);
+    shared_workers_ = 0;
+    applied_epoch_ = ~0u;
+  }
+  const int64_t t0 = now_ns();
+  int handshakes = 0;
+  for (const Want& x : want) {
+    Worker& wk = workers_[static_cast<size_t>(x.slot)];
+    wk.name = x.name;
+    if (wk.ready && wk.gen == x.gen && wk.epoch == epoch && wk.peer == x.peer && t_->is_connected(x.peer)) continue;
+    wk.ready = false;
+    if (x.peer == kNoPeer || !t_->is_connected(x.peer)) {
+      return unavailable("FFN worker '" + x.name + "' is not connected (waiting for it to come back" +
+                         (opt_.takeover_ms > 0 ? std::string("; the others take over its experts once it has been "
+                                                             "unreachable for ") +
+                                                     std::to_string(opt_.takeover_ms) + " ms"
+                                               : std::string()) +
+                         ")");
+    }
+    wk.peer = x.peer;
+    bool refused = false;
+    Status s = handshake(x.slot, epoch, x.share, &refused);
+    if (!s.is_ok()) {
+      if (refused && epoch > 0) {
+        std::lock_guard<std::mutex> l(mu_);
+        members_[static_cast<size_t>(x.slot)].refused_gen = x.gen + 1;
+        wake_monitor();
+        return unavailable("FFN worker '" + x.name + "' refused assignment epoch " + std::to_string(epoch) + ": " +
+                           s.message());
+      }
+      return s;
+    }
+    wk.gen = x.gen;
+    wk.epoch = epoch;
+    ++handshakes;
+  }
+  if (applied_epoch_ != epoch || changed) {
+    AFD_RETURN_IF_ERROR(check_shards());
+    if (epoch > 0 || changed) {
+      spdlog::info("attention {}: FFN expert assignment epoch {} in effect ({} handshake(s), {:.1f} ms)", opt_.index,
+                   epoch, handshakes, static_cast<double>(now_ns() - t0) * 1e-6);
+    }
+    applied_epoch_ = epoch;
+    applied_epoch_atomic_.store(epoch);
+    const int64_t E = w_->config.n_experts;
+    part_of_expert_.assign(static_cast<size_t>(E), 0);
+    for (int64_t q = 0; q < parts_; ++q)
+      for (int64_t e = q * E / parts_; e < (q + 1) * E / parts_; ++e) part_of_expert_[static_cast<size_t>(e)] = static_cast<int16_t>(q);
+    if (epoch == 0) {
+      std::lock_guard<std::mutex> l(mu_);
+      for (int j : active_) members_[static_cast<size_t>(j)].share = workers_[static_cast<size_t>(j)].share;
+    }
+  }
   return Status::ok();
 }
 
@@ -520,13 +1085,13 @@ Status FfnClient::dispatch(int64_t layer, int mb, TokenBatch& b) {
     ++step_;
     AFD_RETURN_IF_ERROR(refresh_connections());
   }
-  for (auto& wk : workers_) {
+  for (int j : active_) {
+    const Worker& wk = workers_[static_cast<size_t>(j)];
     if (!wk.ready) return unavailable("FFN worker '" + wk.name + "' is not connected");
   }
   const int64_t t0 = now_ns();
   const bool moe = c.is_moe_layer(layer);
   const int64_t H = c.hidden_size, K = moe ? c.n_experts_per_tok : 0;
-  const size_t n_ffn = workers_.size();
   const ScaleGranularity g = opt_.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token;
   const int64_t group = opt_.per_block_scales ? kScaleBlock : H;
 
@@ -538,22 +1103,45 @@ Status FfnClient::dispatch(int64_t layer, int mb, TokenBatch& b) {
     }
     s.rows.clear();
   }
+  // At epochs >= 1 the parts each token touches: a worker holding several parts replies one
+  // row per (token, part).
+  const bool by_parts = applied_epoch_ > 0;
+  token_parts_.assign(static_cast<size_t>(b.n), 0);
   for (int64_t i = 0; i < b.n; ++i) {
-    uint64_t mask = 0;
-    if (!moe || has_shared_) mask |= shared_workers_;
+    uint64_t mask = 0, parts = 0;
+    if (!moe || has_shared_) {
+      mask |= shared_workers_;
+      parts |= 1;
+    }
     if (moe) {
       for (int64_t k = 0; k < K; ++k) {
         int32_t e = b.topk_ids[static_cast<size_t>(i * K + k)];
         if (e < 0 || e >= c.n_experts) return invalid_argument("ffn client: expert id " + std::to_string(e) + " out of range");
         mask |= expert_workers_[static_cast<size_t>(e)];
+        if (by_parts) parts |= uint64_t{1} << part_of_expert_[static_cast<size_t>(e)];
       }
     }
-    for (size_t j = 0; j < n_ffn; ++j) {
-      if (mask >> j & 1) slots_[mb][j].rows.push_back(static_cast<int32_t>(i));
+    token_parts_[static_cast<size_t>(i)] = parts;
+    for (int j : active_) {
+      if (mask >> j & 1) slots_[mb][static_cast<size_t>(j)].rows.push_back(static_cast<int32_t>(i));
     }
   }
-  for (size_t j = 0; j < n_ffn; ++j) {
-    Slot& s = slots_[mb][j];
+  for (int j : active_) {
+    Slot& s = slots_[mb][static_cast<size_t>(j)];
+    const Share& sh = workers_[static_cast<size_t>(j)].share;
+    if (!by_parts || sh.part_end - sh.part_begin <= 1) {
+      s.reply_rows = s.rows;
+      continue;
+    }
+    s.reply_rows.clear();
+    for (int q = sh.part_begin; q < sh.part_end; ++q) {
+      for (int32_t i : s.rows) {
+        if (token_parts_[static_cast<size_t>(i)] >> q & 1) s.reply_rows.push_back(i);
+      }
+    }
+  }
+  for (int j : active_) {
+    Slot& s = slots_[mb][static_cast<size_t>(j)];
     const int64_t n = static_cast<int64_t>(s.rows.size());
     AFD_ASSIGN_OR_RETURN(A2fLayout l, a2f_layout(n, H, K, g));
     uint8_t* p = s.send.data() + kFrameHeaderBytes;
@@ -577,24 +1165,25 @@ Status FfnClient::dispatch(int64_t layer, int mb, TokenBatch& b) {
     h.n_tokens = static_cast<uint32_t>(n);
     h.hidden = static_cast<uint32_t>(H);
     h.top_k = static_cast<uint32_t>(K);
+    h.epoch = applied_epoch_;
     h.payload_bytes = l.total;
     h.flags = opt_.payload_checksum ? kFlagPayloadChecksum : 0;
     encode_header(h, p, s.send.data());
     s.layer = h.layer;
     s.step = step_;
-    const PeerId peer = workers_[j].peer;
-    auto r = t_->post_recv(peer, frame_tag(TagFamily::f2a, static_cast<uint32_t>(mb)), s.recv.data(), s.recv.capacity());
+    const Worker& wk = workers_[static_cast<size_t>(j)];
+    auto r = t_->post_recv(wk.peer, frame_tag(TagFamily::f2a, static_cast<uint32_t>(mb)), s.recv.data(), s.recv.capacity());
     if (!r.ok()) {
       abandon(mb);
-      return r.status().with_context("FFN worker '" + workers_[j].name + "'");
+      return r.status().with_context("FFN worker '" + wk.name + "'");
     }
     s.recv_id = *r;
     s.recv_live = true;
-    auto sd = t_->post_send(peer, frame_tag(TagFamily::a2f, static_cast<uint32_t>(mb)), s.send.data(),
+    auto sd = t_->post_send(wk.peer, frame_tag(TagFamily::a2f, static_cast<uint32_t>(mb)), s.send.data(),
                             kFrameHeaderBytes + l.total);
     if (!sd.ok()) {
       abandon(mb);
-      return sd.status().with_context("FFN worker '" + workers_[j].name + "'");
+      return sd.status().with_context("FFN worker '" + wk.name + "'");
     }
     s.send_id = *sd;
     s.send_live = true;
@@ -622,7 +1211,8 @@ Status FfnClient::combine(int64_t layer, int mb, TokenBatch& b) {
     return s.with_context(where);
   };
   uint32_t slowest_ffn_us = 0;  // the FFN workers compute in parallel: the slowest one counts
-  for (size_t j = 0; j < workers_.size(); ++j) {
+  for (int jj : active_) {
+    const size_t j = static_cast<size_t>(jj);
     Slot& s = slots_[mb][j];
     if (!s.recv_live) return invalid_argument("ffn client: combine without dispatch");
     if (static_cast<int64_t>(s.layer) != layer) {
@@ -638,13 +1228,13 @@ Status FfnClient::combine(int64_t layer, int mb, TokenBatch& b) {
       if (!c.status.is_ok()) return fail(j, c.status);
       auto hdr = decode_header(s.recv.data(), c.bytes);
       if (!hdr.ok()) return fail(j, hdr.status());
-      if (hdr->kind == FrameKind::error) {
-        auto why = decode_reason(s.recv.data(), c.bytes);
-        return fail(j, unavailable("the FFN worker failed: " + (why.ok() ? *why : why.status().message())));
-      }
-      if (hdr->kind == FrameKind::f2a && (hdr->step != s.step || hdr->layer != s.layer)) {
-        // A late reply from a pass that already failed: drop it and keep waiting.
-        spdlog::debug("attention {}: dropping a stale reply (step {}, layer {})", opt_.index, hdr->step, hdr->layer);
+      // Steps start at 1; an error frame of step 0 answers a frame whose header could not be
+      // read, so it cannot be told stale: it fails the pass it arrives in.
+      const bool errs = hdr->kind == FrameKind::error && hdr->step != 0;
+      if ((hdr->kind == FrameKind::f2a || errs) && (hdr->step != s.step || hdr->layer != s.layer)) {
+        // A late reply (or error) from a pass that already failed: drop it and keep waiting.
+        spdlog::debug("attention {}: dropping a stale {} (step {}, layer {})", opt_.index, frame_kind_name(hdr->kind),
+                      hdr->step, hdr->layer);
         auto r = t_->post_recv(workers_[j].peer, frame_tag(TagFamily::f2a, static_cast<uint32_t>(mb)), s.recv.data(),
                                s.recv.capacity());
         if (!r.ok()) return fail(j, r.status());
@@ -652,11 +1242,19 @@ Status FfnClient::combine(int64_t layer, int mb, TokenBatch& b) {
         s.recv_live = true;
         continue;
       }
-      auto v = decode_f2a(s.recv.data(), c.bytes, static_cast<uint32_t>(H), static_cast<uint32_t>(s.rows.size()));
+      if (hdr->kind == FrameKind::error) {
+        // The next pass says hello again first (e.g. after an assignment epoch mismatch).
+        workers_[j].ready = false;
+        auto why = decode_reason(s.recv.data(), c.bytes);
+        return fail(j, unavailable("the FFN worker failed: " + (why.ok() ? *why : why.status().message())));
+      }
+      auto v = decode_f2a(s.recv.data(), c.bytes, static_cast<uint32_t>(H), static_cast<uint32_t>(s.reply_rows.size()));
       if (!v.ok()) return fail(j, v.status());
       slowest_ffn_us = std::max(slowest_ffn_us, hdr->ffn_us);
-      for (size_t r = 0; r < s.rows.size(); ++r) {
-        float* out = b.ffn_out.data() + static_cast<int64_t>(s.rows[r]) * H;
+      // Slots in slot order hold consecutive parts, each slot's rows part by part: the
+      // partials are added in part order.
+      for (size_t r = 0; r < s.reply_rows.size(); ++r) {
+        float* out = b.ffn_out.data() + static_cast<int64_t>(s.reply_rows[r]) * H;
         const uint16_t* in = v->out + static_cast<int64_t>(r) * H;
         for (int64_t k = 0; k < H; ++k) out[k] += bf16_to_f32(in[k]);
       }

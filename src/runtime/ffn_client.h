@@ -30,6 +30,28 @@
 // micro-batch; outstanding operations of that micro-batch are cancelled, and those of the
 // pass's other micro-batches when the next forward pass starts, so it starts clean. A forward pass (dispatch of layer 0, micro-batch 0) first takes back
 // any FFN worker that reconnected (handshake again); until then it fails with unavailable.
+//
+// Membership and expert re-homing (docs/PROTOCOL.md, "Expert re-homing"): the FFN workers
+// are members (address + transport name), each with a stable slot (its bit in the routing
+// masks, its order in the sum). The experts are cut into P parts (options.parts, default the
+// y workers it starts with): part q is experts [q*E/P, (q+1)*E/P), part 0 also the shared
+// expert and dense layers — the shards runtime/topology.h gives y = P workers. A part is the
+// unit of BF16 rounding: each FFN worker replies one BF16 partial per part it holds, and the
+// partials are added in f32 in part order, so results equal the monolithic engine's with
+// --afd-rounding P whoever holds which part: a takeover or a rebalance does not change a
+// single bit. Epoch 0 is what the workers were started with (their shards, one part each);
+// every change starts a new epoch in which the k-th of n assigned members (in slot order)
+// holds parts [k*P/n, (k+1)*P/n). At most P members are assigned; a reachable member beyond
+// them is a standby, which joins when an assigned one leaves. A member leaves the assignment
+// when it is unreachable (not connected, or a liveness probe unanswered) for takeover_ms
+// while another assigned member is reachable (the survivors take over its parts), when it
+// refuses its assignment, or when set_members() removes it; a reachable member that is not
+// assigned (back after a loss, or added) joins while fewer than P are. Changes need whole
+// experts: with FFN TP degree > 1 the membership stays as started (logged).
+// The monitor thread (the probe thread) owns these decisions; the engine thread applies a
+// new epoch at the next pass start: a hello carrying each assigned worker's range and the
+// epoch, the coverage check, new routing masks. A pass that fails meanwhile is retried by
+// the scheduler once health() is ok, which it is again once the unreachable worker has left.
 #pragma once
 
 #include <atomic>
@@ -44,6 +66,7 @@
 #include "comm/protocol.h"
 #include "comm/transport.h"
 #include "runtime/ffn_backend.h"
+#include "runtime/topology.h"
 
 namespace afd {
 
@@ -55,6 +78,37 @@ uint64_t model_fingerprint(const ModelWeights& w);
 // for processes that load no weights (a serving front end checks its attention workers'
 // /health against it).
 uint64_t model_config_fingerprint(const ModelConfig& c);
+
+// One FFN worker of the membership (FfnClient::set_members).
+struct FfnMember {
+  std::string address;  // what the transport connects to (UCX "host:port"; in-process: the listener's address)
+  // The worker's transport name (`afd worker --role ffn --shard i/y` is "ffn<i>"); empty: learned
+  // when it connects. Two members must not share a name.
+  std::string name;
+};
+
+// What FfnClient::membership() reports (metrics, the admin endpoint, logs).
+struct FfnMembership {
+  struct Member {
+    std::string name, address;
+    bool connected = false;
+    bool assigned = false;       // holds experts in the current epoch
+    bool removed = false;        // no longer a member (set_members)
+    int64_t expert_begin = 0, expert_end = 0;  // when assigned
+    bool holds_shared = false;
+    int part_begin = 0, part_end = 0;  // when assigned at epoch >= 1: parts [begin, end) of FfnMembership::parts
+    int64_t unreachable_ms = 0;  // > 0: unreachable this long
+  };
+  uint32_t epoch = 0;       // 0: the FFN workers hold the shards they were started with
+  uint32_t applied_epoch = 0;  // the epoch the last forward pass ran under
+  int64_t takeovers = 0;    // members that left the assignment after takeover_ms unreachable
+  int64_t rejoins = 0;      // members that joined it (back after a loss, or added)
+  int64_t leaves = 0;       // members that left it otherwise (removed, refused their assignment)
+  int assigned = 0;         // members in the assignment
+  int parts = 0;            // P (class comment of FfnClient)
+  bool whole_experts = true;  // every FFN worker holds whole experts (TP degree 1): re-homing possible
+  std::vector<Member> members;
+};
 
 struct FfnClientOptions {
   int index = 0;        // this attention worker's index in [0, n_attention)
@@ -81,6 +135,12 @@ struct FfnClientOptions {
   // TP degree every FFN worker must announce (--ffn-tp); 0: accept what they announce (the
   // shard check below still requires every expert slice to be covered exactly once).
   int expect_tp = 0;
+  // An assigned FFN worker unreachable for this long leaves the assignment; the others take
+  // over its experts (class comment). 0: never (the bundle waits for it to come back).
+  int takeover_ms = 0;
+  // Parts (class comment): the unit of BF16 rounding, and the most FFN workers that share
+  // the experts. 0: as many as the FFN workers it starts with (ffn_names).
+  int parts = 0;
 };
 
 class FfnClient : public FfnBackend {
@@ -93,34 +153,64 @@ class FfnClient : public FfnBackend {
 
   Status dispatch(int64_t layer, int microbatch, TokenBatch& b) override;
   Status combine(int64_t layer, int microbatch, TokenBatch& b) override;
-  // unavailable while any FFN worker is not connected (it may still be handshaking after a
-  // reconnect: the next forward pass does that), while a liveness probe to one has been
+  // unavailable while an FFN worker of the assignment is not connected (it may still be
+  // handshaking after a reconnect: the next forward pass does that; with a takeover time the
+  // message says when the others take over), while a liveness probe to one has been
   // unanswered for longer than timeout_ms, and for up to stall_hold_ms after a combine timed
-  // out unless a combine succeeded or a pong arrived since. Thread-safe: reads the worker names (fixed at create), the
-  // transport's connection state, the probes' atomics and the stall record (stall_mu_).
+  // out unless a combine succeeded or a pong arrived since. Thread-safe: reads the membership
+  // (mu_), the transport's connection state, the probes' atomics and the stall record (stall_mu_).
   Status health() const override;
 
-  // The expert range FFN worker j reported in its handshake.
+  // Replaces the FFN membership (thread-safe; the monitor thread and the next forward pass
+  // apply it): members not listed leave, new ones are connected to and join once reachable,
+  // one listed again that was removed before keeps its slot. not_supported when the
+  // FFN workers hold TP slices (no re-homing); invalid_argument for an empty list, an
+  // address or name given twice, a name another member has, or more than 64 slots in all.
+  Status set_members(std::vector<FfnMember> members);
+  Status add_member(FfnMember m);
+  // By address or name; not_found when no current member matches.
+  Status remove_member(const std::string& address_or_name);
+  // A snapshot (thread-safe).
+  FfnMembership membership() const;
+
+  // The expert range FFN worker (slot) j reported in its last handshake.
   const comm::Handshake& ffn_handshake(int j) const { return workers_[j].hs; }
-  // Bit j set: FFN worker j holds a slice of expert e / of the shared-dense part.
+  // Bit j set: FFN worker (slot) j holds a slice of expert e / of the shared-dense part.
   uint64_t expert_workers(int64_t e) const { return expert_workers_[static_cast<size_t>(e)]; }
   uint64_t shared_workers() const { return shared_workers_; }
   // Pongs received from FFN worker j so far (tests, stats).
-  int64_t probes_answered(int j) const { return probes_[static_cast<size_t>(j)].answered.load(); }
+  int64_t probes_answered(int j) const {
+    return probes_ && static_cast<size_t>(j) < kMaxSlots ? probes_[static_cast<size_t>(j)].answered.load() : 0;
+  }
   // Tokens sent to worker j in the last dispatch of micro-batch mb (tests, stats).
-  int64_t last_sent_tokens(int mb, int j) const { return static_cast<int64_t>(slots_[mb][j].rows.size()); }
+  int64_t last_sent_tokens(int mb, int j) const {
+    return static_cast<size_t>(j) < slots_[mb].size() ? static_cast<int64_t>(slots_[mb][j].rows.size()) : 0;
+  }
 
  private:
+  // What one FFN worker holds in an epoch: at epoch 0 its start-up range (one part, parts 0);
+  // else parts [part_begin, part_end) of parts_, whose experts and shared flag `range` says.
+  struct Share {
+    ExpertRange range;
+    int part_begin = 0, part_end = 0;
+  };
+  // Engine thread: per slot, the connection it last handshook.
   struct Worker {
     std::string name;
     comm::PeerId peer = comm::kNoPeer;
     comm::Handshake hs;
-    bool ready = false;  // handshake done on the current connection
+    bool ready = false;    // handshake done on connection `gen` for epoch `epoch`
+    uint64_t gen = 0;      // Member::conn_gen it was done on
+    uint32_t epoch = 0;
+    Share share;           // what it holds in that epoch
   };
   // One per (micro-batch, FFN worker).
   struct Slot {
     comm::FrameBuffer send, recv;
     std::vector<int32_t> rows;  // [n_j] token rows of the micro-batch sent to this worker
+    // The token row of each reply row: `rows` when it holds one part; with several, per part
+    // (in order) the tokens of `rows` that touch it.
+    std::vector<int32_t> reply_rows;
     comm::RequestId send_id = 0, recv_id = 0;
     bool send_live = false, recv_live = false;
     uint32_t layer = 0;
@@ -140,22 +230,55 @@ class FfnClient : public FfnBackend {
     std::atomic<int64_t> answered{0};  // pongs received
   };
 
+  // A member of the FFN membership (mu_).
+  struct Member {
+    std::string name, address;
+    bool active = true;       // a member (false: removed by set_members; keeps its slot)
+    bool assigned = false;    // holds experts in epoch_
+    Share share;              // what it holds in epoch_ (epoch 0: what it announced)
+    comm::PeerId peer = comm::kNoPeer;
+    uint64_t conn_gen = 0;    // connection changes seen (each new connection must be handshaken)
+    uint64_t refused_gen = 0; // conn_gen + 1 of a connection that refused its assignment; 0: none
+    int64_t down_since = 0;   // now_ns() when first seen unreachable; 0: reachable
+    std::string down_why;
+    int64_t added_ns = 0;
+  };
+  static constexpr size_t kMaxSlots = 64;  // bits of the routing masks
+
   FfnClient(std::shared_ptr<const ModelWeights> w, comm::Transport* t, FfnClientOptions opt);
   void probe_loop();
   // One pass over the workers at `now`: reaps pongs, sends due pings. Returns whether a
   // pong is awaited (the loop then polls again soon).
   bool probe_pass(int64_t now);
   void stop_probes();
+  // Pops the transport's connect/disconnect events into the members (any thread).
+  void pump_events();
+  // Monitor: who is reachable, who leaves or joins the assignment; a change starts a new
+  // epoch. mu_ held.
+  void evaluate(int64_t now);
+  // mu_ held: the assigned members' parts for a new epoch (contiguous split in slot order).
+  void reassign(const std::string& why);
+  // mu_ held: unassigns the assigned members beyond the first parts_ (standbys); true if any.
+  bool fit_to_parts();
+  std::string describe_assignment() const;  // mu_ held
+  bool probe_overdue(size_t slot, int64_t now) const;
   Status connect_all();
-  Status handshake(int j);
+  // Handshake with slot j for `epoch` (0: its start-up shard; else `assign`). *refused: the
+  // worker answered and said no (or acknowledged something else), as opposed to a lost
+  // connection or a timeout.
+  Status handshake(int j, uint32_t epoch, const Share& assign, bool* refused);
   Status refresh_connections();
-  // Every routed expert and the shared/dense part must be covered by the workers' (range,
-  // TP slice) claims exactly once: one TP degree t per expert, ranks 0..t-1 each held once.
+  // Every routed expert and the shared/dense part must be covered by the assigned workers'
+  // (range, TP slice) claims exactly once: one TP degree t per expert, ranks 0..t-1 each held once.
   Status check_shards();
+  // Engine thread: workers_/slots_ hold slot j, its reply buffers room for `rows_per_token`
+  // rows per token (one per part a token can touch).
+  Status ensure_slot(size_t j, int64_t rows_per_token = 1);
   void abandon(int mb);  // cancels a micro-batch's outstanding operations and waits for them
   // Cancels the operation if *live and waits (1 s) for it to end; false if it did not.
   bool end_op(comm::RequestId id, bool* live);
-  comm::Handshake my_handshake() const;
+  comm::Handshake my_handshake(uint32_t epoch = 0, const Share* assign = nullptr) const;
+  void wake_monitor();
 
   std::shared_ptr<const ModelWeights> w_;
   comm::Transport* t_;
@@ -166,17 +289,40 @@ class FfnClient : public FfnBackend {
   std::atomic<int64_t> last_pong_ns_{0};  // now_ns() when a liveness pong last arrived
   mutable std::mutex stall_mu_;
   std::string last_stall_;  // stall_mu_
-  std::vector<Worker> workers_;
-  std::vector<std::vector<Slot>> slots_;  // [microbatches][n_ffn]
+
+  // Membership (mu_): read by health() and membership() from any thread, changed by the
+  // monitor thread, set_members() and the engine thread (a refused handshake, epoch-0 ranges).
+  mutable std::mutex mu_;
+  std::vector<Member> members_;  // [slot], append-only
+  uint32_t epoch_ = 0;
+  int64_t takeovers_ = 0, rejoins_ = 0, leaves_ = 0;
+  bool whole_experts_ = true;    // every FFN worker announced TP degree 1
+  bool warned_tp_ = false;       // logged once that TP rules out re-homing
+  std::atomic<uint32_t> applied_epoch_atomic_{0};
+  std::mutex events_mu_;         // one thread pops transport events at a time
+
+  // Engine thread.
+  std::vector<Worker> workers_;           // [slot]
+  std::vector<int> active_;               // slots of the applied assignment, in slot order
+  uint32_t applied_epoch_ = 0;
+  std::vector<std::vector<Slot>> slots_;  // [microbatches][slot]
   std::vector<uint64_t> expert_workers_;   // [n_experts] -> bit mask of the FFN workers holding a slice
   uint64_t shared_workers_ = 0;            // FFN workers holding a slice of the shared expert / dense layers
   bool has_shared_ = false;
+  int parts_ = 1;                          // P (fixed at create)
+  std::vector<int16_t> part_of_expert_;    // [n_experts] -> its part, at epochs >= 1
+  std::vector<uint64_t> token_parts_;      // dispatch scratch: [n] bit q: the token touches part q
   uint64_t step_ = 0;
-  std::unique_ptr<Probe[]> probes_;  // [n_ffn]
+  int64_t f2a_bytes_ = 0, a2f_bytes_ = 0;  // frame buffer sizes (f2a: one row per token)
+  std::vector<int64_t> recv_rows_;         // [slot]: reply rows per token its receive buffers hold
+
+  // Monitor (probe) thread.
+  std::unique_ptr<Probe[]> probes_;  // [kMaxSlots]; their buffers made by the monitor thread at first use
   std::thread prober_;
   std::mutex probe_mu_;
   std::condition_variable probe_cv_;
   bool probe_stop_ = false;  // probe_mu_
+  bool probe_poke_ = false;  // probe_mu_: evaluate now (set_members)
 };
 
 }  // namespace afd

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <tuple>
 
 #include "core/log.h"
 #include "core/timer.h"
@@ -94,6 +95,12 @@ Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const Model
   wk->part_.include_shared = opt.holds_shared != 0;
   wk->part_.experts_mask.assign(static_cast<size_t>(c.n_experts), 0);
   for (int64_t e = opt.expert_begin; e < opt.expert_end; ++e) wk->part_.experts_mask[static_cast<size_t>(e)] = 1;
+  wk->static_.begin = opt.expert_begin;
+  wk->static_.end = opt.expert_end;
+  wk->static_.shared = opt.holds_shared != 0;
+  wk->static_.mask = wk->part_.experts_mask;
+  wk->static_.parts = {Part{wk->static_.begin, wk->static_.end, wk->static_.shared, wk->static_.mask}};
+  wk->stats_.held_experts = opt.expert_end - opt.expert_begin;
   wk->limits_ = A2fLimits{h.hidden, h.top_k, h.n_experts, 0};
   if (opt.device == "cuda") {
     CudaFfnOptions co;
@@ -150,6 +157,72 @@ Status FfnWorker::post_hello(Peer& p) {
   return Status::ok();
 }
 
+Result<FfnWorker::Assignment> FfnWorker::assignment_for(const Handshake& h) const {
+  if (h.epoch == 0) return static_;
+  if (opt_.tp > 1) {
+    return invalid_argument("assignment epoch " + std::to_string(h.epoch) + " asks for experts [" +
+                            std::to_string(h.expert_begin) + ", " + std::to_string(h.expert_end) +
+                            "), but this FFN worker holds TP slice " + std::to_string(mine_.tp_rank) + "/" +
+                            std::to_string(opt_.tp) +
+                            " of its start-up shard only: expert re-homing needs whole experts (--ffn-tp 1)");
+  }
+  // decode_handshake checked the parts and that the expert range and shared flag match them.
+  const int64_t E = w_->config.n_experts;
+  Assignment a;
+  a.epoch = h.epoch;
+  a.begin = h.expert_begin;
+  a.end = h.expert_end;
+  a.shared = h.holds_shared != 0;
+  a.mask.assign(static_cast<size_t>(E), 0);
+  for (int64_t e = a.begin; e < a.end; ++e) a.mask[static_cast<size_t>(e)] = 1;
+  a.n_parts = h.n_parts;
+  a.part_begin = h.part_begin;
+  a.part_end = h.part_end;
+  for (int q = a.part_begin; q < a.part_end; ++q) {
+    Part pt;
+    pt.begin = q * E / a.n_parts;
+    pt.end = (q + 1) * E / a.n_parts;
+    pt.shared = q == 0;
+    pt.mask.assign(static_cast<size_t>(E), 0);
+    for (int64_t e = pt.begin; e < pt.end; ++e) pt.mask[static_cast<size_t>(e)] = 1;
+    a.parts.push_back(std::move(pt));
+  }
+  // Every view must exist (they do for a whole-model load; a sliced model has gaps).
+  for (size_t l = 0; l < w_->layers.size(); ++l) {
+    const LayerWeights& L = w_->layers[l];
+    if (L.is_moe) {
+      for (int64_t e = a.begin; e < a.end; ++e) {
+        if (L.moe.experts[static_cast<size_t>(e)].empty()) {
+          return invalid_argument("assignment epoch " + std::to_string(h.epoch) + " asks for expert " +
+                                  std::to_string(e) + ", whose weights this FFN worker does not have (layer " +
+                                  std::to_string(l) + ")");
+        }
+      }
+    } else if (a.shared && L.dense.empty()) {
+      return invalid_argument("assignment epoch " + std::to_string(h.epoch) +
+                              " asks for the dense layers, whose weights this FFN worker does not have");
+    }
+  }
+  return a;
+}
+
+int64_t FfnWorker::rows_per_token(const Assignment& a) const {
+  const int64_t n = static_cast<int64_t>(a.parts.size());
+  return n <= 1 ? 1 : std::min<int64_t>(n, int64_t{mine_.top_k} + 1);
+}
+
+void FfnWorker::end_mb_ops(Peer& p) {
+  auto end = [&](RequestId id) {
+    t_->cancel(id);
+    t_->wait(id, deadline_in_ms(1000));
+  };
+  for (auto& s : p.mbs) {
+    if (s.recv_live) end(s.recv_id);
+    if (s.send_live) end(s.send_id);
+    s.recv_live = s.send_live = s.ready = false;
+  }
+}
+
 Status FfnWorker::on_hello(Peer& p, const Completion& c) {
   uint64_t tag = frame_tag(TagFamily::handshake, 0);
   auto refuse = [&](const Status& why) {
@@ -177,28 +250,81 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
                            q->name + "'");
     }
   }
-  if (!m.is_ok()) return refuse(m);
-  // Prepare once: buffers for every micro-batch of this peer, registered now.
-  const int64_t H = mine_.hidden;
-  AFD_ASSIGN_OR_RETURN(A2fLayout lay, a2f_layout(theirs->max_tokens, H, mine_.top_k, theirs->granularity));
-  p.hs = *theirs;
-  p.mbs.clear();
-  p.mbs.resize(theirs->n_microbatches);
-  for (size_t mb = 0; mb < p.mbs.size(); ++mb) {
-    AFD_ASSIGN_OR_RETURN(p.mbs[mb].recv, FrameBuffer::create(t_, kFrameHeaderBytes + lay.total));
-    AFD_ASSIGN_OR_RETURN(p.mbs[mb].send,
-                         FrameBuffer::create(t_, kFrameHeaderBytes + f2a_payload_bytes(theirs->max_tokens, H)));
-    AFD_RETURN_IF_ERROR(post_frame_recv(p, static_cast<int>(mb)));
+  Assignment assign;
+  if (m.is_ok()) {
+    auto a = assignment_for(*theirs);
+    if (a.ok()) assign = std::move(*a);
+    else m = a.status();
   }
+  if (!m.is_ok()) return refuse(m);
+  const int64_t H = mine_.hidden;
+  // A hello on a connection already served (a new assignment epoch) keeps the buffers when
+  // their sizes still fit. Every frame received before it belongs to the pass the attention
+  // worker abandoned before it said hello again: dropped.
+  // Replies hold one row per (token, part it touches).
+  const size_t reply_bytes = kFrameHeaderBytes + f2a_payload_bytes(theirs->max_tokens * rows_per_token(assign), H);
+  const bool keep = p.serving && p.hs.n_microbatches == theirs->n_microbatches &&
+                    p.hs.max_tokens == theirs->max_tokens && p.hs.granularity == theirs->granularity &&
+                    !p.mbs.empty() && p.mbs[0].send.capacity() >= reply_bytes;
+  if (keep) {
+    for (size_t mb = 0; mb < p.mbs.size(); ++mb) {
+      MbSlot& s = p.mbs[mb];
+      s.expect_layer = -1;
+      s.active_last_step = false;
+      if (!s.recv_live) AFD_RETURN_IF_ERROR(post_frame_recv(p, static_cast<int>(mb)));
+    }
+  } else {
+    // Prepare once: buffers for every micro-batch of this peer, registered now.
+    end_mb_ops(p);
+    AFD_ASSIGN_OR_RETURN(A2fLayout lay, a2f_layout(theirs->max_tokens, H, mine_.top_k, theirs->granularity));
+    p.mbs.clear();
+    p.mbs.resize(theirs->n_microbatches);
+    for (size_t mb = 0; mb < p.mbs.size(); ++mb) {
+      AFD_ASSIGN_OR_RETURN(p.mbs[mb].recv, FrameBuffer::create(t_, kFrameHeaderBytes + lay.total));
+      AFD_ASSIGN_OR_RETURN(p.mbs[mb].send, FrameBuffer::create(t_, reply_bytes));
+      AFD_RETURN_IF_ERROR(post_frame_recv(p, static_cast<int>(mb)));
+    }
+  }
+  const bool changed = !p.serving || !assign.same_experts(p.assign);
+  if (changed && !assign.same_range(static_)) {
+    // Experts outside the start-up shard: their pages are asked of the checkpoint now, not at
+    // the first batch.
+    std::vector<uint8_t> fresh = assign.mask;
+    for (size_t e = 0; e < fresh.size(); ++e) fresh[e] = fresh[e] && !static_.mask[e];
+    const size_t bytes = prefetch_ffn_weights(*w_, fresh, assign.shared && !static_.shared);
+    spdlog::info("ffn worker {}: attention peer '{}' assigns experts [{}, {}){} (epoch {}; started with [{}, {}){}){}{}",
+                 opt_.index, p.name, assign.begin, assign.end, assign.shared ? " + shared/dense" : "", assign.epoch,
+                 static_.begin, static_.end, static_.shared ? " + shared/dense" : "",
+                 bytes > 0 ? fmt::format(": {:.1f} MiB of weights outside the start-up shard read ahead from the "
+                                         "checkpoint",
+                                         static_cast<double>(bytes) / (1 << 20))
+                           : std::string(),
+                 gpu_ ? "; computed on the CPU (the GPU holds the start-up shard)" : "");
+  }
+  if (changed && p.serving) stats_.reassignments++;
+  p.hs = *theirs;
+  p.assign = std::move(assign);
+  stats_.held_experts = p.assign.end - p.assign.begin;
   if (!p.serving) stats_.attention_serving++;  // before the ack: a peer that has it finds itself counted
-  size_t n = encode_handshake(FrameKind::hello_ack, mine_, p.hello_out.data());
+  Handshake ack = mine_;
+  ack.epoch = p.assign.epoch;
+  ack.expert_begin = static_cast<uint32_t>(p.assign.begin);
+  ack.expert_end = static_cast<uint32_t>(p.assign.end);
+  ack.holds_shared = p.assign.shared ? 1 : 0;
+  ack.n_parts = static_cast<uint16_t>(p.assign.n_parts);
+  ack.part_begin = static_cast<uint16_t>(p.assign.part_begin);
+  ack.part_end = static_cast<uint16_t>(p.assign.part_end);
+  size_t n = encode_handshake(FrameKind::hello_ack, ack, p.hello_out.data());
   AFD_ASSIGN_OR_RETURN(RequestId s, t_->post_send(p.id, tag, p.hello_out.data(), n));
   Completion cs = t_->wait(s, deadline_in_ms(opt_.peer_timeout_ms));
   if (cs.status.code() == StatusCode::timeout) t_->cancel(s), t_->wait(s, deadline_in_ms(1000));
+  const bool again = p.serving;
   p.serving = true;
-  spdlog::info("ffn worker {}: serving attention peer '{}' ({}, {} micro-batches, up to {} tokens)", opt_.index, p.name,
-               describe(*theirs), theirs->n_microbatches, theirs->max_tokens);
-  return Status::ok();
+  spdlog::info("ffn worker {}: {} attention peer '{}' ({}, {} micro-batches, up to {} tokens)", opt_.index,
+               again ? "handshake again with" : "serving", p.name, describe(*theirs), theirs->n_microbatches,
+               theirs->max_tokens);
+  // It may say hello again on this connection (a new assignment epoch).
+  return post_hello(p);
 }
 
 Status FfnWorker::post_frame_recv(Peer& p, int mb) {
@@ -310,6 +436,23 @@ bool FfnWorker::accept_frame(Peer& p, int mb) {
     bool moe = w_->config.is_moe_layer(v->header.layer);
     if (moe && v->header.top_k != mine_.top_k) bad = corrupt_data("MoE layer frame without its top-k routes");
     if (!moe && v->header.top_k != 0) bad = corrupt_data("dense layer frame with routes");
+  }
+  if (bad.is_ok() && v->header.epoch != p.assign.epoch) {
+    // Built for another assignment than the one this worker holds for the peer: computing
+    // it would return a partial over the wrong experts.
+    stats_.stale_frames++;
+    spdlog::warn("ffn worker {}: attention peer '{}' sent a frame for assignment epoch {} (layer {}, micro-batch {}, "
+                 "step {}), but holds epoch {} here: answering with an error",
+                 opt_.index, p.name, v->header.epoch, v->header.layer, mb, v->header.step, p.assign.epoch);
+    send_error(p, mb, v->header.layer, v->header.step,
+               "assignment epoch mismatch: the frame was built for epoch " + std::to_string(v->header.epoch) +
+                   ", this FFN worker holds epoch " + std::to_string(p.assign.epoch) +
+                   " for this attention worker (experts [" + std::to_string(p.assign.begin) + ", " +
+                   std::to_string(p.assign.end) + ")); handshake again");
+    s.expect_layer = -1;
+    if (Status st = post_frame_recv(p, mb); !st.is_ok())
+      spdlog::warn("ffn worker {}: re-posting a receive for '{}': {}", opt_.index, p.name, st.to_string());
+    return false;
   }
   if (!bad.is_ok()) {
     stats_.bad_frames++;
@@ -450,7 +593,9 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     }
   }
 
-  // Aggregate: dequantise every member's frame straight into the batch.
+  // Aggregate: dequantise every member's frame straight into the batch. Members holding the
+  // same assignment (all of them, except while attention workers change epochs) are computed
+  // in one ffn_part call: ordered so that each assignment's rows are contiguous.
   struct Member {
     Peer* p;
     int64_t off, n;
@@ -460,13 +605,21 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
   const int64_t H = mine_.hidden;
   const bool moe = w_->config.is_moe_layer(layer);
   const int64_t K = moe ? mine_.top_k : 0;
-  int64_t total = 0;
   for (auto& q : peers_) {
     if (!q->serving || static_cast<size_t>(mb) >= q->mbs.size()) continue;
     MbSlot& s = q->mbs[static_cast<size_t>(mb)];
     if (!s.ready || s.view.header.layer != layer) continue;
-    members.push_back(Member{q.get(), total, s.view.header.n_tokens, s.view.header.step});
-    total += s.view.header.n_tokens;
+    members.push_back(Member{q.get(), 0, s.view.header.n_tokens, s.view.header.step});
+  }
+  std::stable_sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
+    const Assignment &x = a.p->assign, &y = b.p->assign;
+    return std::tie(x.begin, x.end, x.shared, x.n_parts, x.part_begin, x.part_end) <
+           std::tie(y.begin, y.end, y.shared, y.n_parts, y.part_begin, y.part_end);
+  });
+  int64_t total = 0;
+  for (auto& m : members) {
+    m.off = total;
+    total += m.n;
   }
   h_.resize(static_cast<size_t>(total * H));
   out_.resize(static_cast<size_t>(total * H));
@@ -486,50 +639,103 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     if (!st.is_ok())
       spdlog::warn("ffn worker {}: re-posting a receive for '{}': {}", opt_.index, m.p->name, st.to_string());
   }
+  // Replies are written into the members' send buffers (several parts: as each part is
+  // computed), so their previous sends must be out.
+  for (auto& m : members) {
+    MbSlot& s = m.p->mbs[static_cast<size_t>(mb)];
+    wait_send(s.send_id, &s.send_live);
+  }
+  std::vector<int64_t> reply_rows(members.size(), 0);
+  auto payload_of = [&](size_t i) {
+    return reinterpret_cast<uint16_t*>(members[i].p->mbs[static_cast<size_t>(mb)].send.data() + kFrameHeaderBytes);
+  };
+  const bool model_shared = w_->config.shared_expert_intermediate_size > 0;
   const int64_t t0 = now_ns();
-  if (gpu_) {
-    Status gs = gpu_->run(layer, h_.data(), total, K > 0 ? ids_.data() : nullptr, K > 0 ? wts_.data() : nullptr,
-                          out_.data());
-    if (!gs.is_ok()) {
-      spdlog::error("ffn worker {}: GPU FFN failed ({}); computing on the CPU from now on", opt_.index, gs.to_string());
-      gpu_.reset();
+  int64_t expert_rows = 0;
+  std::vector<std::pair<size_t, size_t>> single;  // member ranges whose group holds one part
+  for (size_t g0 = 0; g0 < members.size();) {
+    const Assignment& a = members[g0].p->assign;
+    size_t g1 = g0 + 1;
+    int64_t n = members[g0].n;
+    while (g1 < members.size() && members[g1].p->assign.same_experts(a)) n += members[g1++].n;
+    const int64_t off = members[g0].off;
+    const size_t first = g0;
+    g0 = g1;
+    if (n == 0) continue;
+    const int32_t* ids = K > 0 ? ids_.data() + off * K : nullptr;
+    const float* wts = K > 0 ? wts_.data() + off * K : nullptr;
+    if (a.parts.size() <= 1) {
+      bool done = false;
+      if (gpu_ && a.same_range(static_)) {  // the GPU holds the start-up shard's weights only
+        Status gs = gpu_->run(layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H);
+        if (gs.is_ok()) {
+          done = true;
+        } else {
+          spdlog::error("ffn worker {}: GPU FFN failed ({}); computing on the CPU from now on", opt_.index,
+                        gs.to_string());
+          gpu_.reset();
+        }
+      }
+      if (!done) {
+        part_.experts_mask = a.mask;  // reuses its capacity
+        part_.include_shared = a.shared;
+        ffn_part(*w_, layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H, part_, &scratch_, pool_);
+      }
+      for (int64_t t = 0; t < n * K; ++t) expert_rows += a.mask[static_cast<size_t>(ids[t])];  // ids range-checked
+      single.emplace_back(first, g1);
+      continue;
+    }
+    // Several parts: each computed and rounded on its own, and replied as its own rows (the
+    // tokens of the frame that touch the part, in frame order), part after part.
+    for (const Part& pt : a.parts) {
+      part_.experts_mask = pt.mask;
+      part_.include_shared = pt.shared;
+      ffn_part(*w_, layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H, part_, &scratch_, pool_);
+      for (size_t i = first; i < g1; ++i) {
+        const Member& m = members[i];
+        uint16_t* reply = payload_of(i);
+        for (int64_t t = 0; t < m.n; ++t) {
+          const int64_t r = m.off + t;
+          bool touches = pt.shared && (K == 0 || model_shared);
+          for (int64_t k = 0; k < K && !touches; ++k) touches = pt.mask[static_cast<size_t>(ids_[static_cast<size_t>(r * K + k)])];
+          if (!touches) continue;
+          kernels::f32_to_bf16_row(out_.data() + r * H, H, reply + reply_rows[i] * H);
+          ++reply_rows[i];
+        }
+      }
+      for (int64_t t = 0; t < n * K; ++t) expert_rows += pt.mask[static_cast<size_t>(ids[t])];
     }
   }
-  if (!gpu_) {
-    ffn_part(*w_, layer, h_.data(), total, K > 0 ? ids_.data() : nullptr, K > 0 ? wts_.data() : nullptr,
-             out_.data(), part_, &scratch_, pool_);
-  }
   const int64_t t1 = now_ns();
+  for (auto [b0, b1] : single) {
+    for (size_t i = b0; i < b1; ++i) {
+      kernels::f32_to_bf16_row(out_.data() + members[i].off * H, members[i].n * H, payload_of(i));
+      reply_rows[i] = members[i].n;
+    }
+  }
   stats_.ffn_ns += t1 - t0;
   if (opt_.on_batch) opt_.on_batch(layer, mb, t0, t1, total);
   stats_.batches++;
   stats_.tokens += total;
-  if (K > 0) {
-    int64_t rows = 0;  // ids were range-checked when the frame was decoded
-    for (int64_t t = 0; t < total * K; ++t)
-      rows += part_.experts_mask[static_cast<size_t>(ids_[static_cast<size_t>(t)])];
-    stats_.expert_rows += rows;
-  }
+  if (K > 0) stats_.expert_rows += expert_rows;
   stats_.frames += static_cast<int64_t>(members.size());
   if (members.size() > 1) stats_.multi_peer_batches++;
   stats_.batch_tokens[FfnWorkerStats::token_bucket(total)]++;
 
-  // Reply: each member's rows in BF16.
-  for (auto& m : members) {
+  // Reply: each member's rows in BF16 (one per token, or per (token, part) with several parts).
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Member& m = members[i];
     MbSlot& s = m.p->mbs[static_cast<size_t>(mb)];
-    wait_send(s.send_id, &s.send_live);
-    uint8_t* payload = s.send.data() + kFrameHeaderBytes;
-    kernels::f32_to_bf16_row(out_.data() + m.off * H, m.n * H, reinterpret_cast<uint16_t*>(payload));
     FrameHeader h;
     h.kind = FrameKind::f2a;
     h.layer = layer;
     h.microbatch = static_cast<uint16_t>(mb);
     h.step = m.step;
-    h.n_tokens = static_cast<uint32_t>(m.n);
+    h.n_tokens = static_cast<uint32_t>(reply_rows[i]);
     h.hidden = static_cast<uint32_t>(H);
-    h.payload_bytes = f2a_payload_bytes(m.n, H);
+    h.payload_bytes = f2a_payload_bytes(reply_rows[i], H);
     h.ffn_us = static_cast<uint32_t>(std::min<int64_t>((t1 - t0) / 1000, UINT32_MAX));
-    encode_header(h, payload, s.send.data());
+    encode_header(h, s.send.data() + kFrameHeaderBytes, s.send.data());
     auto r = t_->post_send(m.p->id, frame_tag(TagFamily::f2a, static_cast<uint32_t>(mb)), s.send.data(),
                            kFrameHeaderBytes + h.payload_bytes);
     if (r.ok()) {

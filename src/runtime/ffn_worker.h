@@ -18,6 +18,17 @@
 // the probe tag is answered with a pong from this loop — between batches and while it
 // waits for stragglers — so an attention worker can tell a silent FFN worker from an idle one.
 //
+// Expert assignment (docs/PROTOCOL.md, "Expert re-homing"): an attention worker's hello says
+// what this worker holds *for it*: epoch 0, the experts it was started with (its shard);
+// epoch >= 1, an explicit range of whole experts (+ shared/dense), which may lie outside the
+// start-up shard — every expert's weights are views into the checkpoint's mmap, so taking
+// over another worker's experts only maps more pages (prefetched when adopted). A worker with
+// TP degree > 1 holds sliced copies and refuses any assignment but epoch 0. An attention
+// worker may say hello again on the same connection (a new epoch): frames of its abandoned
+// pass are dropped, and an a2f frame stamped with another epoch than the peer's current one
+// is answered with an error frame. Attention workers with different assignments (one of them
+// mid-change) are computed in one ffn_part call per distinct assignment.
+//
 // Faults: a malformed frame is answered with an error frame (the attention side gets a
 // clear Status) and logged; a lost attention worker is dropped from aggregation and taken
 // back, after a new handshake, when it reconnects. None of these stop the worker.
@@ -87,6 +98,9 @@ struct FfnWorkerStats {
   std::atomic<int64_t> peer_losses{0};    // accepted attention workers lost (disconnect, replaced)
   std::atomic<int64_t> late_peers{0};     // an expected frame later than peer_timeout_ms: served without it
   std::atomic<int64_t> probes{0};         // liveness pings answered
+  std::atomic<int64_t> reassignments{0};  // hellos that changed an attention worker's expert assignment
+  std::atomic<int64_t> stale_frames{0};   // a2f frames of another assignment epoch (answered with an error)
+  std::atomic<int64_t> held_experts{0};   // routed experts held for the last attention worker that said hello
   // Tokens per aggregated batch: batch_tokens[i] counts batches of at most 2^i tokens
   // (and more than 2^(i-1)); the last bucket holds everything larger (non-cumulative).
   static constexpr int kTokenBuckets = 15;  // 1, 2, 4, ..., 8192, more
@@ -114,6 +128,29 @@ class FfnWorker {
   const FfnWorkerOptions& options() const { return opt_; }
 
  private:
+  // The experts held for one attention worker (its last accepted hello): one part (the
+  // start-up shard at epoch 0, or one part of n_parts) or several consecutive parts, each
+  // computed, rounded and replied separately.
+  struct Part {
+    int64_t begin = 0, end = 0;  // routed experts [begin, end)
+    bool shared = false;         // + the shared expert / dense layers
+    std::vector<uint8_t> mask;   // [n_experts]
+  };
+  struct Assignment {
+    uint32_t epoch = 0;          // 0: the start-up shard
+    int64_t begin = 0, end = 0;  // routed experts [begin, end) (all parts)
+    bool shared = false;         // shared expert / dense layers
+    std::vector<uint8_t> mask;   // [n_experts]
+    int n_parts = 0, part_begin = 0, part_end = 0;  // epoch >= 1: parts [part_begin, part_end) of n_parts
+    std::vector<Part> parts;     // [part_end - part_begin]; one entry at epoch 0
+    // The same routed experts and shared part (however cut into parts).
+    bool same_range(const Assignment& o) const { return begin == o.begin && end == o.end && shared == o.shared; }
+    // The same experts cut into the same parts: computed and replied the same way.
+    bool same_experts(const Assignment& o) const {
+      return begin == o.begin && end == o.end && shared == o.shared && n_parts == o.n_parts &&
+             part_begin == o.part_begin && part_end == o.part_end;
+    }
+  };
   struct MbSlot {
     comm::FrameBuffer recv, send;
     comm::RequestId recv_id = 0, send_id = 0;
@@ -133,6 +170,7 @@ class FfnWorker {
     bool connected = false;
     bool serving = false;     // handshake accepted
     comm::Handshake hs;
+    Assignment assign;
     comm::FrameBuffer hello_in, hello_out;
     comm::RequestId hello_id = 0;
     bool hello_live = false;
@@ -147,6 +185,13 @@ class FfnWorker {
   void handle_events();
   Status post_hello(Peer& p);
   Status on_hello(Peer& p, const comm::Completion& c);
+  // What the hello asks this worker to hold; invalid_argument (a refusal) when it cannot.
+  Result<Assignment> assignment_for(const comm::Handshake& theirs) const;
+  // Ends every posted receive and send of p's micro-batch slots (before reallocating them).
+  void end_mb_ops(Peer& p);
+  // Reply rows per token at most for an assignment: 1 for one part, else the parts a token
+  // can touch (at most top_k routed parts + the shared part).
+  int64_t rows_per_token(const Assignment& a) const;
   Status post_frame_recv(Peer& p, int mb);
   Status post_ping_recv(Peer& p);
   void answer_ping(Peer& p, const comm::Completion& c);  // a completed ping receive: pong, re-post
@@ -165,6 +210,7 @@ class FfnWorker {
   FfnWorkerOptions opt_;
   ThreadPool* pool_;
   comm::Handshake mine_;
+  Assignment static_;  // the start-up shard (epoch 0)
   FfnPartOptions part_;
   comm::A2fLimits limits_;
   std::vector<std::unique_ptr<Peer>> peers_;

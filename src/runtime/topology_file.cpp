@@ -134,7 +134,7 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
   if (!j.is_object()) return invalid_argument(origin + ": must be a JSON object");
   Fields top(j, origin, "");
   AFD_RETURN_IF_ERROR(top.check_keys({"model", "precision", "kv_dtype", "microbatches", "threads", "ffn_timeout_ms",
-                                      "ffn_connect_timeout_ms", "ffn_probe_ms", "peer_timeout_ms", "ffn_tp", "ucx_spin_us", "scheduler",
+                                      "ffn_connect_timeout_ms", "ffn_probe_ms", "ffn_takeover_s", "ffn_parts", "peer_timeout_ms", "ffn_tp", "ucx_spin_us", "scheduler",
                                       "frontend", "attention", "ffn"}));
   TopologyFile t;
   TopologyWorker defaults;
@@ -148,6 +148,8 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
   AFD_RETURN_IF_ERROR(top.integer("ffn_timeout_ms", &t.ffn_timeout_ms, 1, 86400000));
   AFD_RETURN_IF_ERROR(top.integer("ffn_connect_timeout_ms", &t.ffn_connect_timeout_ms, 1, 86400000));
   AFD_RETURN_IF_ERROR(top.integer("ffn_probe_ms", &t.ffn_probe_ms, 0, 86400000));
+  AFD_RETURN_IF_ERROR(top.integer("ffn_takeover_s", &t.ffn_takeover_s, 0, 86400));
+  AFD_RETURN_IF_ERROR(top.integer("ffn_parts", &t.ffn_parts, 0, 64));
   AFD_RETURN_IF_ERROR(top.integer("peer_timeout_ms", &t.peer_timeout_ms, 1, 86400000));
   AFD_RETURN_IF_ERROR(top.integer("ffn_tp", &t.ffn_tp, 1, 64));
   AFD_RETURN_IF_ERROR(top.integer("ucx_spin_us", &t.ucx_spin_us, 0, 1000000));

@@ -9,6 +9,8 @@
 //     "precision": "fast", "kv_dtype": "bf16", "microbatches": 2, "threads": 0,
 //     "ffn_timeout_ms": 10000, "ffn_connect_timeout_ms": 60000, "peer_timeout_ms": 10000,
 //     "ffn_probe_ms": 1000,                    // optional; afd worker --ffn-probe-ms (0: off)
+//     "ffn_takeover_s": 10,                    // optional; afd worker --ffn-takeover-s (0: never)
+//     "ffn_parts": 0,                          // optional; afd worker --ffn-parts (0: len(ffn))
 //     "ffn_tp": 1,                             // optional FFN TP degree, divides len(ffn)
 //     "ucx_spin_us": 200,                      // optional; afd worker --ucx-spin-us
 //     "scheduler": {"max_running": 64, "max_queue": 1024, "max_batch_tokens": 1024,
@@ -77,6 +79,8 @@ struct TopologyFile {
   int ffn_timeout_ms = 10000;
   int ffn_connect_timeout_ms = 60000;
   int ffn_probe_ms = 1000;
+  int ffn_takeover_s = -1;  // -1: not given (the flag's default)
+  int ffn_parts = 0;        // 0: len(ffn)
   int peer_timeout_ms = 10000;
   int ffn_tp = 1;  // FFN tensor-parallel degree; divides ffn.size()
   int ucx_spin_us = -1;  // -1: the transport's default

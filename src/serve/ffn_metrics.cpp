@@ -77,6 +77,15 @@ std::string render_ffn_worker_metrics(std::span<const FfnWorkerSample> workers, 
          [&](const FfnWorkerStats& s) { return as_d(s.late_peers.load()); });
   family("afd_ffn_probes_total", "counter", "Liveness pings from attention workers answered.",
          [&](const FfnWorkerStats& s) { return as_d(s.probes.load()); });
+  family("afd_ffn_reassignments_total", "counter",
+         "Handshakes that changed an attention worker's expert assignment (takeovers, rebalances).",
+         [&](const FfnWorkerStats& s) { return as_d(s.reassignments.load()); });
+  family("afd_ffn_stale_frames_total", "counter",
+         "Frames built for another assignment epoch than the attention worker's current one (answered with an error).",
+         [&](const FfnWorkerStats& s) { return as_d(s.stale_frames.load()); });
+  family("afd_ffn_held_experts", "gauge",
+         "Routed experts this worker holds for the attention worker that last said hello.",
+         [&](const FfnWorkerStats& s) { return as_d(s.held_experts.load()); });
   prom_header(&o, "afd_ffn_batch_tokens", "histogram", "Tokens per aggregated batch.");
   for (const FfnWorkerSample& w : workers) {
     const FfnWorkerStats& s = *w.stats;
@@ -103,6 +112,61 @@ std::string render_ffn_worker_metrics(std::span<const FfnWorkerSample> workers, 
            const double up = uptime(s);
            return up > 0 ? std::max(0.0, 1.0 - as_d(s.ffn_ns.load()) * 1e-9 / up) : 1.0;
          });
+  return o;
+}
+
+namespace {
+// A Prometheus label value: backslash, double quote and newline escaped (member names come
+// from the peers).
+std::string label_value(const std::string& v) {
+  std::string r;
+  for (char c : v) {
+    if (c == '\\' || c == '"') r += '\\';
+    if (c == '\n') {
+      r += "\\n";
+      continue;
+    }
+    r += c;
+  }
+  return r;
+}
+}  // namespace
+
+std::string render_ffn_membership_metrics(std::span<const FfnMembershipSample> engines) {
+  std::string o;
+  auto family = [&](const char* name, const char* type, const char* help, auto value) {
+    prom_header(&o, name, type, help);
+    for (const FfnMembershipSample& e : engines)
+      o += std::string(name) + "{" + e.labels + "} " + prom_num(static_cast<double>(value(e.membership))) + "\n";
+  };
+  family("afd_ffn_epoch", "gauge",
+         "FFN expert assignment epoch (0: the FFN workers hold the shards they were started with; each takeover, "
+         "rejoin or membership change starts the next).",
+         [](const FfnMembership& m) { return m.epoch; });
+  family("afd_ffn_live_workers", "gauge", "FFN workers holding experts in the current assignment.",
+         [](const FfnMembership& m) { return m.assigned; });
+  family("afd_ffn_takeovers_total", "counter",
+         "FFN workers whose experts the others took over after --ffn-takeover-s unreachable.",
+         [](const FfnMembership& m) { return m.takeovers; });
+  family("afd_ffn_rejoins_total", "counter", "FFN workers that joined the assignment (back after a loss, or added).",
+         [](const FfnMembership& m) { return m.rejoins; });
+  family("afd_ffn_leaves_total", "counter",
+         "FFN workers that left the assignment otherwise (removed from the membership, refused their assignment).",
+         [](const FfnMembership& m) { return m.leaves; });
+  auto label = [](const FfnMembershipSample& e, const FfnMembership::Member& x) {
+    return e.labels + ",member=\"" + label_value(x.name) + "\",address=\"" + label_value(x.address) + "\"";
+  };
+  prom_header(&o, "afd_ffn_member_assigned", "gauge", "1 if this FFN worker holds experts in the current assignment.");
+  for (const FfnMembershipSample& e : engines)
+    for (const auto& x : e.membership.members)
+      if (!x.removed) o += "afd_ffn_member_assigned{" + label(e, x) + "} " + (x.assigned ? "1" : "0") + "\n";
+  prom_header(&o, "afd_ffn_member_unreachable_seconds", "gauge",
+              "How long this FFN worker has been unreachable (0: reachable).");
+  for (const FfnMembershipSample& e : engines)
+    for (const auto& x : e.membership.members)
+      if (!x.removed)
+        o += "afd_ffn_member_unreachable_seconds{" + label(e, x) + "} " +
+             prom_num(static_cast<double>(x.unreachable_ms) * 1e-3) + "\n";
   return o;
 }
 

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/status.h"
+#include "runtime/ffn_client.h"
 #include "runtime/ffn_worker.h"
 #include "serve/http_common.h"
 
@@ -49,6 +50,17 @@ FfnWorkerSample ffn_worker_sample(const FfnWorker& w, std::string id = "");
 // 1 - rate(afd_ffn_compute_seconds_total)). Used by FFN worker processes and, for in-process
 // bundles, appended to the service's /metrics.
 std::string render_ffn_worker_metrics(std::span<const FfnWorkerSample> workers, int64_t now_ns);
+
+// An attention engine's FFN membership (FfnClient::membership()); `labels` (Prometheus
+// label pairs, e.g. worker="0",engine="1") name it in every sample.
+struct FfnMembershipSample {
+  std::string labels;
+  FfnMembership membership;
+};
+// Prometheus text of the attention engines' FFN memberships: the assignment epoch, FFN
+// workers in it (live), takeovers / rejoins / other leaves so far, and per member whether it
+// is assigned and how long it has been unreachable.
+std::string render_ffn_membership_metrics(std::span<const FfnMembershipSample> engines);
 
 // GET /metrics -> metrics() as text/plain (Prometheus 0.0.4); GET /health -> health()'s
 // status code and JSON body. Anything else: 404 with an OpenAI-style error body. Runs on

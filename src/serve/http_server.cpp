@@ -100,6 +100,21 @@ void HttpServer::install_routes() {
   s.get("/metrics", [this](const http::Request&, http::Response& res) {
     res.set_content(metrics_->render(), "text/plain; version=0.0.4");
   });
+  // FFN membership (serve/ffn_admin.h). Protected like the API: with an API key, the same
+  // Bearer check as /v1/* (the pre-routing check covers /v1/ only).
+  auto admin = [this](const http::Request& req, http::Response& res) {
+    if (!opt_.api_key.empty()) {
+      const std::string auth = req.get_header_value("Authorization");
+      if (auth.rfind("Bearer ", 0) != 0 || !constant_time_equal(auth.substr(7), opt_.api_key))
+        return send_error(res, 401, "invalid or missing API key (Authorization: Bearer <key>)", opt_.retry_after_s);
+    }
+    if (!ffn_admin_) return send_error(res, 404, "no FFN membership here (not an AFD attention worker)", opt_.retry_after_s);
+    auto [code, body] = ffn_admin_(req.method, req.body);
+    res.status = code;
+    res.set_content(body, "application/json");
+  };
+  s.get("/admin/ffn", admin);
+  s.post("/admin/ffn", admin);
   s.get("/v1/models", [this](const http::Request&, http::Response& res) {
     json m = {{"object", "list"},
               {"data", json::array({{{"id", model_.limits.model_name},

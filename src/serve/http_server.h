@@ -1,6 +1,7 @@
 // HttpServer: the OpenAI-compatible HTTP API (on the HTTP layer, serve/http/).
 //   POST /v1/completions, /v1/chat/completions (JSON or SSE streaming)
 //   GET  /v1/models, /health, /metrics
+//   GET, POST /admin/ffn (AFD attention workers: the FFN membership, set_ffn_admin)
 // Binds 127.0.0.1 unless told otherwise; an optional API key is checked (constant time)
 // on /v1/*. Handlers run on the HTTP layer's handler pool; each generation request waits on its
 // RequestChannel while a Scheduler thread produces tokens.
@@ -8,9 +9,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -45,6 +48,9 @@ std::string config_fingerprint_hex(const ModelServing& m);
 // "model":NAME,"model_config":config_fingerprint_hex(m)}.
 std::string attention_health_body(const ModelServing& m);
 
+// An administrative route's handler: (method, body) -> (HTTP status, JSON body).
+using AdminFn = std::function<std::pair<int, std::string>(const std::string& method, const std::string& body)>;
+
 class HttpServer {
  public:
   // workers, router and metrics must outlive the server.
@@ -63,6 +69,9 @@ class HttpServer {
   // request to a scheduler, and every scheduler is idle, i.e. every accepted request has
   // produced its last event. Thread-safe.
   bool drained() const;
+  // GET/POST /admin/ffn (serve/ffn_admin.h), checked against the API key as /v1/* is; 404
+  // while unset. Set before run().
+  void set_ffn_admin(AdminFn fn) { ffn_admin_ = std::move(fn); }
 
  private:
   void install_routes();
@@ -79,6 +88,7 @@ class HttpServer {
   std::atomic<bool> draining_{false};
   std::atomic<int> admitting_{0};  // handlers past the draining check, before submit() returned
   int64_t created_ = 0;
+  AdminFn ffn_admin_;
 };
 
 }  // namespace afd::serve

@@ -32,6 +32,7 @@ Result<std::unique_ptr<Service>> Service::create(const ServiceOptions& opt, std:
   const int64_t block = std::max<int64_t>(1, s->engines_[0]->kv_usage().block_size);
   s->router_ = std::make_unique<Router>(n, [m](int w) { return m->worker(w).token_load.load(); }, block);
   s->http_ = std::make_unique<HttpServer>(opt.server, s->model_, raw, s->router_.get(), m);
+  if (opt.ffn_admin) s->http_->set_ffn_admin(opt.ffn_admin);
   return s;
 }
 

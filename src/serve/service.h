@@ -22,6 +22,7 @@ struct ServiceOptions {
   std::string model_dir;   // holds tokenizer.json and (optionally) tokenizer_config.json
   std::string model_name;  // served model id; empty: the directory's last component
   int64_t max_context = 0; // 0: the model's max_position_embeddings
+  AdminFn ffn_admin;       // GET/POST /admin/ffn (HttpServer::set_ffn_admin); empty: 404
 };
 
 class Service {

@@ -139,6 +139,18 @@ void write_seeds(const std::string& dir) {
   std::vector<uint8_t> b(kFrameHeaderBytes + kMaxReasonBytes);
   b.resize(encode_handshake(FrameKind::hello, hs, b.data()));
   write_seed(dir, "hello", b);
+  {  // An explicit assignment (epoch >= 1): parts [1, 3) of 4.
+    Handshake e = hs;
+    e.epoch = 2;
+    e.n_parts = 4;
+    e.part_begin = 1;
+    e.part_end = 3;
+    e.expert_begin = static_cast<uint32_t>(1 * e.n_experts / 4);
+    e.expert_end = static_cast<uint32_t>(3 * e.n_experts / 4);
+    b.resize(kFrameHeaderBytes + kMaxReasonBytes);
+    b.resize(encode_handshake(FrameKind::hello, e, b.data()));
+    write_seed(dir, "hello_epoch", b);
+  }
   hs.role = Role::ffn;
   hs.expert_begin = 4;
   hs.expert_end = 8;
@@ -208,6 +220,15 @@ void check_handshake(const uint8_t* data, size_t len) {
     if (s->tp_rank >= s->tp_degree && s->role == Role::ffn) fail("handshake TP rank not below its degree");
     if (s->expert_begin > s->expert_end || s->expert_end > s->n_experts) fail("handshake expert range outside the model");
     if (s->role == Role::attention && (s->n_microbatches < 1 || s->n_microbatches > 16)) fail("handshake micro-batches");
+    if (s->epoch > 0) {
+      const uint64_t P = s->n_parts;
+      if (P < 1 || P > 64 || s->part_begin >= s->part_end || s->part_end > P) fail("handshake parts not a range of 1..64");
+      if (s->expert_begin != s->part_begin * uint64_t{s->n_experts} / P ||
+          s->expert_end != s->part_end * uint64_t{s->n_experts} / P || (s->holds_shared != 0) != (s->part_begin == 0))
+        fail("handshake parts and experts disagree");
+    } else if (s->n_parts != 0 || s->part_begin != 0 || s->part_end != 0) {
+      fail("handshake of epoch 0 with parts");
+    }
     (void)describe(*s);
   }
 }

@@ -2,6 +2,8 @@
 // valid frames randomly and checks decoding returns errors without crashing.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -116,7 +118,29 @@ TEST(Protocol, F2aCarriesTheFfnTime) {
   auto d = decode_header(buf.data(), kFrameHeaderBytes + h.payload_bytes);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   EXPECT_EQ(d->ffn_us, 123456u);
+  EXPECT_EQ(d->epoch, 0u);  // bytes 36..39 are the compute time in an f2a frame
   EXPECT_EQ(d->layer, 3u);
+}
+
+// Version 4: an a2f frame carries the assignment epoch it was built for (header bytes 36..39,
+// which an f2a frame uses for its compute time).
+TEST(Protocol, A2fCarriesTheAssignmentEpoch) {
+  AlignedBuf buf(1 << 12);
+  FrameHeader h;
+  h.kind = FrameKind::a2f;
+  h.granularity = ScaleGranularity::per_token;
+  h.epoch = 7;
+  h.ffn_us = 99;  // not an a2f field: not written
+  h.hidden = 8;
+  h.payload_bytes = 0;
+  encode_header(h, nullptr, buf.data());
+  auto d = decode_header(buf.data(), kFrameHeaderBytes);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->epoch, 7u);
+  EXPECT_EQ(d->ffn_us, 0u);
+  uint32_t raw;
+  std::memcpy(&raw, buf.data() + 36, 4);
+  EXPECT_EQ(raw, 7u);
 }
 
 TEST(Protocol, BadScaleAndWeightAreRejected) {
@@ -264,8 +288,53 @@ TEST(Protocol, HandshakeRoundTripAndMismatch) {
   EXPECT_EQ(s.code(), StatusCode::invalid_argument);
   EXPECT_NE(s.message().find("fingerprint"), std::string::npos) << s.message();
   f.fingerprint = a.fingerprint;
+  // y is not compared (the FFN membership may change while the deployment runs); x is.
   f.n_ffn = 2;
+  EXPECT_TRUE(check_handshake_match(a, f).is_ok());
+  f.n_attention = 3;
   EXPECT_NE(check_handshake_match(a, f).message().find("topologies differ"), std::string::npos);
+}
+
+// Version 4: the attention hello carries an expert assignment and its epoch; the ack echoes
+// the epoch with the range the FFN worker now holds.
+TEST(Protocol, HandshakeCarriesTheAssignmentEpoch) {
+  AlignedBuf buf(256);
+  Handshake a = attention_hs();  // 8 experts
+  a.epoch = 3;
+  a.n_parts = 4;
+  a.part_begin = 0;
+  a.part_end = 3;
+  a.expert_begin = 0;
+  a.expert_end = 6;
+  a.holds_shared = 1;
+  size_t len = encode_handshake(FrameKind::hello, a, buf.data());
+  EXPECT_EQ(len, kFrameHeaderBytes + 64);
+  auto d = decode_handshake(buf.data(), len, FrameKind::hello);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->epoch, 3u);
+  EXPECT_EQ(d->n_parts, 4);
+  EXPECT_EQ(d->part_begin, 0);
+  EXPECT_EQ(d->part_end, 3);
+  EXPECT_EQ(d->expert_begin, 0u);
+  EXPECT_EQ(d->expert_end, 6u);
+  EXPECT_EQ(d->holds_shared, 1);
+  EXPECT_NE(describe(*d).find("assignment epoch 3 (parts [0, 3) of 4: experts [0, 6) + shared/dense)"),
+            std::string::npos)
+      << describe(*d);
+  // Parts and experts must say the same; parts must be a range within n_parts; epoch 0 has none.
+  for (auto bad : std::vector<std::function<void(Handshake&)>>{
+           [](Handshake& h) { h.expert_end = 5; },
+           [](Handshake& h) { h.holds_shared = 0; },
+           [](Handshake& h) { h.part_end = 5; },
+           [](Handshake& h) { h.part_begin = 3; },
+           [](Handshake& h) { h.n_parts = 0; },
+           [](Handshake& h) { h.epoch = 0; }}) {
+    Handshake b = a;
+    bad(b);
+    len = encode_handshake(FrameKind::hello, b, buf.data());
+    EXPECT_EQ(decode_handshake(buf.data(), len, FrameKind::hello).status().code(), StatusCode::corrupt_data)
+        << describe(b);
+  }
 }
 
 // Version 2: FFN workers announce their TP rank/degree; the attention side its expected degree.

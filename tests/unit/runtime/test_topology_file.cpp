@@ -14,7 +14,7 @@ namespace {
 
 const char* kGood = R"({
   "model": "/m/default", "precision": "reference", "microbatches": 2, "threads": 3,
-  "peer_timeout_ms": 500, "ffn_probe_ms": 250,
+  "peer_timeout_ms": 500, "ffn_probe_ms": 250, "ffn_takeover_s": 4, "ffn_parts": 3,
   "frontend": {"listen": "0.0.0.0:8000", "api_key": "k"},
   "attention": [{"address": "a1:8101", "listen": "0.0.0.0:8101"},
                 {"address": "a2:8101", "microbatches": 4, "model": "/m/other"}],
@@ -30,6 +30,8 @@ TEST(TopologyFile, ParsesEveryField) {
   EXPECT_EQ(t->peer_timeout_ms, 500);
   EXPECT_EQ(t->ffn_timeout_ms, 10000);
   EXPECT_EQ(t->ffn_probe_ms, 250);
+  EXPECT_EQ(t->ffn_takeover_s, 4);
+  EXPECT_EQ(t->ffn_parts, 3);
   EXPECT_EQ(t->frontend.listen, "0.0.0.0:8000");
   EXPECT_EQ(t->frontend.api_key, "k");
   EXPECT_EQ(t->frontend.model_dir, "/m/default");
@@ -47,6 +49,7 @@ TEST(TopologyFile, ParsesEveryField) {
   auto t0 = parse_topology_file(none, "t.json");
   ASSERT_TRUE(t0.ok()) << t0.status().to_string();
   EXPECT_EQ(t0->attention[0].microbatches, 0);
+  EXPECT_EQ(t0->ffn_takeover_s, 4);
   EXPECT_EQ(t0->attention[1].microbatches, 4);
   EXPECT_EQ(t0->ffn[0].metrics_listen, "");  // no metrics server unless asked
   std::string with_metrics(kGood);
