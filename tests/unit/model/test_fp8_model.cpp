@@ -284,6 +284,49 @@ TEST(Fp8Model, QuantizedLogitsEqualDequantizedCheckpoint) {
   EXPECT_LT(fast.median_row, 0.1 * fast.max_logit + 0.05);
 }
 
+// The deviation FP8 block quantization causes on make-model presets (docs/ACCURACY.md, "FP8
+// weights"): `afd quantize --fp8` of the bf16 checkpoint against that checkpoint, teacher-forced
+// on the bf16 model's own greedy continuation, in reference and in fast precision. The tiny
+// preset always runs (with loose bounds); AFD_FP8_ACCURACY_PRESETS=tiny,small measures others.
+void measure_preset(const std::string& preset) {
+  TempDir d("afd_fp8_accuracy_" + preset);
+  const ModelConfig c = *make_preset_config(Arch::qwen3_moe, preset);
+  const std::string bf = make(c, d.file("bf16"), DType::bf16);
+  ConvertOptions q;
+  ASSERT_TRUE(convert_checkpoint(bf, d.file("fp8"), q).ok());
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43, 38, 32, 79};
+  std::vector<int32_t> seq = prompt;
+  const std::vector<int32_t> gen = greedy(bf, Precision::reference, prompt, 48);
+  seq.insert(seq.end(), gen.begin(), gen.end());
+  for (Precision p : {Precision::reference, Precision::fast}) {
+    const Deviation dv = deviation(forward_logits(d.file("fp8"), p, seq), forward_logits(bf, p, seq), c.vocab_size);
+    std::printf("| %s | FP8 vs bf16 weights | %s | %zu | %.4f | %.4f | %.3f | %.3f |\n", preset.c_str(),
+                p == Precision::reference ? "reference" : "fast", seq.size(), dv.max_abs, dv.median_row, dv.max_logit,
+                dv.argmax_agree);
+    EXPECT_GT(dv.max_abs, 0.0);
+    EXPECT_LT(dv.median_row, 0.25 * dv.max_logit) << preset;
+    EXPECT_GE(dv.argmax_agree, 0.5) << preset;
+  }
+  // For scale: the same values rounded to bf16 instead of kept in f32 (what a bf16 checkpoint
+  // already costs).
+  const std::string f32 = make(c, d.file("f32"), DType::f32);
+  const Deviation base =
+      deviation(forward_logits(bf, Precision::reference, seq), forward_logits(f32, Precision::reference, seq), c.vocab_size);
+  std::printf("| %s | bf16 vs f32 weights | reference | %zu | %.4f | %.4f | %.3f | %.3f |\n", preset.c_str(), seq.size(),
+              base.max_abs, base.median_row, base.max_logit, base.argmax_agree);
+}
+
+TEST(Fp8Accuracy, PresetDeviationFromBf16) {
+  const char* env = std::getenv("AFD_FP8_ACCURACY_PRESETS");
+  std::string list = env ? env : "tiny";
+  std::printf("| preset | compared | precision | rows | max abs diff | median row max diff | max abs logit | argmax agreement |\n");
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    measure_preset(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+}
+
 // FP8 FFN tensor-parallel slices add up to the unsliced output, both for slices on block
 // boundaries (I = 256, t = 2) and off them (I = 136, t = 2 and t = 4: block-aligned
 // supersets with the other ranks' down columns zeroed).
