@@ -21,7 +21,7 @@ namespace detail {
 
 namespace {
 // Defaults from bench_kernels --fp8-weights on the dev machine (docs/BENCHMARKS.md, "FP8 weights").
-std::atomic<int> g_gemv_lut{0};
+std::atomic<int> g_gemv_lut{1};
 std::atomic<int64_t> g_gemv_max_n{4};
 std::atomic<int64_t> g_tile_rows{16};
 }  // namespace

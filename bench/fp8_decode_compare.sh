@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Whole decode steps of a bf16 checkpoint and its FP8 block-quantized twin, interleaved:
+# each run is one `afd bench --steps 1` per model (one warm-up step, then one timed step), the
+# two models alternating which goes first, so both see the same machine conditions. Prints per
+# batch the median and p90 step time of each model over the runs and the FP8 / bf16 ratio of
+# tokens/s (median over the interleaved pairs of each pair's ratio).
+#   bench/fp8_decode_compare.sh AFD BF16_DIR FP8_DIR [RUNS=15] [BATCHES=1,64] [CONTEXT=512] [THREADS=2]
+set -euo pipefail
+AFD=$1 BF=$2 F8=$3
+RUNS=${4:-15} BATCHES=${5:-1,64} CTX=${6:-512} THREADS=${7:-2}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+step_ms() {  # model batch -> step_ms of one timed step
+  "$AFD" --log-level error bench --model "$1" --batch "$2" --context "$CTX" --steps 1 --skip-limits --json \
+    --threads "$THREADS" 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["step_ms"])'
+}
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus; $(date -u '+%F %H:%M UTC'); runs $RUNS, context $CTX, threads $THREADS"
+for b in ${BATCHES//,/ }; do
+  for r in $(seq 1 "$RUNS"); do
+    if [ $((r % 2)) -eq 1 ]; then
+      x=$(step_ms "$BF" "$b"); y=$(step_ms "$F8" "$b")
+    else
+      y=$(step_ms "$F8" "$b"); x=$(step_ms "$BF" "$b")
+    fi
+    echo "$b $x $y" >>"$TMP/steps"
+  done
+done
+/usr/bin/python3 - "$TMP/steps" <<'PY'
+import sys, statistics
+rows = {}
+for line in open(sys.argv[1]):
+    b, x, y = line.split()
+    rows.setdefault(int(b), []).append((float(x), float(y)))
+def p90(v):
+    v = sorted(v); return v[min(len(v) - 1, int(round(0.9 * (len(v) - 1))))]
+print("| batch | bf16 step ms median (p90) | fp8 step ms median (p90) | bf16 tok/s (median step) | fp8 tok/s (median step) | fp8 / bf16 tok/s, median of pairs [min, max] |")
+print("|---:|---:|---:|---:|---:|---:|")
+for b, v in sorted(rows.items()):
+    xs = [x for x, _ in v]; ys = [y for _, y in v]; r = [x / y for x, y in v]
+    mx, my = statistics.median(xs), statistics.median(ys)
+    print(f"| {b} | {mx:.2f} ({p90(xs):.2f}) | {my:.2f} ({p90(ys):.2f}) | {1000 * b / mx:.1f} | {1000 * b / my:.1f} | "
+          f"{statistics.median(r):.2f} [{min(r):.2f}, {max(r):.2f}] |")
+PY
