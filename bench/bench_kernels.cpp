@@ -256,7 +256,7 @@ int run_fp8_weights(int threads, bool quick) {
   std::printf("threads %d, cpu features: %s, isa: %s, rounds %d; fp8 defaults: gemv %s, gemv up to n = %lld, "
               "tiles of %lld rows\n",
               threads, cpu_features().to_string().c_str(), isa_name(active_isa()), rounds,
-              def.gemv_lut ? "bf16 table" : "half", static_cast<long long>(def.gemv_max_n),
+              def.gemv_lut == 2 ? "bf16 byte table" : def.gemv_lut == 1 ? "bf16 word table" : "half", static_cast<long long>(def.gemv_max_n),
               static_cast<long long>(def.tile_rows));
   struct Shape {
     int64_t rows, cols;
@@ -294,8 +294,8 @@ int run_fp8_weights(int threads, bool quick) {
       if (k == 0 && n > 4) continue;
       table.push_back({shapes[k].rows, shapes[k].cols, n, "default", "", 1e30, 1e30, fsets[k].bytes_one(), bsets[k].bytes_one()});
       if (n <= 16) {
-        for (Variant v : {Variant{"gemv half", 0, int64_t{1} << 40}, Variant{"gemv bf16 table", 1, int64_t{1} << 40},
-                          Variant{"tile", -1, 0}})
+        for (Variant v : {Variant{"gemv half", 0, int64_t{1} << 40}, Variant{"gemv bf16 word table", 1, int64_t{1} << 40},
+                          Variant{"gemv bf16 byte table", 2, int64_t{1} << 40}, Variant{"tile", -1, 0}})
           variants.push_back({shapes[k].rows, shapes[k].cols, n, v.name, "", 1e30, 1e30, fsets[k].bytes_one(), 0});
       }
     }
@@ -328,7 +328,7 @@ int run_fp8_weights(int threads, bool quick) {
       const Fp8Set& fs = fsets[set_of(r.rows, r.cols)];
       std::vector<float> x(static_cast<size_t>(r.n * r.cols)), y(static_cast<size_t>(r.n * r.rows));
       for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
-      const int lut = r.variant == "gemv bf16 table" ? 1 : 0;
+      const int lut = r.variant == "gemv bf16 word table" ? 1 : r.variant == "gemv bf16 byte table" ? 2 : 0;
       const int64_t gmax = r.variant == "tile" ? 0 : int64_t{1} << 40;
       detail::set_fp8_tuning(lut, gmax, -1);
       r.path = linear_fp8_path_name(r.n, ActPrecision::bf16);

@@ -4,17 +4,31 @@
 # two models alternating which goes first, so both see the same machine conditions. Prints per
 # batch the median and p90 step time of each model over the runs and the FP8 / bf16 ratio of
 # tokens/s (median over the interleaved pairs of each pair's ratio).
+# With CPU_TIME=1, a "step" is instead the CPU time of one decode step: perf stat's task-clock
+# of `afd bench --steps 11` minus that of `--steps 1`, over 10 — on a machine shared with other
+# tenants this excludes the time the process waits for a core (use THREADS=1: a pool thread
+# that spins for a preempted peer would count its spin).
 #   bench/fp8_decode_compare.sh AFD BF16_DIR FP8_DIR [RUNS=15] [BATCHES=1,64] [CONTEXT=512] [THREADS=2]
 set -euo pipefail
 AFD=$1 BF=$2 F8=$3
 RUNS=${4:-15} BATCHES=${5:-1,64} CTX=${6:-512} THREADS=${7:-2}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-step_ms() {  # model batch -> step_ms of one timed step
+cpu_ms() {  # model batch steps -> task-clock ms of the whole afd bench run
+  perf stat -x, -e task-clock -o "$TMP/perf" "$AFD" --log-level error bench --model "$1" --batch "$2" --context "$CTX" \
+    --steps "$3" --skip-limits --threads "$THREADS" >/dev/null 2>&1
+  grep task-clock "$TMP/perf" | cut -d, -f1
+}
+step_ms() {  # model batch -> ms of one timed step (wall, or CPU with CPU_TIME=1)
+  if [ "${CPU_TIME:-0}" = 1 ]; then
+    local a b; a=$(cpu_ms "$1" "$2" 11); b=$(cpu_ms "$1" "$2" 1)
+    /usr/bin/python3 -c "print(($a - $b) / 10)"
+    return
+  fi
   "$AFD" --log-level error bench --model "$1" --batch "$2" --context "$CTX" --steps 1 --skip-limits --json \
     --threads "$THREADS" 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["step_ms"])'
 }
-echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus; $(date -u '+%F %H:%M UTC'); runs $RUNS, context $CTX, threads $THREADS"
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%F %H:%M UTC'); runs $RUNS, context $CTX, threads $THREADS, $([ "${CPU_TIME:-0}" = 1 ] && echo 'CPU time per step' || echo 'wall time per step')"
 for b in ${BATCHES//,/ }; do
   for r in $(seq 1 "$RUNS"); do
     if [ $((r % 2)) -eq 1 ]; then

@@ -21,7 +21,7 @@ namespace detail {
 
 namespace {
 // Defaults from bench_kernels --fp8-weights on the dev machine (docs/BENCHMARKS.md, "FP8 weights").
-std::atomic<int> g_gemv_lut{1};
+std::atomic<int> g_gemv_lut{2};
 std::atomic<int64_t> g_gemv_max_n{4};
 std::atomic<int64_t> g_tile_rows{16};
 }  // namespace
@@ -32,7 +32,7 @@ Fp8Tuning fp8_tuning() {
 }
 
 void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows) {
-  if (gemv_lut >= 0) g_gemv_lut.store(gemv_lut ? 1 : 0, std::memory_order_relaxed);
+  if (gemv_lut >= 0) g_gemv_lut.store(std::min(gemv_lut, 2), std::memory_order_relaxed);
   if (gemv_max_n >= 0) g_gemv_max_n.store(gemv_max_n, std::memory_order_relaxed);
   if (tile_rows >= 0) g_tile_rows.store(std::max<int64_t>(16, tile_rows / 16 * 16), std::memory_order_relaxed);
 }
@@ -52,12 +52,24 @@ void prep_x_fp8_gemv_f32(const float* x, int64_t n, int64_t x_stride, int64_t co
   }
 }
 
-void prep_x_fp8_gemv_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xb) {
+void prep_x_fp8_gemv_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool permute64, uint16_t* xb) {
   const int64_t ldx = fp8_gemv_ldx(cols);
   for (int64_t i = 0; i < n; ++i) {
-    f32_to_bf16_row(x + i * x_stride, cols, xb + i * ldx);
-    std::fill(xb + i * ldx + cols, xb + (i + 1) * ldx, uint16_t{0});
+    uint16_t* o = xb + i * ldx;
+    f32_to_bf16_row(x + i * x_stride, cols, o);
+    std::fill(o + cols, o + ldx, uint16_t{0});
+    if (!permute64) continue;
+    for (int64_t c0 = 0; c0 < ldx; c0 += 64) {
+      uint16_t g[64];
+      std::copy(o + c0, o + c0 + 64, g);
+      for (int p = 0; p < 64; ++p) o[c0 + p] = g[16 * (p % 32 / 8) + p % 8 + (p >= 32 ? 8 : 0)];
+    }
   }
+}
+
+bool cpu_has_avx512_vbmi() {
+  static const bool has = __builtin_cpu_supports("avx512vbmi");
+  return has;
 }
 
 void fp8_dequant_rows_f32_scalar(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out) {
@@ -92,14 +104,26 @@ struct Scratch {
   }
 };
 
-enum class Path { scalar, avx2_gemv, avx2_tile, avx512_gemv, avx512_gemv_lut, avx512_tile_bf16, avx512_tile_f32 };
+enum class Path {
+  scalar,
+  avx2_gemv,
+  avx2_tile,
+  avx512_gemv,
+  avx512_gemv_lut,
+  avx512_gemv_lut8,
+  avx512_tile_bf16,
+  avx512_tile_f32
+};
 
 Path choose_path(int64_t n, bool act_bf16, Isa isa) {
   const Fp8Tuning t = fp8_tuning();
   const bool gemv = n <= t.gemv_max_n;
   switch (isa) {
     case Isa::avx512:
-      if (gemv) return act_bf16 && t.gemv_lut ? Path::avx512_gemv_lut : Path::avx512_gemv;
+      if (gemv) {
+        if (!act_bf16 || t.gemv_lut == 0) return Path::avx512_gemv;
+        return t.gemv_lut == 2 && cpu_has_avx512_vbmi() ? Path::avx512_gemv_lut8 : Path::avx512_gemv_lut;
+      }
       return act_bf16 ? Path::avx512_tile_bf16 : Path::avx512_tile_f32;
     case Isa::avx2: return gemv ? Path::avx2_gemv : Path::avx2_tile;
     case Isa::scalar: break;
@@ -114,6 +138,7 @@ const char* path_name(Path p) {
     case Path::avx2_tile: return "avx2_fp8_tile_f32";
     case Path::avx512_gemv: return "avx512_fp8_gemv";
     case Path::avx512_gemv_lut: return "avx512_fp8_gemv_lut";
+    case Path::avx512_gemv_lut8: return "avx512_fp8_gemv_lut8";
     case Path::avx512_tile_bf16: return "avx512_fp8_tile_bf16";
     case Path::avx512_tile_f32: return "avx512_fp8_tile_f32";
   }
@@ -148,10 +173,11 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
       xf = p;
       break;
     }
-    case Path::avx512_gemv_lut: {
+    case Path::avx512_gemv_lut:
+    case Path::avx512_gemv_lut8: {
       ldx = fp8_gemv_ldx(cols);
       uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx));
-      prep_x_fp8_gemv_bf16(x, n, x_stride, cols, p);
+      prep_x_fp8_gemv_bf16(x, n, x_stride, cols, path == Path::avx512_gemv_lut8, p);
       xb = p;
       break;
     }
@@ -178,6 +204,7 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
     switch (path) {
       case Path::avx512_gemv: fp8_gemv_avx512(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
       case Path::avx512_gemv_lut: fp8_gemv_lut_avx512(xb, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
+      case Path::avx512_gemv_lut8: fp8_gemv_lut8_avx512(xb, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
       case Path::avx2_gemv: fp8_gemv_avx2(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
       default: break;
     }

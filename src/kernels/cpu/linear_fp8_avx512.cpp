@@ -6,8 +6,12 @@
 // bit 14 leaves the half s|0eeee|mmm0000000, whose value is the e4m3 value times 2^-8 for
 // normal and subnormal inputs alike (half has the same 2^-14 subnormal step relative to its
 // bias). vcvtph2ps widens that exactly; the 2^8 is folded into the block scale.
-// The table variant instead looks each 7-bit magnitude up in a 128-entry bf16 table (four
-// zmm registers, vpermt2w) and ORs the sign back in: the exact bf16 value, for vdpbf16ps.
+// The table variants instead look each 7-bit magnitude up in a 128-entry bf16 table and OR the
+// sign back in: the exact bf16 value, for vdpbf16ps. The word table (four zmm, vpermt2w)
+// converts 32 bytes per two lookups; the byte table (AVX-512 VBMI, vpermt2b) looks up the low
+// and the high byte of 64 bf16 values in two lookups and interleaves them with unpacklo/hi,
+// which leaves each 64-column group in the order [16k .. 16k+7 for k = 0..3 | 16k+8 .. 16k+15]:
+// x is stored in that order (prep_x_fp8_gemv_bf16 with permute64).
 // GCC 12 reports false -Wuninitialized warnings inside its own AVX-512 headers
 // (_mm*_undefined_* helpers, GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -22,6 +26,8 @@
 
 #define AFD_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+#define AFD_AVX512_VBMI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma,f16c")))
 
 namespace afd::kernels::detail {
 
@@ -169,6 +175,61 @@ AFD_AVX512 void gemv_row_lut(const LutRegs& L, const uint8_t* w, const float* sr
   }
 }
 
+// ---- gemv, byte-table conversion (VBMI), vdpbf16ps ----
+struct ByteLutRegs {
+  __m512i lo0, lo1, hi0, hi1;  // low / high bytes of the bf16 of magnitudes 0..63, 64..127
+};
+
+// 64 e4m3 bytes -> 64 exact bf16 values in two vectors, columns permuted (see above).
+AFD_AVX512_VBMI inline void lut64(const ByteLutRegs& L, __m512i b, __m512i* w0, __m512i* w1) {
+  const __m512i lo = _mm512_permutex2var_epi8(L.lo0, b, L.lo1);  // index bits 0..6; the sign bit is ignored
+  __m512i hi = _mm512_permutex2var_epi8(L.hi0, b, L.hi1);
+  hi = _mm512_ternarylogic_epi32(hi, b, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // hi | (b & 0x80)
+  *w0 = _mm512_unpacklo_epi8(lo, hi);
+  *w1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
+template <int T>
+AFD_AVX512_VBMI void gemv_row_lut8(const ByteLutRegs& L, const uint8_t* w, const float* srow, int64_t cols,
+                                   const uint16_t* x, int64_t ldx, float* y, int64_t ldy, bool acc) {
+  __m512 a[T];
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) a[t] = _mm512_setzero_ps();
+  const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = w + b * kFp8Block;
+    const int64_t bc = std::min<int64_t>(kFp8Block, cols - b * kFp8Block);
+    __m512i b0, b1;
+    if (bc == kFp8Block) {
+      b0 = _mm512_loadu_si512(p);
+      b1 = _mm512_loadu_si512(p + 64);
+    } else {
+      auto m64 = [](int64_t k) { return k >= 64 ? ~__mmask64{0} : k <= 0 ? __mmask64{0} : (__mmask64{1} << k) - 1; };
+      b0 = _mm512_maskz_loadu_epi8(m64(bc), p);
+      b1 = _mm512_maskz_loadu_epi8(m64(bc - 64), p + 64);
+    }
+    __m512i wv[4];
+    lut64(L, b0, &wv[0], &wv[1]);
+    lut64(L, b1, &wv[2], &wv[3]);
+    const __m512 s = _mm512_set1_ps(srow[b]);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const uint16_t* xt = x + t * ldx + b * kFp8Block;
+      __m512 s0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[0], (__m512bh)_mm512_loadu_si512(xt));
+      __m512 s1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[1], (__m512bh)_mm512_loadu_si512(xt + 32));
+      s0 = _mm512_dpbf16_ps(s0, (__m512bh)wv[2], (__m512bh)_mm512_loadu_si512(xt + 64));
+      s1 = _mm512_dpbf16_ps(s1, (__m512bh)wv[3], (__m512bh)_mm512_loadu_si512(xt + 96));
+      a[t] = _mm512_fmadd_ps(_mm512_add_ps(s0, s1), s, a[t]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    const float v = _mm512_reduce_add_ps(a[t]);
+    float* o = y + t * ldy;
+    *o = acc ? *o + v : v;
+  }
+}
+
 inline const float* scale_row(const Fp8BlockWeights& w, int64_t r) {
   return w.scale + (r + w.row_offset) / kFp8Block * w.scale_stride;
 }
@@ -209,6 +270,32 @@ AFD_AVX512 void fp8_gemv_lut_avx512(const uint16_t* xb, int64_t n, int64_t ldx, 
         case 2: gemv_row_lut<2>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
         case 3: gemv_row_lut<3>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
         default: gemv_row_lut<4>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
+      }
+    }
+  }
+}
+
+AFD_AVX512_VBMI void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const Fp8BlockWeights& w,
+                                          int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
+  alignas(64) uint8_t lo[128], hi[128];
+  const uint16_t* tab = bf16_magnitudes().v.data();
+  for (int i = 0; i < 128; ++i) {
+    lo[i] = static_cast<uint8_t>(tab[i] & 0xff);
+    hi[i] = static_cast<uint8_t>(tab[i] >> 8);
+  }
+  const ByteLutRegs L{_mm512_load_si512(lo), _mm512_load_si512(lo + 64), _mm512_load_si512(hi),
+                      _mm512_load_si512(hi + 64)};
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* wr = w.q + r * cols;
+    const float* sr = scale_row(w, r);
+    for (int64_t i = 0; i < n; i += kMaxT) {
+      const uint16_t* xi = xb + i * ldx;
+      float* yi = y + i * ldy + r;
+      switch (std::min<int64_t>(kMaxT, n - i)) {
+        case 1: gemv_row_lut8<1>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
+        case 2: gemv_row_lut8<2>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
+        case 3: gemv_row_lut8<3>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
+        default: gemv_row_lut8<4>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
       }
     }
   }

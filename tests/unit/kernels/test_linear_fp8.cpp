@@ -130,13 +130,13 @@ TEST(LinearFp8, ReferenceMatchesF64) {
 }
 
 // Every ISA level; the gemv limit at 0 (tiles for every n), the default and "always" (gemv for
-// every n); the AVX-512 table variant on and off.
+// every n); the AVX-512 gemv conversions (half, word table, byte table where VBMI exists).
 TEST(LinearFp8, AllImplementationsMatchF64) {
   ThreadPool pool(2);
   const detail::Fp8Tuning saved = detail::fp8_tuning();
   for (Isa isa : isa_levels()) {
     IsaLimitGuard guard(isa);
-    for (int lut : {0, 1}) {
+    for (int lut : {0, 1, 2}) {
       if (lut && isa != Isa::avx512) continue;
       for (int64_t gemv_max : {int64_t{0}, saved.gemv_max_n, int64_t{1} << 40}) {
         for (int64_t tile_rows : {int64_t{16}, int64_t{48}}) {
@@ -256,6 +256,10 @@ TEST(LinearFp8Dispatch, PathFollowsIsaAndN) {
   }
   if (detected_isa() == Isa::avx512) {
     EXPECT_STREQ(linear_fp8_path_name(1, ActPrecision::f32), "avx512_fp8_gemv");
+    EXPECT_STREQ(linear_fp8_path_name(1, ActPrecision::bf16),
+                 t.gemv_lut == 0 ? "avx512_fp8_gemv"
+                 : t.gemv_lut == 2 && detail::cpu_has_avx512_vbmi() ? "avx512_fp8_gemv_lut8"
+                                                                    : "avx512_fp8_gemv_lut");
     EXPECT_STREQ(linear_fp8_path_name(t.gemv_max_n + 1, ActPrecision::bf16), "avx512_fp8_tile_bf16");
     EXPECT_STREQ(linear_fp8_path_name(t.gemv_max_n + 1, ActPrecision::f32), "avx512_fp8_tile_f32");
   }
