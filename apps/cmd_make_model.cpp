@@ -1,6 +1,6 @@
 // afd make-model: writes a random-weight checkpoint in the Hugging Face layout.
 //   afd make-model --arch qwen3_moe --preset tiny --seed 1 --out models/tiny
-//       [--layout per-expert|fused] [--dtype bf16|f16|f32] [--shard-size BYTES] [--tied]
+//       [--layout per-expert|fused] [--dtype bf16|f16|f32|fp8] [--shard-size BYTES] [--tied]
 //       [size overrides: --hidden --layers --heads --kv-heads --head-dim --experts --top-k
 //        --moe-inter --inter --shared-inter --vocab --sparse-step --mlp-only-layers
 //        --norm-topk-prob --max-pos]
@@ -87,7 +87,8 @@ void run(const MakeModelFlags& f, bool mlp_only_given) {
   if (f.dtype == "bf16") opt.dtype = DType::bf16;
   else if (f.dtype == "f16") opt.dtype = DType::f16;
   else if (f.dtype == "f32") opt.dtype = DType::f32;
-  else fail("--dtype '" + f.dtype + "': expected bf16, f16 or f32");
+  else if (f.dtype == "fp8") opt.dtype = DType::f8_e4m3;
+  else fail("--dtype '" + f.dtype + "': expected bf16, f16, f32 or fp8");
   // Tokenizer files (tokenizer.json byte-level BPE + tokenizer_config.json with a chat template).
   if (c.vocab_size >= 260) opt.write_tokenizer = write_tokenizer_for_model;
 
@@ -111,7 +112,9 @@ void register_make_model(CLI::App& app) {
   cmd->add_option("--out", f->out, "output directory")->required();
   cmd->add_option("--layout", f->layout, "expert tensors: per-expert | fused (mlp.experts.gate_up_proj)")
       ->capture_default_str();
-  cmd->add_option("--dtype", f->dtype, "bf16 | f16 | f32")->capture_default_str();
+  cmd->add_option("--dtype", f->dtype,
+                  "bf16 | f16 | f32 | fp8 (FP8 e4m3 projections with 128x128 float32 block scales, the rest bf16)")
+      ->capture_default_str();
   cmd->add_option("--shard-size", f->shard_size, "bytes per safetensors shard")->capture_default_str();
   cmd->add_flag("--tied", f->tied, "tie_word_embeddings (no lm_head.weight)");
   cmd->add_option("--hidden", f->hidden, "override hidden_size");

@@ -9,6 +9,8 @@ namespace afd::cli {
 
 void register_version(CLI::App& app);
 void register_make_model(CLI::App& app);
+// quantize (--fp8 | --dequantize): apps/cmd_quantize.cpp
+void register_quantize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_worker(CLI::App& app);

@@ -1,5 +1,5 @@
 // bench_kernels: times the CPU kernels against the machine limits measured in the same run.
-//   bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8]
+//   bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights]
 // Prints a Markdown table: kernel path, W shape, n, precision, time per call, GB/s of W
 // streamed, GFLOP/s, fraction of the measured read bandwidth, of the library GEMM rate and of
 // the vector peak. Every case is timed in several rounds (best of 9 repetitions per round, best
@@ -9,6 +9,10 @@
 // --fp8: instead, the FP8 e4m3 quantization of AFD's dispatch and the FFN side's
 // dequantization (per-token scales, one thread, activations hot in cache): the dispatched
 // kernels against the scalar references and against a copy of the same bytes, in the same run.
+// --fp8-weights: linear_fp8 (FP8 e4m3 weights with 128x128 block scales, linear_fp8.h) against
+// linear with bf16 weights of the same shapes, cold, for 1..256 tokens, with the read bandwidth
+// measured in the same rounds; plus the gemv conversion variants (half vs bf16 table) and the
+// gemv / tile crossover (the defaults in linear_fp8.cpp come from these tables).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +24,8 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/linear_fp8.h"
+#include "kernels/cpu/linear_fp8_kernels.h"
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/machine_limits.h"
 #include "kernels/cpu/ops.h"
@@ -192,23 +198,190 @@ int run_fp8(bool quick) {
   return 0;
 }
 
+// ---- --fp8-weights ----
+
+// count FP8 matrices [rows, cols] with their block scales, back to back (cold like WeightSet).
+struct Fp8Set {
+  int64_t rows, cols, count;
+  std::vector<uint8_t> q;
+  std::vector<float> scale;
+  int64_t scale_stride() const { return (cols + kFp8Block - 1) / kFp8Block; }
+  int64_t scale_count() const { return (rows + kFp8Block - 1) / kFp8Block * scale_stride(); }
+  Fp8BlockWeights get(int64_t i) const {
+    const int64_t k = i % count;
+    return {q.data() + static_cast<size_t>(k * rows * cols), scale.data() + static_cast<size_t>(k * scale_count()),
+            scale_stride(), 0};
+  }
+  double bytes_one() const { return static_cast<double>(rows * cols) + 4.0 * static_cast<double>(scale_count()); }
+};
+
+Fp8Set make_fp8_weights(int64_t rows, int64_t cols, double min_total_bytes) {
+  Fp8Set w{rows, cols, 1, {}, {}};
+  w.count = std::max<int64_t>(1, static_cast<int64_t>(min_total_bytes / w.bytes_one() + 0.999));
+  w.q.resize(static_cast<size_t>(w.count * rows * cols));
+  w.scale.resize(static_cast<size_t>(w.count * w.scale_count()));
+  uint32_t s = 12345;
+  for (auto& b : w.q) {
+    s = s * 1664525u + 1013904223u;
+    b = static_cast<uint8_t>(s >> 24);
+    if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN encodings
+  }
+  for (auto& v : w.scale) v = 1e-3f;
+  return w;
+}
+
+// Seconds per call (best of 9 repetitions, each at least min_seconds and a full pass over the set).
+template <typename Fn>
+double time_cold(Fn&& one, int64_t count, double min_seconds) {
+  for (int64_t i = 0; i < count; ++i) one();
+  int64_t t0 = now_ns();
+  one();
+  const double est = std::max(1e-7, static_cast<double>(now_ns() - t0) * 1e-9);
+  const int64_t calls = std::max<int64_t>(count, static_cast<int64_t>(min_seconds / est));
+  double best = 1e30;
+  for (int rep = 0; rep < 9; ++rep) {
+    const int64_t s = now_ns();
+    for (int64_t i = 0; i < calls; ++i) one();
+    best = std::min(best, static_cast<double>(now_ns() - s) * 1e-9 / static_cast<double>(calls));
+  }
+  return best;
+}
+
+int run_fp8_weights(int threads, bool quick) {
+  ThreadPool pool(threads);
+  const double min_s = quick ? 0.03 : 0.1;
+  const int rounds = quick ? 1 : 3;
+  const double cold = 256.0 * 1024 * 1024;
+  const detail::Fp8Tuning def = detail::fp8_tuning();
+  std::printf("threads %d, cpu features: %s, isa: %s, rounds %d; fp8 defaults: gemv %s, gemv up to n = %lld, "
+              "tiles of %lld rows\n",
+              threads, cpu_features().to_string().c_str(), isa_name(active_isa()), rounds,
+              def.gemv_lut == 2 ? "bf16 byte table" : def.gemv_lut == 1 ? "bf16 word table" : "half", static_cast<long long>(def.gemv_max_n),
+              static_cast<long long>(def.tile_rows));
+  struct Shape {
+    int64_t rows, cols;
+    double total;
+  };
+  // Decode batch 1 on one large matrix (4x L3); MoE expert projections of Qwen3-30B-A3B and of
+  // the bench preset, as cold sets.
+  const std::vector<Shape> shapes = {{8192, 8192, 1}, {768, 2048, cold}, {2048, 768, cold}, {512, 2048, cold},
+                                     {2048, 512, cold}};
+  std::vector<int64_t> ns = {1, 2, 4, 8, 16, 64, 256};
+  if (quick) ns = {1, 4, 64};
+  struct Row {
+    int64_t rows, cols, n;
+    std::string variant, path;
+    double bf16_s = 1e30, fp8_s = 1e30, fp8_bytes = 0, bf16_bytes = 0;
+  };
+  std::vector<Row> table;
+  // Variants of the fp8 kernel timed per case: the default, and for few tokens the other gemv
+  // conversion and the tile path (the crossover).
+  struct Variant {
+    const char* name;
+    int lut;
+    int64_t gemv_max;
+  };
+  std::vector<Row> variants;
+  double best_read = 0, worst_read = 1e30;
+  std::vector<WeightSet> bsets;
+  std::vector<Fp8Set> fsets;
+  for (const Shape& sh : shapes) {
+    bsets.push_back(make_weights(DType::bf16, sh.rows, sh.cols, sh.total));
+    fsets.push_back(make_fp8_weights(sh.rows, sh.cols, sh.total == 1 ? 1 : sh.total / 2));
+  }
+  for (size_t k = 0; k < shapes.size(); ++k)
+    for (int64_t n : ns) {
+      if (k == 0 && n > 4) continue;
+      table.push_back({shapes[k].rows, shapes[k].cols, n, "default", "", 1e30, 1e30, fsets[k].bytes_one(), bsets[k].bytes_one()});
+      if (n <= 16) {
+        for (Variant v : {Variant{"gemv half", 0, int64_t{1} << 40}, Variant{"gemv bf16 word table", 1, int64_t{1} << 40},
+                          Variant{"gemv bf16 byte table", 2, int64_t{1} << 40}, Variant{"tile", -1, 0}})
+          variants.push_back({shapes[k].rows, shapes[k].cols, n, v.name, "", 1e30, 1e30, fsets[k].bytes_one(), 0});
+      }
+    }
+  auto set_of = [&](int64_t rows, int64_t cols) {
+    for (size_t k = 0; k < shapes.size(); ++k)
+      if (shapes[k].rows == rows && shapes[k].cols == cols) return k;
+    return size_t{0};
+  };
+  for (int round = 0; round < rounds; ++round) {
+    const double bw = measure_read_bandwidth(pool);
+    best_read = std::max(best_read, bw);
+    worst_read = std::min(worst_read, bw);
+    for (Row& r : table) {
+      const size_t k = set_of(r.rows, r.cols);
+      const WeightSet& bw_set = bsets[k];
+      const Fp8Set& fs = fsets[k];
+      std::vector<float> x(static_cast<size_t>(r.n * r.cols)), y(static_cast<size_t>(r.n * r.rows));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+      int64_t call = 0;
+      r.bf16_s = std::min(r.bf16_s, time_cold([&] {
+        linear(x.data(), r.n, r.cols, bw_set.get(call++), DType::bf16, r.rows, r.cols, y.data(), r.rows,
+               ActPrecision::bf16, &pool);
+      }, bw_set.count, min_s));
+      r.path = linear_fp8_path_name(r.n, ActPrecision::bf16);
+      r.fp8_s = std::min(r.fp8_s, time_cold([&] {
+        linear_fp8(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows, ActPrecision::bf16, &pool);
+      }, fs.count, min_s));
+    }
+    for (Row& r : variants) {
+      const Fp8Set& fs = fsets[set_of(r.rows, r.cols)];
+      std::vector<float> x(static_cast<size_t>(r.n * r.cols)), y(static_cast<size_t>(r.n * r.rows));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+      const int lut = r.variant == "gemv bf16 word table" ? 1 : r.variant == "gemv bf16 byte table" ? 2 : 0;
+      const int64_t gmax = r.variant == "tile" ? 0 : int64_t{1} << 40;
+      detail::set_fp8_tuning(lut, gmax, -1);
+      r.path = linear_fp8_path_name(r.n, ActPrecision::bf16);
+      int64_t call = 0;
+      r.fp8_s = std::min(r.fp8_s, time_cold([&] {
+        linear_fp8(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows, ActPrecision::bf16, &pool);
+      }, fs.count, min_s));
+      detail::set_fp8_tuning(def.gemv_lut, def.gemv_max_n, def.tile_rows);
+    }
+  }
+  const double bw = measure_read_bandwidth(pool);
+  best_read = std::max(best_read, bw);
+  worst_read = std::min(worst_read, bw);
+  std::printf("read bandwidth, best (worst) of %d samples: %.2f (%.2f) GB/s\n\n", rounds + 1, best_read / 1e9,
+              worst_read / 1e9);
+  std::printf("bf16 activations; W bytes include the float32 block scales\n");
+  std::printf("| W [rows, cols] | n | fp8 path | bf16 us | fp8 us | bf16 W GB/s | fp8 W GB/s | bf16 frac read BW | "
+              "fp8 frac read BW | fp8 speedup (bf16 time / fp8 time) |\n");
+  std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Row& r : table)
+    std::printf("| [%lld, %lld] | %lld | %s | %.1f | %.1f | %.2f | %.2f | %.3f | %.3f | %.2f |\n",
+                static_cast<long long>(r.rows), static_cast<long long>(r.cols), static_cast<long long>(r.n),
+                r.path.c_str(), r.bf16_s * 1e6, r.fp8_s * 1e6, r.bf16_bytes / r.bf16_s / 1e9,
+                r.fp8_bytes / r.fp8_s / 1e9, r.bf16_bytes / r.bf16_s / best_read, r.fp8_bytes / r.fp8_s / best_read,
+                r.bf16_s / r.fp8_s);
+  std::printf("\nfp8 kernel variants (bf16 activations)\n| W [rows, cols] | n | variant | path | us | fp8 W GB/s |\n"
+              "|---|---:|---|---|---:|---:|\n");
+  for (const Row& r : variants)
+    std::printf("| [%lld, %lld] | %lld | %s | %s | %.1f | %.2f |\n", static_cast<long long>(r.rows),
+                static_cast<long long>(r.cols), static_cast<long long>(r.n), r.variant.c_str(), r.path.c_str(),
+                r.fp8_s * 1e6, r.fp8_bytes / r.fp8_s / 1e9);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2;
-  bool quick = false, compare = false, tune = false, fp8 = false;
+  bool quick = false, compare = false, tune = false, fp8 = false, fp8_weights = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--compare-sgemm")) compare = true;
     else if (!std::strcmp(argv[i], "--tune")) tune = true;
     else if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
+    else if (!std::strcmp(argv[i], "--fp8-weights")) fp8_weights = true;
     else {
-      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights]\n");
       return 2;
     }
   }
   if (fp8) return run_fp8(quick);
+  if (fp8_weights) return run_fp8_weights(threads, quick);
   ThreadPool pool(threads);
   if (tune) {
     // n == 1 on a 128 MiB bf16 matrix: prefetch distance x rows per tile, interleaved rounds

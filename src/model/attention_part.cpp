@@ -13,23 +13,9 @@ using kernels::ActPrecision;
 
 namespace {
 
-// y [n, m.rows] = x [n, m.cols] . m^T
-void linear(const Matrix& m, const float* x, int64_t n, float* y, ActPrecision prec, ThreadPool* pool) {
-  kernels::linear(x, n, m.cols, m.data, m.dtype, m.rows, m.cols, y, m.rows, prec, pool);
-}
-
 void add_bias(const Vector& b, float* y, int64_t n) {
   if (b.empty()) return;
   for (int64_t i = 0; i < n; ++i) kernels::axpy(1.0f, b.data, b.n, y + i * b.n);
-}
-
-// Reads one row of an embedding-like matrix as f32.
-void matrix_row_f32(const Matrix& m, int64_t r, float* out) {
-  if (m.dtype == DType::f32) {
-    std::memcpy(out, m.row_ptr(r), static_cast<size_t>(m.cols) * 4);
-  } else {
-    kernels::bf16_to_f32_row(reinterpret_cast<const uint16_t*>(m.row_ptr(r)), m.cols, out);
-  }
 }
 
 }  // namespace
@@ -67,8 +53,7 @@ void AttentionPart::forward(int64_t layer, TokenBatch& b) {
   }
   attend(layer, b);
   // x += o_proj(attn)
-  kernels::linear(b.attn.data(), n, c.q_dim(), L.attn.o.data, L.attn.o.dtype, L.attn.o.rows, L.attn.o.cols,
-                  b.x.data(), hid, opt_.prec, pool_, /*accumulate=*/true);
+  linear(L.attn.o, b.attn.data(), n, c.q_dim(), b.x.data(), hid, opt_.prec, pool_, /*accumulate=*/true);
   kernels::rmsnorm(b.x.data(), L.post_attention_norm.data, n, hid, eps, b.h.data());
   if (L.is_moe) route(layer, b);
 }

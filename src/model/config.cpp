@@ -150,6 +150,42 @@ Result<Arch> detect_arch(const Fields& f, ModelConfig* c) {
   return arch;
 }
 
+// quantization_config: FP8 block quantization, 128 x 128 blocks (config.h).
+Status parse_quantization(const json& q, ModelConfig* c) {
+  if (!q.is_object()) return field_error("quantization_config", "expected an object, got " + q.dump());
+  Fields f(q);
+  AFD_ASSIGN_OR_RETURN(std::string method, f.str_opt("quant_method", ""));
+  if (method != "fp8") {
+    return not_supported("field 'quantization_config.quant_method': '" + method +
+                         "' is not supported (only fp8 block quantization)");
+  }
+  AFD_ASSIGN_OR_RETURN(std::string fmt, f.str_opt("fmt", "e4m3"));
+  if (fmt != "e4m3") return not_supported("field 'quantization_config.fmt': '" + fmt + "' is not supported (only e4m3)");
+  AFD_ASSIGN_OR_RETURN(std::string act, f.str_opt("activation_scheme", "dynamic"));
+  if (act != "dynamic") {
+    return not_supported("field 'quantization_config.activation_scheme': '" + act +
+                         "' is not supported (only dynamic; static needs per-tensor input scales)");
+  }
+  const json* bs = f.get("weight_block_size");
+  if (bs == nullptr) {
+    return not_supported("field 'quantization_config.weight_block_size': missing (per-tensor FP8 is not "
+                         "supported, only [128, 128] blocks)");
+  }
+  if (!bs->is_array() || bs->size() != 2 || !(*bs)[0].is_number_integer() || !(*bs)[1].is_number_integer()) {
+    return field_error("quantization_config.weight_block_size", "expected [rows, cols], got " + bs->dump());
+  }
+  if ((*bs)[0].get<int64_t>() != 128 || (*bs)[1].get<int64_t>() != 128) {
+    return not_supported("field 'quantization_config.weight_block_size': " + bs->dump() +
+                         " is not supported (only [128, 128])");
+  }
+  AFD_ASSIGN_OR_RETURN(c->quant_scale_fmt, f.str_opt("scale_fmt", ""));
+  if (!c->quant_scale_fmt.empty() && c->quant_scale_fmt != "ue8m0") {
+    return not_supported("field 'quantization_config.scale_fmt': '" + c->quant_scale_fmt + "' is not supported");
+  }
+  c->weight_quant = WeightQuant::fp8_block;
+  return Status::ok();
+}
+
 Status parse_fields(const json& root, ModelConfig* c) {
   if (!root.is_object()) return invalid_argument("not a JSON object");
   Fields f(root);
@@ -221,6 +257,7 @@ Status parse_fields(const json& root, ModelConfig* c) {
   }
   AFD_ASSIGN_OR_RETURN(c->bos_token_id, f.int_opt("bos_token_id", -1));
   AFD_ASSIGN_OR_RETURN(c->eos_token_ids, f.int_list_opt("eos_token_id"));
+  if (const json* q = f.get("quantization_config")) AFD_RETURN_IF_ERROR(parse_quantization(*q, c));
   return Status::ok();
 }
 

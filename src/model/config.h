@@ -15,6 +15,13 @@ const char* arch_name(Arch a);
 // "qwen3_moe" | "qwen2_moe" | "mixtral" -> Arch; false for anything else.
 bool arch_from_name(const std::string& name, Arch* out);
 
+// quantization_config of config.json. Only FP8 block quantization is supported
+// (DeepSeek-V3 / HF "fp8": quant_method "fp8", fmt "e4m3", activation_scheme "dynamic",
+// weight_block_size [128, 128]); its tensors are F8_E4M3 with a float32 `<name>_scale_inv`
+// partner (model/matrix.h). Activations are not quantized: dynamic activation quantization
+// is optional for a CPU engine (the weights are dequantized on the fly instead).
+enum class WeightQuant { none, fp8_block };
+
 struct ModelConfig {
   Arch arch = Arch::qwen3_moe;
   std::string model_type;          // as in config.json
@@ -41,6 +48,8 @@ struct ModelConfig {
   bool attention_bias = false;     // q/k/v projections have bias (qwen2_moe)
   int64_t sliding_window = 0;      // mixtral "sliding_window"; 0: full attention
   std::string torch_dtype;         // informational
+  WeightQuant weight_quant = WeightQuant::none;  // quantization_config
+  std::string quant_scale_fmt;     // quantization_config.scale_fmt ("ue8m0" or empty), informational
   std::vector<int64_t> eos_token_ids;  // from config.json / generation_config.json
   int64_t bos_token_id = -1;
 

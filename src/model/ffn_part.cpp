@@ -5,17 +5,13 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/cpu/linear_fp8.h"
 
 namespace afd {
 
 namespace {
 
 using kernels::ActPrecision;
-
-// y [n, m.rows] = x [n, m.cols] . m^T
-void linear(const Matrix& m, const float* x, int64_t n, float* y, ActPrecision prec, ThreadPool* pool) {
-  kernels::linear(x, n, m.cols, m.data, m.dtype, m.rows, m.cols, y, m.rows, prec, pool);
-}
 
 // y [n, hidden] = swiglu_ffn(x [n, hidden]) using scratch (2 * n * inter floats).
 void swiglu(const FfnWeights& f, const float* x, int64_t n, float* y, float* scratch, ActPrecision prec,
@@ -100,26 +96,21 @@ namespace afd {
 namespace {
 
 // Rank r of t of one SwiGLU FFN (see slice_ffn_tp). inter % t == 0 was checked.
+// FP8 weights whose slice [r0, r1) does not start on a 128 block: the rank holds the block
+// aligned superset [a0, a1) of gate/up rows and down columns, with down's columns outside
+// [r0, r1) zero — those intermediate values are computed but contribute exactly 0, so the
+// rank's output is still exactly its share.
 FfnWeights slice_one(const FfnWeights& f, int r, int t, ModelWeights* out) {
-  const int64_t inter = f.gate.rows, part = inter / t, r0 = r * part;
+  const int64_t inter = f.gate.rows, part = inter / t, r0 = r * part, r1 = r0 + part;
+  int64_t a0 = r0, a1 = r1;
+  if (!column_slice_aligned(f.down, r0)) {
+    a0 = r0 / kernels::kFp8Block * kernels::kFp8Block;
+    a1 = std::min(inter, (r1 + kernels::kFp8Block - 1) / kernels::kFp8Block * kernels::kFp8Block);
+  }
   FfnWeights s;
-  s.gate = f.gate;
-  s.gate.data = f.gate.row_ptr(r0);
-  s.gate.rows = part;
-  s.up = f.up;
-  s.up.data = f.up.row_ptr(r0);
-  s.up.rows = part;
-  // down [hidden, inter] -> [hidden, part]: columns [r0, r0 + part) of every row, copied.
-  const size_t es = dtype_size(f.down.dtype);
-  const size_t row_bytes = static_cast<size_t>(part) * es;
-  auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(f.down.rows) * row_bytes);
-  for (int64_t i = 0; i < f.down.rows; ++i)
-    std::memcpy(buf.get() + static_cast<size_t>(i) * row_bytes, f.down.row_ptr(i) + static_cast<size_t>(r0) * es,
-                row_bytes);
-  s.down = f.down;
-  s.down.data = buf.get();
-  s.down.cols = part;
-  out->owned_bytes.push_back(std::move(buf));
+  s.gate = matrix_rows(f.gate, a0, a1);
+  s.up = matrix_rows(f.up, a0, a1);
+  s.down = matrix_cols_copy(f.down, a0, a1, &out->owned_bytes, r0, r1);
   return s;
 }
 

@@ -58,7 +58,9 @@ Status check_ffn_tp_degree(const ModelWeights& w, int degree);
 // A copy of w's views in which every held FFN is TP-sliced: gate/up are views of their rows
 // [r*I/t, (r+1)*I/t) (contiguous in the row-major [I, hidden] matrix: an offset pointer), down
 // [hidden, I/t] is a copy of the matching columns into memory the result owns (columns of a
-// row-major [hidden, I] matrix are not contiguous) — made once, here. Routed experts outside
+// row-major [hidden, I] matrix are not contiguous) — made once, here. FP8 block-quantized
+// weights whose slice does not start on a 128-column block keep the block-aligned superset of
+// rows/columns, with the down columns of other ranks zeroed (exactly the same output). Routed experts outside
 // the held range, and the shared expert / dense layers when !include_shared, are left empty
 // (ffn_part must not be asked for them: mask them out). Attention, router, embedding and norm
 // views are shared unchanged. The result keeps `w` alive. degree 1 returns `w` itself.

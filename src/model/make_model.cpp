@@ -12,7 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/linear_fp8.h"
 #include "model/checkpoint.h"
+#include "model/safetensors_writer.h"
 
 namespace afd {
 
@@ -59,10 +61,14 @@ struct Piece {
 };
 
 // A tensor as stored: one piece, or (fused layout) the concatenation of several.
+// `linear`: a projection that the FP8 block format quantizes (attention q/k/v/o, expert,
+// shared-expert and dense MLP matrices); embeddings, LM head, router, shared-expert gate,
+// norms and biases stay in the base dtype.
 struct Stored {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<Piece> pieces;
+  bool linear = false;
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -80,16 +86,16 @@ class Planner {
 
   std::vector<Stored> plan() {
     const int64_t H = c_.hidden_size, V = c_.vocab_size;
-    mat("model.embed_tokens.weight", V, H);
+    mat("model.embed_tokens.weight", V, H, /*linear=*/false);
     for (int64_t l = 0; l < c_.n_layers; ++l) layer(l);
     norm("model.norm.weight", H);
-    if (!c_.tie_word_embeddings) mat("lm_head.weight", V, H);
+    if (!c_.tie_word_embeddings) mat("lm_head.weight", V, H, /*linear=*/false);
     return std::move(out_);
   }
 
  private:
-  void mat(const std::string& name, int64_t rows, int64_t cols) {
-    out_.push_back(Stored{name, {rows, cols}, {matrix_piece(name, rows, cols)}});
+  void mat(const std::string& name, int64_t rows, int64_t cols, bool linear = true) {
+    out_.push_back(Stored{name, {rows, cols}, {matrix_piece(name, rows, cols)}, linear});
   }
   void norm(const std::string& name, int64_t n) { out_.push_back(Stored{name, {n}, {Piece{name, n, 1.0f, 0.1f}}}); }
   void bias(const std::string& name, int64_t n) { out_.push_back(Stored{name, {n}, {Piece{name, n, 0.0f, 0.05f}}}); }
@@ -123,7 +129,7 @@ class Planner {
     const bool mixtral = c_.arch == Arch::mixtral;
     const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
     const int64_t E = c_.n_experts, I = c_.moe_intermediate_size;
-    mat(m + "gate.weight", E, H);
+    mat(m + "gate.weight", E, H, /*linear=*/false);
     auto names = [&](int64_t e) {
       const std::string ep = m + "experts." + std::to_string(e) + ".";
       return mixtral ? std::array<std::string, 3>{ep + "w1.weight", ep + "w3.weight", ep + "w2.weight"}
@@ -136,8 +142,8 @@ class Planner {
       }
     } else {
       // gate_up_proj [E, 2I, H]: expert e's gate rows then its up rows; down_proj [E, H, I].
-      Stored gu{m + "experts.gate_up_proj", {E, 2 * I, H}, {}};
-      Stored dn{m + "experts.down_proj", {E, H, I}, {}};
+      Stored gu{m + "experts.gate_up_proj", {E, 2 * I, H}, {}, true};
+      Stored dn{m + "experts.down_proj", {E, H, I}, {}, true};
       for (int64_t e = 0; e < E; ++e) {
         auto n = names(e);
         gu.pieces.push_back(matrix_piece(n[0], I, H));
@@ -150,7 +156,7 @@ class Planner {
     if (c_.shared_expert_intermediate_size > 0) {
       const std::string s = m + "shared_expert.";
       ffn(s + "gate_proj.weight", s + "up_proj.weight", s + "down_proj.weight", c_.shared_expert_intermediate_size);
-      mat(m + "shared_expert_gate.weight", 1, H);
+      mat(m + "shared_expert_gate.weight", 1, H, /*linear=*/false);
     }
   }
 
@@ -169,97 +175,88 @@ const char* torch_dtype_name(DType t) {
 
 // ---- streaming output ----
 
-class OutFile {
+// The values of a stored tensor in order, across its pieces.
+class ValueStream {
  public:
-  ~OutFile() {
-    if (f_) std::fclose(f_);
-  }
-  Status open(const std::string& path) {
-    path_ = path;
-    f_ = std::fopen(path.c_str(), "wb");
-    if (!f_) return io_error(path + ": cannot open for writing");
-    std::setvbuf(f_, nullptr, _IOFBF, 1 << 22);
-    return Status::ok();
-  }
-  Status write(const void* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, f_) != n) return io_error(path_ + ": write failed (disk full?)");
-    return Status::ok();
-  }
-  Status close() {
-    int rc = std::fclose(f_);
-    f_ = nullptr;
-    if (rc != 0) return io_error(path_ + ": close failed (disk full?)");
-    return Status::ok();
+  ValueStream(const Stored& t, uint64_t seed) : t_(t), seed_(seed) {}
+  void fill(float* out, size_t n) {
+    while (n > 0) {
+      if (left_ == 0) {
+        const Piece& p = t_.pieces[next_++];
+        rng_ = std::make_unique<TensorRng>(seed_, p.name, p.center, p.half);
+        left_ = static_cast<size_t>(p.numel);
+        continue;
+      }
+      const size_t k = std::min(n, left_);
+      rng_->fill(out, k);
+      out += k;
+      n -= k;
+      left_ -= k;
+    }
   }
 
  private:
-  std::FILE* f_ = nullptr;
-  std::string path_;
+  const Stored& t_;
+  uint64_t seed_;
+  size_t next_ = 0, left_ = 0;
+  std::unique_ptr<TensorRng> rng_;
 };
 
-Status write_text(const std::string& path, const std::string& text) {
-  OutFile f;
-  AFD_RETURN_IF_ERROR(f.open(path));
-  AFD_RETURN_IF_ERROR(f.write(text.data(), text.size()));
-  return f.close();
-}
-
-// Writes one safetensors file holding `tensors` (in order), generating their data in chunks.
-Status write_shard(const std::string& path, const std::vector<const Stored*>& tensors, DType dtype, uint64_t seed) {
-  const size_t esize = dtype_size(dtype);
-  ordered_json header;
-  header["__metadata__"] = {{"format", "pt"}};
-  uint64_t offset = 0;
-  for (const Stored* t : tensors) {
-    const uint64_t nb = static_cast<uint64_t>(t->numel()) * esize;
-    header[t->name] = {{"dtype", dtype_name(dtype)}, {"shape", t->shape}, {"data_offsets", {offset, offset + nb}}};
-    offset += nb;
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // data section 8-byte aligned, as HF writes it
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-
-  const std::string tmp = path + ".tmp";
-  OutFile f;
-  AFD_RETURN_IF_ERROR(f.open(tmp));
-  AFD_RETURN_IF_ERROR(f.write(len, 8));
-  AFD_RETURN_IF_ERROR(f.write(text.data(), text.size()));
+// Streams a tensor's values converted to a dense dtype (f32, bf16, f16).
+Status write_dense(const Stored& t, DType dtype, uint64_t seed, const ByteWriter& write) {
   constexpr size_t kChunk = size_t{1} << 20;  // elements per generated chunk
+  const size_t esize = dtype_size(dtype);
   std::vector<float> vals(kChunk);
   std::vector<uint8_t> bytes(kChunk * esize);
-  for (const Stored* t : tensors) {
-    for (const Piece& p : t->pieces) {
-      TensorRng rng(seed, p.name, p.center, p.half);
-      for (int64_t done = 0; done < p.numel;) {
-        const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kChunk), p.numel - done));
-        rng.fill(vals.data(), n);
-        if (dtype == DType::f32) {
-          std::memcpy(bytes.data(), vals.data(), n * 4);
-        } else {
-          auto* h = reinterpret_cast<uint16_t*>(bytes.data());
-          if (dtype == DType::bf16) {
-            for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(vals[i]).bits;
-          } else {
-            for (size_t i = 0; i < n; ++i) h[i] = f32_to_f16(vals[i]);
-          }
-        }
-        AFD_RETURN_IF_ERROR(f.write(bytes.data(), n * esize));
-        done += static_cast<int64_t>(n);
+  ValueStream vs(t, seed);
+  for (int64_t done = 0; done < t.numel();) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kChunk), t.numel() - done));
+    vs.fill(vals.data(), n);
+    if (dtype == DType::f32) {
+      std::memcpy(bytes.data(), vals.data(), n * 4);
+    } else {
+      auto* h = reinterpret_cast<uint16_t*>(bytes.data());
+      if (dtype == DType::bf16) {
+        for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(vals[i]).bits;
+      } else {
+        for (size_t i = 0; i < n; ++i) h[i] = f32_to_f16(vals[i]);
       }
     }
+    AFD_RETURN_IF_ERROR(write(bytes.data(), n * esize));
+    done += static_cast<int64_t>(n);
   }
-  AFD_RETURN_IF_ERROR(f.close());
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return io_error(path + ": rename from " + tmp + " failed: " + ec.message());
   return Status::ok();
 }
 
-std::string shard_name(size_t i, size_t n) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
-  return buf;
+// Streams a 2-D [R, C] or 3-D [E, R, C] tensor quantized to FP8 blocks, 128 rows at a time
+// (memory O(128 * C)); its block scales [.., ceil(R/128), ceil(C/128)] go to *scales.
+Status write_fp8(const Stored& t, uint64_t seed, const ByteWriter& write, std::vector<float>* scales) {
+  const int64_t bs = kernels::kFp8Block;
+  const int64_t R = t.shape[t.shape.size() - 2], C = t.shape.back();
+  const int64_t slabs = t.shape.size() == 3 ? t.shape[0] : 1;
+  const int64_t bcols = (C + bs - 1) / bs;
+  std::vector<float> vals(static_cast<size_t>(bs * C));
+  std::vector<uint8_t> q(vals.size());
+  std::vector<float> s(static_cast<size_t>(bcols));
+  scales->clear();
+  ValueStream vs(t, seed);
+  for (int64_t e = 0; e < slabs; ++e) {
+    for (int64_t r0 = 0; r0 < R; r0 += bs) {
+      const int64_t nr = std::min(bs, R - r0);
+      vs.fill(vals.data(), static_cast<size_t>(nr * C));
+      kernels::quantize_fp8_blocks(vals.data(), nr, C, q.data(), s.data());
+      AFD_RETURN_IF_ERROR(write(q.data(), static_cast<size_t>(nr * C)));
+      scales->insert(scales->end(), s.begin(), s.end());
+    }
+  }
+  return Status::ok();
+}
+
+std::vector<int64_t> scale_shape(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s = shape;
+  const int64_t bs = kernels::kFp8Block;
+  for (size_t i = s.size() - 2; i < s.size(); ++i) s[i] = (s[i] + bs - 1) / bs;
+  return s;
 }
 
 }  // namespace
@@ -355,35 +352,37 @@ std::string model_config_to_json(const ModelConfig& c, DType dtype) {
   else if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
   else j["eos_token_id"] = c.eos_token_ids;
   j["torch_dtype"] = torch_dtype_name(dtype);
+  if (c.weight_quant == WeightQuant::fp8_block || dtype == DType::f8_e4m3) {
+    ordered_json q;
+    q["activation_scheme"] = "dynamic";
+    q["fmt"] = "e4m3";
+    q["quant_method"] = "fp8";
+    q["weight_block_size"] = {kernels::kFp8Block, kernels::kFp8Block};
+    j["quantization_config"] = q;
+  }
   j["transformers_version"] = "4.51.0";
   return j.dump(2) + "\n";
 }
 
 Result<MakeModelReport> make_model(const ModelConfig& config, const MakeModelOptions& opt) {
   AFD_RETURN_IF_ERROR(config.validate());
-  if (opt.dtype != DType::bf16 && opt.dtype != DType::f16 && opt.dtype != DType::f32) {
-    return invalid_argument(std::string("dtype ") + dtype_name(opt.dtype) + " is not a weight dtype (bf16, f16, f32)");
+  if (opt.dtype != DType::bf16 && opt.dtype != DType::f16 && opt.dtype != DType::f32 && opt.dtype != DType::f8_e4m3) {
+    return invalid_argument(std::string("dtype ") + dtype_name(opt.dtype) +
+                            " is not a weight dtype (bf16, f16, f32, f8_e4m3)");
   }
   if (opt.shard_size == 0) return invalid_argument("shard size must be positive");
   if (opt.out_dir.empty()) return invalid_argument("no output directory");
+  const bool fp8 = opt.dtype == DType::f8_e4m3;
+  const DType base = fp8 ? DType::bf16 : opt.dtype;  // FP8 checkpoints keep the rest in bf16
   std::error_code ec;
   fs::create_directories(opt.out_dir, ec);
   if (ec) return io_error(opt.out_dir + ": cannot create directory: " + ec.message());
-
-  // Remove the safetensors of a previous run so the directory holds exactly one checkpoint.
-  for (const auto& entry : fs::directory_iterator(opt.out_dir, ec)) {
-    const std::string n = entry.path().filename().string();
-    if (n == kSafetensorsSingleName || n == kSafetensorsIndexName ||
-        (n.rfind("model-", 0) == 0 && n.size() > 12 && n.substr(n.size() - 12) == ".safetensors")) {
-      fs::remove(entry.path(), ec);
-      if (ec) return io_error(entry.path().string() + ": cannot remove: " + ec.message());
-    }
-  }
+  AFD_RETURN_IF_ERROR(remove_checkpoint_tensors(opt.out_dir));
 
   MakeModelReport rep;
   const std::string dir = opt.out_dir;
   const std::string cfg_path = dir + "/config.json";
-  AFD_RETURN_IF_ERROR(write_text(cfg_path, model_config_to_json(config, opt.dtype)));
+  AFD_RETURN_IF_ERROR(write_text_file(cfg_path, model_config_to_json(config, opt.dtype)));
   rep.files.push_back(cfg_path);
 
   ordered_json gen;
@@ -393,47 +392,42 @@ Result<MakeModelReport> make_model(const ModelConfig& config, const MakeModelOpt
   gen["do_sample"] = false;
   gen["transformers_version"] = "4.51.0";
   const std::string gen_path = dir + "/generation_config.json";
-  AFD_RETURN_IF_ERROR(write_text(gen_path, gen.dump(2) + "\n"));
+  AFD_RETURN_IF_ERROR(write_text_file(gen_path, gen.dump(2) + "\n"));
   rep.files.push_back(gen_path);
 
   // Tokenizer hook (serving side): the one place tokenizer files get written.
   if (opt.write_tokenizer) AFD_RETURN_IF_ERROR(opt.write_tokenizer(config, dir));
 
-  const std::vector<Stored> tensors = Planner(config, opt.layout).plan();
-  const size_t esize = dtype_size(opt.dtype);
-  // Greedy sharding in model order: start a new shard when the next tensor would overflow.
-  std::vector<std::vector<const Stored*>> shards(1);
-  uint64_t in_shard = 0;
-  for (const Stored& t : tensors) {
-    const uint64_t nb = static_cast<uint64_t>(t.numel()) * esize;
-    if (!shards.back().empty() && in_shard + nb > opt.shard_size) {
-      shards.emplace_back();
-      in_shard = 0;
+  const std::vector<Stored> stored = Planner(config, opt.layout).plan();
+  // File tensors: each stored tensor, and after each FP8 one its block scales.
+  struct Entry {
+    const Stored* t;
+    bool scale;  // the _scale_inv partner of the previous entry
+  };
+  std::vector<TensorSpec> specs;
+  std::vector<Entry> entries;
+  for (const Stored& t : stored) {
+    if (fp8 && t.linear) {
+      specs.push_back({t.name, DType::f8_e4m3, t.shape});
+      entries.push_back({&t, false});
+      specs.push_back({t.name + "_scale_inv", DType::f32, scale_shape(t.shape)});
+      entries.push_back({&t, true});
+    } else {
+      specs.push_back({t.name, base, t.shape});
+      entries.push_back({&t, false});
     }
-    shards.back().push_back(&t);
-    in_shard += nb;
-    rep.tensor_bytes += nb;
-    ++rep.n_tensors;
   }
-
-  if (shards.size() == 1) {
-    const std::string path = dir + "/" + kSafetensorsSingleName;
-    AFD_RETURN_IF_ERROR(write_shard(path, shards[0], opt.dtype, opt.seed));
-    rep.files.push_back(path);
-  } else {
-    json weight_map = json::object();
-    for (size_t i = 0; i < shards.size(); ++i) {
-      const std::string name = shard_name(i, shards.size());
-      const std::string path = dir + "/" + name;
-      AFD_RETURN_IF_ERROR(write_shard(path, shards[i], opt.dtype, opt.seed));
-      rep.files.push_back(path);
-      for (const Stored* t : shards[i]) weight_map[t->name] = name;
-    }
-    json index = {{"metadata", {{"total_size", rep.tensor_bytes}}}, {"weight_map", weight_map}};
-    const std::string index_path = dir + "/" + kSafetensorsIndexName;
-    AFD_RETURN_IF_ERROR(write_text(index_path, index.dump(2) + "\n"));
-    rep.files.push_back(index_path);
-  }
+  std::vector<float> scales;  // of the last FP8 tensor written
+  auto data = [&](size_t i, const ByteWriter& write) -> Status {
+    const Entry& e = entries[i];
+    if (e.scale) return write(scales.data(), scales.size() * sizeof(float));
+    if (specs[i].dtype == DType::f8_e4m3) return write_fp8(*e.t, opt.seed, write, &scales);
+    return write_dense(*e.t, specs[i].dtype, opt.seed, write);
+  };
+  AFD_ASSIGN_OR_RETURN(WrittenCheckpoint wc, write_checkpoint_tensors(dir, specs, opt.shard_size, data));
+  rep.files.insert(rep.files.end(), wc.files.begin(), wc.files.end());
+  rep.tensor_bytes = wc.tensor_bytes;
+  rep.n_tensors = static_cast<int64_t>(specs.size());
   return rep;
 }
 

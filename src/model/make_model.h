@@ -6,6 +6,8 @@
 // Values are a pure function of (seed, logical tensor name): the per-expert HF name,
 // even when the file stores the fused layout. So the per-expert and fused checkpoints of
 // one seed hold the same model, and make_model_tensor_values() reproduces any tensor.
+// FP8 checkpoints quantize those values per 128x128 block of the stored tensor
+// (kernels::quantize_fp8_blocks), 128 rows at a time.
 // Init: matrices uniform with std 1/sqrt(in_features) (keeps activations O(1) through the
 // layers); norm weights 1 +- 0.1; biases +- 0.05.
 #pragma once
@@ -26,7 +28,10 @@ enum class ExpertLayout { per_expert, fused };
 struct MakeModelOptions {
   std::string out_dir;
   uint64_t seed = 1;
-  DType dtype = DType::bf16;                  // bf16 | f16 | f32
+  // bf16 | f16 | f32, or f8_e4m3: FP8 block quantization (128x128 blocks, float32
+  // weight_scale_inv, quantization_config in config.json) of the linear projections (attention,
+  // experts, shared expert, dense MLP), everything else in bf16.
+  DType dtype = DType::bf16;
   ExpertLayout layout = ExpertLayout::per_expert;
   uint64_t shard_size = 2'000'000'000;        // bytes; above it, shards + index.json
   // Hook for the serving side: writes tokenizer files into the model directory. Unset: no

@@ -12,17 +12,26 @@
 //                       or the fused pair under block_sparse_moe.experts.* or mlp.experts.* (router beside it)
 //   dense layer:        mlp.{gate,up,down}_proj.weight with intermediate_size
 // Tensors the model does not use (e.g. rotary inv_freq) are ignored.
+//
+// FP8 block quantization (config.json quantization_config, model/config.h): any matrix above
+// may be stored as F8_E4M3 with a float32 partner `<name>_scale_inv` (`X.weight` ->
+// `X.weight_scale_inv`, as DeepSeek-V3 / HF write it; the fused `experts.gate_up_proj` ->
+// `experts.gate_up_proj_scale_inv`, afd's spelling) of shape [ceil(rows/128), ceil(cols/128)]
+// (3-D fused expert tensors: [E, ceil(rows/128), ceil(cols/128)]). The e4m3 bytes are used in
+// place; a BF16/F16 scale tensor is widened to owned f32. Vectors (norms, biases) are never FP8.
 #include "model/weights.h"
 
 #include <immintrin.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <unordered_set>
 
 #include "core/cpu_features.h"
 #include "core/log.h"
+#include "kernels/cpu/linear_fp8.h"
 #include "model/checkpoint.h"
 
 namespace afd {
@@ -31,7 +40,7 @@ size_t ModelWeights::matrix_bytes() const {
   std::unordered_set<const void*> seen;
   size_t total = 0;
   auto add = [&](const Matrix& m) {
-    if (!m.empty() && seen.insert(m.data).second) total += m.nbytes();
+    if (!m.empty() && seen.insert(m.data).second) total += m.nbytes() + m.scale_bytes();
   };
   auto add_ffn = [&](const FfnWeights& f) {
     add(f.gate);
@@ -147,35 +156,55 @@ void convert_to_f32(DType dt, const uint8_t* src, size_t n, float* dst) {
   }
 }
 
-// Usable weight storage: bf16 or f32, in place or converted.
+// Usable weight storage of a 2-D [rows, cols] or 3-D [slabs, rows, cols] tensor: bf16 or f32
+// (in place or converted), or FP8 e4m3 in place with its f32 block scales
+// [slabs, ceil(rows/128), ceil(cols/128)].
 struct Storage {
   DType dtype = DType::bf16;
   const uint8_t* data = nullptr;
-  const void* at(int64_t elem) const { return data + static_cast<size_t>(elem) * dtype_size(dtype); }
+  int64_t rows = 0, cols = 0;  // of one slab
+  const float* scale = nullptr;
+  // Rows [r0, r0 + n) of slab e as a view.
+  Matrix matrix(int64_t e, int64_t r0, int64_t n) const {
+    Matrix slab{dtype, data + static_cast<size_t>(e * rows * cols) * dtype_size(dtype), rows, cols};
+    if (dtype == DType::f8_e4m3) {
+      const int64_t bs = kernels::kFp8Block, brows = (rows + bs - 1) / bs, bcols = (cols + bs - 1) / bs;
+      slab.scale = scale + e * brows * bcols;
+      slab.scale_stride = bcols;
+    }
+    return matrix_rows(slab, r0, r0 + n);
+  }
 };
 
 class Binder {
  public:
   Binder(const Checkpoint& ck, ModelWeights* w) : ck_(ck), w_(w) {}
 
-  // The tensor `name` with the expected shape, as bf16/f32 storage (f16 and misaligned
-  // data converted to owned f32).
+  // The tensor `name` with the expected 2-D or 3-D shape, as usable storage (f16 and misaligned
+  // data converted to owned f32; FP8 with its scales, checked).
   Result<Storage> storage(const std::string& name, const std::vector<Dim>& dims) {
-    AFD_ASSIGN_OR_RETURN(const TensorRef* r, lookup(name, dims));
+    AFD_ASSIGN_OR_RETURN(const TensorRef* r, lookup(name, dims, /*allow_fp8=*/true));
     const DType dt = r->info->dtype;
+    Storage s{dt, r->data, dims[dims.size() - 2].n, dims.back().n, nullptr};
+    if (dt == DType::f8_e4m3) {
+      AFD_ASSIGN_OR_RETURN(s.scale, block_scales(*r, name, dims));
+      return s;
+    }
     const bool aligned = reinterpret_cast<uintptr_t>(r->data) % dtype_size(dt) == 0;
-    if ((dt == DType::bf16 || dt == DType::f32) && aligned) return Storage{dt, r->data};
-    return Storage{DType::f32, reinterpret_cast<const uint8_t*>(owned_copy(*r))};
+    if ((dt == DType::bf16 || dt == DType::f32) && aligned) return s;
+    s.dtype = DType::f32;
+    s.data = reinterpret_cast<const uint8_t*>(owned_copy(*r));
+    return s;
   }
 
   Result<Matrix> matrix(const std::string& name, const Dim& rows, const Dim& cols) {
     AFD_ASSIGN_OR_RETURN(Storage s, storage(name, {rows, cols}));
-    return Matrix{s.dtype, s.data, rows.n, cols.n};
+    return s.matrix(0, 0, rows.n);
   }
 
   // Always an owned f32 copy.
   Result<Vector> vector(const std::string& name, const Dim& n) {
-    AFD_ASSIGN_OR_RETURN(const TensorRef* r, lookup(name, {n}));
+    AFD_ASSIGN_OR_RETURN(const TensorRef* r, lookup(name, {n}, /*allow_fp8=*/false));
     return Vector{owned_copy(*r), n.n};
   }
 
@@ -183,13 +212,20 @@ class Binder {
   const std::string& dir() const { return ck_.dir(); }
 
  private:
-  Result<const TensorRef*> lookup(const std::string& name, const std::vector<Dim>& dims) {
+  Result<const TensorRef*> lookup(const std::string& name, const std::vector<Dim>& dims, bool allow_fp8) {
     const TensorRef* r = ck_.find(name);
     if (!r) return not_found(ck_.dir() + ": missing tensor '" + name + "' (expected shape " + dims_text(dims) + ")");
     const DType dt = r->info->dtype;
-    if (dt != DType::bf16 && dt != DType::f16 && dt != DType::f32) {
+    if (dt == DType::f8_e4m3 && allow_fp8) {
+      if (w_->config.weight_quant != WeightQuant::fp8_block) {
+        return invalid_argument(*r->file + ": tensor '" + name +
+                                "' is F8_E4M3 but config.json has no quantization_config (FP8 block quantization: "
+                                "quant_method fp8, weight_block_size [128, 128])");
+      }
+    } else if (dt != DType::bf16 && dt != DType::f16 && dt != DType::f32) {
       return not_supported(*r->file + ": tensor '" + name + "' has dtype " + dtype_name(dt) +
-                           " (weights must be BF16, F16 or F32)");
+                           (allow_fp8 ? " (weights must be BF16, F16, F32 or F8_E4M3 with block scales)"
+                                      : " (norm weights and biases must be BF16, F16 or F32)"));
     }
     bool match = r->info->shape.size() == dims.size();
     for (size_t i = 0; match && i < dims.size(); ++i) match = r->info->shape[i] == dims[i].n;
@@ -198,6 +234,45 @@ class Binder {
                               " but config.json implies " + dims_text(dims));
     }
     return r;
+  }
+
+  // The float32 block scales of FP8 tensor `name` (its `_scale_inv` partner), checked: present,
+  // shape [.., ceil(rows/128), ceil(cols/128)], a float dtype, finite.
+  Result<const float*> block_scales(const TensorRef& w, const std::string& name, const std::vector<Dim>& dims) {
+    const std::string sname = name + "_scale_inv";
+    const int64_t bs = kernels::kFp8Block;
+    std::vector<Dim> sd;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (i + 2 < dims.size()) sd.push_back(dims[i]);
+      else sd.push_back(Dim{(dims[i].n + bs - 1) / bs, "ceil(" + dims[i].why + "/128)"});
+    }
+    const TensorRef* r = ck_.find(sname);
+    if (!r) {
+      return not_found(ck_.dir() + ": missing tensor '" + sname + "' (the block scales of F8_E4M3 tensor '" + name +
+                       "' in " + *w.file + ", expected shape " + dims_text(sd) + ")");
+    }
+    const DType dt = r->info->dtype;
+    if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16) {
+      return not_supported(*r->file + ": block scale tensor '" + sname + "' has dtype " + dtype_name(dt) +
+                           " (expected F32)");
+    }
+    bool match = r->info->shape.size() == sd.size();
+    for (size_t i = 0; match && i < sd.size(); ++i) match = r->info->shape[i] == sd[i].n;
+    if (!match) {
+      return invalid_argument(*r->file + ": block scale tensor '" + sname + "' has shape " +
+                              shape_text(r->info->shape) + " but F8_E4M3 tensor '" + name + "' " +
+                              shape_text(w.info->shape) + " with 128x128 blocks implies " + dims_text(sd));
+    }
+    const float* p = reinterpret_cast<const float*>(r->data);
+    if (dt != DType::f32 || reinterpret_cast<uintptr_t>(r->data) % alignof(float) != 0) p = owned_copy(*r);
+    const int64_t n = r->info->numel();
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(p[i])) {
+        return invalid_argument(*r->file + ": block scale tensor '" + sname + "' holds a non-finite value at element " +
+                                std::to_string(i));
+      }
+    }
+    return p;
   }
 
   const float* owned_copy(const TensorRef& r) {
@@ -266,9 +341,9 @@ Status load_moe(Binder& b, const ModelConfig& c, const std::string& layer_prefix
     const int64_t I = c.moe_intermediate_size, H = c.hidden_size;
     for (int64_t e = 0; e < c.n_experts; ++e) {
       FfnWeights& f = m->experts[static_cast<size_t>(e)];
-      f.gate = Matrix{gu.dtype, gu.at(e * 2 * I * H), I, H};      // rows [0, I) of expert e
-      f.up = Matrix{gu.dtype, gu.at((e * 2 * I + I) * H), I, H};  // rows [I, 2I)
-      f.down = Matrix{dn.dtype, dn.at(e * H * I), H, I};
+      f.gate = gu.matrix(e, 0, I);  // rows [0, I) of expert e
+      f.up = gu.matrix(e, I, I);    // rows [I, 2I)
+      f.down = dn.matrix(e, 0, H);
     }
   } else {
     for (int64_t e = 0; e < c.n_experts; ++e) {

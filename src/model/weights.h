@@ -1,6 +1,8 @@
 // ModelWeights: typed views of a checkpoint's tensors, bound by name and checked against
-// ModelConfig. Views point into the memory-mapped safetensors files (bf16 / f32 in place);
-// f16 tensors are converted once at load into owned f32 storage.
+// ModelConfig. Views (model/matrix.h) point into the memory-mapped safetensors files: bf16 /
+// f32 in place, FP8 block-quantized e4m3 in place with its float32 scales (never widened);
+// f16 tensors (and misaligned data or non-f32 scales) are converted once at load into owned
+// f32 storage.
 #pragma once
 
 #include <cstdint>
@@ -11,25 +13,11 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "model/config.h"
+#include "model/matrix.h"
 
 namespace afd {
 
 class Checkpoint;  // model/checkpoint.h
-
-// A row-major matrix [rows, cols]: nn.Linear's (out_features, in_features).
-// dtype is bf16 or f32. `data` is not owned.
-struct Matrix {
-  DType dtype = DType::bf16;
-  const void* data = nullptr;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  bool empty() const { return data == nullptr; }
-  size_t nbytes() const { return static_cast<size_t>(rows * cols) * dtype_size(dtype); }
-  // Row r as a matrix of one row.
-  const uint8_t* row_ptr(int64_t r) const {
-    return static_cast<const uint8_t*>(data) + static_cast<size_t>(r * cols) * dtype_size(dtype);
-  }
-};
 
 // A vector [n] (norm weights, biases); always f32, owned by ModelWeights.
 struct Vector {
@@ -76,7 +64,7 @@ struct ModelWeights {
   Vector final_norm;          // [hidden]
   std::vector<LayerWeights> layers;
 
-  // Total bytes of all weight matrices (what a full pass could read).
+  // Total bytes of all weight matrices, FP8 block scales included (what a full pass could read).
   size_t matrix_bytes() const;
 
   // Keeps mmaps and converted buffers alive.

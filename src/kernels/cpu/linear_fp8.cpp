@@ -1,0 +1,310 @@
+// linear_fp8(): dispatch between the gemv kernels (few tokens: W streamed from memory once,
+// converted in registers) and dequantized tiles fed to linear()'s tile kernels (many tokens),
+// with W's rows split across the ThreadPool as in linear(); the scalar reference; block
+// quantization.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include "core/check.h"
+#include "core/dtype.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/linear_fp8.h"
+#include "kernels/cpu/linear_fp8_kernels.h"
+#include "kernels/cpu/linear_kernels.h"
+
+namespace afd::kernels {
+
+namespace detail {
+
+namespace {
+// Defaults from bench_kernels --fp8-weights on the dev machine (docs/BENCHMARKS.md, "FP8 weights").
+std::atomic<int> g_gemv_lut{2};
+std::atomic<int64_t> g_gemv_max_n{4};
+std::atomic<int64_t> g_tile_rows{16};
+}  // namespace
+
+Fp8Tuning fp8_tuning() {
+  return {g_gemv_lut.load(std::memory_order_relaxed), g_gemv_max_n.load(std::memory_order_relaxed),
+          g_tile_rows.load(std::memory_order_relaxed)};
+}
+
+void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows) {
+  if (gemv_lut >= 0) g_gemv_lut.store(std::min(gemv_lut, 2), std::memory_order_relaxed);
+  if (gemv_max_n >= 0) g_gemv_max_n.store(gemv_max_n, std::memory_order_relaxed);
+  if (tile_rows >= 0) g_tile_rows.store(std::max<int64_t>(16, tile_rows / 16 * 16), std::memory_order_relaxed);
+}
+
+int64_t fp8_gemv_ldx(int64_t cols) { return (cols + kFp8Block - 1) / kFp8Block * kFp8Block; }
+
+void prep_x_fp8_gemv_f32(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool round, float* xf) {
+  const int64_t ldx = fp8_gemv_ldx(cols);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * x_stride;
+    float* o = xf + i * ldx;
+    if (round)
+      for (int64_t c = 0; c < cols; ++c) o[c] = round_bf16(xi[c]);
+    else
+      std::copy(xi, xi + cols, o);
+    std::fill(o + cols, o + ldx, 0.0f);
+  }
+}
+
+void prep_x_fp8_gemv_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool permute64, uint16_t* xb) {
+  const int64_t ldx = fp8_gemv_ldx(cols);
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t* o = xb + i * ldx;
+    f32_to_bf16_row(x + i * x_stride, cols, o);
+    std::fill(o + cols, o + ldx, uint16_t{0});
+    if (!permute64) continue;
+    for (int64_t c0 = 0; c0 < ldx; c0 += 64) {
+      uint16_t g[64];
+      std::copy(o + c0, o + c0 + 64, g);
+      for (int p = 0; p < 64; ++p) o[c0 + p] = g[16 * (p % 32 / 8) + p % 8 + (p >= 32 ? 8 : 0)];
+    }
+  }
+}
+
+bool cpu_has_avx512_vbmi() {
+  static const bool has = __builtin_cpu_supports("avx512vbmi");
+  return has;
+}
+
+void fp8_dequant_rows_f32_scalar(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* q = w.q + r * cols;
+    const float* s = w.scale + (r + w.row_offset) / kFp8Block * w.scale_stride;
+    float* o = out + (r - r0) * cols;
+    for (int64_t c = 0; c < cols; ++c) o[c] = fp8_e4m3_to_f32(q[c]) * s[c / kFp8Block];
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+
+template <typename T>
+struct Scratch {
+  T* p = nullptr;
+  size_t cap = 0;
+  ~Scratch() { std::free(p); }
+  T* get(size_t n) {
+    if (n > cap) {
+      std::free(p);
+      size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+      p = static_cast<T*>(std::aligned_alloc(64, bytes));
+      AFD_CHECK(p != nullptr, "scratch allocation failed");
+      cap = bytes / sizeof(T);
+    }
+    return p;
+  }
+};
+
+enum class Path {
+  scalar,
+  avx2_gemv,
+  avx2_tile,
+  avx512_gemv,
+  avx512_gemv_lut,
+  avx512_gemv_lut8,
+  avx512_tile_bf16,
+  avx512_tile_f32
+};
+
+Path choose_path(int64_t n, bool act_bf16, Isa isa) {
+  const Fp8Tuning t = fp8_tuning();
+  const bool gemv = n <= t.gemv_max_n;
+  switch (isa) {
+    case Isa::avx512:
+      if (gemv) {
+        if (!act_bf16 || t.gemv_lut == 0) return Path::avx512_gemv;
+        return t.gemv_lut == 2 && cpu_has_avx512_vbmi() ? Path::avx512_gemv_lut8 : Path::avx512_gemv_lut;
+      }
+      return act_bf16 ? Path::avx512_tile_bf16 : Path::avx512_tile_f32;
+    case Isa::avx2: return gemv ? Path::avx2_gemv : Path::avx2_tile;
+    case Isa::scalar: break;
+  }
+  return Path::scalar;
+}
+
+const char* path_name(Path p) {
+  switch (p) {
+    case Path::scalar: return "scalar_fp8";
+    case Path::avx2_gemv: return "avx2_fp8_gemv";
+    case Path::avx2_tile: return "avx2_fp8_tile_f32";
+    case Path::avx512_gemv: return "avx512_fp8_gemv";
+    case Path::avx512_gemv_lut: return "avx512_fp8_gemv_lut";
+    case Path::avx512_gemv_lut8: return "avx512_fp8_gemv_lut8";
+    case Path::avx512_tile_bf16: return "avx512_fp8_tile_bf16";
+    case Path::avx512_tile_f32: return "avx512_fp8_tile_f32";
+  }
+  return "?";
+}
+
+}  // namespace
+
+void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows, int64_t cols,
+                float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate) {
+  AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0);
+  AFD_CHECK(n <= 1 || (x_stride >= cols && y_stride >= rows), "linear_fp8: row strides shorter than rows");
+  AFD_CHECK(w.row_offset >= 0 && w.row_offset < kFp8Block, "linear_fp8: row_offset outside [0, 128)");
+  AFD_CHECK(w.scale_stride >= (cols + kFp8Block - 1) / kFp8Block, "linear_fp8: scale_stride below the block count");
+  if (n == 0 || rows == 0) return;
+  const bool act_bf16 = prec == ActPrecision::bf16;
+  const Path path = choose_path(n, act_bf16, active_isa());
+  const int64_t tile_rows = fp8_tuning().tile_rows;
+
+  // Activations, prepared once on the calling thread.
+  thread_local Scratch<float> xf_buf;
+  thread_local Scratch<uint16_t> xb_buf;
+  const float* xf = x;
+  const uint16_t* xb = nullptr;
+  int64_t ldx = x_stride;
+  switch (path) {
+    case Path::avx512_gemv:
+    case Path::avx2_gemv: {
+      ldx = fp8_gemv_ldx(cols);
+      float* p = xf_buf.get(static_cast<size_t>(n * ldx));
+      prep_x_fp8_gemv_f32(x, n, x_stride, cols, act_bf16, p);
+      xf = p;
+      break;
+    }
+    case Path::avx512_gemv_lut:
+    case Path::avx512_gemv_lut8: {
+      ldx = fp8_gemv_ldx(cols);
+      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx));
+      prep_x_fp8_gemv_bf16(x, n, x_stride, cols, path == Path::avx512_gemv_lut8, p);
+      xb = p;
+      break;
+    }
+    case Path::avx512_tile_bf16: {
+      ldx = (cols + 31) / 32 * 32;
+      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx));
+      prep_x_bf16(x, n, x_stride, cols, p, ldx);
+      xb = p;
+      break;
+    }
+    case Path::avx512_tile_f32: break;  // x used in place
+    case Path::avx2_tile:
+    case Path::scalar:
+      if (act_bf16) {
+        ldx = (cols + 31) / 32 * 32;
+        float* p = xf_buf.get(static_cast<size_t>(n * ldx));
+        prep_x_f32(x, n, x_stride, cols, act_bf16, p, ldx);
+        xf = p;
+      }
+      break;
+  }
+
+  auto rows_fn = [&](int64_t r0, int64_t r1) {
+    switch (path) {
+      case Path::avx512_gemv: fp8_gemv_avx512(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
+      case Path::avx512_gemv_lut: fp8_gemv_lut_avx512(xb, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
+      case Path::avx512_gemv_lut8: fp8_gemv_lut8_avx512(xb, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
+      case Path::avx2_gemv: fp8_gemv_avx2(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
+      default: break;
+    }
+    // Tiles: dequantize tile_rows rows once, reuse them for all n tokens.
+    thread_local Scratch<uint16_t> wb_buf;
+    thread_local Scratch<float> wf_buf;
+    for (int64_t rt = r0; rt < r1; rt += tile_rows) {
+      const int64_t nr = std::min(tile_rows, r1 - rt);
+      float* yt = y + rt;
+      switch (path) {
+        case Path::avx512_tile_bf16: {
+          uint16_t* t = wb_buf.get(static_cast<size_t>(nr * cols));
+          fp8_dequant_rows_bf16_avx512(w, cols, rt, rt + nr, t);
+          rows_dp_bf16_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
+          break;
+        }
+        case Path::avx512_tile_f32: {
+          float* t = wf_buf.get(static_cast<size_t>(nr * cols));
+          fp8_dequant_rows_f32_avx512(w, cols, rt, rt + nr, t);
+          rows_fma_f32w_avx512(xf, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
+          break;
+        }
+        case Path::avx2_tile: {
+          float* t = wf_buf.get(static_cast<size_t>(nr * cols));
+          fp8_dequant_rows_f32_avx2(w, cols, rt, rt + nr, t);
+          rows_fma_f32w_avx2(xf, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
+          break;
+        }
+        default: {
+          float* t = wf_buf.get(static_cast<size_t>(nr * cols));
+          fp8_dequant_rows_f32_scalar(w, cols, rt, rt + nr, t);
+          rows_scalar(xf, n, ldx, t, /*is_bf16=*/false, cols, 0, nr, yt, y_stride, accumulate);
+          break;
+        }
+      }
+    }
+  };
+
+  // Row chunks as in linear(): multiples of 16 rows, a few per thread, handed out dynamically.
+  const int n_threads = pool ? pool->size() : 1;
+  constexpr int64_t kChunksPerThread = 4, kRowAlign = 16;
+  const int64_t max_chunks = rows / kRowAlign;
+  if (n_threads <= 1 || max_chunks < 2) {
+    rows_fn(0, rows);
+  } else {
+    const int64_t n_chunks = std::min<int64_t>(max_chunks, n_threads * kChunksPerThread);
+    const int64_t chunk = ((rows + n_chunks - 1) / n_chunks + kRowAlign - 1) / kRowAlign * kRowAlign;
+    const int n_tasks = static_cast<int>((rows + chunk - 1) / chunk);
+    pool->run(n_tasks, [&](int task, int) {
+      const int64_t b = task * chunk;
+      rows_fn(b, std::min(rows, b + chunk));
+    });
+  }
+}
+
+const char* linear_fp8_path_name(int64_t n, ActPrecision prec) {
+  return path_name(choose_path(n, prec == ActPrecision::bf16, active_isa()));
+}
+
+void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, uint8_t* q, float* scale) {
+  const int64_t sb = (cols + kFp8Block - 1) / kFp8Block;
+  for (int64_t br = 0; br * kFp8Block < rows; ++br) {
+    const int64_t r0 = br * kFp8Block, r1 = std::min(rows, r0 + kFp8Block);
+    for (int64_t bc = 0; bc < sb; ++bc) {
+      const int64_t c0 = bc * kFp8Block, c1 = std::min(cols, c0 + kFp8Block);
+      float amax = 0.0f;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(w[r * cols + c]));
+      const float s = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+      scale[br * sb + bc] = s;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) q[r * cols + c] = f32_to_fp8_e4m3(w[r * cols + c] / s);
+    }
+  }
+}
+
+void dequantize_fp8_blocks(const Fp8BlockWeights& w, int64_t rows, int64_t cols, float* out) {
+  detail::fp8_dequant_rows_f32_scalar(w, cols, 0, rows, out);
+}
+
+namespace ref {
+
+void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows, int64_t cols,
+                float* y, int64_t y_stride, ActPrecision prec, bool accumulate) {
+  std::vector<float> wr(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    detail::fp8_dequant_rows_f32_scalar(w, cols, r, r + 1, wr.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * x_stride;
+      float acc = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) {
+        const float xv = prec == ActPrecision::bf16 ? round_bf16(xi[c]) : xi[c];
+        acc += xv * wr[c];
+      }
+      float* o = y + i * y_stride + r;
+      *o = accumulate ? *o + acc : acc;
+    }
+  }
+}
+
+}  // namespace ref
+
+}  // namespace afd::kernels

@@ -1,0 +1,64 @@
+// Matrix products with FP8 block-quantized weights (the DeepSeek-V3 / Hugging Face "fp8"
+// checkpoint format: float8_e4m3fn weights, one float32 `weight_scale_inv` per 128 x 128
+// block), dequantized on the fly: the weights stay 1 byte per element in memory.
+//
+// Layout of a quantized [rows, cols] weight (nn.Linear's [out_features, in_features]):
+//   q     [rows, cols] e4m3fn bytes, row-major
+//   scale block scales, W[r, c] = fp8_e4m3_to_f32(q[r * cols + c]) * scale[br * scale_stride + c / 128]
+//         with br = (r + row_offset) / 128. A checkpoint's own tensor has scale_stride =
+//         ceil(cols / 128) and row_offset 0; views of part of a tensor (the up half of a fused
+//         gate_up_proj whose gate half is not a whole number of blocks) use row_offset to say
+//         where row 0 sits inside its block. Edge blocks may be partial (rows or cols not a
+//         multiple of 128): nothing is padded, the last block simply covers fewer elements.
+// q must not hold the NaN encodings 0x7f / 0xff (quantize_fp8_blocks never writes them).
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/ops.h"
+
+namespace afd::kernels {
+
+constexpr int64_t kFp8Block = 128;
+
+struct Fp8BlockWeights {
+  const uint8_t* q = nullptr;
+  const float* scale = nullptr;
+  int64_t scale_stride = 0;  // >= ceil(cols / 128)
+  int64_t row_offset = 0;    // in [0, 128)
+};
+
+// y[i, r] = sum_c x[i, c] * W[r, c] for i < n, r < rows, with linear()'s conventions (ops.h):
+// x [n, x_stride], y [n, y_stride], accumulate adds into y, pool may be null.
+// Precision: f32 activations use the dequantized W exactly (each product fp8 * x in f32, one
+// rounding of the block scale's product). bf16 activations round x to bf16; the batched path
+// (n above the single-token path's limit) may also round the dequantized W to bf16 once per
+// call (round_bf16(fp8 * scale)), as a bf16 checkpoint of the dequantized weights would hold.
+// The result for a row depends only on n, the row and x (not on the pool's size), so every
+// FFN sharding computes the same numbers.
+void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows,
+                int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
+                bool accumulate = false);
+
+// Name of the implementation linear_fp8() uses for this call shape, e.g. "avx512_fp8_gemv",
+// "avx512_fp8_tile_bf16", "avx2_fp8_gemv", "scalar_fp8" (benchmarks and reports).
+const char* linear_fp8_path_name(int64_t n, ActPrecision prec);
+
+// Block quantization of a row-major f32 matrix w [rows, cols] into the layout above
+// (row_offset 0, scale_stride = ceil(cols / 128)): per block, s = amax / 448 (1 for an all-zero
+// block), q = f32_to_fp8_e4m3(w / s) (round to nearest even, saturating at +-448; core/dtype.h),
+// scale = s. q [rows, cols], scale [ceil(rows / 128), ceil(cols / 128)]. Non-finite inputs are
+// the caller's to reject (a NaN or inf makes its block's scale non-finite).
+void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, uint8_t* q, float* scale);
+
+// W [rows, cols] f32 = the dequantized weights (scalar; for tests and checkpoint conversion).
+void dequantize_fp8_blocks(const Fp8BlockWeights& w, int64_t rows, int64_t cols, float* out);
+
+namespace ref {
+// Scalar reference of linear_fp8: exact dequantization, x rounded to bf16 in bf16 mode, f32 sums.
+void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows,
+                int64_t cols, float* y, int64_t y_stride, ActPrecision prec, bool accumulate = false);
+}  // namespace ref
+
+}  // namespace afd::kernels

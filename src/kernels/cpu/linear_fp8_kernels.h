@@ -1,0 +1,64 @@
+// Internal: per-thread row-range kernels behind linear_fp8() (linear_fp8.h). Not part of the
+// public contract; tests reach them through linear_fp8() and set_isa_limit().
+//
+// Two shapes of work:
+//   gemv  few tokens: each W row is read once from memory, each 128-column block converted
+//         in registers and dotted with up to 4 tokens' x at a time (the row stays in L1 for
+//         the next group of 4); the block's partial sums are multiplied by its scale once.
+//   tile  many tokens: a tile of W rows is dequantized once (scale applied) into a per-thread
+//         bf16 or f32 buffer and handed to linear()'s tile kernels (linear_kernels.h), which
+//         reuse it across all tokens.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/linear_fp8.h"
+
+namespace afd::kernels::detail {
+
+// Activations for the gemv kernels: xf [n, ldx] with ldx = round_up(cols, 128), zero padded,
+// rounded through bf16 when round_bf16 (f32 variant), or xb [n, ldx] bf16 (lut variant).
+// permute64: each 64-column group stored in the byte-table kernel's order, position p holding
+// column 16 * (p % 32 / 8) + p % 8 + (p >= 32 ? 8 : 0).
+int64_t fp8_gemv_ldx(int64_t cols);
+void prep_x_fp8_gemv_f32(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool round_bf16, float* xf);
+void prep_x_fp8_gemv_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool permute64, uint16_t* xb);
+// Whether this CPU has AVX-512 VBMI (the byte-table gemv); checked with active_isa() == avx512.
+bool cpu_has_avx512_vbmi();
+
+// y[i, r] (+)= sum_c x[i, c] W[r, c] for r in [r0, r1), i < n.
+// AVX-512, conversion through IEEE half (vcvtph2ps, exact): f32 products and sums.
+void fp8_gemv_avx512(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols, int64_t r0,
+                     int64_t r1, float* y, int64_t ldy, bool acc);
+// AVX-512 BF16, conversion by a 128-entry bf16 table (vpermt2w, exact) and vdpbf16ps with bf16 x.
+void fp8_gemv_lut_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols,
+                         int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+// AVX-512 BF16 + VBMI, conversion by two 128-entry byte tables (vpermt2b); xb permuted per 64 columns.
+void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols,
+                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+// AVX2 + F16C, conversion through IEEE half.
+void fp8_gemv_avx2(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols, int64_t r0,
+                   int64_t r1, float* y, int64_t ldy, bool acc);
+
+// out [r1 - r0, cols] (row stride cols) = W rows [r0, r1) dequantized; bf16 rounds the f32
+// product fp8 * scale to nearest even.
+void fp8_dequant_rows_bf16_avx512(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, uint16_t* out);
+void fp8_dequant_rows_f32_avx512(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
+void fp8_dequant_rows_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
+void fp8_dequant_rows_f32_scalar(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
+
+// Tuning (benchmarks and tests only; defaults in linear_fp8.cpp):
+//   gemv_lut   AVX-512 with bf16 activations: 0 = half conversion + f32 FMA, 1 = word table + vdpbf16ps,
+//              2 = byte table (VBMI; 1 without it) + vdpbf16ps
+//   gemv_max_n largest n that takes the gemv path (above it: tiles)
+//   tile_rows  rows dequantized per tile (a multiple of 16)
+// A negative value leaves that setting unchanged.
+struct Fp8Tuning {
+  int gemv_lut;
+  int64_t gemv_max_n;
+  int64_t tile_rows;
+};
+Fp8Tuning fp8_tuning();
+void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows);
+
+}  // namespace afd::kernels::detail
