@@ -20,6 +20,9 @@ const char* arch_name(Arch a) {
     case Arch::qwen3_moe: return "qwen3_moe";
     case Arch::qwen2_moe: return "qwen2_moe";
     case Arch::mixtral: return "mixtral";
+    case Arch::deepseek_v2: return "deepseek_v2";
+    case Arch::deepseek_v3: return "deepseek_v3";
+    case Arch::step3_text: return "step3_text";
   }
   return "?";
 }
@@ -28,12 +31,18 @@ bool arch_from_name(const std::string& name, Arch* out) {
   if (name == "qwen3_moe") *out = Arch::qwen3_moe;
   else if (name == "qwen2_moe") *out = Arch::qwen2_moe;
   else if (name == "mixtral") *out = Arch::mixtral;
+  else if (name == "deepseek_v2") *out = Arch::deepseek_v2;
+  else if (name == "deepseek_v3") *out = Arch::deepseek_v3;
+  else if (name == "step3_text") *out = Arch::step3_text;
   else return false;
   return true;
 }
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
   if (n_experts <= 0 || decoder_sparse_step <= 0) return false;
+  if (!moe_layers.empty()) return std::find(moe_layers.begin(), moe_layers.end(), layer) != moe_layers.end();
+  if (layer < first_k_dense_replace) return false;
+  if (moe_layer_freq > 1 && layer % moe_layer_freq != 0) return false;
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
   return (layer + 1) % decoder_sparse_step == 0;
 }
@@ -131,7 +140,8 @@ Result<Arch> detect_arch(const Fields& f, ModelConfig* c) {
   }
   Arch arch;
   if (!c->model_type.empty()) {
-    if (!arch_from_name(c->model_type, &arch)) {
+    if (!arch_from_name(c->model_type, &arch) || arch == Arch::deepseek_v2 || arch == Arch::deepseek_v3 ||
+        arch == Arch::step3_text) {
       return not_supported("field 'model_type': unknown model_type '" + c->model_type +
                            "' (supported: qwen3_moe, qwen2_moe, mixtral)");
     }

@@ -269,6 +269,7 @@ Result<ModelConfig> make_preset_config(Arch arch, const std::string& preset) {
     case Arch::qwen3_moe: c.architecture = "Qwen3MoeForCausalLM"; break;
     case Arch::qwen2_moe: c.architecture = "Qwen2MoeForCausalLM"; break;
     case Arch::mixtral: c.architecture = "MixtralForCausalLM"; break;
+    default: break;
   }
   // qwen3_moe bench follows Qwen3-30B-A3B's attention shape (q_dim 4096 > hidden 2048);
   // qwen2_moe / mixtral keep head_dim == hidden / heads as their HF classes assume.

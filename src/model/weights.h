@@ -35,10 +35,23 @@ struct FfnWeights {
 };
 
 struct AttentionWeights {
-  Matrix q, k, v;        // [q_dim, hidden], [kv_dim, hidden], [kv_dim, hidden]
-  Matrix o;              // [hidden, q_dim]
+  // q [q_dim, hidden], or [q_dim, q_lora_rank] when the query is low-rank (then it is MLA's
+  // q_b_proj / MFA's wq, applied after q_a and q_a_norm).
+  Matrix q;
+  Matrix k, v;           // gqa: [kv_dim, hidden] each; empty for mla
+  Matrix o;              // [hidden, o_in_dim]
   Vector q_bias, k_bias, v_bias;  // qwen2_moe only
   Vector q_norm, k_norm;          // [head_dim], qwen3_moe only
+  // Low-rank query (q_lora_rank > 0): q_a [q_lora_rank, hidden] (MLA q_a_proj, MFA q_proj),
+  // q_a_norm [q_lora_rank] (MLA q_a_layernorm, MFA inter_norm).
+  Matrix q_a;
+  Vector q_a_norm;
+  // MLA: kv_a [kv_lora_rank + qk_rope_head_dim, hidden] (kv_a_proj_with_mqa: latent, then the
+  // pre-RoPE shared rope key), kv_a_norm [kv_lora_rank], kv_b [n_heads*(qk_nope+v_head_dim),
+  // kv_lora_rank] (per head: qk_nope rows of W_UK, then v_head_dim rows of W_UV).
+  Matrix kv_a;
+  Vector kv_a_norm;
+  Matrix kv_b;
 };
 
 struct MoeWeights {
@@ -46,6 +59,7 @@ struct MoeWeights {
   std::vector<FfnWeights> experts;  // n_experts
   FfnWeights shared;                // empty when no shared expert
   Matrix shared_gate;               // [1, hidden], sigmoid gate of the shared expert (may be empty)
+  Vector score_bias;                // [n_experts] e_score_correction_bias (noaux_tc), else empty
 };
 
 struct LayerWeights {
