@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "model/gqa_attention.h"
+#include "model/router.h"
 
 namespace afd {
 
@@ -69,34 +70,12 @@ void AttentionPart::attend(int64_t layer, TokenBatch& b) {
 }
 
 void AttentionPart::route(int64_t layer, TokenBatch& b) {
-  const ModelConfig& c = config();
-  const int64_t E = c.n_experts, K = c.n_experts_per_tok;
+  const MoeWeights& moe = w_->layers[layer].moe;
   // Router logits with f32 activations in both modes: a routing flip changes the output by
   // a whole expert, so the router's input is never rounded to bf16.
-  linear(w_->layers[layer].moe.router, b.h.data(), b.n, b.router.data(), ActPrecision::f32, pool_);
-  for (int64_t i = 0; i < b.n; ++i) {
-    float* p = &b.router[i * E];
-    kernels::softmax(p, E);
-    int32_t* ids = &b.topk_ids[i * K];
-    float* wts = &b.topk_w[i * K];
-    // top-k by probability; ties go to the lower expert id.
-    for (int64_t j = 0; j < K; ++j) {
-      int32_t best = -1;
-      for (int64_t e = 0; e < E; ++e) {
-        bool taken = false;
-        for (int64_t t = 0; t < j; ++t) taken |= ids[t] == e;
-        if (taken) continue;
-        if (best < 0 || p[e] > p[best]) best = static_cast<int32_t>(e);
-      }
-      ids[j] = best;
-      wts[j] = p[best];
-    }
-    if (c.norm_topk_prob) {
-      float s = 0;
-      for (int64_t j = 0; j < K; ++j) s += wts[j];
-      for (int64_t j = 0; j < K; ++j) wts[j] /= s;
-    }
-  }
+  linear(moe.router, b.h.data(), b.n, b.router.data(), ActPrecision::f32, pool_);
+  route_tokens(config(), b.router.data(), moe.score_bias.empty() ? nullptr : moe.score_bias.data, b.n,
+               b.topk_ids.data(), b.topk_w.data());
 }
 
 void AttentionPart::add_ffn(TokenBatch& b) const {
