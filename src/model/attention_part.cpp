@@ -1,29 +1,17 @@
 #include "model/attention_part.h"
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-
 #include "core/check.h"
-#include "model/gqa_attention.h"
 #include "model/router.h"
 
 namespace afd {
 
 using kernels::ActPrecision;
 
-namespace {
-
-void add_bias(const Vector& b, float* y, int64_t n) {
-  if (b.empty()) return;
-  for (int64_t i = 0; i < n; ++i) kernels::axpy(1.0f, b.data, b.n, y + i * b.n);
-}
-
-}  // namespace
-
 AttentionPart::AttentionPart(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv, AttentionOptions opt,
                              ThreadPool* pool)
-    : w_(std::move(w)), kv_(kv), opt_(opt), pool_(pool) {}
+    : w_(w), opt_(opt), pool_(pool), attention_(make_attention_variant(std::move(w), kv, opt, pool)) {
+  AFD_CHECK(attention_ != nullptr);
+}
 
 void AttentionPart::embed(TokenBatch& b) const {
   const int64_t hid = config().hidden_size;
@@ -33,40 +21,15 @@ void AttentionPart::embed(TokenBatch& b) const {
 void AttentionPart::forward(int64_t layer, TokenBatch& b) {
   const ModelConfig& c = config();
   const LayerWeights& L = w_->layers[layer];
-  const int64_t n = b.n, hid = c.hidden_size, hd = c.head_dim;
+  const int64_t n = b.n, hid = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
 
   kernels::rmsnorm(b.x.data(), L.input_norm.data, n, hid, eps, b.hn.data());
-  linear(L.attn.q, b.hn.data(), n, b.q.data(), opt_.prec, pool_);
-  linear(L.attn.k, b.hn.data(), n, b.k.data(), opt_.prec, pool_);
-  linear(L.attn.v, b.hn.data(), n, b.v.data(), opt_.prec, pool_);
-  add_bias(L.attn.q_bias, b.q.data(), n);
-  add_bias(L.attn.k_bias, b.k.data(), n);
-  add_bias(L.attn.v_bias, b.v.data(), n);
-  if (c.qk_norm) {
-    kernels::rmsnorm(b.q.data(), L.attn.q_norm.data, n * c.n_heads, hd, eps, b.q.data());
-    kernels::rmsnorm(b.k.data(), L.attn.k_norm.data, n * c.n_kv_heads, hd, eps, b.k.data());
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    kernels::rope_neox(&b.q[i * c.q_dim()], c.n_heads, hd, b.pos[i], c.rope_theta);
-    kernels::rope_neox(&b.k[i * c.kv_dim()], c.n_kv_heads, hd, b.pos[i], c.rope_theta);
-    kv_->write(layer, b.seq[i], b.pos[i], &b.k[i * c.kv_dim()], &b.v[i * c.kv_dim()]);
-  }
-  attend(layer, b);
+  attention_->attend(layer, b, b.attn.data());
   // x += o_proj(attn)
-  linear(L.attn.o, b.attn.data(), n, c.q_dim(), b.x.data(), hid, opt_.prec, pool_, /*accumulate=*/true);
+  linear(L.attn.o, b.attn.data(), n, c.o_in_dim(), b.x.data(), hid, opt_.prec, pool_, /*accumulate=*/true);
   kernels::rmsnorm(b.x.data(), L.post_attention_norm.data, n, hid, eps, b.h.data());
   if (L.is_moe) route(layer, b);
-}
-
-void AttentionPart::attend(int64_t layer, TokenBatch& b) {
-  const ModelConfig& c = config();
-  GqaShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
-  const int64_t tasks = b.n * c.n_kv_heads;
-  pool_->run(static_cast<int>(tasks), [&](int task, int) {
-    const int64_t i = task / c.n_kv_heads, g = task % c.n_kv_heads;
-    gqa_attend_one(*kv_, layer, b.seq[i], b.pos[i] + 1, g, shape, &b.q[i * c.q_dim()], &b.attn[i * c.q_dim()]);
-  });
 }
 
 void AttentionPart::route(int64_t layer, TokenBatch& b) {

@@ -2,10 +2,9 @@
 // everything an attention worker computes. Stateful through the KV cache.
 //
 // Per layer l, for a TokenBatch b (whose KV slots for b.pos were appended beforehand):
-//   hn = rmsnorm(x, input_norm); q,k,v = proj(hn) [+bias]; [q,k per-head rmsnorm];
-//   rope(q,k at pos); kv[l] <- k,v; a = softmax(q k^T / sqrt(hd)) v (causal, GQA);
-//   x += o_proj(a); h = rmsnorm(x, post_attention_norm);
-//   MoE layers: p = softmax(router(h)); topk; renormalise iff norm_topk_prob.
+//   hn = rmsnorm(x, input_norm); a = attention(hn) (the config's AttentionVariant, which also
+//   writes the layer's KV); x += o_proj(a); h = rmsnorm(x, post_attention_norm);
+//   MoE layers: topk_ids / topk_w = route_tokens(router(h)) (model/router.h).
 // The FFN half (ffn_part.h) then produces ffn_out and add_ffn() does x += ffn_out.
 // Threading: one call at a time per AttentionPart; kernels use the given pool.
 #pragma once
@@ -16,14 +15,11 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops.h"
 #include "kv/paged_kv_cache.h"
+#include "model/attention_variant.h"
 #include "model/token_batch.h"
 #include "model/weights.h"
 
 namespace afd {
-
-struct AttentionOptions {
-  kernels::ActPrecision prec = kernels::ActPrecision::f32;
-};
 
 class AttentionPart {
  public:
@@ -44,13 +40,12 @@ class AttentionPart {
   void logits(const TokenBatch& b, std::span<const int64_t> rows, float* out);
 
  private:
-  void attend(int64_t layer, TokenBatch& b);
   void route(int64_t layer, TokenBatch& b);
 
   std::shared_ptr<const ModelWeights> w_;
-  PagedKvCache* kv_;
   AttentionOptions opt_;
   ThreadPool* pool_;
+  std::unique_ptr<AttentionVariant> attention_;
   std::vector<float> final_scratch_;
 };
 

@@ -20,7 +20,7 @@ void TokenBatch::resize(const ModelConfig& c, int64_t n_tokens) {
   q.resize(nn * c.q_dim());
   k.resize(nn * c.kv_dim());
   v.resize(nn * c.kv_dim());
-  attn.resize(nn * c.q_dim());
+  attn.resize(nn * c.o_in_dim());
   router.resize(nn * std::max<int64_t>(1, c.n_experts));
 }
 

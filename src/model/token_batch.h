@@ -25,7 +25,7 @@ struct TokenBatch {
   std::vector<float> hn;          // [n, hidden]
   std::vector<float> q;           // [n, q_dim]
   std::vector<float> k, v;        // [n, kv_dim]
-  std::vector<float> attn;        // [n, q_dim]
+  std::vector<float> attn;        // [n, o_in_dim] attention output (o_proj input)
   std::vector<float> router;      // [n, n_experts]
 
   // Sizes every buffer for n tokens; tokens/seq/pos must be filled by the caller.

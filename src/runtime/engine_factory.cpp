@@ -125,8 +125,9 @@ Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, s
   const bool ref = opt.precision == Precision::reference;
   KvCacheConfig kc;
   kc.n_layers = c.n_layers;
-  kc.n_kv_heads = c.n_kv_heads;
-  kc.head_dim = c.head_dim;
+  const KvLayout kvl = kv_layout(c);
+  kc.n_kv_heads = kvl.n_kv_heads;
+  kc.head_dim = kvl.k_dim;
   kc.block_size = opt.kv_block_size;
   kc.dtype = ref ? DType::f32 : opt.kv_dtype;
   kc.prefix_caching = opt.prefix_caching;

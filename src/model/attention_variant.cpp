@@ -1,0 +1,18 @@
+#include "model/attention_variant.h"
+
+namespace afd {
+
+KvLayout kv_layout(const ModelConfig& c) {
+  return KvLayout{c.n_kv_heads, c.head_dim, c.head_dim};
+}
+
+std::unique_ptr<AttentionVariant> make_attention_variant(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv,
+                                                         AttentionOptions opt, ThreadPool* pool) {
+  switch (w->config.attention) {
+    case AttentionKind::gqa: return make_gqa_attention(std::move(w), kv, opt, pool);
+    case AttentionKind::mla: break;
+  }
+  return nullptr;
+}
+
+}  // namespace afd

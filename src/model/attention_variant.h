@@ -1,0 +1,52 @@
+// AttentionVariant: how one decoder layer's attention is computed — the single place where
+// attention kinds (ModelConfig::attention) differ. AttentionPart (attention_part.h) does the
+// rest of the layer (norms, o_proj, residual, routing) the same way for every kind.
+//
+//   gqa (attention_gqa.cpp): Qwen / Mixtral grouped-query attention; with a low-rank query
+//        (q_lora_rank > 0) Step-3's MFA.
+//   mla (attention_mla.cpp): DeepSeek multi-head latent attention.
+//
+// The KV cache holds, per token and layer, kv_layout(config) values: n_kv_heads heads of a
+// k_dim-wide key and a v_dim-wide value (v_dim 0: the value is read from the key row, as
+// MLA's latent cache does).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/ops.h"
+#include "kv/paged_kv_cache.h"
+#include "model/token_batch.h"
+#include "model/weights.h"
+
+namespace afd {
+
+struct AttentionOptions {
+  kernels::ActPrecision prec = kernels::ActPrecision::f32;
+};
+
+struct KvLayout {
+  int64_t n_kv_heads = 0;
+  int64_t k_dim = 0;
+  int64_t v_dim = 0;
+};
+KvLayout kv_layout(const ModelConfig& c);
+
+class AttentionVariant {
+ public:
+  virtual ~AttentionVariant() = default;
+  // For the n tokens of b (their KV slots at b.pos already appended to the cache):
+  // reads b.hn [n, hidden] (input-normed hidden states), writes this layer's K/V for them into
+  // the cache, and writes out [n, config.o_in_dim()] (the o_proj input). May use b.q / b.k /
+  // b.v as scratch. One call at a time per object.
+  virtual void attend(int64_t layer, TokenBatch& b, float* out) = 0;
+};
+
+// The variant for w->config.attention. `kv` and `pool` must outlive the result.
+std::unique_ptr<AttentionVariant> make_attention_variant(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv,
+                                                         AttentionOptions opt, ThreadPool* pool);
+std::unique_ptr<AttentionVariant> make_gqa_attention(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv,
+                                                     AttentionOptions opt, ThreadPool* pool);
+
+}  // namespace afd
