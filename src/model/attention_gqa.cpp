@@ -1,7 +1,10 @@
-// Grouped-query attention (Qwen3-MoE, Qwen2-MoE, Mixtral) as an AttentionVariant:
-//   q,k,v = proj(hn) [+bias]; [q,k per-head rmsnorm]; rope(q,k at pos) (rotate-half);
+// Grouped-query attention (Qwen3-MoE, Qwen2-MoE, Mixtral; Step-3 MFA) as an AttentionVariant:
+//   q,k,v = proj(hn) [+bias]; with a low-rank query (q_a non-empty, Step-3 MFA)
+//   q = q_proj_b(rmsnorm(q_a(hn), q_a_norm)) instead;
+//   [q,k per-head rmsnorm]; rope(q,k at pos) (rotate-half over the whole head);
 //   kv[l] <- k,v; out = softmax(q k^T / sqrt(hd)) v (causal, GQA, optional sliding window).
 #include <memory>
+#include <vector>
 
 #include "model/attention_variant.h"
 #include "model/gqa_attention.h"
@@ -25,7 +28,16 @@ class GqaAttention final : public AttentionVariant {
     const AttentionWeights& A = w_->layers[layer].attn;
     const int64_t n = b.n, hd = c.head_dim;
     const float eps = static_cast<float>(c.rms_norm_eps);
-    linear(A.q, b.hn.data(), n, b.q.data(), opt_.prec, pool_);
+    if (!A.q_a.empty()) {
+      // Low-rank query (Step-3 MFA): q = wq(rmsnorm(q_proj(hn), inter_norm)).
+      const int64_t r = A.q_a.rows;
+      q_low_.resize(static_cast<size_t>(n * r));
+      linear(A.q_a, b.hn.data(), n, q_low_.data(), opt_.prec, pool_);
+      kernels::rmsnorm(q_low_.data(), A.q_a_norm.data, n, r, eps, q_low_.data());
+      linear(A.q, q_low_.data(), n, b.q.data(), opt_.prec, pool_);
+    } else {
+      linear(A.q, b.hn.data(), n, b.q.data(), opt_.prec, pool_);
+    }
     linear(A.k, b.hn.data(), n, b.k.data(), opt_.prec, pool_);
     linear(A.v, b.hn.data(), n, b.v.data(), opt_.prec, pool_);
     add_bias(A.q_bias, b.q.data(), n);
@@ -53,6 +65,7 @@ class GqaAttention final : public AttentionVariant {
   PagedKvCache* kv_;
   AttentionOptions opt_;
   ThreadPool* pool_;
+  std::vector<float> q_low_;  // [n, q_lora_rank] low-rank query scratch
 };
 
 }  // namespace

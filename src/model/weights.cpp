@@ -11,7 +11,13 @@
 //   MoE layer, mixtral: block_sparse_moe.gate.weight; block_sparse_moe.experts.j.w1 (gate) / w3 (up) / w2 (down),
 //                       or the fused pair under block_sparse_moe.experts.* or mlp.experts.* (router beside it)
 //   dense layer:        mlp.{gate,up,down}_proj.weight with intermediate_size
-// Tensors the model does not use (e.g. rotary inv_freq) are ignored.
+//   DeepSeek (MLA):     self_attn.{q_a_proj, q_a_layernorm, q_b_proj | q_proj, kv_a_proj_with_mqa,
+//                       kv_a_layernorm, kv_b_proj, o_proj}; MoE mlp.gate.weight,
+//                       mlp.gate.e_score_correction_bias (noaux_tc), mlp.experts.j.*, mlp.shared_experts.*
+//   Step-3 (MFA):       self_attn.{q_proj, inter_norm, wq, k_proj, v_proj, o_proj}; MoE moe.gate.weight,
+//                       stacked moe.{gate,up,down}_proj.weight [E, ., .], share_expert.*
+// Tensors the model does not use (e.g. rotary inv_freq, vision tower, DeepSeek MTP layers
+// model.layers.N for N >= num_hidden_layers) are ignored.
 //
 // FP8 block quantization (config.json quantization_config, model/config.h): any matrix above
 // may be stored as F8_E4M3 with a float32 partner `<name>_scale_inv` (`X.weight` ->
@@ -54,6 +60,9 @@ size_t ModelWeights::matrix_bytes() const {
     add(l.attn.k);
     add(l.attn.v);
     add(l.attn.o);
+    add(l.attn.q_a);
+    add(l.attn.kv_a);
+    add(l.attn.kv_b);
     if (l.is_moe) {
       add(l.moe.router);
       for (const auto& e : l.moe.experts) add_ffn(e);
@@ -288,7 +297,51 @@ class Binder {
   ModelWeights* w_;
 };
 
+// DeepSeek MLA (MODELS.md B2): q_a_proj / q_a_layernorm / q_b_proj (or q_proj when
+// q_lora_rank is null), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj.
+Status load_mla(Binder& b, const ModelConfig& c, const std::string& p, AttentionWeights* a) {
+  const Dim hidden{c.hidden_size, "hidden_size"};
+  const Dim q_dim{c.n_heads * c.qk_head_dim(), "num_attention_heads*(qk_nope_head_dim+qk_rope_head_dim)"};
+  if (c.q_lora_rank > 0) {
+    const Dim rank{c.q_lora_rank, "q_lora_rank"};
+    AFD_ASSIGN_OR_RETURN(a->q_a, b.matrix(p + "q_a_proj.weight", rank, hidden));
+    AFD_ASSIGN_OR_RETURN(a->q_a_norm, b.vector(p + "q_a_layernorm.weight", rank));
+    AFD_ASSIGN_OR_RETURN(a->q, b.matrix(p + "q_b_proj.weight", q_dim, rank));
+  } else {
+    AFD_ASSIGN_OR_RETURN(a->q, b.matrix(p + "q_proj.weight", q_dim, hidden));
+  }
+  const Dim kv_lora{c.kv_lora_rank, "kv_lora_rank"};
+  AFD_ASSIGN_OR_RETURN(a->kv_a, b.matrix(p + "kv_a_proj_with_mqa.weight",
+                                         Dim{c.kv_lora_rank + c.qk_rope_head_dim, "kv_lora_rank+qk_rope_head_dim"},
+                                         hidden));
+  AFD_ASSIGN_OR_RETURN(a->kv_a_norm, b.vector(p + "kv_a_layernorm.weight", kv_lora));
+  AFD_ASSIGN_OR_RETURN(a->kv_b, b.matrix(p + "kv_b_proj.weight",
+                                         Dim{c.n_heads * (c.qk_nope_head_dim + c.v_head_dim),
+                                             "num_attention_heads*(qk_nope_head_dim+v_head_dim)"},
+                                         kv_lora));
+  AFD_ASSIGN_OR_RETURN(a->o, b.matrix(p + "o_proj.weight", hidden, Dim{c.o_in_dim(), "num_attention_heads*v_head_dim"}));
+  return Status::ok();
+}
+
+// Step-3 MFA (MODELS.md A2): q_proj [share_q_dim, H] -> inter_norm -> wq [heads*head_dim,
+// share_q_dim]; one K/V head k_proj / v_proj [head_dim, H]; o_proj.
+Status load_mfa(Binder& b, const ModelConfig& c, const std::string& p, AttentionWeights* a) {
+  const Dim hidden{c.hidden_size, "hidden_size"};
+  const Dim rank{c.q_lora_rank, "share_q_dim"};
+  const Dim q_dim{c.q_dim(), "num_attention_heads*head_dim"};
+  const Dim kv_dim{c.kv_dim(), "num_attention_groups*head_dim"};
+  AFD_ASSIGN_OR_RETURN(a->q_a, b.matrix(p + "q_proj.weight", rank, hidden));
+  AFD_ASSIGN_OR_RETURN(a->q_a_norm, b.vector(p + "inter_norm.weight", rank));
+  AFD_ASSIGN_OR_RETURN(a->q, b.matrix(p + "wq.weight", q_dim, rank));
+  AFD_ASSIGN_OR_RETURN(a->k, b.matrix(p + "k_proj.weight", kv_dim, hidden));
+  AFD_ASSIGN_OR_RETURN(a->v, b.matrix(p + "v_proj.weight", kv_dim, hidden));
+  AFD_ASSIGN_OR_RETURN(a->o, b.matrix(p + "o_proj.weight", hidden, q_dim));
+  return Status::ok();
+}
+
 Status load_attention(Binder& b, const ModelConfig& c, const std::string& p, AttentionWeights* a) {
+  if (c.attention == AttentionKind::mla) return load_mla(b, c, p, a);
+  if (c.arch == Arch::step3_text) return load_mfa(b, c, p, a);
   const Dim hidden{c.hidden_size, "hidden_size"};
   const Dim q_dim{c.q_dim(), "num_attention_heads*head_dim"};
   const Dim kv_dim{c.kv_dim(), "num_key_value_heads*head_dim"};
@@ -319,7 +372,64 @@ Status load_ffn(Binder& b, const std::string& gate, const std::string& up, const
   return Status::ok();
 }
 
+// DeepSeek MoE layer (MODELS.md B2): router mlp.gate.weight, e_score_correction_bias
+// (noaux_tc; f32 or bf16 on disk), per-expert mlp.experts.j.*, mlp.shared_experts.* of width
+// n_shared_experts * moe_intermediate_size (added unweighted).
+Status load_deepseek_moe(Binder& b, const ModelConfig& c, const std::string& layer_prefix, MoeWeights* m) {
+  const Dim hidden{c.hidden_size, "hidden_size"};
+  const Dim inter{c.moe_intermediate_size, "moe_intermediate_size"};
+  const Dim experts{c.n_experts, "n_routed_experts"};
+  const std::string moe = layer_prefix + "mlp.";
+  AFD_ASSIGN_OR_RETURN(m->router, b.matrix(moe + "gate.weight", experts, hidden));
+  if (c.has_score_bias) {
+    AFD_ASSIGN_OR_RETURN(m->score_bias, b.vector(moe + "gate.e_score_correction_bias", experts));
+  }
+  m->experts.resize(static_cast<size_t>(c.n_experts));
+  for (int64_t e = 0; e < c.n_experts; ++e) {
+    const std::string ep = moe + "experts." + std::to_string(e) + ".";
+    AFD_RETURN_IF_ERROR(load_ffn(b, ep + "gate_proj.weight", ep + "up_proj.weight", ep + "down_proj.weight", c, inter,
+                                 &m->experts[static_cast<size_t>(e)]));
+  }
+  if (c.shared_expert_intermediate_size > 0) {
+    const Dim sh{c.shared_expert_intermediate_size, "n_shared_experts*moe_intermediate_size"};
+    const std::string sp = moe + "shared_experts.";
+    AFD_RETURN_IF_ERROR(
+        load_ffn(b, sp + "gate_proj.weight", sp + "up_proj.weight", sp + "down_proj.weight", c, sh, &m->shared));
+  }
+  return Status::ok();
+}
+
+// Step-3 MoE layer (MODELS.md A2): router moe.gate.weight; experts stacked 3-D
+// moe.{gate,up}_proj.weight [E, I, H], moe.down_proj.weight [E, H, I] (FP8: stacked scales
+// [E, ceil(I/128), ceil(H/128)]), viewed per expert; share_expert.* (added unweighted).
+Status load_step3_moe(Binder& b, const ModelConfig& c, const std::string& layer_prefix, MoeWeights* m) {
+  const Dim hidden{c.hidden_size, "hidden_size"};
+  const Dim inter{c.moe_intermediate_size, "moe_intermediate_size"};
+  const Dim experts{c.n_experts, "moe_num_experts"};
+  const std::string moe = layer_prefix + "moe.";
+  AFD_ASSIGN_OR_RETURN(m->router, b.matrix(moe + "gate.weight", experts, hidden));
+  AFD_ASSIGN_OR_RETURN(Storage g, b.storage(moe + "gate_proj.weight", {experts, inter, hidden}));
+  AFD_ASSIGN_OR_RETURN(Storage u, b.storage(moe + "up_proj.weight", {experts, inter, hidden}));
+  AFD_ASSIGN_OR_RETURN(Storage d, b.storage(moe + "down_proj.weight", {experts, hidden, inter}));
+  m->experts.resize(static_cast<size_t>(c.n_experts));
+  for (int64_t e = 0; e < c.n_experts; ++e) {
+    FfnWeights& f = m->experts[static_cast<size_t>(e)];
+    f.gate = g.matrix(e, 0, c.moe_intermediate_size);
+    f.up = u.matrix(e, 0, c.moe_intermediate_size);
+    f.down = d.matrix(e, 0, c.hidden_size);
+  }
+  if (c.shared_expert_intermediate_size > 0) {
+    const Dim sh{c.shared_expert_intermediate_size, "share_expert_dim"};
+    const std::string sp = layer_prefix + "share_expert.";
+    AFD_RETURN_IF_ERROR(
+        load_ffn(b, sp + "gate_proj.weight", sp + "up_proj.weight", sp + "down_proj.weight", c, sh, &m->shared));
+  }
+  return Status::ok();
+}
+
 Status load_moe(Binder& b, const ModelConfig& c, const std::string& layer_prefix, MoeWeights* m) {
+  if (c.arch == Arch::deepseek_v2 || c.arch == Arch::deepseek_v3) return load_deepseek_moe(b, c, layer_prefix, m);
+  if (c.arch == Arch::step3_text) return load_step3_moe(b, c, layer_prefix, m);
   const Dim hidden{c.hidden_size, "hidden_size"};
   const bool mixtral = c.arch == Arch::mixtral;
   const Dim inter{c.moe_intermediate_size, mixtral ? "intermediate_size" : "moe_intermediate_size"};

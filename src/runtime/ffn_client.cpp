@@ -43,6 +43,26 @@ void add_config(Hasher& h, const ModelConfig& c) {
   h.add(c.tie_word_embeddings);
   h.add(c.rope_theta);
   h.add(c.rms_norm_eps);
+  // Attention variants, routing variants and layer rules (DeepSeek, Step-3).
+  h.add(static_cast<int>(c.attention));
+  for (int64_t v : {c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.n_group,
+                    c.topk_group, c.n_shared_experts, c.first_k_dense_replace, c.moe_layer_freq}) {
+    h.add(v);
+  }
+  for (int64_t v : c.moe_layers) h.add(v);
+  h.add(c.rope_interleave);
+  h.add(static_cast<int>(c.rope_scaling.type));
+  for (double v : {c.rope_scaling.factor, c.rope_scaling.beta_fast, c.rope_scaling.beta_slow, c.rope_scaling.mscale,
+                   c.rope_scaling.mscale_all_dim}) {
+    h.add(v);
+  }
+  h.add(c.rope_scaling.original_max_position_embeddings);
+  h.add(static_cast<int>(c.scoring));
+  h.add(static_cast<int>(c.topk_method));
+  h.add(c.routed_scaling_factor);
+  h.add(c.has_score_bias);
+  h.add(c.shared_expert_ungated);
+  h.add(static_cast<int>(c.weight_quant));
 }
 
 }  // namespace
@@ -67,6 +87,10 @@ uint64_t model_fingerprint(const ModelWeights& w) {
     h.add_matrix(base + 2, L.attn.k);
     h.add_matrix(base + 3, L.attn.v);
     h.add_matrix(base + 4, L.attn.o);
+    // Low-rank query and MLA projections (empty, and skipped, for plain GQA).
+    if (!L.attn.q_a.empty()) h.add_matrix(base + 13, L.attn.q_a);
+    if (!L.attn.kv_a.empty()) h.add_matrix(base + 14, L.attn.kv_a);
+    if (!L.attn.kv_b.empty()) h.add_matrix(base + 15, L.attn.kv_b);
     h.add(L.is_moe);
     if (L.is_moe) {
       h.add_matrix(base + 5, L.moe.router);

@@ -243,8 +243,8 @@ TEST_F(LoadErrors, MissingConfig) {
 }
 
 TEST_F(LoadErrors, UnknownModelType) {
-  edit_config([](nlohmann::json& j) { j["model_type"] = "deepseek_v3"; });
-  expect_error(StatusCode::not_supported, {"config.json", "model_type", "deepseek_v3"});
+  edit_config([](nlohmann::json& j) { j["model_type"] = "llama4"; });
+  expect_error(StatusCode::not_supported, {"config.json", "model_type", "llama4"});
 }
 
 TEST_F(LoadErrors, UntiedWithoutLmHead) {
