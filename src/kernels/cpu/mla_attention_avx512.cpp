@@ -103,8 +103,10 @@ AFD_BF16 void mla_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
   }
 
   // ---- 2. softmax numerators per head (vectors of 16 heads), as bf16 position pairs
-  const __m512i pair_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38,
-                                            6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  // cvtne2ps_pbh(e1, e0) holds bf16(e0) in elements 0..15 and bf16(e1) in 16..31; this
+  // interleaves them to (e0[h], e1[h]) pairs.
+  const __m512i pair_idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                            6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   for (int64_t hv = 0; hv < Hp; hv += 16) {
     __m512 mx = _mm512_set1_ps(-INFINITY);
     for (int64_t t = 0; t < n_ctx; ++t) mx = _mm512_max_ps(mx, _mm512_loadu_ps(&st[t * Hp + hv]));

@@ -36,7 +36,9 @@ TEST(Rope, YarnInverseFrequencies) {
     // low 5, high 12: ramp = clamp((i - 5) / 7, 0, 1); inv = ext / 40 * ramp + ext * (1 - ramp)
     const double ramp = std::min(1.0, std::max(0.0, (i - 5) / 7.0));
     EXPECT_NEAR(f[i], ext / factor * ramp + ext * (1 - ramp), 1e-15 * ext) << i;
-    if (i <= 5) EXPECT_EQ(f[i], ext) << i;
+    if (i <= 5) {
+      EXPECT_EQ(f[i], ext) << i;
+    }
   }
   EXPECT_NEAR(f[8], std::pow(theta, -0.5) * (4.0 / 7.0 + 3.0 / 7.0 / 40.0), 1e-16);
   // K2-style (rope 32, theta 50000, factor 32, beta_fast = beta_slow = 1): low 9, high 10,
