@@ -221,8 +221,8 @@ def tree_rss_kb(pid):
     return total
 
 
-def stream_tokens(port, stop_at, counter, lock):
-    body = json.dumps({"prompt": "hello there", "max_tokens": 32, "stream": True, "ignore_eos": True,
+def stream_tokens(port, stop_at, counter, lock, max_tokens):
+    body = json.dumps({"prompt": "hello there", "max_tokens": max_tokens, "stream": True, "ignore_eos": True,
                        "temperature": 0}).encode()
     while time.time() < stop_at:
         try:
@@ -277,10 +277,10 @@ def attack_process(port, stop_at, body_limit, attackers, out):
     out.put(sent[0])
 
 
-def throughput(port, seconds, clients, attackers, body_limit):
+def throughput(port, seconds, clients, attackers, body_limit, client_tokens=32):
     counter, lock = [0], threading.Lock()
     stop_at = time.time() + seconds
-    ts = [threading.Thread(target=stream_tokens, args=(port, stop_at, counter, lock)) for _ in range(clients)]
+    ts = [threading.Thread(target=stream_tokens, args=(port, stop_at, counter, lock, client_tokens)) for _ in range(clients)]
     proc, out = None, multiprocessing.Queue()
     if attackers:
         proc = multiprocessing.Process(target=attack_process, args=(port, stop_at, body_limit, attackers, out))
@@ -305,6 +305,8 @@ def main():
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--attackers", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--client-tokens", type=int, default=32,
+                    help="max_tokens of each measured streaming request")
     ap.add_argument("--body-limit", type=int, default=MIB)
     ap.add_argument("--only", default="", help="run only the inputs whose name contains this")
     ap.add_argument("serve_args", nargs="*")
@@ -371,8 +373,8 @@ def main():
             # machine hit both; the drop is 1 - median(attacked) / median(alone).
             alone, attacked, sent = [], [], 0
             for _ in range(a.rounds):
-                alone.append(throughput(port, a.seconds, a.clients, 0, a.body_limit)[0])
-                tps, n = throughput(port, a.seconds, a.clients, a.attackers, a.body_limit)
+                alone.append(throughput(port, a.seconds, a.clients, 0, a.body_limit, a.client_tokens)[0])
+                tps, n = throughput(port, a.seconds, a.clients, a.attackers, a.body_limit, a.client_tokens)
                 attacked.append(tps)
                 sent += n
             base, hit = statistics.median(alone), statistics.median(attacked)
