@@ -45,6 +45,11 @@ done
 want_tp=$("$AFD" --log-level error generate "${P[@]}" --afd-rounding 2 --ffn-tp 2) || { echo "mono TP run failed"; exit 1; }
 got=$(timeout 120 "$AFD" --log-level error generate "${P[@]}" --topology 1A2F --ffn-tp 2)
 check "step3 in-process 1A2F --ffn-tp 2" "$want_tp" "$got"
+# FFN TP over FP8 experts whose halves (80 of 160 rows) do not start on a 128-block.
+Q=(--model "$TMP/s3_fp8" --precision reference --max-tokens 12 --ignore-eos --threads 1 --prompt-ids 5,17,300,2 --prompt-ids 9)
+want_q=$("$AFD" --log-level error generate "${Q[@]}" --afd-rounding 2 --ffn-tp 2) || { echo "mono TP run failed"; exit 1; }
+got=$(timeout 120 "$AFD" --log-level error generate "${Q[@]}" --topology 1A2F --ffn-tp 2)
+check "step3 fp8 (partial blocks) 1A2F --ffn-tp 2" "$want_q" "$got"
 # FFN workers as separate processes (UCX): they load the same checkpoint and pass the
 # attention side's model-fingerprint handshake.
 got=$(timeout 180 "$AFD" --log-level error generate "${P[@]}" --topology 1A2F --spawn-ffn 2>"$TMP/spawn.err") || cat "$TMP/spawn.err"
