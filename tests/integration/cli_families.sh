@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The DeepSeek and Step-3 families through the CLI: `afd make-model` -> `afd quantize` ->
-# `afd generate` for step3_text (bf16 and fp8); every AFD wiring of a Step-3 checkpoint
+# `afd generate` for step3_text (bf16 and fp8), make-model'd checkpoints (Step-3 with head_dim
+# 64 and 256; DeepSeek when MLA is built) against the float64 oracle; every AFD wiring of a Step-3 checkpoint
 # (in-process xAyF and EP, FFN tensor parallelism, FFN worker processes over UCX) gives
 # exactly the greedy tokens of the monolithic engine with the same wire rounding; DeepSeek
 # checkpoints are written and, where this build has no MLA attention, refused with a clear
@@ -28,6 +29,19 @@ done
   got=$("$AFD" --log-level error generate --model "$TMP/s3_q" --precision reference --max-tokens 12 --ignore-eos \
         --prompt-ids 5,17,300,2 2>"$TMP/err") && [ "$(ntok "$got")" = 12 ] && ok "step3_text quantized generates: $got" ||
   bad "step3_text quantize --fp8 -> generate: $got $(cat "$TMP/err")"
+
+# make-model's checkpoints against the independent float64 oracle (which reads the HF layout
+# itself): Step-3 with head_dim 64 (bf16) and 256 (fp8, the real model's head).
+oracle() {  # oracle NAME DIR: afd generate --dump-logits, then check_logits.py
+  "$AFD" --log-level error generate --model "$2" --precision reference --max-tokens 6 --ignore-eos \
+    --prompt-ids 5,17,300,2 --prompt-ids 7 --dump-logits "$TMP/$1.f32" >/dev/null 2>"$TMP/err" &&
+  /usr/bin/python3 "$ROOT/tests/reference/check_logits.py" "$2" "$TMP/$1.f32" 5,17,300,2 7 --max-new-tokens 6 \
+    --tol 1e-4 >"$TMP/$1.check" 2>&1 && ok "$1 matches the reference: $(tail -1 "$TMP/$1.check")" ||
+  bad "$1 vs reference: $(cat "$TMP/err" "$TMP/$1.check" 2>/dev/null | tail -3)"
+}
+oracle step3_bf16 "$TMP/s3_bf16"
+"$AFD" --log-level error make-model --arch step3_text --preset tiny --head-dim 256 --dtype fp8 --seed 5 \
+  --out "$TMP/s3_hd256" >/dev/null && oracle step3_fp8_head256 "$TMP/s3_hd256" || bad "make-model step3 head 256"
 
 # AFD wirings of the Step-3 golden checkpoint (FP8, one K/V head, low-rank query, stacked experts).
 M=$ROOT/tests/reference/data/step3_tiny_fp8
@@ -61,7 +75,7 @@ for a in deepseek_v3 deepseek_v2; do
     { bad "make-model $a"; continue; }
   out=$("$AFD" --log-level error generate --model "$TMP/$a" --precision reference --max-tokens 8 --ignore-eos \
         --prompt-ids 5,17,300,2 2>&1); rc=$?
-  if [ $rc = 0 ] && [ "$(ntok "$out")" = 8 ]; then ok "$a generates: $out"
+  if [ $rc = 0 ] && [ "$(ntok "$out")" = 8 ]; then ok "$a generates: $out"; oracle "$a" "$TMP/$a"
   elif [ $rc != 0 ] && grep -q "not_supported" <<<"$out" && grep -q "mla" <<<"$out"; then
     echo "skip $a generate: $out"
   else bad "$a generate: rc=$rc $out"; fi
