@@ -45,19 +45,22 @@ PagedKvCache::PagedKvCache(const KvCacheConfig& cfg)
   size_t bytes = rows * row_elems() * dtype_size(cfg_.dtype);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     k_.emplace_back(new uint8_t[bytes]);
-    v_.emplace_back(new uint8_t[bytes]);
     advise_huge_pages(k_.back().get(), bytes);
-    advise_huge_pages(v_.back().get(), bytes);
+    if (!cfg_.k_only) {
+      v_.emplace_back(new uint8_t[bytes]);
+      advise_huge_pages(v_.back().get(), bytes);
+    }
     if (cfg_.dtype == DType::f8_e4m3) {
       k_scale_.emplace_back(new float[rows * cfg_.n_kv_heads]);
-      v_scale_.emplace_back(new float[rows * cfg_.n_kv_heads]);
+      if (!cfg_.k_only) v_scale_.emplace_back(new float[rows * cfg_.n_kv_heads]);
     }
   }
 }
 
 size_t PagedKvCache::bytes_per_token() const {
-  size_t per_layer = 2 * row_elems() * dtype_size(cfg_.dtype);
-  if (cfg_.dtype == DType::f8_e4m3) per_layer += 2 * cfg_.n_kv_heads * sizeof(float);
+  const size_t planes = cfg_.k_only ? 1 : 2;  // K and V rows, or K alone
+  size_t per_layer = planes * row_elems() * dtype_size(cfg_.dtype);
+  if (cfg_.dtype == DType::f8_e4m3) per_layer += planes * cfg_.n_kv_heads * sizeof(float);
   return per_layer * cfg_.n_layers;
 }
 
@@ -311,7 +314,7 @@ void PagedKvCache::write(int64_t layer, int64_t seq, int64_t pos, const float* k
   locate(seq, pos, &block, &slot);
   bool fp8 = cfg_.dtype == DType::f8_e4m3;
   store_row(k_[layer].get(), fp8 ? k_scale_[layer].get() : nullptr, block, slot, k);
-  store_row(v_[layer].get(), fp8 ? v_scale_[layer].get() : nullptr, block, slot, v);
+  if (!cfg_.k_only) store_row(v_[layer].get(), fp8 ? v_scale_[layer].get() : nullptr, block, slot, v);
 }
 
 void PagedKvCache::read_k(int64_t layer, int64_t seq, int64_t pos, float* out) const {
@@ -321,6 +324,7 @@ void PagedKvCache::read_k(int64_t layer, int64_t seq, int64_t pos, float* out) c
 }
 
 void PagedKvCache::read_v(int64_t layer, int64_t seq, int64_t pos, float* out) const {
+  AFD_CHECK(!cfg_.k_only, "read_v on a K-only KV cache");
   int64_t block, slot;
   locate(seq, pos, &block, &slot);
   load_row(v_[layer].get(), cfg_.dtype == DType::f8_e4m3 ? v_scale_[layer].get() : nullptr, block, slot, out);
@@ -330,12 +334,14 @@ const uint8_t* PagedKvCache::k_head(int64_t layer, int64_t block, int64_t head) 
   return k_[layer].get() + head_row(block, head, 0) * cfg_.head_dim * dtype_size(cfg_.dtype);
 }
 const uint8_t* PagedKvCache::v_head(int64_t layer, int64_t block, int64_t head) const {
+  AFD_CHECK(!cfg_.k_only, "v_head on a K-only KV cache");
   return v_[layer].get() + head_row(block, head, 0) * cfg_.head_dim * dtype_size(cfg_.dtype);
 }
 const float* PagedKvCache::k_scales(int64_t layer, int64_t block, int64_t head) const {
   return k_scale_[layer].get() + head_row(block, head, 0);
 }
 const float* PagedKvCache::v_scales(int64_t layer, int64_t block, int64_t head) const {
+  AFD_CHECK(!cfg_.k_only, "v_scales on a K-only KV cache");
   return v_scale_[layer].get() + head_row(block, head, 0);
 }
 

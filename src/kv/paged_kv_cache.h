@@ -4,6 +4,9 @@
 // (head-major inside a block, as vLLM does, so one KV head's positions are contiguous for
 // the GQA group that reads them), in `dtype`: f32 (reference mode), bf16 (default), or
 // f8_e4m3 with one float scale per (block, kv head, slot) stored beside it.
+// K-only layout (KvCacheConfig::k_only, MLA's latent cache): there is no V storage; the
+// attention reads its values from the key rows (for DeepSeek MLA, one head of
+// kv_lora_rank + qk_rope_head_dim values: the normalized latent, then the rotated rope key).
 // A sequence of length L holds ceil(L / block_size) blocks.
 //
 // Prefix caching (KvCacheConfig::prefix_caching, as vLLM's automatic prefix caching):
@@ -50,6 +53,7 @@ struct KvCacheConfig {
   int64_t n_blocks = 0;
   DType dtype = DType::bf16;  // f32 | bf16 | f8_e4m3
   bool prefix_caching = true;  // register full blocks by content and reuse them (see above)
+  bool k_only = false;  // no V rows: write() ignores v, read_v / v_head / v_scales are invalid
 };
 
 // Prefix-cache counters since creation (tokens).
@@ -67,7 +71,7 @@ class PagedKvCache {
   const KvCacheConfig& config() const { return cfg_; }
   // Bytes of K+V storage (all layers) including fp8 scales.
   size_t storage_bytes() const;
-  // Bytes one token occupies across all layers (K+V).
+  // Bytes one token occupies across all layers (K+V, or K alone with k_only; fp8 scales included).
   size_t bytes_per_token() const;
 
   // Registers an empty sequence with the given id (ids are chosen by the caller).
@@ -111,6 +115,7 @@ class PagedKvCache {
   bool block_registered(int64_t block) const { return meta_[block].key != 0; }
 
   // Stores k, v [n_kv_heads * head_dim] for (layer, seq, pos). Precondition: pos < length(seq).
+  // With k_only, v is not read (may be null).
   void write(int64_t layer, int64_t seq, int64_t pos, const float* k, const float* v);
   // Reads K or V of one position into out [n_kv_heads * head_dim] as f32.
   void read_k(int64_t layer, int64_t seq, int64_t pos, float* out) const;
@@ -122,7 +127,7 @@ class PagedKvCache {
   // slot-major (slot s starts at s * head_dim).
   const uint8_t* k_head(int64_t layer, int64_t block, int64_t head) const;
   const uint8_t* v_head(int64_t layer, int64_t block, int64_t head) const;
-  // fp8 only: scales [block_size] of (block, kv head).
+  // fp8 only: scales [block_size] of (block, kv head). v_head / v_scales / read_v: not k_only.
   const float* k_scales(int64_t layer, int64_t block, int64_t head) const;
   const float* v_scales(int64_t layer, int64_t block, int64_t head) const;
 

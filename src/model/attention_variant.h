@@ -7,8 +7,9 @@
 //   mla (attention_mla.cpp): DeepSeek multi-head latent attention.
 //
 // The KV cache holds, per token and layer, kv_layout(config) values: n_kv_heads heads of a
-// k_dim-wide key and a v_dim-wide value (v_dim 0: the value is read from the key row, as
-// MLA's latent cache does).
+// k_dim-wide key and a v_dim-wide value (v_dim 0: a K-only cache, KvCacheConfig::k_only; the
+// value is read from the key row, as MLA's latent cache does: one head of kv_lora_rank +
+// qk_rope_head_dim values, the normalized latent then the rotated rope key).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,8 @@ class AttentionVariant {
 std::unique_ptr<AttentionVariant> make_attention_variant(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv,
                                                          AttentionOptions opt, ThreadPool* pool);
 std::unique_ptr<AttentionVariant> make_gqa_attention(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv,
+                                                     AttentionOptions opt, ThreadPool* pool);
+std::unique_ptr<AttentionVariant> make_mla_attention(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv,
                                                      AttentionOptions opt, ThreadPool* pool);
 
 }  // namespace afd

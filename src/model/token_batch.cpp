@@ -18,8 +18,14 @@ void TokenBatch::resize(const ModelConfig& c, int64_t n_tokens) {
   ffn_out.resize(nn * c.hidden_size);
   hn.resize(nn * c.hidden_size);
   q.resize(nn * c.q_dim());
-  k.resize(nn * c.kv_dim());
-  v.resize(nn * c.kv_dim());
+  if (c.attention == AttentionKind::mla) {
+    // k: the cache row of each token (latent, then the rope key); v unused.
+    k.resize(nn * (c.kv_lora_rank + c.qk_rope_head_dim));
+    v.clear();
+  } else {
+    k.resize(nn * c.kv_dim());
+    v.resize(nn * c.kv_dim());
+  }
   attn.resize(nn * c.o_in_dim());
   router.resize(nn * std::max<int64_t>(1, c.n_experts));
 }

@@ -24,7 +24,7 @@ struct TokenBatch {
   // Attention-side scratch.
   std::vector<float> hn;          // [n, hidden]
   std::vector<float> q;           // [n, q_dim]
-  std::vector<float> k, v;        // [n, kv_dim]
+  std::vector<float> k, v;        // [n, kv_dim]; mla: k [n, kv_lora_rank + qk_rope_head_dim], v empty
   std::vector<float> attn;        // [n, o_in_dim] attention output (o_proj input)
   std::vector<float> router;      // [n, n_experts]
 

@@ -129,6 +129,7 @@ Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, s
   const KvLayout kvl = kv_layout(c);
   kc.n_kv_heads = kvl.n_kv_heads;
   kc.head_dim = kvl.k_dim;
+  kc.k_only = kvl.v_dim == 0;  // MLA: K-only latent rows (model/attention_variant.h)
   kc.block_size = opt.kv_block_size;
   kc.dtype = ref ? DType::f32 : opt.kv_dtype;
   kc.prefix_caching = opt.prefix_caching;

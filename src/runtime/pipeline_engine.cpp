@@ -100,7 +100,8 @@ Status PipelineEngine::fill_synthetic_context(int64_t seq_id, int64_t n_tokens) 
   const int64_t len = kv_->length(seq_id);
   if (len < 0) return invalid_argument("unknown sequence " + std::to_string(seq_id));
   AFD_RETURN_IF_ERROR(kv_->append(seq_id, n_tokens));
-  const int64_t d = w_->config.kv_dim();
+  // One token's K (and V) row as the cache lays it out (kv_layout; MLA: one latent row).
+  const int64_t d = kv_->config().n_kv_heads * kv_->config().head_dim;
   std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
   for (int64_t p = len; p < len + n_tokens; ++p) {
     for (int64_t i = 0; i < d; ++i) {

@@ -131,6 +131,66 @@ TEST(PagedKvCache, StoresExactlyAsTheScalarRounding) {
   }
 }
 
+// K-only layout (MLA's latent cache: one 576-wide row per token and layer, no V): rows round
+// trip in every dtype, the storage and bytes_per_token count K alone (plus one fp8 scale per
+// row), and a reused prefix reads back exactly what was written.
+void check_k_only(DType dt, float tol_rel) {
+  KvCacheConfig cfg;
+  cfg.n_layers = 3;
+  cfg.n_kv_heads = 1;
+  cfg.head_dim = 576;
+  cfg.block_size = 4;
+  cfg.n_blocks = 5;
+  cfg.dtype = dt;
+  cfg.k_only = true;
+  auto kv = PagedKvCache::create(cfg);
+  ASSERT_TRUE(kv.ok());
+  auto& c = **kv;
+  const size_t want = 3 * (576 * dtype_size(dt) + (dt == DType::f8_e4m3 ? sizeof(float) : 0));
+  EXPECT_EQ(c.bytes_per_token(), want);
+  EXPECT_EQ(c.storage_bytes(), want * 20);
+  KvCacheConfig both = cfg;
+  both.k_only = false;
+  EXPECT_EQ((*PagedKvCache::create(both))->bytes_per_token(), 2 * want);
+
+  auto row = [](int64_t pos, int64_t l, int64_t i) {
+    // latent-like values ~1 and a smaller rope key tail
+    return std::sin(0.37f * i + 1.3f * pos + 7.0f * l) * (i < 512 ? 1.0f : 0.1f);
+  };
+  std::vector<int32_t> toks = {5, 6, 7, 8, 9};
+  ASSERT_TRUE(c.add_sequence(1).is_ok());
+  ASSERT_TRUE(c.append(1, 5).is_ok());
+  std::vector<float> k(576), out(576);
+  for (int64_t pos = 0; pos < 5; ++pos)
+    for (int64_t l = 0; l < 3; ++l) {
+      for (int64_t i = 0; i < 576; ++i) k[i] = row(pos, l, i);
+      c.write(l, 1, pos, k.data(), nullptr);
+    }
+  c.commit_tokens(1, toks);
+  for (int64_t pos = 0; pos < 5; ++pos)
+    for (int64_t l = 0; l < 3; ++l) {
+      c.read_k(l, 1, pos, out.data());
+      float amax = 0;
+      for (int64_t i = 0; i < 576; ++i) amax = std::max(amax, std::fabs(row(pos, l, i)));
+      for (int64_t i = 0; i < 576; ++i)
+        ASSERT_NEAR(out[i], row(pos, l, i), tol_rel * (dt == DType::f8_e4m3 ? amax : std::fabs(row(pos, l, i))))
+            << dtype_name(dt) << " pos " << pos << " layer " << l << " i " << i;
+    }
+  EXPECT_THROW(c.read_v(0, 1, 0, out.data()), InternalError);
+  // Prefix reuse: the first full block (positions 0..3) maps into a new sequence.
+  std::vector<float> before(576);
+  c.read_k(2, 1, 3, before.data());
+  c.remove_sequence(1);
+  ASSERT_TRUE(c.add_sequence(2).is_ok());
+  ASSERT_EQ(c.reuse_prefix(2, toks, 4), 4);
+  c.read_k(2, 2, 3, out.data());
+  EXPECT_EQ(out, before);
+}
+
+TEST(PagedKvCache, KOnlyLayoutF32) { check_k_only(DType::f32, 0.0f); }
+TEST(PagedKvCache, KOnlyLayoutBf16) { check_k_only(DType::bf16, 1.0f / 256); }
+TEST(PagedKvCache, KOnlyLayoutFp8) { check_k_only(DType::f8_e4m3, 1.0f / 16); }
+
 TEST(PagedKvCache, RejectsBadConfig) {
   auto c = small_cfg(DType::i32);
   EXPECT_FALSE(PagedKvCache::create(c).ok());

@@ -1,0 +1,144 @@
+// mla_decode_attend: the scalar reference, one tiled f32 loop nest compiled for AVX-512, AVX2
+// and the baseline ISA, and the dispatch to the bf16 dot-product kernel
+// (mla_attention_avx512.cpp) for bf16 rows on AVX-512 BF16 CPUs.
+#include "kernels/cpu/mla_attention.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/mla_attention_kernels.h"
+#include "kernels/cpu/ops.h"
+
+namespace afd::kernels {
+
+namespace {
+
+inline void load_row(const PagedRows& kv, int64_t j, float* out) {
+  const int64_t blk = j / kv.block_size, slot = j % kv.block_size, d = kv.row_dim;
+  const uint8_t* base = kv.blocks[blk];
+  switch (kv.dtype) {
+    case DType::f32: std::memcpy(out, reinterpret_cast<const float*>(base) + slot * d, static_cast<size_t>(d) * 4); break;
+    case DType::bf16: {
+      const uint16_t* p = reinterpret_cast<const uint16_t*>(base) + slot * d;
+      for (int64_t i = 0; i < d; ++i) out[i] = f32_from_bits(static_cast<uint32_t>(p[i]) << 16);
+      break;
+    }
+    default: {
+      const uint8_t* p = base + slot * d;
+      const float s = kv.scales[blk][slot];
+      for (int64_t i = 0; i < d; ++i) out[i] = fp8_e4m3_to_f32(p[i]) * s;
+    }
+  }
+}
+
+// Tiled f32 version: kTile rows are widened once into a transposed tile kt[d][kTile] and
+// shared by all heads (scores: kTile accumulators per head, one broadcast-FMA per element);
+// P.V adds each widened row into the heads' outputs.
+constexpr int64_t kTile = 16;
+
+__attribute__((always_inline)) inline void tiled_impl(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat,
+                                                      int64_t d_rope, const PagedRows& kv, int64_t n_ctx, float scale,
+                                                      float* out, int64_t out_stride) {
+  const int64_t D = d_lat + d_rope;
+  thread_local std::vector<float> rows, kt, sc;
+  rows.resize(static_cast<size_t>(kTile * D));
+  kt.resize(static_cast<size_t>(kTile * D));
+  sc.resize(static_cast<size_t>(n_heads * n_ctx));
+  for (int64_t jb = 0; jb < n_ctx; jb += kTile) {
+    const int64_t nb = std::min(kTile, n_ctx - jb);
+    for (int64_t t = 0; t < nb; ++t) load_row(kv, jb + t, &rows[t * D]);
+    for (int64_t t = nb; t < kTile; ++t) std::memset(&rows[t * D], 0, static_cast<size_t>(D) * 4);
+    for (int64_t i = 0; i < D; ++i)
+      for (int64_t t = 0; t < kTile; ++t) kt[i * kTile + t] = rows[t * D + i];
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const float* qh = q + h * q_stride;
+      float acc[kTile] = {0};
+      for (int64_t i = 0; i < D; ++i) {
+        const float qi = qh[i];
+        for (int64_t t = 0; t < kTile; ++t) acc[t] += qi * kt[i * kTile + t];
+      }
+      for (int64_t t = 0; t < nb; ++t) sc[h * n_ctx + jb + t] = acc[t] * scale;
+    }
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    softmax(&sc[h * n_ctx], n_ctx);
+    std::memset(out + h * out_stride, 0, static_cast<size_t>(d_lat) * 4);
+  }
+  for (int64_t jb = 0; jb < n_ctx; jb += kTile) {
+    const int64_t nb = std::min(kTile, n_ctx - jb);
+    for (int64_t t = 0; t < nb; ++t) load_row(kv, jb + t, &rows[t * D]);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* oh = out + h * out_stride;
+      for (int64_t t = 0; t < nb; ++t) {
+        const float p = sc[h * n_ctx + jb + t];
+        const float* r = &rows[t * D];
+        for (int64_t i = 0; i < d_lat; ++i) oh[i] += p * r[i];
+      }
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void tiled_avx512(
+    const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope, const PagedRows& kv,
+    int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+  tiled_impl(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
+}
+
+__attribute__((target("avx2,fma"))) void tiled_avx2(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat,
+                                                    int64_t d_rope, const PagedRows& kv, int64_t n_ctx, float scale,
+                                                    float* out, int64_t out_stride) {
+  tiled_impl(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
+}
+
+void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope,
+                    const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+  tiled_impl(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
+}
+
+}  // namespace
+
+const char* mla_decode_path_name(DType kv_dtype) {
+  const Isa isa = active_isa();
+  if (isa == Isa::avx512 && kv_dtype == DType::bf16) return "avx512_bf16_dp";
+  if (isa == Isa::avx512) return "avx512_f32";
+  if (isa == Isa::avx2) return "avx2_f32";
+  return "scalar_f32";
+}
+
+void mla_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope,
+                       const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+  AFD_CHECK(n_ctx >= 1 && kv.row_dim == d_lat + d_rope, "mla_decode_attend: bad shape");
+  const Isa isa = active_isa();
+  if (isa == Isa::avx512 && kv.dtype == DType::bf16 && d_lat % 32 == 0 && d_rope % 2 == 0)
+    return detail::mla_decode_avx512_bf16(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
+  if (isa == Isa::avx512) return tiled_avx512(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
+  if (isa == Isa::avx2) return tiled_avx2(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
+  tiled_portable(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
+}
+
+namespace ref {
+void mla_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope,
+                       const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+  const int64_t D = d_lat + d_rope;
+  std::vector<float> rows(static_cast<size_t>(n_ctx * D)), s(static_cast<size_t>(n_ctx));
+  for (int64_t j = 0; j < n_ctx; ++j) load_row(kv, j, &rows[j * D]);
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const float* qh = q + h * q_stride;
+    for (int64_t j = 0; j < n_ctx; ++j) {
+      float a = 0;
+      for (int64_t i = 0; i < D; ++i) a += qh[i] * rows[j * D + i];
+      s[j] = a * scale;
+    }
+    ref::softmax(s.data(), n_ctx);
+    float* oh = out + h * out_stride;
+    for (int64_t i = 0; i < d_lat; ++i) oh[i] = 0;
+    for (int64_t j = 0; j < n_ctx; ++j)
+      for (int64_t i = 0; i < d_lat; ++i) oh[i] += s[j] * rows[j * D + i];
+  }
+}
+}  // namespace ref
+
+}  // namespace afd::kernels

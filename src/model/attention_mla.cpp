@@ -1,0 +1,214 @@
+// DeepSeek multi-head latent attention (MLA, MODELS.md B3/B4) as an AttentionVariant.
+//
+// Per token: q = q_b(rmsnorm(q_a(hn), q_a_norm)) (or q_proj(hn) without q LoRA) -> per head
+// q_nope [P] ‖ q_pe [R]; a = kv_a(hn) -> latent c [Lkv] ‖ k_pe [R]; c_n = rmsnorm(c, kv_a_norm);
+// RoPE (YaRN inverse frequencies, GPT-J or NEOX pairs, cos/sin scaled by the YaRN attention
+// factor) on q_pe of every head and on k_pe; the cache row of (layer, token) is c_n ‖ k_pe
+// (kv_layout: one K-only head of Lkv + R values).
+// Attention, softmax scale qk_head_dim^-0.5 * mscale^2 (yarn_softmax_scale):
+//   * a sequence's single token (decode): absorbed form — q_lat[h] = W_UK[h]^T q_nope[h],
+//     o_lat[h] = MQA of q_lat ‖ q_pe over the cached rows (kernels/cpu/mla_attention.h),
+//     o[h] = W_UV[h] o_lat[h];
+//   * a run of several consecutive tokens of one sequence (prefill chunk): expanded form —
+//     k_nope ‖ v = kv_b(c_n) for every cached position, causal attention per head with
+//     keys k_nope[h] ‖ k_pe.
+// Both read the latents back from the cache, so they see the same (possibly rounded) values;
+// W_UK / W_UV are rows of kv_b read through the Matrix API (no copy; FP8 dequantized on the
+// fly).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/cpu/mla_attention.h"
+#include "kernels/cpu/rope.h"
+#include "model/attention_variant.h"
+
+namespace afd {
+
+namespace {
+
+class MlaAttention final : public AttentionVariant {
+ public:
+  MlaAttention(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv, AttentionOptions opt, ThreadPool* pool)
+      : w_(std::move(w)), kv_(kv), opt_(opt), pool_(pool) {
+    const ModelConfig& c = w_->config;
+    const RopeScaling& rs = c.rope_scaling;
+    const bool yarn = rs.type == RopeScaling::Type::yarn;
+    inv_freq_.resize(static_cast<size_t>(c.qk_rope_head_dim / 2));
+    kernels::rope_inv_freq(c.qk_rope_head_dim, c.rope_theta, yarn ? rs.factor : 0.0,
+                           static_cast<double>(rs.original_max_position_embeddings), rs.beta_fast, rs.beta_slow,
+                           inv_freq_.data());
+    mag_ = yarn ? kernels::yarn_attention_factor(rs.factor, rs.mscale, rs.mscale_all_dim) : 1.0;
+    scale_ = static_cast<float>(kernels::yarn_softmax_scale(c.qk_head_dim(), yarn ? rs.factor : 1.0,
+                                                            yarn ? rs.mscale_all_dim : 0.0));
+  }
+
+  void attend(int64_t layer, TokenBatch& b, float* out) override {
+    const ModelConfig& c = w_->config;
+    const AttentionWeights& A = w_->layers[layer].attn;
+    const int64_t n = b.n, N = c.n_heads, P = c.qk_nope_head_dim, R = c.qk_rope_head_dim, Lkv = c.kv_lora_rank;
+    const int64_t QH = P + R, D = Lkv + R;
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    float* q = b.q.data();  // [n, N, P + R]
+    float* a = b.k.data();  // [n, Lkv + R]: the cache rows
+    if (c.q_lora_rank > 0) {
+      qa_.resize(static_cast<size_t>(n * c.q_lora_rank));
+      linear(A.q_a, b.hn.data(), n, qa_.data(), opt_.prec, pool_);
+      kernels::rmsnorm(qa_.data(), A.q_a_norm.data, n, c.q_lora_rank, eps, qa_.data());
+      linear(A.q, qa_.data(), n, q, opt_.prec, pool_);
+    } else {
+      linear(A.q, b.hn.data(), n, q, opt_.prec, pool_);
+    }
+    linear(A.kv_a, b.hn.data(), n, a, opt_.prec, pool_);
+    const int64_t half = R / 2;
+    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+    for (int64_t i = 0; i < n; ++i) {
+      kernels::rmsnorm(a + i * D, A.kv_a_norm.data, 1, Lkv, eps, a + i * D);
+      kernels::rope_cos_sin(b.pos[i], inv_freq_.data(), half, mag_, cs.data(), sn.data());
+      kernels::rope_rotate(q + i * N * QH + P, N, QH, R, cs.data(), sn.data(), c.rope_interleave);
+      kernels::rope_rotate(a + i * D + Lkv, 1, D, R, cs.data(), sn.data(), c.rope_interleave);
+      kv_->write(layer, b.seq[i], b.pos[i], a + i * D, nullptr);
+    }
+    // Runs of consecutive tokens of one sequence: single tokens decode in the absorbed form,
+    // longer runs (prefill chunks) in the expanded form.
+    decode_.clear();
+    for (int64_t i = 0; i < n;) {
+      int64_t e = i + 1;
+      while (e < n && b.seq[e] == b.seq[i]) ++e;
+      if (e - i == 1) {
+        decode_.push_back(i);
+      } else {
+        expanded(layer, b, i, e, out);
+      }
+      i = e;
+    }
+    if (!decode_.empty()) absorbed(layer, b, out);
+  }
+
+ private:
+  // Rows of seq's latent cache for the kernel.
+  kernels::PagedRows rows_of(int64_t layer, int64_t seq, std::vector<const uint8_t*>* blocks,
+                             std::vector<const float*>* scales) const {
+    const auto& table = kv_->block_table(seq);
+    const bool fp8 = kv_->config().dtype == DType::f8_e4m3;
+    blocks->resize(table.size());
+    scales->resize(fp8 ? table.size() : 0);
+    for (size_t k = 0; k < table.size(); ++k) {
+      (*blocks)[k] = kv_->k_head(layer, table[k], 0);
+      if (fp8) (*scales)[k] = kv_->k_scales(layer, table[k], 0);
+    }
+    kernels::PagedRows r;
+    r.blocks = blocks->data();
+    r.scales = fp8 ? scales->data() : nullptr;
+    r.block_size = kv_->config().block_size;
+    r.row_dim = kv_->config().head_dim;
+    r.dtype = kv_->config().dtype;
+    return r;
+  }
+
+  void absorbed(int64_t layer, TokenBatch& b, float* out) {
+    const ModelConfig& c = w_->config;
+    const AttentionWeights& A = w_->layers[layer].attn;
+    const int64_t N = c.n_heads, P = c.qk_nope_head_dim, R = c.qk_rope_head_dim, V = c.v_head_dim;
+    const int64_t Lkv = c.kv_lora_rank, QH = P + R, D = Lkv + R;
+    const int64_t nd = static_cast<int64_t>(decode_.size());
+    qlat_.assign(static_cast<size_t>(nd * N * D), 0.0f);
+    olat_.resize(static_cast<size_t>(nd * N * Lkv));
+    // q_lat[i][h] = W_UK[h]^T q_nope[i][h] (rows h*(P+V) .. +P of kv_b, one row at a time,
+    // shared by the nd tokens); q_pe copied behind it.
+    pool_->run(static_cast<int>(N), [&](int h, int) {
+      thread_local std::vector<float> wrow;
+      wrow.resize(static_cast<size_t>(Lkv));
+      for (int64_t d = 0; d < P; ++d) {
+        matrix_row_f32(A.kv_b, h * (P + V) + d, wrow.data());
+        for (int64_t k = 0; k < nd; ++k)
+          kernels::axpy(b.q[decode_[k] * N * QH + h * QH + d], wrow.data(), Lkv, &qlat_[(k * N + h) * D]);
+      }
+      for (int64_t k = 0; k < nd; ++k)
+        std::memcpy(&qlat_[(k * N + h) * D + Lkv], &b.q[decode_[k] * N * QH + h * QH + P], static_cast<size_t>(R) * 4);
+    });
+    // o_lat: tasks of (token, group of heads), enough of them to occupy the pool.
+    const int64_t max_groups = (N + 31) / 32;
+    const int64_t groups = std::clamp<int64_t>((pool_->size() + nd - 1) / nd, 1, max_groups);
+    const int64_t hg = std::min<int64_t>(N, ((N + groups - 1) / groups + 31) / 32 * 32);
+    const int64_t ng = (N + hg - 1) / hg;
+    blocks_.resize(static_cast<size_t>(nd));
+    scales_.resize(static_cast<size_t>(nd));
+    views_.resize(static_cast<size_t>(nd));
+    for (int64_t k = 0; k < nd; ++k) views_[k] = rows_of(layer, b.seq[decode_[k]], &blocks_[k], &scales_[k]);
+    pool_->run(static_cast<int>(nd * ng), [&](int task, int) {
+      const int64_t k = task / ng, h0 = (task % ng) * hg, nh = std::min(hg, N - h0);
+      kernels::mla_decode_attend(&qlat_[(k * N + h0) * D], D, nh, Lkv, R, views_[k], b.pos[decode_[k]] + 1, scale_,
+                                 &olat_[(k * N + h0) * Lkv], Lkv);
+    });
+    // o[i][h] = W_UV[h] o_lat[i][h]
+    otmp_.resize(static_cast<size_t>(nd * N * V));
+    for (int64_t h = 0; h < N; ++h) {
+      const Matrix wuv = matrix_rows(A.kv_b, h * (P + V) + P, (h + 1) * (P + V));
+      linear(wuv, &olat_[h * Lkv], nd, N * Lkv, &otmp_[h * V], N * V, opt_.prec, pool_);
+    }
+    for (int64_t k = 0; k < nd; ++k)
+      std::memcpy(out + decode_[k] * N * V, &otmp_[k * N * V], static_cast<size_t>(N * V) * 4);
+  }
+
+  // Tokens [i0, i1) of one sequence, positions ascending.
+  void expanded(int64_t layer, TokenBatch& b, int64_t i0, int64_t i1, float* out) {
+    const ModelConfig& c = w_->config;
+    const AttentionWeights& A = w_->layers[layer].attn;
+    const int64_t N = c.n_heads, P = c.qk_nope_head_dim, R = c.qk_rope_head_dim, V = c.v_head_dim;
+    const int64_t Lkv = c.kv_lora_rank, QH = P + R, D = Lkv + R;
+    const int64_t seq = b.seq[i0];
+    int64_t ctx = 0;
+    for (int64_t i = i0; i < i1; ++i) ctx = std::max(ctx, b.pos[i] + 1);
+    lat_.resize(static_cast<size_t>(ctx * D));
+    for (int64_t j = 0; j < ctx; ++j) kv_->read_k(layer, seq, j, &lat_[j * D]);
+    kvx_.resize(static_cast<size_t>(ctx * N * (P + V)));
+    linear(A.kv_b, lat_.data(), ctx, D, kvx_.data(), N * (P + V), opt_.prec, pool_);  // [ctx, N, P + V]
+    const int64_t m = i1 - i0;
+    pool_->run(static_cast<int>(m * N), [&](int task, int) {
+      const int64_t i = i0 + task / N, h = task % N, nctx = b.pos[i] + 1;
+      thread_local std::vector<float> s;
+      s.resize(static_cast<size_t>(nctx));
+      const float* qn = &b.q[i * N * QH + h * QH];
+      const float* qp = qn + P;
+      for (int64_t j = 0; j < nctx; ++j) {
+        const float* kn = &kvx_[(j * N + h) * (P + V)];
+        const float* kp = &lat_[j * D + Lkv];
+        float acc = 0;
+        for (int64_t d = 0; d < P; ++d) acc += qn[d] * kn[d];
+        for (int64_t d = 0; d < R; ++d) acc += qp[d] * kp[d];
+        s[j] = acc * scale_;
+      }
+      kernels::softmax(s.data(), nctx);
+      float* o = out + i * N * V + h * V;
+      std::fill(o, o + V, 0.0f);
+      for (int64_t j = 0; j < nctx; ++j) kernels::axpy(s[j], &kvx_[(j * N + h) * (P + V) + P], V, o);
+    });
+  }
+
+  std::shared_ptr<const ModelWeights> w_;
+  PagedKvCache* kv_;
+  AttentionOptions opt_;
+  ThreadPool* pool_;
+  std::vector<double> inv_freq_;
+  double mag_ = 1.0;
+  float scale_ = 1.0f;
+  // Scratch, reused across calls.
+  std::vector<float> qa_, qlat_, olat_, otmp_, lat_, kvx_;
+  std::vector<int64_t> decode_;
+  std::vector<std::vector<const uint8_t*>> blocks_;
+  std::vector<std::vector<const float*>> scales_;
+  std::vector<kernels::PagedRows> views_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionVariant> make_mla_attention(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv,
+                                                     AttentionOptions opt, ThreadPool* pool) {
+  return std::make_unique<MlaAttention>(std::move(w), kv, opt, pool);
+}
+
+}  // namespace afd

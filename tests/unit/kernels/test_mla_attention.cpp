@@ -1,0 +1,134 @@
+// mla_decode_attend on every ISA level against the scalar reference, over paged rows in f32,
+// bf16 and fp8 (block tables with shuffled blocks, partial last blocks, head counts that are
+// not multiples of the vector tiles).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cpu/mla_attention.h"
+#include "test_util.h"
+
+namespace afd::kernels {
+namespace {
+
+using testing::IsaLimitGuard;
+using testing::isa_levels;
+using testing::random_vec;
+
+struct Case {
+  int64_t heads, d_lat, d_rope, n_ctx, block_size;
+  DType dt;
+};
+
+// A paged cache: n_blocks blocks in a shuffled order, rows stored in dtype (fp8 with a scale per row).
+struct Paged {
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<std::vector<float>> scale_storage;
+  std::vector<const uint8_t*> blocks;
+  std::vector<const float*> scales;
+  PagedRows view;
+};
+
+Paged make_paged(const Case& c, const std::vector<float>& rows) {
+  const int64_t D = c.d_lat + c.d_rope, nb = (c.n_ctx + c.block_size - 1) / c.block_size;
+  Paged p;
+  p.storage.resize(static_cast<size_t>(nb + 2));
+  p.scale_storage.resize(p.storage.size());
+  for (size_t k = 0; k < p.storage.size(); ++k) {
+    p.storage[k].assign(static_cast<size_t>(c.block_size * D) * dtype_size(c.dt), 0xff);
+    p.scale_storage[k].assign(static_cast<size_t>(c.block_size), 1.0f);
+  }
+  std::vector<int64_t> order(p.storage.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(7));
+  for (int64_t j = 0; j < c.n_ctx; ++j) {
+    const int64_t blk = order[j / c.block_size], slot = j % c.block_size;
+    uint8_t* dst = p.storage[blk].data() + slot * D * dtype_size(c.dt);
+    const float* x = &rows[j * D];
+    if (c.dt == DType::f32) {
+      std::memcpy(dst, x, static_cast<size_t>(D) * 4);
+    } else if (c.dt == DType::bf16) {
+      for (int64_t i = 0; i < D; ++i) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_bf16(x[i]).bits;
+    } else {
+      float amax = 0;
+      for (int64_t i = 0; i < D; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float s = amax / kFp8E4M3Max;
+      p.scale_storage[blk][slot] = s;
+      for (int64_t i = 0; i < D; ++i) dst[i] = f32_to_fp8_e4m3(x[i] / s);
+    }
+  }
+  for (int64_t k = 0; k < nb; ++k) {
+    p.blocks.push_back(p.storage[order[k]].data());
+    p.scales.push_back(p.scale_storage[order[k]].data());
+  }
+  p.view.blocks = p.blocks.data();
+  p.view.scales = c.dt == DType::f8_e4m3 ? p.scales.data() : nullptr;
+  p.view.block_size = c.block_size;
+  p.view.row_dim = D;
+  p.view.dtype = c.dt;
+  return p;
+}
+
+void check(const Case& c) {
+  const int64_t D = c.d_lat + c.d_rope;
+  // q rows with a stride wider than D, out rows with a stride wider than d_lat.
+  const int64_t qs = D + 3, os = c.d_lat + 5;
+  auto q = random_vec(static_cast<size_t>(c.heads * qs), 11, -1.0f, 1.0f);
+  auto rows = random_vec(static_cast<size_t>(c.n_ctx * D), 12, -1.0f, 1.0f);
+  Paged p = make_paged(c, rows);
+  const float scale = 0.19f;
+  std::vector<float> want(static_cast<size_t>(c.heads * os), -7.0f), got;
+  ref::mla_decode_attend(q.data(), qs, c.heads, c.d_lat, c.d_rope, p.view, c.n_ctx, scale, want.data(), os);
+  // A direct f64 evaluation of the contract anchors the reference itself (f32 rows only).
+  if (c.dt == DType::f32) {
+    for (int64_t h = 0; h < c.heads; ++h) {
+      std::vector<double> s(static_cast<size_t>(c.n_ctx));
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j < c.n_ctx; ++j) {
+        double a = 0;
+        for (int64_t i = 0; i < D; ++i) a += static_cast<double>(q[h * qs + i]) * rows[j * D + i];
+        s[j] = a * scale;
+        mx = std::max(mx, s[j]);
+      }
+      for (auto& x : s) sum += (x = std::exp(x - mx));
+      for (int64_t i = 0; i < c.d_lat; ++i) {
+        double o = 0;
+        for (int64_t j = 0; j < c.n_ctx; ++j) o += s[j] / sum * rows[j * D + i];
+        ASSERT_NEAR(want[h * os + i], o, 1e-5) << "reference h " << h << " i " << i;
+      }
+    }
+  }
+  for (Isa isa : isa_levels()) {
+    IsaLimitGuard g(isa);
+    got.assign(want.size(), -7.0f);
+    mla_decode_attend(q.data(), qs, c.heads, c.d_lat, c.d_rope, p.view, c.n_ctx, scale, got.data(), os);
+    // The bf16 dot-product path rounds q and the probabilities to bf16 (relative 2^-9 each);
+    // the f32 paths differ from the reference in the summation order only.
+    const bool bf16_dp = isa == Isa::avx512 && c.dt == DType::bf16;
+    const float tol = bf16_dp ? 1e-2f : 2e-5f;
+    for (int64_t h = 0; h < c.heads; ++h) {
+      for (int64_t i = 0; i < c.d_lat; ++i)
+        ASSERT_NEAR(got[h * os + i], want[h * os + i], tol)
+            << isa_name(isa) << " " << dtype_name(c.dt) << " heads " << c.heads << " ctx " << c.n_ctx << " h " << h
+            << " i " << i;
+      for (int64_t i = c.d_lat; i < os; ++i) ASSERT_EQ(got[h * os + i], -7.0f) << "wrote past d_lat";
+    }
+  }
+}
+
+TEST(MlaDecode, MatchesReference) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f8_e4m3}) {
+    check({4, 128, 32, 1, 16, dt});     // dsv3-tiny dims, one position
+    check({4, 128, 32, 37, 16, dt});    // partial last block
+    check({33, 64, 16, 70, 8, dt});     // heads past one 32-head tile
+    check({16, 512, 64, 45, 16, dt});   // DeepSeek-V3 row width
+  }
+}
+
+}  // namespace
+}  // namespace afd::kernels
