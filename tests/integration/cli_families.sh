@@ -14,7 +14,8 @@ trap 'rm -rf "$TMP"' EXIT
 fails=0
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fails=$((fails+1)); }
-check() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1"; echo " want: $2"; echo " got:  $3"; fi; }
+check() {  # check WHAT WANT GOT: equal and not empty
+  if [ -n "$2" ] && [ "$2" = "$3" ]; then ok "$1"; else bad "$1"; echo " want: $2"; echo " got:  $3"; fi; }
 ntok() { tr ',' '\n' <<<"$1" | grep -c .; }
 
 # make-model -> generate, and make-model bf16 -> quantize --fp8 -> generate.
@@ -74,11 +75,23 @@ for a in deepseek_v3 deepseek_v2; do
   "$AFD" --log-level error make-model --arch $a --preset tiny --dtype fp8 --seed 3 --out "$TMP/$a" >/dev/null ||
     { bad "make-model $a"; continue; }
   out=$("$AFD" --log-level error generate --model "$TMP/$a" --precision reference --max-tokens 8 --ignore-eos \
-        --prompt-ids 5,17,300,2 2>&1); rc=$?
-  if [ $rc = 0 ] && [ "$(ntok "$out")" = 8 ]; then ok "$a generates: $out"; oracle "$a" "$TMP/$a"
-  elif [ $rc != 0 ] && grep -q "not_supported" <<<"$out" && grep -q "mla" <<<"$out"; then
-    echo "skip $a generate: $out"
-  else bad "$a generate: rc=$rc $out"; fi
+        --prompt-ids 5,17,300,2 2>"$TMP/err"); rc=$?
+  err=$(cat "$TMP/err")
+  if [ $rc = 0 ] && [ "$(ntok "$out")" = 8 ]; then
+    ok "$a generates: $out"
+    oracle "$a" "$TMP/$a"
+    # FFN TP over FP8 experts with partial blocks, and FFN worker processes (the in-process
+    # wirings of the DeepSeek goldens: cli_afd_deepseek.sh).
+    D=(--model "$TMP/$a" --precision reference --max-tokens 8 --ignore-eos --threads 1 --prompt-ids 5,17,300,2 --prompt-ids 9)
+    want_tp=$("$AFD" --log-level error generate "${D[@]}" --afd-rounding 2 --ffn-tp 2 2>"$TMP/err")
+    got=$(timeout 120 "$AFD" --log-level error generate "${D[@]}" --topology 1A2F --ffn-tp 2 2>"$TMP/err")
+    check "$a 1A2F --ffn-tp 2" "$want_tp" "$got"
+    want2=$("$AFD" --log-level error generate "${D[@]}" --afd-rounding 2 2>"$TMP/err")
+    got=$(timeout 180 "$AFD" --log-level error generate "${D[@]}" --topology 1A2F --spawn-ffn 2>"$TMP/err")
+    check "$a 1A2F with spawned FFN worker processes" "$want2" "$got"
+  elif [ $rc != 0 ] && grep -q "not_supported" <<<"$err" && grep -q "mla" <<<"$err"; then
+    echo "skip $a generate: $err"
+  else bad "$a generate: rc=$rc $out $err"; fi
 done
 
 [ $fails = 0 ] && echo "all family checks passed" || { echo "$fails check(s) failed"; exit 1; }
