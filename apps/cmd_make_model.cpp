@@ -1,5 +1,6 @@
 // afd make-model: writes a random-weight checkpoint in the Hugging Face layout.
 //   afd make-model --arch qwen3_moe --preset tiny --seed 1 --out models/tiny
+//       (--arch: qwen3_moe | qwen2_moe | mixtral | deepseek_v2 | deepseek_v3 | step3_text)
 //       [--layout per-expert|fused] [--dtype bf16|f16|f32|fp8] [--shard-size BYTES] [--tied]
 //       [size overrides: --hidden --layers --heads --kv-heads --head-dim --experts --top-k
 //        --moe-inter --inter --shared-inter --vocab --sparse-step --mlp-only-layers
@@ -39,7 +40,8 @@ struct MakeModelFlags {
 
 void run(const MakeModelFlags& f, bool mlp_only_given) {
   Arch arch;
-  if (!arch_from_name(f.arch, &arch)) fail("--arch '" + f.arch + "': expected qwen3_moe, qwen2_moe or mixtral");
+  if (!arch_from_name(f.arch, &arch))
+    fail("--arch '" + f.arch + "': expected qwen3_moe, qwen2_moe, mixtral, deepseek_v2, deepseek_v3 or step3_text");
   auto preset = make_preset_config(arch, f.preset);
   if (!preset.ok()) fail("--preset: " + preset.status().message());
   ModelConfig c = *preset;
@@ -60,9 +62,15 @@ void run(const MakeModelFlags& f, bool mlp_only_given) {
   set(f.sparse_step, &c.decoder_sparse_step);
   set(f.max_pos, &c.max_position_embeddings);
   if (arch == Arch::mixtral) c.intermediate_size = c.moe_intermediate_size;
-  if (arch != Arch::qwen2_moe && c.shared_expert_intermediate_size > 0) {
-    fail("--shared-inter: only qwen2_moe has a shared expert");
+  const bool deepseek = arch == Arch::deepseek_v2 || arch == Arch::deepseek_v3;
+  if (deepseek) {
+    // DeepSeek's shared experts are n_shared_experts routed-expert-sized FFNs.
+    if (f.shared_inter >= 0) fail("--shared-inter: deepseek's shared width is n_shared_experts * --moe-inter");
+    c.shared_expert_intermediate_size = c.n_shared_experts * c.moe_intermediate_size;
+  } else if (arch != Arch::qwen2_moe && arch != Arch::step3_text && c.shared_expert_intermediate_size > 0) {
+    fail("--shared-inter: only qwen2_moe and step3_text have a shared expert");
   }
+  if (f.tied && arch == Arch::step3_text) fail("--tied: step3_text checkpoints are untied");
   if (mlp_only_given) c.mlp_only_layers = f.mlp_only_layers;
   if (f.norm_topk_prob == "true") c.norm_topk_prob = true;
   else if (f.norm_topk_prob == "false") c.norm_topk_prob = false;
@@ -106,7 +114,7 @@ void run(const MakeModelFlags& f, bool mlp_only_given) {
 void register_make_model(CLI::App& app) {
   auto f = std::make_shared<MakeModelFlags>();
   auto* cmd = app.add_subcommand("make-model", "Write a random-weight Hugging Face checkpoint (tests, benchmarks)");
-  cmd->add_option("--arch", f->arch, "qwen3_moe | qwen2_moe | mixtral")->capture_default_str();
+  cmd->add_option("--arch", f->arch, "qwen3_moe | qwen2_moe | mixtral | deepseek_v2 | deepseek_v3 | step3_text")->capture_default_str();
   cmd->add_option("--preset", f->preset, "tiny | small | bench")->capture_default_str();
   cmd->add_option("--seed", f->seed, "weight RNG seed")->capture_default_str();
   cmd->add_option("--out", f->out, "output directory")->required();

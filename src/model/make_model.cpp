@@ -69,6 +69,7 @@ struct Stored {
   std::vector<int64_t> shape;
   std::vector<Piece> pieces;
   bool linear = false;
+  bool f32 = false;  // always float32 (DeepSeek's e_score_correction_bias)
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -105,7 +106,87 @@ class Planner {
     mat(down, c_.hidden_size, inter);
   }
 
+  // DeepSeek (MODELS.md B2): MLA attention; MoE with per-expert tensors, router bias
+  // (noaux_tc, float32) and unweighted shared experts.
+  void deepseek_layer(int64_t l) {
+    const int64_t H = c_.hidden_size, N = c_.n_heads;
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string a = p + "self_attn.";
+    norm(p + "input_layernorm.weight", H);
+    if (c_.q_lora_rank > 0) {
+      mat(a + "q_a_proj.weight", c_.q_lora_rank, H);
+      norm(a + "q_a_layernorm.weight", c_.q_lora_rank);
+      mat(a + "q_b_proj.weight", N * c_.qk_head_dim(), c_.q_lora_rank);
+    } else {
+      mat(a + "q_proj.weight", N * c_.qk_head_dim(), H);
+    }
+    mat(a + "kv_a_proj_with_mqa.weight", c_.kv_lora_rank + c_.qk_rope_head_dim, H);
+    norm(a + "kv_a_layernorm.weight", c_.kv_lora_rank);
+    mat(a + "kv_b_proj.weight", N * (c_.qk_nope_head_dim + c_.v_head_dim), c_.kv_lora_rank);
+    mat(a + "o_proj.weight", H, c_.o_in_dim());
+    norm(p + "post_attention_layernorm.weight", H);
+    const std::string m = p + "mlp.";
+    if (!c_.is_moe_layer(l)) {
+      ffn(m + "gate_proj.weight", m + "up_proj.weight", m + "down_proj.weight", c_.intermediate_size);
+      return;
+    }
+    mat(m + "gate.weight", c_.n_experts, H, /*linear=*/false);
+    if (c_.has_score_bias) {
+      const std::string b = m + "gate.e_score_correction_bias";
+      out_.push_back(Stored{b, {c_.n_experts}, {Piece{b, c_.n_experts, 0.0f, 0.05f}}, false, true});
+    }
+    for (int64_t e = 0; e < c_.n_experts; ++e) {
+      const std::string ep = m + "experts." + std::to_string(e) + ".";
+      ffn(ep + "gate_proj.weight", ep + "up_proj.weight", ep + "down_proj.weight", c_.moe_intermediate_size);
+    }
+    if (c_.shared_expert_intermediate_size > 0) {
+      const std::string sp = m + "shared_experts.";
+      ffn(sp + "gate_proj.weight", sp + "up_proj.weight", sp + "down_proj.weight", c_.shared_expert_intermediate_size);
+    }
+  }
+
+  // Step-3 (MODELS.md A2): MFA attention; MoE experts stacked 3-D per projection (logical
+  // pieces keep per-expert names moe.experts.j.*), unweighted share_expert.
+  void step3_layer(int64_t l) {
+    const int64_t H = c_.hidden_size, E = c_.n_experts, I = c_.moe_intermediate_size;
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string a = p + "self_attn.";
+    norm(p + "input_layernorm.weight", H);
+    mat(a + "q_proj.weight", c_.q_lora_rank, H);
+    norm(a + "inter_norm.weight", c_.q_lora_rank);
+    mat(a + "wq.weight", c_.q_dim(), c_.q_lora_rank);
+    mat(a + "k_proj.weight", c_.kv_dim(), H);
+    mat(a + "v_proj.weight", c_.kv_dim(), H);
+    mat(a + "o_proj.weight", H, c_.q_dim());
+    norm(p + "post_attention_layernorm.weight", H);
+    if (!c_.is_moe_layer(l)) {
+      const std::string m = p + "mlp.";
+      ffn(m + "gate_proj.weight", m + "up_proj.weight", m + "down_proj.weight", c_.intermediate_size);
+      return;
+    }
+    const std::string m = p + "moe.";
+    mat(m + "gate.weight", E, H, /*linear=*/false);
+    Stored g{m + "gate_proj.weight", {E, I, H}, {}, true};
+    Stored u{m + "up_proj.weight", {E, I, H}, {}, true};
+    Stored d{m + "down_proj.weight", {E, H, I}, {}, true};
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string ep = m + "experts." + std::to_string(e) + ".";
+      g.pieces.push_back(matrix_piece(ep + "gate_proj.weight", I, H));
+      u.pieces.push_back(matrix_piece(ep + "up_proj.weight", I, H));
+      d.pieces.push_back(matrix_piece(ep + "down_proj.weight", H, I));
+    }
+    out_.push_back(std::move(g));
+    out_.push_back(std::move(u));
+    out_.push_back(std::move(d));
+    if (c_.shared_expert_intermediate_size > 0) {
+      const std::string sp = p + "share_expert.";
+      ffn(sp + "gate_proj.weight", sp + "up_proj.weight", sp + "down_proj.weight", c_.shared_expert_intermediate_size);
+    }
+  }
+
   void layer(int64_t l) {
+    if (c_.arch == Arch::deepseek_v2 || c_.arch == Arch::deepseek_v3) return deepseek_layer(l);
+    if (c_.arch == Arch::step3_text) return step3_layer(l);
     const int64_t H = c_.hidden_size;
     const std::string p = "model.layers." + std::to_string(l) + ".";
     norm(p + "input_layernorm.weight", H);
@@ -261,7 +342,201 @@ std::vector<int64_t> scale_shape(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+namespace {
+
+// DeepSeek presets. tiny follows MODELS.md D2 (D2b for deepseek_v2): dims that leave partial
+// 128-blocks in FP8 (q_a 192 rows, kv_a 160 rows, experts 160 wide).
+Result<ModelConfig> deepseek_preset(Arch arch, const std::string& preset) {
+  const bool v3 = arch == Arch::deepseek_v3;
+  ModelConfig c;
+  c.arch = arch;
+  c.model_type = arch_name(arch);
+  c.architecture = v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM";
+  c.attention = AttentionKind::mla;
+  if (preset == "tiny") {
+    c.vocab_size = 512; c.hidden_size = 256; c.n_layers = 3; c.n_heads = 4;
+    c.q_lora_rank = v3 ? 192 : 0; c.kv_lora_rank = 128; c.qk_nope_head_dim = 64; c.qk_rope_head_dim = 32;
+    c.v_head_dim = 64; c.intermediate_size = 384; c.moe_intermediate_size = 160; c.n_experts = 16;
+    c.n_group = 4; c.topk_group = 2; c.n_experts_per_tok = 4; c.n_shared_experts = 2; c.first_k_dense_replace = 1;
+    c.max_position_embeddings = 163840;
+  } else if (preset == "small") {
+    c.vocab_size = 16000; c.hidden_size = 1024; c.n_layers = 4; c.n_heads = 16;
+    c.q_lora_rank = v3 ? 384 : 0; c.kv_lora_rank = 256; c.qk_nope_head_dim = 64; c.qk_rope_head_dim = 32;
+    c.v_head_dim = 64; c.intermediate_size = 2048; c.moe_intermediate_size = 256; c.n_experts = 32;
+    c.n_group = 8; c.topk_group = 4; c.n_experts_per_tok = 4; c.n_shared_experts = 1; c.first_k_dense_replace = 1;
+    c.max_position_embeddings = 163840;
+  } else if (preset == "bench") {
+    c.vocab_size = 32000; c.hidden_size = 2048; c.n_layers = 6; c.n_heads = 16;
+    c.q_lora_rank = v3 ? 768 : 0; c.kv_lora_rank = 512; c.qk_nope_head_dim = 128; c.qk_rope_head_dim = 64;
+    c.v_head_dim = 128; c.intermediate_size = 6144; c.moe_intermediate_size = 512; c.n_experts = 64;
+    c.n_group = 8; c.topk_group = 4; c.n_experts_per_tok = 6; c.n_shared_experts = 2; c.first_k_dense_replace = 1;
+    c.max_position_embeddings = 163840;
+  } else {
+    return invalid_argument("unknown preset '" + preset + "' (tiny, small, bench)");
+  }
+  c.n_kv_heads = c.n_heads;
+  c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  c.shared_expert_intermediate_size = c.n_shared_experts * c.moe_intermediate_size;
+  c.shared_expert_ungated = true;
+  c.rope_interleave = true;
+  c.rope_theta = 10000.0;
+  c.rms_norm_eps = 1e-6;
+  c.rope_scaling.type = RopeScaling::Type::yarn;
+  c.rope_scaling.factor = 40;
+  c.rope_scaling.original_max_position_embeddings = 4096;
+  c.rope_scaling.beta_fast = 32;
+  c.rope_scaling.beta_slow = 1;
+  if (v3) {
+    c.scoring = RouterScoring::sigmoid;
+    c.topk_method = TopkMethod::noaux_tc;
+    c.has_score_bias = true;
+    c.norm_topk_prob = true;
+    c.routed_scaling_factor = 2.5;
+    c.rope_scaling.mscale = 1.0;
+    c.rope_scaling.mscale_all_dim = 1.0;
+  } else {
+    c.scoring = RouterScoring::softmax;
+    c.topk_method = TopkMethod::group_limited_greedy;
+    c.norm_topk_prob = false;
+    c.routed_scaling_factor = 2.0;
+    c.rope_scaling.mscale = 0.707;
+    c.rope_scaling.mscale_all_dim = 0.707;
+  }
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  AFD_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+// Step-3 presets. tiny follows MODELS.md D1 (dense layers 0 and the last, like the real
+// model's trailing dense layer).
+Result<ModelConfig> step3_preset(const std::string& preset) {
+  ModelConfig c;
+  c.arch = Arch::step3_text;
+  c.model_type = "step3_text";
+  c.architecture = "Step3TextForCausalLM";
+  if (preset == "tiny") {
+    c.vocab_size = 512; c.hidden_size = 256; c.n_layers = 4; c.n_heads = 4; c.head_dim = 64; c.q_lora_rank = 192;
+    c.intermediate_size = 384; c.n_experts = 8; c.n_experts_per_tok = 3; c.moe_intermediate_size = 160;
+    c.shared_expert_intermediate_size = 192; c.moe_layers = {1, 2}; c.max_position_embeddings = 4096;
+  } else if (preset == "small") {
+    c.vocab_size = 16000; c.hidden_size = 1024; c.n_layers = 4; c.n_heads = 8; c.head_dim = 128;
+    c.q_lora_rank = 512; c.intermediate_size = 2048; c.n_experts = 16; c.n_experts_per_tok = 3;
+    c.moe_intermediate_size = 384; c.shared_expert_intermediate_size = 384; c.moe_layers = {1, 2};
+    c.max_position_embeddings = 65536;
+  } else if (preset == "bench") {
+    c.vocab_size = 32000; c.hidden_size = 2048; c.n_layers = 6; c.n_heads = 16; c.head_dim = 256;
+    c.q_lora_rank = 1024; c.intermediate_size = 6144; c.n_experts = 32; c.n_experts_per_tok = 3;
+    c.moe_intermediate_size = 1024; c.shared_expert_intermediate_size = 1024; c.moe_layers = {1, 2, 3, 4};
+    c.max_position_embeddings = 65536;
+  } else {
+    return invalid_argument("unknown preset '" + preset + "' (tiny, small, bench)");
+  }
+  c.n_kv_heads = 1;
+  c.n_shared_experts = 1;
+  c.shared_expert_ungated = true;
+  c.norm_topk_prob = false;
+  c.rope_theta = 500000.0;
+  c.rms_norm_eps = 1e-5;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  AFD_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+// config.json of a DeepSeek model (DeepseekV2Config / DeepseekV3Config field names).
+ordered_json deepseek_config_json(const ModelConfig& c) {
+  ordered_json j;
+  j["architectures"] = {c.architecture.empty() ? std::string(arch_name(c.arch)) : c.architecture};
+  j["model_type"] = arch_name(c.arch);
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["moe_intermediate_size"] = c.moe_intermediate_size;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_key_value_heads"] = c.n_kv_heads;
+  j["n_shared_experts"] = c.n_shared_experts;
+  j["n_routed_experts"] = c.n_experts;
+  j["routed_scaling_factor"] = c.routed_scaling_factor;
+  j["kv_lora_rank"] = c.kv_lora_rank;
+  j["q_lora_rank"] = c.q_lora_rank > 0 ? json(c.q_lora_rank) : json(nullptr);
+  j["qk_rope_head_dim"] = c.qk_rope_head_dim;
+  j["v_head_dim"] = c.v_head_dim;
+  j["qk_nope_head_dim"] = c.qk_nope_head_dim;
+  j["topk_method"] = c.topk_method == TopkMethod::noaux_tc               ? "noaux_tc"
+                     : c.topk_method == TopkMethod::group_limited_greedy ? "group_limited_greedy"
+                                                                         : "greedy";
+  j["n_group"] = c.n_group;
+  j["topk_group"] = c.topk_group;
+  j["num_experts_per_tok"] = c.n_experts_per_tok;
+  j["first_k_dense_replace"] = c.first_k_dense_replace;
+  j["moe_layer_freq"] = c.moe_layer_freq;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["scoring_func"] = c.scoring == RouterScoring::sigmoid ? "sigmoid" : "softmax";
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_interleave"] = c.rope_interleave;
+  if (c.rope_scaling.type == RopeScaling::Type::yarn) {
+    ordered_json y;
+    y["type"] = "yarn";
+    y["factor"] = c.rope_scaling.factor;
+    y["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+    y["beta_fast"] = c.rope_scaling.beta_fast;
+    y["beta_slow"] = c.rope_scaling.beta_slow;
+    y["mscale"] = c.rope_scaling.mscale;
+    y["mscale_all_dim"] = c.rope_scaling.mscale_all_dim;
+    j["rope_scaling"] = y;
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["num_nextn_predict_layers"] = c.num_nextn_predict_layers;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["initializer_range"] = 0.02;
+  j["use_cache"] = true;
+  return j;
+}
+
+// text_config of a Step-3 model (Step3TextConfig field names; moe_layers_enum is a string).
+ordered_json step3_text_config_json(const ModelConfig& c, DType dtype) {
+  ordered_json j;
+  j["architectures"] = {"Step3TextForCausalLM"};
+  j["model_type"] = "step3_text";
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_attention_groups"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["share_q_dim"] = c.q_lora_rank;
+  j["moe_num_experts"] = c.n_experts;
+  j["moe_top_k"] = c.n_experts_per_tok;
+  j["moe_intermediate_size"] = c.moe_intermediate_size;
+  j["share_expert_dim"] = c.shared_expert_intermediate_size;
+  j["norm_expert_weight"] = c.norm_topk_prob;
+  std::string layers;
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    if (c.is_moe_layer(l)) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+  j["moe_layers_enum"] = layers;
+  j["max_position_embedding"] = c.max_position_embeddings;
+  j["max_seq_len"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = nullptr;
+  j["torch_dtype"] = torch_dtype_name(dtype);
+  return j;
+}
+
+}  // namespace
+
 Result<ModelConfig> make_preset_config(Arch arch, const std::string& preset) {
+  if (arch == Arch::deepseek_v2 || arch == Arch::deepseek_v3) return deepseek_preset(arch, preset);
+  if (arch == Arch::step3_text) return step3_preset(preset);
   ModelConfig c;
   c.arch = arch;
   c.model_type = arch_name(arch);
@@ -307,45 +582,57 @@ Result<ModelConfig> make_preset_config(Arch arch, const std::string& preset) {
 
 std::string model_config_to_json(const ModelConfig& c, DType dtype) {
   ordered_json j;
-  j["architectures"] = {c.architecture.empty() ? std::string(arch_name(c.arch)) : c.architecture};
-  j["model_type"] = arch_name(c.arch);
-  j["vocab_size"] = c.vocab_size;
-  j["hidden_size"] = c.hidden_size;
-  j["num_hidden_layers"] = c.n_layers;
-  j["num_attention_heads"] = c.n_heads;
-  j["num_key_value_heads"] = c.n_kv_heads;
-  j["head_dim"] = c.head_dim;
-  j["hidden_act"] = "silu";
-  j["max_position_embeddings"] = c.max_position_embeddings;
-  j["rms_norm_eps"] = c.rms_norm_eps;
-  j["rope_theta"] = c.rope_theta;
-  j["rope_scaling"] = nullptr;
-  j["tie_word_embeddings"] = c.tie_word_embeddings;
-  j["attention_dropout"] = 0.0;
-  j["initializer_range"] = 0.02;
-  j["use_cache"] = true;
-  j["num_experts_per_tok"] = c.n_experts_per_tok;
-  j["output_router_logits"] = false;
-  j["router_aux_loss_coef"] = 0.001;
-  if (c.arch == Arch::mixtral) {
-    j["num_local_experts"] = c.n_experts;
-    j["intermediate_size"] = c.moe_intermediate_size;
-    if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
-    else j["sliding_window"] = nullptr;
-  } else {
-    j["num_experts"] = c.n_experts;
-    j["moe_intermediate_size"] = c.moe_intermediate_size;
-    j["intermediate_size"] = c.intermediate_size;
-    j["decoder_sparse_step"] = c.decoder_sparse_step;
-    j["mlp_only_layers"] = c.mlp_only_layers;
-    j["norm_topk_prob"] = c.norm_topk_prob;
-    j["use_sliding_window"] = false;
-    j["sliding_window"] = nullptr;
-    j["max_window_layers"] = c.n_layers;
-    if (c.arch == Arch::qwen2_moe) {
-      j["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+  if (c.arch == Arch::deepseek_v2 || c.arch == Arch::deepseek_v3) {
+    j = deepseek_config_json(c);
+  } else if (c.arch == Arch::step3_text) {
+    // Written as the published checkpoints are: a step3_vl config whose text_config holds the
+    // LLM (no vision tower here: a text-only engine ignores it).
+    j["architectures"] = {"Step3VLForConditionalGeneration"};
+    j["model_type"] = "step3_vl";
+    j["text_config"] = step3_text_config_json(c, dtype);
+    j["tie_word_embeddings"] = false;
+  }
+  if (j.is_null()) {
+    j["architectures"] = {c.architecture.empty() ? std::string(arch_name(c.arch)) : c.architecture};
+    j["model_type"] = arch_name(c.arch);
+    j["vocab_size"] = c.vocab_size;
+    j["hidden_size"] = c.hidden_size;
+    j["num_hidden_layers"] = c.n_layers;
+    j["num_attention_heads"] = c.n_heads;
+    j["num_key_value_heads"] = c.n_kv_heads;
+    j["head_dim"] = c.head_dim;
+    j["hidden_act"] = "silu";
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["rms_norm_eps"] = c.rms_norm_eps;
+    j["rope_theta"] = c.rope_theta;
+    j["rope_scaling"] = nullptr;
+    j["tie_word_embeddings"] = c.tie_word_embeddings;
+    j["attention_dropout"] = 0.0;
+    j["initializer_range"] = 0.02;
+    j["use_cache"] = true;
+    j["num_experts_per_tok"] = c.n_experts_per_tok;
+    j["output_router_logits"] = false;
+    j["router_aux_loss_coef"] = 0.001;
+    if (c.arch == Arch::mixtral) {
+      j["num_local_experts"] = c.n_experts;
+      j["intermediate_size"] = c.moe_intermediate_size;
+      if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+      else j["sliding_window"] = nullptr;
     } else {
-      j["attention_bias"] = false;
+      j["num_experts"] = c.n_experts;
+      j["moe_intermediate_size"] = c.moe_intermediate_size;
+      j["intermediate_size"] = c.intermediate_size;
+      j["decoder_sparse_step"] = c.decoder_sparse_step;
+      j["mlp_only_layers"] = c.mlp_only_layers;
+      j["norm_topk_prob"] = c.norm_topk_prob;
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = nullptr;
+      j["max_window_layers"] = c.n_layers;
+      if (c.arch == Arch::qwen2_moe) {
+        j["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+      } else {
+        j["attention_bias"] = false;
+      }
     }
   }
   j["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
@@ -373,6 +660,12 @@ Result<MakeModelReport> make_model(const ModelConfig& config, const MakeModelOpt
   }
   if (opt.shard_size == 0) return invalid_argument("shard size must be positive");
   if (opt.out_dir.empty()) return invalid_argument("no output directory");
+  if (opt.layout == ExpertLayout::fused && config.arch != Arch::qwen3_moe && config.arch != Arch::qwen2_moe &&
+      config.arch != Arch::mixtral) {
+    return invalid_argument(std::string("the fused expert layout is for qwen/mixtral checkpoints; ") +
+                            arch_name(config.arch) + " has its own (" +
+                            (config.arch == Arch::step3_text ? "stacked moe.*_proj" : "per-expert") + ")");
+  }
   const bool fp8 = opt.dtype == DType::f8_e4m3;
   const DType base = fp8 ? DType::bf16 : opt.dtype;  // FP8 checkpoints keep the rest in bf16
   std::error_code ec;
@@ -414,7 +707,7 @@ Result<MakeModelReport> make_model(const ModelConfig& config, const MakeModelOpt
       specs.push_back({t.name + "_scale_inv", DType::f32, scale_shape(t.shape)});
       entries.push_back({&t, true});
     } else {
-      specs.push_back({t.name, base, t.shape});
+      specs.push_back({t.name, t.f32 ? DType::f32 : base, t.shape});
       entries.push_back({&t, false});
     }
   }
@@ -434,11 +727,12 @@ Result<MakeModelReport> make_model(const ModelConfig& config, const MakeModelOpt
 
 std::vector<float> make_model_tensor_values(const ModelConfig& config, uint64_t seed, const std::string& name) {
   for (const Stored& t : Planner(config, ExpertLayout::per_expert).plan()) {
-    if (t.name != name) continue;
-    const Piece& p = t.pieces[0];
-    std::vector<float> v(static_cast<size_t>(p.numel));
-    TensorRng(seed, p.name, p.center, p.half).fill(v.data(), v.size());
-    return v;
+    for (const Piece& p : t.pieces) {
+      if (p.name != name) continue;
+      std::vector<float> v(static_cast<size_t>(p.numel));
+      TensorRng(seed, p.name, p.center, p.half).fill(v.data(), v.size());
+      return v;
+    }
   }
   return {};
 }

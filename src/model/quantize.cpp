@@ -76,9 +76,18 @@ bool fp8_quantizes_tensor(const std::string& name, size_t rank) {
   if (rank != 2 && rank != 3) return false;
   if (!ends_with(name, ".weight") && !ends_with(name, "experts.gate_up_proj") && !ends_with(name, "experts.down_proj"))
     return false;
-  if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return false;
-  if (ends_with(name, "mlp.gate.weight") || ends_with(name, "block_sparse_moe.gate.weight")) return false;  // routers
+  // Only decoder-layer tensors: a VLM's vision tower (step3_vl vision_model.*, vit_*) is not
+  // the language model's and stays as it is.
+  if (name.rfind("model.layers.", 0) != 0) return false;
+  if (ends_with(name, "mlp.gate.weight") || ends_with(name, "block_sparse_moe.gate.weight") ||
+      ends_with(name, "moe.gate.weight"))
+    return false;  // routers (qwen / DeepSeek, mixtral, Step-3)
   if (ends_with(name, "shared_expert_gate.weight")) return false;
+  // DeepSeek MTP modules (model.layers.N, N >= num_hidden_layers): their embedding, head and
+  // eh_proj stay unquantized (MODELS.md B2, B7).
+  if (ends_with(name, ".embed_tokens.weight") || ends_with(name, "shared_head.head.weight") ||
+      ends_with(name, "eh_proj.weight"))
+    return false;
   return true;
 }
 
