@@ -8,10 +8,9 @@
 // One "step" = the attention of every sequence of the batch (one decode token each), tasks
 // spread over the pool as the engine does (MLA: token x 32-head groups when the batch is
 // smaller than the pool). Reported: median and p90 over `steps` steps (after one warm-up),
-// the FLOP rate of the median step, and the reference rates measured here: linear() bf16 and
-// f32 GEMMs of the scores' shape ([heads, 576] x [ctx, 576]^T and [64, 256] x [ctx, 256]^T,
-// batch sequences spread over the pool, one product per task), OpenBLAS sgemm
-// (measure_gemm_flops) and the register-only peaks (measure_peak_flops).
+// the FLOP rate of the median step, and the reference rates measured here: linear() GEMMs of
+// the step's own two products per sequence (RefGemm; bf16 for MLA, bf16 and f32 for MFA),
+// OpenBLAS sgemm (measure_gemm_flops) and the register-only peaks (measure_peak_flops).
 // The reference GEMMs run interleaved with the attention steps (one round before each step),
 // so load from other processes on a shared machine affects both alike.
 // Usage: bench_decode_attention [batch 32] [ctx 4096] [mla_heads 128] [steps 10] [threads 0 = all]
@@ -53,39 +52,49 @@ int64_t arg(int argc, char** argv, int i, int64_t fallback, int64_t lo, int64_t 
   return end != argv[i] && *end == 0 && v >= lo && v <= hi ? v : -1;
 }
 
-// The reference GEMM of a decode kernel: y[m, rows] = x[m, k] . W[rows, k]^T through
-// linear() with W in wdt, `batch` independent products spread over the pool (one per task,
-// single-threaded each): the decode kernels' shape and threading.
+// The reference GEMMs of a decode step, through linear() with W in wdt: per sequence (one pool
+// task each, single-threaded), the two products of its attention as plain GEMMs,
+// y1[m, ctx] = x1[m, k] . W1[ctx, k]^T (scores) and y2[m, v] = x2[m, ctx] . W2[v, ctx]^T (P.V),
+// so a round does the FLOPs of one attention step in the same threading.
 struct RefGemm {
-  RefGemm(ThreadPool& pool, int64_t batch, int64_t m, int64_t rows, int64_t k, DType wdt, kernels::ActPrecision prec)
-      : pool(pool), batch(batch), m(m), rows(rows), k(k), wdt(wdt), prec(prec) {
+  RefGemm(ThreadPool& pool, int64_t batch, int64_t m, int64_t ctx, int64_t k, int64_t v, DType wdt,
+          kernels::ActPrecision prec)
+      : pool(pool), batch(batch), m(m), ctx(ctx), k(k), v(v), wdt(wdt), prec(prec) {
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> d(-1, 1);
-    x.resize(static_cast<size_t>(m * k));
-    for (auto& v : x) v = d(rng);
-    w.resize(static_cast<size_t>(pool.size()));
-    for (auto& wb : w) {
-      wb.resize(static_cast<size_t>(rows * k) * dtype_size(wdt));
-      for (int64_t i = 0; i < rows * k; ++i) {
-        const float v = d(rng);
-        if (wdt == DType::bf16) reinterpret_cast<uint16_t*>(wb.data())[i] = f32_to_bf16(v).bits;
-        else reinterpret_cast<float*>(wb.data())[i] = v;
+    x1.resize(static_cast<size_t>(m * k));
+    x2.resize(static_cast<size_t>(m * ctx));
+    for (auto& e : x1) e = d(rng);
+    for (auto& e : x2) e = d(rng);
+    auto fill = [&](std::vector<uint8_t>& wb, int64_t n) {
+      wb.resize(static_cast<size_t>(n) * dtype_size(wdt));
+      for (int64_t i = 0; i < n; ++i) {
+        const float e = d(rng);
+        if (wdt == DType::bf16) reinterpret_cast<uint16_t*>(wb.data())[i] = f32_to_bf16(e).bits;
+        else reinterpret_cast<float*>(wb.data())[i] = e;
       }
+    };
+    w1.resize(static_cast<size_t>(pool.size()));
+    w2.resize(w1.size());
+    for (size_t t = 0; t < w1.size(); ++t) {
+      fill(w1[t], ctx * k);
+      fill(w2[t], v * ctx);
     }
-    y.assign(static_cast<size_t>(pool.size()), std::vector<float>(static_cast<size_t>(m * rows)));
+    y.assign(w1.size(), std::vector<float>(static_cast<size_t>(m * std::max(ctx, v))));
   }
-  double flops() const { return 2.0 * batch * m * rows * k; }
+  double flops() const { return 2.0 * batch * m * ctx * (k + v); }
   void run() {
     pool.run(static_cast<int>(batch), [&](int, int th) {
-      kernels::linear(x.data(), m, k, w[th].data(), wdt, rows, k, y[th].data(), rows, prec, nullptr);
+      kernels::linear(x1.data(), m, k, w1[th].data(), wdt, ctx, k, y[th].data(), ctx, prec, nullptr);
+      kernels::linear(x2.data(), m, ctx, w2[th].data(), wdt, v, ctx, y[th].data(), v, prec, nullptr);
     });
   }
   ThreadPool& pool;
-  int64_t batch, m, rows, k;
+  int64_t batch, m, ctx, k, v;
   DType wdt;
   kernels::ActPrecision prec;
-  std::vector<float> x;
-  std::vector<std::vector<uint8_t>> w;
+  std::vector<float> x1, x2;
+  std::vector<std::vector<uint8_t>> w1, w2;
   std::vector<std::vector<float>> y;
 };
 
@@ -145,7 +154,7 @@ int main(int argc, char** argv) {
     const int64_t groups = std::clamp<int64_t>((pool.size() + batch - 1) / batch, 1, max_groups);
     const int64_t hg = std::min<int64_t>(heads, ((heads + groups - 1) / groups + 31) / 32 * 32);
     const int64_t ng = (heads + hg - 1) / hg;
-    RefGemm ref(pool, batch, heads, ctx, D, DType::bf16, kernels::ActPrecision::bf16);
+    RefGemm ref(pool, batch, heads, ctx, D, lat, DType::bf16, kernels::ActPrecision::bf16);
     Times t, tr;
     for (int64_t st = 0; st <= steps; ++st) {
       tr.time(st > 0, [&] { ref.run(); });
@@ -200,8 +209,8 @@ int main(int argc, char** argv) {
     std::vector<float> q(static_cast<size_t>(batch * qh * hd)), out(q.size());
     for (auto& x : q) x = 0.05f * ud(rng);
     GqaShape shape{qh, 1, hd, 0};
-    RefGemm ref32(pool, batch, qh, ctx, hd, DType::f32, kernels::ActPrecision::f32);
-    RefGemm ref16(pool, batch, qh, ctx, hd, DType::bf16, kernels::ActPrecision::bf16);
+    RefGemm ref32(pool, batch, qh, ctx, hd, hd, DType::f32, kernels::ActPrecision::f32);
+    RefGemm ref16(pool, batch, qh, ctx, hd, hd, DType::bf16, kernels::ActPrecision::bf16);
     Times t, t32, t16;
     for (int64_t st = 0; st <= steps; ++st) {
       t32.time(st > 0, [&] { ref32.run(); });
@@ -228,10 +237,9 @@ int main(int argc, char** argv) {
   const double sgemm = kernels::measure_gemm_flops(pool, DType::f32);
   const double peak_bf16 = kernels::measure_peak_flops(pool, DType::bf16);
   const double peak_f32 = kernels::measure_peak_flops(pool, DType::f32);
-  std::printf("reference GEMMs (linear(), interleaved with the steps, median): bf16 [%lld,576]x[%lld,576]^T %.1f GFLOP/s "
-              "(%s); bf16 [64,256]x[%lld,256]^T %.1f GFLOP/s; f32 same %.1f GFLOP/s (%s)\n",
-              (long long)heads, (long long)ctx, mla_ref / 1e9,
-              kernels::linear_path_name(heads, DType::bf16, kernels::ActPrecision::bf16), (long long)ctx,
+  std::printf("reference GEMMs (linear(), the step's two products per sequence, interleaved with the steps, median "
+              "round): MLA shapes bf16 %.1f GFLOP/s (%s); MFA shapes bf16 %.1f GFLOP/s, f32 %.1f GFLOP/s (%s)\n",
+              mla_ref / 1e9, kernels::linear_path_name(heads, DType::bf16, kernels::ActPrecision::bf16),
               mfa_ref_bf16 / 1e9, mfa_ref_f32 / 1e9, kernels::linear_path_name(64, DType::f32, kernels::ActPrecision::f32));
   std::printf("machine: OpenBLAS sgemm %.1f GFLOP/s; register-only peak vdpbf16ps %.1f, f32 FMA %.1f GFLOP/s\n",
               sgemm / 1e9, peak_bf16 / 1e9, peak_f32 / 1e9);
