@@ -1,6 +1,6 @@
 // mla_decode_attend on every ISA level against the scalar reference, over paged rows in f32,
 // bf16 and fp8 (block tables with shuffled blocks, partial last blocks, head counts that are
-// not multiples of the vector tiles).
+// not multiples of the vector tiles, contexts over several chunks of the bf16 kernel).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -127,6 +127,8 @@ TEST(MlaDecode, MatchesReference) {
     check({4, 128, 32, 37, 16, dt});    // partial last block
     check({33, 64, 16, 70, 8, dt});     // heads past one 32-head tile
     check({16, 512, 64, 45, 16, dt});   // DeepSeek-V3 row width
+    check({8, 128, 32, 300, 16, dt});   // several online-softmax chunks, the last one partial
+    check({4, 512, 64, 1000, 16, dt});
   }
 }
 
