@@ -3,8 +3,9 @@
 //   * absorbed MLA (kernels/cpu/mla_attention.h): n_heads heads (DeepSeek-V3: 128) over a
 //     K-only latent cache of kv_lora 512 + rope 64 per token; FLOPs per step =
 //     batch * heads * ctx * 2 * (576 + 512);
-//   * MFA (Step-3): gqa_attend_one with 1 KV head of head_dim 256 and 64 query heads over a
-//     K+V cache; FLOPs per step = batch * 64 * ctx * 4 * 256.
+//   * MFA (Step-3): gqa_attend_one (the engine's GQA path) with 1 KV head of head_dim 256 and
+//     64 query heads over a K+V cache, and the same step through mqa_decode_attend (separate
+//     value rows); FLOPs per step = batch * 64 * ctx * 4 * 256.
 // One "step" = the attention of every sequence of the batch (one decode token each), tasks
 // spread over the pool as the engine does (MLA: token x 32-head groups when the batch is
 // smaller than the pool). Reported: median and p90 over `steps` steps (after one warm-up),
@@ -179,7 +180,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- MFA: GQA with 1 KV head of 256, 64 query heads
-  double mfa_rate = 0, mfa_ref_f32 = 0, mfa_ref_bf16 = 0, mfa_best = 0, mfa_ref_best = 0;
+  double mfa_rate = 0, mfa_ref_f32 = 0, mfa_ref_bf16 = 0, mfa_best = 0, mfa_ref_best = 0, mqa_rate = 0;
   {
     const int64_t hd = 256, qh = 64;
     KvCacheConfig kc;
@@ -211,13 +212,35 @@ int main(int argc, char** argv) {
     GqaShape shape{qh, 1, hd, 0};
     RefGemm ref32(pool, batch, qh, ctx, hd, hd, DType::f32, kernels::ActPrecision::f32);
     RefGemm ref16(pool, batch, qh, ctx, hd, hd, DType::bf16, kernels::ActPrecision::bf16);
-    Times t, t32, t16;
+    // The same step through mqa_decode_attend (shared K and V rows, heads as the vector
+    // dimension, bf16 dot products), split like the MLA step.
+    std::vector<std::vector<const uint8_t*>> kb(static_cast<size_t>(batch)), vb(kb.size());
+    std::vector<kernels::PagedRows> kvw(kb.size()), vvw(kb.size());
+    for (int64_t s = 0; s < batch; ++s) {
+      for (int64_t b : (*kv)->block_table(s)) {
+        kb[s].push_back((*kv)->k_head(0, b, 0));
+        vb[s].push_back((*kv)->v_head(0, b, 0));
+      }
+      kvw[s] = kernels::PagedRows{kb[s].data(), nullptr, bs, hd, DType::bf16};
+      vvw[s] = kernels::PagedRows{vb[s].data(), nullptr, bs, hd, DType::bf16};
+    }
+    const int64_t mg = std::clamp<int64_t>((pool.size() + batch - 1) / batch, 1, (qh + 31) / 32);
+    const int64_t mhg = std::min<int64_t>(qh, ((qh + mg - 1) / mg + 31) / 32 * 32), mng = (qh + mhg - 1) / mhg;
+    const float sc = 1.0f / 16.0f;
+    Times t, t32, t16, tm;
     for (int64_t st = 0; st <= steps; ++st) {
       t32.time(st > 0, [&] { ref32.run(); });
       t16.time(st > 0, [&] { ref16.run(); });
       t.time(st > 0, [&] {
         pool.run(static_cast<int>(batch), [&](int s, int) {
           gqa_attend_one(**kv, 0, s, ctx, 0, shape, &q[s * qh * hd], &out[s * qh * hd]);
+        });
+      });
+      tm.time(st > 0, [&] {
+        pool.run(static_cast<int>(batch * mng), [&](int task, int) {
+          const int64_t s = task / mng, h0 = (task % mng) * mhg, nh = std::min(mhg, qh - h0);
+          kernels::mqa_decode_attend(&q[(s * qh + h0) * hd], hd, nh, kvw[s], &vvw[s], hd, ctx, sc,
+                                     &out[(s * qh + h0) * hd], hd);
         });
       });
     }
@@ -227,6 +250,10 @@ int main(int argc, char** argv) {
     mfa_ref_f32 = ref32.flops() / summarize(t32.wall).median;
     mfa_ref_bf16 = ref16.flops() / summarize(t16.wall).median;
     mfa_best = flops / sm.min;
+    const SampleSummary smq = summarize(tm.wall);
+    mqa_rate = flops / smq.median;
+    std::printf("MFA shapes through mqa_decode_attend (%s)  step median %.2f ms  p90 %.2f ms  %.1f GFLOP/s\n",
+                kernels::mla_decode_path_name(DType::bf16), smq.median * 1e3, smq.p90 * 1e3, mqa_rate / 1e9);
     mfa_ref_best = ref32.flops() / summarize(t32.wall).min;
     std::printf("MFA (GQA 1x256, 64 heads) kv bf16 512/token  step median %.2f ms  p90 %.2f ms  %.1f GFLOP/s "
                 "(median step; %.2f GFLOP/step, %.0f FLOP per KV byte)\n",
@@ -248,6 +275,8 @@ int main(int argc, char** argv) {
   std::printf("MFA: %.0f%% of the f32 reference GEMM, %.0f%% of the bf16 one, %.0f%% of peak f32 FMA, %.0f%% of peak bf16\n",
               100 * mfa_rate / mfa_ref_f32, 100 * mfa_rate / mfa_ref_bf16, 100 * mfa_rate / peak_f32,
               100 * mfa_rate / peak_bf16);
+  std::printf("MFA shapes through mqa_decode_attend: %.0f%% of the bf16 reference GEMM, %.0f%% of peak bf16\n",
+              100 * mqa_rate / mfa_ref_bf16, 100 * mqa_rate / peak_bf16);
   // Best steps (least disturbed by other load), for comparison only.
   std::printf("best step: MLA %.1f GFLOP/s = %.0f%% of the best bf16 reference GEMM round, %.0f%% of peak bf16; "
               "MFA %.1f GFLOP/s = %.0f%% of the best f32 reference GEMM round, %.0f%% of peak f32 FMA\n",

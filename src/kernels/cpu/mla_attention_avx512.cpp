@@ -1,4 +1,5 @@
-// AVX-512 BF16 absorbed-MLA decode attention (contract: mla_attention_kernels.h).
+// AVX-512 BF16 multi-query decode attention (absorbed MLA, MFA; contract:
+// mla_attention_kernels.h). d_lat below is the value width (MLA: the latent).
 //
 // All heads share every key row, so both products are small GEMMs with the heads as the
 // vector dimension (16 heads per register, f32 accumulators, vdpbf16ps on bf16 pairs). The
@@ -52,11 +53,12 @@ AFD_BF16 inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
 
 }  // namespace
 
-AFD_BF16 void mla_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat,
-                                     int64_t d_rope, const PagedRows& kv, int64_t n_ctx, float scale, float* out,
+AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv,
+                                     const PagedRows* v, int64_t d_lat, int64_t n_ctx, float scale, float* out,
                                      int64_t out_stride) {
-  const int64_t D = d_lat + d_rope, DP = D / 2, Hp = (n_heads + kHb - 1) / kHb * kHb;
+  const int64_t D = kv.row_dim, DP = D / 2, Hp = (n_heads + kHb - 1) / kHb * kHb;
   const int64_t bs = kv.block_size;
+  const PagedRows& vr = v != nullptr ? *v : kv;
   thread_local std::vector<uint32_t> qt, pp, kp;
   thread_local std::vector<float> st, ot, run_max, run_sum, alpha;
   thread_local std::vector<uint16_t> zero_row;
@@ -68,7 +70,7 @@ AFD_BF16 void mla_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
   run_max.assign(static_cast<size_t>(Hp), -INFINITY);
   run_sum.assign(static_cast<size_t>(Hp), 0.0f);
   alpha.resize(static_cast<size_t>(Hp));
-  zero_row.assign(static_cast<size_t>(D), 0);
+  zero_row.assign(static_cast<size_t>(std::max(D, d_lat)), 0);
 
   // Qt[p][h] = (bf16 q[h][2p], bf16 q[h][2p+1]).
   for (int64_t h = 0; h < n_heads; ++h) {
@@ -79,6 +81,10 @@ AFD_BF16 void mla_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
   auto row = [&](int64_t j) -> const uint16_t* {
     if (j >= n_ctx) return zero_row.data();
     return reinterpret_cast<const uint16_t*>(kv.blocks[j / bs]) + (j % bs) * D;
+  };
+  auto vrow = [&](int64_t j) -> const uint16_t* {  // the first d_lat values are the value
+    if (j >= n_ctx) return zero_row.data();
+    return reinterpret_cast<const uint16_t*>(vr.blocks[j / bs]) + (j % bs) * vr.row_dim;
   };
   const __m512 vscale = _mm512_set1_ps(scale);
   // cvtne2ps_pbh(e1, e0) holds bf16(e0) in elements 0..15 and bf16(e1) in 16..31; this
@@ -151,8 +157,8 @@ AFD_BF16 void mla_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
     for (int64_t t0 = c0; t0 < c0 + cn; t0 += kPvTile) {
       const int64_t npairs = std::min<int64_t>(kPvTile, c0 + cn - t0 + 1) / 2;  // pairs touching the chunk
       for (int64_t tp = 0; tp < npairs; ++tp) {
-        const uint16_t* a = row(t0 + 2 * tp);
-        const uint16_t* b = 2 * tp + 1 < c0 + cn - t0 ? row(t0 + 2 * tp + 1) : zero_row.data();
+        const uint16_t* a = vrow(t0 + 2 * tp);
+        const uint16_t* b = 2 * tp + 1 < c0 + cn - t0 ? vrow(t0 + 2 * tp + 1) : zero_row.data();
         uint32_t* dst = kp.data() + tp * d_lat;
         for (int64_t c = 0; c < d_lat; c += 32) {
           const __m512i va = _mm512_loadu_si512(a + c), vb = _mm512_loadu_si512(b + c);
