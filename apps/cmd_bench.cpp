@@ -19,6 +19,7 @@
 #include "local_ffn.h"
 #include "trace_output.h"
 #include "kernels/cpu/machine_limits.h"
+#include "model/attention_cost.h"
 #include "model/weights.h"
 #include "runtime/bundle.h"
 #include "runtime/engine_factory.h"
@@ -67,28 +68,28 @@ int64_t ffn_params(const FfnWeights& f) {
 }
 
 struct StepCost {
-  double bytes = 0;        // weights + KV read in one decode step
-  double flops = 0;        // all matrix products + attention core
-  double expert_flops = 0; // routed + shared expert products
+  double bytes = 0;           // weights + KV read in one decode step
+  double weight_bytes = 0;    // of which weights
+  double flops = 0;           // all matrix products + attention core
+  double expert_flops = 0;    // routed + shared expert products
+  double attention_flops = 0; // attention projections + core (model/attention_cost.h)
 };
 
 // Cost of one decode step of `batch` sequences at context `ctx`, given how many expert
 // weight sets the step actually read (expert_reads, from the engine's routing).
 StepCost step_cost(const ModelWeights& w, int64_t batch, int64_t ctx, int64_t expert_reads, size_t kv_bytes_per_token) {
-  const ModelConfig& c = w.config;
+  const AttentionCost ac = attention_cost(w.config);
   StepCost s;
   for (const LayerWeights& L : w.layers) {
     const AttentionWeights& a = L.attn;
-    double attn_bytes = a.q.nbytes() + a.k.nbytes() + a.v.nbytes() + a.o.nbytes();
-    double attn_params = a.q.rows * a.q.cols + a.k.rows * a.k.cols + a.v.rows * a.v.cols + a.o.rows * a.o.cols;
-    s.bytes += attn_bytes;
-    s.flops += 2.0 * batch * attn_params;
-    s.flops += 2.0 * 2.0 * batch * ctx * c.n_heads * c.head_dim;  // q.k and p.v
+    for (const Matrix* m : {&a.q_a, &a.q, &a.k, &a.v, &a.kv_a, &a.kv_b, &a.o}) s.bytes += m->nbytes();
+    s.attention_flops += 2.0 * batch * ac.projection_params;
+    s.attention_flops += static_cast<double>(batch) * ctx * ac.core_flops_per_ctx_token;
     if (L.is_moe) {
       s.bytes += L.moe.router.nbytes();
       s.flops += 2.0 * batch * L.moe.router.rows * L.moe.router.cols;
       const FfnWeights& e0 = L.moe.experts[0];
-      s.expert_flops += 2.0 * batch * c.n_experts_per_tok * ffn_params(e0);
+      s.expert_flops += 2.0 * batch * w.config.n_experts_per_tok * ffn_params(e0);
       if (!L.moe.shared.empty()) {
         s.bytes += ffn_bytes(L.moe.shared);
         s.expert_flops += 2.0 * batch * ffn_params(L.moe.shared);
@@ -102,9 +103,10 @@ StepCost step_cost(const ModelWeights& w, int64_t batch, int64_t ctx, int64_t ex
   for (const LayerWeights& L : w.layers) {
     if (L.is_moe) { s.bytes += static_cast<double>(expert_reads) * ffn_bytes(L.moe.experts[0]); break; }
   }
-  s.flops += s.expert_flops;
+  s.flops += s.expert_flops + s.attention_flops;
   s.bytes += w.lm_head.nbytes();
   s.flops += 2.0 * batch * w.lm_head.rows * w.lm_head.cols;
+  s.weight_bytes = s.bytes;
   s.bytes += static_cast<double>(batch) * ctx * kv_bytes_per_token;
   return s;
 }
@@ -119,6 +121,7 @@ struct Point {
   // step_s is the median timed step; stage times, costs and per-worker counts are those of
   // that step. steps_s holds every timed step, in order.
   double step_s = 0, ffn_s = 0, attn_s = 0, comm_s = 0, bytes = 0, flops = 0, expert_flops = 0;
+  double weight_bytes = 0, attention_flops = 0;
   std::vector<double> steps_s;
   std::vector<LayerStageTimes> layers;  // of the median step
   // Of the median step (empty without a bundle): tokens each attention engine ran; per FFN
@@ -202,11 +205,13 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
     for (int64_t i = 0; i < batch; ++i) last[i] = static_cast<int32_t>((last[i] * 31 + 7) % mc.vocab_size);
     if (step == 0) continue;
     StageTimes st = e.last_stage_times();
-    const size_t kv_tok = static_cast<size_t>(2 * mc.n_layers * mc.kv_dim()) *
+    const size_t kv_tok = static_cast<size_t>(mc.n_layers * attention_cost(mc).kv_values_per_token) *
                           (o.precision == Precision::reference ? 4 : dtype_size(o.kv_dtype));
     StepCost sc = step_cost(*w, batch, ctx + step, e.last_expert_reads(), kv_tok);
-    Point p{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, {}, st.layers, {},
+    Point p{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, 0, 0, {}, st.layers, {},
             ffn_tokens, ffn_rows};
+    p.weight_bytes = sc.weight_bytes;
+    p.attention_flops = sc.attention_flops;
     if (dp != nullptr) p.attention_tokens.assign(dp->last_engine_tokens().begin(), dp->last_engine_tokens().end());
     timed.push_back(std::move(p));
   }
@@ -313,6 +318,12 @@ void run_bench(const BenchFlags& f) {
                 opt->model_dir.c_str(), (long long)mc.n_layers, (long long)mc.hidden_size, (long long)mc.n_experts,
                 (long long)mc.n_experts_per_tok, (*weights)->matrix_bytes() / 1e9, f.engine.precision.c_str(),
                 f.engine.kv_dtype.c_str());
+    const AttentionCost ac = attention_cost(mc);
+    const double kv_elem = opt->precision == Precision::reference ? 4.0 : static_cast<double>(dtype_size(opt->kv_dtype));
+    std::printf("attention %s: KV %.0f B per token per layer, %.0f FLOP per context token per layer, %.3f M "
+                "projection weights per layer (model/attention_cost.h)\n",
+                mc.attention == AttentionKind::mla ? "mla" : (mc.q_lora_rank > 0 ? "mfa" : "gqa"),
+                ac.kv_values_per_token * kv_elem, ac.core_flops_per_ctx_token, ac.projection_params / 1e6);
     std::printf("machine: read bandwidth %.1f GB/s, library GEMM %.1f GFLOP/s (measured now)\n", bw / 1e9, gemm / 1e9);
     std::printf("steps: the median of %d timed steps per row (tok/s = batch / median step), with p90 and p99\n",
                 f.steps);
@@ -346,7 +357,9 @@ void run_bench(const BenchFlags& f) {
                         {"vs_mono", mono_tps > 0 ? tps / mono_tps : 0.0},
                         {"vs_no_delay", nodelay_tps > 0 ? tps / nodelay_tps : 0.0},
                         {"bytes_per_step", p.bytes},
+                        {"weight_bytes_per_step", p.weight_bytes},
                         {"flops_per_step", p.flops},
+                        {"attention_flops_per_step", p.attention_flops},
                         {"bandwidth_fraction", bw > 0 ? p.bytes / p.step_s / bw : 0.0},
                         {"flop_fraction", gemm > 0 ? p.flops / p.step_s / gemm : 0.0},
                         {"attention_ms", p.attn_s * 1e3},
@@ -494,6 +507,14 @@ void run_bench(const BenchFlags& f) {
                           {"precision", f.engine.precision},
                           {"kv_dtype", f.engine.kv_dtype},
                           {"weights_bytes", (*weights)->matrix_bytes()},
+                          {"attention",
+                           {{"kv_values_per_token_per_layer", attention_cost(mc).kv_values_per_token},
+                            {"kv_bytes_per_token_per_layer",
+                             attention_cost(mc).kv_values_per_token *
+                                 (opt->precision == Precision::reference ? 4.0
+                                                                         : static_cast<double>(dtype_size(opt->kv_dtype)))},
+                            {"core_flops_per_context_token_per_layer", attention_cost(mc).core_flops_per_ctx_token},
+                            {"projection_params_per_layer", attention_cost(mc).projection_params}}},
                           {"read_bandwidth_Bps", bw},
                           {"gemm_flops", gemm},
                           {"peak_rss_bytes", rss},

@@ -60,6 +60,7 @@ serve::FrontendOptions frontend_options(const ServeFlags& f) {
   fo.server.api_key = f.service.api_key;
   fo.server.limits = f.service.http_limits();
   fo.server.http_threads = f.service.http_threads;
+  fo.server.admission = f.service.admission_options();
   fo.server.content_special_as_text = f.service.content_special_tokens == "text";
   fo.model_dir = f.engine.model_dir;
   fo.model_name = f.service.model_name;
@@ -182,7 +183,9 @@ void serve_spawned(const ServeFlags& f) {
                                      std::to_string(f.service.max_context), "--max-body",
                                      std::to_string(worker_max_body), "--http-threads",
                                      std::to_string(f.service.http_threads), "--content-special-tokens",
-                                     f.service.content_special_tokens};
+                                     f.service.content_special_tokens, "--admission-inline-bytes",
+                                     std::to_string(f.service.admission_inline_bytes), "--admission-queue",
+                                     std::to_string(f.service.admission_queue)};
     if (!e.microbatches.empty()) args.insert(args.end(), {"--microbatches", e.microbatches});
     if (e.no_prefix_cache) args.push_back("--no-prefix-cache");
     if (!e.trace.empty()) {

@@ -145,6 +145,13 @@ void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
       ->envname("AFD_HTTP_MAX_HEADERS")->capture_default_str();
   cmd->add_option("--http-max-target", http_max_target, "Request target (path + query) in bytes (414 above)")
       ->envname("AFD_HTTP_MAX_TARGET")->capture_default_str();
+  cmd->add_option("--admission-inline-bytes", admission_inline_bytes,
+                  "Request bodies larger than this are parsed and tokenized on background-priority threads, using "
+                  "only CPU the engine leaves idle")
+      ->envname("AFD_ADMISSION_INLINE_BYTES")->capture_default_str();
+  cmd->add_option("--admission-queue", admission_queue,
+                  "Large request bodies parsed or waiting at once (one more gets 503)")
+      ->envname("AFD_ADMISSION_QUEUE")->capture_default_str();
   cmd->add_option("--drain-timeout-s", drain_timeout_s,
                   "On SIGINT/SIGTERM, stop taking requests and let those in flight finish for up to this long (a "
                   "second signal stops at once; 0: stop at once)")
@@ -168,10 +175,19 @@ Status ServiceFlags::validate() const {
     return invalid_argument(
         "--http-max-connections and --http-max-headers must be >= 1, --http-max-header-bytes in [1024, 2^30], "
         "--http-max-target >= 64");
+  if (admission_inline_bytes < 0 || admission_queue < 1)
+    return invalid_argument("--admission-inline-bytes must be >= 0 and --admission-queue >= 1");
   for (double t : {http_header_timeout_s, http_body_timeout_s, http_idle_timeout_s, http_write_timeout_s})
     if (!(t > 0 && t <= 86400))
       return invalid_argument("--http-*-timeout-s must be in (0, 86400]");
   return Status::ok();
+}
+
+serve::AdmissionOptions ServiceFlags::admission_options() const {
+  serve::AdmissionOptions a;
+  a.inline_max_bytes = static_cast<size_t>(admission_inline_bytes);
+  a.max_waiting = admission_queue;
+  return a;
 }
 
 serve::http::Limits ServiceFlags::http_limits() const {
@@ -287,6 +303,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   so.server.api_key = f.api_key;
   so.server.limits = f.http_limits();
   so.server.http_threads = f.http_threads;
+  so.server.admission = f.admission_options();
   so.server.content_special_as_text = f.content_special_tokens == "text";
   so.scheduler.max_running = f.max_running;
   so.scheduler.max_queue = f.max_queue;

@@ -43,6 +43,8 @@ struct ServiceFlags {
   int64_t http_max_header_bytes = 16 << 10;
   int http_max_headers = 100;
   int64_t http_max_target = 8 << 10;
+  int64_t admission_inline_bytes = 64 << 10;
+  int admission_queue = 64;
   // SIGINT/SIGTERM first stop taking requests and let those in flight finish for up to this
   // long (a second signal stops at once); 0: stop at once.
   double drain_timeout_s = 30;
@@ -55,6 +57,7 @@ struct ServiceFlags {
   Status validate() const;
   // --max-body and the --http-* limits, as the HTTP layer takes them.
   serve::http::Limits http_limits() const;
+  serve::AdmissionOptions admission_options() const;
 };
 
 // What a signal does to a server. With drain_timeout_s > 0 and a drain, the first

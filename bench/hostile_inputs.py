@@ -15,14 +15,16 @@ Prints one table row per input and the throughput comparison; exits non-zero whe
 got a non-4xx answer, the server died, or memory did not come back. Standard library only.
 
 Usage: bench/hostile_inputs.py --afd build/apps/afd --model DIR [--count 100] [--seconds 20]
-       [--clients 4] [--attackers 8] [-- extra afd serve flags, e.g. --topology 2A1F]
+       [--clients 4] [--attackers 8] [--rounds 3] [-- extra afd serve flags, e.g. --topology 2A1F]
 """
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -219,8 +221,8 @@ def tree_rss_kb(pid):
     return total
 
 
-def stream_tokens(port, stop_at, counter, lock):
-    body = json.dumps({"prompt": "hello there", "max_tokens": 32, "stream": True, "ignore_eos": True,
+def stream_tokens(port, stop_at, counter, lock, max_tokens):
+    body = json.dumps({"prompt": "hello there", "max_tokens": max_tokens, "stream": True, "ignore_eos": True,
                        "temperature": 0}).encode()
     while time.time() < stop_at:
         try:
@@ -263,16 +265,35 @@ def attack(port, stop_at, body_limit, sent):
             time.sleep(0.01)
 
 
-def throughput(port, seconds, clients, attackers, body_limit):
-    counter, lock, sent = [0], threading.Lock(), [0]
-    stop_at = time.time() + seconds
-    ts = [threading.Thread(target=stream_tokens, args=(port, stop_at, counter, lock)) for _ in range(clients)]
-    ts += [threading.Thread(target=attack, args=(port, stop_at, body_limit, sent)) for _ in range(attackers)]
+def attack_process(port, stop_at, body_limit, attackers, out):
+    """Runs the attackers in their own process, so that the load generator's interpreter lock
+    does not slow the measured clients: only the server's behaviour shows in the drop."""
+    sent = [0]
+    ts = [threading.Thread(target=attack, args=(port, stop_at, body_limit, sent)) for _ in range(attackers)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    return counter[0] / seconds, sent[0]
+    out.put(sent[0])
+
+
+def throughput(port, seconds, clients, attackers, body_limit, client_tokens=32):
+    counter, lock = [0], threading.Lock()
+    stop_at = time.time() + seconds
+    ts = [threading.Thread(target=stream_tokens, args=(port, stop_at, counter, lock, client_tokens)) for _ in range(clients)]
+    proc, out = None, multiprocessing.Queue()
+    if attackers:
+        proc = multiprocessing.Process(target=attack_process, args=(port, stop_at, body_limit, attackers, out))
+        proc.start()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    sent = 0
+    if proc:
+        sent = out.get(timeout=120)
+        proc.join()
+    return counter[0] / seconds, sent
 
 
 def main():
@@ -283,6 +304,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--attackers", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--client-tokens", type=int, default=32,
+                    help="max_tokens of each measured streaming request")
     ap.add_argument("--body-limit", type=int, default=MIB)
     ap.add_argument("--only", default="", help="run only the inputs whose name contains this")
     ap.add_argument("serve_args", nargs="*")
@@ -345,11 +369,20 @@ def main():
         if grew > 0.10:
             failed = True
         if proc.poll() is None and a.seconds > 0:
-            base, _ = throughput(port, a.seconds, a.clients, 0, a.body_limit)
-            hit, sent = throughput(port, a.seconds, a.clients, a.attackers, a.body_limit)
+            # Alternating rounds (alone, attacked, alone, ...) so that slow drifts of a shared
+            # machine hit both; the drop is 1 - median(attacked) / median(alone).
+            alone, attacked, sent = [], [], 0
+            for _ in range(a.rounds):
+                alone.append(throughput(port, a.seconds, a.clients, 0, a.body_limit, a.client_tokens)[0])
+                tps, n = throughput(port, a.seconds, a.clients, a.attackers, a.body_limit, a.client_tokens)
+                attacked.append(tps)
+                sent += n
+            base, hit = statistics.median(alone), statistics.median(attacked)
             drop = 1 - hit / base if base > 0 else 1.0
-            print("decode stream tokens/s, %d clients: alone %.1f; with %d attackers (%d worst-case bodies of %d B) "
-                  "%.1f: drop %.1f %%" % (a.clients, base, a.attackers, sent, a.body_limit, hit, 100 * drop))
+            print("decode stream tokens/s, %d clients, %d rounds of %.0f s: alone %s (median %.1f); with %d attackers "
+                  "(%d worst-case bodies of %d B) %s (median %.1f): drop %.1f %%"
+                  % (a.clients, a.rounds, a.seconds, " ".join("%.0f" % x for x in alone), base, a.attackers, sent,
+                     a.body_limit, " ".join("%.0f" % x for x in attacked), hit, 100 * drop))
     finally:
         alive = proc.poll() is None
         os.killpg(proc.pid, signal.SIGTERM)

@@ -50,6 +50,7 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
   f->pool_.why_down = [raw = f.get()](const std::vector<std::string>* attempts) {
     return raw->why_workers_down(attempts);
   };
+  f->admission_ = std::make_unique<AdmissionLane>(f->opt_.server.admission);
   f->svr_ = std::make_unique<http::Server>(http_options(f->opt_.server, "front end request handler"));
   f->created_ = static_cast<int64_t>(std::time(nullptr));
   std::random_device rd;
@@ -291,7 +292,14 @@ void Frontend::install_routes() {
     // prompt tokens drive placement (and are what every worker of this request prefills).
     const ChatTemplate* chat = model_.chat ? &*model_.chat : nullptr;
     const uint64_t id = next_id_.fetch_add(1);
-    auto g = parse_request(ep, req.body, *model_.tokenizer, chat, model_.limits, id * 0x9E3779B97F4A7C15ULL);
+    auto admitted = admission_->run(req.body.size(), [&] {
+      return parse_request(ep, req.body, *model_.tokenizer, chat, model_.limits, id * 0x9E3779B97F4A7C15ULL);
+    });
+    if (!admitted) {
+      count_response(503);
+      return send_error(res, 503, kAdmissionFull, retry_s);
+    }
+    auto& g = *admitted;
     if (!g.ok()) {
       const int st = http_status_for(g.status());
       count_response(st);

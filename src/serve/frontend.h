@@ -104,6 +104,8 @@ class Frontend {
   std::vector<std::shared_ptr<FrontendWorker>> workers_;
   std::vector<MetricsTarget> scrape_targets_;  // attention workers, then opt_.metrics_targets
   std::unique_ptr<Router> router_;
+  // Parses and tokenizes request bodies; declared before svr_ so that it outlives the handlers.
+  std::unique_ptr<AdmissionLane> admission_;
   std::unique_ptr<http::Server> svr_;
   int port_ = -1;
   std::atomic<bool> stopping_{false};

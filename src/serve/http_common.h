@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "serve/admission.h"
 #include "serve/http/limits.h"
 #include "serve/http/message.h"
 
@@ -33,7 +34,14 @@ struct ServerOptions {
   // What a client may send and how long it may take (body 413, header 431, target 414,
   // deadlines 408, connections): serve/http/limits.h.
   http::Limits limits;
+  // Where bodies are parsed and tokenized: large ones at background CPU priority
+  // (serve/admission.h).
+  AdmissionOptions admission;
 };
+
+// The 503 reason when the admission lane for large bodies is full (serve/admission.h).
+inline constexpr const char* kAdmissionFull =
+    "too many large request bodies are being parsed at once; retry later";
 
 // Sets status and an OpenAI-style error body; 429 and 503 also get Retry-After.
 void send_error(http::Response& res, int status, const std::string& msg, int retry_after_s);

@@ -41,6 +41,7 @@ HttpServer::HttpServer(ServerOptions opt, ModelServing model, std::vector<Schedu
       workers_(std::move(workers)),
       router_(router),
       metrics_(metrics),
+      admission_(std::make_unique<AdmissionLane>(opt_.admission)),
       svr_(std::make_unique<http::Server>(http_options(opt_, "request handler"))) {
   created_ = static_cast<int64_t>(std::time(nullptr));
   std::random_device rd;
@@ -145,8 +146,15 @@ void HttpServer::install_routes() {
       }
       internal = std::move(*b);
     }
-    auto g = internal ? parse_internal_request(ep, *internal, *model_.tokenizer, chat, model_.limits)
+    auto admitted = admission_->run(req.body.size(), [&] {
+      return internal ? parse_internal_request(ep, *internal, *model_.tokenizer, chat, model_.limits)
                       : parse_request(ep, req.body, *model_.tokenizer, chat, model_.limits, id * 0x9E3779B97F4A7C15ULL);
+    });
+    if (!admitted) {
+      metrics_->request_finished(503);
+      return send_error(res, 503, kAdmissionFull, opt_.retry_after_s);
+    }
+    auto& g = *admitted;
     if (!g.ok()) {
       int st = http_status_for(g.status());
       metrics_->request_finished(st);

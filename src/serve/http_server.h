@@ -81,6 +81,8 @@ class HttpServer {
   std::vector<Scheduler*> workers_;
   Router* router_;
   Metrics* metrics_;
+  // Parses and tokenizes request bodies; declared before svr_ so that it outlives the handlers.
+  std::unique_ptr<AdmissionLane> admission_;
   std::unique_ptr<http::Server> svr_;
   int port_ = -1;
   std::atomic<uint64_t> next_id_{1};
