@@ -443,7 +443,9 @@ Status parse_step3(const Fields& f, ModelConfig* c) {
   }
   AFD_ASSIGN_OR_RETURN(c->rope_theta, f.num_opt("rope_theta", 500000.0));
   AFD_ASSIGN_OR_RETURN(c->rms_norm_eps, f.num_opt("rms_norm_eps", 1e-5));
-  AFD_ASSIGN_OR_RETURN(c->max_position_embeddings, f.int_opt("max_position_embedding", 65536));
+  // Step3TextConfig spells it singular; SGLang reads the plural: either is taken.
+  AFD_ASSIGN_OR_RETURN(c->max_position_embeddings, f.int_opt("max_position_embeddings", 65536));
+  AFD_ASSIGN_OR_RETURN(c->max_position_embeddings, f.int_opt("max_position_embedding", c->max_position_embeddings));
   return Status::ok();
 }
 

@@ -5,7 +5,8 @@
 //   ids     [n, top_k]   routed expert ids (int32), empty for dense layers
 //   weights [n, top_k]   routing weights (f32), empty for dense layers
 // ffn_part returns out [n, hidden] = sum_j weights[i,j] * expert_{ids[i,j]}(h[i])
-//   (+ shared expert, gated by sigmoid(shared_gate . h), when the model has one)
+//   (+ shared expert: gated by sigmoid(shared_gate . h) when the model has that gate
+//    (qwen2_moe), added unweighted otherwise (DeepSeek shared_experts, Step-3 share_expert))
 // restricted to the experts in `experts_mask` when given (expert parallelism: each FFN
 // worker returns a partial sum over the experts it holds; the attention side adds them).
 //

@@ -288,6 +288,16 @@ TEST(ConfigStep3, LayerEnumForms) {
   for (int l = 1; l < 4; ++l) EXPECT_TRUE(c.is_moe_layer(l));
 }
 
+TEST(ConfigStep3, MaxPositionSingularOrPlural) {
+  json j = step3_text();
+  j.erase("max_position_embedding");
+  EXPECT_EQ(parse_ok(j).max_position_embeddings, 65536);
+  j["max_position_embeddings"] = 8192;
+  EXPECT_EQ(parse_ok(j).max_position_embeddings, 8192);
+  j["max_position_embedding"] = 4096;  // the config class's own spelling wins
+  EXPECT_EQ(parse_ok(j).max_position_embeddings, 4096);
+}
+
 TEST(ConfigStep3, DefaultsAreTheModelCard) {
   ModelConfig c = parse_ok(json{{"model_type", "step3_text"}});
   EXPECT_EQ(c.hidden_size, 7168);
