@@ -11,7 +11,8 @@
 //     o[h] = W_UV[h] o_lat[h];
 //   * a run of several consecutive tokens of one sequence (prefill chunk): expanded form —
 //     k_nope ‖ v = kv_b(c_n) for every cached position, causal attention per head with
-//     keys k_nope[h] ‖ k_pe.
+//     keys k_nope[h] ‖ k_pe (two linear() products per head and block of query tokens).
+//     Precondition: the run's positions ascend and its last one is the largest.
 // Both read the latents back from the cache, so they see the same (possibly rounded) values;
 // W_UK / W_UV are rows of kv_b read through the Matrix API (no copy; FP8 dequantized on the
 // fly).
@@ -168,24 +169,37 @@ class MlaAttention final : public AttentionVariant {
     kvx_.resize(static_cast<size_t>(ctx * N * (P + V)));
     linear(A.kv_b, lat_.data(), ctx, D, kvx_.data(), N * (P + V), opt_.prec, pool_);  // [ctx, N, P + V]
     const int64_t m = i1 - i0;
-    pool_->run(static_cast<int>(m * N), [&](int task, int) {
-      const int64_t i = i0 + task / N, h = task % N, nctx = b.pos[i] + 1;
-      thread_local std::vector<float> s;
-      s.resize(static_cast<size_t>(nctx));
-      const float* qn = &b.q[i * N * QH + h * QH];
-      const float* qp = qn + P;
-      for (int64_t j = 0; j < nctx; ++j) {
-        const float* kn = &kvx_[(j * N + h) * (P + V)];
-        const float* kp = &lat_[j * D + Lkv];
-        float acc = 0;
-        for (int64_t d = 0; d < P; ++d) acc += qn[d] * kn[d];
-        for (int64_t d = 0; d < R; ++d) acc += qp[d] * kp[d];
-        s[j] = acc * scale_;
+    // Per head (one task each): K_h [ctx, P + R] = k_nope[h] ‖ k_pe and V_h^T [V, ctx] are
+    // gathered once, then for blocks of at most kRows query tokens
+    //   S = Q_h K_h^T * scale (causal: token at position p sees j <= p), softmax, O_h = S V_h,
+    // both products through linear() (f32 rows of K_h / V_h^T as its weight matrix).
+    constexpr int64_t kRows = 128;
+    pool_->run(static_cast<int>(N), [&](int h, int) {
+      thread_local std::vector<float> kh, vt, s;
+      kh.resize(static_cast<size_t>(ctx * QH));
+      vt.resize(static_cast<size_t>(V * ctx));
+      for (int64_t j = 0; j < ctx; ++j) {
+        const float* kv = &kvx_[(j * N + h) * (P + V)];
+        std::memcpy(&kh[j * QH], kv, static_cast<size_t>(P) * 4);
+        std::memcpy(&kh[j * QH + P], &lat_[j * D + Lkv], static_cast<size_t>(R) * 4);
+        for (int64_t v = 0; v < V; ++v) vt[v * ctx + j] = kv[P + v];
       }
-      kernels::softmax(s.data(), nctx);
-      float* o = out + i * N * V + h * V;
-      std::fill(o, o + V, 0.0f);
-      for (int64_t j = 0; j < nctx; ++j) kernels::axpy(s[j], &kvx_[(j * N + h) * (P + V) + P], V, o);
+      for (int64_t r0 = 0; r0 < m; r0 += kRows) {
+        const int64_t nr = std::min(kRows, m - r0);
+        s.resize(static_cast<size_t>(nr * ctx));
+        const int64_t t0 = i0 + r0;
+        kernels::linear(&b.q[t0 * N * QH + h * QH], nr, N * QH, kh.data(), DType::f32, ctx, QH, s.data(), ctx,
+                        opt_.prec, nullptr);
+        for (int64_t r = 0; r < nr; ++r) {
+          float* sr = &s[r * ctx];
+          const int64_t nctx = b.pos[t0 + r] + 1;
+          for (int64_t j = 0; j < nctx; ++j) sr[j] *= scale_;
+          kernels::softmax(sr, nctx);
+          std::fill(sr + nctx, sr + ctx, 0.0f);
+        }
+        kernels::linear(s.data(), nr, ctx, vt.data(), DType::f32, V, ctx, out + t0 * N * V + h * V, N * V, opt_.prec,
+                        nullptr);
+      }
     });
   }
 

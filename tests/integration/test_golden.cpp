@@ -102,6 +102,42 @@ class Golden : public ::testing::TestWithParam<std::string> {
     d.argmax_agree = static_cast<double>(agree) / rows;
     return d;
   }
+  // Teacher-forced on the decode path: the prompt in one prefill (its rows), then each golden
+  // token alone (one row per step: single-token steps, MLA's absorbed form), against the
+  // golden rows.
+  Deviation teacher_forced_decode(Engine& e) {
+    std::vector<float> row_err;
+    int64_t agree = 0, rows = 0;
+    const int64_t V = g_.vocab;
+    auto add = [&](const float* a, const float* b) {
+      row_err.push_back(max_abs_diff(a, b, V));
+      agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+      ++rows;
+    };
+    for (size_t i = 0; i < g_.prompts.size(); ++i) {
+      auto id = e.create_sequence();
+      EXPECT_TRUE(id.ok());
+      const std::vector<int32_t>& prompt = g_.prompts[i];
+      BatchItem it{*id, prompt, true};
+      std::vector<float> logits;
+      Status s = e.forward(std::span<const BatchItem>(&it, 1), &logits);
+      EXPECT_TRUE(s.is_ok()) << s.to_string();
+      for (size_t r = 0; r < prompt.size(); ++r) add(&logits[r * V], &g_.logits[i][r * V]);
+      for (size_t k = 0; k + 1 < g_.greedy[i].size(); ++k) {
+        BatchItem step{*id, std::span<const int32_t>(&g_.greedy[i][k], 1), false};
+        s = e.forward(std::span<const BatchItem>(&step, 1), &logits);
+        EXPECT_TRUE(s.is_ok()) << s.to_string();
+        add(logits.data(), &g_.logits[i][(prompt.size() + k) * V]);
+      }
+      e.release_sequence(*id);
+    }
+    Deviation d;
+    d.max_abs = *std::max_element(row_err.begin(), row_err.end());
+    std::nth_element(row_err.begin(), row_err.begin() + row_err.size() / 2, row_err.end());
+    d.median_row = row_err[row_err.size() / 2];
+    d.argmax_agree = static_cast<double>(agree) / rows;
+    return d;
+  }
   GoldenCase g_;
   std::shared_ptr<const ModelWeights> w_;
 };
@@ -142,6 +178,25 @@ TEST_P(Golden, FastPrecisionDeviationIsBounded) {
     ASSERT_TRUE(e);
     Deviation d = teacher_forced(*e);
     std::printf("[golden] %-24s fast kv=%-7s max_abs=%.4f median_row_max_abs=%.4f argmax_agree=%.3f\n",
+                g_.name.c_str(), dtype_name(kv), d.max_abs, d.median_row, d.argmax_agree);
+    EXPECT_LE(d.median_row, kv == DType::bf16 ? kFastMedianTolBf16Kv : kFastMedianTolFp8Kv) << g_.name;
+    EXPECT_GE(d.argmax_agree, kFastArgmaxAgree) << g_.name;
+  }
+}
+
+// The same on the decode path (single-token steps after the prompt): for MLA models this is
+// the absorbed form and its bf16 kernel; reference precision there must match the oracle.
+TEST_P(Golden, DecodePathDeviation) {
+  auto r = engine(Precision::reference, DType::f32);
+  ASSERT_TRUE(r);
+  Deviation dr = teacher_forced_decode(*r);
+  EXPECT_LE(dr.max_abs, kReferenceTol) << g_.name;
+  EXPECT_EQ(dr.argmax_agree, 1.0) << g_.name;
+  for (DType kv : {DType::bf16, DType::f8_e4m3}) {
+    auto e = engine(Precision::fast, kv);
+    ASSERT_TRUE(e);
+    Deviation d = teacher_forced_decode(*e);
+    std::printf("[golden] %-24s fast-decode kv=%-7s max_abs=%.4f median_row_max_abs=%.4f argmax_agree=%.3f\n",
                 g_.name.c_str(), dtype_name(kv), d.max_abs, d.median_row, d.argmax_agree);
     EXPECT_LE(d.median_row, kv == DType::bf16 ? kFastMedianTolBf16Kv : kFastMedianTolFp8Kv) << g_.name;
     EXPECT_GE(d.argmax_agree, kFastArgmaxAgree) << g_.name;

@@ -1,4 +1,4 @@
-// mla_decode_attend: the scalar reference, one tiled f32 loop nest compiled for AVX-512, AVX2
+// mqa_decode_attend: the scalar reference, one tiled f32 loop nest compiled for AVX-512, AVX2
 // and the baseline ISA, and the dispatch to the bf16 dot-product kernel
 // (mla_attention_avx512.cpp) for bf16 rows on AVX-512 BF16 CPUs.
 #include "kernels/cpu/mla_attention.h"
@@ -16,40 +16,42 @@ namespace afd::kernels {
 
 namespace {
 
-inline void load_row(const PagedRows& kv, int64_t j, float* out) {
-  const int64_t blk = j / kv.block_size, slot = j % kv.block_size, d = kv.row_dim;
+// The first d values of row j as f32.
+inline void load_row(const PagedRows& kv, int64_t j, int64_t d, float* out) {
+  const int64_t blk = j / kv.block_size, slot = j % kv.block_size, rd = kv.row_dim;
   const uint8_t* base = kv.blocks[blk];
   switch (kv.dtype) {
-    case DType::f32: std::memcpy(out, reinterpret_cast<const float*>(base) + slot * d, static_cast<size_t>(d) * 4); break;
+    case DType::f32: std::memcpy(out, reinterpret_cast<const float*>(base) + slot * rd, static_cast<size_t>(d) * 4); break;
     case DType::bf16: {
-      const uint16_t* p = reinterpret_cast<const uint16_t*>(base) + slot * d;
+      const uint16_t* p = reinterpret_cast<const uint16_t*>(base) + slot * rd;
       for (int64_t i = 0; i < d; ++i) out[i] = f32_from_bits(static_cast<uint32_t>(p[i]) << 16);
       break;
     }
     default: {
-      const uint8_t* p = base + slot * d;
+      const uint8_t* p = base + slot * rd;
       const float s = kv.scales[blk][slot];
       for (int64_t i = 0; i < d; ++i) out[i] = fp8_e4m3_to_f32(p[i]) * s;
     }
   }
 }
 
-// Tiled f32 version: kTile rows are widened once into a transposed tile kt[d][kTile] and
+// Tiled f32 version: kTile key rows are widened once into a transposed tile kt[d][kTile] and
 // shared by all heads (scores: kTile accumulators per head, one broadcast-FMA per element);
-// P.V adds each widened row into the heads' outputs.
+// P.V adds each widened value row into the heads' outputs.
 constexpr int64_t kTile = 16;
 
-__attribute__((always_inline)) inline void tiled_impl(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat,
-                                                      int64_t d_rope, const PagedRows& kv, int64_t n_ctx, float scale,
-                                                      float* out, int64_t out_stride) {
-  const int64_t D = d_lat + d_rope;
+__attribute__((always_inline)) inline void tiled_impl(const float* q, int64_t q_stride, int64_t n_heads,
+                                                      const PagedRows& kv, const PagedRows* v, int64_t d_lat,
+                                                      int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+  const int64_t D = kv.row_dim;
+  const PagedRows& vr = v != nullptr ? *v : kv;
   thread_local std::vector<float> rows, kt, sc;
-  rows.resize(static_cast<size_t>(kTile * D));
+  rows.resize(static_cast<size_t>(kTile * std::max(D, d_lat)));
   kt.resize(static_cast<size_t>(kTile * D));
   sc.resize(static_cast<size_t>(n_heads * n_ctx));
   for (int64_t jb = 0; jb < n_ctx; jb += kTile) {
     const int64_t nb = std::min(kTile, n_ctx - jb);
-    for (int64_t t = 0; t < nb; ++t) load_row(kv, jb + t, &rows[t * D]);
+    for (int64_t t = 0; t < nb; ++t) load_row(kv, jb + t, D, &rows[t * D]);
     for (int64_t t = nb; t < kTile; ++t) std::memset(&rows[t * D], 0, static_cast<size_t>(D) * 4);
     for (int64_t i = 0; i < D; ++i)
       for (int64_t t = 0; t < kTile; ++t) kt[i * kTile + t] = rows[t * D + i];
@@ -67,14 +69,15 @@ __attribute__((always_inline)) inline void tiled_impl(const float* q, int64_t q_
     softmax(&sc[h * n_ctx], n_ctx);
     std::memset(out + h * out_stride, 0, static_cast<size_t>(d_lat) * 4);
   }
+  const int64_t VS = std::max(D, d_lat);  // row stride of `rows` in the P.V loop
   for (int64_t jb = 0; jb < n_ctx; jb += kTile) {
     const int64_t nb = std::min(kTile, n_ctx - jb);
-    for (int64_t t = 0; t < nb; ++t) load_row(kv, jb + t, &rows[t * D]);
+    for (int64_t t = 0; t < nb; ++t) load_row(vr, jb + t, d_lat, &rows[t * VS]);
     for (int64_t h = 0; h < n_heads; ++h) {
       float* oh = out + h * out_stride;
       for (int64_t t = 0; t < nb; ++t) {
         const float p = sc[h * n_ctx + jb + t];
-        const float* r = &rows[t * D];
+        const float* r = &rows[t * VS];
         for (int64_t i = 0; i < d_lat; ++i) oh[i] += p * r[i];
       }
     }
@@ -82,20 +85,20 @@ __attribute__((always_inline)) inline void tiled_impl(const float* q, int64_t q_
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void tiled_avx512(
-    const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope, const PagedRows& kv,
+    const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv, const PagedRows* v, int64_t d_lat,
     int64_t n_ctx, float scale, float* out, int64_t out_stride) {
-  tiled_impl(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
+  tiled_impl(q, q_stride, n_heads, kv, v, d_lat, n_ctx, scale, out, out_stride);
 }
 
-__attribute__((target("avx2,fma"))) void tiled_avx2(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat,
-                                                    int64_t d_rope, const PagedRows& kv, int64_t n_ctx, float scale,
+__attribute__((target("avx2,fma"))) void tiled_avx2(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv,
+                                                    const PagedRows* v, int64_t d_lat, int64_t n_ctx, float scale,
                                                     float* out, int64_t out_stride) {
-  tiled_impl(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
+  tiled_impl(q, q_stride, n_heads, kv, v, d_lat, n_ctx, scale, out, out_stride);
 }
 
-void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope,
-                    const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
-  tiled_impl(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
+void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv, const PagedRows* v,
+                    int64_t d_lat, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+  tiled_impl(q, q_stride, n_heads, kv, v, d_lat, n_ctx, scale, out, out_stride);
 }
 
 }  // namespace
@@ -108,23 +111,30 @@ const char* mla_decode_path_name(DType kv_dtype) {
   return "scalar_f32";
 }
 
-void mla_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope,
-                       const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
-  AFD_CHECK(n_ctx >= 1 && kv.row_dim == d_lat + d_rope, "mla_decode_attend: bad shape");
+void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
+                       int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+  AFD_CHECK(n_ctx >= 1 && (v != nullptr ? v->row_dim == v_dim && v->dtype == k.dtype && v->block_size == k.block_size
+                                        : v_dim <= k.row_dim),
+            "mqa_decode_attend: bad shape");
   const Isa isa = active_isa();
-  if (isa == Isa::avx512 && kv.dtype == DType::bf16 && d_lat % 32 == 0 && d_rope % 2 == 0)
-    return detail::mla_decode_avx512_bf16(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
-  if (isa == Isa::avx512) return tiled_avx512(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
-  if (isa == Isa::avx2) return tiled_avx2(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
-  tiled_portable(q, q_stride, n_heads, d_lat, d_rope, kv, n_ctx, scale, out, out_stride);
+  if (isa == Isa::avx512 && k.dtype == DType::bf16 && v_dim % 32 == 0 && k.row_dim % 2 == 0)
+    return detail::mqa_decode_avx512_bf16(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
+  if (isa == Isa::avx512) return tiled_avx512(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
+  if (isa == Isa::avx2) return tiled_avx2(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
+  tiled_portable(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
 }
 
 namespace ref {
-void mla_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope,
-                       const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
-  const int64_t D = d_lat + d_rope;
-  std::vector<float> rows(static_cast<size_t>(n_ctx * D)), s(static_cast<size_t>(n_ctx));
-  for (int64_t j = 0; j < n_ctx; ++j) load_row(kv, j, &rows[j * D]);
+void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
+                       int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+  const int64_t D = k.row_dim;
+  const PagedRows& vr = v != nullptr ? *v : k;
+  std::vector<float> rows(static_cast<size_t>(n_ctx * D)), vals(static_cast<size_t>(n_ctx * v_dim)),
+      s(static_cast<size_t>(n_ctx));
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    load_row(k, j, D, &rows[j * D]);
+    load_row(vr, j, v_dim, &vals[j * v_dim]);
+  }
   for (int64_t h = 0; h < n_heads; ++h) {
     const float* qh = q + h * q_stride;
     for (int64_t j = 0; j < n_ctx; ++j) {
@@ -134,9 +144,9 @@ void mla_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, int64_
     }
     ref::softmax(s.data(), n_ctx);
     float* oh = out + h * out_stride;
-    for (int64_t i = 0; i < d_lat; ++i) oh[i] = 0;
+    for (int64_t i = 0; i < v_dim; ++i) oh[i] = 0;
     for (int64_t j = 0; j < n_ctx; ++j)
-      for (int64_t i = 0; i < d_lat; ++i) oh[i] += s[j] * rows[j * D + i];
+      for (int64_t i = 0; i < v_dim; ++i) oh[i] += s[j] * vals[j * v_dim + i];
   }
 }
 }  // namespace ref

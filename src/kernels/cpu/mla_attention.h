@@ -1,12 +1,14 @@
-// Absorbed MLA decode attention (DeepSeek multi-head latent attention, MODELS.md B4): for one
-// query token, multi-query attention of n_heads heads over a paged cache whose row j is one
-// shared key K[j] = c_n[j] (d_lat values: the normalized latent) ‖ k_pe[j] (d_rope values:
-// the rotated rope key); the value of row j is its first d_lat values.
+// Multi-query decode attention: for one query token, n_heads heads over one shared key row
+// K[j] (and value row V[j]) per position of a paged cache:
 //
-//   s[h, j] = scale * q[h] . K[j]      q[h] = q_lat[h] ‖ q_pe[h]   (d_lat + d_rope values)
-//   out[h]  = sum_{j < n_ctx} softmax_j(s[h, :]) * K[j, 0 .. d_lat)
+//   s[h, j] = scale * q[h] . K[j]
+//   out[h]  = sum_{j < n_ctx} softmax_j(s[h, :]) * V[j]
 //
-// The caller turns q_nope into q_lat = W_UK^T q_nope and out (o_lat) into W_UV o_lat.
+// Absorbed MLA decode (DeepSeek multi-head latent attention, MODELS.md B4) is the case
+// K[j] = c_n[j] (d_lat values: the normalized latent) ‖ k_pe[j] (d_rope values: the rotated
+// rope key), q[h] = q_lat[h] ‖ q_pe[h], V[j] = the first d_lat values of K[j]; the caller turns
+// q_nope into q_lat = W_UK^T q_nope and out (o_lat) into W_UV o_lat. Step-3's MFA (one K/V head
+// of 256 shared by every query head) is the case with separate V rows.
 #pragma once
 
 #include <cstdint>
@@ -15,33 +17,49 @@
 
 namespace afd::kernels {
 
-// Rows of one sequence's paged latent cache: row j (j < n_ctx) starts at
+// Rows of one sequence's paged cache (one head): row j (j < n_ctx) starts at
 // blocks[j / block_size] + (j % block_size) * row_dim elements of dtype (f32, bf16 or f8_e4m3);
 // fp8 rows are multiplied by scales[j / block_size][j % block_size].
 struct PagedRows {
   const uint8_t* const* blocks = nullptr;
   const float* const* scales = nullptr;  // f8_e4m3 only
   int64_t block_size = 0;
-  int64_t row_dim = 0;  // d_lat + d_rope
+  int64_t row_dim = 0;  // values per row (absorbed MLA keys: d_lat + d_rope)
   DType dtype = DType::bf16;
 };
 
-// q: [n_heads, d_lat + d_rope] (f32, row stride q_stride); out: [n_heads, d_lat] (row stride
-// out_stride). n_ctx >= 1. Heads are independent: a caller may split them over threads.
-// Dispatch (active_isa): bf16 rows with AVX-512 BF16 -> q and the probabilities are rounded
-// to bf16 and both products run as bf16 dot products with f32 accumulation (vdpbf16ps);
-// otherwise rows are widened exactly to f32 and both products run in f32 (AVX-512 / AVX2 /
-// scalar builds of one loop nest). The softmax is in f32 in every path.
-void mla_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope,
-                       const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride);
+// q: [n_heads, k.row_dim] (f32, row stride q_stride); out: [n_heads, v_dim] (row stride
+// out_stride). v: the value rows (row_dim == v_dim, same block_size and dtype as k), or null:
+// V[j] = K[j][0 .. v_dim), v_dim <= k.row_dim. n_ctx >= 1. Heads are independent: a caller may
+// split them over threads.
+// Dispatch (active_isa): bf16 rows with AVX-512 BF16, k.row_dim even and v_dim % 32 == 0 ->
+// q and the probabilities are rounded to bf16 and both products run as bf16 dot products with
+// f32 accumulation (vdpbf16ps); otherwise rows are widened exactly to f32 and both products
+// run in f32 (AVX-512 / AVX2 / scalar builds of one loop nest). The softmax is in f32 in
+// every path.
+void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
+                       int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride);
 
-// Name of the path mla_decode_attend takes for this dtype ("avx512_bf16_dp", "avx512_f32", ...).
+// Absorbed MLA: mqa_decode_attend with q [n_heads, d_lat + d_rope], kv.row_dim == d_lat +
+// d_rope, values the first d_lat values of each row, out [n_heads, d_lat].
+inline void mla_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope,
+                              const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+  (void)d_rope;
+  mqa_decode_attend(q, q_stride, n_heads, kv, nullptr, d_lat, n_ctx, scale, out, out_stride);
+}
+
+// Name of the path mqa_decode_attend takes for this dtype ("avx512_bf16_dp", "avx512_f32", ...).
 const char* mla_decode_path_name(DType kv_dtype);
 
 namespace ref {
 // Scalar reference: f32 products over the rows as stored (widened exactly), one head at a time.
-void mla_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope,
-                       const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride);
+void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
+                       int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride);
+inline void mla_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope,
+                              const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+  (void)d_rope;
+  ref::mqa_decode_attend(q, q_stride, n_heads, kv, nullptr, d_lat, n_ctx, scale, out, out_stride);
+}
 }  // namespace ref
 
 }  // namespace afd::kernels

@@ -1,16 +1,20 @@
-// AVX-512 BF16 absorbed-MLA decode attention (contract: mla_attention_kernels.h).
+// AVX-512 BF16 multi-query decode attention (absorbed MLA, MFA; contract:
+// mla_attention_kernels.h). d_lat below is the value width (MLA: the latent).
 //
 // All heads share every key row, so both products are small GEMMs with the heads as the
-// vector dimension (16 heads per register, f32 accumulators, vdpbf16ps on bf16 pairs):
+// vector dimension (16 heads per register, f32 accumulators, vdpbf16ps on bf16 pairs). The
+// context is processed in chunks of kChunk positions with an online softmax, so a chunk's
+// scores, probabilities and rows stay in L1/L2 between the two products:
 //   1. scores S[t][h] = scale * sum_p Qt[p][h] . K[t][pair p]: Qt is q rounded to bf16 and
 //      transposed once per call to [D/2 pairs][heads] (32-bit pairs), K pairs are broadcast
 //      straight from the cache rows; a register tile is 8 positions x 32 heads.
-//   2. per head the running max over t, e[t][h] = exp(S - max) (f32) and its sum; e is
-//      rounded to bf16 as position pairs Pp[t/2][h] = (e[t][h], e[t+1][h]).
+//   2. per head the running max M (f32), alpha = exp(M_old - M) rescaling the running sum
+//      and Ot, e[t][h] = exp(S - M) rounded to bf16 as position pairs
+//      Pp[t/2][h] = (e[t][h], e[t+1][h]), the running sum adding the rounded values.
 //   3. Ot[c][h] += sum over position pairs Pp[t/2][h] . (K[t][c], K[t+1][c]): per tile of 32
 //      positions the value part of the rows is re-laid as pairs of rows Kp[t/2][c]; a
 //      register tile is 8 latent columns x 32 heads, accumulated in Ot in memory.
-//   out[h][c] = Ot[c][h] / sum_t e[t][h].
+//   out[h][c] = Ot[c][h] / sum.
 // Heads are padded with zero queries to a multiple of 32, positions past n_ctx read a zero row.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -33,6 +37,7 @@ constexpr int64_t kHb = 32;   // heads per register tile (2 vectors)
 constexpr int kNt = 8;        // positions per register tile (pass 1)
 constexpr int kNc = 8;        // latent columns per register tile (pass 3)
 constexpr int64_t kPvTile = 32;  // positions per re-laid value tile (pass 3), even
+constexpr int64_t kChunk = 128;  // positions per online-softmax chunk, a multiple of kPvTile and kNt
 
 inline uint16_t bf16_rne(float f) {
   uint32_t u;
@@ -48,23 +53,24 @@ AFD_BF16 inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
 
 }  // namespace
 
-AFD_BF16 void mla_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat,
-                                     int64_t d_rope, const PagedRows& kv, int64_t n_ctx, float scale, float* out,
+AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv,
+                                     const PagedRows* v, int64_t d_lat, int64_t n_ctx, float scale, float* out,
                                      int64_t out_stride) {
-  const int64_t D = d_lat + d_rope, DP = D / 2, Hp = (n_heads + kHb - 1) / kHb * kHb;
+  const int64_t D = kv.row_dim, DP = D / 2, Hp = (n_heads + kHb - 1) / kHb * kHb;
   const int64_t bs = kv.block_size;
-  const int64_t n_pad = (n_ctx + kPvTile - 1) / kPvTile * kPvTile;
+  const PagedRows& vr = v != nullptr ? *v : kv;
   thread_local std::vector<uint32_t> qt, pp, kp;
-  thread_local std::vector<float> st, ot, zero_row_f;
+  thread_local std::vector<float> st, ot, run_max, run_sum, alpha;
   thread_local std::vector<uint16_t> zero_row;
-  thread_local std::vector<float> inv;
   qt.assign(static_cast<size_t>(DP * Hp), 0u);
-  st.resize(static_cast<size_t>(n_ctx * Hp));
-  pp.resize(static_cast<size_t>(n_pad / 2 * Hp));
+  st.resize(static_cast<size_t>(kChunk * Hp));
+  pp.resize(static_cast<size_t>(kChunk / 2 * Hp));
   kp.resize(static_cast<size_t>(kPvTile / 2 * d_lat));
   ot.assign(static_cast<size_t>(d_lat * Hp), 0.0f);
-  zero_row.assign(static_cast<size_t>(D), 0);
-  inv.resize(static_cast<size_t>(Hp));
+  run_max.assign(static_cast<size_t>(Hp), -INFINITY);
+  run_sum.assign(static_cast<size_t>(Hp), 0.0f);
+  alpha.resize(static_cast<size_t>(Hp));
+  zero_row.assign(static_cast<size_t>(std::max(D, d_lat)), 0);
 
   // Qt[p][h] = (bf16 q[h][2p], bf16 q[h][2p+1]).
   for (int64_t h = 0; h < n_heads; ++h) {
@@ -76,93 +82,111 @@ AFD_BF16 void mla_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
     if (j >= n_ctx) return zero_row.data();
     return reinterpret_cast<const uint16_t*>(kv.blocks[j / bs]) + (j % bs) * D;
   };
-
-  // ---- 1. scores
+  auto vrow = [&](int64_t j) -> const uint16_t* {  // the first d_lat values are the value
+    if (j >= n_ctx) return zero_row.data();
+    return reinterpret_cast<const uint16_t*>(vr.blocks[j / bs]) + (j % bs) * vr.row_dim;
+  };
   const __m512 vscale = _mm512_set1_ps(scale);
-  for (int64_t t0 = 0; t0 < n_ctx; t0 += kNt) {
-    const uint32_t* r[kNt];
-    for (int i = 0; i < kNt; ++i) r[i] = reinterpret_cast<const uint32_t*>(row(t0 + i));
-    const int nt = static_cast<int>(std::min<int64_t>(kNt, n_ctx - t0));
-    for (int64_t hb = 0; hb < Hp; hb += kHb) {
-      __m512 acc[kNt][2];
-      for (int i = 0; i < kNt; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-      const uint32_t* qp = qt.data() + hb;
-      for (int64_t p = 0; p < DP; ++p) {
-        const __m512i q0 = _mm512_loadu_si512(qp + p * Hp), q1 = _mm512_loadu_si512(qp + p * Hp + 16);
-        for (int i = 0; i < kNt; ++i) {
-          const __m512i b = _mm512_set1_epi32(static_cast<int>(r[i][p]));
-          acc[i][0] = dp(acc[i][0], q0, b);
-          acc[i][1] = dp(acc[i][1], q1, b);
-        }
-      }
-      for (int i = 0; i < nt; ++i) {
-        _mm512_storeu_ps(&st[(t0 + i) * Hp + hb], _mm512_mul_ps(acc[i][0], vscale));
-        _mm512_storeu_ps(&st[(t0 + i) * Hp + hb + 16], _mm512_mul_ps(acc[i][1], vscale));
-      }
-    }
-  }
-
-  // ---- 2. softmax numerators per head (vectors of 16 heads), as bf16 position pairs
   // cvtne2ps_pbh(e1, e0) holds bf16(e0) in elements 0..15 and bf16(e1) in 16..31; this
   // interleaves them to (e0[h], e1[h]) pairs.
   const __m512i pair_idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
                                             6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  for (int64_t hv = 0; hv < Hp; hv += 16) {
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int64_t t = 0; t < n_ctx; ++t) mx = _mm512_max_ps(mx, _mm512_loadu_ps(&st[t * Hp + hv]));
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t t = 0; t < n_pad; t += 2) {
-      __m512 e0 = _mm512_setzero_ps(), e1 = _mm512_setzero_ps();
-      if (t < n_ctx) e0 = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(&st[t * Hp + hv]), mx));
-      if (t + 1 < n_ctx) e1 = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(&st[(t + 1) * Hp + hv]), mx));
-      // bf16 pairs: lane h = (e0[h], e1[h]); the sum is of the rounded values, so the
-      // normalisation matches what the products use.
-      const __m512i b = _mm512_permutexvar_epi16(pair_idx, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
-      _mm512_storeu_si512(&pp[t / 2 * Hp + hv], b);
-      const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
-      const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
-      sum = _mm512_add_ps(sum, _mm512_add_ps(lo, hi));
-    }
-    _mm512_storeu_ps(&inv[hv], _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
-  }
-
-  // ---- 3. Ot[c][h] += Pp . Kp
   const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
                                           37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i hi_idx = _mm512_set_epi16(63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24, 55, 23, 54,
                                           22, 53, 21, 52, 20, 51, 19, 50, 18, 49, 17, 48, 16);
-  for (int64_t t0 = 0; t0 < n_ctx; t0 += kPvTile) {
-    const int64_t npairs = std::min<int64_t>(kPvTile, n_ctx - t0 + 1) / 2;  // pairs touching [t0, n_ctx)
-    for (int64_t tp = 0; tp < npairs; ++tp) {
-      const uint16_t* a = row(t0 + 2 * tp);
-      const uint16_t* b = row(t0 + 2 * tp + 1);
-      uint32_t* dst = kp.data() + tp * d_lat;
-      for (int64_t c = 0; c < d_lat; c += 32) {
-        const __m512i va = _mm512_loadu_si512(a + c), vb = _mm512_loadu_si512(b + c);
-        _mm512_storeu_si512(dst + c, _mm512_permutex2var_epi16(va, lo_idx, vb));
-        _mm512_storeu_si512(dst + c + 16, _mm512_permutex2var_epi16(va, hi_idx, vb));
-      }
-    }
-    const uint32_t* pt = pp.data() + t0 / 2 * Hp;
-    for (int64_t c0 = 0; c0 < d_lat; c0 += kNc) {
+
+  for (int64_t c0 = 0; c0 < n_ctx; c0 += kChunk) {
+    const int64_t cn = std::min(kChunk, n_ctx - c0);
+    const int64_t cpad = (cn + kPvTile - 1) / kPvTile * kPvTile;
+
+    // ---- 1. scores of the chunk: st[t - c0][h]
+    for (int64_t t0 = c0; t0 < c0 + cn; t0 += kNt) {
+      const uint32_t* r[kNt];
+      for (int i = 0; i < kNt; ++i) r[i] = reinterpret_cast<const uint32_t*>(row(t0 + i));
+      const int nt = static_cast<int>(std::min<int64_t>(kNt, c0 + cn - t0));
       for (int64_t hb = 0; hb < Hp; hb += kHb) {
-        __m512 acc[kNc][2];
-        for (int i = 0; i < kNc; ++i) {
-          acc[i][0] = _mm512_loadu_ps(&ot[(c0 + i) * Hp + hb]);
-          acc[i][1] = _mm512_loadu_ps(&ot[(c0 + i) * Hp + hb + 16]);
-        }
-        for (int64_t tp = 0; tp < npairs; ++tp) {
-          const __m512i p0 = _mm512_loadu_si512(pt + tp * Hp + hb), p1 = _mm512_loadu_si512(pt + tp * Hp + hb + 16);
-          const uint32_t* kr = kp.data() + tp * d_lat + c0;
-          for (int i = 0; i < kNc; ++i) {
-            const __m512i b = _mm512_set1_epi32(static_cast<int>(kr[i]));
-            acc[i][0] = dp(acc[i][0], p0, b);
-            acc[i][1] = dp(acc[i][1], p1, b);
+        __m512 acc[kNt][2];
+        for (int i = 0; i < kNt; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        const uint32_t* qp = qt.data() + hb;
+        for (int64_t p = 0; p < DP; ++p) {
+          const __m512i q0 = _mm512_loadu_si512(qp + p * Hp), q1 = _mm512_loadu_si512(qp + p * Hp + 16);
+          for (int i = 0; i < kNt; ++i) {
+            const __m512i b = _mm512_set1_epi32(static_cast<int>(r[i][p]));
+            acc[i][0] = dp(acc[i][0], q0, b);
+            acc[i][1] = dp(acc[i][1], q1, b);
           }
         }
-        for (int i = 0; i < kNc; ++i) {
-          _mm512_storeu_ps(&ot[(c0 + i) * Hp + hb], acc[i][0]);
-          _mm512_storeu_ps(&ot[(c0 + i) * Hp + hb + 16], acc[i][1]);
+        for (int i = 0; i < nt; ++i) {
+          _mm512_storeu_ps(&st[(t0 - c0 + i) * Hp + hb], _mm512_mul_ps(acc[i][0], vscale));
+          _mm512_storeu_ps(&st[(t0 - c0 + i) * Hp + hb + 16], _mm512_mul_ps(acc[i][1], vscale));
+        }
+      }
+    }
+
+    // ---- 2. online softmax per head vector: new running max M', alpha = exp(M - M')
+    // rescales the sums and Ot so far; numerators e = exp(s - M') as bf16 position pairs
+    // (the sums add the rounded values, so the normalisation matches the products).
+    for (int64_t hv = 0; hv < Hp; hv += 16) {
+      __m512 mx = _mm512_loadu_ps(&run_max[hv]);
+      const __m512 old = mx;
+      for (int64_t t = 0; t < cn; ++t) mx = _mm512_max_ps(mx, _mm512_loadu_ps(&st[t * Hp + hv]));
+      const __m512 a = exp_ps(_mm512_sub_ps(old, mx));  // first chunk: exp(-inf) -> ~0, all sums are 0
+      _mm512_storeu_ps(&alpha[hv], a);
+      _mm512_storeu_ps(&run_max[hv], mx);
+      __m512 sum = _mm512_mul_ps(_mm512_loadu_ps(&run_sum[hv]), a);
+      for (int64_t t = 0; t < cpad; t += 2) {
+        __m512 e0 = _mm512_setzero_ps(), e1 = _mm512_setzero_ps();
+        if (t < cn) e0 = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(&st[t * Hp + hv]), mx));
+        if (t + 1 < cn) e1 = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(&st[(t + 1) * Hp + hv]), mx));
+        const __m512i b = _mm512_permutexvar_epi16(pair_idx, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+        _mm512_storeu_si512(&pp[t / 2 * Hp + hv], b);
+        const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
+        const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+        sum = _mm512_add_ps(sum, _mm512_add_ps(lo, hi));
+      }
+      _mm512_storeu_ps(&run_sum[hv], sum);
+    }
+    if (c0 > 0) {
+      for (int64_t c = 0; c < d_lat; ++c)
+        for (int64_t hv = 0; hv < Hp; hv += 16)
+          _mm512_storeu_ps(&ot[c * Hp + hv], _mm512_mul_ps(_mm512_loadu_ps(&ot[c * Hp + hv]), _mm512_loadu_ps(&alpha[hv])));
+    }
+
+    // ---- 3. Ot[c][h] += Pp . Kp over the chunk's tiles
+    for (int64_t t0 = c0; t0 < c0 + cn; t0 += kPvTile) {
+      const int64_t npairs = std::min<int64_t>(kPvTile, c0 + cn - t0 + 1) / 2;  // pairs touching the chunk
+      for (int64_t tp = 0; tp < npairs; ++tp) {
+        const uint16_t* a = vrow(t0 + 2 * tp);
+        const uint16_t* b = 2 * tp + 1 < c0 + cn - t0 ? vrow(t0 + 2 * tp + 1) : zero_row.data();
+        uint32_t* dst = kp.data() + tp * d_lat;
+        for (int64_t c = 0; c < d_lat; c += 32) {
+          const __m512i va = _mm512_loadu_si512(a + c), vb = _mm512_loadu_si512(b + c);
+          _mm512_storeu_si512(dst + c, _mm512_permutex2var_epi16(va, lo_idx, vb));
+          _mm512_storeu_si512(dst + c + 16, _mm512_permutex2var_epi16(va, hi_idx, vb));
+        }
+      }
+      const uint32_t* pt = pp.data() + (t0 - c0) / 2 * Hp;
+      for (int64_t cc = 0; cc < d_lat; cc += kNc) {
+        for (int64_t hb = 0; hb < Hp; hb += kHb) {
+          __m512 acc[kNc][2];
+          for (int i = 0; i < kNc; ++i) {
+            acc[i][0] = _mm512_loadu_ps(&ot[(cc + i) * Hp + hb]);
+            acc[i][1] = _mm512_loadu_ps(&ot[(cc + i) * Hp + hb + 16]);
+          }
+          for (int64_t tp = 0; tp < npairs; ++tp) {
+            const __m512i p0 = _mm512_loadu_si512(pt + tp * Hp + hb), p1 = _mm512_loadu_si512(pt + tp * Hp + hb + 16);
+            const uint32_t* kr = kp.data() + tp * d_lat + cc;
+            for (int i = 0; i < kNc; ++i) {
+              const __m512i b = _mm512_set1_epi32(static_cast<int>(kr[i]));
+              acc[i][0] = dp(acc[i][0], p0, b);
+              acc[i][1] = dp(acc[i][1], p1, b);
+            }
+          }
+          for (int i = 0; i < kNc; ++i) {
+            _mm512_storeu_ps(&ot[(cc + i) * Hp + hb], acc[i][0]);
+            _mm512_storeu_ps(&ot[(cc + i) * Hp + hb + 16], acc[i][1]);
+          }
         }
       }
     }
@@ -171,7 +195,7 @@ AFD_BF16 void mla_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
   // ---- out[h][c] = Ot[c][h] / sum[h]
   for (int64_t h = 0; h < n_heads; ++h) {
     float* oh = out + h * out_stride;
-    const float s = inv[h];
+    const float s = 1.0f / run_sum[h];
     for (int64_t c = 0; c < d_lat; ++c) oh[c] = ot[c * Hp + h] * s;
   }
 }

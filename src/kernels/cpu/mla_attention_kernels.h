@@ -1,4 +1,4 @@
-// Internal: the AVX-512 BF16 version of mla_decode_attend (mla_attention_avx512.cpp).
+// Internal: the AVX-512 BF16 version of mqa_decode_attend (mla_attention_avx512.cpp).
 #pragma once
 
 #include <cstdint>
@@ -7,9 +7,9 @@
 
 namespace afd::kernels::detail {
 
-// Contract of mla_decode_attend for bf16 rows, d_lat % 32 == 0, d_rope % 2 == 0: q and the
+// Contract of mqa_decode_attend for bf16 rows, k.row_dim even, v_dim % 32 == 0: q and the
 // softmax probabilities are rounded to bf16, products accumulate in f32 (vdpbf16ps).
-void mla_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope,
-                            const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride);
+void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
+                            int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride);
 
 }  // namespace afd::kernels::detail

@@ -1,6 +1,7 @@
-// mla_decode_attend on every ISA level against the scalar reference, over paged rows in f32,
+// mla_decode_attend / mqa_decode_attend (separate value rows) on every ISA level against the
+// scalar reference, over paged rows in f32,
 // bf16 and fp8 (block tables with shuffled blocks, partial last blocks, head counts that are
-// not multiples of the vector tiles).
+// not multiples of the vector tiles, contexts over several chunks of the bf16 kernel).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@ using testing::random_vec;
 struct Case {
   int64_t heads, d_lat, d_rope, n_ctx, block_size;
   DType dt;
+  bool sep_v = false;  // separate value rows of d_lat values (MFA) instead of the key's first d_lat
 };
 
 // A paged cache: n_blocks blocks in a shuffled order, rows stored in dtype (fp8 with a scale per row).
@@ -34,8 +36,8 @@ struct Paged {
   PagedRows view;
 };
 
-Paged make_paged(const Case& c, const std::vector<float>& rows) {
-  const int64_t D = c.d_lat + c.d_rope, nb = (c.n_ctx + c.block_size - 1) / c.block_size;
+Paged make_paged(const Case& c, const std::vector<float>& rows, int64_t D) {
+  const int64_t nb = (c.n_ctx + c.block_size - 1) / c.block_size;
   Paged p;
   p.storage.resize(static_cast<size_t>(nb + 2));
   p.scale_storage.resize(p.storage.size());
@@ -80,10 +82,19 @@ void check(const Case& c) {
   const int64_t qs = D + 3, os = c.d_lat + 5;
   auto q = random_vec(static_cast<size_t>(c.heads * qs), 11, -1.0f, 1.0f);
   auto rows = random_vec(static_cast<size_t>(c.n_ctx * D), 12, -1.0f, 1.0f);
-  Paged p = make_paged(c, rows);
+  Paged p = make_paged(c, rows, D);
+  // Value rows: the keys' first d_lat values, or (sep_v) rows of their own.
+  std::vector<float> vrows(static_cast<size_t>(c.n_ctx * c.d_lat));
+  if (c.sep_v) {
+    vrows = random_vec(vrows.size(), 13, -1.0f, 1.0f);
+  } else {
+    for (int64_t j = 0; j < c.n_ctx; ++j) std::copy_n(&rows[j * D], c.d_lat, &vrows[j * c.d_lat]);
+  }
+  Paged pv = make_paged(c, vrows, c.d_lat);
+  const PagedRows* v = c.sep_v ? &pv.view : nullptr;
   const float scale = 0.19f;
   std::vector<float> want(static_cast<size_t>(c.heads * os), -7.0f), got;
-  ref::mla_decode_attend(q.data(), qs, c.heads, c.d_lat, c.d_rope, p.view, c.n_ctx, scale, want.data(), os);
+  ref::mqa_decode_attend(q.data(), qs, c.heads, p.view, v, c.d_lat, c.n_ctx, scale, want.data(), os);
   // A direct f64 evaluation of the contract anchors the reference itself (f32 rows only).
   if (c.dt == DType::f32) {
     for (int64_t h = 0; h < c.heads; ++h) {
@@ -98,7 +109,7 @@ void check(const Case& c) {
       for (auto& x : s) sum += (x = std::exp(x - mx));
       for (int64_t i = 0; i < c.d_lat; ++i) {
         double o = 0;
-        for (int64_t j = 0; j < c.n_ctx; ++j) o += s[j] / sum * rows[j * D + i];
+        for (int64_t j = 0; j < c.n_ctx; ++j) o += s[j] / sum * vrows[j * c.d_lat + i];
         ASSERT_NEAR(want[h * os + i], o, 1e-5) << "reference h " << h << " i " << i;
       }
     }
@@ -106,7 +117,11 @@ void check(const Case& c) {
   for (Isa isa : isa_levels()) {
     IsaLimitGuard g(isa);
     got.assign(want.size(), -7.0f);
-    mla_decode_attend(q.data(), qs, c.heads, c.d_lat, c.d_rope, p.view, c.n_ctx, scale, got.data(), os);
+    if (c.sep_v) {
+      mqa_decode_attend(q.data(), qs, c.heads, p.view, v, c.d_lat, c.n_ctx, scale, got.data(), os);
+    } else {
+      mla_decode_attend(q.data(), qs, c.heads, c.d_lat, c.d_rope, p.view, c.n_ctx, scale, got.data(), os);
+    }
     // The bf16 dot-product path rounds q and the probabilities to bf16 (relative 2^-9 each);
     // the f32 paths differ from the reference in the summation order only.
     const bool bf16_dp = isa == Isa::avx512 && c.dt == DType::bf16;
@@ -127,6 +142,10 @@ TEST(MlaDecode, MatchesReference) {
     check({4, 128, 32, 37, 16, dt});    // partial last block
     check({33, 64, 16, 70, 8, dt});     // heads past one 32-head tile
     check({16, 512, 64, 45, 16, dt});   // DeepSeek-V3 row width
+    check({8, 128, 32, 300, 16, dt});   // several online-softmax chunks, the last one partial
+    check({4, 512, 64, 1000, 16, dt});
+    check({64, 256, 0, 300, 16, dt, true});  // MFA: K and V rows of 256, 64 heads
+    check({5, 64, 32, 33, 8, dt, true});     // keys wider than the values
   }
 }
 

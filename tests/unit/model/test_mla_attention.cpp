@@ -25,6 +25,7 @@ namespace {
 struct Dims {
   int64_t hidden = 48, heads = 5, q_lora = 24, lkv = 32, nope = 16, rope = 8, v = 12;
   bool fp8_kv_b = false;
+  int64_t tokens = 11;  // prefill chunk length
 };
 
 struct Built {
@@ -116,7 +117,7 @@ std::unique_ptr<PagedKvCache> make_kv(const ModelConfig& c) {
   kc.head_dim = l.k_dim;
   kc.k_only = l.v_dim == 0;
   kc.block_size = 4;
-  kc.n_blocks = 32;
+  kc.n_blocks = 128;
   kc.dtype = DType::f32;
   auto kv = PagedKvCache::create(kc);
   EXPECT_TRUE(kv.ok());
@@ -155,7 +156,7 @@ void check_forms_agree(const Dims& d) {
   ThreadPool pool(2);
   auto att = make_attention_variant(built.w, kv.get(), AttentionOptions{}, &pool);
   ASSERT_TRUE(att);
-  const int64_t m = 11, od = c.o_in_dim();
+  const int64_t m = d.tokens, od = c.o_in_dim();
   auto hn = hidden_rows(m + 1, c.hidden_size, 9);
   ASSERT_TRUE(kv->add_sequence(0).is_ok());
   ASSERT_TRUE(kv->add_sequence(1).is_ok());
@@ -204,6 +205,12 @@ TEST(MlaAttention, DirectQueryProjection) {
 TEST(MlaAttention, Fp8KvB) {
   Dims d;
   d.fp8_kv_b = true;  // 5 heads x 28 rows = 140 rows: head 4 straddles the 128-row block edge
+  check_forms_agree(d);
+}
+
+TEST(MlaAttention, LongPrefillChunk) {
+  Dims d;
+  d.tokens = 150;  // more than one 128-token block of the expanded form's products
   check_forms_agree(d);
 }
 
