@@ -107,8 +107,7 @@ class WorkerLock {
   bool leave(bool joined) { return !joined || waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1; }
   // Lock not held: the progress thread runs instead of parking, woken if it sleeps.
   void hand_off() {
-    handoff_.store(true, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    handoff_.store(true, std::memory_order_seq_cst);  // before wake() reads sleeping_ (park_until)
     wake();
   }
 
