@@ -7,8 +7,7 @@
 //                               does, which puts that post between a receive completing and the
 //                               next send; by default it posts its send first and its receive
 //                               after it, as ucx_perftest's tag_lat client does — the
-//                               like-for-like comparison; --send-first names that default.
-//                               Before session 18 the default was --recv-first)
+//                               like-for-like comparison; --send-first names that default)
 //              [--clock tsc|mono]  (the harness's once-per-round-trip clock: the TSC, as
 //                               ucx_perftest reads, by default on x86; or clock_gettime)
 //              [--echo-received]  (the echo server replies with the bytes it just received,
@@ -162,18 +161,16 @@ int run_echo_server(int port_fd, size_t max_size, bool echo_received) {
   if (!peer.ok()) return 3;
   // As afd's frames: registered, huge pages from 64 KiB. The reply goes out of its own
   // buffer, which nothing writes between messages, as in ucx_perftest: replying with the
-  // bytes just received made the client copy cache lines left dirty by this process's
-  // receive — 3x the cost at 64 KiB when the VM's two vCPUs sat on different CCDs
-  // (perf: _copy_to_iter 29% of all samples against 5.5% for ucx_perftest).
+  // bytes just received would make the client copy cache lines left dirty by this
+  // process's receive (--echo-received measures that).
   auto buf = FrameBuffer::create(t->get(), max_size);
   auto reply = FrameBuffer::create(t->get(), max_size);
   if (!buf.ok() || !reply.ok()) return 2;
   std::memset(reply->data(), 0xa5, max_size);
   // One clock read per round trip, as the client (see pingpong()) and ucx_perftest's server
   // (ucs_get_time: the TSC); the deadline (a client gone for 2 minutes) from the slower
-  // clock_gettime every 4096 round trips only: read on every one (23 ns here, against 10 for
-  // the TSC) it sat between this server's send and its next receive, which in the VM's
-  // fastest 64 B regime (~0.08 us one way) is on the round trip's critical path.
+  // clock_gettime every 4096 round trips only, so that it is not read between this server's
+  // send and its next receive, on the round trip's critical path.
   int64_t deadline = deadline_in_ms(120000);
   for (uint64_t n = 1;; ++n) {
     uint64_t tick = ticks();
@@ -212,10 +209,9 @@ Stats pingpong(Transport& t, PeerId peer, size_t size, int iters, int warmup) {
   std::vector<double> lat;
   lat.reserve(static_cast<size_t>(iters));
   // One clock read per round trip, as ucx_perftest: an iteration ends where the next
-  // begins (the two deadline_in_ms() calls plus a separate start reading once sat between
-  // a receive completing and the next send, charging ~3 clock reads to every round trip).
-  // The clock is the TSC where there is one, as ucx_perftest's (ucs_get_time): 9.6 ns a
-  // read on this VM against 23 ns for clock_gettime, which the old harness charged to afd.
+  // begins, so no clock read sits between a receive completing and the next send. The clock
+  // is the TSC where there is one, as ucx_perftest's (ucs_get_time), which costs less to read
+  // than clock_gettime.
   const int64_t deadline = now_ns() + int64_t{120000} * 1000000;  // the whole run
   const int64_t ns_start = now_ns();
   const uint64_t tick_start = ticks();
@@ -331,14 +327,12 @@ Stats bench_inproc(size_t size, int iters, int warmup) {
 // (columns: iterations, 50%ile latency, average latency, overall latency, ...; latencies in us).
 //
 // Its clock: UCX times with the TSC and converts ticks to seconds with a TSC rate it takes
-// from the CPU model name ("@ 2.60GHz") or, where that has none (this VM: "AMD EPYC"),
-// measures against gettimeofday for at most 1 ms at start-up. That estimate differs from
-// process to process: 2366, 2564, 2565 and 2603 MHz in four runs here, against 2596.09 MHz
-// measured over 200 ms (and the kernel's 2596.094): ucx_perftest's latencies were off by
-// -0.3 % to +9.7 %, each run its own way. So the client runs with UCX_LOG_LEVEL=debug, which
-// prints the rate it assumed ("arch clock frequency: N Hz"; logging happens at start-up and
-// exit only), and its latencies are rescaled to the rate measured here (tsc_hz). A rate far
-// from the TSC's (UCX on another clock) is left alone.
+// from the CPU model name ("@ 2.60GHz") or, where that has none ("AMD EPYC"), measures
+// against gettimeofday for at most 1 ms at start-up. That estimate differs from process to
+// process (docs/BENCHMARKS.md "Communication"), so the client runs with
+// UCX_LOG_LEVEL=debug, which prints the rate it assumed ("arch clock frequency: N Hz";
+// logging happens at start-up and exit only), and its latencies are rescaled to the rate
+// measured here (tsc_hz). A rate far from the TSC's (UCX on another clock) is left alone.
 Stats bench_perftest(size_t size, int iters, int warmup) {
   uint16_t port = free_port();
   std::string p = std::to_string(port), s = std::to_string(size), n = std::to_string(iters),
@@ -454,12 +448,12 @@ int main(int argc, char** argv) {
     size_t size = sizes[k];
     int it = size >= 262144 ? std::max(200, iters / 4) : iters;
     int wu = size >= 262144 ? std::max(20, warmup / 4) : warmup;
-    // Bracketed pairs: ucx_perftest, afd, ucx_perftest, afd, ..., ucx_perftest. This VM
-    // switches between latency regimes (ucx_perftest 64 B at ~0.08, ~0.15 or ~0.57 us) for
-    // seconds to minutes at a time, so each afd run is compared with the ucx_perftest runs
-    // just before and after it, and only where those two agree within kSameRegime (the
-    // machine did not change state around it). The ratio reported is the median over the
-    // kept pairs; the microsecond columns are the medians of the kept runs.
+    // Bracketed pairs: ucx_perftest, afd, ucx_perftest, afd, ..., ucx_perftest. A shared VM
+    // can switch latency regime for seconds to minutes at a time, so each afd run is
+    // compared with the ucx_perftest runs just before and after it, and only where those two
+    // agree within kSameRegime (the machine did not change state around it). The ratio
+    // reported is the median over the kept pairs; the microsecond columns are the medians
+    // of the kept runs.
     constexpr double kSameRegime = 1.25;
     Stats ref, ucx, inp;
     std::vector<double> ratios, kept_ref, kept_afd, scales;  // scales: every ucx_perftest run's clock_scale

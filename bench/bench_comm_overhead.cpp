@@ -1,6 +1,6 @@
 // bench_comm_overhead: afd's own cost per message over bare UCP, on one thread, without the
-// cross-core transfer that a ping-pong between processes adds (and whose speed this VM
-// changes by regime: docs/BENCHMARKS.md "Communication").
+// cross-core transfer that a ping-pong between processes adds (and whose cost depends on
+// where the two processes' cores sit).
 //
 //   bench_comm_overhead [--iters 200000] [--repeat 5] [--size 64] [--only afd|ucp]
 //

@@ -61,9 +61,8 @@ ip -n "$NB" route replace 10.231.0.0/24 dev "$VB" initcwnd 64 initrwnd 64
 
 export UCX_TLS=tcp UCX_NET_DEVICES=all
 # Eager messages over TCP: UCX's rendezvous adds round trips per message (request, reply,
-# data), which a network delay multiplies (measured with the delay line: 1 micro-batch at
-# 0.33 and 3 at 0.48 of their no-delay rate with rendezvous, 0.69 / 0.96 without). TCP
-# copies either way, so rendezvous buys nothing here. Override by exporting UCX_RNDV_THRESH.
+# data), which a network delay multiplies (docs/BENCHMARKS.md "AFD pipeline"). TCP copies
+# either way, so rendezvous buys nothing here. Override by exporting UCX_RNDV_THRESH.
 export UCX_RNDV_THRESH=${UCX_RNDV_THRESH:-inf}
 start_worker() {
   ip netns exec "$NA" "$AFD" worker --role ffn --model "$MODEL" --listen "$ADDR_A:$PORT" --attention 1 \

@@ -36,11 +36,10 @@ class FrameBuffer {
   // Buffers of at least this many bytes, of a transport between processes, sit on 2 MiB-
   // aligned memory (rounded up to whole 2 MiB pages) advised for transparent huge pages: a
   // rendezvous copy between processes (UCX cma) pins every page of both buffers per
-  // message, and 4 KiB pages made a 532480-byte message cost 1.45x ucx_perftest's (whose
-  // buffers are on huge pages) against 1.01x with them (bench_comm). An in-process
-  // transport copies nothing page by page, and a bundle of many workers in one process has
-  // many buffers (x*y pairs, each with m micro-batches of them): the rounding made EP16 of
-  // the tiny model hold 2.3 GB, EP64 more than this machine's 24 GB. Not for them.
+  // message, so fewer pages make each message cheaper. Not for an in-process transport: it
+  // copies nothing page by page, and a bundle of many workers in one process has many
+  // buffers (x*y pairs, each with m micro-batches of them), which the rounding would
+  // multiply in size.
   static constexpr size_t kHugeFrom = size_t{64} << 10;
   static constexpr size_t kHugePage = size_t{2} << 20;
 

@@ -6,8 +6,8 @@
 // Who runs an operation: the posting thread itself, unless an earlier operation of the
 // same direction is still queued or it is a send of more than kInlineCopyMax bytes; those
 // go to the transport's progress thread. A hand-off costs a futex wake and a context
-// switch (6-35 us on a shared machine, against ~1 us for a 16 KiB copy), and a large
-// send's copy stays off the sender's compute path. A receive always runs inline: when it
+// switch, far more than copying kInlineCopyMax bytes, and a large send's copy stays off
+// the sender's compute path. A receive always runs inline: when it
 // matches a send that is already waiting, the receiver copies (it is about to wait for
 // those bytes anyway). Either way a thread's sends (and its receives) to one (peer, tag)
 // match in the order it posted them. Completions, and the callbacks they run, happen with

@@ -10,9 +10,7 @@
 // Threading: all methods are thread-safe and lock-free except a waiter's sleep (wait /
 // wait_any past spin_ns) and a thread's exit (below). complete() never blocks on waiters.
 //
-// Cost on the message path: every locked read-modify-write costs ~5 ns here (Zen 4), and a
-// 64 B ping-pong's round trip is ~300 ns, so the table avoids them where it can
-// (docs/BENCHMARKS.md "Communication", session 11):
+// Cost on the message path: the table avoids locked read-modify-writes where it can:
 // - Free slots: a table of at least kMinCachedCapacity slots keeps up to kThreadCacheSlots
 //   freed slots per thread in a thread-local cache, for that thread's next allocations,
 //   without touching the shared free stack. A cache serves one table at a time (the one
@@ -61,10 +59,7 @@ class RequestTable {
   bool is_pending(RequestId id) const;
 
   // test, poll_any, is_pending, complete_exclusive and the thread-cache paths of allocate
-  // and release are defined inline below: they sit on every message's path, and a call
-  // into this library from the transports cost ~1 ns each (a build with link-time
-  // optimisation, which inlines them, was 3-4 ns per message faster; docs/BENCHMARKS.md
-  // "Communication").
+  // and release are defined inline below: they sit on every message's path.
   bool test(RequestId id, Completion* out);
   Completion wait(RequestId id, int64_t deadline_ns);
   int wait_any(std::span<const RequestId> ids, int64_t deadline_ns);

@@ -5,23 +5,24 @@
 // Connection set-up: workers start in any order. listen("host:port") opens a TCP
 // bootstrap socket; connect("host:port") dials it (retrying with back-off and logging
 // what it waits for). Over that socket both sides exchange {name, ucp worker address}
-// and the 16-bit id each gives the other; then both create a ucp endpoint. The socket
-// stays open as a liveness channel: its EOF (or a UCX endpoint error) is a disconnect.
-// A peer that reconnects under the same name gets its old PeerId back.
+// and the 16-bit source field each gives the other (ucx/bootstrap.h); then both create a
+// ucp endpoint. The socket stays open as a liveness channel: its EOF (or a UCX endpoint
+// error) is a disconnect. A peer that reconnects under the same name gets its old PeerId
+// back.
 //
-// Wire tag = (id the receiver gave the sender) << 48 | user tag, so receives match per peer.
+// Wire tag = source field the receiver gave the sender << 48 | user tag, so receives
+// match per peer and per connection (ucx/wire.h).
 //
 // Threads: one progress thread and the callers share the ucp worker
-// (UCS_THREAD_MODE_SINGLE, behind one lock). A caller blocked in wait() drives the worker
-// itself for waiter_spin_ns, like ucx_perftest's single thread (yielding its core about
-// once a microsecond after the first 20 us, so a thread woken on that core can run), while
-// the progress thread stays parked off the CPU (it never contends for the worker while a
-// caller waits); when the caller gives up, or leaves with other operations still in
-// flight, it wakes the progress thread. Otherwise the progress thread polls (yielding) for
+// (UCS_THREAD_MODE_SINGLE, behind one lock: ucx/worker_lock.h). A caller blocked in
+// wait() drives the worker itself for waiter_spin_ns, like ucx_perftest's single thread
+// (yielding its core about once a microsecond after the first 20 us, so a thread woken on
+// that core can run), while the progress thread stays parked off the CPU; when the caller
+// gives up, or leaves with other operations still in flight, it hands progress back to
+// the progress thread. Otherwise the progress thread polls (yielding) for
 // progress_spin_ns after the last activity, then sleeps on the worker's event fd. Posts
 // run directly on the caller's thread when the worker is free, else are queued to whoever
-// drives it next.
-// A bootstrap thread accepts and dials.
+// drives it next. A bootstrap thread accepts and dials.
 #pragma once
 
 #include <memory>
@@ -35,10 +36,9 @@ struct UcxOptions {
   std::string name;                // this transport's peer name (unique in the deployment)
   int64_t progress_spin_ns = 2000000;  // progress thread polls this long after activity
   // Callers of wait() drive the worker this long, then sleep. Long enough to cover a
-  // rendezvous message of a few MiB (532480 B: ~40 us one way here); a waiter that gives up
-  // earlier pays a hand-off to the progress thread and a wake-up (1.7x ucx_perftest at
-  // 532480 B with 20 us, 0.96x with 200 us; bench_comm, docs/BENCHMARKS.md). Lower it
-  // (`--ucx-spin-us`) when workers share fewer cores than they have waiting threads.
+  // rendezvous message of a few hundred KiB (an a2f frame of 128 tokens); a waiter that
+  // gives up earlier pays a hand-off to the progress thread and a wake-up per message.
+  // Lower it (`--ucx-spin-us`) when workers share fewer cores than they have waiting threads.
   int64_t waiter_spin_ns = 200000;
   // waiter_spin_ns from a --ucx-spin-us value; a negative one keeps the default.
   void set_waiter_spin_us(int64_t us) {
@@ -47,8 +47,8 @@ struct UcxOptions {
   int connect_retry_ms = 200;          // first retry interval (doubles up to 2 s)
   int bootstrap_timeout_ms = 5000;     // address exchange deadline
   // UCP_ERR_HANDLING_MODE_PEER on endpoints. Off by default: dead peers are detected by
-  // the bootstrap socket (EOF) in either mode, and PEER mode made UCX 1.13 pick slower
-  // transports on loopback here (64 B one-way: 7.9 us with it, 0.8 us without; bench_comm).
+  // the bootstrap socket (EOF) in either mode, and PEER mode makes UCX 1.13 select slower
+  // transports on loopback (docs/BENCHMARKS.md "Communication").
   bool peer_error_handling = false;
 };
 

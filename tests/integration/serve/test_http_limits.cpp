@@ -284,10 +284,18 @@ TEST_F(LimitsTest, ManyPipelinedRequestsAreAnsweredInOrder) {
   for (int i = 0; i < n; ++i) {
     Answer a = c.read();
     ASSERT_EQ(a.status, 200) << "answer " << i;
-    if (i % 3 == 0) EXPECT_EQ(a.body, "hello") << i;
-    if (i % 3 == 1) EXPECT_EQ(a.body, std::to_string(4 + std::to_string(i).size()) + ":body" + std::to_string(i)) << i;
-    if (i % 3 != 0) EXPECT_EQ(a.header("X-Id"), std::to_string(i)) << i;
-    if (i % 3 == 2) EXPECT_EQ(a.body, "1:c") << i;
+    if (i % 3 == 0) {
+      EXPECT_EQ(a.body, "hello") << i;
+    }
+    if (i % 3 == 1) {
+      EXPECT_EQ(a.body, std::to_string(4 + std::to_string(i).size()) + ":body" + std::to_string(i)) << i;
+    }
+    if (i % 3 != 0) {
+      EXPECT_EQ(a.header("X-Id"), std::to_string(i)) << i;
+    }
+    if (i % 3 == 2) {
+      EXPECT_EQ(a.body, "1:c") << i;
+    }
   }
 }
 

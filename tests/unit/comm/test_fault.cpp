@@ -139,8 +139,8 @@ TEST_P(FaultTest, DisconnectOnCommandAndReconnect) {
 
 // A send held by a stall belongs to the connection it was posted on: when that connection
 // is dropped, the send fails, and lifting the stall later does not deliver it through the
-// next connection (it used to: an FFN worker's stale reply then reached the attention
-// side's next pass, from a buffer the worker had reused — "bad magic").
+// next connection (where an FFN worker's stale reply would reach the attention side's next
+// pass from a buffer the worker had reused — "bad magic").
 TEST_P(FaultTest, HeldSendFailsWithItsConnection) {
   auto p = make_fault_pair(GetParam());
   p.b->set_stall(true);

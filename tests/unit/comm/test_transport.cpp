@@ -184,7 +184,7 @@ TEST_P(TransportTest, DeadlineThenCancel) {
 }
 
 // Receives posted ahead of their messages, more of them than UCX's transport defers at once
-// (UcxTransportImpl::kMaxDeferred, 64) and with a send of the receiving side in between
+// (ucx::UcxTransportImpl::kMaxDeferred, 64) and with a send of the receiving side in between
 // (which posts the deferred ones after it): each gets its own message, in posting order.
 TEST_P(TransportTest, ManyReceivesPostedAheadKeepTheirOrder) {
   auto p = testing::make_pair(GetParam());
@@ -524,15 +524,16 @@ TEST(UcxTransport, BootstrapOfAnotherVersionOrMagicIsRefused) {
 
 // A caller that posts and then computes instead of waiting: its operations still finish.
 // Each step comes right after a wait() that found nothing else in flight, which leaves the
-// progress thread parked (ucx_transport.cpp park()): it must take the operation over.
+// progress thread parked (ucx/worker_lock.h park()): it must take the operation over.
 TEST(UcxTransport, OperationsFinishWithoutTheCallerWaiting) {
   auto p = testing::make_pair("ucx");
   const size_t n = 1 << 20;  // rendezvous, not eager
   std::vector<uint8_t> src(n, 9), dst(n), tiny(8, 1), tiny_in(8);
   auto poll_until_done = [](Transport& t, RequestId id) {
     Completion c;
-    // Far above the ~1 ms it takes here (a parked progress thread re-checks every 250 us),
-    // far below "never": a progress thread left parked fails this.
+    // Far above what it takes (a parked progress thread re-checks every
+    // WorkerLock::kParkTimeoutUs, 250 us), far below "never": a progress thread left
+    // parked for good fails this.
     int64_t deadline = deadline_in_ms(500);
     while (!t.test(id, &c)) {
       if (now_ns() > deadline) return Completion{timeout_error("not finished without a waiter"), 0};

@@ -35,7 +35,9 @@ TEST(AdmissionLane, LargeBodiesRunOnABackgroundPriorityThread) {
   auto r = lane.run(101, [&] { return std::make_pair(std::this_thread::get_id(), sched_getscheduler(0)); });
   ASSERT_TRUE(r.has_value());
   EXPECT_NE(r->first, caller);
-  if (lane.idle_priority()) EXPECT_EQ(r->second, SCHED_IDLE);
+  if (lane.idle_priority()) {
+    EXPECT_EQ(r->second, SCHED_IDLE);
+  }
   // The caller's own priority is untouched.
   EXPECT_NE(sched_getscheduler(0), SCHED_IDLE);
 }

@@ -52,7 +52,7 @@ TEST(JsonLimits, ParsesOrdinaryDocuments) {
 
 TEST(JsonLimits, DuplicateKeysKeepFirstPositionAndLastValue) {
   // Few keys (pairwise comparison) and many (sorted) must agree with nlohmann's parse.
-  for (const std::string doc :
+  for (const std::string& doc :
        {std::string(R"({"a":1,"b":2,"a":3})"), std::string(R"({"a":1,"a":{"x":1},"b":2,"a":[3]})"),
         std::string(R"({"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k2":20,"k10":10,"k2":[22],"k1":11})")}) {
     auto r = parse_json_bounded(doc, JsonLimits{});
@@ -93,7 +93,7 @@ TEST(JsonLimits, KeyAndValueLimits) {
 }
 
 TEST(JsonLimits, SyntaxErrorsNameThePlaceNotTheBytes) {
-  for (const std::string bad : {std::string("{not json"), std::string("[1,2"), std::string("{\"a\":1} x"),
+  for (const std::string& bad : {std::string("{not json"), std::string("[1,2"), std::string("{\"a\":1} x"),
                                 std::string(""), std::string("[1e999]"), std::string("\"\xff\xfe\""),
                                 std::string("{\"a\" 1}"), std::string("[01]")}) {
     auto r = parse_json_bounded(bad, JsonLimits{}, "the body");

@@ -145,7 +145,7 @@ TEST_F(RequestTest, IntegersDoNotWrapAround) {
 TEST_F(RequestTest, DeepNestingIsRefusedWithoutCrashing) {
   const std::string deep = std::string(130000, '[') + std::string(130000, ']');
   const std::string msg = R"({"role":"user","content":"hi"})";
-  for (const std::string body :
+  for (const std::string& body :
        {R"({"messages":[)" + msg + R"(],"tools":)" + deep + "}",
         R"({"messages":[{"role":"user","content":"hi","extra":)" + deep + "}]}",
         R"({"messages":[{"role":"user","content":[{"type":"text","text":"hi","x":)" + deep + "}]}]}",
