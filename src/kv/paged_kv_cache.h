@@ -50,6 +50,7 @@ struct KvCacheConfig {
   int64_t n_blocks = 0;
   DType dtype = DType::bf16;  // f32 | bf16 | f8_e4m3
   bool prefix_caching = true;  // register full blocks by content and reuse them (see above)
+  bool huge_pages = true;      // ask for transparent huge pages for K/V storage (madvise)
 };
 
 // Prefix-cache counters since creation (tokens).
