@@ -98,7 +98,7 @@ Result<std::vector<std::string>> parse_address_list(const std::string& flag, con
   return out;
 }
 
-Result<EngineOptions> EngineFlags::to_options() const {
+Result<EngineOptions> EngineFlags::to_options(bool open_trace) const {
   EngineOptions o;
   o.model_dir = model_dir;
   if (!precision_from_name(precision, &o.precision))
@@ -137,7 +137,7 @@ Result<EngineOptions> EngineFlags::to_options() const {
   o.ucx_spin_us = ucx_spin_us;
   o.ffn_device = ffn_device;
   AFD_RETURN_IF_ERROR(o.validate());
-  if (!trace.empty()) {
+  if (!trace.empty() && open_trace) {
     // Streamed from the start: a process killed mid-run leaves its spans up to then.
     o.trace = std::make_shared<TraceRecorder>(static_cast<size_t>(trace_max_spans));
     AFD_RETURN_IF_ERROR(o.trace->stream_to(trace).with_context("--trace"));

@@ -45,8 +45,9 @@ struct EngineFlags {
   int64_t trace_max_spans = static_cast<int64_t>(TraceRecorder::kDefaultMaxSpans);  // later spans are dropped
 
   void add_to(CLI::App* cmd, bool model_required = true);
-  // Converts to EngineOptions; errors name the flag.
-  Result<EngineOptions> to_options() const;
+  // Converts to EngineOptions; errors name the flag. open_trace: with --trace, start the
+  // trace file (EngineOptions::trace); false only validates (--print-config).
+  Result<EngineOptions> to_options(bool open_trace = true) const;
 };
 
 // Parses "1,300,1234" into ids; errors name the offending element.
