@@ -240,7 +240,8 @@ void register_worker(CLI::App& app) {
       ->envname("AFD_PEER_TIMEOUT_MS");
   auto* file_opt =
       cmd->add_option("--topology-file", f->topology_file,
-                      "Take every setting from this JSON file (docs/DEPLOYMENT.md); needs --role and --index")
+                      "Take the settings of worker --index of --role from this JSON file (docs/DEPLOYMENT.md); "
+                      "flags and AFD_* variables override its values")
           ->envname("AFD_TOPOLOGY_FILE");
   cmd->add_option("--metrics-listen", f->metrics_listen,
                   "FFN: host:port answering GET /metrics (Prometheus) and GET /health (default: none)")
