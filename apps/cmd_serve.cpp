@@ -266,7 +266,7 @@ void run_serve(ServeFlags* fp, CLI::App* cmd) {
                      " (" + std::to_string(n) + " worker" + (n > 1 ? "s" : "") + ")" +
                          (f.service.api_key.empty() ? "" : ", API key required"),
                      extras);
-  if (opt->trace) {
+  if (opt->observability.trace) {
     if (Status s = ffn_procs.merge_traces("serve", f.engine.trace); !s.is_ok()) fail("serve", s);
   }
 }

@@ -151,8 +151,8 @@ Result<EngineOptions> attention_options(WorkerFlags* f, bool open_trace) {
   }
   AFD_ASSIGN_OR_RETURN(EngineOptions opt, f->engine.to_options(open_trace));
   AFD_ASSIGN_OR_RETURN(Topology topo, parse_topology(opt.topology));
-  if (opt.attention_index < 0 || opt.attention_index >= topo.n_attention)
-    return invalid_argument("--attention-index " + std::to_string(opt.attention_index) + " is outside [0, " +
+  if (opt.afd.attention_index < 0 || opt.afd.attention_index >= topo.n_attention)
+    return invalid_argument("--attention-index " + std::to_string(opt.afd.attention_index) + " is outside [0, " +
                             std::to_string(topo.n_attention) + ") of topology " + opt.topology);
   return opt;
 }
@@ -162,12 +162,12 @@ void run_attention(WorkerFlags f) {
   if (!opt.ok()) fail("worker", opt.status());
   auto topo = parse_topology(opt->topology);
   if (!topo.ok()) fail("worker", topo.status());
-  spdlog::info("attention worker {}/{}: waiting for FFN workers {}, then serving on {}", opt->attention_index,
+  spdlog::info("attention worker {}/{}: waiting for FFN workers {}, then serving on {}", opt->afd.attention_index,
                topo->n_attention, f.engine.ffn, f.listen);
   ServiceExtras extras;
   extras.trace_path = f.engine.trace;
   run_engine_service("worker", f.service, *opt,
-                     "afd worker: attention worker " + std::to_string(opt->attention_index) + "/" +
+                     "afd worker: attention worker " + std::to_string(opt->afd.attention_index) + "/" +
                          std::to_string(topo->n_attention) + " serving model '{model}'",
                      "", extras);
 }

@@ -71,8 +71,8 @@ TEST(DeploymentConfig, LayersInOrderWithSources) {
   // The merged result is what the engine gets.
   auto o = c.engine.to_options(/*open_trace=*/false);
   ASSERT_TRUE(o.ok()) << o.status().to_string();
-  EXPECT_EQ(o->kv_block_size, 32);
-  EXPECT_EQ(o->max_seqs, 9);
+  EXPECT_EQ(o->kv.block_size, 32);
+  EXPECT_EQ(o->kv.max_seqs, 9);
   EXPECT_EQ(o->n_threads, 2);
 }
 
