@@ -26,9 +26,9 @@ void run_bench_e2e(const EngineOptions& opt, std::shared_ptr<const ModelWeights>
   for (int round = 0; round < spec.rounds; ++round) {
     for (int64_t batch : spec.batches) {
       EngineOptions o = opt;
-      o.max_seqs = batch;
-      const int64_t blk = o.kv_block_size;
-      o.kv_capacity_tokens = batch * ((need + blk - 1) / blk * blk);
+      o.kv.max_seqs = batch;
+      const int64_t blk = o.kv.block_size;
+      o.kv.capacity_tokens = batch * ((need + blk - 1) / blk * blk);
       auto eng = make_engine(o, weights);
       if (!eng.ok()) fail("bench", eng.status());
       std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));

@@ -206,7 +206,7 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
     if (step == 0) continue;
     StageTimes st = e.last_stage_times();
     const size_t kv_tok = static_cast<size_t>(mc.n_layers * attention_cost(mc).kv_values_per_token) *
-                          (o.precision == Precision::reference ? 4 : dtype_size(o.kv_dtype));
+                          (o.precision == Precision::reference ? 4 : dtype_size(o.kv.dtype));
     StepCost sc = step_cost(*w, batch, ctx + step, e.last_expert_reads(), kv_tok);
     Point p{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, 0, 0, {}, st.layers, {},
             ffn_tokens, ffn_rows};
@@ -319,7 +319,7 @@ void run_bench(const BenchFlags& f) {
                 (long long)mc.n_experts_per_tok, (*weights)->matrix_bytes() / 1e9, f.engine.precision.c_str(),
                 f.engine.kv_dtype.c_str());
     const AttentionCost ac = attention_cost(mc);
-    const double kv_elem = opt->precision == Precision::reference ? 4.0 : static_cast<double>(dtype_size(opt->kv_dtype));
+    const double kv_elem = opt->precision == Precision::reference ? 4.0 : static_cast<double>(dtype_size(opt->kv.dtype));
     std::printf("attention %s: KV %.0f B per token per layer, %.0f FLOP per context token per layer, %.3f M "
                 "projection weights per layer (model/attention_cost.h)\n",
                 mc.attention == AttentionKind::mla ? "mla" : (mc.q_lora_rank > 0 ? "mfa" : "gqa"),
@@ -423,14 +423,14 @@ void run_bench(const BenchFlags& f) {
   for (int64_t ctx : *contexts) {
     for (int64_t batch : *batches) {
       EngineOptions o = *opt;
-      o.max_seqs = batch;
-      const int64_t blk = o.kv_block_size;
-      o.kv_capacity_tokens = batch * ((ctx + f.steps + 2 + blk - 1) / blk * blk);
-      o.inject_delay_us = 0;
+      o.kv.max_seqs = batch;
+      const int64_t blk = o.kv.block_size;
+      o.kv.capacity_tokens = batch * ((ctx + f.steps + 2 + blk - 1) / blk * blk);
+      o.emulation.inject_delay_us = 0;
       // Monolithic baseline of this point (mono mode: one row per micro-batch count).
       EngineOptions m = o;
       m.topology = "mono";
-      m.ffn_addresses.clear();  // the baseline runs here, whatever FFN workers the afd rows use
+      m.afd.ffn_addresses.clear();  // the baseline runs here, whatever FFN workers the afd rows use
       double mono_tps = 0;
       for (int64_t mb : *mbs) {
         if (f.mode == "afd" && mb != (*mbs)[0]) break;
@@ -445,22 +445,22 @@ void run_bench(const BenchFlags& f) {
       int64_t& d_auto = auto_delay[{batch, ctx}];
       for (int64_t mb : *mbs) {
         o.microbatches = static_cast<int>(mb);
-        o.inject_delay_us = 0;
+        o.emulation.inject_delay_us = 0;
         Point p0 = measure(o, *weights, batch, ctx, f.steps, ffn_procs.metrics_targets());
         const double tps0 = batch / p0.step_s;
         emit(o.topology, mb, 0, batch, ctx, p0, mono_tps, tps0);
         if (d_auto == 0) d_auto = std::max<int64_t>(1, static_cast<int64_t>(p0.attn_s / mc.n_layers / 2 * 1e6));
         const int64_t d = delay_auto ? d_auto : delay_us;
         if (d > 0) {
-          o.inject_delay_us = d;
+          o.emulation.inject_delay_us = d;
           Point pd = measure(o, *weights, batch, ctx, f.steps, ffn_procs.metrics_targets());
           emit(o.topology, mb, d, batch, ctx, pd, mono_tps, tps0);
         }
       }
     }
   }
-  if (opt->trace) {
-    if (Status ts = write_trace("bench", *opt->trace, f.engine.trace); !ts.is_ok()) fail("bench", ts);
+  if (opt->observability.trace) {
+    if (Status ts = write_trace("bench", *opt->observability.trace, f.engine.trace); !ts.is_ok()) fail("bench", ts);
     if (Status ts = ffn_procs.merge_traces("bench", f.engine.trace); !ts.is_ok()) fail("bench", ts);
   }
   nlohmann::json summary = nlohmann::json::array();
@@ -512,7 +512,7 @@ void run_bench(const BenchFlags& f) {
                             {"kv_bytes_per_token_per_layer",
                              attention_cost(mc).kv_values_per_token *
                                  (opt->precision == Precision::reference ? 4.0
-                                                                         : static_cast<double>(dtype_size(opt->kv_dtype)))},
+                                                                         : static_cast<double>(dtype_size(opt->kv.dtype)))},
                             {"core_flops_per_context_token_per_layer", attention_cost(mc).core_flops_per_ctx_token},
                             {"projection_params_per_layer", attention_cost(mc).projection_params}}},
                           {"read_bandwidth_Bps", bw},

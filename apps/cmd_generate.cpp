@@ -60,8 +60,8 @@ void run_generate(const GenerateFlags& f) {
       out.write(reinterpret_cast<const char*>(rows.data()), static_cast<std::streamsize>(rows.size() * 4));
     if (!out) fail("generate", io_error("cannot write logits to " + f.dump_logits));
   }
-  if (opt->trace) {
-    if (Status ts = write_trace("generate", *opt->trace, f.engine.trace); !ts.is_ok()) fail("generate", ts);
+  if (opt->observability.trace) {
+    if (Status ts = write_trace("generate", *opt->observability.trace, f.engine.trace); !ts.is_ok()) fail("generate", ts);
     if (Status ts = ffn_procs.merge_traces("generate", f.engine.trace); !ts.is_ok()) fail("generate", ts);
   }
   int64_t gen = 0;

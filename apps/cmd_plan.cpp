@@ -531,9 +531,9 @@ class EngineStageSampler {
       return out_of_range("calibrate: context " + std::to_string(ctx) + " exceeds max_position_embeddings " +
                           std::to_string(mc.max_position_embeddings));
     EngineOptions o = opt_;
-    o.max_seqs = batch;
-    const int64_t blk = std::max<int64_t>(1, o.kv_block_size);
-    o.kv_capacity_tokens = batch * ((ctx + 64 + blk - 1) / blk * blk);
+    o.kv.max_seqs = batch;
+    const int64_t blk = std::max<int64_t>(1, o.kv.block_size);
+    o.kv.capacity_tokens = batch * ((ctx + 64 + blk - 1) / blk * blk);
     AFD_ASSIGN_OR_RETURN(engine_, make_engine(o, w_));
     Engine* pe = engine_.get();  // fill_synthetic_context: not_supported where an engine cannot
     for (int64_t i = 0; i < batch; ++i) {

@@ -5,6 +5,8 @@
 //                            --attention-workers host:port,... or --topology-file F;
 //   --spawn-workers        — the front end plus every worker of --topology xAyF (or of
 //                            --topology-file F) as local child processes, stopped on exit.
+// Settings: topology file, then AFD_* environment mirrors, then flags
+// (apps/deployment_config.h); --print-config prints them with their sources and exits.
 #include <algorithm>
 #include <filesystem>
 #include <memory>
@@ -12,6 +14,7 @@
 
 #include "commands.h"
 #include "core/log.h"
+#include "deployment_config.h"
 #include "engine_flags.h"
 #include "local_ffn.h"
 #include "model/config.h"
@@ -37,6 +40,7 @@ struct ServeFlags {
   double upstream_idle_timeout_s = 15;  // front end: an attention worker silent this long mid-request stalled
   double failover_timeout_s = 30;       // front end: how long a request may wait to continue elsewhere
   std::string failover_replay = "exact";  // front end: how a continuation recomputes generated tokens
+  bool print_config = false;
 };
 
 // --exit-on-worker-loss where this command starts no worker process to lose.
@@ -71,16 +75,10 @@ serve::FrontendOptions frontend_options(const ServeFlags& f) {
   return fo;
 }
 
-// --topology-file F: the front end's settings (and with --spawn-workers, every worker) from F.
-void serve_topology_file(const ServeFlags& f) {
-  auto t = load_topology_file(f.topology_file);
-  if (!t.ok()) fail("serve", t.status());
+// --topology-file F (read into t; its front-end settings are in f already): the front end
+// (and with --spawn-workers, every worker) from F.
+void serve_topology_file(const ServeFlags& f, const TopologyFile* t) {
   serve::FrontendOptions fo = frontend_options(f);
-  if (Status s = split_host_port(t->frontend.listen, &fo.server.host, &fo.server.port); !s.is_ok())
-    fail("serve", s.with_context("frontend.listen"));
-  fo.server.api_key = t->frontend.api_key;
-  fo.model_name = t->frontend.model_name;
-  fo.model_dir = t->frontend.model_dir;
   for (const auto& w : t->attention) fo.workers.push_back(w.address);
   // FFN workers with a "metrics" listener join the front end's /metrics (at the host their
   // "address" names when they listen on a wildcard).
@@ -207,9 +205,27 @@ void serve_spawned(const ServeFlags& f) {
   if (Status s = merge_trace_parts("serve", e.trace, trace_parts, /*include_path=*/false); !s.is_ok()) fail("serve", s);
 }
 
-void run_serve(const ServeFlags& f) {
+// fp: the flags CLI11 filled (a topology file's front-end values are written into them too).
+void run_serve(ServeFlags* fp, CLI::App* cmd) {
+  DeploymentConfig cfg = DeploymentConfig::of(cmd);
+  TopologyFile topology_file;
+  if (!fp->topology_file.empty()) {
+    auto t = load_topology_file(fp->topology_file);
+    if (!t.ok()) fail("serve", t.status());
+    if (Status s = cfg.apply(t->frontend_settings(), fp->topology_file); !s.is_ok()) fail("serve", s);
+    topology_file = std::move(*t);
+  }
+  const ServeFlags& f = *fp;
   if (Status s = f.service.validate(); !s.is_ok()) fail("serve", s);
-  if (!f.topology_file.empty()) return serve_topology_file(f);
+  if (f.print_config) {
+    // The engine flags matter to every shape but the front end over existing workers.
+    if (f.topology_file.empty() && f.attention_workers.empty()) {
+      if (auto o = f.engine.to_options(/*open_trace=*/false); !o.ok()) fail("serve", o.status());
+    }
+    std::printf("%s\n", cfg.to_json().dump(2).c_str());
+    return;
+  }
+  if (!f.topology_file.empty()) return serve_topology_file(f, &topology_file);
   if (!std::filesystem::is_directory(f.engine.model_dir))
     fail("serve",
          not_found("model directory '" + f.engine.model_dir +
@@ -253,7 +269,7 @@ void run_serve(const ServeFlags& f) {
                      " (" + std::to_string(n) + " worker" + (n > 1 ? "s" : "") + ")" +
                          (f.service.api_key.empty() ? "" : ", API key required"),
                      extras);
-  if (opt->trace) {
+  if (opt->observability.trace) {
     if (Status s = ffn_procs.merge_traces("serve", f.engine.trace); !s.is_ok()) fail("serve", s);
   }
 }
@@ -263,6 +279,7 @@ void run_serve(const ServeFlags& f) {
 void register_serve(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, streaming)");
+  add_print_config(cmd, &f->print_config);
   f->engine.model_dir = "models/tiny";
   f->engine.add_to(cmd, /*model_required=*/false);
   f->service.add_to(cmd, /*public_api=*/true);
@@ -274,7 +291,8 @@ void register_serve(CLI::App& app) {
   auto* file_opt = cmd->add_option("--topology-file", f->topology_file,
                                    "Front end of the deployment in this JSON file (docs/DEPLOYMENT.md); the file names "
                                    "the workers, so --attention-workers, --topology, --ffn and --spawn-ffn are refused "
-                                   "with it, and other engine flags are ignored")
+                                   "with it, and other engine flags are ignored; --host, --port, --api-key, "
+                                   "--model-name and --model override its front-end values")
                        ->envname("AFD_TOPOLOGY_FILE");
   // The file describes the deployment: a flag that describes another one is an error, not
   // silently ignored.
@@ -318,7 +336,7 @@ void register_serve(CLI::App& app) {
   cmd->add_flag("--in-process", f->in_process,
                 "--topology xAyF: run the attention engines and FFN workers as threads of this one process")
       ->envname("AFD_IN_PROCESS");
-  cmd->callback([f] { run_serve(*f); });
+  cmd->callback([f, cmd] { run_serve(f.get(), cmd); });
 }
 
 }  // namespace afd::cli

@@ -8,7 +8,9 @@
 //                     engine with KV cache, sampling) with remote FFN workers (--ffn, in shard
 //                     order; --attention-index i of --attention x), answering the HTTP API on
 //                     --listen for a front end (`afd serve --attention-workers|--topology-file`).
-//   --topology-file F --role R --index i   takes every setting from F.
+//   --topology-file F --role R --index i   takes its settings from F (environment mirrors and
+//                     flags override them: apps/deployment_config.h); --print-config prints
+//                     the effective settings and their sources and exits.
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include "comm/ucx_transport.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "deployment_config.h"
 #include "engine_flags.h"
 #include "model/weights.h"
 #include "runtime/ffn_worker.h"
@@ -47,20 +50,26 @@ struct WorkerFlags {
   std::string topology_file;
   int index = -1;
   std::string metrics_listen;  // FFN: host:port for GET /metrics and /health; empty: none
+  bool print_config = false;
 };
+
+// An FFN worker's settings: its shard i/y and precision, or why they are invalid.
+Status check_ffn(const WorkerFlags& f, int* shard, int* n_shards, Precision* prec) {
+  AFD_RETURN_IF_ERROR(parse_shard(f.shard, shard, n_shards));
+  if (!precision_from_name(f.engine.precision, prec)) return invalid_argument("--precision: reference | fast");
+  if (f.n_attention < 1 || f.n_attention > 64) return invalid_argument("--attention must be in [1, 64]");
+  if (f.engine.ffn_tp < 1 || *n_shards % f.engine.ffn_tp != 0)
+    return invalid_argument("--ffn-tp " + std::to_string(f.engine.ffn_tp) + " does not divide the " +
+                            std::to_string(*n_shards) + " FFN workers of --shard " + f.shard);
+  return Status::ok();
+}
 
 void run_ffn(const WorkerFlags& f) {
   const std::string listen = f.listen.empty() ? "127.0.0.1:7100" : f.listen;
   int shard = 0, n_shards = 1;
-  Status s = parse_shard(f.shard, &shard, &n_shards);
-  if (!s.is_ok()) fail("worker", s);
   Precision prec;
-  if (!precision_from_name(f.engine.precision, &prec))
-    fail("worker", invalid_argument("--precision: reference | fast"));
-  if (f.n_attention < 1 || f.n_attention > 64) fail("worker", invalid_argument("--attention must be in [1, 64]"));
-  if (f.engine.ffn_tp < 1 || n_shards % f.engine.ffn_tp != 0)
-    fail("worker", invalid_argument("--ffn-tp " + std::to_string(f.engine.ffn_tp) + " does not divide the " +
-                                    std::to_string(n_shards) + " FFN workers of --shard " + f.shard));
+  Status s = check_ffn(f, &shard, &n_shards, &prec);
+  if (!s.is_ok()) fail("worker", s);
   auto w = load_model(f.engine.model_dir);
   if (!w.ok()) fail("worker", w.status());
 
@@ -124,96 +133,86 @@ void run_ffn(const WorkerFlags& f) {
                st.tokens.load(), st.bad_frames.load());
 }
 
-void run_attention(WorkerFlags f) {
-  if (f.engine.ffn.empty())
-    fail("worker", invalid_argument("--role attention needs --ffn host:port,... (the FFN workers, in shard order)"));
-  if (f.engine.spawn_ffn) fail("worker", invalid_argument("--spawn-ffn is for afd serve|generate, not a worker"));
-  if (f.listen.empty())
-    fail("worker", invalid_argument("--role attention needs --listen host:port (its HTTP address)"));
-  if (f.n_attention < 1 || f.n_attention > 64) fail("worker", invalid_argument("--attention must be in [1, 64]"));
-  if (Status s = split_host_port(f.listen, &f.service.host, &f.service.port); !s.is_ok())
-    fail("worker", s.with_context("--listen"));
-  if (Status s = f.service.validate(); !s.is_ok()) fail("worker", s);
+// An attention worker's engine options (f->service gets --listen's host and port, and
+// f->engine.topology the bundle's), or why its settings are invalid. open_trace: start the
+// --trace file (EngineFlags::to_options).
+Result<EngineOptions> attention_options(WorkerFlags* f, bool open_trace) {
+  if (f->engine.ffn.empty())
+    return invalid_argument("--role attention needs --ffn host:port,... (the FFN workers, in shard order)");
+  if (f->engine.spawn_ffn) return invalid_argument("--spawn-ffn is for afd serve|generate, not a worker");
+  if (f->listen.empty()) return invalid_argument("--role attention needs --listen host:port (its HTTP address)");
+  if (f->n_attention < 1 || f->n_attention > 64) return invalid_argument("--attention must be in [1, 64]");
+  AFD_RETURN_IF_ERROR(split_host_port(f->listen, &f->service.host, &f->service.port).with_context("--listen"));
+  AFD_RETURN_IF_ERROR(f->service.validate());
   // The bundle's topology: --topology if given, else --attention x and the --ffn list.
-  if (f.engine.topology == "mono") {
-    const size_t y = std::count(f.engine.ffn.begin(), f.engine.ffn.end(), ',') + 1;
-    f.engine.topology = std::to_string(f.n_attention) + "A" + std::to_string(y) + "F";
+  if (f->engine.topology == "mono") {
+    const size_t y = std::count(f->engine.ffn.begin(), f->engine.ffn.end(), ',') + 1;
+    f->engine.topology = std::to_string(f->n_attention) + "A" + std::to_string(y) + "F";
   }
-  auto opt = f.engine.to_options();
+  AFD_ASSIGN_OR_RETURN(EngineOptions opt, f->engine.to_options(open_trace));
+  AFD_ASSIGN_OR_RETURN(Topology topo, parse_topology(opt.topology));
+  if (opt.afd.attention_index < 0 || opt.afd.attention_index >= topo.n_attention)
+    return invalid_argument("--attention-index " + std::to_string(opt.afd.attention_index) + " is outside [0, " +
+                            std::to_string(topo.n_attention) + ") of topology " + opt.topology);
+  return opt;
+}
+
+void run_attention(WorkerFlags f) {
+  auto opt = attention_options(&f, /*open_trace=*/true);
   if (!opt.ok()) fail("worker", opt.status());
   auto topo = parse_topology(opt->topology);
   if (!topo.ok()) fail("worker", topo.status());
-  if (opt->attention_index < 0 || opt->attention_index >= topo->n_attention)
-    fail("worker", invalid_argument("--attention-index " + std::to_string(opt->attention_index) + " is outside [0, " +
-                                    std::to_string(topo->n_attention) + ") of topology " + opt->topology));
-  spdlog::info("attention worker {}/{}: waiting for FFN workers {}, then serving on {}", opt->attention_index,
+  spdlog::info("attention worker {}/{}: waiting for FFN workers {}, then serving on {}", opt->afd.attention_index,
                topo->n_attention, f.engine.ffn, f.listen);
   ServiceExtras extras;
   extras.trace_path = f.engine.trace;
   run_engine_service("worker", f.service, *opt,
-                     "afd worker: attention worker " + std::to_string(opt->attention_index) + "/" +
+                     "afd worker: attention worker " + std::to_string(opt->afd.attention_index) + "/" +
                          std::to_string(topo->n_attention) + " serving model '{model}'",
                      "", extras);
 }
 
-// Fills the flags of worker `index` with role `role` from the topology file.
-void apply_topology_file(WorkerFlags* f) {
-  auto t = load_topology_file(f->topology_file);
-  if (!t.ok()) fail("worker", t.status());
-  const auto& ws = f->role == "ffn" ? t->ffn : t->attention;
-  if (f->index < 0 || f->index >= static_cast<int>(ws.size()))
-    fail("worker", invalid_argument("--index " + std::to_string(f->index) + ": " + f->topology_file + " has " +
-                                    std::to_string(ws.size()) + " " + f->role + " worker(s)"));
-  const TopologyWorker& w = ws[f->index];
-  EngineFlags& e = f->engine;
-  e.model_dir = w.model_dir;
-  e.precision = t->precision;
-  e.kv_dtype = t->kv_dtype;
-  e.threads = w.threads;
-  e.microbatches = w.microbatches > 0 ? std::to_string(w.microbatches) : "";  // 0: the engine's default
-  e.topology = t->topology();
-  e.ffn_timeout_ms = t->ffn_timeout_ms;
-  e.ffn_connect_timeout_ms = t->ffn_connect_timeout_ms;
-  e.ffn_probe_ms = t->ffn_probe_ms;
-  if (t->ffn_takeover_s >= 0) e.ffn_takeover_s = t->ffn_takeover_s;
-  e.ffn_parts = t->ffn_parts;
-  e.ffn_tp = t->ffn_tp;
-  if (f->role == "ffn") {
-    e.ffn_device = w.device;
-    if (!w.metrics_listen.empty()) f->metrics_listen = w.metrics_listen;
-  }
-  if (t->ucx_spin_us >= 0) e.ucx_spin_us = t->ucx_spin_us;
-  const TopologyScheduler& sc = t->scheduler;
-  if (sc.max_running >= 0) f->service.max_running = sc.max_running;
-  if (sc.max_queue >= 0) f->service.max_queue = sc.max_queue;
-  if (sc.max_batch_tokens >= 0) f->service.max_batch_tokens = sc.max_batch_tokens;
-  if (sc.max_context >= 0) f->service.max_context = sc.max_context;
-  if (sc.max_seqs >= 0) e.max_seqs = sc.max_seqs;
-  if (sc.kv_capacity >= 0) e.kv_capacity = sc.kv_capacity;
-  if (sc.kv_block >= 0) e.kv_block = sc.kv_block;
-  if (sc.step_retry_s >= 0) f->service.step_retry_s = sc.step_retry_s;
-  if (sc.drain_timeout_s >= 0) f->service.drain_timeout_s = sc.drain_timeout_s;
-  f->listen = w.listen;
-  f->n_attention = static_cast<int>(t->attention.size());
-  f->peer_timeout_ms = t->peer_timeout_ms;
-  f->service.model_name = t->frontend.model_name;
-  if (f->role == "ffn") {
-    f->shard = std::to_string(f->index) + "/" + std::to_string(t->ffn.size());
-  } else {
-    e.ffn = t->ffn_addresses();
-    e.attention_index = f->index;
-  }
+// The topology file's settings for worker (--role, --index), as layer 2 of cfg (flags and
+// environment mirrors win).
+Status apply_topology_file(const WorkerFlags& f, DeploymentConfig* cfg) {
+  AFD_ASSIGN_OR_RETURN(TopologyFile t, load_topology_file(f.topology_file));
+  const bool attention = f.role == "attention";
+  const size_t n = attention ? t.attention.size() : t.ffn.size();
+  if (f.index < 0 || static_cast<size_t>(f.index) >= n)
+    return invalid_argument("--index " + std::to_string(f.index) + ": " + f.topology_file + " has " +
+                            std::to_string(n) + " " + f.role + " worker(s)");
+  return cfg->apply(t.worker_settings(attention, static_cast<size_t>(f.index)), f.topology_file);
 }
 
-void run_worker(WorkerFlags f) {
-  if (f.role != "ffn" && f.role != "attention")
-    fail("worker", invalid_argument("--role '" + f.role + "': ffn | attention"));
-  if (!f.topology_file.empty()) apply_topology_file(&f);
-  else if (f.index >= 0) fail("worker", invalid_argument("--index is for --topology-file"));
+// f: the flags CLI11 filled (the topology file's values are written into them too).
+void run_worker(WorkerFlags* fp, CLI::App* cmd) {
+  if (fp->role != "ffn" && fp->role != "attention")
+    fail("worker", invalid_argument("--role '" + fp->role + "': ffn | attention"));
+  DeploymentConfig cfg = DeploymentConfig::of(cmd);
+  if (!fp->topology_file.empty()) {
+    if (Status s = apply_topology_file(*fp, &cfg); !s.is_ok()) fail("worker", s);
+  } else if (fp->index >= 0) {
+    fail("worker", invalid_argument("--index is for --topology-file"));
+  }
+  WorkerFlags f = *fp;
   if (f.engine.model_dir.empty()) fail("worker", invalid_argument("--model DIR is required (or --topology-file)"));
   if (f.role == "attention" && !f.metrics_listen.empty())
     fail("worker",
          invalid_argument("--metrics-listen is for --role ffn; an attention worker serves /metrics on --listen"));
+  if (f.print_config) {
+    Status s;
+    if (f.role == "ffn") {
+      int shard = 0, n_shards = 1;
+      Precision prec;
+      s = check_ffn(f, &shard, &n_shards, &prec);
+    } else {
+      WorkerFlags copy = f;
+      s = attention_options(&copy, /*open_trace=*/false).status();
+    }
+    if (!s.is_ok()) fail("worker", s);
+    std::printf("%s\n", cfg.to_json().dump(2).c_str());
+    return;
+  }
   if (f.role == "ffn") run_ffn(f);
   else run_attention(std::move(f));
 }
@@ -223,6 +222,7 @@ void run_worker(WorkerFlags f) {
 void register_worker(CLI::App& app) {
   auto f = std::make_shared<WorkerFlags>();
   auto* cmd = app.add_subcommand("worker", "Run one FFN or attention worker process of an AFD deployment");
+  add_print_config(cmd, &f->print_config);
   auto* role_opt = cmd->add_option("--role", f->role, "ffn | attention")->envname("AFD_ROLE");
   f->engine.add_to(cmd, /*model_required=*/false);
   f->service.add_to(cmd, /*public_api=*/false);
@@ -240,7 +240,8 @@ void register_worker(CLI::App& app) {
       ->envname("AFD_PEER_TIMEOUT_MS");
   auto* file_opt =
       cmd->add_option("--topology-file", f->topology_file,
-                      "Take every setting from this JSON file (docs/DEPLOYMENT.md); needs --role and --index")
+                      "Take the settings of worker --index of --role from this JSON file (docs/DEPLOYMENT.md); "
+                      "flags and AFD_* variables override its values")
           ->envname("AFD_TOPOLOGY_FILE");
   cmd->add_option("--metrics-listen", f->metrics_listen,
                   "FFN: host:port answering GET /metrics (Prometheus) and GET /health (default: none)")
@@ -252,7 +253,7 @@ void register_worker(CLI::App& app) {
   file_opt->needs(role_opt);
   file_opt->needs(index_opt);
   index_opt->needs(file_opt);
-  cmd->callback([f] { run_worker(*f); });
+  cmd->callback([f, cmd] { run_worker(f.get(), cmd); });
 }
 
 }  // namespace afd::cli

@@ -98,19 +98,19 @@ Result<std::vector<std::string>> parse_address_list(const std::string& flag, con
   return out;
 }
 
-Result<EngineOptions> EngineFlags::to_options() const {
+Result<EngineOptions> EngineFlags::to_options(bool open_trace) const {
   EngineOptions o;
   o.model_dir = model_dir;
   if (!precision_from_name(precision, &o.precision))
     return invalid_argument("--precision must be 'reference' or 'fast', got '" + precision + "'");
-  if (kv_dtype == "bf16") o.kv_dtype = DType::bf16;
-  else if (kv_dtype == "fp8" || kv_dtype == "f8_e4m3") o.kv_dtype = DType::f8_e4m3;
-  else if (kv_dtype == "f32") o.kv_dtype = DType::f32;
+  if (kv_dtype == "bf16") o.kv.dtype = DType::bf16;
+  else if (kv_dtype == "fp8" || kv_dtype == "f8_e4m3") o.kv.dtype = DType::f8_e4m3;
+  else if (kv_dtype == "f32") o.kv.dtype = DType::f32;
   else return invalid_argument("--kv-dtype must be bf16, fp8 or f32, got '" + kv_dtype + "'");
-  o.kv_capacity_tokens = kv_capacity;
-  o.kv_block_size = kv_block;
-  o.max_seqs = max_seqs;
-  o.prefix_caching = !no_prefix_cache;
+  o.kv.capacity_tokens = kv_capacity;
+  o.kv.block_size = kv_block;
+  o.kv.max_seqs = max_seqs;
+  o.kv.prefix_caching = !no_prefix_cache;
   o.n_threads = threads;
   o.topology = topology;
   if (!microbatches.empty()) {  // empty: EngineOptions::pipeline_microbatches() picks the wiring's default
@@ -119,28 +119,28 @@ Result<EngineOptions> EngineFlags::to_options() const {
       return invalid_argument("--microbatches: micro-batches must be one value in 1..4, got '" + microbatches + "'");
     o.microbatches = static_cast<int>((*v)[0]);
   }
-  o.fp8_dispatch = fp8_dispatch;
-  o.fp8_group = fp8_group;
-  o.afd_rounding_shards = afd_rounding;
-  o.ffn_tp = ffn_tp;
+  o.emulation.fp8_dispatch = fp8_dispatch;
+  o.afd.fp8_group = fp8_group;
+  o.emulation.afd_rounding_shards = afd_rounding;
+  o.afd.ffn_tp = ffn_tp;
   if (!ffn.empty()) {
-    AFD_ASSIGN_OR_RETURN(o.ffn_addresses, parse_address_list("--ffn", ffn));
+    AFD_ASSIGN_OR_RETURN(o.afd.ffn_addresses, parse_address_list("--ffn", ffn));
     // A bare --ffn list with the default topology means 1A{n}F.
-    if (topology == "mono") o.topology = "1A" + std::to_string(o.ffn_addresses.size()) + "F";
+    if (topology == "mono") o.topology = "1A" + std::to_string(o.afd.ffn_addresses.size()) + "F";
   }
-  o.attention_index = attention_index;
-  o.ffn_timeout_ms = ffn_timeout_ms;
-  o.ffn_connect_timeout_ms = ffn_connect_timeout_ms;
-  o.ffn_probe_ms = ffn_probe_ms;
-  o.ffn_takeover_ms = static_cast<int>(ffn_takeover_s * 1000 + 0.5);
-  o.ffn_parts = ffn_parts;
-  o.ucx_spin_us = ucx_spin_us;
+  o.afd.attention_index = attention_index;
+  o.afd.ffn_timeout_ms = ffn_timeout_ms;
+  o.afd.ffn_connect_timeout_ms = ffn_connect_timeout_ms;
+  o.afd.ffn_probe_ms = ffn_probe_ms;
+  o.afd.ffn_takeover_ms = static_cast<int>(ffn_takeover_s * 1000 + 0.5);
+  o.afd.ffn_parts = ffn_parts;
+  o.afd.ucx_spin_us = ucx_spin_us;
   o.ffn_device = ffn_device;
   AFD_RETURN_IF_ERROR(o.validate());
-  if (!trace.empty()) {
+  if (!trace.empty() && open_trace) {
     // Streamed from the start: a process killed mid-run leaves its spans up to then.
-    o.trace = std::make_shared<TraceRecorder>(static_cast<size_t>(trace_max_spans));
-    AFD_RETURN_IF_ERROR(o.trace->stream_to(trace).with_context("--trace"));
+    o.observability.trace = std::make_shared<TraceRecorder>(static_cast<size_t>(trace_max_spans));
+    AFD_RETURN_IF_ERROR(o.observability.trace->stream_to(trace).with_context("--trace"));
   }
   return o;
 }

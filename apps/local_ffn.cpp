@@ -50,16 +50,16 @@ Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, 
 
 Status LocalFfnProcesses::start(const EngineFlags& flags, EngineOptions* o, bool with_metrics) {
   if (!flags.spawn_ffn) return Status::ok();
-  if (!o->ffn_addresses.empty()) return invalid_argument("--spawn-ffn and --ffn exclude each other");
+  if (!o->afd.ffn_addresses.empty()) return invalid_argument("--spawn-ffn and --ffn exclude each other");
   AFD_ASSIGN_OR_RETURN(Topology t, parse_topology(o->topology));
   if (t.wiring != Wiring::afd) return invalid_argument("--spawn-ffn needs an xAyF topology, got '" + o->topology + "'");
   AFD_ASSIGN_OR_RETURN(SpawnedFfn spawned,
                        spawn_ffn_workers(&children_, t.n_attention, t.n_ffn, flags, flags.threads, with_metrics));
-  o->ffn_addresses = std::move(spawned.addresses);
+  o->afd.ffn_addresses = std::move(spawned.addresses);
   metrics_ = std::move(spawned.metrics);
   trace_parts_ = std::move(spawned.trace_parts);
-  o->attention_index = 0;
-  o->local_attention = t.n_attention;
+  o->afd.attention_index = 0;
+  o->afd.local_attention = t.n_attention;
   return Status::ok();
 }
 

@@ -28,8 +28,8 @@ Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, 
 
 class LocalFfnProcesses {
  public:
-  // No-op unless flags.spawn_ffn. Otherwise spawns the workers, fills o->ffn_addresses and
-  // hosts all x attention workers here (o->local_attention = x). with_metrics: each worker
+  // No-op unless flags.spawn_ffn. Otherwise spawns the workers, fills o->afd.ffn_addresses and
+  // hosts all x attention workers here (o->afd.local_attention = x). with_metrics: each worker
   // also answers GET /metrics at one of metrics_targets().
   Status start(const EngineFlags& flags, EngineOptions* o, bool with_metrics = false);
   const std::vector<serve::MetricsTarget>& metrics_targets() const { return metrics_; }

@@ -374,8 +374,8 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   Status s = raw->run();
   on_signal->reset();  // a signal's stop() has finished (the service outlives it)
   raw->stop();
-  if (opt.trace && !extras.trace_path.empty()) {
-    if (Status ts = write_trace(cmd, *opt.trace, extras.trace_path); !ts.is_ok())
+  if (opt.observability.trace && !extras.trace_path.empty()) {
+    if (Status ts = write_trace(cmd, *opt.observability.trace, extras.trace_path); !ts.is_ok())
       spdlog::error("afd {}: {}", cmd, ts.to_string());
   }
   if (!s.is_ok()) fail(cmd, s);

@@ -1,8 +1,8 @@
 // Times gqa_attend_one (one query token, one KV head group) over a long bf16 context,
 // single-threaded, and reports the achieved KV read bandwidth and FLOP rate (best of `reps`),
 // and the time to store one token's K and V rows (PagedKvCache::write).
-// Usage: bench_attention [ctx] [n_kv_heads] [reps]. AFD_ATTN_KERNEL=v1 times the previous
-// AVX-512 kernel, AFD_CPU_DISABLE=avx512 the portable one (see gqa_attention.cpp).
+// Usage: bench_attention [ctx] [n_kv_heads] [reps]. AFD_CPU_DISABLE=avx512 times the portable
+// kernel instead of the tiled AVX-512 one (see gqa_attention.cpp).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

@@ -53,10 +53,10 @@ Result_ run(const Args& a, const std::string& dir, const Tokenizer* tok, bool ca
   EngineOptions o;
   o.model_dir = dir;
   o.precision = Precision::fast;
-  o.kv_capacity_tokens = 65536;
-  o.max_seqs = 64;
+  o.kv.capacity_tokens = 65536;
+  o.kv.max_seqs = 64;
   o.n_threads = a.threads;
-  o.prefix_caching = caching;
+  o.kv.prefix_caching = caching;
   auto e = make_engine(o);
   if (!e.ok()) {
     std::fprintf(stderr, "engine: %s\n", e.status().to_string().c_str());

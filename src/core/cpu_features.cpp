@@ -22,7 +22,7 @@ CpuFeatures detect() {
   __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
   f.f16c = (c >> 29) & 1;
 #endif
-  // The one environment switch of this module: lets tests exercise portable kernels.
+  // AFD_CPU_DISABLE: the user-facing ISA override (cpu_features.h).
   if (const char* dis = std::getenv("AFD_CPU_DISABLE")) {
     std::string_view v(dis);
     if (v == "avx512" || v == "all") {

@@ -17,7 +17,10 @@ struct CpuFeatures {
   std::string to_string() const;
 };
 
-// Detected once; AFD_CPU_DISABLE=avx512 (or "all") masks features for testing portable paths.
+// Detected once. The environment variable AFD_CPU_DISABLE is a documented user-facing ISA
+// override (docs/DEPLOYMENT.md, "Configuration"): "avx512" masks the AVX-512 features, "all"
+// also AVX2 / FMA / F16C, so every kernel takes its AVX2 or portable path (a CPU whose wide
+// vectors downclock it, a comparison run, the tests of the portable paths).
 const CpuFeatures& cpu_features();
 
 }  // namespace afd

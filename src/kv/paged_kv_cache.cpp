@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string_view>
 
 #include <sys/mman.h>
 
@@ -26,12 +24,8 @@ namespace {
 // Asks for transparent huge pages on the 2 MiB-aligned interior of [p, p + bytes): attention
 // reads one kv head's page run (block_size * head_dim elements, 4 KiB for bf16 x 128) per
 // block, n_kv_heads runs apart, so with 4 KiB pages nearly every run is a TLB miss.
-// AFD_KV_HUGEPAGES=0 turns it off.
-void advise_huge_pages(uint8_t* p, size_t bytes) {
-  static const bool on = [] {
-    const char* e = std::getenv("AFD_KV_HUGEPAGES");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+// on: KvCacheConfig::huge_pages.
+void advise_huge_pages(uint8_t* p, size_t bytes, bool on) {
   constexpr uintptr_t kHuge = uintptr_t{2} << 20;
   const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
   const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
@@ -45,10 +39,10 @@ PagedKvCache::PagedKvCache(const KvCacheConfig& cfg)
   size_t bytes = rows * row_elems() * dtype_size(cfg_.dtype);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     k_.emplace_back(new uint8_t[bytes]);
-    advise_huge_pages(k_.back().get(), bytes);
+    advise_huge_pages(k_.back().get(), bytes, cfg_.huge_pages);
     if (!cfg_.k_only) {
       v_.emplace_back(new uint8_t[bytes]);
-      advise_huge_pages(v_.back().get(), bytes);
+      advise_huge_pages(v_.back().get(), bytes, cfg_.huge_pages);
     }
     if (cfg_.dtype == DType::f8_e4m3) {
       k_scale_.emplace_back(new float[rows * cfg_.n_kv_heads]);

@@ -54,6 +54,7 @@ struct KvCacheConfig {
   DType dtype = DType::bf16;  // f32 | bf16 | f8_e4m3
   bool prefix_caching = true;  // register full blocks by content and reuse them (see above)
   bool k_only = false;  // no V rows: write() ignores v, read_v / v_head / v_scales are invalid
+  bool huge_pages = true;      // ask for transparent huge pages for K/V storage (madvise)
 };
 
 // Prefix-cache counters since creation (tokens).

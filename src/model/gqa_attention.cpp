@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -22,8 +20,7 @@
 #define AFD_ALWAYS_INLINE inline __attribute__((always_inline))
 
 // Dispatch (gqa_attend_one, chosen once per process from cpu_features()):
-//   AVX-512F/BW/VL and head_dim % 16 == 0, KV bf16 / f32 / fp8 -> attend_avx512_tiled
-//   (AFD_ATTN_KERNEL=v1: attend_avx512_bf16_f32 for bf16 / f32, portable for fp8);
+//   AVX-512F/BW/VL and head_dim % 16 == 0, KV bf16 / f32 / fp8 -> attend_avx512_tiled;
 //   otherwise attend_impl compiled for AVX-512, AVX2+FMA or the baseline ISA
 //   (AFD_CPU_DISABLE=avx512 / all force the latter two).
 // Every path computes the scores and the P.V products in f32 from the KV values as the cache
@@ -108,89 +105,6 @@ AFD_ALWAYS_INLINE void attend_impl(const PagedKvCache& kv, int64_t layer, int64_
   }
 }
 
-// 16 KV elements (bf16 or f32) widened to f32.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"), always_inline)) inline __m512 load16(
-    const uint8_t* p, int64_t v, bool bf16) {
-  if (bf16) {
-    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p) + v);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + 16 * v);
-}
-
-// Scores of the G heads against positions [j0, n_ctx): each K row is widened once into NV
-// registers and reused by every head of the group.
-template <int NV, class RowPtr>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"), always_inline)) inline void scores_avx512(
-    const float* qg, int64_t G, int64_t j0, int64_t n_ctx, int64_t n, float scale, bool bf16, const RowPtr& row_ptr,
-    float* scores) {
-  for (int64_t j = j0; j < n_ctx; ++j) {
-    const uint8_t* kp = row_ptr(true, j);
-    __m512 kr[NV];
-    for (int v = 0; v < NV; ++v) kr[v] = load16(kp, v, bf16);
-    for (int64_t h = 0; h < G; ++h) {
-      const float* qh = qg + h * NV * 16;
-      __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(qh), kr[0]);
-      for (int v = 1; v < NV; ++v) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * v), kr[v], acc);
-      scores[h * n + (j - j0)] = _mm512_reduce_add_ps(acc) * scale;
-    }
-  }
-}
-
-// Previous AVX-512 path ("v1", only with AFD_ATTN_KERNEL=v1; bf16 / f32 KV, head_dim % 16 ==
-// 0), kept as the baseline the tiled kernel below is measured against: each K row is widened
-// once into registers and dotted with the G query heads with one horizontal reduce per
-// (position, head); V rows are accumulated into the G output heads through L1 (a load and a
-// store per position, 16-dim chunk and head).
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void attend_avx512_bf16_f32(
-    const PagedKvCache& kv, int64_t layer, int64_t seq, int64_t n_ctx, int64_t g, const GqaShape& s,
-    const float* q, float* out) {
-  const int64_t hd = s.head_dim, G = s.n_heads / s.n_kv_heads, bs = kv.config().block_size;
-  const bool bf16 = kv.config().dtype == DType::bf16;
-  const auto& table = kv.block_table(seq);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t j0 = (s.window > 0 && n_ctx > s.window) ? n_ctx - s.window : 0;
-  const int64_t n = n_ctx - j0, nv = hd / 16;
-  thread_local std::vector<float> scores;
-  scores.resize(static_cast<size_t>(G * n));
-  const float* qg = q + g * G * hd;
-  float* og = out + g * G * hd;
-  const size_t esz = bf16 ? 2 : 4;
-  auto row_ptr = [&](bool is_k, int64_t j) {
-    const int64_t blk = table[j / bs], slot = j % bs;
-    return (is_k ? kv.k_head(layer, blk, g) : kv.v_head(layer, blk, g)) + slot * hd * esz;
-  };
-  if (nv == 8) {
-    scores_avx512<8>(qg, G, j0, n_ctx, n, scale, bf16, row_ptr, scores.data());
-  } else if (nv == 4) {
-    scores_avx512<4>(qg, G, j0, n_ctx, n, scale, bf16, row_ptr, scores.data());
-  } else {
-    for (int64_t j = j0; j < n_ctx; ++j) {
-      const uint8_t* kp = row_ptr(true, j);
-      for (int64_t h = 0; h < G; ++h) {
-        const float* qh = qg + h * hd;
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t v = 0; v < nv; ++v) acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * v), load16(kp, v, bf16), acc);
-        scores[h * n + (j - j0)] = _mm512_reduce_add_ps(acc) * scale;
-      }
-    }
-  }
-  for (int64_t h = 0; h < G; ++h) {
-    kernels::softmax(&scores[h * n], n);
-    std::memset(og + h * hd, 0, static_cast<size_t>(hd) * 4);
-  }
-  for (int64_t j = j0; j < n_ctx; ++j) {
-    const uint8_t* vp = row_ptr(false, j);
-    for (int64_t v = 0; v < nv; ++v) {
-      const __m512 x = load16(vp, v, bf16);
-      for (int64_t h = 0; h < G; ++h) {
-        float* o = og + h * hd + 16 * v;
-        _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_set1_ps(scores[h * n + (j - j0)]), x, _mm512_loadu_ps(o)));
-      }
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------------------
 // Tiled AVX-512 kernel (bf16, f32 and fp8 e4m3 KV; head_dim % 16 == 0).
 //
@@ -211,14 +125,16 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void attend_avx512
 //   3. P.V: for each tile and each group of at most 8 heads, for each 16-dim chunk v, the
 //      heads' output chunks stay in registers across the tile's positions (acc[h] +=
 //      p[h][t] * V[t][16v..], p as broadcast memory operand) and are written back once per
-//      tile. V rows: bf16 rows of one page are widened in registers (AFD_ATTN_V_DIRECT=0:
-//      through `buf` instead); otherwise as f32 like K (page or `buf`).
+//      tile. V rows: bf16 rows of one page are widened in registers; otherwise as f32 like K
+//      (page or `buf`).
 // Registers: pass 1 uses 16 accumulators + 1 q chunk, pass 3 at most 8 accumulators + 1 V
-// chunk, so any head_dim multiple of 16 and any G run without spills. The next tiles' K / V
-// rows are prefetched (see prefetch_rows).
+// chunk, so any head_dim multiple of 16 and any G run without spills. The K / V rows
+// kPrefetchTiles tiles ahead are prefetched (see prefetch_rows).
 // ---------------------------------------------------------------------------------------
 
 constexpr int64_t kTile = 16;
+// Prefetch distance in tiles (docs/bench-log/2026-11-sessions-1-18.md).
+constexpr int64_t kPrefetchTiles = 2;
 
 #define AFD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"), always_inline)) inline
 
@@ -371,16 +287,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void atte
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t j0 = (s.window > 0 && n_ctx > s.window) ? n_ctx - s.window : 0;
   const int64_t n = n_ctx - j0, ns = (n + kTile - 1) / kTile * kTile;
-  // Prefetch distance in tiles (AFD_ATTN_PREFETCH, 0 = off; a tuning knob).
-  static const int64_t pf = [] {
-    const char* e = std::getenv("AFD_ATTN_PREFETCH");
-    return e != nullptr ? std::max<int64_t>(0, std::atoll(e)) : 2;
-  }();
-  // bf16 V widened in registers (default) or through the tile buffer (AFD_ATTN_V_DIRECT=0).
-  static const bool v_direct = [] {
-    const char* e = std::getenv("AFD_ATTN_V_DIRECT");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+  constexpr int64_t pf = kPrefetchTiles;
   thread_local std::vector<float> scores, buf;
   scores.resize(static_cast<size_t>(G * ns));
   buf.resize(static_cast<size_t>(kTile * hd));
@@ -393,7 +300,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void atte
     return std::pair<const uint8_t*, const float*>(kv.v_head(layer, blk, g), fp8 ? kv.v_scales(layer, blk, g) : nullptr);
   };
   for (int64_t jb = j0; jb < n_ctx; jb += kTile) {
-    if (pf > 0 && jb + pf * kTile < n_ctx)
+    if (jb + pf * kTile < n_ctx)
       prefetch_rows(table, bs, jb + pf * kTile, std::min(kTile, n_ctx - jb - pf * kTile), hd, esz, k_head);
     const float* K = tile_rows(table, bs, jb, std::min(kTile, n_ctx - jb), hd, dt, k_head, buf.data());
     score_tile(K, qg, G, hd, scale, &scores[jb - j0], ns);
@@ -404,11 +311,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void atte
   }
   for (int64_t jb = j0; jb < n_ctx; jb += kTile) {
     const int64_t nb = std::min(kTile, n_ctx - jb);
-    if (pf > 0 && jb + pf * kTile < n_ctx)
+    if (jb + pf * kTile < n_ctx)
       prefetch_rows(table, bs, jb + pf * kTile, std::min(kTile, n_ctx - jb - pf * kTile), hd, esz, v_head);
     const float* p = &scores[jb - j0];
     const int64_t slot0 = jb % bs;
-    if (dt == DType::bf16 && v_direct && slot0 + nb <= bs) {  // the tile's rows lie in one page
+    if (dt == DType::bf16 && slot0 + nb <= bs) {  // the tile's rows lie in one page
       pv_heads<true>(kv.v_head(layer, table[jb / bs], g) + slot0 * hd * 2, nb, hd, G, p, ns, og);
     } else {
       pv_heads<false>(tile_rows(table, bs, jb, nb, hd, dt, v_head, buf.data()), nb, hd, G, p, ns, og);
@@ -447,22 +354,10 @@ void gqa_attend_one(const PagedKvCache& kv, int64_t layer, int64_t seq, int64_t 
     const CpuFeatures& f = cpu_features();
     return f.avx512f && f.avx512bw && f.avx512vl;
   }();
-  // AFD_ATTN_KERNEL=v1 selects the previous AVX-512 kernel (bf16 / f32 only; fp8 then takes
-  // the portable path), kept to measure against in the same run.
-  static const bool v1 = [] {
-    const char* e = std::getenv("AFD_ATTN_KERNEL");
-    return e != nullptr && std::string_view(e) == "v1";
-  }();
   const DType dt = kv.config().dtype;
-  if (avx512 && s.head_dim % 16 == 0) {
-    if (!v1 && (dt == DType::bf16 || dt == DType::f32 || dt == DType::f8_e4m3)) {
-      attend_avx512_tiled(kv, layer, seq, n_ctx, g, s, q, out);
-      return;
-    }
-    if (v1 && (dt == DType::bf16 || dt == DType::f32)) {
-      attend_avx512_bf16_f32(kv, layer, seq, n_ctx, g, s, q, out);
-      return;
-    }
+  if (avx512 && s.head_dim % 16 == 0 && (dt == DType::bf16 || dt == DType::f32 || dt == DType::f8_e4m3)) {
+    attend_avx512_tiled(kv, layer, seq, n_ctx, g, s, q, out);
+    return;
   }
   impl(kv, layer, seq, n_ctx, g, s, q, out);
 }

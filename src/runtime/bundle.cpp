@@ -24,10 +24,10 @@ std::string attn_name(int i) { return "attn" + std::to_string(i); }
 // FfnClient and in the FfnWorker. A topology whose buffers the machine cannot hold is
 // refused here rather than killed by the kernel part-way through allocating them.
 Status check_wire_memory(const EngineOptions& opt, const Topology& topo, const ModelConfig& c) {
-  const comm::ScaleGranularity g = opt.fp8_group == 128 ? comm::ScaleGranularity::per_block : comm::ScaleGranularity::per_token;
-  AFD_ASSIGN_OR_RETURN(comm::A2fLayout lay, comm::a2f_layout(opt.max_batch_tokens, c.hidden_size, c.n_experts_per_tok, g));
+  const comm::ScaleGranularity g = opt.afd.fp8_group == 128 ? comm::ScaleGranularity::per_block : comm::ScaleGranularity::per_token;
+  AFD_ASSIGN_OR_RETURN(comm::A2fLayout lay, comm::a2f_layout(opt.afd.max_batch_tokens, c.hidden_size, c.n_experts_per_tok, g));
   const double per_frame_pair = static_cast<double>(2 * comm::kFrameHeaderBytes + lay.total +
-                                                    comm::f2a_payload_bytes(opt.max_batch_tokens, c.hidden_size));
+                                                    comm::f2a_payload_bytes(opt.afd.max_batch_tokens, c.hidden_size));
   const double need = per_frame_pair * 2 * topo.n_attention * topo.n_ffn * opt.pipeline_microbatches();
   const int64_t avail = available_memory_bytes();
   if (avail > 0 && need > 0.8 * static_cast<double>(avail)) {
@@ -38,7 +38,7 @@ Status check_wire_memory(const EngineOptions& opt, const Topology& topo, const M
                   "spare (%.1f GiB available): use fewer workers, fewer micro-batches, a smaller --max-batch-tokens, "
                   "or worker processes",
                   topo.to_string().c_str(), need / (1 << 30), topo.n_attention, topo.n_ffn, opt.pipeline_microbatches(),
-                  static_cast<long long>(opt.max_batch_tokens), static_cast<double>(avail) / (1 << 30));
+                  static_cast<long long>(opt.afd.max_batch_tokens), static_cast<double>(avail) / (1 << 30));
     return resource_exhausted(msg);
   }
   return Status::ok();
@@ -74,14 +74,14 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
                                                std::shared_ptr<const ModelWeights> w) {
   std::unique_ptr<Bundle> b(new Bundle());
   b->topo_ = topo;
-  const bool remote = !opt.ffn_addresses.empty();
-  b->first_attention_index_ = remote ? opt.attention_index : 0;
+  const bool remote = !opt.afd.ffn_addresses.empty();
+  b->first_attention_index_ = remote ? opt.afd.attention_index : 0;
   const bool ref = opt.precision == Precision::reference;
   const int x = topo.n_attention, y = topo.n_ffn;
   // Threads: in EP each worker's FFN shares its attention engine's cores (one pool per
   // worker); in AFD the two sides have their own pools.
   std::vector<std::shared_ptr<ThreadPool>> attn_pools;
-  const int local_attn = remote ? std::max(1, std::min(opt.local_attention, x - opt.attention_index)) : x;
+  const int local_attn = remote ? std::max(1, std::min(opt.afd.local_attention, x - opt.afd.attention_index)) : x;
   // Default threads: every pool gets all cores and the OS shares them. Measured on the
   // 2-core bench machine (docs/BENCHMARKS.md, bench preset, batch 128): splitting the cores
   // between the attention and FFN pools reached 0.48-0.70 of mono tokens/s; giving each
@@ -96,17 +96,17 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
     hub = std::make_shared<comm::InprocHub>();
     for (int j = 0; j < y; ++j) {
       AFD_ASSIGN_OR_RETURN(auto it, comm::InprocTransport::create(hub, ffn_name(j)));
-      std::unique_ptr<comm::Transport> t = with_delay(std::move(it), opt.inject_delay_us);
+      std::unique_ptr<comm::Transport> t = with_delay(std::move(it), opt.emulation.inject_delay_us);
       AFD_RETURN_IF_ERROR(t->listen(ffn_name(j)));
       FfnWorkerOptions fo;
       fo.index = j;
       fo.n_ffn = y;
       fo.n_attention = x;
       fo.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
-      fo.peer_timeout_ms = opt.ffn_timeout_ms;
-      fo.tp = opt.ffn_tp;
+      fo.peer_timeout_ms = opt.afd.ffn_timeout_ms;
+      fo.tp = opt.afd.ffn_tp;
       fo.device = opt.ffn_device;
-      if (opt.trace) trace_ffn_batches(opt.trace, &fo);
+      if (opt.observability.trace) trace_ffn_batches(opt.observability.trace, &fo);
       ThreadPool* pool;
       if (topo.wiring == Wiring::ep) {
         pool = attn_pools[j].get();
@@ -142,7 +142,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
   }
 
   for (int i = 0; i < local_attn; ++i) {
-    const int index = remote ? opt.attention_index + i : i;
+    const int index = remote ? opt.afd.attention_index + i : i;
     std::unique_ptr<comm::Transport> t;
     FfnClientOptions co;
     co.index = index;
@@ -152,36 +152,36 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
     if (remote) {
       comm::UcxOptions uo;
       uo.name = attn_name(index);
-      uo.set_waiter_spin_us(opt.ucx_spin_us);
+      uo.set_waiter_spin_us(opt.afd.ucx_spin_us);
       AFD_ASSIGN_OR_RETURN(auto ut, comm::UcxTransport::create(uo));
       t = std::move(ut);
-      co.ffn_addresses = opt.ffn_addresses;
+      co.ffn_addresses = opt.afd.ffn_addresses;
     } else {
       AFD_ASSIGN_OR_RETURN(auto it, comm::InprocTransport::create(hub, attn_name(index)));
       t = std::move(it);
       for (int j = 0; j < y; ++j) co.ffn_addresses.push_back(ffn_name(j));
     }
     co.microbatches = opt.pipeline_microbatches();
-    co.max_tokens = opt.max_batch_tokens;
-    co.per_block_scales = opt.fp8_group == 128;
-    co.timeout_ms = opt.ffn_timeout_ms;
-    co.connect_timeout_ms = opt.ffn_connect_timeout_ms;
-    co.probe_interval_ms = opt.ffn_probe_ms;
-    co.expect_tp = opt.ffn_tp > 1 || !remote ? opt.ffn_tp : 0;  // remote, default 1: accept what the workers announce
-    co.takeover_ms = opt.ffn_takeover_ms;
-    co.parts = opt.ffn_parts;
-    t = with_delay(std::move(t), opt.inject_delay_us);
+    co.max_tokens = opt.afd.max_batch_tokens;
+    co.per_block_scales = opt.afd.fp8_group == 128;
+    co.timeout_ms = opt.afd.ffn_timeout_ms;
+    co.connect_timeout_ms = opt.afd.ffn_connect_timeout_ms;
+    co.probe_interval_ms = opt.afd.ffn_probe_ms;
+    co.expect_tp = opt.afd.ffn_tp > 1 || !remote ? opt.afd.ffn_tp : 0;  // remote, default 1: accept what the workers announce
+    co.takeover_ms = opt.afd.ffn_takeover_ms;
+    co.parts = opt.afd.ffn_parts;
+    t = with_delay(std::move(t), opt.emulation.inject_delay_us);
     AFD_ASSIGN_OR_RETURN(auto client, FfnClient::create(w, t.get(), co));
     b->clients_.push_back(client.get());  // owned by the engine below
     b->transports_.push_back(std::move(t));
     EngineOptions eo = opt;
-    eo.attention_index = index;
+    eo.afd.attention_index = index;
     AFD_ASSIGN_OR_RETURN(auto e, make_pipeline_engine(eo, w, std::move(client), attn_pools[i]));
     b->attention_.push_back(std::move(e));
   }
   spdlog::info("bundle {} complete: {} attention engine(s) here, {} FFN worker(s) {}{}", topo.to_string(), local_attn, y,
                remote ? "remote" : "in-process",
-               opt.ffn_tp > 1 ? " (FFN TP degree " + std::to_string(opt.ffn_tp) + ")" : std::string());
+               opt.afd.ffn_tp > 1 ? " (FFN TP degree " + std::to_string(opt.afd.ffn_tp) + ")" : std::string());
   return b;
 }
 

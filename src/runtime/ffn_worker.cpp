@@ -507,14 +507,13 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
   // attention worker is favoured. If another attention worker is mid-step *behind* on
   // that micro-batch (it will send a lower layer next), wait for it and serve it first:
   // this brings attention workers into lockstep, so later layers aggregate.
-  static thread_local size_t rotate = 0;
   Peer* first = nullptr;
   int mb = -1;
   uint32_t best = 0;
   for (int attempt = 0; attempt < 2; ++attempt) {
     first = nullptr;
     for (size_t k = 0; k < peers_.size(); ++k) {
-      Peer& p = *peers_[(rotate + k) % peers_.size()];
+      Peer& p = *peers_[(rotate_ + k) % peers_.size()];
       if (!p.serving) continue;
       for (size_t m = 0; m < p.mbs.size(); ++m) {
         if (p.mbs[m].ready && (first == nullptr || p.mbs[m].view.header.layer < best)) {
@@ -553,7 +552,7 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     }
     if (!any) break;
   }
-  ++rotate;
+  ++rotate_;
   const uint32_t layer = first->mbs[static_cast<size_t>(mb)].view.header.layer;
 
   // Wait for the other attention workers expected at (layer, mb).

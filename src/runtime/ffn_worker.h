@@ -214,6 +214,7 @@ class FfnWorker {
   FfnPartOptions part_;
   comm::A2fLimits limits_;
   std::vector<std::unique_ptr<Peer>> peers_;
+  size_t rotate_ = 0;  // serve_one: the peer its scan starts at (ties rotate over peers_)
   FfnScratch scratch_;
   std::unique_ptr<class CudaFfn> gpu_;  // device == "cuda"
   std::vector<float> h_, out_;        // [total, hidden]

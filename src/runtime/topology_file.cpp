@@ -1,5 +1,6 @@
 #include "runtime/topology_file.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -39,6 +40,24 @@ class Fields {
     *out = static_cast<int>(v);
     return Status::ok();
   }
+  // A checked integer or string value given under `key`, recorded as the setting `flag_key`.
+  Status int_setting(const char* key, const char* flag_key, int lo, int hi, std::vector<TopologySetting>* out) const {
+    if (obj_.find(key) == obj_.end()) return Status::ok();
+    int v = 0;
+    AFD_RETURN_IF_ERROR(integer(key, &v, lo, hi));
+    out->push_back({flag_key, v, where(key)});
+    return Status::ok();
+  }
+  Status str_setting(const char* key, const char* flag_key, std::vector<TopologySetting>* out,
+                     std::initializer_list<const char*> allowed = {}, const char* allowed_text = "") const {
+    if (obj_.find(key) == obj_.end()) return Status::ok();
+    std::string v;
+    AFD_RETURN_IF_ERROR(str(key, &v));
+    if (allowed.size() > 0 && std::find(allowed.begin(), allowed.end(), v) == allowed.end()) return err(key, allowed_text);
+    out->push_back({flag_key, v, where(key)});
+    return Status::ok();
+  }
+  std::string where(const std::string& key) const { return path_ + (path_.empty() ? "" : ".") + key; }
   Status err(const std::string& key, const std::string& what) const {
     return invalid_argument(origin_ + ": " + path_ + (path_.empty() ? "" : ".") + key + ": " + what);
   }
@@ -50,12 +69,12 @@ class Fields {
 };
 
 Status parse_worker(const json& j, const std::string& origin, const std::string& path, bool attention,
-                    const TopologyWorker& defaults, TopologyWorker* w) {
+                    const std::string& model_dir, TopologyWorker* w) {
   if (!j.is_object()) return invalid_argument(origin + ": " + path + ": must be an object");
   Fields f(j, origin, path);
   if (attention) AFD_RETURN_IF_ERROR(f.check_keys({"address", "listen", "model", "threads", "microbatches"}));
   else AFD_RETURN_IF_ERROR(f.check_keys({"address", "listen", "model", "threads", "device", "metrics"}));
-  *w = defaults;
+  w->model_dir = model_dir;
   AFD_RETURN_IF_ERROR(f.str("address", &w->address, /*required=*/true));
   std::string h;
   int p = 0;
@@ -64,14 +83,14 @@ Status parse_worker(const json& j, const std::string& origin, const std::string&
   AFD_RETURN_IF_ERROR(f.str("listen", &w->listen));
   if (Status s = split_host_port(w->listen, &h, &p); !s.is_ok()) return f.err("listen", s.message());
   AFD_RETURN_IF_ERROR(f.str("model", &w->model_dir));
-  AFD_RETURN_IF_ERROR(f.integer("threads", &w->threads, 0, 4096));
-  if (attention) AFD_RETURN_IF_ERROR(f.integer("microbatches", &w->microbatches, 1, 4));
+  AFD_RETURN_IF_ERROR(f.int_setting("threads", "threads", 0, 4096, &w->settings));
+  if (attention) AFD_RETURN_IF_ERROR(f.int_setting("microbatches", "microbatches", 1, 4, &w->settings));
   if (!attention) {
-    AFD_RETURN_IF_ERROR(f.str("device", &w->device));
-    if (w->device != "cpu" && w->device != "cuda") return f.err("device", "must be 'cpu' or 'cuda'");
+    AFD_RETURN_IF_ERROR(f.str_setting("device", "ffn_device", &w->settings, {"cpu", "cuda"}, "must be 'cpu' or 'cuda'"));
     AFD_RETURN_IF_ERROR(f.str("metrics", &w->metrics_listen));
     if (!w->metrics_listen.empty()) {
       if (Status s = split_host_port(w->metrics_listen, &h, &p); !s.is_ok()) return f.err("metrics", s.message());
+      w->settings.push_back({"metrics_listen", w->metrics_listen, f.where("metrics")});
     }
   }
   if (w->model_dir.empty()) return f.err("model", "missing (set it here or at the top level)");
@@ -109,6 +128,49 @@ std::string TopologyFile::ffn_addresses() const {
   return out;
 }
 
+const TopologySetting* TopologyFile::find(const std::string& key) const {
+  const TopologySetting* found = nullptr;
+  for (const auto& st : settings)
+    if (st.key == key) found = &st;
+  return found;
+}
+
+std::vector<TopologySetting> TopologyFile::worker_settings(bool is_attention, size_t index) const {
+  const std::vector<TopologyWorker>& ws = is_attention ? attention : ffn;
+  const TopologyWorker& w = ws.at(index);
+  const std::string self = std::string(is_attention ? "attention" : "ffn") + "[" + std::to_string(index) + "]";
+  std::vector<TopologySetting> out = settings;
+  out.insert(out.end(), w.settings.begin(), w.settings.end());
+  out.push_back({"model", w.model_dir, self + ".model (or the top level's)"});
+  out.push_back({"topology", topology(), "attention, ffn (the worker counts)"});
+  out.push_back({"listen", w.listen, self + ".listen (or .address)"});
+  out.push_back({"attention", static_cast<int>(attention.size()), "attention (the worker count)"});
+  if (!frontend.model_name.empty()) out.push_back({"model_name", frontend.model_name, "frontend.model_name"});
+  if (is_attention) {
+    out.push_back({"ffn", ffn_addresses(), "ffn[*].address"});
+    out.push_back({"attention_index", static_cast<int>(index), self + " (its place in the list)"});
+  } else {
+    out.push_back({"shard", std::to_string(index) + "/" + std::to_string(ffn.size()), self + " (its place in the list)"});
+  }
+  return out;
+}
+
+std::vector<TopologySetting> TopologyFile::frontend_settings() const {
+  std::vector<TopologySetting> out;
+  if (!frontend.listen.empty()) {
+    std::string host;
+    int port = 0;
+    if (split_host_port(frontend.listen, &host, &port).is_ok()) {  // checked by the parser
+      out.push_back({"host", host, "frontend.listen"});
+      out.push_back({"port", port, "frontend.listen"});
+    }
+  }
+  if (!frontend.api_key.empty()) out.push_back({"api_key", frontend.api_key, "frontend.api_key"});
+  if (!frontend.model_name.empty()) out.push_back({"model_name", frontend.model_name, "frontend.model_name"});
+  out.push_back({"model", frontend.model_dir, "frontend.model (or the top level's)"});
+  return out;
+}
+
 Result<TopologyFile> parse_topology_file(const std::string& text, const std::string& origin) {
   // Keys seen in each open object, innermost last: a key given twice is an error (the JSON
   // library would keep the last one silently).
@@ -137,41 +199,39 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
                                       "ffn_connect_timeout_ms", "ffn_probe_ms", "ffn_takeover_s", "ffn_parts", "peer_timeout_ms", "ffn_tp", "ucx_spin_us", "scheduler",
                                       "frontend", "attention", "ffn"}));
   TopologyFile t;
-  TopologyWorker defaults;
-  AFD_RETURN_IF_ERROR(top.str("model", &defaults.model_dir));
-  AFD_RETURN_IF_ERROR(top.str("precision", &t.precision));
-  if (t.precision != "fast" && t.precision != "reference") return top.err("precision", "must be 'fast' or 'reference'");
-  AFD_RETURN_IF_ERROR(top.str("kv_dtype", &t.kv_dtype));
-  if (t.kv_dtype != "bf16" && t.kv_dtype != "fp8" && t.kv_dtype != "f32") return top.err("kv_dtype", "must be bf16, fp8 or f32");
-  AFD_RETURN_IF_ERROR(top.integer("microbatches", &defaults.microbatches, 1, 4));
-  AFD_RETURN_IF_ERROR(top.integer("threads", &defaults.threads, 0, 4096));
-  AFD_RETURN_IF_ERROR(top.integer("ffn_timeout_ms", &t.ffn_timeout_ms, 1, 86400000));
-  AFD_RETURN_IF_ERROR(top.integer("ffn_connect_timeout_ms", &t.ffn_connect_timeout_ms, 1, 86400000));
-  AFD_RETURN_IF_ERROR(top.integer("ffn_probe_ms", &t.ffn_probe_ms, 0, 86400000));
-  AFD_RETURN_IF_ERROR(top.integer("ffn_takeover_s", &t.ffn_takeover_s, 0, 86400));
-  AFD_RETURN_IF_ERROR(top.integer("ffn_parts", &t.ffn_parts, 0, 64));
-  AFD_RETURN_IF_ERROR(top.integer("peer_timeout_ms", &t.peer_timeout_ms, 1, 86400000));
-  AFD_RETURN_IF_ERROR(top.integer("ffn_tp", &t.ffn_tp, 1, 64));
-  AFD_RETURN_IF_ERROR(top.integer("ucx_spin_us", &t.ucx_spin_us, 0, 1000000));
+  std::string model_dir;
+  AFD_RETURN_IF_ERROR(top.str("model", &model_dir));
+  std::vector<TopologySetting>& st = t.settings;
+  AFD_RETURN_IF_ERROR(top.str_setting("precision", "precision", &st, {"fast", "reference"}, "must be 'fast' or 'reference'"));
+  AFD_RETURN_IF_ERROR(top.str_setting("kv_dtype", "kv_dtype", &st, {"bf16", "fp8", "f32"}, "must be bf16, fp8 or f32"));
+  AFD_RETURN_IF_ERROR(top.int_setting("microbatches", "microbatches", 1, 4, &st));
+  AFD_RETURN_IF_ERROR(top.int_setting("threads", "threads", 0, 4096, &st));
+  AFD_RETURN_IF_ERROR(top.int_setting("ffn_timeout_ms", "ffn_timeout_ms", 1, 86400000, &st));
+  AFD_RETURN_IF_ERROR(top.int_setting("ffn_connect_timeout_ms", "ffn_connect_timeout_ms", 1, 86400000, &st));
+  AFD_RETURN_IF_ERROR(top.int_setting("ffn_probe_ms", "ffn_probe_ms", 0, 86400000, &st));
+  AFD_RETURN_IF_ERROR(top.int_setting("ffn_takeover_s", "ffn_takeover_s", 0, 86400, &st));
+  AFD_RETURN_IF_ERROR(top.int_setting("ffn_parts", "ffn_parts", 0, 64, &st));
+  AFD_RETURN_IF_ERROR(top.int_setting("peer_timeout_ms", "peer_timeout_ms", 1, 86400000, &st));
+  AFD_RETURN_IF_ERROR(top.int_setting("ffn_tp", "ffn_tp", 1, 64, &st));
+  AFD_RETURN_IF_ERROR(top.int_setting("ucx_spin_us", "ucx_spin_us", 0, 1000000, &st));
   if (auto it = j.find("scheduler"); it != j.end()) {
     if (!it->is_object()) return top.err("scheduler", "must be an object");
     Fields s(*it, origin, "scheduler");
     AFD_RETURN_IF_ERROR(s.check_keys(
         {"max_running", "max_queue", "max_batch_tokens", "max_context", "max_seqs", "kv_capacity", "kv_block",
          "step_retry_s", "drain_timeout_s"}));
-    TopologyScheduler& d = t.scheduler;
-    AFD_RETURN_IF_ERROR(s.integer("max_running", &d.max_running, 1, 1 << 20));
-    AFD_RETURN_IF_ERROR(s.integer("max_queue", &d.max_queue, 0, 1 << 24));
-    AFD_RETURN_IF_ERROR(s.integer("max_batch_tokens", &d.max_batch_tokens, 1, 1 << 24));
-    AFD_RETURN_IF_ERROR(s.integer("max_context", &d.max_context, 0, 1 << 30));
-    AFD_RETURN_IF_ERROR(s.integer("max_seqs", &d.max_seqs, 1, 1 << 20));
-    AFD_RETURN_IF_ERROR(s.integer("kv_capacity", &d.kv_capacity, 0, 1 << 30));
-    AFD_RETURN_IF_ERROR(s.integer("kv_block", &d.kv_block, 1, 1 << 16));
-    AFD_RETURN_IF_ERROR(s.integer("step_retry_s", &d.step_retry_s, 0, 86400));
-    AFD_RETURN_IF_ERROR(s.integer("drain_timeout_s", &d.drain_timeout_s, 0, 86400));
+    AFD_RETURN_IF_ERROR(s.int_setting("max_running", "max_running", 1, 1 << 20, &st));
+    AFD_RETURN_IF_ERROR(s.int_setting("max_queue", "max_queue", 0, 1 << 24, &st));
+    AFD_RETURN_IF_ERROR(s.int_setting("max_batch_tokens", "max_batch_tokens", 1, 1 << 24, &st));
+    AFD_RETURN_IF_ERROR(s.int_setting("max_context", "max_context", 0, 1 << 30, &st));
+    AFD_RETURN_IF_ERROR(s.int_setting("max_seqs", "max_seqs", 1, 1 << 20, &st));
+    AFD_RETURN_IF_ERROR(s.int_setting("kv_capacity", "kv_capacity", 0, 1 << 30, &st));
+    AFD_RETURN_IF_ERROR(s.int_setting("kv_block", "kv_block", 1, 1 << 16, &st));
+    AFD_RETURN_IF_ERROR(s.int_setting("step_retry_s", "step_retry_s", 0, 86400, &st));
+    AFD_RETURN_IF_ERROR(s.int_setting("drain_timeout_s", "drain_timeout_s", 0, 86400, &st));
   }
 
-  t.frontend.model_dir = defaults.model_dir;
+  t.frontend.model_dir = model_dir;
   if (auto it = j.find("frontend"); it != j.end()) {
     if (!it->is_object()) return top.err("frontend", "must be an object");
     Fields f(*it, origin, "frontend");
@@ -179,7 +239,9 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
     AFD_RETURN_IF_ERROR(f.str("listen", &t.frontend.listen));
     std::string h;
     int p = 0;
-    if (Status s = split_host_port(t.frontend.listen, &h, &p); !s.is_ok()) return f.err("listen", s.message());
+    if (it->contains("listen")) {
+      if (Status s = split_host_port(t.frontend.listen, &h, &p); !s.is_ok()) return f.err("listen", s.message());
+    }
     AFD_RETURN_IF_ERROR(f.str("api_key", &t.frontend.api_key));
     AFD_RETURN_IF_ERROR(f.str("model_name", &t.frontend.model_name));
     AFD_RETURN_IF_ERROR(f.str("model", &t.frontend.model_dir));
@@ -195,15 +257,16 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
     for (size_t i = 0; i < it->size(); ++i) {
       TopologyWorker w;
       AFD_RETURN_IF_ERROR(
-          parse_worker((*it)[i], origin, std::string(role) + "[" + std::to_string(i) + "]", attention, defaults, &w));
+          parse_worker((*it)[i], origin, std::string(role) + "[" + std::to_string(i) + "]", attention, model_dir, &w));
       out.push_back(std::move(w));
     }
   }
-  if (t.ffn.size() % static_cast<size_t>(t.ffn_tp) != 0)
-    return top.err("ffn_tp", std::to_string(t.ffn_tp) + " does not divide the " + std::to_string(t.ffn.size()) +
+  if (const TopologySetting* tp = t.find("ffn_tp"); tp != nullptr && t.ffn.size() % tp->value.get<size_t>() != 0)
+    return top.err("ffn_tp", tp->value.dump() + " does not divide the " + std::to_string(t.ffn.size()) +
                                  " FFN workers");
   // Two workers (or a worker and the front end) on the same address cannot both bind it.
-  std::set<std::string> seen{t.frontend.listen};
+  std::set<std::string> seen;
+  if (!t.frontend.listen.empty()) seen.insert(t.frontend.listen);
   for (const char* role : {"attention", "ffn"}) {
     const auto& ws = std::string(role) == "attention" ? t.attention : t.ffn;
     for (size_t i = 0; i < ws.size(); ++i)

@@ -34,57 +34,47 @@
 // the host:port of its GET /metrics and /health (afd worker --metrics-listen). Unknown keys are errors (typos would
 // otherwise silently change a deployment). Relative model paths are resolved against the
 // file's directory by load_topology_file.
+//
+// Every value is named by the flag it stands for ("kv_dtype" is --kv-dtype, "scheduler" holds
+// --max-running ...; a worker's "device" is --ffn-device, "metrics" --metrics-listen). The file
+// has no defaults of its own: what it leaves out keeps the flag's default, and the settings
+// are one layer of the process's configuration (apps/deployment_config.h: topology file, then
+// environment mirrors, then flags).
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/status.h"
 
 namespace afd {
 
+// One value the file gives, named by the flag it stands for.
+struct TopologySetting {
+  std::string key;       // the flag's name without "--", '-' as '_': "max_running" is --max-running
+  nlohmann::json value;  // as written (type- and range-checked by the parser)
+  std::string where;     // its place in the file: "scheduler.max_running", "attention[1].microbatches"
+};
+
 struct TopologyWorker {
   std::string address;  // host:port peers connect to
   std::string listen;   // host:port to bind (default: address)
-  std::string model_dir;
-  int threads = 0;       // 0: all cores
-  int microbatches = 0;  // attention workers only; 0: the engine's default for xAyF (3)
-  std::string device = "cpu";  // FFN workers only: cpu | cuda
-  std::string metrics_listen;  // FFN workers only: host:port of GET /metrics and /health ("metrics"); empty: none
+  std::string model_dir;       // its "model", else the file's
+  std::string metrics_listen;  // FFN workers only: "metrics", host:port of GET /metrics and /health; empty: none
+  std::vector<TopologySetting> settings;  // its own values: threads, microbatches, ffn_device, metrics_listen
 };
 
 struct TopologyFrontend {
-  std::string listen = "127.0.0.1:8000";
+  std::string listen;  // "frontend.listen"; empty: not in the file (afd serve's --host / --port)
   std::string api_key;
   std::string model_name;
-  std::string model_dir;
-};
-
-// Attention workers' scheduler and KV limits; -1: not in the file (the worker's default).
-struct TopologyScheduler {
-  int max_running = -1;
-  int max_queue = -1;
-  int max_batch_tokens = -1;
-  int max_context = -1;
-  int max_seqs = -1;
-  int kv_capacity = -1;
-  int kv_block = -1;
-  int step_retry_s = -1;     // afd worker --step-retry-s (whole seconds here)
-  int drain_timeout_s = -1;  // afd worker --drain-timeout-s
+  std::string model_dir;  // "frontend.model", else the file's "model"
 };
 
 struct TopologyFile {
-  std::string precision = "fast";
-  std::string kv_dtype = "bf16";
-  int ffn_timeout_ms = 10000;
-  int ffn_connect_timeout_ms = 60000;
-  int ffn_probe_ms = 1000;
-  int ffn_takeover_s = -1;  // -1: not given (the flag's default)
-  int ffn_parts = 0;        // 0: len(ffn)
-  int peer_timeout_ms = 10000;
-  int ffn_tp = 1;  // FFN tensor-parallel degree; divides ffn.size()
-  int ucx_spin_us = -1;  // -1: the transport's default
-  TopologyScheduler scheduler;
+  std::vector<TopologySetting> settings;  // the top level's and "scheduler"'s values, in file order
   TopologyFrontend frontend;
   std::vector<TopologyWorker> attention;  // index = attention worker index
   std::vector<TopologyWorker> ffn;        // index = expert shard
@@ -92,6 +82,17 @@ struct TopologyFile {
   std::string topology() const;
   // "host:port,host:port" of the FFN workers in shard order (what attention workers dial).
   std::string ffn_addresses() const;
+  // The top-level / "scheduler" setting with this key, or null when the file does not give it.
+  const TopologySetting* find(const std::string& key) const;
+  // What the file says to the worker (attention or FFN) at `index`, as flag settings in the
+  // order to apply them (a later one wins): the file's settings, the worker's own, then what
+  // its entry implies: model, topology, listen, attention (x), model_name, and for FFN workers
+  // shard "index/y", for attention workers ffn (the FFN addresses) and attention_index.
+  // index must be < the role's worker count.
+  std::vector<TopologySetting> worker_settings(bool attention, size_t index) const;
+  // What the file says to the front end (afd serve --topology-file): host and port (from
+  // "frontend.listen"), api_key, model_name, model.
+  std::vector<TopologySetting> frontend_settings() const;
 };
 
 // Parses the JSON text; `origin` names the file in errors, each of which also names the field

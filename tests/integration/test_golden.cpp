@@ -55,13 +55,13 @@ class Golden : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Engine> engine(Precision p, DType kv = DType::bf16, int microbatches = 1, bool fp8_dispatch = false,
                                  int64_t fp8_group = 0) {
     EngineOptions o;
-    o.fp8_dispatch = fp8_dispatch;
-    o.fp8_group = fp8_group;
+    o.emulation.fp8_dispatch = fp8_dispatch;
+    o.afd.fp8_group = fp8_group;
     o.precision = p;
-    o.kv_dtype = kv;
+    o.kv.dtype = kv;
     o.microbatches = microbatches;
-    o.max_seqs = 8;
-    o.kv_capacity_tokens = 1024;
+    o.kv.max_seqs = 8;
+    o.kv.capacity_tokens = 1024;
     auto e = make_engine(o, w_);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     return e.ok() ? std::move(*e) : nullptr;

@@ -184,9 +184,9 @@ std::vector<float> forward_logits(const std::string& dir, Precision p, const std
   EXPECT_TRUE(w.ok()) << w.status().to_string();
   EngineOptions o;
   o.precision = p;
-  o.kv_dtype = p == Precision::reference ? DType::f32 : DType::bf16;
-  o.max_seqs = 2;
-  o.kv_capacity_tokens = 512;
+  o.kv.dtype = p == Precision::reference ? DType::f32 : DType::bf16;
+  o.kv.max_seqs = 2;
+  o.kv.capacity_tokens = 512;
   o.n_threads = 2;
   auto e = make_engine(o, *w);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
@@ -204,8 +204,8 @@ std::vector<int32_t> greedy(const std::string& dir, Precision p, const std::vect
   EXPECT_TRUE(w.ok());
   EngineOptions o;
   o.precision = p;
-  o.max_seqs = 2;
-  o.kv_capacity_tokens = 512;
+  o.kv.max_seqs = 2;
+  o.kv.capacity_tokens = 512;
   auto e = make_engine(o, *w);
   EXPECT_TRUE(e.ok());
   GenerateOptions g;

@@ -58,10 +58,10 @@ TEST_P(AfdEngine, GreedyTokensMatchMonolithicWithFp8Dispatch) {
   EngineOptions mo;
   mo.model_dir = kModels[model_idx];
   mo.precision = Precision::reference;
-  mo.kv_capacity_tokens = 256;
-  mo.max_seqs = 4;
+  mo.kv.capacity_tokens = 256;
+  mo.kv.max_seqs = 4;
   mo.microbatches = 2;
-  mo.fp8_dispatch = true;
+  mo.emulation.fp8_dispatch = true;
   mo.n_threads = 1;
   auto mono = make_engine(mo, *w);
   ASSERT_TRUE(mono.ok()) << mono.status().to_string();

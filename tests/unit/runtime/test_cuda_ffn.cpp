@@ -266,12 +266,12 @@ TEST(CudaFfn, MonolithicAndAfdEnginesDecodeLikeTheCpu) {
     EngineOptions o;
     o.model_dir = dir;
     o.precision = Precision::fast;
-    o.kv_capacity_tokens = 256;
-    o.max_seqs = 4;
+    o.kv.capacity_tokens = 256;
+    o.kv.max_seqs = 4;
     o.n_threads = 1;
     o.topology = topo;
     o.microbatches = mb;
-    o.fp8_dispatch = true;
+    o.emulation.fp8_dispatch = true;
     o.ffn_device = device;
     auto e = make_engine(o, *w);
     EXPECT_TRUE(e.ok()) << e.status().to_string();

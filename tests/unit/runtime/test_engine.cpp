@@ -21,11 +21,11 @@ std::unique_ptr<Engine> make(Precision p, int64_t kv_tokens = 512, int mb = 1, b
   EngineOptions o;
   o.model_dir = kModel;
   o.precision = p;
-  o.kv_capacity_tokens = kv_tokens;
-  o.kv_block_size = 16;
-  o.max_seqs = 4;
+  o.kv.capacity_tokens = kv_tokens;
+  o.kv.block_size = 16;
+  o.kv.max_seqs = 4;
   o.microbatches = mb;
-  o.fp8_dispatch = fp8;
+  o.emulation.fp8_dispatch = fp8;
   auto e = make_engine(o);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   return std::move(*e);
@@ -124,11 +124,11 @@ std::unique_ptr<Engine> make_cached(bool caching, const std::string& topology = 
   EngineOptions o;
   o.model_dir = kModel;
   o.precision = Precision::reference;
-  o.kv_capacity_tokens = kv_tokens;
-  o.kv_block_size = 16;
-  o.max_seqs = 4;
+  o.kv.capacity_tokens = kv_tokens;
+  o.kv.block_size = 16;
+  o.kv.max_seqs = 4;
   o.topology = topology;
-  o.prefix_caching = caching;
+  o.kv.prefix_caching = caching;
   auto e = make_engine(o);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   return std::move(*e);
@@ -307,8 +307,8 @@ void check_layer_stage_times(const std::string& topology, int microbatches) {
   EngineOptions o;
   o.model_dir = kModel;
   o.precision = Precision::reference;
-  o.kv_capacity_tokens = 512;
-  o.max_seqs = 4;
+  o.kv.capacity_tokens = 512;
+  o.kv.max_seqs = 4;
   o.topology = topology;
   o.microbatches = microbatches;
   auto e = make_engine(o);
@@ -388,8 +388,8 @@ namespace {
 TEST(EngineMicrobatches, DefaultFollowsTheWiring) {
   EngineOptions o;
   o.model_dir = kModel;
-  o.kv_capacity_tokens = 256;
-  o.max_seqs = 4;
+  o.kv.capacity_tokens = 256;
+  o.kv.max_seqs = 4;
   EXPECT_EQ(o.microbatches, 0);
   struct Case { const char* topo; int set; int want; };
   for (Case c : {Case{"mono", 0, 1}, Case{"2A1F", 0, 3}, Case{"1A2F", 0, 3}, Case{"EP2", 0, 1},
@@ -419,10 +419,10 @@ TEST(Engine, InProcessBundleTooLargeForMemoryIsRefused) {
   EngineOptions o;
   o.model_dir = kModel;
   o.precision = Precision::reference;
-  o.kv_capacity_tokens = 256;
-  o.max_seqs = 4;
+  o.kv.capacity_tokens = 256;
+  o.kv.max_seqs = 4;
   o.topology = "64A64F";
-  o.max_batch_tokens = 1 << 20;  // ~100 MB frames x 4096 pairs x 3 micro-batches: no machine has that
+  o.afd.max_batch_tokens = 1 << 20;  // ~100 MB frames x 4096 pairs x 3 micro-batches: no machine has that
   auto e = make_engine(o);
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), StatusCode::resource_exhausted) << e.status().to_string();

@@ -616,12 +616,12 @@ TEST(FfnFailover, InProcessBundleSurvivesAFailedFfnWorker) {
     eo.model_dir = dir;
     eo.precision = Precision::reference;
     eo.topology = "1A2F";
-    eo.kv_capacity_tokens = 256;
-    eo.max_seqs = 4;
+    eo.kv.capacity_tokens = 256;
+    eo.kv.max_seqs = 4;
     eo.microbatches = 2;
     eo.n_threads = 1;
-    eo.ffn_probe_ms = 0;
-    eo.ffn_takeover_ms = 300;
+    eo.afd.ffn_probe_ms = 0;
+    eo.afd.ffn_takeover_ms = 300;
     auto e = make_engine(eo);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
     auto* dp = dynamic_cast<DataParallelEngine*>(e->get());

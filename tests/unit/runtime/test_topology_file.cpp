@@ -1,4 +1,5 @@
-// TopologyFile parsing: a full file, defaults and per-worker overrides, and bad files whose
+// TopologyFile parsing: a full file as flag-keyed settings (no defaults of its own),
+// per-worker overrides, what a worker's or the front end's settings are, and bad files whose
 // errors name the field.
 #include <gtest/gtest.h>
 
@@ -11,6 +12,14 @@
 
 namespace afd {
 namespace {
+
+// The value of the last setting with `key` in `s`, or null JSON when there is none.
+nlohmann::json value_of(const std::vector<TopologySetting>& s, const std::string& key) {
+  nlohmann::json v;
+  for (const auto& x : s)
+    if (x.key == key) v = x.value;
+  return v;
+}
 
 const char* kGood = R"({
   "model": "/m/default", "precision": "reference", "microbatches": 2, "threads": 3,
@@ -26,38 +35,70 @@ TEST(TopologyFile, ParsesEveryField) {
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   EXPECT_EQ(t->topology(), "2A2F");
   EXPECT_EQ(t->ffn_addresses(), "f1:7100,[::1]:7100");
-  EXPECT_EQ(t->precision, "reference");
-  EXPECT_EQ(t->peer_timeout_ms, 500);
-  EXPECT_EQ(t->ffn_timeout_ms, 10000);
-  EXPECT_EQ(t->ffn_probe_ms, 250);
-  EXPECT_EQ(t->ffn_takeover_s, 4);
-  EXPECT_EQ(t->ffn_parts, 3);
+  EXPECT_EQ(value_of(t->settings, "precision"), "reference");
+  EXPECT_EQ(value_of(t->settings, "peer_timeout_ms"), 500);
+  EXPECT_TRUE(value_of(t->settings, "ffn_timeout_ms").is_null());  // not in the file: no value of its own
+  EXPECT_EQ(t->find("ffn_timeout_ms"), nullptr);
+  EXPECT_EQ(value_of(t->settings, "ffn_probe_ms"), 250);
+  EXPECT_EQ(value_of(t->settings, "ffn_takeover_s"), 4);
+  EXPECT_EQ(value_of(t->settings, "ffn_parts"), 3);
+  ASSERT_NE(t->find("ffn_parts"), nullptr);
+  EXPECT_EQ(t->find("ffn_parts")->where, "ffn_parts");
   EXPECT_EQ(t->frontend.listen, "0.0.0.0:8000");
   EXPECT_EQ(t->frontend.api_key, "k");
   EXPECT_EQ(t->frontend.model_dir, "/m/default");
   EXPECT_EQ(t->attention[0].listen, "0.0.0.0:8101");
-  EXPECT_EQ(t->attention[0].microbatches, 2);
-  EXPECT_EQ(t->attention[0].threads, 3);
   EXPECT_EQ(t->attention[1].listen, "a2:8101");  // defaults to the address
-  EXPECT_EQ(t->attention[1].microbatches, 4);
   EXPECT_EQ(t->attention[1].model_dir, "/m/other");
-  EXPECT_EQ(t->ffn[1].threads, 8);
   EXPECT_EQ(t->ffn[0].model_dir, "/m/default");
-  // Without "microbatches" anywhere: 0, i.e. the engine's xAyF default (3).
+  EXPECT_EQ(value_of(t->ffn[1].settings, "threads"), 8);
+
+  // A worker's settings: the file's, its own (later, so they win), then what its entry implies.
+  const auto a0 = t->worker_settings(/*attention=*/true, 0);
+  EXPECT_EQ(value_of(a0, "microbatches"), 2);
+  EXPECT_EQ(value_of(a0, "threads"), 3);
+  EXPECT_EQ(value_of(a0, "listen"), "0.0.0.0:8101");
+  EXPECT_EQ(value_of(a0, "topology"), "2A2F");
+  EXPECT_EQ(value_of(a0, "ffn"), "f1:7100,[::1]:7100");
+  EXPECT_EQ(value_of(a0, "attention_index"), 0);
+  EXPECT_EQ(value_of(a0, "attention"), 2);
+  EXPECT_EQ(value_of(a0, "model"), "/m/default");
+  const auto a1 = t->worker_settings(true, 1);
+  EXPECT_EQ(value_of(a1, "microbatches"), 4);
+  EXPECT_EQ(value_of(a1, "model"), "/m/other");
+  EXPECT_EQ(value_of(a1, "attention_index"), 1);
+  bool own_last = false;
+  for (const auto& x : a1) own_last = x.key == "microbatches" ? x.where == "attention[1].microbatches" : own_last;
+  EXPECT_TRUE(own_last);
+  const auto f1 = t->worker_settings(false, 1);
+  EXPECT_EQ(value_of(f1, "threads"), 8);
+  EXPECT_EQ(value_of(f1, "ffn_device"), "cuda");
+  EXPECT_EQ(value_of(f1, "shard"), "1/2");
+  EXPECT_EQ(value_of(f1, "listen"), "[::1]:7100");
+  EXPECT_TRUE(value_of(f1, "ffn").is_null());
+  EXPECT_TRUE(value_of(f1, "attention_index").is_null());
+  const auto fe = t->frontend_settings();
+  EXPECT_EQ(value_of(fe, "host"), "0.0.0.0");
+  EXPECT_EQ(value_of(fe, "port"), 8000);
+  EXPECT_EQ(value_of(fe, "api_key"), "k");
+  EXPECT_EQ(value_of(fe, "model"), "/m/default");
+
+  // Without "microbatches" anywhere: no setting, i.e. the flag's default (the engine's).
   std::string none(kGood);
   none.erase(none.find("\"microbatches\": 2, "), std::string("\"microbatches\": 2, ").size());
   auto t0 = parse_topology_file(none, "t.json");
   ASSERT_TRUE(t0.ok()) << t0.status().to_string();
-  EXPECT_EQ(t0->attention[0].microbatches, 0);
-  EXPECT_EQ(t0->ffn_takeover_s, 4);
-  EXPECT_EQ(t0->attention[1].microbatches, 4);
+  EXPECT_TRUE(value_of(t0->worker_settings(true, 0), "microbatches").is_null());
+  EXPECT_EQ(value_of(t0->worker_settings(true, 1), "microbatches"), 4);
   EXPECT_EQ(t0->ffn[0].metrics_listen, "");  // no metrics server unless asked
+  EXPECT_TRUE(value_of(t0->worker_settings(false, 0), "metrics_listen").is_null());
   std::string with_metrics(kGood);
   with_metrics.replace(with_metrics.find("{\"address\": \"f1:7100\"}"), std::string("{\"address\": \"f1:7100\"}").size(),
                        "{\"address\": \"f1:7100\", \"metrics\": \"0.0.0.0:9100\"}");
   auto tm = parse_topology_file(with_metrics, "t.json");
   ASSERT_TRUE(tm.ok()) << tm.status().to_string();
   EXPECT_EQ(tm->ffn[0].metrics_listen, "0.0.0.0:9100");
+  EXPECT_EQ(value_of(tm->worker_settings(false, 0), "metrics_listen"), "0.0.0.0:9100");
   EXPECT_EQ(tm->ffn[1].metrics_listen, "");
 }
 
@@ -73,7 +114,9 @@ TEST(TopologyFile, LoadResolvesRelativeModelDirs) {
   EXPECT_EQ(t->attention[0].model_dir, (dir / "models/tiny").string());
   EXPECT_EQ(t->frontend.model_dir, (dir / "models/tiny").string());
   EXPECT_EQ(t->ffn[0].model_dir, "/abs");
-  EXPECT_EQ(t->frontend.listen, "127.0.0.1:8000");
+  EXPECT_EQ(t->frontend.listen, "");  // not in the file: afd serve's --host / --port
+  EXPECT_TRUE(value_of(t->frontend_settings(), "host").is_null());
+  EXPECT_EQ(value_of(t->frontend_settings(), "model"), (dir / "models/tiny").string());
   std::filesystem::remove_all(dir);
   auto missing = load_topology_file((dir / "t.json").string());
   EXPECT_EQ(missing.status().code(), StatusCode::not_found);
@@ -137,12 +180,12 @@ TEST(TopologyFile, BadFilesNameTheField) {
 TEST(TopologyFile, FfnTp) {
   auto t = parse_topology_file(kGood, "t.json");
   ASSERT_TRUE(t.ok());
-  EXPECT_EQ(t->ffn_tp, 1);
+  EXPECT_EQ(t->find("ffn_tp"), nullptr);  // absent: --ffn-tp's default
   std::string two(kGood);
   two.replace(two.find("\"peer_timeout_ms\""), 0, "\"ffn_tp\": 2, ");
   auto t2 = parse_topology_file(two, "t.json");
   ASSERT_TRUE(t2.ok()) << t2.status().to_string();
-  EXPECT_EQ(t2->ffn_tp, 2);
+  EXPECT_EQ(value_of(t2->settings, "ffn_tp"), 2);
   std::string three(kGood);
   three.replace(three.find("\"peer_timeout_ms\""), 0, "\"ffn_tp\": 3, ");
   auto t3 = parse_topology_file(three, "t.json");
@@ -157,8 +200,8 @@ TEST(TopologyFile, FfnTp) {
 TEST(TopologyFile, SchedulerLimitsAndUcxSpin) {
   auto t = parse_topology_file(kGood, "t.json");
   ASSERT_TRUE(t.ok());
-  EXPECT_EQ(t->scheduler.max_running, -1);  // absent: the worker's own defaults
-  EXPECT_EQ(t->ucx_spin_us, -1);
+  EXPECT_EQ(t->find("max_running"), nullptr);  // absent: the worker's own defaults
+  EXPECT_EQ(t->find("ucx_spin_us"), nullptr);
   std::string with(kGood);
   with.replace(with.find("\"peer_timeout_ms\""), 0,
                "\"ucx_spin_us\": 20, \"scheduler\": {\"max_running\": 8, \"max_queue\": 0, "
@@ -166,17 +209,19 @@ TEST(TopologyFile, SchedulerLimitsAndUcxSpin) {
                "\"kv_block\": 32, \"step_retry_s\": 0, \"drain_timeout_s\": 5}, ");
   auto t2 = parse_topology_file(with, "t.json");
   ASSERT_TRUE(t2.ok()) << t2.status().to_string();
-  EXPECT_EQ(t2->ucx_spin_us, 20);
-  EXPECT_EQ(t2->scheduler.max_running, 8);
-  EXPECT_EQ(t2->scheduler.max_queue, 0);
-  EXPECT_EQ(t2->scheduler.max_batch_tokens, 512);
-  EXPECT_EQ(t2->scheduler.max_context, 2048);
-  EXPECT_EQ(t2->scheduler.max_seqs, 16);
-  EXPECT_EQ(t2->scheduler.kv_capacity, 32768);
-  EXPECT_EQ(t2->scheduler.kv_block, 32);
-  EXPECT_EQ(t2->scheduler.step_retry_s, 0);
-  EXPECT_EQ(t2->scheduler.drain_timeout_s, 5);
-  EXPECT_EQ(t->scheduler.step_retry_s, -1);
+  const auto& st = t2->settings;
+  EXPECT_EQ(value_of(st, "ucx_spin_us"), 20);
+  EXPECT_EQ(value_of(st, "max_running"), 8);
+  EXPECT_EQ(t2->find("max_running")->where, "scheduler.max_running");
+  EXPECT_EQ(value_of(st, "max_queue"), 0);
+  EXPECT_EQ(value_of(st, "max_batch_tokens"), 512);
+  EXPECT_EQ(value_of(st, "max_context"), 2048);
+  EXPECT_EQ(value_of(st, "max_seqs"), 16);
+  EXPECT_EQ(value_of(st, "kv_capacity"), 32768);
+  EXPECT_EQ(value_of(st, "kv_block"), 32);
+  EXPECT_EQ(value_of(st, "step_retry_s"), 0);
+  EXPECT_EQ(value_of(st, "drain_timeout_s"), 5);
+  EXPECT_EQ(t->find("step_retry_s"), nullptr);
   std::string typo(kGood);
   typo.replace(typo.find("\"peer_timeout_ms\""), 0, "\"scheduler\": {\"max_runing\": 8}, ");
   auto t3 = parse_topology_file(typo, "t.json");
@@ -194,8 +239,8 @@ TEST(TopologyFile, SchedulerLimitsAndUcxSpin) {
 TEST(TopologyFile, FfnWorkerDevice) {
   auto t = parse_topology_file(kGood, "t.json");
   ASSERT_TRUE(t.ok()) << t.status().to_string();
-  EXPECT_EQ(t->ffn[0].device, "cpu");  // the default
-  EXPECT_EQ(t->ffn[1].device, "cuda");
+  EXPECT_TRUE(value_of(t->ffn[0].settings, "ffn_device").is_null());  // absent: --ffn-device's default (cpu)
+  EXPECT_EQ(value_of(t->ffn[1].settings, "ffn_device"), "cuda");
   std::string bad(kGood);
   bad.replace(bad.find("\"cuda\""), 6, "\"gpu\"");
   auto t2 = parse_topology_file(bad, "t.json");
