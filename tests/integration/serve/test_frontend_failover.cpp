@@ -17,33 +17,14 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "model/config.h"
-#include "runtime/ffn_client.h"
+#include "frontend_test_model.h"
 #include "serve/frontend.h"
 #include "serve/internal_stream.h"
-#include "serve/tokenizer_writer.h"
 
 namespace afd::serve {
 namespace {
 
 using json = nlohmann::json;
-
-// A model directory for the front end (config.json of a reference model, generated tokenizer
-// files); empty on failure (reported).
-std::string model_dir(const std::string& tag) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("afd_failover_" + tag + "_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(dir);
-  const std::string model = std::string(AFD_SOURCE_DIR) + "/tests/reference/data/qwen3_gqa2_top2_untied";
-  std::filesystem::copy_file(model + "/config.json", dir + "/config.json",
-                             std::filesystem::copy_options::overwrite_existing);
-  auto cfg = load_model_config(dir);
-  EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
-  if (!cfg.ok()) return "";
-  auto tok = write_tokenizer_files(dir, cfg->vocab_size);
-  EXPECT_TRUE(tok.ok()) << tok.status().to_string();
-  return tok.ok() ? dir : "";
-}
 
 // The event a worker sends for generated token i (id 100 + i, text "t<i> ").
 StreamEvent token_event(int i, int n_total, int64_t n_prompt) {
@@ -148,13 +129,10 @@ class FakeWorker {
 class FailoverTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = model_dir("fe");
+    dir_ = frontend_model_dir("failover");
     ASSERT_FALSE(dir_.empty());
-    auto cfg = load_model_config(dir_);
-    ASSERT_TRUE(cfg.ok());
-    char fp[17];
-    std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(model_config_fingerprint(*cfg)));
-    fingerprint_ = fp;
+    fingerprint_ = frontend_model_fingerprint(dir_);
+    ASSERT_FALSE(fingerprint_.empty());
   }
   void TearDown() override {
     if (fe_) fe_->stop();
