@@ -61,16 +61,23 @@ std::pair<int, std::string> FfnFanout::request(const std::string& method, const 
   return post(body);
 }
 
+bool FfnFanout::current(size_t i) const {
+  return changes_ == 0 || (state_[i].change == changes_ && state_[i].instance == state_[i].seen);
+}
+
 std::pair<int, std::string> FfnFanout::get() {
   json out;
-  std::lock_guard<std::mutex> l(mu_);
-  out["members"] = changes_ == 0 ? json(nullptr) : json::parse(members_list_json())["members"];
-  out["changes"] = changes_;
+  std::vector<bool> is_current(workers_.size());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    out["members"] = changes_ == 0 ? json(nullptr) : json::parse(members_list_json())["members"];
+    out["changes"] = changes_;
+    for (size_t i = 0; i < workers_.size(); ++i) is_current[i] = current(i);
+  }
   json ws = json::array();
   for (size_t i = 0; i < workers_.size(); ++i) {
     const FrontendWorker& w = *workers_[i];
-    json e = {{"worker", w.index}, {"address", w.address}, {"up", w.up.load()},
-              {"current", changes_ == 0 || (state_[i].change == changes_ && state_[i].instance == state_[i].seen)}};
+    json e = {{"worker", w.index}, {"address", w.address}, {"up", w.up.load()}, {"current", is_current[i]}};
     auto a = call(w, "GET", "");
     if (!a.ok()) {
       e["error"] = a.status().message();
@@ -92,7 +99,7 @@ std::pair<int, std::string> FfnFanout::get() {
 std::pair<int, std::string> FfnFanout::post(const std::string& body) {
   auto j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return error(400, "body must be a JSON object");
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> change(change_mu_);
   json results = json::array();
   std::vector<Member> now;   // the membership the first accepting worker reports
   bool defined = false;
@@ -110,6 +117,7 @@ std::pair<int, std::string> FfnFanout::post(const std::string& body) {
       why = refusal(a->first, a->second);
       // The first worker that answers decides: a refusal there changed nothing anywhere.
       if (!defined) {
+        std::lock_guard<std::mutex> l(mu_);
         ++refused_;
         spdlog::warn("front end: admin: FFN membership change {} refused by {}: {}", body, worker_name(w), why);
         return error(a->first, worker_name(w) + ": " + why);
@@ -139,6 +147,7 @@ std::pair<int, std::string> FfnFanout::post(const std::string& body) {
     }
     results.push_back(std::move(r));
   }
+  std::lock_guard<std::mutex> l(mu_);
   if (!defined) {
     ++refused_;
     return error(503, "no attention worker took the FFN membership change (" + later + ")");
@@ -162,22 +171,42 @@ std::pair<int, std::string> FfnFanout::post(const std::string& body) {
 }
 
 Status FfnFanout::reconcile(const FrontendWorker& w, const std::string& instance) {
-  std::lock_guard<std::mutex> l(mu_);
-  WorkerState& st = state_[static_cast<size_t>(w.index)];
-  const bool restarted = !st.seen.empty() && st.seen != instance;
-  st.seen = instance;
-  if (changes_ == 0 || (st.change == changes_ && st.instance == instance)) return Status::ok();
-  const std::string list = members_list_json();
+  const size_t i = static_cast<size_t>(w.index);
+  bool restarted = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    restarted = !state_[i].seen.empty() && state_[i].seen != instance;
+    state_[i].seen = instance;
+    if (current(i)) return Status::ok();
+  }
+  // A change being applied meanwhile gives the worker what it needs, or leaves it to the next
+  // health check: never two exchanges with a worker at once (a late list must not land after
+  // a newer change).
+  std::unique_lock<std::mutex> change(change_mu_, std::try_to_lock);
+  if (!change.owns_lock()) return unavailable("an FFN membership change is being applied to the attention workers");
+  std::string list;
+  uint64_t number = 0;
+  size_t n_members = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (current(i)) return Status::ok();
+    list = members_list_json();
+    number = changes_;
+    n_members = members_.size();
+  }
   auto a = call(w, "POST", list);
   if (!a.ok() || a->first != 200) {
     const std::string why = a.ok() ? refusal(a->first, a->second) : a.status().message();
     return unavailable("could not give it the FFN membership set through the front end's /admin/ffn: " + why);
   }
-  st.change = changes_;
-  st.instance = instance;
-  ++st.pushes;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    state_[i].change = number;
+    state_[i].instance = instance;
+    ++state_[i].pushes;
+  }
   spdlog::info("front end: {} {}: gave it the FFN membership of change {} ({} member(s))", worker_name(w),
-               restarted ? "is a new process (restarted)" : "had not got the last change", changes_, members_.size());
+               restarted ? "is a new process (restarted)" : "had not got the last change", number, n_members);
   return Status::ok();
 }
 
@@ -199,11 +228,9 @@ std::string FfnFanout::render_metrics() const {
          workers_[i]->address + "\"} " + std::to_string(state_[i].pushes) + "\n";
   o += "# HELP afd_frontend_ffn_membership_current 1 if the attention worker holds the FFN membership set through "
        "/admin/ffn (or none was set).\n# TYPE afd_frontend_ffn_membership_current gauge\n";
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    const bool current = changes_ == 0 || (state_[i].change == changes_ && state_[i].instance == state_[i].seen);
+  for (size_t i = 0; i < workers_.size(); ++i)
     o += "afd_frontend_ffn_membership_current{worker=\"" + std::to_string(workers_[i]->index) + "\",address=\"" +
-         workers_[i]->address + "\"} " + (current ? "1" : "0") + "\n";
-  }
+         workers_[i]->address + "\"} " + (current(i) ? "1" : "0") + "\n";
   return o;
 }
 

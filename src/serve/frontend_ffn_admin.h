@@ -14,8 +14,8 @@
 //                       "result": "applied"|"later", "error"?}]}; a worker's refusal of the
 //                       first attempt is passed on with its status (nothing changed); 503 when
 //                       no attention worker is up.
-// Thread-safe: one change or reconciliation at a time (they talk to workers under one lock;
-// the request path never takes it).
+// Thread-safe: one change or reconciliation talks to the workers at a time (change_mu_); the
+// state (mu_) is held only briefly, never over an exchange. The request path takes neither.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +58,7 @@ class FfnFanout {
     uint64_t pushes = 0;   // whole lists given by reconcile()
   };
   std::string members_list_json() const;  // mu_ held: {"members": [...]}
+  bool current(size_t i) const;            // mu_ held: worker i holds the last change
   std::pair<int, std::string> post(const std::string& body);
   std::pair<int, std::string> get();
   // POST/GET to worker w's /admin/ffn: its answer, or why none came.
@@ -65,6 +66,7 @@ class FfnFanout {
 
   std::vector<std::shared_ptr<FrontendWorker>> workers_;
   int timeout_ms_;
+  std::mutex change_mu_;  // held while a change or a reconciliation talks to workers
   mutable std::mutex mu_;
   std::vector<Member> members_;  // the membership set through request(); empty: none yet
   uint64_t changes_ = 0;         // changes applied (the current one's number)

@@ -63,11 +63,12 @@ def free_port():
     raise RuntimeError("no free port")
 
 
-def start_ffn_worker(model, port, shard, n_attention, log_path, extra=(), env=None):
-    """`afd worker --role ffn` on 127.0.0.1:port (shard "i/y": its name on the wire is ffn<i>)."""
+def start_ffn_worker(model, port, shard, n_attention, log_path, precision="reference", env=None):
+    """`afd worker --role ffn` on 127.0.0.1:port (shard "i/y": its name on the wire is ffn<i>).
+    precision must be the bundle's: the handshake does not compare it."""
     return subprocess.Popen(
         [AFD, "worker", "--role", "ffn", "--model", str(model), "--listen", f"127.0.0.1:{port}", "--shard", shard,
-         "--attention", str(n_attention), "--precision", "reference", "--threads", "1", *extra],
+         "--attention", str(n_attention), "--precision", precision, "--threads", "1"],
         stdout=subprocess.DEVNULL, stderr=open(log_path, "w"), env=dict(os.environ, **(env or {})))
 
 

@@ -219,6 +219,8 @@ TEST_F(FrontendFfnAdmin, AChangeReachesEveryWorkerAndARestartedOneGetsTheWholeLi
 TEST_F(FrontendFfnAdmin, AWorkerDownAtTheChangeGetsTheListBeforeItIsPlacedOn) {
   workers_[1]->set_healthy(false);
   start("", 1);
+  ASSERT_TRUE(wait_for([&] { return fe_->why_workers_down().find("not connected") != std::string::npos; }))
+      << fe_->why_workers_down();
   auto r = admin(R"({"add": "f1:1"})");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
