@@ -312,6 +312,13 @@ void register_serve(CLI::App& app) {
       ->check(CLI::IsMember({"exact", "prefill"}))
       ->envname("AFD_FAILOVER_REPLAY")
       ->capture_default_str();
+  cmd->add_option("--ffn-peer-timeout-ms", f->engine.ffn_peer_timeout_ms,
+                  "FFN worker processes this command starts (--topology xAyF, --spawn-ffn): how long a batch waits "
+                  "for an attention worker that is mid-step before it is served without it (a stopped attention "
+                  "worker holds up the others this long)")
+      ->check(CLI::Range(1, 86400000))
+      ->envname("AFD_FFN_PEER_TIMEOUT_MS")
+      ->capture_default_str();
   cmd->add_flag("--in-process", f->in_process,
                 "--topology xAyF: run the attention engines and FFN workers as threads of this one process")
       ->envname("AFD_IN_PROCESS");

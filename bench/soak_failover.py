@@ -27,11 +27,14 @@ compare with the baseline's count).
 
 Per fault kind: the requests it affected (in flight at the fault, or sent until it ended — the
 SIGCONT of a stop — plus 1 s), their latency p50/p99 and what it adds to the baseline's, and
-the time to recover: from the fault's end until the completions of a 1 s window first reach
-75% of the baseline's rate.
+the time to recover: if the completions of a 1 s window fall below 75% of the baseline's rate
+within 5 s of the fault's end, the time from the fault's start until a 1 s window reaches that
+rate again (0 if they do not fall).
+
+--report FILE prints the table again from a run's --json FILE.
 
 usage: bench/soak_failover.py AFD [--minutes M] [--clients N] [--max-tokens T] [--model DIR]
-                              [--json FILE] [-- extra `afd serve` flags]
+                              [--json FILE] [--report FILE] [-- extra `afd serve` flags]
 """
 import argparse
 import http.client
@@ -157,8 +160,17 @@ def main():
     ap.add_argument("--request-timeout-s", type=float, default=120)
     ap.add_argument("--model", help="model directory (default: a tiny one made here)")
     ap.add_argument("--json", help="write every request and fault here")
-    ap.add_argument("serve_args", nargs="*", help="extra `afd serve` flags (after --)")
-    a = ap.parse_args()
+    ap.add_argument("--report", help="only print the table of a run's --json file")
+    argv, serve_args = sys.argv[1:], []
+    if "--" in argv:  # extra `afd serve` flags follow
+        argv, serve_args = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    a = ap.parse_args(argv)
+    a.serve_args = serve_args
+    if a.report:
+        with open(a.report) as f:
+            d = json.load(f)
+        return report(d["records"], d["faults"], d["baseline_end"], d.get("clients", a.clients),
+                      d.get("max_tokens", a.max_tokens), d.get("metrics", ""))
     afd_bundle.AFD = a.afd
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="afd_soak_"))
     model = a.model or afd_bundle.make_model(tmp / "tiny")
@@ -233,13 +245,31 @@ def main():
             p.wait()
         metrics = b.get("/metrics")[1] if b.proc.poll() is None else ""
         b.close()
-    report(load.records, faults, t_base_end, a, metrics)
+    report(load.records, faults, t_base_end, a.clients, a.max_tokens, metrics)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"records": load.records, "faults": faults, "baseline_end": t_base_end}, f)
+            json.dump({"records": load.records, "faults": faults, "baseline_end": t_base_end, "clients": a.clients,
+                       "max_tokens": a.max_tokens, "metrics": metrics}, f)
 
 
-def report(records, faults, t_base_end, a, metrics):
+def recovery(ends, f, rate):
+    """Seconds from fault f's start until completions are back to `rate` per 1 s window, if they
+    fell below it within 5 s of its end; 0 if they did not; inf if not within 60 s."""
+    def window(t):
+        return sum(1 for e in ends if t <= e < t + 1)
+    t = f["start"]
+    while t < f["end"] + 5 and window(t) >= rate:
+        t += 0.1
+    if t >= f["end"] + 5:
+        return 0.0
+    while t < f["end"] + 60:
+        if window(t) >= rate:
+            return t - f["start"]
+        t += 0.1
+    return float("inf")
+
+
+def report(records, faults, t_base_end, clients, max_tokens, metrics):
     t0 = min(r["start"] for r in records)
     base = [r for r in records if r["end"] <= t_base_end and r["start"] >= t0 + 5 and r["ok"]]  # warmed up
     base_lat = [r["end"] - r["start"] for r in base]
@@ -252,7 +282,7 @@ def report(records, faults, t_base_end, a, metrics):
     for r in lost[:20]:
         print(f"  lost at {r['start'] - t0:.1f}-{r['end'] - t0:.1f} s: {r['why']}")
     print(f"baseline: {len(base)} requests, {base_rate:.1f}/s, latency p50 {percentile(base_lat, 0.5) * 1e3:.0f} ms, "
-          f"p99 {percentile(base_lat, 0.99) * 1e3:.0f} ms ({a.clients} clients, max_tokens {a.max_tokens})")
+          f"p99 {percentile(base_lat, 0.99) * 1e3:.0f} ms ({clients} clients, max_tokens {max_tokens})")
     print(f"\n| fault | n | requests affected | lost | p50 ms (added) | p99 ms (added) | recover s (max) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     ends = sorted(r["end"] for r in records if r["ok"])
@@ -263,18 +293,12 @@ def report(records, faults, t_base_end, a, metrics):
         hit, recover = [], []
         for f in fs:
             hit += [r for r in records if r["start"] <= f["end"] + 1 and r["end"] >= f["start"]]
-            t, w = f["end"], None
-            while t < f["end"] + 60:
-                if sum(1 for e in ends if t <= e < t + 1) >= 0.75 * base_rate:
-                    w = t - f["end"]
-                    break
-                t += 0.1
-            recover.append(w if w is not None else float("inf"))
+            recover.append(recovery(ends, f, 0.75 * base_rate))
         lat = [r["end"] - r["start"] for r in hit if r["ok"]]
         p50, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
         print(f"| {kind} | {len(fs)} | {len(hit)} | {sum(1 for r in hit if not r['ok'])} | "
-              f"{p50 * 1e3:.0f} (+{(p50 - percentile(base_lat, 0.5)) * 1e3:.0f}) | "
-              f"{p99 * 1e3:.0f} (+{(p99 - percentile(base_lat, 0.99)) * 1e3:.0f}) | "
+              f"{p50 * 1e3:.0f} ({(p50 - percentile(base_lat, 0.5)) * 1e3:+.0f}) | "
+              f"{p99 * 1e3:.0f} ({(p99 - percentile(base_lat, 0.99)) * 1e3:+.0f}) | "
               f"{statistics.median(recover):.1f} ({max(recover):.1f}) |")
     for line in metrics.splitlines():
         if line.startswith(("afd_frontend_failovers_total", "afd_frontend_upstream_stalls_total",
