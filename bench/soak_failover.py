@@ -103,21 +103,9 @@ class Load:
                 j = json.loads(r.read())
                 n = j["usage"]["completion_tokens"]
                 return n == self.max_tokens, f"{n} tokens", j["choices"][0]["text"], None
-            text, usage, done = "", None, False
-            for line in r:
-                line = line.decode().strip()
-                if not line.startswith("data: "):
-                    continue
-                if line == "data: [DONE]":
-                    done = True
-                    break
-                j = json.loads(line[6:])
-                if "error" in j:
-                    return False, f"error event: {line[:200]}", text, None
-                if j.get("usage"):
-                    usage = j["usage"]["completion_tokens"]
-                for ch in j.get("choices", []):
-                    text += ch["text"]
+            text, _, usage, done, error = afd_bundle.read_completion_stream(r)
+            if error:
+                return False, f"error event: {error[:200]}", text, None
             ok = done and usage == self.max_tokens
             return ok, "" if ok else f"stream ended: done={done} usage={usage}", text, None
         except Exception as e:  # noqa: BLE001 - a lost request, reported with why

@@ -248,6 +248,9 @@ std::string Frontend::render_metrics() const {
   family("afd_frontend_unavailable_total", "counter",
          "Requests answered 503 because no attention worker was up or none took them over in time.");
   o << "afd_frontend_unavailable_total " << counters_.unavailable << '\n';
+  family("afd_frontend_waited_total", "counter",
+         "New requests that found no attention worker to take them and waited (--wait-for-worker-s).");
+  o << "afd_frontend_waited_total " << counters_.waited << '\n';
   family("afd_frontend_responses_total", "counter", "Answers to /v1/* requests by HTTP status.");
   {
     std::lock_guard<std::mutex> l(counts_mu_);

@@ -216,6 +216,30 @@ def mixed_requests(wave, n=8, base_tokens=2000, step_tokens=60):
     return out
 
 
+def read_completion_stream(lines, on_first=None):
+    """A /v1/completions SSE answer (an iterable of its lines, bytes): (text, finish_reason,
+    completion_tokens or None, whether [DONE] came, the error event's line or None). on_first()
+    runs when the first text arrives."""
+    text, fin, usage = "", None, None
+    for line in lines:
+        line = line.decode().strip()
+        if not line.startswith("data: "):
+            continue
+        if line == "data: [DONE]":
+            return text, fin, usage, True, None
+        j = json.loads(line[6:])
+        if "error" in j:
+            return text, fin, usage, False, line
+        if j.get("usage"):
+            usage = j["usage"]["completion_tokens"]
+        for c in j.get("choices", []):
+            if on_first and not text and c["text"]:
+                on_first()
+            text += c["text"]
+            fin = c["finish_reason"] or fin
+    return text, fin, usage, False, None
+
+
 def normalise(path, body, raw_chunks):
     """What must equal between an unfaulted and a faulted run: the chunk payloads (stream)
     or the body, without id / created (checked for consistency instead)."""

@@ -88,7 +88,7 @@ def add_ffn_worker(b, shard):
 
 def test_no_request_lost_in_2a2f(bundle):
     b = bundle
-    waves = {k: mixed_requests(k, base_tokens=1000, step_tokens=40) for k in range(len(WAVES))}
+    waves = {k: mixed_requests(k, base_tokens=800, step_tokens=30) for k in range(len(WAVES))}
     client = Client(b.port)
 
     # The unfaulted answers, from the same bundle.

@@ -23,7 +23,7 @@ import urllib.request
 
 import pytest
 
-from afd_bundle import AFD, free_port, http, make_model, start_ffn_worker, wait_until
+from afd_bundle import AFD, free_port, http, make_model, read_completion_stream, start_ffn_worker, wait_until
 
 PROMPTS = [[3, 14, 15, 92, 65], [35], [89, 79, 32, 38, 46, 26, 43], [7, 7, 7, 1]]
 
@@ -40,24 +40,9 @@ def complete(port, prompt, n, stream, on_first=None):
         if not stream:
             j = json.load(r)
             return j["choices"][0]["text"], j["choices"][0]["finish_reason"], j["usage"]["completion_tokens"]
-        text, fin, usage, done = "", None, None, False
-        for line in r:
-            line = line.decode().strip()
-            if not line.startswith("data: "):
-                continue
-            if line == "data: [DONE]":
-                done = True
-                break
-            j = json.loads(line[6:])
-            if "error" in j:
-                raise RuntimeError("error event: " + line)
-            if j.get("usage"):
-                usage = j["usage"]["completion_tokens"]
-            for c in j.get("choices", []):
-                if on_first and not text and c["text"]:
-                    on_first()
-                text += c["text"]
-                fin = c["finish_reason"] or fin
+        text, fin, usage, done, error = read_completion_stream(r, on_first)
+        if error:
+            raise RuntimeError("error event: " + error)
         assert done, "stream ended without [DONE]"
         return text, fin, usage
 

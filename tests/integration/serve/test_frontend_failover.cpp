@@ -108,6 +108,8 @@ class FakeWorker {
     thread_.join();
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Down (its /health 503, as with its FFN worker lost) or up again.
+  void set_down(bool down) { dead_ = down; }
   std::vector<InternalControl> controls() {
     std::lock_guard<std::mutex> l(mu_);
     return controls_;
@@ -152,6 +154,7 @@ class FailoverTest : public ::testing::Test {
     fo.federate = false;
     fo.proxy.idle_timeout_s = idle_s;
     fo.proxy.failover_timeout_s = failover_s;
+    fo.proxy.wait_for_worker_s = wait_for_worker_s_;
     for (auto [b, n] : ws) {
       workers_.push_back(std::make_unique<FakeWorker>(b, fingerprint_, n));
       fo.workers.push_back(workers_.back()->address());
@@ -187,6 +190,7 @@ class FailoverTest : public ::testing::Test {
     return s;
   }
 
+  double wait_for_worker_s_ = 0;  // FrontendOptions::proxy.wait_for_worker_s of start()
   std::string dir_, fingerprint_;
   std::vector<std::unique_ptr<FakeWorker>> workers_;
   std::unique_ptr<Frontend> fe_;
@@ -277,6 +281,38 @@ TEST_F(FailoverTest, NoWorkerToContinueFailsAfterTheFailoverTimeout) {
   EXPECT_NE(json::parse(q->body)["error"]["message"].get<std::string>().find("took the request over"),
             std::string::npos)
       << q->body;
+}
+
+// --wait-for-worker-s: a new request that finds no worker up waits for one instead of an
+// immediate 503, and gets 503 (saying how long it waited) when none comes up in time.
+TEST_F(FailoverTest, ANewRequestWaitsForAWorkerToBeUp) {
+  wait_for_worker_s_ = 20;
+  start({{Behaviour::finish, 0}}, 5, 10);
+  workers_[0]->set_down(true);
+  for (int i = 0; i < 500 && fe_->workers_up() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(fe_->workers_up(), 0);
+  auto pending = std::async(std::launch::async, [this] { return post(R"({"prompt":[7],"max_tokens":4})"); });
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  workers_[0]->set_down(false);
+  auto r = pending.get();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], expected_text(4));
+  const std::string m = fe_->render_metrics();
+  EXPECT_NE(m.find("afd_frontend_waited_total 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("afd_frontend_unavailable_total 0\n"), std::string::npos) << m;
+
+  workers_.clear();
+  fe_->stop();
+  run_.wait();
+  fe_.reset();
+  wait_for_worker_s_ = 0.3;
+  start({{Behaviour::unhealthy, 0}}, 5, 10);
+  auto q = post(R"({"prompt":[7],"max_tokens":4})");
+  ASSERT_TRUE(q);
+  EXPECT_EQ(q->status, 503) << q->body;
+  EXPECT_EQ(q->get_header_value("Retry-After"), "1");
+  EXPECT_NE(q->body.find("no attention worker is available within 0.3 s"), std::string::npos) << q->body;
 }
 
 }  // namespace
