@@ -35,7 +35,7 @@ FfnFanout::FfnFanout(std::vector<std::shared_ptr<FrontendWorker>> workers, int t
     : workers_(std::move(workers)), timeout_ms_(timeout_ms), state_(workers_.size()), api_key_(std::move(api_key)) {}
 
 Result<std::pair<int, std::string>> FfnFanout::call(const FrontendWorker& w, const char* method,
-                                                     const std::string& body) const {
+                                                    const std::string& body) const {
   std::vector<std::pair<std::string, std::string>> headers;
   if (!api_key_.empty()) headers.emplace_back("Authorization", "Bearer " + api_key_);
   Result<HttpAnswer> a = std::string(method) == "GET"
@@ -87,8 +87,7 @@ std::pair<int, std::string> FfnFanout::get() {
       auto j = json::parse(a->second, nullptr, /*allow_exceptions=*/false);
       if (j.is_object() && j.contains("engines") && j["engines"].is_array() && !j["engines"].empty())
         e["membership"] = j["engines"][0];
-      else
-        e["error"] = "its /admin/ffn answer has no membership";
+      else e["error"] = "its /admin/ffn answer has no membership";
     }
     ws.push_back(std::move(e));
   }
@@ -101,7 +100,7 @@ std::pair<int, std::string> FfnFanout::post(const std::string& body) {
   if (j.is_discarded() || !j.is_object()) return error(400, "body must be a JSON object");
   std::lock_guard<std::mutex> change(change_mu_);
   json results = json::array();
-  std::vector<Member> now;   // the membership the first accepting worker reports
+  std::vector<Member> now;  // the membership the first accepting worker reports
   bool defined = false;
   std::vector<size_t> applied;
   std::string later;  // "worker 1 (why); ..." for the log
@@ -159,11 +158,13 @@ std::pair<int, std::string> FfnFanout::post(const std::string& body) {
     state_[i].instance = state_[i].seen;
   }
   std::string list, ids;
-  for (const Member& m : members_) list += (list.empty() ? "" : ", ") + (m.name.empty() ? "" : m.name + " ") + m.address;
+  for (const Member& m : members_)
+    list += (list.empty() ? "" : ", ") + (m.name.empty() ? "" : m.name + " ") + m.address;
   for (size_t i : applied) ids += (ids.empty() ? "" : ", ") + std::to_string(workers_[i]->index);
-  spdlog::info("front end: admin: FFN membership change {} (change {}) applied by attention worker(s) {}{}; FFN "
-               "members now: {}",
-               body, changes_, ids, later.empty() ? "" : " (the others get it once up: " + later + ")", list);
+  spdlog::info(
+      "front end: admin: FFN membership change {} (change {}) applied by attention worker(s) {}{}; FFN "
+      "members now: {}",
+      body, changes_, ids, later.empty() ? "" : " (the others get it once up: " + later + ")", list);
   json out = json::parse(members_list_json());
   out["changes"] = changes_;
   out["workers"] = std::move(results);

@@ -58,7 +58,7 @@ class FfnFanout {
     uint64_t pushes = 0;   // whole lists given by reconcile()
   };
   std::string members_list_json() const;  // mu_ held: {"members": [...]}
-  bool current(size_t i) const;            // mu_ held: worker i holds the last change
+  bool current(size_t i) const;           // mu_ held: worker i holds the last change
   std::pair<int, std::string> post(const std::string& body);
   std::pair<int, std::string> get();
   // POST/GET to worker w's /admin/ffn: its answer, or why none came.
@@ -68,9 +68,9 @@ class FfnFanout {
   int timeout_ms_;
   std::mutex change_mu_;  // held while a change or a reconciliation talks to workers
   mutable std::mutex mu_;
-  std::vector<Member> members_;  // the membership set through request(); empty: none yet
-  uint64_t changes_ = 0;         // changes applied (the current one's number)
-  uint64_t refused_ = 0;         // changes refused (no worker up, or refused by the first)
+  std::vector<Member> members_;     // the membership set through request(); empty: none yet
+  uint64_t changes_ = 0;            // changes applied (the current one's number)
+  uint64_t refused_ = 0;            // changes refused (no worker up, or refused by the first)
   std::vector<WorkerState> state_;  // by worker index
   std::string api_key_;
 };

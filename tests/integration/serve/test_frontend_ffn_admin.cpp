@@ -33,7 +33,10 @@ class AdminWorker {
         res.set_content(R"({"error":{"message":"FFN worker 'ffn0' is not connected"}})", "application/json");
         return;
       }
-      res.set_content(json{{"status", "ok"}, {"role", "attention"}, {"model", "m"}, {"model_config", fingerprint},
+      res.set_content(json{{"status", "ok"},
+                           {"role", "attention"},
+                           {"model", "m"},
+                           {"model_config", fingerprint},
                            {"instance", instance_}}
                           .dump(),
                       "application/json");
@@ -200,9 +203,9 @@ TEST_F(FrontendFfnAdmin, AChangeReachesEveryWorkerAndARestartedOneGetsTheWholeLi
   const std::string m = fe_->render_metrics();
   EXPECT_NE(m.find("afd_frontend_ffn_membership_changes_total{result=\"applied\"} 2"), std::string::npos) << m;
   EXPECT_NE(m.find("afd_frontend_ffn_members 1"), std::string::npos) << m;
-  EXPECT_NE(m.find("afd_frontend_ffn_membership_pushes_total{worker=\"1\",address=\"" + workers_[1]->address() +
-                   "\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      m.find("afd_frontend_ffn_membership_pushes_total{worker=\"1\",address=\"" + workers_[1]->address() + "\"} 1"),
+      std::string::npos)
       << m;
 
   // GET: the list and each worker's membership.
@@ -232,9 +235,9 @@ TEST_F(FrontendFfnAdmin, AWorkerDownAtTheChangeGetsTheListBeforeItIsPlacedOn) {
   // It refuses the list at first: it stays down, saying why; then takes it and is up.
   workers_[1]->set_refuse(true);
   workers_[1]->set_healthy(true);
-  ASSERT_TRUE(wait_for([&] { return fe_->why_workers_down().find("could not give it the FFN membership") !=
-                                    std::string::npos; }))
-      << fe_->why_workers_down();
+  ASSERT_TRUE(wait_for([&] {
+    return fe_->why_workers_down().find("could not give it the FFN membership") != std::string::npos;
+  })) << fe_->why_workers_down();
   EXPECT_EQ(fe_->workers_up(), 1);
   workers_[1]->set_refuse(false);
   ASSERT_TRUE(wait_for([&] { return fe_->workers_up() == 2; })) << fe_->why_workers_down();
