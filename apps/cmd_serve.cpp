@@ -39,6 +39,7 @@ struct ServeFlags {
   bool exit_on_worker_loss = false;
   double upstream_idle_timeout_s = 15;  // front end: an attention worker silent this long mid-request stalled
   double failover_timeout_s = 30;       // front end: how long a request may wait to continue elsewhere
+  double wait_for_worker_s = 0;         // front end: how long a new request may wait for a worker to be up
   std::string failover_replay = "exact";  // front end: how a continuation recomputes generated tokens
   bool print_config = false;
 };
@@ -71,6 +72,7 @@ serve::FrontendOptions frontend_options(const ServeFlags& f) {
   fo.max_context = f.service.max_context;
   fo.proxy.idle_timeout_s = f.upstream_idle_timeout_s;
   fo.proxy.failover_timeout_s = f.failover_timeout_s;
+  fo.proxy.wait_for_worker_s = f.wait_for_worker_s;
   fo.proxy.exact_replay = f.failover_replay == "exact";
   return fo;
 }
@@ -326,12 +328,26 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(0.0, 3600.0))
       ->envname("AFD_FAILOVER_TIMEOUT_S")
       ->capture_default_str();
+  cmd->add_option("--wait-for-worker-s", f->wait_for_worker_s,
+                  "Front end: a new request that no attention worker can take (none up, e.g. while their FFN "
+                  "worker is restarted or taken over) waits up to this long for one instead of an immediate 503 + "
+                  "Retry-After (0: answer at once)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->envname("AFD_WAIT_FOR_WORKER_S")
+      ->capture_default_str();
   cmd->add_option("--failover-replay", f->failover_replay,
                   "Front end: how the worker continuing a request recomputes the tokens generated before: 'exact' "
                   "(one per step, as decoding computed them: the text equals an unfaulted run's) or 'prefill' (one "
                   "pass, faster for long outputs; a near tie may later go another way)")
       ->check(CLI::IsMember({"exact", "prefill"}))
       ->envname("AFD_FAILOVER_REPLAY")
+      ->capture_default_str();
+  cmd->add_option("--ffn-peer-timeout-ms", f->engine.ffn_peer_timeout_ms,
+                  "FFN worker processes this command starts (--topology xAyF, --spawn-ffn): how long a batch waits "
+                  "for an attention worker that is mid-step before it is served without it (a stopped attention "
+                  "worker holds up the others this long)")
+      ->check(CLI::Range(1, 86400000))
+      ->envname("AFD_FFN_PEER_TIMEOUT_MS")
       ->capture_default_str();
   cmd->add_flag("--in-process", f->in_process,
                 "--topology xAyF: run the attention engines and FFN workers as threads of this one process")

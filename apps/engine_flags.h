@@ -38,6 +38,9 @@ struct EngineFlags {
   int ffn_probe_ms = 1000;
   double ffn_takeover_s = 10;  // EngineOptions::afd.ffn_takeover_ms, in seconds
   int ffn_parts = 0;           // EngineOptions::afd.ffn_parts
+  // FFN worker processes this command starts (apps/local_ffn.h): their --peer-timeout-ms.
+  // Registered by `afd serve` only (--ffn-peer-timeout-ms).
+  int ffn_peer_timeout_ms = 10000;
   int ucx_spin_us = -1;     // -1: UcxOptions default (EngineOptions::afd.ucx_spin_us)
   std::string ffn_device = "cpu";  // where FFN halves run: cpu | cuda (EngineOptions::ffn_device)
   bool spawn_ffn = false;    // start the FFN workers as local processes (apps/local_ffn.h)

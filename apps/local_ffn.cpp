@@ -15,7 +15,8 @@ Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, 
     std::vector<std::string> args = {"worker", "--role", "ffn", "--model", e.model_dir, "--listen", addr,
                                      "--shard", std::to_string(j) + "/" + std::to_string(n_ffn),
                                      "--attention", std::to_string(n_attention), "--precision", e.precision,
-                                     "--ffn-device", e.ffn_device};
+                                     "--ffn-device", e.ffn_device, "--peer-timeout-ms",
+                                     std::to_string(e.ffn_peer_timeout_ms)};
     if (e.ffn_tp > 1) {
       args.push_back("--ffn-tp");
       args.push_back(std::to_string(e.ffn_tp));

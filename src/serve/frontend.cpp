@@ -39,6 +39,7 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
       f->scrape_targets_.push_back({w->host, w->port, "attention=\"" + std::to_string(w->index) + "\""});
     f->scrape_targets_.insert(f->scrape_targets_.end(), opt.metrics_targets.begin(), opt.metrics_targets.end());
   }
+  f->ffn_admin_ = std::make_unique<FfnFanout>(f->workers_, opt.health_timeout_ms * 5, opt.server.api_key);
   f->opt_ = std::move(opt);
   f->opt_.proxy.retry_after_s = f->opt_.server.retry_after_s;
   f->pool_.workers = f->workers_;
@@ -141,6 +142,13 @@ std::string identity_mismatch(const std::string& body, const ModelServing& mine)
   return "";
 }
 
+// The "instance" of a worker's /health answer ("" if it has none: an older worker).
+std::string health_instance(const std::string& body) {
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("instance") && j["instance"].is_string()) return j["instance"].get<std::string>();
+  return "";
+}
+
 }  // namespace
 
 std::string Frontend::why_workers_down(const std::vector<std::string>* attempts) const {
@@ -170,8 +178,16 @@ void Frontend::health_loop() {
       FrontendWorker& w = *workers_[i];
       auto st = http_get(w.host, w.port, "/health", opt_.health_timeout_ms, 64 << 10);
       const std::string mismatch = st.ok() && st->status == 200 ? identity_mismatch(st->body, model_) : "";
-      const bool up = st.ok() && st->status == 200 && mismatch.empty();
-      const bool was = w.set_state(up, up ? "" : !mismatch.empty() ? mismatch : health_failure(st));
+      bool up = st.ok() && st->status == 200 && mismatch.empty();
+      std::string why = up ? "" : !mismatch.empty() ? mismatch : health_failure(st);
+      // A worker is placed on only once it holds the FFN membership set through /admin/ffn.
+      if (up) {
+        if (Status r = ffn_admin_->reconcile(w, health_instance(st->body)); !r.is_ok()) {
+          up = false;
+          why = r.message();
+        }
+      }
+      const bool was = w.set_state(up, why);
       if (up && !was) {
         spdlog::info("front end: attention worker {} at {} is up", i, w.address);
         w.ever_up = true;
@@ -233,11 +249,15 @@ std::string Frontend::render_metrics() const {
   family("afd_frontend_unavailable_total", "counter",
          "Requests answered 503 because no attention worker was up or none took them over in time.");
   o << "afd_frontend_unavailable_total " << counters_.unavailable << '\n';
+  family("afd_frontend_waited_total", "counter",
+         "New requests that found no attention worker to take them and waited (--wait-for-worker-s).");
+  o << "afd_frontend_waited_total " << counters_.waited << '\n';
   family("afd_frontend_responses_total", "counter", "Answers to /v1/* requests by HTTP status.");
   {
     std::lock_guard<std::mutex> l(counts_mu_);
     for (const auto& [code, n] : responses_) o << "afd_frontend_responses_total{code=\"" << code << "\"} " << n << '\n';
   }
+  o << ffn_admin_->render_metrics();
   if (opt_.extra_metrics) o << opt_.extra_metrics();
   return o.str();
 }
@@ -270,6 +290,15 @@ void Frontend::install_routes() {
   s.get("/metrics", [this](const http::Request&, http::Response& res) {
     res.set_content(scrape_metrics(), "text/plain; version=0.0.4");
   });
+  // FFN membership of every attention worker (serve/frontend_ffn_admin.h); the API key is
+  // checked by configure_server as for /v1/*.
+  auto admin = [this](const http::Request& req, http::Response& res) {
+    auto [code, body] = ffn_admin_->request(req.method, req.body);
+    res.status = code;
+    res.set_content(body, "application/json");
+  };
+  s.get("/admin/ffn", admin);
+  s.post("/admin/ffn", admin);
   s.get("/v1/models", [this](const http::Request&, http::Response& res) {
     nlohmann::ordered_json m = {{"object", "list"},
                                 {"data", nlohmann::ordered_json::array({{{"id", model_.limits.model_name},

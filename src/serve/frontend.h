@@ -11,7 +11,9 @@
 // A background thread polls every worker's GET /health (logging what it is waiting for).
 // A client that disconnects closes the upstream connection, which cancels the sequence on
 // the worker. The API key, if set, is checked here (workers run without one and must only
-// be reachable from the front end).
+// be reachable from the front end). GET/POST /admin/ffn (protected like /v1/*) changes the FFN
+// membership of every attention worker at once, and keeps it for workers that restart
+// (serve/frontend_ffn_admin.h).
 #pragma once
 
 #include <atomic>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "serve/frontend_ffn_admin.h"
 #include "serve/http_server.h"
 #include "serve/metrics_federation.h"
 #include "serve/proxy_client.h"
@@ -104,6 +107,7 @@ class Frontend {
   std::vector<std::shared_ptr<FrontendWorker>> workers_;
   std::vector<MetricsTarget> scrape_targets_;  // attention workers, then opt_.metrics_targets
   std::unique_ptr<Router> router_;
+  std::unique_ptr<FfnFanout> ffn_admin_;  // GET/POST /admin/ffn; the health thread reconciles
   // Parses and tokenizes request bodies; declared before svr_ so that it outlives the handlers.
   std::unique_ptr<AdmissionLane> admission_;
   std::unique_ptr<http::Server> svr_;

@@ -43,12 +43,12 @@ void configure_server(http::Server& s, const ServerOptions& o, const std::string
                       std::function<void()> on_unauthorized) {
   s.set_pre_routing([key = o.api_key, retry = o.retry_after_s, on_unauthorized](const http::Request& req,
                                                                                  http::Response& res) {
-    if (key.empty() || req.path.rfind("/v1/", 0) != 0) return false;
+    if (key.empty() || (req.path.rfind("/v1/", 0) != 0 && req.path.rfind("/admin/", 0) != 0)) return false;
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     if (auth.rfind(prefix, 0) == 0 && constant_time_equal(auth.substr(prefix.size()), key)) return false;
     send_error(res, 401, "invalid or missing API key (Authorization: Bearer <key>)", retry);
-    if (on_unauthorized) on_unauthorized();
+    if (on_unauthorized && req.path.rfind("/v1/", 0) == 0) on_unauthorized();
     return true;
   });
   s.set_exception_handler([who](const http::Request&, http::Response& res, std::exception_ptr ep) {

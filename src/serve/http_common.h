@@ -53,9 +53,9 @@ bool constant_time_equal(const std::string& a, const std::string& b);
 // bodies for the errors it answers itself (limits, 404/405). `who` names it in log lines.
 http::Options http_options(const ServerOptions& o, const std::string& who);
 
-// Everything every server sets before its routes: with an API key, /v1/* requires
-// `Authorization: Bearer KEY` (compared in constant time; a refusal answers 401 and calls
-// on_unauthorized, e.g. to count it); an exception escaping a handler becomes a logged 500
+// Everything every server sets before its routes: with an API key, /v1/* and /admin/*
+// require `Authorization: Bearer KEY` (compared in constant time; a refusal answers 401 and,
+// for /v1/*, calls on_unauthorized, e.g. to count it); an exception escaping a handler becomes a logged 500
 // with an OpenAI-style body (never an abort). `who` names the server in the log line.
 void configure_server(http::Server& s, const ServerOptions& o, const std::string& who,
                       std::function<void()> on_unauthorized);

@@ -26,11 +26,12 @@ std::string config_fingerprint_hex(const ModelServing& m) {
   return fp;
 }
 
-std::string attention_health_body(const ModelServing& m) {
+std::string attention_health_body(const ModelServing& m, const std::string& instance) {
   return json{{"status", "ok"},
               {"role", "attention"},
               {"model", m.limits.model_name},
-              {"model_config", config_fingerprint_hex(m)}}
+              {"model_config", config_fingerprint_hex(m)},
+              {"instance", instance}}
       .dump();
 }
 
@@ -46,6 +47,9 @@ HttpServer::HttpServer(ServerOptions opt, ModelServing model, std::vector<Schedu
   created_ = static_cast<int64_t>(std::time(nullptr));
   std::random_device rd;
   next_id_ = (static_cast<uint64_t>(rd()) << 20) | 1;
+  char inst[17];
+  std::snprintf(inst, sizeof inst, "%08x%08x", rd(), rd());
+  instance_ = inst;
   install_routes();
 }
 
@@ -96,19 +100,14 @@ void HttpServer::install_routes() {
         return send_error(res, 503, why, opt_.retry_after_s);
       }
     }
-    res.set_content(attention_health_body(model_), "application/json");
+    res.set_content(attention_health_body(model_, instance_), "application/json");
   });
   s.get("/metrics", [this](const http::Request&, http::Response& res) {
     res.set_content(metrics_->render(), "text/plain; version=0.0.4");
   });
   // FFN membership (serve/ffn_admin.h). Protected like the API: with an API key, the same
-  // Bearer check as /v1/* (the pre-routing check covers /v1/ only).
+  // Bearer check as /v1/* (configure_server's pre-routing check covers /admin/ too).
   auto admin = [this](const http::Request& req, http::Response& res) {
-    if (!opt_.api_key.empty()) {
-      const std::string auth = req.get_header_value("Authorization");
-      if (auth.rfind("Bearer ", 0) != 0 || !constant_time_equal(auth.substr(7), opt_.api_key))
-        return send_error(res, 401, "invalid or missing API key (Authorization: Bearer <key>)", opt_.retry_after_s);
-    }
     if (!ffn_admin_) return send_error(res, 404, "no FFN membership here (not an AFD attention worker)", opt_.retry_after_s);
     auto [code, body] = ffn_admin_(req.method, req.body);
     res.status = code;

@@ -45,8 +45,11 @@ struct ModelServing {
 // m.config_fingerprint as /health reports it: 16 lowercase hex digits.
 std::string config_fingerprint_hex(const ModelServing& m);
 // The /health body of a ready attention server: {"status":"ok","role":"attention",
-// "model":NAME,"model_config":config_fingerprint_hex(m)}.
-std::string attention_health_body(const ModelServing& m);
+// "model":NAME,"model_config":config_fingerprint_hex(m),"instance":instance}. The instance
+// (16 hex digits drawn when the server starts) tells a front end that a worker at the same
+// address is another process than before (it restarted), so state the front end gave the old
+// one (the FFN membership set through its /admin/ffn) must be given again.
+std::string attention_health_body(const ModelServing& m, const std::string& instance);
 
 // An administrative route's handler: (method, body) -> (HTTP status, JSON body).
 using AdminFn = std::function<std::pair<int, std::string>(const std::string& method, const std::string& body)>;
@@ -69,7 +72,8 @@ class HttpServer {
   // request to a scheduler, and every scheduler is idle, i.e. every accepted request has
   // produced its last event. Thread-safe.
   bool drained() const;
-  // GET/POST /admin/ffn (serve/ffn_admin.h), checked against the API key as /v1/* is; 404
+  // GET/POST /admin/ffn (serve/ffn_admin.h), checked against the API key as /v1/* is (every
+  // /admin/ path is, configure_server); 404
   // while unset. Set before run().
   void set_ffn_admin(AdminFn fn) { ffn_admin_ = std::move(fn); }
 
@@ -90,6 +94,7 @@ class HttpServer {
   std::atomic<bool> draining_{false};
   std::atomic<int> admitting_{0};  // handlers past the draining check, before submit() returned
   int64_t created_ = 0;
+  std::string instance_;  // /health "instance"
   AdminFn ffn_admin_;
 };
 

@@ -117,15 +117,19 @@ UpstreamOutcome UpstreamCall::post(const std::string& path, const std::string& b
   return out;
 }
 
-Result<HttpAnswer> http_get(const std::string& host, int port, const std::string& path, int timeout_ms,
-                            size_t max_bytes) {
+namespace {
+
+// One exchange of http_get / http_post: `send(on_data)` performs it on `cli`.
+template <typename Send>
+Result<HttpAnswer> exchange(const std::string& host, int port, const std::string& path, int timeout_ms,
+                            size_t max_bytes, Send send) {
   httplib::Client cli(host, port);
   set_timeouts(&cli, timeout_ms);
   const std::string where = host + ":" + std::to_string(port) + path;
   HttpAnswer a;
   bool too_long = false;
   const Clock::time_point start = Clock::now();
-  auto r = cli.Get(path, [&](const char* data, size_t n) {
+  auto r = send(cli, [&](const char* data, size_t n) {
     if (a.body.size() + n > max_bytes) {
       too_long = true;
       return false;
@@ -137,6 +141,30 @@ Result<HttpAnswer> http_get(const std::string& host, int port, const std::string
   if (!r) return unavailable(where + ": " + describe(r.error(), ms_since(start), timeout_ms, timeout_ms));
   a.status = r->status;
   return a;
+}
+
+}  // namespace
+
+Result<HttpAnswer> http_get(const std::string& host, int port, const std::string& path, int timeout_ms,
+                            size_t max_bytes) {
+  return exchange(host, port, path, timeout_ms, max_bytes, [&](httplib::Client& cli, auto on_data) {
+    return cli.Get(path, httplib::ContentReceiver(on_data));
+  });
+}
+
+Result<HttpAnswer> http_post(const std::string& host, int port, const std::string& path, const std::string& body,
+                             const std::vector<std::pair<std::string, std::string>>& headers, int timeout_ms,
+                             size_t max_bytes) {
+  return exchange(host, port, path, timeout_ms, max_bytes, [&](httplib::Client& cli, auto on_data) {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.body = body;
+    req.set_header("Content-Type", "application/json");
+    for (const auto& [k, v] : headers) req.set_header(k, v);
+    req.content_receiver = [on_data](const char* d, size_t n, uint64_t, uint64_t) { return on_data(d, n); };
+    return cli.send(req);
+  });
 }
 
 Result<std::string> http_get_body(const std::string& host, int port, const std::string& path, int timeout_ms,

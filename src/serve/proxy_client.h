@@ -74,7 +74,12 @@ struct HttpAnswer {
 // past max_bytes of body (the rest is not read).
 Result<HttpAnswer> http_get(const std::string& host, int port, const std::string& path, int timeout_ms,
                             size_t max_bytes);
-// The same, but only a 200 answer is one (another status is unavailable); its body.
+// POST body (application/json, with `headers` added) to host:port/path within timeout_ms: the
+// status and body, whatever the status; errors as http_get's.
+Result<HttpAnswer> http_post(const std::string& host, int port, const std::string& path, const std::string& body,
+                             const std::vector<std::pair<std::string, std::string>>& headers, int timeout_ms,
+                             size_t max_bytes);
+// The same as http_get, but only a 200 answer is one (another status is unavailable); its body.
 Result<std::string> http_get_body(const std::string& host, int port, const std::string& path, int timeout_ms,
                                   size_t max_bytes);
 

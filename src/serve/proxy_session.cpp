@@ -112,7 +112,9 @@ bool ProxySession::start_attempt() {
     eligible[i] = pool_.workers[i]->up.load() && (accepted_ ? !failed_on_[i] : !tried_[i]);
     any = any || eligible[i];
   }
-  if (accepted_ && !any)
+  // A continuation, or a new request waiting for a worker (wait_deadline_): any worker up
+  // again (e.g. one that refused it while its FFN worker was lost, and is back).
+  if ((accepted_ || wait_deadline_) && !any)
     for (size_t i = 0; i < eligible.size(); ++i) eligible[i] = pool_.workers[i]->up.load();
   const int wi = pool_.router->place(prompt_, eligible);
   if (wi < 0) return false;
@@ -269,12 +271,25 @@ ProxySession::Step ProxySession::advance(std::chrono::milliseconds wait) {
                     true);
     }
     if (!start_attempt()) {
+      if (!accepted_ && pool_.policy.wait_for_worker_s > 0) {
+        if (!wait_deadline_) {
+          wait_deadline_ = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                              std::chrono::duration<double>(pool_.policy.wait_for_worker_s));
+          pool_.counters->waited.fetch_add(1);
+        }
+        if (clock::now() < *wait_deadline_) {
+          std::this_thread::sleep_for(std::min(wait, std::chrono::milliseconds(50)));
+          return {};
+        }
+      }
       if (!accepted_) {
         pool_.counters->unavailable.fetch_add(1);
         const int up = workers_up(pool_.workers);
         return failed(503,
-                      "no attention worker is available (" + std::to_string(up) + " of " +
-                          std::to_string(pool_.workers.size()) + " up; " + pool_.why_down(&attempts_) + ")",
+                      "no attention worker is available" +
+                          (wait_deadline_ ? " within " + seconds(pool_.policy.wait_for_worker_s) : std::string()) +
+                          " (" + std::to_string(up) + " of " + std::to_string(pool_.workers.size()) + " up; " +
+                          pool_.why_down(&attempts_) + ")",
                       true);
       }
       std::this_thread::sleep_for(std::min(wait, std::chrono::milliseconds(50)));

@@ -53,6 +53,10 @@ struct ProxyPolicy {
   double idle_timeout_s = 15;
   // After a worker fails mid-request, how long the request may wait for another to take it over.
   double failover_timeout_s = 30;
+  // A request no worker has accepted yet, with no worker left to try (none up, or every one
+  // up refused it with 503): how long it waits for a worker to be up again before it is
+  // answered 503 (0: at once). Placements are retried every 50 ms meanwhile.
+  double wait_for_worker_s = 0;
   int retry_after_s = 1;
   // How a continuation recomputes the generated tokens (InternalControl::replay_exact): one
   // per step, bit for bit as the original did (true), or in one prefill (faster; a near tie
@@ -67,6 +71,7 @@ struct ProxyCounters {
   std::atomic<uint64_t> failovers{0};  // continuations started on another worker after a failure mid-request
   std::atomic<uint64_t> stalls{0};     // exchanges given up after idle_timeout_s without a byte
   std::atomic<uint64_t> unavailable{0};  // 503s because no worker was up (or none took the request over)
+  std::atomic<uint64_t> waited{0};  // requests that waited (wait_for_worker_s) for a worker to be up
 };
 
 // What every session of a front end shares; outlives them.
@@ -146,6 +151,8 @@ class ProxySession {
   bool accepted_ = false;    // a worker answered 200 and began the stream
   bool retrying_ = false;    // the next placement repeats one (counted as a retry or failover)
   std::optional<std::chrono::steady_clock::time_point> failover_deadline_;
+  // A request not accepted yet waiting for a worker to be up (ProxyPolicy::wait_for_worker_s).
+  std::optional<std::chrono::steady_clock::time_point> wait_deadline_;
   std::chrono::steady_clock::time_point next_try_{};  // no placement before this (back-off)
   int failures_in_a_row_ = 0;
   std::vector<std::string> attempts_;  // why this request's try on each worker failed ("": none did)

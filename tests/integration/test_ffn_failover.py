@@ -13,10 +13,8 @@ Run: AFD_BIN=build/apps/afd /usr/bin/python3 -m pytest tests/integration/test_ff
 """
 import json
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -25,32 +23,9 @@ import urllib.request
 
 import pytest
 
-AFD = os.environ.get("AFD_BIN", "build/apps/afd")
+from afd_bundle import AFD, free_port, http, make_model, read_completion_stream, start_ffn_worker, wait_until
+
 PROMPTS = [[3, 14, 15, 92, 65], [35], [89, 79, 32, 38, 46, 26, 43], [7, 7, 7, 1]]
-
-
-def free_port():
-    # Below the kernel's ephemeral range, so no outgoing connection takes it meanwhile.
-    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-    pool = range(10000, lo) if lo - 10000 >= 1000 else range(1024, 65536)
-    for port in random.sample(pool, 200):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            pass
-        finally:
-            s.close()
-    raise RuntimeError("no free port")
-
-
-def http(port, path, body=None, timeout=60):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
-                                 headers={"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return r.status, r.read().decode()
 
 
 def complete(port, prompt, n, stream, on_first=None):
@@ -65,24 +40,9 @@ def complete(port, prompt, n, stream, on_first=None):
         if not stream:
             j = json.load(r)
             return j["choices"][0]["text"], j["choices"][0]["finish_reason"], j["usage"]["completion_tokens"]
-        text, fin, usage, done = "", None, None, False
-        for line in r:
-            line = line.decode().strip()
-            if not line.startswith("data: "):
-                continue
-            if line == "data: [DONE]":
-                done = True
-                break
-            j = json.loads(line[6:])
-            if "error" in j:
-                raise RuntimeError("error event: " + line)
-            if j.get("usage"):
-                usage = j["usage"]["completion_tokens"]
-            for c in j.get("choices", []):
-                if on_first and not text and c["text"]:
-                    on_first()
-                text += c["text"]
-                fin = c["finish_reason"] or fin
+        text, fin, usage, done, error = read_completion_stream(r, on_first)
+        if error:
+            raise RuntimeError("error event: " + error)
         assert done, "stream ended without [DONE]"
         return text, fin, usage
 
@@ -100,15 +60,7 @@ def complete_retrying(port, prompt, n, stream, budget_s=30):
 
 
 def wait_for(pred, timeout_s, what):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        try:
-            if pred():
-                return
-        except (OSError, urllib.error.URLError, ValueError, KeyError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
+    wait_until(pred, what, timeout_s, interval=0.05)
 
 
 def membership(attn_port):
@@ -143,8 +95,7 @@ def arg(args, flag):
 @pytest.fixture
 def bundle(tmp_path):
     model = tmp_path / "model"
-    subprocess.run([AFD, "--log-level", "error", "make-model", "--preset", "tiny", "--seed", "1", "--out", str(model)],
-                   check=True, capture_output=True)
+    make_model(model)
     log = open(tmp_path / "serve.log", "w")
     serve = subprocess.Popen([AFD, "serve", "--model", str(model), "--topology", "1A2F", "--port", "0",
                               "--threads", "1", "--precision", "reference", "--ffn-takeover-s", "1",
@@ -209,10 +160,7 @@ def in_flight(port, jobs, n, fault):
 
 
 def start_ffn(bundle, port, shard, name):
-    p = subprocess.Popen(
-        [AFD, "worker", "--role", "ffn", "--model", bundle["model"], "--listen", f"127.0.0.1:{port}", "--shard", shard,
-         "--attention", "1", "--precision", "reference", "--threads", "1"],
-        stdout=subprocess.DEVNULL, stderr=open(bundle["tmp"] / f"{name}.log", "w"))
+    p = start_ffn_worker(bundle["model"], port, shard, 1, bundle["tmp"] / f"{name}.log")
     bundle["extra"].append(p)
     return p
 
@@ -286,15 +234,10 @@ def test_ffn_worker_lost_for_good_then_workers_added(bundle):
     assert old.poll() is None
 
     # Bad admin requests are clear errors.
-    with pytest.raises(urllib.error.HTTPError) as e:
-        http(attn_port, "/admin/ffn", {"remove": "127.0.0.1:1"})
-    assert e.value.code == 404
-    with pytest.raises(urllib.error.HTTPError) as e:
-        http(attn_port, "/admin/ffn", {"frobnicate": 1})
-    assert e.value.code == 400
-    with pytest.raises(urllib.error.HTTPError) as e:
-        http(attn_port, "/admin/ffn", {"add": "nohost"})
-    assert e.value.code == 400 and "nohost" in e.value.read().decode()
+    assert http(attn_port, "/admin/ffn", {"remove": "127.0.0.1:1"})[0] == 404
+    assert http(attn_port, "/admin/ffn", {"frobnicate": 1})[0] == 400
+    status, body = http(attn_port, "/admin/ffn", {"add": "nohost"})
+    assert status == 400 and "nohost" in body
     assert all(x["removed"] for x in membership(attn_port)["members"][3:])  # the refused address is no member
 
     # What changed, on the front end's federated /metrics and in the log.
@@ -312,8 +255,7 @@ def test_ffn_parts_logits_are_mono_with_that_rounding(tmp_path):
     in-process 1A2F bundle with 4 parts (each FFN worker replying two partials) gives logits
     bit-identical to mono --afd-rounding 4, and different from --afd-rounding 2."""
     model = tmp_path / "model"
-    subprocess.run([AFD, "--log-level", "error", "make-model", "--preset", "tiny", "--seed", "1", "--out", str(model)],
-                   check=True, capture_output=True)
+    make_model(model)
     common = [AFD, "--log-level", "error", "generate", "--model", str(model), "--precision", "reference",
               "--max-tokens", "16", "--ignore-eos", "--threads", "1", "--microbatches", "3",
               "--prompt-ids", "3,14,15,92,65", "--prompt-ids", "35"]

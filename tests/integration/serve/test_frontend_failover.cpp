@@ -17,33 +17,14 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "model/config.h"
-#include "runtime/ffn_client.h"
+#include "frontend_test_model.h"
 #include "serve/frontend.h"
 #include "serve/internal_stream.h"
-#include "serve/tokenizer_writer.h"
 
 namespace afd::serve {
 namespace {
 
 using json = nlohmann::json;
-
-// A model directory for the front end (config.json of a reference model, generated tokenizer
-// files); empty on failure (reported).
-std::string model_dir(const std::string& tag) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("afd_failover_" + tag + "_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(dir);
-  const std::string model = std::string(AFD_SOURCE_DIR) + "/tests/reference/data/qwen3_gqa2_top2_untied";
-  std::filesystem::copy_file(model + "/config.json", dir + "/config.json",
-                             std::filesystem::copy_options::overwrite_existing);
-  auto cfg = load_model_config(dir);
-  EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
-  if (!cfg.ok()) return "";
-  auto tok = write_tokenizer_files(dir, cfg->vocab_size);
-  EXPECT_TRUE(tok.ok()) << tok.status().to_string();
-  return tok.ok() ? dir : "";
-}
 
 // The event a worker sends for generated token i (id 100 + i, text "t<i> ").
 StreamEvent token_event(int i, int n_total, int64_t n_prompt) {
@@ -127,6 +108,8 @@ class FakeWorker {
     thread_.join();
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Down (its /health 503, as with its FFN worker lost) or up again.
+  void set_down(bool down) { dead_ = down; }
   std::vector<InternalControl> controls() {
     std::lock_guard<std::mutex> l(mu_);
     return controls_;
@@ -148,13 +131,10 @@ class FakeWorker {
 class FailoverTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = model_dir("fe");
+    dir_ = frontend_model_dir("failover");
     ASSERT_FALSE(dir_.empty());
-    auto cfg = load_model_config(dir_);
-    ASSERT_TRUE(cfg.ok());
-    char fp[17];
-    std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(model_config_fingerprint(*cfg)));
-    fingerprint_ = fp;
+    fingerprint_ = frontend_model_fingerprint(dir_);
+    ASSERT_FALSE(fingerprint_.empty());
   }
   void TearDown() override {
     if (fe_) fe_->stop();
@@ -174,6 +154,7 @@ class FailoverTest : public ::testing::Test {
     fo.federate = false;
     fo.proxy.idle_timeout_s = idle_s;
     fo.proxy.failover_timeout_s = failover_s;
+    fo.proxy.wait_for_worker_s = wait_for_worker_s_;
     for (auto [b, n] : ws) {
       workers_.push_back(std::make_unique<FakeWorker>(b, fingerprint_, n));
       fo.workers.push_back(workers_.back()->address());
@@ -209,6 +190,7 @@ class FailoverTest : public ::testing::Test {
     return s;
   }
 
+  double wait_for_worker_s_ = 0;  // FrontendOptions::proxy.wait_for_worker_s of start()
   std::string dir_, fingerprint_;
   std::vector<std::unique_ptr<FakeWorker>> workers_;
   std::unique_ptr<Frontend> fe_;
@@ -299,6 +281,38 @@ TEST_F(FailoverTest, NoWorkerToContinueFailsAfterTheFailoverTimeout) {
   EXPECT_NE(json::parse(q->body)["error"]["message"].get<std::string>().find("took the request over"),
             std::string::npos)
       << q->body;
+}
+
+// --wait-for-worker-s: a new request that finds no worker up waits for one instead of an
+// immediate 503, and gets 503 (saying how long it waited) when none comes up in time.
+TEST_F(FailoverTest, ANewRequestWaitsForAWorkerToBeUp) {
+  wait_for_worker_s_ = 20;
+  start({{Behaviour::finish, 0}}, 5, 10);
+  workers_[0]->set_down(true);
+  for (int i = 0; i < 500 && fe_->workers_up() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(fe_->workers_up(), 0);
+  auto pending = std::async(std::launch::async, [this] { return post(R"({"prompt":[7],"max_tokens":4})"); });
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  workers_[0]->set_down(false);
+  auto r = pending.get();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], expected_text(4));
+  const std::string m = fe_->render_metrics();
+  EXPECT_NE(m.find("afd_frontend_waited_total 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("afd_frontend_unavailable_total 0\n"), std::string::npos) << m;
+
+  workers_.clear();
+  fe_->stop();
+  run_.wait();
+  fe_.reset();
+  wait_for_worker_s_ = 0.3;
+  start({{Behaviour::unhealthy, 0}}, 5, 10);
+  auto q = post(R"({"prompt":[7],"max_tokens":4})");
+  ASSERT_TRUE(q);
+  EXPECT_EQ(q->status, 503) << q->body;
+  EXPECT_EQ(q->get_header_value("Retry-After"), "1");
+  EXPECT_NE(q->body.find("no attention worker is available within 0.3 s"), std::string::npos) << q->body;
 }
 
 }  // namespace

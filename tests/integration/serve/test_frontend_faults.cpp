@@ -19,11 +19,9 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "model/config.h"
-#include "runtime/ffn_client.h"
+#include "frontend_test_model.h"
 #include "serve/frontend.h"
 #include "serve/proxy_client.h"
-#include "serve/tokenizer_writer.h"
 
 namespace afd::serve {
 namespace {
@@ -133,28 +131,10 @@ void hold_unanswered(FakeWorker& self) {
   while (!self.stopping()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
-// A model directory for an engine-less front end (config.json of a reference model and
-// generated tokenizer files) under a per-process name.
-std::string model_dir(const std::string& tag) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("afd_faults_" + tag + "_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(dir);
-  const std::string model = std::string(AFD_SOURCE_DIR) + "/tests/reference/data/qwen3_gqa2_top2_untied";
-  std::filesystem::copy_file(model + "/config.json", dir + "/config.json",
-                             std::filesystem::copy_options::overwrite_existing);
-  auto cfg = load_model_config(dir);
-  EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
-  if (!cfg.ok()) return "";
-  EXPECT_TRUE(write_tokenizer_files(dir, cfg->vocab_size).ok());
-  return dir;
-}
-
 // What an attention worker of that model answers on /health.
 std::string healthy_body(const std::string& dir) {
-  auto cfg = load_model_config(dir);
-  char fp[17];
-  std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(model_config_fingerprint(*cfg)));
-  return json{{"status", "ok"}, {"role", "attention"}, {"model", "m"}, {"model_config", fp}}.dump();
+  return json{{"status", "ok"}, {"role", "attention"}, {"model", "m"}, {"model_config", frontend_model_fingerprint(dir)}}
+      .dump();
 }
 
 TEST(ProxyClientErrors, TellRefusedResetAndTimeoutApart) {
@@ -234,7 +214,7 @@ void start_frontend(FrontendOptions fo, RunningFrontend* rf) {
 // not its health check's ""), one answering 503 without a message, one that never answers
 // its health check, one not listening.
 TEST(FrontendReasons, Every503NamesEachWorkersReason) {
-  const std::string dir = model_dir("reasons");
+  const std::string dir = frontend_model_dir("reasons");
   ASSERT_FALSE(dir.empty());
   const std::string ok_body = healthy_body(dir);
   FakeWorker resets_requests([ok_body](int fd, const std::string& line, FakeWorker&) {
@@ -295,7 +275,7 @@ TEST(FrontendReasons, Every503NamesEachWorkersReason) {
 // A worker process the launcher will not start again makes /health 503 naming it (even with
 // every attention worker up), and leads the reasons of every 503.
 TEST(FrontendReasons, LostWorkerProcessMakesHealth503) {
-  const std::string dir = model_dir("lost");
+  const std::string dir = frontend_model_dir("lost");
   ASSERT_FALSE(dir.empty());
   const std::string ok_body = healthy_body(dir);
   FakeWorker healthy([ok_body](int fd, const std::string&, FakeWorker&) { respond(fd, 200, ok_body); });

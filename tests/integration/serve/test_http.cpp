@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../unit/serve/fake_engine.h"
+#include "frontend_test_model.h"
 #include "model/config.h"
 #include "runtime/ffn_client.h"
 #include "serve/frontend.h"
@@ -399,23 +400,6 @@ TEST_F(HttpTest, DrainFinishesAcceptedRequestsAndRefusesNewOnes) {
   bool drained = false;
   for (int i = 0; i < 200 && !(drained = svc_->drained()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_TRUE(drained);
-}
-
-// A model directory for an engine-less front end (config.json of a reference model and
-// generated tokenizer files) under a per-process name; empty on failure (reported).
-std::string frontend_model_dir(const std::string& tag) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("afd_frontend_" + tag + "_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(dir);
-  const std::string model = std::string(AFD_SOURCE_DIR) + "/tests/reference/data/qwen3_gqa2_top2_untied";
-  std::filesystem::copy_file(model + "/config.json", dir + "/config.json",
-                             std::filesystem::copy_options::overwrite_existing);
-  auto cfg = load_model_config(dir);
-  EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
-  if (!cfg.ok()) return "";
-  auto tok = write_tokenizer_files(dir, cfg->vocab_size);
-  EXPECT_TRUE(tok.ok()) << tok.status().to_string();
-  return tok.ok() ? dir : "";
 }
 
 // Frontend::stop() ends run() whenever it comes: before run(), while run() is starting to
