@@ -45,8 +45,8 @@ class Golden : public ::testing::TestWithParam<std::string> {
     // the engine is made.
     if (!g_.family.empty()) {
       EngineOptions o;
-      o.max_seqs = 1;
-      o.kv_capacity_tokens = 64;
+      o.kv.max_seqs = 1;
+      o.kv.capacity_tokens = 64;
       auto e = make_engine(o, w_);
       if (!e.ok() && e.status().code() == StatusCode::not_supported)
         GTEST_SKIP() << "family '" << g_.family << "' not run by the engine yet: " << e.status().to_string();
