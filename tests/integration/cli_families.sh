@@ -80,6 +80,10 @@ for a in deepseek_v3 deepseek_v2; do
   if [ $rc = 0 ] && [ "$(ntok "$out")" = 8 ]; then
     ok "$a generates: $out"
     oracle "$a" "$TMP/$a"
+    # make-model bf16 -> quantize --fp8 -> the oracle (it dequantizes the stored blocks itself).
+    "$AFD" --log-level error make-model --arch $a --preset tiny --seed 4 --out "$TMP/${a}_bf16" >/dev/null &&
+      "$AFD" --log-level error quantize --fp8 --model "$TMP/${a}_bf16" --out "$TMP/${a}_q" >/dev/null &&
+      oracle "${a}_quantized" "$TMP/${a}_q" || bad "$a make-model bf16 -> quantize --fp8"
     # FFN TP over FP8 experts with partial blocks, and FFN worker processes (the in-process
     # wirings of the DeepSeek goldens: cli_afd_deepseek.sh).
     D=(--model "$TMP/$a" --precision reference --max-tokens 8 --ignore-eos --threads 1 --prompt-ids 5,17,300,2 --prompt-ids 9)
