@@ -41,6 +41,7 @@ oracle() {  # oracle NAME DIR: afd generate --dump-logits, then check_logits.py
   bad "$1 vs reference: $(cat "$TMP/err" "$TMP/$1.check" 2>/dev/null | tail -3)"
 }
 oracle step3_bf16 "$TMP/s3_bf16"
+oracle step3_quantized "$TMP/s3_q"
 "$AFD" --log-level error make-model --arch step3_text --preset tiny --head-dim 256 --dtype fp8 --seed 5 \
   --out "$TMP/s3_hd256" >/dev/null && oracle step3_fp8_head256 "$TMP/s3_hd256" || bad "make-model step3 head 256"
 
