@@ -218,12 +218,13 @@ void run_serve(ServeFlags* fp, CLI::App* cmd) {
     topology_file = std::move(*t);
   }
   const ServeFlags& f = *fp;
-  if (Status s = f.service.validate(); !s.is_ok()) fail("serve", s);
+  // The one validation of the merged settings (errors name the flags and where their values
+  // came from); the engine flags matter to every shape but the front end over existing workers.
+  if (Status s = f.service.validate(); !s.is_ok()) fail("serve", cfg.with_sources(s));
+  if (f.topology_file.empty() && f.attention_workers.empty()) {
+    if (auto o = f.engine.to_options(/*open_trace=*/false); !o.ok()) fail("serve", cfg.with_sources(o.status()));
+  }
   if (f.print_config) {
-    // The engine flags matter to every shape but the front end over existing workers.
-    if (f.topology_file.empty() && f.attention_workers.empty()) {
-      if (auto o = f.engine.to_options(/*open_trace=*/false); !o.ok()) fail("serve", o.status());
-    }
     std::printf("%s\n", cfg.to_json().dump(2).c_str());
     return;
   }

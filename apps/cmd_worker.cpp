@@ -199,17 +199,19 @@ void run_worker(WorkerFlags* fp, CLI::App* cmd) {
   if (f.role == "attention" && !f.metrics_listen.empty())
     fail("worker",
          invalid_argument("--metrics-listen is for --role ffn; an attention worker serves /metrics on --listen"));
+  // The one validation of the merged settings, before anything starts (errors name the flags
+  // and where their values came from).
+  Status valid;
+  if (f.role == "ffn") {
+    int shard = 0, n_shards = 1;
+    Precision prec;
+    valid = check_ffn(f, &shard, &n_shards, &prec);
+  } else {
+    WorkerFlags copy = f;
+    valid = attention_options(&copy, /*open_trace=*/false).status();
+  }
+  if (!valid.is_ok()) fail("worker", cfg.with_sources(valid));
   if (f.print_config) {
-    Status s;
-    if (f.role == "ffn") {
-      int shard = 0, n_shards = 1;
-      Precision prec;
-      s = check_ffn(f, &shard, &n_shards, &prec);
-    } else {
-      WorkerFlags copy = f;
-      s = attention_options(&copy, /*open_trace=*/false).status();
-    }
-    if (!s.is_ok()) fail("worker", s);
     std::printf("%s\n", cfg.to_json().dump(2).c_str());
     return;
   }

@@ -1,6 +1,7 @@
 #include "deployment_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 
@@ -96,6 +97,25 @@ const DeploymentConfig::Setting* DeploymentConfig::find(const std::string& key) 
   for (const Setting& s : settings_)
     if (s.key == key) return &s;
   return nullptr;
+}
+
+Status DeploymentConfig::with_sources(const Status& s) const {
+  if (s.is_ok()) return s;
+  const std::string& msg = s.message();
+  std::string sources;
+  for (const Setting& st : settings_) {
+    if (st.source == ConfigSource::default_value) continue;
+    const std::string flag = flag_of(st.option);
+    for (size_t at = msg.find(flag); at != std::string::npos; at = msg.find(flag, at + 1)) {
+      const size_t end = at + flag.size();
+      const bool whole = end == msg.size() || !(std::isalnum(static_cast<unsigned char>(msg[end])) || msg[end] == '-');
+      if (!whole) continue;
+      sources += (sources.empty() ? "" : "; ") + flag + ": " + st.origin;
+      break;
+    }
+  }
+  if (sources.empty()) return s;
+  return Status(s.code(), msg + " (" + sources + ")");
 }
 
 nlohmann::json DeploymentConfig::to_json() const {

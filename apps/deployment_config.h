@@ -11,7 +11,8 @@
 // CLI11 fills 1, 3 and 4 while it parses; of() records which one each value came from, and
 // apply() adds layer 2 through the same options, so a file value passes the flag's own type
 // conversion and checks. The command then validates the result once (its validate() /
-// to_options()) and, with --print-config, prints to_json() instead of running.
+// to_options(), errors passed through with_sources()) before it starts anything and, with
+// --print-config, prints to_json() instead of running.
 #pragma once
 
 #include <string>
@@ -51,6 +52,12 @@ class DeploymentConfig {
   Status apply(const std::vector<TopologySetting>& settings, const std::string& file);
 
   const Setting* find(const std::string& key) const;
+
+  // `s` (an error of the one validation, which names flags) with where the values of the
+  // flags it names came from, for those not at their default: "<message> (--ffn-parts: topology
+  // file t.json: ffn_parts; --ffn-tp: flag --ffn-tp)". ok and errors naming no such flag are
+  // returned unchanged.
+  Status with_sources(const Status& s) const;
   const std::vector<Setting>& settings() const { return settings_; }
 
   // {"<key>": {"value": <typed value>, "source": "<origin>"}, ...}: integers, numbers and

@@ -98,6 +98,9 @@ std::pair<int, std::string> FfnFanout::get() {
 std::pair<int, std::string> FfnFanout::post(const std::string& body) {
   auto j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return error(400, "body must be a JSON object");
+  // What the log names: the request re-serialised (one line), cut to a sane length.
+  std::string what = j.dump();
+  if (what.size() > 200) what = what.substr(0, 200) + "...";
   std::lock_guard<std::mutex> change(change_mu_);
   json results = json::array();
   std::vector<Member> now;  // the membership the first accepting worker reports
@@ -118,7 +121,7 @@ std::pair<int, std::string> FfnFanout::post(const std::string& body) {
       if (!defined) {
         std::lock_guard<std::mutex> l(mu_);
         ++refused_;
-        spdlog::warn("front end: admin: FFN membership change {} refused by {}: {}", body, worker_name(w), why);
+        spdlog::warn("front end: admin: FFN membership change {} refused by {}: {}", what, worker_name(w), why);
         return error(a->first, worker_name(w) + ": " + why);
       }
     } else {
@@ -164,7 +167,7 @@ std::pair<int, std::string> FfnFanout::post(const std::string& body) {
   spdlog::info(
       "front end: admin: FFN membership change {} (change {}) applied by attention worker(s) {}{}; FFN "
       "members now: {}",
-      body, changes_, ids, later.empty() ? "" : " (the others get it once up: " + later + ")", list);
+      what, changes_, ids, later.empty() ? "" : " (the others get it once up: " + later + ")", list);
   json out = json::parse(members_list_json());
   out["changes"] = changes_;
   out["workers"] = std::move(results);

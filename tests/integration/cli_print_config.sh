@@ -65,11 +65,22 @@ check "ffn worker: metrics" "$TMP/b.json" metrics_listen '"127.0.0.1:9100"' "top
 out=$("$AFD" serve --max-running 0 --print-config 2>&1); rc=$?
 [ $rc != 0 ] && [ $rc -lt 70 ] && grep -q -- "--max-running" <<<"$out" && ok "invalid flag value refused: $out" ||
   bad "--max-running 0 --print-config: rc $rc: $out"
+out=$(AFD_MAX_RUNNING=0 "$AFD" serve --print-config 2>&1); rc=$?
+[ $rc != 0 ] && [ $rc -lt 70 ] && grep -q -- "--max-running: env AFD_MAX_RUNNING" <<<"$out" &&
+  ok "invalid env value refused, naming its source: $out" || bad "AFD_MAX_RUNNING=0: rc $rc: $out"
+cat >"$TMP/tp.json" <<'JSON'
+{"model": "m", "ffn_parts": 2, "ffn_tp": 2,
+ "attention": [{"address": "127.0.0.1:8101"}], "ffn": [{"address": "127.0.0.1:7100"}, {"address": "127.0.0.1:7101"}]}
+JSON
+out=$("$AFD" worker --topology-file "$TMP/tp.json" --role attention --index 0 2>&1); rc=$?
+[ $rc != 0 ] && [ $rc -lt 70 ] && grep -q -- "--ffn-parts: topology file $TMP/tp.json: ffn_parts" <<<"$out" &&
+  ok "inconsistent file values refused before the worker starts, naming the file: $out" || bad "tp.json: rc $rc: $out"
 out=$(AFD_FFN_DEVICE=gpu "$AFD" serve --print-config 2>&1); rc=$?
 [ $rc != 0 ] && [ $rc -lt 70 ] && grep -q "AFD_FFN_DEVICE\|--ffn-device" <<<"$out" && ok "invalid env value refused: $out" ||
   bad "AFD_FFN_DEVICE=gpu: rc $rc: $out"
 out=$("$AFD" worker --topology-file "$TMP/t.json" --role attention --index 0 --ffn-parts 2 --ffn-tp 2 --print-config 2>&1); rc=$?
-[ $rc != 0 ] && [ $rc -lt 70 ] && grep -q -- "--ffn-parts\|--ffn-tp" <<<"$out" && ok "inconsistent settings refused: $out" ||
+[ $rc != 0 ] && [ $rc -lt 70 ] && grep -q -- "--ffn-parts: flag --ffn-parts" <<<"$out" && grep -q -- "--ffn-tp: flag --ffn-tp" <<<"$out" &&
+  ok "inconsistent settings refused, with their sources: $out" ||
   bad "--ffn-parts 2 --ffn-tp 2: rc $rc: $out"
 
 [ $fails = 0 ] && echo "all passed" || { echo "$fails failed"; exit 1; }

@@ -35,22 +35,8 @@ class Golden : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     g_ = testing::load_golden(GetParam());
     auto w = load_model(g_.dir);
-    // The DeepSeek (MLA) and Step-3 (MFA) cases run once the engine loads their families;
-    // until then the loader refuses them as not_supported, and only that is skipped.
-    if (!w.ok() && !g_.family.empty() && w.status().code() == StatusCode::not_supported)
-      GTEST_SKIP() << "family '" << g_.family << "' not loaded by the engine yet: " << w.status().to_string();
     ASSERT_TRUE(w.ok()) << w.status().to_string();
     w_ = *w;
-    // Likewise a build without the family's attention kind (MLA) answers not_supported when
-    // the engine is made.
-    if (!g_.family.empty()) {
-      EngineOptions o;
-      o.kv.max_seqs = 1;
-      o.kv.capacity_tokens = 64;
-      auto e = make_engine(o, w_);
-      if (!e.ok() && e.status().code() == StatusCode::not_supported)
-        GTEST_SKIP() << "family '" << g_.family << "' not run by the engine yet: " << e.status().to_string();
-    }
   }
   std::unique_ptr<Engine> engine(Precision p, DType kv = DType::bf16, int microbatches = 1, bool fp8_dispatch = false,
                                  int64_t fp8_group = 0) {

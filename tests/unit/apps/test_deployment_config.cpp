@@ -125,6 +125,16 @@ TEST(DeploymentConfig, BadFileValuesNameTheKeyAndFlag) {
   auto o = c.engine.to_options(false);
   ASSERT_FALSE(o.ok());
   EXPECT_NE(o.status().message().find("--ffn-parts"), std::string::npos) << o.status().to_string();
+  // with_sources says where the values of the flags the error names came from.
+  const Status w = cfg.with_sources(o.status());
+  EXPECT_EQ(w.code(), StatusCode::invalid_argument);
+  EXPECT_EQ(w.message().find(o.status().message()), 0u) << w.message();
+  EXPECT_NE(w.message().find("--ffn-parts: topology file t.json: ffn_parts"), std::string::npos) << w.message();
+  EXPECT_NE(w.message().find("--ffn-tp: topology file t.json: ffn_tp"), std::string::npos) << w.message();
+  // A flag named only as a prefix of a longer one, defaults and ok are left alone.
+  EXPECT_EQ(cfg.with_sources(invalid_argument("--ffn-tp-x is odd")).message(), "--ffn-tp-x is odd");
+  EXPECT_EQ(cfg.with_sources(invalid_argument("--kv-block is odd")).message(), "--kv-block is odd");
+  EXPECT_TRUE(cfg.with_sources(Status::ok()).is_ok());
 }
 
 TEST(DeploymentConfig, BadEnvironmentValueNamesTheFlag) {
