@@ -66,6 +66,7 @@ class FaultTransport final : public Transport {
   Result<MemoryRegion> register_memory(void* base, size_t size) override { return inner_->register_memory(base, size); }
   Status deregister_memory(const MemoryRegion& r) override { return inner_->deregister_memory(r); }
   Status disconnect(PeerId peer) override;
+  Status stop_connecting(const std::string& address) override { return inner_->stop_connecting(address); }
 
  private:
   struct Held {

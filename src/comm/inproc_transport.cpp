@@ -109,6 +109,12 @@ Status InprocTransport::connect(const std::string& address) {
   return Status::ok();
 }
 
+Status InprocTransport::stop_connecting(const std::string& address) {
+  std::lock_guard<std::mutex> lk(peers_mu_);
+  std::erase(wanted_, address);
+  return Status::ok();
+}
+
 void InprocTransport::link(InprocTransport* a, InprocTransport* b, const std::string& address_of_b) {
   PeerId pa, pb;
   {

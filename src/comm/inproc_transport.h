@@ -85,6 +85,7 @@ class InprocTransport final : public Transport {
   Result<MemoryRegion> register_memory(void* base, size_t size) override { return MemoryRegion{base, size, 0}; }
   Status deregister_memory(const MemoryRegion&) override { return Status::ok(); }
   Status disconnect(PeerId peer) override;
+  Status stop_connecting(const std::string& address) override;
 
  private:
   struct PeerLink {

@@ -276,6 +276,7 @@ size_t encode_handshake(FrameKind kind, const Handshake& s, uint8_t* out) {
   put<uint8_t>(p, 8, static_cast<uint8_t>(s.role));
   put<uint8_t>(p, 9, static_cast<uint8_t>(s.granularity));
   put<uint8_t>(p, 10, s.holds_shared);
+  put<uint8_t>(p, 11, static_cast<uint8_t>(s.precision));
   put<uint16_t>(p, 12, s.index);
   put<uint16_t>(p, 14, s.n_attention);
   put<uint16_t>(p, 16, s.n_ffn);
@@ -320,6 +321,9 @@ Result<Handshake> decode_handshake(const uint8_t* data, size_t len, FrameKind ex
   s.role = static_cast<Role>(role);
   s.granularity = static_cast<ScaleGranularity>(gran);
   s.holds_shared = get<uint8_t>(p, 10);
+  const uint8_t prec = get<uint8_t>(p, 11);
+  if (prec < 1 || prec > 2) return corrupt_data("handshake has unknown activation precision " + std::to_string(prec));
+  s.precision = static_cast<WirePrecision>(prec);
   s.index = get<uint16_t>(p, 12);
   s.n_attention = get<uint16_t>(p, 14);
   s.n_ffn = get<uint16_t>(p, 16);
@@ -420,6 +424,14 @@ Result<uint64_t> decode_probe(const uint8_t* data, size_t len, FrameKind expect)
   return h.step;
 }
 
+const char* wire_precision_name(WirePrecision p) {
+  switch (p) {
+    case WirePrecision::f32: return "reference (f32 activations)";
+    case WirePrecision::bf16: return "fast (bf16 activations)";
+  }
+  return "?";
+}
+
 std::string describe(const Handshake& h) {
   std::string s = h.role == Role::attention ? "attention " : "ffn ";
   s += std::to_string(h.index) + " of " + std::to_string(h.n_attention) + "A" + std::to_string(h.n_ffn) + "F";
@@ -437,6 +449,7 @@ std::string describe(const Handshake& h) {
     }
     s += ")";
   }
+  s += std::string(", precision ") + wire_precision_name(h.precision);
   char fp[32];
   std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(h.fingerprint));
   s += ", model " + std::string(fp);
@@ -456,9 +469,13 @@ Status check_handshake_match(const Handshake& mine, const Handshake& theirs) {
       mine.n_layers != theirs.n_layers) {
     return fail("model shapes differ");
   }
-  // The attention side's expected TP degree (0: any) against the FFN side's.
   const Handshake& a = mine.role == Role::attention ? mine : theirs;
   const Handshake& f = mine.role == Role::attention ? theirs : mine;
+  if (a.precision != f.precision) {
+    return fail(std::string("precision differs: the attention worker runs --precision ") +
+                wire_precision_name(a.precision) + ", the FFN worker --precision " + wire_precision_name(f.precision));
+  }
+  // The attention side's expected TP degree (0: any) against the FFN side's.
   if (a.tp_degree != 0 && a.tp_degree != f.tp_degree) {
     return fail("the attention side expects FFN TP degree " + std::to_string(a.tp_degree) + ", the FFN worker has " +
                 std::to_string(f.tp_degree));

@@ -17,8 +17,9 @@ namespace afd::comm {
 
 constexpr uint32_t kFrameMagic = 0x46444641u;  // "AFDF" in memory order
 // 2: handshake carries the FFN TP rank/degree; 3: ping/pong probes; 4: expert assignment epoch
-// (hello carries the assignment, a2f frames the epoch they were built for).
-constexpr uint16_t kProtocolVersion = 4;
+// (hello carries the assignment, a2f frames the epoch they were built for); 5: the handshake
+// carries the activation precision (refused when the sides differ).
+constexpr uint16_t kProtocolVersion = 5;
 constexpr size_t kFrameHeaderBytes = 64;
 constexpr size_t kMaxReasonBytes = 4096;
 constexpr int64_t kScaleBlock = 128;  // channels per scale with ScaleGranularity::per_block
@@ -78,6 +79,15 @@ inline size_t f2a_payload_bytes(int64_t n, int64_t hidden) { return static_cast<
 
 // Topology + model identity exchanged by hello / hello_ack.
 enum class Role : uint8_t { attention = 0, ffn = 1 };
+// The activation precision a side computes with (`--precision`): the FFN worker's rounding of
+// its inputs and intermediates, the attention worker's own. Both sides of a connection must
+// compute with the same one, else the bundle's answers differ from a uniform one's.
+enum class WirePrecision : uint8_t {
+  f32 = 1,   // --precision reference: f32 activations
+  bf16 = 2,  // --precision fast: bf16 activations into the matrix products
+};
+// "reference (f32 activations)" | "fast (bf16 activations)"
+const char* wire_precision_name(WirePrecision p);
 struct Handshake {
   uint64_t fingerprint = 0;      // model_fingerprint() of the sender's model
   Role role = Role::attention;
@@ -99,6 +109,7 @@ struct Handshake {
   uint32_t max_tokens = 0;       // attention: most tokens in one a2f frame
   uint16_t n_microbatches = 0;   // attention: micro-batches it uses (1..4)
   ScaleGranularity granularity = ScaleGranularity::per_token;
+  WirePrecision precision = WirePrecision::f32;  // the sender's activation precision (compared)
   // Expert assignment epoch. Attention hello: 0 = "hold the experts you were started with"
   // (the expert and part fields are 0 and ignored); >= 1 = "for me, hold parts
   // [part_begin, part_end) of n_parts", part q being routed experts [q*E/n_parts,
@@ -175,7 +186,7 @@ inline uint64_t frame_tag(TagFamily f, uint32_t microbatch) {
 }
 
 // Checks that an FFN worker's handshake fits the attention side's (same fingerprint, same
-// x, hidden/top_k/n_experts/n_layers agree; y is not compared: the FFN membership may change
+// x, hidden/top_k/n_experts/n_layers agree, same activation precision; y is not compared: the FFN membership may change
 // while the deployment runs, the assignment travels in the hello). Error message names the
 // mismatch.
 Status check_handshake_match(const Handshake& mine, const Handshake& theirs);

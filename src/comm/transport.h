@@ -8,7 +8,8 @@
 //   PeerId on first sight that stays the same across disconnects and reconnects, so buffers
 //   and tags prepared for a peer stay valid when it comes back.
 // - listen(address) accepts peers; connect(address) reaches one and keeps reconnecting in
-//   the background (started in any order; a lost peer is retried until close()).
+//   the background (started in any order; a lost peer is retried until close() or
+//   stop_connecting(address)).
 //   Connections and losses are reported as PeerEvents (next_event).
 // - post_send / post_recv start an operation and return at once; the bytes move on the
 //   transport's own progress thread, off the caller's thread. A receive matches the
@@ -140,6 +141,13 @@ class Transport {
   // unavailable); a connect()ed peer is then retried.
   virtual Status disconnect(PeerId peer) {
     return not_supported(std::string(kind()) + " transport: disconnect");
+  }
+  // Undoes connect(address): the address is no longer dialled, retried or logged about (a
+  // dial already under way may still finish). A connection it led to stays up until it is
+  // lost, and is then not re-established. connect(address) again starts dialling anew. ok
+  // when the address was not being dialled.
+  virtual Status stop_connecting(const std::string& address) {
+    return not_supported(std::string(kind()) + " transport: stop_connecting " + address);
   }
 };
 

@@ -161,6 +161,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
       t = std::move(it);
       for (int j = 0; j < y; ++j) co.ffn_addresses.push_back(ffn_name(j));
     }
+    co.precision = ref ? comm::WirePrecision::f32 : comm::WirePrecision::bf16;
     co.microbatches = opt.pipeline_microbatches();
     co.max_tokens = opt.afd.max_batch_tokens;
     co.per_block_scales = opt.afd.fp8_group == 128;

@@ -134,14 +134,14 @@ FfnClient::~FfnClient() {
   for (size_t mb = 0; mb < slots_.size(); ++mb) abandon(static_cast<int>(mb));
 }
 
-Handshake FfnClient::my_handshake(uint32_t epoch, const Share* assign) const {
+Handshake FfnClient::my_handshake(uint32_t epoch, const Share* assign, int n_ffn) const {
   const ModelConfig& c = w_->config;
   Handshake h;
   h.fingerprint = fingerprint_;
   h.role = Role::attention;
   h.index = static_cast<uint16_t>(opt_.index);
   h.n_attention = static_cast<uint16_t>(opt_.n_attention);
-  h.n_ffn = static_cast<uint16_t>(std::max<size_t>(1, active_.size()));
+  h.n_ffn = static_cast<uint16_t>(std::max<size_t>(1, n_ffn >= 0 ? static_cast<size_t>(n_ffn) : active_.size()));
   h.n_layers = static_cast<uint32_t>(c.n_layers);
   h.n_experts = static_cast<uint32_t>(c.n_experts);
   h.hidden = static_cast<uint32_t>(c.hidden_size);
@@ -149,6 +149,7 @@ Handshake FfnClient::my_handshake(uint32_t epoch, const Share* assign) const {
   h.max_tokens = static_cast<uint32_t>(opt_.max_tokens);
   h.n_microbatches = static_cast<uint16_t>(opt_.microbatches);
   h.granularity = opt_.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token;
+  h.precision = opt_.precision;
   h.tp_rank = 0;
   h.tp_degree = static_cast<uint16_t>(opt_.expect_tp);
   h.epoch = epoch;
@@ -516,7 +517,7 @@ void FfnClient::evaluate(int64_t now) {
   for (const Member& m : members_) assigned += m.assigned ? 1 : 0;
   for (size_t j = 0; j < members_.size() && assigned < parts_; ++j) {
     Member& m = members_[j];
-    if (m.assigned || !m.active || !reachable[j] || m.refused_gen == m.conn_gen + 1) continue;
+    if (m.assigned || !m.active || m.checking || !reachable[j] || m.refused_gen == m.conn_gen + 1) continue;
     m.assigned = true;
     ++assigned;
     ++rejoins_;
@@ -814,7 +815,8 @@ Status FfnClient::set_members(std::vector<FfnMember> list) {
         return invalid_argument("FFN membership: name '" + list[i].name + "' is listed twice");
     }
   }
-  std::vector<std::string> dial;
+  std::vector<std::string> dial, undial;
+  std::vector<size_t> fresh_slots;  // new members said hello to before the call returns
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!whole_experts_) {
@@ -862,6 +864,11 @@ Status FfnClient::set_members(std::vector<FfnMember> list) {
           m.active = true;
           m.added_ns = now_ns();
           spdlog::info("attention {}: FFN worker at {} is a member again", opt_.index, m.address);
+          if (!m.address.empty()) dial.push_back(m.address);  // its removal stopped the dialling
+          if (opt_.join_check_ms > 0 && !m.assigned) {
+            m.checking = true;
+            fresh_slots.push_back(static_cast<size_t>(slot[i]));
+          }
         }
         if (m.name.empty()) m.name = list[i].name;
         continue;
@@ -878,6 +885,10 @@ Status FfnClient::set_members(std::vector<FfnMember> list) {
       }
       spdlog::info("attention {}: FFN worker at {}{} added to the membership (it joins the assignment once reachable)",
                    opt_.index, m.address, m.name.empty() ? "" : " ('" + m.name + "')");
+      if (opt_.join_check_ms > 0) {
+        m.checking = true;
+        fresh_slots.push_back(members_.size());
+      }
       members_.push_back(std::move(m));
       listed.push_back(true);
       dial.push_back(list[i].address);
@@ -887,7 +898,15 @@ Status FfnClient::set_members(std::vector<FfnMember> list) {
       members_[j].active = false;
       spdlog::info("attention {}: FFN worker '{}' ({}) removed from the membership", opt_.index, members_[j].name,
                    members_[j].address);
+      if (!members_[j].address.empty()) undial.push_back(members_[j].address);
     }
+  }
+  // A removed worker is no longer dialled (nor its absence logged); a connection to it stays
+  // until it is lost. The transports of this process all support it; another answers
+  // not_supported and keeps dialling.
+  for (const std::string& a : undial) {
+    Status u = t_->stop_connecting(a);
+    if (!u.is_ok()) spdlog::debug("attention {}: {}", opt_.index, u.to_string());
   }
   for (const std::string& a : dial) {
     Status c = t_->connect(a);
@@ -897,9 +916,112 @@ Status FfnClient::set_members(std::vector<FfnMember> list) {
     for (Member& m : members_) {
       if (m.address == a) m.active = false;
     }
+    for (size_t j : fresh_slots) members_[j].checking = false;
     return c.with_context("FFN membership: " + a);
   }
+  if (fresh_slots.empty()) {
+    wake_monitor();
+    return Status::ok();
+  }
+  const auto bad = check_new_members(fresh_slots, deadline_in_ms(opt_.join_check_ms));
+  std::string why;
+  std::vector<std::string> withdrawn;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t j : fresh_slots) members_[j].checking = false;
+    for (const auto& [j, msg] : bad) {
+      Member& m = members_[j];
+      m.active = false;
+      withdrawn.push_back(m.address);
+      why += (why.empty() ? "" : "; ") + m.address + ": " + msg;
+      spdlog::error("attention {}: FFN worker at {} is not added to the membership: {}", opt_.index, m.address, msg);
+    }
+  }
+  for (const std::string& a : withdrawn) (void)t_->stop_connecting(a);
   wake_monitor();
+  if (!why.empty()) return invalid_argument("FFN membership: cannot add " + why);
+  return Status::ok();
+}
+
+std::vector<std::pair<size_t, std::string>> FfnClient::check_new_members(const std::vector<size_t>& slots,
+                                                                         int64_t deadline_ns) {
+  std::vector<std::pair<size_t, std::string>> bad;
+  std::vector<bool> done(slots.size(), false);
+  for (;;) {
+    pump_events();  // names members added by address alone, gives peers
+    bool waiting = false;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (done[i]) continue;
+      std::string name;
+      PeerId peer;
+      int n_ffn = 0;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        Member& m = members_[slots[i]];
+        if (m.peer == kNoPeer && !m.name.empty()) {
+          auto id = t_->peer_id(m.name);
+          if (id.ok()) m.peer = *id;
+        }
+        name = m.name.empty() ? m.address : "'" + m.name + "' (" + m.address + ")";
+        peer = m.peer;
+        for (const Member& x : members_) n_ffn += x.active ? 1 : 0;
+      }
+      if (peer == kNoPeer || !t_->is_connected(peer)) {
+        waiting = true;
+        continue;
+      }
+      done[i] = true;
+      Status s = hello_check(peer, "FFN worker " + name, n_ffn);
+      if (!s.is_ok()) bad.emplace_back(slots[i], s.message());
+    }
+    if (!waiting || now_ns() >= deadline_ns) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (done[i]) continue;
+    std::lock_guard<std::mutex> l(mu_);
+    spdlog::info("attention {}: FFN worker at {} did not connect within {} ms: added unchecked (its handshake checks it "
+                 "when it joins the assignment)",
+                 opt_.index, members_[slots[i]].address, opt_.join_check_ms);
+  }
+  return bad;
+}
+
+Status FfnClient::hello_check(PeerId peer, const std::string& who, int n_ffn) {
+  AFD_ASSIGN_OR_RETURN(FrameBuffer out, FrameBuffer::create(t_, kFrameHeaderBytes + kHandshakeBytes));
+  AFD_ASSIGN_OR_RETURN(FrameBuffer in, FrameBuffer::create(t_, kFrameHeaderBytes + kMaxReasonBytes));
+  const Handshake mine = my_handshake(0, nullptr, n_ffn);
+  const size_t len = encode_handshake(FrameKind::hello, mine, out.data());
+  const uint64_t tag = frame_tag(TagFamily::handshake, 0);
+  AFD_ASSIGN_OR_RETURN(RequestId r, t_->post_recv(peer, tag, in.data(), in.capacity()));
+  auto s = t_->post_send(peer, tag, out.data(), len);
+  if (!s.ok()) {
+    t_->cancel(r);
+    t_->wait(r, deadline_in_ms(5000));
+    spdlog::info("attention {}: {}: could not say hello ({}); it is checked when it joins", opt_.index, who,
+                 s.status().to_string());
+    return Status::ok();
+  }
+  Completion c = t_->wait(r, deadline_in_ms(opt_.timeout_ms));
+  if (c.status.code() == StatusCode::timeout) {
+    t_->cancel(r);
+    t_->wait(r, deadline_in_ms(5000));
+  }
+  Completion cs = t_->wait(*s, deadline_in_ms(5000));
+  if (cs.status.code() == StatusCode::timeout) {
+    t_->cancel(*s);
+    t_->wait(*s, deadline_in_ms(5000));
+  }
+  if (!c.status.is_ok()) {
+    spdlog::info("attention {}: {}: no answer to its hello ({}); it is checked when it joins", opt_.index, who,
+                 c.status.to_string());
+    return Status::ok();
+  }
+  auto theirs = decode_handshake(in.data(), c.bytes, FrameKind::hello_ack);
+  Status m = theirs.ok() ? check_handshake_match(mine, *theirs) : theirs.status();
+  if (m.is_ok() && theirs->role != Role::ffn) m = invalid_argument("peer is not an FFN worker: " + describe(*theirs));
+  if (!m.is_ok()) return invalid_argument(who + ": " + m.message());
+  spdlog::info("attention {}: {} fits this attention worker ({})", opt_.index, who, describe(*theirs));
   return Status::ok();
 }
 

@@ -117,6 +117,9 @@ struct FfnClientOptions {
   // connect()s to `ffn_addresses[j]` when given (else the caller arranges connections).
   std::vector<std::string> ffn_names = {"ffn0"};
   std::vector<std::string> ffn_addresses;
+  // The activation precision of this attention worker's engine (--precision): every FFN
+  // worker must compute with the same one (the handshake refuses a mismatch both ways).
+  comm::WirePrecision precision = comm::WirePrecision::f32;
   int microbatches = 3;            // 1..16
   int64_t max_tokens = 256;        // most tokens in one micro-batch
   bool per_block_scales = false;   // per-128-channel scales instead of per-token
@@ -141,6 +144,11 @@ struct FfnClientOptions {
   // Parts (class comment): the unit of BF16 rounding, and the most FFN workers that share
   // the experts. 0: as many as the FFN workers it starts with (ffn_names).
   int parts = 0;
+  // set_members(): how long it waits for a newly added FFN worker to connect so that it can
+  // say hello to it before answering (a worker that refuses, e.g. another --precision, is not
+  // added: the call fails naming why). One not connected by then is added unchecked (its
+  // handshake when it joins the assignment checks it). 0: no check at the call.
+  int join_check_ms = 2000;
 };
 
 class FfnClient : public FfnBackend {
@@ -162,10 +170,14 @@ class FfnClient : public FfnBackend {
   Status health() const override;
 
   // Replaces the FFN membership (thread-safe; the monitor thread and the next forward pass
-  // apply it): members not listed leave, new ones are connected to and join once reachable,
-  // one listed again that was removed before keeps its slot. not_supported when the
-  // FFN workers hold TP slices (no re-homing); invalid_argument for an empty list, an
-  // address or name given twice, a name another member has, or more than 64 slots in all.
+  // apply it): members not listed leave (their addresses are no longer dialled), new ones are
+  // connected to and join once reachable, one listed again that was removed before keeps its
+  // slot. A new member that connects within join_check_ms is said hello to (epoch 0) before
+  // the call returns; if it refuses or does not fit (another precision, model, x, ...) it is
+  // withdrawn and the call fails with invalid_argument naming the mismatch (the rest of the
+  // change stands). not_supported when the FFN workers hold TP slices (no re-homing);
+  // invalid_argument for an empty list, an address or name given twice, a name another member
+  // has, or more than 64 slots in all.
   Status set_members(std::vector<FfnMember> members);
   Status add_member(FfnMember m);
   // By address or name; not_found when no current member matches.
@@ -242,6 +254,9 @@ class FfnClient : public FfnBackend {
     int64_t down_since = 0;   // now_ns() when first seen unreachable; 0: reachable
     std::string down_why;
     int64_t added_ns = 0;
+    // set_members() is saying hello to it (join_check_ms): it does not join the assignment
+    // meanwhile (the engine thread would say hello on the same tag).
+    bool checking = false;
   };
   static constexpr size_t kMaxSlots = 64;  // bits of the routing masks
 
@@ -277,7 +292,14 @@ class FfnClient : public FfnBackend {
   void abandon(int mb);  // cancels a micro-batch's outstanding operations and waits for them
   // Cancels the operation if *live and waits (1 s) for it to end; false if it did not.
   bool end_op(comm::RequestId id, bool* live);
-  comm::Handshake my_handshake(uint32_t epoch = 0, const Share* assign = nullptr) const;
+  // n_ffn < 0: the applied assignment's size (engine thread only).
+  comm::Handshake my_handshake(uint32_t epoch = 0, const Share* assign = nullptr, int n_ffn = -1) const;
+  // set_members(): says hello (epoch 0) to the new members of `slots` (Member::checking) that
+  // connect before `deadline_ns`. Returns the slots that refused or do not fit, with why.
+  std::vector<std::pair<size_t, std::string>> check_new_members(const std::vector<size_t>& slots, int64_t deadline_ns);
+  // One hello (epoch 0) to `peer` on fresh buffers and the check of its answer: invalid_argument
+  // (or the refusal) when it does not fit; ok when it fits or did not answer in timeout_ms.
+  Status hello_check(comm::PeerId peer, const std::string& who, int n_ffn);
   void wake_monitor();
 
   std::shared_ptr<const ModelWeights> w_;

@@ -91,6 +91,7 @@ Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const Model
   h.n_experts = static_cast<uint32_t>(c.n_experts);
   h.hidden = static_cast<uint32_t>(c.hidden_size);
   h.top_k = static_cast<uint32_t>(c.n_experts_per_tok);
+  h.precision = opt.prec == kernels::ActPrecision::f32 ? WirePrecision::f32 : WirePrecision::bf16;
   wk->part_.prec = opt.prec;
   wk->part_.include_shared = opt.holds_shared != 0;
   wk->part_.experts_mask.assign(static_cast<size_t>(c.n_experts), 0);

@@ -65,6 +65,8 @@ struct FfnWorkerOptions {
   // The default expert range is then its group's (of n_ffn / t groups). With t > 1 the
   // worker keeps a TP-sliced copy of the FFN weights (slice_ffn_tp: down columns copied once).
   int tp = 1;
+  // Activation precision (--precision), announced in the handshake: an attention worker that
+  // computes with another one is refused (comm::check_handshake_match).
   kernels::ActPrecision prec = kernels::ActPrecision::f32;
   // "cuda": compute the held experts on the GPU (runtime/cuda_ffn.h; create() fails with the
   // reason when that is unavailable). A CUDA error while serving is logged and the worker

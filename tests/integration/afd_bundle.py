@@ -65,7 +65,7 @@ def free_port():
 
 def start_ffn_worker(model, port, shard, n_attention, log_path, precision="reference", env=None):
     """`afd worker --role ffn` on 127.0.0.1:port (shard "i/y": its name on the wire is ffn<i>).
-    precision must be the bundle's: the handshake does not compare it."""
+    precision must be the bundle's: the handshake refuses another one."""
     return subprocess.Popen(
         [AFD, "worker", "--role", "ffn", "--model", str(model), "--listen", f"127.0.0.1:{port}", "--shard", shard,
          "--attention", str(n_attention), "--precision", precision, "--threads", "1"],

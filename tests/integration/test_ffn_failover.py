@@ -269,3 +269,45 @@ def test_ffn_parts_logits_are_mono_with_that_rounding(tmp_path):
     afd4 = logits("afd4.bin", "--topology", "1A2F", "--ffn-parts", "4")
     assert afd4 == logits("mono4.bin", "--afd-rounding", "4")
     assert afd4 != logits("mono2.bin", "--afd-rounding", "2")
+
+
+def test_admin_refuses_an_ffn_worker_of_another_precision_and_a_removed_one_is_not_dialled(bundle):
+    """An FFN worker started with another --precision than the bundle's is not added: the
+    attention worker's POST /admin/ffn answers 400 naming the field and both values, and the FFN
+    worker logs its refusal. A removed FFN worker that dies is not dialled again (no "waiting for
+    peer" lines for its address, which the transport would log every 2 s)."""
+    kids = children(bundle["serve"].pid)
+    attn = [arg(a, "--listen") for a in kids.values() if "--role" in a and arg(a, "--role") == "attention"]
+    attn_port = int(attn[0].rsplit(":", 1)[1])
+
+    p_fast = free_port()
+    fast = start_ffn_worker(bundle["model"], p_fast, "2/3", 1, bundle["tmp"] / "fast.log", precision="fast")
+    bundle["extra"].append(fast)
+    # Up before the add, so that the attention worker can say hello to it before it answers.
+    wait_for(lambda: "on transport 'ffn2'" in open(bundle["tmp"] / "fast.log").read(), 60, "the FFN worker to start")
+    status, body = http(attn_port, "/admin/ffn", {"add": f"127.0.0.1:{p_fast}"})
+    assert status == 400, body
+    assert ("precision differs: the attention worker runs --precision reference (f32 activations), the FFN worker "
+            "--precision fast (bf16 activations)") in body, body
+    assert f"127.0.0.1:{p_fast}" in body
+    m = membership(attn_port)
+    assert m["live"] == 2 and m["members"][2]["removed"] and not m["members"][2]["assigned"]
+    assert "refusing attention peer 'attn0': handshake mismatch: precision differs" in open(bundle["tmp"] / "fast.log").read()
+
+    # A standby of the same precision (both parts are held), removed, then killed.
+    p_std = free_port()
+    std = start_ffn_worker(bundle["model"], p_std, "3/4", 1, bundle["tmp"] / "standby.log")
+    bundle["extra"].append(std)
+    status, body = http(attn_port, "/admin/ffn", {"add": f"127.0.0.1:{p_std}", "name": "ffn3"})
+    assert status == 200, body
+    wait_for(lambda: membership(attn_port)["members"][3]["connected"], 30, "the standby to connect")
+    status, body = http(attn_port, "/admin/ffn", {"remove": "ffn3"})
+    assert status == 200, body
+    std.kill()
+    std.wait()
+    waiting = f"waiting for peer at 127.0.0.1:{p_std}"
+    wait_for(lambda: f"no longer dials 127.0.0.1:{p_std}" in open(bundle["log"]).read(), 30, "the dialling to stop")
+    before = open(bundle["log"]).read().count(waiting)
+    time.sleep(5)  # the transport retries (and logs) at least every 2 s while it dials
+    assert open(bundle["log"]).read().count(waiting) == before, "the removed worker's address is still dialled"
+    assert membership(attn_port)["live"] == 2

@@ -49,6 +49,14 @@ Status UcxTransportImpl::connect(const std::string& address) {
   return Status::ok();
 }
 
+Status UcxTransportImpl::stop_connecting(const std::string& address) {
+  std::lock_guard<std::mutex> lk(peers_mu_);
+  const size_t before = wanted_.size();
+  std::erase_if(wanted_, [&](const Wanted& w) { return w.address == address; });
+  if (wanted_.size() != before) spdlog::info("ucx: {} no longer dials {}", opt_.name, address);
+  return Status::ok();
+}
+
 Result<PeerId> UcxTransportImpl::peer_id(const std::string& name) const {
   std::lock_guard<std::mutex> lk(peers_mu_);
   auto it = peer_ids_.find(name);
@@ -127,6 +135,12 @@ void UcxTransportImpl::bootstrap_loop() {
       // would only connect to each peer once more and leave it again.
       if (stop_.load()) break;
       Wanted& w = wanted[i];
+      {
+        // stop_connecting() since the copy was taken: not dialled again.
+        std::lock_guard<std::mutex> lk(peers_mu_);
+        if (std::none_of(wanted_.begin(), wanted_.end(), [&](const Wanted& x) { return x.address == w.address; }))
+          continue;
+      }
       int64_t t = now_ns();
       // A freshly lost peer is dialled again once the progress thread has torn the old
       // connection down (is_connected turns false).

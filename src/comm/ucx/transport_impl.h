@@ -141,6 +141,7 @@ class UcxTransportImpl final : public UcxTransport {
   Result<MemoryRegion> register_memory(void* base, size_t size) override;
   Status deregister_memory(const MemoryRegion& region) override;
   Status disconnect(PeerId peer) override;
+  Status stop_connecting(const std::string& address) override;
 
  private:
   struct Peer {

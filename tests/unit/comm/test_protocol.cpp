@@ -295,6 +295,49 @@ TEST(Protocol, HandshakeRoundTripAndMismatch) {
   EXPECT_NE(check_handshake_match(a, f).message().find("topologies differ"), std::string::npos);
 }
 
+// Version 5: both sides announce their activation precision (--precision); a difference is a
+// mismatch that names the field and both values, whichever side checks; a value outside the
+// enum is a corrupt frame.
+TEST(Protocol, HandshakeCarriesThePrecision) {
+  AlignedBuf buf(256);
+  Handshake a = attention_hs();
+  for (WirePrecision p : {WirePrecision::f32, WirePrecision::bf16}) {
+    a.precision = p;
+    size_t len = encode_handshake(FrameKind::hello, a, buf.data());
+    auto d = decode_handshake(buf.data(), len, FrameKind::hello);
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    EXPECT_EQ(d->precision, p);
+  }
+  for (uint8_t bad : {uint8_t{0}, uint8_t{3}, uint8_t{255}}) {
+    size_t len = encode_handshake(FrameKind::hello, a, buf.data());
+    buf.data()[kFrameHeaderBytes + 11] = bad;
+    FrameHeader h;
+    h.kind = FrameKind::hello;
+    h.payload_bytes = kHandshakeBytes;
+    h.flags = kFlagPayloadChecksum;
+    encode_header(h, buf.data() + kFrameHeaderBytes, buf.data());  // checksums over the changed byte
+    auto d = decode_handshake(buf.data(), len, FrameKind::hello);
+    ASSERT_FALSE(d.ok());
+    EXPECT_EQ(d.status().code(), StatusCode::corrupt_data);
+    EXPECT_NE(d.status().message().find("precision " + std::to_string(bad)), std::string::npos) << d.status().message();
+  }
+  a.precision = WirePrecision::f32;
+  Handshake f = a;
+  f.role = Role::ffn;
+  f.index = 0;
+  f.expert_end = 8;
+  f.holds_shared = 1;
+  EXPECT_TRUE(check_handshake_match(a, f).is_ok());
+  f.precision = WirePrecision::bf16;
+  for (const Status& s : {check_handshake_match(a, f), check_handshake_match(f, a)}) {
+    EXPECT_EQ(s.code(), StatusCode::invalid_argument);
+    EXPECT_NE(s.message().find("precision differs: the attention worker runs --precision reference (f32 activations), "
+                               "the FFN worker --precision fast (bf16 activations)"),
+              std::string::npos)
+        << s.message();
+  }
+}
+
 // Version 4: the attention hello carries an expert assignment and its epoch; the ack echoes
 // the epoch with the range the FFN worker now holds.
 TEST(Protocol, HandshakeCarriesTheAssignmentEpoch) {

@@ -487,6 +487,65 @@ TEST(UcxTransport, SmallSendsFinishAtPost) {
   ASSERT_TRUE(p.b->wait(*s3, deadline_in_ms(5000)).status.is_ok());
   EXPECT_EQ(big_in, big);
 }
+// stop_connecting(address): the bootstrap thread stops dialling it. A plain TCP listener at the
+// address counts the dials (each is accepted and closed, so the exchange fails and the
+// transport backs off, at most 2 s between tries): several before, none in the 5 s after
+// (over twice the longest back-off), and dialling again after connect() once more.
+TEST(UcxTransport, StopConnectingEndsTheDials) {
+  uint16_t port = 0;
+  auto lfd = tcp_listen("127.0.0.1:0", &port);
+  ASSERT_TRUE(lfd.ok()) << lfd.status().to_string();
+  std::atomic<int> dials{0};
+  std::atomic<bool> stop{false};
+  std::thread acceptor([&] {
+    while (!stop.load()) {
+      auto fd = tcp_accept(*lfd, 20);
+      if (fd.ok() && *fd >= 0) {
+        dials.fetch_add(1);
+        close_fd(*fd);
+      }
+    }
+  });
+  UcxOptions o;
+  o.name = "dialler";
+  o.connect_retry_ms = 50;
+  o.bootstrap_timeout_ms = 500;
+  auto t = std::move(UcxTransport::create(o).value());
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  auto wait_dials = [&](int n) {
+    const int64_t dl = deadline_in_ms(20000);
+    while (dials.load() < n && now_ns() < dl) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return dials.load() >= n;
+  };
+  ASSERT_TRUE(t->connect(addr).is_ok());
+  EXPECT_TRUE(wait_dials(2)) << "dialled " << dials.load() << " time(s)";
+  ASSERT_TRUE(t->stop_connecting(addr).is_ok());
+  // A dial under way when it was called may still arrive.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const int before = dials.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5000));
+  EXPECT_EQ(dials.load(), before) << "dialled again after stop_connecting";
+  EXPECT_TRUE(t->stop_connecting("127.0.0.1:1").is_ok());  // never dialled: nothing to stop
+  ASSERT_TRUE(t->connect(addr).is_ok());
+  EXPECT_TRUE(wait_dials(before + 1)) << "connect() after stop_connecting did not dial";
+  t->close();
+  stop = true;
+  acceptor.join();
+  close_fd(*lfd);
+}
+
+TEST(InprocTransport, StopConnectingEndsTheReconnects) {
+  auto hub = std::make_shared<InprocHub>();
+  auto b = std::move(InprocTransport::create(hub, "att0").value());
+  ASSERT_TRUE(b->connect("ffn-addr").is_ok());  // nobody listens yet
+  ASSERT_TRUE(b->stop_connecting("ffn-addr").is_ok());
+  auto a = std::move(InprocTransport::create(hub, "ffn0").value());
+  ASSERT_TRUE(a->listen("ffn-addr").is_ok());
+  // The reconnect check runs every 20 ms: 50 chances to connect.
+  EXPECT_EQ(wait_for_peer(*b, "ffn0", deadline_in_ms(1000)).status().code(), StatusCode::timeout);
+  ASSERT_TRUE(b->connect("ffn-addr").is_ok());
+  EXPECT_TRUE(wait_for_peer(*b, "ffn0", deadline_in_ms(5000)).ok());
+}
 
 // A bootstrap from another version (1: ids without connection stamps) or with a bad magic is
 // refused: the connection is closed and no peer appears.

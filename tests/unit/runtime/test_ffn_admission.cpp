@@ -1,0 +1,285 @@
+// Which FFN workers an attention worker takes, and stops dialling (FfnClient, FfnWorker,
+// protocol v5): an FFN worker that computes with another activation precision (--precision)
+// is refused by the handshake on both sides — at start-up, and when added to the membership
+// (set_members / add_member fail naming the field and both values, the worker is not added);
+// a removed FFN worker's address is no longer dialled, and dialled again once re-added.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "../model/model_test_util.h"
+#include "comm/inproc_transport.h"
+#include "comm/protocol.h"
+#include "core/timer.h"
+#include "model/make_model.h"
+#include "model/weights.h"
+#include "runtime/ffn_client.h"
+#include "runtime/ffn_worker.h"
+
+namespace afd {
+namespace {
+
+using namespace comm;
+
+int64_t deadline_in_ms(int64_t ms) { return now_ns() + ms * 1000000; }
+
+// qwen2_moe tiny (8 experts, top-2, shared expert), 2 layers.
+std::shared_ptr<const ModelWeights> tiny_model() {
+  static std::shared_ptr<const ModelWeights> cached;
+  if (cached) return cached;
+  auto c = make_preset_config(Arch::qwen2_moe, "tiny");
+  EXPECT_TRUE(c.ok());
+  c->n_layers = 2;
+  MakeModelOptions o;
+  o.out_dir = test::process_scratch_dir("afd_test_ffn_admission");
+  o.seed = 5;
+  auto r = make_model(*c, o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  auto w = load_model(o.out_dir);
+  EXPECT_TRUE(w.ok()) << w.status().to_string();
+  cached = *w;
+  return cached;
+}
+
+bool wait_until(const std::function<bool()>& f, int64_t ms = 10000) {
+  const int64_t dl = deadline_in_ms(ms);
+  while (!f()) {
+    if (now_ns() > dl) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// FFN workers "ffn<j>" at "ffn<j>-addr" on one in-process hub, each with its precision, on
+// its own thread; stop() ends one as its process dying would (its transport closes).
+struct Cluster {
+  struct Ffn {
+    std::unique_ptr<Transport> t;
+    std::unique_ptr<FfnWorker> wk;
+    std::atomic<bool> stop{false};
+    std::thread th;
+  };
+  explicit Cluster(std::shared_ptr<const ModelWeights> w) : w(std::move(w)) {}
+  ~Cluster() {
+    for (size_t j = 0; j < ffn.size(); ++j) stop(static_cast<int>(j));
+  }
+  void start(int j, int n, kernels::ActPrecision prec) {
+    if (ffn.size() <= static_cast<size_t>(j)) ffn.resize(static_cast<size_t>(j) + 1);
+    auto f = std::make_unique<Ffn>();
+    auto t = InprocTransport::create(hub, "ffn" + std::to_string(j));
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    f->t = std::move(t).value();
+    ASSERT_TRUE(f->t->listen("ffn" + std::to_string(j) + "-addr").is_ok());
+    FfnWorkerOptions o;
+    o.index = j;
+    o.n_ffn = n;
+    o.n_attention = 1;
+    o.peer_timeout_ms = 500;
+    o.prec = prec;
+    auto wk = FfnWorker::create(w, f->t.get(), o, nullptr);
+    ASSERT_TRUE(wk.ok()) << wk.status().to_string();
+    f->wk = std::move(wk).value();
+    Ffn* raw = f.get();
+    f->th = std::thread([raw] { (void)raw->wk->run(&raw->stop); });
+    ffn[static_cast<size_t>(j)] = std::move(f);
+  }
+  void stop(int j) {
+    auto& f = ffn[static_cast<size_t>(j)];
+    if (!f) return;
+    f->stop = true;
+    f->th.join();
+    f->wk.reset();
+    f->t->close();
+    f.reset();
+  }
+  Transport* attention(const std::string& name) {
+    auto t = InprocTransport::create(hub, name);
+    EXPECT_TRUE(t.ok());
+    attn.push_back(std::move(t).value());
+    return attn.back().get();
+  }
+  std::shared_ptr<const ModelWeights> w;
+  std::shared_ptr<InprocHub> hub = std::make_shared<InprocHub>();
+  std::vector<std::unique_ptr<Ffn>> ffn;
+  std::vector<std::unique_ptr<Transport>> attn;
+};
+
+FfnClientOptions client_opts(int y, WirePrecision prec) {
+  FfnClientOptions o;
+  o.ffn_names.clear();
+  for (int j = 0; j < y; ++j) {
+    o.ffn_names.push_back("ffn" + std::to_string(j));
+    o.ffn_addresses.push_back("ffn" + std::to_string(j) + "-addr");
+  }
+  o.precision = prec;
+  o.microbatches = 1;
+  o.max_tokens = 16;
+  o.timeout_ms = 3000;
+  o.connect_timeout_ms = 5000;
+  o.probe_interval_ms = 0;
+  return o;
+}
+
+// One layer-0 pass, retried until it goes through (the scheduler's retry, compressed).
+Status pass(FfnClient& cl, const ModelConfig& c, int64_t ms = 10000) {
+  TokenBatch b;
+  b.resize(c, 3);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0, 1);
+  for (auto& v : b.h) v = nd(rng);
+  for (int64_t i = 0; i < b.n * c.n_experts_per_tok; ++i) {
+    b.topk_ids[i] = static_cast<int32_t>(i % c.n_experts);
+    b.topk_w[i] = 0.5f;
+  }
+  Status s;
+  const int64_t dl = deadline_in_ms(ms);
+  do {
+    s = cl.dispatch(0, 0, b);
+    if (s.is_ok()) return cl.combine(0, 0, b);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (now_ns() < dl);
+  return s;
+}
+
+constexpr const char* kMismatch =
+    "precision differs: the attention worker runs --precision reference (f32 activations), the FFN worker "
+    "--precision fast (bf16 activations)";
+
+TEST(FfnAdmission, AnFfnWorkerOfAnotherPrecisionIsRefusedAtStart) {
+  auto w = tiny_model();
+  {
+    Cluster c(w);
+    c.start(0, 1, kernels::ActPrecision::bf16);
+    auto cl = FfnClient::create(w, c.attention("attn0"), client_opts(1, WirePrecision::f32));
+    ASSERT_FALSE(cl.ok());
+    // The FFN worker refused (its reason comes back in the refuse frame) and counted it.
+    EXPECT_NE(cl.status().message().find(kMismatch), std::string::npos) << cl.status().to_string();
+    EXPECT_NE(cl.status().message().find("FFN worker 'ffn0'"), std::string::npos) << cl.status().to_string();
+    EXPECT_GE(c.ffn[0]->wk->stats().refused.load(), 1);
+    EXPECT_EQ(c.ffn[0]->wk->stats().attention_serving.load(), 0);
+  }
+  {
+    // The other way round.
+    Cluster c(w);
+    c.start(0, 1, kernels::ActPrecision::f32);
+    auto cl = FfnClient::create(w, c.attention("attn0"), client_opts(1, WirePrecision::bf16));
+    ASSERT_FALSE(cl.ok());
+    EXPECT_NE(cl.status().message().find("precision differs: the attention worker runs --precision fast (bf16 "
+                                         "activations), the FFN worker --precision reference (f32 activations)"),
+              std::string::npos)
+        << cl.status().to_string();
+  }
+  {
+    // The same precision on both sides (fast here): taken.
+    Cluster c(w);
+    c.start(0, 1, kernels::ActPrecision::bf16);
+    auto cl = FfnClient::create(w, c.attention("attn0"), client_opts(1, WirePrecision::bf16));
+    ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+    EXPECT_TRUE(pass(**cl, w->config).is_ok());
+  }
+}
+
+TEST(FfnAdmission, AddingAnFfnWorkerOfAnotherPrecisionFailsAndLeavesTheMembership) {
+  auto w = tiny_model();
+  Cluster c(w);
+  c.start(0, 1, kernels::ActPrecision::f32);
+  c.start(1, 2, kernels::ActPrecision::bf16);
+  c.start(2, 3, kernels::ActPrecision::f32);
+  FfnClientOptions o = client_opts(1, WirePrecision::f32);
+  o.parts = 2;  // room for a second worker
+  auto cl = FfnClient::create(w, c.attention("attn0"), o);
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  ASSERT_TRUE(pass(**cl, w->config).is_ok());
+
+  Status s = (*cl)->add_member(FfnMember{"ffn1-addr", ""});
+  EXPECT_EQ(s.code(), StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("ffn1-addr"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find(kMismatch), std::string::npos) << s.to_string();
+  FfnMembership m = (*cl)->membership();
+  ASSERT_EQ(m.members.size(), 2u);
+  EXPECT_TRUE(m.members[1].removed);
+  EXPECT_FALSE(m.members[1].assigned);
+  // It never joins: the monitor leaves the assignment as it was, and passes go on.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ((*cl)->membership().epoch, m.epoch);
+  EXPECT_EQ((*cl)->membership().assigned, 1);
+  EXPECT_TRUE(pass(**cl, w->config).is_ok());
+  EXPECT_GE(c.ffn[1]->wk->stats().refused.load(), 1);
+
+  // Asking again is refused again (its slot is kept, the check is not skipped).
+  s = (*cl)->set_members({FfnMember{"ffn0-addr", ""}, FfnMember{"ffn1-addr", ""}});
+  EXPECT_EQ(s.code(), StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find(kMismatch), std::string::npos) << s.to_string();
+  EXPECT_TRUE((*cl)->membership().members[1].removed);
+
+  // One of the same precision is taken and joins.
+  ASSERT_TRUE((*cl)->add_member(FfnMember{"ffn2-addr", ""}).is_ok());
+  ASSERT_TRUE(wait_until([&] { return (*cl)->membership().assigned == 2; }));
+  EXPECT_TRUE(pass(**cl, w->config).is_ok());
+  m = (*cl)->membership();
+  ASSERT_EQ(m.members.size(), 3u);
+  EXPECT_EQ(m.members[2].name, "ffn2");
+  EXPECT_TRUE(m.members[2].assigned);
+}
+
+// The same refusal when the worker is not up at the call: it is added unchecked, and its join
+// handshake refuses it; it does not join, the others keep serving.
+TEST(FfnAdmission, AnFfnWorkerOfAnotherPrecisionThatComesLaterDoesNotJoin) {
+  auto w = tiny_model();
+  Cluster c(w);
+  c.start(0, 1, kernels::ActPrecision::f32);
+  FfnClientOptions o = client_opts(1, WirePrecision::f32);
+  o.parts = 2;
+  o.join_check_ms = 100;
+  auto cl = FfnClient::create(w, c.attention("attn0"), o);
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  ASSERT_TRUE((*cl)->add_member(FfnMember{"ffn1-addr", "ffn1"}).is_ok());  // not up yet: unchecked
+  c.start(1, 2, kernels::ActPrecision::bf16);
+  // Reachable: the monitor lets it join; the next pass's hello is refused (that pass fails and
+  // is retried), and the monitor takes it out again.
+  ASSERT_TRUE(wait_until([&] { return (*cl)->membership().members[1].assigned; }));
+  ASSERT_TRUE(pass(**cl, w->config).is_ok());
+  EXPECT_GE(c.ffn[1]->wk->stats().refused.load(), 1);
+  ASSERT_TRUE(wait_until([&] {
+    FfnMembership m = (*cl)->membership();
+    return m.assigned == 1 && !m.members[1].assigned;
+  }));
+  EXPECT_TRUE(pass(**cl, w->config).is_ok());
+}
+
+// A removed FFN worker is not dialled again: when it comes back at its address, this attention
+// worker does not connect to it (the in-process transport would within 20 ms); added again, it is.
+TEST(FfnAdmission, ARemovedFfnWorkerIsNotDialled) {
+  auto w = tiny_model();
+  Cluster c(w);
+  c.start(0, 2, kernels::ActPrecision::f32);
+  c.start(1, 2, kernels::ActPrecision::f32);
+  Transport* t = c.attention("attn0");
+  auto cl = FfnClient::create(w, t, client_opts(2, WirePrecision::f32));
+  ASSERT_TRUE(cl.ok()) << cl.status().to_string();
+  ASSERT_TRUE(pass(**cl, w->config).is_ok());
+  const PeerId ffn1 = *t->peer_id("ffn1");
+  ASSERT_TRUE(t->is_connected(ffn1));
+
+  ASSERT_TRUE((*cl)->remove_member("ffn1").is_ok());
+  ASSERT_TRUE(wait_until([&] { return (*cl)->membership().assigned == 1; }));
+  ASSERT_TRUE(pass(**cl, w->config).is_ok());
+  c.stop(1);
+  ASSERT_TRUE(wait_until([&] { return !t->is_connected(ffn1); }));
+  c.start(1, 2, kernels::ActPrecision::f32);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_FALSE(t->is_connected(ffn1)) << "the removed FFN worker's address was dialled again";
+  EXPECT_EQ(c.ffn[1]->wk->stats().attention_serving.load(), 0);
+
+  // Added again: dialled, checked and joined.
+  ASSERT_TRUE((*cl)->add_member(FfnMember{"ffn1-addr", ""}).is_ok());
+  ASSERT_TRUE(wait_until([&] { return (*cl)->membership().assigned == 2; }));
+  EXPECT_TRUE(t->is_connected(ffn1));
+  EXPECT_TRUE(pass(**cl, w->config).is_ok());
+}
+
+}  // namespace
+}  // namespace afd
