@@ -206,16 +206,24 @@ def afd_decode_tps(a, batch):
 
 def llama_decode_tps(a, batch):
     ctx = batch * (a.prompt_len + a.tokens) + 256
-    p = run([tool(a.llama_bin, "llama-batched-bench"), "-m", a.gguf, "-t", str(a.threads), "-tb", str(a.threads),
-             "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(a.prompt_len), "-ntg", str(a.tokens),
-             "-npl", str(batch), "--output-format", "jsonl", *a.llama_arg], timeout=a.timeout)
-    for line in (p.stdout + "\n" + p.stderr).splitlines():
-        line = line.strip()
-        if line.startswith("{") and "speed_tg" in line:
-            j = json.loads(line)
-            if int(j["pl"]) == batch:
-                return float(j["speed_tg"]), 1e3 * float(j["t_tg"]) / a.tokens
-    raise HarnessError(f"llama-batched-bench printed no jsonl row for batch {batch}:\n{p.stdout[-2000:]}")
+    cmd = [tool(a.llama_bin, "llama-batched-bench"), "-m", a.gguf, "-t", str(a.threads), "-tb", str(a.threads),
+           "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(a.prompt_len), "-ntg", f"{a.tokens},1",
+           "-npl", str(batch), "-pps", "--output-format", "jsonl", *a.llama_arg]
+    # llama.cpp's logger is asynchronous and is not flushed at exit: the last result line of a
+    # run is often lost. So a cheap second configuration (1 new token) follows the measured
+    # one, with the prompt shared (-pps: one prefill, copied to every sequence; the decode
+    # steps still attend to batch x (prompt + i) cached tokens), and a run whose measured line
+    # is still missing is repeated.
+    for attempt in range(3):
+        p = run(cmd, timeout=a.timeout)
+        for line in (p.stdout + "\n" + p.stderr).splitlines():
+            line = line.strip()
+            if line.startswith("{") and "speed_tg" in line:
+                j = json.loads(line)
+                if int(j["pl"]) == batch and int(j["tg"]) == a.tokens:
+                    return float(j["speed_tg"]), 1e3 * float(j["t_tg"]) / a.tokens
+        print(f"  (llama-batched-bench printed no result line for batch {batch}; run again)", file=sys.stderr)
+    raise HarnessError(f"llama-batched-bench printed no jsonl row for batch {batch} in 3 runs:\n{p.stdout[-2000:]}")
 
 
 def rng(xs):
