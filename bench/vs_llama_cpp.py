@@ -10,7 +10,10 @@ the tests); --llama-bin names the directory holding its llama-* programs.
          n_probs out), EOS ignored. Prints both token lists, the first divergence, and per
          step the largest |logprob difference| over llama.cpp's top-k ids and afd's margin
          between its two best tokens (a divergence where that margin is below the numeric
-         difference is a near tie, not a model mismatch).
+         difference is a near tie, not a model mismatch). llama-server answers HTTP 500 when
+         the generated text is not printable ("Failed to parse input"), so check a checkpoint
+         from `bench/serve_vs_llama_server.py prepare` (LM-head rows of non-printable and
+         special tokens zeroed, the same weights in both engines).
 
   bench  decode tokens/s of `afd bench --e2e` (the real generate loop: prefill, then
          greedy decode of --tokens tokens per sequence, EOS ignored) against
@@ -18,9 +21,13 @@ the tests); --llama-bin names the directory holding its llama-* programs.
          S_TG t/s), both with --threads threads, in interleaved pairs whose order alternates.
          Prints every pair with the 1-minute load average read before it, then per batch the
          medians and the ratio afd / llama.cpp (median and range over pairs).
+         llama-batched-bench feeds random next tokens (no sampling; logits for every
+         sequence are still computed) where afd samples greedily from its logits.
 
-  /usr/bin/python3 bench/vs_llama_cpp.py check --afd build/apps/afd --model models/tiny \
-      --gguf /tmp/tiny.gguf --llama-bin /work/llama.cpp/build/bin
+  /usr/bin/python3 bench/serve_vs_llama_server.py prepare --model models/tiny --out models/tiny-printable
+  /usr/bin/python3 bench/gguf_convert.py --model models/tiny-printable --out /tmp/tiny-printable.gguf
+  /usr/bin/python3 bench/vs_llama_cpp.py check --afd build/apps/afd --model models/tiny-printable \
+      --gguf /tmp/tiny-printable.gguf --llama-bin /work/llama.cpp/build/bin
   /usr/bin/python3 bench/vs_llama_cpp.py bench --afd build/apps/afd --model models/bench \
       --gguf /tmp/bench.gguf --llama-bin /work/llama.cpp/build/bin --batch 1,16,64 --pairs 5
 
