@@ -244,7 +244,7 @@ def cmd_bench(a):
     print(f"# {started:%Y-%m-%d %H:%M} UTC; {a.pairs} pairs; prompt {a.prompt_len}, {a.tokens} new tokens; "
           f"{a.threads} threads each; afd {a.model}, llama.cpp {a.gguf}")
     print(f"{'pair':>4} {'batch':>5} {'first':>6} {'llama t/s':>10} {'afd t/s':>9} {'afd/llama':>9} "
-          f"{'llama ms':>9} {'afd ms':>8} {'load1 before':>13}")
+          f"{'llama mean ms':>13} {'afd mean ms':>11} {'afd median ms':>13} {'load1 before':>12}")
     results = {b: [] for b in batches}
     for i in range(a.pairs):
         for b in batches:
@@ -259,8 +259,8 @@ def cmd_bench(a):
             ratio = afd[0] / lla[0]
             results[b].append({"pair": i, "first": first, "llama_tps": lla[0], "afd_tps": afd[0], "ratio": ratio,
                                "llama_step_ms": lla[1], "afd_step_ms_median": afd[1], "load1_before": load})
-            print(f"{i:>4} {b:>5} {first:>6} {lla[0]:>10.1f} {afd[0]:>9.1f} {ratio:>9.3f} {lla[1]:>9.2f} "
-                  f"{afd[1]:>8.2f} {load:>13.2f}", flush=True)
+            print(f"{i:>4} {b:>5} {first:>6} {lla[0]:>10.1f} {afd[0]:>9.1f} {ratio:>9.3f} {lla[1]:>13.2f} "
+                  f"{1e3 * b / afd[0]:>11.2f} {afd[1]:>13.2f} {load:>12.2f}", flush=True)
     print()
     print("| batch | llama.cpp tok/s (median, range) | afd tok/s (median, range) | afd / llama.cpp, "
           "median [min, max] | pairs | load avg (1 min) range |")
