@@ -10,7 +10,10 @@ the tests); --llama-bin names the directory holding its llama-* programs.
          n_probs out), EOS ignored. Prints both token lists, the first divergence, and per
          step the largest |logprob difference| over llama.cpp's top-k ids and afd's margin
          between its two best tokens (a divergence where that margin is below the numeric
-         difference is a near tie, not a model mismatch).
+         difference is a near tie, not a model mismatch). llama-server answers HTTP 500 when
+         the generated text is not printable ("Failed to parse input"), so check a checkpoint
+         from `bench/serve_vs_llama_server.py prepare` (LM-head rows of non-printable and
+         special tokens zeroed, the same weights in both engines).
 
   bench  decode tokens/s of `afd bench --e2e` (the real generate loop: prefill, then
          greedy decode of --tokens tokens per sequence, EOS ignored) against
@@ -18,9 +21,13 @@ the tests); --llama-bin names the directory holding its llama-* programs.
          S_TG t/s), both with --threads threads, in interleaved pairs whose order alternates.
          Prints every pair with the 1-minute load average read before it, then per batch the
          medians and the ratio afd / llama.cpp (median and range over pairs).
+         llama-batched-bench feeds random next tokens (no sampling; logits for every
+         sequence are still computed) where afd samples greedily from its logits.
 
-  /usr/bin/python3 bench/vs_llama_cpp.py check --afd build/apps/afd --model models/tiny \
-      --gguf /tmp/tiny.gguf --llama-bin /work/llama.cpp/build/bin
+  /usr/bin/python3 bench/serve_vs_llama_server.py prepare --model models/tiny --out models/tiny-printable
+  /usr/bin/python3 bench/gguf_convert.py --model models/tiny-printable --out /tmp/tiny-printable.gguf
+  /usr/bin/python3 bench/vs_llama_cpp.py check --afd build/apps/afd --model models/tiny-printable \
+      --gguf /tmp/tiny-printable.gguf --llama-bin /work/llama.cpp/build/bin
   /usr/bin/python3 bench/vs_llama_cpp.py bench --afd build/apps/afd --model models/bench \
       --gguf /tmp/bench.gguf --llama-bin /work/llama.cpp/build/bin --batch 1,16,64 --pairs 5
 
@@ -206,16 +213,24 @@ def afd_decode_tps(a, batch):
 
 def llama_decode_tps(a, batch):
     ctx = batch * (a.prompt_len + a.tokens) + 256
-    p = run([tool(a.llama_bin, "llama-batched-bench"), "-m", a.gguf, "-t", str(a.threads), "-tb", str(a.threads),
-             "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(a.prompt_len), "-ntg", str(a.tokens),
-             "-npl", str(batch), "--output-format", "jsonl", *a.llama_arg], timeout=a.timeout)
-    for line in (p.stdout + "\n" + p.stderr).splitlines():
-        line = line.strip()
-        if line.startswith("{") and "speed_tg" in line:
-            j = json.loads(line)
-            if int(j["pl"]) == batch:
-                return float(j["speed_tg"]), 1e3 * float(j["t_tg"]) / a.tokens
-    raise HarnessError(f"llama-batched-bench printed no jsonl row for batch {batch}:\n{p.stdout[-2000:]}")
+    cmd = [tool(a.llama_bin, "llama-batched-bench"), "-m", a.gguf, "-t", str(a.threads), "-tb", str(a.threads),
+           "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(a.prompt_len), "-ntg", f"{a.tokens},1",
+           "-npl", str(batch), "-pps", "--output-format", "jsonl", *a.llama_arg]
+    # llama.cpp's logger is asynchronous and is not flushed at exit: the last result line of a
+    # run is often lost. So a cheap second configuration (1 new token) follows the measured
+    # one, with the prompt shared (-pps: one prefill, copied to every sequence; the decode
+    # steps still attend to batch x (prompt + i) cached tokens), and a run whose measured line
+    # is still missing is repeated.
+    for attempt in range(3):
+        p = run(cmd, timeout=a.timeout)
+        for line in (p.stdout + "\n" + p.stderr).splitlines():
+            line = line.strip()
+            if line.startswith("{") and "speed_tg" in line:
+                j = json.loads(line)
+                if int(j["pl"]) == batch and int(j["tg"]) == a.tokens:
+                    return float(j["speed_tg"]), 1e3 * float(j["t_tg"]) / a.tokens
+        print(f"  (llama-batched-bench printed no result line for batch {batch}; run again)", file=sys.stderr)
+    raise HarnessError(f"llama-batched-bench printed no jsonl row for batch {batch} in 3 runs:\n{p.stdout[-2000:]}")
 
 
 def rng(xs):
@@ -229,7 +244,7 @@ def cmd_bench(a):
     print(f"# {started:%Y-%m-%d %H:%M} UTC; {a.pairs} pairs; prompt {a.prompt_len}, {a.tokens} new tokens; "
           f"{a.threads} threads each; afd {a.model}, llama.cpp {a.gguf}")
     print(f"{'pair':>4} {'batch':>5} {'first':>6} {'llama t/s':>10} {'afd t/s':>9} {'afd/llama':>9} "
-          f"{'llama ms':>9} {'afd ms':>8} {'load1 before':>13}")
+          f"{'llama mean ms':>13} {'afd mean ms':>11} {'afd median ms':>13} {'load1 before':>12}")
     results = {b: [] for b in batches}
     for i in range(a.pairs):
         for b in batches:
@@ -244,8 +259,8 @@ def cmd_bench(a):
             ratio = afd[0] / lla[0]
             results[b].append({"pair": i, "first": first, "llama_tps": lla[0], "afd_tps": afd[0], "ratio": ratio,
                                "llama_step_ms": lla[1], "afd_step_ms_median": afd[1], "load1_before": load})
-            print(f"{i:>4} {b:>5} {first:>6} {lla[0]:>10.1f} {afd[0]:>9.1f} {ratio:>9.3f} {lla[1]:>9.2f} "
-                  f"{afd[1]:>8.2f} {load:>13.2f}", flush=True)
+            print(f"{i:>4} {b:>5} {first:>6} {lla[0]:>10.1f} {afd[0]:>9.1f} {ratio:>9.3f} {lla[1]:>13.2f} "
+                  f"{1e3 * b / afd[0]:>11.2f} {afd[1]:>13.2f} {load:>12.2f}", flush=True)
     print()
     print("| batch | llama.cpp tok/s (median, range) | afd tok/s (median, range) | afd / llama.cpp, "
           "median [min, max] | pairs | load avg (1 min) range |")
