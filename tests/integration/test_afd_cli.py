@@ -9,29 +9,22 @@ Run: AFD_BIN=build/apps/afd /usr/bin/python3 -m pytest -q tests/integration/test
 import functools
 import json
 import os
-import pathlib
 import re
 import signal
 import statistics
-import subprocess
 import time
 
 import pytest
 
-from afd_bundle import AFD, TIMEOUT, Proc, free_ports, wait_until
+from afd_bundle import TIMEOUT, Proc, free_ports, wait_until
+from afd_cli import DATA, PROMPTS, afd, spans
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-MODEL = ROOT / "tests/reference/data/qwen2moe_shared"
-PROMPTS = ["--prompt-ids", "3,14,15,92,65", "--prompt-ids", "35", "--prompt-ids", "89,79,32,38,46,26,43"]
+MODEL = DATA / "qwen2moe_shared"
 
 
 def P(model=MODEL):
     return ["--model", str(model), "--precision", "reference", "--max-tokens", "24", "--ignore-eos", "--threads", "1",
             *PROMPTS]
-
-
-def afd(*args, timeout=TIMEOUT):
-    return subprocess.run([AFD, *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
 def generate(*args, model=MODEL, quiet=True):
@@ -45,16 +38,6 @@ def generate(*args, model=MODEL, quiet=True):
 def mono(*args):
     """Monolithic generate with extra args (the AFD wire's rounding emulated)."""
     return generate(*args)
-
-
-def spans(path):
-    """{(pid, name): count} of a trace file's complete events."""
-    c = {}
-    for e in json.load(open(path))["traceEvents"]:
-        if e["ph"] == "X":
-            assert e["dur"] >= 0, e
-            c[(e["pid"], e["name"])] = c.get((e["pid"], e["name"]), 0) + 1
-    return c
 
 
 # ---- in process ------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import urllib.request
 import pytest
 
 from afd_bundle import AFD, TIMEOUT, Bundle, Proc, free_ports, health, http, make_model, metric, wait_until
+from afd_cli import afd
 
 PROMPTS = [[3, 14, 15, 92, 65], [35], [89, 79, 32, 38, 46, 26, 43]]
 WAITING_S = 60  # a process logging what it waits for: well under a second when idle
@@ -96,7 +97,7 @@ def tiny_request(port):
     """(status, Retry-After, error message) of a 2-token request, and its seconds."""
     t = time.time()
     try:
-        with _post(port, {"prompt": [1], "max_tokens": 2}, timeout=30) as r:
+        with _post(port, {"prompt": [1], "max_tokens": 2}, timeout=30):
             return 200, None, None, time.time() - t
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("Retry-After"), json.load(e)["error"]["message"], time.time() - t
@@ -232,21 +233,17 @@ def want(model, tmp):
         p.close()
 
 
-def run_afd(args, timeout=TIMEOUT):
-    return subprocess.run([AFD, *map(str, args)], capture_output=True, text=True, timeout=timeout)
-
-
 # ---- bad invocations -------------------------------------------------------------------------
 
 def test_attention_worker_without_ffn(model):
-    r = run_afd(["worker", "--role", "attention", "--model", model, "--listen", "127.0.0.1:1"])
+    r = afd("worker", "--role", "attention", "--model", model, "--listen", "127.0.0.1:1")
     assert r.returncode == 1 and "needs --ffn" in r.stderr, r
 
 
 def test_bad_topology_file(tmp):
     bad = tmp / "bad.json"
     bad.write_text('{"model": "model", "attention": [{"address": "nohost"}], "ffn": [{"address": "127.0.0.1:2"}]}')
-    r = run_afd(["worker", "--topology-file", bad, "--role", "ffn", "--index", "0"])
+    r = afd("worker", "--topology-file", bad, "--role", "ffn", "--index", "0")
     assert r.returncode == 1 and "attention[0].address" in r.stderr, r
 
 
@@ -618,7 +615,7 @@ def topology2(model, tmp):
 
 def test_topology_file_trace_needs_spawn_workers(topology2, tmp):
     """Without --spawn-workers the front end has no engine to trace: a clear error."""
-    r = run_afd(["serve", "--topology-file", topology2, "--trace", tmp / "x.json"])
+    r = afd("serve", "--topology-file", topology2, "--trace", tmp / "x.json")
     assert r.returncode != 0 and "needs --spawn-workers" in r.stderr, r
 
 
