@@ -1,7 +1,9 @@
 """Shared helpers of the pytest tests that run the afd CLI (test_afd_cli.py, test_cli_*.py):
 afd() runs one command, generate() returns the tokens `afd generate` prints, spans() counts a
-trace file's complete events. AFD_BIN names the afd executable (default build/apps/afd)."""
+trace file's complete events, processes_with() finds processes by command line. AFD_BIN
+names the afd executable (default build/apps/afd)."""
 import json
+import os
 import pathlib
 import subprocess
 
@@ -32,3 +34,17 @@ def spans(path):
             assert e["dur"] >= 0, e
             c[(e["pid"], e["name"])] = c.get((e["pid"], e["name"]), 0) + 1
     return c
+
+
+def processes_with(text):
+    """The pids of the processes whose command line (arguments joined by NUL) contains text."""
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        out.append(int(p))
+            except OSError:
+                pass
+    return out

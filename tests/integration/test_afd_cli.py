@@ -8,7 +8,6 @@ Run: AFD_BIN=build/apps/afd /usr/bin/python3 -m pytest -q tests/integration/test
 """
 import functools
 import json
-import os
 import re
 import signal
 import statistics
@@ -17,7 +16,7 @@ import time
 import pytest
 
 from afd_bundle import TIMEOUT, Proc, free_ports, wait_until
-from afd_cli import DATA, PROMPTS, afd, spans
+from afd_cli import DATA, PROMPTS, afd, processes_with, spans
 
 MODEL = DATA / "qwen2moe_shared"
 
@@ -143,19 +142,6 @@ def spawn_model(tmp_path_factory):
     link = tmp_path_factory.mktemp("spawn") / "model"
     link.symlink_to(MODEL)
     return link
-
-
-def processes_with(text):
-    out = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/cmdline", "rb") as f:
-                    if text.encode() in f.read():
-                        out.append(int(p))
-            except OSError:
-                pass
-    return out
 
 
 def test_spawn_ffn_2a2f_equals_mono(spawn_model, tmp_path):
