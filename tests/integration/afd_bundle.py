@@ -1,10 +1,14 @@
-"""Shared helpers of the pytest integration tests that run `afd serve` bundles under faults
-(test_attention_failover.py, test_ffn_failover.py, test_chaos_2a2f.py).
+"""Shared helpers of the pytest integration tests that run `afd serve` bundles and worker
+processes (test_afd_processes.py, test_attention_failover.py, test_ffn_failover.py,
+test_chaos_2a2f.py, test_afd_cli.py).
 
 - Bundle: one `afd serve` process tree owned by the test (its own session; close() stops it
   and whatever is left of its process group). Tests signal only the processes it started
   (Bundle.worker_pid) or that they started themselves.
-- free_port, start_ffn_worker: an FFN worker the test starts by hand (to add it to a bundle).
+- Proc: any one afd process the test starts (serve, worker, generate) in its own session,
+  with wait_for(log line) and close() (its own process group only).
+- free_port, free_ports, start_ffn_worker: an FFN worker the test starts by hand (to add it to
+  a bundle); metric, health: one /metrics series, /health's status and message.
 - mixed_requests, Client, normalise, same, first_difference: concurrent greedy and seeded
   requests (completions and chat, streaming and not, some with logprobs) whose answers are
   compared with an unfaulted run's.
