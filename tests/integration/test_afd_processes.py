@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from http.client import RemoteDisconnected
 
 import pytest
 
@@ -40,10 +41,25 @@ WAITING_S = 60  # a process logging what it waits for: well under a second when 
 
 # ---- HTTP client -----------------------------------------------------------------------------
 
+class NotAnswered(Exception):
+    """The connection was refused or closed before any byte of an answer (a connection that
+    sat in the listen backlog when the server closed its listener is reset)."""
+
+
 def _post(port, body, timeout=TIMEOUT):
+    """The response once its status line and headers came; NotAnswered if none came."""
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
                                  headers={"content-type": "application/json"})
-    return urllib.request.urlopen(req, timeout=timeout)
+    try:
+        return urllib.request.urlopen(req, timeout=timeout)
+    except urllib.error.HTTPError:
+        raise
+    except urllib.error.URLError as e:  # failed while connecting or sending
+        if isinstance(e.reason, (ConnectionRefusedError, ConnectionResetError)):
+            raise NotAnswered(repr(e)) from e
+        raise
+    except (ConnectionResetError, RemoteDisconnected) as e:  # before the status line
+        raise NotAnswered(repr(e)) from e
 
 
 def complete(port, p, n=12):
@@ -131,12 +147,10 @@ class Load:
                 with self.lock:
                     (self.refused if e.code == 503 and ("draining" in m or "shutting down" in m)
                      else self.errs).append(m)
-            except urllib.error.URLError as e:  # the server has gone: refused too. urllib wraps in
-                # URLError only what fails while the request is sent (a connection in the listen
-                # backlog when the server stopped); an answer cut later is an error.
+            except NotAnswered as e:  # the server has gone before answering: refused too; an
+                # answer cut after its headers is an error (below)
                 with self.lock:
-                    (self.refused if isinstance(e.reason, (ConnectionRefusedError, ConnectionResetError))
-                     else self.errs).append(repr(e))
+                    self.refused.append(str(e))
             except Exception as e:  # noqa: BLE001 - cut mid-answer, error event, ...
                 with self.lock:
                     self.errs.append(repr(e))
