@@ -114,7 +114,8 @@ void run(const MakeModelFlags& f, bool mlp_only_given) {
 void register_make_model(CLI::App& app) {
   auto f = std::make_shared<MakeModelFlags>();
   auto* cmd = app.add_subcommand("make-model", "Write a random-weight Hugging Face checkpoint (tests, benchmarks)");
-  cmd->add_option("--arch", f->arch, "qwen3_moe | qwen2_moe | mixtral | deepseek_v2 | deepseek_v3 | step3_text")->capture_default_str();
+  cmd->add_option("--arch", f->arch, "qwen3_moe | qwen2_moe | mixtral | deepseek_v2 | deepseek_v3 | step3_text")
+      ->capture_default_str();
   cmd->add_option("--preset", f->preset, "tiny | small | bench")->capture_default_str();
   cmd->add_option("--seed", f->seed, "weight RNG seed")->capture_default_str();
   cmd->add_option("--out", f->out, "output directory")->required();

@@ -3,9 +3,13 @@
 //   q = q_proj_b(rmsnorm(q_a(hn), q_a_norm)) instead;
 //   [q,k per-head rmsnorm]; rope(q,k at pos) (rotate-half over the whole head);
 //   kv[l] <- k,v; out = softmax(q k^T / sqrt(hd)) v (causal, GQA, optional sliding window).
+// With one K/V head and no window (MFA) the multi-query kernel computes the last step.
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/mla_attention.h"
 #include "model/attention_variant.h"
 #include "model/gqa_attention.h"
 
@@ -52,6 +56,7 @@ class GqaAttention final : public AttentionVariant {
       kernels::rope_neox(&b.k[i * c.kv_dim()], c.n_kv_heads, hd, b.pos[i], c.rope_theta);
       kv_->write(layer, b.seq[i], b.pos[i], &b.k[i * c.kv_dim()], &b.v[i * c.kv_dim()]);
     }
+    if (c.n_kv_heads == 1 && c.sliding_window == 0) return attend_mqa(layer, b, out);
     GqaShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
     const int64_t tasks = n * c.n_kv_heads;
     pool_->run(static_cast<int>(tasks), [&](int task, int) {
@@ -61,11 +66,59 @@ class GqaAttention final : public AttentionVariant {
   }
 
  private:
+  // One K/V head shared by every query head (Step-3's MFA): the multi-query kernel with the
+  // heads as its vector dimension (kernels/cpu/mla_attention.h), tasks of (token, group of
+  // heads) so that a small batch still occupies the pool.
+  void attend_mqa(int64_t layer, TokenBatch& b, float* out) {
+    const ModelConfig& c = w_->config;
+    const int64_t n = b.n, N = c.n_heads, hd = c.head_dim;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    rows_.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) rows_[i].bind(*kv_, layer, b.seq[i]);
+    const int64_t max_groups = (N + 31) / 32;
+    const int64_t groups = std::clamp<int64_t>((pool_->size() + n - 1) / n, 1, max_groups);
+    const int64_t hg = std::min<int64_t>(N, ((N + groups - 1) / groups + 31) / 32 * 32);
+    const int64_t ng = (N + hg - 1) / hg;
+    pool_->run(static_cast<int>(n * ng), [&](int task, int) {
+      const int64_t i = task / ng, h0 = (task % ng) * hg, nh = std::min(hg, N - h0);
+      kernels::mqa_decode_attend(&b.q[i * c.q_dim() + h0 * hd], hd, nh, rows_[i].k, &rows_[i].v, hd, b.pos[i] + 1,
+                                 scale, &out[i * c.q_dim() + h0 * hd], hd);
+    });
+  }
+
+  // K and V rows of one sequence's cache (KV head 0) as the kernel reads them.
+  struct SeqRows {
+    std::vector<const uint8_t*> kb, vb;
+    std::vector<const float*> ks, vs;
+    kernels::PagedRows k, v;
+    void bind(const PagedKvCache& kv, int64_t layer, int64_t seq) {
+      const auto& table = kv.block_table(seq);
+      const KvCacheConfig& kc = kv.config();
+      const bool fp8 = kc.dtype == DType::f8_e4m3;
+      kb.resize(table.size());
+      vb.resize(table.size());
+      ks.resize(fp8 ? table.size() : 0);
+      vs.resize(fp8 ? table.size() : 0);
+      for (size_t j = 0; j < table.size(); ++j) {
+        kb[j] = kv.k_head(layer, table[j], 0);
+        vb[j] = kv.v_head(layer, table[j], 0);
+        if (fp8) {
+          ks[j] = kv.k_scales(layer, table[j], 0);
+          vs[j] = kv.v_scales(layer, table[j], 0);
+        }
+      }
+      k = kernels::PagedRows{kb.data(), fp8 ? ks.data() : nullptr, kc.block_size, kc.head_dim, kc.dtype};
+      v = kernels::PagedRows{vb.data(), fp8 ? vs.data() : nullptr, kc.block_size, kc.head_dim, kc.dtype};
+    }
+  };
+
+ private:
   std::shared_ptr<const ModelWeights> w_;
   PagedKvCache* kv_;
   AttentionOptions opt_;
   ThreadPool* pool_;
   std::vector<float> q_low_;  // [n, q_lora_rank] low-rank query scratch
+  std::vector<SeqRows> rows_;  // attend_mqa: per token of the batch
 };
 
 }  // namespace

@@ -438,8 +438,7 @@ Status parse_step3(const Fields& f, ModelConfig* c) {
     c->first_k_dense_replace = 1;  // vLLM / SGLang: every layer but layer 0 is MoE
   }
   if (f.has("rope_scaling")) {
-    return not_supported("field 'rope_scaling': " + f.get("rope_scaling")->dump() +
-                         " is not supported for step3_text");
+    return not_supported("field 'rope_scaling': " + f.get("rope_scaling")->dump() + " is not supported for step3_text");
   }
   AFD_ASSIGN_OR_RETURN(c->rope_theta, f.num_opt("rope_theta", 500000.0));
   AFD_ASSIGN_OR_RETURN(c->rms_norm_eps, f.num_opt("rms_norm_eps", 1e-5));
@@ -489,9 +488,8 @@ Status parse_fields(const json& root, ModelConfig* c) {
   std::string top_arch;
   if (const json* a = top.get("architectures"); a && a->is_array() && !a->empty() && (*a)[0].is_string())
     top_arch = (*a)[0].get<std::string>();
-  const bool vl = top_type == "step3_vl" ||
-                  (top_type.empty() && (top_arch == "Step3VLForConditionalGeneration" ||
-                                        top_arch == "Step3vForConditionalGeneration"));
+  const bool vl = top_type == "step3_vl" || (top_type.empty() && (top_arch == "Step3VLForConditionalGeneration" ||
+                                                                  top_arch == "Step3vForConditionalGeneration"));
   if (!vl) return parse_llm(top, nullptr, c);
   const json* t = top.get("text_config");
   if (t == nullptr) return field_error("text_config", "missing (step3_vl keeps the language model's fields there)");
@@ -557,8 +555,9 @@ Status ModelConfig::validate() const {
   AFD_RETURN_IF_ERROR(check_range(topk_field(arch), n_experts_per_tok, 1, n_experts));
   AFD_RETURN_IF_ERROR(check_range(arch == Arch::mixtral ? "intermediate_size" : "moe_intermediate_size",
                                   moe_intermediate_size, 1, kMaxDim));
-  AFD_RETURN_IF_ERROR(check_range(step3 ? "share_expert_dim" : is_deepseek(arch) ? "n_shared_experts"
-                                                                                 : "shared_expert_intermediate_size",
+  AFD_RETURN_IF_ERROR(check_range(step3               ? "share_expert_dim"
+                                  : is_deepseek(arch) ? "n_shared_experts"
+                                                      : "shared_expert_intermediate_size",
                                   shared_expert_intermediate_size, 0, kMaxDim));
   AFD_RETURN_IF_ERROR(check_range("decoder_sparse_step", decoder_sparse_step, 1, 4096));
   AFD_RETURN_IF_ERROR(check_range("first_k_dense_replace", first_k_dense_replace, 0, 4096));
@@ -592,23 +591,24 @@ Status ModelConfig::validate() const {
   for (int64_t l = 0; l < n_layers; ++l) any_dense |= !is_moe_layer(l);
   if (any_dense) {
     if (intermediate_size <= 0) {
-      return field_error("intermediate_size", "missing or not positive, but some layers are dense "
-                                              "(decoder_sparse_step / mlp_only_layers / first_k_dense_replace / "
-                                              "moe_layer_freq / moe_layers_enum)");
+      return field_error("intermediate_size",
+                         "missing or not positive, but some layers are dense "
+                         "(decoder_sparse_step / mlp_only_layers / first_k_dense_replace / "
+                         "moe_layer_freq / moe_layers_enum)");
     }
     AFD_RETURN_IF_ERROR(check_range("intermediate_size", intermediate_size, 1, kMaxDim));
   }
   if (!(rope_theta > 0) || !std::isfinite(rope_theta)) return field_error("rope_theta", "must be positive");
   if (!(rms_norm_eps > 0) || !(rms_norm_eps < 1)) return field_error("rms_norm_eps", "must be in (0, 1)");
-  AFD_RETURN_IF_ERROR(check_range(step3 ? "max_position_embedding" : "max_position_embeddings",
-                                  max_position_embeddings, 1, int64_t{1} << 32));
+  AFD_RETURN_IF_ERROR(check_range(step3 ? "max_position_embedding" : "max_position_embeddings", max_position_embeddings,
+                                  1, int64_t{1} << 32));
   if (rope_scaling.type == RopeScaling::Type::yarn) {
     const RopeScaling& y = rope_scaling;
     if (!mla) return field_error("rope_scaling", "yarn is only supported with MLA (deepseek)");
     if (!std::isfinite(y.factor) || !(y.factor >= 1) || y.factor > 1e6)
       return field_error("rope_scaling.factor", "must be in [1, 1e6]");
-    AFD_RETURN_IF_ERROR(check_range("rope_scaling.original_max_position_embeddings",
-                                    y.original_max_position_embeddings, 1, int64_t{1} << 32));
+    AFD_RETURN_IF_ERROR(check_range("rope_scaling.original_max_position_embeddings", y.original_max_position_embeddings,
+                                    1, int64_t{1} << 32));
     for (auto [name, v] : {std::pair<const char*, double>{"rope_scaling.beta_fast", y.beta_fast},
                            {"rope_scaling.beta_slow", y.beta_slow}}) {
       if (!std::isfinite(v) || !(v > 0)) return field_error(name, "must be positive and finite");

@@ -311,15 +311,16 @@ Status load_mla(Binder& b, const ModelConfig& c, const std::string& p, Attention
     AFD_ASSIGN_OR_RETURN(a->q, b.matrix(p + "q_proj.weight", q_dim, hidden));
   }
   const Dim kv_lora{c.kv_lora_rank, "kv_lora_rank"};
-  AFD_ASSIGN_OR_RETURN(a->kv_a, b.matrix(p + "kv_a_proj_with_mqa.weight",
-                                         Dim{c.kv_lora_rank + c.qk_rope_head_dim, "kv_lora_rank+qk_rope_head_dim"},
-                                         hidden));
+  AFD_ASSIGN_OR_RETURN(a->kv_a,
+                       b.matrix(p + "kv_a_proj_with_mqa.weight",
+                                Dim{c.kv_lora_rank + c.qk_rope_head_dim, "kv_lora_rank+qk_rope_head_dim"}, hidden));
   AFD_ASSIGN_OR_RETURN(a->kv_a_norm, b.vector(p + "kv_a_layernorm.weight", kv_lora));
   AFD_ASSIGN_OR_RETURN(a->kv_b, b.matrix(p + "kv_b_proj.weight",
                                          Dim{c.n_heads * (c.qk_nope_head_dim + c.v_head_dim),
                                              "num_attention_heads*(qk_nope_head_dim+v_head_dim)"},
                                          kv_lora));
-  AFD_ASSIGN_OR_RETURN(a->o, b.matrix(p + "o_proj.weight", hidden, Dim{c.o_in_dim(), "num_attention_heads*v_head_dim"}));
+  AFD_ASSIGN_OR_RETURN(a->o,
+                       b.matrix(p + "o_proj.weight", hidden, Dim{c.o_in_dim(), "num_attention_heads*v_head_dim"}));
   return Status::ok();
 }
 

@@ -2,8 +2,8 @@
 quantize -> generate for step3_text (bf16 and fp8); make-model'd checkpoints against the
 float64 oracle (check_logits.py); every AFD wiring of the Step-3 golden checkpoint (in-process
 xAyF and EP, FFN tensor parallelism, FFN worker processes over UCX) gives exactly the greedy
-tokens of mono with the same wire rounding; DeepSeek V3 / V2 checkpoints written, generated,
-checked against the oracle, FFN TP and worker processes.
+tokens of mono with the same wire rounding; DeepSeek V3 / V2 checkpoints (FP8, and bf16 ->
+quantize --fp8) written, generated, checked against the oracle, FFN TP and worker processes.
 
 Run: AFD_BIN=build/apps/afd /usr/bin/python3 -m pytest -q tests/integration/test_cli_families.py
 """
@@ -44,10 +44,16 @@ def test_step3_text_generates(tmp, dtype):
     assert n_tokens(out) == 12, out
 
 
-def test_step3_text_quantized_generates(tmp):
-    r = afd("--log-level", "error", "quantize", "--fp8", "--model", step3(tmp, "bf16"), "--out", tmp / "s3_q")
+@functools.lru_cache(maxsize=None)
+def quantized(tmp, name, source):
+    """`afd quantize --fp8` of checkpoint source into tmp/name (once per module)."""
+    r = afd("--log-level", "error", "quantize", "--fp8", "--model", source, "--out", tmp / name)
     assert r.returncode == 0, r.stderr[-2000:]
-    out = generate("--model", tmp / "s3_q", "--precision", "reference", "--max-tokens", "12", "--ignore-eos",
+    return tmp / name
+
+
+def test_step3_text_quantized_generates(tmp):
+    out = generate("--model", quantized(tmp, "s3_q", step3(tmp, "bf16")), "--precision", "reference", "--max-tokens", "12", "--ignore-eos",
                    "--prompt-ids", "5,17,300,2")
     assert n_tokens(out) == 12, out
 
@@ -64,6 +70,11 @@ def oracle(tmp, name, model):
 
 def test_step3_bf16_matches_oracle(tmp):
     oracle(tmp, "step3_bf16", step3(tmp, "bf16"))
+
+
+def test_step3_quantized_matches_oracle(tmp):
+    """make-model bf16 -> quantize --fp8 -> the oracle."""
+    oracle(tmp, "step3_quantized", quantized(tmp, "s3_q", step3(tmp, "bf16")))
 
 
 def test_step3_fp8_head256_matches_oracle(tmp):
@@ -130,6 +141,13 @@ def test_deepseek_generates(tmp, arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_deepseek_matches_oracle(tmp, arch):
     oracle(tmp, arch, deepseek(tmp, arch))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_deepseek_quantized_matches_oracle(tmp, arch):
+    """make-model bf16 -> quantize --fp8 -> the oracle (it dequantizes the stored blocks itself)."""
+    m = made(tmp, f"{arch}_bf16", "--arch", arch, "--preset", "tiny", "--seed", "4")
+    oracle(tmp, f"{arch}_quantized", quantized(tmp, f"{arch}_q", m))
 
 
 def deepseek_args(tmp, arch):

@@ -42,11 +42,17 @@ json step3_text() {
 }
 
 json step3_vl(const json& text) {
-  json j = {{"architectures", {"Step3VLForConditionalGeneration"}}, {"model_type", "step3_vl"},
-            {"text_config", text}, {"bos_token_id", 3}, {"eos_token_id", 4},
+  json j = {{"architectures", {"Step3VLForConditionalGeneration"}},
+            {"model_type", "step3_vl"},
+            {"text_config", text},
+            {"bos_token_id", 3},
+            {"eos_token_id", 4},
             {"vision_config", {{"hidden_size", 32}, {"model_type", "step3_vision_encoder"}}},
             {"quantization_config",
-             {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"}, {"weight_block_size", {128, 128}}}}};
+             {{"activation_scheme", "dynamic"},
+              {"fmt", "e4m3"},
+              {"quant_method", "fp8"},
+              {"weight_block_size", {128, 128}}}}};
   return j;
 }
 

@@ -509,6 +509,20 @@ TEST(Fp8Quantize, QuantizesProjectionsOnly) {
   EXPECT_FALSE(fp8_quantizes_tensor("model.layers.0.mlp.shared_expert_gate.weight", 2));
   EXPECT_FALSE(fp8_quantizes_tensor("model.layers.0.input_layernorm.weight", 1));
   EXPECT_FALSE(fp8_quantizes_tensor("model.layers.0.self_attn.q_proj.bias", 1));
+  // DeepSeek and Step-3: MLA projections and stacked 3-D experts are quantized; the Step-3
+  // router, DeepSeek's score bias and MTP embed / head / eh_proj, and a VLM's vision tower are not.
+  EXPECT_TRUE(fp8_quantizes_tensor("model.layers.3.self_attn.kv_a_proj_with_mqa.weight", 2));
+  EXPECT_TRUE(fp8_quantizes_tensor("model.layers.3.mlp.shared_experts.down_proj.weight", 2));
+  EXPECT_TRUE(fp8_quantizes_tensor("model.layers.1.moe.gate_proj.weight", 3));
+  EXPECT_TRUE(fp8_quantizes_tensor("model.layers.1.self_attn.wq.weight", 2));
+  EXPECT_FALSE(fp8_quantizes_tensor("model.layers.1.moe.gate.weight", 2));
+  EXPECT_FALSE(fp8_quantizes_tensor("model.layers.1.self_attn.inter_norm.weight", 1));
+  EXPECT_FALSE(fp8_quantizes_tensor("model.layers.3.mlp.gate.e_score_correction_bias", 1));
+  EXPECT_FALSE(fp8_quantizes_tensor("model.layers.61.eh_proj.weight", 2));
+  EXPECT_FALSE(fp8_quantizes_tensor("model.layers.61.embed_tokens.weight", 2));
+  EXPECT_FALSE(fp8_quantizes_tensor("model.layers.61.shared_head.head.weight", 2));
+  EXPECT_TRUE(fp8_quantizes_tensor("model.layers.61.self_attn.q_b_proj.weight", 2));
+  EXPECT_FALSE(fp8_quantizes_tensor("vision_model.encoder.layers.0.mlp.fc1.weight", 2));
 }
 
 // Every architecture and expert layout survives quantize -> load -> generate.

@@ -100,7 +100,8 @@ void expect_load_error(const std::string& dir, StatusCode code, std::initializer
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), code) << w.status().to_string();
   for (const char* want : wants)
-    EXPECT_NE(w.status().message().find(want), std::string::npos) << "want '" << want << "' in: " << w.status().to_string();
+    EXPECT_NE(w.status().message().find(want), std::string::npos)
+        << "want '" << want << "' in: " << w.status().to_string();
 }
 
 TEST(LoadStep3, EveryTensorBoundWithWrittenValues) {
@@ -165,7 +166,7 @@ TEST(LoadStep3, Fp8StackedExpertsAreViewsWithTheirScaleSlabs) {
   ASSERT_TRUE(g && gs && dn && ds);
   EXPECT_EQ(gs->info->shape, (std::vector<int64_t>{c.n_experts, 2, 2}));  // [8, ceil(160/128), ceil(256/128)]
   EXPECT_EQ(ds->info->shape, (std::vector<int64_t>{c.n_experts, 2, 2}));  // [8, ceil(256/128), ceil(160/128)]
-  EXPECT_EQ(w.layers[1].moe.router.dtype, DType::bf16);                  // routers stay bf16
+  EXPECT_EQ(w.layers[1].moe.router.dtype, DType::bf16);                   // routers stay bf16
   for (int64_t e = 0; e < c.n_experts; ++e) {
     const FfnWeights& f = w.layers[1].moe.experts[e];
     ASSERT_TRUE(f.gate.is_fp8());
@@ -247,12 +248,11 @@ TEST_P(LoadDeepseek, EveryTensorBound) {
   EXPECT_GT(w.matrix_bytes(), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, LoadDeepseek,
-                         ::testing::Values(DsCase{Arch::deepseek_v3, DType::bf16}, DsCase{Arch::deepseek_v3, DType::f8_e4m3},
-                                           DsCase{Arch::deepseek_v2, DType::bf16}, DsCase{Arch::deepseek_v2, DType::f8_e4m3}),
-                         [](const auto& i) {
-                           return std::string(arch_name(i.param.arch)) + "_" + dtype_name(i.param.dtype);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Tiny, LoadDeepseek,
+    ::testing::Values(DsCase{Arch::deepseek_v3, DType::bf16}, DsCase{Arch::deepseek_v3, DType::f8_e4m3},
+                      DsCase{Arch::deepseek_v2, DType::bf16}, DsCase{Arch::deepseek_v2, DType::f8_e4m3}),
+    [](const auto& i) { return std::string(arch_name(i.param.arch)) + "_" + dtype_name(i.param.dtype); });
 
 TEST(LoadDeepseekMtp, LayersAfterNumHiddenLayersAreIgnored) {
   test::TempDir d;
@@ -314,13 +314,17 @@ TEST(LoadFamiliesErrors, MissingScoreBiasNamesIt) {
   rewrite(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
     return s.name != "model.layers.2.mlp.gate.e_score_correction_bias";
   });
-  expect_load_error(d.path(), StatusCode::not_found, {"model.layers.2.mlp.gate.e_score_correction_bias", "n_routed_experts"});
+  expect_load_error(d.path(), StatusCode::not_found,
+                    {"model.layers.2.mlp.gate.e_score_correction_bias", "n_routed_experts"});
 }
 
 TEST(LoadFamiliesErrors, KvAShapeNamesTheFields) {
   test::TempDir d;
   make(preset(Arch::deepseek_v3), d.path(), DType::bf16);
-  edit_config(d.path(), [](nlohmann::json& j) { j["qk_rope_head_dim"] = 16; j["qk_nope_head_dim"] = 80; });
+  edit_config(d.path(), [](nlohmann::json& j) {
+    j["qk_rope_head_dim"] = 16;
+    j["qk_nope_head_dim"] = 80;
+  });
   expect_load_error(d.path(), StatusCode::invalid_argument,
                     {"model.safetensors", "kv_a_proj_with_mqa.weight", "kv_lora_rank+qk_rope_head_dim"});
 }
@@ -335,9 +339,8 @@ TEST(LoadFamiliesErrors, DirectQueryConfigAgainstLowRankCheckpoint) {
 TEST(LoadFamiliesErrors, Step3StackedScaleMissing) {
   test::TempDir d;
   make(preset(Arch::step3_text), d.path(), DType::f8_e4m3);
-  rewrite(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
-    return s.name != "model.layers.2.moe.up_proj.weight_scale_inv";
-  });
+  rewrite(d.path(),
+          [](TensorSpec& s, std::vector<uint8_t>&) { return s.name != "model.layers.2.moe.up_proj.weight_scale_inv"; });
   expect_load_error(d.path(), StatusCode::not_found, {"model.layers.2.moe.up_proj.weight_scale_inv", "block scales"});
 }
 
@@ -373,9 +376,8 @@ TEST(LoadFamiliesErrors, Fp8WithoutQuantizationConfig) {
 TEST(LoadFamiliesErrors, Step3MissingInterNorm) {
   test::TempDir d;
   make(preset(Arch::step3_text), d.path(), DType::bf16);
-  rewrite(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
-    return s.name != "model.layers.3.self_attn.inter_norm.weight";
-  });
+  rewrite(d.path(),
+          [](TensorSpec& s, std::vector<uint8_t>&) { return s.name != "model.layers.3.self_attn.inter_norm.weight"; });
   expect_load_error(d.path(), StatusCode::not_found, {"model.layers.3.self_attn.inter_norm.weight", "share_q_dim"});
 }
 
