@@ -1,10 +1,14 @@
-"""Shared helpers of the pytest integration tests that run `afd serve` bundles under faults
-(test_attention_failover.py, test_ffn_failover.py, test_chaos_2a2f.py).
+"""Shared helpers of the pytest integration tests that run `afd serve` bundles and worker
+processes (test_afd_processes.py, test_attention_failover.py, test_ffn_failover.py,
+test_chaos_2a2f.py, test_afd_cli.py).
 
 - Bundle: one `afd serve` process tree owned by the test (its own session; close() stops it
   and whatever is left of its process group). Tests signal only the processes it started
   (Bundle.worker_pid) or that they started themselves.
-- free_port, start_ffn_worker: an FFN worker the test starts by hand (to add it to a bundle).
+- Proc: any one afd process the test starts (serve, worker, generate) in its own session,
+  with wait_for(log line) and close() (its own process group only).
+- free_port, free_ports, start_ffn_worker: an FFN worker the test starts by hand (to add it to
+  a bundle); metric, health: one /metrics series, /health's status and message.
 - mixed_requests, Client, normalise, same, first_difference: concurrent greedy and seeded
   requests (completions and chat, streaming and not, some with logprobs) whose answers are
   compared with an unfaulted run's.
@@ -15,6 +19,7 @@ AFD_BIN names the afd executable (default build/apps/afd).
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -38,6 +43,92 @@ TIMEOUT = 120  # generous: a loaded 2-core machine
 # (docs/DEPLOYMENT.md, "Limits").
 DETERMINISTIC_ENV = {"AFD_CPU_DISABLE": "all"}
 DETERMINISTIC_ARGS = ["--precision", "reference", "--threads", "1", "--max-running", "1", "--no-prefix-cache"]
+
+
+def free_ports(n):
+    """n distinct free ports (see free_port)."""
+    got = set()
+    while len(got) < n:
+        got.add(free_port())
+    return list(got)
+
+
+def metric(port, name):
+    """Sum of the samples of a series on 127.0.0.1:port/metrics (prefix match on name{labels)."""
+    _, text = http(port, "/metrics", timeout=10)
+    return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(name))
+
+
+def health(port):
+    """(status, error message or None) of GET /health; (None, error) when nothing answers."""
+    try:
+        st, body = http(port, "/health", timeout=10)
+    except OSError as e:
+        return None, str(e)
+    if st == 200:
+        return 200, None
+    try:
+        return st, json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return st, body
+
+
+class Proc:
+    """One afd process the test starts (`argv` after the executable) in its own session, its
+    output in logdir/name.out and .err; close() stops it and whatever is left of its process
+    group."""
+
+    def __init__(self, argv, logdir, name, env=None, binary=None):
+        self.out_path, self.err_path = logdir / f"{name}.out", logdir / f"{name}.err"
+        self.proc = subprocess.Popen([binary or AFD, *map(str, argv)], stdout=open(self.out_path, "w"),
+                                     stderr=open(self.err_path, "w"), start_new_session=True,
+                                     env=dict(os.environ, **(env or {})))
+        self.pid = self.proc.pid
+
+    def text(self, which="err"):
+        return (self.err_path if which == "err" else self.out_path).read_text()
+
+    def wait_for(self, pattern, which="err", timeout=TIMEOUT):
+        """The first match of the regex in its stdout ("out") or stderr ("err"), waiting up to
+        timeout; None if it did not come (or the process exited without it)."""
+        deadline = time.time() + timeout
+        while True:
+            exited = self.proc.poll() is not None
+            m = re.search(pattern, self.text(which))
+            if m or exited or time.time() > deadline:
+                return m
+            time.sleep(0.1)
+
+    def port(self):
+        m = self.wait_for(r"on http://[^\s/]+:(\d+)", "out")
+        assert m, "no listening line:\n" + self.text()[-2000:]
+        return int(m.group(1))
+
+    def signal(self, sig):
+        if self.proc.poll() is None:
+            os.kill(self.pid, sig)
+
+    def stopped(self, timeout=TIMEOUT):
+        """Whether it exits within timeout."""
+        try:
+            self.proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def close(self):
+        try:
+            os.killpg(self.pid, signal.SIGCONT)  # a stopped process must be able to stop
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.stopped(30)
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.proc.wait()
 
 
 def make_model(out):
@@ -101,17 +192,22 @@ class Bundle:
     """An `afd serve` process tree started with `args` (after --model and --port 0), owned by
     the test: close() stops it. Waits for the "bundle complete" line."""
 
-    def __init__(self, model, logdir, args, env=None):
-        self.out_path, self.err_path = logdir / "serve.out", logdir / "serve.err"
-        self.proc = subprocess.Popen([AFD, "serve", "--model", str(model), "--port", "0", *args],
+    def __init__(self, model, logdir, args, env=None, binary=None, name="serve", ready="bundle complete"):
+        """model None: args are the whole `afd serve` command line (e.g. --topology-file F).
+        binary: the afd executable (default AFD); name: the log files' stem (logdir/name.out,
+        .err); ready: the stdout text that says it serves (its line names the port)."""
+        self.out_path, self.err_path = logdir / f"{name}.out", logdir / f"{name}.err"
+        argv = ["serve", *args] if model is None else ["serve", "--model", str(model), "--port", "0", *args]
+        self.proc = subprocess.Popen([binary or AFD, *argv],
                                      stdout=open(self.out_path, "w"), stderr=open(self.err_path, "w"),
                                      start_new_session=True, env=dict(os.environ, **(env or {})))
         self.port = None
         deadline = time.time() + TIMEOUT
         while time.time() < deadline and self.proc.poll() is None:
             for line in self.out_path.read_text().splitlines():
-                if "bundle complete" in line:
-                    self.port = int(line.rsplit(":", 1)[1])
+                m = re.search(r"on http://[^\s/]+:(\d+)", line)
+                if ready in line and m:
+                    self.port = int(m.group(1))
             if self.port:
                 return
             time.sleep(0.1)
