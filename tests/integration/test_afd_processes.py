@@ -608,7 +608,9 @@ class TestSpawnWorkers:
                         err)
         trace_counts(sp["trace"], (1, 2), (100,))
         assert not list(tmp.glob("sp_trace.*.json"))
-        assert "merged 5 worker process traces" in err and cut and int(cut.group(1)) > 1, \
+        # How many events the killed life flushed before its SIGKILL depends on scheduling (it
+        # flushes every 200 ms); at least one shows that its cut-short part was merged.
+        assert "merged 5 worker process traces" in err and cut and int(cut.group(1)) >= 1, \
             [l for l in err.splitlines() if "trace" in l][-5:]
 
 
