@@ -54,11 +54,11 @@ def _post(port, body, timeout=TIMEOUT):
         return urllib.request.urlopen(req, timeout=timeout)
     except urllib.error.HTTPError:
         raise
-    except urllib.error.URLError as e:  # failed while connecting or sending
-        if isinstance(e.reason, (ConnectionRefusedError, ConnectionResetError)):
+    except urllib.error.URLError as e:  # failed while connecting or sending (a closed socket: EPIPE)
+        if isinstance(e.reason, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError)):
             raise NotAnswered(repr(e)) from e
         raise
-    except (ConnectionResetError, RemoteDisconnected) as e:  # before the status line
+    except (ConnectionResetError, BrokenPipeError, RemoteDisconnected) as e:  # before the status line
         raise NotAnswered(repr(e)) from e
 
 
