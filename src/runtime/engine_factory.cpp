@@ -142,13 +142,6 @@ Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, s
   AFD_ASSIGN_OR_RETURN(auto kv, PagedKvCache::create(kc));
   AttentionOptions ao;
   ao.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
-  // A build without an implementation of the model's attention kind answers not_supported
-  // here rather than failing AttentionPart's internal check.
-  if (!make_attention_variant(w, kv.get(), ao, pool.get())) {
-    return not_supported(std::string("model '") + c.model_type + "': attention kind " +
-                         (c.attention == AttentionKind::mla ? "mla (DeepSeek multi-head latent attention)" : "?") +
-                         " is not implemented in this build");
-  }
   auto pe = std::make_unique<PipelineEngine>(w, std::move(kv), std::move(ffn), std::move(pool), ao, opt.pipeline_microbatches(),
                                              opt.kv.max_seqs);
   if (opt.observability.trace) {
