@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "../model/model_test_util.h"
+#include "ffn_cluster.h"
 #include "comm/inproc_transport.h"
 #include "comm/protocol.h"
 #include "core/timer.h"
@@ -24,7 +25,8 @@ namespace {
 
 using namespace comm;
 
-int64_t deadline_in_ms(int64_t ms) { return now_ns() + ms * 1000000; }
+using test::deadline_in_ms;
+using test::wait_until;
 
 // qwen2_moe tiny (8 experts, top-2, shared expert), 2 layers.
 std::shared_ptr<const ModelWeights> tiny_model() {
@@ -44,67 +46,17 @@ std::shared_ptr<const ModelWeights> tiny_model() {
   return cached;
 }
 
-bool wait_until(const std::function<bool()>& f, int64_t ms = 10000) {
-  const int64_t dl = deadline_in_ms(ms);
-  while (!f()) {
-    if (now_ns() > dl) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
-// FFN workers "ffn<j>" at "ffn<j>-addr" on one in-process hub, each with its precision, on
-// its own thread; stop() ends one as its process dying would (its transport closes).
-struct Cluster {
-  struct Ffn {
-    std::unique_ptr<Transport> t;
-    std::unique_ptr<FfnWorker> wk;
-    std::atomic<bool> stop{false};
-    std::thread th;
-  };
-  explicit Cluster(std::shared_ptr<const ModelWeights> w) : w(std::move(w)) {}
-  ~Cluster() {
-    for (size_t j = 0; j < ffn.size(); ++j) stop(static_cast<int>(j));
-  }
+// test::FfnCluster whose workers each compute with their own activation precision.
+struct Cluster : test::FfnCluster {
+  using FfnCluster::FfnCluster;
   void start(int j, int n, kernels::ActPrecision prec) {
-    if (ffn.size() <= static_cast<size_t>(j)) ffn.resize(static_cast<size_t>(j) + 1);
-    auto f = std::make_unique<Ffn>();
-    auto t = InprocTransport::create(hub, "ffn" + std::to_string(j));
-    ASSERT_TRUE(t.ok()) << t.status().to_string();
-    f->t = std::move(t).value();
-    ASSERT_TRUE(f->t->listen("ffn" + std::to_string(j) + "-addr").is_ok());
     FfnWorkerOptions o;
-    o.index = j;
     o.n_ffn = n;
     o.n_attention = 1;
     o.peer_timeout_ms = 500;
     o.prec = prec;
-    auto wk = FfnWorker::create(w, f->t.get(), o, nullptr);
-    ASSERT_TRUE(wk.ok()) << wk.status().to_string();
-    f->wk = std::move(wk).value();
-    Ffn* raw = f.get();
-    f->th = std::thread([raw] { (void)raw->wk->run(&raw->stop); });
-    ffn[static_cast<size_t>(j)] = std::move(f);
+    FfnCluster::start(j, o);
   }
-  void stop(int j) {
-    auto& f = ffn[static_cast<size_t>(j)];
-    if (!f) return;
-    f->stop = true;
-    f->th.join();
-    f->wk.reset();
-    f->t->close();
-    f.reset();
-  }
-  Transport* attention(const std::string& name) {
-    auto t = InprocTransport::create(hub, name);
-    EXPECT_TRUE(t.ok());
-    attn.push_back(std::move(t).value());
-    return attn.back().get();
-  }
-  std::shared_ptr<const ModelWeights> w;
-  std::shared_ptr<InprocHub> hub = std::make_shared<InprocHub>();
-  std::vector<std::unique_ptr<Ffn>> ffn;
-  std::vector<std::unique_ptr<Transport>> attn;
 };
 
 FfnClientOptions client_opts(int y, WirePrecision prec) {
@@ -267,7 +219,7 @@ TEST(FfnAdmission, ARemovedFfnWorkerIsNotDialled) {
   ASSERT_TRUE((*cl)->remove_member("ffn1").is_ok());
   ASSERT_TRUE(wait_until([&] { return (*cl)->membership().assigned == 1; }));
   ASSERT_TRUE(pass(**cl, w->config).is_ok());
-  c.stop(1);
+  c.kill(1);
   ASSERT_TRUE(wait_until([&] { return !t->is_connected(ffn1); }));
   c.start(1, 2, kernels::ActPrecision::f32);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));

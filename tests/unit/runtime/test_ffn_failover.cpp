@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "../model/model_test_util.h"
+#include "ffn_cluster.h"
 #include "comm/fault_transport.h"
 #include "comm/inproc_transport.h"
 #include "comm/protocol.h"
@@ -32,7 +33,8 @@ namespace {
 
 using namespace comm;
 
-int64_t deadline_in_ms(int64_t ms) { return now_ns() + ms * 1000000; }
+using test::deadline_in_ms;
+using test::wait_until;
 
 // qwen2_moe tiny (8 experts, top-2, shared expert), 3 layers with layer 1 dense.
 std::shared_ptr<const ModelWeights> tiny_model() {
@@ -71,76 +73,20 @@ TokenBatch random_batch(const ModelConfig& c, int64_t n, uint32_t seed) {
   return b;
 }
 
-bool wait_until(const std::function<bool()>& f, int64_t ms = 10000) {
-  const int64_t dl = deadline_in_ms(ms);
-  while (!f()) {
-    if (now_ns() > dl) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
-// FFN workers "ffn<j>" listening at "ffn<j>-addr" on one in-process hub, each on its own
-// thread, which a test can kill (its transport closes, as when its process dies) and start
-// again under the same name and address.
-struct Cluster {
-  struct Ffn {
-    std::unique_ptr<Transport> t;
-    FaultTransport* fault = nullptr;
-    std::unique_ptr<FfnWorker> wk;
-    std::atomic<bool> stop{false};
-    std::thread th;
-  };
-  explicit Cluster(std::shared_ptr<const ModelWeights> w) : w(std::move(w)) {}
-  ~Cluster() {
-    for (size_t j = 0; j < ffn.size(); ++j) kill(static_cast<int>(j));
-  }
+// test::FfnCluster whose workers expect x attention workers and time a silent peer out after
+// 500 ms.
+struct Cluster : test::FfnCluster {
+  using FfnCluster::FfnCluster;
   // Starts FFN worker j of n (its start-up shard j/n), TP degree tp.
   void start(int j, int n, int tp = 1, bool fault_wrap = false) {
-    if (ffn.size() <= static_cast<size_t>(j)) ffn.resize(static_cast<size_t>(j) + 1);
-    auto f = std::make_unique<Ffn>();
-    auto t = InprocTransport::create(hub, "ffn" + std::to_string(j));
-    ASSERT_TRUE(t.ok()) << t.status().to_string();
-    f->t = std::move(t).value();
-    if (fault_wrap) {
-      auto ft = std::make_unique<FaultTransport>(std::move(f->t), 17);
-      f->fault = ft.get();
-      f->t = std::move(ft);
-    }
-    ASSERT_TRUE(f->t->listen("ffn" + std::to_string(j) + "-addr").is_ok());
     FfnWorkerOptions o;
-    o.index = j;
     o.n_ffn = n;
     o.n_attention = x;
     o.peer_timeout_ms = 500;
     o.tp = tp;
-    auto wk = FfnWorker::create(w, f->t.get(), o, nullptr);
-    ASSERT_TRUE(wk.ok()) << wk.status().to_string();
-    f->wk = std::move(wk).value();
-    Ffn* raw = f.get();
-    f->th = std::thread([raw] { (void)raw->wk->run(&raw->stop); });
-    ffn[static_cast<size_t>(j)] = std::move(f);
+    FfnCluster::start(j, o, fault_wrap);
   }
-  void kill(int j) {
-    auto& f = ffn[static_cast<size_t>(j)];
-    if (!f) return;
-    f->stop = true;
-    f->th.join();
-    f->wk.reset();
-    f->t->close();
-    f.reset();
-  }
-  Transport* attention(const std::string& name) {
-    auto t = InprocTransport::create(hub, name);
-    EXPECT_TRUE(t.ok());
-    attn.push_back(std::move(t).value());
-    return attn.back().get();
-  }
-  std::shared_ptr<const ModelWeights> w;
   int x = 1;  // attention workers the FFN workers expect
-  std::shared_ptr<InprocHub> hub = std::make_shared<InprocHub>();
-  std::vector<std::unique_ptr<Ffn>> ffn;
-  std::vector<std::unique_ptr<Transport>> attn;
 };
 
 FfnClientOptions client_opts(int y) {
