@@ -92,23 +92,8 @@ class GqaAttention final : public AttentionVariant {
     std::vector<const float*> ks, vs;
     kernels::PagedRows k, v;
     void bind(const PagedKvCache& kv, int64_t layer, int64_t seq) {
-      const auto& table = kv.block_table(seq);
-      const KvCacheConfig& kc = kv.config();
-      const bool fp8 = kc.dtype == DType::f8_e4m3;
-      kb.resize(table.size());
-      vb.resize(table.size());
-      ks.resize(fp8 ? table.size() : 0);
-      vs.resize(fp8 ? table.size() : 0);
-      for (size_t j = 0; j < table.size(); ++j) {
-        kb[j] = kv.k_head(layer, table[j], 0);
-        vb[j] = kv.v_head(layer, table[j], 0);
-        if (fp8) {
-          ks[j] = kv.k_scales(layer, table[j], 0);
-          vs[j] = kv.v_scales(layer, table[j], 0);
-        }
-      }
-      k = kernels::PagedRows{kb.data(), fp8 ? ks.data() : nullptr, kc.block_size, kc.head_dim, kc.dtype};
-      v = kernels::PagedRows{vb.data(), fp8 ? vs.data() : nullptr, kc.block_size, kc.head_dim, kc.dtype};
+      k = paged_rows(kv, layer, seq, 0, /*values=*/false, &kb, &ks);
+      v = paged_rows(kv, layer, seq, 0, /*values=*/true, &vb, &vs);
     }
   };
 

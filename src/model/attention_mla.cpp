@@ -90,26 +90,6 @@ class MlaAttention final : public AttentionVariant {
   }
 
  private:
-  // Rows of seq's latent cache for the kernel.
-  kernels::PagedRows rows_of(int64_t layer, int64_t seq, std::vector<const uint8_t*>* blocks,
-                             std::vector<const float*>* scales) const {
-    const auto& table = kv_->block_table(seq);
-    const bool fp8 = kv_->config().dtype == DType::f8_e4m3;
-    blocks->resize(table.size());
-    scales->resize(fp8 ? table.size() : 0);
-    for (size_t k = 0; k < table.size(); ++k) {
-      (*blocks)[k] = kv_->k_head(layer, table[k], 0);
-      if (fp8) (*scales)[k] = kv_->k_scales(layer, table[k], 0);
-    }
-    kernels::PagedRows r;
-    r.blocks = blocks->data();
-    r.scales = fp8 ? scales->data() : nullptr;
-    r.block_size = kv_->config().block_size;
-    r.row_dim = kv_->config().head_dim;
-    r.dtype = kv_->config().dtype;
-    return r;
-  }
-
   void absorbed(int64_t layer, TokenBatch& b, float* out) {
     const ModelConfig& c = w_->config;
     const AttentionWeights& A = w_->layers[layer].attn;
@@ -139,7 +119,7 @@ class MlaAttention final : public AttentionVariant {
     blocks_.resize(static_cast<size_t>(nd));
     scales_.resize(static_cast<size_t>(nd));
     views_.resize(static_cast<size_t>(nd));
-    for (int64_t k = 0; k < nd; ++k) views_[k] = rows_of(layer, b.seq[decode_[k]], &blocks_[k], &scales_[k]);
+    for (int64_t k = 0; k < nd; ++k) views_[k] = paged_rows(*kv_, layer, b.seq[decode_[k]], 0, /*values=*/false, &blocks_[k], &scales_[k]);
     pool_->run(static_cast<int>(nd * ng), [&](int task, int) {
       const int64_t k = task / ng, h0 = (task % ng) * hg, nh = std::min(hg, N - h0);
       kernels::mla_decode_attend(&qlat_[(k * N + h0) * D], D, nh, Lkv, R, views_[k], b.pos[decode_[k]] + 1, scale_,

@@ -14,8 +14,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/mla_attention.h"
 #include "kernels/cpu/ops.h"
 #include "kv/paged_kv_cache.h"
 #include "model/token_batch.h"
@@ -33,6 +35,12 @@ struct KvLayout {
   int64_t v_dim = 0;
 };
 KvLayout kv_layout(const ModelConfig& c);
+
+// The K rows (or, with values, the V rows) of KV head `head` of seq's cache at `layer`, as the
+// multi-query decode kernel reads them (kernels/cpu/mla_attention.h). The view points into
+// *blocks and *scales, which this fills and which must outlive it.
+kernels::PagedRows paged_rows(const PagedKvCache& kv, int64_t layer, int64_t seq, int64_t head, bool values,
+                              std::vector<const uint8_t*>* blocks, std::vector<const float*>* scales);
 
 class AttentionVariant {
  public:
