@@ -407,7 +407,7 @@ void run_bench(const BenchFlags& f) {
                     list(p.attention_tokens).c_str(), list(p.ffn_tokens).c_str(), list(p.ffn_expert_rows).c_str());
       }
       if (f.per_layer) {
-        // Per-layer stage times of the median step (docs/BENCHMARKS.md explains each stage).
+        // Per-layer stage times of the median step (docs/ARCHITECTURE.md "Observability").
         std::printf("  %5s %12s %9s %9s %9s\n", "layer", "attention_ms", "a2f_ms", "ffn_ms", "f2a_ms");
         for (size_t l = 0; l < p.layers.size(); ++l)
           std::printf("  %5zu %12.3f %9.3f %9.3f %9.3f\n", l, p.layers[l].attention_s * 1e3, p.layers[l].a2f_s * 1e3,

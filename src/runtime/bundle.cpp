@@ -82,11 +82,9 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const T
   // worker); in AFD the two sides have their own pools.
   std::vector<std::shared_ptr<ThreadPool>> attn_pools;
   const int local_attn = remote ? std::max(1, std::min(opt.afd.local_attention, x - opt.afd.attention_index)) : x;
-  // Default threads: every pool gets all cores and the OS shares them. Measured on the
-  // 2-core bench machine (docs/BENCHMARKS.md, bench preset, batch 128): splitting the cores
-  // between the attention and FFN pools reached 0.48-0.70 of mono tokens/s; giving each
-  // side both cores 0.77-1.00, because a side that waits sleeps and leaves its cores to the
-  // other. (--threads overrides.)
+  // Default threads: every pool gets all cores and the OS shares them: a side that waits
+  // sleeps and leaves its cores to the other, which a fixed split of the cores between the
+  // attention and FFN pools cannot do. (--threads overrides.)
   const int threads = opt.n_threads;
   for (int i = 0; i < local_attn; ++i) attn_pools.push_back(std::make_shared<ThreadPool>(threads));
 

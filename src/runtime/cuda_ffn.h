@@ -37,8 +37,8 @@ struct CudaFfnOptions {
   // Decode shapes: when no expert gets more than this many tokens, the experts' products run
   // as one hand-written grouped kernel per projection (kernels::cuda::grouped_skinny_gemm),
   // reading each expert's weights ~once; above it, one cuBLAS GEMM per expert. 0: always cuBLAS.
-  // Measured on an H100 (docs/BENCHMARKS.md): the kernel wins up to ~16 tokens per expert and
-  // loses beyond ~32 (it re-reads the tokens' activations for every weight row; no tensor cores).
+  // The kernel re-reads the tokens' activations for every weight row and uses no tensor
+  // cores, so it loses to cuBLAS as tokens per expert grow (docs/BENCHMARKS.md, H100).
   int skinny_max_tokens = 16;
 };
 

@@ -37,11 +37,11 @@ namespace {
 std::atomic<int64_t> g_blas_min_n[2][2] = {{{-1}, {-1}}, {{-1}, {-1}}};
 }  // namespace
 
-// Defaults, from bench_kernels --compare-sgemm on the Zen 4 dev machine (2 threads, [768, 2048]
-// and [2048, 768] cold weights, n = 16..256): the AVX-512 tiles were faster than OpenBLAS 0.3.21
-// sgemm (run single-threaded per pool thread) at every n, for bf16 and f32 weights, so AVX-512
-// never hands off. The AVX2 tiles (12 accumulators of 8 lanes) have not been measured against
-// sgemm on an AVX2-only CPU; they hand off from n = 64, where sgemm's packing is amortised.
+// Defaults: on AVX-512, linear() never hands off to OpenBLAS (the tiles are at least as fast
+// as sgemm, run single-threaded per pool thread, at every n that bench_kernels
+// --compare-sgemm times, for bf16 and f32 weights; docs/BENCHMARKS.md "Kernels"). The AVX2
+// tiles (12 accumulators of 8 lanes) hand off from n = 64, where sgemm's packing is
+// amortised; they have no comparison with sgemm on an AVX2-only CPU yet.
 int64_t resolve_blas_min_n(bool w_bf16, bool act_bf16, Isa isa) {
   int64_t v = linear_blas_min_n(w_bf16, act_bf16);
   if (v >= 0) return v;

@@ -2,7 +2,7 @@
 // AVX-512 (and what AFD_CPU_DISABLE=avx512 exercises). Same "dot" tiling as the AVX-512 file:
 // R rows of W x T tokens, W streamed once per token block, horizontal reduction per output.
 // Columns beyond the last multiple of 8 are summed by a scalar tail. No software prefetch
-// (it measured slower than the hardware prefetchers in the AVX-512 kernels on Zen 4).
+// (as the AVX-512 kernels' default, see linear_avx512.cpp).
 // GCC 12 reports false -Wuninitialized warnings inside its own AVX-512 headers
 // (_mm*_undefined_* helpers, GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wuninitialized"

@@ -414,7 +414,7 @@ TEST(EngineMicrobatches, DefaultFollowsTheWiring) {
 
 // An in-process bundle whose wire buffers (x*y pairs, m micro-batches, frames of up to
 // max_batch_tokens tokens, at both ends) cannot fit in this machine's memory is refused
-// with a clear error before anything is allocated (QA: EP64 was OOM-killed at 23.6 GB).
+// with a clear error before anything is allocated (not OOM-killed).
 TEST(Engine, InProcessBundleTooLargeForMemoryIsRefused) {
   EngineOptions o;
   o.model_dir = kModel;

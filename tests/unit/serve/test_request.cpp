@@ -140,8 +140,8 @@ TEST_F(RequestTest, IntegersDoNotWrapAround) {
   EXPECT_EQ(parse(Endpoint::completions, R"({"prompt":"a","seed":-1})")->sampling.seed, UINT64_MAX);
 }
 
-// ~300 KB bodies nesting 130k levels (which used to overflow the HTTP thread's stack in the
-// recursive copies after parsing) are refused at level 65 wherever the nesting is.
+// ~300 KB bodies nesting 130k levels (deep enough to overflow the HTTP thread's stack in a
+// recursive copy after parsing) are refused at level 65 wherever the nesting is.
 TEST_F(RequestTest, DeepNestingIsRefusedWithoutCrashing) {
   const std::string deep = std::string(130000, '[') + std::string(130000, ']');
   const std::string msg = R"({"role":"user","content":"hi"})";
