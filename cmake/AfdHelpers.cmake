@@ -47,3 +47,17 @@ function(afd_add_test name)
   gtest_discover_tests(${name} PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT}
                        DISCOVERY_TIMEOUT 60)
 endfunction()
+
+# afd_add_pytest(<name> <file.py> [TIMEOUT s] [SERIAL] [ENV k=v ...]): one ctest entry that runs
+# a pytest file of this directory with Debian's /usr/bin/python3, AFD_BIN naming the afd
+# executable, labelled `integration`. SERIAL: the file starts process bundles and runs alone.
+function(afd_add_pytest name file)
+  cmake_parse_arguments(T "SERIAL" "TIMEOUT" "ENV" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_test(NAME ${name}
+           COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/${file})
+  set_tests_properties(${name} PROPERTIES LABELS integration TIMEOUT ${T_TIMEOUT} RUN_SERIAL ${T_SERIAL}
+                       ENVIRONMENT "AFD_BIN=$<TARGET_FILE:afd>;${T_ENV}")
+endfunction()
