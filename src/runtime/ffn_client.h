@@ -65,19 +65,11 @@
 #include "comm/frame_buffer.h"
 #include "comm/protocol.h"
 #include "comm/transport.h"
+#include "runtime/afd/liveness.h"
 #include "runtime/ffn_backend.h"
 #include "runtime/topology.h"
 
 namespace afd {
-
-// Hash of the model's identity: architecture, shape-defining config fields, the position,
-// dtype and shape of every weight matrix, and a sample of every checkpoint tensor's stored
-// bytes (16 from its middle). Equal on both sides of a handshake that load one checkpoint.
-uint64_t model_fingerprint(const ModelWeights& w);
-// The part of model_fingerprint that the config alone gives (architecture and dimensions):
-// for processes that load no weights (a serving front end checks its attention workers'
-// /health against it).
-uint64_t model_config_fingerprint(const ModelConfig& c);
 
 // One FFN worker of the membership (FfnClient::set_members).
 struct FfnMember {
@@ -231,7 +223,7 @@ class FfnClient : public FfnBackend {
 
   // One per FFN worker; owned by the probe thread except the atomics.
   struct Probe {
-    comm::FrameBuffer ping, pong;
+    ProbeBuffers buf;
     comm::RequestId ping_id = 0, pong_id = 0;
     bool ping_live = false, pong_live = false;
     comm::PeerId peer = comm::kNoPeer;  // the ping in flight went to
@@ -290,8 +282,6 @@ class FfnClient : public FfnBackend {
   // rows per token (one per part a token can touch).
   Status ensure_slot(size_t j, int64_t rows_per_token = 1);
   void abandon(int mb);  // cancels a micro-batch's outstanding operations and waits for them
-  // Cancels the operation if *live and waits (1 s) for it to end; false if it did not.
-  bool end_op(comm::RequestId id, bool* live);
   // n_ffn < 0: the applied assignment's size (engine thread only).
   comm::Handshake my_handshake(uint32_t epoch = 0, const Share* assign = nullptr, int n_ffn = -1) const;
   // set_members(): says hello (epoch 0) to the new members of `slots` (Member::checking) that
