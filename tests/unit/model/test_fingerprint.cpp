@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model_test_util.h"
+#include "tiny_model.h"
 #include "model/checkpoint.h"
 #include "model/fingerprint.h"
 #include "model/make_model.h"
@@ -17,17 +17,7 @@ namespace afd {
 namespace {
 
 std::shared_ptr<const ModelWeights> tiny(const std::string& tag, int64_t n_layers, uint64_t seed) {
-  auto c = make_preset_config(Arch::qwen2_moe, "tiny");
-  EXPECT_TRUE(c.ok()) << c.status().to_string();
-  c->n_layers = n_layers;
-  MakeModelOptions o;
-  o.out_dir = test::process_scratch_dir("afd_test_fingerprint_" + tag);
-  o.seed = seed;
-  auto r = make_model(*c, o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  auto w = load_model(o.out_dir);
-  EXPECT_TRUE(w.ok()) << w.status().to_string();
-  return w.ok() ? *w : nullptr;
+  return test::make_tiny_moe("afd_test_fingerprint_" + tag, n_layers, seed);
 }
 
 // Two loads of one checkpoint agree; another seed (same architecture and shapes) differs in

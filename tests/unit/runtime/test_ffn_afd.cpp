@@ -16,6 +16,7 @@
 #include "comm/ucx_transport.h"
 #include "core/timer.h"
 #include "../model/model_test_util.h"
+#include "../model/tiny_model.h"
 #include "model/fingerprint.h"
 #include "model/make_model.h"
 #include "model/checkpoint.h"
@@ -35,21 +36,9 @@ int64_t deadline_in_ms(int64_t ms) { return now_ns() + ms * 1000000; }
 std::shared_ptr<const ModelWeights> tiny_model(const std::string& tag, int64_t n_layers = 3, uint64_t seed = 3) {
   static std::map<std::string, std::shared_ptr<const ModelWeights>> cache;
   if (cache.count(tag)) return cache[tag];
-  auto c = make_preset_config(Arch::qwen2_moe, "tiny");
-  EXPECT_TRUE(c.ok());
-  c->n_layers = n_layers;
-  c->mlp_only_layers = {1};
-  MakeModelOptions o;
-  // One directory per process (ctest runs the cases of this binary as parallel processes),
-  // removed at exit.
-  o.out_dir = test::process_scratch_dir("afd_test_ffn_afd_" + tag);
-  o.seed = seed;
-  auto r = make_model(*c, o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  auto w = load_model(o.out_dir);
-  EXPECT_TRUE(w.ok()) << w.status().to_string();
-  cache[tag] = *w;
-  return *w;
+  // One directory per process (ctest runs the cases of this binary as parallel processes).
+  cache[tag] = test::make_tiny_moe("afd_test_ffn_afd_" + tag, n_layers, seed, {1});
+  return cache[tag];
 }
 
 TokenBatch random_batch(const ModelConfig& c, int64_t n, uint32_t seed) {
