@@ -12,11 +12,13 @@
 // expects next. A batch for (layer, mb) waits for every attention worker that is in the
 // middle of a step on that micro-batch (up to peer_timeout_ms; a straggler past that is
 // logged and served on its own later), and at layer 0 for up to gather_window_us for
-// attention workers that were active in their previous step.
+// attention workers that were active in their previous step. These decisions are
+// AggregationPolicy's (runtime/afd/aggregation_policy.h); serve_one runs them as steps.
 //
 // Liveness: from the moment an attention worker connects (before its handshake), a ping on
 // the probe tag is answered with a pong from this loop — between batches and while it
-// waits for stragglers — so an attention worker can tell a silent FFN worker from an idle one.
+// waits for stragglers — so an attention worker can tell a silent FFN worker from an idle one
+// (runtime/afd/liveness.h). The hello checks shared with the attention side: runtime/afd/handshake.h.
 //
 // Expert assignment (docs/PROTOCOL.md, "Expert re-homing"): an attention worker's hello says
 // what this worker holds *for it*: epoch 0, the experts it was started with (its shard);
