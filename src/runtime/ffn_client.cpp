@@ -7,7 +7,6 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "kernels/cpu/ops.h"
-#include "model/checkpoint.h"
 #include "model/fingerprint.h"
 #include "model/weights.h"
 #include "runtime/afd/handshake.h"
@@ -90,7 +89,7 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
     AFD_RETURN_IF_ERROR(cl->ensure_slot(j));
     cl->active_.push_back(static_cast<int>(j));
   }
-  cl->probes_ = std::make_unique<Probe[]>(kMaxSlots);
+  cl->probes_ = std::make_unique<PeerProbe[]>(kMaxSlots);
   for (size_t j = 0; j < kMaxSlots; ++j) cl->probes_[j].next_ns = deadline_in_ms(opt.probe_interval_ms);
   AFD_RETURN_IF_ERROR(cl->connect_all());
   {
@@ -141,7 +140,6 @@ void FfnClient::probe_loop() {
 
 bool FfnClient::probe_pass(int64_t now) {
   const int64_t interval = int64_t{opt_.probe_interval_ms} * 1000000;
-  const uint64_t tag = probe_tag();
   struct Target {
     size_t slot;
     std::string name;
@@ -157,56 +155,27 @@ bool FfnClient::probe_pass(int64_t now) {
   }
   bool awaiting = false;
   for (const Target& tg : targets) {
-    Probe& p = probes_[tg.slot];
+    PeerProbe& p = probes_[tg.slot];
     const std::string& name = tg.name;
     if (!p.buf.ensure(t_).is_ok()) continue;
-    Completion c;
-    if (p.ping_live && t_->test(p.ping_id, &c)) p.ping_live = false;
-    if (p.pong_live && t_->test(p.pong_id, &c)) {
-      p.pong_live = false;
-      std::string why;
-      const PongVerdict v = judge_pong(c, p.buf, p.seq, &why);
-      if (v == PongVerdict::answered) {
-        if (p.overdue) {
-          spdlog::info("attention {}: FFN worker '{}' answered its liveness probe again after {} ms", opt_.index, name,
-                       (now - p.sent_ns.load()) / 1000000);
-        }
-        p.overdue = false;
-        p.sent_ns.store(0);
-        p.answered.fetch_add(1);
-        last_pong_ns_.store(now_ns());  // ends a stall hold recorded before this moment
-        p.next_ns = now + interval;
-      } else if (v == PongVerdict::lost) {
-        // Lost (health() reports the disconnect) or cancelled: probe again after reconnecting.
-        p.overdue = false;
-        p.sent_ns.store(0);
-        p.next_ns = now + interval;
-      } else {
-        // A malformed pong, or one for an older ping: the worker still owes this one.
-        if (!why.empty()) spdlog::warn("attention {}: FFN worker '{}': {}", opt_.index, name, why);
-        auto r = t_->post_recv(p.peer, tag, p.buf.pong.data(), p.buf.pong.capacity());
-        if (r.ok()) {
-          p.pong_id = *r;
-          p.pong_live = true;
-        } else {
-          p.overdue = false;
-          p.sent_ns.store(0);
-          p.next_ns = now + interval;
-        }
-      }
+    const PeerProbe::Reaped r = p.reap(t_, now, interval, opt_.timeout_ms);
+    if (r.back) {
+      spdlog::info("attention {}: FFN worker '{}' answered its liveness probe again after {} ms", opt_.index, name,
+                   r.back_after_ms);
     }
-    if (p.pong_live) {
+    if (r.answered) last_pong_ns_.store(now_ns());  // ends a stall hold recorded before this moment
+    if (!r.bad_pong.empty()) spdlog::warn("attention {}: FFN worker '{}': {}", opt_.index, name, r.bad_pong);
+    if (r.became_overdue) {
       // The moment health() starts reporting it, said once in the log too.
-      if (!p.overdue && afd::probe_overdue(p.sent_ns.load(), now, opt_.timeout_ms)) {
-        p.overdue = true;
-        spdlog::warn("attention {}: FFN worker '{}' has not answered a liveness probe within {} ms (connected but "
-                     "silent): reporting it unavailable until it does",
-                     opt_.index, name, opt_.timeout_ms);
-      }
+      spdlog::warn("attention {}: FFN worker '{}' has not answered a liveness probe within {} ms (connected but "
+                   "silent): reporting it unavailable until it does",
+                   opt_.index, name, opt_.timeout_ms);
+    }
+    if (p.awaiting()) {
       awaiting = true;
       continue;
     }
-    if (now < p.next_ns || p.ping_live) continue;
+    if (!p.due(now)) continue;
     // A combine that succeeded within the interval already showed every assigned worker
     // alive (the others are pinged regardless: that is how a stalled one is seen back).
     const int64_t ok = last_ok_ns_.load();
@@ -219,23 +188,8 @@ bool FfnClient::probe_pass(int64_t now) {
       p.next_ns = ok + interval;
       continue;
     }
-    p.next_ns = now + interval;
-    const PeerId peer = tg.peer;
-    if (peer == kNoPeer || !t_->is_connected(peer)) continue;  // health() reports that itself
-    auto r = t_->post_recv(peer, tag, p.buf.pong.data(), p.buf.pong.capacity());
-    if (!r.ok()) continue;
-    const size_t len = write_ping(p.buf, ++p.seq);
-    auto sd = t_->post_send(peer, tag, p.buf.ping.data(), len);
-    if (!sd.ok()) {
-      cancel_and_wait(t_, *r);
-      continue;
-    }
-    p.peer = peer;
-    p.pong_id = *r;
-    p.ping_id = *sd;
-    p.pong_live = p.ping_live = true;
-    p.sent_ns.store(now);
-    awaiting = true;
+    // Not connected: health() reports that itself.
+    if (p.ping(t_, tg.peer, now, interval)) awaiting = true;
   }
   return awaiting;
 }
@@ -249,8 +203,7 @@ void FfnClient::stop_probes() {
   if (prober_.joinable()) prober_.join();
   if (!probes_) return;
   for (size_t j = 0; j < kMaxSlots; ++j) {
-    afd::end_op(t_, probes_[j].pong_id, &probes_[j].pong_live);
-    afd::end_op(t_, probes_[j].ping_id, &probes_[j].ping_live);
+    probes_[j].stop(t_);
   }
 }
 

@@ -221,19 +221,6 @@ class FfnClient : public FfnBackend {
     uint64_t step = 0;
   };
 
-  // One per FFN worker; owned by the probe thread except the atomics.
-  struct Probe {
-    ProbeBuffers buf;
-    comm::RequestId ping_id = 0, pong_id = 0;
-    bool ping_live = false, pong_live = false;
-    comm::PeerId peer = comm::kNoPeer;  // the ping in flight went to
-    uint64_t seq = 0;          // of the ping in flight
-    bool overdue = false;      // logged as unanswered past timeout_ms
-    int64_t next_ns = 0;       // when the next ping may go
-    std::atomic<int64_t> sent_ns{0};   // now_ns() of the unanswered ping; 0 when none
-    std::atomic<int64_t> answered{0};  // pongs received
-  };
-
   // A member of the FFN membership (mu_).
   struct Member {
     std::string name, address;
@@ -329,7 +316,7 @@ class FfnClient : public FfnBackend {
   std::vector<int64_t> recv_rows_;         // [slot]: reply rows per token its receive buffers hold
 
   // Monitor (probe) thread.
-  std::unique_ptr<Probe[]> probes_;  // [kMaxSlots]; their buffers made by the monitor thread at first use
+  std::unique_ptr<PeerProbe[]> probes_;  // [kMaxSlots]; their buffers made by the monitor thread at first use
   std::thread prober_;
   std::mutex probe_mu_;
   std::condition_variable probe_cv_;

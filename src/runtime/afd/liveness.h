@@ -4,6 +4,7 @@
 // pong receive, and when a ping in flight is overdue.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -49,5 +50,41 @@ PongVerdict judge_pong(const comm::Completion& c, const ProbeBuffers& b, uint64_
 inline bool probe_overdue(int64_t sent_ns, int64_t now_ns, int64_t timeout_ms) {
   return sent_ns != 0 && now_ns - sent_ns > timeout_ms * 1000000;
 }
+
+// Attention side: the liveness probe of one FFN worker, at most one ping in flight. One
+// thread drives it (FfnClient's monitor); sent_ns and answered may be read from any thread.
+struct PeerProbe {
+  ProbeBuffers buf;
+  comm::RequestId ping_id = 0, pong_id = 0;
+  bool ping_live = false, pong_live = false;
+  comm::PeerId peer = comm::kNoPeer;  // the ping in flight went to
+  uint64_t seq = 0;                   // of the ping in flight
+  bool overdue = false;               // unanswered past the timeout (reported once)
+  int64_t next_ns = 0;                // when the next ping may go
+  std::atomic<int64_t> sent_ns{0};    // when the unanswered ping went; 0 when none
+  std::atomic<int64_t> answered{0};   // pongs received
+
+  // What one reap saw, for the caller to log and record.
+  struct Reaped {
+    bool answered = false;       // the pong of the ping in flight came
+    bool back = false;           // ... after it had become overdue, this long after the ping:
+    int64_t back_after_ms = 0;
+    std::string bad_pong;        // a malformed pong (the worker still owes the ping)
+    bool became_overdue = false; // the ping in flight just passed timeout_ms unanswered
+  };
+  // Takes the completions of the ping and pong in flight at `now`: an answered or lost ping
+  // lets the next one go `interval_ns` later; an answer that does not match is waited for
+  // again. Then marks the ping in flight overdue once past timeout_ms.
+  Reaped reap(comm::Transport* t, int64_t now, int64_t interval_ns, int64_t timeout_ms);
+  // A pong is awaited (a ping is in flight).
+  bool awaiting() const { return pong_live; }
+  // The next ping may go.
+  bool due(int64_t now) const { return !pong_live && !ping_live && now >= next_ns; }
+  // Sends the next ping to `to` at `now` (the one after it is due `interval_ns` later) when
+  // `to` is connected. Returns whether a ping is in flight.
+  bool ping(comm::Transport* t, comm::PeerId to, int64_t now, int64_t interval_ns);
+  // Ends the operations in flight.
+  void stop(comm::Transport* t);
+};
 
 }  // namespace afd
