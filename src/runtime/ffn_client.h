@@ -23,7 +23,8 @@
 // whose passes fail), a probe thread pings every connected FFN worker on its own tag and
 // buffers (never touching the data path's) and waits for the pong. An FFN worker whose pong
 // is overdue by more than timeout_ms makes health() unavailable, naming it, until it answers:
-// a stall is seen without a request having to time out on it first.
+// a stall is seen without a request having to time out on it first. One PeerProbe per FFN
+// worker (runtime/afd/liveness.h); the hello and its checks: runtime/afd/handshake.h.
 //
 // Errors: a lost FFN worker, a stall past timeout_ms, a malformed reply or an FFN-side
 // error frame make dispatch/combine return a Status naming the worker, layer and
