@@ -668,7 +668,7 @@ void FfnWorker::count_batch(const BatchKey& key, const std::vector<Member>& memb
   if (opt_.on_batch) opt_.on_batch(key.layer, key.mb, c.t0, c.t1, total);
   stats_.batches++;
   stats_.tokens += total;
-  if (w_->config.is_moe_layer(key.layer)) stats_.expert_rows += c.expert_rows;
+  if (w_->config.is_moe_layer(key.layer) && mine_.top_k > 0) stats_.expert_rows += c.expert_rows;
   stats_.frames += static_cast<int64_t>(members.size());
   if (members.size() > 1) stats_.multi_peer_batches++;
   stats_.batch_tokens[FfnWorkerStats::token_bucket(total)]++;
