@@ -47,26 +47,6 @@ const char* frame_kind_name(FrameKind k) {
   return "unknown";
 }
 
-uint64_t hash64(const void* data, size_t n, uint64_t seed) {
-  // Four independent multiply-rotate lanes over 8-byte words, then a final mix.
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  constexpr uint64_t k1 = 0x9e3779b185ebca87ull, k2 = 0xc2b2ae3d27d4eb4full;
-  uint64_t a = seed ^ n, b = seed + k1, c = seed + k2, d = seed - k1;
-  auto lane = [&](uint64_t h, uint64_t w) { h += w * k2; h = (h << 31) | (h >> 33); return h * k1; };
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a = lane(a, get<uint64_t>(p, i));
-    b = lane(b, get<uint64_t>(p, i + 8));
-    c = lane(c, get<uint64_t>(p, i + 16));
-    d = lane(d, get<uint64_t>(p, i + 24));
-  }
-  uint64_t h = ((a << 1) | (a >> 63)) + ((b << 7) | (b >> 57)) + ((c << 12) | (c >> 52)) + ((d << 18) | (d >> 46));
-  for (; i + 8 <= n; i += 8) h = lane(h ^ k1, get<uint64_t>(p, i));
-  for (; i < n; ++i) h = (h ^ p[i]) * k1;
-  h ^= h >> 33; h *= k2; h ^= h >> 29; h *= k1; h ^= h >> 32;
-  return h;
-}
-
 Result<A2fLayout> a2f_layout(int64_t n, int64_t hidden, int64_t top_k, ScaleGranularity g) {
   if (n < 0 || hidden <= 0 || top_k < 0) return invalid_argument("a2f layout: negative size");
   if (hidden % 8 != 0) return invalid_argument("a2f layout: hidden " + std::to_string(hidden) + " is not a multiple of 8");

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/hash.h"
 #include "core/status.h"
 
 namespace afd::comm {
@@ -126,8 +127,8 @@ struct Handshake {
 constexpr size_t kHandshakeBytes = 64;
 std::string describe(const Handshake& h);
 
-// Fast 64-bit hash over bytes (header and optional payload checksums, fingerprints).
-uint64_t hash64(const void* data, size_t n, uint64_t seed = 0x9e3779b97f4a7c15ull);
+// Header and optional payload checksums: core/hash.h.
+using afd::hash64;
 
 // Writes the header (with its checksum) to out[0, 64). When kFlagPayloadChecksum is set
 // in h.flags, `payload` (h.payload_bytes bytes) is hashed into it first.

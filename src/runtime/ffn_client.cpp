@@ -7,124 +7,15 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "kernels/cpu/ops.h"
-#include "model/checkpoint.h"
+#include "model/fingerprint.h"
 #include "model/weights.h"
+#include "runtime/afd/handshake.h"
+#include "runtime/afd/liveness.h"
+#include "runtime/afd/transport_ops.h"
 
 namespace afd {
 
 using namespace comm;
-
-namespace {
-
-int64_t deadline_in_ms(int64_t ms) { return now_ns() + ms * 1000000; }
-
-struct Hasher {
-  uint64_t h = 0x736f6d6570736575ull;
-  template <class T>
-  void add(const T& v) { h = hash64(&v, sizeof v, h); }
-  void add_str(const std::string& s) { h = hash64(s.data(), s.size(), h ^ s.size()); }
-  void add_matrix(int64_t path, const Matrix& m) {
-    add(path);
-    add(static_cast<uint8_t>(m.dtype));
-    add(m.rows);
-    add(m.cols);
-  }
-};
-
-void add_config(Hasher& h, const ModelConfig& c) {
-  h.add(static_cast<int>(c.arch));
-  for (int64_t v : {c.vocab_size, c.hidden_size, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.n_experts,
-                    c.n_experts_per_tok, c.moe_intermediate_size, c.intermediate_size,
-                    c.shared_expert_intermediate_size, c.decoder_sparse_step}) {
-    h.add(v);
-  }
-  for (int64_t v : c.mlp_only_layers) h.add(v);
-  h.add(c.norm_topk_prob);
-  h.add(c.tie_word_embeddings);
-  h.add(c.rope_theta);
-  h.add(c.rms_norm_eps);
-  // Attention variants, routing variants and layer rules (DeepSeek, Step-3).
-  h.add(static_cast<int>(c.attention));
-  for (int64_t v : {c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.n_group,
-                    c.topk_group, c.n_shared_experts, c.first_k_dense_replace, c.moe_layer_freq}) {
-    h.add(v);
-  }
-  for (int64_t v : c.moe_layers) h.add(v);
-  h.add(c.rope_interleave);
-  h.add(static_cast<int>(c.rope_scaling.type));
-  for (double v : {c.rope_scaling.factor, c.rope_scaling.beta_fast, c.rope_scaling.beta_slow, c.rope_scaling.mscale,
-                   c.rope_scaling.mscale_all_dim}) {
-    h.add(v);
-  }
-  h.add(c.rope_scaling.original_max_position_embeddings);
-  h.add(static_cast<int>(c.scoring));
-  h.add(static_cast<int>(c.topk_method));
-  h.add(c.routed_scaling_factor);
-  h.add(c.has_score_bias);
-  h.add(c.shared_expert_ungated);
-  h.add(static_cast<int>(c.weight_quant));
-}
-
-}  // namespace
-
-uint64_t model_config_fingerprint(const ModelConfig& c) {
-  Hasher h;
-  add_config(h, c);
-  return h.h;
-}
-
-uint64_t model_fingerprint(const ModelWeights& w) {
-  Hasher h;
-  add_config(h, w.config);
-  // Matrix "paths": layer * 2^20 + part code (+ expert index); stable across processes.
-  int64_t path = 0;
-  h.add_matrix(path++, w.embed);
-  h.add_matrix(path++, w.lm_head);
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    const LayerWeights& L = w.layers[l];
-    int64_t base = static_cast<int64_t>(l + 1) << 20;
-    h.add_matrix(base + 1, L.attn.q);
-    h.add_matrix(base + 2, L.attn.k);
-    h.add_matrix(base + 3, L.attn.v);
-    h.add_matrix(base + 4, L.attn.o);
-    // Low-rank query and MLA projections (empty, and skipped, for plain GQA).
-    if (!L.attn.q_a.empty()) h.add_matrix(base + 13, L.attn.q_a);
-    if (!L.attn.kv_a.empty()) h.add_matrix(base + 14, L.attn.kv_a);
-    if (!L.attn.kv_b.empty()) h.add_matrix(base + 15, L.attn.kv_b);
-    h.add(L.is_moe);
-    if (L.is_moe) {
-      h.add_matrix(base + 5, L.moe.router);
-      for (size_t e = 0; e < L.moe.experts.size(); ++e) {
-        int64_t eb = base + 16 + static_cast<int64_t>(e) * 4;
-        h.add_matrix(eb, L.moe.experts[e].gate);
-        h.add_matrix(eb + 1, L.moe.experts[e].up);
-        h.add_matrix(eb + 2, L.moe.experts[e].down);
-      }
-      h.add_matrix(base + 6, L.moe.shared.gate);
-      h.add_matrix(base + 7, L.moe.shared.up);
-      h.add_matrix(base + 8, L.moe.shared.down);
-      h.add_matrix(base + 9, L.moe.shared_gate);
-    } else {
-      h.add_matrix(base + 10, L.dense.gate);
-      h.add_matrix(base + 11, L.dense.up);
-      h.add_matrix(base + 12, L.dense.down);
-    }
-  }
-  // A sample of the values: 16 bytes from the middle of every tensor of the checkpoint (by
-  // name, in name order), as stored on disk — so two sides that convert weights differently
-  // still agree, while two checkpoints of one architecture (another seed, another fine-tune)
-  // do not. One page per tensor is read (the processes map them anyway).
-  if (w.checkpoint) {
-    for (const std::string& name : w.checkpoint->tensor_names()) {
-      const TensorRef* t = w.checkpoint->find(name);
-      if (t == nullptr || t->info == nullptr || t->data == nullptr) continue;
-      const size_t n = t->info->nbytes(), take = std::min<size_t>(n, 16);
-      h.add_str(name);
-      h.h = hash64(t->data + (n - take) / 2, take, h.h);
-    }
-  }
-  return h.h;
-}
 
 FfnClient::FfnClient(std::shared_ptr<const ModelWeights> w, Transport* t, FfnClientOptions opt)
     : w_(std::move(w)), t_(t), opt_(std::move(opt)) {}
@@ -135,21 +26,13 @@ FfnClient::~FfnClient() {
 }
 
 Handshake FfnClient::my_handshake(uint32_t epoch, const Share* assign, int n_ffn) const {
-  const ModelConfig& c = w_->config;
-  Handshake h;
-  h.fingerprint = fingerprint_;
-  h.role = Role::attention;
+  Handshake h = model_handshake(w_->config, fingerprint_, Role::attention, opt_.precision);
   h.index = static_cast<uint16_t>(opt_.index);
   h.n_attention = static_cast<uint16_t>(opt_.n_attention);
   h.n_ffn = static_cast<uint16_t>(std::max<size_t>(1, n_ffn >= 0 ? static_cast<size_t>(n_ffn) : active_.size()));
-  h.n_layers = static_cast<uint32_t>(c.n_layers);
-  h.n_experts = static_cast<uint32_t>(c.n_experts);
-  h.hidden = static_cast<uint32_t>(c.hidden_size);
-  h.top_k = static_cast<uint32_t>(c.n_experts_per_tok);
   h.max_tokens = static_cast<uint32_t>(opt_.max_tokens);
   h.n_microbatches = static_cast<uint16_t>(opt_.microbatches);
   h.granularity = opt_.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token;
-  h.precision = opt_.precision;
   h.tp_rank = 0;
   h.tp_degree = static_cast<uint16_t>(opt_.expect_tp);
   h.epoch = epoch;
@@ -206,7 +89,7 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
     AFD_RETURN_IF_ERROR(cl->ensure_slot(j));
     cl->active_.push_back(static_cast<int>(j));
   }
-  cl->probes_ = std::make_unique<Probe[]>(kMaxSlots);
+  cl->probes_ = std::make_unique<PeerProbe[]>(kMaxSlots);
   for (size_t j = 0; j < kMaxSlots; ++j) cl->probes_[j].next_ns = deadline_in_ms(opt.probe_interval_ms);
   AFD_RETURN_IF_ERROR(cl->connect_all());
   {
@@ -257,7 +140,6 @@ void FfnClient::probe_loop() {
 
 bool FfnClient::probe_pass(int64_t now) {
   const int64_t interval = int64_t{opt_.probe_interval_ms} * 1000000;
-  const uint64_t tag = frame_tag(TagFamily::probe, 0);
   struct Target {
     size_t slot;
     std::string name;
@@ -273,61 +155,27 @@ bool FfnClient::probe_pass(int64_t now) {
   }
   bool awaiting = false;
   for (const Target& tg : targets) {
-    Probe& p = probes_[tg.slot];
+    PeerProbe& p = probes_[tg.slot];
     const std::string& name = tg.name;
-    if (p.ping.data() == nullptr) {
-      auto ping = FrameBuffer::create(t_, kFrameHeaderBytes);
-      auto pong = FrameBuffer::create(t_, kFrameHeaderBytes);
-      if (!ping.ok() || !pong.ok()) continue;
-      p.ping = std::move(*ping);
-      p.pong = std::move(*pong);
+    if (!p.buf.ensure(t_).is_ok()) continue;
+    const PeerProbe::Reaped r = p.reap(t_, now, interval, opt_.timeout_ms);
+    if (r.back) {
+      spdlog::info("attention {}: FFN worker '{}' answered its liveness probe again after {} ms", opt_.index, name,
+                   r.back_after_ms);
     }
-    Completion c;
-    if (p.ping_live && t_->test(p.ping_id, &c)) p.ping_live = false;
-    if (p.pong_live && t_->test(p.pong_id, &c)) {
-      p.pong_live = false;
-      auto seq = c.status.is_ok() ? decode_probe(p.pong.data(), c.bytes, FrameKind::pong) : Result<uint64_t>(c.status);
-      if (seq.ok() && *seq == p.seq) {
-        if (p.overdue) {
-          spdlog::info("attention {}: FFN worker '{}' answered its liveness probe again after {} ms", opt_.index, name,
-                       (now - p.sent_ns.load()) / 1000000);
-        }
-        p.overdue = false;
-        p.sent_ns.store(0);
-        p.answered.fetch_add(1);
-        last_pong_ns_.store(now_ns());  // ends a stall hold recorded before this moment
-        p.next_ns = now + interval;
-      } else if (!c.status.is_ok()) {
-        // Lost (health() reports the disconnect) or cancelled: probe again after reconnecting.
-        p.overdue = false;
-        p.sent_ns.store(0);
-        p.next_ns = now + interval;
-      } else {
-        // A malformed pong, or one for an older ping: the worker still owes this one.
-        if (!seq.ok()) spdlog::warn("attention {}: FFN worker '{}': {}", opt_.index, name, seq.status().message());
-        auto r = t_->post_recv(p.peer, tag, p.pong.data(), p.pong.capacity());
-        if (r.ok()) {
-          p.pong_id = *r;
-          p.pong_live = true;
-        } else {
-          p.overdue = false;
-          p.sent_ns.store(0);
-          p.next_ns = now + interval;
-        }
-      }
-    }
-    if (p.pong_live) {
+    if (r.answered) last_pong_ns_.store(now_ns());  // ends a stall hold recorded before this moment
+    if (!r.bad_pong.empty()) spdlog::warn("attention {}: FFN worker '{}': {}", opt_.index, name, r.bad_pong);
+    if (r.became_overdue) {
       // The moment health() starts reporting it, said once in the log too.
-      if (!p.overdue && now - p.sent_ns.load() > int64_t{opt_.timeout_ms} * 1000000) {
-        p.overdue = true;
-        spdlog::warn("attention {}: FFN worker '{}' has not answered a liveness probe within {} ms (connected but "
-                     "silent): reporting it unavailable until it does",
-                     opt_.index, name, opt_.timeout_ms);
-      }
+      spdlog::warn("attention {}: FFN worker '{}' has not answered a liveness probe within {} ms (connected but "
+                   "silent): reporting it unavailable until it does",
+                   opt_.index, name, opt_.timeout_ms);
+    }
+    if (p.awaiting()) {
       awaiting = true;
       continue;
     }
-    if (now < p.next_ns || p.ping_live) continue;
+    if (!p.due(now)) continue;
     // A combine that succeeded within the interval already showed every assigned worker
     // alive (the others are pinged regardless: that is how a stalled one is seen back).
     const int64_t ok = last_ok_ns_.load();
@@ -340,24 +188,8 @@ bool FfnClient::probe_pass(int64_t now) {
       p.next_ns = ok + interval;
       continue;
     }
-    p.next_ns = now + interval;
-    const PeerId peer = tg.peer;
-    if (peer == kNoPeer || !t_->is_connected(peer)) continue;  // health() reports that itself
-    auto r = t_->post_recv(peer, tag, p.pong.data(), p.pong.capacity());
-    if (!r.ok()) continue;
-    encode_probe(FrameKind::ping, ++p.seq, p.ping.data());
-    auto sd = t_->post_send(peer, tag, p.ping.data(), kFrameHeaderBytes);
-    if (!sd.ok()) {
-      t_->cancel(*r);
-      t_->wait(*r, deadline_in_ms(1000));
-      continue;
-    }
-    p.peer = peer;
-    p.pong_id = *r;
-    p.ping_id = *sd;
-    p.pong_live = p.ping_live = true;
-    p.sent_ns.store(now);
-    awaiting = true;
+    // Not connected: health() reports that itself.
+    if (p.ping(t_, tg.peer, now, interval)) awaiting = true;
   }
   return awaiting;
 }
@@ -371,15 +203,13 @@ void FfnClient::stop_probes() {
   if (prober_.joinable()) prober_.join();
   if (!probes_) return;
   for (size_t j = 0; j < kMaxSlots; ++j) {
-    end_op(probes_[j].pong_id, &probes_[j].pong_live);
-    end_op(probes_[j].ping_id, &probes_[j].ping_live);
+    probes_[j].stop(t_);
   }
 }
 
 bool FfnClient::probe_overdue(size_t slot, int64_t now) const {
   if (opt_.probe_interval_ms <= 0 || !probes_ || slot >= kMaxSlots) return false;
-  const int64_t sent = probes_[slot].sent_ns.load();
-  return sent != 0 && now - sent > int64_t{opt_.timeout_ms} * 1000000;
+  return afd::probe_overdue(probes_[slot].sent_ns.load(), now, opt_.timeout_ms);
 }
 
 void FfnClient::pump_events() {
@@ -637,37 +467,17 @@ Status FfnClient::handshake(int j, uint32_t epoch, const Share& assign, bool* re
   *refused = false;
   Worker& wk = workers_[static_cast<size_t>(j)];
   std::string who = "FFN worker '" + wk.name + "'";
-  AFD_ASSIGN_OR_RETURN(FrameBuffer out, FrameBuffer::create(t_, kFrameHeaderBytes + kHandshakeBytes));
-  AFD_ASSIGN_OR_RETURN(FrameBuffer in, FrameBuffer::create(t_, kFrameHeaderBytes + kMaxReasonBytes));
   const Handshake mine = my_handshake(epoch, &assign);
-  size_t len = encode_handshake(FrameKind::hello, mine, out.data());
-  uint64_t tag = frame_tag(TagFamily::handshake, 0);
-  AFD_ASSIGN_OR_RETURN(RequestId r, t_->post_recv(wk.peer, tag, in.data(), in.capacity()));
-  auto s = t_->post_send(wk.peer, tag, out.data(), len);
-  if (!s.ok()) {
-    t_->cancel(r);
-    t_->wait(r, deadline_in_ms(5000));
-    return s.status().with_context(who);
-  }
-  Completion c = t_->wait(r, deadline_in_ms(opt_.timeout_ms));
-  if (c.status.code() == StatusCode::timeout) {
-    t_->cancel(r);
-    t_->wait(r, deadline_in_ms(5000));
-  }
-  Completion cs = t_->wait(*s, deadline_in_ms(5000));
-  if (cs.status.code() == StatusCode::timeout) {
-    t_->cancel(*s);
-    t_->wait(*s, deadline_in_ms(5000));
-  }
-  if (!c.status.is_ok()) return c.status.with_context(who + ": handshake");
-  auto theirs = decode_handshake(in.data(), c.bytes, FrameKind::hello_ack);
+  AFD_ASSIGN_OR_RETURN(HelloExchange x, exchange_hello(t_, wk.peer, mine, opt_.timeout_ms));
+  if (!x.sent.is_ok()) return x.sent.with_context(who);
+  if (!x.reply.status.is_ok()) return x.reply.status.with_context(who + ": handshake");
+  auto theirs = decode_handshake(x.in.data(), x.reply.bytes, FrameKind::hello_ack);
   if (!theirs.ok()) {
     *refused = true;
     spdlog::error("attention {}: {} refused or broke the handshake: {}", opt_.index, who, theirs.status().to_string());
     return theirs.status().with_context(who);
   }
-  Status m = check_handshake_match(mine, *theirs);
-  if (m.is_ok() && theirs->role != Role::ffn) m = invalid_argument("peer is not an FFN worker: " + describe(*theirs));
+  Status m = check_ack(mine, *theirs);
   // At epoch 0 the start-up order says which shard each worker holds (--ffn in shard order).
   if (m.is_ok() && epoch == 0 && theirs->index != j) {
     m = invalid_argument("expected FFN worker " + std::to_string(j) + ", peer says it is " + describe(*theirs));
@@ -782,7 +592,7 @@ Status FfnClient::health() const {
       if (!t_->is_connected(m.peer)) return unavailable("FFN worker '" + m.name + "' is not connected" + pending());
       if (opt_.probe_interval_ms > 0) {
         const int64_t sent = probes_[j].sent_ns.load();
-        if (sent != 0 && now - sent > int64_t{opt_.timeout_ms} * 1000000) {
+        if (afd::probe_overdue(sent, now, opt_.timeout_ms)) {
           return unavailable("FFN worker '" + m.name + "' has not answered a liveness probe for " +
                              std::to_string((now - sent) / 1000000) + " ms (timeout " + std::to_string(opt_.timeout_ms) +
                              " ms)" + pending());
@@ -988,38 +798,20 @@ std::vector<std::pair<size_t, std::string>> FfnClient::check_new_members(const s
 }
 
 Status FfnClient::hello_check(PeerId peer, const std::string& who, int n_ffn) {
-  AFD_ASSIGN_OR_RETURN(FrameBuffer out, FrameBuffer::create(t_, kFrameHeaderBytes + kHandshakeBytes));
-  AFD_ASSIGN_OR_RETURN(FrameBuffer in, FrameBuffer::create(t_, kFrameHeaderBytes + kMaxReasonBytes));
   const Handshake mine = my_handshake(0, nullptr, n_ffn);
-  const size_t len = encode_handshake(FrameKind::hello, mine, out.data());
-  const uint64_t tag = frame_tag(TagFamily::handshake, 0);
-  AFD_ASSIGN_OR_RETURN(RequestId r, t_->post_recv(peer, tag, in.data(), in.capacity()));
-  auto s = t_->post_send(peer, tag, out.data(), len);
-  if (!s.ok()) {
-    t_->cancel(r);
-    t_->wait(r, deadline_in_ms(5000));
+  AFD_ASSIGN_OR_RETURN(HelloExchange x, exchange_hello(t_, peer, mine, opt_.timeout_ms));
+  if (!x.sent.is_ok()) {
     spdlog::info("attention {}: {}: could not say hello ({}); it is checked when it joins", opt_.index, who,
-                 s.status().to_string());
+                 x.sent.to_string());
     return Status::ok();
   }
-  Completion c = t_->wait(r, deadline_in_ms(opt_.timeout_ms));
-  if (c.status.code() == StatusCode::timeout) {
-    t_->cancel(r);
-    t_->wait(r, deadline_in_ms(5000));
-  }
-  Completion cs = t_->wait(*s, deadline_in_ms(5000));
-  if (cs.status.code() == StatusCode::timeout) {
-    t_->cancel(*s);
-    t_->wait(*s, deadline_in_ms(5000));
-  }
-  if (!c.status.is_ok()) {
+  if (!x.reply.status.is_ok()) {
     spdlog::info("attention {}: {}: no answer to its hello ({}); it is checked when it joins", opt_.index, who,
-                 c.status.to_string());
+                 x.reply.status.to_string());
     return Status::ok();
   }
-  auto theirs = decode_handshake(in.data(), c.bytes, FrameKind::hello_ack);
-  Status m = theirs.ok() ? check_handshake_match(mine, *theirs) : theirs.status();
-  if (m.is_ok() && theirs->role != Role::ffn) m = invalid_argument("peer is not an FFN worker: " + describe(*theirs));
+  auto theirs = decode_handshake(x.in.data(), x.reply.bytes, FrameKind::hello_ack);
+  Status m = theirs.ok() ? check_ack(mine, *theirs) : theirs.status();
   if (!m.is_ok()) return invalid_argument(who + ": " + m.message());
   spdlog::info("attention {}: {} fits this attention worker ({})", opt_.index, who, describe(*theirs));
   return Status::ok();
@@ -1196,17 +988,10 @@ Status FfnClient::refresh_connections() {
   return Status::ok();
 }
 
-bool FfnClient::end_op(RequestId id, bool* live) {
-  if (!*live) return true;
-  *live = false;
-  t_->cancel(id);
-  return t_->wait(id, deadline_in_ms(1000)).status.code() != StatusCode::timeout;
-}
-
 void FfnClient::abandon(int mb) {
   for (auto& s : slots_[mb]) {
     for (auto [live, id] : {std::pair<bool*, RequestId>{&s.recv_live, s.recv_id}, {&s.send_live, s.send_id}}) {
-      if (!end_op(id, live))
+      if (!afd::end_op(t_, id, live))
         spdlog::warn("attention {}: an operation of micro-batch {} did not end after cancel", opt_.index, mb);
     }
   }

@@ -23,7 +23,8 @@
 // whose passes fail), a probe thread pings every connected FFN worker on its own tag and
 // buffers (never touching the data path's) and waits for the pong. An FFN worker whose pong
 // is overdue by more than timeout_ms makes health() unavailable, naming it, until it answers:
-// a stall is seen without a request having to time out on it first.
+// a stall is seen without a request having to time out on it first. One PeerProbe per FFN
+// worker (runtime/afd/liveness.h); the hello and its checks: runtime/afd/handshake.h.
 //
 // Errors: a lost FFN worker, a stall past timeout_ms, a malformed reply or an FFN-side
 // error frame make dispatch/combine return a Status naming the worker, layer and
@@ -65,19 +66,11 @@
 #include "comm/frame_buffer.h"
 #include "comm/protocol.h"
 #include "comm/transport.h"
+#include "runtime/afd/liveness.h"
 #include "runtime/ffn_backend.h"
 #include "runtime/topology.h"
 
 namespace afd {
-
-// Hash of the model's identity: architecture, shape-defining config fields, the position,
-// dtype and shape of every weight matrix, and a sample of every checkpoint tensor's stored
-// bytes (16 from its middle). Equal on both sides of a handshake that load one checkpoint.
-uint64_t model_fingerprint(const ModelWeights& w);
-// The part of model_fingerprint that the config alone gives (architecture and dimensions):
-// for processes that load no weights (a serving front end checks its attention workers'
-// /health against it).
-uint64_t model_config_fingerprint(const ModelConfig& c);
 
 // One FFN worker of the membership (FfnClient::set_members).
 struct FfnMember {
@@ -229,19 +222,6 @@ class FfnClient : public FfnBackend {
     uint64_t step = 0;
   };
 
-  // One per FFN worker; owned by the probe thread except the atomics.
-  struct Probe {
-    comm::FrameBuffer ping, pong;
-    comm::RequestId ping_id = 0, pong_id = 0;
-    bool ping_live = false, pong_live = false;
-    comm::PeerId peer = comm::kNoPeer;  // the ping in flight went to
-    uint64_t seq = 0;          // of the ping in flight
-    bool overdue = false;      // logged as unanswered past timeout_ms
-    int64_t next_ns = 0;       // when the next ping may go
-    std::atomic<int64_t> sent_ns{0};   // now_ns() of the unanswered ping; 0 when none
-    std::atomic<int64_t> answered{0};  // pongs received
-  };
-
   // A member of the FFN membership (mu_).
   struct Member {
     std::string name, address;
@@ -290,8 +270,6 @@ class FfnClient : public FfnBackend {
   // rows per token (one per part a token can touch).
   Status ensure_slot(size_t j, int64_t rows_per_token = 1);
   void abandon(int mb);  // cancels a micro-batch's outstanding operations and waits for them
-  // Cancels the operation if *live and waits (1 s) for it to end; false if it did not.
-  bool end_op(comm::RequestId id, bool* live);
   // n_ffn < 0: the applied assignment's size (engine thread only).
   comm::Handshake my_handshake(uint32_t epoch = 0, const Share* assign = nullptr, int n_ffn = -1) const;
   // set_members(): says hello (epoch 0) to the new members of `slots` (Member::checking) that
@@ -339,7 +317,7 @@ class FfnClient : public FfnBackend {
   std::vector<int64_t> recv_rows_;         // [slot]: reply rows per token its receive buffers hold
 
   // Monitor (probe) thread.
-  std::unique_ptr<Probe[]> probes_;  // [kMaxSlots]; their buffers made by the monitor thread at first use
+  std::unique_ptr<PeerProbe[]> probes_;  // [kMaxSlots]; their buffers made by the monitor thread at first use
   std::thread prober_;
   std::mutex probe_mu_;
   std::condition_variable probe_cv_;

@@ -9,9 +9,12 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "kernels/cpu/ops.h"
+#include "model/fingerprint.h"
 #include "model/weights.h"
+#include "runtime/afd/handshake.h"
+#include "runtime/afd/liveness.h"
+#include "runtime/afd/transport_ops.h"
 #include "runtime/cuda_ffn.h"
-#include "runtime/ffn_client.h"
 #include "runtime/topology.h"
 #include "runtime/trace.h"
 
@@ -19,12 +22,13 @@ namespace afd {
 
 using namespace comm;
 
-namespace {
-int64_t deadline_in_ms(int64_t ms) { return now_ns() + ms * 1000000; }
-}  // namespace
-
 FfnWorker::FfnWorker(std::shared_ptr<const ModelWeights> w, Transport* t, FfnWorkerOptions opt, ThreadPool* pool)
-    : w_(std::move(w)), t_(t), opt_(opt), pool_(pool) {}
+    : w_(std::move(w)),
+      t_(t),
+      opt_(opt),
+      pool_(pool),
+      policy_(static_cast<uint32_t>(w_->config.n_layers), int64_t{opt_.peer_timeout_ms} * 1000000,
+              int64_t{opt_.gather_window_us} * 1000) {}
 
 FfnWorker::~FfnWorker() {
   for (auto& p : peers_) drop_peer(*p, "worker shutting down");
@@ -77,8 +81,7 @@ Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const Model
   }
   std::unique_ptr<FfnWorker> wk(new FfnWorker(w, transport, opt, pool));
   Handshake& h = wk->mine_;
-  h.fingerprint = fingerprint;
-  h.role = Role::ffn;
+  h = model_handshake(c, fingerprint, Role::ffn, wire_precision(opt.prec));
   h.index = static_cast<uint16_t>(opt.index);
   h.n_attention = static_cast<uint16_t>(opt.n_attention);
   h.n_ffn = static_cast<uint16_t>(opt.n_ffn);
@@ -87,11 +90,6 @@ Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const Model
   h.holds_shared = static_cast<uint8_t>(opt.holds_shared ? 1 : 0);
   h.tp_rank = static_cast<uint16_t>(range.tp_rank);
   h.tp_degree = static_cast<uint16_t>(opt.tp);
-  h.n_layers = static_cast<uint32_t>(c.n_layers);
-  h.n_experts = static_cast<uint32_t>(c.n_experts);
-  h.hidden = static_cast<uint32_t>(c.hidden_size);
-  h.top_k = static_cast<uint32_t>(c.n_experts_per_tok);
-  h.precision = opt.prec == kernels::ActPrecision::f32 ? WirePrecision::f32 : WirePrecision::bf16;
   wk->part_.prec = opt.prec;
   wk->part_.include_shared = opt.holds_shared != 0;
   wk->part_.experts_mask.assign(static_cast<size_t>(c.n_experts), 0);
@@ -152,8 +150,7 @@ Status FfnWorker::post_hello(Peer& p) {
     AFD_ASSIGN_OR_RETURN(p.hello_in, FrameBuffer::create(t_, kFrameHeaderBytes + kMaxReasonBytes));
     AFD_ASSIGN_OR_RETURN(p.hello_out, FrameBuffer::create(t_, kFrameHeaderBytes + kMaxReasonBytes));
   }
-  AFD_ASSIGN_OR_RETURN(p.hello_id, t_->post_recv(p.id, frame_tag(TagFamily::handshake, 0), p.hello_in.data(),
-                                                 p.hello_in.capacity()));
+  AFD_ASSIGN_OR_RETURN(p.hello_id, t_->post_recv(p.id, handshake_tag(), p.hello_in.data(), p.hello_in.capacity()));
   p.hello_live = true;
   return Status::ok();
 }
@@ -213,19 +210,15 @@ int64_t FfnWorker::rows_per_token(const Assignment& a) const {
 }
 
 void FfnWorker::end_mb_ops(Peer& p) {
-  auto end = [&](RequestId id) {
-    t_->cancel(id);
-    t_->wait(id, deadline_in_ms(1000));
-  };
   for (auto& s : p.mbs) {
-    if (s.recv_live) end(s.recv_id);
-    if (s.send_live) end(s.send_id);
-    s.recv_live = s.send_live = s.ready = false;
+    end_op(t_, s.recv_id, &s.agg.receiving);
+    end_op(t_, s.send_id, &s.send_live);
+    s.agg.ready = false;
   }
 }
 
 Status FfnWorker::on_hello(Peer& p, const Completion& c) {
-  uint64_t tag = frame_tag(TagFamily::handshake, 0);
+  const uint64_t tag = handshake_tag();
   auto refuse = [&](const Status& why) {
     stats_.refused++;
     spdlog::error("ffn worker {}: refusing attention peer '{}': {}", opt_.index, p.name, why.message());
@@ -237,14 +230,7 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
   if (!c.status.is_ok()) return Status::ok();  // lost; the disconnect event follows
   auto theirs = decode_handshake(p.hello_in.data(), c.bytes, FrameKind::hello);
   if (!theirs.ok()) return refuse(theirs.status());
-  Status m = check_handshake_match(mine_, *theirs);
-  if (m.is_ok() && theirs->role != Role::attention) m = invalid_argument("peer is not an attention worker");
-  if (m.is_ok() && (theirs->max_tokens < 1 || theirs->max_tokens > (1u << 20))) {
-    m = invalid_argument("max_tokens " + std::to_string(theirs->max_tokens) + " outside 1..2^20");
-  }
-  if (m.is_ok() && theirs->granularity == ScaleGranularity::per_block && mine_.hidden % kScaleBlock != 0) {
-    m = invalid_argument("per-128 scales need hidden % 128 == 0");
-  }
+  Status m = check_hello(mine_, *theirs);
   for (auto& q : peers_) {
     if (m.is_ok() && q.get() != &p && q->serving && q->hs.index == theirs->index) {
       m = invalid_argument("attention index " + std::to_string(theirs->index) + " is already served for peer '" +
@@ -270,9 +256,8 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
   if (keep) {
     for (size_t mb = 0; mb < p.mbs.size(); ++mb) {
       MbSlot& s = p.mbs[mb];
-      s.expect_layer = -1;
-      s.active_last_step = false;
-      if (!s.recv_live) AFD_RETURN_IF_ERROR(post_frame_recv(p, static_cast<int>(mb)));
+      AggregationPolicy::reset(s.agg);
+      if (!s.agg.receiving) AFD_RETURN_IF_ERROR(post_frame_recv(p, static_cast<int>(mb)));
     }
   } else {
     // Prepare once: buffers for every micro-batch of this peer, registered now.
@@ -317,8 +302,7 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
   ack.part_end = static_cast<uint16_t>(p.assign.part_end);
   size_t n = encode_handshake(FrameKind::hello_ack, ack, p.hello_out.data());
   AFD_ASSIGN_OR_RETURN(RequestId s, t_->post_send(p.id, tag, p.hello_out.data(), n));
-  Completion cs = t_->wait(s, deadline_in_ms(opt_.peer_timeout_ms));
-  if (cs.status.code() == StatusCode::timeout) t_->cancel(s), t_->wait(s, deadline_in_ms(1000));
+  wait_or_cancel(t_, s, opt_.peer_timeout_ms);
   const bool again = p.serving;
   p.serving = true;
   spdlog::info("ffn worker {}: {} attention peer '{}' ({}, {} micro-batches, up to {} tokens)", opt_.index,
@@ -332,18 +316,14 @@ Status FfnWorker::post_frame_recv(Peer& p, int mb) {
   MbSlot& s = p.mbs[static_cast<size_t>(mb)];
   AFD_ASSIGN_OR_RETURN(s.recv_id, t_->post_recv(p.id, frame_tag(TagFamily::a2f, static_cast<uint32_t>(mb)),
                                                 s.recv.data(), s.recv.capacity()));
-  s.recv_live = true;
-  s.ready = false;
+  s.agg.receiving = true;
+  s.agg.ready = false;
   return Status::ok();
 }
 
 Status FfnWorker::post_ping_recv(Peer& p) {
-  if (p.ping_in.data() == nullptr) {
-    AFD_ASSIGN_OR_RETURN(p.ping_in, FrameBuffer::create(t_, kFrameHeaderBytes));
-    AFD_ASSIGN_OR_RETURN(p.pong_out, FrameBuffer::create(t_, kFrameHeaderBytes));
-  }
-  AFD_ASSIGN_OR_RETURN(p.ping_id, t_->post_recv(p.id, frame_tag(TagFamily::probe, 0), p.ping_in.data(),
-                                                p.ping_in.capacity()));
+  AFD_RETURN_IF_ERROR(p.probe.ensure(t_));
+  AFD_ASSIGN_OR_RETURN(p.ping_id, t_->post_recv(p.id, probe_tag(), p.probe.ping.data(), p.probe.ping.capacity()));
   p.ping_live = true;
   return Status::ok();
 }
@@ -351,7 +331,7 @@ Status FfnWorker::post_ping_recv(Peer& p) {
 void FfnWorker::answer_ping(Peer& p, const Completion& c) {
   p.ping_live = false;
   if (!c.status.is_ok()) return;  // lost or cancelled; the disconnect event re-posts
-  auto seq = decode_probe(p.ping_in.data(), c.bytes, FrameKind::ping);
+  auto seq = read_ping(p.probe, c.bytes);
   if (!seq.ok()) {
     stats_.bad_frames++;
     spdlog::error("ffn worker {}: malformed probe from '{}': {}", opt_.index, p.name, seq.status().message());
@@ -359,8 +339,8 @@ void FfnWorker::answer_ping(Peer& p, const Completion& c) {
     // The previous pong (a header-sized eager send) has long completed; never reuse its
     // buffer before it has.
     wait_send(p.pong_id, &p.pong_live);
-    size_t n = encode_probe(FrameKind::pong, *seq, p.pong_out.data());
-    auto r = t_->post_send(p.id, frame_tag(TagFamily::probe, 0), p.pong_out.data(), n);
+    const size_t n = write_pong(p.probe, *seq);
+    auto r = t_->post_send(p.id, probe_tag(), p.probe.pong.data(), n);
     if (r.ok()) {
       p.pong_id = *r;
       p.pong_live = true;
@@ -372,21 +352,11 @@ void FfnWorker::answer_ping(Peer& p, const Completion& c) {
 }
 
 void FfnWorker::drop_peer(Peer& p, const std::string& why) {
-  auto end = [&](RequestId id) {
-    t_->cancel(id);
-    t_->wait(id, deadline_in_ms(1000));
-  };
-  if (p.hello_live) end(p.hello_id);
-  p.hello_live = false;
-  if (p.ping_live) end(p.ping_id);
-  if (p.pong_live) end(p.pong_id);
-  p.ping_live = p.pong_live = false;
-  for (auto& s : p.mbs) {
-    if (s.recv_live) end(s.recv_id);
-    if (s.send_live) end(s.send_id);
-    s.recv_live = s.send_live = s.ready = s.active_last_step = false;
-    s.expect_layer = -1;
-  }
+  end_op(t_, p.hello_id, &p.hello_live);
+  end_op(t_, p.ping_id, &p.ping_live);
+  end_op(t_, p.pong_id, &p.pong_live);
+  end_mb_ops(p);
+  for (auto& s : p.mbs) AggregationPolicy::reset(s.agg);
   if (p.serving) {
     stats_.attention_serving--;
     stats_.peer_losses++;
@@ -409,13 +379,7 @@ void FfnWorker::send_error(Peer& p, int mb, uint32_t layer, uint64_t step, const
 void FfnWorker::wait_send(RequestId id, bool* live) {
   if (!*live) return;
   Completion c;
-  if (!t_->test(id, &c)) {
-    c = t_->wait(id, deadline_in_ms(opt_.peer_timeout_ms));
-    if (c.status.code() == StatusCode::timeout) {
-      t_->cancel(id);
-      t_->wait(id, deadline_in_ms(1000));
-    }
-  }
+  if (!t_->test(id, &c)) wait_or_cancel(t_, id, opt_.peer_timeout_ms);
   *live = false;
 }
 
@@ -450,27 +414,28 @@ bool FfnWorker::accept_frame(Peer& p, int mb) {
                    ", this FFN worker holds epoch " + std::to_string(p.assign.epoch) +
                    " for this attention worker (experts [" + std::to_string(p.assign.begin) + ", " +
                    std::to_string(p.assign.end) + ")); handshake again");
-    s.expect_layer = -1;
+    s.agg.expect_layer = -1;
     if (Status st = post_frame_recv(p, mb); !st.is_ok())
       spdlog::warn("ffn worker {}: re-posting a receive for '{}': {}", opt_.index, p.name, st.to_string());
     return false;
   }
   if (!bad.is_ok()) {
     stats_.bad_frames++;
-    uint32_t layer = s.expect_layer >= 0 ? static_cast<uint32_t>(s.expect_layer) : 0;
+    uint32_t layer = s.agg.expect_layer >= 0 ? static_cast<uint32_t>(s.agg.expect_layer) : 0;
     uint64_t step = 0;
     auto h = decode_header(s.recv.data(), s.bytes);
     if (h.ok()) layer = h->layer, step = h->step;
     spdlog::error("ffn worker {}: malformed frame from '{}' (micro-batch {}): {}", opt_.index, p.name, mb,
                   bad.message());
     send_error(p, mb, layer, step, "malformed a2f frame: " + bad.message());
-    s.expect_layer = -1;
+    s.agg.expect_layer = -1;
     if (Status st = post_frame_recv(p, mb); !st.is_ok())
       spdlog::warn("ffn worker {}: re-posting a receive for '{}': {}", opt_.index, p.name, st.to_string());
     return false;
   }
   s.view = *v;
-  s.ready = true;
+  s.agg.ready = true;
+  s.agg.layer = v->header.layer;
   return true;
 }
 
@@ -492,10 +457,10 @@ void FfnWorker::poll_frames() {
     if (!p.serving) continue;
     for (size_t mb = 0; mb < p.mbs.size(); ++mb) {
       MbSlot& s = p.mbs[mb];
-      if (!s.recv_live) continue;
+      if (!s.agg.receiving) continue;
       Completion c;
       if (!t_->test(s.recv_id, &c)) continue;
-      s.recv_live = false;
+      s.agg.receiving = false;
       if (!c.status.is_ok()) continue;  // lost peer: its disconnect event follows
       s.bytes = c.bytes;
       accept_frame(p, static_cast<int>(mb));
@@ -503,114 +468,72 @@ void FfnWorker::poll_frames() {
   }
 }
 
-bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
-  // Pick the ready frame of the lowest layer (older work first); ties rotate so no
-  // attention worker is favoured. If another attention worker is mid-step *behind* on
-  // that micro-batch (it will send a lower layer next), wait for it and serve it first:
-  // this brings attention workers into lockstep, so later layers aggregate.
-  Peer* first = nullptr;
-  int mb = -1;
-  uint32_t best = 0;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    first = nullptr;
-    for (size_t k = 0; k < peers_.size(); ++k) {
-      Peer& p = *peers_[(rotate_ + k) % peers_.size()];
-      if (!p.serving) continue;
-      for (size_t m = 0; m < p.mbs.size(); ++m) {
-        if (p.mbs[m].ready && (first == nullptr || p.mbs[m].view.header.layer < best)) {
-          first = &p;
-          mb = static_cast<int>(m);
-          best = p.mbs[m].view.header.layer;
-        }
-      }
-    }
-    if (first == nullptr) return false;
-    if (attempt == 1) break;
-    auto behind = [&](Peer& q) {
-      if (&q == first || !q.serving || static_cast<size_t>(mb) >= q.mbs.size()) return false;
-      const MbSlot& s = q.mbs[static_cast<size_t>(mb)];
-      return !s.ready && s.recv_live && s.expect_layer >= 0 && s.expect_layer < static_cast<int>(best);
-    };
-    const int64_t dl = deadline_in_ms(opt_.peer_timeout_ms);
-    bool any = false;
-    for (;;) {
-      std::vector<RequestId> waiting;
-      for (auto& q : peers_) {
-        if (behind(*q)) waiting.push_back(q->mbs[static_cast<size_t>(mb)].recv_id);
-      }
-      if (waiting.empty() || now_ns() >= dl || stop->load()) break;
-      any = true;
-      t_->wait_any(waiting, std::min(dl, now_ns() + 5000000));
-      poll_frames();
-      handle_events();
-    }
-    for (auto& q : peers_) {
-      if (!behind(*q)) continue;
-      spdlog::warn("ffn worker {}: attention peer '{}' sent no frame for micro-batch {} within {} ms", opt_.index,
-                   q->name, mb, opt_.peer_timeout_ms);
-      stats_.late_peers++;
-      q->mbs[static_cast<size_t>(mb)].expect_layer = -1;
-    }
-    if (!any) break;
+AggGrid FfnWorker::agg_grid() {
+  AggGrid g(peers_.size());
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    Peer& p = *peers_[i];
+    if (!p.serving) continue;
+    g[i].reserve(p.mbs.size());
+    for (auto& s : p.mbs) g[i].push_back(&s.agg);
   }
-  ++rotate_;
-  const uint32_t layer = first->mbs[static_cast<size_t>(mb)].view.header.layer;
+  return g;
+}
 
-  // Wait for the other attention workers expected at (layer, mb).
-  auto expected = [&](Peer& q) {
-    if (&q == first || !q.serving || static_cast<size_t>(mb) >= q.mbs.size()) return false;
-    const MbSlot& s = q.mbs[static_cast<size_t>(mb)];
-    if (s.ready) return false;
-    if (layer > 0) return s.expect_layer == static_cast<int>(layer);
-    return s.expect_layer < 0 && s.active_last_step;
-  };
-  const int64_t deadline =
-      layer > 0 ? deadline_in_ms(opt_.peer_timeout_ms) : now_ns() + int64_t{opt_.gather_window_us} * 1000;
+bool FfnWorker::wait_for_peers(const std::function<std::vector<size_t>(const AggGrid&)>& pending, int mb,
+                               int64_t deadline, const std::atomic<bool>* stop) {
+  bool waited = false;
   for (;;) {
-    std::vector<RequestId> waiting;
-    for (auto& q : peers_) {
-      if (expected(*q) && q->mbs[static_cast<size_t>(mb)].recv_live)
-        waiting.push_back(q->mbs[static_cast<size_t>(mb)].recv_id);
-    }
-    if (waiting.empty() || now_ns() >= deadline || stop->load()) break;
-    t_->wait_any(waiting, std::min(deadline, now_ns() + 5000000));
+    const std::vector<size_t> who = pending(agg_grid());
+    if (!AggregationPolicy::keep_waiting(who, deadline, now_ns()) || stop->load()) break;
+    std::vector<RequestId> ids;
+    for (size_t q : who) ids.push_back(peers_[q]->mbs[static_cast<size_t>(mb)].recv_id);
+    waited = true;
+    t_->wait_any(ids, std::min(deadline, now_ns() + 5000000));
     poll_frames();
     handle_events();
   }
-  if (layer == 0) {
-    // The window passed without them: not waited for again until they finish a step here.
-    for (auto& q : peers_) {
-      if (expected(*q)) q->mbs[static_cast<size_t>(mb)].active_last_step = false;
-    }
-  } else {
-    for (auto& q : peers_) {
-      if (!expected(*q)) continue;
-      spdlog::warn("ffn worker {}: attention peer '{}' sent no frame for layer {} micro-batch {} within {} ms; serving "
-                   "the others",
-                   opt_.index, q->name, layer, mb, opt_.peer_timeout_ms);
-      stats_.late_peers++;
-      q->mbs[static_cast<size_t>(mb)].expect_layer = -1;
-    }
-  }
+  return waited;
+}
 
-  // Aggregate: dequantise every member's frame straight into the batch. Members holding the
-  // same assignment (all of them, except while attention workers change epochs) are computed
-  // in one ffn_part call: ordered so that each assignment's rows are contiguous.
-  struct Member {
-    Peer* p;
-    int64_t off, n;
-    uint64_t step;
-  };
-  std::vector<Member> members;
-  const int64_t H = mine_.hidden;
-  const bool moe = w_->config.is_moe_layer(layer);
-  const int64_t K = moe ? mine_.top_k : 0;
-  for (auto& q : peers_) {
-    if (!q->serving || static_cast<size_t>(mb) >= q->mbs.size()) continue;
-    MbSlot& s = q->mbs[static_cast<size_t>(mb)];
-    if (!s.ready || s.view.header.layer != layer) continue;
-    members.push_back(Member{q.get(), 0, s.view.header.n_tokens, s.view.header.step});
+std::optional<BatchKey> FfnWorker::choose_batch(const std::atomic<bool>* stop) {
+  std::optional<BatchKey> key;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    key = policy_.next_batch(agg_grid(), rotate_);
+    if (!key || attempt == 1) break;
+    const BatchKey k = *key;
+    const bool waited = wait_for_peers([&](const AggGrid& g) { return policy_.behind(g, k); }, k.mb,
+                                       policy_.catch_up_deadline(now_ns()), stop);
+    for (size_t q : policy_.give_up_behind(agg_grid(), k)) {
+      spdlog::warn("ffn worker {}: attention peer '{}' sent no frame for micro-batch {} within {} ms", opt_.index,
+                   peers_[q]->name, k.mb, opt_.peer_timeout_ms);
+      stats_.late_peers++;
+    }
+    if (!waited) break;
   }
+  return key;
+}
+
+void FfnWorker::gather(const BatchKey& key, const std::atomic<bool>* stop) {
+  wait_for_peers([&](const AggGrid& g) { return policy_.waiting_for(g, key); }, key.mb,
+                 policy_.gather_deadline(key.layer, now_ns()), stop);
+  for (size_t q : policy_.end_gather(agg_grid(), key).late) {
+    spdlog::warn("ffn worker {}: attention peer '{}' sent no frame for layer {} micro-batch {} within {} ms; serving "
+                 "the others",
+                 opt_.index, peers_[q]->name, key.layer, key.mb, opt_.peer_timeout_ms);
+    stats_.late_peers++;
+  }
+}
+
+std::vector<FfnWorker::Member> FfnWorker::load_batch(const BatchKey& key) {
+  const int mb = key.mb;
+  std::vector<Member> members;
+  for (size_t q : policy_.members(agg_grid(), key)) {
+    const MbSlot& s = peers_[q]->mbs[static_cast<size_t>(mb)];
+    members.push_back(Member{peers_[q].get(), 0, s.view.header.n_tokens, s.view.header.step});
+  }
+  // Members holding the same assignment (all of them, except while attention workers change
+  // epochs) are computed in one ffn_part call: ordered so that each assignment's rows are
+  // contiguous.
   std::stable_sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
     const Assignment &x = a.p->assign, &y = b.p->assign;
     return std::tie(x.begin, x.end, x.shared, x.n_parts, x.part_begin, x.part_end) <
@@ -621,6 +544,8 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     m.off = total;
     total += m.n;
   }
+  const int64_t H = mine_.hidden;
+  const int64_t K = w_->config.is_moe_layer(key.layer) ? mine_.top_k : 0;
   h_.resize(static_cast<size_t>(total * H));
   out_.resize(static_cast<size_t>(total * H));
   ids_.resize(static_cast<size_t>(total * K));
@@ -645,14 +570,68 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     MbSlot& s = m.p->mbs[static_cast<size_t>(mb)];
     wait_send(s.send_id, &s.send_live);
   }
-  std::vector<int64_t> reply_rows(members.size(), 0);
-  auto payload_of = [&](size_t i) {
-    return reinterpret_cast<uint16_t*>(members[i].p->mbs[static_cast<size_t>(mb)].send.data() + kFrameHeaderBytes);
-  };
-  const bool model_shared = w_->config.shared_expert_intermediate_size > 0;
-  const int64_t t0 = now_ns();
+  return members;
+}
+
+int64_t FfnWorker::compute_one_part(const Assignment& a, uint32_t layer, int64_t off, int64_t n) {
+  const int64_t H = mine_.hidden;
+  const int64_t K = w_->config.is_moe_layer(layer) ? mine_.top_k : 0;
+  const int32_t* ids = K > 0 ? ids_.data() + off * K : nullptr;
+  const float* wts = K > 0 ? wts_.data() + off * K : nullptr;
+  bool done = false;
+  if (gpu_ && a.same_range(static_)) {  // the GPU holds the start-up shard's weights only
+    Status gs = gpu_->run(layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H);
+    if (gs.is_ok()) {
+      done = true;
+    } else {
+      spdlog::error("ffn worker {}: GPU FFN failed ({}); computing on the CPU from now on", opt_.index, gs.to_string());
+      gpu_.reset();
+    }
+  }
+  if (!done) {
+    part_.experts_mask = a.mask;  // reuses its capacity
+    part_.include_shared = a.shared;
+    ffn_part(*w_, layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H, part_, &scratch_, pool_);
+  }
   int64_t expert_rows = 0;
+  for (int64_t t = 0; t < n * K; ++t) expert_rows += a.mask[static_cast<size_t>(ids[t])];  // ids range-checked
+  return expert_rows;
+}
+
+int64_t FfnWorker::compute_parts(const Assignment& a, uint32_t layer, int mb, const std::vector<Member>& members,
+                                 size_t first, size_t end, int64_t off, int64_t n, std::vector<int64_t>* reply_rows) {
+  const int64_t H = mine_.hidden;
+  const int64_t K = w_->config.is_moe_layer(layer) ? mine_.top_k : 0;
+  const int32_t* ids = K > 0 ? ids_.data() + off * K : nullptr;
+  const float* wts = K > 0 ? wts_.data() + off * K : nullptr;
+  const bool model_shared = w_->config.shared_expert_intermediate_size > 0;
+  int64_t expert_rows = 0;
+  for (const Part& pt : a.parts) {
+    part_.experts_mask = pt.mask;
+    part_.include_shared = pt.shared;
+    ffn_part(*w_, layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H, part_, &scratch_, pool_);
+    for (size_t i = first; i < end; ++i) {
+      const Member& m = members[i];
+      uint16_t* reply = reply_payload(m, mb);
+      for (int64_t t = 0; t < m.n; ++t) {
+        const int64_t r = m.off + t;
+        bool touches = pt.shared && (K == 0 || model_shared);
+        for (int64_t k = 0; k < K && !touches; ++k) touches = pt.mask[static_cast<size_t>(ids_[static_cast<size_t>(r * K + k)])];
+        if (!touches) continue;
+        kernels::f32_to_bf16_row(out_.data() + r * H, H, reply + (*reply_rows)[i] * H);
+        ++(*reply_rows)[i];
+      }
+    }
+    for (int64_t t = 0; t < n * K; ++t) expert_rows += pt.mask[static_cast<size_t>(ids[t])];
+  }
+  return expert_rows;
+}
+
+FfnWorker::Computed FfnWorker::compute(const BatchKey& key, const std::vector<Member>& members) {
+  Computed c;
+  c.reply_rows.assign(members.size(), 0);
   std::vector<std::pair<size_t, size_t>> single;  // member ranges whose group holds one part
+  c.t0 = now_ns();
   for (size_t g0 = 0; g0 < members.size();) {
     const Assignment& a = members[g0].p->assign;
     size_t g1 = g0 + 1;
@@ -662,79 +641,54 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
     const size_t first = g0;
     g0 = g1;
     if (n == 0) continue;
-    const int32_t* ids = K > 0 ? ids_.data() + off * K : nullptr;
-    const float* wts = K > 0 ? wts_.data() + off * K : nullptr;
     if (a.parts.size() <= 1) {
-      bool done = false;
-      if (gpu_ && a.same_range(static_)) {  // the GPU holds the start-up shard's weights only
-        Status gs = gpu_->run(layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H);
-        if (gs.is_ok()) {
-          done = true;
-        } else {
-          spdlog::error("ffn worker {}: GPU FFN failed ({}); computing on the CPU from now on", opt_.index,
-                        gs.to_string());
-          gpu_.reset();
-        }
-      }
-      if (!done) {
-        part_.experts_mask = a.mask;  // reuses its capacity
-        part_.include_shared = a.shared;
-        ffn_part(*w_, layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H, part_, &scratch_, pool_);
-      }
-      for (int64_t t = 0; t < n * K; ++t) expert_rows += a.mask[static_cast<size_t>(ids[t])];  // ids range-checked
+      c.expert_rows += compute_one_part(a, key.layer, off, n);
       single.emplace_back(first, g1);
-      continue;
-    }
-    // Several parts: each computed and rounded on its own, and replied as its own rows (the
-    // tokens of the frame that touch the part, in frame order), part after part.
-    for (const Part& pt : a.parts) {
-      part_.experts_mask = pt.mask;
-      part_.include_shared = pt.shared;
-      ffn_part(*w_, layer, h_.data() + off * H, n, ids, wts, out_.data() + off * H, part_, &scratch_, pool_);
-      for (size_t i = first; i < g1; ++i) {
-        const Member& m = members[i];
-        uint16_t* reply = payload_of(i);
-        for (int64_t t = 0; t < m.n; ++t) {
-          const int64_t r = m.off + t;
-          bool touches = pt.shared && (K == 0 || model_shared);
-          for (int64_t k = 0; k < K && !touches; ++k) touches = pt.mask[static_cast<size_t>(ids_[static_cast<size_t>(r * K + k)])];
-          if (!touches) continue;
-          kernels::f32_to_bf16_row(out_.data() + r * H, H, reply + reply_rows[i] * H);
-          ++reply_rows[i];
-        }
-      }
-      for (int64_t t = 0; t < n * K; ++t) expert_rows += pt.mask[static_cast<size_t>(ids[t])];
+    } else {
+      // Several parts: each computed and rounded on its own, and replied as its own rows (the
+      // tokens of the frame that touch the part, in frame order), part after part.
+      c.expert_rows += compute_parts(a, key.layer, key.mb, members, first, g1, off, n, &c.reply_rows);
     }
   }
-  const int64_t t1 = now_ns();
+  c.t1 = now_ns();
+  const int64_t H = mine_.hidden;
   for (auto [b0, b1] : single) {
     for (size_t i = b0; i < b1; ++i) {
-      kernels::f32_to_bf16_row(out_.data() + members[i].off * H, members[i].n * H, payload_of(i));
-      reply_rows[i] = members[i].n;
+      kernels::f32_to_bf16_row(out_.data() + members[i].off * H, members[i].n * H, reply_payload(members[i], key.mb));
+      c.reply_rows[i] = members[i].n;
     }
   }
-  stats_.ffn_ns += t1 - t0;
-  if (opt_.on_batch) opt_.on_batch(layer, mb, t0, t1, total);
+  return c;
+}
+
+void FfnWorker::count_batch(const BatchKey& key, const std::vector<Member>& members, const Computed& c) {
+  int64_t total = 0;
+  for (const Member& m : members) total += m.n;
+  stats_.ffn_ns += c.t1 - c.t0;
+  if (opt_.on_batch) opt_.on_batch(key.layer, key.mb, c.t0, c.t1, total);
   stats_.batches++;
   stats_.tokens += total;
-  if (K > 0) stats_.expert_rows += expert_rows;
+  if (w_->config.is_moe_layer(key.layer) && mine_.top_k > 0) stats_.expert_rows += c.expert_rows;
   stats_.frames += static_cast<int64_t>(members.size());
   if (members.size() > 1) stats_.multi_peer_batches++;
   stats_.batch_tokens[FfnWorkerStats::token_bucket(total)]++;
+}
 
-  // Reply: each member's rows in BF16 (one per token, or per (token, part) with several parts).
+void FfnWorker::send_replies(const BatchKey& key, const std::vector<Member>& members, const Computed& c) {
+  // Each member's rows in BF16 (one per token, or per (token, part) with several parts).
+  const int mb = key.mb;
   for (size_t i = 0; i < members.size(); ++i) {
     const Member& m = members[i];
     MbSlot& s = m.p->mbs[static_cast<size_t>(mb)];
     FrameHeader h;
     h.kind = FrameKind::f2a;
-    h.layer = layer;
+    h.layer = key.layer;
     h.microbatch = static_cast<uint16_t>(mb);
     h.step = m.step;
-    h.n_tokens = static_cast<uint32_t>(reply_rows[i]);
-    h.hidden = static_cast<uint32_t>(H);
-    h.payload_bytes = f2a_payload_bytes(reply_rows[i], H);
-    h.ffn_us = static_cast<uint32_t>(std::min<int64_t>((t1 - t0) / 1000, UINT32_MAX));
+    h.n_tokens = static_cast<uint32_t>(c.reply_rows[i]);
+    h.hidden = mine_.hidden;
+    h.payload_bytes = f2a_payload_bytes(c.reply_rows[i], mine_.hidden);
+    h.ffn_us = static_cast<uint32_t>(std::min<int64_t>((c.t1 - c.t0) / 1000, UINT32_MAX));
     encode_header(h, s.send.data() + kFrameHeaderBytes, s.send.data());
     auto r = t_->post_send(m.p->id, frame_tag(TagFamily::f2a, static_cast<uint32_t>(mb)), s.send.data(),
                            kFrameHeaderBytes + h.payload_bytes);
@@ -742,10 +696,19 @@ bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
       s.send_id = *r;
       s.send_live = true;
     }
-    const bool last = layer + 1 >= mine_.n_layers;
-    s.expect_layer = last ? -1 : static_cast<int>(layer + 1);
-    if (last) s.active_last_step = true;
+    policy_.served(s.agg, key.layer);
   }
+}
+
+bool FfnWorker::serve_one(const std::atomic<bool>* stop) {
+  const std::optional<BatchKey> key = choose_batch(stop);
+  if (!key) return false;
+  ++rotate_;
+  gather(*key, stop);
+  const std::vector<Member> members = load_batch(*key);
+  const Computed c = compute(*key, members);
+  count_batch(*key, members, c);
+  send_replies(*key, members, c);
   return true;
 }
 
@@ -769,7 +732,7 @@ Status FfnWorker::run(const std::atomic<bool>* stop) {
       if (p->hello_live) ids.push_back(p->hello_id);
       if (p->ping_live) ids.push_back(p->ping_id);
       for (auto& s : p->mbs) {
-        if (p->serving && s.recv_live) ids.push_back(s.recv_id);
+        if (p->serving && s.agg.receiving) ids.push_back(s.recv_id);
       }
     }
     if (ids.empty()) {

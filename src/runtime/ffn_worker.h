@@ -12,11 +12,13 @@
 // expects next. A batch for (layer, mb) waits for every attention worker that is in the
 // middle of a step on that micro-batch (up to peer_timeout_ms; a straggler past that is
 // logged and served on its own later), and at layer 0 for up to gather_window_us for
-// attention workers that were active in their previous step.
+// attention workers that were active in their previous step. These decisions are
+// AggregationPolicy's (runtime/afd/aggregation_policy.h); serve_one runs them as steps.
 //
 // Liveness: from the moment an attention worker connects (before its handshake), a ping on
 // the probe tag is answered with a pong from this loop — between batches and while it
-// waits for stragglers — so an attention worker can tell a silent FFN worker from an idle one.
+// waits for stragglers — so an attention worker can tell a silent FFN worker from an idle one
+// (runtime/afd/liveness.h). The hello checks shared with the attention side: runtime/afd/handshake.h.
 //
 // Expert assignment (docs/PROTOCOL.md, "Expert re-homing"): an attention worker's hello says
 // what this worker holds *for it*: epoch 0, the experts it was started with (its shard);
@@ -41,6 +43,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,8 @@
 #include "comm/transport.h"
 #include "core/thread_pool.h"
 #include "model/ffn_part.h"
+#include "runtime/afd/aggregation_policy.h"
+#include "runtime/afd/liveness.h"
 
 namespace afd {
 
@@ -156,15 +161,13 @@ class FfnWorker {
   struct MbSlot {
     comm::FrameBuffer recv, send;
     comm::RequestId recv_id = 0, send_id = 0;
-    bool recv_live = false, send_live = false;
-    bool ready = false;       // a frame arrived and waits to be served
+    bool send_live = false;
+    // Aggregation state: agg.receiving (the receive recv_id is posted), agg.ready (a frame
+    // arrived, decoded into `view`, and waits to be served), the expected layer
+    // (runtime/afd/aggregation_policy.h).
+    AggSlot agg;
     size_t bytes = 0;
-    comm::A2fView view;       // valid when ready && decoded
-    int expect_layer = -1;    // next layer expected mid-step; -1 idle
-    // It finished its last layer on this micro-batch in its last step here, so at layer 0
-    // the worker waits up to gather_window_us for it; cleared once a window passes without
-    // it (an empty or idle micro-batch then delays the others once, not every step).
-    bool active_last_step = false;
+    comm::A2fView view;       // valid when agg.ready
   };
   struct Peer {
     comm::PeerId id = comm::kNoPeer;
@@ -176,7 +179,7 @@ class FfnWorker {
     comm::FrameBuffer hello_in, hello_out;
     comm::RequestId hello_id = 0;
     bool hello_live = false;
-    comm::FrameBuffer ping_in, pong_out;  // liveness probe (header-only frames)
+    ProbeBuffers probe;       // liveness: the ping received, the pong answered
     comm::RequestId ping_id = 0, pong_id = 0;
     bool ping_live = false, pong_live = false;
     std::vector<MbSlot> mbs;
@@ -204,8 +207,47 @@ class FfnWorker {
   // Waits (up to peer_timeout_ms, then cancels) for a send posted from a buffer about to be
   // reused; *live becomes false.
   void wait_send(comm::RequestId id, bool* live);
-  // Gathers and serves one batch if any frame is ready; returns whether it did.
+  // Gathers and serves one batch if any frame is ready; returns whether it did. The steps
+  // below, in order; the decisions are policy_'s.
   bool serve_one(const std::atomic<bool>* stop);
+  // One aggregated frame of a batch: its rows [off, off + n) of the batch.
+  struct Member {
+    Peer* p;
+    int64_t off, n;
+    uint64_t step;
+  };
+  // A computed batch: when ffn_part ran, the reply rows per member, (token, expert) rows.
+  struct Computed {
+    int64_t t0 = 0, t1 = 0;
+    std::vector<int64_t> reply_rows;  // [members]
+    int64_t expert_rows = 0;
+  };
+  AggGrid agg_grid();  // policy_'s view of peers_ (index = position in peers_)
+  // Polls frames and events until pending(view) is empty, `deadline` (now_ns()) passes or
+  // *stop; waits on the receives of micro-batch mb of the pending peers. Whether it waited.
+  bool wait_for_peers(const std::function<std::vector<size_t>(const AggGrid&)>& pending, int mb, int64_t deadline,
+                      const std::atomic<bool>* stop);
+  // The next batch, after the catch-up wait for attention workers behind it.
+  std::optional<BatchKey> choose_batch(const std::atomic<bool>* stop);
+  // Waits for the other attention workers the batch expects; logs and counts the late ones.
+  void gather(const BatchKey& key, const std::atomic<bool>* stop);
+  // The batch's members (sorted so equal assignments are contiguous), their frames
+  // dequantised into h_/ids_/wts_, their next receives posted and previous sends done.
+  std::vector<Member> load_batch(const BatchKey& key);
+  // ffn_part (or the GPU) over rows [off, off + n) for an assignment of one part: out_.
+  // Returns the (token, held expert) rows computed.
+  int64_t compute_one_part(const Assignment& a, uint32_t layer, int64_t off, int64_t n);
+  // Several parts: each computed and written as its own reply rows of members [first, end).
+  int64_t compute_parts(const Assignment& a, uint32_t layer, int mb, const std::vector<Member>& members, size_t first,
+                        size_t end, int64_t off, int64_t n, std::vector<int64_t>* reply_rows);
+  // Computes every group of members with one assignment and writes the BF16 reply payloads.
+  Computed compute(const BatchKey& key, const std::vector<Member>& members);
+  void count_batch(const BatchKey& key, const std::vector<Member>& members, const Computed& c);  // stats_, on_batch
+  // Posts each member's reply and moves its expectation on (policy_.served).
+  void send_replies(const BatchKey& key, const std::vector<Member>& members, const Computed& c);
+  uint16_t* reply_payload(const Member& m, int mb) {
+    return reinterpret_cast<uint16_t*>(m.p->mbs[static_cast<size_t>(mb)].send.data() + comm::kFrameHeaderBytes);
+  }
 
   std::shared_ptr<const ModelWeights> w_;
   comm::Transport* t_;
@@ -213,6 +255,7 @@ class FfnWorker {
   ThreadPool* pool_;
   comm::Handshake mine_;
   Assignment static_;  // the start-up shard (epoch 0)
+  AggregationPolicy policy_;
   FfnPartOptions part_;
   comm::A2fLimits limits_;
   std::vector<std::unique_ptr<Peer>> peers_;

@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "core/log.h"
-#include "runtime/ffn_client.h"
+#include "model/fingerprint.h"
 
 namespace afd::serve {
 

@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "model/config.h"
-#include "runtime/ffn_client.h"
+#include "model/fingerprint.h"
 #include "serve/tokenizer_writer.h"
 
 namespace afd::serve {

@@ -17,7 +17,7 @@
 #include "../../unit/serve/fake_engine.h"
 #include "frontend_test_model.h"
 #include "model/config.h"
-#include "runtime/ffn_client.h"
+#include "model/fingerprint.h"
 #include "serve/frontend.h"
 #include "serve/service.h"
 #include "serve/tokenizer_writer.h"

@@ -20,6 +20,7 @@
 #include "comm/protocol.h"
 #include "core/timer.h"
 #include "kernels/cpu/ops.h"
+#include "model/fingerprint.h"
 #include "model/make_model.h"
 #include "model/weights.h"
 #include "runtime/bundle.h"
