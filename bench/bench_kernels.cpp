@@ -13,6 +13,7 @@
 // linear with bf16 weights of the same shapes, cold, for 1..256 tokens, with the read bandwidth
 // measured in the same rounds; plus the gemv conversion variants (half vs bf16 table) and the
 // gemv / tile crossover (the defaults in linear_fp8.cpp come from these tables).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -363,11 +364,61 @@ int run_fp8_weights(int threads, bool quick) {
   return 0;
 }
 
+// ---- --small-n ----
+// bf16 x bf16 expert products at n = 1..32 tokens, small-n layouts interleaved in every
+// round (the default first), read bandwidth sampled before every round; median and range
+// over the rounds.
+int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, const std::vector<int>& ns) {
+  const double cold = 256.0 * 1024 * 1024;
+  WeightSet up = make_weights(DType::bf16, 768, 2048, cold);
+  WeightSet down = make_weights(DType::bf16, 2048, 768, cold);
+  struct Row {
+    const WeightSet* w;
+    int64_t n;
+    int variant;
+    std::vector<double> s;
+  };
+  std::vector<Row> rows;
+  for (const WeightSet* w : {&up, &down})
+    for (int n : ns)
+      for (int v : variants) rows.push_back({w, n, v, {}});
+  std::vector<double> bw;
+  for (int r = 0; r < rounds; ++r) {
+    bw.push_back(measure_read_bandwidth(pool, size_t{256} << 20, 2));
+    for (Row& row : rows) {
+      detail::set_linear_avx512_small_n(row.variant);
+      row.s.push_back(time_linear(*row.w, row.n, ActPrecision::bf16, pool, 0.05).sec_per_call);
+    }
+  }
+  detail::set_linear_avx512_small_n(-1);
+  auto med = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  const double bw_med = med(bw);
+  std::printf("read bandwidth per round (GB/s):");
+  for (double b : bw) std::printf(" %.1f", b / 1e9);
+  std::printf("; median %.2f\n", bw_med / 1e9);
+  std::printf("| W [rows, cols] | n | layout | us/call median | range | GB/s (median) | frac read BW (median) | frac read BW (best) |\n");
+  std::printf("|---|---:|---:|---:|---|---:|---:|---:|\n");
+  for (const Row& row : rows) {
+    const double m = med(row.s);
+    const auto [lo, hi] = std::minmax_element(row.s.begin(), row.s.end());
+    std::printf("| [%lld, %lld] | %lld | %d | %.1f | %.1f-%.1f | %.2f | %.3f | %.3f |\n", static_cast<long long>(row.w->rows),
+                static_cast<long long>(row.w->cols), static_cast<long long>(row.n), row.variant, m * 1e6, *lo * 1e6,
+                *hi * 1e6, row.w->bytes_one() / m / 1e9, row.w->bytes_one() / m / bw_med,
+                row.w->bytes_one() / *lo / *std::max_element(bw.begin(), bw.end()));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2;
   bool quick = false, compare = false, tune = false, fp8 = false, fp8_weights = false;
+  std::vector<int> small_n, small_ns = {1, 2, 4, 8, 16, 32};
+  int rounds_arg = 5;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -375,6 +426,16 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--tune")) tune = true;
     else if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--fp8-weights")) fp8_weights = true;
+    else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds_arg = std::atoi(argv[++i]);
+    else if ((!std::strcmp(argv[i], "--small-n") || !std::strcmp(argv[i], "--ns")) && i + 1 < argc) {
+      std::vector<int>& out = !std::strcmp(argv[i], "--ns") ? small_ns : small_n;
+      if (&out == &small_ns) out.clear();
+      for (const char* p = argv[++i]; *p;) {
+        out.push_back(std::atoi(p));
+        while (*p && *p != ',') ++p;
+        if (*p == ',') ++p;
+      }
+    }
     else {
       std::fprintf(stderr, "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights]\n");
       return 2;
@@ -383,6 +444,7 @@ int main(int argc, char** argv) {
   if (fp8) return run_fp8(quick);
   if (fp8_weights) return run_fp8_weights(threads, quick);
   ThreadPool pool(threads);
+  if (!small_n.empty()) return run_small_n(pool, rounds_arg, small_n, small_ns);
   if (tune) {
     // n == 1 on a 128 MiB bf16 matrix: prefetch distance x rows per tile, interleaved rounds
     // (best of rounds), each round also timing a plain read of 256 MiB as a noise reference.
