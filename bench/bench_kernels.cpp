@@ -386,7 +386,7 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
   for (int r = 0; r < rounds; ++r) {
     bw.push_back(measure_read_bandwidth(pool, size_t{256} << 20, 2));
     for (Row& row : rows) {
-      detail::set_linear_avx512_small_n(row.variant);
+      detail::set_linear_avx512_small_n(row.variant % 10, int64_t{row.variant / 10} * 1024);
       row.s.push_back(time_linear(*row.w, row.n, ActPrecision::bf16, pool, 0.05).sec_per_call);
     }
   }

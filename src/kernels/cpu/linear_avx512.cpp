@@ -88,10 +88,12 @@ AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool
 }
 
 // ---- bf16 x bf16 -> f32 (vdpbf16ps) ----
-// pf: prefetch (to L1) the byte at this offset from every W load; Tree: store_tile's reduction.
+// Rows of W are ldw elements apart (0: cols); pf: prefetch (to L1) the byte at this offset from
+// every W load; Tree: store_tile's reduction.
 template <int R, int T, bool Tree = false>
 AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int64_t ldx, float* y,
-                        int64_t ldy, bool acc, int64_t pf) {
+                        int64_t ldy, bool acc, int64_t pf, int64_t ldw = 0) {
+  const int64_t lw = ldw ? ldw : cols;
   __m512 a[R][T];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -103,7 +105,7 @@ AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int6
     __m512bh wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const uint16_t* p = w + r * cols + c;
+      const uint16_t* p = w + r * lw + c;
       if (pf) _mm_prefetch(reinterpret_cast<const char*>(p) + pf, _MM_HINT_T0);
       wv[r] = (__m512bh)_mm512_loadu_si512(p);
     }
@@ -119,7 +121,7 @@ AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int6
     __mmask32 m = _cvtu32_mask32((1u << (cols - c)) - 1u);
     __m512bh wv[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + r * cols + c);
+    for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + r * lw + c);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       __m512bh xv = (__m512bh)_mm512_loadu_si512(x + t * ldx + c);
@@ -348,8 +350,14 @@ AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t
 // cols * 2 bytes each) that the hardware prefetchers start late on every row, so without it the
 // loads wait on memory while the vdpbf16ps units idle. The prefetch distance is a whole number
 // of tiles, at least kSmallNPrefetchMin bytes.
+// Column blocks: when the call's x (n * cols bf16) exceeds the x budget, the columns are split
+// into balanced blocks (multiples of 32) whose slice of x fits it, and every block passes over
+// all rows r0..r1 before the next, adding its partial sums into y. So x stays in L1 next to the
+// W tile and its prefetched successor instead of being re-read from L2 for every tile.
 constexpr int64_t kSmallNMax = 16;
 constexpr int64_t kSmallNPrefetchMin = 4096;
+constexpr int64_t kSmallNXBytesDefault = 24 * 1024;
+std::atomic<int64_t> g_small_n_x_bytes{kSmallNXBytesDefault};
 
 template <int R, int TMax>
 AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
@@ -357,39 +365,47 @@ AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const u
   const int64_t tile_bytes = R * cols * 2;
   const int64_t pf = (kSmallNPrefetchMin + tile_bytes - 1) / tile_bytes * tile_bytes;
   const int64_t nb = (n + TMax - 1) / TMax;
-  for (int64_t r = r0; r < r1;) {
-    const bool full = r + R <= r1;
-    int64_t i = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-      const int t = static_cast<int>((n - i) / (nb - b));
-      const uint16_t* xb = x + i * ldx;
-      float* yb = y + i * ldy + r;
-      // Later token blocks find the tile's rows in L1; only the first prefetches.
-      const int64_t p = b == 0 ? pf : 0;
-      switch (t) {
-#define AFD_SMALL_CASE(TT)                                                                   \
-  case TT:                                                                                   \
-    if constexpr (TT <= TMax) {                                                              \
-      if (full)                                                                              \
-        tile_dp<R, TT, true>(w + r * cols, cols, xb, ldx, yb, ldy, acc, p);                  \
-      else                                                                                   \
-        tile_dp<1, TT, true>(w + r * cols, cols, xb, ldx, yb, ldy, acc, p);                  \
-    }                                                                                        \
+  const int64_t x_bytes = g_small_n_x_bytes.load(std::memory_order_relaxed);
+  const int64_t n_cblocks = std::max<int64_t>(1, (n * cols * 2 + x_bytes - 1) / x_bytes);
+  const int64_t cblock = ((cols + n_cblocks - 1) / n_cblocks + 31) / 32 * 32;
+  for (int64_t c0 = 0; c0 < cols; c0 += cblock) {
+    const int64_t cw = std::min(cblock, cols - c0);
+    const bool acc_c = acc || c0 > 0;
+    for (int64_t r = r0; r < r1;) {
+      const bool full = r + R <= r1;
+      const uint16_t* wr = w + r * cols + c0;
+      int64_t i = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int t = static_cast<int>((n - i) / (nb - b));
+        const uint16_t* xb = x + i * ldx + c0;
+        float* yb = y + i * ldy + r;
+        // Later token blocks find the tile's rows in L1; only the first prefetches.
+        const int64_t p = b == 0 ? pf : 0;
+        switch (t) {
+#define AFD_SMALL_CASE(TT)                                                           \
+  case TT:                                                                           \
+    if constexpr (TT <= TMax) {                                                      \
+      if (full)                                                                      \
+        tile_dp<R, TT, true>(wr, cw, xb, ldx, yb, ldy, acc_c, p, cols);              \
+      else                                                                           \
+        tile_dp<1, TT, true>(wr, cw, xb, ldx, yb, ldy, acc_c, p, cols);              \
+    }                                                                                \
     break;
-        AFD_SMALL_CASE(1)
-        AFD_SMALL_CASE(2)
-        AFD_SMALL_CASE(3)
-        AFD_SMALL_CASE(4)
-        AFD_SMALL_CASE(5)
-        AFD_SMALL_CASE(6)
-        AFD_SMALL_CASE(7)
-        AFD_SMALL_CASE(8)
+          AFD_SMALL_CASE(1)
+          AFD_SMALL_CASE(2)
+          AFD_SMALL_CASE(3)
+          AFD_SMALL_CASE(4)
+          AFD_SMALL_CASE(5)
+          AFD_SMALL_CASE(6)
+          AFD_SMALL_CASE(7)
+          AFD_SMALL_CASE(8)
 #undef AFD_SMALL_CASE
-        default: break;
+          default: break;
+        }
+        i += t;
       }
-      i += t;
+      r += full ? R : 1;
     }
-    r += full ? R : 1;
   }
 }
 
@@ -433,8 +449,9 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
 
 }  // namespace
 
-void set_linear_avx512_small_n(int layout) {
+void set_linear_avx512_small_n(int layout, int64_t x_block_bytes) {
   g_small_n.store(layout == 0 || layout == 3 || layout == 4 ? layout : kSmallNDefault, std::memory_order_relaxed);
+  g_small_n_x_bytes.store(x_block_bytes >= 1024 ? x_block_bytes : kSmallNXBytesDefault, std::memory_order_relaxed);
 }
 
 void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single) {

@@ -181,14 +181,15 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
 // The bf16 x bf16 small-n layouts (2..16 tokens: 1-row streams for n <= 4 on short rows, 3- or
 // 4-row tiles with prefetch, and the general tiles when switched off), at every n in the range,
 // row counts that leave partial tiles, and column counts off the 32-column step, on both sides of
-// the 1024-column switch to one-row streams.
+// the 1024-column switch to one-row streams; with the default x budget and with a 1 KiB one,
+// which splits even these columns into several blocks (partial sums added into y).
 TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
   if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   auto [w_dtype, prec] = GetParam();
   if (w_dtype != DType::bf16 || prec != ActPrecision::bf16) GTEST_SKIP() << "bf16 x bf16 only";
   ThreadPool pool(2);
-  for (int layout : {0, 3, 4}) {
-    detail::set_linear_avx512_small_n(layout);
+  for (auto [layout, x_bytes] : {std::pair<int, int64_t>{0, 0}, {3, 0}, {4, 0}, {3, 1024}, {4, 1024}}) {
+    detail::set_linear_avx512_small_n(layout, x_bytes);
     for (int64_t n = 2; n <= 17; ++n)
       for (auto [rows, cols] : {std::pair<int64_t, int64_t>{35, 47}, {70, 300}, {38, 1100}, {9, 64}}) {
         Problem p = make_problem({n, rows, cols}, w_dtype, prec, static_cast<uint32_t>(41 + n));
@@ -198,7 +199,8 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
             linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, tp,
                    acc);
             check(p, y, acc,
-                  describe(p, "avx512 small-n", acc, tp ? tp->size() : 1) + " layout=" + std::to_string(layout));
+                  describe(p, "avx512 small-n", acc, tp ? tp->size() : 1) + " layout=" + std::to_string(layout) +
+                      " x_bytes=" + std::to_string(x_bytes));
           }
       }
   }
