@@ -203,10 +203,14 @@ void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_
   int64_t ldx = x_stride;
   switch (path) {
     case Path::avx512_dp: {
-      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx32));
-      prep_x_bf16(x, n, x_stride, cols, p, ldx32);
+      // A few tokens are all read at the same column for every W tile (the small-n path): rows of
+      // x a multiple of 1 KiB apart would share L1 sets (up to 16 tokens x 4 KiB-aliased lines
+      // next to the tile's W lines, over the 12 ways), so they get 64 bytes of zero padding.
+      const int64_t ldxp = n <= 16 && (ldx32 * 2) % 1024 == 0 ? ldx32 + 32 : ldx32;
+      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldxp));
+      prep_x_bf16(x, n, x_stride, cols, p, ldxp);
       xb = p;
-      ldx = ldx32;
+      ldx = ldxp;
       break;
     }
     case Path::avx512_fma:

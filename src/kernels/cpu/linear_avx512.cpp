@@ -33,8 +33,10 @@ std::atomic<int64_t> g_prefetch_bytes{0};
 std::atomic<int> g_rows_single{1};
 // Small-n (2..kSmallNMax tokens, bf16 x bf16) row tile: 0 = the general tiles (4 rows x <= 6
 // tokens, no prefetch), 3 or 4 = rows_small_dp with 3-row tiles of <= 8 tokens or 4-row tiles
-// of <= 6 tokens.
-constexpr int kSmallNDefault = 4;
+// of <= 6 tokens. Default 3-row tiles: on the Zen 5 dev VM (bench_kernels --small-n, expert
+// shapes [768, 2048] and [2048, 768]) they were ahead of 4-row tiles at n = 8 (one token block
+// instead of two) and level with them elsewhere.
+constexpr int kSmallNDefault = 3;
 std::atomic<int> g_small_n{kSmallNDefault};
 
 // Horizontal sums of four accumulators: lane j of the result is the sum of the 16 lanes of the
@@ -429,8 +431,9 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
     rows_r<K, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
   } else if (K == Kind::dp && n >= 2 && n <= kSmallNMax && small_n != 0) {
     if constexpr (K == Kind::dp) {
+      // n = 2, and n <= 4 on short rows: one row at a time (one W stream, see the next branch).
       if (n == 2 || (n <= 4 && cols <= 1024))
-        rows_small_dp<1, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);  // one row stream, as below
+        rows_small_dp<1, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
       else if (small_n == 3)
         rows_small_dp<3, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
       else

@@ -11,7 +11,7 @@ namespace afd::kernels::detail {
 constexpr int64_t kTokenChunk = 96;
 
 // Layout helpers for the prepared activations (done once per call, by the caller thread).
-// Round x [n, x_stride] to bf16 into xb [n, ldx], ldx = round_up(cols, 32), columns >= cols zeroed.
+// Round x [n, x_stride] to bf16 into xb [n, ldx], ldx >= round_up(cols, 32), columns >= cols zeroed.
 void prep_x_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xb, int64_t ldx);
 // Copy x into xp [n, ldx] (ldx = round_up(cols, 32), zero padded), optionally rounding through
 // bf16, and permuting each 32-column block to the order in which the AVX-512 kernel widens bf16
