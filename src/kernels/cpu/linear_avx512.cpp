@@ -356,7 +356,6 @@ AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t
 // into balanced blocks (multiples of 32) whose slice of x fits it, and every block passes over
 // all rows r0..r1 before the next, adding its partial sums into y. So x stays in L1 next to the
 // W tile and its prefetched successor instead of being re-read from L2 for every tile.
-constexpr int64_t kSmallNMax = 16;
 constexpr int64_t kSmallNPrefetchMin = 4096;
 constexpr int64_t kSmallNXBytesDefault = 24 * 1024;
 std::atomic<int64_t> g_small_n_x_bytes{kSmallNXBytesDefault};

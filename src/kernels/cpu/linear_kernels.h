@@ -9,6 +9,8 @@
 namespace afd::kernels::detail {
 
 constexpr int64_t kTokenChunk = 96;
+// Largest n of the bf16 x bf16 small-n path (rows_dp_bf16_avx512; linear_avx512.cpp).
+constexpr int64_t kSmallNMax = 16;
 
 // Layout helpers for the prepared activations (done once per call, by the caller thread).
 // Round x [n, x_stride] to bf16 into xb [n, ldx], ldx >= round_up(cols, 32), columns >= cols zeroed.
@@ -43,7 +45,7 @@ void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_
 // AVX-512 tile tuning (benchmarks only): software prefetch distance in bytes (0 = none) and
 // the single-token layout: 1 = one row at a time (default), 4 or 8 = interleaved row tiles.
 void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single);
-// The bf16 x bf16 small-n path (2..16 tokens, linear_avx512.cpp): layout 0 = the general tiles,
+// The bf16 x bf16 small-n path (2..kSmallNMax tokens, linear_avx512.cpp): layout 0 = the general tiles,
 // 3 or 4 = 3- or 4-row tiles with prefetch; x_block_bytes = the budget for one column block's
 // slice of x. Any other layout / a budget under 1 KiB restores the default.
 void set_linear_avx512_small_n(int layout, int64_t x_block_bytes = 0);

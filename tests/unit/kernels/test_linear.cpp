@@ -178,7 +178,7 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
   detail::set_linear_avx512_tuning(0, 1);  // the defaults
 }
 
-// The bf16 x bf16 small-n layouts (2..16 tokens: 1-row streams for n <= 4 on short rows, 3- or
+// The bf16 x bf16 small-n layouts (2..kSmallNMax tokens: 1-row streams for n <= 4 on short rows, 3- or
 // 4-row tiles with prefetch, and the general tiles when switched off), at every n in the range,
 // row counts that leave partial tiles, and column counts off the 32-column step, on both sides of
 // the 1024-column switch to one-row streams; with the default x budget and with a 1 KiB one,
@@ -190,7 +190,7 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
   ThreadPool pool(2);
   for (auto [layout, x_bytes] : {std::pair<int, int64_t>{0, 0}, {3, 0}, {4, 0}, {3, 1024}, {4, 1024}}) {
     detail::set_linear_avx512_small_n(layout, x_bytes);
-    for (int64_t n = 2; n <= 17; ++n)
+    for (int64_t n = 2; n <= detail::kSmallNMax + 1; ++n)
       for (auto [rows, cols] : {std::pair<int64_t, int64_t>{35, 47}, {70, 300}, {38, 1100}, {9, 64}}) {
         Problem p = make_problem({n, rows, cols}, w_dtype, prec, static_cast<uint32_t>(41 + n));
         for (bool acc : {false, true})
