@@ -409,7 +409,9 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
   for (int r = 0; r < rounds; ++r) {
     bw.push_back(measure_read_bandwidth(pool, size_t{256} << 20, 2));
     for (Row& row : rows) {
-      detail::set_linear_avx512_small_n(row.variant % 10, int64_t{row.variant / 10} * 1024);
+      // variant = layout + 10 * (x block KiB, < 1000) + 10000 * (least prefetch distance KiB).
+      detail::set_linear_avx512_small_n(row.variant % 10, int64_t{row.variant / 10 % 1000} * 1024,
+                                        int64_t{row.variant / 10000} * 1024);
       row.s.push_back(time_calls_p10(*row.w, row.n, pool, 0.1));
     }
   }

@@ -351,12 +351,13 @@ AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t
 // of the next tile's rows at the same column: an R-row tile reads R short streams (one per row,
 // cols * 2 bytes each) that the hardware prefetchers start late on every row, so without it the
 // loads wait on memory while the vdpbf16ps units idle. The prefetch distance is a whole number
-// of tiles, at least kSmallNPrefetchMin bytes.
+// of tiles, at least g_small_n_pf_min bytes.
 // Column blocks: when the call's x (n * cols bf16) exceeds the x budget, the columns are split
 // into balanced blocks (multiples of 32) whose slice of x fits it, and every block passes over
 // all rows r0..r1 before the next, adding its partial sums into y. So x stays in L1 next to the
 // W tile and its prefetched successor instead of being re-read from L2 for every tile.
-constexpr int64_t kSmallNPrefetchMin = 4096;
+constexpr int64_t kSmallNPrefetchMinDefault = 8192;
+std::atomic<int64_t> g_small_n_pf_min{kSmallNPrefetchMinDefault};
 constexpr int64_t kSmallNXBytesDefault = 24 * 1024;
 std::atomic<int64_t> g_small_n_x_bytes{kSmallNXBytesDefault};
 
@@ -364,7 +365,8 @@ template <int R, int TMax>
 AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
                               int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
   const int64_t tile_bytes = R * cols * 2;
-  const int64_t pf = (kSmallNPrefetchMin + tile_bytes - 1) / tile_bytes * tile_bytes;
+  const int64_t pf_min = g_small_n_pf_min.load(std::memory_order_relaxed);
+  const int64_t pf = (pf_min + tile_bytes - 1) / tile_bytes * tile_bytes;
   const int64_t nb = (n + TMax - 1) / TMax;
   const int64_t x_bytes = g_small_n_x_bytes.load(std::memory_order_relaxed);
   const int64_t n_cblocks = std::max<int64_t>(1, (n * cols * 2 + x_bytes - 1) / x_bytes);
@@ -451,7 +453,9 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
 
 }  // namespace
 
-void set_linear_avx512_small_n(int layout, int64_t x_block_bytes) {
+void set_linear_avx512_small_n(int layout, int64_t x_block_bytes, int64_t prefetch_min_bytes) {
+  g_small_n_pf_min.store(prefetch_min_bytes >= 64 ? prefetch_min_bytes : kSmallNPrefetchMinDefault,
+                         std::memory_order_relaxed);
   g_small_n.store(layout == 0 || layout == 3 || layout == 4 ? layout : kSmallNDefault, std::memory_order_relaxed);
   g_small_n_x_bytes.store(x_block_bytes >= 1024 ? x_block_bytes : kSmallNXBytesDefault, std::memory_order_relaxed);
 }

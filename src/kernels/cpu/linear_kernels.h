@@ -47,8 +47,9 @@ void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_
 void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single);
 // The bf16 x bf16 small-n path (2..kSmallNMax tokens, linear_avx512.cpp): layout 0 = the general tiles,
 // 3 or 4 = 3- or 4-row tiles with prefetch; x_block_bytes = the budget for one column block's
-// slice of x. Any other layout / a budget under 1 KiB restores the default.
-void set_linear_avx512_small_n(int layout, int64_t x_block_bytes = 0);
+// slice of x; prefetch_min_bytes = the least prefetch distance (a whole number of tiles is
+// used). Any other layout / a budget under 1 KiB / a distance under 64 B restores the default.
+void set_linear_avx512_small_n(int layout, int64_t x_block_bytes = 0, int64_t prefetch_min_bytes = 0);
 
 // Smallest n for which linear() hands the product to OpenBLAS sgemm (per weight dtype and
 // activation precision; never for bf16 x bf16 on AVX-512 BF16). -1 (the initial value) means

@@ -182,14 +182,20 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
 // 4-row tiles with prefetch, and the general tiles when switched off), at every n in the range,
 // row counts that leave partial tiles, and column counts off the 32-column step, on both sides of
 // the 1024-column switch to one-row streams; with the default x budget and with a 1 KiB one,
-// which splits even these columns into several blocks (partial sums added into y).
+// which splits even these columns into several blocks (partial sums added into y), and with
+// short and long prefetch distances (prefetches past the end of W are harmless hints).
 TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
   if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   auto [w_dtype, prec] = GetParam();
   if (w_dtype != DType::bf16 || prec != ActPrecision::bf16) GTEST_SKIP() << "bf16 x bf16 only";
   ThreadPool pool(2);
-  for (auto [layout, x_bytes] : {std::pair<int, int64_t>{0, 0}, {3, 0}, {4, 0}, {3, 1024}, {4, 1024}}) {
-    detail::set_linear_avx512_small_n(layout, x_bytes);
+  struct Layout {
+    int layout;
+    int64_t x_bytes, pf_min;
+  };
+  for (Layout l : {Layout{0, 0, 0}, {3, 0, 0}, {4, 0, 0}, {3, 1024, 64}, {4, 1024, 65536}}) {
+    const auto [layout, x_bytes, pf_min] = l;
+    detail::set_linear_avx512_small_n(layout, x_bytes, pf_min);
     for (int64_t n = 2; n <= detail::kSmallNMax + 1; ++n)
       for (auto [rows, cols] : {std::pair<int64_t, int64_t>{35, 47}, {70, 300}, {38, 1100}, {9, 64}}) {
         Problem p = make_problem({n, rows, cols}, w_dtype, prec, static_cast<uint32_t>(41 + n));
