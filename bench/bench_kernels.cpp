@@ -1,5 +1,6 @@
 // bench_kernels: times the CPU kernels against the machine limits measured in the same run.
 //   bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights]
+//                 [--small-n V,.. [--ns N,..] [--rounds R]]
 // Prints a Markdown table: kernel path, W shape, n, precision, time per call, GB/s of W
 // streamed, GFLOP/s, fraction of the measured read bandwidth, of the library GEMM rate and of
 // the vector peak. Every case is timed in several rounds (best of 9 repetitions per round, best
@@ -13,6 +14,10 @@
 // linear with bf16 weights of the same shapes, cold, for 1..256 tokens, with the read bandwidth
 // measured in the same rounds; plus the gemv conversion variants (half vs bf16 table) and the
 // gemv / tile crossover (the defaults in linear_fp8.cpp come from these tables).
+// --small-n: bf16 x bf16 products of the expert shapes at n tokens (--ns, default 1,2,4,8,16,32)
+// for each variant V = layout + 10 * (x block KiB, < 1000) + 10000 * (least prefetch distance
+// KiB) of set_linear_avx512_small_n (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n
+// tiles; 0 KiB = the default), interleaved in each of R rounds (default 5).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -462,7 +467,8 @@ int main(int argc, char** argv) {
       }
     }
     else {
-      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights]\n");
+      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights] "
+                           "[--small-n V,.. [--ns N,..] [--rounds R]]\n");
       return 2;
     }
   }
