@@ -1,6 +1,6 @@
 // bench_kernels: times the CPU kernels against the machine limits measured in the same run.
 //   bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights]
-//                 [--small-n V,.. [--ns N,..] [--rounds R]]
+//                 [--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R]]
 // Prints a Markdown table: kernel path, W shape, n, precision, time per call, GB/s of W
 // streamed, GFLOP/s, fraction of the measured read bandwidth, of the library GEMM rate and of
 // the vector peak. Every case is timed in several rounds (best of 9 repetitions per round, best
@@ -14,7 +14,8 @@
 // linear with bf16 weights of the same shapes, cold, for 1..256 tokens, with the read bandwidth
 // measured in the same rounds; plus the gemv conversion variants (half vs bf16 table) and the
 // gemv / tile crossover (the defaults in linear_fp8.cpp come from these tables).
-// --small-n: bf16 x bf16 products of the expert shapes at n tokens (--ns, default 1,2,4,8,16,32)
+// --small-n: bf16 x bf16 products of W shapes (--shapes, default the expert shapes [768, 2048],
+// [2048, 768]) at n tokens (--ns, default 1,2,4,8,16,32)
 // for each variant V = layout + 10 * (x block KiB, < 1000) + 10000 * (least prefetch distance
 // KiB) of set_linear_avx512_small_n (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n
 // tiles; 0 KiB = the default), interleaved in each of R rounds (default 5).
@@ -396,10 +397,12 @@ double time_calls_p10(const WeightSet& w, int64_t n, ThreadPool& pool, double mi
 // bf16 x bf16 expert products at n = 1..32 tokens, small-n layouts interleaved in every
 // round, read bandwidth sampled before every round; per round the 10th percentile of
 // single-call times (time_calls_p10); median and range of those over the rounds.
-int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, const std::vector<int>& ns) {
+int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, const std::vector<int>& ns,
+                const std::vector<int>& shapes) {
   const double cold = 256.0 * 1024 * 1024;
-  WeightSet up = make_weights(DType::bf16, 768, 2048, cold);
-  WeightSet down = make_weights(DType::bf16, 2048, 768, cold);
+  std::vector<WeightSet> sets;
+  sets.reserve(shapes.size() / 2);
+  for (size_t i = 0; i + 1 < shapes.size(); i += 2) sets.push_back(make_weights(DType::bf16, shapes[i], shapes[i + 1], cold));
   struct Row {
     const WeightSet* w;
     int64_t n;
@@ -407,9 +410,9 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
     std::vector<double> s;
   };
   std::vector<Row> rows;
-  for (const WeightSet* w : {&up, &down})
+  for (const WeightSet& w : sets)
     for (int n : ns)
-      for (int v : variants) rows.push_back({w, n, v, {}});
+      for (int v : variants) rows.push_back({&w, n, v, {}});
   std::vector<double> bw;
   for (int r = 0; r < rounds; ++r) {
     bw.push_back(measure_read_bandwidth(pool, size_t{256} << 20, 2));
@@ -447,7 +450,7 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
 int main(int argc, char** argv) {
   int threads = 2;
   bool quick = false, compare = false, tune = false, fp8 = false, fp8_weights = false;
-  std::vector<int> small_n, small_ns = {1, 2, 4, 8, 16, 32};
+  std::vector<int> small_n, small_ns = {1, 2, 4, 8, 16, 32}, shapes = {768, 2048, 2048, 768};
   int rounds_arg = 5;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
@@ -457,9 +460,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--fp8-weights")) fp8_weights = true;
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds_arg = std::atoi(argv[++i]);
-    else if ((!std::strcmp(argv[i], "--small-n") || !std::strcmp(argv[i], "--ns")) && i + 1 < argc) {
-      std::vector<int>& out = !std::strcmp(argv[i], "--ns") ? small_ns : small_n;
-      if (&out == &small_ns) out.clear();
+    else if ((!std::strcmp(argv[i], "--small-n") || !std::strcmp(argv[i], "--ns") ||
+              !std::strcmp(argv[i], "--shapes")) && i + 1 < argc) {
+      std::vector<int>& out = !std::strcmp(argv[i], "--ns") ? small_ns : !std::strcmp(argv[i], "--shapes") ? shapes : small_n;
+      out.clear();
       for (const char* p = argv[++i]; *p;) {
         out.push_back(std::atoi(p));
         while (*p && *p != ',') ++p;
@@ -468,14 +472,14 @@ int main(int argc, char** argv) {
     }
     else {
       std::fprintf(stderr, "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights] "
-                           "[--small-n V,.. [--ns N,..] [--rounds R]]\n");
+                           "[--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R]]\n");
       return 2;
     }
   }
   if (fp8) return run_fp8(quick);
   if (fp8_weights) return run_fp8_weights(threads, quick);
   ThreadPool pool(threads);
-  if (!small_n.empty()) return run_small_n(pool, rounds_arg, small_n, small_ns);
+  if (!small_n.empty()) return run_small_n(pool, rounds_arg, small_n, small_ns, shapes);
   if (tune) {
     // n == 1 on a 128 MiB bf16 matrix: prefetch distance x rows per tile, interleaved rounds
     // (best of rounds), each round also timing a plain read of 256 MiB as a noise reference.
