@@ -178,10 +178,10 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
   detail::set_linear_avx512_tuning(0, 1);  // the defaults
 }
 
-// The bf16 x bf16 small-n layouts (2..kSmallNMax tokens: 1-row streams for n <= 4 on short rows, 3- or
+// The bf16 x bf16 small-n layouts (2..kSmallNMax tokens: 1-row streams for n <= 4, 3- or
 // 4-row tiles with prefetch, and the general tiles when switched off), at every n in the range,
 // row counts that leave partial tiles, and column counts off the 32-column step, on both sides of
-// the 1024-column switch to one-row streams; with the default x budget and with a 1 KiB one,
+// the general tiles' 1024-column switch to one-row streams; with the default x budget and a 1 KiB one,
 // which splits even these columns into several blocks (partial sums added into y), and with
 // short and long prefetch distances (prefetches past the end of W are harmless hints).
 TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
