@@ -378,8 +378,7 @@ double time_calls_p10(const WeightSet& w, int64_t n, ThreadPool& pool, double mi
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
   int64_t call = 0;
   auto one = [&] {
-    linear(x.data(), n, w.cols, w.get(call++), w.dtype, w.rows, w.cols, y.data(), w.rows, ActPrecision::bf16,
-           &pool);
+    linear(x.data(), n, w.cols, w.get(call++), w.dtype, w.rows, w.cols, y.data(), w.rows, ActPrecision::bf16, &pool);
   };
   for (int64_t i = 0; i < w.count; ++i) one();
   std::vector<double> t;
@@ -402,7 +401,8 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
   const double cold = 256.0 * 1024 * 1024;
   std::vector<WeightSet> sets;
   sets.reserve(shapes.size() / 2);
-  for (size_t i = 0; i + 1 < shapes.size(); i += 2) sets.push_back(make_weights(DType::bf16, shapes[i], shapes[i + 1], cold));
+  for (size_t i = 0; i + 1 < shapes.size(); i += 2)
+    sets.push_back(make_weights(DType::bf16, shapes[i], shapes[i + 1], cold));
   struct Row {
     const WeightSet* w;
     int64_t n;
@@ -432,15 +432,16 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
   std::printf("read bandwidth per round (GB/s):");
   for (double b : bw) std::printf(" %.1f", b / 1e9);
   std::printf("; median %.2f\n", bw_med / 1e9);
-  std::printf("| W [rows, cols] | n | layout | us/call p10, median | range | GB/s (median) | frac read BW (median) | frac read BW (best) |\n");
+  std::printf(
+      "| W [rows, cols] | n | layout | us/call p10, median | range | GB/s (median) | frac read BW (median) | frac read BW (best) |\n");
   std::printf("|---|---:|---:|---:|---|---:|---:|---:|\n");
   for (const Row& row : rows) {
     const double m = med(row.s);
     const auto [lo, hi] = std::minmax_element(row.s.begin(), row.s.end());
-    std::printf("| [%lld, %lld] | %lld | %d | %.1f | %.1f-%.1f | %.2f | %.3f | %.3f |\n", static_cast<long long>(row.w->rows),
-                static_cast<long long>(row.w->cols), static_cast<long long>(row.n), row.variant, m * 1e6, *lo * 1e6,
-                *hi * 1e6, row.w->bytes_one() / m / 1e9, row.w->bytes_one() / m / bw_med,
-                row.w->bytes_one() / *lo / *std::max_element(bw.begin(), bw.end()));
+    std::printf("| [%lld, %lld] | %lld | %d | %.1f | %.1f-%.1f | %.2f | %.3f | %.3f |\n",
+                static_cast<long long>(row.w->rows), static_cast<long long>(row.w->cols), static_cast<long long>(row.n),
+                row.variant, m * 1e6, *lo * 1e6, *hi * 1e6, row.w->bytes_one() / m / 1e9,
+                row.w->bytes_one() / m / bw_med, row.w->bytes_one() / *lo / *std::max_element(bw.begin(), bw.end()));
   }
   return 0;
 }
@@ -461,18 +462,21 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--fp8-weights")) fp8_weights = true;
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds_arg = std::atoi(argv[++i]);
     else if ((!std::strcmp(argv[i], "--small-n") || !std::strcmp(argv[i], "--ns") ||
-              !std::strcmp(argv[i], "--shapes")) && i + 1 < argc) {
-      std::vector<int>& out = !std::strcmp(argv[i], "--ns") ? small_ns : !std::strcmp(argv[i], "--shapes") ? shapes : small_n;
+              !std::strcmp(argv[i], "--shapes")) &&
+             i + 1 < argc) {
+      std::vector<int>& out = !std::strcmp(argv[i], "--ns")       ? small_ns
+                              : !std::strcmp(argv[i], "--shapes") ? shapes
+                                                                  : small_n;
       out.clear();
       for (const char* p = argv[++i]; *p;) {
         out.push_back(std::atoi(p));
         while (*p && *p != ',') ++p;
         if (*p == ',') ++p;
       }
-    }
-    else {
-      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights] "
-                           "[--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R]]\n");
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights] "
+                   "[--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R]]\n");
       return 2;
     }
   }

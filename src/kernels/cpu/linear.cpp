@@ -203,9 +203,9 @@ void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_
   int64_t ldx = x_stride;
   switch (path) {
     case Path::avx512_dp: {
-      // A few tokens are all read at the same column for every W tile (the small-n path): rows of
-      // x a multiple of 1 KiB apart would share L1 sets (up to 16 tokens x 4 KiB-aliased lines
-      // next to the tile's W lines, over the 12 ways of the dev machine's L1), so they get 64 bytes of zero padding.
+      // The small-n path reads every token's x at the same column for each W tile: x rows a
+      // multiple of 1 KiB apart would put those lines into a few L1 sets next to the tile's W
+      // lines, so such rows get 64 bytes of zero padding.
       const int64_t ldxp = n <= kSmallNMax && (ldx32 * 2) % 1024 == 0 ? ldx32 + 32 : ldx32;
       uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldxp));
       prep_x_bf16(x, n, x_stride, cols, p, ldxp);

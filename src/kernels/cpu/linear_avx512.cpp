@@ -93,8 +93,8 @@ AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool
 // Rows of W are ldw elements apart (0: cols); pf: prefetch (to L1) the byte at this offset from
 // every W load; Tree: store_tile's reduction.
 template <int R, int T, bool Tree = false>
-AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int64_t ldx, float* y,
-                        int64_t ldy, bool acc, int64_t pf, int64_t ldw = 0) {
+AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int64_t ldx, float* y, int64_t ldy,
+                        bool acc, int64_t pf, int64_t ldw = 0) {
   const int64_t lw = ldw ? ldw : cols;
   __m512 a[R][T];
 #pragma GCC unroll 8
@@ -362,8 +362,8 @@ constexpr int64_t kSmallNXBytesDefault = 24 * 1024;
 std::atomic<int64_t> g_small_n_x_bytes{kSmallNXBytesDefault};
 
 template <int R, int TMax>
-AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
-                              int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
+AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
+                              int64_t r1, float* y, int64_t ldy, bool acc) {
   const int64_t tile_bytes = R * cols * 2;
   const int64_t pf_min = g_small_n_pf_min.load(std::memory_order_relaxed);
   const int64_t pf = (pf_min + tile_bytes - 1) / tile_bytes * tile_bytes;
@@ -385,14 +385,12 @@ AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const u
         // Later token blocks find the tile's rows in L1; only the first prefetches.
         const int64_t p = b == 0 ? pf : 0;
         switch (t) {
-#define AFD_SMALL_CASE(TT)                                                           \
-  case TT:                                                                           \
-    if constexpr (TT <= TMax) {                                                      \
-      if (full)                                                                      \
-        tile_dp<R, TT, true>(wr, cw, xb, ldx, yb, ldy, acc_c, p, cols);              \
-      else                                                                           \
-        tile_dp<1, TT, true>(wr, cw, xb, ldx, yb, ldy, acc_c, p, cols);              \
-    }                                                                                \
+#define AFD_SMALL_CASE(TT)                                                      \
+  case TT:                                                                      \
+    if constexpr (TT <= TMax) {                                                 \
+      if (full) tile_dp<R, TT, true>(wr, cw, xb, ldx, yb, ldy, acc_c, p, cols); \
+      else tile_dp<1, TT, true>(wr, cw, xb, ldx, yb, ldy, acc_c, p, cols);      \
+    }                                                                           \
     break;
           AFD_SMALL_CASE(1)
           AFD_SMALL_CASE(2)
@@ -434,12 +432,9 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
     if constexpr (K == Kind::dp) {
       // n <= 4: one row at a time (one W stream, see the next branch); with the prefetch it was
       // ahead of the 3-row tiles on 4 KiB rows too (n = 4: 103 vs 120 us, [768, 2048]).
-      if (n <= 4)
-        rows_small_dp<1, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
-      else if (small_n == 3)
-        rows_small_dp<3, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
-      else
-        rows_small_dp<4, 6>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
+      if (n <= 4) rows_small_dp<1, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
+      else if (small_n == 3) rows_small_dp<3, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
+      else rows_small_dp<4, 6>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
     }
   } else if (rows_single == 1 && (n == 2 || (n <= 4 && cols <= 1024))) {
     // A few tokens (MoE experts at small decode batches): one W row at a time with one

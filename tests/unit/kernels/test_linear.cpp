@@ -202,8 +202,7 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
         for (bool acc : {false, true})
           for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::vector<float> y = p.y_init;
-            linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, tp,
-                   acc);
+            linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, tp, acc);
             check(p, y, acc,
                   describe(p, "avx512 small-n", acc, tp ? tp->size() : 1) + " layout=" + std::to_string(layout) +
                       " x_bytes=" + std::to_string(x_bytes));
