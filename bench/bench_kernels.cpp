@@ -1,5 +1,6 @@
 // bench_kernels: times the CPU kernels against the machine limits measured in the same run.
 //   bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights]
+//                 [--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R]]
 // Prints a Markdown table: kernel path, W shape, n, precision, time per call, GB/s of W
 // streamed, GFLOP/s, fraction of the measured read bandwidth, of the library GEMM rate and of
 // the vector peak. Every case is timed in several rounds (best of 9 repetitions per round, best
@@ -13,6 +14,12 @@
 // linear with bf16 weights of the same shapes, cold, for 1..256 tokens, with the read bandwidth
 // measured in the same rounds; plus the gemv conversion variants (half vs bf16 table) and the
 // gemv / tile crossover (the defaults in linear_fp8.cpp come from these tables).
+// --small-n: bf16 x bf16 products of W shapes (--shapes, default the expert shapes [768, 2048],
+// [2048, 768]) at n tokens (--ns, default 1,2,4,8,16,32)
+// for each variant V = layout + 10 * (x block KiB, < 1000) + 10000 * (least prefetch distance
+// KiB) of set_linear_avx512_small_n (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n
+// tiles; 0 KiB = the default), interleaved in each of R rounds (default 5).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -363,11 +370,89 @@ int run_fp8_weights(int threads, bool quick) {
   return 0;
 }
 
+// 10th percentile of single-call times (bf16 activations) over min_seconds of calls cycling
+// through the cold weight set. On a loaded machine most calls share the cores or the memory
+// bus with other processes; the fast tail is the closest to the kernel's own speed.
+double time_calls_p10(const WeightSet& w, int64_t n, ThreadPool& pool, double min_seconds) {
+  std::vector<float> x(static_cast<size_t>(n * w.cols)), y(static_cast<size_t>(n * w.rows));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  int64_t call = 0;
+  auto one = [&] {
+    linear(x.data(), n, w.cols, w.get(call++), w.dtype, w.rows, w.cols, y.data(), w.rows, ActPrecision::bf16, &pool);
+  };
+  for (int64_t i = 0; i < w.count; ++i) one();
+  std::vector<double> t;
+  const int64_t t_end = now_ns() + static_cast<int64_t>(min_seconds * 1e9);
+  while (static_cast<int64_t>(t.size()) < 2 * w.count || now_ns() < t_end) {
+    const int64_t s = now_ns();
+    one();
+    t.push_back(static_cast<double>(now_ns() - s) * 1e-9);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 10];
+}
+
+// ---- --small-n ----
+// bf16 x bf16 expert products at n = 1..32 tokens, small-n layouts interleaved in every
+// round, read bandwidth sampled before every round; per round the 10th percentile of
+// single-call times (time_calls_p10); median and range of those over the rounds.
+int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, const std::vector<int>& ns,
+                const std::vector<int>& shapes) {
+  const double cold = 256.0 * 1024 * 1024;
+  std::vector<WeightSet> sets;
+  sets.reserve(shapes.size() / 2);
+  for (size_t i = 0; i + 1 < shapes.size(); i += 2)
+    sets.push_back(make_weights(DType::bf16, shapes[i], shapes[i + 1], cold));
+  struct Row {
+    const WeightSet* w;
+    int64_t n;
+    int variant;
+    std::vector<double> s;
+  };
+  std::vector<Row> rows;
+  for (const WeightSet& w : sets)
+    for (int n : ns)
+      for (int v : variants) rows.push_back({&w, n, v, {}});
+  std::vector<double> bw;
+  for (int r = 0; r < rounds; ++r) {
+    bw.push_back(measure_read_bandwidth(pool, size_t{256} << 20, 2));
+    for (Row& row : rows) {
+      // variant = layout + 10 * (x block KiB, < 1000) + 10000 * (least prefetch distance KiB).
+      detail::set_linear_avx512_small_n(row.variant % 10, int64_t{row.variant / 10 % 1000} * 1024,
+                                        int64_t{row.variant / 10000} * 1024);
+      row.s.push_back(time_calls_p10(*row.w, row.n, pool, 0.1));
+    }
+  }
+  detail::set_linear_avx512_small_n(-1);
+  auto med = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  const double bw_med = med(bw);
+  std::printf("read bandwidth per round (GB/s):");
+  for (double b : bw) std::printf(" %.1f", b / 1e9);
+  std::printf("; median %.2f\n", bw_med / 1e9);
+  std::printf(
+      "| W [rows, cols] | n | layout | us/call p10, median | range | GB/s (median) | frac read BW (median) | frac read BW (best) |\n");
+  std::printf("|---|---:|---:|---:|---|---:|---:|---:|\n");
+  for (const Row& row : rows) {
+    const double m = med(row.s);
+    const auto [lo, hi] = std::minmax_element(row.s.begin(), row.s.end());
+    std::printf("| [%lld, %lld] | %lld | %d | %.1f | %.1f-%.1f | %.2f | %.3f | %.3f |\n",
+                static_cast<long long>(row.w->rows), static_cast<long long>(row.w->cols), static_cast<long long>(row.n),
+                row.variant, m * 1e6, *lo * 1e6, *hi * 1e6, row.w->bytes_one() / m / 1e9,
+                row.w->bytes_one() / m / bw_med, row.w->bytes_one() / *lo / *std::max_element(bw.begin(), bw.end()));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2;
   bool quick = false, compare = false, tune = false, fp8 = false, fp8_weights = false;
+  std::vector<int> small_n, small_ns = {1, 2, 4, 8, 16, 32}, shapes = {768, 2048, 2048, 768};
+  int rounds_arg = 5;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -375,14 +460,30 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--tune")) tune = true;
     else if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--fp8-weights")) fp8_weights = true;
-    else {
-      std::fprintf(stderr, "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights]\n");
+    else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds_arg = std::atoi(argv[++i]);
+    else if ((!std::strcmp(argv[i], "--small-n") || !std::strcmp(argv[i], "--ns") ||
+              !std::strcmp(argv[i], "--shapes")) &&
+             i + 1 < argc) {
+      std::vector<int>& out = !std::strcmp(argv[i], "--ns")       ? small_ns
+                              : !std::strcmp(argv[i], "--shapes") ? shapes
+                                                                  : small_n;
+      out.clear();
+      for (const char* p = argv[++i]; *p;) {
+        out.push_back(std::atoi(p));
+        while (*p && *p != ',') ++p;
+        if (*p == ',') ++p;
+      }
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights] "
+                   "[--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R]]\n");
       return 2;
     }
   }
   if (fp8) return run_fp8(quick);
   if (fp8_weights) return run_fp8_weights(threads, quick);
   ThreadPool pool(threads);
+  if (!small_n.empty()) return run_small_n(pool, rounds_arg, small_n, small_ns, shapes);
   if (tune) {
     // n == 1 on a 128 MiB bf16 matrix: prefetch distance x rows per tile, interleaved rounds
     // (best of rounds), each round also timing a plain read of 256 MiB as a noise reference.

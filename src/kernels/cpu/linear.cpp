@@ -203,10 +203,14 @@ void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_
   int64_t ldx = x_stride;
   switch (path) {
     case Path::avx512_dp: {
-      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx32));
-      prep_x_bf16(x, n, x_stride, cols, p, ldx32);
+      // The small-n path reads every token's x at the same column for each W tile: x rows a
+      // multiple of 1 KiB apart would put those lines into a few L1 sets next to the tile's W
+      // lines, so such rows get 64 bytes of zero padding.
+      const int64_t ldxp = n <= kSmallNMax && (ldx32 * 2) % 1024 == 0 ? ldx32 + 32 : ldx32;
+      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldxp));
+      prep_x_bf16(x, n, x_stride, cols, p, ldxp);
       xb = p;
-      ldx = ldx32;
+      ldx = ldxp;
       break;
     }
     case Path::avx512_fma:

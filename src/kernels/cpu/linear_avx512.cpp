@@ -31,9 +31,53 @@ namespace {
 // 8-row tiles were 20-35 % slower on the bench model's shapes, 4-row tiles slower still).
 std::atomic<int64_t> g_prefetch_bytes{0};
 std::atomic<int> g_rows_single{1};
+// Small-n (2..kSmallNMax tokens, bf16 x bf16) row tile: 0 = the general tiles (4 rows x <= 6
+// tokens, no prefetch), 3 or 4 = rows_small_dp with 3-row tiles of <= 8 tokens or 4-row tiles
+// of <= 6 tokens. Default 3-row tiles: on the Zen 5 dev VM (bench_kernels --small-n, expert
+// shapes [768, 2048] and [2048, 768]) they were ahead of 4-row tiles at n = 8 (one token block
+// instead of two) and level with them elsewhere.
+constexpr int kSmallNDefault = 3;
+std::atomic<int> g_small_n{kSmallNDefault};
 
-template <int R, int T>
+// Horizontal sums of four accumulators: lane j of the result is the sum of the 16 lanes of the
+// j-th argument (13 instructions for four sums; _mm512_reduce_add_ps takes 8 for one).
+AFD_AVX512 inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // Per 128-bit block k: [a0+a2, b0+b2, a1+a3, b1+b3] (lane indices within the block), same for c, d.
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  // Per block k: the block's partial sums [a_k, b_k, c_k, d_k].
+  // (unpack*_pd moves the 64-bit pairs; the sum is in f32.)
+  const __m512d abd = _mm512_castps_pd(ab), cdd = _mm512_castps_pd(cd);
+  const __m512 s = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(abd, cdd)),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(abd, cdd)));
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// y[t * ldy + r] (+)= horizontal sum of a[r][t]. Tree: four sums at a time (reduce4).
+template <int R, int T, bool Tree = false>
 AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool acc) {
+  if constexpr (Tree && R * T >= 4) {
+    // Sums in token-major order k = t * R + r.
+    constexpr int N = R * T;
+    alignas(16) float s[N + 3];
+#pragma GCC unroll 16
+    for (int k = 0; k + 4 <= N; k += 4)
+      _mm_store_ps(s + k, reduce4(a[k % R][k / R], a[(k + 1) % R][(k + 1) / R], a[(k + 2) % R][(k + 2) / R],
+                                  a[(k + 3) % R][(k + 3) / R]));
+#pragma GCC unroll 4
+    for (int k = N / 4 * 4; k < N; ++k) s[k] = _mm512_reduce_add_ps(a[k % R][k / R]);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        float* o = y + t * ldy + r;
+        *o = acc ? *o + s[t * R + r] : s[t * R + r];
+      }
+    }
+    return;
+  }
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 8
@@ -46,9 +90,12 @@ AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool
 }
 
 // ---- bf16 x bf16 -> f32 (vdpbf16ps) ----
-template <int R, int T>
-AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int64_t ldx, float* y,
-                        int64_t ldy, bool acc, int64_t pf) {
+// Rows of W are ldw elements apart (0: cols); pf: prefetch (to L1) the byte at this offset from
+// every W load; Tree: store_tile's reduction.
+template <int R, int T, bool Tree = false>
+AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int64_t ldx, float* y, int64_t ldy,
+                        bool acc, int64_t pf, int64_t ldw = 0) {
+  const int64_t lw = ldw ? ldw : cols;
   __m512 a[R][T];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -60,7 +107,7 @@ AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int6
     __m512bh wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const uint16_t* p = w + r * cols + c;
+      const uint16_t* p = w + r * lw + c;
       if (pf) _mm_prefetch(reinterpret_cast<const char*>(p) + pf, _MM_HINT_T0);
       wv[r] = (__m512bh)_mm512_loadu_si512(p);
     }
@@ -76,7 +123,7 @@ AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int6
     __mmask32 m = _cvtu32_mask32((1u << (cols - c)) - 1u);
     __m512bh wv[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + r * cols + c);
+    for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + r * lw + c);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       __m512bh xv = (__m512bh)_mm512_loadu_si512(x + t * ldx + c);
@@ -84,7 +131,7 @@ AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int6
       for (int r = 0; r < R; ++r) a[r][t] = _mm512_dpbf16_ps(a[r][t], wv[r], xv);
     }
   }
-  store_tile<R, T>(a, y, ldy, acc);
+  store_tile<R, T, Tree>(a, y, ldy, acc);
 }
 
 // ---- f32 x (bf16 W widened) -> f32 FMA; x permuted per 32-column block ----
@@ -298,12 +345,78 @@ AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t
   }
 }
 
+// ---- Small n (2..kSmallNMax tokens), bf16 x bf16 ----
+// Every token of the call in one pass over W where the registers allow it (R rows x T <= TMax
+// tokens, balanced token blocks otherwise), four-at-a-time reductions, and a software prefetch
+// of the next tile's rows at the same column: an R-row tile reads R short streams (one per row,
+// cols * 2 bytes each) that the hardware prefetchers start late on every row, so without it the
+// loads wait on memory while the vdpbf16ps units idle. The prefetch distance is a whole number
+// of tiles, at least g_small_n_pf_min bytes.
+// Column blocks: when the call's x (n * cols bf16) exceeds the x budget, the columns are split
+// into balanced blocks (multiples of 32) whose slice of x fits it, and every block passes over
+// all rows r0..r1 before the next, adding its partial sums into y. So x stays in L1 next to the
+// W tile and its prefetched successor instead of being re-read from L2 for every tile.
+constexpr int64_t kSmallNPrefetchMinDefault = 8192;
+std::atomic<int64_t> g_small_n_pf_min{kSmallNPrefetchMinDefault};
+constexpr int64_t kSmallNXBytesDefault = 24 * 1024;
+std::atomic<int64_t> g_small_n_x_bytes{kSmallNXBytesDefault};
+
+template <int R, int TMax>
+AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
+                              int64_t r1, float* y, int64_t ldy, bool acc) {
+  const int64_t tile_bytes = R * cols * 2;
+  const int64_t pf_min = g_small_n_pf_min.load(std::memory_order_relaxed);
+  const int64_t pf = (pf_min + tile_bytes - 1) / tile_bytes * tile_bytes;
+  const int64_t nb = (n + TMax - 1) / TMax;
+  const int64_t x_bytes = g_small_n_x_bytes.load(std::memory_order_relaxed);
+  const int64_t n_cblocks = std::max<int64_t>(1, (n * cols * 2 + x_bytes - 1) / x_bytes);
+  const int64_t cblock = ((cols + n_cblocks - 1) / n_cblocks + 31) / 32 * 32;
+  for (int64_t c0 = 0; c0 < cols; c0 += cblock) {
+    const int64_t cw = std::min(cblock, cols - c0);
+    const bool acc_c = acc || c0 > 0;
+    for (int64_t r = r0; r < r1;) {
+      const bool full = r + R <= r1;
+      const uint16_t* wr = w + r * cols + c0;
+      int64_t i = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int t = static_cast<int>((n - i) / (nb - b));
+        const uint16_t* xb = x + i * ldx + c0;
+        float* yb = y + i * ldy + r;
+        // Later token blocks find the tile's rows in L1; only the first prefetches.
+        const int64_t p = b == 0 ? pf : 0;
+        switch (t) {
+#define AFD_SMALL_CASE(TT)                                                      \
+  case TT:                                                                      \
+    if constexpr (TT <= TMax) {                                                 \
+      if (full) tile_dp<R, TT, true>(wr, cw, xb, ldx, yb, ldy, acc_c, p, cols); \
+      else tile_dp<1, TT, true>(wr, cw, xb, ldx, yb, ldy, acc_c, p, cols);      \
+    }                                                                           \
+    break;
+          AFD_SMALL_CASE(1)
+          AFD_SMALL_CASE(2)
+          AFD_SMALL_CASE(3)
+          AFD_SMALL_CASE(4)
+          AFD_SMALL_CASE(5)
+          AFD_SMALL_CASE(6)
+          AFD_SMALL_CASE(7)
+          AFD_SMALL_CASE(8)
+#undef AFD_SMALL_CASE
+          default: break;
+        }
+        i += t;
+      }
+      r += full ? R : 1;
+    }
+  }
+}
+
 template <Kind K, typename WT, typename XT>
 AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
                              int64_t r1, float* y, int64_t ldy, bool acc) {
   const int64_t pf = g_prefetch_bytes.load(std::memory_order_relaxed);
   // One token: no x reuse to exploit; rows one at a time (default) or interleaved tiles.
   const int rows_single = g_rows_single.load(std::memory_order_relaxed);
+  const int small_n = g_small_n.load(std::memory_order_relaxed);
   if (n == 1 && rows_single == 1) {
     for (int64_t r = r0; r < r1; ++r) {
       if constexpr (K == Kind::dp)
@@ -315,6 +428,14 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
     }
   } else if (n == 1 && rows_single == 8) {
     rows_r<K, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
+  } else if (K == Kind::dp && n >= 2 && n <= kSmallNMax && small_n != 0) {
+    if constexpr (K == Kind::dp) {
+      // n <= 4: one row at a time (one W stream, see the next branch); with the prefetch it was
+      // ahead of the 3-row tiles on 4 KiB rows too (n = 4: 103 vs 120 us, [768, 2048]).
+      if (n <= 4) rows_small_dp<1, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
+      else if (small_n == 3) rows_small_dp<3, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
+      else rows_small_dp<4, 6>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
+    }
   } else if (rows_single == 1 && (n == 2 || (n <= 4 && cols <= 1024))) {
     // A few tokens (MoE experts at small decode batches): one W row at a time with one
     // accumulator per token, for the same sequential-stream reason. Measured (2 threads, cold
@@ -327,6 +448,13 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
 }
 
 }  // namespace
+
+void set_linear_avx512_small_n(int layout, int64_t x_block_bytes, int64_t prefetch_min_bytes) {
+  g_small_n_pf_min.store(prefetch_min_bytes >= 64 ? prefetch_min_bytes : kSmallNPrefetchMinDefault,
+                         std::memory_order_relaxed);
+  g_small_n.store(layout == 0 || layout == 3 || layout == 4 ? layout : kSmallNDefault, std::memory_order_relaxed);
+  g_small_n_x_bytes.store(x_block_bytes >= 1024 ? x_block_bytes : kSmallNXBytesDefault, std::memory_order_relaxed);
+}
 
 void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single) {
   g_prefetch_bytes.store(prefetch_bytes, std::memory_order_relaxed);

@@ -9,9 +9,11 @@
 namespace afd::kernels::detail {
 
 constexpr int64_t kTokenChunk = 96;
+// Largest n of the bf16 x bf16 small-n path (rows_dp_bf16_avx512; linear_avx512.cpp).
+constexpr int64_t kSmallNMax = 16;
 
 // Layout helpers for the prepared activations (done once per call, by the caller thread).
-// Round x [n, x_stride] to bf16 into xb [n, ldx], ldx = round_up(cols, 32), columns >= cols zeroed.
+// Round x [n, x_stride] to bf16 into xb [n, ldx], ldx >= round_up(cols, 32), columns >= cols zeroed.
 void prep_x_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xb, int64_t ldx);
 // Copy x into xp [n, ldx] (ldx = round_up(cols, 32), zero padded), optionally rounding through
 // bf16, and permuting each 32-column block to the order in which the AVX-512 kernel widens bf16
@@ -43,6 +45,11 @@ void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_
 // AVX-512 tile tuning (benchmarks only): software prefetch distance in bytes (0 = none) and
 // the single-token layout: 1 = one row at a time (default), 4 or 8 = interleaved row tiles.
 void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single);
+// The bf16 x bf16 small-n path (2..kSmallNMax tokens, linear_avx512.cpp): layout 0 = the general tiles,
+// 3 or 4 = 3- or 4-row tiles with prefetch; x_block_bytes = the budget for one column block's
+// slice of x; prefetch_min_bytes = the least prefetch distance (a whole number of tiles is
+// used). Any other layout / a budget under 1 KiB / a distance under 64 B restores the default.
+void set_linear_avx512_small_n(int layout, int64_t x_block_bytes = 0, int64_t prefetch_min_bytes = 0);
 
 // Smallest n for which linear() hands the product to OpenBLAS sgemm (per weight dtype and
 // activation precision; never for bf16 x bf16 on AVX-512 BF16). -1 (the initial value) means

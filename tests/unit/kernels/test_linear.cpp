@@ -178,6 +178,40 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
   detail::set_linear_avx512_tuning(0, 1);  // the defaults
 }
 
+// The bf16 x bf16 small-n layouts (2..kSmallNMax tokens: 1-row streams for n <= 4, 3- or
+// 4-row tiles with prefetch, and the general tiles when switched off), at every n in the range,
+// row counts that leave partial tiles, and column counts off the 32-column step, on both sides of
+// the general tiles' 1024-column switch to one-row streams; with the default x budget and a 1 KiB one,
+// which splits even these columns into several blocks (partial sums added into y), and with
+// short and long prefetch distances (prefetches past the end of W are harmless hints).
+TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
+  if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  auto [w_dtype, prec] = GetParam();
+  if (w_dtype != DType::bf16 || prec != ActPrecision::bf16) GTEST_SKIP() << "bf16 x bf16 only";
+  ThreadPool pool(2);
+  struct Layout {
+    int layout;
+    int64_t x_bytes, pf_min;
+  };
+  for (Layout l : {Layout{0, 0, 0}, {3, 0, 0}, {4, 0, 0}, {3, 1024, 64}, {4, 1024, 65536}}) {
+    const auto [layout, x_bytes, pf_min] = l;
+    detail::set_linear_avx512_small_n(layout, x_bytes, pf_min);
+    for (int64_t n = 2; n <= detail::kSmallNMax + 1; ++n)
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{35, 47}, {70, 300}, {38, 1100}, {9, 64}}) {
+        Problem p = make_problem({n, rows, cols}, w_dtype, prec, static_cast<uint32_t>(41 + n));
+        for (bool acc : {false, true})
+          for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<float> y = p.y_init;
+            linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, tp, acc);
+            check(p, y, acc,
+                  describe(p, "avx512 small-n", acc, tp ? tp->size() : 1) + " layout=" + std::to_string(layout) +
+                      " x_bytes=" + std::to_string(x_bytes));
+          }
+      }
+  }
+  detail::set_linear_avx512_small_n(-1);  // the default
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDtypes, LinearTest,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::f32),
                                             ::testing::Values(ActPrecision::f32, ActPrecision::bf16)),
