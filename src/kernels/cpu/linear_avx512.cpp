@@ -25,10 +25,9 @@ namespace {
 
 // Software prefetch distance for the W streams in bytes ahead of the current load (0: none),
 // and the single-token layout: 1 = rows one at a time (row_seq_*), 4 or 8 = interleaved tiles.
-// Tunables read once per call (bench_kernels --tune). Defaults from runs on the Zen 4 dev
-// machine (2 threads, cold bf16 W, n = 1): no software prefetch for the tiles (512-4096 B ahead
-// was 5-20% slower than the hardware prefetchers alone) and rows one at a time (see row_seq_dp;
-// 8-row tiles were 20-35 % slower on the bench model's shapes, 4-row tiles slower still).
+// Tunables read once per call (bench_kernels --tune). Defaults: no software prefetch and rows
+// one at a time (see row_seq_dp), the fastest settings of bench_kernels --tune for the bench
+// model's shapes.
 std::atomic<int64_t> g_prefetch_bytes{0};
 std::atomic<int> g_rows_single{1};
 // Small-n (2..kSmallNMax tokens, bf16 x bf16) row tile: 0 = the general tiles (4 rows x <= 6
@@ -220,11 +219,9 @@ AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int6
 // ---- One token, one row at a time ----
 // Each W row is read front to back with 4 independent accumulators (dependency chains
 // short enough to keep the loads in flight), so a thread's W range is one sequential
-// stream. Interleaving 4-8 rows (the tiles above) splits it into short strided streams
-// that the hardware prefetchers follow badly when rows are short: measured on the Zen 4
-// dev machine (2 threads, n = 1, cold bf16 W), [2048, 512] went from 21 GB/s with 8-row
-// tiles to 33-35 GB/s (= a plain read of the same bytes), and [4096, 2048] / [32000, 2048]
-// gained 20-30 %. With several tokens the tiles win (x reuse and fewer reductions).
+// stream, which reads at the machine's streaming bandwidth. Interleaving 4-8 rows (the tiles
+// above) splits it into short strided streams that the hardware prefetchers follow badly
+// when rows are short. With several tokens the tiles win (x reuse and fewer reductions).
 // x is zero padded to a multiple of 32 columns (and permuted per 32-column block for
 // fma_bf16w, see prep_x_f32_perm32); W is read only up to cols.
 AFD_AVX512 void row_seq_dp(const uint16_t* w, int64_t cols, const uint16_t* x, float* y, bool acc) {
@@ -438,9 +435,8 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
     }
   } else if (rows_single == 1 && (n == 2 || (n <= 4 && cols <= 1024))) {
     // A few tokens (MoE experts at small decode batches): one W row at a time with one
-    // accumulator per token, for the same sequential-stream reason. Measured (2 threads, cold
-    // bf16 W): [2048, 512] 19 -> 31 GB/s at n = 2, 17 -> 24 GB/s at n = 3, 15 -> 21 GB/s at
-    // n = 4; on 4 KiB rows the tiles stay ahead from n = 3 on.
+    // accumulator per token, for the same sequential-stream reason: always for n = 2, for
+    // n = 3..4 on rows of at most 1024 columns (on longer rows the tiles are faster).
     rows_r<K, 1>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
   } else {
     rows_r<K, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
