@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/causal_attention.h"
 #include "kernels/cpu/mla_attention.h"
+#include "kernels/cpu/rope.h"
 #include "model/attention_variant.h"
 #include "model/gqa_attention.h"
 
@@ -28,7 +29,11 @@ void add_bias(const Vector& b, float* y, int64_t n) {
 class GqaAttention final : public AttentionVariant {
  public:
   GqaAttention(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv, AttentionOptions opt, ThreadPool* pool)
-      : w_(std::move(w)), kv_(kv), opt_(opt), pool_(pool) {}
+      : w_(std::move(w)), kv_(kv), opt_(opt), pool_(pool) {
+    const ModelConfig& c = w_->config;
+    inv_freq_.resize(static_cast<size_t>(c.head_dim / 2));
+    kernels::rope_inv_freq(c.head_dim, c.rope_theta, 0.0, 0.0, 0.0, 0.0, inv_freq_.data());
+  }
 
   void attend(int64_t layer, TokenBatch& b, float* out) override {
     const ModelConfig& c = w_->config;
@@ -54,11 +59,20 @@ class GqaAttention final : public AttentionVariant {
       kernels::rmsnorm(b.q.data(), A.q_norm.data, n * c.n_heads, hd, eps, b.q.data());
       kernels::rmsnorm(b.k.data(), A.k_norm.data, n * c.n_kv_heads, hd, eps, b.k.data());
     }
-    for (int64_t i = 0; i < n; ++i) {
-      kernels::rope_neox(&b.q[i * c.q_dim()], c.n_heads, hd, b.pos[i], c.rope_theta);
-      kernels::rope_neox(&b.k[i * c.kv_dim()], c.n_kv_heads, hd, b.pos[i], c.rope_theta);
-      kv_->write(layer, b.seq[i], b.pos[i], &b.k[i * c.kv_dim()], &b.v[i * c.kv_dim()]);
-    }
+    // NEOX RoPE (the same numbers as kernels::rope_neox: cos/sin of pos * theta^(-2i/hd) in
+    // double, rounded to float), one cos/sin table per token for its q and k heads; tokens
+    // are independent (distinct cache slots), so they are split over the pool.
+    pool_->parallel_for(n, [&](int64_t i0, int64_t i1, int) {
+      thread_local std::vector<float> cs, sn;
+      cs.resize(static_cast<size_t>(hd / 2));
+      sn.resize(static_cast<size_t>(hd / 2));
+      for (int64_t i = i0; i < i1; ++i) {
+        kernels::rope_cos_sin(b.pos[i], inv_freq_.data(), hd / 2, 1.0, cs.data(), sn.data());
+        kernels::rope_rotate(&b.q[i * c.q_dim()], c.n_heads, hd, hd, cs.data(), sn.data(), false);
+        kernels::rope_rotate(&b.k[i * c.kv_dim()], c.n_kv_heads, hd, hd, cs.data(), sn.data(), false);
+        kv_->write(layer, b.seq[i], b.pos[i], &b.k[i * c.kv_dim()], &b.v[i * c.kv_dim()]);
+      }
+    });
     if (c.n_kv_heads == 1 && c.sliding_window == 0) return attend_mqa(layer, b, out);
     // Runs of at least kMinRun prompt tokens (consecutive batch rows of one sequence at
     // consecutive positions) go to the blocked kernel where it runs; every other token is
@@ -145,6 +159,7 @@ class GqaAttention final : public AttentionVariant {
   ThreadPool* pool_;
   std::vector<float> q_low_;  // [n, q_lora_rank] low-rank query scratch
   std::vector<SeqRows> rows_;  // attend_mqa: per token of the batch
+  std::vector<double> inv_freq_;  // [head_dim / 2] plain RoPE frequencies theta^(-2i/head_dim)
   std::vector<int64_t> singles_;  // batch rows attended one at a time
   std::vector<float> k_rows_, v_rows_;  // attend_run: [n_ctx, kv_dim] K and V rows as f32
 };
