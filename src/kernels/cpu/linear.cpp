@@ -227,8 +227,14 @@ void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_
       break;
     }
     case Path::avx512_dp_pairs: {
+      // Many tokens: the 16-token blocks are prepared in parallel (each is independent).
       uint16_t* p = xb_buf.get(static_cast<size_t>((n + 15) / 16 * 16 * ldx32));
-      prep_x_bf16_pairs(x, n, x_stride, cols, p, ldx32);
+      auto prep = [&](int64_t b0, int64_t b1, int) {
+        const int64_t t0 = 16 * b0, t1 = std::min(n, 16 * b1);
+        if (t0 < t1) prep_x_bf16_pairs(x + t0 * x_stride, t1 - t0, x_stride, cols, p + t0 * ldx32, ldx32);
+      };
+      if (pool != nullptr) pool->parallel_for((n + 15) / 16, prep);
+      else prep(0, (n + 15) / 16, 0);
       xb = p;
       ldx = ldx32;
       break;
