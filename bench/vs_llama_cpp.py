@@ -25,9 +25,12 @@ the tests); --llama-bin names the directory holding its llama-* programs.
          sequence are still computed) where afd samples greedily from its logits.
 
   prefill  prompt-processing tokens/s of one --prompt-len-token prompt: `afd bench --e2e
-         --batch 1 --tokens 2 --rounds R+1` (the first round, which pages the weights in, is
-         dropped as llama-bench drops its warm-up run; prefill tok/s = prompt tokens / the
-         engine.forward time of the whole prompt) against `llama-bench -p N -n 0 -r R`, both
+         --batch 1 --tokens 2 --warmup 1 --rounds R` (each round's engine first answers one
+         untimed request with other prompt ids, as llama-bench runs a warm-up on its context
+         before its timed repetitions; prefill tok/s = prompt tokens / the engine.forward
+         time of the whole prompt; --afd-warmup 0, for afd builds without --warmup: --rounds
+         R+1 and the first round dropped, each round then on a fresh engine) against
+         `llama-bench -p N -n 0 -r R`, both
          with --threads threads, in interleaved pairs whose order alternates. Each side's value
          for a pair is the median over its R repetitions (prompt tokens / median time). Prints
          every pair with the 1-minute load average read before it, then the medians, ranges
@@ -294,12 +297,14 @@ def cmd_bench(a):
 # ---------------------------------------------------------------- prefill
 
 def afd_prefill_tps(a):
+    warm = ["--warmup", str(a.afd_warmup), "--rounds", str(a.reps)] if a.afd_warmup > 0 else ["--rounds", str(a.reps + 1)]
     p = run([a.afd, "bench", "--model", a.model, "--e2e", "--json", "--batch", "1", "--tokens", "2",
-             "--prompt-len", str(a.prompt_len), "--rounds", str(a.reps + 1), "--threads", str(a.threads),
-             "--skip-limits", *a.afd_arg], timeout=a.timeout)
+             "--prompt-len", str(a.prompt_len), *warm, "--threads", str(a.threads), "--skip-limits", *a.afd_arg],
+            timeout=a.timeout)
     out = p.stdout
     j = json.loads(out[out.index("{"):])
-    secs = [float(r["prefill_s"]) for r in j["rows"] if int(r["round"]) > 0]
+    first = 0 if a.afd_warmup > 0 else 1
+    secs = [float(r["prefill_s"]) for r in j["rows"] if int(r["round"]) >= first]
     if len(secs) != a.reps:
         raise HarnessError(f"afd bench --e2e printed {len(secs)} measured rounds, expected {a.reps}")
     return a.prompt_len / statistics.median(secs)
@@ -320,7 +325,8 @@ def cmd_prefill(a):
     tool(a.llama_bin, "llama-bench")
     started = datetime.datetime.now(datetime.timezone.utc)
     print(f"# {started:%Y-%m-%d %H:%M} UTC; {a.pairs} pairs; one {a.prompt_len}-token prompt; {a.reps} timed "
-          f"repetitions per run (median); {a.threads} threads each; afd {a.model}, llama.cpp {a.gguf}")
+          f"repetitions per run (median); afd warm-up {a.afd_warmup}; {a.threads} threads each; "
+          f"afd {a.afd} {a.model}, llama.cpp {a.gguf}")
     print(f"{'pair':>4} {'first':>6} {'llama t/s':>10} {'afd t/s':>9} {'afd/llama':>9} {'load1 before':>12}")
     res = []
     for i in range(a.pairs):
@@ -347,7 +353,8 @@ def cmd_prefill(a):
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump({"started_utc": started.isoformat(), "model": a.model, "gguf": a.gguf, "threads": a.threads,
-                       "prompt_len": a.prompt_len, "reps": a.reps, "pairs": res}, f, indent=2)
+                       "prompt_len": a.prompt_len, "reps": a.reps, "afd_warmup": a.afd_warmup, "pairs": res}, f,
+                      indent=2)
     return 0
 
 
@@ -381,6 +388,8 @@ def main():
     f.add_argument("--pairs", type=int, default=5, help="interleaved (afd, llama.cpp) pairs")
     f.add_argument("--prompt-len", type=int, default=512)
     f.add_argument("--reps", type=int, default=3, help="timed repetitions per program run (median)")
+    f.add_argument("--afd-warmup", type=int, default=1,
+                   help="afd bench --warmup per round (0: builds without it; the first of R+1 rounds is dropped)")
     f.add_argument("--llama-first", action="store_true", help="start the first pair with llama.cpp")
     f.add_argument("--afd-arg", action="append", default=[], help="extra afd bench argument (repeatable)")
     f.add_argument("--llama-arg", action="append", default=[], help="extra llama-bench argument (repeatable)")
