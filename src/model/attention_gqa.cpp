@@ -61,8 +61,8 @@ class GqaAttention final : public AttentionVariant {
     }
     // NEOX RoPE (the same numbers as kernels::rope_neox: cos/sin of pos * theta^(-2i/hd) in
     // double, rounded to float), one cos/sin table per token for its q and k heads; tokens
-    // are independent (distinct cache slots), so they are split over the pool.
-    pool_->parallel_for(n, [&](int64_t i0, int64_t i1, int) {
+    // are independent (distinct cache slots), so many of them are split over the pool.
+    auto rope_write = [&](int64_t i0, int64_t i1, int) {
       thread_local std::vector<float> cs, sn;
       cs.resize(static_cast<size_t>(hd / 2));
       sn.resize(static_cast<size_t>(hd / 2));
@@ -72,7 +72,9 @@ class GqaAttention final : public AttentionVariant {
         kernels::rope_rotate(&b.k[i * c.kv_dim()], c.n_kv_heads, hd, hd, cs.data(), sn.data(), false);
         kv_->write(layer, b.seq[i], b.pos[i], &b.k[i * c.kv_dim()], &b.v[i * c.kv_dim()]);
       }
-    });
+    };
+    if (n >= kMinRun * 4) pool_->parallel_for(n, rope_write);
+    else rope_write(0, n, 0);
     if (c.n_kv_heads == 1 && c.sliding_window == 0) return attend_mqa(layer, b, out);
     // Runs of at least kMinRun prompt tokens (consecutive batch rows of one sequence at
     // consecutive positions) go to the blocked kernel where it runs; every other token is
