@@ -18,6 +18,7 @@ struct E2eSpec {
   float temperature = 0.0f;
   int rounds = 1;                // every batch size this many times, one after the other
   bool json = false;
+  int warmup = 0;  // untimed generate calls on each round's engine before the timed one (other prompt ids)
 };
 
 // Prints one row per (round, batch): prefill time, mean decode tokens/s and the median, p90

@@ -39,6 +39,7 @@ struct BenchFlags {
   int64_t e2e_tokens = 64;
   int64_t e2e_prompt = 128;
   float e2e_temperature = 0.0f;
+  int e2e_warmup = 0;
   bool json = false;
   bool per_layer = false;
   bool per_worker = false;
@@ -297,7 +298,7 @@ void run_bench(const BenchFlags& f) {
                                std::to_string(mc.max_position_embeddings)));
   prefault(**weights);
   if (f.e2e) {
-    E2eSpec spec{*batches, f.e2e_tokens, f.e2e_prompt, f.e2e_temperature, f.rounds, f.json};
+    E2eSpec spec{*batches, f.e2e_tokens, f.e2e_prompt, f.e2e_temperature, f.rounds, f.json, f.e2e_warmup};
     run_bench_e2e(*opt, *weights, spec);
     return;
   }
@@ -544,6 +545,9 @@ void register_bench(CLI::App& app) {
                 "and mean tokens/s");
   cmd->add_option("--tokens", f->e2e_tokens, "--e2e: new tokens per sequence")->check(CLI::Range(2, 1000000));
   cmd->add_option("--prompt-len", f->e2e_prompt, "--e2e: prompt tokens per sequence")->check(CLI::Range(1, 1000000));
+  cmd->add_option("--warmup", f->e2e_warmup,
+                  "--e2e: untimed generate calls (other prompts) on each round's engine before the timed one")
+      ->check(CLI::Range(0, 100));
   cmd->add_option("--temperature", f->e2e_temperature, "--e2e: sampling temperature (0 = greedy)")
       ->check(CLI::Range(0.0, 2.0));
   cmd->add_flag("--json", f->json, "Print JSON (rows always carry per-layer stage times)");

@@ -24,12 +24,26 @@ the tests); --llama-bin names the directory holding its llama-* programs.
          llama-batched-bench feeds random next tokens (no sampling; logits for every
          sequence are still computed) where afd samples greedily from its logits.
 
+  prefill  prompt-processing tokens/s of one --prompt-len-token prompt: `afd bench --e2e
+         --batch 1 --tokens 2 --warmup 1 --rounds R` (each round's engine first answers one
+         untimed request with other prompt ids, as llama-bench runs a warm-up on its context
+         before its timed repetitions; prefill tok/s = prompt tokens / the engine.forward
+         time of the whole prompt; --afd-warmup 0, for afd builds without --warmup: --rounds
+         R+1 and the first round dropped, each round then on a fresh engine) against
+         `llama-bench -p N -n 0 -r R`, both
+         with --threads threads, in interleaved pairs whose order alternates. Each side's value
+         for a pair is the median over its R repetitions (prompt tokens / median time). Prints
+         every pair with the 1-minute load average read before it, then the medians, ranges
+         and the ratio afd / llama.cpp (median and range over pairs).
+
   /usr/bin/python3 bench/serve_vs_llama_server.py prepare --model models/tiny --out models/tiny-printable
   /usr/bin/python3 bench/gguf_convert.py --model models/tiny-printable --out /tmp/tiny-printable.gguf
   /usr/bin/python3 bench/vs_llama_cpp.py check --afd build/apps/afd --model models/tiny-printable \
       --gguf /tmp/tiny-printable.gguf --llama-bin /work/llama.cpp/build/bin
   /usr/bin/python3 bench/vs_llama_cpp.py bench --afd build/apps/afd --model models/bench \
       --gguf /tmp/bench.gguf --llama-bin /work/llama.cpp/build/bin --batch 1,16,64 --pairs 5
+  /usr/bin/python3 bench/vs_llama_cpp.py prefill --afd build/apps/afd --model models/small \
+      --gguf /tmp/small.gguf --llama-bin /work/llama.cpp/build/bin --prompt-len 512 --pairs 5
 
 Standard library only. Every process it starts is its own child and is stopped by pid.
 """
@@ -280,10 +294,74 @@ def cmd_bench(a):
     return 0
 
 
+# ---------------------------------------------------------------- prefill
+
+def afd_prefill_tps(a):
+    warm = ["--warmup", str(a.afd_warmup), "--rounds", str(a.reps)] if a.afd_warmup > 0 else ["--rounds", str(a.reps + 1)]
+    p = run([a.afd, "bench", "--model", a.model, "--e2e", "--json", "--batch", "1", "--tokens", "2",
+             "--prompt-len", str(a.prompt_len), *warm, "--threads", str(a.threads), "--skip-limits", *a.afd_arg],
+            timeout=a.timeout)
+    out = p.stdout
+    j = json.loads(out[out.index("{"):])
+    first = 0 if a.afd_warmup > 0 else 1
+    secs = [float(r["prefill_s"]) for r in j["rows"] if int(r["round"]) >= first]
+    if len(secs) != a.reps:
+        raise HarnessError(f"afd bench --e2e printed {len(secs)} measured rounds, expected {a.reps}")
+    return a.prompt_len / statistics.median(secs)
+
+
+def llama_prefill_tps(a):
+    cmd = [tool(a.llama_bin, "llama-bench"), "-m", a.gguf, "-p", str(a.prompt_len), "-n", "0", "-t", str(a.threads),
+           "-r", str(a.reps), "-o", "json", *a.llama_arg]
+    p = run(cmd, timeout=a.timeout)
+    j = json.loads(p.stdout[p.stdout.index("["):])
+    rows = [r for r in j if int(r["n_prompt"]) == a.prompt_len and int(r["n_gen"]) == 0]
+    if not rows or len(rows[0]["samples_ns"]) != a.reps:
+        raise HarnessError(f"llama-bench printed no pp{a.prompt_len} row with {a.reps} samples:\n{p.stdout[-2000:]}")
+    return a.prompt_len / (statistics.median(float(x) for x in rows[0]["samples_ns"]) * 1e-9)
+
+
+def cmd_prefill(a):
+    tool(a.llama_bin, "llama-bench")
+    started = datetime.datetime.now(datetime.timezone.utc)
+    print(f"# {started:%Y-%m-%d %H:%M} UTC; {a.pairs} pairs; one {a.prompt_len}-token prompt; {a.reps} timed "
+          f"repetitions per run (median); afd warm-up {a.afd_warmup}; {a.threads} threads each; "
+          f"afd {a.afd} {a.model}, llama.cpp {a.gguf}")
+    print(f"{'pair':>4} {'first':>6} {'llama t/s':>10} {'afd t/s':>9} {'afd/llama':>9} {'load1 before':>12}")
+    res = []
+    for i in range(a.pairs):
+        first = "afd" if (i % 2 == 0) != a.llama_first else "llama"
+        load = loadavg()[0]
+        if first == "afd":
+            af = afd_prefill_tps(a)
+            ll = llama_prefill_tps(a)
+        else:
+            ll = llama_prefill_tps(a)
+            af = afd_prefill_tps(a)
+        res.append({"pair": i, "first": first, "llama_tps": ll, "afd_tps": af, "ratio": af / ll, "load1_before": load})
+        print(f"{i:>4} {first:>6} {ll:>10.1f} {af:>9.1f} {af / ll:>9.3f} {load:>12.2f}", flush=True)
+    ll = [x["llama_tps"] for x in res]
+    af = [x["afd_tps"] for x in res]
+    ra = [x["ratio"] for x in res]
+    lo = [x["load1_before"] for x in res]
+    print()
+    print("| prompt | llama.cpp pp tok/s (median, range) | afd prefill tok/s (median, range) | "
+          "afd / llama.cpp, median [min, max] | pairs | load avg (1 min) range |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    print(f"| {a.prompt_len} | {statistics.median(ll):.1f} ({rng(ll)}) | {statistics.median(af):.1f} ({rng(af)}) | "
+          f"**{statistics.median(ra):.2f}** [{min(ra):.2f}, {max(ra):.2f}] | {len(res)} | {min(lo):.1f}-{max(lo):.1f} |")
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump({"started_utc": started.isoformat(), "model": a.model, "gguf": a.gguf, "threads": a.threads,
+                       "prompt_len": a.prompt_len, "reps": a.reps, "afd_warmup": a.afd_warmup, "pairs": res}, f,
+                      indent=2)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("check", "bench"):
+    for name in ("check", "bench", "prefill"):
         s = sub.add_parser(name)
         s.add_argument("--afd", default="build/apps/afd", help="afd binary")
         s.add_argument("--model", required=True, help="afd checkpoint directory")
@@ -306,9 +384,19 @@ def main():
     b.add_argument("--afd-arg", action="append", default=[], help="extra afd bench argument (repeatable)")
     b.add_argument("--llama-arg", action="append", default=[], help="extra llama-batched-bench argument (repeatable)")
     b.add_argument("--json-out", help="write every pair as JSON here")
+    f = sub.choices["prefill"]
+    f.add_argument("--pairs", type=int, default=5, help="interleaved (afd, llama.cpp) pairs")
+    f.add_argument("--prompt-len", type=int, default=512)
+    f.add_argument("--reps", type=int, default=3, help="timed repetitions per program run (median)")
+    f.add_argument("--afd-warmup", type=int, default=1,
+                   help="afd bench --warmup per round (0: builds without it; the first of R+1 rounds is dropped)")
+    f.add_argument("--llama-first", action="store_true", help="start the first pair with llama.cpp")
+    f.add_argument("--afd-arg", action="append", default=[], help="extra afd bench argument (repeatable)")
+    f.add_argument("--llama-arg", action="append", default=[], help="extra llama-bench argument (repeatable)")
+    f.add_argument("--json-out", help="write every pair as JSON here")
     a = ap.parse_args()
     try:
-        return cmd_check(a) if a.cmd == "check" else cmd_bench(a)
+        return {"check": cmd_check, "bench": cmd_bench, "prefill": cmd_prefill}[a.cmd](a)
     except HarnessError as e:
         print(f"vs_llama_cpp: {e}", file=sys.stderr)
         return 1

@@ -3,13 +3,17 @@
 //   q = q_proj_b(rmsnorm(q_a(hn), q_a_norm)) instead;
 //   [q,k per-head rmsnorm]; rope(q,k at pos) (rotate-half over the whole head);
 //   kv[l] <- k,v; out = softmax(q k^T / sqrt(hd)) v (causal, GQA, optional sliding window).
-// With one K/V head and no window (MFA) the multi-query kernel computes the last step.
+// With one K/V head and no window (MFA) the multi-query kernel computes the last step; else
+// runs of prompt tokens take the blocked prefill kernel (kernels/cpu/causal_attention.h) where
+// it runs, and other tokens the per-token kernel (gqa_attention.h).
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/causal_attention.h"
 #include "kernels/cpu/mla_attention.h"
+#include "kernels/cpu/rope.h"
 #include "model/attention_variant.h"
 #include "model/gqa_attention.h"
 
@@ -25,7 +29,11 @@ void add_bias(const Vector& b, float* y, int64_t n) {
 class GqaAttention final : public AttentionVariant {
  public:
   GqaAttention(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv, AttentionOptions opt, ThreadPool* pool)
-      : w_(std::move(w)), kv_(kv), opt_(opt), pool_(pool) {}
+      : w_(std::move(w)), kv_(kv), opt_(opt), pool_(pool) {
+    const ModelConfig& c = w_->config;
+    inv_freq_.resize(static_cast<size_t>(c.head_dim / 2));
+    kernels::rope_inv_freq(c.head_dim, c.rope_theta, 0.0, 0.0, 0.0, 0.0, inv_freq_.data());
+  }
 
   void attend(int64_t layer, TokenBatch& b, float* out) override {
     const ModelConfig& c = w_->config;
@@ -51,21 +59,70 @@ class GqaAttention final : public AttentionVariant {
       kernels::rmsnorm(b.q.data(), A.q_norm.data, n * c.n_heads, hd, eps, b.q.data());
       kernels::rmsnorm(b.k.data(), A.k_norm.data, n * c.n_kv_heads, hd, eps, b.k.data());
     }
-    for (int64_t i = 0; i < n; ++i) {
-      kernels::rope_neox(&b.q[i * c.q_dim()], c.n_heads, hd, b.pos[i], c.rope_theta);
-      kernels::rope_neox(&b.k[i * c.kv_dim()], c.n_kv_heads, hd, b.pos[i], c.rope_theta);
-      kv_->write(layer, b.seq[i], b.pos[i], &b.k[i * c.kv_dim()], &b.v[i * c.kv_dim()]);
-    }
+    // NEOX RoPE (the same numbers as kernels::rope_neox: cos/sin of pos * theta^(-2i/hd) in
+    // double, rounded to float), one cos/sin table per token for its q and k heads; tokens
+    // are independent (distinct cache slots), so many of them are split over the pool.
+    auto rope_write = [&](int64_t i0, int64_t i1, int) {
+      thread_local std::vector<float> cs, sn;
+      cs.resize(static_cast<size_t>(hd / 2));
+      sn.resize(static_cast<size_t>(hd / 2));
+      for (int64_t i = i0; i < i1; ++i) {
+        kernels::rope_cos_sin(b.pos[i], inv_freq_.data(), hd / 2, 1.0, cs.data(), sn.data());
+        kernels::rope_rotate(&b.q[i * c.q_dim()], c.n_heads, hd, hd, cs.data(), sn.data(), false);
+        kernels::rope_rotate(&b.k[i * c.kv_dim()], c.n_kv_heads, hd, hd, cs.data(), sn.data(), false);
+        kv_->write(layer, b.seq[i], b.pos[i], &b.k[i * c.kv_dim()], &b.v[i * c.kv_dim()]);
+      }
+    };
+    if (n >= kMinRun * 4) pool_->parallel_for(n, rope_write);
+    else rope_write(0, n, 0);
     if (c.n_kv_heads == 1 && c.sliding_window == 0) return attend_mqa(layer, b, out);
+    // Runs of at least kMinRun prompt tokens (consecutive batch rows of one sequence at
+    // consecutive positions) go to the blocked kernel where it runs; every other token is
+    // attended on its own.
+    const bool blocked = kernels::causal_attention_blocked(hd);
+    singles_.clear();
+    for (int64_t i = 0; i < n;) {
+      int64_t e = i + 1;
+      while (e < n && b.seq[e] == b.seq[i] && b.pos[e] == b.pos[e - 1] + 1) ++e;
+      if (blocked && e - i >= kMinRun) {
+        attend_run(layer, b, i, e - i, out);
+      } else {
+        for (int64_t j = i; j < e; ++j) singles_.push_back(j);
+      }
+      i = e;
+    }
+    if (singles_.empty()) return;
     GqaShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
-    const int64_t tasks = n * c.n_kv_heads;
+    const int64_t tasks = static_cast<int64_t>(singles_.size()) * c.n_kv_heads;
     pool_->run(static_cast<int>(tasks), [&](int task, int) {
-      const int64_t i = task / c.n_kv_heads, g = task % c.n_kv_heads;
+      const int64_t i = singles_[task / c.n_kv_heads], g = task % c.n_kv_heads;
       gqa_attend_one(*kv_, layer, b.seq[i], b.pos[i] + 1, g, shape, &b.q[i * c.q_dim()], &out[i * c.q_dim()]);
     });
   }
 
  private:
+  // Shortest run of prompt tokens that takes the blocked kernel.
+  static constexpr int64_t kMinRun = 8;
+
+  // Batch rows [i0, i0 + nq) are one sequence's positions p0 .. p0 + nq - 1 (their K/V already
+  // in the cache): the sequence's K and V rows 0 .. p0 + nq - 1 are read back from the cache as
+  // f32 (the values the per-token path reads) and kernels::causal_attention attends the run.
+  void attend_run(int64_t layer, TokenBatch& b, int64_t i0, int64_t nq, float* out) {
+    const ModelConfig& c = w_->config;
+    const int64_t kvd = c.kv_dim(), qd = c.q_dim(), p0 = b.pos[i0], n_ctx = p0 + nq, seq = b.seq[i0];
+    k_rows_.resize(static_cast<size_t>(n_ctx * kvd));
+    v_rows_.resize(static_cast<size_t>(n_ctx * kvd));
+    pool_->parallel_for(n_ctx, [&](int64_t j0, int64_t j1, int) {
+      for (int64_t j = j0; j < j1; ++j) {
+        kv_->read_k(layer, seq, j, &k_rows_[j * kvd]);
+        kv_->read_v(layer, seq, j, &v_rows_[j * kvd]);
+      }
+    });
+    const kernels::CausalAttnShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
+    kernels::causal_attention(&b.q[i0 * qd], qd, nq, p0, k_rows_.data(), v_rows_.data(), kvd, shape,
+                              1.0f / std::sqrt(static_cast<float>(c.head_dim)), &out[i0 * qd], qd, pool_);
+  }
+
   // One K/V head shared by every query head (Step-3's MFA): the multi-query kernel with the
   // heads as its vector dimension (kernels/cpu/mla_attention.h), tasks of (token, group of
   // heads) so that a small batch still occupies the pool.
@@ -104,6 +161,9 @@ class GqaAttention final : public AttentionVariant {
   ThreadPool* pool_;
   std::vector<float> q_low_;  // [n, q_lora_rank] low-rank query scratch
   std::vector<SeqRows> rows_;  // attend_mqa: per token of the batch
+  std::vector<double> inv_freq_;  // [head_dim / 2] plain RoPE frequencies theta^(-2i/head_dim)
+  std::vector<int64_t> singles_;  // batch rows attended one at a time
+  std::vector<float> k_rows_, v_rows_;  // attend_run: [n_ctx, kv_dim] K and V rows as f32
 };
 
 }  // namespace

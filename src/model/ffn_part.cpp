@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "core/check.h"
 #include "kernels/cpu/linear_fp8.h"
@@ -12,6 +13,9 @@ namespace afd {
 namespace {
 
 using kernels::ActPrecision;
+
+// Expert buckets of at least this many rows gather and scatter them on the pool.
+constexpr int64_t kParallelRows = 32;
 
 // y [n, hidden] = swiglu_ffn(x [n, hidden]) using scratch (2 * n * inter floats).
 void swiglu(const FfnWeights& f, const float* x, int64_t n, float* y, float* scratch, ActPrecision prec,
@@ -72,10 +76,21 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
     if (!opt.experts_mask.empty() && !opt.experts_mask[e]) continue;
     AFD_CHECK(!L.moe.experts[e].empty(), "ffn_part: expert not held by these weights was not masked out");
     const int32_t* sel = order + start[e];
-    for (int64_t r = 0; r < m; ++r)
-      std::memcpy(xs + r * hid, h + (sel[r] / K) * hid, static_cast<size_t>(hid) * sizeof(float));
+    // Gather and scatter rows: one token occurs at most once in a bucket (its top-k experts
+    // are distinct), so many rows are split over the pool without write conflicts.
+    auto rows = [&](const std::function<void(int64_t, int64_t, int)>& fn) {
+      if (pool != nullptr && m >= kParallelRows) pool->parallel_for(m, fn);
+      else fn(0, m, 0);
+    };
+    rows([&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r)
+        std::memcpy(xs + r * hid, h + (sel[r] / K) * hid, static_cast<size_t>(hid) * sizeof(float));
+    });
     swiglu(L.moe.experts[e], xs, m, ys, tmp, opt.prec, pool);
-    for (int64_t r = 0; r < m; ++r) kernels::axpy(weights[sel[r]], ys + r * hid, hid, out + (sel[r] / K) * hid);
+    rows([&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r)
+        kernels::axpy(weights[sel[r]], ys + r * hid, hid, out + (sel[r] / K) * hid);
+    });
   }
 
   if (opt.include_shared && shared_inter > 0) {

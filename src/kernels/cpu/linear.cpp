@@ -48,6 +48,21 @@ int64_t resolve_blas_min_n(bool w_bf16, bool act_bf16, Isa isa) {
   return isa == Isa::avx512 ? (int64_t{1} << 62) : 64;
 }
 
+namespace {
+std::atomic<int64_t> g_pairs_min_n{-1};
+}  // namespace
+
+// Default from a 512-token prefill of the small and bench models on the Zen 4 dev machine
+// (docs/bench-log/2026-11-26-prefill.md).
+constexpr int64_t kPairsMinNDefault = 32;
+
+int64_t resolve_pairs_min_n() {
+  const int64_t v = g_pairs_min_n.load(std::memory_order_relaxed);
+  return v >= 0 ? v : kPairsMinNDefault;
+}
+int64_t linear_pairs_min_n() { return g_pairs_min_n.load(std::memory_order_relaxed); }
+void set_linear_pairs_min_n(int64_t n) { g_pairs_min_n.store(n, std::memory_order_relaxed); }
+
 int64_t linear_blas_min_n(bool w_bf16, bool act_bf16) {
   return g_blas_min_n[w_bf16][act_bf16].load(std::memory_order_relaxed);
 }
@@ -140,11 +155,12 @@ struct Scratch {
   }
 };
 
-enum class Path { scalar, avx2_fma, avx512_dp, avx512_fma, blas_sgemm };
+enum class Path { scalar, avx2_fma, avx512_dp, avx512_dp_pairs, avx512_fma, blas_sgemm };
 
-Path choose_path(int64_t n, bool w_bf16, bool act_bf16, Isa isa) {
+Path choose_path(int64_t n, int64_t cols, bool w_bf16, bool act_bf16, Isa isa) {
   // With native BF16 dot products the tile kernel does twice the work per instruction of sgemm.
   const bool native_bf16 = w_bf16 && act_bf16 && isa == Isa::avx512;
+  if (native_bf16 && cols % 2 == 0 && n >= resolve_pairs_min_n()) return Path::avx512_dp_pairs;
   if (!native_bf16 && n >= resolve_blas_min_n(w_bf16, act_bf16, isa)) return Path::blas_sgemm;
   if (isa == Isa::avx512) return (w_bf16 && act_bf16) ? Path::avx512_dp : Path::avx512_fma;
   if (isa == Isa::avx2) return Path::avx2_fma;
@@ -156,6 +172,7 @@ const char* path_name(Path p) {
     case Path::scalar: return "scalar";
     case Path::avx2_fma: return "avx2_fma_tile";
     case Path::avx512_dp: return "avx512_bf16_dp_tile";
+    case Path::avx512_dp_pairs: return "avx512_bf16_dp_pairs";
     case Path::avx512_fma: return "avx512_fma_tile";
     case Path::blas_sgemm: return "openblas_sgemm";
   }
@@ -190,7 +207,7 @@ void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_
   const bool w_bf16 = w_dtype == DType::bf16;
   const bool act_bf16 = prec == ActPrecision::bf16;
   const Isa isa = active_isa();
-  const Path path = choose_path(n, w_bf16, act_bf16, isa);
+  const Path path = choose_path(n, cols, w_bf16, act_bf16, isa);
   const uint16_t* wb = static_cast<const uint16_t*>(w);
   const float* wf = static_cast<const float*>(w);
 
@@ -211,6 +228,19 @@ void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_
       prep_x_bf16(x, n, x_stride, cols, p, ldxp);
       xb = p;
       ldx = ldxp;
+      break;
+    }
+    case Path::avx512_dp_pairs: {
+      // Many tokens: the 16-token blocks are prepared in parallel (each is independent).
+      uint16_t* p = xb_buf.get(static_cast<size_t>((n + 15) / 16 * 16 * ldx32));
+      auto prep = [&](int64_t b0, int64_t b1, int) {
+        const int64_t t0 = 16 * b0, t1 = std::min(n, 16 * b1);
+        if (t0 < t1) prep_x_bf16_pairs(x + t0 * x_stride, t1 - t0, x_stride, cols, p + t0 * ldx32, ldx32);
+      };
+      if (pool != nullptr) pool->parallel_for((n + 15) / 16, prep);
+      else prep(0, (n + 15) / 16, 0);
+      xb = p;
+      ldx = ldx32;
       break;
     }
     case Path::avx512_fma:
@@ -237,6 +267,9 @@ void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_
     switch (path) {
       case Path::avx512_dp:
         rows_dp_bf16_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate);
+        break;
+      case Path::avx512_dp_pairs:
+        rows_dp_bf16_pairs_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate);
         break;
       case Path::avx512_fma:
         if (w_bf16)
@@ -293,8 +326,8 @@ const char* linear_impl_name(ActPrecision prec) {
   return "?";
 }
 
-const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec) {
-  return path_name(choose_path(n, w_dtype == DType::bf16, prec == ActPrecision::bf16, active_isa()));
+const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec, int64_t cols) {
+  return path_name(choose_path(n, cols, w_dtype == DType::bf16, prec == ActPrecision::bf16, active_isa()));
 }
 
 }  // namespace afd::kernels

@@ -27,6 +27,20 @@ void prep_x_f32(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool 
 // AVX-512 BF16: xb from prep_x_bf16; w bf16 [rows, cols]. vdpbf16ps with f32 accumulation.
 void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+// Many tokens, AVX-512 BF16, even cols ("pairs" layout, linear_avx512_pairs.cpp): x rounded to
+// bf16 into xp [ceil(n / 16)][ldx / 2][16][2] (token block, column pair, token lane, pair
+// element; ldx = round_up(cols, 32); missing tokens and columns zero), so that a vector holds
+// one column pair of 16 tokens.
+void prep_x_bf16_pairs(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xp, int64_t ldx);
+// y[i, r] for i < n, r in [r0, r1) from xp (prep_x_bf16_pairs) and w bf16 [rows, cols], cols
+// even: vdpbf16ps with the tokens as the vector lanes, f32 accumulation.
+void rows_dp_bf16_pairs_avx512(const uint16_t* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
+                               int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+// Smallest n for which linear() takes the pairs kernel for bf16 x bf16 on AVX-512 BF16 (-1, the
+// initial value: the default in linear.cpp). Settable so benchmarks and tests can force either
+// path.
+int64_t linear_pairs_min_n();
+void set_linear_pairs_min_n(int64_t n);
 // AVX-512 F: xp from prep_x_f32_perm32; w bf16 widened exactly to f32; f32 FMA.
 void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
                            int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);

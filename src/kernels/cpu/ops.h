@@ -66,9 +66,9 @@ float abs_max(const float* x, int64_t n);
 // Name of the implementation linear() dispatches to on this CPU ("avx512_bf16", "avx2", "scalar").
 const char* linear_impl_name(ActPrecision prec);
 // Name of the implementation linear() uses for this particular call shape, e.g.
-// "avx512_bf16_dp_tile", "avx512_fma_tile", "avx2_fma_tile", "scalar", "openblas_sgemm"
-// (for benchmarks and reports).
-const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec);
+// "avx512_bf16_dp_tile", "avx512_bf16_dp_pairs", "avx512_fma_tile", "avx2_fma_tile", "scalar",
+// "openblas_sgemm" (for benchmarks and reports; cols: W's columns).
+const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec, int64_t cols = 0);
 
 namespace ref {
 // Scalar references with the same contracts (pool unused; single thread).

@@ -212,6 +212,32 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
   detail::set_linear_avx512_small_n(-1);  // the default
 }
 
+// The many-token "pairs" kernel (bf16 x bf16, AVX-512 BF16, even cols) forced for every n
+// (token counts that are not multiples of its 16-token blocks or 64-token tiles, row counts
+// that are not multiples of its 6-row tiles), and switched off (the tiles for every n).
+TEST_P(LinearTest, Avx512PairsForcedOnAndOffMatchF64) {
+  if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  auto [w_dtype, prec] = GetParam();
+  const int64_t saved = detail::linear_pairs_min_n();
+  ThreadPool pool(2);
+  const std::vector<Case> extra = {{17, 6, 2}, {33, 13, 64}, {64, 96, 1024}, {80, 7, 384}, {129, 22, 98}};
+  for (int64_t min_n : {int64_t{1}, int64_t{1} << 40}) {
+    detail::set_linear_pairs_min_n(min_n);
+    for (const std::vector<Case>* cases : {&kCases, &extra}) {
+      for (const Case& c : *cases) {
+        Problem p = make_problem(c, w_dtype, prec, 37);
+        for (bool acc : {false, true}) {
+          std::vector<float> y = p.y_init;
+          linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, &pool,
+                 acc);
+          check(p, y, acc, describe(p, linear_path_name(p.n, w_dtype, prec, p.cols), acc, 2));
+        }
+      }
+    }
+  }
+  detail::set_linear_pairs_min_n(saved);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDtypes, LinearTest,
                          ::testing::Combine(::testing::Values(DType::bf16, DType::f32),
                                             ::testing::Values(ActPrecision::f32, ActPrecision::bf16)),
@@ -234,6 +260,10 @@ TEST(LinearDispatch, PathFollowsIsa) {
   if (detected_isa() == Isa::avx512) {
     EXPECT_STREQ(linear_path_name(1, DType::bf16, ActPrecision::bf16), "avx512_bf16_dp_tile");
     EXPECT_STREQ(linear_path_name(1, DType::bf16, ActPrecision::f32), "avx512_fma_tile");
+    // Many tokens: the pairs kernel for even cols, the tiles for odd cols and f32 activations.
+    EXPECT_STREQ(linear_path_name(512, DType::bf16, ActPrecision::bf16, 1024), "avx512_bf16_dp_pairs");
+    EXPECT_STREQ(linear_path_name(512, DType::bf16, ActPrecision::bf16, 1023), "avx512_bf16_dp_tile");
+    EXPECT_STREQ(linear_path_name(512, DType::bf16, ActPrecision::f32, 1024), "avx512_fma_tile");
   }
 }
 

@@ -1,0 +1,57 @@
+// Causal grouped-query attention of a run of query tokens at consecutive positions of one
+// sequence (prefill), over contiguous f32 key / value rows:
+//
+//   for query i (0 <= i < nq) at position p = p0 + i and query head h of KV head g = h / G
+//   (G = n_heads / n_kv_heads), with j0 = max(0, p + 1 - window) when window > 0, else 0:
+//     s[i, h, j] = scale * q[i, h] . k[j, g]                       (j0 <= j <= p)
+//     out[i, h]  = sum_{j0 <= j <= p} softmax_j(s[i, h, :]) * v[j, g]
+//
+// Layouts (f32): q row i at q + i * q_stride, head h at + h * head_dim; k and v row j
+// (0 <= j < p0 + nq) at k + j * kv_stride, KV head g at + g * head_dim; out row i at
+// out + i * out_stride, head h at + h * head_dim. out must not overlap q, k or v.
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace afd::kernels {
+
+struct CausalAttnShape {
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;  // divides n_heads
+  int64_t head_dim = 0;
+  int64_t window = 0;  // attend to the last `window` positions (Mixtral); 0 = all
+};
+
+// True when causal_attention runs its blocked kernel on this CPU for this head_dim (active ISA
+// AVX-512 and head_dim % 16 == 0); otherwise it computes the scalar reference, which is much
+// slower than a per-token decode kernel: callers keep their per-token path then.
+bool causal_attention_blocked(int64_t head_dim);
+
+// Dispatch: causal_attention_blocked(head_dim) -> the AVX-512 kernel: keys transposed once per
+// call into [n_kv_heads][head_dim][positions], then tasks of (block of up to 16 query tokens,
+// KV head) on `pool`: scores of the block's (token, head) rows against 64-position key blocks
+// (register tiles of 4 rows x 64 positions), kernels::softmax over each row's causal range in
+// f32, P.V with register tiles of 4 rows x 64 output values. Products in f32; the result
+// differs from the reference only in the f32 summation order. Otherwise: ref::causal_attention.
+// pool may be null (one thread).
+void causal_attention(const float* q, int64_t q_stride, int64_t nq, int64_t p0, const float* k, const float* v,
+                      int64_t kv_stride, const CausalAttnShape& s, float scale, float* out, int64_t out_stride,
+                      ThreadPool* pool);
+
+namespace ref {
+// Scalar reference: one (token, head) at a time, scores in f32, kernels::softmax, P.V in
+// position order.
+void causal_attention(const float* q, int64_t q_stride, int64_t nq, int64_t p0, const float* k, const float* v,
+                      int64_t kv_stride, const CausalAttnShape& s, float scale, float* out, int64_t out_stride);
+}  // namespace ref
+
+namespace detail {
+// The AVX-512 kernel of causal_attention (head_dim % 16 == 0; causal_attention_avx512.cpp).
+void causal_attention_avx512(const float* q, int64_t q_stride, int64_t nq, int64_t p0, const float* k,
+                             const float* v, int64_t kv_stride, const CausalAttnShape& s, float scale, float* out,
+                             int64_t out_stride, ThreadPool* pool);
+}  // namespace detail
+
+}  // namespace afd::kernels

@@ -1,0 +1,124 @@
+// AVX-512 BF16 kernel of linear() for many tokens (the "pairs" layout): the vector lanes are
+// 16 tokens, so no accumulator needs a horizontal reduction.
+//
+// x is prepared once per call into token blocks of 16 (prep_x_bf16_pairs): block b, column
+// pair k holds, in lane l, the bf16 pair (x[16 b + l][2k], x[16 b + l][2k + 1]) — one zmm per
+// (block, pair). W stays as it lies in memory: row r's pair k (two bf16 = 32 bits) is
+// broadcast to all lanes, and vdpbf16ps adds x[t][2k] w[r][2k] + x[t][2k+1] w[r][2k+1] into
+// lane t. A register tile is kR rows x kTB token blocks (24 accumulators, 4 x vectors, one
+// broadcast); the tile's sums go through a small buffer into y (or are added to it).
+// Loop order: groups of kTB token blocks (the group's x stays in L2) outer, row tiles inner.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu/ops.h"
+
+namespace afd::kernels::detail {
+
+namespace {
+
+constexpr int kR = 6;   // W rows per register tile
+constexpr int kTB = 4;  // 16-token blocks per register tile
+
+#define AFD_AVX512_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c"), always_inline)) inline
+#define AFD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+// tmp[r][16 tb + l] = sum_k dot(pair k of token 16 tb + l, pair k of W row r) for R rows,
+// TB token blocks; xp: the first block (blocks xblk uint16 apart), w: row 0 (rows cols apart).
+template <int R, int TB>
+AFD_AVX512_INLINE void pair_tile(const uint16_t* xp, int64_t xblk, const uint16_t* w, int64_t cols, float* tmp) {
+  __m512 a[R][TB];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int b = 0; b < TB; ++b) a[r][b] = _mm512_setzero_ps();
+  const int64_t kp = cols / 2;
+  const uint32_t* w32 = reinterpret_cast<const uint32_t*>(w);
+  for (int64_t k = 0; k < kp; ++k) {
+    __m512bh xv[TB];
+#pragma GCC unroll 8
+    for (int b = 0; b < TB; ++b) xv[b] = (__m512bh)_mm512_loadu_si512(xp + b * xblk + 32 * k);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512bh wv = (__m512bh)_mm512_set1_epi32(static_cast<int>(w32[r * kp + k]));
+#pragma GCC unroll 8
+      for (int b = 0; b < TB; ++b) a[r][b] = _mm512_dpbf16_ps(a[r][b], xv[b], wv);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int b = 0; b < TB; ++b) _mm512_storeu_ps(tmp + r * (16 * kTB) + 16 * b, a[r][b]);
+}
+
+template <int R>
+AFD_AVX512 void pair_tile_r(int tb, const uint16_t* xp, int64_t xblk, const uint16_t* w, int64_t cols, float* tmp) {
+  switch (tb) {
+    case 1: pair_tile<R, 1>(xp, xblk, w, cols, tmp); break;
+    case 2: pair_tile<R, 2>(xp, xblk, w, cols, tmp); break;
+    case 3: pair_tile<R, 3>(xp, xblk, w, cols, tmp); break;
+    default: pair_tile<R, 4>(xp, xblk, w, cols, tmp); break;
+  }
+}
+
+AFD_AVX512 void pair_tile_any(int rr, int tb, const uint16_t* xp, int64_t xblk, const uint16_t* w, int64_t cols,
+                              float* tmp) {
+  switch (rr) {
+    case 1: pair_tile_r<1>(tb, xp, xblk, w, cols, tmp); break;
+    case 2: pair_tile_r<2>(tb, xp, xblk, w, cols, tmp); break;
+    case 3: pair_tile_r<3>(tb, xp, xblk, w, cols, tmp); break;
+    case 4: pair_tile_r<4>(tb, xp, xblk, w, cols, tmp); break;
+    case 5: pair_tile_r<5>(tb, xp, xblk, w, cols, tmp); break;
+    default: pair_tile_r<6>(tb, xp, xblk, w, cols, tmp); break;
+  }
+}
+
+}  // namespace
+
+void prep_x_bf16_pairs(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xp, int64_t ldx) {
+  const int64_t nblk = (n + 15) / 16, kp = ldx / 2;
+  std::memset(xp, 0, static_cast<size_t>(nblk * 16 * ldx) * sizeof(uint16_t));
+  thread_local std::vector<uint16_t> row;
+  row.assign(static_cast<size_t>(ldx), 0);
+  uint32_t* xp32 = reinterpret_cast<uint32_t*>(xp);
+  for (int64_t i = 0; i < n; ++i) {
+    f32_to_bf16_row(x + i * x_stride, cols, row.data());
+    const int64_t b = i / 16, l = i % 16;
+    uint32_t* dst = xp32 + b * 16 * kp + l;
+    for (int64_t k = 0; k < kp; ++k) {
+      uint32_t v;
+      std::memcpy(&v, &row[2 * k], 4);
+      dst[16 * k] = v;
+    }
+  }
+}
+
+AFD_AVX512 void rows_dp_bf16_pairs_avx512(const uint16_t* xp, int64_t n, int64_t ldx, const uint16_t* w,
+                                          int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
+  const int64_t nblk = (n + 15) / 16, xblk = 16 * ldx;
+  alignas(64) float tmp[kR * 16 * kTB];
+  for (int64_t b0 = 0; b0 < nblk; b0 += kTB) {
+    const int tb = static_cast<int>(std::min<int64_t>(kTB, nblk - b0));
+    const int64_t t0 = 16 * b0, nt = std::min<int64_t>(16 * tb, n - t0);
+    for (int64_t r = r0; r < r1; r += kR) {
+      const int rr = static_cast<int>(std::min<int64_t>(kR, r1 - r));
+      pair_tile_any(rr, tb, xp + b0 * xblk, xblk, w + r * cols, cols, tmp);
+      for (int64_t t = 0; t < nt; ++t) {
+        float* yt = y + (t0 + t) * ldy + r;
+        for (int i = 0; i < rr; ++i) {
+          const float s = tmp[i * (16 * kTB) + t];
+          yt[i] = acc ? yt[i] + s : s;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace afd::kernels::detail
