@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <ctime>
-#include <random>
 #include <sstream>
 
 #include "core/log.h"
@@ -11,8 +10,6 @@
 #include "serve/metrics.h"
 #include "serve/client_connection.h"
 #include "serve/http/server.h"
-#include "serve/http_common.h"
-#include "serve/model_serving.h"
 #include "serve/response.h"
 
 namespace afd::serve {
@@ -51,12 +48,7 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
   f->pool_.why_down = [raw = f.get()](const std::vector<std::string>* attempts) {
     return raw->why_workers_down(attempts);
   };
-  f->admission_ = std::make_unique<AdmissionLane>(f->opt_.server.admission);
-  f->svr_ = std::make_unique<http::Server>(http_options(f->opt_.server, "front end request handler"));
-  f->created_ = static_cast<int64_t>(std::time(nullptr));
-  std::random_device rd;
-  f->next_id_ = (static_cast<uint64_t>(rd()) << 20) | 1;
-  f->install_routes();
+  f->api_ = std::make_unique<ApiServer>(f->opt_.server, "front end request handler", f->model_, *f);
   return f;
 }
 
@@ -77,15 +69,15 @@ Frontend::~Frontend() {
 }
 
 Status Frontend::start() {
-  AFD_ASSIGN_OR_RETURN(port_, bind_server(*svr_, opt_.server));
+  AFD_RETURN_IF_ERROR(api_->bind());
+  port_ = api_->port();
   health_ = std::thread([this] { health_loop(); });
   return Status::ok();
 }
 
 Status Frontend::run() {
   if (port_ < 0) AFD_RETURN_IF_ERROR(start());
-  if (!svr_->run()) return io_error("the HTTP server is not bound");
-  return Status::ok();
+  return api_->run();
 }
 
 void Frontend::stop() {
@@ -99,7 +91,7 @@ void Frontend::stop() {
     for (auto& wp : sessions_)
       if (auto p = wp.lock()) p->cancel();
   }
-  if (svr_) svr_->stop();
+  if (api_) api_->stop();
 }
 
 int Frontend::workers_up() const { return serve::workers_up(workers_); }
@@ -267,119 +259,56 @@ std::string Frontend::scrape_metrics() const {
   return federate_metrics(render_metrics(), scrape_targets_, opt_.health_timeout_ms);
 }
 
-void Frontend::install_routes() {
-  http::Server& s = *svr_;
-  configure_server(s, opt_.server, "front end request handler", [this] { count_response(401); });
+Readiness Frontend::readiness() const {
+  if (opt_.lost_workers) {
+    if (std::string lost = opt_.lost_workers(); !lost.empty())
+      return {false, "worker process lost for good (restart afd serve): " + lost};
+  }
+  const int up = workers_up();
+  if (up == 0) return {false, "no attention worker is up (" + why_workers_down() + ")"};
+  nlohmann::json j = {{"status", "ok"}, {"workers_up", up}, {"workers", workers_.size()}};
+  return {true, j.dump()};
+}
 
-  s.get("/health", [this](const http::Request&, http::Response& res) {
-    if (stopping_) return send_error(res, 503, "shutting down", opt_.server.retry_after_s);
-    if (draining_)
-      return send_error(res, 503, kDrainingHealth,
-                        opt_.server.retry_after_s);
-    if (opt_.lost_workers) {
-      if (std::string lost = opt_.lost_workers(); !lost.empty())
-        return send_error(res, 503, "worker process lost for good (restart afd serve): " + lost,
-                          opt_.server.retry_after_s);
-    }
-    const int up = workers_up();
-    if (up == 0)
-      return send_error(res, 503, "no attention worker is up (" + why_workers_down() + ")", opt_.server.retry_after_s);
-    nlohmann::json j = {{"status", "ok"}, {"workers_up", up}, {"workers", workers_.size()}};
-    res.set_content(j.dump(), "application/json");
-  });
-  s.get("/metrics", [this](const http::Request&, http::Response& res) {
-    res.set_content(scrape_metrics(), "text/plain; version=0.0.4");
-  });
-  // FFN membership of every attention worker (serve/frontend_ffn_admin.h); the API key is
-  // checked by configure_server as for /v1/*.
-  auto admin = [this](const http::Request& req, http::Response& res) {
-    auto [code, body] = ffn_admin_->request(req.method, req.body);
-    res.status = code;
-    res.set_content(body, "application/json");
-  };
-  s.get("/admin/ffn", admin);
-  s.post("/admin/ffn", admin);
-  s.get("/v1/models", [this](const http::Request&, http::Response& res) {
-    nlohmann::ordered_json m = {{"object", "list"},
-                                {"data", nlohmann::ordered_json::array({{{"id", model_.limits.model_name},
-                                                                         {"object", "model"},
-                                                                         {"created", created_},
-                                                                         {"owned_by", "afd"},
-                                                                         {"max_model_len", model_.limits.max_context}}})}};
-    res.set_content(m.dump(), "application/json");
-    count_response(200);
-  });
+// FFN membership of every attention worker (serve/frontend_ffn_admin.h).
+std::optional<AdminAnswer> Frontend::admin_ffn(const std::string& method, const std::string& body) {
+  return ffn_admin_->request(method, body);
+}
 
-  auto generate = [this](Endpoint ep, const std::string& path, const http::Request& req, http::Response& res) {
-    const int retry_s = opt_.server.retry_after_s;
-    InFlight active(active_);
-    if (stopping_ || draining_) {
-      count_response(503);
-      return send_error(res, 503, refusal_while_closing(stopping_), retry_s);
-    }
-    // Validate and tokenize as the worker would: 4xx answers never reach a worker, and the
-    // prompt tokens drive placement (and are what every worker of this request prefills).
-    const ChatTemplate* chat = model_.chat ? &*model_.chat : nullptr;
-    const uint64_t id = next_id_.fetch_add(1);
-    auto admitted = admission_->run(req.body.size(), [&] {
-      return parse_request(ep, req.body, *model_.tokenizer, chat, model_.limits, id * 0x9E3779B97F4A7C15ULL);
-    });
-    if (!admitted) {
-      count_response(503);
-      return send_error(res, 503, kAdmissionFull, retry_s);
-    }
-    auto& g = *admitted;
-    if (!g.ok()) {
-      const int st = http_status_for(g.status());
-      count_response(st);
-      return send_error(res, st, g.status().message(), retry_s);
-    }
-    ResponseMeta meta;
-    char idbuf[32];
-    std::snprintf(idbuf, sizeof idbuf, "%016llx", static_cast<unsigned long long>(id));
-    meta.id = std::string(ep == Endpoint::chat ? "chatcmpl-" : "cmpl-") + idbuf;
-    meta.model = model_.limits.model_name;
-    meta.created = static_cast<int64_t>(std::time(nullptr));
-    meta.endpoint = ep;
-    meta.logprobs = g->logprobs;
-    auto session = std::make_shared<ProxySession>(pool_, path, *g, req.body, std::move(meta));
-    {
-      std::lock_guard<std::mutex> l(sessions_mu_);
-      std::erase_if(sessions_, [](const std::weak_ptr<ProxySession>& p) { return p.expired(); });
-      sessions_.push_back(session);
-    }
-    if (stopping_) session->cancel();
-    // A client that hangs up before the answer's head cancels the request (checked every 50 ms).
-    const int conn = connection_socket(req);
-    ProxyAnswer a = session->open([conn] { return conn >= 0 && peer_closed(conn); });
-    count_response(a.status);
-    if (!a.stream) {
-      res.status = a.status;
-      if (!a.retry_after.empty()) res.set_header("Retry-After", a.retry_after);
-      res.set_content(a.body, a.content_type);
-      return;
-    }
-    active_.fetch_add(1);  // until the stream ends (the releaser below)
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [session](size_t, http::DataSink& sink) {
-          const bool done = session->stream([&](const std::string& c) { return sink.write(c.data(), c.size()); });
-          if (done) sink.done();
-          return done;
-        },
-        [this, session](bool success) {
-          if (!success) session->cancel();
-          active_.fetch_sub(1);
-        });
-  };
-  s.post("/v1/completions", [generate](const http::Request& req, http::Response& res) {
-    generate(Endpoint::completions, "/v1/completions", req, res);
-  });
-  s.post("/v1/chat/completions", [generate](const http::Request& req, http::Response& res) {
-    generate(Endpoint::chat, "/v1/chat/completions", req, res);
-  });
+void Frontend::generate(GenerationCall& call, const http::Request& req, http::Response& res) {
+  // The prompt tokens (parsed and tokenized as the worker would) drive placement and are
+  // what every worker of this request prefills; the client's body is what is sent.
+  auto session = std::make_shared<ProxySession>(pool_, call.path, call.request, req.body, std::move(call.meta));
+  {
+    std::lock_guard<std::mutex> l(sessions_mu_);
+    std::erase_if(sessions_, [](const std::weak_ptr<ProxySession>& p) { return p.expired(); });
+    sessions_.push_back(session);
+  }
+  if (stopping_) session->cancel();
+  // A client that hangs up before the answer's head cancels the request (checked every 50 ms).
+  const int conn = connection_socket(req);
+  ProxyAnswer a = session->open([conn] { return conn >= 0 && peer_closed(conn); });
+  count_response(a.status);
+  if (!a.stream) {
+    res.status = a.status;
+    if (!a.retry_after.empty()) res.set_header("Retry-After", a.retry_after);
+    res.set_content(a.body, a.content_type);
+    return;
+  }
+  active_.fetch_add(1);  // until the stream ends (the releaser below)
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [session](size_t, http::DataSink& sink) {
+        const bool done = session->stream([&](const std::string& c) { return sink.write(c.data(), c.size()); });
+        if (done) sink.done();
+        return done;
+      },
+      [this, session](bool success) {
+        if (!success) session->cancel();
+        active_.fetch_sub(1);
+      });
 }
 
 }  // namespace afd::serve

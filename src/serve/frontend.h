@@ -13,7 +13,8 @@
 // the worker. The API key, if set, is checked here (workers run without one and must only
 // be reachable from the front end). GET/POST /admin/ffn (protected like /v1/*) changes the FFN
 // membership of every attention worker at once, and keeps it for workers that restart
-// (serve/frontend_ffn_admin.h).
+// (serve/frontend_ffn_admin.h). The routes are the HTTP API's (serve/api/api_server.h);
+// Frontend is its remote GenerationBackend.
 #pragma once
 
 #include <atomic>
@@ -27,8 +28,10 @@
 #include <vector>
 
 #include "core/status.h"
+#include "serve/api/api_server.h"
+#include "serve/api/generation_backend.h"
 #include "serve/frontend_ffn_admin.h"
-#include "serve/http_server.h"
+#include "serve/model_serving.h"
 #include "serve/metrics_federation.h"
 #include "serve/proxy_client.h"
 #include "serve/proxy_session.h"
@@ -36,10 +39,6 @@
 #include "serve/upstream_worker.h"
 
 namespace afd::serve {
-
-namespace http {
-class Server;
-}
 
 struct FrontendOptions {
   ServerOptions server;              // host, port, api_key, http_threads, retry_after_s, limits
@@ -69,7 +68,7 @@ struct FrontendOptions {
   std::function<void(int port)> on_all_up;
 };
 
-class Frontend {
+class Frontend final : public GenerationBackend {
  public:
   static Result<std::unique_ptr<Frontend>> create(FrontendOptions opt);
   ~Frontend();
@@ -96,11 +95,20 @@ class Frontend {
   // What GET /metrics answers: render_metrics() and, with federate, the workers' series.
   std::string scrape_metrics() const;
 
+  // GenerationBackend (what the HTTP API asks of the front end).
+  bool stopping() const override { return stopping_.load(); }
+  bool draining() const override { return draining_.load(); }
+  std::atomic<int>& in_flight() override { return active_; }
+  void count_response(int status) override;
+  Readiness readiness() const override;
+  std::string metrics_text() const override { return scrape_metrics(); }
+  std::optional<AdminAnswer> admin_ffn(const std::string& method, const std::string& body) override;
+  bool serves_internal_streams() const override { return false; }
+  void generate(GenerationCall& call, const http::Request& req, http::Response& res) override;
+
  private:
   Frontend() = default;
-  void install_routes();
   void health_loop();
-  void count_response(int status);
 
   FrontendOptions opt_;
   ModelServing model_;
@@ -108,17 +116,12 @@ class Frontend {
   std::vector<MetricsTarget> scrape_targets_;  // attention workers, then opt_.metrics_targets
   std::unique_ptr<Router> router_;
   std::unique_ptr<FfnFanout> ffn_admin_;  // GET/POST /admin/ffn; the health thread reconciles
-  // Parses and tokenizes request bodies; declared before svr_ so that it outlives the handlers.
-  std::unique_ptr<AdmissionLane> admission_;
-  std::unique_ptr<http::Server> svr_;
   int port_ = -1;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};
   // Generation handlers running, plus SSE answers still streaming after their handler
   // returned (raised before the draining check, so drained() cannot miss one).
   std::atomic<int> active_{0};
-  std::atomic<uint64_t> next_id_{1};
-  int64_t created_ = 0;
 
   std::thread health_;
   std::mutex health_mu_;
@@ -131,6 +134,9 @@ class Frontend {
 
   std::mutex sessions_mu_;
   std::vector<std::weak_ptr<ProxySession>> sessions_;  // requests in flight, cancelled by stop()
+
+  // The HTTP API over this backend; last, so that it (and its handlers) ends first.
+  std::unique_ptr<ApiServer> api_;
 };
 
 }  // namespace afd::serve

@@ -1,7 +1,7 @@
-// HTTP plumbing shared by the engine server (HttpServer), the engine-less front end
-// (Frontend) and the FFN worker's StatusServer, over the one HTTP layer (serve/http/):
-// listener options and limits, the API-key check, OpenAI-style error answers and the
-// exception handler.
+// HTTP plumbing shared by the OpenAI-compatible API (ApiServer, of the engine server and of
+// the engine-less front end) and the FFN worker's StatusServer, over the one HTTP layer
+// (serve/http/): listener options and limits, the API-key check, OpenAI-style error answers
+// and the exception handler.
 #pragma once
 
 #include <atomic>

@@ -1,12 +1,19 @@
 #include "serve/model_serving.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "core/log.h"
 #include "runtime/ffn_client.h"
 
 namespace afd::serve {
+
+std::string config_fingerprint_hex(const ModelServing& m) {
+  char fp[17];
+  std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(m.config_fingerprint));
+  return fp;
+}
 
 Result<ModelServing> load_model_serving(const std::string& model_dir, const std::string& model_name,
                                         int64_t max_context, const ModelConfig& cfg) {

@@ -31,23 +31,25 @@ Result<std::unique_ptr<Service>> Service::create(const ServiceOptions& opt, std:
   Metrics* m = s->metrics_.get();
   const int64_t block = std::max<int64_t>(1, s->engines_[0]->kv_usage().block_size);
   s->router_ = std::make_unique<Router>(n, [m](int w) { return m->worker(w).token_load.load(); }, block);
-  s->http_ = std::make_unique<HttpServer>(opt.server, s->model_, raw, s->router_.get(), m);
-  if (opt.ffn_admin) s->http_->set_ffn_admin(opt.ffn_admin);
+  s->backend_ = std::make_unique<LocalBackend>(s->model_, raw, s->router_.get(), m, opt.server.retry_after_s);
+  if (opt.ffn_admin) s->backend_->set_ffn_admin(opt.ffn_admin);
+  s->api_ = std::make_unique<ApiServer>(opt.server, "request handler", s->model_, *s->backend_);
   return s;
 }
 
 Service::~Service() { stop(); }
 
 Status Service::start() {
-  AFD_RETURN_IF_ERROR(http_->bind());
+  AFD_RETURN_IF_ERROR(api_->bind());
   for (auto& sc : schedulers_) sc->start();
   return Status::ok();
 }
 
-Status Service::run() { return http_->run(); }
+Status Service::run() { return api_->run(); }
 
 void Service::stop() {
-  if (http_) http_->stop();
+  if (backend_) backend_->stop();
+  if (api_) api_->stop();
   for (auto& sc : schedulers_) sc->stop();
 }
 

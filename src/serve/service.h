@@ -1,7 +1,7 @@
 // Service: assembles the serving stack for one model: tokenizer and chat template from
 // the model directory, one Scheduler per Engine (data-parallel attention workers), the
-// Router, Metrics and the HttpServer. Used by `afd serve` and by the integration tests
-// (which pass fake engines).
+// Router, Metrics, and the HTTP API (ApiServer) over them (LocalBackend). Used by
+// `afd serve` and by the integration tests (which pass fake engines).
 #pragma once
 
 #include <memory>
@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "runtime/engine.h"
-#include "serve/http_server.h"
+#include "serve/api/api_server.h"
+#include "serve/local_backend.h"
 #include "serve/metrics.h"
 #include "serve/router.h"
 #include "serve/scheduler.h"
@@ -22,7 +23,7 @@ struct ServiceOptions {
   std::string model_dir;   // holds tokenizer.json and (optionally) tokenizer_config.json
   std::string model_name;  // served model id; empty: the directory's last component
   int64_t max_context = 0; // 0: the model's max_position_embeddings
-  AdminFn ffn_admin;       // GET/POST /admin/ffn (HttpServer::set_ffn_admin); empty: 404
+  AdminFn ffn_admin;       // GET/POST /admin/ffn (LocalBackend::set_ffn_admin); empty: 404
 };
 
 class Service {
@@ -32,25 +33,26 @@ class Service {
   ~Service();
   // Binds the socket and starts the scheduler threads; port() is valid afterwards.
   Status start();
-  int port() const { return http_->port(); }
+  int port() const { return api_->port(); }
   // Serves until stop() is called from another thread.
   Status run();
   void stop();
   // Graceful shutdown: drain() stops taking requests (503, /health 503 "draining"); drained()
   // is true once every request accepted before has finished. Both thread-safe; stop() after.
-  void drain() { http_->drain(); }
-  bool drained() const { return http_->drained(); }
+  void drain() { backend_->drain(); }
+  bool drained() const { return backend_->drained(); }
   Metrics& metrics() { return *metrics_; }
   const ModelServing& model() const { return model_; }
 
  private:
   Service() = default;
+  ModelServing model_;  // before the backend and the API, which refer to it
   std::vector<std::unique_ptr<Engine>> engines_;
   std::unique_ptr<Metrics> metrics_;
   std::vector<std::unique_ptr<Scheduler>> schedulers_;
   std::unique_ptr<Router> router_;
-  std::unique_ptr<HttpServer> http_;
-  ModelServing model_;
+  std::unique_ptr<LocalBackend> backend_;
+  std::unique_ptr<ApiServer> api_;  // last: destroyed (its handlers finished) first
 };
 
 }  // namespace afd::serve
