@@ -5,8 +5,8 @@
 #include <optional>
 #include <random>
 
+#include "serve/frontend/worker_resume.h"
 #include "serve/http/server.h"
-#include "serve/worker_resume.h"
 
 namespace afd::serve {
 
@@ -71,7 +71,7 @@ void ApiServer::handle_metrics(const http::Request&, http::Response& res) {
   res.set_content(backend_.metrics_text(), "text/plain; version=0.0.4");
 }
 
-// FFN membership (serve/ffn_admin.h, serve/frontend_ffn_admin.h). Protected like the API:
+// FFN membership (serve/scheduling/ffn_admin.h, serve/frontend/frontend_ffn_admin.h). Protected like the API:
 // with an API key, configure_server's Bearer check covers /admin/ too.
 void ApiServer::handle_admin_ffn(const http::Request& req, http::Response& res) {
   std::optional<AdminAnswer> a = backend_.admin_ffn(req.method, req.body);
@@ -101,7 +101,7 @@ void ApiServer::handle_generation(Endpoint ep, const std::string& path, const ht
   }
   const ChatTemplate* chat = model_.chat ? &*model_.chat : nullptr;
   const uint64_t id = next_id_.fetch_add(1);
-  // A front end's internal stream (serve/internal_stream.h): control line + the client's body.
+  // A front end's internal stream (serve/frontend/internal_stream.h): control line + the client's body.
   std::optional<InternalBody> internal;
   if (backend_.serves_internal_streams() && req.has_header(kInternalStreamHeader)) {
     auto b = split_internal_body(req.body);

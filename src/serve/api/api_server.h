@@ -19,8 +19,8 @@
 
 #include "core/status.h"
 #include "serve/api/generation_backend.h"
-#include "serve/http_common.h"
-#include "serve/model_serving.h"
+#include "serve/api/http_common.h"
+#include "serve/api/model_serving.h"
 
 namespace afd::serve {
 

@@ -1,7 +1,7 @@
 // GenerationBackend: what the OpenAI-compatible HTTP API (serve/api/api_server.h) needs from
 // whatever produces the tokens. Two implementations:
-//   LocalBackend (serve/local_backend.h): this process's schedulers and engines;
-//   Frontend     (serve/frontend.h): attention worker processes, through the Router and a
+//   LocalBackend (serve/scheduling/local_backend.h): this process's schedulers and engines;
+//   Frontend     (serve/frontend/frontend.h): attention worker processes, through the Router and a
 //                ProxySession per request.
 // The API owns every route, status code, error body and header that both share; a backend
 // answers only what differs between them (readiness, metrics text, /admin/ffn, how a parsed
@@ -13,11 +13,11 @@
 #include <string>
 #include <utility>
 
+#include "serve/api/http_common.h"
+#include "serve/api/request.h"
+#include "serve/api/response.h"
+#include "serve/frontend/internal_stream.h"
 #include "serve/http/message.h"
-#include "serve/http_common.h"
-#include "serve/internal_stream.h"
-#include "serve/request.h"
-#include "serve/response.h"
 
 namespace afd::serve {
 
@@ -41,7 +41,7 @@ struct GenerationCall {
   std::string path;             // "/v1/completions" or "/v1/chat/completions"
   GenerationRequest request;
   ResponseMeta meta;            // id, model, created, endpoint, logprobs
-  // A front end's internal stream (serve/internal_stream.h; only where
+  // A front end's internal stream (serve/frontend/internal_stream.h; only where
   // serves_internal_streams()): the control line; the request was parsed from its client body.
   const InternalBody* internal = nullptr;
   // The handler's count on in_flight(): the backend may release() it once the request is

@@ -1,4 +1,4 @@
-#include "serve/admission.h"
+#include "serve/api/admission.h"
 
 #include <sched.h>
 

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/http/server.h"
-#include "serve/tokenizer_writer.h"
+#include "serve/text/tokenizer_writer.h"
 
 namespace afd::serve {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <httplib.h>
 
-#include "serve/ffn_metrics.h"
+#include "serve/metrics/ffn_metrics.h"
 
 namespace afd::serve {
 namespace {

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <string>
 
-#include "serve/json_limits.h"
+#include "serve/api/json_limits.h"
 
 namespace afd::serve {
 namespace {

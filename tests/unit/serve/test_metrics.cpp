@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "serve/metrics.h"
+#include "serve/metrics/metrics.h"
 
 namespace afd::serve {
 namespace {

@@ -1,6 +1,6 @@
 // Metrics federation: merging several Prometheus texts into one valid exposition, and
 // fetching them from live (and dead, and misbehaving) workers.
-#include "serve/metrics_federation.h"
+#include "serve/metrics/metrics_federation.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "serve/ffn_metrics.h"
+#include "serve/metrics/ffn_metrics.h"
 
 namespace afd::serve {
 namespace {

@@ -2,9 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "serve/output.h"
-#include "serve/tokenizer.h"
-#include "serve/unicode.h"
+#include "serve/api/output.h"
+#include "serve/text/tokenizer.h"
+#include "serve/text/unicode.h"
 
 namespace afd::serve {
 namespace {

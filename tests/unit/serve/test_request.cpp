@@ -4,8 +4,8 @@
 #include <chrono>
 #include <filesystem>
 
-#include "serve/request.h"
-#include "serve/tokenizer_writer.h"
+#include "serve/api/request.h"
+#include "serve/text/tokenizer_writer.h"
 
 namespace afd::serve {
 namespace {

@@ -7,11 +7,11 @@
 #include <nlohmann/json.hpp>
 
 #include "fake_engine.h"
-#include "serve/internal_stream.h"
-#include "serve/proxy_output.h"
-#include "serve/scheduler.h"
-#include "serve/unicode.h"
-#include "serve/worker_resume.h"
+#include "serve/frontend/internal_stream.h"
+#include "serve/frontend/proxy_output.h"
+#include "serve/frontend/worker_resume.h"
+#include "serve/scheduling/scheduler.h"
+#include "serve/text/unicode.h"
 
 namespace afd::serve {
 namespace {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "serve/router.h"
+#include "serve/scheduling/router.h"
 
 namespace afd::serve {
 namespace {

@@ -4,8 +4,8 @@
 
 #include "core/timer.h"
 #include "fake_engine.h"
-#include "serve/scheduler.h"
-#include "serve/unicode.h"
+#include "serve/scheduling/scheduler.h"
+#include "serve/text/unicode.h"
 
 namespace afd::serve {
 namespace {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "serve/sse_reader.h"
+#include "serve/frontend/sse_reader.h"
 
 namespace afd::serve {
 namespace {

@@ -7,10 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "serve/pre_tokenizer.h"
-#include "serve/tokenizer.h"
-#include "serve/tokenizer_writer.h"
-#include "serve/unicode.h"
+#include "serve/text/pre_tokenizer.h"
+#include "serve/text/tokenizer.h"
+#include "serve/text/tokenizer_writer.h"
+#include "serve/text/unicode.h"
 
 namespace afd::serve {
 namespace {

@@ -10,11 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "serve/pre_tokenizer.h"
-#include "serve/tokenizer.h"
-#include "serve/tokenizer_normalizer.h"
-#include "serve/tokenizer_regex.h"
-#include "serve/unicode.h"
+#include "serve/text/pre_tokenizer.h"
+#include "serve/text/tokenizer.h"
+#include "serve/text/tokenizer_normalizer.h"
+#include "serve/text/tokenizer_regex.h"
+#include "serve/text/unicode.h"
 
 namespace afd::serve {
 namespace {

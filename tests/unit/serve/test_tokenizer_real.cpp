@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "serve/tokenizer.h"
+#include "serve/text/tokenizer.h"
 
 namespace afd::serve {
 namespace {
