@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fake_engine.h"
+#include "../fake_engine.h"
 #include "serve/frontend/internal_stream.h"
 #include "serve/frontend/proxy_output.h"
 #include "serve/frontend/worker_resume.h"

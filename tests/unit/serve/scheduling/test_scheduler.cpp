@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/timer.h"
-#include "fake_engine.h"
+#include "../fake_engine.h"
 #include "serve/scheduling/scheduler.h"
 #include "serve/text/unicode.h"
 
