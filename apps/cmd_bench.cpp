@@ -23,8 +23,8 @@
 #include "model/weights.h"
 #include "runtime/bundle.h"
 #include "runtime/engine_factory.h"
-#include "serve/prom_merge.h"
-#include "serve/proxy_client.h"
+#include "serve/metrics/prom_merge.h"
+#include "serve/frontend/proxy_client.h"
 
 namespace afd::cli {
 

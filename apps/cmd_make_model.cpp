@@ -10,7 +10,7 @@
 #include <map>
 
 #include "commands.h"
-#include "serve/tokenizer_writer.h"
+#include "serve/text/tokenizer_writer.h"
 #include "model/make_model.h"
 
 namespace afd::cli {
@@ -77,7 +77,7 @@ void run(const MakeModelFlags& f, bool mlp_only_given) {
   else if (!f.norm_topk_prob.empty()) fail("--norm-topk-prob: expected true or false");
   if (arch == Arch::mixtral && !c.norm_topk_prob) fail("--norm-topk-prob: mixtral always renormalises");
   c.tie_word_embeddings = f.tied;
-  // Special tokens take the top ids of the written tokenizer (serve/tokenizer_writer.h):
+  // Special tokens take the top ids of the written tokenizer (serve/text/tokenizer_writer.h):
   // <|endoftext|> = V-3 (bos, and an eos as in Qwen's generation_config), <|im_end|> = V-1.
   if (c.vocab_size >= 260) {
     c.bos_token_id = c.vocab_size - 3;

@@ -28,7 +28,7 @@
 #include "runtime/trace.h"
 #include "runtime/topology.h"
 #include "runtime/topology_file.h"
-#include "serve/ffn_metrics.h"
+#include "serve/metrics/ffn_metrics.h"
 #include "serve_stack.h"
 #include "trace_output.h"
 

@@ -9,7 +9,7 @@
 
 #include "child_processes.h"
 #include "engine_flags.h"
-#include "serve/metrics_federation.h"
+#include "serve/metrics/metrics_federation.h"
 
 namespace afd::cli {
 

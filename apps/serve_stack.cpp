@@ -14,10 +14,10 @@
 #include "core/timer.h"
 #include "runtime/bundle.h"
 #include "runtime/ffn_client.h"
-#include "serve/ffn_admin.h"
-#include "serve/ffn_metrics.h"
-#include "serve/metrics.h"
-#include "serve/metrics_federation.h"
+#include "serve/metrics/ffn_metrics.h"
+#include "serve/metrics/metrics.h"
+#include "serve/metrics/metrics_federation.h"
+#include "serve/scheduling/ffn_admin.h"
 #include "trace_output.h"
 
 namespace afd::cli {

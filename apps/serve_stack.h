@@ -15,8 +15,8 @@
 
 #include "child_processes.h"
 #include "engine_flags.h"
-#include "serve/frontend.h"
-#include "serve/service.h"
+#include "serve/frontend/frontend.h"
+#include "serve/scheduling/service.h"
 
 namespace afd::cli {
 
@@ -97,7 +97,7 @@ class StopOnSignal {
 // What run_engine_service adds to a plain service.
 struct ServiceExtras {
   // Their series join the service's /metrics, fetched per scrape (e.g. FFN worker child
-  // processes; serve/metrics_federation.h).
+  // processes; serve/metrics/metrics_federation.h).
   std::vector<serve::MetricsTarget> federate;
   // With opt.trace: the pipeline trace is written here when the service stops.
   std::string trace_path;

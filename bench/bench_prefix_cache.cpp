@@ -23,9 +23,9 @@
 #include "core/timer.h"
 #include "model/make_model.h"
 #include "runtime/engine_factory.h"
-#include "serve/scheduler.h"
-#include "serve/tokenizer.h"
-#include "serve/tokenizer_writer.h"
+#include "serve/scheduling/scheduler.h"
+#include "serve/text/tokenizer.h"
+#include "serve/text/tokenizer_writer.h"
 
 using namespace afd;
 using namespace afd::serve;

@@ -250,7 +250,7 @@ def add_tokenizer(gguf, w, model_dir, cfg):
             types[i] = gguf.TokenType.UNUSED
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     w.add_tokenizer_model("gpt2")
-    # afd's writer splits with the Qwen2 pattern (serve/pre_tokenizer.h, SplitPattern::qwen2).
+    # afd's writer splits with the Qwen2 pattern (serve/text/pre_tokenizer.h, SplitPattern::qwen2).
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(tokens)
     w.add_token_types(types)

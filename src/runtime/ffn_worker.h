@@ -90,7 +90,7 @@ class TraceRecorder;
 void trace_ffn_batches(std::shared_ptr<TraceRecorder> trace, FfnWorkerOptions* o);
 
 // Written by the worker thread only; any thread may read (GET /metrics of an FFN worker
-// process: serve/ffn_metrics.h).
+// process: serve/metrics/ffn_metrics.h).
 struct FfnWorkerStats {
   std::atomic<int64_t> batches{0};        // ffn_part calls
   std::atomic<int64_t> frames{0};         // a2f frames served

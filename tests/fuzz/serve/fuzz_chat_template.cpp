@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "serve/chat_template.h"
-#include "serve/jinja.h"
+#include "serve/text/chat_template.h"
+#include "serve/text/jinja.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// libFuzzer target for PromMerger (serve/prom_merge.h), which merges the Prometheus text of
+// libFuzzer target for PromMerger (serve/metrics/prom_merge.h), which merges the Prometheus text of
 // workers that may send anything. The input is split at its first 0xff byte (or in half)
 // into two sources added with different labels. Nothing may crash or hang, and the merged
 // exposition must parse again with nothing dropped (the invariant the front end's /metrics
@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "serve/prom_merge.h"
+#include "serve/metrics/prom_merge.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view all(reinterpret_cast<const char*>(data), size);

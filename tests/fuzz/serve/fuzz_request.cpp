@@ -11,11 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "serve/chat_template.h"
-#include "serve/json_limits.h"
-#include "serve/request.h"
-#include "serve/tokenizer.h"
-#include "serve/unicode.h"
+#include "serve/api/json_limits.h"
+#include "serve/api/request.h"
+#include "serve/text/chat_template.h"
+#include "serve/text/tokenizer.h"
+#include "serve/text/unicode.h"
 
 namespace {
 

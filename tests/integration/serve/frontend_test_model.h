@@ -13,7 +13,7 @@
 
 #include "model/config.h"
 #include "model/fingerprint.h"
-#include "serve/tokenizer_writer.h"
+#include "serve/text/tokenizer_writer.h"
 
 namespace afd::serve {
 

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "serve/chat_template.h"
+#include "serve/text/chat_template.h"
 
 int main() {
   using json = nlohmann::ordered_json;

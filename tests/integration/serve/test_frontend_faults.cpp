@@ -20,8 +20,8 @@
 #include <nlohmann/json.hpp>
 
 #include "frontend_test_model.h"
-#include "serve/frontend.h"
-#include "serve/proxy_client.h"
+#include "serve/frontend/frontend.h"
+#include "serve/frontend/proxy_client.h"
 
 namespace afd::serve {
 namespace {

@@ -1,4 +1,4 @@
-// The front end's /admin/ffn (serve/frontend_ffn_admin.h) against scripted attention workers
+// The front end's /admin/ffn (serve/frontend/frontend_ffn_admin.h) against scripted attention workers
 // (httplib servers answering /health with an instance and /admin/ffn with a membership): a
 // change reaches every worker; a worker that was down, or restarts (a new instance), gets the
 // whole list before it is placed on; a refusal by the first worker changes nothing; the API key
@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frontend_test_model.h"
-#include "serve/frontend.h"
+#include "serve/frontend/frontend.h"
 
 namespace afd::serve {
 namespace {

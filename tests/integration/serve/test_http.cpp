@@ -18,9 +18,9 @@
 #include "frontend_test_model.h"
 #include "model/config.h"
 #include "model/fingerprint.h"
-#include "serve/frontend.h"
-#include "serve/service.h"
-#include "serve/tokenizer_writer.h"
+#include "serve/frontend/frontend.h"
+#include "serve/scheduling/service.h"
+#include "serve/text/tokenizer_writer.h"
 
 namespace afd::serve {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "serve/tokenizer_writer.h"
+#include "serve/text/tokenizer_writer.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {

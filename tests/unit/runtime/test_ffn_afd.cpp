@@ -270,7 +270,7 @@ TEST(FfnAfd, TwoAttentionTwoFfnAggregatesAndMatches) {
   EXPECT_GT(b.workers[0]->stats().tokens.load(), b.workers[1]->stats().tokens.load());
   // Both attention workers' frames were aggregated into single batches at least sometimes.
   EXPECT_GT(b.workers[0]->stats().multi_peer_batches.load() + b.workers[1]->stats().multi_peer_batches.load(), 0);
-  // What GET /metrics of an FFN worker process reports (serve/ffn_metrics.h).
+  // What GET /metrics of an FFN worker process reports (serve/metrics/ffn_metrics.h).
   for (auto& wk : b.workers) {
     const FfnWorkerStats& st = wk->stats();
     EXPECT_EQ(st.attention_serving.load(), 2);

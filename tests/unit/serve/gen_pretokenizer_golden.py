@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # Golden pre-tokenizer splits from real tokenizers' regular expressions, produced by
 # python3-regex (which supports \p{L} / \p{N} and Unicode \s like the Oniguruma engine of
-# HF tokenizers). afd runs the same patterns with PCRE2 (src/serve/tokenizer_regex.cpp)
+# HF tokenizers). afd runs the same patterns with PCRE2 (src/serve/text/tokenizer_regex.cpp)
 # and is checked against this file.
 # Run: /usr/bin/python3 tests/unit/serve/gen_pretokenizer_golden.py > tests/unit/serve/data/pretokenizer_golden.json
 import json

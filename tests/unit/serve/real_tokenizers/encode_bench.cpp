@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "serve/tokenizer.h"
+#include "serve/text/tokenizer.h"
 
 #if __has_include(<valgrind/callgrind.h>)
 #include <valgrind/callgrind.h>

@@ -1,0 +1,51 @@
+// OpenAI response bodies: non-streaming completions, SSE chunks, usage, logprobs and
+// error bodies. Pure functions of their inputs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "serve/api/request.h"
+#include "serve/scheduling/channel.h"
+#include "serve/text/tokenizer.h"
+
+namespace afd::serve {
+
+// {"error": {"message", "type", "param": null, "code"}}
+std::string error_body(int http_status, const std::string& message);
+// HTTP status for a Status from parsing or scheduling.
+int http_status_for(const Status& s);
+
+struct ResponseMeta {
+  std::string id;      // "cmpl-..." / "chatcmpl-..."
+  std::string model;
+  int64_t created = 0; // unix seconds
+  Endpoint endpoint = Endpoint::completions;
+  bool logprobs = false;
+};
+
+// Accumulates a whole non-streaming response.
+struct Completion {
+  std::string text;
+  std::vector<TokenInfo> tokens;
+  FinishReason finish = FinishReason::none;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+nlohmann::ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// Logprobs of `tokens` in the endpoint's format (chat: {"content": [...]}; completions:
+// {"tokens", "token_logprobs", "top_logprobs", "text_offset"}).
+nlohmann::ordered_json logprobs_json(Endpoint ep, const Tokenizer& tok, const std::vector<TokenInfo>& tokens,
+                                     int64_t text_offset);
+std::string completion_body(const ResponseMeta& m, const Tokenizer& tok, const Completion& c);
+// One SSE chunk ("data: {...}\n\n") for a step's text/tokens; finish may be none.
+std::string stream_chunk(const ResponseMeta& m, const Tokenizer& tok, const StreamEvent& e, bool first,
+                         bool include_usage, int64_t text_offset);
+// The final usage-only chunk (choices: []).
+std::string stream_usage_chunk(const ResponseMeta& m, int64_t prompt_tokens, int64_t completion_tokens);
+
+}  // namespace afd::serve

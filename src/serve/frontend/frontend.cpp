@@ -1,0 +1,314 @@
+#include "serve/frontend/frontend.h"
+
+#include <chrono>
+#include <ctime>
+#include <sstream>
+
+#include "core/log.h"
+#include "model/config.h"
+#include "runtime/topology_file.h"
+#include "serve/metrics/metrics.h"
+#include "serve/http/client_connection.h"
+#include "serve/http/server.h"
+#include "serve/api/response.h"
+
+namespace afd::serve {
+
+Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
+  if (opt.workers.empty()) return invalid_argument("front end: no attention worker addresses");
+  std::unique_ptr<Frontend> f(new Frontend());
+  AFD_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(opt.model_dir));
+  AFD_ASSIGN_OR_RETURN(f->model_, load_model_serving(opt.model_dir, opt.model_name, opt.max_context, cfg));
+  f->model_.limits.content_special_as_text = opt.server.content_special_as_text;
+  for (size_t i = 0; i < opt.workers.size(); ++i) {
+    auto w = std::make_shared<FrontendWorker>();
+    w->index = static_cast<int>(i);
+    w->address = opt.workers[i];
+    if (Status s = split_host_port(w->address, &w->host, &w->port); !s.is_ok())
+      return s.with_context("attention worker " + std::to_string(i));
+    f->workers_.push_back(std::move(w));
+  }
+  auto ws = f->workers_;
+  f->router_ = std::make_unique<Router>(static_cast<int>(ws.size()),
+                                        [ws](int w) { return ws[w]->inflight_tokens.load(); }, 16);
+  if (opt.federate) {
+    for (const auto& w : f->workers_)
+      f->scrape_targets_.push_back({w->host, w->port, "attention=\"" + std::to_string(w->index) + "\""});
+    f->scrape_targets_.insert(f->scrape_targets_.end(), opt.metrics_targets.begin(), opt.metrics_targets.end());
+  }
+  f->ffn_admin_ = std::make_unique<FfnFanout>(f->workers_, opt.health_timeout_ms * 5, opt.server.api_key);
+  f->opt_ = std::move(opt);
+  f->opt_.proxy.retry_after_s = f->opt_.server.retry_after_s;
+  f->pool_.workers = f->workers_;
+  f->pool_.router = f->router_.get();
+  f->pool_.tokenizer = f->model_.tokenizer.get();
+  f->pool_.policy = f->opt_.proxy;
+  f->pool_.counters = &f->counters_;
+  f->pool_.stopping = [raw = f.get()] { return raw->stopping_.load(); };
+  f->pool_.why_down = [raw = f.get()](const std::vector<std::string>* attempts) {
+    return raw->why_workers_down(attempts);
+  };
+  f->api_ = std::make_unique<ApiServer>(f->opt_.server, "front end request handler", f->model_, *f);
+  return f;
+}
+
+Frontend::~Frontend() {
+  stop();
+  if (health_.joinable()) health_.join();
+  // The sessions were cancelled by stop(); give their handlers a moment to let go.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(sessions_mu_);
+      std::erase_if(sessions_, [](const std::weak_ptr<ProxySession>& p) { return p.expired(); });
+      if (sessions_.empty()) break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+Status Frontend::start() {
+  AFD_RETURN_IF_ERROR(api_->bind());
+  port_ = api_->port();
+  health_ = std::thread([this] { health_loop(); });
+  return Status::ok();
+}
+
+Status Frontend::run() {
+  if (port_ < 0) AFD_RETURN_IF_ERROR(start());
+  return api_->run();
+}
+
+void Frontend::stop() {
+  {
+    std::lock_guard<std::mutex> l(health_mu_);
+    stopping_ = true;
+  }
+  health_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> l(sessions_mu_);
+    for (auto& wp : sessions_)
+      if (auto p = wp.lock()) p->cancel();
+  }
+  if (api_) api_->stop();
+}
+
+int Frontend::workers_up() const { return serve::workers_up(workers_); }
+
+namespace {
+
+// Why a worker's answer (to /health, or a 503 to a request) is not ok: no answer, or the
+// worker's own reason (the non-empty message of its OpenAI-style error body), else its
+// status code. Never empty.
+std::string health_failure(const Result<HttpAnswer>& st) {
+  if (!st.ok()) return st.status().message();
+  auto j = nlohmann::json::parse(st->body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
+      j["error"]["message"].is_string() && !j["error"]["message"].get<std::string>().empty()) {
+    std::string why = j["error"]["message"].get<std::string>();
+    if (why.size() > 300) why = why.substr(0, 300) + "...";  // it goes into our own answers
+    return why;
+  }
+  return "answered " + std::to_string(st->status) + " without a reason";
+}
+
+// Why a worker that answered /health 200 must still not get requests: it is not an
+// attention server (an FFN worker's metrics port, say), or it serves another model than
+// this front end's (by model_config_fingerprint). Empty when it may. Bodies without these
+// fields (older workers) are taken as they are.
+std::string identity_mismatch(const std::string& body, const ModelServing& mine) {
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return "";
+  if (j.contains("role") && j["role"].is_string() && j["role"] != "attention")
+    return "not an attention worker: its /health says role '" + j["role"].get<std::string>() + "'";
+  if (j.contains("model_config") && j["model_config"].is_string()) {
+    const std::string fp = config_fingerprint_hex(mine);
+    if (j["model_config"] != fp) {
+      std::string theirs = j.contains("model") && j["model"].is_string() ? j["model"].get<std::string>() : "?";
+      if (theirs.size() > 100) theirs = theirs.substr(0, 100) + "...";
+      return "serves another model: '" + theirs + "' (config fingerprint " + j["model_config"].get<std::string>() +
+             "), this front end '" + mine.limits.model_name + "' (" + fp + ")";
+    }
+  }
+  return "";
+}
+
+// The "instance" of a worker's /health answer ("" if it has none: an older worker).
+std::string health_instance(const std::string& body) {
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("instance") && j["instance"].is_string()) return j["instance"].get<std::string>();
+  return "";
+}
+
+}  // namespace
+
+std::string Frontend::why_workers_down(const std::vector<std::string>* attempts) const {
+  std::string out;
+  for (const auto& w : workers_) {
+    const size_t i = static_cast<size_t>(w->index);
+    const bool tried = attempts && i < attempts->size() && !(*attempts)[i].empty();
+    const std::string why = tried ? (*attempts)[i] : w->why_down();
+    if (why.empty()) continue;  // up
+    out += (out.empty() ? "" : "; ") + ("worker " + std::to_string(w->index) + ": " + why);
+  }
+  // Worker processes that will not come back (restarts exhausted) come first: they are why
+  // the others report what they report (e.g. their FFN worker not connected).
+  if (opt_.lost_workers) {
+    if (std::string lost = opt_.lost_workers(); !lost.empty())
+      out = "lost for good: " + lost + (out.empty() ? "" : "; " + out);
+  }
+  return out;
+}
+
+void Frontend::health_loop() {
+  using clock = std::chrono::steady_clock;
+  std::vector<clock::time_point> last_wait_log(workers_.size(), clock::time_point{});
+  bool announced = false;
+  for (;;) {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      FrontendWorker& w = *workers_[i];
+      auto st = http_get(w.host, w.port, "/health", opt_.health_timeout_ms, 64 << 10);
+      const std::string mismatch = st.ok() && st->status == 200 ? identity_mismatch(st->body, model_) : "";
+      bool up = st.ok() && st->status == 200 && mismatch.empty();
+      std::string why = up ? "" : !mismatch.empty() ? mismatch : health_failure(st);
+      // A worker is placed on only once it holds the FFN membership set through /admin/ffn.
+      if (up) {
+        if (Status r = ffn_admin_->reconcile(w, health_instance(st->body)); !r.is_ok()) {
+          up = false;
+          why = r.message();
+        }
+      }
+      const bool was = w.set_state(up, why);
+      if (up && !was) {
+        spdlog::info("front end: attention worker {} at {} is up", i, w.address);
+        w.ever_up = true;
+      } else if (!up && was) {
+        spdlog::warn("front end: attention worker {} at {} is down ({})", i, w.address, w.why_down());
+      } else if (!up && clock::now() - last_wait_log[i] > std::chrono::seconds(5)) {
+        spdlog::info("front end: waiting for attention worker {} at {}{} ({})", i, w.address,
+                     w.ever_up ? " (lost)" : "", w.why_down());
+        last_wait_log[i] = clock::now();
+      }
+    }
+    if (!announced && workers_up() == static_cast<int>(workers_.size())) {
+      announced = true;
+      if (opt_.on_all_up) opt_.on_all_up(port_);
+    }
+    std::unique_lock<std::mutex> l(health_mu_);
+    if (health_cv_.wait_for(l, std::chrono::milliseconds(opt_.health_interval_ms), [this] { return stopping_.load(); }))
+      return;
+  }
+}
+
+void Frontend::count_response(int status) {
+  std::lock_guard<std::mutex> l(counts_mu_);
+  ++responses_[status];
+}
+
+std::string Frontend::render_metrics() const {
+  std::ostringstream o;
+  auto family = [&](const char* name, const char* type, const char* help) {
+    std::string h;
+    prom_header(&h, name, type, help);
+    o << h;
+  };
+  auto labels = [](const FrontendWorker& w) {
+    return "{worker=\"" + std::to_string(w.index) + "\",address=\"" + w.address + "\"}";
+  };
+  family("afd_frontend_worker_up", "gauge", "1 if the attention worker answered its last health check.");
+  for (const auto& w : workers_) o << "afd_frontend_worker_up" << labels(*w) << ' ' << (w->up ? 1 : 0) << '\n';
+  family("afd_frontend_worker_requests_total", "counter", "Requests placed on each attention worker.");
+  for (const auto& w : workers_) o << "afd_frontend_worker_requests_total" << labels(*w) << ' ' << w->requests << '\n';
+  family("afd_frontend_worker_failures_total", "counter",
+         "Exchanges with the attention worker that failed (refused, broken or silent mid-response).");
+  for (const auto& w : workers_) o << "afd_frontend_worker_failures_total" << labels(*w) << ' ' << w->failures << '\n';
+  family("afd_frontend_worker_inflight_requests", "gauge", "Requests being proxied to each attention worker.");
+  for (const auto& w : workers_)
+    o << "afd_frontend_worker_inflight_requests" << labels(*w) << ' ' << w->inflight_requests << '\n';
+  family("afd_frontend_worker_inflight_tokens", "gauge", "Prompt + max_tokens of the requests being proxied.");
+  for (const auto& w : workers_)
+    o << "afd_frontend_worker_inflight_tokens" << labels(*w) << ' ' << w->inflight_tokens << '\n';
+  family("afd_frontend_retries_total", "counter",
+         "Placements repeated on another worker before any worker accepted the request.");
+  o << "afd_frontend_retries_total " << counters_.retries << '\n';
+  family("afd_frontend_failovers_total", "counter",
+         "Requests continued on another attention worker after theirs failed mid-request.");
+  o << "afd_frontend_failovers_total " << counters_.failovers << '\n';
+  family("afd_frontend_upstream_stalls_total", "counter",
+         "Exchanges given up because the attention worker sent nothing for --upstream-idle-timeout-s.");
+  o << "afd_frontend_upstream_stalls_total " << counters_.stalls << '\n';
+  family("afd_frontend_unavailable_total", "counter",
+         "Requests answered 503 because no attention worker was up or none took them over in time.");
+  o << "afd_frontend_unavailable_total " << counters_.unavailable << '\n';
+  family("afd_frontend_waited_total", "counter",
+         "New requests that found no attention worker to take them and waited (--wait-for-worker-s).");
+  o << "afd_frontend_waited_total " << counters_.waited << '\n';
+  family("afd_frontend_responses_total", "counter", "Answers to /v1/* requests by HTTP status.");
+  {
+    std::lock_guard<std::mutex> l(counts_mu_);
+    for (const auto& [code, n] : responses_) o << "afd_frontend_responses_total{code=\"" << code << "\"} " << n << '\n';
+  }
+  o << ffn_admin_->render_metrics();
+  if (opt_.extra_metrics) o << opt_.extra_metrics();
+  return o.str();
+}
+
+std::string Frontend::scrape_metrics() const {
+  if (scrape_targets_.empty()) return render_metrics();
+  return federate_metrics(render_metrics(), scrape_targets_, opt_.health_timeout_ms);
+}
+
+Readiness Frontend::readiness() const {
+  if (opt_.lost_workers) {
+    if (std::string lost = opt_.lost_workers(); !lost.empty())
+      return {false, "worker process lost for good (restart afd serve): " + lost};
+  }
+  const int up = workers_up();
+  if (up == 0) return {false, "no attention worker is up (" + why_workers_down() + ")"};
+  nlohmann::json j = {{"status", "ok"}, {"workers_up", up}, {"workers", workers_.size()}};
+  return {true, j.dump()};
+}
+
+// FFN membership of every attention worker (serve/frontend/frontend_ffn_admin.h).
+std::optional<AdminAnswer> Frontend::admin_ffn(const std::string& method, const std::string& body) {
+  return ffn_admin_->request(method, body);
+}
+
+void Frontend::generate(GenerationCall& call, const http::Request& req, http::Response& res) {
+  // The prompt tokens (parsed and tokenized as the worker would) drive placement and are
+  // what every worker of this request prefills; the client's body is what is sent.
+  auto session = std::make_shared<ProxySession>(pool_, call.path, call.request, req.body, std::move(call.meta));
+  {
+    std::lock_guard<std::mutex> l(sessions_mu_);
+    std::erase_if(sessions_, [](const std::weak_ptr<ProxySession>& p) { return p.expired(); });
+    sessions_.push_back(session);
+  }
+  if (stopping_) session->cancel();
+  // A client that hangs up before the answer's head cancels the request (checked every 50 ms).
+  const int conn = connection_socket(req);
+  ProxyAnswer a = session->open([conn] { return conn >= 0 && peer_closed(conn); });
+  count_response(a.status);
+  if (!a.stream) {
+    res.status = a.status;
+    if (!a.retry_after.empty()) res.set_header("Retry-After", a.retry_after);
+    res.set_content(a.body, a.content_type);
+    return;
+  }
+  active_.fetch_add(1);  // until the stream ends (the releaser below)
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [session](size_t, http::DataSink& sink) {
+        const bool done = session->stream([&](const std::string& c) { return sink.write(c.data(), c.size()); });
+        if (done) sink.done();
+        return done;
+      },
+      [this, session](bool success) {
+        if (!success) session->cancel();
+        active_.fetch_sub(1);
+      });
+}
+
+}  // namespace afd::serve

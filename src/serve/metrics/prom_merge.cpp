@@ -1,0 +1,231 @@
+#include "serve/metrics/prom_merge.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <unordered_set>
+
+namespace afd::serve {
+namespace {
+
+bool name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':'; }
+bool name_char(char c) { return name_start(c) || std::isdigit(static_cast<unsigned char>(c)); }
+
+void skip_blanks(std::string_view s, size_t* i) {
+  while (*i < s.size() && (s[*i] == ' ' || s[*i] == '\t')) ++*i;
+}
+
+// A metric or label name at s[*i]; empty if there is none.
+std::string_view take_name(std::string_view s, size_t* i) {
+  const size_t b = *i;
+  if (b >= s.size() || !name_start(s[b])) return {};
+  size_t e = b + 1;
+  while (e < s.size() && name_char(s[e])) ++e;
+  *i = e;
+  return s.substr(b, e - b);
+}
+
+struct Label {
+  std::string_view name, quoted_value;  // quoted_value keeps its quotes and escapes
+};
+
+// `{name="value",...}` at s[*i] (with optional blanks and a trailing comma).
+bool take_labels(std::string_view s, size_t* i, std::vector<Label>* out) {
+  ++*i;  // '{'
+  for (;;) {
+    skip_blanks(s, i);
+    if (*i < s.size() && s[*i] == '}') {
+      ++*i;
+      return true;
+    }
+    Label l;
+    l.name = take_name(s, i);
+    if (l.name.empty()) return false;
+    skip_blanks(s, i);
+    if (*i >= s.size() || s[*i] != '=') return false;
+    ++*i;
+    skip_blanks(s, i);
+    if (*i >= s.size() || s[*i] != '"') return false;
+    const size_t b = (*i)++;
+    while (*i < s.size() && s[*i] != '"') {
+      if (s[*i] == '\\') {
+        if (*i + 1 >= s.size() || (s[*i + 1] != '\\' && s[*i + 1] != '"' && s[*i + 1] != 'n')) return false;
+        ++*i;
+      }
+      ++*i;
+    }
+    if (*i >= s.size()) return false;
+    l.quoted_value = s.substr(b, ++*i - b);
+    for (const Label& seen : *out)
+      if (seen.name == l.name) return false;  // a label twice is invalid
+    out->push_back(l);
+    skip_blanks(s, i);
+    if (*i < s.size() && s[*i] == ',') ++*i;
+    else if (*i >= s.size() || s[*i] != '}') return false;
+  }
+}
+
+bool is_number(std::string_view t, bool integer) {
+  if (t.empty() || t.size() > 64) return false;
+  const std::string z(t);
+  char* end = nullptr;
+  if (integer) (void)std::strtoll(z.c_str(), &end, 10);
+  else (void)std::strtod(z.c_str(), &end);
+  return end == z.c_str() + z.size();
+}
+
+// A sample line: name, label set, and "value [timestamp]".
+struct Sample {
+  std::string_view name;
+  std::vector<Label> labels;
+  std::string_view rest;
+};
+
+bool parse_sample(std::string_view line, Sample* out) {
+  size_t i = 0;
+  out->name = take_name(line, &i);
+  if (out->name.empty()) return false;
+  skip_blanks(line, &i);
+  if (i < line.size() && line[i] == '{' && !take_labels(line, &i, &out->labels)) return false;
+  skip_blanks(line, &i);
+  out->rest = line.substr(i);
+  while (!out->rest.empty() && (out->rest.back() == ' ' || out->rest.back() == '\t' || out->rest.back() == '\r'))
+    out->rest.remove_suffix(1);
+  const size_t sp = out->rest.find_first_of(" \t");
+  if (sp == std::string_view::npos) return is_number(out->rest, false);
+  std::string_view ts = out->rest.substr(sp);
+  while (!ts.empty() && (ts.front() == ' ' || ts.front() == '\t')) ts.remove_prefix(1);
+  return is_number(out->rest.substr(0, sp), false) && is_number(ts, true);
+}
+
+// The family a sample named `name` belongs to, given the family of the last # HELP/# TYPE.
+bool belongs_to(std::string_view name, const std::string& family, const std::string& type) {
+  if (family.empty() || name.substr(0, family.size()) != family) return false;
+  const std::string_view suffix = name.substr(family.size());
+  if (suffix.empty()) return true;
+  if (type == "histogram") return suffix == "_bucket" || suffix == "_sum" || suffix == "_count";
+  if (type == "summary") return suffix == "_sum" || suffix == "_count";
+  return false;
+}
+
+}  // namespace
+
+PromMerger::Family& PromMerger::family(const std::string& name) {
+  auto [it, fresh] = by_name_.try_emplace(name);
+  if (fresh) order_.push_back(name);
+  return it->second;
+}
+
+size_t PromMerger::add(std::string_view text, const std::string& label) {
+  std::string_view extra_name;
+  if (!label.empty()) extra_name = std::string_view(label).substr(0, label.find('='));
+  size_t dropped = 0;
+  std::string current, current_type;  // family of the last # HELP / # TYPE line
+  std::unordered_set<std::string> refused;  // families whose TYPE disagrees with the collected one
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    size_t i = 0;
+    skip_blanks(line, &i);
+    if (i == line.size()) continue;
+    if (line[i] == '#') {
+      ++i;
+      skip_blanks(line, &i);
+      const bool help = line.substr(i, 4) == "HELP", type = line.substr(i, 4) == "TYPE";
+      if (!help && !type) continue;  // other comments carry nothing
+      i += 4;
+      skip_blanks(line, &i);
+      const std::string_view name = take_name(line, &i);
+      skip_blanks(line, &i);
+      const std::string_view arg = line.substr(i);
+      if (name.empty() || (type && arg != "counter" && arg != "gauge" && arg != "histogram" && arg != "summary" &&
+                           arg != "untyped")) {
+        ++dropped;
+        continue;
+      }
+      if (current != name) current_type.clear();
+      current = std::string(name);
+      Family& f = family(current);
+      if (help && f.help.empty()) f.help = std::string(arg);
+      if (type) {
+        current_type = std::string(arg);
+        if (f.type.empty() && f.samples.empty()) f.type = current_type;
+        else if (f.type != current_type) refused.insert(current);
+      }
+      continue;
+    }
+    Sample s;
+    if (!parse_sample(line.substr(i), &s)) {
+      ++dropped;
+      continue;
+    }
+    std::string type = current_type;
+    if (type.empty() && !current.empty()) type = by_name_.at(current).type;
+    const std::string fam = belongs_to(s.name, current, type) ? current : std::string(s.name);
+    if (refused.count(fam)) {
+      ++dropped;
+      continue;
+    }
+    // A source label with our label's name is kept as exported_<name> (as Prometheus does
+    // for a target's clashing labels); a sample that also has exported_<name> cannot be.
+    bool clash = false, exported_taken = false;
+    for (const Label& l : s.labels) {
+      clash = clash || (!extra_name.empty() && l.name == extra_name);
+      exported_taken = exported_taken || (l.name.substr(0, 9) == "exported_" && l.name.substr(9) == extra_name);
+    }
+    if (clash && exported_taken) {
+      ++dropped;
+      continue;
+    }
+    Family& f = family(fam);
+    std::string series(s.name);
+    if (!extra_name.empty() || !s.labels.empty()) {
+      series += '{';
+      bool first = true;
+      if (!extra_name.empty()) {
+        series += label;
+        first = false;
+      }
+      for (const Label& l : s.labels) {
+        if (!first) series += ',';
+        first = false;
+        if (l.name == extra_name) series += "exported_";
+        series.append(l.name).append("=").append(l.quoted_value);
+      }
+      series += '}';
+    }
+    f.samples.push_back({std::move(series), std::string(s.rest)});
+  }
+  return dropped;
+}
+
+std::optional<double> PromMerger::first_value(std::string_view name) const {
+  for (const std::string& fam : order_) {
+    for (const auto& [series, value] : by_name_.at(fam).samples) {
+      if (std::string_view(series).substr(0, series.find('{')) != name) continue;
+      // add() accepted it: "value [timestamp]" with a number first.
+      const std::string_view v = std::string_view(value).substr(0, value.find(' '));
+      return std::strtod(std::string(v).c_str(), nullptr);
+    }
+  }
+  return std::nullopt;
+}
+
+std::string PromMerger::render() const {
+  std::string o;
+  std::unordered_set<std::string_view> seen;  // a series (name + labels) twice is invalid: first wins
+  for (const std::string& name : order_) {
+    const Family& f = by_name_.at(name);
+    if (f.samples.empty()) continue;
+    if (!f.help.empty()) o += "# HELP " + name + " " + f.help + "\n";
+    if (!f.type.empty()) o += "# TYPE " + name + " " + f.type + "\n";
+    for (const auto& [series, value] : f.samples) {
+      if (!seen.insert(series).second) continue;
+      o.append(series).append(" ").append(value).append("\n");
+    }
+  }
+  return o;
+}
+
+}  // namespace afd::serve

@@ -1,0 +1,415 @@
+#include "serve/scheduling/scheduler.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+#include "core/timer.h"
+
+namespace afd::serve {
+
+SeqRequest::SeqRequest(const GenerationRequest& g, const Tokenizer* tok, std::vector<int32_t> eos, double arrival_s)
+    : tokens(g.prompt),
+      n_prompt(static_cast<int64_t>(g.prompt.size())),
+      logprobs(g.logprobs),
+      sampler(g.sampling),
+      output(tok, std::move(eos), g.stop, g.max_tokens, g.ignore_eos),
+      t_arrival(arrival_s) {}
+
+Scheduler::Scheduler(Engine* engine, SchedulerOptions opt, WorkerStats* stats, Metrics* metrics)
+    : engine_(engine), opt_(opt), stats_(stats), metrics_(metrics), vocab_(engine->config().vocab_size) {}
+
+Scheduler::~Scheduler() { stop(); }
+
+Status Scheduler::submit(std::shared_ptr<SeqRequest> r) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stop_) return unavailable("the server is shutting down");
+    if (static_cast<int64_t>(waiting_.size()) >= opt_.max_queue)
+      return resource_exhausted("the request queue is full (" + std::to_string(opt_.max_queue) + " waiting)");
+    if (stats_) {
+      stats_->queue_depth.fetch_add(1);
+      stats_->token_load.fetch_add(static_cast<int64_t>(r->tokens.size()));
+    }
+    waiting_.push_back(std::move(r));
+    idle_ = false;
+  }
+  cv_.notify_one();
+  return Status::ok();
+}
+
+bool Scheduler::wait_for_engine(double t_fail, int attempt) {
+  const double deadline = t_fail + opt_.step_retry_s;
+  // Back off between attempts (50 ms, doubling to 1 s), so a failure that health() does not
+  // reflect is not retried in a tight loop.
+  auto pause = std::chrono::milliseconds(std::min(1000, 50 << std::min(attempt, 5)));
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (cv_.wait_for(l, pause, [&] { return stop_; })) return false;
+    }
+    if (now_s() >= deadline) return false;
+    if (engine_->health().is_ok()) return true;
+    pause = std::chrono::milliseconds(50);
+  }
+}
+
+bool Scheduler::idle() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return idle_;
+}
+
+int64_t Scheduler::n_waiting() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return static_cast<int64_t>(waiting_.size());
+}
+
+int64_t Scheduler::blocks_for(int64_t n) const {
+  int64_t bs = std::max<int64_t>(1, engine_->kv_usage().block_size);
+  return (n + bs - 1) / bs;
+}
+
+void Scheduler::finish(SeqRequest* r, FinishReason why, Status err) {
+  if (r->seq_id >= 0) {
+    engine_->release_sequence(r->seq_id);
+    r->seq_id = -1;
+  }
+  StreamEvent e;
+  e.finish = why;
+  e.error = std::move(err);
+  e.prompt_tokens = r->n_prompt;
+  e.completion_tokens = r->output.n_generated();
+  r->channel->push(std::move(e));
+}
+
+void Scheduler::drop_cancelled() {
+  for (auto& r : running_) {
+    if (r->channel->cancelled() && r->seq_id >= 0) {
+      engine_->release_sequence(r->seq_id);
+      r->seq_id = -1;
+      if (metrics_) metrics_->requests_cancelled.fetch_add(1);
+    }
+  }
+  std::erase_if(running_, [](const auto& r) { return r->seq_id < 0; });
+  std::lock_guard<std::mutex> l(mu_);
+  std::erase_if(waiting_, [&](const auto& r) {
+    if (!r->channel->cancelled()) return false;
+    if (metrics_) metrics_->requests_cancelled.fetch_add(1);
+    return true;
+  });
+}
+
+int Scheduler::admit() {
+  KvUsage u = engine_->kv_usage();
+  int64_t free_blocks = u.blocks_total - u.blocks_used;
+  // Blocks the running sequences need for their next step.
+  for (auto& r : running_) {
+    int64_t len = engine_->sequence_length(r->seq_id);
+    free_blocks -= blocks_for(static_cast<int64_t>(r->tokens.size()) + 1) - blocks_for(len);
+  }
+  int admitted = 0;
+  for (;;) {
+    std::shared_ptr<SeqRequest> r;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (waiting_.empty() || static_cast<int64_t>(running_.size()) >= opt_.max_running) break;
+      r = waiting_.front();
+    }
+    int64_t need = blocks_for(static_cast<int64_t>(r->tokens.size()) + 1);
+    if (u.blocks_total > 0 && need > u.blocks_total) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        waiting_.pop_front();
+      }
+      finish(r.get(), FinishReason::error,
+             resource_exhausted("the request needs " + std::to_string(need) + " KV blocks; the cache has " +
+                                std::to_string(u.blocks_total)));
+      continue;
+    }
+    // Head of line waits for blocks to free up (engines reporting no block pool: can_append decides).
+    if (u.blocks_total > 0 && need > free_blocks) break;
+    auto seq = engine_->create_sequence();
+    if (!seq.ok()) break;  // no free sequence slot
+    r->seq_id = *seq;
+    // Prefix caching: KV of the longest cached whole-block prefix of prompt (+ tokens
+    // generated before a preemption) is mapped in; the engine leaves at least one token to
+    // compute, so the next forward still yields the logits to sample from.
+    const int64_t n_tok = static_cast<int64_t>(r->tokens.size());
+    const int64_t hit = engine_->reuse_prefix(r->seq_id, r->tokens);
+    r->n_computed = hit > 0 && hit < n_tok ? hit : 0;
+    if (hit != r->n_computed) {
+      // An engine broke the contract (hit >= the whole context): start over without it.
+      spdlog::error("engine reused {} of {} tokens; recomputing the sequence", hit, n_tok);
+      engine_->release_sequence(r->seq_id);
+      auto again = engine_->create_sequence();
+      if (!again.ok()) {
+        r->seq_id = -1;
+        break;
+      }
+      r->seq_id = *again;
+    }
+    if (metrics_) {
+      metrics_->prefix_cache_queries.fetch_add(n_tok);
+      metrics_->prefix_cache_hits.fetch_add(r->n_computed);
+    }
+    free_blocks -= need;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      waiting_.pop_front();
+    }
+    running_.push_back(std::move(r));
+    ++admitted;
+  }
+  return admitted;
+}
+
+bool Scheduler::preempt_one(const SeqRequest* keep) {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    SeqRequest* v = it->get();
+    if (v == keep || v->seq_id < 0) continue;
+    engine_->release_sequence(v->seq_id);
+    v->seq_id = -1;
+    v->n_computed = 0;  // recompute prompt + generated tokens when readmitted
+    std::shared_ptr<SeqRequest> sp = *it;
+    running_.erase(std::next(it).base());
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      waiting_.push_front(std::move(sp));
+    }
+    if (stats_) stats_->preemptions.fetch_add(1);
+    return true;
+  }
+  return false;
+}
+
+std::vector<BatchItem> Scheduler::form_batch(std::vector<SeqRequest*>* order) {
+  std::vector<BatchItem> items;
+  order->clear();
+  int64_t budget = opt_.max_batch_tokens;
+  // Pass 0: sequences in decode (one token); pass 1: prefill chunks with what budget is left.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      SeqRequest* r = running_[i].get();
+      if (r->seq_id < 0) continue;
+      int64_t remaining = static_cast<int64_t>(r->tokens.size()) - r->n_computed;
+      bool decode = remaining == 1 && r->n_computed > 0;
+      if ((pass == 0) != decode || remaining <= 0) continue;
+      int64_t n_new = std::min(remaining, budget);
+      if (r->n_computed < r->replay_end)
+        n_new = std::min(n_new, r->n_computed < r->n_prompt ? r->n_prompt - r->n_computed : int64_t{1});
+      while (!engine_->can_append(r->seq_id, n_new)) {
+        if (!preempt_one(r)) break;
+      }
+      if (!engine_->can_append(r->seq_id, n_new)) {
+        // Alone and still no room: the KV cache cannot hold this sequence.
+        finish(r, FinishReason::error, resource_exhausted("KV cache exhausted: the sequence no longer fits"));
+        continue;
+      }
+      BatchItem it;
+      it.seq_id = r->seq_id;
+      it.tokens = std::span<const int32_t>(r->tokens.data() + r->n_computed, static_cast<size_t>(n_new));
+      items.push_back(it);
+      order->push_back(r);
+      budget -= n_new;
+    }
+  }
+  // preempt_one may have released sequences that already had items: drop those items.
+  std::vector<BatchItem> kept;
+  std::vector<SeqRequest*> kept_order;
+  for (size_t i = 0; i < items.size(); ++i)
+    if ((*order)[i]->seq_id == items[i].seq_id && items[i].seq_id >= 0) {
+      kept.push_back(items[i]);
+      kept_order.push_back((*order)[i]);
+    }
+  *order = std::move(kept_order);
+  remove_finished();
+  return kept;
+}
+
+void Scheduler::remove_finished() {
+  std::erase_if(running_, [](const auto& r) { return r->seq_id < 0; });
+}
+
+void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std::vector<BatchItem>& items,
+                               const std::vector<float>& logits) {
+  const double now = now_s();
+  for (size_t i = 0; i < order.size(); ++i) {
+    SeqRequest* r = order[i];
+    r->n_computed += static_cast<int64_t>(items[i].tokens.size());
+    if (r->n_computed < static_cast<int64_t>(r->tokens.size())) continue;  // prefill chunk, more to come
+    SampledToken s = r->sampler.sample(logits.data() + i * vocab_, vocab_);
+    r->tokens.push_back(s.token);
+    OutputProcessor::Step st = r->output.push(s.token);
+    StreamEvent e;
+    e.text = std::move(st.text);
+    TokenInfo ti;
+    ti.token = s.token;
+    ti.logprob = s.logprob;
+    ti.top = std::move(s.top_logprobs);
+    e.tokens.push_back(std::move(ti));
+    e.rng_draws = r->sampler.draws();
+    if (r->output.n_generated() == 1) {
+      r->t_first = now;
+      if (metrics_) metrics_->ttft.observe(now - r->t_arrival);
+    }
+    r->t_last = now;
+    if (metrics_) metrics_->generation_tokens.fetch_add(1);
+    if (st.finish != FinishReason::none) {
+      e.finish = st.finish;
+      e.prompt_tokens = r->n_prompt;
+      e.completion_tokens = r->output.n_generated();
+      engine_->release_sequence(r->seq_id);
+      r->seq_id = -1;
+      if (metrics_) {
+        int64_t n = r->output.n_generated();
+        if (n > 1) metrics_->tpot.observe((r->t_last - r->t_first) / static_cast<double>(n - 1));
+        metrics_->e2e.observe(now - r->t_arrival);
+      }
+    }
+    r->channel->push(std::move(e));
+  }
+  remove_finished();
+}
+
+void Scheduler::publish_stats() {
+  if (!stats_) return;
+  int64_t load = 0;
+  for (auto& r : running_) load += static_cast<int64_t>(r->tokens.size());
+  int64_t n_wait;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& r : waiting_) load += static_cast<int64_t>(r->tokens.size());
+    n_wait = static_cast<int64_t>(waiting_.size());
+  }
+  stats_->queue_depth.store(n_wait);
+  stats_->running.store(static_cast<int64_t>(running_.size()));
+  stats_->token_load.store(load);
+  KvUsage u = engine_->kv_usage();
+  stats_->kv_blocks_used.store(u.blocks_used);
+  stats_->kv_blocks_total.store(u.blocks_total);
+}
+
+Result<int> Scheduler::step() {
+  drop_cancelled();
+  int admitted = admit();
+  if (metrics_ && admitted > 0) {
+    for (size_t i = running_.size() - admitted; i < running_.size(); ++i)
+      if (running_[i]->output.n_generated() == 0) metrics_->prompt_tokens.fetch_add(running_[i]->n_prompt);
+  }
+  std::vector<SeqRequest*> order;
+  std::vector<BatchItem> items = form_batch(&order);
+  if (items.empty()) {
+    publish_stats();
+    return 0;
+  }
+  std::vector<float> logits;
+  double t0 = now_s();
+  Status st = engine_->forward(items, &logits);
+  // A lost or stalled AFD peer: the sequences are unchanged, so the same batch can run again
+  // once the engine is healthy (the peer reconnected or answers), within the retry budget.
+  const double t_fail = now_s();
+  for (int attempt = 0; !st.is_ok() && (st.code() == StatusCode::unavailable || st.code() == StatusCode::timeout) &&
+                        opt_.step_retry_s > 0;
+       ++attempt) {
+    spdlog::warn("engine forward failed for a batch of {} sequences: {}; holding them for up to {} s", items.size(),
+                 st.to_string(), opt_.step_retry_s);
+    if (!wait_for_engine(t_fail, attempt)) break;
+    if (stats_) stats_->step_retries.fetch_add(1);
+    spdlog::info("retrying the forward pass of {} sequences after {:.1f} s", items.size(), now_s() - t_fail);
+    logits.clear();
+    t0 = now_s();
+    st = engine_->forward(items, &logits);
+  }
+  double dt = now_s() - t0;
+  if (stats_) {
+    stats_->steps.fetch_add(1);
+    std::lock_guard<std::mutex> l(stats_->mu);
+    StageTimes s = engine_->last_stage_times();
+    stats_->stage_sum.attention_s += s.attention_s;
+    stats_->stage_sum.a2f_s += s.a2f_s;
+    stats_->stage_sum.ffn_s += s.ffn_s;
+    stats_->stage_sum.f2a_s += s.f2a_s;
+    stats_->stage_sum.total_s += s.total_s > 0 ? s.total_s : dt;
+    auto& layers = stats_->stage_sum.layers;
+    if (layers.size() < s.layers.size()) layers.resize(s.layers.size());
+    for (size_t l = 0; l < s.layers.size(); ++l) layers[l].add(s.layers[l]);
+    stats_->busy_s += dt;
+  }
+  if (!st.is_ok()) {
+    spdlog::error("engine forward failed for a batch of {} sequences: {}", items.size(), st.to_string());
+    for (SeqRequest* r : order) finish(r, FinishReason::error, st);
+    remove_finished();
+    publish_stats();
+    return st;
+  }
+  if (logits.size() < items.size() * static_cast<size_t>(vocab_)) {
+    Status bad = internal_error("engine returned " + std::to_string(logits.size()) + " logits for " +
+                                std::to_string(items.size()) + " items");
+    for (SeqRequest* r : order) finish(r, FinishReason::error, bad);
+    remove_finished();
+    publish_stats();
+    return bad;
+  }
+  if (metrics_) {
+    // Prefill = every item that is not a single decode token (prompt chunks, and the
+    // recompute of a re-admitted sequence); prefix-cache hits are never forwarded.
+    int64_t prefill = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const SeqRequest* r = order[i];
+      const bool decode = items[i].tokens.size() == 1 && r->n_computed > 0 &&
+                          r->n_computed + 1 == static_cast<int64_t>(r->tokens.size());
+      if (!decode) prefill += static_cast<int64_t>(items[i].tokens.size());
+    }
+    metrics_->prefill_tokens.fetch_add(prefill);
+  }
+  process_logits(order, items, logits);
+  publish_stats();
+  return static_cast<int>(items.size());
+}
+
+void Scheduler::start() {
+  thread_ = std::thread([this] {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        if (stop_) break;
+        if (running_.empty() && waiting_.empty()) {
+          idle_ = true;  // running_ is this thread's; waiting_ is read under mu_: consistent
+          double t0 = now_s();
+          cv_.wait(l, [&] { return stop_ || !waiting_.empty(); });
+          if (stats_) {
+            std::lock_guard<std::mutex> sl(stats_->mu);
+            stats_->idle_s += now_s() - t0;
+          }
+          if (stop_) break;
+        }
+      }
+      Result<int> n = step();
+      if (n.ok() && *n == 0) {
+        // Nothing runnable (e.g. waiting for KV blocks with nothing running): back off briefly.
+        double t0 = now_s();
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait_for(l, std::chrono::milliseconds(2), [&] { return stop_; });
+        if (stats_) {
+          std::lock_guard<std::mutex> sl(stats_->mu);
+          stats_->idle_s += now_s() - t0;
+        }
+      }
+    }
+    for (auto& r : running_) finish(r.get(), FinishReason::cancelled, unavailable("server shutting down"));
+    running_.clear();
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& r : waiting_) finish(r.get(), FinishReason::cancelled, unavailable("server shutting down"));
+    waiting_.clear();
+  });
+}
+
+void Scheduler::stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace afd::serve
