@@ -103,6 +103,8 @@ void serve_topology_file(const ServeFlags& f, const TopologyFile* t) {
   std::vector<std::string> trace_parts;
   ChildProcesses children;
   if (!f.spawn_workers) refuse_exit_on_loss(f, "--topology-file without --spawn-workers");
+  // Workers started elsewhere: POST /admin/reload and SIGHUP re-read the file.
+  if (!f.spawn_workers) fo.topology_file = f.topology_file;
   if (f.spawn_workers) {
     const std::string abs = std::filesystem::absolute(f.topology_file).string();
     for (const char* role : {"ffn", "attention"}) {

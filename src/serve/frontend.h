@@ -13,7 +13,9 @@
 // the worker. The API key, if set, is checked here (workers run without one and must only
 // be reachable from the front end). GET/POST /admin/ffn (protected like /v1/*) changes the FFN
 // membership of every attention worker at once, and keeps it for workers that restart
-// (serve/frontend_ffn_admin.h).
+// (serve/frontend_ffn_admin.h); GET/POST /admin/attention adds and removes attention workers
+// while it runs (serve/frontend_attention_admin.h); with a topology file, POST /admin/reload
+// (and reload(), which afd serve calls on SIGHUP) re-reads it (serve/frontend_reload.h).
 #pragma once
 
 #include <atomic>
@@ -27,7 +29,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "serve/frontend_attention_admin.h"
 #include "serve/frontend_ffn_admin.h"
+#include "serve/frontend_reload.h"
 #include "serve/http_server.h"
 #include "serve/metrics_federation.h"
 #include "serve/proxy_client.h"
@@ -43,7 +47,10 @@ class Server;
 
 struct FrontendOptions {
   ServerOptions server;              // host, port, api_key, http_threads, retry_after_s, limits
-  std::vector<std::string> workers;  // host:port of the attention workers, by index
+  std::vector<std::string> workers;  // host:port of the attention workers at start, by index
+  // The topology file the workers came from (afd serve --topology-file): POST /admin/reload
+  // and reload() re-read it. Empty: no reload (404).
+  std::string topology_file;
   std::string model_dir;             // tokenizer.json, tokenizer_config.json, config.json
   std::string model_name;            // empty: the directory's name (as the workers default to)
   int64_t max_context = 0;           // 0: the model's
@@ -91,6 +98,9 @@ class Frontend {
   // those workers (one may be up again by the time a request gives up).
   std::string why_workers_down(const std::vector<std::string>* attempts = nullptr) const;
   const ModelServing& model() const { return model_; }
+  // Re-reads opt.topology_file and applies its worker lists (serve/frontend_reload.h): HTTP
+  // status and JSON body as POST /admin/reload answers. Thread-safe.
+  std::pair<int, std::string> reload(const std::string& origin);
   // The front end's own afd_frontend_* series.
   std::string render_metrics() const;
   // What GET /metrics answers: render_metrics() and, with federate, the workers' series.
@@ -101,13 +111,15 @@ class Frontend {
   void install_routes();
   void health_loop();
   void count_response(int status);
+  WorkerList listed_workers() const;  // the attention workers not removed, by index
 
   FrontendOptions opt_;
   ModelServing model_;
-  std::vector<std::shared_ptr<FrontendWorker>> workers_;
-  std::vector<MetricsTarget> scrape_targets_;  // attention workers, then opt_.metrics_targets
+  std::unique_ptr<WorkerRoster> workers_;  // by index; grows through attention_admin_
   std::unique_ptr<Router> router_;
   std::unique_ptr<FfnFanout> ffn_admin_;  // GET/POST /admin/ffn; the health thread reconciles
+  std::unique_ptr<AttentionAdmin> attention_admin_;  // GET/POST /admin/attention; the health thread settles
+  std::unique_ptr<TopologyReload> reload_;           // null without opt_.topology_file
   // Parses and tokenizes request bodies; declared before svr_ so that it outlives the handlers.
   std::unique_ptr<AdmissionLane> admission_;
   std::unique_ptr<http::Server> svr_;

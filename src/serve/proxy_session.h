@@ -76,7 +76,9 @@ struct ProxyCounters {
 
 // What every session of a front end shares; outlives them.
 struct ProxyPool {
-  std::vector<std::shared_ptr<FrontendWorker>> workers;
+  // The attention workers by index (they may join while sessions run): a session places only
+  // on placeable() ones, a continuation included.
+  const WorkerRoster* workers = nullptr;
   Router* router = nullptr;
   const Tokenizer* tokenizer = nullptr;
   ProxyPolicy policy;
@@ -137,6 +139,8 @@ class ProxySession {
   // Releases the current attempt's load (and closes its connection when cancel_call).
   void drop_attempt(bool cancel_call);
   Step failed(int status, const std::string& message, bool retry_after);
+  // Sizes tried_, failed_on_, attempts_ to n workers (workers joined since the session began).
+  void cover(size_t n);
   Step answer_refusal(int status, const std::string& content_type, const std::string& retry_after,
                       const std::string& body);
 
