@@ -98,6 +98,8 @@ def test_attention_worker_joins_and_leaves_under_load(bundle):
 
     wave(0, join)
     wait_until(lambda: b.workers_up() == 2, "both attention workers up", interval=0.1)
+    _, text = b.get("/metrics")
+    assert 'attention="0"' in text and 'attention="1"' in text  # federated from both
 
     # B. Requests go to both; worker 0 leaves while it holds some.
     def leave():
@@ -134,7 +136,9 @@ def test_attention_worker_joins_and_leaves_under_load(bundle):
         if body["ignore_eos"]:
             assert u["completion_tokens"] == body["max_tokens"], (body, u)
 
-    # /metrics and the log say what changed.
+    # /metrics and the log say what changed; the federated series are the members' only.
+    _, text = b.get("/metrics")
+    assert 'attention="1"' in text and 'attention="0"' not in text
     assert b.metric('afd_frontend_attention_membership_changes_total{change="join"}') == 1
     assert b.metric('afd_frontend_attention_membership_changes_total{change="leave"}') == 1
     assert b.metric('afd_frontend_attention_workers{state="up"}') == 1
