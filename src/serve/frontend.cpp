@@ -39,6 +39,14 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
   }, 16);
   f->ffn_admin_ = std::make_unique<FfnFanout>(f->workers_.get(), opt.health_timeout_ms * 5, opt.server.api_key);
   f->attention_admin_ = std::make_unique<AttentionAdmin>(f->workers_.get(), f->router_.get());
+  // "migrate": the requests in flight on a leaving worker continue elsewhere (failover path).
+  f->attention_admin_->set_migrate([raw = f.get()](const FrontendWorker& w) {
+    int n = 0;
+    std::lock_guard<std::mutex> l(raw->sessions_mu_);
+    for (auto& wp : raw->sessions_)
+      if (auto p = wp.lock()) n += p->move_off(w) ? 1 : 0;
+    return n;
+  });
   if (!opt.topology_file.empty()) {
     AFD_ASSIGN_OR_RETURN(f->reload_,
                          TopologyReload::create(opt.topology_file, f->attention_admin_.get(), f->ffn_admin_.get()));

@@ -65,16 +65,22 @@ std::pair<int, std::string> AttentionAdmin::request(const std::string& method, c
   }
   if (method != "POST") return error(405, "use GET or POST on /admin/attention");
   auto j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || j.size() != 1 || !(j.contains("add") || j.contains("remove")))
-    return error(400, R"(body must be {"add": "host:port"} or {"remove": "host:port" or worker index})");
+  const bool shape = !j.is_discarded() && j.is_object() &&
+                     ((j.size() == 1 && j.contains("add")) ||
+                      (j.contains("remove") && (j.size() == 1 || (j.size() == 2 && j.contains("migrate")))));
+  if (!shape)
+    return error(400,
+                 R"(body must be {"add": "host:port"} or {"remove": "host:port" or worker index, "migrate"?: bool})");
   if (j.contains("add")) {
     if (!j["add"].is_string()) return error(400, "\"add\" must be a \"host:port\" string");
     return add(j["add"].get<std::string>(), "/admin/attention");
   }
+  if (j.contains("migrate") && !j["migrate"].is_boolean()) return error(400, "\"migrate\" must be true or false");
+  const bool migrate = j.value("migrate", false);
   const json& r = j["remove"];
-  if (r.is_number_unsigned()) return remove(std::to_string(r.get<uint64_t>()), "/admin/attention");
+  if (r.is_number_unsigned()) return remove(std::to_string(r.get<uint64_t>()), "/admin/attention", migrate);
   if (!r.is_string()) return error(400, "\"remove\" must be a \"host:port\" string or a worker index");
-  return remove(r.get<std::string>(), "/admin/attention");
+  return remove(r.get<std::string>(), "/admin/attention", migrate);
 }
 
 std::pair<int, std::string> AttentionAdmin::add(const std::string& address, const std::string& origin) {
@@ -116,31 +122,35 @@ std::pair<int, std::string> AttentionAdmin::add(const std::string& address, cons
   return {200, json{{"worker", w->index}, {"address", w->address}, {"result", result}}.dump()};
 }
 
-std::pair<int, std::string> AttentionAdmin::remove(const std::string& sel, const std::string& origin) {
+std::pair<int, std::string> AttentionAdmin::remove(const std::string& sel, const std::string& origin, bool migrate) {
+  if (migrate && !migrate_) return error(400, "\"migrate\" is not available here");
   std::lock_guard<std::mutex> l(mu_);
   std::shared_ptr<FrontendWorker> w = find(sel, /*listed_only=*/true);
   if (!w) return error(404, "no attention worker at or with index '" + sel + "'");
-  if (w->membership.load() == Membership::draining)
-    return {200, json{{"worker", w->index},
-                      {"address", w->address},
-                      {"result", "draining"},
-                      {"inflight_requests", w->inflight_requests.load()}}
-                     .dump()};
+  if (w->membership.load() == Membership::draining) {
+    json out = {{"worker", w->index},
+                {"address", w->address},
+                {"result", "draining"},
+                {"inflight_requests", w->inflight_requests.load()}};
+    if (migrate) out["moved"] = migrate_(*w);  // a drain that now should not wait
+    return {200, out.dump()};
+  }
   int active = 0;
   for (const auto& x : *workers_->snapshot()) active += x->membership.load() == Membership::active ? 1 : 0;
   if (active <= 1) return error(409, "cannot remove " + name_of(*w) + ": it is the last active attention worker");
   w->membership = Membership::draining;
   ++leaves_;
   const int64_t inflight = w->inflight_requests.load();
-  spdlog::info("front end: admin: {} leaves (through {}): draining, {} request(s) in flight finish there", name_of(*w),
-               origin, inflight);
-  const char* result = "draining";
+  spdlog::info("front end: admin: {} leaves (through {}): draining, {} request(s) in flight {}", name_of(*w), origin,
+               inflight, migrate ? "move to the other workers" : "finish there");
+  json out = {{"worker", w->index}, {"address", w->address}, {"result", "draining"}, {"inflight_requests", inflight}};
   if (inflight == 0) {
     finish_removal(*w);
-    result = "removed";
+    out["result"] = "removed";
+  } else if (migrate) {
+    out["moved"] = migrate_(*w);
   }
-  return {200, json{{"worker", w->index}, {"address", w->address}, {"result", result}, {"inflight_requests", inflight}}
-                   .dump()};
+  return {200, out.dump()};
 }
 
 std::pair<int, std::string> AttentionAdmin::set(const std::vector<std::string>& addresses, const std::string& origin) {

@@ -10,14 +10,18 @@
 //                                       409 if it is already an active member; 400 if the
 //                                       address is not host:port or the slots are exhausted.
 //   POST {"remove": "host:port"|i}   -> 200 {"worker", "address", "result": "draining"|"removed",
-//                                       "inflight_requests"}; 404 no such member, 409 the last
-//                                       active worker (the deployment would serve nothing).
+//                                       "inflight_requests", "moved"?}; 404 no such member, 409
+//                                       the last active worker (the deployment would serve
+//                                       nothing). With "migrate": true its requests in flight
+//                                       are moved to the other workers (the failover
+//                                       continuation, serve/proxy_session.h) instead of
+//                                       finishing there.
 //
 // A worker added is polled by the health thread like the others (its /health, identity, and
 // the FFN membership set through /admin/ffn: serve/frontend_ffn_admin.h) and placed on once
 // that passes. A removed worker drains: no new request and no continuation is placed there;
 // its requests in flight finish there (a failure there continues them elsewhere as any
-// failover does); once none is left (settle(), from the health thread) it is removed: no
+// failover does), or with migrate are continued elsewhere now; once none is left (settle(), from the health thread) it is removed: no
 // longer polled, listed, federated or given FFN changes, and its prefix index is forgotten.
 // Slots are never reused by another address (a worker's index names one address for the
 // front end's life). Every change is logged with what, who asked and the slot.
@@ -26,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -48,7 +53,10 @@ class AttentionAdmin {
   // The operations behind POST; `origin` names who asked in the log ("/admin/attention",
   // "topology file reload"). HTTP status and JSON body as for POST.
   std::pair<int, std::string> add(const std::string& address, const std::string& origin);
-  std::pair<int, std::string> remove(const std::string& address_or_index, const std::string& origin);
+  std::pair<int, std::string> remove(const std::string& address_or_index, const std::string& origin,
+                                     bool migrate = false);
+  // What "migrate" calls: moves the requests in flight on w to other workers; how many.
+  void set_migrate(std::function<int(const FrontendWorker& w)> migrate) { migrate_ = std::move(migrate); }
   // Makes the active members exactly `addresses` (adds the missing, removes the others, keeps
   // the order of slots): 200 {"added": [...], "removed": [...]}, or the first refusal's
   // status and body (changes before it stay; none is refused for a list that is valid and
@@ -68,6 +76,7 @@ class AttentionAdmin {
 
   WorkerRoster* workers_;
   Router* router_;
+  std::function<int(const FrontendWorker&)> migrate_;  // empty: "migrate" is refused
   size_t max_slots_;
   mutable std::mutex mu_;
   uint64_t joins_ = 0;   // adds applied (new slots and returns)

@@ -49,6 +49,7 @@ struct ProxySession::Attempt {
   std::unique_ptr<UpstreamCall> call;
   int64_t load = 0;
   int64_t resumed_after = 0;  // generated tokens the control line carried
+  std::atomic<bool> moved{false};  // move_off() ended it: the worker leaves, it did not fail
 
   std::mutex mu;
   std::condition_variable cv;
@@ -94,6 +95,14 @@ void ProxySession::cancel() {
   cancelled_ = true;
   std::lock_guard<std::mutex> l(att_mu_);
   if (att_) att_->call->cancel();
+}
+
+bool ProxySession::move_off(const FrontendWorker& w) {
+  std::lock_guard<std::mutex> l(att_mu_);
+  if (!att_ || att_->w.get() != &w) return false;
+  att_->moved = true;
+  att_->call->cancel();
+  return true;
 }
 
 void ProxySession::drop_attempt(bool cancel_call) {
@@ -195,6 +204,14 @@ void ProxySession::fail_attempt(const std::string& why, bool stalled) {
   }
   if (!a) return;
   FrontendWorker& w = *a->w;
+  if (a->moved.load()) {
+    spdlog::info("front end: {}: attention worker {} at {} is leaving: moving the request elsewhere after {} generated "
+                 "tokens",
+                 name_, w.index, w.address, out_.n_generated());
+    after_failure(w, "left the deployment (removed through /admin/attention with migrate)");
+    drop_attempt(true);
+    return;
+  }
   w.failures.fetch_add(1);
   if (stalled) pool_.counters->stalls.fetch_add(1);
   w.set_state(false, why);

@@ -118,6 +118,11 @@ class ProxySession {
   bool stream(const std::function<bool(const std::string&)>& write);
   // Thread-safe, idempotent: ends the session's exchange with its worker now.
   void cancel();
+  // Thread-safe: if the current attempt is on worker w, ends that exchange so that the request
+  // continues on another worker as after a failure there (a continuation when it was
+  // accepted), except that w is not marked down and no failure of w is counted (w is leaving
+  // the deployment). Whether an attempt was on w.
+  bool move_off(const FrontendWorker& w);
 
  private:
   struct Attempt;

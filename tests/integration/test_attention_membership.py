@@ -10,7 +10,9 @@ A. during it, a second attention worker the test started (`afd worker --role att
    added through the front end's POST /admin/attention;
 B. requests are placed on both; during it attention worker 0 is removed: it drains (its
    requests in flight finish there, no new one goes there) and then leaves;
-C. every request goes to the added worker.
+C. every request goes to the added worker;
+D. worker 0 is added back; during the wave worker 1 is removed with "migrate": its requests
+   in flight continue on worker 0 (the failover continuation) instead of finishing there.
 
 Every request must complete with exactly the answer of an unfaulted run of the same requests
 on the same bundle (afd_bundle.DETERMINISTIC_*), with correct usage and no error event.
@@ -26,7 +28,7 @@ import pytest
 from afd_bundle import (DETERMINISTIC_ARGS, DETERMINISTIC_ENV, TIMEOUT, Bundle, Client, Proc, first_difference,
                         free_port, health, make_model, mixed_requests, same, usage_of, wait_until)
 
-WAVES = ("A", "B", "C")
+WAVES = ("A", "B", "C", "D")
 
 
 @pytest.fixture
@@ -121,6 +123,24 @@ def test_attention_worker_joins_and_leaves_under_load(bundle):
     before = b.metric('afd_frontend_worker_requests_total{worker="1"')
     wave(2, None)
     assert b.metric('afd_frontend_worker_requests_total{worker="1"') == before + len(waves[2])
+    assert b.metric("afd_frontend_failovers_total") == 0  # nothing was cut: the drain let them finish
+    _, text = b.get("/metrics")
+    assert 'attention="1"' in text and 'attention="0"' not in text  # federated: members only
+
+    # D. Worker 0 back (its old slot); worker 1 leaves with its requests moved to worker 0.
+    st, body = b.post("/admin/attention", {"add": w0_addr})
+    assert st == 200 and json.loads(body) == {"worker": 0, "address": w0_addr, "result": "active again"}, body
+    wait_until(lambda: b.workers_up() == 2, "worker 0 up again", interval=0.1)
+
+    def migrate():
+        wait_until(lambda: b.metric('afd_frontend_worker_inflight_requests{worker="1"') >= 2,
+                   "requests on worker 1")
+        st, body = b.post("/admin/attention", {"remove": 1, "migrate": True})
+        assert st == 200 and json.loads(body)["result"] == "draining", body
+        assert json.loads(body)["moved"] >= 1, body
+
+    wave(3, migrate)
+    wait_until(lambda: [w["worker"] for w in admin(b)["workers"]] == [0], "worker 1 removed")
 
     errors = {k: v for k, v in got.items() if isinstance(v, Exception)}
     assert not errors, f"{errors}\n{b.log_tail()}"
@@ -136,16 +156,16 @@ def test_attention_worker_joins_and_leaves_under_load(bundle):
         if body["ignore_eos"]:
             assert u["completion_tokens"] == body["max_tokens"], (body, u)
 
-    # /metrics and the log say what changed; the federated series are the members' only.
-    _, text = b.get("/metrics")
-    assert 'attention="1"' in text and 'attention="0"' not in text
-    assert b.metric('afd_frontend_attention_membership_changes_total{change="join"}') == 1
-    assert b.metric('afd_frontend_attention_membership_changes_total{change="leave"}') == 1
+    # /metrics and the log say what changed.
+    assert b.metric('afd_frontend_attention_membership_changes_total{change="join"}') == 2
+    assert b.metric('afd_frontend_attention_membership_changes_total{change="leave"}') == 2
     assert b.metric('afd_frontend_attention_workers{state="up"}') == 1
     assert b.metric('afd_frontend_attention_workers{state="removed"}') == 1
-    assert b.metric('afd_frontend_worker_up{worker="0"') == 0  # not listed any more
-    assert b.metric("afd_frontend_failovers_total") == 0  # nothing was cut: the drain let them finish
+    assert b.metric('afd_frontend_worker_up{worker="1"') == 0  # not listed any more
+    assert b.metric("afd_frontend_failovers_total") >= 1  # the moved requests
+    assert b.metric("afd_frontend_worker_failures_total") == 0  # a move is no failure
     log = b.err_path.read_text()
+    assert re.search(r"attention worker 1 at \S+ is leaving: moving the request elsewhere", log), b.log_tail()
     assert re.search(r"front end: admin: attention worker 1 at \S+ joins \(added; through /admin/attention\)", log), \
         b.log_tail()
     assert re.search(r"front end: admin: attention worker 0 at \S+ leaves \(through /admin/attention\)", log)

@@ -1,7 +1,7 @@
 // AttentionAdmin (serve/frontend_attention_admin.h): the membership state machine of the front
 // end's attention workers without HTTP: add (new slot, or an old slot back), remove (draining
-// while requests are in flight, then removed by settle()), the refusals, set() from a list, the
-// router growing with the slots, and the metrics.
+// while requests are in flight, then removed by settle(); "migrate" hands them to the mover),
+// the refusals, set() from a list, the router growing with the slots, and the metrics.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -119,6 +119,37 @@ TEST(AttentionAdmin, RemoveWithNothingInFlightIsImmediate) {
   EXPECT_EQ(f.post({{"add", "127.0.0.1:8100"}}, 200)["result"], "active again");
   EXPECT_TRUE(f.at(0)->placeable());
   EXPECT_EQ(f.admin.settle(), 0);
+}
+
+TEST(AttentionAdmin, MigrateMovesTheRequestsInFlight) {
+  Fixture f;
+  f.at(0)->inflight_requests = 2;
+  // Without a mover (no front end behind it) "migrate" is refused, and nothing changes.
+  f.post({{"remove", 0}, {"migrate", true}}, 400);
+  EXPECT_EQ(f.at(0)->membership.load(), Membership::active);
+  f.post({{"remove", 0}, {"migrate", "yes"}}, 400);
+  f.post({{"add", "127.0.0.1:8102"}, {"migrate", true}}, 400);
+  std::vector<int> moved;
+  f.admin.set_migrate([&](const FrontendWorker& w) {
+    moved.push_back(w.index);
+    return 2;
+  });
+  json r = f.post({{"remove", 0}, {"migrate", true}}, 200);
+  EXPECT_EQ(r["result"], "draining");
+  EXPECT_EQ(r["moved"], 2);
+  EXPECT_EQ(moved, std::vector<int>{0});
+  // A drain in progress can be hurried the same way; without migrate nothing is moved.
+  EXPECT_EQ(f.post({{"remove", 0}}, 200).contains("moved"), false);
+  EXPECT_EQ(f.post({{"remove", 0}, {"migrate", true}}, 200)["moved"], 2);
+  EXPECT_EQ(moved, (std::vector<int>{0, 0}));
+  // Nothing in flight: removed at once, nothing to move.
+  f.at(0)->inflight_requests = 0;
+  f.admin.settle();
+  f.post({{"add", "127.0.0.1:8102"}}, 200);
+  r = f.post({{"remove", 1}, {"migrate", true}}, 200);
+  EXPECT_EQ(r["result"], "removed");
+  EXPECT_FALSE(r.contains("moved"));
+  EXPECT_EQ(moved.size(), 2u);
 }
 
 TEST(AttentionAdmin, SetAppliesAListAddsFirst) {
