@@ -12,13 +12,13 @@
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "reload_on_hangup.h"
 #include "runtime/bundle.h"
 #include "runtime/ffn_client.h"
 #include "serve/ffn_admin.h"
 #include "serve/ffn_metrics.h"
 #include "serve/metrics.h"
 #include "serve/metrics_federation.h"
-#include "reload_on_hangup.h"
 #include "trace_output.h"
 
 namespace afd::cli {

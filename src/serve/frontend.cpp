@@ -33,10 +33,13 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
     initial.push_back(std::move(w));
   }
   f->workers_ = std::make_unique<WorkerRoster>(std::move(initial));
-  f->router_ = std::make_unique<Router>(static_cast<int>(opt.workers.size()), [ws = f->workers_.get()](int w) {
-    const auto list = ws->snapshot();
-    return static_cast<size_t>(w) < list->size() ? (*list)[w]->inflight_tokens.load() : 0;
-  }, 16);
+  f->router_ = std::make_unique<Router>(
+      static_cast<int>(opt.workers.size()),
+      [ws = f->workers_.get()](int w) {
+        const auto list = ws->snapshot();
+        return static_cast<size_t>(w) < list->size() ? (*list)[w]->inflight_tokens.load() : 0;
+      },
+      16);
   f->ffn_admin_ = std::make_unique<FfnFanout>(f->workers_.get(), opt.health_timeout_ms * 5, opt.server.api_key);
   f->attention_admin_ = std::make_unique<AttentionAdmin>(f->workers_.get(), f->router_.get());
   // "migrate": the requests in flight on a leaving worker continue elsewhere (failover path).
@@ -123,7 +126,8 @@ WorkerList Frontend::listed_workers() const {
 }
 
 std::pair<int, std::string> Frontend::reload(const std::string& origin) {
-  if (!reload_) return {404, error_body(404, "no topology file to reload (afd serve --topology-file without --spawn-workers)")};
+  if (!reload_)
+    return {404, error_body(404, "no topology file to reload (afd serve --topology-file without --spawn-workers)")};
   return reload_->reload(origin);
 }
 
@@ -204,6 +208,7 @@ void Frontend::health_loop() {
       FrontendWorker& w = *(*list)[i];
       if (!w.listed()) continue;
       auto st = http_get(w.host, w.port, "/health", opt_.health_timeout_ms, 64 << 10);
+      if (!w.listed()) continue;  // removed meanwhile: its state stays as the removal left it
       const std::string mismatch = st.ok() && st->status == 200 ? identity_mismatch(st->body, model_) : "";
       bool up = st.ok() && st->status == 200 && mismatch.empty();
       std::string why = up ? "" : !mismatch.empty() ? mismatch : health_failure(st);

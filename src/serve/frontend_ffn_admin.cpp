@@ -244,7 +244,8 @@ std::string FfnFanout::render_metrics() const {
        "worker that had not got the last change (down, refused, or restarted since).\n"
        "# TYPE afd_frontend_ffn_membership_pushes_total counter\n";
   for (size_t i = 0; i < list->size(); ++i)
-    if ((*list)[i]->listed()) o += "afd_frontend_ffn_membership_pushes_total" + label(*(*list)[i]) + std::to_string(state_[i].pushes) + "\n";
+    if ((*list)[i]->listed())
+      o += "afd_frontend_ffn_membership_pushes_total" + label(*(*list)[i]) + std::to_string(state_[i].pushes) + "\n";
   o += "# HELP afd_frontend_ffn_membership_current 1 if the attention worker holds the FFN membership set through "
        "/admin/ffn (or none was set).\n# TYPE afd_frontend_ffn_membership_current gauge\n";
   for (size_t i = 0; i < list->size(); ++i)

@@ -205,9 +205,10 @@ void ProxySession::fail_attempt(const std::string& why, bool stalled) {
   if (!a) return;
   FrontendWorker& w = *a->w;
   if (a->moved.load()) {
-    spdlog::info("front end: {}: attention worker {} at {} is leaving: moving the request elsewhere after {} generated "
-                 "tokens",
-                 name_, w.index, w.address, out_.n_generated());
+    spdlog::info(
+        "front end: {}: attention worker {} at {} is leaving: moving the request elsewhere after {} generated "
+        "tokens",
+        name_, w.index, w.address, out_.n_generated());
     after_failure(w, "left the deployment (removed through /admin/attention with migrate)");
     drop_attempt(true);
     return;

@@ -362,8 +362,7 @@ TEST_F(FrontendFfnAdmin, ATopologyFileReloadAppliesItsListsAndAnInvalidOneNothin
   auto r = cli_->Post("/admin/reload", "", "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
-  EXPECT_EQ(json::parse(r->body),
-            json::parse(R"({"attention": {"added": [], "removed": []}, "ffn": "unchanged"})"));
+  EXPECT_EQ(json::parse(r->body), json::parse(R"({"attention": {"added": [], "removed": []}, "ffn": "unchanged"})"));
   // Worker 0 out, worker 2 in, an FFN worker more.
   write_topology({workers_[1]->address(), workers_[2]->address()}, {"f0:1", "f1:1"});
   r = cli_->Post("/admin/reload", "", "application/json");

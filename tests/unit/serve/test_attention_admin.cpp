@@ -86,7 +86,7 @@ TEST(AttentionAdmin, RemoveDrainsThenSettles) {
   EXPECT_TRUE(w0->listed());
   EXPECT_EQ(f.get()["workers"][0]["state"], "draining");
   EXPECT_EQ(f.post({{"remove", 0}}, 200)["result"], "draining");  // again: no change
-  EXPECT_EQ(f.admin.settle(), 0);  // requests still in flight there
+  EXPECT_EQ(f.admin.settle(), 0);                                 // requests still in flight there
   w0->inflight_requests = 0;
   EXPECT_EQ(f.admin.settle(), 1);
   EXPECT_EQ(w0->membership.load(), Membership::removed);
