@@ -2,7 +2,9 @@
 //   in-process (default)   — engines, schedulers and the API in this process (--workers N,
 //                            --topology xAyF with in-process or --ffn / --spawn-ffn FFN workers);
 //   front end              — the API over attention worker processes (docs/DEPLOYMENT.md):
-//                            --attention-workers host:port,... or --topology-file F;
+//                            --attention-workers host:port,... or --topology-file F (re-read
+//                            on SIGHUP and POST /admin/reload); /admin/attention adds and
+//                            removes attention workers while it runs;
 //   --spawn-workers        — the front end plus every worker of --topology xAyF (or of
 //                            --topology-file F) as local child processes, stopped on exit.
 // Settings: topology file, then AFD_* environment mirrors, then flags
