@@ -2,7 +2,9 @@
 //   in-process (default)   — engines, schedulers and the API in this process (--workers N,
 //                            --topology xAyF with in-process or --ffn / --spawn-ffn FFN workers);
 //   front end              — the API over attention worker processes (docs/DEPLOYMENT.md):
-//                            --attention-workers host:port,... or --topology-file F;
+//                            --attention-workers host:port,... or --topology-file F (re-read
+//                            on SIGHUP and POST /admin/reload); /admin/attention adds and
+//                            removes attention workers while it runs;
 //   --spawn-workers        — the front end plus every worker of --topology xAyF (or of
 //                            --topology-file F) as local child processes, stopped on exit.
 // Settings: topology file, then AFD_* environment mirrors, then flags
@@ -103,6 +105,8 @@ void serve_topology_file(const ServeFlags& f, const TopologyFile* t) {
   std::vector<std::string> trace_parts;
   ChildProcesses children;
   if (!f.spawn_workers) refuse_exit_on_loss(f, "--topology-file without --spawn-workers");
+  // Workers started elsewhere: POST /admin/reload and SIGHUP re-read the file.
+  if (!f.spawn_workers) fo.topology_file = f.topology_file;
   if (f.spawn_workers) {
     const std::string abs = std::filesystem::absolute(f.topology_file).string();
     for (const char* role : {"ffn", "attention"}) {

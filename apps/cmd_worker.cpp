@@ -1,6 +1,7 @@
 // afd worker: one worker process of a multi-process / multi-host AFD deployment
 // (docs/DEPLOYMENT.md). Workers start in any order and wait for their peers.
-//   --role ffn        FFN worker over UCX: accepts the attention workers (`--attention x`) on
+//   --role ffn        FFN worker over UCX: accepts the attention workers (`--attention x` at start,
+//                     and any that join later with an index it does not serve yet) on
 //                     --listen and serves expert shard --shard i/y until SIGINT/SIGTERM,
 //                     surviving peers that die or misbehave. --ffn-tp t: TP rank i % t of EP
 //                     group i / t (runtime/topology.h).
@@ -236,7 +237,9 @@ void register_worker(CLI::App& app) {
          "--shard", f->shard,
          "FFN: this worker's shard i/y (experts [i*E/y, (i+1)*E/y); with --ffn-tp t: TP rank i%t of EP group i/t)")
       ->envname("AFD_SHARD");
-  cmd->add_option("--attention", f->n_attention, "Attention workers in the deployment (x of xAyF)")
+  cmd->add_option("--attention", f->n_attention,
+                  "Attention workers in the deployment at start (x of xAyF): an FFN worker waits for them and "
+                  "serves more that join later; an attention worker's --attention-index is below it")
       ->envname("AFD_N_ATTENTION");
   cmd->add_option("--peer-timeout-ms", f->peer_timeout_ms, "FFN: wait for a mid-step attention worker this long")
       ->envname("AFD_PEER_TIMEOUT_MS");

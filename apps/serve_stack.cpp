@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "reload_on_hangup.h"
 #include "runtime/bundle.h"
 #include "runtime/ffn_client.h"
 #include "serve/metrics/ffn_metrics.h"
@@ -389,6 +390,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
 void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children,
                   RestartPolicy restart, double drain_timeout_s, bool exit_on_worker_loss) {
   const int n_att = static_cast<int>(fo.workers.size());
+  const bool reloadable = !fo.topology_file.empty();
   const std::string host = fo.server.host;
   auto model = std::make_shared<std::string>();
   fo.on_all_up = [n_att, n_ffn, host, model, children](int port) {
@@ -411,6 +413,13 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   serve::Frontend* raw = f->get();
   auto on_signal = StopOnSignal::start(drain_then_stop(raw, drain_timeout_s));
   if (!on_signal.ok()) fail(cmd, on_signal.status());
+  // --topology-file without --spawn-workers: SIGHUP re-reads it (serve/frontend/frontend_reload.h).
+  std::unique_ptr<ReloadOnHangup> on_hangup;
+  if (reloadable) {
+    auto h = ReloadOnHangup::start([raw] { raw->reload("SIGHUP"); });
+    if (!h.ok()) fail(cmd, h.status());
+    on_hangup = std::move(*h);
+  }
   // A worker that cannot start (bad model, port taken, ...) fails the whole command. The
   // watcher writes the reason; it is read below only after stop_all() has joined the watcher.
   auto startup_failure = std::make_shared<std::string>();
@@ -430,6 +439,7 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
               raw->port(), n_att, n_att > 1 ? "s" : "");
   std::fflush(stdout);
   Status s = raw->run();
+  on_hangup.reset();
   on_signal->reset();  // a signal's stop() has finished before the front end goes
   if (children) children->stop_all();  // joins the watcher: no stop() from it after this
   raw->stop();

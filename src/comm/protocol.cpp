@@ -442,9 +442,10 @@ Status check_handshake_match(const Handshake& mine, const Handshake& theirs) {
   };
   if (mine.fingerprint != theirs.fingerprint) return fail("model fingerprints differ (different model or config)");
   if (mine.role == theirs.role) return fail("both sides have the same role");
-  // n_ffn is not compared: the set of FFN workers may change while the deployment runs (the
-  // attention side's hello says what each one holds).
-  if (mine.n_attention != theirs.n_attention) return fail("topologies differ (attention workers)");
+  // Neither n_ffn nor n_attention is compared: the set of FFN workers and the set of attention
+  // workers may change while the deployment runs (the attention side's hello says what each FFN
+  // worker holds; an FFN worker serves every attention worker whose index no other one it
+  // serves has, however many there are).
   if (mine.hidden != theirs.hidden || mine.top_k != theirs.top_k || mine.n_experts != theirs.n_experts ||
       mine.n_layers != theirs.n_layers) {
     return fail("model shapes differ");

@@ -60,7 +60,7 @@ namespace afd {
 struct FfnWorkerOptions {
   int index = 0;        // this FFN worker's shard index in [0, n_ffn)
   int n_ffn = 1;        // y of xAyF
-  int n_attention = 1;  // x of xAyF
+  int n_attention = 1;  // x of xAyF: attention workers expected at start (more may join: any index not served)
   // Routed experts held: [expert_begin, expert_end); expert_end < 0 means the contiguous
   // shard index*E/n_ffn .. (index+1)*E/n_ffn (runtime/topology.h).
   int64_t expert_begin = 0, expert_end = -1;

@@ -4,7 +4,8 @@
   FFN worker last: any start order): greedy completions (JSON and SSE) equal an in-process
   `afd serve` with the same wire rounding (--afd-rounding 1); requests spread over both
   attention workers; /metrics federation; client hang-ups cancel; a rolling restart under
-  load loses nothing; a killed attention worker leaves the other serving.
+  load loses nothing; a killed attention worker leaves the other serving; a third attention
+  worker added to the file (and started from it) joins on SIGHUP and leaves on the next.
 - An FFN worker stalled (SIGSTOP, under a request and while idle) and lost (SIGKILL): /health
   and requests say so, naming it; it heals when the worker is back.
 - `afd serve --topology 2A1F` (worker children, from a copy of the binary): serves, restarts a
@@ -32,7 +33,7 @@ from http.client import RemoteDisconnected
 
 import pytest
 
-from afd_bundle import AFD, TIMEOUT, Bundle, Proc, free_ports, health, http, make_model, metric, wait_until
+from afd_bundle import AFD, TIMEOUT, Bundle, Proc, free_port, free_ports, health, http, make_model, metric, wait_until
 from afd_cli import afd
 
 PROMPTS = [[3, 14, 15, 92, 65], [35], [89, 79, 32, 38, 46, 26, 43]]
@@ -375,6 +376,31 @@ class TestTopologyFileBundle:
     def test_metrics_after_kill_two_of_three_scraped(self, tf):
         assert metric(tf["pf"], "afd_federation_target_up") == 2
         assert exposition_errors(tf["pf"]) == []
+
+    def test_topology_reload_on_sighup_adds_and_removes_an_attention_worker(self, tf):
+        # A third attention worker in the file (index 2 of 3A1F; the FFN worker was started for
+        # two): started from the new file, added by the front end on SIGHUP, removed again when
+        # the old file comes back.
+        old = tf["topo"].read_text()
+        t = json.loads(old)
+        pa2 = free_port()
+        t["attention"].append({"address": f"127.0.0.1:{pa2}"})
+        tf["topo"].write_text(json.dumps(t))
+        tf["start"]("a2", ["--role", "attention", "--index", "2"])
+        wait_until(lambda: health(pa2)[0] == 200, "attention worker 2 serving", interval=0.1)
+        tf["fe"].signal(signal.SIGHUP)
+        wait_until(lambda: workers_up(tf["pf"]) == 2, "attention workers 1 and 2 up", interval=0.1)
+        assert metric(tf["pf"], 'afd_frontend_attention_membership_changes_total{change="join"}') == 1
+        assert re.search(r"attention worker 2 at \S+ joins \(added; through topology file reload \(SIGHUP\)\)",
+                         tf["fe"].text()), tf["fe"].text()[-2000:]
+        assert tiny_request(tf["pf"])[0] == 200
+        tf["topo"].write_text(old)
+        tf["fe"].signal(signal.SIGHUP)
+        wait_until(lambda: metric(tf["pf"], 'afd_frontend_attention_workers{state="removed"}') == 1,
+                   "attention worker 2 removed", interval=0.1)
+        assert tf["fe"].proc.poll() is None  # SIGHUP does not stop it
+        tf["a2"].signal(signal.SIGTERM)
+        assert tf["a2"].stopped()
 
     def test_no_attention_worker_503_retry_after(self, tf):
         tf["a1"].signal(signal.SIGTERM)

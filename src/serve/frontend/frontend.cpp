@@ -20,26 +20,40 @@ Result<std::unique_ptr<Frontend>> Frontend::create(FrontendOptions opt) {
   AFD_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(opt.model_dir));
   AFD_ASSIGN_OR_RETURN(f->model_, load_model_serving(opt.model_dir, opt.model_name, opt.max_context, cfg));
   f->model_.limits.content_special_as_text = opt.server.content_special_as_text;
+  WorkerList initial;
   for (size_t i = 0; i < opt.workers.size(); ++i) {
     auto w = std::make_shared<FrontendWorker>();
     w->index = static_cast<int>(i);
     w->address = opt.workers[i];
     if (Status s = split_host_port(w->address, &w->host, &w->port); !s.is_ok())
       return s.with_context("attention worker " + std::to_string(i));
-    f->workers_.push_back(std::move(w));
+    initial.push_back(std::move(w));
   }
-  auto ws = f->workers_;
-  f->router_ = std::make_unique<Router>(static_cast<int>(ws.size()),
-                                        [ws](int w) { return ws[w]->inflight_tokens.load(); }, 16);
-  if (opt.federate) {
-    for (const auto& w : f->workers_)
-      f->scrape_targets_.push_back({w->host, w->port, "attention=\"" + std::to_string(w->index) + "\""});
-    f->scrape_targets_.insert(f->scrape_targets_.end(), opt.metrics_targets.begin(), opt.metrics_targets.end());
+  f->workers_ = std::make_unique<WorkerRoster>(std::move(initial));
+  f->router_ = std::make_unique<Router>(
+      static_cast<int>(opt.workers.size()),
+      [ws = f->workers_.get()](int w) {
+        const auto list = ws->snapshot();
+        return static_cast<size_t>(w) < list->size() ? (*list)[w]->inflight_tokens.load() : 0;
+      },
+      16);
+  f->ffn_admin_ = std::make_unique<FfnFanout>(f->workers_.get(), opt.health_timeout_ms * 5, opt.server.api_key);
+  f->attention_admin_ = std::make_unique<AttentionAdmin>(f->workers_.get(), f->router_.get());
+  // "migrate": the requests in flight on a leaving worker continue elsewhere (failover path).
+  f->attention_admin_->set_migrate([raw = f.get()](const FrontendWorker& w) {
+    int n = 0;
+    std::lock_guard<std::mutex> l(raw->sessions_mu_);
+    for (auto& wp : raw->sessions_)
+      if (auto p = wp.lock()) n += p->move_off(w) ? 1 : 0;
+    return n;
+  });
+  if (!opt.topology_file.empty()) {
+    AFD_ASSIGN_OR_RETURN(f->reload_,
+                         TopologyReload::create(opt.topology_file, f->attention_admin_.get(), f->ffn_admin_.get()));
   }
-  f->ffn_admin_ = std::make_unique<FfnFanout>(f->workers_, opt.health_timeout_ms * 5, opt.server.api_key);
   f->opt_ = std::move(opt);
   f->opt_.proxy.retry_after_s = f->opt_.server.retry_after_s;
-  f->pool_.workers = f->workers_;
+  f->pool_.workers = f->workers_.get();
   f->pool_.router = f->router_.get();
   f->pool_.tokenizer = f->model_.tokenizer.get();
   f->pool_.policy = f->opt_.proxy;
@@ -94,7 +108,20 @@ void Frontend::stop() {
   if (api_) api_->stop();
 }
 
-int Frontend::workers_up() const { return serve::workers_up(workers_); }
+int Frontend::workers_up() const { return serve::workers_up(*workers_->snapshot()); }
+
+WorkerList Frontend::listed_workers() const {
+  WorkerList out;
+  for (const auto& w : *workers_->snapshot())
+    if (w->listed()) out.push_back(w);
+  return out;
+}
+
+std::pair<int, std::string> Frontend::reload(const std::string& origin) {
+  if (!reload_)
+    return {404, error_body(404, "no topology file to reload (afd serve --topology-file without --spawn-workers)")};
+  return reload_->reload(origin);
+}
 
 namespace {
 
@@ -145,7 +172,7 @@ std::string health_instance(const std::string& body) {
 
 std::string Frontend::why_workers_down(const std::vector<std::string>* attempts) const {
   std::string out;
-  for (const auto& w : workers_) {
+  for (const auto& w : listed_workers()) {
     const size_t i = static_cast<size_t>(w->index);
     const bool tried = attempts && i < attempts->size() && !(*attempts)[i].empty();
     const std::string why = tried ? (*attempts)[i] : w->why_down();
@@ -163,12 +190,17 @@ std::string Frontend::why_workers_down(const std::vector<std::string>* attempts)
 
 void Frontend::health_loop() {
   using clock = std::chrono::steady_clock;
-  std::vector<clock::time_point> last_wait_log(workers_.size(), clock::time_point{});
+  std::vector<clock::time_point> last_wait_log;
   bool announced = false;
   for (;;) {
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      FrontendWorker& w = *workers_[i];
+    attention_admin_->settle();  // drained workers leave before this round
+    const auto list = workers_->snapshot();
+    last_wait_log.resize(list->size(), clock::time_point{});
+    for (size_t i = 0; i < list->size(); ++i) {
+      FrontendWorker& w = *(*list)[i];
+      if (!w.listed()) continue;
       auto st = http_get(w.host, w.port, "/health", opt_.health_timeout_ms, 64 << 10);
+      if (!w.listed()) continue;  // removed meanwhile: its state stays as the removal left it
       const std::string mismatch = st.ok() && st->status == 200 ? identity_mismatch(st->body, model_) : "";
       bool up = st.ok() && st->status == 200 && mismatch.empty();
       std::string why = up ? "" : !mismatch.empty() ? mismatch : health_failure(st);
@@ -191,7 +223,7 @@ void Frontend::health_loop() {
         last_wait_log[i] = clock::now();
       }
     }
-    if (!announced && workers_up() == static_cast<int>(workers_.size())) {
+    if (!announced && workers_up() == workers_listed(*list)) {
       announced = true;
       if (opt_.on_all_up) opt_.on_all_up(port_);
     }
@@ -216,18 +248,19 @@ std::string Frontend::render_metrics() const {
   auto labels = [](const FrontendWorker& w) {
     return "{worker=\"" + std::to_string(w.index) + "\",address=\"" + w.address + "\"}";
   };
+  const WorkerList ws = listed_workers();
   family("afd_frontend_worker_up", "gauge", "1 if the attention worker answered its last health check.");
-  for (const auto& w : workers_) o << "afd_frontend_worker_up" << labels(*w) << ' ' << (w->up ? 1 : 0) << '\n';
+  for (const auto& w : ws) o << "afd_frontend_worker_up" << labels(*w) << ' ' << (w->up ? 1 : 0) << '\n';
   family("afd_frontend_worker_requests_total", "counter", "Requests placed on each attention worker.");
-  for (const auto& w : workers_) o << "afd_frontend_worker_requests_total" << labels(*w) << ' ' << w->requests << '\n';
+  for (const auto& w : ws) o << "afd_frontend_worker_requests_total" << labels(*w) << ' ' << w->requests << '\n';
   family("afd_frontend_worker_failures_total", "counter",
          "Exchanges with the attention worker that failed (refused, broken or silent mid-response).");
-  for (const auto& w : workers_) o << "afd_frontend_worker_failures_total" << labels(*w) << ' ' << w->failures << '\n';
+  for (const auto& w : ws) o << "afd_frontend_worker_failures_total" << labels(*w) << ' ' << w->failures << '\n';
   family("afd_frontend_worker_inflight_requests", "gauge", "Requests being proxied to each attention worker.");
-  for (const auto& w : workers_)
+  for (const auto& w : ws)
     o << "afd_frontend_worker_inflight_requests" << labels(*w) << ' ' << w->inflight_requests << '\n';
   family("afd_frontend_worker_inflight_tokens", "gauge", "Prompt + max_tokens of the requests being proxied.");
-  for (const auto& w : workers_)
+  for (const auto& w : ws)
     o << "afd_frontend_worker_inflight_tokens" << labels(*w) << ' ' << w->inflight_tokens << '\n';
   family("afd_frontend_retries_total", "counter",
          "Placements repeated on another worker before any worker accepted the request.");
@@ -250,13 +283,19 @@ std::string Frontend::render_metrics() const {
     for (const auto& [code, n] : responses_) o << "afd_frontend_responses_total{code=\"" << code << "\"} " << n << '\n';
   }
   o << ffn_admin_->render_metrics();
+  o << attention_admin_->render_metrics();
   if (opt_.extra_metrics) o << opt_.extra_metrics();
   return o.str();
 }
 
 std::string Frontend::scrape_metrics() const {
-  if (scrape_targets_.empty()) return render_metrics();
-  return federate_metrics(render_metrics(), scrape_targets_, opt_.health_timeout_ms);
+  if (!opt_.federate) return render_metrics();
+  // The attention workers listed now, then opt_.metrics_targets.
+  std::vector<MetricsTarget> targets;
+  for (const auto& w : listed_workers())
+    targets.push_back({w->host, w->port, "attention=\"" + std::to_string(w->index) + "\""});
+  targets.insert(targets.end(), opt_.metrics_targets.begin(), opt_.metrics_targets.end());
+  return federate_metrics(render_metrics(), targets, opt_.health_timeout_ms);
 }
 
 Readiness Frontend::readiness() const {
@@ -266,13 +305,30 @@ Readiness Frontend::readiness() const {
   }
   const int up = workers_up();
   if (up == 0) return {false, "no attention worker is up (" + why_workers_down() + ")"};
-  nlohmann::json j = {{"status", "ok"}, {"workers_up", up}, {"workers", workers_.size()}};
+  nlohmann::json j = {{"status", "ok"}, {"workers_up", up}, {"workers", workers_listed(*workers_->snapshot())}};
   return {true, j.dump()};
 }
 
 // FFN membership of every attention worker (serve/frontend/frontend_ffn_admin.h).
 std::optional<AdminAnswer> Frontend::admin_ffn(const std::string& method, const std::string& body) {
   return ffn_admin_->request(method, body);
+}
+
+// Attention worker membership (serve/frontend/frontend_attention_admin.h) and the topology
+// file reload (serve/frontend/frontend_reload.h); the API checks the key as for /v1/*.
+void Frontend::extra_routes(http::Server& s) {
+  auto attention = [this](const http::Request& req, http::Response& res) {
+    auto [code, body] = attention_admin_->request(req.method, req.body);
+    res.status = code;
+    res.set_content(body, "application/json");
+  };
+  s.get("/admin/attention", attention);
+  s.post("/admin/attention", attention);
+  s.post("/admin/reload", [this](const http::Request&, http::Response& res) {
+    auto [code, body] = reload("POST /admin/reload");
+    res.status = code;
+    res.set_content(body, "application/json");
+  });
 }
 
 void Frontend::generate(GenerationCall& call, const http::Request& req, http::Response& res) {

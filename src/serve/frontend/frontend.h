@@ -13,8 +13,11 @@
 // the worker. The API key, if set, is checked here (workers run without one and must only
 // be reachable from the front end). GET/POST /admin/ffn (protected like /v1/*) changes the FFN
 // membership of every attention worker at once, and keeps it for workers that restart
-// (serve/frontend/frontend_ffn_admin.h). The routes are the HTTP API's (serve/api/api_server.h);
-// Frontend is its remote GenerationBackend.
+// (serve/frontend/frontend_ffn_admin.h); GET/POST /admin/attention adds and removes attention
+// workers while it runs (serve/frontend/frontend_attention_admin.h); with a topology file,
+// POST /admin/reload (and reload(), which afd serve calls on SIGHUP) re-reads it
+// (serve/frontend/frontend_reload.h). The routes are the HTTP API's (serve/api/api_server.h);
+// Frontend is its remote GenerationBackend, adding the /admin/attention and /admin/reload routes.
 #pragma once
 
 #include <atomic>
@@ -30,7 +33,9 @@
 #include "core/status.h"
 #include "serve/api/api_server.h"
 #include "serve/api/generation_backend.h"
+#include "serve/frontend/frontend_attention_admin.h"
 #include "serve/frontend/frontend_ffn_admin.h"
+#include "serve/frontend/frontend_reload.h"
 #include "serve/api/model_serving.h"
 #include "serve/metrics/metrics_federation.h"
 #include "serve/frontend/proxy_client.h"
@@ -42,7 +47,10 @@ namespace afd::serve {
 
 struct FrontendOptions {
   ServerOptions server;              // host, port, api_key, http_threads, retry_after_s, limits
-  std::vector<std::string> workers;  // host:port of the attention workers, by index
+  std::vector<std::string> workers;  // host:port of the attention workers at start, by index
+  // The topology file the workers came from (afd serve --topology-file): POST /admin/reload
+  // and reload() re-read it. Empty: no reload (404).
+  std::string topology_file;
   std::string model_dir;             // tokenizer.json, tokenizer_config.json, config.json
   std::string model_name;            // empty: the directory's name (as the workers default to)
   int64_t max_context = 0;           // 0: the model's
@@ -90,6 +98,9 @@ class Frontend final : public GenerationBackend {
   // those workers (one may be up again by the time a request gives up).
   std::string why_workers_down(const std::vector<std::string>* attempts = nullptr) const;
   const ModelServing& model() const { return model_; }
+  // Re-reads opt.topology_file and applies its worker lists (serve/frontend/frontend_reload.h): HTTP
+  // status and JSON body as POST /admin/reload answers. Thread-safe.
+  std::pair<int, std::string> reload(const std::string& origin);
   // The front end's own afd_frontend_* series.
   std::string render_metrics() const;
   // What GET /metrics answers: render_metrics() and, with federate, the workers' series.
@@ -105,17 +116,20 @@ class Frontend final : public GenerationBackend {
   std::optional<AdminAnswer> admin_ffn(const std::string& method, const std::string& body) override;
   bool serves_internal_streams() const override { return false; }
   void generate(GenerationCall& call, const http::Request& req, http::Response& res) override;
+  void extra_routes(http::Server& s) override;  // /admin/attention, /admin/reload
 
  private:
   Frontend() = default;
   void health_loop();
+  WorkerList listed_workers() const;  // the attention workers not removed, by index
 
   FrontendOptions opt_;
   ModelServing model_;
-  std::vector<std::shared_ptr<FrontendWorker>> workers_;
-  std::vector<MetricsTarget> scrape_targets_;  // attention workers, then opt_.metrics_targets
+  std::unique_ptr<WorkerRoster> workers_;  // by index; grows through attention_admin_
   std::unique_ptr<Router> router_;
   std::unique_ptr<FfnFanout> ffn_admin_;  // GET/POST /admin/ffn; the health thread reconciles
+  std::unique_ptr<AttentionAdmin> attention_admin_;  // GET/POST /admin/attention; the health thread settles
+  std::unique_ptr<TopologyReload> reload_;           // null without opt_.topology_file
   int port_ = -1;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};

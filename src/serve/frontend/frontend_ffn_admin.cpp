@@ -31,8 +31,13 @@ std::string worker_name(const FrontendWorker& w) {
 
 }  // namespace
 
-FfnFanout::FfnFanout(std::vector<std::shared_ptr<FrontendWorker>> workers, int timeout_ms, std::string api_key)
-    : workers_(std::move(workers)), timeout_ms_(timeout_ms), state_(workers_.size()), api_key_(std::move(api_key)) {}
+FfnFanout::FfnFanout(const WorkerRoster* workers, int timeout_ms, std::string api_key)
+    : workers_(workers), timeout_ms_(timeout_ms), api_key_(std::move(api_key)) {}
+
+FfnFanout::WorkerState& FfnFanout::state(size_t i) {
+  if (state_.size() <= i) state_.resize(i + 1);
+  return state_[i];
+}
 
 Result<std::pair<int, std::string>> FfnFanout::call(const FrontendWorker& w, const char* method,
                                                     const std::string& body) const {
@@ -62,21 +67,25 @@ std::pair<int, std::string> FfnFanout::request(const std::string& method, const 
 }
 
 bool FfnFanout::current(size_t i) const {
-  return changes_ == 0 || (state_[i].change == changes_ && state_[i].instance == state_[i].seen);
+  if (changes_ == 0) return true;
+  if (i >= state_.size()) return false;  // never given anything
+  return state_[i].change == changes_ && state_[i].instance == state_[i].seen;
 }
 
 std::pair<int, std::string> FfnFanout::get() {
   json out;
-  std::vector<bool> is_current(workers_.size());
+  const auto list = workers_->snapshot();
+  std::vector<bool> is_current(list->size());
   {
     std::lock_guard<std::mutex> l(mu_);
     out["members"] = changes_ == 0 ? json(nullptr) : json::parse(members_list_json())["members"];
     out["changes"] = changes_;
-    for (size_t i = 0; i < workers_.size(); ++i) is_current[i] = current(i);
+    for (size_t i = 0; i < list->size(); ++i) is_current[i] = current(i);
   }
   json ws = json::array();
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    const FrontendWorker& w = *workers_[i];
+  for (size_t i = 0; i < list->size(); ++i) {
+    const FrontendWorker& w = *(*list)[i];
+    if (!w.listed()) continue;
     json e = {{"worker", w.index}, {"address", w.address}, {"up", w.up.load()}, {"current", is_current[i]}};
     auto a = call(w, "GET", "");
     if (!a.ok()) {
@@ -107,8 +116,10 @@ std::pair<int, std::string> FfnFanout::post(const std::string& body) {
   bool defined = false;
   std::vector<size_t> applied;
   std::string later;  // "worker 1 (why); ..." for the log
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    const FrontendWorker& w = *workers_[i];
+  const auto roster = workers_->snapshot();
+  for (size_t i = 0; i < roster->size(); ++i) {
+    const FrontendWorker& w = *(*roster)[i];
+    if (!w.listed()) continue;
     json r = {{"worker", w.index}, {"address", w.address}};
     std::string why;
     if (!w.up.load()) {
@@ -157,13 +168,13 @@ std::pair<int, std::string> FfnFanout::post(const std::string& body) {
   members_ = std::move(now);
   ++changes_;
   for (size_t i : applied) {
-    state_[i].change = changes_;
-    state_[i].instance = state_[i].seen;
+    state(i).change = changes_;
+    state(i).instance = state(i).seen;
   }
   std::string list, ids;
   for (const Member& m : members_)
     list += (list.empty() ? "" : ", ") + (m.name.empty() ? "" : m.name + " ") + m.address;
-  for (size_t i : applied) ids += (ids.empty() ? "" : ", ") + std::to_string(workers_[i]->index);
+  for (size_t i : applied) ids += (ids.empty() ? "" : ", ") + std::to_string((*roster)[i]->index);
   spdlog::info(
       "front end: admin: FFN membership change {} (change {}) applied by attention worker(s) {}{}; FFN "
       "members now: {}",
@@ -179,8 +190,8 @@ Status FfnFanout::reconcile(const FrontendWorker& w, const std::string& instance
   bool restarted = false;
   {
     std::lock_guard<std::mutex> l(mu_);
-    restarted = !state_[i].seen.empty() && state_[i].seen != instance;
-    state_[i].seen = instance;
+    restarted = !state(i).seen.empty() && state(i).seen != instance;
+    state(i).seen = instance;
     if (current(i)) return Status::ok();
   }
   // A change being applied meanwhile gives the worker what it needs, or leaves it to the next
@@ -205,9 +216,9 @@ Status FfnFanout::reconcile(const FrontendWorker& w, const std::string& instance
   }
   {
     std::lock_guard<std::mutex> l(mu_);
-    state_[i].change = number;
-    state_[i].instance = instance;
-    ++state_[i].pushes;
+    state(i).change = number;
+    state(i).instance = instance;
+    ++state(i).pushes;
   }
   spdlog::info("front end: {} {}: gave it the FFN membership of change {} ({} member(s))", worker_name(w),
                restarted ? "is a new process (restarted)" : "had not got the last change", number, n_members);
@@ -215,7 +226,9 @@ Status FfnFanout::reconcile(const FrontendWorker& w, const std::string& instance
 }
 
 std::string FfnFanout::render_metrics() const {
+  const auto list = workers_->snapshot();
   std::lock_guard<std::mutex> l(mu_);
+  if (state_.size() < list->size()) state_.resize(list->size());
   std::string o;
   o += "# HELP afd_frontend_ffn_membership_changes_total FFN membership changes through the front end's /admin/ffn, "
        "by result.\n# TYPE afd_frontend_ffn_membership_changes_total counter\n";
@@ -224,17 +237,20 @@ std::string FfnFanout::render_metrics() const {
   o += "# HELP afd_frontend_ffn_members FFN workers in the membership set through /admin/ffn (0: none set; the "
        "attention workers keep their start-up lists).\n# TYPE afd_frontend_ffn_members gauge\n";
   o += "afd_frontend_ffn_members " + std::to_string(changes_ == 0 ? 0 : members_.size()) + "\n";
+  auto label = [](const FrontendWorker& w) {
+    return "{worker=\"" + std::to_string(w.index) + "\",address=\"" + w.address + "\"} ";
+  };
   o += "# HELP afd_frontend_ffn_membership_pushes_total Times the whole FFN membership was given to an attention "
        "worker that had not got the last change (down, refused, or restarted since).\n"
        "# TYPE afd_frontend_ffn_membership_pushes_total counter\n";
-  for (size_t i = 0; i < workers_.size(); ++i)
-    o += "afd_frontend_ffn_membership_pushes_total{worker=\"" + std::to_string(workers_[i]->index) + "\",address=\"" +
-         workers_[i]->address + "\"} " + std::to_string(state_[i].pushes) + "\n";
+  for (size_t i = 0; i < list->size(); ++i)
+    if ((*list)[i]->listed())
+      o += "afd_frontend_ffn_membership_pushes_total" + label(*(*list)[i]) + std::to_string(state_[i].pushes) + "\n";
   o += "# HELP afd_frontend_ffn_membership_current 1 if the attention worker holds the FFN membership set through "
        "/admin/ffn (or none was set).\n# TYPE afd_frontend_ffn_membership_current gauge\n";
-  for (size_t i = 0; i < workers_.size(); ++i)
-    o += "afd_frontend_ffn_membership_current{worker=\"" + std::to_string(workers_[i]->index) + "\",address=\"" +
-         workers_[i]->address + "\"} " + (current(i) ? "1" : "0") + "\n";
+  for (size_t i = 0; i < list->size(); ++i)
+    if ((*list)[i]->listed())
+      o += "afd_frontend_ffn_membership_current" + label(*(*list)[i]) + (current(i) ? "1" : "0") + "\n";
   return o;
 }
 

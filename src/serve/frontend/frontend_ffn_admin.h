@@ -6,7 +6,9 @@
 // down, could not be reached, refused the change, or later answers /health as another
 // process (a new `instance`: it restarted and holds its start-up list again) is given the
 // whole list (`{"members": [...]}`, which leaves an equal membership unchanged) by the
-// health thread, before the front end places requests on it again (reconcile()).
+// health thread, before the front end places requests on it again (reconcile()). Attention
+// workers that join later (serve/frontend/frontend_attention_admin.h) get it the same way; removed
+// ones are left out.
 //
 //   GET  /admin/ffn -> 200 {"members": [...]|null, "changes": n, "workers": [{"worker", "address",
 //                       "up", "current", "membership"|"error"}]}
@@ -32,9 +34,9 @@ namespace afd::serve {
 
 class FfnFanout {
  public:
-  // workers: the front end's attention workers (by index); timeout_ms bounds each exchange;
-  // api_key (may be empty): the front end's, sent to the workers as a Bearer token.
-  FfnFanout(std::vector<std::shared_ptr<FrontendWorker>> workers, int timeout_ms, std::string api_key);
+  // workers: the front end's attention workers (by index; outlives this); timeout_ms bounds
+  // each exchange; api_key (may be empty): the front end's, sent to the workers as a Bearer token.
+  FfnFanout(const WorkerRoster* workers, int timeout_ms, std::string api_key);
 
   // One /admin/ffn request of a client (already authorized): HTTP status and JSON body.
   std::pair<int, std::string> request(const std::string& method, const std::string& body);
@@ -59,19 +61,20 @@ class FfnFanout {
   };
   std::string members_list_json() const;  // mu_ held: {"members": [...]}
   bool current(size_t i) const;           // mu_ held: worker i holds the last change
+  WorkerState& state(size_t i);           // mu_ held: worker i's (state_ grows with the roster)
   std::pair<int, std::string> post(const std::string& body);
   std::pair<int, std::string> get();
   // POST/GET to worker w's /admin/ffn: its answer, or why none came.
   Result<std::pair<int, std::string>> call(const FrontendWorker& w, const char* method, const std::string& body) const;
 
-  std::vector<std::shared_ptr<FrontendWorker>> workers_;
+  const WorkerRoster* workers_;
   int timeout_ms_;
   std::mutex change_mu_;  // held while a change or a reconciliation talks to workers
   mutable std::mutex mu_;
   std::vector<Member> members_;     // the membership set through request(); empty: none yet
   uint64_t changes_ = 0;            // changes applied (the current one's number)
   uint64_t refused_ = 0;            // changes refused (no worker up, or refused by the first)
-  std::vector<WorkerState> state_;  // by worker index
+  mutable std::vector<WorkerState> state_;  // by worker index (grown on first use of an index)
   std::string api_key_;
 };
 

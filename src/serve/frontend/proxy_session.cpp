@@ -49,6 +49,7 @@ struct ProxySession::Attempt {
   std::unique_ptr<UpstreamCall> call;
   int64_t load = 0;
   int64_t resumed_after = 0;  // generated tokens the control line carried
+  std::atomic<bool> moved{false};  // move_off() ended it: the worker leaves, it did not fail
 
   std::mutex mu;
   std::condition_variable cv;
@@ -74,9 +75,16 @@ ProxySession::ProxySession(const ProxyPool& pool, std::string path, const Genera
       load_(static_cast<int64_t>(g.prompt.size()) + g.max_tokens),
       name_(meta.id),
       out_(std::move(meta), pool.tokenizer, g),
-      tried_(pool.workers.size(), false),
-      failed_on_(pool.workers.size(), false),
-      attempts_(pool.workers.size()) {}
+      tried_(pool.workers->snapshot()->size(), false),
+      failed_on_(tried_.size(), false),
+      attempts_(tried_.size()) {}
+
+void ProxySession::cover(size_t n) {
+  if (tried_.size() >= n) return;
+  tried_.resize(n, false);
+  failed_on_.resize(n, false);
+  attempts_.resize(n);
+}
 
 ProxySession::~ProxySession() {
   cancel();
@@ -87,6 +95,14 @@ void ProxySession::cancel() {
   cancelled_ = true;
   std::lock_guard<std::mutex> l(att_mu_);
   if (att_) att_->call->cancel();
+}
+
+bool ProxySession::move_off(const FrontendWorker& w) {
+  std::lock_guard<std::mutex> l(att_mu_);
+  if (!att_ || att_->w.get() != &w) return false;
+  att_->moved = true;
+  att_->call->cancel();
+  return true;
 }
 
 void ProxySession::drop_attempt(bool cancel_call) {
@@ -106,21 +122,23 @@ bool ProxySession::start_attempt() {
   if (now < next_try_) return false;
   // Not yet accepted: each worker once. A continuation: the workers it has not failed on,
   // else any that is up (e.g. the failed one, restarted).
-  std::vector<bool> eligible(pool_.workers.size());
+  const auto ws = pool_.workers->snapshot();
+  cover(ws->size());
+  std::vector<bool> eligible(ws->size());
   bool any = false;
   for (size_t i = 0; i < eligible.size(); ++i) {
-    eligible[i] = pool_.workers[i]->up.load() && (accepted_ ? !failed_on_[i] : !tried_[i]);
+    eligible[i] = (*ws)[i]->placeable() && (accepted_ ? !failed_on_[i] : !tried_[i]);
     any = any || eligible[i];
   }
   // A continuation, or a new request waiting for a worker (wait_deadline_): any worker up
   // again (e.g. one that refused it while its FFN worker was lost, and is back).
   if ((accepted_ || wait_deadline_) && !any)
-    for (size_t i = 0; i < eligible.size(); ++i) eligible[i] = pool_.workers[i]->up.load();
+    for (size_t i = 0; i < eligible.size(); ++i) eligible[i] = (*ws)[i]->placeable();
   const int wi = pool_.router->place(prompt_, eligible);
   if (wi < 0) return false;
   tried_[wi] = true;
   auto a = std::make_shared<Attempt>();
-  a->w = pool_.workers[wi];
+  a->w = (*ws)[wi];
   a->load = load_;
   a->resumed_after = out_.n_generated();
   UpstreamTimeouts t;
@@ -186,6 +204,15 @@ void ProxySession::fail_attempt(const std::string& why, bool stalled) {
   }
   if (!a) return;
   FrontendWorker& w = *a->w;
+  if (a->moved.load()) {
+    spdlog::info(
+        "front end: {}: attention worker {} at {} is leaving: moving the request elsewhere after {} generated "
+        "tokens",
+        name_, w.index, w.address, out_.n_generated());
+    after_failure(w, "left the deployment (removed through /admin/attention with migrate)");
+    drop_attempt(true);
+    return;
+  }
   w.failures.fetch_add(1);
   if (stalled) pool_.counters->stalls.fetch_add(1);
   w.set_state(false, why);
@@ -199,6 +226,7 @@ void ProxySession::fail_attempt(const std::string& why, bool stalled) {
 }
 
 void ProxySession::after_failure(const FrontendWorker& w, const std::string& why) {
+  cover(static_cast<size_t>(w.index) + 1);
   failed_on_[static_cast<size_t>(w.index)] = true;
   attempts_[static_cast<size_t>(w.index)] = why;
   if (accepted_) {
@@ -284,11 +312,12 @@ ProxySession::Step ProxySession::advance(std::chrono::milliseconds wait) {
       }
       if (!accepted_) {
         pool_.counters->unavailable.fetch_add(1);
-        const int up = workers_up(pool_.workers);
+        const auto ws = pool_.workers->snapshot();
+        const int up = workers_up(*ws);
         return failed(503,
                       "no attention worker is available" +
                           (wait_deadline_ ? " within " + seconds(pool_.policy.wait_for_worker_s) : std::string()) +
-                          " (" + std::to_string(up) + " of " + std::to_string(pool_.workers.size()) + " up; " +
+                          " (" + std::to_string(up) + " of " + std::to_string(workers_listed(*ws)) + " up; " +
                           pool_.why_down(&attempts_) + ")",
                       true);
       }

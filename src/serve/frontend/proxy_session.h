@@ -76,7 +76,9 @@ struct ProxyCounters {
 
 // What every session of a front end shares; outlives them.
 struct ProxyPool {
-  std::vector<std::shared_ptr<FrontendWorker>> workers;
+  // The attention workers by index (they may join while sessions run): a session places only
+  // on placeable() ones, a continuation included.
+  const WorkerRoster* workers = nullptr;
   Router* router = nullptr;
   const Tokenizer* tokenizer = nullptr;
   ProxyPolicy policy;
@@ -116,6 +118,11 @@ class ProxySession {
   bool stream(const std::function<bool(const std::string&)>& write);
   // Thread-safe, idempotent: ends the session's exchange with its worker now.
   void cancel();
+  // Thread-safe: if the current attempt is on worker w, ends that exchange so that the request
+  // continues on another worker as after a failure there (a continuation when it was
+  // accepted), except that w is not marked down and no failure of w is counted (w is leaving
+  // the deployment). Whether an attempt was on w.
+  bool move_off(const FrontendWorker& w);
 
  private:
   struct Attempt;
@@ -137,6 +144,8 @@ class ProxySession {
   // Releases the current attempt's load (and closes its connection when cancel_call).
   void drop_attempt(bool cancel_call);
   Step failed(int status, const std::string& message, bool retry_after);
+  // Sizes tried_, failed_on_, attempts_ to n workers (workers joined since the session began).
+  void cover(size_t n);
   Step answer_refusal(int status, const std::string& content_type, const std::string& retry_after,
                       const std::string& body);
 

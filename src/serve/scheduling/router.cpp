@@ -1,5 +1,7 @@
 #include "serve/scheduling/router.h"
 
+#include <algorithm>
+
 namespace afd::serve {
 namespace {
 
@@ -40,8 +42,27 @@ void PrefixIndex::insert(std::span<const int32_t> tokens) {
 }
 
 Router::Router(int n_workers, std::function<int64_t(int)> load, int64_t prefix_block, size_t prefix_capacity)
-    : load_(std::move(load)) {
-  for (int i = 0; i < n_workers; ++i) prefixes_.emplace_back(prefix_block, prefix_capacity);
+    : load_(std::move(load)), block_(prefix_block), capacity_(prefix_capacity) {
+  grow_locked(static_cast<size_t>(std::max(n_workers, 0)));
+}
+
+int Router::n_workers() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return static_cast<int>(prefixes_.size());
+}
+
+void Router::grow_locked(size_t n) {
+  while (prefixes_.size() < n) prefixes_.emplace_back(block_, capacity_);
+}
+
+void Router::grow(int n) {
+  std::lock_guard<std::mutex> l(mu_);
+  grow_locked(static_cast<size_t>(std::max(n, 0)));
+}
+
+void Router::forget(int w) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (w >= 0 && static_cast<size_t>(w) < prefixes_.size()) prefixes_[w] = PrefixIndex(block_, capacity_);
 }
 
 int Router::place(std::span<const int32_t> prompt) {
@@ -50,9 +71,10 @@ int Router::place(std::span<const int32_t> prompt) {
 
 int Router::place(std::span<const int32_t> prompt, const std::vector<bool>& eligible) {
   std::lock_guard<std::mutex> l(mu_);
+  grow_locked(eligible.size());
   int best = -1;
   int64_t best_cost = INT64_MAX;
-  for (int w = 0; w < n_workers(); ++w) {
+  for (int w = 0; w < static_cast<int>(prefixes_.size()); ++w) {
     if (static_cast<size_t>(w) >= eligible.size() || !eligible[w]) continue;
     int64_t cost = load_(w) + static_cast<int64_t>(prompt.size()) - prefixes_[w].match(prompt);
     if (cost < best_cost) {

@@ -3,7 +3,9 @@
 //   token_load(w) + (prompt tokens not covered by a prefix already placed on w),
 // so load is balanced by KV tokens rather than request count (stragglers grow with the
 // number of attention instances, seeds/003 §5.3), and a shared prompt prefix goes where
-// its KV blocks may already be (seeds/002, prefix-aware routing). Thread-safe.
+// its KV blocks may already be (seeds/002, prefix-aware routing). Workers can be added while
+// it runs (grow(); an attention worker joining the deployment) and a worker's prefix index
+// emptied (forget(); one that left, whose slot a later worker may take). Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -39,14 +41,22 @@ class Router {
   Router(int n_workers, std::function<int64_t(int)> load, int64_t prefix_block = 16, size_t prefix_capacity = 1 << 16);
   // Chooses a worker for a prompt and records its prefix there.
   int place(std::span<const int32_t> prompt);
-  // The same over the workers w with eligible[w] (eligible.size() == n_workers()); -1 when
-  // none is eligible (nothing is recorded then).
+  // The same over the workers w with eligible[w]; -1 when none is eligible (nothing is
+  // recorded then). Workers beyond eligible.size() are not eligible; an eligible.size()
+  // beyond n_workers() grows the router to it first.
   int place(std::span<const int32_t> prompt, const std::vector<bool>& eligible);
-  int n_workers() const { return static_cast<int>(prefixes_.size()); }
+  int n_workers() const;
+  // Makes it at least n workers (new ones with empty prefix indexes); never shrinks.
+  void grow(int n);
+  // Empties worker w's prefix index (w < n_workers(); else nothing).
+  void forget(int w);
 
  private:
-  std::mutex mu_;
+  void grow_locked(size_t n);  // mu_ held
+  mutable std::mutex mu_;
   std::function<int64_t(int)> load_;
+  int64_t block_;
+  size_t capacity_;
   std::vector<PrefixIndex> prefixes_;
 };
 

@@ -2,10 +2,13 @@
 // (httplib servers answering /health with an instance and /admin/ffn with a membership): a
 // change reaches every worker; a worker that was down, or restarts (a new instance), gets the
 // whole list before it is placed on; a refusal by the first worker changes nothing; the API key
-// guards the endpoint like /v1/*.
+// guards the endpoint like /v1/*. With /admin/attention (serve/frontend/frontend_attention_admin.h): an
+// attention worker added later gets the whole list before it is placed on, a removed one no
+// more changes; POST /admin/reload applies a topology file's lists (serve/frontend/frontend_reload.h).
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -138,6 +141,7 @@ class FrontendFfnAdmin : public ::testing::Test {
     fo.model_name = "m";
     fo.health_interval_ms = 20;
     fo.federate = false;
+    fo.topology_file = topology_file_;
     for (const auto& w : workers_) fo.workers.push_back(w->address());
     auto f = Frontend::create(fo);
     ASSERT_TRUE(f.ok()) << f.status().to_string();
@@ -159,6 +163,16 @@ class FrontendFfnAdmin : public ::testing::Test {
   httplib::Result admin(const std::string& body, const httplib::Headers& h = {}) {
     return cli_->Post("/admin/ffn", h, body, "application/json");
   }
+  httplib::Result attention(const std::string& body, const httplib::Headers& h = {}) {
+    return cli_->Post("/admin/attention", h, body, "application/json");
+  }
+  // A topology file naming these attention workers and FFN addresses.
+  void write_topology(const std::vector<std::string>& attention, const std::vector<std::string>& ffn) {
+    json t = {{"model", dir_}, {"attention", json::array()}, {"ffn", json::array()}};
+    for (const auto& a : attention) t["attention"].push_back({{"address", a}});
+    for (const auto& a : ffn) t["ffn"].push_back({{"address", a}});
+    std::ofstream(topology_file_) << t.dump();
+  }
   static json live(const json& members) {
     json out = json::array();
     for (const auto& m : members)
@@ -167,6 +181,7 @@ class FrontendFfnAdmin : public ::testing::Test {
   }
 
   std::string dir_;
+  std::string topology_file_;  // fo.topology_file when not empty
   std::vector<std::unique_ptr<AdminWorker>> workers_;
   std::unique_ptr<Frontend> fe_;
   std::future<Status> run_;
@@ -274,6 +289,110 @@ TEST_F(FrontendFfnAdmin, GuardedByTheApiKeyLikeTheApi) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(workers_[0]->authorization(), "Bearer sekret");
+  // /admin/attention and /admin/reload the same way.
+  r = attention(R"({"add": "127.0.0.1:9"})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  g = cli_->Get("/admin/attention");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->status, 401);
+  r = cli_->Post("/admin/reload", "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  g = cli_->Get("/admin/attention", {{"Authorization", "Bearer sekret"}});
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->status, 200) << g->body;
+  EXPECT_EQ(json::parse(g->body)["workers"].size(), 2u);
+  r = cli_->Post("/admin/reload", {{"Authorization", "Bearer sekret"}}, "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404) << r->body;  // no topology file
+}
+
+TEST_F(FrontendFfnAdmin, AnAttentionWorkerAddedLaterGetsTheListAndARemovedOneNoChanges) {
+  start();
+  auto r = admin(R"({"add": "f1:1"})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  workers_.push_back(std::make_unique<AdminWorker>(frontend_model_fingerprint(dir_)));
+  r = attention(json{{"add", workers_[2]->address()}}.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["worker"], 2);
+  // Up only once it holds the membership set through /admin/ffn: the whole list, once.
+  ASSERT_TRUE(wait_for([&] { return fe_->workers_up() == 3; })) << fe_->why_workers_down();
+  ASSERT_EQ(workers_[2]->posts().size(), 1u);
+  EXPECT_EQ(json::parse(workers_[2]->posts()[0]),
+            json::parse(R"({"members": [{"address": "f0:1", "name": "ffn0"}, {"address": "f1:1"}]})"));
+  auto g = cli_->Get("/admin/ffn");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(json::parse(g->body)["workers"].size(), 3u);
+
+  // Worker 0 leaves (nothing in flight: at once); the next change goes to 1 and 2 only.
+  r = attention(R"({"remove": 0})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["result"], "removed");
+  r = admin(R"({"remove": "ffn0"})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json a = json::parse(r->body);
+  ASSERT_EQ(a["workers"].size(), 2u) << a.dump();
+  EXPECT_EQ(a["workers"][0]["worker"], 1);
+  EXPECT_EQ(a["workers"][1]["worker"], 2);
+  EXPECT_EQ(workers_[0]->posts().size(), 1u);
+  EXPECT_EQ(live(workers_[2]->members()), json::parse(R"(["f1:1"])"));
+  EXPECT_EQ(fe_->workers_up(), 2);
+  g = cli_->Get("/health");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(json::parse(g->body)["workers"], 2) << g->body;
+  const std::string m = fe_->render_metrics();
+  EXPECT_EQ(m.find("afd_frontend_worker_up{worker=\"0\""), std::string::npos) << m;
+  EXPECT_NE(m.find("afd_frontend_worker_up{worker=\"2\",address=\"" + workers_[2]->address() + "\"} 1"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("afd_frontend_attention_workers{state=\"removed\"} 1"), std::string::npos) << m;
+}
+
+TEST_F(FrontendFfnAdmin, ATopologyFileReloadAppliesItsListsAndAnInvalidOneNothing) {
+  topology_file_ = dir_ + "/topology.json";
+  write_topology({workers_[0]->address(), workers_[1]->address()}, {"f0:1"});
+  start();
+  workers_.push_back(std::make_unique<AdminWorker>(frontend_model_fingerprint(dir_)));
+  // Unchanged: nothing to do.
+  auto r = cli_->Post("/admin/reload", "", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body), json::parse(R"({"attention": {"added": [], "removed": []}, "ffn": "unchanged"})"));
+  // Worker 0 out, worker 2 in, an FFN worker more.
+  write_topology({workers_[1]->address(), workers_[2]->address()}, {"f0:1", "f1:1"});
+  r = cli_->Post("/admin/reload", "", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json a = json::parse(r->body);
+  EXPECT_EQ(a["attention"]["added"], json::array({workers_[2]->address()}));
+  EXPECT_EQ(a["attention"]["removed"], json::array({workers_[0]->address()}));
+  EXPECT_EQ(a["ffn"]["members"], json::parse(R"([{"address": "f0:1"}, {"address": "f1:1"}])")) << a.dump();
+  ASSERT_TRUE(wait_for([&] { return fe_->workers_up() == 2 && live(workers_[2]->members()).size() == 2; }))
+      << fe_->why_workers_down();
+  EXPECT_EQ(live(workers_[1]->members()), json::parse(R"(["f0:1", "f1:1"])"));
+  EXPECT_TRUE(workers_[0]->posts().empty());  // it had left
+  // A file that does not parse, or names no attention worker: 400, nothing changes.
+  std::ofstream(topology_file_) << "{";
+  r = cli_->Post("/admin/reload", "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  write_topology({}, {"f0:1"});
+  r = cli_->Post("/admin/reload", "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  auto g = cli_->Get("/admin/attention");
+  ASSERT_TRUE(g);
+  const json ws = json::parse(g->body)["workers"];
+  ASSERT_EQ(ws.size(), 2u) << g->body;
+  EXPECT_EQ(ws[0]["worker"], 1);
+  EXPECT_EQ(ws[1]["worker"], 2);
+  // Reload is fo.topology_file's; the SIGHUP path calls the same reload().
+  EXPECT_EQ(fe_->reload("test").first, 400);
 }
 
 }  // namespace

@@ -288,11 +288,14 @@ TEST(Protocol, HandshakeRoundTripAndMismatch) {
   EXPECT_EQ(s.code(), StatusCode::invalid_argument);
   EXPECT_NE(s.message().find("fingerprint"), std::string::npos) << s.message();
   f.fingerprint = a.fingerprint;
-  // y is not compared (the FFN membership may change while the deployment runs); x is.
+  // Neither y nor x is compared (FFN and attention workers may join and leave while the
+  // deployment runs): an attention worker started as index 2 of 3 is served by FFN workers
+  // started for 2, and the other way round.
   f.n_ffn = 2;
   EXPECT_TRUE(check_handshake_match(a, f).is_ok());
   f.n_attention = 3;
-  EXPECT_NE(check_handshake_match(a, f).message().find("topologies differ"), std::string::npos);
+  EXPECT_TRUE(check_handshake_match(a, f).is_ok());
+  EXPECT_TRUE(check_handshake_match(f, a).is_ok());
 }
 
 // Version 5: both sides announce their activation precision (--precision); a difference is a

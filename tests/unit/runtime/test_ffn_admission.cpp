@@ -2,7 +2,9 @@
 // protocol v5): an FFN worker that computes with another activation precision (--precision)
 // is refused by the handshake on both sides — at start-up, and when added to the membership
 // (set_members / add_member fail naming the field and both values, the worker is not added);
-// a removed FFN worker's address is no longer dialled, and dialled again once re-added.
+// a removed FFN worker's address is no longer dialled, and dialled again once re-added; an FFN
+// worker started for x attention workers serves one more that joins later (x is not compared),
+// but not a second one with an index it already serves.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -231,6 +233,34 @@ TEST(FfnAdmission, ARemovedFfnWorkerIsNotDialled) {
   ASSERT_TRUE(wait_until([&] { return (*cl)->membership().assigned == 2; }));
   EXPECT_TRUE(t->is_connected(ffn1));
   EXPECT_TRUE(pass(**cl, w->config).is_ok());
+}
+
+TEST(FfnAdmission, AnAttentionWorkerBeyondXIsServedButNotADuplicateIndex) {
+  auto w = tiny_model();
+  Cluster c(w);
+  c.start(0, 1, kernels::ActPrecision::f32);  // --attention 1
+  auto cl0 = FfnClient::create(w, c.attention("attn0"), client_opts(1, WirePrecision::f32));
+  ASSERT_TRUE(cl0.ok()) << cl0.status().to_string();
+  ASSERT_TRUE(pass(**cl0, w->config).is_ok());
+  // Attention worker 1 of 2 joins the running deployment.
+  FfnClientOptions o1 = client_opts(1, WirePrecision::f32);
+  o1.index = 1;
+  o1.n_attention = 2;
+  auto cl1 = FfnClient::create(w, c.attention("attn1"), o1);
+  ASSERT_TRUE(cl1.ok()) << cl1.status().to_string();
+  ASSERT_TRUE(pass(**cl1, w->config).is_ok());
+  EXPECT_EQ(c.ffn[0]->wk->stats().attention_serving.load(), 2);
+  ASSERT_TRUE(pass(**cl0, w->config).is_ok());  // the first one is still served
+  // Another process saying it is index 1 (of 3) is refused while index 1 is served.
+  FfnClientOptions o2 = client_opts(1, WirePrecision::f32);
+  o2.index = 1;
+  o2.n_attention = 3;
+  o2.connect_timeout_ms = 2000;
+  auto cl2 = FfnClient::create(w, c.attention("attn2"), o2);
+  ASSERT_FALSE(cl2.ok());
+  EXPECT_NE(cl2.status().message().find("attention index 1 is already served"), std::string::npos)
+      << cl2.status().to_string();
+  EXPECT_EQ(c.ffn[0]->wk->stats().attention_serving.load(), 2);
 }
 
 }  // namespace

@@ -58,5 +58,35 @@ TEST(PrefixIndex, MatchesWholeBlocksOnly) {
   EXPECT_EQ(small.match(std::vector<int32_t>{1, 2, 3}), 0);
 }
 
+TEST(Router, GrowsForWorkersThatJoin) {
+  std::vector<int64_t> load = {500, 500, 0};
+  Router r(2, [&](int w) { return load[w]; }, 4);
+  EXPECT_EQ(r.n_workers(), 2);
+  std::vector<int32_t> p = {1, 2, 3, 4, 5};
+  EXPECT_NE(r.place(p), 2);  // not a worker yet
+  r.grow(3);
+  EXPECT_EQ(r.n_workers(), 3);
+  EXPECT_EQ(r.place(p), 2);  // the idle newcomer
+  r.grow(1);                 // never shrinks
+  EXPECT_EQ(r.n_workers(), 3);
+  // An eligibility list longer than the router grows it first.
+  load.push_back(0);
+  load[2] = 900;
+  EXPECT_EQ(r.place(p, {false, true, true, true}), 3);
+  EXPECT_EQ(r.n_workers(), 4);
+}
+
+TEST(Router, ForgetEmptiesOneWorkersPrefixes) {
+  std::vector<int64_t> load = {0, 0};
+  Router r(2, [&](int w) { return load[w]; }, 16);
+  std::vector<int32_t> a(64, 7);
+  const int w = r.place(a);
+  load[w] = 40;  // the 64-token prefix there outweighs this
+  EXPECT_EQ(r.place(a), w);
+  r.forget(w);  // that worker left (its slot may be taken again): its prefixes are not there
+  EXPECT_NE(r.place(a), w);
+  r.forget(7);  // no such worker: nothing
+}
+
 }  // namespace
 }  // namespace afd::serve
