@@ -286,9 +286,8 @@ TEST(FfnAfd, TwoAttentionTwoFfnAggregatesAndMatches) {
 // At layer 0 an FFN worker waits up to gather_window_us for the attention workers that
 // were active on that micro-batch in the last step, so their frames aggregate. An
 // attention worker with an empty micro-batch, or one that went idle, must not hold the
-// others' batches for that window step after step: it once did (the flag was per
-// attention worker, never cleared), and a 2A1F bundle with fewer sequences than
-// micro-batches x workers ran ~10x slower (2 ms per micro-batch and step).
+// others' batches for that window step after step: with fewer sequences than
+// micro-batches x workers, a 2A1F bundle's steps must not wait a window per micro-batch.
 TEST(FfnAfd, EmptyOrIdleAttentionWorkerDelaysOthersAtMostOneWindow) {
   auto w = tiny_model("a");
   Bundle b;
@@ -710,8 +709,8 @@ TEST(FfnAfd, ProbesStayOffTheWireUnderTraffic) {
   EXPECT_GE((*cl)->probes_answered(0), 1);
 }
 
-// Without probes (the behaviour before them, and --ffn-probe-ms 0) a silent FFN worker is
-// only noticed by a request that times out on it.
+// Without probes (--ffn-probe-ms 0) a silent FFN worker is only noticed by a request that
+// times out on it.
 TEST(FfnAfd, WithoutProbesAnIdleClientCannotSeeAStall) {
   auto w = tiny_model("a");
   Bundle b;
@@ -774,8 +773,7 @@ TEST(FfnAfd, LostFfnWorkerIsUnavailableAndTakenBackOnReconnect) {
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
   TokenBatch t = random_batch(w->config, 4, 30);
   // The FFN side drops the connection mid-layer: before its reply is out (held by the
-  // stall; without it a preempted test thread let the reply arrive first on a loaded CI
-  // machine, and the pass succeeded).
+  // stall, so the reply cannot arrive first however the threads are scheduled).
   fault->set_stall(true);
   ASSERT_TRUE((*cl)->dispatch(0, 0, t).is_ok());
   ASSERT_TRUE(b.ffn_t[0]->disconnect(*b.ffn_t[0]->peer_id("attn0")).is_ok());
@@ -793,9 +791,9 @@ TEST(FfnAfd, LostFfnWorkerIsUnavailableAndTakenBackOnReconnect) {
 }
 
 // A pass that fails with several micro-batches in flight (micro-batch 0's combine fails,
-// micro-batch 1 was dispatched and never combined) must not poison the next pass: it used to
-// fail every later pass with "dispatch of micro-batch 1 before the previous one was
-// combined", so an attention worker never recovered from an FFN loss under load.
+// micro-batch 1 was dispatched and never combined) must not poison the next pass: later
+// passes must not fail with "dispatch of micro-batch 1 before the previous one was
+// combined", so an attention worker recovers from an FFN loss under load.
 TEST(FfnAfd, FailedPassWithSeveralMicroBatchesLeavesTheNextOneClean) {
   auto w = tiny_model("a");
   Bundle b;
