@@ -25,7 +25,7 @@
 #include "deployment_config.h"
 #include "engine_flags.h"
 #include "model/weights.h"
-#include "runtime/ffn_worker.h"
+#include "runtime/afd/ffn_worker.h"
 #include "runtime/trace.h"
 #include "runtime/topology.h"
 #include "runtime/topology_file.h"

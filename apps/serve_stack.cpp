@@ -14,7 +14,7 @@
 #include "core/timer.h"
 #include "reload_on_hangup.h"
 #include "runtime/bundle.h"
-#include "runtime/ffn_client.h"
+#include "runtime/afd/ffn_client.h"
 #include "serve/metrics/ffn_metrics.h"
 #include "serve/metrics/metrics.h"
 #include "serve/metrics/metrics_federation.h"

@@ -11,7 +11,7 @@
 #include "core/memory_info.h"
 #include "core/timer.h"
 #include "model/weights.h"
-#include "runtime/ffn_client.h"
+#include "runtime/afd/ffn_client.h"
 
 namespace afd {
 

@@ -21,7 +21,7 @@
 #include "comm/transport.h"
 #include "runtime/engine.h"
 #include "runtime/engine_factory.h"
-#include "runtime/ffn_worker.h"
+#include "runtime/afd/ffn_worker.h"
 #include "runtime/topology.h"
 
 namespace afd {

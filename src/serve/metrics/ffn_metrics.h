@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "core/status.h"
-#include "runtime/ffn_client.h"
-#include "runtime/ffn_worker.h"
+#include "runtime/afd/ffn_client.h"
+#include "runtime/afd/ffn_worker.h"
 #include "serve/api/http_common.h"
 
 namespace afd::serve {

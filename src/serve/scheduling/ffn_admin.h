@@ -17,7 +17,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/ffn_client.h"
+#include "runtime/afd/ffn_client.h"
 
 namespace afd::serve {
 

@@ -12,8 +12,8 @@
 #include "kv/paged_kv_cache.h"
 #include "model/weights.h"
 #include "runtime/engine_factory.h"
-#include "runtime/ffn_client.h"
-#include "runtime/ffn_worker.h"
+#include "runtime/afd/ffn_client.h"
+#include "runtime/afd/ffn_worker.h"
 #include "runtime/pipeline_engine.h"
 
 namespace afd {

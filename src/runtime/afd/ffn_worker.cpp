@@ -1,4 +1,4 @@
-#include "runtime/ffn_worker.h"
+#include "runtime/afd/ffn_worker.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -12,15 +12,15 @@
 #include <random>
 #include <thread>
 
-#include "../model/model_test_util.h"
+#include "../../model/model_test_util.h"
 #include "ffn_cluster.h"
 #include "comm/inproc_transport.h"
 #include "comm/protocol.h"
 #include "core/timer.h"
 #include "model/make_model.h"
 #include "model/weights.h"
-#include "runtime/ffn_client.h"
-#include "runtime/ffn_worker.h"
+#include "runtime/afd/ffn_client.h"
+#include "runtime/afd/ffn_worker.h"
 
 namespace afd {
 namespace {

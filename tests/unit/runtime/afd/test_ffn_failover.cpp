@@ -13,7 +13,7 @@
 #include <random>
 #include <thread>
 
-#include "../model/model_test_util.h"
+#include "../../model/model_test_util.h"
 #include "ffn_cluster.h"
 #include "comm/fault_transport.h"
 #include "comm/inproc_transport.h"
@@ -26,8 +26,8 @@
 #include "runtime/bundle.h"
 #include "runtime/engine_factory.h"
 #include "runtime/ffn_backend.h"
-#include "runtime/ffn_client.h"
-#include "runtime/ffn_worker.h"
+#include "runtime/afd/ffn_client.h"
+#include "runtime/afd/ffn_worker.h"
 
 namespace afd {
 namespace {

@@ -15,15 +15,15 @@
 #include "comm/inproc_transport.h"
 #include "comm/ucx_transport.h"
 #include "core/timer.h"
-#include "../model/model_test_util.h"
-#include "../model/tiny_model.h"
+#include "../../model/model_test_util.h"
+#include "../../model/tiny_model.h"
 #include "model/fingerprint.h"
 #include "model/make_model.h"
 #include "model/checkpoint.h"
 #include "model/weights.h"
 #include "runtime/ffn_backend.h"
-#include "runtime/ffn_client.h"
-#include "runtime/ffn_worker.h"
+#include "runtime/afd/ffn_client.h"
+#include "runtime/afd/ffn_worker.h"
 
 namespace afd {
 namespace {

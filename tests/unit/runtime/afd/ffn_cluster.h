@@ -17,7 +17,7 @@
 #include "comm/inproc_transport.h"
 #include "core/timer.h"
 #include "model/weights.h"
-#include "runtime/ffn_worker.h"
+#include "runtime/afd/ffn_worker.h"
 
 namespace afd::test {
 

@@ -1,4 +1,4 @@
-#include "runtime/ffn_client.h"
+#include "runtime/afd/ffn_client.h"
 
 #include <algorithm>
 #include <cstring>
