@@ -48,25 +48,35 @@ class Fields {
   std::string source_;
 };
 
-void add_ffn_groups(ModelSpec* m, int64_t n_moe, int64_t n_dense, int64_t hidden, int64_t dense_inter,
-                    int64_t d_expert, int64_t n_routed, int64_t top_k, int64_t shared_inter) {
-  if (n_dense > 0) m->ffn.push_back(make_dense_ffn(n_dense, hidden, dense_inter));
-  if (n_moe > 0) m->ffn.push_back(make_moe_ffn(n_moe, hidden, d_expert, n_routed, top_k, shared_inter));
+// The fields every family names alike: hidden_size, num_hidden_layers, num_attention_heads; the
+// attention shape `s` gets the hidden size, head count and KV element bytes.
+template <class Shape>
+Status read_trunk(const Fields& f, const HfSpecOptions& o, ModelSpec* m, Shape* s) {
+  AFD_ASSIGN_OR_RETURN(m->hidden, f.positive("hidden_size"));
+  AFD_ASSIGN_OR_RETURN(m->n_layers, f.positive("num_hidden_layers"));
+  s->hidden = m->hidden;
+  AFD_ASSIGN_OR_RETURN(s->n_heads, f.positive("num_attention_heads"));
+  s->kv_elem_bytes = o.kv_elem_bytes;
+  return Status::ok();
+}
+
+// n_moe of m's layers are MoE, the rest dense (dense_inter wide).
+void add_ffn_groups(ModelSpec* m, int64_t n_moe, int64_t dense_inter, int64_t d_expert, int64_t n_routed,
+                    int64_t top_k, int64_t shared_inter) {
+  const int64_t n_dense = m->n_layers - n_moe;
+  if (n_dense > 0) m->ffn.push_back(make_dense_ffn(n_dense, m->hidden, dense_inter));
+  if (n_moe > 0) m->ffn.push_back(make_moe_ffn(n_moe, m->hidden, d_expert, n_routed, top_k, shared_inter));
 }
 
 Result<ModelSpec> mla_spec(const Fields& f, const HfSpecOptions& o) {
   ModelSpec m;
-  AFD_ASSIGN_OR_RETURN(m.hidden, f.positive("hidden_size"));
-  AFD_ASSIGN_OR_RETURN(m.n_layers, f.positive("num_hidden_layers"));
   MlaShape s;
-  s.hidden = m.hidden;
-  AFD_ASSIGN_OR_RETURN(s.n_heads, f.positive("num_attention_heads"));
+  AFD_RETURN_IF_ERROR(read_trunk(f, o, &m, &s));
   AFD_ASSIGN_OR_RETURN(s.q_lora, f.opt("q_lora_rank", 0));
   AFD_ASSIGN_OR_RETURN(s.kv_lora, f.positive("kv_lora_rank"));
   AFD_ASSIGN_OR_RETURN(s.rope_dim, f.positive("qk_rope_head_dim"));
   AFD_ASSIGN_OR_RETURN(s.nope_dim, f.positive("qk_nope_head_dim"));
   AFD_ASSIGN_OR_RETURN(s.v_head_dim, f.positive("v_head_dim"));
-  s.kv_elem_bytes = o.kv_elem_bytes;
   m.attn.push_back(make_mla_group(m.n_layers, s));
   AFD_ASSIGN_OR_RETURN(int64_t n_routed, f.opt("n_routed_experts", 0));
   AFD_ASSIGN_OR_RETURN(int64_t top_k, f.opt("num_experts_per_tok", 0));
@@ -80,21 +90,17 @@ Result<ModelSpec> mla_spec(const Fields& f, const HfSpecOptions& o) {
   if (n_routed > 0)
     for (int64_t l = first_dense; l < m.n_layers; ++l)
       if (l % freq == 0) ++n_moe;
-  add_ffn_groups(&m, n_moe, m.n_layers - n_moe, m.hidden, dense_inter, d_expert, n_routed, top_k, n_shared * d_expert);
+  add_ffn_groups(&m, n_moe, dense_inter, d_expert, n_routed, top_k, n_shared * d_expert);
   return m;
 }
 
 Result<ModelSpec> gqa_spec(const Fields& f, const std::string& type, const HfSpecOptions& o) {
   ModelSpec m;
-  AFD_ASSIGN_OR_RETURN(m.hidden, f.positive("hidden_size"));
-  AFD_ASSIGN_OR_RETURN(m.n_layers, f.positive("num_hidden_layers"));
   GqaShape s;
-  s.hidden = m.hidden;
-  AFD_ASSIGN_OR_RETURN(s.n_heads, f.positive("num_attention_heads"));
+  AFD_RETURN_IF_ERROR(read_trunk(f, o, &m, &s));
   AFD_ASSIGN_OR_RETURN(s.n_kv_heads, f.opt("num_key_value_heads", s.n_heads));
   AFD_ASSIGN_OR_RETURN(s.head_dim, f.opt("head_dim", m.hidden / s.n_heads));
   if (s.n_kv_heads < 1 || s.head_dim < 1) return invalid_argument(f.source() + ": bad num_key_value_heads/head_dim");
-  s.kv_elem_bytes = o.kv_elem_bytes;
   m.attn.push_back(make_gqa_group("GQA", m.n_layers, s));
   AFD_ASSIGN_OR_RETURN(int64_t inter, f.opt("intermediate_size", 0));
   int64_t n_routed = 0, top_k = 0, d_expert = 0, shared_inter = 0;
@@ -134,21 +140,17 @@ Result<ModelSpec> gqa_spec(const Fields& f, const std::string& type, const HfSpe
   int64_t n_moe = 0;
   for (bool b : is_moe) n_moe += b ? 1 : 0;
   if (n_moe < m.n_layers && inter < 1) return invalid_argument(f.source() + ": missing field 'intermediate_size'");
-  add_ffn_groups(&m, n_moe, m.n_layers - n_moe, m.hidden, inter, d_expert, n_routed, top_k, shared_inter);
+  add_ffn_groups(&m, n_moe, inter, d_expert, n_routed, top_k, shared_inter);
   return m;
 }
 
 Result<ModelSpec> step3_spec(const Fields& f, const HfSpecOptions& o) {
   ModelSpec m;
-  AFD_ASSIGN_OR_RETURN(m.hidden, f.positive("hidden_size"));
-  AFD_ASSIGN_OR_RETURN(m.n_layers, f.positive("num_hidden_layers"));
   GqaShape s;
-  s.hidden = m.hidden;
-  AFD_ASSIGN_OR_RETURN(s.n_heads, f.positive("num_attention_heads"));
+  AFD_RETURN_IF_ERROR(read_trunk(f, o, &m, &s));
   AFD_ASSIGN_OR_RETURN(s.n_kv_heads, f.opt("num_attention_groups", 1));
   AFD_ASSIGN_OR_RETURN(s.head_dim, f.positive("head_dim"));
   AFD_ASSIGN_OR_RETURN(s.q_lora, f.positive("share_q_dim"));
-  s.kv_elem_bytes = o.kv_elem_bytes;
   m.attn.push_back(make_gqa_group("MFA", m.n_layers, s));
   AFD_ASSIGN_OR_RETURN(int64_t inter, f.positive("intermediate_size"));
   AFD_ASSIGN_OR_RETURN(int64_t n_routed, f.positive("moe_num_experts"));
@@ -170,7 +172,7 @@ Result<ModelSpec> step3_spec(const Fields& f, const HfSpecOptions& o) {
   } else {
     n_moe = m.n_layers;
   }
-  add_ffn_groups(&m, n_moe, m.n_layers - n_moe, m.hidden, inter, d_expert, n_routed, top_k, shared);
+  add_ffn_groups(&m, n_moe, inter, d_expert, n_routed, top_k, shared);
   return m;
 }
 
