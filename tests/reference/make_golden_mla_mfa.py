@@ -17,9 +17,7 @@ Seed rule: each case tries seeds base, base+1, ... and keeps the first one where
     plain top-k would have chosen.
 """
 
-import json
 import os
-import shutil
 
 import numpy as np
 
@@ -364,16 +362,11 @@ def _s3_layer(w, c, cfg, l):
 
 # ----------------------------------------------------------------------------- golden
 
-def make_prompts(c, seed):
-    rng = np.random.default_rng(seed + 7_000_000)
-    return [[int(x) for x in rng.integers(0, c["vocab"], size=n)] for n in c["prompt_lens"]]
-
-
 def evaluate(c, seed):
     tensors = make_tensors(c, seed)
     cfg = ref.Config(hf_config(c))
     model = ref.Model(cfg, tensors, np.float64, mla_form="both")
-    prompts = make_prompts(c, seed)
+    prompts = mg.make_prompts(c, seed)
     rows, toks = hf_moe_ref.greedy(model, prompts, MAX_NEW_TOKENS)
     token_gap = min(hf_moe_ref.top2_gap(r[j]) for r, p in zip(rows, prompts) for j in range(len(p) - 1, len(r)))
     return dict(tensors=tensors, cfg=cfg, prompts=prompts, rows=rows, tokens=toks, token_gap=token_gap,
@@ -422,32 +415,20 @@ def write_case(c, out_root):
     else:
         raise RuntimeError(f"{c['name']}: no seed in {MAX_ATTEMPTS} attempts meets the seed rule "
                            f"(last reasons: {why[-5:]})")
-    d = os.path.join(out_root, c["name"])
-    if os.path.isdir(d):
-        shutil.rmtree(d)
-    os.makedirs(d)
+    d = mg.fresh_case_dir(out_root, c["name"])
     bos, eos = mg.pick_special(r["prompts"], r["tokens"], c["vocab"])
     config = hf_config(c, bos, eos)
     if "image_token_id" in config:
         used = {t for seq in r["prompts"] + r["tokens"] for t in seq} | {bos, eos}
         config["image_token_id"] = max(t for t in range(c["vocab"]) if t not in used)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
-    with open(os.path.join(d, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": bos, "do_sample": False, "eos_token_id": eos,
-                   "transformers_version": "4.46.3"}, f, indent=2)
-        f.write("\n")
+    mg.write_json(os.path.join(d, "config.json"), config)
+    mg.write_json(os.path.join(d, "generation_config.json"),
+                  {"bos_token_id": bos, "do_sample": False, "eos_token_id": eos, "transformers_version": "4.46.3"})
     tensors = r["tensors"]
     st.write_file(os.path.join(d, st.SINGLE_NAME), tensors)
 
-    m32 = ref.Model(r["cfg"], tensors, np.float32, mla_form="both")
-    rows32, _ = hf_moe_ref.greedy(m32, r["prompts"], MAX_NEW_TOKENS, forced=r["tokens"])
-    _, toks32 = hf_moe_ref.greedy(ref.Model(r["cfg"], tensors, np.float32), r["prompts"], MAX_NEW_TOKENS)
-    all64 = np.concatenate([np.asarray(x) for x in r["rows"]])
-    all32 = np.concatenate([np.asarray(x, dtype=np.float64) for x in rows32])
-    dev32 = float(np.max(np.abs(all64 - all32)))
-    all64.astype("<f4").tofile(os.path.join(d, "logits.f32"))
+    all64, dev32, toks32 = mg.f32_run_and_logits(ref.Model(r["cfg"], tensors, np.float32, mla_form="both"),
+                                                 ref.Model(r["cfg"], tensors, np.float32), r, MAX_NEW_TOKENS, d)
     s = r["stats"]
     inf_none = (lambda v: None if v == float("inf") else v)
     golden = {
@@ -478,10 +459,7 @@ def write_case(c, out_root):
                            "greedy_tokens. bos/eos ids occur in no prompt and no continuation; no bos is "
                            "prepended."),
     }
-    assert golden["n_rows"] == len(golden["rows"])
-    with open(os.path.join(d, "golden.json"), "w") as f:
-        f.write(mg.compact_json(golden))
-    size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
+    size = mg.write_golden(d, golden)
     print(f"{c['name']:28s} seed {seed} (attempt {attempt}) rows {golden['n_rows']} "
           f"token gap {r['token_gap']:.4f} select gap {s.min_select_gap:.2e} group gap {s.min_group_gap:.2e} "
           f"bias-changed {s.bias_changed} mask-changed {s.mask_excluded}/{s.decisions} "
