@@ -24,6 +24,7 @@ import numpy as np
 
 import fp8_e4m3
 import safetensors_io as st
+from ref_common import flatten_batch, load_embed_norm_head, rms_norm, sigmoid, silu, softmax
 
 DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 STEP3_TYPES = ("step3_text", "step3_vl")
@@ -297,25 +298,6 @@ def rope_neox(x, positions, inv_freq, factor=1.0):
 
 # ----------------------------------------------------------------------------- math
 
-def rms_norm(x, w, eps):
-    var = np.mean(x * x, axis=-1, keepdims=True)
-    return x / np.sqrt(var + eps) * w
-
-
-def silu(x):
-    return x / (1.0 + np.exp(-x))
-
-
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def softmax(x, axis=-1):
-    m = np.max(x, axis=axis, keepdims=True)
-    e = np.exp(x - m)
-    return e / np.sum(e, axis=axis, keepdims=True)
-
-
 def mlp(h, wg, wu, wd):
     return (silu(h @ wg.T) * (h @ wu.T)) @ wd.T
 
@@ -520,14 +502,7 @@ class Model:
             return fp8_e4m3.dequantize(t.raw, s.raw, c.fp8_block).astype(dt)
 
         self._plain, self._linear = plain, linear
-        H, V = c.hidden_size, c.vocab_size
-        self.embed = plain("model.embed_tokens.weight", (V, H))
-        self.final_norm = plain("model.norm.weight", (H,))
-        if c.tie_word_embeddings:
-            self.lm_head = self.embed
-            used.add("lm_head.weight")
-        else:
-            self.lm_head = plain("lm_head.weight", (V, H))
+        self.embed, self.final_norm, self.lm_head = load_embed_norm_head(plain, c, used)
         self.layers = [self._load_layer(l) for l in range(c.n_layers)]
         if load_mtp:
             if c.n_mtp < 1:
@@ -644,20 +619,7 @@ class Model:
     # -- forward
     def _prepare(self, batch):
         c = self.cfg
-        toks, positions, segs = [], [], []
-        for seq, t in batch:
-            t = [int(x) for x in t]
-            if not t:
-                raise ValueError("empty token list")
-            for x in t:
-                if not 0 <= x < c.vocab_size:
-                    raise ValueError(f"token id {x} outside vocabulary [0, {c.vocab_size})")
-            if c.max_positions and seq.length + len(t) > c.max_positions:
-                raise ValueError("context longer than the maximum position")
-            start = len(toks)
-            toks += t
-            positions += list(range(seq.length, seq.length + len(t)))
-            segs.append((seq, start, len(toks)))
+        toks, positions, segs = flatten_batch(batch, c.vocab_size, c.max_positions, "the maximum position")
         return toks, np.asarray(positions), segs
 
     def forward(self, batch, return_hidden=False):
