@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "plan/text_file.h"
 
 namespace afd::plan {
 namespace {
@@ -136,11 +136,8 @@ Result<std::vector<Accelerator>> parse_accelerators_json(const std::string& text
 }
 
 Result<std::vector<Accelerator>> load_accelerators_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return io_error("cannot open accelerator file '" + path + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_accelerators_json(ss.str(), path);
+  AFD_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, "accelerator file"));
+  return parse_accelerators_json(text, path);
 }
 
 Result<std::vector<Accelerator>> resolve_accelerators(const std::vector<std::string>& names) {

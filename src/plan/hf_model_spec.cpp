@@ -1,13 +1,13 @@
 #include "plan/hf_model_spec.h"
 
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "plan/model_builders.h"
+#include "plan/text_file.h"
 
 namespace afd::plan {
 namespace {
@@ -214,11 +214,8 @@ Result<ModelSpec> load_hf_model_spec(const std::string& path, const HfSpecOption
   std::filesystem::path p(path);
   std::error_code ec;
   if (std::filesystem::is_directory(p, ec)) p /= "config.json";
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return io_error("cannot open model config '" + p.string() + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_hf_model_spec(ss.str(), p.string(), opt);
+  AFD_ASSIGN_OR_RETURN(const std::string text, read_text_file(p.string(), "model config"));
+  return parse_hf_model_spec(text, p.string(), opt);
 }
 
 }  // namespace afd::plan

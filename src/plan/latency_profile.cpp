@@ -2,9 +2,10 @@
 
 #include <cmath>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "plan/text_file.h"
 
 namespace afd::plan {
 namespace {
@@ -105,11 +106,8 @@ Result<LatencyProfile> parse_profile_json(const std::string& text, const std::st
 }
 
 Result<LatencyProfile> load_profile_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return io_error("cannot open profile '" + path + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_profile_json(ss.str(), path);
+  AFD_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, "profile"));
+  return parse_profile_json(text, path);
 }
 
 Status save_profile_file(const LatencyProfile& p, const std::string& path) {
