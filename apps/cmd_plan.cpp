@@ -119,8 +119,17 @@ struct PipelineArgs {
   double tpot_ms = 50.0;
   int stages = 3;
   bool as_json = false;
-  PipelineSpec pipeline() const { return {tpot_ms / 1000.0, stages}; }
 };
+
+struct Pipeline {
+  std::vector<ModelSpec> models;
+  std::vector<Accelerator> accs;
+  PipelineSpec spec;
+};
+
+Pipeline resolve_pipeline(const PipelineArgs& a) {
+  return {resolve_models(a.models), resolve_hw(a.hw), PipelineSpec{a.tpot_ms / 1000.0, a.stages}};
+}
 
 void add_pipeline_args(CLI::App* cmd, PipelineArgs* a, const char* default_hw, const char* stages_help) {
   add_model_args(cmd, &a->models, "step3");
@@ -229,9 +238,7 @@ void register_sparsity(CLI::App* plan) {
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_flag("--json", args->as_json, "JSON output");
   cmd->callback([=] {
-    const auto ms = resolve_models(args->models);
-    const auto accs = resolve_hw(args->hw);
-    const PipelineSpec p = args->pipeline();
+    const auto [ms, accs, p] = resolve_pipeline(*args);
     json out = json::array();
     for (const auto& m : ms) {
       if (!args->as_json)
@@ -274,9 +281,7 @@ void register_hardware(CLI::App* plan) {
   cmd->add_option("--batch", *batch, "total concurrent requests: also report attention cards needed")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_flag("--json", args->as_json, "JSON output");
   cmd->callback([=] {
-    const auto ms = resolve_models(args->models);
-    const auto accs = resolve_hw(args->hw);
-    const PipelineSpec p = args->pipeline();
+    const auto [ms, accs, p] = resolve_pipeline(*args);
     json out = json::array();
     for (const auto& m : ms) {
       for (const auto& a : accs) {
