@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 import safetensors_io as st
-from ref_common import flatten_batch, load_embed_norm_head, rms_norm, silu, softmax
+from ref_common import checked_tensor, flatten_batch, load_embed_norm_head, rms_norm, silu, softmax
 
 
 # ----------------------------------------------------------------------------- config
@@ -159,13 +159,7 @@ class Model:
         used = set()
 
         def get(name, shape):
-            if name not in tensors:
-                raise ValueError(f"missing tensor {name}")
-            t = tensors[name]
-            if tuple(t.shape) != tuple(shape):
-                raise ValueError(f"tensor {name}: shape {list(t.shape)} disagrees with config {list(shape)}")
-            used.add(name)
-            return t.to_f64().astype(self.dtype)
+            return checked_tensor(tensors, used, name, shape).to_f64().astype(self.dtype)
 
         H, hd = c.hidden_size, c.head_dim
         self.embed, self.final_norm, self.lm_head = load_embed_norm_head(get, c, used)

@@ -288,6 +288,21 @@ def f32_run_and_logits(m32_forced, m32_free, r, max_new_tokens, d):
     return all64, dev32, toks32
 
 
+def golden_run_fields(c, seed, r, all64, max_new_tokens):
+    """The golden.json fields every family has, from "seed" to "min_top2_logit_gap", in file order."""
+    return {
+        "seed": seed,
+        "prompts": r["prompts"],
+        "max_new_tokens": max_new_tokens,
+        "greedy_tokens": r["tokens"],
+        "logits_file": "logits.f32",
+        "vocab_size": c["vocab"],
+        "n_rows": int(all64.shape[0]),
+        "rows": [list(x) for x in ref.row_table(r["prompts"], max_new_tokens)],
+        "min_top2_logit_gap": r["token_gap"],
+    }
+
+
 def write_golden(d, golden):
     """Writes d/golden.json. -> the case directory's size in bytes."""
     assert golden["n_rows"] == len(golden["rows"])
@@ -331,15 +346,7 @@ def write_case(c, out_root):
     golden = {
         "case": c["name"],
         "model_type": c["arch"],
-        "seed": seed,
-        "prompts": r["prompts"],
-        "max_new_tokens": MAX_NEW_TOKENS,
-        "greedy_tokens": r["tokens"],
-        "logits_file": "logits.f32",
-        "vocab_size": c["vocab"],
-        "n_rows": int(all64.shape[0]),
-        "rows": [list(x) for x in ref.row_table(r["prompts"], MAX_NEW_TOKENS)],
-        "min_top2_logit_gap": r["token_gap"],
+        **golden_run_fields(c, seed, r, all64, MAX_NEW_TOKENS),
         "min_router_topk_gap": r["router_gap"] if r["router_gap"] != float("inf") else None,
         "max_abs_logit": float(np.max(np.abs(all64))),
         "f32_reference_max_abs_dev": dev32,

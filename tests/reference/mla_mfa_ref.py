@@ -24,7 +24,7 @@ import numpy as np
 
 import fp8_e4m3
 import safetensors_io as st
-from ref_common import flatten_batch, load_embed_norm_head, rms_norm, sigmoid, silu, softmax
+from ref_common import checked_tensor, flatten_batch, load_embed_norm_head, rms_norm, sigmoid, silu, softmax
 
 DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 STEP3_TYPES = ("step3_text", "step3_vl")
@@ -464,13 +464,7 @@ class Model:
         dt = self.dtype
 
         def tensor(name, shape):
-            if name not in tensors:
-                raise ValueError(f"missing tensor {name}")
-            t = tensors[name]
-            if tuple(t.shape) != tuple(shape):
-                raise ValueError(f"tensor {name}: shape {list(t.shape)} disagrees with config {list(shape)}")
-            used.add(name)
-            return t
+            return checked_tensor(tensors, used, name, shape)
 
         def plain(name, shape):
             """A tensor the format never quantizes (embeddings, norms, router, bias)."""

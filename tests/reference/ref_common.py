@@ -26,6 +26,17 @@ def softmax(x, axis=-1):
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+def checked_tensor(tensors, used, name, shape):
+    """tensors[name] (a safetensors_io tensor), which must have `shape`; marks it in `used`."""
+    if name not in tensors:
+        raise ValueError(f"missing tensor {name}")
+    t = tensors[name]
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"tensor {name}: shape {list(t.shape)} disagrees with config {list(shape)}")
+    used.add(name)
+    return t
+
+
 def flatten_batch(batch, vocab_size, max_positions, limit_name):
     """batch: list of (Sequence with .length, tokens). Checks every token id against the
     vocabulary and each sequence's new length against max_positions (0 = no limit; the error
