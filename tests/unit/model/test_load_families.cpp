@@ -234,9 +234,9 @@ TEST(LoadDeepseekMtp, LayersAfterNumHiddenLayersAreIgnored) {
   make(c, d.path(), DType::bf16);
   const std::string m = "model.layers." + std::to_string(c.n_layers) + ".";
   rewrite_checkpoint(d.path(), [](TensorSpec&, std::vector<uint8_t>&) { return true; },
-          {{m + "eh_proj.weight", DType::bf16, {c.hidden_size, 2 * c.hidden_size}},
-           {m + "enorm.weight", DType::bf16, {c.hidden_size}},
-           {m + "self_attn.kv_b_proj.weight", DType::bf16, {3, 3}}});
+                     {{m + "eh_proj.weight", DType::bf16, {c.hidden_size, 2 * c.hidden_size}},
+                      {m + "enorm.weight", DType::bf16, {c.hidden_size}},
+                      {m + "self_attn.kv_b_proj.weight", DType::bf16, {3, 3}}});
   auto loaded = load_model(d.path());
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   EXPECT_EQ(static_cast<int64_t>((*loaded)->layers.size()), c.n_layers);
@@ -312,8 +312,9 @@ TEST(LoadFamiliesErrors, DirectQueryConfigAgainstLowRankCheckpoint) {
 TEST(LoadFamiliesErrors, Step3StackedScaleMissing) {
   test::TempDir d;
   make(preset(Arch::step3_text), d.path(), DType::f8_e4m3);
-  rewrite_checkpoint(d.path(),
-          [](TensorSpec& s, std::vector<uint8_t>&) { return s.name != "model.layers.2.moe.up_proj.weight_scale_inv"; });
+  rewrite_checkpoint(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
+    return s.name != "model.layers.2.moe.up_proj.weight_scale_inv";
+  });
   expect_load_error(d.path(), StatusCode::not_found, {"model.layers.2.moe.up_proj.weight_scale_inv", "block scales"});
 }
 
@@ -349,8 +350,9 @@ TEST(LoadFamiliesErrors, Fp8WithoutQuantizationConfig) {
 TEST(LoadFamiliesErrors, Step3MissingInterNorm) {
   test::TempDir d;
   make(preset(Arch::step3_text), d.path(), DType::bf16);
-  rewrite_checkpoint(d.path(),
-          [](TensorSpec& s, std::vector<uint8_t>&) { return s.name != "model.layers.3.self_attn.inter_norm.weight"; });
+  rewrite_checkpoint(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
+    return s.name != "model.layers.3.self_attn.inter_norm.weight";
+  });
   expect_load_error(d.path(), StatusCode::not_found, {"model.layers.3.self_attn.inter_norm.weight", "share_q_dim"});
 }
 
