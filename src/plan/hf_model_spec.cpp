@@ -61,8 +61,8 @@ Status read_trunk(const Fields& f, const HfSpecOptions& o, ModelSpec* m, Shape* 
 }
 
 // n_moe of m's layers are MoE, the rest dense (dense_inter wide).
-void add_ffn_groups(ModelSpec* m, int64_t n_moe, int64_t dense_inter, int64_t d_expert, int64_t n_routed,
-                    int64_t top_k, int64_t shared_inter) {
+void add_ffn_groups(ModelSpec* m, int64_t n_moe, int64_t dense_inter, int64_t d_expert, int64_t n_routed, int64_t top_k,
+                    int64_t shared_inter) {
   const int64_t n_dense = m->n_layers - n_moe;
   if (n_dense > 0) m->ffn.push_back(make_dense_ffn(n_dense, m->hidden, dense_inter));
   if (n_moe > 0) m->ffn.push_back(make_moe_ffn(n_moe, m->hidden, d_expert, n_routed, top_k, shared_inter));

@@ -18,7 +18,8 @@ namespace afd::test {
 using TensorEdit = std::function<bool(TensorSpec&, std::vector<uint8_t>&)>;
 
 // Rewrites DIR's checkpoint through `edit`, then appends `extra` tensors (zero bytes).
-inline void rewrite_checkpoint(const std::string& dir, const TensorEdit& edit, const std::vector<TensorSpec>& extra = {}) {
+inline void rewrite_checkpoint(const std::string& dir, const TensorEdit& edit,
+                               const std::vector<TensorSpec>& extra = {}) {
   std::vector<TensorSpec> specs;
   std::vector<std::vector<uint8_t>> bytes;
   {

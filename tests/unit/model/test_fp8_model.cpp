@@ -15,6 +15,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_rewrite.h"
 #include "kernels/cpu/linear_fp8.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -23,7 +24,6 @@
 #include "model/quantize.h"
 #include "model/safetensors_writer.h"
 #include "model/weights.h"
-#include "checkpoint_rewrite.h"
 #include "model_test_util.h"
 #include "runtime/engine_factory.h"
 #include "runtime/generate.h"
@@ -392,7 +392,8 @@ const char* kQ = "model.layers.0.self_attn.q_proj.weight";
 TEST(Fp8Model, MissingScaleNamesIt) {
   TempDir d;
   make(multi_block_config(), d.path(), DType::f8_e4m3);
-  rewrite_checkpoint(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) { return s.name != std::string(kQ) + "_scale_inv"; });
+  rewrite_checkpoint(d.path(),
+                     [](TensorSpec& s, std::vector<uint8_t>&) { return s.name != std::string(kQ) + "_scale_inv"; });
   expect_load_error(d.path(), {"q_proj.weight_scale_inv", "missing", "block scales"});
 }
 

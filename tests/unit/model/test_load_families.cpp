@@ -10,11 +10,11 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_rewrite.h"
 #include "model/checkpoint.h"
 #include "model/make_model.h"
 #include "model/safetensors_writer.h"
 #include "model/weights.h"
-#include "checkpoint_rewrite.h"
 #include "model_test_util.h"
 
 namespace afd {

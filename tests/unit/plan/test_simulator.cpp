@@ -25,8 +25,12 @@ LatencyProfile profile(double aa, double ba, double af, double bf, double ac, do
 // of 5 steps. Step k: T = 4(10+k), t_A = 0.5 T + 3 = 23 + 2k, t_C(4) = 4 + 4 = 8 (both
 // directions), t_F(4) = 2*4 + 7 = 15 -> step time 46 + 2k, a round 250, the run 500.
 SimConfig single_microbatch() {
-  return SimConfig{.n_attn = 1, .batch = 4, .n_microbatches = 1, .requests_per_attn = 8,
-                   .prefill = {LengthDistKind::fixed, 10, 0}, .decode = {LengthDistKind::fixed, 5, 0},
+  return SimConfig{.n_attn = 1,
+                   .batch = 4,
+                   .n_microbatches = 1,
+                   .requests_per_attn = 8,
+                   .prefill = {LengthDistKind::fixed, 10, 0},
+                   .decode = {LengthDistKind::fixed, 5, 0},
                    .latency = profile(0.5, 3, 2, 7, 1, 4)};
 }
 
@@ -53,9 +57,13 @@ TEST(Simulator, ExactSingleMicroBatch) {
 TEST(Simulator, ExactTwoMicroBatchPipeline) {
   for (bool duplex : {false, true}) {
     SCOPED_TRACE(duplex ? "full duplex" : "shared link");
-    const SimConfig c{.batch = 1, .n_microbatches = 2, .requests_per_attn = 4,
-                      .prefill = {LengthDistKind::fixed, 0, 0}, .decode = {LengthDistKind::fixed, 2, 0},
-                      .latency = profile(0, 10, 1, 2, 0, 2), .full_duplex = duplex};
+    const SimConfig c{.batch = 1,
+                      .n_microbatches = 2,
+                      .requests_per_attn = 4,
+                      .prefill = {LengthDistKind::fixed, 0, 0},
+                      .decode = {LengthDistKind::fixed, 2, 0},
+                      .latency = profile(0, 10, 1, 2, 0, 2),
+                      .full_duplex = duplex};
     auto r = simulate(c);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_DOUBLE_EQ(r->t_end, 85.0);
@@ -70,8 +78,12 @@ TEST(Simulator, ExactTwoMicroBatchPipeline) {
 // r = 3 with identical fixed loads behaves like r = 1 with the FFN batch tripled; and
 // 6A-2F equals 3A-1F.
 TEST(Simulator, ExactBarrierAndXaYf) {
-  SimConfig c{.n_attn = 3, .batch = 2, .n_microbatches = 1, .requests_per_attn = 6,
-              .prefill = {LengthDistKind::fixed, 4, 0}, .decode = {LengthDistKind::fixed, 3, 0},
+  SimConfig c{.n_attn = 3,
+              .batch = 2,
+              .n_microbatches = 1,
+              .requests_per_attn = 6,
+              .prefill = {LengthDistKind::fixed, 4, 0},
+              .decode = {LengthDistKind::fixed, 3, 0},
               .latency = profile(0.25, 1, 0.5, 2, 0.5, 1)};
   auto r3 = simulate(c);
   ASSERT_TRUE(r3.ok());
