@@ -79,12 +79,7 @@ Result<Accelerator> find_accelerator(const std::string& name) {
 }
 
 Result<std::vector<Accelerator>> parse_accelerators_json(const std::string& text, const std::string& source) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return corrupt_data(source + ": invalid JSON: " + e.what());
-  }
+  AFD_ASSIGN_OR_RETURN(nlohmann::json j, parse_json(text, source));
   std::vector<nlohmann::json> items;
   if (j.is_array()) {
     for (auto& x : j) items.push_back(x);

@@ -179,12 +179,7 @@ Result<ModelSpec> step3_spec(const Fields& f, const HfSpecOptions& o) {
 }  // namespace
 
 Result<ModelSpec> parse_hf_model_spec(const std::string& json_text, const std::string& source, const HfSpecOptions& opt) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::exception& e) {
-    return corrupt_data(source + ": invalid JSON: " + e.what());
-  }
+  AFD_ASSIGN_OR_RETURN(const json root, parse_json(json_text, source));
   if (!root.is_object()) return corrupt_data(source + ": expected a JSON object");
   const json* cfg = &root;
   if (auto it = root.find("text_config"); it != root.end() && it->is_object()) cfg = &*it;

@@ -80,12 +80,7 @@ std::string profile_to_json(const LatencyProfile& p) {
 }
 
 Result<LatencyProfile> parse_profile_json(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    return corrupt_data(source + ": invalid JSON: " + e.what());
-  }
+  AFD_ASSIGN_OR_RETURN(const json j, parse_json(text, source));
   if (!j.is_object()) return corrupt_data(source + ": expected a JSON object");
   if (j.value("format", std::string()) != "afd-latency-profile")
     return invalid_argument(source + ": 'format' must be \"afd-latency-profile\"");

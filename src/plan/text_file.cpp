@@ -13,4 +13,12 @@ Result<std::string> read_text_file(const std::string& path, const std::string& w
   return ss.str();
 }
 
+Result<nlohmann::json> parse_json(const std::string& text, const std::string& source) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return corrupt_data(source + ": invalid JSON: " + e.what());
+  }
+}
+
 }  // namespace afd::plan
