@@ -303,6 +303,15 @@ def golden_run_fields(c, seed, r, all64, max_new_tokens):
     }
 
 
+def golden_f32_fields(all64, dev32, toks32, r):
+    """The golden.json fields on the logits' range and the f32 run (f32_run_and_logits), in file order."""
+    return {
+        "max_abs_logit": float(np.max(np.abs(all64))),
+        "f32_reference_max_abs_dev": dev32,
+        "f32_reference_tokens_match": toks32 == r["tokens"],
+    }
+
+
 def write_golden(d, golden):
     """Writes d/golden.json. -> the case directory's size in bytes."""
     assert golden["n_rows"] == len(golden["rows"])
@@ -348,9 +357,7 @@ def write_case(c, out_root):
         "model_type": c["arch"],
         **golden_run_fields(c, seed, r, all64, MAX_NEW_TOKENS),
         "min_router_topk_gap": r["router_gap"] if r["router_gap"] != float("inf") else None,
-        "max_abs_logit": float(np.max(np.abs(all64))),
-        "f32_reference_max_abs_dev": dev32,
-        "f32_reference_tokens_match": toks32 == r["tokens"],
+        **golden_f32_fields(all64, dev32, toks32, r),
         "tolerance_note": ("logits computed in float64 from the BF16 weights, stored as float32; an engine "
                            "in reference mode (float32 activations) must match every row to 1e-4 absolute and "
                            "produce identical greedy_tokens. bos/eos ids occur in no prompt and no "

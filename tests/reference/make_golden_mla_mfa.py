@@ -442,9 +442,7 @@ def write_case(c, out_root):
         "router_decisions_changed_by_bias": s.bias_changed,
         "router_decisions_changed_by_group_mask": s.mask_excluded,
         "mla_naive_vs_absorbed_max_abs": s.mla_form_max_diff if c["family"] == "deepseek" else None,
-        "max_abs_logit": float(np.max(np.abs(all64))),
-        "f32_reference_max_abs_dev": dev32,
-        "f32_reference_tokens_match": toks32 == r["tokens"],
+        **mg.golden_f32_fields(all64, dev32, toks32, r),
         "tolerance_note": ("logits computed in float64 from the stored weights (FP8 dequantized as code x "
                            "weight_scale_inv), stored as float32; an engine in reference mode (float32 "
                            "activations) must match every row to 1e-4 absolute and produce identical "
