@@ -280,6 +280,14 @@ def make_tensors(c, seed):
     return w.out
 
 
+def _swiglu(w, prefix, inter, H):
+    """A SwiGLU MLP's projections under prefix, in this order: gate_proj, up_proj [inter, H],
+    down_proj [H, inter]."""
+    w.linear(prefix + "gate_proj.weight", (inter, H))
+    w.linear(prefix + "up_proj.weight", (inter, H))
+    w.linear(prefix + "down_proj.weight", (H, inter))
+
+
 def _ds_layer(w, c, cfg, l, moe=None):
     H, N, P, R, Vd, Lkv = c["hidden"], c["heads"], c["nope"], c["rope"], c["v_dim"], c["kv_lora"]
     p = f"model.layers.{l}."
@@ -303,19 +311,13 @@ def _ds_layer(w, c, cfg, l, moe=None):
         if c["topk_method"] == "noaux_tc":
             w.plain(m + "gate.e_score_correction_bias", (E,), STD_BIAS, dtype="F32")
         for e in range(E):
-            w.linear(m + f"experts.{e}.gate_proj.weight", (I, H))
-            w.linear(m + f"experts.{e}.up_proj.weight", (I, H))
-            w.linear(m + f"experts.{e}.down_proj.weight", (H, I))
+            _swiglu(w, m + f"experts.{e}.", I, H)
         if c["n_shared"]:
             S = c["n_shared"] * I
-            w.linear(m + "shared_experts.gate_proj.weight", (S, H))
-            w.linear(m + "shared_experts.up_proj.weight", (S, H))
-            w.linear(m + "shared_experts.down_proj.weight", (H, S))
+            _swiglu(w, m + "shared_experts.", S, H)
     else:
         I = c["inter"]
-        w.linear(m + "gate_proj.weight", (I, H))
-        w.linear(m + "up_proj.weight", (I, H))
-        w.linear(m + "down_proj.weight", (H, I))
+        _swiglu(w, m, I, H)
 
 
 def _ds_mtp(w, c, cfg, l):
@@ -350,14 +352,10 @@ def _s3_layer(w, c, cfg, l):
         w.linear(p + "moe.gate_proj.weight", (E, I, H))
         w.linear(p + "moe.up_proj.weight", (E, I, H))
         w.linear(p + "moe.down_proj.weight", (E, H, I))
-        w.linear(p + "share_expert.gate_proj.weight", (S, H))
-        w.linear(p + "share_expert.up_proj.weight", (S, H))
-        w.linear(p + "share_expert.down_proj.weight", (H, S))
+        _swiglu(w, p + "share_expert.", S, H)
     else:
         I = c["inter"]
-        w.linear(p + "mlp.gate_proj.weight", (I, H))
-        w.linear(p + "mlp.up_proj.weight", (I, H))
-        w.linear(p + "mlp.down_proj.weight", (H, I))
+        _swiglu(w, p + "mlp.", I, H)
 
 
 # ----------------------------------------------------------------------------- golden

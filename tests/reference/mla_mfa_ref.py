@@ -523,6 +523,12 @@ class Model:
         c = self.cfg
         plain, linear = self._plain, self._linear
         H = c.hidden_size
+
+        def swiglu(prefix, inter):
+            """(gate_proj, up_proj [inter, H], down_proj [H, inter]) under prefix."""
+            return (linear(prefix + "gate_proj.weight", (inter, H)), linear(prefix + "up_proj.weight", (inter, H)),
+                    linear(prefix + "down_proj.weight", (H, inter)))
+
         p = f"model.layers.{l}."
         L = {"in_norm": plain(p + "input_layernorm.weight", (H,)),
              "post_norm": plain(p + "post_attention_layernorm.weight", (H,))}
@@ -551,15 +557,11 @@ class Model:
                 L["ed"] = [linear(m + f"experts.{e}.down_proj.weight", (H, I)) for e in range(E)]
                 if c.shared_inter:
                     S = c.shared_inter
-                    L["sg"] = linear(m + "shared_experts.gate_proj.weight", (S, H))
-                    L["su"] = linear(m + "shared_experts.up_proj.weight", (S, H))
-                    L["sd"] = linear(m + "shared_experts.down_proj.weight", (H, S))
+                    L["sg"], L["su"], L["sd"] = swiglu(m + "shared_experts.", S)
             else:
                 L["moe"] = False
                 I = c.intermediate_size
-                L["dg"] = linear(m + "gate_proj.weight", (I, H))
-                L["du"] = linear(m + "up_proj.weight", (I, H))
-                L["dd"] = linear(m + "down_proj.weight", (H, I))
+                L["dg"], L["du"], L["dd"] = swiglu(m, I)
         else:
             N, hd, Dq = c.n_heads, c.head_dim, c.share_q_dim
             L["wq"] = linear(a + "q_proj.weight", (Dq, H))
@@ -576,15 +578,11 @@ class Model:
                 up = linear(p + "moe.up_proj.weight", (E, I, H))
                 down = linear(p + "moe.down_proj.weight", (E, H, I))
                 L["eg"], L["eu"], L["ed"] = list(gate), list(up), list(down)
-                L["sg"] = linear(p + "share_expert.gate_proj.weight", (S, H))
-                L["su"] = linear(p + "share_expert.up_proj.weight", (S, H))
-                L["sd"] = linear(p + "share_expert.down_proj.weight", (H, S))
+                L["sg"], L["su"], L["sd"] = swiglu(p + "share_expert.", S)
             else:
                 L["moe"] = False
                 I = c.intermediate_size
-                L["dg"] = linear(p + "mlp.gate_proj.weight", (I, H))
-                L["du"] = linear(p + "mlp.up_proj.weight", (I, H))
-                L["dd"] = linear(p + "mlp.down_proj.weight", (H, I))
+                L["dg"], L["du"], L["dd"] = swiglu(p + "mlp.", I)
         return L
 
     def _load_mtp(self, l):
