@@ -21,17 +21,25 @@ LatencyProfile profile(double aa, double ba, double af, double bf, double ac, do
   return p;
 }
 
+// Hand-computable runs: every prefill and decode length fixed, one attention and one FFN instance.
+SimConfig fixed_lengths(int64_t batch, int64_t n_microbatches, int64_t requests, double prefill, double decode,
+                        const LatencyProfile& latency) {
+  SimConfig c;
+  c.batch = batch;
+  c.n_microbatches = n_microbatches;
+  c.requests_per_attn = requests;
+  c.prefill = {LengthDistKind::fixed, prefill, 0};
+  c.decode = {LengthDistKind::fixed, decode, 0};
+  c.latency = latency;
+  return c;
+}
+
 // r = 1, one micro-batch of 4 slots, fixed prefill 10 and decode 5, 8 requests: two rounds
 // of 5 steps. Step k: T = 4(10+k), t_A = 0.5 T + 3 = 23 + 2k, t_C(4) = 4 + 4 = 8 (both
 // directions), t_F(4) = 2*4 + 7 = 15 -> step time 46 + 2k, a round 250, the run 500.
 SimConfig single_microbatch() {
-  return SimConfig{.n_attn = 1,
-                   .batch = 4,
-                   .n_microbatches = 1,
-                   .requests_per_attn = 8,
-                   .prefill = {LengthDistKind::fixed, 10, 0},
-                   .decode = {LengthDistKind::fixed, 5, 0},
-                   .latency = profile(0.5, 3, 2, 7, 1, 4)};
+  return fixed_lengths(/*batch=*/4, /*n_microbatches=*/1, /*requests=*/8, /*prefill=*/10, /*decode=*/5,
+                       profile(0.5, 3, 2, 7, 1, 4));
 }
 
 TEST(Simulator, ExactSingleMicroBatch) {
@@ -57,13 +65,9 @@ TEST(Simulator, ExactSingleMicroBatch) {
 TEST(Simulator, ExactTwoMicroBatchPipeline) {
   for (bool duplex : {false, true}) {
     SCOPED_TRACE(duplex ? "full duplex" : "shared link");
-    const SimConfig c{.batch = 1,
-                      .n_microbatches = 2,
-                      .requests_per_attn = 4,
-                      .prefill = {LengthDistKind::fixed, 0, 0},
-                      .decode = {LengthDistKind::fixed, 2, 0},
-                      .latency = profile(0, 10, 1, 2, 0, 2),
-                      .full_duplex = duplex};
+    SimConfig c = fixed_lengths(/*batch=*/1, /*n_microbatches=*/2, /*requests=*/4, /*prefill=*/0, /*decode=*/2,
+                                profile(0, 10, 1, 2, 0, 2));
+    c.full_duplex = duplex;
     auto r = simulate(c);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_DOUBLE_EQ(r->t_end, 85.0);
@@ -78,13 +82,9 @@ TEST(Simulator, ExactTwoMicroBatchPipeline) {
 // r = 3 with identical fixed loads behaves like r = 1 with the FFN batch tripled; and
 // 6A-2F equals 3A-1F.
 TEST(Simulator, ExactBarrierAndXaYf) {
-  SimConfig c{.n_attn = 3,
-              .batch = 2,
-              .n_microbatches = 1,
-              .requests_per_attn = 6,
-              .prefill = {LengthDistKind::fixed, 4, 0},
-              .decode = {LengthDistKind::fixed, 3, 0},
-              .latency = profile(0.25, 1, 0.5, 2, 0.5, 1)};
+  SimConfig c = fixed_lengths(/*batch=*/2, /*n_microbatches=*/1, /*requests=*/6, /*prefill=*/4, /*decode=*/3,
+                              profile(0.25, 1, 0.5, 2, 0.5, 1));
+  c.n_attn = 3;
   auto r3 = simulate(c);
   ASSERT_TRUE(r3.ok());
   // Step k: T = 2(4+k): t_A = 0.5(4+k) + 1 = 3 + 0.5k; t_C(2) = 2; t_F(6) = 5 -> 10 + 0.5k.
