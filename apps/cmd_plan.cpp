@@ -112,6 +112,32 @@ std::vector<Accelerator> resolve_hw(const HwArgs& a) {
   return accs;
 }
 
+// Options of the subcommands that check one pipeline: models, accelerators, TPOT target and stages.
+struct PipelineArgs {
+  ModelArgs models;
+  HwArgs hw;
+  double tpot_ms = 50.0;
+  int stages = 3;
+  bool as_json = false;
+};
+
+struct Pipeline {
+  std::vector<ModelSpec> models;
+  std::vector<Accelerator> accs;
+  PipelineSpec spec;
+};
+
+Pipeline resolve_pipeline(const PipelineArgs& a) {
+  return {resolve_models(a.models), resolve_hw(a.hw), PipelineSpec{a.tpot_ms / 1000.0, a.stages}};
+}
+
+void add_pipeline_args(CLI::App* cmd, PipelineArgs* a, const char* default_hw, const char* stages_help) {
+  add_model_args(cmd, &a->models, "step3");
+  add_hw_args(cmd, &a->hw, default_hw);
+  cmd->add_option("--tpot-ms", a->tpot_ms, "TPOT target (ms)")->check(CLI::Range(0.01, 1e6));
+  cmd->add_option("--stages", a->stages, stages_help)->check(CLI::Range(1, 16));
+}
+
 std::string sci(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%.3g", v);
@@ -205,34 +231,25 @@ void register_cost(CLI::App* plan) {
 
 void register_sparsity(CLI::App* plan) {
   auto* cmd = plan->add_subcommand("sparsity", "Minimum MoE sparsity per accelerator (seeds/001 §5.4, Table 7)");
-  auto models = std::make_shared<ModelArgs>();
-  auto hw = std::make_shared<HwArgs>();
-  auto tpot_ms = std::make_shared<double>(50.0);
-  auto stages = std::make_shared<int>(3);
+  auto args = std::make_shared<PipelineArgs>();
   auto nic_eff = std::make_shared<double>(1.0);
-  auto as_json = std::make_shared<bool>(false);
-  add_model_args(cmd, models.get(), "step3");
-  add_hw_args(cmd, hw.get(), "h800,h20,a800,910b");
-  cmd->add_option("--tpot-ms", *tpot_ms, "TPOT target (ms)")->check(CLI::Range(0.01, 1e6));
-  cmd->add_option("--stages", *stages, "pipeline stages (3 or 4)")->check(CLI::Range(1, 16));
+  add_pipeline_args(cmd, args.get(), "h800,h20,a800,910b", "pipeline stages (3 or 4)");
   cmd->add_option("--nic-efficiency", *nic_eff, "achieved / nominal NIC bandwidth (0.8 = 40 of 50 GB/s)")
       ->check(CLI::Range(0.01, 1.0));
-  cmd->add_flag("--json", *as_json, "JSON output");
+  cmd->add_flag("--json", args->as_json, "JSON output");
   cmd->callback([=] {
-    const auto ms = resolve_models(*models);
-    const auto accs = resolve_hw(*hw);
-    const PipelineSpec p{*tpot_ms / 1000.0, *stages};
+    const auto [ms, accs, p] = resolve_pipeline(*args);
     json out = json::array();
     for (const auto& m : ms) {
-      if (!*as_json)
+      if (!args->as_json)
         std::printf("%s (H = %lld, L = %lld, sparsity %.4f): S >= H*FLOPs*L / (Net*BW*%.2f ms)\n", m.display.c_str(),
                     static_cast<long long>(m.hidden), static_cast<long long>(m.n_layers), m.moe_sparsity(),
                     p.stage_s() * 2.0 / 3.0 * 1e3);
-      if (!*as_json)
+      if (!args->as_json)
         std::printf("  %-8s %14s %12s %14s %8s\n", "card", "server NIC GB/s", "min S", "top-k needed", "meets");
       for (const auto& a : accs) {
         const SparsityResult s = min_moe_sparsity(a, m, p, *nic_eff);
-        if (*as_json) {
+        if (args->as_json) {
           out.push_back({{"model", m.id}, {"accelerator", a.id}, {"net_bw_server", s.net_bw_server},
                          {"comm_budget_s", s.comm_budget_s}, {"min_sparsity", s.min_sparsity},
                          {"model_sparsity", s.model_sparsity}, {"min_routed_top_k", s.min_routed_top_k},
@@ -243,7 +260,7 @@ void register_sparsity(CLI::App* plan) {
         }
       }
     }
-    if (*as_json) print_json(out);
+    if (args->as_json) print_json(out);
   });
 }
 
@@ -251,36 +268,27 @@ void register_sparsity(CLI::App* plan) {
 
 void register_hardware(CLI::App* plan) {
   auto* cmd = plan->add_subcommand("hardware", "Per-layer budget check and card counts for AFD (seeds/001 §6)");
-  auto models = std::make_shared<ModelArgs>();
-  auto hw = std::make_shared<HwArgs>();
-  auto tpot_ms = std::make_shared<double>(50.0);
-  auto stages = std::make_shared<int>(3);
+  auto args = std::make_shared<PipelineArgs>();
   auto tp = std::make_shared<int>(8);
   auto avg_ctx = std::make_shared<int64_t>(8192);
   auto util = std::make_shared<double>(0.5);
   auto batch = std::make_shared<int64_t>(0);
-  auto as_json = std::make_shared<bool>(false);
-  add_model_args(cmd, models.get(), "step3");
-  add_hw_args(cmd, hw.get(), "l20,l4");
-  cmd->add_option("--tpot-ms", *tpot_ms, "TPOT target (ms)")->check(CLI::Range(0.01, 1e6));
-  cmd->add_option("--stages", *stages, "pipeline stages: 3 (A/comm/F) or 4 (A/comm/F/comm)")->check(CLI::Range(1, 16));
+  add_pipeline_args(cmd, args.get(), "l20,l4", "pipeline stages: 3 (A/comm/F) or 4 (A/comm/F/comm)");
   cmd->add_option("--o-proj-tp", *tp, "tensor parallelism of o_proj on attention cards (others replicated)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--avg-context", *avg_ctx, "average context per request (tokens)")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("--ffn-mem-util", *util, "fraction of memory bandwidth the FFN spends on weights")->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--batch", *batch, "total concurrent requests: also report attention cards needed")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  cmd->add_flag("--json", *as_json, "JSON output");
+  cmd->add_flag("--json", args->as_json, "JSON output");
   cmd->callback([=] {
-    const auto ms = resolve_models(*models);
-    const auto accs = resolve_hw(*hw);
-    const PipelineSpec p{*tpot_ms / 1000.0, *stages};
+    const auto [ms, accs, p] = resolve_pipeline(*args);
     json out = json::array();
     for (const auto& m : ms) {
       for (const auto& a : accs) {
         const AttentionFit af = attention_fit(a, m, p, *tp, *avg_ctx,
                                               *batch > 0 ? std::optional<int64_t>(*batch) : std::nullopt);
         const FfnFit ff = ffn_fit(a, m, p, *util);
-        if (*as_json) {
+        if (args->as_json) {
           json j = {{"model", m.id}, {"accelerator", a.id}, {"tpot_s", p.tpot_s}, {"stages", p.n_stages},
                     {"attention", {{"layer_budget_s", af.layer_budget_s}, {"bytes_in_budget", af.bytes_in_budget},
                                    {"linear_bytes_per_card", af.linear_bytes_per_card},
@@ -319,7 +327,7 @@ void register_hardware(CLI::App* plan) {
                     static_cast<long long>(ff.cards), ff.fits_memory ? "" : " (weights exceed card memory!)");
       }
     }
-    if (*as_json) print_json(out);
+    if (args->as_json) print_json(out);
   });
 }
 

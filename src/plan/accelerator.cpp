@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "plan/text_file.h"
 
 namespace afd::plan {
 namespace {
@@ -79,12 +79,7 @@ Result<Accelerator> find_accelerator(const std::string& name) {
 }
 
 Result<std::vector<Accelerator>> parse_accelerators_json(const std::string& text, const std::string& source) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return corrupt_data(source + ": invalid JSON: " + e.what());
-  }
+  AFD_ASSIGN_OR_RETURN(nlohmann::json j, parse_json(text, source));
   std::vector<nlohmann::json> items;
   if (j.is_array()) {
     for (auto& x : j) items.push_back(x);
@@ -136,11 +131,8 @@ Result<std::vector<Accelerator>> parse_accelerators_json(const std::string& text
 }
 
 Result<std::vector<Accelerator>> load_accelerators_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return io_error("cannot open accelerator file '" + path + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_accelerators_json(ss.str(), path);
+  AFD_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, "accelerator file"));
+  return parse_accelerators_json(text, path);
 }
 
 Result<std::vector<Accelerator>> resolve_accelerators(const std::vector<std::string>& names) {

@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <cmath>
-#include <fstream>
+#include <cstdlib>
 #include <map>
 #include <sstream>
+
+#include "plan/text_file.h"
 
 namespace afd::plan {
 
@@ -115,11 +116,8 @@ Result<std::vector<StageSample>> parse_samples_csv(const std::string& text, cons
 }
 
 Result<std::vector<StageSample>> load_samples_csv(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return io_error("cannot open samples file '" + path + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_samples_csv(ss.str(), path);
+  AFD_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, "samples file"));
+  return parse_samples_csv(text, path);
 }
 
 Result<LinearModel> fit_linear(const std::vector<double>& x, const std::vector<double>& y,

@@ -1,13 +1,13 @@
 #include "plan/hf_model_spec.h"
 
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "plan/model_builders.h"
+#include "plan/text_file.h"
 
 namespace afd::plan {
 namespace {
@@ -48,25 +48,35 @@ class Fields {
   std::string source_;
 };
 
-void add_ffn_groups(ModelSpec* m, int64_t n_moe, int64_t n_dense, int64_t hidden, int64_t dense_inter,
-                    int64_t d_expert, int64_t n_routed, int64_t top_k, int64_t shared_inter) {
-  if (n_dense > 0) m->ffn.push_back(make_dense_ffn(n_dense, hidden, dense_inter));
-  if (n_moe > 0) m->ffn.push_back(make_moe_ffn(n_moe, hidden, d_expert, n_routed, top_k, shared_inter));
+// The fields every family names alike: hidden_size, num_hidden_layers, num_attention_heads; the
+// attention shape `s` gets the hidden size, head count and KV element bytes.
+template <class Shape>
+Status read_trunk(const Fields& f, const HfSpecOptions& o, ModelSpec* m, Shape* s) {
+  AFD_ASSIGN_OR_RETURN(m->hidden, f.positive("hidden_size"));
+  AFD_ASSIGN_OR_RETURN(m->n_layers, f.positive("num_hidden_layers"));
+  s->hidden = m->hidden;
+  AFD_ASSIGN_OR_RETURN(s->n_heads, f.positive("num_attention_heads"));
+  s->kv_elem_bytes = o.kv_elem_bytes;
+  return Status::ok();
+}
+
+// n_moe of m's layers are MoE, the rest dense (dense_inter wide).
+void add_ffn_groups(ModelSpec* m, int64_t n_moe, int64_t dense_inter, int64_t d_expert, int64_t n_routed, int64_t top_k,
+                    int64_t shared_inter) {
+  const int64_t n_dense = m->n_layers - n_moe;
+  if (n_dense > 0) m->ffn.push_back(make_dense_ffn(n_dense, m->hidden, dense_inter));
+  if (n_moe > 0) m->ffn.push_back(make_moe_ffn(n_moe, m->hidden, d_expert, n_routed, top_k, shared_inter));
 }
 
 Result<ModelSpec> mla_spec(const Fields& f, const HfSpecOptions& o) {
   ModelSpec m;
-  AFD_ASSIGN_OR_RETURN(m.hidden, f.positive("hidden_size"));
-  AFD_ASSIGN_OR_RETURN(m.n_layers, f.positive("num_hidden_layers"));
   MlaShape s;
-  s.hidden = m.hidden;
-  AFD_ASSIGN_OR_RETURN(s.n_heads, f.positive("num_attention_heads"));
+  AFD_RETURN_IF_ERROR(read_trunk(f, o, &m, &s));
   AFD_ASSIGN_OR_RETURN(s.q_lora, f.opt("q_lora_rank", 0));
   AFD_ASSIGN_OR_RETURN(s.kv_lora, f.positive("kv_lora_rank"));
   AFD_ASSIGN_OR_RETURN(s.rope_dim, f.positive("qk_rope_head_dim"));
   AFD_ASSIGN_OR_RETURN(s.nope_dim, f.positive("qk_nope_head_dim"));
   AFD_ASSIGN_OR_RETURN(s.v_head_dim, f.positive("v_head_dim"));
-  s.kv_elem_bytes = o.kv_elem_bytes;
   m.attn.push_back(make_mla_group(m.n_layers, s));
   AFD_ASSIGN_OR_RETURN(int64_t n_routed, f.opt("n_routed_experts", 0));
   AFD_ASSIGN_OR_RETURN(int64_t top_k, f.opt("num_experts_per_tok", 0));
@@ -80,21 +90,17 @@ Result<ModelSpec> mla_spec(const Fields& f, const HfSpecOptions& o) {
   if (n_routed > 0)
     for (int64_t l = first_dense; l < m.n_layers; ++l)
       if (l % freq == 0) ++n_moe;
-  add_ffn_groups(&m, n_moe, m.n_layers - n_moe, m.hidden, dense_inter, d_expert, n_routed, top_k, n_shared * d_expert);
+  add_ffn_groups(&m, n_moe, dense_inter, d_expert, n_routed, top_k, n_shared * d_expert);
   return m;
 }
 
 Result<ModelSpec> gqa_spec(const Fields& f, const std::string& type, const HfSpecOptions& o) {
   ModelSpec m;
-  AFD_ASSIGN_OR_RETURN(m.hidden, f.positive("hidden_size"));
-  AFD_ASSIGN_OR_RETURN(m.n_layers, f.positive("num_hidden_layers"));
   GqaShape s;
-  s.hidden = m.hidden;
-  AFD_ASSIGN_OR_RETURN(s.n_heads, f.positive("num_attention_heads"));
+  AFD_RETURN_IF_ERROR(read_trunk(f, o, &m, &s));
   AFD_ASSIGN_OR_RETURN(s.n_kv_heads, f.opt("num_key_value_heads", s.n_heads));
   AFD_ASSIGN_OR_RETURN(s.head_dim, f.opt("head_dim", m.hidden / s.n_heads));
   if (s.n_kv_heads < 1 || s.head_dim < 1) return invalid_argument(f.source() + ": bad num_key_value_heads/head_dim");
-  s.kv_elem_bytes = o.kv_elem_bytes;
   m.attn.push_back(make_gqa_group("GQA", m.n_layers, s));
   AFD_ASSIGN_OR_RETURN(int64_t inter, f.opt("intermediate_size", 0));
   int64_t n_routed = 0, top_k = 0, d_expert = 0, shared_inter = 0;
@@ -134,21 +140,17 @@ Result<ModelSpec> gqa_spec(const Fields& f, const std::string& type, const HfSpe
   int64_t n_moe = 0;
   for (bool b : is_moe) n_moe += b ? 1 : 0;
   if (n_moe < m.n_layers && inter < 1) return invalid_argument(f.source() + ": missing field 'intermediate_size'");
-  add_ffn_groups(&m, n_moe, m.n_layers - n_moe, m.hidden, inter, d_expert, n_routed, top_k, shared_inter);
+  add_ffn_groups(&m, n_moe, inter, d_expert, n_routed, top_k, shared_inter);
   return m;
 }
 
 Result<ModelSpec> step3_spec(const Fields& f, const HfSpecOptions& o) {
   ModelSpec m;
-  AFD_ASSIGN_OR_RETURN(m.hidden, f.positive("hidden_size"));
-  AFD_ASSIGN_OR_RETURN(m.n_layers, f.positive("num_hidden_layers"));
   GqaShape s;
-  s.hidden = m.hidden;
-  AFD_ASSIGN_OR_RETURN(s.n_heads, f.positive("num_attention_heads"));
+  AFD_RETURN_IF_ERROR(read_trunk(f, o, &m, &s));
   AFD_ASSIGN_OR_RETURN(s.n_kv_heads, f.opt("num_attention_groups", 1));
   AFD_ASSIGN_OR_RETURN(s.head_dim, f.positive("head_dim"));
   AFD_ASSIGN_OR_RETURN(s.q_lora, f.positive("share_q_dim"));
-  s.kv_elem_bytes = o.kv_elem_bytes;
   m.attn.push_back(make_gqa_group("MFA", m.n_layers, s));
   AFD_ASSIGN_OR_RETURN(int64_t inter, f.positive("intermediate_size"));
   AFD_ASSIGN_OR_RETURN(int64_t n_routed, f.positive("moe_num_experts"));
@@ -170,19 +172,14 @@ Result<ModelSpec> step3_spec(const Fields& f, const HfSpecOptions& o) {
   } else {
     n_moe = m.n_layers;
   }
-  add_ffn_groups(&m, n_moe, m.n_layers - n_moe, m.hidden, inter, d_expert, n_routed, top_k, shared);
+  add_ffn_groups(&m, n_moe, inter, d_expert, n_routed, top_k, shared);
   return m;
 }
 
 }  // namespace
 
 Result<ModelSpec> parse_hf_model_spec(const std::string& json_text, const std::string& source, const HfSpecOptions& opt) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::exception& e) {
-    return corrupt_data(source + ": invalid JSON: " + e.what());
-  }
+  AFD_ASSIGN_OR_RETURN(const json root, parse_json(json_text, source));
   if (!root.is_object()) return corrupt_data(source + ": expected a JSON object");
   const json* cfg = &root;
   if (auto it = root.find("text_config"); it != root.end() && it->is_object()) cfg = &*it;
@@ -212,11 +209,8 @@ Result<ModelSpec> load_hf_model_spec(const std::string& path, const HfSpecOption
   std::filesystem::path p(path);
   std::error_code ec;
   if (std::filesystem::is_directory(p, ec)) p /= "config.json";
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return io_error("cannot open model config '" + p.string() + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_hf_model_spec(ss.str(), p.string(), opt);
+  AFD_ASSIGN_OR_RETURN(const std::string text, read_text_file(p.string(), "model config"));
+  return parse_hf_model_spec(text, p.string(), opt);
 }
 
 }  // namespace afd::plan

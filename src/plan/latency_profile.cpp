@@ -2,9 +2,10 @@
 
 #include <cmath>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "plan/text_file.h"
 
 namespace afd::plan {
 namespace {
@@ -79,12 +80,7 @@ std::string profile_to_json(const LatencyProfile& p) {
 }
 
 Result<LatencyProfile> parse_profile_json(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    return corrupt_data(source + ": invalid JSON: " + e.what());
-  }
+  AFD_ASSIGN_OR_RETURN(const json j, parse_json(text, source));
   if (!j.is_object()) return corrupt_data(source + ": expected a JSON object");
   if (j.value("format", std::string()) != "afd-latency-profile")
     return invalid_argument(source + ": 'format' must be \"afd-latency-profile\"");
@@ -105,11 +101,8 @@ Result<LatencyProfile> parse_profile_json(const std::string& text, const std::st
 }
 
 Result<LatencyProfile> load_profile_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return io_error("cannot open profile '" + path + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_profile_json(ss.str(), path);
+  AFD_ASSIGN_OR_RETURN(const std::string text, read_text_file(path, "profile"));
+  return parse_profile_json(text, path);
 }
 
 Status save_profile_file(const LatencyProfile& p, const std::string& path) {

@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 import safetensors_io as st
+from ref_common import checked_tensor, flatten_batch, load_embed_norm_head, rms_norm, silu, softmax
 
 
 # ----------------------------------------------------------------------------- config
@@ -112,22 +113,6 @@ class Config:
 
 # ----------------------------------------------------------------------------- math
 
-def rms_norm(x, w, eps):
-    """x [n, d] (or [..., d]); HF: x * rsqrt(mean(x^2) + eps) * w."""
-    var = np.mean(x * x, axis=-1, keepdims=True)
-    return x / np.sqrt(var + eps) * w
-
-
-def silu(x):
-    return x / (1.0 + np.exp(-x))
-
-
-def softmax(x, axis=-1):
-    m = np.max(x, axis=axis, keepdims=True)
-    e = np.exp(x - m)
-    return e / np.sum(e, axis=axis, keepdims=True)
-
-
 def rope_cos_sin(positions, head_dim, theta, dtype):
     """NEOX rotate-half RoPE tables. positions [n] -> cos, sin [n, head_dim]
     with inv_freq[i] = theta^(-2i/head_dim), i < head_dim/2, duplicated (cat(f, f))."""
@@ -174,23 +159,10 @@ class Model:
         used = set()
 
         def get(name, shape):
-            if name not in tensors:
-                raise ValueError(f"missing tensor {name}")
-            t = tensors[name]
-            if tuple(t.shape) != tuple(shape):
-                raise ValueError(f"tensor {name}: shape {list(t.shape)} disagrees with config {list(shape)}")
-            used.add(name)
-            return t.to_f64().astype(self.dtype)
+            return checked_tensor(tensors, used, name, shape).to_f64().astype(self.dtype)
 
-        H, V, hd = c.hidden_size, c.vocab_size, c.head_dim
-        self.embed = get("model.embed_tokens.weight", (V, H))
-        self.final_norm = get("model.norm.weight", (H,))
-        if c.tie_word_embeddings:
-            # HF ties lm_head to embed_tokens; a stored lm_head.weight is ignored
-            self.lm_head = self.embed
-            used.add("lm_head.weight")
-        else:
-            self.lm_head = get("lm_head.weight", (V, H))
+        H, hd = c.hidden_size, c.head_dim
+        self.embed, self.final_norm, self.lm_head = load_embed_norm_head(get, c, used)
         self.layers = []
         for l in range(c.n_layers):
             p = f"model.layers.{l}."
@@ -262,20 +234,8 @@ class Model:
         """batch: list of (Sequence, tokens). Appends the tokens to each sequence and returns
         a list of logits arrays [len(tokens), vocab] (one row per appended token)."""
         c = self.cfg
-        toks, positions, segs = [], [], []
-        for seq, t in batch:
-            t = [int(x) for x in t]
-            if not t:
-                raise ValueError("empty token list")
-            for x in t:
-                if not (0 <= x < c.vocab_size):
-                    raise ValueError(f"token id {x} outside vocabulary [0, {c.vocab_size})")
-            if c.max_position_embeddings and seq.length + len(t) > c.max_position_embeddings:
-                raise ValueError("context longer than max_position_embeddings")
-            start = len(toks)
-            toks += t
-            positions += list(range(seq.length, seq.length + len(t)))
-            segs.append((seq, start, len(toks)))
+        toks, positions, segs = flatten_batch(batch, c.vocab_size, c.max_position_embeddings,
+                                              "max_position_embeddings")
         x = self.embed[np.asarray(toks)]                                      # [T, H]
         cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta, self.dtype)
         for l, L in enumerate(self.layers):

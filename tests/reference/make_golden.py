@@ -260,6 +260,66 @@ def pick_special(prompts, tokens, vocab):
     return free[1], free[0]
 
 
+def fresh_case_dir(out_root, name):
+    """out_root/name, created empty (an existing one is removed first)."""
+    d = os.path.join(out_root, name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    return d
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
+
+def f32_run_and_logits(m32_forced, m32_free, r, max_new_tokens, d):
+    """The same reference in float32: teacher-forced on the f64 tokens (an estimate of the
+    deviation an engine computing in f32 shows) and free-running (its own greedy tokens).
+    Writes the f64 logits to d/logits.f32. -> (f64 logits [rows, vocab], max |f64 - f32|, f32 tokens)"""
+    rows32, _ = ref.greedy(m32_forced, r["prompts"], max_new_tokens, forced=r["tokens"])
+    _, toks32 = ref.greedy(m32_free, r["prompts"], max_new_tokens)
+    all64 = np.concatenate([np.asarray(x) for x in r["rows"]])
+    all32 = np.concatenate([np.asarray(x, dtype=np.float64) for x in rows32])
+    dev32 = float(np.max(np.abs(all64 - all32)))
+    all64.astype("<f4").tofile(os.path.join(d, "logits.f32"))
+    return all64, dev32, toks32
+
+
+def golden_run_fields(c, seed, r, all64, max_new_tokens):
+    """The golden.json fields every family has, from "seed" to "min_top2_logit_gap", in file order."""
+    return {
+        "seed": seed,
+        "prompts": r["prompts"],
+        "max_new_tokens": max_new_tokens,
+        "greedy_tokens": r["tokens"],
+        "logits_file": "logits.f32",
+        "vocab_size": c["vocab"],
+        "n_rows": int(all64.shape[0]),
+        "rows": [list(x) for x in ref.row_table(r["prompts"], max_new_tokens)],
+        "min_top2_logit_gap": r["token_gap"],
+    }
+
+
+def golden_f32_fields(all64, dev32, toks32, r):
+    """The golden.json fields on the logits' range and the f32 run (f32_run_and_logits), in file order."""
+    return {
+        "max_abs_logit": float(np.max(np.abs(all64))),
+        "f32_reference_max_abs_dev": dev32,
+        "f32_reference_tokens_match": toks32 == r["tokens"],
+    }
+
+
+def write_golden(d, golden):
+    """Writes d/golden.json. -> the case directory's size in bytes."""
+    assert golden["n_rows"] == len(golden["rows"])
+    with open(os.path.join(d, "golden.json"), "w") as f:
+        f.write(compact_json(golden))
+    return sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
+
+
 def write_case(c, out_root):
     for attempt in range(MAX_ATTEMPTS):
         seed = c["seed"] + attempt
@@ -269,20 +329,13 @@ def write_case(c, out_root):
             break
     else:
         raise RuntimeError(f"{c['name']}: no seed in {MAX_ATTEMPTS} attempts clears the gap {MIN_GAP}")
-    d = os.path.join(out_root, c["name"])
-    if os.path.isdir(d):
-        shutil.rmtree(d)
-    os.makedirs(d)
+    d = fresh_case_dir(out_root, c["name"])
     bos, eos = pick_special(r["prompts"], r["tokens"], c["vocab"])
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(hf_config(c, bos, eos), f, indent=2)
-        f.write("\n")
-    with open(os.path.join(d, "generation_config.json"), "w") as f:
-        # Qwen3 checkpoints list two eos ids in generation_config.json (<|im_end|>, <|endoftext|>)
-        gen_eos = [eos, bos] if c["arch"] == "qwen3_moe" else eos
-        json.dump({"bos_token_id": bos, "do_sample": False, "eos_token_id": gen_eos,
-                   "transformers_version": "4.51.0"}, f, indent=2)
-        f.write("\n")
+    write_json(os.path.join(d, "config.json"), hf_config(c, bos, eos))
+    # Qwen3 checkpoints list two eos ids in generation_config.json (<|im_end|>, <|endoftext|>)
+    gen_eos = [eos, bos] if c["arch"] == "qwen3_moe" else eos
+    write_json(os.path.join(d, "generation_config.json"),
+               {"bos_token_id": bos, "do_sample": False, "eos_token_id": gen_eos, "transformers_version": "4.51.0"})
     tensors = r["tensors"]
     if c.get("shards", 1) > 1:
         names = sorted(tensors)
@@ -297,39 +350,20 @@ def write_case(c, out_root):
 
     # float32 run of the same reference, teacher-forced on the f64 tokens: an estimate of
     # the deviation an engine computing in f32 shows (and its own greedy tokens).
-    m32 = ref.Model(r["cfg"], tensors, np.float32)
-    rows32, _ = ref.greedy(m32, r["prompts"], MAX_NEW_TOKENS, forced=r["tokens"])
-    _, toks32 = ref.greedy(ref.Model(r["cfg"], tensors, np.float32), r["prompts"], MAX_NEW_TOKENS)
-    all64 = np.concatenate([np.asarray(x) for x in r["rows"]])
-    all32 = np.concatenate([np.asarray(x, dtype=np.float64) for x in rows32])
-    dev32 = float(np.max(np.abs(all64 - all32)))
-
-    all64.astype("<f4").tofile(os.path.join(d, "logits.f32"))
+    all64, dev32, toks32 = f32_run_and_logits(ref.Model(r["cfg"], tensors, np.float32),
+                                              ref.Model(r["cfg"], tensors, np.float32), r, MAX_NEW_TOKENS, d)
     golden = {
         "case": c["name"],
         "model_type": c["arch"],
-        "seed": seed,
-        "prompts": r["prompts"],
-        "max_new_tokens": MAX_NEW_TOKENS,
-        "greedy_tokens": r["tokens"],
-        "logits_file": "logits.f32",
-        "vocab_size": c["vocab"],
-        "n_rows": int(all64.shape[0]),
-        "rows": [list(x) for x in ref.row_table(r["prompts"], MAX_NEW_TOKENS)],
-        "min_top2_logit_gap": r["token_gap"],
+        **golden_run_fields(c, seed, r, all64, MAX_NEW_TOKENS),
         "min_router_topk_gap": r["router_gap"] if r["router_gap"] != float("inf") else None,
-        "max_abs_logit": float(np.max(np.abs(all64))),
-        "f32_reference_max_abs_dev": dev32,
-        "f32_reference_tokens_match": toks32 == r["tokens"],
+        **golden_f32_fields(all64, dev32, toks32, r),
         "tolerance_note": ("logits computed in float64 from the BF16 weights, stored as float32; an engine "
                            "in reference mode (float32 activations) must match every row to 1e-4 absolute and "
                            "produce identical greedy_tokens. bos/eos ids occur in no prompt and no "
                            "continuation, so stopping at eos cannot shorten a run; no bos is prepended."),
     }
-    assert golden["n_rows"] == len(golden["rows"])
-    with open(os.path.join(d, "golden.json"), "w") as f:
-        f.write(compact_json(golden))
-    size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
+    size = write_golden(d, golden)
     print(f"{c['name']:28s} seed {seed} (attempt {attempt}) rows {golden['n_rows']} "
           f"min token gap {r['token_gap']:.4f} min router gap {r['router_gap']:.4f} "
           f"|logit|max {golden['max_abs_logit']:.2f} f32 dev {dev32:.2e} "

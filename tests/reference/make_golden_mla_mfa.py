@@ -17,9 +17,7 @@ Seed rule: each case tries seeds base, base+1, ... and keeps the first one where
     plain top-k would have chosen.
 """
 
-import json
 import os
-import shutil
 
 import numpy as np
 
@@ -282,6 +280,14 @@ def make_tensors(c, seed):
     return w.out
 
 
+def _swiglu(w, prefix, inter, H):
+    """A SwiGLU MLP's projections under prefix, in this order: gate_proj, up_proj [inter, H],
+    down_proj [H, inter]."""
+    w.linear(prefix + "gate_proj.weight", (inter, H))
+    w.linear(prefix + "up_proj.weight", (inter, H))
+    w.linear(prefix + "down_proj.weight", (H, inter))
+
+
 def _ds_layer(w, c, cfg, l, moe=None):
     H, N, P, R, Vd, Lkv = c["hidden"], c["heads"], c["nope"], c["rope"], c["v_dim"], c["kv_lora"]
     p = f"model.layers.{l}."
@@ -305,19 +311,13 @@ def _ds_layer(w, c, cfg, l, moe=None):
         if c["topk_method"] == "noaux_tc":
             w.plain(m + "gate.e_score_correction_bias", (E,), STD_BIAS, dtype="F32")
         for e in range(E):
-            w.linear(m + f"experts.{e}.gate_proj.weight", (I, H))
-            w.linear(m + f"experts.{e}.up_proj.weight", (I, H))
-            w.linear(m + f"experts.{e}.down_proj.weight", (H, I))
+            _swiglu(w, m + f"experts.{e}.", I, H)
         if c["n_shared"]:
             S = c["n_shared"] * I
-            w.linear(m + "shared_experts.gate_proj.weight", (S, H))
-            w.linear(m + "shared_experts.up_proj.weight", (S, H))
-            w.linear(m + "shared_experts.down_proj.weight", (H, S))
+            _swiglu(w, m + "shared_experts.", S, H)
     else:
         I = c["inter"]
-        w.linear(m + "gate_proj.weight", (I, H))
-        w.linear(m + "up_proj.weight", (I, H))
-        w.linear(m + "down_proj.weight", (H, I))
+        _swiglu(w, m, I, H)
 
 
 def _ds_mtp(w, c, cfg, l):
@@ -352,28 +352,19 @@ def _s3_layer(w, c, cfg, l):
         w.linear(p + "moe.gate_proj.weight", (E, I, H))
         w.linear(p + "moe.up_proj.weight", (E, I, H))
         w.linear(p + "moe.down_proj.weight", (E, H, I))
-        w.linear(p + "share_expert.gate_proj.weight", (S, H))
-        w.linear(p + "share_expert.up_proj.weight", (S, H))
-        w.linear(p + "share_expert.down_proj.weight", (H, S))
+        _swiglu(w, p + "share_expert.", S, H)
     else:
         I = c["inter"]
-        w.linear(p + "mlp.gate_proj.weight", (I, H))
-        w.linear(p + "mlp.up_proj.weight", (I, H))
-        w.linear(p + "mlp.down_proj.weight", (H, I))
+        _swiglu(w, p + "mlp.", I, H)
 
 
 # ----------------------------------------------------------------------------- golden
-
-def make_prompts(c, seed):
-    rng = np.random.default_rng(seed + 7_000_000)
-    return [[int(x) for x in rng.integers(0, c["vocab"], size=n)] for n in c["prompt_lens"]]
-
 
 def evaluate(c, seed):
     tensors = make_tensors(c, seed)
     cfg = ref.Config(hf_config(c))
     model = ref.Model(cfg, tensors, np.float64, mla_form="both")
-    prompts = make_prompts(c, seed)
+    prompts = mg.make_prompts(c, seed)
     rows, toks = hf_moe_ref.greedy(model, prompts, MAX_NEW_TOKENS)
     token_gap = min(hf_moe_ref.top2_gap(r[j]) for r, p in zip(rows, prompts) for j in range(len(p) - 1, len(r)))
     return dict(tensors=tensors, cfg=cfg, prompts=prompts, rows=rows, tokens=toks, token_gap=token_gap,
@@ -422,66 +413,41 @@ def write_case(c, out_root):
     else:
         raise RuntimeError(f"{c['name']}: no seed in {MAX_ATTEMPTS} attempts meets the seed rule "
                            f"(last reasons: {why[-5:]})")
-    d = os.path.join(out_root, c["name"])
-    if os.path.isdir(d):
-        shutil.rmtree(d)
-    os.makedirs(d)
+    d = mg.fresh_case_dir(out_root, c["name"])
     bos, eos = mg.pick_special(r["prompts"], r["tokens"], c["vocab"])
     config = hf_config(c, bos, eos)
     if "image_token_id" in config:
         used = {t for seq in r["prompts"] + r["tokens"] for t in seq} | {bos, eos}
         config["image_token_id"] = max(t for t in range(c["vocab"]) if t not in used)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
-    with open(os.path.join(d, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": bos, "do_sample": False, "eos_token_id": eos,
-                   "transformers_version": "4.46.3"}, f, indent=2)
-        f.write("\n")
+    mg.write_json(os.path.join(d, "config.json"), config)
+    mg.write_json(os.path.join(d, "generation_config.json"),
+                  {"bos_token_id": bos, "do_sample": False, "eos_token_id": eos, "transformers_version": "4.46.3"})
     tensors = r["tensors"]
     st.write_file(os.path.join(d, st.SINGLE_NAME), tensors)
 
-    m32 = ref.Model(r["cfg"], tensors, np.float32, mla_form="both")
-    rows32, _ = hf_moe_ref.greedy(m32, r["prompts"], MAX_NEW_TOKENS, forced=r["tokens"])
-    _, toks32 = hf_moe_ref.greedy(ref.Model(r["cfg"], tensors, np.float32), r["prompts"], MAX_NEW_TOKENS)
-    all64 = np.concatenate([np.asarray(x) for x in r["rows"]])
-    all32 = np.concatenate([np.asarray(x, dtype=np.float64) for x in rows32])
-    dev32 = float(np.max(np.abs(all64 - all32)))
-    all64.astype("<f4").tofile(os.path.join(d, "logits.f32"))
+    all64, dev32, toks32 = mg.f32_run_and_logits(ref.Model(r["cfg"], tensors, np.float32, mla_form="both"),
+                                                 ref.Model(r["cfg"], tensors, np.float32), r, MAX_NEW_TOKENS, d)
     s = r["stats"]
     inf_none = (lambda v: None if v == float("inf") else v)
     golden = {
         "case": c["name"],
         "model_type": config["model_type"],
         "family": c["family"],
-        "seed": seed,
-        "prompts": r["prompts"],
-        "max_new_tokens": MAX_NEW_TOKENS,
-        "greedy_tokens": r["tokens"],
-        "logits_file": "logits.f32",
-        "vocab_size": c["vocab"],
-        "n_rows": int(all64.shape[0]),
-        "rows": [list(x) for x in hf_moe_ref.row_table(r["prompts"], MAX_NEW_TOKENS)],
-        "min_top2_logit_gap": r["token_gap"],
+        **mg.golden_run_fields(c, seed, r, all64, MAX_NEW_TOKENS),
         "min_router_select_gap": inf_none(s.min_select_gap),
         "min_router_group_gap": inf_none(s.min_group_gap),
         "router_decisions": s.decisions,
         "router_decisions_changed_by_bias": s.bias_changed,
         "router_decisions_changed_by_group_mask": s.mask_excluded,
         "mla_naive_vs_absorbed_max_abs": s.mla_form_max_diff if c["family"] == "deepseek" else None,
-        "max_abs_logit": float(np.max(np.abs(all64))),
-        "f32_reference_max_abs_dev": dev32,
-        "f32_reference_tokens_match": toks32 == r["tokens"],
+        **mg.golden_f32_fields(all64, dev32, toks32, r),
         "tolerance_note": ("logits computed in float64 from the stored weights (FP8 dequantized as code x "
                            "weight_scale_inv), stored as float32; an engine in reference mode (float32 "
                            "activations) must match every row to 1e-4 absolute and produce identical "
                            "greedy_tokens. bos/eos ids occur in no prompt and no continuation; no bos is "
                            "prepended."),
     }
-    assert golden["n_rows"] == len(golden["rows"])
-    with open(os.path.join(d, "golden.json"), "w") as f:
-        f.write(mg.compact_json(golden))
-    size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
+    size = mg.write_golden(d, golden)
     print(f"{c['name']:28s} seed {seed} (attempt {attempt}) rows {golden['n_rows']} "
           f"token gap {r['token_gap']:.4f} select gap {s.min_select_gap:.2e} group gap {s.min_group_gap:.2e} "
           f"bias-changed {s.bias_changed} mask-changed {s.mask_excluded}/{s.decisions} "

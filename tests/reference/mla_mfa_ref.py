@@ -24,6 +24,7 @@ import numpy as np
 
 import fp8_e4m3
 import safetensors_io as st
+from ref_common import checked_tensor, flatten_batch, load_embed_norm_head, rms_norm, sigmoid, silu, softmax
 
 DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 STEP3_TYPES = ("step3_text", "step3_vl")
@@ -297,25 +298,6 @@ def rope_neox(x, positions, inv_freq, factor=1.0):
 
 # ----------------------------------------------------------------------------- math
 
-def rms_norm(x, w, eps):
-    var = np.mean(x * x, axis=-1, keepdims=True)
-    return x / np.sqrt(var + eps) * w
-
-
-def silu(x):
-    return x / (1.0 + np.exp(-x))
-
-
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def softmax(x, axis=-1):
-    m = np.max(x, axis=axis, keepdims=True)
-    e = np.exp(x - m)
-    return e / np.sum(e, axis=axis, keepdims=True)
-
-
 def mlp(h, wg, wu, wd):
     return (silu(h @ wg.T) * (h @ wu.T)) @ wd.T
 
@@ -482,13 +464,7 @@ class Model:
         dt = self.dtype
 
         def tensor(name, shape):
-            if name not in tensors:
-                raise ValueError(f"missing tensor {name}")
-            t = tensors[name]
-            if tuple(t.shape) != tuple(shape):
-                raise ValueError(f"tensor {name}: shape {list(t.shape)} disagrees with config {list(shape)}")
-            used.add(name)
-            return t
+            return checked_tensor(tensors, used, name, shape)
 
         def plain(name, shape):
             """A tensor the format never quantizes (embeddings, norms, router, bias)."""
@@ -520,14 +496,7 @@ class Model:
             return fp8_e4m3.dequantize(t.raw, s.raw, c.fp8_block).astype(dt)
 
         self._plain, self._linear = plain, linear
-        H, V = c.hidden_size, c.vocab_size
-        self.embed = plain("model.embed_tokens.weight", (V, H))
-        self.final_norm = plain("model.norm.weight", (H,))
-        if c.tie_word_embeddings:
-            self.lm_head = self.embed
-            used.add("lm_head.weight")
-        else:
-            self.lm_head = plain("lm_head.weight", (V, H))
+        self.embed, self.final_norm, self.lm_head = load_embed_norm_head(plain, c, used)
         self.layers = [self._load_layer(l) for l in range(c.n_layers)]
         if load_mtp:
             if c.n_mtp < 1:
@@ -554,6 +523,12 @@ class Model:
         c = self.cfg
         plain, linear = self._plain, self._linear
         H = c.hidden_size
+
+        def swiglu(prefix, inter):
+            """(gate_proj, up_proj [inter, H], down_proj [H, inter]) under prefix."""
+            return (linear(prefix + "gate_proj.weight", (inter, H)), linear(prefix + "up_proj.weight", (inter, H)),
+                    linear(prefix + "down_proj.weight", (H, inter)))
+
         p = f"model.layers.{l}."
         L = {"in_norm": plain(p + "input_layernorm.weight", (H,)),
              "post_norm": plain(p + "post_attention_layernorm.weight", (H,))}
@@ -582,15 +557,11 @@ class Model:
                 L["ed"] = [linear(m + f"experts.{e}.down_proj.weight", (H, I)) for e in range(E)]
                 if c.shared_inter:
                     S = c.shared_inter
-                    L["sg"] = linear(m + "shared_experts.gate_proj.weight", (S, H))
-                    L["su"] = linear(m + "shared_experts.up_proj.weight", (S, H))
-                    L["sd"] = linear(m + "shared_experts.down_proj.weight", (H, S))
+                    L["sg"], L["su"], L["sd"] = swiglu(m + "shared_experts.", S)
             else:
                 L["moe"] = False
                 I = c.intermediate_size
-                L["dg"] = linear(m + "gate_proj.weight", (I, H))
-                L["du"] = linear(m + "up_proj.weight", (I, H))
-                L["dd"] = linear(m + "down_proj.weight", (H, I))
+                L["dg"], L["du"], L["dd"] = swiglu(m, I)
         else:
             N, hd, Dq = c.n_heads, c.head_dim, c.share_q_dim
             L["wq"] = linear(a + "q_proj.weight", (Dq, H))
@@ -607,15 +578,11 @@ class Model:
                 up = linear(p + "moe.up_proj.weight", (E, I, H))
                 down = linear(p + "moe.down_proj.weight", (E, H, I))
                 L["eg"], L["eu"], L["ed"] = list(gate), list(up), list(down)
-                L["sg"] = linear(p + "share_expert.gate_proj.weight", (S, H))
-                L["su"] = linear(p + "share_expert.up_proj.weight", (S, H))
-                L["sd"] = linear(p + "share_expert.down_proj.weight", (H, S))
+                L["sg"], L["su"], L["sd"] = swiglu(p + "share_expert.", S)
             else:
                 L["moe"] = False
                 I = c.intermediate_size
-                L["dg"] = linear(p + "mlp.gate_proj.weight", (I, H))
-                L["du"] = linear(p + "mlp.up_proj.weight", (I, H))
-                L["dd"] = linear(p + "mlp.down_proj.weight", (H, I))
+                L["dg"], L["du"], L["dd"] = swiglu(p + "mlp.", I)
         return L
 
     def _load_mtp(self, l):
@@ -644,20 +611,7 @@ class Model:
     # -- forward
     def _prepare(self, batch):
         c = self.cfg
-        toks, positions, segs = [], [], []
-        for seq, t in batch:
-            t = [int(x) for x in t]
-            if not t:
-                raise ValueError("empty token list")
-            for x in t:
-                if not 0 <= x < c.vocab_size:
-                    raise ValueError(f"token id {x} outside vocabulary [0, {c.vocab_size})")
-            if c.max_positions and seq.length + len(t) > c.max_positions:
-                raise ValueError("context longer than the maximum position")
-            start = len(toks)
-            toks += t
-            positions += list(range(seq.length, seq.length + len(t)))
-            segs.append((seq, start, len(toks)))
+        toks, positions, segs = flatten_batch(batch, c.vocab_size, c.max_positions, "the maximum position")
         return toks, np.asarray(positions), segs
 
     def forward(self, batch, return_hidden=False):

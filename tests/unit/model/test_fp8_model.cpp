@@ -15,6 +15,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_rewrite.h"
 #include "kernels/cpu/linear_fp8.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -30,6 +31,7 @@
 namespace afd {
 namespace {
 
+using test::rewrite_checkpoint;
 using test::TempDir;
 
 // qwen3_moe with every projection spanning more than one block and ending in a partial one:
@@ -378,30 +380,6 @@ TEST(Fp8Model, TensorParallelSlicesSumToWhole) {
 
 // ---- bad inputs: every error names the tensor or field ----
 
-// Rewrites DIR's checkpoint through `edit`, which may drop (return false) or change a tensor's
-// spec and bytes.
-using Edit = std::function<bool(TensorSpec&, std::vector<uint8_t>&)>;
-void rewrite(const std::string& dir, const Edit& edit) {
-  std::vector<TensorSpec> specs;
-  std::vector<std::vector<uint8_t>> bytes;
-  {
-    auto ck = Checkpoint::open(dir);
-    ASSERT_TRUE(ck.ok());
-    for (const std::string& n : (*ck)->tensor_names()) {
-      const TensorRef* t = (*ck)->find(n);
-      TensorSpec s{n, t->info->dtype, t->info->shape};
-      std::vector<uint8_t> b(t->data, t->data + t->info->nbytes());
-      if (!edit(s, b)) continue;
-      specs.push_back(s);
-      bytes.push_back(std::move(b));
-    }
-  }
-  ASSERT_TRUE(remove_checkpoint_tensors(dir).is_ok());
-  auto r = write_checkpoint_tensors(dir, specs, uint64_t{1} << 40,
-                                    [&](size_t i, const ByteWriter& w) { return w(bytes[i].data(), bytes[i].size()); });
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-}
-
 void expect_load_error(const std::string& dir, std::initializer_list<const char*> wants) {
   auto w = load_model(dir);
   ASSERT_FALSE(w.ok());
@@ -414,14 +392,15 @@ const char* kQ = "model.layers.0.self_attn.q_proj.weight";
 TEST(Fp8Model, MissingScaleNamesIt) {
   TempDir d;
   make(multi_block_config(), d.path(), DType::f8_e4m3);
-  rewrite(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) { return s.name != std::string(kQ) + "_scale_inv"; });
+  rewrite_checkpoint(d.path(),
+                     [](TensorSpec& s, std::vector<uint8_t>&) { return s.name != std::string(kQ) + "_scale_inv"; });
   expect_load_error(d.path(), {"q_proj.weight_scale_inv", "missing", "block scales"});
 }
 
 TEST(Fp8Model, WrongScaleShapeNamesBoth) {
   TempDir d;
   make(multi_block_config(), d.path(), DType::f8_e4m3);
-  rewrite(d.path(), [](TensorSpec& s, std::vector<uint8_t>& b) {
+  rewrite_checkpoint(d.path(), [](TensorSpec& s, std::vector<uint8_t>& b) {
     if (s.name == std::string(kQ) + "_scale_inv") {  // [2, 2] -> [1, 4]
       s.shape = {1, 4};
     }
@@ -434,7 +413,7 @@ TEST(Fp8Model, WrongScaleShapeNamesBoth) {
 TEST(Fp8Model, NonFiniteOrNonFloatScaleNamesIt) {
   TempDir d;
   make(multi_block_config(), d.path(), DType::f8_e4m3);
-  rewrite(d.path(), [](TensorSpec& s, std::vector<uint8_t>& b) {
+  rewrite_checkpoint(d.path(), [](TensorSpec& s, std::vector<uint8_t>& b) {
     if (s.name == std::string(kQ) + "_scale_inv") {
       const float nan = std::nanf("");
       std::memcpy(b.data() + 4, &nan, 4);
@@ -442,7 +421,7 @@ TEST(Fp8Model, NonFiniteOrNonFloatScaleNamesIt) {
     return true;
   });
   expect_load_error(d.path(), {"q_proj.weight_scale_inv", "non-finite"});
-  rewrite(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
+  rewrite_checkpoint(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
     if (s.name == std::string(kQ) + "_scale_inv") s.dtype = DType::i32;
     return true;
   });
@@ -461,7 +440,7 @@ TEST(Fp8Model, Fp8TensorWithoutQuantizationConfigNamesIt) {
 TEST(Fp8Model, Fp8NormWeightIsRefused) {
   TempDir d;
   make(multi_block_config(), d.path(), DType::f8_e4m3);
-  rewrite(d.path(), [](TensorSpec& s, std::vector<uint8_t>& b) {
+  rewrite_checkpoint(d.path(), [](TensorSpec& s, std::vector<uint8_t>& b) {
     if (s.name == "model.norm.weight") {
       s.dtype = DType::f8_e4m3;
       b.resize(b.size() / 2);
@@ -483,7 +462,7 @@ TEST(Fp8Quantize, RefusesNonFiniteWeightsAndWrongInputs) {
   auto notfp8 = convert_checkpoint(bf, d.file("x"), dq);
   ASSERT_FALSE(notfp8.ok());
   EXPECT_NE(notfp8.status().message().find("not FP8"), std::string::npos);
-  rewrite(bf, [](TensorSpec& s, std::vector<uint8_t>& b) {
+  rewrite_checkpoint(bf, [](TensorSpec& s, std::vector<uint8_t>& b) {
     if (s.name == "model.layers.1.mlp.experts.3.down_proj.weight") {
       const uint16_t inf = 0x7f80;
       std::memcpy(b.data() + 2 * 200, &inf, 2);

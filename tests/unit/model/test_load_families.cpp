@@ -10,6 +10,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_rewrite.h"
 #include "model/checkpoint.h"
 #include "model/make_model.h"
 #include "model/safetensors_writer.h"
@@ -18,6 +19,8 @@
 
 namespace afd {
 namespace {
+
+using test::rewrite_checkpoint;
 
 float at(const Matrix& m, int64_t r, int64_t c) {
   std::vector<float> row(static_cast<size_t>(m.cols));
@@ -55,36 +58,6 @@ void make(const ModelConfig& c, const std::string& dir, DType dt) {
   o.out_dir = dir;
   o.dtype = dt;
   auto r = make_model(c, o);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-}
-
-// Rewrites DIR's checkpoint through `edit` (drop a tensor: return false; or change its spec /
-// bytes), then appends `extra` tensors (zero bytes).
-using Edit = std::function<bool(TensorSpec&, std::vector<uint8_t>&)>;
-void rewrite(const std::string& dir, const Edit& edit, const std::vector<TensorSpec>& extra = {}) {
-  std::vector<TensorSpec> specs;
-  std::vector<std::vector<uint8_t>> bytes;
-  {
-    auto ck = Checkpoint::open(dir);
-    ASSERT_TRUE(ck.ok());
-    for (const std::string& n : (*ck)->tensor_names()) {
-      const TensorRef* t = (*ck)->find(n);
-      TensorSpec s{n, t->info->dtype, t->info->shape};
-      std::vector<uint8_t> b(t->data, t->data + t->info->nbytes());
-      if (!edit(s, b)) continue;
-      specs.push_back(s);
-      bytes.push_back(std::move(b));
-    }
-  }
-  for (const TensorSpec& s : extra) {
-    int64_t n = 1;
-    for (int64_t d : s.shape) n *= d;
-    specs.push_back(s);
-    bytes.emplace_back(static_cast<size_t>(n) * dtype_size(s.dtype), 0);
-  }
-  ASSERT_TRUE(remove_checkpoint_tensors(dir).is_ok());
-  auto r = write_checkpoint_tensors(dir, specs, uint64_t{1} << 40,
-                                    [&](size_t i, const ByteWriter& w) { return w(bytes[i].data(), bytes[i].size()); });
   ASSERT_TRUE(r.ok()) << r.status().to_string();
 }
 
@@ -260,10 +233,10 @@ TEST(LoadDeepseekMtp, LayersAfterNumHiddenLayersAreIgnored) {
   c.num_nextn_predict_layers = 1;
   make(c, d.path(), DType::bf16);
   const std::string m = "model.layers." + std::to_string(c.n_layers) + ".";
-  rewrite(d.path(), [](TensorSpec&, std::vector<uint8_t>&) { return true; },
-          {{m + "eh_proj.weight", DType::bf16, {c.hidden_size, 2 * c.hidden_size}},
-           {m + "enorm.weight", DType::bf16, {c.hidden_size}},
-           {m + "self_attn.kv_b_proj.weight", DType::bf16, {3, 3}}});
+  rewrite_checkpoint(d.path(), [](TensorSpec&, std::vector<uint8_t>&) { return true; },
+                     {{m + "eh_proj.weight", DType::bf16, {c.hidden_size, 2 * c.hidden_size}},
+                      {m + "enorm.weight", DType::bf16, {c.hidden_size}},
+                      {m + "self_attn.kv_b_proj.weight", DType::bf16, {3, 3}}});
   auto loaded = load_model(d.path());
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   EXPECT_EQ(static_cast<int64_t>((*loaded)->layers.size()), c.n_layers);
@@ -289,7 +262,7 @@ TEST(LoadDeepseek, ScoreBiasInBf16IsWidened) {
   const ModelConfig c = preset(Arch::deepseek_v3);
   make(c, d.path(), DType::bf16);
   const std::string bias = "model.layers.1.mlp.gate.e_score_correction_bias";
-  rewrite(d.path(), [&](TensorSpec& s, std::vector<uint8_t>& b) {
+  rewrite_checkpoint(d.path(), [&](TensorSpec& s, std::vector<uint8_t>& b) {
     if (s.name != bias) return true;
     std::vector<uint8_t> out(b.size() / 2);
     for (size_t i = 0; i < b.size() / 4; ++i) {
@@ -311,7 +284,7 @@ TEST(LoadDeepseek, ScoreBiasInBf16IsWidened) {
 TEST(LoadFamiliesErrors, MissingScoreBiasNamesIt) {
   test::TempDir d;
   make(preset(Arch::deepseek_v3), d.path(), DType::bf16);
-  rewrite(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
+  rewrite_checkpoint(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
     return s.name != "model.layers.2.mlp.gate.e_score_correction_bias";
   });
   expect_load_error(d.path(), StatusCode::not_found,
@@ -339,15 +312,16 @@ TEST(LoadFamiliesErrors, DirectQueryConfigAgainstLowRankCheckpoint) {
 TEST(LoadFamiliesErrors, Step3StackedScaleMissing) {
   test::TempDir d;
   make(preset(Arch::step3_text), d.path(), DType::f8_e4m3);
-  rewrite(d.path(),
-          [](TensorSpec& s, std::vector<uint8_t>&) { return s.name != "model.layers.2.moe.up_proj.weight_scale_inv"; });
+  rewrite_checkpoint(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
+    return s.name != "model.layers.2.moe.up_proj.weight_scale_inv";
+  });
   expect_load_error(d.path(), StatusCode::not_found, {"model.layers.2.moe.up_proj.weight_scale_inv", "block scales"});
 }
 
 TEST(LoadFamiliesErrors, Step3StackedScaleWrongShape) {
   test::TempDir d;
   make(preset(Arch::step3_text), d.path(), DType::f8_e4m3);
-  rewrite(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
+  rewrite_checkpoint(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
     if (s.name == "model.layers.1.moe.down_proj.weight_scale_inv") s.shape = {8, 4, 1};  // same count
     return true;
   });
@@ -358,7 +332,7 @@ TEST(LoadFamiliesErrors, Step3StackedScaleWrongShape) {
 TEST(LoadFamiliesErrors, Step3StackedExpertsWrongShape) {
   test::TempDir d;
   make(preset(Arch::step3_text), d.path(), DType::bf16);
-  rewrite(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
+  rewrite_checkpoint(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
     if (s.name == "model.layers.1.moe.gate_proj.weight") s.shape = {4, 320, 256};  // same count
     return true;
   });
@@ -376,8 +350,9 @@ TEST(LoadFamiliesErrors, Fp8WithoutQuantizationConfig) {
 TEST(LoadFamiliesErrors, Step3MissingInterNorm) {
   test::TempDir d;
   make(preset(Arch::step3_text), d.path(), DType::bf16);
-  rewrite(d.path(),
-          [](TensorSpec& s, std::vector<uint8_t>&) { return s.name != "model.layers.3.self_attn.inter_norm.weight"; });
+  rewrite_checkpoint(d.path(), [](TensorSpec& s, std::vector<uint8_t>&) {
+    return s.name != "model.layers.3.self_attn.inter_norm.weight";
+  });
   expect_load_error(d.path(), StatusCode::not_found, {"model.layers.3.self_attn.inter_norm.weight", "share_q_dim"});
 }
 

@@ -50,6 +50,15 @@ TEST(PlanIo, AcceleratorJson) {
   EXPECT_FALSE(parse_accelerators_json("[1]", "a.json").ok());
 }
 
+// `parsed` (from a config.json) costs a decode token at `ctx` exactly what `preset` does.
+void expect_same_token_cost(const ModelSpec& parsed, const ModelSpec& preset, int64_t ctx) {
+  const TokenCost a = decode_token_cost(parsed, ctx), b = decode_token_cost(preset, ctx);
+  EXPECT_DOUBLE_EQ(a.kv_bytes, b.kv_bytes);
+  EXPECT_DOUBLE_EQ(a.attn_flops, b.attn_flops);
+  EXPECT_DOUBLE_EQ(a.linear_flops, b.linear_flops);
+  EXPECT_DOUBLE_EQ(a.ffn_flops, b.ffn_flops);
+}
+
 // A DeepSeek-V3 config.json gives the same per-token counts as the preset.
 TEST(PlanIo, HfConfigDeepSeekV3MatchesPreset) {
   const char* cfg = R"({
@@ -60,11 +69,7 @@ TEST(PlanIo, HfConfigDeepSeekV3MatchesPreset) {
     "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 3})";
   auto m = parse_hf_model_spec(cfg, "config.json");
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  const TokenCost a = decode_token_cost(*m, 8192), b = decode_token_cost(*find_model_preset("deepseek-v3"), 8192);
-  EXPECT_DOUBLE_EQ(a.kv_bytes, b.kv_bytes);
-  EXPECT_DOUBLE_EQ(a.attn_flops, b.attn_flops);
-  EXPECT_DOUBLE_EQ(a.linear_flops, b.linear_flops);
-  EXPECT_DOUBLE_EQ(a.ffn_flops, b.ffn_flops);
+  expect_same_token_cost(*m, *find_model_preset("deepseek-v3"), 8192);
 }
 
 TEST(PlanIo, HfConfigQwen3MoeMatchesPreset) {
@@ -75,11 +80,7 @@ TEST(PlanIo, HfConfigQwen3MoeMatchesPreset) {
     "decoder_sparse_step": 1, "mlp_only_layers": [], "intermediate_size": 12288})";
   auto m = parse_hf_model_spec(cfg, "config.json");
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  const TokenCost a = decode_token_cost(*m, 32768), b = decode_token_cost(*find_model_preset("qwen3-235b-a22b"), 32768);
-  EXPECT_DOUBLE_EQ(a.kv_bytes, b.kv_bytes);
-  EXPECT_DOUBLE_EQ(a.attn_flops, b.attn_flops);
-  EXPECT_DOUBLE_EQ(a.linear_flops, b.linear_flops);
-  EXPECT_DOUBLE_EQ(a.ffn_flops, b.ffn_flops);
+  expect_same_token_cost(*m, *find_model_preset("qwen3-235b-a22b"), 32768);
 }
 
 // stepfun-ai/step3 layout: the text model under "text_config", MoE layers 4..59.
@@ -97,11 +98,7 @@ TEST(PlanIo, HfConfigStep3MatchesPreset) {
   auto m = parse_hf_model_spec(cfg, "config.json");
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const ModelSpec p = *find_model_preset("step3");
-  const TokenCost a = decode_token_cost(*m, 8192), b = decode_token_cost(p, 8192);
-  EXPECT_DOUBLE_EQ(a.kv_bytes, b.kv_bytes);
-  EXPECT_DOUBLE_EQ(a.attn_flops, b.attn_flops);
-  EXPECT_DOUBLE_EQ(a.linear_flops, b.linear_flops);
-  EXPECT_DOUBLE_EQ(a.ffn_flops, b.ffn_flops);
+  expect_same_token_cost(*m, p, 8192);
   EXPECT_DOUBLE_EQ(m->moe_sparsity(), p.moe_sparsity());
   EXPECT_DOUBLE_EQ(m->ffn_weight_bytes(), p.ffn_weight_bytes());
 }

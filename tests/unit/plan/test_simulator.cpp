@@ -21,19 +21,29 @@ LatencyProfile profile(double aa, double ba, double af, double bf, double ac, do
   return p;
 }
 
+// Hand-computable runs: every prefill and decode length fixed, one attention and one FFN instance.
+SimConfig fixed_lengths(int64_t batch, int64_t n_microbatches, int64_t requests, double prefill, double decode,
+                        const LatencyProfile& latency) {
+  SimConfig c;
+  c.batch = batch;
+  c.n_microbatches = n_microbatches;
+  c.requests_per_attn = requests;
+  c.prefill = {LengthDistKind::fixed, prefill, 0};
+  c.decode = {LengthDistKind::fixed, decode, 0};
+  c.latency = latency;
+  return c;
+}
+
 // r = 1, one micro-batch of 4 slots, fixed prefill 10 and decode 5, 8 requests: two rounds
 // of 5 steps. Step k: T = 4(10+k), t_A = 0.5 T + 3 = 23 + 2k, t_C(4) = 4 + 4 = 8 (both
 // directions), t_F(4) = 2*4 + 7 = 15 -> step time 46 + 2k, a round 250, the run 500.
+SimConfig single_microbatch() {
+  return fixed_lengths(/*batch=*/4, /*n_microbatches=*/1, /*requests=*/8, /*prefill=*/10, /*decode=*/5,
+                       profile(0.5, 3, 2, 7, 1, 4));
+}
+
 TEST(Simulator, ExactSingleMicroBatch) {
-  SimConfig c;
-  c.n_attn = 1;
-  c.batch = 4;
-  c.n_microbatches = 1;
-  c.requests_per_attn = 8;
-  c.prefill = {LengthDistKind::fixed, 10, 0};
-  c.decode = {LengthDistKind::fixed, 5, 0};
-  c.latency = profile(0.5, 3, 2, 7, 1, 4);
-  auto r = simulate(c);
+  auto r = simulate(single_microbatch());
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->n_completed, 8);
   EXPECT_EQ(r->n_stable, 7);               // ceil(0.8 * 8)
@@ -55,13 +65,8 @@ TEST(Simulator, ExactSingleMicroBatch) {
 TEST(Simulator, ExactTwoMicroBatchPipeline) {
   for (bool duplex : {false, true}) {
     SCOPED_TRACE(duplex ? "full duplex" : "shared link");
-    SimConfig c;
-    c.batch = 1;
-    c.n_microbatches = 2;
-    c.requests_per_attn = 4;
-    c.prefill = {LengthDistKind::fixed, 0, 0};
-    c.decode = {LengthDistKind::fixed, 2, 0};
-    c.latency = profile(0, 10, 1, 2, 0, 2);
+    SimConfig c = fixed_lengths(/*batch=*/1, /*n_microbatches=*/2, /*requests=*/4, /*prefill=*/0, /*decode=*/2,
+                                profile(0, 10, 1, 2, 0, 2));
     c.full_duplex = duplex;
     auto r = simulate(c);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -77,13 +82,8 @@ TEST(Simulator, ExactTwoMicroBatchPipeline) {
 // r = 3 with identical fixed loads behaves like r = 1 with the FFN batch tripled; and
 // 6A-2F equals 3A-1F.
 TEST(Simulator, ExactBarrierAndXaYf) {
-  SimConfig c;
-  c.batch = 2;
-  c.n_microbatches = 1;
-  c.requests_per_attn = 6;
-  c.prefill = {LengthDistKind::fixed, 4, 0};
-  c.decode = {LengthDistKind::fixed, 3, 0};
-  c.latency = profile(0.25, 1, 0.5, 2, 0.5, 1);
+  SimConfig c = fixed_lengths(/*batch=*/2, /*n_microbatches=*/1, /*requests=*/6, /*prefill=*/4, /*decode=*/3,
+                              profile(0.25, 1, 0.5, 2, 0.5, 1));
   c.n_attn = 3;
   auto r3 = simulate(c);
   ASSERT_TRUE(r3.ok());
@@ -102,13 +102,7 @@ TEST(Simulator, ExactBarrierAndXaYf) {
 
 // Layers split each step's latencies evenly: with one micro-batch the step time is unchanged.
 TEST(Simulator, LayersPreserveStepTime) {
-  SimConfig c;
-  c.batch = 4;
-  c.n_microbatches = 1;
-  c.requests_per_attn = 8;
-  c.prefill = {LengthDistKind::fixed, 10, 0};
-  c.decode = {LengthDistKind::fixed, 5, 0};
-  c.latency = profile(0.5, 3, 2, 7, 1, 4);
+  SimConfig c = single_microbatch();
   c.n_layers = 4;
   auto r = simulate(c);
   ASSERT_TRUE(r.ok());
