@@ -423,3 +423,23 @@ def first_difference(a, b):
                 return f"chunk {i}: {x} != {y}"
         return f"lengths {len(a)} != {len(b)}"
     return f"{a} != {b}"
+
+
+def check_answers(got, ref, waves, wave_names, log_tail):
+    """Every request of `waves` answered (no exception), each answer the unfaulted run's `ref`
+    (same()), and its usage the unfaulted one's, consistent, and max_tokens where EOS was ignored.
+    got / ref: {(wave, i): answer}; waves[wave][i] = (path, body); wave_names[wave] names it in
+    a failure; log_tail(): the bundle's log for the message."""
+    errors = {k: v for k, v in got.items() if isinstance(v, Exception)}
+    assert not errors, f"{errors}\n{log_tail()}"
+    assert len(got) == len(ref)
+    differ = [key for key, want in ref.items() if not same(got[key], want)]
+    assert not differ, "differ from the unfaulted run: " + "; ".join(
+        f"wave {wave_names[k[0]]} request {k[1]} first at {first_difference(ref[k], got[k])}" for k in differ) + \
+        "\n" + log_tail()
+    for (k, i), answer in got.items():
+        body = waves[k][i][1]
+        u = usage_of(answer)
+        assert u == usage_of(ref[(k, i)]) and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u
+        if body["ignore_eos"]:
+            assert u["completion_tokens"] == body["max_tokens"], (body, u)

@@ -25,8 +25,8 @@ import re
 
 import pytest
 
-from afd_bundle import (DETERMINISTIC_ARGS, DETERMINISTIC_ENV, TIMEOUT, Bundle, Client, Proc, first_difference,
-                        free_port, health, make_model, mixed_requests, same, usage_of, wait_until)
+from afd_bundle import (DETERMINISTIC_ARGS, DETERMINISTIC_ENV, TIMEOUT, Bundle, Client, check_answers, Proc, free_port,
+                        health, make_model, mixed_requests, wait_until)
 
 WAVES = ("A", "B", "C", "D")
 
@@ -142,19 +142,7 @@ def test_attention_worker_joins_and_leaves_under_load(bundle):
     wave(3, migrate)
     wait_until(lambda: [w["worker"] for w in admin(b)["workers"]] == [0], "worker 1 removed")
 
-    errors = {k: v for k, v in got.items() if isinstance(v, Exception)}
-    assert not errors, f"{errors}\n{b.log_tail()}"
-    assert len(got) == len(ref)
-    differ = [key for key, want in ref.items() if not same(got[key], want)]
-    assert not differ, "differ from the unfaulted run: " + "; ".join(
-        f"wave {WAVES[k[0]]} request {k[1]} first at {first_difference(ref[k], got[k])}" for k in differ) + "\n" + \
-        b.log_tail()
-    for (k, i), answer in got.items():
-        body = waves[k][i][1]
-        u = usage_of(answer)
-        assert u == usage_of(ref[(k, i)]) and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u
-        if body["ignore_eos"]:
-            assert u["completion_tokens"] == body["max_tokens"], (body, u)
+    check_answers(got, ref, waves, WAVES, b.log_tail)
 
     # /metrics and the log say what changed.
     assert b.metric('afd_frontend_attention_membership_changes_total{change="join"}') == 2

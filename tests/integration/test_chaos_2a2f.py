@@ -34,8 +34,8 @@ import time
 
 import pytest
 
-from afd_bundle import (DETERMINISTIC_ARGS, DETERMINISTIC_ENV, TIMEOUT, Bundle, Client, first_difference, free_port,
-                        make_model, mixed_requests, same, start_ffn_worker, usage_of, wait_until)
+from afd_bundle import (DETERMINISTIC_ARGS, DETERMINISTIC_ENV, TIMEOUT, Bundle, Client, check_answers, free_port,
+                        make_model, mixed_requests, start_ffn_worker, wait_until)
 
 IDLE_S = 3  # --upstream-idle-timeout-s
 STOP_S = IDLE_S * 2  # how long attention worker 1 stays stopped
@@ -146,20 +146,7 @@ def test_no_request_lost_in_2a2f(bundle):
 
     wave(3, stop)
 
-    errors = {k: v for k, v in got.items() if isinstance(v, Exception)}
-    assert not errors, f"{errors}\n{b.log_tail()}"
-    assert len(got) == len(ref)
-    differ = [key for key, want in ref.items() if not same(got[key], want)]
-    assert not differ, "differ from the unfaulted run: " + "; ".join(
-        f"wave {WAVES[k[0]]} request {k[1]} first at {first_difference(ref[k], got[k])}" for k in differ) + "\n" + \
-        b.log_tail()
-    # Usage: the original prompt and every completion token (max_tokens where EOS is ignored).
-    for (k, i), answer in got.items():
-        body = waves[k][i][1]
-        u = usage_of(answer)
-        assert u == usage_of(ref[(k, i)]) and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u
-        if body["ignore_eos"]:
-            assert u["completion_tokens"] == body["max_tokens"], (body, u)
+    check_answers(got, ref, waves, WAVES, b.log_tail)
 
     # The faults hit requests in flight, and /metrics and the log say what happened.
     assert b.metric("afd_frontend_failovers_total") >= 2, b.log_tail()
