@@ -326,7 +326,7 @@ int run_fp8_weights(int threads, bool quick) {
         linear(x.data(), r.n, r.cols, bw_set.get(call++), DType::bf16, r.rows, r.cols, y.data(), r.rows,
                ActPrecision::bf16, &pool);
       }, bw_set.count, min_s));
-      r.path = linear_fp8_path_name(r.n, ActPrecision::bf16);
+      r.path = linear_fp8_path_name(r.n, r.cols, ActPrecision::bf16);
       r.fp8_s = std::min(r.fp8_s, time_cold([&] {
         linear_fp8(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows, ActPrecision::bf16, &pool);
       }, fs.count, min_s));
@@ -338,7 +338,7 @@ int run_fp8_weights(int threads, bool quick) {
       const int lut = r.variant == "gemv bf16 word table" ? 1 : r.variant == "gemv bf16 byte table" ? 2 : 0;
       const int64_t gmax = r.variant == "tile" ? 0 : int64_t{1} << 40;
       detail::set_fp8_tuning(lut, gmax, -1);
-      r.path = linear_fp8_path_name(r.n, ActPrecision::bf16);
+      r.path = linear_fp8_path_name(r.n, r.cols, ActPrecision::bf16);
       int64_t call = 0;
       r.fp8_s = std::min(r.fp8_s, time_cold([&] {
         linear_fp8(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows, ActPrecision::bf16, &pool);

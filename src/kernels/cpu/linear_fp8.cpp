@@ -112,10 +112,11 @@ enum class Path {
   avx512_gemv_lut,
   avx512_gemv_lut8,
   avx512_tile_bf16,
+  avx512_tile_pairs,
   avx512_tile_f32
 };
 
-Path choose_path(int64_t n, bool act_bf16, Isa isa) {
+Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa) {
   const Fp8Tuning t = fp8_tuning();
   const bool gemv = n <= t.gemv_max_n;
   switch (isa) {
@@ -124,7 +125,9 @@ Path choose_path(int64_t n, bool act_bf16, Isa isa) {
         if (!act_bf16 || t.gemv_lut == 0) return Path::avx512_gemv;
         return t.gemv_lut == 2 && cpu_has_avx512_vbmi() ? Path::avx512_gemv_lut8 : Path::avx512_gemv_lut;
       }
-      return act_bf16 ? Path::avx512_tile_bf16 : Path::avx512_tile_f32;
+      if (!act_bf16) return Path::avx512_tile_f32;
+      // Many tokens: the dequantized tiles go to linear()'s "pairs" kernel, as bf16 W would.
+      return cols % 2 == 0 && n >= resolve_pairs_min_n() ? Path::avx512_tile_pairs : Path::avx512_tile_bf16;
     case Isa::avx2: return gemv ? Path::avx2_gemv : Path::avx2_tile;
     case Isa::scalar: break;
   }
@@ -140,6 +143,7 @@ const char* path_name(Path p) {
     case Path::avx512_gemv_lut: return "avx512_fp8_gemv_lut";
     case Path::avx512_gemv_lut8: return "avx512_fp8_gemv_lut8";
     case Path::avx512_tile_bf16: return "avx512_fp8_tile_bf16";
+    case Path::avx512_tile_pairs: return "avx512_fp8_tile_pairs";
     case Path::avx512_tile_f32: return "avx512_fp8_tile_f32";
   }
   return "?";
@@ -155,7 +159,7 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
   AFD_CHECK(w.scale_stride >= (cols + kFp8Block - 1) / kFp8Block, "linear_fp8: scale_stride below the block count");
   if (n == 0 || rows == 0) return;
   const bool act_bf16 = prec == ActPrecision::bf16;
-  const Path path = choose_path(n, act_bf16, active_isa());
+  const Path path = choose_path(n, cols, act_bf16, active_isa());
   const int64_t tile_rows = fp8_tuning().tile_rows;
 
   // Activations, prepared once on the calling thread.
@@ -185,6 +189,13 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
       ldx = (cols + 31) / 32 * 32;
       uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx));
       prep_x_bf16(x, n, x_stride, cols, p, ldx);
+      xb = p;
+      break;
+    }
+    case Path::avx512_tile_pairs: {
+      ldx = (cols + 31) / 32 * 32;
+      uint16_t* p = xb_buf.get(static_cast<size_t>((n + 15) / 16 * 16 * ldx));
+      prep_x_bf16_pairs(x, n, x_stride, cols, p, ldx);
       xb = p;
       break;
     }
@@ -219,6 +230,12 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
           uint16_t* t = wb_buf.get(static_cast<size_t>(nr * cols));
           fp8_dequant_rows_bf16_avx512(w, cols, rt, rt + nr, t);
           rows_dp_bf16_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
+          break;
+        }
+        case Path::avx512_tile_pairs: {
+          uint16_t* t = wb_buf.get(static_cast<size_t>(nr * cols));
+          fp8_dequant_rows_bf16_avx512(w, cols, rt, rt + nr, t);
+          rows_dp_bf16_pairs_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
           break;
         }
         case Path::avx512_tile_f32: {
@@ -260,8 +277,8 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
   }
 }
 
-const char* linear_fp8_path_name(int64_t n, ActPrecision prec) {
-  return path_name(choose_path(n, prec == ActPrecision::bf16, active_isa()));
+const char* linear_fp8_path_name(int64_t n, int64_t cols, ActPrecision prec) {
+  return path_name(choose_path(n, cols, prec == ActPrecision::bf16, active_isa()));
 }
 
 void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, uint8_t* q, float* scale) {

@@ -42,8 +42,8 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
                 bool accumulate = false);
 
 // Name of the implementation linear_fp8() uses for this call shape, e.g. "avx512_fp8_gemv",
-// "avx512_fp8_tile_bf16", "avx2_fp8_gemv", "scalar_fp8" (benchmarks and reports).
-const char* linear_fp8_path_name(int64_t n, ActPrecision prec);
+// "avx512_fp8_tile_bf16", "avx512_fp8_tile_pairs", "avx2_fp8_gemv", "scalar_fp8" (benchmarks and reports).
+const char* linear_fp8_path_name(int64_t n, int64_t cols, ActPrecision prec);
 
 // Block quantization of a row-major f32 matrix w [rows, cols] into the layout above
 // (row_offset 0, scale_stride = ceil(cols / 128)): per block, s = amax / 448 (1 for an all-zero

@@ -40,6 +40,8 @@ void rows_dp_bf16_pairs_avx512(const uint16_t* xp, int64_t n, int64_t ldx, const
 // initial value: the default in linear.cpp). Settable so benchmarks and tests can force either
 // path.
 int64_t linear_pairs_min_n();
+// The n from which the pairs kernel runs: linear_pairs_min_n() when set, else the default.
+int64_t resolve_pairs_min_n();
 void set_linear_pairs_min_n(int64_t n);
 // AVX-512 F: xp from prep_x_f32_perm32; w bf16 widened exactly to f32; f32 FMA.
 void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,

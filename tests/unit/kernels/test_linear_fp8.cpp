@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/linear_fp8.h"
 #include "kernels/cpu/linear_fp8_kernels.h"
+#include "kernels/cpu/linear_kernels.h"
 #include "test_util.h"
 
 namespace afd::kernels {
@@ -144,8 +145,8 @@ TEST(LinearFp8, AllImplementationsMatchF64) {
           for (ActPrecision prec : {ActPrecision::f32, ActPrecision::bf16}) {
             for (const Case& c : kCases) {
               Problem p = make_problem(c, 23);
-              const std::string path = linear_fp8_path_name(c.n, prec);
-              const bool round_w = path == "avx512_fp8_tile_bf16";
+              const std::string path = linear_fp8_path_name(c.n, c.cols, prec);
+              const bool round_w = path == "avx512_fp8_tile_bf16" || path == "avx512_fp8_tile_pairs";
               for (bool acc : {false, true}) {
                 for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
                   std::vector<float> y = p.y_init;
@@ -247,21 +248,25 @@ TEST(LinearFp8Dispatch, PathFollowsIsaAndN) {
   const detail::Fp8Tuning t = detail::fp8_tuning();
   {
     IsaLimitGuard g(Isa::scalar);
-    EXPECT_STREQ(linear_fp8_path_name(1, ActPrecision::f32), "scalar_fp8");
+    EXPECT_STREQ(linear_fp8_path_name(1, 128, ActPrecision::f32), "scalar_fp8");
   }
   if (detected_isa() >= Isa::avx2) {
     IsaLimitGuard g(Isa::avx2);
-    EXPECT_STREQ(linear_fp8_path_name(1, ActPrecision::bf16), "avx2_fp8_gemv");
-    EXPECT_STREQ(linear_fp8_path_name(t.gemv_max_n + 1, ActPrecision::bf16), "avx2_fp8_tile_f32");
+    EXPECT_STREQ(linear_fp8_path_name(1, 128, ActPrecision::bf16), "avx2_fp8_gemv");
+    EXPECT_STREQ(linear_fp8_path_name(t.gemv_max_n + 1, 128, ActPrecision::bf16), "avx2_fp8_tile_f32");
   }
   if (detected_isa() == Isa::avx512) {
-    EXPECT_STREQ(linear_fp8_path_name(1, ActPrecision::f32), "avx512_fp8_gemv");
-    EXPECT_STREQ(linear_fp8_path_name(1, ActPrecision::bf16),
+    EXPECT_STREQ(linear_fp8_path_name(1, 128, ActPrecision::f32), "avx512_fp8_gemv");
+    EXPECT_STREQ(linear_fp8_path_name(1, 128, ActPrecision::bf16),
                  t.gemv_lut == 0 ? "avx512_fp8_gemv"
                  : t.gemv_lut == 2 && detail::cpu_has_avx512_vbmi() ? "avx512_fp8_gemv_lut8"
                                                                     : "avx512_fp8_gemv_lut");
-    EXPECT_STREQ(linear_fp8_path_name(t.gemv_max_n + 1, ActPrecision::bf16), "avx512_fp8_tile_bf16");
-    EXPECT_STREQ(linear_fp8_path_name(t.gemv_max_n + 1, ActPrecision::f32), "avx512_fp8_tile_f32");
+    EXPECT_STREQ(linear_fp8_path_name(t.gemv_max_n + 1, 128, ActPrecision::bf16), "avx512_fp8_tile_bf16");
+    EXPECT_STREQ(linear_fp8_path_name(t.gemv_max_n + 1, 128, ActPrecision::f32), "avx512_fp8_tile_f32");
+    // Many tokens and even columns: the dequantized tiles go to the pairs kernel, as bf16 W does.
+    const int64_t many = std::max(t.gemv_max_n + 1, detail::resolve_pairs_min_n());
+    EXPECT_STREQ(linear_fp8_path_name(many, 128, ActPrecision::bf16), "avx512_fp8_tile_pairs");
+    EXPECT_STREQ(linear_fp8_path_name(many, 127, ActPrecision::bf16), "avx512_fp8_tile_bf16");
   }
 }
 
