@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,10 +17,31 @@
 #include "comm/fault_transport.h"
 #include "comm/inproc_transport.h"
 #include "core/timer.h"
+#include "model/token_batch.h"
 #include "model/weights.h"
 #include "runtime/afd/ffn_worker.h"
 
 namespace afd::test {
+
+// n tokens of a top-2 model: normal hidden states from seed, two distinct random experts each
+// with weights 0.7 / 0.3.
+inline TokenBatch random_batch(const ModelConfig& c, int64_t n, uint32_t seed) {
+  TokenBatch b;
+  b.resize(c, n);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0, 1);
+  for (auto& v : b.h) v = nd(rng);
+  const int64_t K = c.n_experts_per_tok;
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t e0 = static_cast<int32_t>(rng() % c.n_experts);
+    int32_t e1 = static_cast<int32_t>((e0 + 1 + rng() % (c.n_experts - 1)) % c.n_experts);
+    b.topk_ids[i * K] = e0;
+    b.topk_ids[i * K + 1] = e1;
+    b.topk_w[i * K] = 0.7f;
+    b.topk_w[i * K + 1] = 0.3f;
+  }
+  return b;
+}
 
 inline int64_t deadline_in_ms(int64_t ms) { return now_ns() + ms * 1000000; }
 

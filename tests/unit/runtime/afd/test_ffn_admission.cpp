@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "../../model/model_test_util.h"
+#include "../../model/tiny_model.h"
 #include "ffn_cluster.h"
 #include "comm/inproc_transport.h"
 #include "comm/protocol.h"
@@ -32,19 +33,7 @@ using test::wait_until;
 
 // qwen2_moe tiny (8 experts, top-2, shared expert), 2 layers.
 std::shared_ptr<const ModelWeights> tiny_model() {
-  static std::shared_ptr<const ModelWeights> cached;
-  if (cached) return cached;
-  auto c = make_preset_config(Arch::qwen2_moe, "tiny");
-  EXPECT_TRUE(c.ok());
-  c->n_layers = 2;
-  MakeModelOptions o;
-  o.out_dir = test::process_scratch_dir("afd_test_ffn_admission");
-  o.seed = 5;
-  auto r = make_model(*c, o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  auto w = load_model(o.out_dir);
-  EXPECT_TRUE(w.ok()) << w.status().to_string();
-  cached = *w;
+  static const std::shared_ptr<const ModelWeights> cached = test::make_tiny_moe("afd_test_ffn_admission", 2, 5);
   return cached;
 }
 

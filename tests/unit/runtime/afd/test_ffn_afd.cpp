@@ -17,6 +17,7 @@
 #include "core/timer.h"
 #include "../../model/model_test_util.h"
 #include "../../model/tiny_model.h"
+#include "ffn_cluster.h"
 #include "model/fingerprint.h"
 #include "model/make_model.h"
 #include "model/checkpoint.h"
@@ -30,7 +31,8 @@ namespace {
 
 using namespace comm;
 
-int64_t deadline_in_ms(int64_t ms) { return now_ns() + ms * 1000000; }
+using test::deadline_in_ms;
+using test::random_batch;
 
 // qwen2_moe tiny (8 experts, top-2, shared expert) with layer 1 dense.
 std::shared_ptr<const ModelWeights> tiny_model(const std::string& tag, int64_t n_layers = 3, uint64_t seed = 3) {
@@ -39,24 +41,6 @@ std::shared_ptr<const ModelWeights> tiny_model(const std::string& tag, int64_t n
   // One directory per process (ctest runs the cases of this binary as parallel processes).
   cache[tag] = test::make_tiny_moe("afd_test_ffn_afd_" + tag, n_layers, seed, {1});
   return cache[tag];
-}
-
-TokenBatch random_batch(const ModelConfig& c, int64_t n, uint32_t seed) {
-  TokenBatch b;
-  b.resize(c, n);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0, 1);
-  for (auto& v : b.h) v = nd(rng);
-  const int64_t K = c.n_experts_per_tok;
-  for (int64_t i = 0; i < n; ++i) {
-    int32_t e0 = static_cast<int32_t>(rng() % c.n_experts);
-    int32_t e1 = static_cast<int32_t>((e0 + 1 + rng() % (c.n_experts - 1)) % c.n_experts);
-    b.topk_ids[i * K] = e0;
-    b.topk_ids[i * K + 1] = e1;
-    b.topk_w[i * K] = 0.7f;
-    b.topk_w[i * K + 1] = 0.3f;
-  }
-  return b;
 }
 
 // The monolithic reference: FP8 round trip of h, full ffn_part.

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "../../model/model_test_util.h"
+#include "../../model/tiny_model.h"
 #include "ffn_cluster.h"
 #include "comm/fault_transport.h"
 #include "comm/inproc_transport.h"
@@ -35,43 +36,13 @@ namespace {
 using namespace comm;
 
 using test::deadline_in_ms;
+using test::random_batch;
 using test::wait_until;
 
 // qwen2_moe tiny (8 experts, top-2, shared expert), 3 layers with layer 1 dense.
 std::shared_ptr<const ModelWeights> tiny_model() {
-  static std::shared_ptr<const ModelWeights> cached;
-  if (cached) return cached;
-  auto c = make_preset_config(Arch::qwen2_moe, "tiny");
-  EXPECT_TRUE(c.ok());
-  c->n_layers = 3;
-  c->mlp_only_layers = {1};
-  MakeModelOptions o;
-  o.out_dir = test::process_scratch_dir("afd_test_ffn_failover");
-  o.seed = 3;
-  auto r = make_model(*c, o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  auto w = load_model(o.out_dir);
-  EXPECT_TRUE(w.ok()) << w.status().to_string();
-  cached = *w;
+  static const std::shared_ptr<const ModelWeights> cached = test::make_tiny_moe("afd_test_ffn_failover", 3, 3, {1});
   return cached;
-}
-
-TokenBatch random_batch(const ModelConfig& c, int64_t n, uint32_t seed) {
-  TokenBatch b;
-  b.resize(c, n);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0, 1);
-  for (auto& v : b.h) v = nd(rng);
-  const int64_t K = c.n_experts_per_tok;
-  for (int64_t i = 0; i < n; ++i) {
-    int32_t e0 = static_cast<int32_t>(rng() % c.n_experts);
-    int32_t e1 = static_cast<int32_t>((e0 + 1 + rng() % (c.n_experts - 1)) % c.n_experts);
-    b.topk_ids[i * K] = e0;
-    b.topk_ids[i * K + 1] = e1;
-    b.topk_w[i * K] = 0.7f;
-    b.topk_w[i * K + 1] = 0.3f;
-  }
-  return b;
 }
 
 // test::FfnCluster whose workers expect x attention workers and time a silent peer out after
