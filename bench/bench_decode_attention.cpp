@@ -99,6 +99,26 @@ struct RefGemm {
   std::vector<std::vector<float>> y;
 };
 
+// One layer, one KV head of head_dim (K-only for the MLA latent rows), bf16, room for `batch`
+// sequences of ctx tokens in blocks of bs; null with the reason on stderr when it cannot be made.
+std::unique_ptr<PagedKvCache> bench_cache(int64_t head_dim, bool k_only, int64_t bs, int64_t batch, int64_t ctx) {
+  KvCacheConfig kc;
+  kc.n_layers = 1;
+  kc.n_kv_heads = 1;
+  kc.head_dim = head_dim;
+  kc.k_only = k_only;
+  kc.block_size = bs;
+  kc.n_blocks = batch * ((ctx + bs - 1) / bs);
+  kc.dtype = DType::bf16;
+  kc.prefix_caching = false;
+  auto kv = PagedKvCache::create(kc);
+  if (!kv.ok()) {
+    std::fprintf(stderr, "bench_decode_attention: %s\n", kv.status().to_string().c_str());
+    return nullptr;
+  }
+  return std::move(*kv);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,34 +139,22 @@ int main(int argc, char** argv) {
   const int64_t lat = 512, rope = 64, D = lat + rope, bs = 16;
   double mla_rate = 0, mla_ref = 0, mla_best = 0, mla_ref_best = 0;
   {
-    KvCacheConfig kc;
-    kc.n_layers = 1;
-    kc.n_kv_heads = 1;
-    kc.head_dim = D;
-    kc.k_only = true;
-    kc.block_size = bs;
-    kc.n_blocks = batch * ((ctx + bs - 1) / bs);
-    kc.dtype = DType::bf16;
-    kc.prefix_caching = false;
-    auto kv = PagedKvCache::create(kc);
-    if (!kv.ok()) {
-      std::fprintf(stderr, "bench_decode_attention: %s\n", kv.status().to_string().c_str());
-      return 1;
-    }
+    auto kv = bench_cache(D, /*k_only=*/true, bs, batch, ctx);
+    if (!kv) return 1;
     std::vector<float> row(static_cast<size_t>(D));
     for (int64_t s = 0; s < batch; ++s) {
-      (void)(*kv)->add_sequence(s);
-      (void)(*kv)->append(s, ctx);
+      (void)kv->add_sequence(s);
+      (void)kv->append(s, ctx);
     }
     for (int64_t j = 0; j < ctx; ++j)
       for (int64_t s = 0; s < batch; ++s) {
         for (auto& v : row) v = ud(rng);
-        (*kv)->write(0, s, j, row.data(), nullptr);
+        kv->write(0, s, j, row.data(), nullptr);
       }
     std::vector<std::vector<const uint8_t*>> blocks(static_cast<size_t>(batch));
     std::vector<kernels::PagedRows> views(static_cast<size_t>(batch));
     for (int64_t s = 0; s < batch; ++s) {
-      for (int64_t b : (*kv)->block_table(s)) blocks[s].push_back((*kv)->k_head(0, b, 0));
+      for (int64_t b : kv->block_table(s)) blocks[s].push_back(kv->k_head(0, b, 0));
       views[s] = kernels::PagedRows{blocks[s].data(), nullptr, bs, D, DType::bf16};
     }
     std::vector<float> q(static_cast<size_t>(batch * heads * D)), out(static_cast<size_t>(batch * heads * lat));
@@ -183,29 +191,18 @@ int main(int argc, char** argv) {
   double mfa_rate = 0, mfa_ref_f32 = 0, mfa_ref_bf16 = 0, mfa_best = 0, mfa_ref_best = 0, mqa_rate = 0;
   {
     const int64_t hd = 256, qh = 64;
-    KvCacheConfig kc;
-    kc.n_layers = 1;
-    kc.n_kv_heads = 1;
-    kc.head_dim = hd;
-    kc.block_size = bs;
-    kc.n_blocks = batch * ((ctx + bs - 1) / bs);
-    kc.dtype = DType::bf16;
-    kc.prefix_caching = false;
-    auto kv = PagedKvCache::create(kc);
-    if (!kv.ok()) {
-      std::fprintf(stderr, "bench_decode_attention: %s\n", kv.status().to_string().c_str());
-      return 1;
-    }
+    auto kv = bench_cache(hd, /*k_only=*/false, bs, batch, ctx);
+    if (!kv) return 1;
     std::vector<float> k(static_cast<size_t>(hd)), v(static_cast<size_t>(hd));
     for (int64_t s = 0; s < batch; ++s) {
-      (void)(*kv)->add_sequence(s);
-      (void)(*kv)->append(s, ctx);
+      (void)kv->add_sequence(s);
+      (void)kv->append(s, ctx);
     }
     for (int64_t j = 0; j < ctx; ++j)
       for (int64_t s = 0; s < batch; ++s) {
         for (auto& x : k) x = ud(rng);
         for (auto& x : v) x = ud(rng);
-        (*kv)->write(0, s, j, k.data(), v.data());
+        kv->write(0, s, j, k.data(), v.data());
       }
     std::vector<float> q(static_cast<size_t>(batch * qh * hd)), out(q.size());
     for (auto& x : q) x = 0.05f * ud(rng);
@@ -217,9 +214,9 @@ int main(int argc, char** argv) {
     std::vector<std::vector<const uint8_t*>> kb(static_cast<size_t>(batch)), vb(kb.size());
     std::vector<kernels::PagedRows> kvw(kb.size()), vvw(kb.size());
     for (int64_t s = 0; s < batch; ++s) {
-      for (int64_t b : (*kv)->block_table(s)) {
-        kb[s].push_back((*kv)->k_head(0, b, 0));
-        vb[s].push_back((*kv)->v_head(0, b, 0));
+      for (int64_t b : kv->block_table(s)) {
+        kb[s].push_back(kv->k_head(0, b, 0));
+        vb[s].push_back(kv->v_head(0, b, 0));
       }
       kvw[s] = kernels::PagedRows{kb[s].data(), nullptr, bs, hd, DType::bf16};
       vvw[s] = kernels::PagedRows{vb[s].data(), nullptr, bs, hd, DType::bf16};
@@ -233,7 +230,7 @@ int main(int argc, char** argv) {
       t16.time(st > 0, [&] { ref16.run(); });
       t.time(st > 0, [&] {
         pool.run(static_cast<int>(batch), [&](int s, int) {
-          gqa_attend_one(**kv, 0, s, ctx, 0, shape, &q[s * qh * hd], &out[s * qh * hd]);
+          gqa_attend_one(*kv, 0, s, ctx, 0, shape, &q[s * qh * hd], &out[s * qh * hd]);
         });
       });
       tm.time(st > 0, [&] {
