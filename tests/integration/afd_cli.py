@@ -2,6 +2,7 @@
 afd() runs one command, generate() returns the tokens `afd generate` prints, spans() counts a
 trace file's complete events, processes_with() finds processes by command line. AFD_BIN
 names the afd executable (default build/apps/afd)."""
+import functools
 import json
 import os
 import pathlib
@@ -17,6 +18,14 @@ PROMPTS = ["--prompt-ids", "3,14,15,92,65", "--prompt-ids", "35", "--prompt-ids"
 def afd(*args, timeout=TIMEOUT, env=None):
     """The finished process (stdout, stderr as text) of `afd args`."""
     return subprocess.run([AFD, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@functools.lru_cache(maxsize=None)
+def made(tmp, name, *args):
+    """`afd make-model ARGS --out tmp/name`, made once per (tmp, name, args); the directory."""
+    r = afd("--log-level", "error", "make-model", *args, "--out", tmp / name)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return tmp / name
 
 
 def generate(*args, timeout=TIMEOUT):

@@ -13,20 +13,12 @@ import subprocess
 import pytest
 
 from afd_bundle import TIMEOUT
-from afd_cli import DATA, PROMPTS, ROOT, afd, generate
+from afd_cli import DATA, PROMPTS, ROOT, afd, generate, made
 
 
 @pytest.fixture(scope="module")
 def tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("families")
-
-
-@functools.lru_cache(maxsize=None)
-def made(tmp, name, *args):
-    """A make-model checkpoint (made once per module)."""
-    r = afd("--log-level", "error", "make-model", *args, "--out", tmp / name)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return tmp / name
 
 
 def step3(tmp, dtype):

@@ -14,19 +14,12 @@ import shutil
 import pytest
 
 from afd_bundle import TIMEOUT
-from afd_cli import PROMPTS, afd, generate
+from afd_cli import PROMPTS, afd, generate, made
 
 
 @pytest.fixture(scope="module")
 def tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("fp8")
-
-
-@functools.lru_cache(maxsize=None)
-def made(tmp, name, *args):
-    r = afd("--log-level", "error", "make-model", *args, "--out", tmp / name)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return tmp / name
 
 
 def model(tmp, name):
