@@ -52,8 +52,8 @@ namespace {
 std::atomic<int64_t> g_pairs_min_n{-1};
 }  // namespace
 
-// Default from a 512-token prefill of the small and bench models on the Zen 4 dev machine
-// (docs/bench-log/2026-11-26-prefill.md).
+// Default: the token count from which the pairs kernel is ahead of the tiles on the small and
+// bench models' prefill shapes (docs/bench-log/2026-11-26-prefill.md).
 constexpr int64_t kPairsMinNDefault = 32;
 
 int64_t resolve_pairs_min_n() {

@@ -32,9 +32,8 @@ std::atomic<int64_t> g_prefetch_bytes{0};
 std::atomic<int> g_rows_single{1};
 // Small-n (2..kSmallNMax tokens, bf16 x bf16) row tile: 0 = the general tiles (4 rows x <= 6
 // tokens, no prefetch), 3 or 4 = rows_small_dp with 3-row tiles of <= 8 tokens or 4-row tiles
-// of <= 6 tokens. Default 3-row tiles: on the Zen 5 dev VM (bench_kernels --small-n, expert
-// shapes [768, 2048] and [2048, 768]) they were ahead of 4-row tiles at n = 8 (one token block
-// instead of two) and level with them elsewhere.
+// of <= 6 tokens. Default 3-row tiles: n = 8 runs as one token block instead of two
+// (bench_kernels --small-n compares the layouts; docs/bench-log/2026-11-26-smalln.md).
 constexpr int kSmallNDefault = 3;
 std::atomic<int> g_small_n{kSmallNDefault};
 
