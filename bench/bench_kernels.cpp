@@ -16,9 +16,10 @@
 // gemv / tile crossover (the defaults in linear_fp8.cpp come from these tables).
 // --small-n: bf16 x bf16 products of W shapes (--shapes, default the expert shapes [768, 2048],
 // [2048, 768]) at n tokens (--ns, default 1,2,4,8,16,32)
-// for each variant V = layout + 10 * (x block KiB, < 1000) + 10000 * (least prefetch distance
-// KiB) of set_linear_avx512_small_n (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n
-// tiles; 0 KiB = the default), interleaved in each of R rounds (default 5).
+// for each variant V = layout + 10 * (x block KiB, < 1000) + 1e4 * (least prefetch distance
+// KiB, < 1000) + 1e7 * (row chunk: 0 the default, 1 none, k >= 2 k * 16 KiB) of
+// set_linear_avx512_small_n (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n tiles;
+// 0 KiB = the default), interleaved in each of R rounds (default 5).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -417,9 +418,12 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
   for (int r = 0; r < rounds; ++r) {
     bw.push_back(measure_read_bandwidth(pool, size_t{256} << 20, 2));
     for (Row& row : rows) {
-      // variant = layout + 10 * (x block KiB, < 1000) + 10000 * (least prefetch distance KiB).
+      // variant = layout + 10 * (x block KiB, < 1000) + 1e4 * (least prefetch distance KiB, < 1000)
+      // + 1e7 * (row chunk: 0 the default, 1 none, k >= 2: k * 16 KiB).
+      const int chunk = row.variant / 10000000;
       detail::set_linear_avx512_small_n(row.variant % 10, int64_t{row.variant / 10 % 1000} * 1024,
-                                        int64_t{row.variant / 10000} * 1024);
+                                        int64_t{row.variant / 10000 % 1000} * 1024,
+                                        chunk == 0 ? 0 : chunk == 1 ? -1 : int64_t{chunk} * 16 * 1024);
       row.s.push_back(time_calls_p10(*row.w, row.n, pool, 0.1));
     }
   }

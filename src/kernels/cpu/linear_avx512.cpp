@@ -342,20 +342,62 @@ AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t
 }
 
 // ---- Small n (2..kSmallNMax tokens), bf16 x bf16 ----
-// Every token of the call in one pass over W where the registers allow it (R rows x T <= TMax
-// tokens, balanced token blocks otherwise), four-at-a-time reductions, and a software prefetch
-// of the next tile's rows at the same column: an R-row tile reads R short streams (one per row,
-// cols * 2 bytes each) that the hardware prefetchers start late on every row, so without it the
-// loads wait on memory while the vdpbf16ps units idle. The prefetch distance is a whole number
-// of tiles, at least g_small_n_pf_min bytes.
-// Column blocks: when the call's x (n * cols bf16) exceeds the x budget, the columns are split
-// into balanced blocks (multiples of 32) whose slice of x fits it, and every block passes over
-// all rows r0..r1 before the next, adding its partial sums into y. So x stays in L1 next to the
-// W tile and its prefetched successor instead of being re-read from L2 for every tile.
+// R rows x T <= TMax token tiles (balanced token blocks when n > TMax), four-at-a-time
+// reductions, and a software prefetch of the next tile's rows at the same column: an R-row tile
+// reads R short streams (one per row, cols * 2 bytes each) that the hardware prefetchers start
+// late on every row, so without it the loads wait on memory while the vdpbf16ps units idle. The
+// prefetch distance is a whole number of tiles, at least g_small_n_pf_min bytes; only the first
+// token block over a tile prefetches (the later ones find its rows in L1 or L2).
+// x budget: x stays in L1 next to the W tile and its prefetched successor when the x slice a
+// pass reads fits g_small_n_x_bytes; otherwise the columns are split into balanced blocks
+// (multiples of 32) whose slice fits it, every block passing over the rows and adding its
+// partial sums into y.
+// Loop orders:
+// - the call's x fits the budget, or there is one token block: column blocks, then tiles, then
+//   token blocks (the tile is reused from L1 by every token block);
+// - several token blocks whose x together exceeds the budget: row chunks of about
+//   g_small_n_chunk bytes of W, then token blocks, then (within the block's x budget) column
+//   blocks and tiles. The first token block streams the chunk from memory, the later ones read it
+//   from L2, and each block's x alone usually fits the budget, so W rows are read front to back
+//   instead of as the short strided column segments that one block of all n tokens would need
+//   (which the hardware prefetchers follow badly: docs/bench-log/2026-11-26-smalln.md).
 constexpr int64_t kSmallNPrefetchMinDefault = 8192;
 std::atomic<int64_t> g_small_n_pf_min{kSmallNPrefetchMinDefault};
-constexpr int64_t kSmallNXBytesDefault = 24 * 1024;
+constexpr int64_t kSmallNXBytesDefault = 40 * 1024;
 std::atomic<int64_t> g_small_n_x_bytes{kSmallNXBytesDefault};
+constexpr int64_t kSmallNChunkDefault = 128 * 1024;
+std::atomic<int64_t> g_small_n_chunk{kSmallNChunkDefault};
+
+// One tile: t tokens (t <= TMax) x R rows (1 row when !full) of cw columns.
+template <int R, int TMax>
+AFD_AVX512 inline void tile_small_dp(int t, bool full, const uint16_t* w, int64_t cw, const uint16_t* x,
+                                     int64_t ldx, float* y, int64_t ldy, bool acc, int64_t pf, int64_t ldw) {
+  switch (t) {
+#define AFD_SMALL_CASE(TT)                                                \
+  case TT:                                                                \
+    if constexpr (TT <= TMax) {                                           \
+      if (full) tile_dp<R, TT, true>(w, cw, x, ldx, y, ldy, acc, pf, ldw); \
+      else tile_dp<1, TT, true>(w, cw, x, ldx, y, ldy, acc, pf, ldw);      \
+    }                                                                     \
+    break;
+    AFD_SMALL_CASE(1)
+    AFD_SMALL_CASE(2)
+    AFD_SMALL_CASE(3)
+    AFD_SMALL_CASE(4)
+    AFD_SMALL_CASE(5)
+    AFD_SMALL_CASE(6)
+    AFD_SMALL_CASE(7)
+    AFD_SMALL_CASE(8)
+#undef AFD_SMALL_CASE
+    default: break;
+  }
+}
+
+// Balanced column blocks of `cols` whose slice of x (t tokens) fits the budget.
+inline int64_t small_n_cblock(int64_t t, int64_t cols, int64_t x_bytes) {
+  const int64_t n_cblocks = std::max<int64_t>(1, (t * cols * 2 + x_bytes - 1) / x_bytes);
+  return ((cols + n_cblocks - 1) / n_cblocks + 31) / 32 * 32;
+}
 
 template <int R, int TMax>
 AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
@@ -365,40 +407,36 @@ AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const u
   const int64_t pf = (pf_min + tile_bytes - 1) / tile_bytes * tile_bytes;
   const int64_t nb = (n + TMax - 1) / TMax;
   const int64_t x_bytes = g_small_n_x_bytes.load(std::memory_order_relaxed);
-  const int64_t n_cblocks = std::max<int64_t>(1, (n * cols * 2 + x_bytes - 1) / x_bytes);
-  const int64_t cblock = ((cols + n_cblocks - 1) / n_cblocks + 31) / 32 * 32;
-  for (int64_t c0 = 0; c0 < cols; c0 += cblock) {
-    const int64_t cw = std::min(cblock, cols - c0);
-    const bool acc_c = acc || c0 > 0;
-    for (int64_t r = r0; r < r1;) {
-      const bool full = r + R <= r1;
-      const uint16_t* wr = w + r * cols + c0;
+  const int64_t chunk = g_small_n_chunk.load(std::memory_order_relaxed);
+  if (nb > 1 && chunk > 0 && n * cols * 2 > x_bytes) {
+    const int64_t rc = std::max<int64_t>(1, chunk / tile_bytes) * R;
+    for (int64_t c = r0; c < r1; c += rc) {
+      const int64_t c1 = std::min(r1, c + rc);
       int64_t i = 0;
       for (int64_t b = 0; b < nb; ++b) {
         const int t = static_cast<int>((n - i) / (nb - b));
-        const uint16_t* xb = x + i * ldx + c0;
-        float* yb = y + i * ldy + r;
-        // Later token blocks find the tile's rows in L1; only the first prefetches.
-        const int64_t p = b == 0 ? pf : 0;
-        switch (t) {
-#define AFD_SMALL_CASE(TT)                                                      \
-  case TT:                                                                      \
-    if constexpr (TT <= TMax) {                                                 \
-      if (full) tile_dp<R, TT, true>(wr, cw, xb, ldx, yb, ldy, acc_c, p, cols); \
-      else tile_dp<1, TT, true>(wr, cw, xb, ldx, yb, ldy, acc_c, p, cols);      \
-    }                                                                           \
-    break;
-          AFD_SMALL_CASE(1)
-          AFD_SMALL_CASE(2)
-          AFD_SMALL_CASE(3)
-          AFD_SMALL_CASE(4)
-          AFD_SMALL_CASE(5)
-          AFD_SMALL_CASE(6)
-          AFD_SMALL_CASE(7)
-          AFD_SMALL_CASE(8)
-#undef AFD_SMALL_CASE
-          default: break;
-        }
+        const int64_t cblock = small_n_cblock(t, cols, x_bytes);
+        for (int64_t c0 = 0; c0 < cols; c0 += cblock)
+          for (int64_t r = c; r < c1;) {
+            const bool full = r + R <= c1;
+            tile_small_dp<R, TMax>(t, full, w + r * cols + c0, std::min(cblock, cols - c0), x + i * ldx + c0, ldx,
+                                   y + i * ldy + r, ldy, acc || c0 > 0, b == 0 ? pf : 0, cols);
+            r += full ? R : 1;
+          }
+        i += t;
+      }
+    }
+    return;
+  }
+  const int64_t cblock = small_n_cblock(n, cols, x_bytes);
+  for (int64_t c0 = 0; c0 < cols; c0 += cblock) {
+    for (int64_t r = r0; r < r1;) {
+      const bool full = r + R <= r1;
+      int64_t i = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int t = static_cast<int>((n - i) / (nb - b));
+        tile_small_dp<R, TMax>(t, full, w + r * cols + c0, std::min(cblock, cols - c0), x + i * ldx + c0, ldx,
+                               y + i * ldy + r, ldy, acc || c0 > 0, b == 0 ? pf : 0, cols);
         i += t;
       }
       r += full ? R : 1;
@@ -444,9 +482,11 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
 
 }  // namespace
 
-void set_linear_avx512_small_n(int layout, int64_t x_block_bytes, int64_t prefetch_min_bytes) {
+void set_linear_avx512_small_n(int layout, int64_t x_block_bytes, int64_t prefetch_min_bytes, int64_t row_chunk_bytes) {
   g_small_n_pf_min.store(prefetch_min_bytes >= 64 ? prefetch_min_bytes : kSmallNPrefetchMinDefault,
                          std::memory_order_relaxed);
+  g_small_n_chunk.store(row_chunk_bytes == 0 ? kSmallNChunkDefault : std::max<int64_t>(row_chunk_bytes, 0),
+                        std::memory_order_relaxed);
   g_small_n.store(layout == 0 || layout == 3 || layout == 4 ? layout : kSmallNDefault, std::memory_order_relaxed);
   g_small_n_x_bytes.store(x_block_bytes >= 1024 ? x_block_bytes : kSmallNXBytesDefault, std::memory_order_relaxed);
 }

@@ -64,8 +64,11 @@ void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single);
 // The bf16 x bf16 small-n path (2..kSmallNMax tokens, linear_avx512.cpp): layout 0 = the general tiles,
 // 3 or 4 = 3- or 4-row tiles with prefetch; x_block_bytes = the budget for one column block's
 // slice of x; prefetch_min_bytes = the least prefetch distance (a whole number of tiles is
-// used). Any other layout / a budget under 1 KiB / a distance under 64 B restores the default.
-void set_linear_avx512_small_n(int layout, int64_t x_block_bytes = 0, int64_t prefetch_min_bytes = 0);
+// used); row_chunk_bytes = the W bytes per row chunk when several token blocks share a call
+// whose x exceeds the budget (0: the default, < 0: no chunks). Any other layout / a budget under
+// 1 KiB / a distance under 64 B restores the default.
+void set_linear_avx512_small_n(int layout, int64_t x_block_bytes = 0, int64_t prefetch_min_bytes = 0,
+                               int64_t row_chunk_bytes = 0);
 
 // Smallest n for which linear() hands the product to OpenBLAS sgemm (per weight dtype and
 // activation precision; never for bf16 x bf16 on AVX-512 BF16). -1 (the initial value) means

@@ -182,8 +182,9 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
 // 4-row tiles with prefetch, and the general tiles when switched off), at every n in the range,
 // row counts that leave partial tiles, and column counts off the 32-column step, on both sides of
 // the general tiles' 1024-column switch to one-row streams; with the default x budget and a 1 KiB one,
-// which splits even these columns into several blocks (partial sums added into y), and with
-// short and long prefetch distances (prefetches past the end of W are harmless hints).
+// which splits even these columns into several blocks (partial sums added into y), with
+// short and long prefetch distances (prefetches past the end of W are harmless hints), and with
+// row chunks off, of one tile, and of a few tiles (partial chunks at the end of a thread's rows).
 TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
   if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   auto [w_dtype, prec] = GetParam();
@@ -191,11 +192,12 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
   ThreadPool pool(2);
   struct Layout {
     int layout;
-    int64_t x_bytes, pf_min;
+    int64_t x_bytes, pf_min, chunk;
   };
-  for (Layout l : {Layout{0, 0, 0}, {3, 0, 0}, {4, 0, 0}, {3, 1024, 64}, {4, 1024, 65536}}) {
-    const auto [layout, x_bytes, pf_min] = l;
-    detail::set_linear_avx512_small_n(layout, x_bytes, pf_min);
+  for (Layout l : {Layout{0, 0, 0, 0}, {3, 0, 0, 0}, {4, 0, 0, 0}, {3, 1024, 64, 0}, {4, 1024, 65536, 0},
+                   {3, 1024, 64, -1}, {3, 1024, 64, 4096}, {4, 2048, 0, 20000}}) {
+    const auto [layout, x_bytes, pf_min, chunk] = l;
+    detail::set_linear_avx512_small_n(layout, x_bytes, pf_min, chunk);
     for (int64_t n = 2; n <= detail::kSmallNMax + 1; ++n)
       for (auto [rows, cols] : {std::pair<int64_t, int64_t>{35, 47}, {70, 300}, {38, 1100}, {9, 64}}) {
         Problem p = make_problem({n, rows, cols}, w_dtype, prec, static_cast<uint32_t>(41 + n));
@@ -205,7 +207,7 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
             linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, tp, acc);
             check(p, y, acc,
                   describe(p, "avx512 small-n", acc, tp ? tp->size() : 1) + " layout=" + std::to_string(layout) +
-                      " x_bytes=" + std::to_string(x_bytes));
+                      " x_bytes=" + std::to_string(x_bytes) + " chunk=" + std::to_string(chunk));
           }
       }
   }
