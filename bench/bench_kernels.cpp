@@ -18,8 +18,9 @@
 // [2048, 768]) at n tokens (--ns, default 1,2,4,8,16,32)
 // for each variant V = layout + 10 * (x block KiB, < 1000) + 1e4 * (least prefetch distance
 // KiB, < 1000) + 1e7 * (row chunk: 0 the default, 1 none, k >= 2 k * 16 KiB) of
-// set_linear_avx512_small_n (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n tiles;
-// 0 KiB = the default), interleaved in each of R rounds (default 5).
+// set_linear_avx512_small_n (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n tiles,
+// 9 = the pairs kernel, which the other layouts switch off; 0 KiB = the default), interleaved in
+// each of R rounds (default 5).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -421,6 +422,7 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
       // variant = layout + 10 * (x block KiB, < 1000) + 1e4 * (least prefetch distance KiB, < 1000)
       // + 1e7 * (row chunk: 0 the default, 1 none, k >= 2: k * 16 KiB).
       const int chunk = row.variant / 10000000;
+      detail::set_linear_pairs_min_n(row.variant % 10 == 9 ? 1 : int64_t{1} << 40);
       detail::set_linear_avx512_small_n(row.variant % 10, int64_t{row.variant / 10 % 1000} * 1024,
                                         int64_t{row.variant / 10000 % 1000} * 1024,
                                         chunk == 0 ? 0 : chunk == 1 ? -1 : int64_t{chunk} * 16 * 1024);
@@ -428,6 +430,7 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
     }
   }
   detail::set_linear_avx512_small_n(-1);
+  detail::set_linear_pairs_min_n(-1);
   auto med = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);

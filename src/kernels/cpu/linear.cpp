@@ -55,11 +55,23 @@ std::atomic<int64_t> g_pairs_min_n{-1};
 // Default: the token count from which the pairs kernel is ahead of the tiles on the small and
 // bench models' prefill shapes (docs/bench-log/2026-11-26-prefill.md).
 constexpr int64_t kPairsMinNDefault = 32;
+// bf16 x bf16 on rows of at most this many columns: the small-n tiles stay ahead of the pairs
+// kernel (whose per-tile epilogue weighs more on short rows) up to kSmallNMax tokens
+// (docs/bench-log/2026-11-26-smalln.md).
+constexpr int64_t kPairsShortCols = 768;
 
 int64_t resolve_pairs_min_n() {
   const int64_t v = g_pairs_min_n.load(std::memory_order_relaxed);
   return v >= 0 ? v : kPairsMinNDefault;
 }
+
+namespace {
+int64_t bf16_pairs_min_n(int64_t cols) {
+  if (g_pairs_min_n.load(std::memory_order_relaxed) < 0 && cols <= kPairsShortCols) return kSmallNMax + 1;
+  return resolve_pairs_min_n();
+}
+}  // namespace
+
 int64_t linear_pairs_min_n() { return g_pairs_min_n.load(std::memory_order_relaxed); }
 void set_linear_pairs_min_n(int64_t n) { g_pairs_min_n.store(n, std::memory_order_relaxed); }
 
@@ -160,7 +172,7 @@ enum class Path { scalar, avx2_fma, avx512_dp, avx512_dp_pairs, avx512_fma, blas
 Path choose_path(int64_t n, int64_t cols, bool w_bf16, bool act_bf16, Isa isa) {
   // With native BF16 dot products the tile kernel does twice the work per instruction of sgemm.
   const bool native_bf16 = w_bf16 && act_bf16 && isa == Isa::avx512;
-  if (native_bf16 && cols % 2 == 0 && n >= resolve_pairs_min_n()) return Path::avx512_dp_pairs;
+  if (native_bf16 && cols % 2 == 0 && n >= bf16_pairs_min_n(cols)) return Path::avx512_dp_pairs;
   if (!native_bf16 && n >= resolve_blas_min_n(w_bf16, act_bf16, isa)) return Path::blas_sgemm;
   if (isa == Isa::avx512) return (w_bf16 && act_bf16) ? Path::avx512_dp : Path::avx512_fma;
   if (isa == Isa::avx2) return Path::avx2_fma;

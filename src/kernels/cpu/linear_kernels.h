@@ -9,8 +9,9 @@
 namespace afd::kernels::detail {
 
 constexpr int64_t kTokenChunk = 96;
-// Largest n of the bf16 x bf16 small-n path (rows_dp_bf16_avx512; linear_avx512.cpp).
-constexpr int64_t kSmallNMax = 16;
+// Largest n of the bf16 x bf16 small-n path (rows_dp_bf16_avx512; linear_avx512.cpp); from
+// the pairs threshold (linear_pairs_min_n) on, the pairs kernel takes the product instead.
+constexpr int64_t kSmallNMax = 48;
 
 // Layout helpers for the prepared activations (done once per call, by the caller thread).
 // Round x [n, x_stride] to bf16 into xb [n, ldx], ldx >= round_up(cols, 32), columns >= cols zeroed.
@@ -37,8 +38,8 @@ void prep_x_bf16_pairs(const float* x, int64_t n, int64_t x_stride, int64_t cols
 void rows_dp_bf16_pairs_avx512(const uint16_t* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
                                int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
 // Smallest n for which linear() takes the pairs kernel for bf16 x bf16 on AVX-512 BF16 (-1, the
-// initial value: the default in linear.cpp). Settable so benchmarks and tests can force either
-// path.
+// initial value: the defaults in linear.cpp, which keep rows of at most 768 columns on the
+// small-n path up to kSmallNMax tokens). Settable so benchmarks and tests can force either path.
 int64_t linear_pairs_min_n();
 // The n from which the pairs kernel runs: linear_pairs_min_n() when set, else the default.
 int64_t resolve_pairs_min_n();
