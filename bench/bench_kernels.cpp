@@ -22,6 +22,7 @@
 // 9 = the pairs kernel, which the other layouts switch off; 0 KiB = the default), interleaved in
 // each of R rounds (default 5).
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -460,6 +461,7 @@ int main(int argc, char** argv) {
   bool quick = false, compare = false, tune = false, fp8 = false, fp8_weights = false;
   std::vector<int> small_n, small_ns = {1, 2, 4, 8, 16, 32}, shapes = {768, 2048, 2048, 768};
   int rounds_arg = 5;
+  bool shapes_given = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -474,6 +476,7 @@ int main(int argc, char** argv) {
       std::vector<int>& out = !std::strcmp(argv[i], "--ns")       ? small_ns
                               : !std::strcmp(argv[i], "--shapes") ? shapes
                                                                   : small_n;
+      shapes_given = shapes_given || &out == &shapes;
       out.clear();
       for (const char* p = argv[++i]; *p;) {
         out.push_back(std::atoi(p));
@@ -482,8 +485,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights] "
-                   "[--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R]]\n");
+                   "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune [--shapes ROWS,COLS,..]] [--fp8] "
+                   "[--fp8-weights] [--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R]]\n");
       return 2;
     }
   }
@@ -492,30 +495,40 @@ int main(int argc, char** argv) {
   ThreadPool pool(threads);
   if (!small_n.empty()) return run_small_n(pool, rounds_arg, small_n, small_ns, shapes);
   if (tune) {
-    // n == 1 on a 128 MiB bf16 matrix: prefetch distance x rows per tile, interleaved rounds
-    // (best of rounds), each round also timing a plain read of 256 MiB as a noise reference.
-    WeightSet big = make_weights(DType::bf16, 8192, 8192, 1);
+    // n == 1: prefetch distance x rows per tile, interleaved rounds (best of rounds), each round
+    // also timing a plain read of 256 MiB as a noise reference. Shapes: --shapes when given
+    // (cold sets of 256 MiB), else one 128 MiB matrix [8192, 8192].
+    std::vector<WeightSet> sets;
+    if (shapes_given)
+      for (size_t i = 0; i + 1 < shapes.size(); i += 2)
+        sets.push_back(make_weights(DType::bf16, shapes[i], shapes[i + 1], 256.0 * 1024 * 1024));
+    else
+      sets.push_back(make_weights(DType::bf16, 8192, 8192, 1));
     const int64_t pfs[] = {0, 512, 1024, 2048, 4096};
     const int rs[] = {1, 4, 8};
-    double best[3][5][2] = {};
+    std::vector<std::array<std::array<std::array<double, 2>, 5>, 3>> best(sets.size());
     double best_read = 0;
     for (int round = 0; round < 5; ++round) {
       best_read = std::max(best_read, measure_read_bandwidth(pool, size_t{256} << 20, 2));
-      for (int ri = 0; ri < 3; ++ri)
-        for (int pi = 0; pi < 5; ++pi) {
-          detail::set_linear_avx512_tuning(pfs[pi], rs[ri]);
-          for (int pr = 0; pr < 2; ++pr) {
-            Result r = time_linear(big, 1, pr ? ActPrecision::f32 : ActPrecision::bf16, pool, 0.1);
-            best[ri][pi][pr] = std::max(best[ri][pi][pr], big.bytes_one() / r.sec_per_call);
+      for (size_t si = 0; si < sets.size(); ++si)
+        for (int ri = 0; ri < 3; ++ri)
+          for (int pi = 0; pi < 5; ++pi) {
+            detail::set_linear_avx512_tuning(pfs[pi], rs[ri]);
+            for (int pr = 0; pr < 2; ++pr) {
+              Result r = time_linear(sets[si], 1, pr ? ActPrecision::f32 : ActPrecision::bf16, pool, 0.1);
+              best[si][ri][pi][pr] = std::max(best[si][ri][pi][pr], sets[si].bytes_one() / r.sec_per_call);
+            }
           }
-        }
     }
-    std::printf("plain read (256 MiB): %.2f GB/s\n| rows/tile | prefetch B | bf16 act GB/s | f32 act GB/s |\n|---|---|---|---|\n",
+    detail::set_linear_avx512_tuning(0, 1);
+    std::printf("plain read (256 MiB): %.2f GB/s\n| W [rows, cols] | rows/tile | prefetch B | bf16 act GB/s | f32 act GB/s |\n|---|---|---|---|---|\n",
                 best_read / 1e9);
-    for (int ri = 0; ri < 3; ++ri)
-      for (int pi = 0; pi < 5; ++pi)
-        std::printf("| %d | %lld | %.2f | %.2f |\n", rs[ri], static_cast<long long>(pfs[pi]), best[ri][pi][0] / 1e9,
-                    best[ri][pi][1] / 1e9);
+    for (size_t si = 0; si < sets.size(); ++si)
+      for (int ri = 0; ri < 3; ++ri)
+        for (int pi = 0; pi < 5; ++pi)
+          std::printf("| [%lld, %lld] | %d | %lld | %.2f | %.2f |\n", static_cast<long long>(sets[si].rows),
+                      static_cast<long long>(sets[si].cols), rs[ri], static_cast<long long>(pfs[pi]),
+                      best[si][ri][pi][0] / 1e9, best[si][ri][pi][1] / 1e9);
     return 0;
   }
   const double min_s = quick ? 0.03 : 0.1;

@@ -29,6 +29,58 @@ void swiglu(const FfnWeights& f, const float* x, int64_t n, float* y, float* scr
   linear(f.down, g, n, y, prec, pool);
 }
 
+
+// Expert-parallel mode (decode: many experts of few tokens each): each pool thread runs whole
+// experts (gather, gate, up, SwiGLU, down) on its own, largest buckets first, writing the
+// bucket's rows into ys_all [n * K, hidden] at the bucket's place in `order`; then every token
+// adds its experts' rows in increasing expert id. One pool region per layer instead of three per
+// expert, and each thread streams whole expert matrices. The numbers equal the per-expert path:
+// linear() computes every output element the same way on any row split, and the scatter keeps
+// the per-token order of additions (ascending expert id).
+constexpr int64_t kExpertParallelMaxRows = 64;
+
+void experts_in_parallel(const MoeWeights& moe, const std::vector<int32_t>& active, const int32_t* start,
+                         const int32_t* order, const float* h, int64_t n, int64_t K, int64_t hid, int64_t width,
+                         const float* weights, float* out, const FfnPartOptions& opt, FfnScratch* scratch,
+                         ThreadPool* pool) {
+  std::vector<int32_t> tasks = active;
+  std::stable_sort(tasks.begin(), tasks.end(),
+                   [&](int32_t a, int32_t b) { return start[a + 1] - start[a] > start[b + 1] - start[b]; });
+  const int threads = pool->size();
+  scratch->per_thread.resize(static_cast<size_t>(threads + 1));
+  std::vector<float>& ys_all = scratch->per_thread[static_cast<size_t>(threads)];
+  ys_all.resize(static_cast<size_t>(n * K * hid));
+  int64_t max_m = 0;
+  for (int32_t e : active) max_m = std::max<int64_t>(max_m, start[e + 1] - start[e]);
+  pool->run(static_cast<int>(tasks.size()), [&](int task, int thread) {
+    const int32_t e = tasks[static_cast<size_t>(task)];
+    const int64_t m = start[e + 1] - start[e];
+    const int32_t* sel = order + start[e];
+    std::vector<float>& buf = scratch->per_thread[static_cast<size_t>(thread)];
+    buf.resize(static_cast<size_t>(max_m * hid + 2 * max_m * width));
+    float* xs = buf.data();
+    for (int64_t r = 0; r < m; ++r)
+      std::memcpy(xs + r * hid, h + (sel[r] / K) * hid, static_cast<size_t>(hid) * sizeof(float));
+    swiglu(moe.experts[e], xs, m, ys_all.data() + start[e] * hid, xs + max_m * hid, opt.prec, nullptr);
+  });
+  // pos[t * K + j]: the row of ys_all holding token t's slot j (-1: expert not run here).
+  std::vector<int32_t>& pos = scratch->idx_pos;
+  pos.assign(static_cast<size_t>(n * K), -1);
+  for (int32_t e : active)
+    for (int32_t p = start[e]; p < start[e + 1]; ++p) pos[order[p]] = p;
+  pool->parallel_for(n, [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) {
+      // The slots' rows in ascending bucket position = ascending expert id.
+      thread_local std::vector<int32_t> p;
+      p.clear();
+      for (int64_t j = 0; j < K; ++j)
+        if (pos[t * K + j] >= 0) p.push_back(pos[t * K + j]);
+      std::sort(p.begin(), p.end());
+      for (int32_t q : p) kernels::axpy(weights[order[q]], ys_all.data() + q * hid, hid, out + t * hid);
+    }
+  });
+}
+
 }  // namespace
 
 void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, const int32_t* ids,
@@ -70,27 +122,43 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
     for (int64_t t = 0; t < n * K; ++t) order[fill[ids[t]]++] = static_cast<int32_t>(t);
   }
 
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t m = start[e + 1] - start[e];
-    if (m == 0) continue;
-    if (!opt.experts_mask.empty() && !opt.experts_mask[e]) continue;
+  auto held = [&](int64_t e) {
+    if (start[e + 1] == start[e]) return false;
+    if (!opt.experts_mask.empty() && !opt.experts_mask[e]) return false;
     AFD_CHECK(!L.moe.experts[e].empty(), "ffn_part: expert not held by these weights was not masked out");
-    const int32_t* sel = order + start[e];
-    // Gather and scatter rows: one token occurs at most once in a bucket (its top-k experts
-    // are distinct), so many rows are split over the pool without write conflicts.
-    auto rows = [&](const std::function<void(int64_t, int64_t, int)>& fn) {
-      if (pool != nullptr && m >= kParallelRows) pool->parallel_for(m, fn);
-      else fn(0, m, 0);
-    };
-    rows([&](int64_t r0, int64_t r1, int) {
-      for (int64_t r = r0; r < r1; ++r)
-        std::memcpy(xs + r * hid, h + (sel[r] / K) * hid, static_cast<size_t>(hid) * sizeof(float));
-    });
-    swiglu(L.moe.experts[e], xs, m, ys, tmp, opt.prec, pool);
-    rows([&](int64_t r0, int64_t r1, int) {
-      for (int64_t r = r0; r < r1; ++r)
-        kernels::axpy(weights[sel[r]], ys + r * hid, hid, out + (sel[r] / K) * hid);
-    });
+    return true;
+  };
+  std::vector<int32_t> active;
+  int64_t max_m = 0;
+  for (int64_t e = 0; e < E; ++e)
+    if (held(e)) {
+      active.push_back(static_cast<int32_t>(e));
+      max_m = std::max<int64_t>(max_m, start[e + 1] - start[e]);
+    }
+
+  if (pool != nullptr && pool->size() > 1 && max_m <= kExpertParallelMaxRows &&
+      static_cast<int64_t>(active.size()) >= pool->size()) {
+    experts_in_parallel(L.moe, active, start, order, h, n, K, hid, width, weights, out, opt, scratch, pool);
+  } else {
+    for (int32_t e : active) {
+      const int64_t m = start[e + 1] - start[e];
+      const int32_t* sel = order + start[e];
+      // Gather and scatter rows: one token occurs at most once in a bucket (its top-k experts
+      // are distinct), so many rows are split over the pool without write conflicts.
+      auto rows = [&](const std::function<void(int64_t, int64_t, int)>& fn) {
+        if (pool != nullptr && m >= kParallelRows) pool->parallel_for(m, fn);
+        else fn(0, m, 0);
+      };
+      rows([&](int64_t r0, int64_t r1, int) {
+        for (int64_t r = r0; r < r1; ++r)
+          std::memcpy(xs + r * hid, h + (sel[r] / K) * hid, static_cast<size_t>(hid) * sizeof(float));
+      });
+      swiglu(L.moe.experts[e], xs, m, ys, tmp, opt.prec, pool);
+      rows([&](int64_t r0, int64_t r1, int) {
+        for (int64_t r = r0; r < r1; ++r)
+          kernels::axpy(weights[sel[r]], ys + r * hid, hid, out + (sel[r] / K) * hid);
+      });
+    }
   }
 
   if (opt.include_shared && shared_inter > 0) {

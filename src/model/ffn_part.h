@@ -37,7 +37,8 @@ struct FfnPartOptions {
 // Scratch reused across calls (not thread-safe; one per worker thread).
 struct FfnScratch {
   std::vector<float> buf;
-  std::vector<int32_t> idx;
+  std::vector<int32_t> idx, idx_pos;
+  std::vector<std::vector<float>> per_thread;  // expert-parallel mode: one buffer per pool thread
 };
 
 // What one tensor-parallel FFN worker holds (runtime/topology.h): TP rank `rank` of

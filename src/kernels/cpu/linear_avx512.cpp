@@ -64,8 +64,15 @@ AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool
     for (int k = 0; k + 4 <= N; k += 4)
       _mm_store_ps(s + k, reduce4(a[k % R][k / R], a[(k + 1) % R][(k + 1) / R], a[(k + 2) % R][(k + 2) / R],
                                   a[(k + 3) % R][(k + 3) / R]));
-#pragma GCC unroll 4
-    for (int k = N / 4 * 4; k < N; ++k) s[k] = _mm512_reduce_add_ps(a[k % R][k / R]);
+    // The last partial group through reduce4 as well, padded with zeros (exact): reduce4 sums
+    // every argument's lanes in the same order, so each sum is independent of the tile shape
+    // and the results do not depend on how rows are split over threads.
+    if constexpr (N % 4 != 0) {
+      constexpr int k = N / 4 * 4;
+      const __m512 z = _mm512_setzero_ps();
+      _mm_store_ps(s + k, reduce4(a[k % R][k / R], k + 1 < N ? a[(k + 1) % R][(k + 1) / R] : z,
+                                  k + 2 < N ? a[(k + 2) % R][(k + 2) / R] : z, z));
+    }
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 8
