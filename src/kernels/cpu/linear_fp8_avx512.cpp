@@ -120,6 +120,20 @@ const Bf16Table& bf16_magnitudes() {
   return t;
 }
 
+// The 128 e4m3 magnitudes as f32 (0x7f, NaN, never occurs in q: any finite entry will do).
+struct F32Table {
+  alignas(64) std::array<float, 128> v;
+};
+const F32Table& f32_magnitudes() {
+  static const F32Table t = [] {
+    F32Table r{};
+    for (int i = 0; i < 128; ++i)
+      r.v[static_cast<size_t>(i)] = i == 0x7f ? 480.0f : fp8_e4m3_to_f32(static_cast<uint8_t>(i));
+    return r;
+  }();
+  return t;
+}
+
 struct LutRegs {
   __m512i t0, t1, t2, t3;
 };
@@ -301,25 +315,43 @@ AFD_AVX512_VBMI void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t
   }
 }
 
+// Table conversion with the scale folded in: for each 128-column block of a run of rows that
+// share a scale row, the 128 magnitudes times the block's scale are rounded to bf16 once into a
+// table (the same f32 product and rounding as converting each element), and every byte of the
+// block is looked up in it (lut32: two vpermi2w and the sign bit).
 AFD_AVX512 void fp8_dequant_rows_bf16_avx512(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1,
                                              uint16_t* out) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* q = w.q + r * cols;
+  const float* mag = f32_magnitudes().v.data();
+  for (int64_t r = r0; r < r1;) {
+    // Rows [r, re) share one scale row.
+    const int64_t re = std::min(r1, (r + w.row_offset) / kFp8Block * kFp8Block + kFp8Block - w.row_offset);
     const float* sr = scale_row(w, r);
-    uint16_t* o = out + (r - r0) * cols;
-    // 32 columns at a time: a group never straddles a 128-column block.
-    for (int64_t c = 0; c < cols; c += 32) {
-      const __m512 s = _mm512_set1_ps(sr[c / kFp8Block] * 256.0f);
-      if (cols - c >= 32) {
-        const __m512 lo = _mm512_mul_ps(cvt16(q + c), s), hi = _mm512_mul_ps(cvt16(q + c + 16), s);
-        _mm512_storeu_si512(o + c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-      } else {
-        const int64_t m = cols - c;
-        const __m512 lo = _mm512_mul_ps(cvt16_mask(q + c, mask16(m)), s);
-        const __m512 hi = m > 16 ? _mm512_mul_ps(cvt16_mask(q + c + 16, mask16(m - 16)), s) : _mm512_setzero_ps();
-        _mm512_mask_storeu_epi16(o + c, mask32(m), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    for (int64_t c0 = 0; c0 < cols; c0 += kFp8Block) {
+      const __m512 s = _mm512_set1_ps(sr[c0 / kFp8Block]);
+      __m512i t[4];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k)
+        t[k] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_load_ps(mag + 32 * k + 16), s),
+                                            _mm512_mul_ps(_mm512_load_ps(mag + 32 * k), s));
+      const LutRegs L{t[0], t[1], t[2], t[3]};
+      const int64_t bc = std::min<int64_t>(kFp8Block, cols - c0);
+      for (int64_t q = r; q < re; ++q) {
+        const uint8_t* p = w.q + q * cols + c0;
+        uint16_t* o = out + (q - r0) * cols + c0;
+        if (bc == kFp8Block) {
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k)
+            _mm512_storeu_si512(o + 32 * k, lut32(L, _mm512_cvtepu8_epi16(
+                                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * k)))));
+        } else {
+          for (int64_t k = 0; 32 * k < bc; ++k) {
+            const __mmask32 m = mask32(bc - 32 * k);
+            _mm512_mask_storeu_epi16(o + 32 * k, m, lut32(L, _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, p + 32 * k))));
+          }
+        }
       }
     }
+    r = re;
   }
 }
 
