@@ -96,10 +96,10 @@ AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool
 
 // ---- bf16 x bf16 -> f32 (vdpbf16ps) ----
 // Rows of W are ldw elements apart (0: cols); pf: prefetch (to L1) the byte at this offset from
-// every W load; Tree: store_tile's reduction.
+// every W load; pf_l2: the same towards L2 (_MM_HINT_T1); Tree: store_tile's reduction.
 template <int R, int T, bool Tree = false>
 AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int64_t ldx, float* y, int64_t ldy,
-                        bool acc, int64_t pf, int64_t ldw = 0) {
+                        bool acc, int64_t pf, int64_t ldw = 0, int64_t pf_l2 = 0) {
   const int64_t lw = ldw ? ldw : cols;
   __m512 a[R][T];
 #pragma GCC unroll 8
@@ -114,6 +114,7 @@ AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int6
     for (int r = 0; r < R; ++r) {
       const uint16_t* p = w + r * lw + c;
       if (pf) _mm_prefetch(reinterpret_cast<const char*>(p) + pf, _MM_HINT_T0);
+      if (pf_l2) _mm_prefetch(reinterpret_cast<const char*>(p) + pf_l2, _MM_HINT_T1);
       wv[r] = (__m512bh)_mm512_loadu_si512(p);
     }
 #pragma GCC unroll 8
@@ -367,7 +368,10 @@ AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t
 //   blocks and tiles. The first token block streams the chunk from memory, the later ones read it
 //   from L2, and each block's x alone usually fits the budget, so W rows are read front to back
 //   instead of as the short strided column segments that one block of all n tokens would need
-//   (which the hardware prefetchers follow badly: docs/bench-log/2026-11-26-smalln.md).
+//   (which the hardware prefetchers follow badly: docs/bench-log/2026-11-26-smalln.md). The last
+//   token block, whose tiles compute from L2 while memory would idle, prefetches the next chunk
+//   into L2 (the same tile one chunk ahead), so the next first block also reads from L2; a T1
+//   hint, because lines in L1 would evict the block's x.
 constexpr int64_t kSmallNPrefetchMinDefault = 8192;
 std::atomic<int64_t> g_small_n_pf_min{kSmallNPrefetchMinDefault};
 constexpr int64_t kSmallNXBytesDefault = 40 * 1024;
@@ -378,13 +382,14 @@ std::atomic<int64_t> g_small_n_chunk{kSmallNChunkDefault};
 // One tile: t tokens (t <= TMax) x R rows (1 row when !full) of cw columns.
 template <int R, int TMax>
 AFD_AVX512 inline void tile_small_dp(int t, bool full, const uint16_t* w, int64_t cw, const uint16_t* x,
-                                     int64_t ldx, float* y, int64_t ldy, bool acc, int64_t pf, int64_t ldw) {
+                                     int64_t ldx, float* y, int64_t ldy, bool acc, int64_t pf, int64_t ldw,
+                                     int64_t pf_l2 = 0) {
   switch (t) {
 #define AFD_SMALL_CASE(TT)                                                \
   case TT:                                                                \
     if constexpr (TT <= TMax) {                                           \
-      if (full) tile_dp<R, TT, true>(w, cw, x, ldx, y, ldy, acc, pf, ldw); \
-      else tile_dp<1, TT, true>(w, cw, x, ldx, y, ldy, acc, pf, ldw);      \
+      if (full) tile_dp<R, TT, true>(w, cw, x, ldx, y, ldy, acc, pf, ldw, pf_l2); \
+      else tile_dp<1, TT, true>(w, cw, x, ldx, y, ldy, acc, pf, ldw, pf_l2);      \
     }                                                                     \
     break;
     AFD_SMALL_CASE(1)
@@ -427,7 +432,8 @@ AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const u
           for (int64_t r = c; r < c1;) {
             const bool full = r + R <= c1;
             tile_small_dp<R, TMax>(t, full, w + r * cols + c0, std::min(cblock, cols - c0), x + i * ldx + c0, ldx,
-                                   y + i * ldy + r, ldy, acc || c0 > 0, b == 0 ? pf : 0, cols);
+                                   y + i * ldy + r, ldy, acc || c0 > 0, b == 0 ? pf : 0, cols,
+                                   b == nb - 1 ? rc * cols * 2 : 0);
             r += full ? R : 1;
           }
         i += t;
