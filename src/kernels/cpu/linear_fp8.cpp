@@ -20,10 +20,12 @@ namespace afd::kernels {
 namespace detail {
 
 namespace {
-// Defaults from bench_kernels --fp8-weights on the dev machine (docs/BENCHMARKS.md, "FP8 weights").
+// Defaults from bench_kernels --fp8-weights on the dev machine (docs/BENCHMARKS.md, "FP8 weights");
+// tile_rows from whole decode steps (docs/bench-log/2026-11-26-smalln.md): a 128-row tile (512 KiB
+// at 2048 columns, in L2) gives the bf16 small-n kernel it feeds whole row chunks.
 std::atomic<int> g_gemv_lut{2};
 std::atomic<int64_t> g_gemv_max_n{4};
-std::atomic<int64_t> g_tile_rows{16};
+std::atomic<int64_t> g_tile_rows{128};
 }  // namespace
 
 Fp8Tuning fp8_tuning() {
