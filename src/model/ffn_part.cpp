@@ -29,7 +29,6 @@ void swiglu(const FfnWeights& f, const float* x, int64_t n, float* y, float* scr
   linear(f.down, g, n, y, prec, pool);
 }
 
-
 // Expert-parallel mode (decode: many experts of few tokens each): each pool thread runs whole
 // experts (gather, gate, up, SwiGLU, down) on its own, largest buckets first, writing the
 // bucket's rows into ys_all [n * K, hidden] at the bucket's place in `order`; then every token
@@ -39,10 +38,11 @@ void swiglu(const FfnWeights& f, const float* x, int64_t n, float* y, float* scr
 // the per-token order of additions (ascending expert id).
 constexpr int64_t kExpertParallelMaxRows = 64;
 
-void experts_in_parallel(const MoeWeights& moe, const std::vector<int32_t>& active, const int32_t* start,
-                         const int32_t* order, const float* h, int64_t n, int64_t K, int64_t hid, int64_t width,
-                         const float* weights, float* out, const FfnPartOptions& opt, FfnScratch* scratch,
-                         ThreadPool* pool) {
+// max_m: the largest bucket of `active`.
+void experts_in_parallel(const MoeWeights& moe, const std::vector<int32_t>& active, int64_t max_m,
+                         const int32_t* start, const int32_t* order, const float* h, int64_t n, int64_t K,
+                         int64_t hid, int64_t width, const float* weights, float* out, const FfnPartOptions& opt,
+                         FfnScratch* scratch, ThreadPool* pool) {
   std::vector<int32_t> tasks = active;
   std::stable_sort(tasks.begin(), tasks.end(),
                    [&](int32_t a, int32_t b) { return start[a + 1] - start[a] > start[b + 1] - start[b]; });
@@ -50,8 +50,6 @@ void experts_in_parallel(const MoeWeights& moe, const std::vector<int32_t>& acti
   scratch->per_thread.resize(static_cast<size_t>(threads + 1));
   std::vector<float>& ys_all = scratch->per_thread[static_cast<size_t>(threads)];
   ys_all.resize(static_cast<size_t>(n * K * hid));
-  int64_t max_m = 0;
-  for (int32_t e : active) max_m = std::max<int64_t>(max_m, start[e + 1] - start[e]);
   pool->run(static_cast<int>(tasks.size()), [&](int task, int thread) {
     const int32_t e = tasks[static_cast<size_t>(task)];
     const int64_t m = start[e + 1] - start[e];
@@ -138,7 +136,8 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
 
   if (pool != nullptr && pool->size() > 1 && max_m <= kExpertParallelMaxRows &&
       static_cast<int64_t>(active.size()) >= pool->size()) {
-    experts_in_parallel(L.moe, active, start, order, h, n, K, hid, width, weights, out, opt, scratch, pool);
+    experts_in_parallel(L.moe, active, max_m, start, order, h, n, K, hid, width, weights, out, opt, scratch,
+                        pool);
   } else {
     for (int32_t e : active) {
       const int64_t m = start[e + 1] - start[e];

@@ -38,7 +38,8 @@ struct FfnPartOptions {
 struct FfnScratch {
   std::vector<float> buf;
   std::vector<int32_t> idx, idx_pos;
-  std::vector<std::vector<float>> per_thread;  // expert-parallel mode: one buffer per pool thread
+  // Expert-parallel mode: one buffer per pool thread, then the experts' output rows.
+  std::vector<std::vector<float>> per_thread;
 };
 
 // What one tensor-parallel FFN worker holds (runtime/topology.h): TP rank `rank` of
