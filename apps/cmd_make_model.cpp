@@ -1,6 +1,6 @@
 // afd make-model: writes a random-weight checkpoint in the Hugging Face layout.
 //   afd make-model --arch qwen3_moe --preset tiny --seed 1 --out models/tiny
-//       (--arch: qwen3_moe | qwen2_moe | mixtral | deepseek_v2 | deepseek_v3 | step3_text)
+//       (--arch: qwen3_moe | qwen2_moe | mixtral | deepseek_v2 | deepseek_v3 | kimi_k2 | step3_text)
 //       [--layout per-expert|fused] [--dtype bf16|f16|f32|fp8] [--shard-size BYTES] [--tied]
 //       [size overrides: --hidden --layers --heads --kv-heads --head-dim --experts --top-k
 //        --moe-inter --inter --shared-inter --vocab --sparse-step --mlp-only-layers
@@ -39,12 +39,11 @@ struct MakeModelFlags {
 }
 
 void run(const MakeModelFlags& f, bool mlp_only_given) {
-  Arch arch;
-  if (!arch_from_name(f.arch, &arch))
-    fail("--arch '" + f.arch + "': expected qwen3_moe, qwen2_moe, mixtral, deepseek_v2, deepseek_v3 or step3_text");
-  auto preset = make_preset_config(arch, f.preset);
-  if (!preset.ok()) fail("--preset: " + preset.status().message());
+  // The message names the unknown architecture or preset.
+  auto preset = make_preset_config(f.arch, f.preset);
+  if (!preset.ok()) fail("--arch / --preset: " + preset.status().message());
   ModelConfig c = *preset;
+  const Arch arch = c.arch;
   auto set = [](int64_t v, int64_t* field) {
     if (v >= 0) *field = v;
   };
@@ -105,7 +104,7 @@ void run(const MakeModelFlags& f, bool mlp_only_given) {
   if (!rep.ok()) fail(rep.status().to_string());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("wrote %s: %s %s, %lld tensors, %.1f MB of weights (%s), %zu file(s), %.2f s\n", f.out.c_str(),
-              arch_name(arch), f.preset.c_str(), static_cast<long long>(rep->n_tensors),
+              c.model_type.c_str(), f.preset.c_str(), static_cast<long long>(rep->n_tensors),
               static_cast<double>(rep->tensor_bytes) / 1e6, f.dtype.c_str(), rep->files.size(), secs);
 }
 
@@ -114,7 +113,7 @@ void run(const MakeModelFlags& f, bool mlp_only_given) {
 void register_make_model(CLI::App& app) {
   auto f = std::make_shared<MakeModelFlags>();
   auto* cmd = app.add_subcommand("make-model", "Write a random-weight Hugging Face checkpoint (tests, benchmarks)");
-  cmd->add_option("--arch", f->arch, "qwen3_moe | qwen2_moe | mixtral | deepseek_v2 | deepseek_v3 | step3_text")
+  cmd->add_option("--arch", f->arch, "qwen3_moe | qwen2_moe | mixtral | deepseek_v2 | deepseek_v3 | kimi_k2 | step3_text")
       ->capture_default_str();
   cmd->add_option("--preset", f->preset, "tiny | small | bench")->capture_default_str();
   cmd->add_option("--seed", f->seed, "weight RNG seed")->capture_default_str();

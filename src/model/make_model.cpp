@@ -448,7 +448,7 @@ Result<ModelConfig> step3_preset(const std::string& preset) {
 ordered_json deepseek_config_json(const ModelConfig& c) {
   ordered_json j;
   j["architectures"] = {c.architecture.empty() ? std::string(arch_name(c.arch)) : c.architecture};
-  j["model_type"] = arch_name(c.arch);
+  j["model_type"] = c.model_type.empty() ? std::string(arch_name(c.arch)) : c.model_type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
@@ -533,6 +533,33 @@ ordered_json step3_text_config_json(const ModelConfig& c, DType dtype) {
 }
 
 }  // namespace
+
+Result<ModelConfig> make_preset_config(const std::string& model_type, const std::string& preset) {
+  if (model_type == "kimi_k2") {
+    // Kimi-K2 (MODELS.md B8, values of the public tiny-random mirror; the real checkpoint's RoPE
+    // values are unconfirmed there): DeepSeek-V3 layout, one expert group (the group step is a
+    // no-op), one shared expert, routed_scaling_factor 2.827, rope_theta 50000, YaRN factor 32 with
+    // beta_fast = beta_slow = 1 and mscale 1.
+    AFD_ASSIGN_OR_RETURN(ModelConfig c, deepseek_preset(Arch::deepseek_v3, preset));
+    c.model_type = "kimi_k2";
+    c.n_group = 1;
+    c.topk_group = 1;
+    c.n_shared_experts = 1;
+    c.shared_expert_intermediate_size = c.moe_intermediate_size;
+    c.routed_scaling_factor = 2.827;
+    c.rope_theta = 50000.0;
+    c.rope_scaling.factor = 32;
+    c.rope_scaling.beta_fast = 1;
+    c.rope_scaling.beta_slow = 1;
+    AFD_RETURN_IF_ERROR(c.validate());
+    return c;
+  }
+  Arch arch;
+  if (!arch_from_name(model_type, &arch))
+    return invalid_argument("unknown architecture '" + model_type +
+                            "' (qwen3_moe, qwen2_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, step3_text)");
+  return make_preset_config(arch, preset);
+}
 
 Result<ModelConfig> make_preset_config(Arch arch, const std::string& preset) {
   if (arch == Arch::deepseek_v2 || arch == Arch::deepseek_v3) return deepseek_preset(arch, preset);

@@ -2,7 +2,7 @@
 quantize -> generate for step3_text (bf16 and fp8); make-model'd checkpoints against the
 float64 oracle (check_logits.py); every AFD wiring of the Step-3 golden checkpoint (in-process
 xAyF and EP, FFN tensor parallelism, FFN worker processes over UCX) gives exactly the greedy
-tokens of mono with the same wire rounding; DeepSeek V3 / V2 checkpoints (FP8, and bf16 ->
+tokens of mono with the same wire rounding; DeepSeek V3 / V2 and Kimi-K2 checkpoints (FP8, and bf16 ->
 quantize --fp8) written, generated, checked against the oracle, FFN TP and worker processes.
 
 Run: AFD_BIN=build/apps/afd /usr/bin/python3 -m pytest -q tests/integration/test_cli_families.py
@@ -114,9 +114,9 @@ def test_step3_spawned_ffn_workers_equal_mono():
     assert want and generate(*STEP3, "--topology", "1A2F", "--spawn-ffn", timeout=3 * TIMEOUT) == want
 
 
-# ---- DeepSeek V3 / V2 (MLA) -------------------------------------------------------------------
+# ---- DeepSeek V3 / V2 and Kimi-K2 (MLA) -------------------------------------------------------------------
 
-ARCHS = ["deepseek_v3", "deepseek_v2"]
+ARCHS = ["deepseek_v3", "deepseek_v2", "kimi_k2"]
 
 
 def deepseek(tmp, arch):
