@@ -33,6 +33,7 @@ using namespace comm;
 
 using test::deadline_in_ms;
 using test::random_batch;
+using test::wait_until;
 
 // qwen2_moe tiny (8 experts, top-2, shared expert) with layer 1 dense.
 std::shared_ptr<const ModelWeights> tiny_model(const std::string& tag, int64_t n_layers = 3, uint64_t seed = 3) {
@@ -574,18 +575,13 @@ TEST(FfnAfd, ProbeSeesASilentFfnWorkerWithoutTraffic) {
   FaultTransport* fault = nullptr;
   auto cl = faulty_ffn_bundle(b, w, opts, &fault);
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
-  auto wait_for = [&](auto pred, int64_t ms) {
-    const int64_t dl = deadline_in_ms(ms);
-    while (!pred() && now_ns() < dl) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return pred();
-  };
-  ASSERT_TRUE(wait_for([&] { return (*cl)->probes_answered(0) >= 2; }, 5000));
+  ASSERT_TRUE(wait_until([&] { return (*cl)->probes_answered(0) >= 2; }, 5000));
   EXPECT_GE(b.workers[0]->stats().probes.load(), 2);
   EXPECT_TRUE((*cl)->health().is_ok()) << (*cl)->health().to_string();
 
   fault->set_stall(true);  // the FFN side's sends (its pongs) are held: connected, silent
   const int64_t t0 = now_ns();
-  ASSERT_TRUE(wait_for([&] { return !(*cl)->health().is_ok(); }, 5000));
+  ASSERT_TRUE(wait_until([&] { return !(*cl)->health().is_ok(); }, 5000));
   const int64_t took_ms = (now_ns() - t0) / 1000000;
   EXPECT_GE(took_ms, opts.timeout_ms - 60);  // not before a pong is overdue (one 50 ms interval of slack)
   Status h = (*cl)->health();
@@ -595,7 +591,7 @@ TEST(FfnAfd, ProbeSeesASilentFfnWorkerWithoutTraffic) {
 
   const int64_t answered = (*cl)->probes_answered(0);
   fault->set_stall(false);
-  ASSERT_TRUE(wait_for([&] { return (*cl)->health().is_ok(); }, 5000)) << (*cl)->health().to_string();
+  ASSERT_TRUE(wait_until([&] { return (*cl)->health().is_ok(); }, 5000)) << (*cl)->health().to_string();
   EXPECT_GT((*cl)->probes_answered(0), answered);
   // The data path never saw the probes: a forward pass works and is exact.
   expect_exact_pass(**cl, *w, 4, 40);
@@ -614,12 +610,7 @@ TEST(FfnAfd, StallHoldEndsWhenTheWorkerAnswersAProbe) {
   FaultTransport* fault = nullptr;
   auto cl = faulty_ffn_bundle(b, w, opts, &fault);
   ASSERT_TRUE(cl.ok()) << cl.status().to_string();
-  auto wait_for = [&](auto pred, int64_t ms) {
-    const int64_t dl = deadline_in_ms(ms);
-    while (!pred() && now_ns() < dl) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return pred();
-  };
-  ASSERT_TRUE(wait_for([&] { return (*cl)->probes_answered(0) >= 1; }, 5000));
+  ASSERT_TRUE(wait_until([&] { return (*cl)->probes_answered(0) >= 1; }, 5000));
 
   fault->set_stall(true);
   TokenBatch t = random_batch(w->config, 4, 7);
@@ -635,7 +626,7 @@ TEST(FfnAfd, StallHoldEndsWhenTheWorkerAnswersAProbe) {
   // The held pong (or the next one) arrives within a few probe intervals; 30 s is only the
   // test's patience on a loaded machine, a quarter of the hold.
   const int64_t t0 = now_ns();
-  ASSERT_TRUE(wait_for([&] { return (*cl)->health().is_ok(); }, 30000)) << (*cl)->health().to_string();
+  ASSERT_TRUE(wait_until([&] { return (*cl)->health().is_ok(); }, 30000)) << (*cl)->health().to_string();
   EXPECT_LT(now_ns() - t0, int64_t{opts.stall_hold_ms} * 1000000 / 4);
   EXPECT_GT((*cl)->probes_answered(0), answered);
   expect_exact_pass(**cl, *w, 4, 8);  // the late reply of the failed pass is dropped

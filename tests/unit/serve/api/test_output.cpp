@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../bytes_tokenizer.h"
 #include "serve/api/output.h"
 #include "serve/text/tokenizer.h"
 #include "serve/text/unicode.h"
@@ -9,15 +10,7 @@
 namespace afd::serve {
 namespace {
 
-// Bytes-only tokenizer: token id == byte value; 256 = <|im_end|>.
-std::shared_ptr<const Tokenizer> bytes_tokenizer() {
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) vocab[bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
-  nlohmann::json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
-                      {"added_tokens", nlohmann::json::array({{{"id", 256}, {"content", "<|im_end|>"}, {"special", true}}})},
-                      {"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", true}}}};
-  return *Tokenizer::from_json(j.dump());
-}
+using testing::bytes_tokenizer;
 
 std::string run(OutputProcessor& p, const std::string& bytes, FinishReason* fr, int* n_pushed = nullptr) {
   std::string out;

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../bytes_tokenizer.h"
 #include "../fake_engine.h"
 #include "serve/frontend/internal_stream.h"
 #include "serve/frontend/proxy_output.h"
@@ -19,14 +20,7 @@ namespace {
 using testing::FakeEngine;
 constexpr int64_t kVocab = 257;
 
-std::shared_ptr<const Tokenizer> bytes_tokenizer() {
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) vocab[bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
-  nlohmann::json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
-                      {"added_tokens", nlohmann::json::array({{{"id", 256}, {"content", "<|im_end|>"}, {"special", true}}})},
-                      {"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", true}}}};
-  return *Tokenizer::from_json(j.dump());
-}
+using testing::bytes_tokenizer;
 
 RequestLimits limits() {
   RequestLimits l;

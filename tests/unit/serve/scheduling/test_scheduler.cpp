@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../bytes_tokenizer.h"
 #include "core/timer.h"
 #include "../fake_engine.h"
 #include "serve/scheduling/scheduler.h"
@@ -13,14 +14,7 @@ namespace {
 using testing::FakeEngine;
 constexpr int64_t kVocab = 257;
 
-std::shared_ptr<const Tokenizer> bytes_tokenizer() {
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) vocab[bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
-  nlohmann::json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
-                      {"added_tokens", nlohmann::json::array({{{"id", 256}, {"content", "<|im_end|>"}, {"special", true}}})},
-                      {"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", true}}}};
-  return *Tokenizer::from_json(j.dump());
-}
+using testing::bytes_tokenizer;
 
 struct Fixture {
   Fixture(int64_t blocks, int64_t block_size, SchedulerOptions o, int64_t max_seqs = 64)
