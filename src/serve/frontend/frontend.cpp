@@ -245,38 +245,44 @@ std::string Frontend::render_metrics() const {
     prom_header(&h, name, type, help);
     o << h;
   };
+  auto counter = [&](const char* name, const char* help, uint64_t value) {
+    family(name, "counter", help);
+    o << name << ' ' << value << '\n';
+  };
   auto labels = [](const FrontendWorker& w) {
     return "{worker=\"" + std::to_string(w.index) + "\",address=\"" + w.address + "\"}";
   };
   const WorkerList ws = listed_workers();
-  family("afd_frontend_worker_up", "gauge", "1 if the attention worker answered its last health check.");
-  for (const auto& w : ws) o << "afd_frontend_worker_up" << labels(*w) << ' ' << (w->up ? 1 : 0) << '\n';
-  family("afd_frontend_worker_requests_total", "counter", "Requests placed on each attention worker.");
-  for (const auto& w : ws) o << "afd_frontend_worker_requests_total" << labels(*w) << ' ' << w->requests << '\n';
-  family("afd_frontend_worker_failures_total", "counter",
-         "Exchanges with the attention worker that failed (refused, broken or silent mid-response).");
-  for (const auto& w : ws) o << "afd_frontend_worker_failures_total" << labels(*w) << ' ' << w->failures << '\n';
-  family("afd_frontend_worker_inflight_requests", "gauge", "Requests being proxied to each attention worker.");
-  for (const auto& w : ws)
-    o << "afd_frontend_worker_inflight_requests" << labels(*w) << ' ' << w->inflight_requests << '\n';
-  family("afd_frontend_worker_inflight_tokens", "gauge", "Prompt + max_tokens of the requests being proxied.");
-  for (const auto& w : ws)
-    o << "afd_frontend_worker_inflight_tokens" << labels(*w) << ' ' << w->inflight_tokens << '\n';
-  family("afd_frontend_retries_total", "counter",
-         "Placements repeated on another worker before any worker accepted the request.");
-  o << "afd_frontend_retries_total " << counters_.retries << '\n';
-  family("afd_frontend_failovers_total", "counter",
-         "Requests continued on another attention worker after theirs failed mid-request.");
-  o << "afd_frontend_failovers_total " << counters_.failovers << '\n';
-  family("afd_frontend_upstream_stalls_total", "counter",
-         "Exchanges given up because the attention worker sent nothing for --upstream-idle-timeout-s.");
-  o << "afd_frontend_upstream_stalls_total " << counters_.stalls << '\n';
-  family("afd_frontend_unavailable_total", "counter",
-         "Requests answered 503 because no attention worker was up or none took them over in time.");
-  o << "afd_frontend_unavailable_total " << counters_.unavailable << '\n';
-  family("afd_frontend_waited_total", "counter",
-         "New requests that found no attention worker to take them and waited (--wait-for-worker-s).");
-  o << "afd_frontend_waited_total " << counters_.waited << '\n';
+  auto per_worker = [&](const char* name, const char* type, const char* help, auto value) {
+    family(name, type, help);
+    for (const auto& w : ws) o << name << labels(*w) << ' ' << value(*w) << '\n';
+  };
+  per_worker("afd_frontend_worker_up", "gauge", "1 if the attention worker answered its last health check.",
+             [](const FrontendWorker& w) { return w.up ? 1 : 0; });
+  per_worker("afd_frontend_worker_requests_total", "counter", "Requests placed on each attention worker.",
+             [](const FrontendWorker& w) { return w.requests.load(); });
+  per_worker("afd_frontend_worker_failures_total", "counter",
+             "Exchanges with the attention worker that failed (refused, broken or silent mid-response).",
+             [](const FrontendWorker& w) { return w.failures.load(); });
+  per_worker("afd_frontend_worker_inflight_requests", "gauge", "Requests being proxied to each attention worker.",
+             [](const FrontendWorker& w) { return w.inflight_requests.load(); });
+  per_worker("afd_frontend_worker_inflight_tokens", "gauge", "Prompt + max_tokens of the requests being proxied.",
+             [](const FrontendWorker& w) { return w.inflight_tokens.load(); });
+  counter("afd_frontend_retries_total",
+          "Placements repeated on another worker before any worker accepted the request.",
+          counters_.retries);
+  counter("afd_frontend_failovers_total",
+          "Requests continued on another attention worker after theirs failed mid-request.",
+          counters_.failovers);
+  counter("afd_frontend_upstream_stalls_total",
+          "Exchanges given up because the attention worker sent nothing for --upstream-idle-timeout-s.",
+          counters_.stalls);
+  counter("afd_frontend_unavailable_total",
+          "Requests answered 503 because no attention worker was up or none took them over in time.",
+          counters_.unavailable);
+  counter("afd_frontend_waited_total",
+          "New requests that found no attention worker to take them and waited (--wait-for-worker-s).",
+          counters_.waited);
   family("afd_frontend_responses_total", "counter", "Answers to /v1/* requests by HTTP status.");
   {
     std::lock_guard<std::mutex> l(counts_mu_);
