@@ -25,7 +25,7 @@ struct Routed {
   std::vector<int32_t> ids;
 };
 
-// n tokens, top-k distinct experts of E each; `hot` > 0 sends every token to experts 0..k-1
+// n tokens, k distinct experts of E each; `hot` sends every token to experts 0..k-1
 // (buckets of n rows, past the expert-parallel limit).
 Routed route(int64_t n, int64_t hidden, int64_t E, int64_t k, bool hot, uint32_t seed) {
   std::mt19937 g(seed);
