@@ -318,35 +318,55 @@ AFD_AVX512_VBMI void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t
 // Table conversion with the scale folded in: for each 128-column block of a run of rows that
 // share a scale row, the 128 magnitudes times the block's scale are rounded to bf16 once into a
 // table (the same f32 product and rounding as converting each element), and every byte of the
-// block is looked up in it (lut32: two vpermi2w and the sign bit).
+// block is looked up in it (lut32: two vpermi2w and the sign bit). The tables of up to
+// kTablesPerPass blocks are built first, then the rows are walked in memory order (W streams
+// sequentially instead of 128-byte pieces at a stride of cols).
 AFD_AVX512 void fp8_dequant_rows_bf16_avx512(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1,
                                              uint16_t* out) {
+  constexpr int64_t kTablesPerPass = 64;
+  constexpr int64_t kPrefetchBytes = 8192;
+  alignas(64) uint16_t tabs[kTablesPerPass][kFp8Block];
   const float* mag = f32_magnitudes().v.data();
+  const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
+  const int64_t end = r1 * cols;  // W bytes past the last row of this call are not prefetched
   for (int64_t r = r0; r < r1;) {
     // Rows [r, re) share one scale row.
     const int64_t re = std::min(r1, (r + w.row_offset) / kFp8Block * kFp8Block + kFp8Block - w.row_offset);
     const float* sr = scale_row(w, r);
-    for (int64_t c0 = 0; c0 < cols; c0 += kFp8Block) {
-      const __m512 s = _mm512_set1_ps(sr[c0 / kFp8Block]);
-      __m512i t[4];
+    for (int64_t b0 = 0; b0 < nb; b0 += kTablesPerPass) {
+      const int64_t b1 = std::min(nb, b0 + kTablesPerPass);
+      for (int64_t b = b0; b < b1; ++b) {
+        const __m512 s = _mm512_set1_ps(sr[b]);
 #pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k)
-        t[k] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_load_ps(mag + 32 * k + 16), s),
-                                            _mm512_mul_ps(_mm512_load_ps(mag + 32 * k), s));
-      const LutRegs L{t[0], t[1], t[2], t[3]};
-      const int64_t bc = std::min<int64_t>(kFp8Block, cols - c0);
+        for (int k = 0; k < 4; ++k)
+          _mm512_store_si512(tabs[b - b0] + 32 * k,
+                             (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_load_ps(mag + 32 * k + 16), s),
+                                                          _mm512_mul_ps(_mm512_load_ps(mag + 32 * k), s)));
+      }
       for (int64_t q = r; q < re; ++q) {
-        const uint8_t* p = w.q + q * cols + c0;
-        uint16_t* o = out + (q - r0) * cols + c0;
-        if (bc == kFp8Block) {
+        for (int64_t b = b0; b < b1; ++b) {
+          const uint16_t* t = tabs[b - b0];
+          const LutRegs L{_mm512_load_si512(t), _mm512_load_si512(t + 32), _mm512_load_si512(t + 64),
+                          _mm512_load_si512(t + 96)};
+          const int64_t c0 = b * kFp8Block;
+          const uint8_t* p = w.q + q * cols + c0;
+          uint16_t* o = out + (q - r0) * cols + c0;
+          const int64_t bc = std::min<int64_t>(kFp8Block, cols - c0);
+          if (q * cols + c0 + kPrefetchBytes < end) {
+            _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + 64), _MM_HINT_T0);
+          }
+          if (bc == kFp8Block) {
 #pragma GCC unroll 4
-          for (int k = 0; k < 4; ++k)
-            _mm512_storeu_si512(o + 32 * k, lut32(L, _mm512_cvtepu8_epi16(
-                                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * k)))));
-        } else {
-          for (int64_t k = 0; 32 * k < bc; ++k) {
-            const __mmask32 m = mask32(bc - 32 * k);
-            _mm512_mask_storeu_epi16(o + 32 * k, m, lut32(L, _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, p + 32 * k))));
+            for (int k = 0; k < 4; ++k)
+              _mm512_storeu_si512(o + 32 * k, lut32(L, _mm512_cvtepu8_epi16(_mm256_loadu_si256(
+                                                           reinterpret_cast<const __m256i*>(p + 32 * k)))));
+          } else {
+            for (int64_t k = 0; 32 * k < bc; ++k) {
+              const __mmask32 m = mask32(bc - 32 * k);
+              _mm512_mask_storeu_epi16(o + 32 * k, m,
+                                       lut32(L, _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, p + 32 * k))));
+            }
           }
         }
       }
