@@ -34,6 +34,18 @@ namespace afd::kernels::detail {
 namespace {
 
 constexpr int kMaxT = 4;  // tokens per pass over a row
+// W bytes prefetched ahead of the block being converted (gemv and tile dequantization alike):
+// the hardware prefetchers alone left a single thread streaming FP8 rows at 10 GB/s
+// (docs/bench-log/2026-11-26-fp8-prefetch.md).
+constexpr int64_t kPrefetchBytes = 8192;
+
+// Prefetches the 128-byte block at p + kPrefetchBytes when that lies within `left` bytes of p.
+inline void prefetch_block(const uint8_t* p, int64_t left) {
+  if (kPrefetchBytes < left) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + 64), _MM_HINT_T0);
+  }
+}
 
 AFD_AVX512 inline __m512 half_bits_to_f32(__m256i h) {
   h = _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
@@ -53,13 +65,14 @@ inline __mmask32 mask32(int64_t n) { return n >= 32 ? ~__mmask32{0} : static_cas
 // T tokens of one row: x [T, ldx] (zero padded to whole blocks), y[t * ldy].
 template <int T>
 AFD_AVX512 void gemv_row(const uint8_t* w, const float* srow, int64_t cols, const float* x, int64_t ldx, float* y,
-                         int64_t ldy, bool acc) {
+                         int64_t ldy, bool acc, int64_t left) {
   __m512 a[T];
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) a[t] = _mm512_setzero_ps();
   const int64_t nfull = cols / kFp8Block;
   for (int64_t b = 0; b < nfull; ++b) {
     const uint8_t* p = w + b * kFp8Block;
+    prefetch_block(p, left - b * kFp8Block);
     __m512 wv[8];
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) wv[k] = cvt16(p + 16 * k);
@@ -151,7 +164,7 @@ AFD_AVX512 inline __m512i lut32(const LutRegs& L, __m512i idx) {
 
 template <int T>
 AFD_AVX512 void gemv_row_lut(const LutRegs& L, const uint8_t* w, const float* srow, int64_t cols, const uint16_t* x,
-                             int64_t ldx, float* y, int64_t ldy, bool acc) {
+                             int64_t ldx, float* y, int64_t ldy, bool acc, int64_t left) {
   __m512 a[T];
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) a[t] = _mm512_setzero_ps();
@@ -159,6 +172,7 @@ AFD_AVX512 void gemv_row_lut(const LutRegs& L, const uint8_t* w, const float* sr
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = w + b * kFp8Block;
     const int64_t bc = std::min<int64_t>(kFp8Block, cols - b * kFp8Block);
+    prefetch_block(p, left - b * kFp8Block);
     __m512i wv[4];
     if (bc == kFp8Block) {
 #pragma GCC unroll 4
@@ -205,7 +219,7 @@ AFD_AVX512_VBMI inline void lut64(const ByteLutRegs& L, __m512i b, __m512i* w0, 
 
 template <int T>
 AFD_AVX512_VBMI void gemv_row_lut8(const ByteLutRegs& L, const uint8_t* w, const float* srow, int64_t cols,
-                                   const uint16_t* x, int64_t ldx, float* y, int64_t ldy, bool acc) {
+                                   const uint16_t* x, int64_t ldx, float* y, int64_t ldy, bool acc, int64_t left) {
   __m512 a[T];
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) a[t] = _mm512_setzero_ps();
@@ -214,6 +228,7 @@ AFD_AVX512_VBMI void gemv_row_lut8(const ByteLutRegs& L, const uint8_t* w, const
     const uint8_t* p = w + b * kFp8Block;
     const int64_t bc = std::min<int64_t>(kFp8Block, cols - b * kFp8Block);
     __m512i b0, b1;
+    prefetch_block(p, left - b * kFp8Block);
     if (bc == kFp8Block) {
       b0 = _mm512_loadu_si512(p);
       b1 = _mm512_loadu_si512(p + 64);
@@ -255,14 +270,15 @@ AFD_AVX512 void fp8_gemv_avx512(const float* xf, int64_t n, int64_t ldx, const F
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr = w.q + r * cols;
     const float* sr = scale_row(w, r);
+    const int64_t left = (r1 - r) * cols;  // bytes of this call's rows from the row's start
     for (int64_t i = 0; i < n; i += kMaxT) {
       const float* xi = xf + i * ldx;
       float* yi = y + i * ldy + r;
       switch (std::min<int64_t>(kMaxT, n - i)) {
-        case 1: gemv_row<1>(wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-        case 2: gemv_row<2>(wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-        case 3: gemv_row<3>(wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-        default: gemv_row<4>(wr, sr, cols, xi, ldx, yi, ldy, acc); break;
+        case 1: gemv_row<1>(wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
+        case 2: gemv_row<2>(wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
+        case 3: gemv_row<3>(wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
+        default: gemv_row<4>(wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
       }
     }
   }
@@ -276,14 +292,15 @@ AFD_AVX512 void fp8_gemv_lut_avx512(const uint16_t* xb, int64_t n, int64_t ldx, 
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr = w.q + r * cols;
     const float* sr = scale_row(w, r);
+    const int64_t left = (r1 - r) * cols;  // bytes of this call's rows from the row's start
     for (int64_t i = 0; i < n; i += kMaxT) {
       const uint16_t* xi = xb + i * ldx;
       float* yi = y + i * ldy + r;
       switch (std::min<int64_t>(kMaxT, n - i)) {
-        case 1: gemv_row_lut<1>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-        case 2: gemv_row_lut<2>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-        case 3: gemv_row_lut<3>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-        default: gemv_row_lut<4>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
+        case 1: gemv_row_lut<1>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
+        case 2: gemv_row_lut<2>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
+        case 3: gemv_row_lut<3>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
+        default: gemv_row_lut<4>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
       }
     }
   }
@@ -302,14 +319,15 @@ AFD_AVX512_VBMI void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr = w.q + r * cols;
     const float* sr = scale_row(w, r);
+    const int64_t left = (r1 - r) * cols;  // bytes of this call's rows from the row's start
     for (int64_t i = 0; i < n; i += kMaxT) {
       const uint16_t* xi = xb + i * ldx;
       float* yi = y + i * ldy + r;
       switch (std::min<int64_t>(kMaxT, n - i)) {
-        case 1: gemv_row_lut8<1>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-        case 2: gemv_row_lut8<2>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-        case 3: gemv_row_lut8<3>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-        default: gemv_row_lut8<4>(L, wr, sr, cols, xi, ldx, yi, ldy, acc); break;
+        case 1: gemv_row_lut8<1>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
+        case 2: gemv_row_lut8<2>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
+        case 3: gemv_row_lut8<3>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
+        default: gemv_row_lut8<4>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
       }
     }
   }
@@ -324,7 +342,6 @@ AFD_AVX512_VBMI void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t
 AFD_AVX512 void fp8_dequant_rows_bf16_avx512(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1,
                                              uint16_t* out) {
   constexpr int64_t kTablesPerPass = 64;
-  constexpr int64_t kPrefetchBytes = 8192;
   alignas(64) uint16_t tabs[kTablesPerPass][kFp8Block];
   const float* mag = f32_magnitudes().v.data();
   const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
@@ -352,10 +369,7 @@ AFD_AVX512 void fp8_dequant_rows_bf16_avx512(const Fp8BlockWeights& w, int64_t c
           const uint8_t* p = w.q + q * cols + c0;
           uint16_t* o = out + (q - r0) * cols + c0;
           const int64_t bc = std::min<int64_t>(kFp8Block, cols - c0);
-          if (q * cols + c0 + kPrefetchBytes < end) {
-            _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + 64), _MM_HINT_T0);
-          }
+          prefetch_block(p, end - q * cols - c0);
           if (bc == kFp8Block) {
 #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k)
