@@ -504,7 +504,7 @@ int main(int argc, char** argv) {
         sets.push_back(make_weights(DType::bf16, shapes[i], shapes[i + 1], 256.0 * 1024 * 1024));
     else
       sets.push_back(make_weights(DType::bf16, 8192, 8192, 1));
-    const int64_t pfs[] = {0, 512, 1024, 2048, 4096};
+    const int64_t pfs[] = {0, 1024, 4096, 8192, 16384};
     const int rs[] = {1, 4, 8};
     std::vector<std::array<std::array<std::array<double, 2>, 5>, 3>> best(sets.size());
     double best_read = 0;
@@ -520,7 +520,7 @@ int main(int argc, char** argv) {
             }
           }
     }
-    detail::set_linear_avx512_tuning(0, 1);
+    detail::set_linear_avx512_tuning(-1, 1);
     std::printf("plain read (256 MiB): %.2f GB/s\n| W [rows, cols] | rows/tile | prefetch B | bf16 act GB/s | f32 act GB/s |\n|---|---|---|---|---|\n",
                 best_read / 1e9);
     for (size_t si = 0; si < sets.size(); ++si)

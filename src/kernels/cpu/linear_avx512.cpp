@@ -23,12 +23,13 @@ namespace afd::kernels::detail {
 
 namespace {
 
-// Software prefetch distance for the W streams in bytes ahead of the current load (0: none),
-// and the single-token layout: 1 = rows one at a time (row_seq_*), 4 or 8 = interleaved tiles.
-// Tunables read once per call (bench_kernels --tune). Defaults: no software prefetch and rows
-// one at a time (see row_seq_dp), the fastest settings of bench_kernels --tune for the bench
-// model's shapes.
-std::atomic<int64_t> g_prefetch_bytes{0};
+// The single-token layout: 1 = rows one at a time (row_seq_*), 4 or 8 = interleaved tiles, and
+// its software prefetch distance for the W stream in bytes ahead of the current load (0:
+// none). Tunables read once per call (bench_kernels --tune). Defaults: rows one at a time (see
+// row_seq_dp) with an 8 KiB prefetch, from bench_kernels --tune on the bench model's shapes
+// and whole decode steps (docs/bench-log/2026-11-26-fp8-prefetch.md).
+constexpr int64_t kPrefetchBytesDefault = 8192;
+std::atomic<int64_t> g_prefetch_bytes{kPrefetchBytesDefault};
 std::atomic<int> g_rows_single{1};
 // Small-n (2..kSmallNMax tokens, bf16 x bf16) row tile: 0 = the general tiles (4 rows x <= 6
 // tokens, no prefetch), 3 or 4 = rows_small_dp with 3-row tiles of <= 8 tokens or 4-row tiles
@@ -230,12 +231,27 @@ AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int6
 // above) splits it into short strided streams that the hardware prefetchers follow badly
 // when rows are short. With several tokens the tiles win (x reuse and fewer reductions).
 // x is zero padded to a multiple of 32 columns (and permuted per 32-column block for
-// fma_bf16w, see prep_x_f32_perm32); W is read only up to cols.
-AFD_AVX512 void row_seq_dp(const uint16_t* w, int64_t cols, const uint16_t* x, float* y, bool acc) {
+// fma_bf16w, see prep_x_f32_perm32); W is read only up to cols. row_seq_dp prefetches: pf is
+// the distance in bytes (0: none), left the bytes of W this call reads from w on (nothing past
+// it is prefetched); whole decode steps ran 2-7 % faster with it
+// (docs/bench-log/2026-11-26-fp8-prefetch.md). The f32-activation variants, more compute per
+// byte, ran slower with it in bench_kernels --tune and do not prefetch.
+template <int Lines>
+AFD_AVX512 inline void prefetch_ahead(const void* p, int64_t pf, int64_t left) {
+  if (pf > 0 && pf + 64 * Lines <= left) {
+    const char* q = static_cast<const char*>(p) + pf;
+#pragma GCC unroll 4
+    for (int l = 0; l < Lines; ++l) _mm_prefetch(q + 64 * l, _MM_HINT_T0);
+  }
+}
+
+AFD_AVX512 void row_seq_dp(const uint16_t* w, int64_t cols, const uint16_t* x, float* y, bool acc, int64_t pf,
+                           int64_t left) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   const int64_t c128 = cols & ~int64_t{127};
   int64_t c = 0;
   for (; c < c128; c += 128) {
+    prefetch_ahead<4>(w + c, pf, left - 2 * c);
     a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + c), (__m512bh)_mm512_loadu_si512(x + c));
     a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + c + 32), (__m512bh)_mm512_loadu_si512(x + c + 32));
     a2 = _mm512_dpbf16_ps(a2, (__m512bh)_mm512_loadu_si512(w + c + 64), (__m512bh)_mm512_loadu_si512(x + c + 64));
@@ -467,7 +483,7 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
   if (n == 1 && rows_single == 1) {
     for (int64_t r = r0; r < r1; ++r) {
       if constexpr (K == Kind::dp)
-        row_seq_dp(w + r * cols, cols, x, y + r, acc);
+        row_seq_dp(w + r * cols, cols, x, y + r, acc, pf, (r1 - r) * cols * 2);
       else if constexpr (K == Kind::fma_bf16w)
         row_seq_fma_bf16w(w + r * cols, cols, x, y + r, acc);
       else
@@ -487,9 +503,9 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
     // A few tokens (MoE experts at small decode batches): one W row at a time with one
     // accumulator per token, for the same sequential-stream reason: always for n = 2, for
     // n = 3..4 on rows of at most 1024 columns (on longer rows the tiles are faster).
-    rows_r<K, 1>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
+    rows_r<K, 1>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, 0);
   } else {
-    rows_r<K, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
+    rows_r<K, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, n == 1 ? pf : 0);
   }
 }
 
@@ -505,7 +521,7 @@ void set_linear_avx512_small_n(int layout, int64_t x_block_bytes, int64_t prefet
 }
 
 void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single) {
-  g_prefetch_bytes.store(prefetch_bytes, std::memory_order_relaxed);
+  g_prefetch_bytes.store(prefetch_bytes >= 0 ? prefetch_bytes : kPrefetchBytesDefault, std::memory_order_relaxed);
   g_rows_single.store(rows_single == 1 || rows_single == 8 ? rows_single : 4, std::memory_order_relaxed);
 }
 

@@ -59,8 +59,9 @@ void rows_fma_f32w_avx2(const float* x, int64_t n, int64_t ldx, const float* w, 
 void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_bf16, int64_t cols,
                  int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
 
-// AVX-512 tile tuning (benchmarks only): software prefetch distance in bytes (0 = none) and
-// the single-token layout: 1 = one row at a time (default), 4 or 8 = interleaved row tiles.
+// AVX-512 single-token tuning (benchmarks and tests only): the layout, 1 = one row at a time
+// (default), 4 or 8 = interleaved row tiles, and its software prefetch distance in bytes (0 =
+// none, negative = the default, 8 KiB; rows one at a time prefetch with bf16 activations only).
 void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single);
 // The bf16 x bf16 small-n path (2..kSmallNMax tokens, linear_avx512.cpp): layout 0 = the general tiles,
 // 3 or 4 = 3- or 4-row tiles with prefetch; x_block_bytes = the budget for one column block's

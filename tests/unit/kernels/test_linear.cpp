@@ -161,12 +161,13 @@ TEST_P(LinearTest, AllImplementationsMatchF64) {
 }
 
 // The n == 1 tuning variants of the AVX-512 kernels (interleaved 4- and 8-row tiles with
-// prefetch off / far; the default one-row-at-a-time path is covered by every other test).
+// prefetch off / far, rows one at a time without prefetch or with a short one; the default,
+// rows one at a time with an 8 KiB prefetch, is covered by every other test).
 TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
   if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   auto [w_dtype, prec] = GetParam();
   ThreadPool pool(2);
-  for (auto [pf, rows_single] : {std::pair<int64_t, int>{1024, 4}, {4096, 8}, {0, 4}, {0, 8}}) {
+  for (auto [pf, rows_single] : {std::pair<int64_t, int>{1024, 4}, {4096, 8}, {0, 4}, {0, 8}, {0, 1}, {64, 1}}) {
     detail::set_linear_avx512_tuning(pf, rows_single);
     for (const Case& c : kCases) {
       if (c.n != 1) continue;
@@ -176,7 +177,7 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
       check(p, y, false, describe(p, "avx512 tuning", false, 2) + " pf=" + std::to_string(pf));
     }
   }
-  detail::set_linear_avx512_tuning(0, 1);  // the defaults
+  detail::set_linear_avx512_tuning(-1, 1);  // the defaults
 }
 
 // The bf16 x bf16 small-n layouts (2..kSmallNMax tokens: 1-row streams for n <= 4, 3- or
