@@ -236,8 +236,9 @@ AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int6
 // it is prefetched); whole decode steps ran 2-7 % faster with it
 // (docs/bench-log/2026-11-26-fp8-prefetch.md). The f32-activation variants, more compute per
 // byte, ran slower with it in bench_kernels --tune and do not prefetch.
+// always_inline: see prefetch_block in linear_fp8_avx512.cpp (GCC drops such calls otherwise).
 template <int Lines>
-AFD_AVX512 inline void prefetch_ahead(const void* p, int64_t pf, int64_t left) {
+AFD_AVX512 __attribute__((always_inline)) inline void prefetch_ahead(const void* p, int64_t pf, int64_t left) {
   if (pf > 0 && pf + 64 * Lines <= left) {
     const char* q = static_cast<const char*>(p) + pf;
 #pragma GCC unroll 4
