@@ -1,5 +1,6 @@
 // bench_kernels: times the CPU kernels against the machine limits measured in the same run.
 //   bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights]
+//                 [--fp8-dequant [--shapes ROWS,COLS,..] [--rounds R]]
 //                 [--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R]]
 // Prints a Markdown table: kernel path, W shape, n, precision, time per call, GB/s of W
 // streamed, GFLOP/s, fraction of the measured read bandwidth, of the library GEMM rate and of
@@ -14,6 +15,7 @@
 // linear with bf16 weights of the same shapes, cold, for 1..256 tokens, with the read bandwidth
 // measured in the same rounds; plus the gemv conversion variants (half vs bf16 table) and the
 // gemv / tile crossover (the defaults in linear_fp8.cpp come from these tables).
+// --fp8-dequant: the tile path's dequantization alone, one thread, cold (run_fp8_dequant).
 // --small-n: bf16 x bf16 products of W shapes (--shapes, default the expert shapes [768, 2048],
 // [2048, 768]) at n tokens (--ns, default 1,2,4,8,16,32)
 // for each variant V = layout + 10 * (x block KiB, < 1000) + 1e4 * (least prefetch distance
@@ -373,6 +375,54 @@ int run_fp8_weights(int threads, bool quick) {
   return 0;
 }
 
+// ---- --fp8-dequant ----
+// The tile path's dequantization alone (fp8_dequant_rows_bf16_avx512, tiles of the default
+// tile_rows, one thread) over cold sets of 256 MiB per shape, against a one-thread read of
+// 256 MiB in the same rounds: ns per weight and the FP8 bytes read per second; median [min,
+// max] over the rounds.
+int run_fp8_dequant(int rounds, const std::vector<int>& shapes) {
+  if (active_isa() != Isa::avx512) {
+    std::printf("no AVX-512 BF16 on this CPU: the tile dequantization measured here is not used\n");
+    return 0;
+  }
+  ThreadPool one(1);
+  const int64_t tile = detail::fp8_tuning().tile_rows;
+  std::vector<Fp8Set> sets;
+  for (size_t i = 0; i + 1 < shapes.size(); i += 2)
+    sets.push_back(make_fp8_weights(shapes[i], shapes[i + 1], 256.0 * 1024 * 1024));
+  std::vector<std::vector<double>> ns(sets.size());
+  std::vector<double> bw;
+  std::vector<uint16_t> out;
+  for (int round = 0; round < rounds; ++round) {
+    bw.push_back(measure_read_bandwidth(one, size_t{256} << 20, 1));
+    for (size_t k = 0; k < sets.size(); ++k) {
+      const Fp8Set& w = sets[k];
+      out.resize(static_cast<size_t>(std::min(tile, w.rows) * w.cols));
+      const int64_t s = now_ns();
+      for (int64_t m = 0; m < w.count; ++m)
+        for (int64_t r = 0; r < w.rows; r += tile)
+          detail::fp8_dequant_rows_bf16_avx512(w.get(m), w.cols, r, std::min(w.rows, r + tile), out.data());
+      ns[k].push_back(static_cast<double>(now_ns() - s) / static_cast<double>(w.count * w.rows * w.cols));
+    }
+  }
+  auto med = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("one thread, tiles of %lld rows, %d rounds; one-thread read of 256 MiB: %.2f GB/s median [%.2f, %.2f]\n",
+              static_cast<long long>(tile), rounds, med(bw) / 1e9, *std::min_element(bw.begin(), bw.end()) / 1e9,
+              *std::max_element(bw.begin(), bw.end()) / 1e9);
+  std::printf("| W [rows, cols] | ns per weight, median [min, max] | FP8 GB/s (median) | fraction of the read |\n"
+              "|---|---:|---:|---:|\n");
+  for (size_t k = 0; k < sets.size(); ++k) {
+    const double m = med(ns[k]);
+    std::printf("| [%lld, %lld] | %.4f [%.4f, %.4f] | %.2f | %.2f |\n", static_cast<long long>(sets[k].rows),
+                static_cast<long long>(sets[k].cols), m, *std::min_element(ns[k].begin(), ns[k].end()),
+                *std::max_element(ns[k].begin(), ns[k].end()), 1.0 / m, 1e9 / m / med(bw));
+  }
+  return 0;
+}
+
 // 10th percentile of single-call times (bf16 activations) over min_seconds of calls cycling
 // through the cold weight set. On a loaded machine most calls share the cores or the memory
 // bus with other processes; the fast tail is the closest to the kernel's own speed.
@@ -458,7 +508,7 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
 
 int main(int argc, char** argv) {
   int threads = 2;
-  bool quick = false, compare = false, tune = false, fp8 = false, fp8_weights = false;
+  bool quick = false, compare = false, tune = false, fp8 = false, fp8_weights = false, fp8_dequant = false;
   std::vector<int> small_n, small_ns = {1, 2, 4, 8, 16, 32}, shapes = {768, 2048, 2048, 768};
   int rounds_arg = 5;
   bool shapes_given = false;
@@ -469,6 +519,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--tune")) tune = true;
     else if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--fp8-weights")) fp8_weights = true;
+    else if (!std::strcmp(argv[i], "--fp8-dequant")) fp8_dequant = true;
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds_arg = std::atoi(argv[++i]);
     else if ((!std::strcmp(argv[i], "--small-n") || !std::strcmp(argv[i], "--ns") ||
               !std::strcmp(argv[i], "--shapes")) &&
@@ -486,12 +537,14 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune [--shapes ROWS,COLS,..]] [--fp8] "
-                   "[--fp8-weights] [--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R]]\n");
+                   "[--fp8-weights] [--fp8-dequant [--shapes ..] [--rounds R]] [--small-n V,.. [--ns N,..] [--shapes "
+                   "ROWS,COLS,..] [--rounds R]]\n");
       return 2;
     }
   }
   if (fp8) return run_fp8(quick);
   if (fp8_weights) return run_fp8_weights(threads, quick);
+  if (fp8_dequant) return run_fp8_dequant(rounds_arg, shapes_given ? shapes : std::vector<int>{512, 2048, 2048, 512, 1024, 7168});
   ThreadPool pool(threads);
   if (!small_n.empty()) return run_small_n(pool, rounds_arg, small_n, small_ns, shapes);
   if (tune) {
