@@ -125,12 +125,13 @@ class MlaAttention final : public AttentionVariant {
       kernels::mla_decode_attend(&qlat_[(k * N + h0) * D], D, nh, Lkv, R, views_[k], b.pos[decode_[k]] + 1, scale_,
                                  &olat_[(k * N + h0) * Lkv], Lkv);
     });
-    // o[i][h] = W_UV[h] o_lat[i][h]
+    // o[i][h] = W_UV[h] o_lat[i][h], one head per task (a head's product alone is too small to
+    // split across the pool).
     otmp_.resize(static_cast<size_t>(nd * N * V));
-    for (int64_t h = 0; h < N; ++h) {
+    pool_->run(static_cast<int>(N), [&](int h, int) {
       const Matrix wuv = matrix_rows(A.kv_b, h * (P + V) + P, (h + 1) * (P + V));
-      linear(wuv, &olat_[h * Lkv], nd, N * Lkv, &otmp_[h * V], N * V, opt_.prec, pool_);
-    }
+      linear(wuv, &olat_[h * Lkv], nd, N * Lkv, &otmp_[h * V], N * V, opt_.prec, nullptr);
+    });
     for (int64_t k = 0; k < nd; ++k)
       std::memcpy(out + decode_[k] * N * V, &otmp_[k * N * V], static_cast<size_t>(N * V) * 4);
   }

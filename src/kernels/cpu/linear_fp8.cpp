@@ -301,6 +301,11 @@ void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, uint8_t* q,
 }
 
 void dequantize_fp8_blocks(const Fp8BlockWeights& w, int64_t rows, int64_t cols, float* out) {
+  switch (active_isa()) {
+    case Isa::avx512: detail::fp8_dequant_rows_f32_avx512(w, cols, 0, rows, out); return;
+    case Isa::avx2: detail::fp8_dequant_rows_f32_avx2(w, cols, 0, rows, out); return;
+    case Isa::scalar: break;
+  }
   detail::fp8_dequant_rows_f32_scalar(w, cols, 0, rows, out);
 }
 

@@ -52,7 +52,9 @@ const char* linear_fp8_path_name(int64_t n, int64_t cols, ActPrecision prec);
 // the caller's to reject (a NaN or inf makes its block's scale non-finite).
 void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, uint8_t* q, float* scale);
 
-// W [rows, cols] f32 = the dequantized weights (scalar; for tests and checkpoint conversion).
+// W [rows, cols] f32 = the dequantized weights, exactly fp8 * scale in f32 (SIMD where the CPU
+// has it, the same values as the scalar definition; rows of FP8 weights read one at a time,
+// checkpoint conversion).
 void dequantize_fp8_blocks(const Fp8BlockWeights& w, int64_t rows, int64_t cols, float* out);
 
 namespace ref {

@@ -188,9 +188,11 @@ TEST(LinearFp8, DequantizedTilesAreExact) {
   for (const Case& c : kCases) {
     Problem p = make_problem(c, 41);
     std::vector<float> want(static_cast<size_t>(c.rows * c.cols)), got(want.size());
-    dequantize_fp8_blocks(p.w(), c.rows, c.cols, want.data());
+    detail::fp8_dequant_rows_f32_scalar(p.w(), c.cols, 0, c.rows, want.data());
     for (int64_t r = 0; r < c.rows; ++r)
       for (int64_t k = 0; k < c.cols; ++k) ASSERT_EQ(want[static_cast<size_t>(r * c.cols + k)], weight(p, r, k, false));
+    dequantize_fp8_blocks(p.w(), c.rows, c.cols, got.data());  // the dispatched path
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << "dispatched rows=" << c.rows;
     if (detected_isa() >= Isa::avx2) {
       detail::fp8_dequant_rows_f32_avx2(p.w(), c.cols, 0, c.rows, got.data());
       EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << "avx2 rows=" << c.rows;
