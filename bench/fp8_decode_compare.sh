@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Whole decode steps of a bf16 checkpoint and its FP8 block-quantized twin, interleaved:
-# each run is one `afd bench --steps 1` per model (one warm-up step, then one timed step), the
-# two models alternating which goes first, so both see the same machine conditions. Prints per
+# each run is one `afd bench --steps 5` per model (one warm-up step, then five timed steps, of
+# which the run keeps the median of the last three: in some processes on the shared VM the
+# first one to three steps after start-up ran up to 2x slower, docs/bench-log/
+# 2026-11-26-fp8-prefetch.md), the two models alternating which goes first, so both see the
+# same machine conditions. Prints per
 # batch the median and p90 step time of each model over the runs and the FP8 / bf16 ratio of
 # tokens/s (median over the interleaved pairs of each pair's ratio); in wall-time mode also the
-# FFN half's time of the step (afd bench's ffn_ms: the expert, shared-expert and dense products).
+# FFN half's time (afd bench's ffn_ms of the run's median step: the expert, shared-expert and
+# dense products).
 # With CPU_TIME=1, a "step" is instead the CPU time of one decode step: perf stat's task-clock
 # of `afd bench --steps 11` minus that of `--steps 1`, over 10 — on a machine shared with other
 # tenants this excludes the time the process waits for a core (use THREADS=1: a pool thread
@@ -26,9 +30,10 @@ step_ms() {  # model batch -> ms of one timed step (wall, or CPU with CPU_TIME=1
     /usr/bin/python3 -c "print(($a - $b) / 10, 0)"
     return
   fi
-  "$AFD" --log-level error bench --model "$1" --batch "$2" --context "$CTX" --steps 1 --skip-limits --json \
+  "$AFD" --log-level error bench --model "$1" --batch "$2" --context "$CTX" --steps 5 --skip-limits --json \
     --threads "$THREADS" 2>/dev/null |
-    /usr/bin/python3 -c 'import json,sys; r = json.load(sys.stdin)["rows"][0]; print(r["step_ms"], r["ffn_ms"])'
+    /usr/bin/python3 -c 'import json, statistics, sys; r = json.load(sys.stdin)["rows"][0]
+print(statistics.median(r["step_times_ms"][2:]), r["ffn_ms"])'
 }
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%F %H:%M UTC'); runs $RUNS, context $CTX, threads $THREADS, $([ "${CPU_TIME:-0}" = 1 ] && echo 'CPU time per step' || echo 'wall time per step')"
 for b in ${BATCHES//,/ }; do
