@@ -10,8 +10,9 @@
 //     o_lat[h] = MQA of q_lat ‖ q_pe over the cached rows (kernels/cpu/mla_attention.h),
 //     o[h] = W_UV[h] o_lat[h];
 //   * a run of several consecutive tokens of one sequence (prefill chunk): expanded form —
-//     k_nope ‖ v = kv_b(c_n) for every cached position, causal attention per head with
-//     keys k_nope[h] ‖ k_pe (two linear() products per head and block of query tokens).
+//     k_nope ‖ v = kv_b(c_n) for every cached position, one key block at a time, causal
+//     attention per head with keys k_nope[h] ‖ k_pe and an online softmax across the blocks
+//     (two linear() products per head, block of query tokens and key block).
 //     Precondition: the run's positions ascend and its last one is the largest.
 // Both read the latents back from the cache, so they see the same (possibly rounded) values;
 // W_UK / W_UV are rows of kv_b read through the Matrix API (no copy; FP8 dequantized on the
@@ -136,53 +137,89 @@ class MlaAttention final : public AttentionVariant {
       std::memcpy(out + decode_[k] * N * V, &otmp_[k * N * V], static_cast<size_t>(N * V) * 4);
   }
 
-  // Tokens [i0, i1) of one sequence, positions ascending.
+  // Tokens [i0, i1) of one sequence, positions ascending, the last one the largest. The cached
+  // positions [0, ctx) are expanded through kv_b one key block at a time (k_nope ‖ v of Kb
+  // positions, [Kb, N, P + V]), so memory stays bounded however long the context; the softmax
+  // runs online across the blocks (per query row and head: running max, running sum, and the
+  // output row rescaled when the max grows), and the output rows are divided by the sum at the
+  // end. Each cached latent is expanded once per call.
   void expanded(int64_t layer, TokenBatch& b, int64_t i0, int64_t i1, float* out) {
     const ModelConfig& c = w_->config;
     const AttentionWeights& A = w_->layers[layer].attn;
     const int64_t N = c.n_heads, P = c.qk_nope_head_dim, R = c.qk_rope_head_dim, V = c.v_head_dim;
-    const int64_t Lkv = c.kv_lora_rank, QH = P + R, D = Lkv + R;
+    const int64_t Lkv = c.kv_lora_rank, QH = P + R, D = Lkv + R, OV = N * V;
     const int64_t seq = b.seq[i0];
     int64_t ctx = 0;
     for (int64_t i = i0; i < i1; ++i) ctx = std::max(ctx, b.pos[i] + 1);
-    lat_.resize(static_cast<size_t>(ctx * D));
-    for (int64_t j = 0; j < ctx; ++j) kv_->read_k(layer, seq, j, &lat_[j * D]);
-    kvx_.resize(static_cast<size_t>(ctx * N * (P + V)));
-    linear(A.kv_b, lat_.data(), ctx, D, kvx_.data(), N * (P + V), opt_.prec, pool_);  // [ctx, N, P + V]
     const int64_t m = i1 - i0;
-    // Per head (one task each): K_h [ctx, P + R] = k_nope[h] ‖ k_pe and V_h^T [V, ctx] are
-    // gathered once, then for blocks of at most kRows query tokens
-    //   S = Q_h K_h^T * scale (causal: token at position p sees j <= p), softmax, O_h = S V_h,
-    // both products through linear() (f32 rows of K_h / V_h^T as its weight matrix).
-    constexpr int64_t kRows = 128;
-    pool_->run(static_cast<int>(N), [&](int h, int) {
-      thread_local std::vector<float> kh, vt, s;
-      kh.resize(static_cast<size_t>(ctx * QH));
-      vt.resize(static_cast<size_t>(V * ctx));
-      for (int64_t j = 0; j < ctx; ++j) {
-        const float* kv = &kvx_[(j * N + h) * (P + V)];
-        std::memcpy(&kh[j * QH], kv, static_cast<size_t>(P) * 4);
-        std::memcpy(&kh[j * QH + P], &lat_[j * D + Lkv], static_cast<size_t>(R) * 4);
-        for (int64_t v = 0; v < V; ++v) vt[v * ctx + j] = kv[P + v];
-      }
-      for (int64_t r0 = 0; r0 < m; r0 += kRows) {
-        const int64_t nr = std::min(kRows, m - r0);
-        s.resize(static_cast<size_t>(nr * ctx));
-        const int64_t t0 = i0 + r0;
-        kernels::linear(&b.q[t0 * N * QH + h * QH], nr, N * QH, kh.data(), DType::f32, ctx, QH, s.data(), ctx,
-                        opt_.prec, nullptr);
-        for (int64_t r = 0; r < nr; ++r) {
-          float* sr = &s[r * ctx];
-          const int64_t nctx = b.pos[t0 + r] + 1;
-          for (int64_t j = 0; j < nctx; ++j) sr[j] *= scale_;
-          kernels::softmax(sr, nctx);
-          std::fill(sr + nctx, sr + ctx, 0.0f);
+    constexpr int64_t kBudgetBytes = int64_t{32} << 20;
+    const int64_t kb = opt_.mla_key_block > 0
+                           ? opt_.mla_key_block
+                           : std::max<int64_t>(64, kBudgetBytes / (N * (P + V) * static_cast<int64_t>(sizeof(float))) / 64 * 64);
+    const int64_t kb_max = std::min(kb, ctx);
+    lat_.resize(static_cast<size_t>(kb_max * D));
+    kvx_.resize(static_cast<size_t>(kb_max * N * (P + V)));
+    run_max_.assign(static_cast<size_t>(m * N), -INFINITY);
+    run_sum_.assign(static_cast<size_t>(m * N), 0.0f);
+    for (int64_t i = i0; i < i1; ++i) std::fill(out + i * OV, out + (i + 1) * OV, 0.0f);
+    for (int64_t j0 = 0; j0 < ctx; j0 += kb) {
+      const int64_t kn = std::min(kb, ctx - j0);
+      for (int64_t j = 0; j < kn; ++j) kv_->read_k(layer, seq, j0 + j, &lat_[j * D]);
+      linear(A.kv_b, lat_.data(), kn, D, kvx_.data(), N * (P + V), opt_.prec, pool_);  // [kn, N, P + V]
+      // Per head (one task each): K_h [kn, P + R] = k_nope[h] ‖ k_pe and V_h^T [V, kn] of the
+      // block, then for blocks of at most kRows query tokens: S = Q_h K_h^T * scale (causal:
+      // the token at position p sees j <= p), the online softmax update, O_h += S V_h (both
+      // products through linear(), with f32 rows of K_h / V_h^T as its weight matrix).
+      pool_->run(static_cast<int>(N), [&](int h, int) {
+        thread_local std::vector<float> kh, vt, s;
+        kh.resize(static_cast<size_t>(kn * QH));
+        vt.resize(static_cast<size_t>(V * kn));
+        for (int64_t j = 0; j < kn; ++j) {
+          const float* kv = &kvx_[(j * N + h) * (P + V)];
+          std::memcpy(&kh[j * QH], kv, static_cast<size_t>(P) * 4);
+          std::memcpy(&kh[j * QH + P], &lat_[j * D + Lkv], static_cast<size_t>(R) * 4);
+          for (int64_t v = 0; v < V; ++v) vt[v * kn + j] = kv[P + v];
         }
-        kernels::linear(s.data(), nr, ctx, vt.data(), DType::f32, V, ctx, out + t0 * N * V + h * V, N * V, opt_.prec,
-                        nullptr);
+        for (int64_t r0 = 0; r0 < m; r0 += kRows) {
+          const int64_t nr = std::min(kRows, m - r0);
+          const int64_t t0 = i0 + r0;
+          if (b.pos[t0 + nr - 1] < j0) continue;  // positions ascend: no row here sees a key of the block
+          s.resize(static_cast<size_t>(nr * kn));
+          kernels::linear(&b.q[t0 * N * QH + h * QH], nr, N * QH, kh.data(), DType::f32, kn, QH, s.data(), kn,
+                          opt_.prec, nullptr);
+          for (int64_t r = 0; r < nr; ++r) {
+            float* sr = &s[r * kn];
+            const int64_t valid = std::min(kn, b.pos[t0 + r] + 1 - j0);  // keys j0 .. pos
+            float* o = out + (t0 + r) * OV + h * V;
+            float& mx = run_max_[(r0 + r) * N + h];
+            float& sum = run_sum_[(r0 + r) * N + h];
+            if (valid <= 0) {
+              std::fill(sr, sr + kn, 0.0f);
+              continue;
+            }
+            const float nmax = std::max(mx, kernels::scale_max(sr, valid, scale_));
+            const float corr = std::exp(mx - nmax);  // 0 on the row's first block (mx = -inf)
+            const float bsum = kernels::exp_sub_sum(sr, valid, nmax);
+            std::fill(sr + valid, sr + kn, 0.0f);
+            sum = sum * corr + bsum;
+            mx = nmax;
+            if (corr != 1.0f)
+              for (int64_t v = 0; v < V; ++v) o[v] *= corr;
+          }
+          kernels::linear(s.data(), nr, kn, vt.data(), DType::f32, V, kn, out + t0 * OV + h * V, OV, opt_.prec,
+                          nullptr, /*accumulate=*/true);
+        }
+      });
+    }
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t h = 0; h < N; ++h) {
+        const float inv = 1.0f / run_sum_[r * N + h];
+        float* o = out + (i0 + r) * OV + h * V;
+        for (int64_t v = 0; v < V; ++v) o[v] *= inv;
       }
-    });
   }
+
+  static constexpr int64_t kRows = 128;  // query tokens per product in the expanded form
 
   std::shared_ptr<const ModelWeights> w_;
   PagedKvCache* kv_;
@@ -192,7 +229,7 @@ class MlaAttention final : public AttentionVariant {
   double mag_ = 1.0;
   float scale_ = 1.0f;
   // Scratch, reused across calls.
-  std::vector<float> qa_, qlat_, olat_, otmp_, lat_, kvx_;
+  std::vector<float> qa_, qlat_, olat_, otmp_, lat_, kvx_, run_max_, run_sum_;
   std::vector<int64_t> decode_;
   std::vector<std::vector<const uint8_t*>> blocks_;
   std::vector<std::vector<const float*>> scales_;

@@ -27,6 +27,9 @@ namespace afd {
 
 struct AttentionOptions {
   kernels::ActPrecision prec = kernels::ActPrecision::f32;
+  // MLA's expanded form (prefill chunks): cached positions expanded through kv_b per block; 0 =
+  // as many as fit a 32 MiB budget (at least 64). Tests set it small to cross block edges.
+  int64_t mla_key_block = 0;
 };
 
 struct KvLayout {

@@ -62,6 +62,16 @@ void softmax(float* x, int64_t n) {
   ref::softmax(x, n);
 }
 
+float scale_max(float* x, int64_t n, float s) {
+  if (use_avx512()) return detail::scale_max_avx512(x, n, s);
+  return ref::scale_max(x, n, s);
+}
+
+float exp_sub_sum(float* x, int64_t n, float m) {
+  if (use_avx512()) return detail::exp_sub_sum_avx512(x, n, m);
+  return ref::exp_sub_sum(x, n, m);
+}
+
 void axpy(float a, const float* x, int64_t n, float* y) {
   if (use_avx512()) return detail::axpy_avx512(a, x, n, y);
   ref::axpy(a, x, n, y);

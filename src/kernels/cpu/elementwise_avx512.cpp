@@ -83,6 +83,30 @@ AFD_AVX512 void softmax_avx512(float* x, int64_t n) {
   }
 }
 
+AFD_AVX512 float scale_max_avx512(float* x, int64_t n, float s) {
+  const __m512 vs = _mm512_set1_ps(s);
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask(n - i);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
+    _mm512_mask_storeu_ps(x + i, m, v);
+    mx = _mm512_mask_max_ps(mx, m, mx, v);
+  }
+  return _mm512_reduce_max_ps(mx);
+}
+
+AFD_AVX512 float exp_sub_sum_avx512(float* x, int64_t n, float mx) {
+  const __m512 vm = _mm512_set1_ps(mx);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = tail_mask(n - i);
+    const __m512 e = _mm512_maskz_mov_ps(m, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vm)));
+    _mm512_mask_storeu_ps(x + i, m, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
 // fp-contract=off: GCC would otherwise fuse the mul and add below into an FMA (C++ mode).
 AFD_AVX512 __attribute__((optimize("fp-contract=off"))) void axpy_avx512(float a, const float* x, int64_t n,
                                                                         float* y) {

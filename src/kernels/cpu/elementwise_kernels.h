@@ -9,6 +9,8 @@ namespace afd::kernels::detail {
 void rmsnorm_avx512(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y);
 void silu_mul_avx512(const float* gate, const float* up, int64_t n, float* out);
 void softmax_avx512(float* x, int64_t n);
+float scale_max_avx512(float* x, int64_t n, float s);
+float exp_sub_sum_avx512(float* x, int64_t n, float m);
 void axpy_avx512(float a, const float* x, int64_t n, float* y);
 void f32_to_bf16_row_avx512(const float* x, int64_t n, uint16_t* y);
 void bf16_to_f32_row_avx512(const uint16_t* x, int64_t n, float* y);

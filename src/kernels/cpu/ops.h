@@ -41,6 +41,11 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 
 // In-place numerically stable softmax over x[0..n).
 void softmax(float* x, int64_t n);
+// The two halves of a softmax over blocks of a row (online softmax): scale_max sets x[i] *= s
+// and returns max x[i] (-inf for n = 0); exp_sub_sum sets x[i] = exp(x[i] - m) and returns
+// their sum.
+float scale_max(float* x, int64_t n, float s);
+float exp_sub_sum(float* x, int64_t n, float m);
 
 // y[i] += a * x[i]
 void axpy(float a, const float* x, int64_t n, float* y);
@@ -79,6 +84,8 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void quantize_fp8_e4m3(const float* x, int64_t n, int64_t group, uint8_t* q, float* scales);
 void dequantize_fp8_e4m3(const uint8_t* q, const float* scales, int64_t n, int64_t group, float* x);
 void softmax(float* x, int64_t n);
+float scale_max(float* x, int64_t n, float s);
+float exp_sub_sum(float* x, int64_t n, float m);
 void axpy(float a, const float* x, int64_t n, float* y);
 void f32_to_bf16_row(const float* x, int64_t n, uint16_t* y);
 void bf16_to_f32_row(const uint16_t* x, int64_t n, float* y);

@@ -59,6 +59,18 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+float scale_max(float* x, int64_t n, float s) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i] *= s);
+  return m;
+}
+
+float exp_sub_sum(float* x, int64_t n, float m) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i] = std::exp(x[i] - m);
+  return static_cast<float>(sum);
+}
+
 void axpy(float a, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }

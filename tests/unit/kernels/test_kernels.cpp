@@ -96,6 +96,27 @@ TEST(Softmax, MatchesReference) {
   }
 }
 
+// The online-softmax halves: scale_max exact (one multiply each, max); exp_sub_sum within the
+// exp approximation of softmax (1e-6 relative per element, 1e-5 on the sum); n = 0 gives -inf / 0.
+TEST(Softmax, ScaleMaxAndExpSubSumMatchReference) {
+  for (Isa isa : isa_levels()) {
+    IsaLimitGuard g(isa);
+    EXPECT_EQ(scale_max(nullptr, 0, 2.0f), -INFINITY);
+    EXPECT_EQ(exp_sub_sum(nullptr, 0, 0.0f), 0.0f);
+    for (int64_t n : kLengths) {
+      auto x = random_vec(static_cast<size_t>(n), 6, -30, 30);
+      std::vector<float> want = x, got = x;
+      const float mw = ref::scale_max(want.data(), n, 0.37f), mg = scale_max(got.data(), n, 0.37f);
+      ASSERT_EQ(mw, mg) << "n " << n << " isa " << isa_name(isa);
+      ASSERT_EQ(want, got) << "n " << n << " isa " << isa_name(isa);
+      const float sw = ref::exp_sub_sum(want.data(), n, mw + 0.5f), sg = exp_sub_sum(got.data(), n, mw + 0.5f);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-6 * want[i] + 1e-9) << "n " << n << " isa " << isa_name(isa);
+      EXPECT_NEAR(sg, sw, 1e-5 * sw) << "n " << n << " isa " << isa_name(isa);
+    }
+  }
+}
+
 // axpy: exact (mul then add, as the reference).
 TEST(Axpy, ExactVsReference) {
   for (Isa isa : isa_levels()) {

@@ -26,6 +26,7 @@ struct Dims {
   int64_t hidden = 48, heads = 5, q_lora = 24, lkv = 32, nope = 16, rope = 8, v = 12;
   bool fp8_kv_b = false;
   int64_t tokens = 11;  // prefill chunk length
+  int64_t key_block = 0;  // AttentionOptions::mla_key_block
 };
 
 struct Built {
@@ -154,7 +155,9 @@ void check_forms_agree(const Dims& d) {
   const ModelConfig& c = built.w->config;
   auto kv = make_kv(c);
   ThreadPool pool(2);
-  auto att = make_attention_variant(built.w, kv.get(), AttentionOptions{}, &pool);
+  AttentionOptions opt;
+  opt.mla_key_block = d.key_block;
+  auto att = make_attention_variant(built.w, kv.get(), opt, &pool);
   ASSERT_TRUE(att);
   const int64_t m = d.tokens, od = c.o_in_dim();
   auto hn = hidden_rows(m + 1, c.hidden_size, 9);
@@ -212,6 +215,17 @@ TEST(MlaAttention, LongPrefillChunk) {
   Dims d;
   d.tokens = 150;  // more than one 128-token block of the expanded form's products
   check_forms_agree(d);
+}
+
+TEST(MlaAttention, KeyBlocksOfTheExpandedForm) {
+  // Cached positions expanded 16 and 7 at a time: the online softmax crosses block edges, and
+  // query rows whose positions end before a block skip it.
+  for (int64_t kb : {16, 7}) {
+    Dims d;
+    d.tokens = 150;
+    d.key_block = kb;
+    check_forms_agree(d);
+  }
 }
 
 TEST(MlaAttention, ManyHeads) {
