@@ -97,17 +97,31 @@ class MlaAttention final : public AttentionVariant {
     const int64_t N = c.n_heads, P = c.qk_nope_head_dim, R = c.qk_rope_head_dim, V = c.v_head_dim;
     const int64_t Lkv = c.kv_lora_rank, QH = P + R, D = Lkv + R;
     const int64_t nd = static_cast<int64_t>(decode_.size());
-    qlat_.assign(static_cast<size_t>(nd * N * D), 0.0f);
+    qlat_.resize(static_cast<size_t>(nd * N * D));
     olat_.resize(static_cast<size_t>(nd * N * Lkv));
-    // q_lat[i][h] = W_UK[h]^T q_nope[i][h] (rows h*(P+V) .. +P of kv_b, one row at a time,
-    // shared by the nd tokens); q_pe copied behind it.
+    // q_lat[i][h] = W_UK[h]^T q_nope[i][h], per head (one task each) from W_UK[h] = rows
+    // h*(P+V) .. +P of kv_b as f32; q_pe copied behind it. Few tokens: row by row, each row
+    // converted once and added into every token's q_lat (axpy); more: W_UK[h] [P, Lkv] converted
+    // whole and multiplied by the tokens' q_nope [nd, P] (matmul_f32). Crossover from whole
+    // DeepSeek-V3 bench steps (docs/bench-log/2026-11-26-fp8-prefetch.md).
+    static constexpr int64_t kAxpyMaxTokens = 2;
     pool_->run(static_cast<int>(N), [&](int h, int) {
-      thread_local std::vector<float> wrow;
-      wrow.resize(static_cast<size_t>(Lkv));
-      for (int64_t d = 0; d < P; ++d) {
-        matrix_row_f32(A.kv_b, h * (P + V) + d, wrow.data());
+      thread_local std::vector<float> wuk, qn;
+      if (nd <= kAxpyMaxTokens) {
+        wuk.resize(static_cast<size_t>(Lkv));
+        for (int64_t k = 0; k < nd; ++k) std::fill_n(&qlat_[(k * N + h) * D], Lkv, 0.0f);
+        for (int64_t d = 0; d < P; ++d) {
+          matrix_row_f32(A.kv_b, h * (P + V) + d, wuk.data());
+          for (int64_t k = 0; k < nd; ++k)
+            kernels::axpy(b.q[decode_[k] * N * QH + h * QH + d], wuk.data(), Lkv, &qlat_[(k * N + h) * D]);
+        }
+      } else {
+        wuk.resize(static_cast<size_t>(P * Lkv));
+        qn.resize(static_cast<size_t>(nd * P));
+        for (int64_t d = 0; d < P; ++d) matrix_row_f32(A.kv_b, h * (P + V) + d, &wuk[d * Lkv]);
         for (int64_t k = 0; k < nd; ++k)
-          kernels::axpy(b.q[decode_[k] * N * QH + h * QH + d], wrow.data(), Lkv, &qlat_[(k * N + h) * D]);
+          std::memcpy(&qn[k * P], &b.q[decode_[k] * N * QH + h * QH], static_cast<size_t>(P) * 4);
+        kernels::matmul_f32(qn.data(), nd, P, P, wuk.data(), Lkv, Lkv, &qlat_[h * D], N * D);
       }
       for (int64_t k = 0; k < nd; ++k)
         std::memcpy(&qlat_[(k * N + h) * D + Lkv], &b.q[decode_[k] * N * QH + h * QH + P], static_cast<size_t>(R) * 4);

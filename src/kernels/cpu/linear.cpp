@@ -209,6 +209,16 @@ void sgemm_bf16w_rows(const float* x, int64_t n, int64_t ldx, const uint16_t* w,
 
 }  // namespace
 
+void matmul_f32(const float* a, int64_t m, int64_t k, int64_t lda, const float* b, int64_t n, int64_t ldb, float* c,
+                int64_t ldc) {
+  AFD_CHECK(m >= 0 && k >= 0 && n >= 0 && lda >= k && ldb >= n && ldc >= n, "matmul_f32: bad shape or stride");
+  if (m == 0 || n == 0) return;
+  ensure_openblas_single_threaded();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(std::max<int64_t>(lda, 1)), b,
+              static_cast<blasint>(std::max<int64_t>(ldb, 1)), 0.0f, c, static_cast<blasint>(std::max<int64_t>(ldc, 1)));
+}
+
 void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,
             int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
             bool accumulate) {

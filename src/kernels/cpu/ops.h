@@ -39,6 +39,12 @@ void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double 
 // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)); out may alias gate.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 
+// c[i, j] = sum_l a[i, l] * b[l, j] for i < m, j < n, l < k: row-major f32 with row strides
+// lda, ldb, ldc, on the calling thread (the library sgemm, NoTrans x NoTrans). For products
+// whose weight is used as b (its rows are the inner dimension), where linear() wants W^T.
+void matmul_f32(const float* a, int64_t m, int64_t k, int64_t lda, const float* b, int64_t n, int64_t ldb, float* c,
+                int64_t ldc);
+
 // In-place numerically stable softmax over x[0..n).
 void softmax(float* x, int64_t n);
 // The two halves of a softmax over blocks of a row (online softmax): scale_max sets x[i] *= s
@@ -83,6 +89,8 @@ void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 void quantize_fp8_e4m3(const float* x, int64_t n, int64_t group, uint8_t* q, float* scales);
 void dequantize_fp8_e4m3(const uint8_t* q, const float* scales, int64_t n, int64_t group, float* x);
+void matmul_f32(const float* a, int64_t m, int64_t k, int64_t lda, const float* b, int64_t n, int64_t ldb, float* c,
+                int64_t ldc);
 void softmax(float* x, int64_t n);
 float scale_max(float* x, int64_t n, float s);
 float exp_sub_sum(float* x, int64_t n, float m);

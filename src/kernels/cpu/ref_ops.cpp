@@ -59,6 +59,16 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+void matmul_f32(const float* a, int64_t m, int64_t k, int64_t lda, const float* b, int64_t n, int64_t ldb, float* c,
+                int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t l = 0; l < k; ++l) acc += static_cast<double>(a[i * lda + l]) * b[l * ldb + j];
+      c[i * ldc + j] = static_cast<float>(acc);
+    }
+}
+
 float scale_max(float* x, int64_t n, float s) {
   float m = -INFINITY;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i] *= s);

@@ -117,6 +117,25 @@ TEST(Softmax, ScaleMaxAndExpSubSumMatchReference) {
   }
 }
 
+// matmul_f32: the library sgemm against the f64-accumulated reference, with strides wider than
+// the rows and an empty inner dimension.
+TEST(MatmulF32, MatchesReference) {
+  for (auto [m, k, n] : {std::array<int64_t, 3>{1, 128, 512}, {7, 33, 17}, {64, 128, 512}, {3, 0, 5}}) {
+    const int64_t lda = k + 3, ldb = n + 5, ldc = n + 2;
+    auto a = random_vec(static_cast<size_t>(m * lda), 7, -1, 1);
+    auto b = random_vec(static_cast<size_t>(std::max<int64_t>(k, 1) * ldb), 8, -1, 1);
+    std::vector<float> want(static_cast<size_t>(m * ldc), 5.0f), got = want;
+    ref::matmul_f32(a.data(), m, k, lda, b.data(), n, ldb, want.data(), ldc);
+    matmul_f32(a.data(), m, k, lda, b.data(), n, ldb, got.data(), ldc);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        const size_t at = static_cast<size_t>(i * ldc + j);
+        if (j >= n) ASSERT_EQ(got[at], 5.0f) << "wrote past the row";
+        else ASSERT_NEAR(got[at], want[at], 1e-5 * (1 + k)) << m << "x" << k << "x" << n;
+      }
+  }
+}
+
 // axpy: exact (mul then add, as the reference).
 TEST(Axpy, ExactVsReference) {
   for (Isa isa : isa_levels()) {

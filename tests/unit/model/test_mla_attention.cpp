@@ -228,6 +228,44 @@ TEST(MlaAttention, KeyBlocksOfTheExpandedForm) {
   }
 }
 
+TEST(MlaAttention, BatchedDecodeMatchesOneAtATime) {
+  // Four sequences decode one token each in one batch (q_lat as one product per head) and,
+  // as copies with the same rows, one at a time (row-by-row q_lat).
+  Dims d;
+  Built built = build(d);
+  const ModelConfig& c = built.w->config;
+  auto kv = make_kv(c);
+  ThreadPool pool(2);
+  auto att = make_attention_variant(built.w, kv.get(), AttentionOptions{}, &pool);
+  ASSERT_TRUE(att);
+  const int64_t od = c.o_in_dim(), pre = 5;
+  auto hn = hidden_rows(4 * (pre + 1), c.hidden_size, 10);
+  for (int64_t s = 0; s < 8; ++s) {
+    ASSERT_TRUE(kv->add_sequence(s).is_ok());
+    std::vector<std::pair<int64_t, int64_t>> toks;
+    std::vector<int64_t> rows;
+    for (int64_t i = 0; i < pre; ++i) {
+      toks.push_back({s, i});
+      rows.push_back(s % 4 * (pre + 1) + i);
+    }
+    run(*att, *kv, c, toks, hn, rows);
+  }
+  std::vector<std::pair<int64_t, int64_t>> toks;
+  std::vector<int64_t> rows;
+  for (int64_t s = 0; s < 4; ++s) {
+    toks.push_back({s, pre});
+    rows.push_back(s * (pre + 1) + pre);
+  }
+  auto batched = run(*att, *kv, c, toks, hn, rows);
+  float mx = 0;
+  for (float v : batched) mx = std::max(mx, std::fabs(v));
+  ASSERT_GT(mx, 0.0f);
+  for (int64_t s = 0; s < 4; ++s) {
+    auto one = run(*att, *kv, c, {{s + 4, pre}}, hn, {s * (pre + 1) + pre});
+    for (int64_t k = 0; k < od; ++k) ASSERT_NEAR(one[k], batched[s * od + k], 1e-5f * mx) << "sequence " << s << " value " << k;
+  }
+}
+
 TEST(MlaAttention, ManyHeads) {
   Dims d;
   d.heads = 40;  // more than one 32-head tile of the decode kernel
