@@ -35,8 +35,8 @@ namespace {
 
 constexpr int kMaxT = 4;  // tokens per pass over a row
 // W bytes prefetched ahead of the block being converted (gemv and tile dequantization alike):
-// the hardware prefetchers alone left a single thread streaming FP8 rows at 10 GB/s
-// (docs/bench-log/2026-11-26-fp8-prefetch.md).
+// with the hardware prefetchers alone the tile dequantization read FP8 rows at about 10 GB/s
+// on one thread, with this 23-26 GB/s (docs/bench-log/2026-11-26-fp8-prefetch.md).
 constexpr int64_t kPrefetchBytes = 8192;
 
 // Prefetches the 128-byte block at p + kPrefetchBytes when that lies within `left` bytes of p.
