@@ -520,8 +520,11 @@ ordered_json step3_text_config_json(const ModelConfig& c, DType dtype) {
   j["share_expert_dim"] = c.shared_expert_intermediate_size;
   j["norm_expert_weight"] = c.norm_topk_prob;
   std::string layers;
-  for (int64_t l = 0; l < c.n_layers; ++l)
-    if (c.is_moe_layer(l)) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    if (!layers.empty()) layers += ',';
+    layers += std::to_string(l);
+  }
   j["moe_layers_enum"] = layers;
   j["max_position_embedding"] = c.max_position_embeddings;
   j["max_seq_len"] = c.max_position_embeddings;
