@@ -151,7 +151,7 @@ class MlaAttention final : public AttentionVariant {
       std::memcpy(out + decode_[k] * N * V, &otmp_[k * N * V], static_cast<size_t>(N * V) * 4);
   }
 
-  // Tokens [i0, i1) of one sequence, positions ascending, the last one the largest. The cached
+  // Tokens [i0, i1) of one sequence (each attends to the cached positions up to its own). The cached
   // positions [0, ctx) are expanded through kv_b one key block at a time (k_nope ‖ v of Kb
   // positions, [Kb, N, P + V]), so memory stays bounded however long the context; the softmax
   // runs online across the blocks (per query row and head: running max, running sum, and the
@@ -197,7 +197,9 @@ class MlaAttention final : public AttentionVariant {
         for (int64_t r0 = 0; r0 < m; r0 += kRows) {
           const int64_t nr = std::min(kRows, m - r0);
           const int64_t t0 = i0 + r0;
-          if (b.pos[t0 + nr - 1] < j0) continue;  // positions ascend: no row here sees a key of the block
+          int64_t pmax = 0;
+          for (int64_t r = 0; r < nr; ++r) pmax = std::max(pmax, b.pos[t0 + r]);
+          if (pmax < j0) continue;  // no row here sees a key of this block
           s.resize(static_cast<size_t>(nr * kn));
           kernels::linear(&b.q[t0 * N * QH + h * QH], nr, N * QH, kh.data(), DType::f32, kn, QH, s.data(), kn,
                           opt_.prec, nullptr);
