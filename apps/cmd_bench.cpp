@@ -16,16 +16,16 @@
 #include "core/stats.h"
 #include "core/timer.h"
 #include "engine_flags.h"
-#include "local_ffn.h"
-#include "trace_output.h"
 #include "kernels/cpu/linear_fp8.h"
 #include "kernels/cpu/machine_limits.h"
+#include "local_ffn.h"
 #include "model/attention_cost.h"
 #include "model/weights.h"
 #include "runtime/bundle.h"
 #include "runtime/engine_factory.h"
-#include "serve/metrics/prom_merge.h"
 #include "serve/frontend/proxy_client.h"
+#include "serve/metrics/prom_merge.h"
+#include "trace_output.h"
 
 namespace afd::cli {
 
@@ -238,7 +238,8 @@ void prefault(const ModelWeights& w) {
     for (size_t i = 0; i < m.nbytes(); i += 4096) sink = sink ^ p[i];
     if (m.is_fp8()) {
       const uint8_t* s = reinterpret_cast<const uint8_t*>(m.scale);
-      const size_t n = static_cast<size_t>((m.row_offset + m.rows + kernels::kFp8Block - 1) / kernels::kFp8Block * m.scale_stride) * 4;
+      const int64_t block_rows = (m.row_offset + m.rows + kernels::kFp8Block - 1) / kernels::kFp8Block;
+      const size_t n = static_cast<size_t>(block_rows * m.scale_stride) * sizeof(float);
       for (size_t i = 0; i < n; i += 4096) sink = sink ^ s[i];
     }
   };

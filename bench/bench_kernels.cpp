@@ -412,8 +412,9 @@ int run_fp8_dequant(int rounds, const std::vector<int>& shapes) {
   std::printf("one thread, tiles of %lld rows, %d rounds; one-thread read of 256 MiB: %.2f GB/s median [%.2f, %.2f]\n",
               static_cast<long long>(tile), rounds, med(bw) / 1e9, *std::min_element(bw.begin(), bw.end()) / 1e9,
               *std::max_element(bw.begin(), bw.end()) / 1e9);
-  std::printf("| W [rows, cols] | ns per weight, median [min, max] | FP8 GB/s (median) | fraction of the read |\n"
-              "|---|---:|---:|---:|\n");
+  std::printf(
+      "| W [rows, cols] | ns per weight, median [min, max] | FP8 GB/s (median) | fraction of the read |\n"
+      "|---|---:|---:|---:|\n");
   for (size_t k = 0; k < sets.size(); ++k) {
     const double m = med(ns[k]);
     std::printf("| [%lld, %lld] | %.4f [%.4f, %.4f] | %.2f | %.2f |\n", static_cast<long long>(sets[k].rows),
@@ -535,16 +536,18 @@ int main(int argc, char** argv) {
         if (*p == ',') ++p;
       }
     } else {
-      std::fprintf(stderr,
-                   "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune [--shapes ROWS,COLS,..]] [--fp8] "
-                   "[--fp8-weights] [--fp8-dequant [--shapes ..] [--rounds R]] [--small-n V,.. [--ns N,..] [--shapes "
-                   "ROWS,COLS,..] [--rounds R]]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune [--shapes ROWS,COLS,..]] [--fp8] "
+          "[--fp8-weights] [--fp8-dequant [--shapes ..] [--rounds R]] [--small-n V,.. [--ns N,..] [--shapes "
+          "ROWS,COLS,..] [--rounds R]]\n");
       return 2;
     }
   }
   if (fp8) return run_fp8(quick);
   if (fp8_weights) return run_fp8_weights(threads, quick);
-  if (fp8_dequant) return run_fp8_dequant(rounds_arg, shapes_given ? shapes : std::vector<int>{512, 2048, 2048, 512, 1024, 7168});
+  if (fp8_dequant)
+    return run_fp8_dequant(rounds_arg, shapes_given ? shapes : std::vector<int>{512, 2048, 2048, 512, 1024, 7168});
   ThreadPool pool(threads);
   if (!small_n.empty()) return run_small_n(pool, rounds_arg, small_n, small_ns, shapes);
   if (tune) {

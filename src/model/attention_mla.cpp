@@ -169,7 +169,8 @@ class MlaAttention final : public AttentionVariant {
     constexpr int64_t kBudgetBytes = int64_t{32} << 20;
     const int64_t kb = opt_.mla_key_block > 0
                            ? opt_.mla_key_block
-                           : std::max<int64_t>(64, kBudgetBytes / (N * (P + V) * static_cast<int64_t>(sizeof(float))) / 64 * 64);
+                           : std::max<int64_t>(
+                                 64, kBudgetBytes / (N * (P + V) * static_cast<int64_t>(sizeof(float))) / 64 * 64);
     const int64_t kb_max = std::min(kb, ctx);
     lat_.resize(static_cast<size_t>(kb_max * D));
     kvx_.resize(static_cast<size_t>(kb_max * N * (P + V)));
@@ -222,8 +223,8 @@ class MlaAttention final : public AttentionVariant {
             if (corr != 1.0f)
               for (int64_t v = 0; v < V; ++v) o[v] *= corr;
           }
-          kernels::linear(s.data(), nr, kn, vt.data(), DType::f32, V, kn, out + t0 * OV + h * V, OV, opt_.prec,
-                          nullptr, /*accumulate=*/true);
+          kernels::linear(s.data(), nr, kn, vt.data(), DType::f32, V, kn, out + t0 * OV + h * V, OV, opt_.prec, nullptr,
+                          /*accumulate=*/true);
         }
       });
     }

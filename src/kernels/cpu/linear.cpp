@@ -216,7 +216,8 @@ void matmul_f32(const float* a, int64_t m, int64_t k, int64_t lda, const float* 
   ensure_openblas_single_threaded();
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
               static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(std::max<int64_t>(lda, 1)), b,
-              static_cast<blasint>(std::max<int64_t>(ldb, 1)), 0.0f, c, static_cast<blasint>(std::max<int64_t>(ldc, 1)));
+              static_cast<blasint>(std::max<int64_t>(ldb, 1)), 0.0f, c,
+              static_cast<blasint>(std::max<int64_t>(ldc, 1)));
 }
 
 void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,

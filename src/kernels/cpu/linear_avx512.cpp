@@ -483,8 +483,7 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
   const int small_n = g_small_n.load(std::memory_order_relaxed);
   if (n == 1 && rows_single == 1) {
     for (int64_t r = r0; r < r1; ++r) {
-      if constexpr (K == Kind::dp)
-        row_seq_dp(w + r * cols, cols, x, y + r, acc, pf, (r1 - r) * cols * 2);
+      if constexpr (K == Kind::dp) row_seq_dp(w + r * cols, cols, x, y + r, acc, pf, (r1 - r) * cols * 2);
       else if constexpr (K == Kind::fma_bf16w)
         row_seq_fma_bf16w(w + r * cols, cols, x, y + r, acc);
       else

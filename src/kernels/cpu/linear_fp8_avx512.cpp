@@ -375,8 +375,9 @@ AFD_AVX512 void fp8_dequant_rows_bf16_avx512(const Fp8BlockWeights& w, int64_t c
           if (bc == kFp8Block) {
 #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k)
-              _mm512_storeu_si512(o + 32 * k, lut32(L, _mm512_cvtepu8_epi16(_mm256_loadu_si256(
-                                                           reinterpret_cast<const __m256i*>(p + 32 * k)))));
+              _mm512_storeu_si512(
+                  o + 32 * k,
+                  lut32(L, _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * k)))));
           } else {
             for (int64_t k = 0; 32 * k < bc; ++k) {
               const __mmask32 m = mask32(bc - 32 * k);

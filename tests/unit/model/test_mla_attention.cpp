@@ -262,7 +262,8 @@ TEST(MlaAttention, BatchedDecodeMatchesOneAtATime) {
   ASSERT_GT(mx, 0.0f);
   for (int64_t s = 0; s < 4; ++s) {
     auto one = run(*att, *kv, c, {{s + 4, pre}}, hn, {s * (pre + 1) + pre});
-    for (int64_t k = 0; k < od; ++k) ASSERT_NEAR(one[k], batched[s * od + k], 1e-5f * mx) << "sequence " << s << " value " << k;
+    for (int64_t k = 0; k < od; ++k)
+      ASSERT_NEAR(one[k], batched[s * od + k], 1e-5f * mx) << "sequence " << s << " value " << k;
   }
 }
 
