@@ -265,19 +265,19 @@ int run_fp8_weights(int threads, bool quick) {
   const int rounds = quick ? 1 : 3;
   const double cold = 256.0 * 1024 * 1024;
   const detail::Fp8Tuning def = detail::fp8_tuning();
-  std::printf("threads %d, cpu features: %s, isa: %s, rounds %d; fp8 defaults: gemv %s, gemv up to n = %lld, "
-              "tiles of %lld rows\n",
+  std::printf("threads %d, cpu features: %s, isa: %s, rounds %d; fp8 defaults: gemv %s, gemv up to n = %lld "
+              "(x within %lld bytes), tiles of %lld rows\n",
               threads, cpu_features().to_string().c_str(), isa_name(active_isa()), rounds,
               def.gemv_lut == 2 ? "bf16 byte table" : def.gemv_lut == 1 ? "bf16 word table" : "half", static_cast<long long>(def.gemv_max_n),
-              static_cast<long long>(def.tile_rows));
+              static_cast<long long>(def.gemv_max_x_bytes), static_cast<long long>(def.tile_rows));
   struct Shape {
     int64_t rows, cols;
     double total;
   };
-  // Decode batch 1 on one large matrix (4x L3); MoE expert projections of Qwen3-30B-A3B and of
-  // the bench preset, as cold sets.
-  const std::vector<Shape> shapes = {{8192, 8192, 1}, {768, 2048, cold}, {2048, 768, cold}, {512, 2048, cold},
-                                     {2048, 512, cold}};
+  // Decode batch 1 on one large matrix (4x L3); MoE expert projections of Qwen3-30B-A3B, of the
+  // bench preset and DeepSeek-V3's gate/up [2048, 7168], as cold sets.
+  const std::vector<Shape> shapes = {{8192, 8192, 1},   {768, 2048, cold}, {2048, 768, cold},
+                                     {512, 2048, cold}, {2048, 512, cold}, {2048, 7168, cold}};
   std::vector<int64_t> ns = {1, 2, 4, 8, 16, 64, 256};
   if (quick) ns = {1, 4, 64};
   struct Row {
@@ -342,13 +342,13 @@ int run_fp8_weights(int threads, bool quick) {
       for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
       const int lut = r.variant == "gemv bf16 word table" ? 1 : r.variant == "gemv bf16 byte table" ? 2 : 0;
       const int64_t gmax = r.variant == "tile" ? 0 : int64_t{1} << 40;
-      detail::set_fp8_tuning(lut, gmax, -1);
+      detail::set_fp8_tuning(lut, gmax, -1, gmax);
       r.path = linear_fp8_path_name(r.n, r.cols, ActPrecision::bf16);
       int64_t call = 0;
       r.fp8_s = std::min(r.fp8_s, time_cold([&] {
         linear_fp8(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows, ActPrecision::bf16, &pool);
       }, fs.count, min_s));
-      detail::set_fp8_tuning(def.gemv_lut, def.gemv_max_n, def.tile_rows);
+      detail::set_fp8_tuning(def.gemv_lut, def.gemv_max_n, def.tile_rows, def.gemv_max_x_bytes);
     }
   }
   const double bw = measure_read_bandwidth(pool);

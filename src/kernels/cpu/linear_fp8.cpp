@@ -23,20 +23,26 @@ namespace {
 // Defaults from bench_kernels --fp8-weights on the dev machine (docs/BENCHMARKS.md, "FP8 weights");
 // tile_rows from whole decode steps (docs/bench-log/2026-11-26-smalln.md): a 128-row tile (512 KiB
 // at 2048 columns, in L2) gives the bf16 small-n kernel it feeds whole row chunks.
+// gemv_max_x_bytes: once the n rows of x outgrow L1 the tiles are faster ([2048, 7168] at
+// n = 4, DeepSeek-V3's expert gate/up: gemv 1.51-1.56 ms, tiles 1.18 ms, bf16 W 1.15 ms; 2048
+// columns at n = 4, 16 KiB of x: the gemv 2x faster than the tiles; bench_kernels --fp8-weights,
+// docs/bench-log/2026-11-26-fp8-prefetch.md).
 std::atomic<int> g_gemv_lut{2};
 std::atomic<int64_t> g_gemv_max_n{4};
 std::atomic<int64_t> g_tile_rows{128};
+std::atomic<int64_t> g_gemv_max_x_bytes{32 * 1024};
 }  // namespace
 
 Fp8Tuning fp8_tuning() {
   return {g_gemv_lut.load(std::memory_order_relaxed), g_gemv_max_n.load(std::memory_order_relaxed),
-          g_tile_rows.load(std::memory_order_relaxed)};
+          g_tile_rows.load(std::memory_order_relaxed), g_gemv_max_x_bytes.load(std::memory_order_relaxed)};
 }
 
-void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows) {
+void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows, int64_t gemv_max_x_bytes) {
   if (gemv_lut >= 0) g_gemv_lut.store(std::min(gemv_lut, 2), std::memory_order_relaxed);
   if (gemv_max_n >= 0) g_gemv_max_n.store(gemv_max_n, std::memory_order_relaxed);
   if (tile_rows >= 0) g_tile_rows.store(std::max<int64_t>(16, tile_rows / 16 * 16), std::memory_order_relaxed);
+  if (gemv_max_x_bytes >= 0) g_gemv_max_x_bytes.store(gemv_max_x_bytes, std::memory_order_relaxed);
 }
 
 int64_t fp8_gemv_ldx(int64_t cols) { return (cols + kFp8Block - 1) / kFp8Block * kFp8Block; }
@@ -120,7 +126,8 @@ enum class Path {
 
 Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa) {
   const Fp8Tuning t = fp8_tuning();
-  const bool gemv = n <= t.gemv_max_n;
+  const int64_t x_bytes = n * fp8_gemv_ldx(cols) * (act_bf16 && isa == Isa::avx512 && t.gemv_lut != 0 ? 2 : 4);
+  const bool gemv = n <= t.gemv_max_n && (n == 1 || x_bytes <= t.gemv_max_x_bytes);
   switch (isa) {
     case Isa::avx512:
       if (gemv) {

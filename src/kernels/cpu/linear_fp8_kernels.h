@@ -52,13 +52,16 @@ void fp8_dequant_rows_f32_scalar(const Fp8BlockWeights& w, int64_t cols, int64_t
 //              2 = byte table (VBMI; 1 without it) + vdpbf16ps
 //   gemv_max_n largest n that takes the gemv path (above it: tiles)
 //   tile_rows  rows dequantized per tile (a multiple of 16)
+//   gemv_max_x_bytes  for n >= 2, the gemv path also needs the n rows of x (as the gemv stores
+//              them) within this many bytes; the gemv reloads them for every W row
 // A negative value leaves that setting unchanged.
 struct Fp8Tuning {
   int gemv_lut;
   int64_t gemv_max_n;
   int64_t tile_rows;
+  int64_t gemv_max_x_bytes;
 };
 Fp8Tuning fp8_tuning();
-void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows);
+void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows, int64_t gemv_max_x_bytes = -1);
 
 }  // namespace afd::kernels::detail
