@@ -68,7 +68,8 @@ TEST(JsonLimits, DepthLimit) {
   expect_error(nested_arrays(65), lim, "nests deeper than 64 levels (json_max_depth)");
   std::string objs;
   for (int i = 0; i < 65; ++i) objs += "{\"a\":";
-  objs += "1" + std::string(65, '}');
+  objs += '1';
+  objs.append(65, '}');
   expect_error(objs, lim, "json_max_depth");
   // 130k levels: refused at level 65 without touching the rest, and without recursion.
   expect_error(nested_arrays(130000), lim, "json_max_depth");
