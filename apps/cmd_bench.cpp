@@ -16,7 +16,6 @@
 #include "core/stats.h"
 #include "core/timer.h"
 #include "engine_flags.h"
-#include "kernels/cpu/linear_fp8.h"
 #include "kernels/cpu/machine_limits.h"
 #include "local_ffn.h"
 #include "model/attention_cost.h"
@@ -230,28 +229,17 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
 }
 
 // Touches every weight page (FP8 scales included) once so the first timed steps do not pay page
-// faults. Every Matrix of ModelWeights must be listed here.
+// faults.
 void prefault(const ModelWeights& w) {
   volatile uint8_t sink = 0;
-  auto touch = [&](const Matrix& m) {
-    const uint8_t* p = static_cast<const uint8_t*>(m.data);
-    for (size_t i = 0; i < m.nbytes(); i += 4096) sink = sink ^ p[i];
-    if (m.is_fp8()) {
-      const uint8_t* s = reinterpret_cast<const uint8_t*>(m.scale);
-      const int64_t block_rows = (m.row_offset + m.rows + kernels::kFp8Block - 1) / kernels::kFp8Block;
-      const size_t n = static_cast<size_t>(block_rows * m.scale_stride) * sizeof(float);
-      for (size_t i = 0; i < n; i += 4096) sink = sink ^ s[i];
-    }
+  auto touch = [&](const void* data, size_t bytes) {
+    const uint8_t* p = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < bytes; i += 4096) sink = sink ^ p[i];
   };
-  touch(w.embed);
-  touch(w.lm_head);
-  for (const LayerWeights& L : w.layers) {
-    for (const Matrix* m : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.attn.q_a, &L.attn.kv_a, &L.attn.kv_b,
-                            &L.moe.router, &L.moe.shared_gate})
-      touch(*m);
-    for (const FfnWeights* f : {&L.moe.shared, &L.dense}) { touch(f->gate); touch(f->up); touch(f->down); }
-    for (const FfnWeights& f : L.moe.experts) { touch(f.gate); touch(f.up); touch(f.down); }
-  }
+  w.for_each_matrix([&](const Matrix& m) {
+    touch(m.data, m.nbytes());
+    touch(m.scale, m.scale_bytes());
+  });
 }
 
 void run_bench(const BenchFlags& f) {

@@ -42,36 +42,37 @@
 
 namespace afd {
 
+void ModelWeights::for_each_matrix(const std::function<void(const Matrix&)>& fn) const {
+  auto visit = [&](const Matrix& m) {
+    if (!m.empty()) fn(m);
+  };
+  auto visit_ffn = [&](const FfnWeights& f) {
+    visit(f.gate);
+    visit(f.up);
+    visit(f.down);
+  };
+  visit(embed);
+  visit(lm_head);
+  for (const auto& l : layers) {
+    for (const Matrix* m : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.attn.q_a, &l.attn.kv_a, &l.attn.kv_b})
+      visit(*m);
+    if (l.is_moe) {
+      visit(l.moe.router);
+      for (const auto& e : l.moe.experts) visit_ffn(e);
+      visit_ffn(l.moe.shared);
+      visit(l.moe.shared_gate);
+    } else {
+      visit_ffn(l.dense);
+    }
+  }
+}
+
 size_t ModelWeights::matrix_bytes() const {
   std::unordered_set<const void*> seen;
   size_t total = 0;
-  auto add = [&](const Matrix& m) {
-    if (!m.empty() && seen.insert(m.data).second) total += m.nbytes() + m.scale_bytes();
-  };
-  auto add_ffn = [&](const FfnWeights& f) {
-    add(f.gate);
-    add(f.up);
-    add(f.down);
-  };
-  add(embed);
-  add(lm_head);
-  for (const auto& l : layers) {
-    add(l.attn.q);
-    add(l.attn.k);
-    add(l.attn.v);
-    add(l.attn.o);
-    add(l.attn.q_a);
-    add(l.attn.kv_a);
-    add(l.attn.kv_b);
-    if (l.is_moe) {
-      add(l.moe.router);
-      for (const auto& e : l.moe.experts) add_ffn(e);
-      add_ffn(l.moe.shared);
-      add(l.moe.shared_gate);
-    } else {
-      add_ffn(l.dense);
-    }
-  }
+  for_each_matrix([&](const Matrix& m) {
+    if (seen.insert(m.data).second) total += m.nbytes() + m.scale_bytes();
+  });
   return total;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,10 @@ struct ModelWeights {
   Vector final_norm;          // [hidden]
   std::vector<LayerWeights> layers;
 
+  // Calls fn on every non-empty weight matrix: embed, lm_head (the same view twice when tied),
+  // per layer the attention projections, then the router, experts, shared expert and its gate
+  // (MoE layers) or the dense FFN.
+  void for_each_matrix(const std::function<void(const Matrix&)>& fn) const;
   // Total bytes of all weight matrices, FP8 block scales included (what a full pass could read).
   size_t matrix_bytes() const;
 
