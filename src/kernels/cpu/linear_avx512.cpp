@@ -16,6 +16,7 @@
 #include <atomic>
 
 #include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu/prefetch.h"
 
 #define AFD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 
@@ -231,21 +232,9 @@ AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int6
 // above) splits it into short strided streams that the hardware prefetchers follow badly
 // when rows are short. With several tokens the tiles win (x reuse and fewer reductions).
 // x is zero padded to a multiple of 32 columns (and permuted per 32-column block for
-// fma_bf16w, see prep_x_f32_perm32); W is read only up to cols. row_seq_dp prefetches: pf is
-// the distance in bytes (0: none), left the bytes of W this call reads from w on (nothing past
-// it is prefetched); whole decode steps ran 2-7 % faster with it
-// (docs/bench-log/2026-11-26-fp8-prefetch.md). The f32-activation variants, more compute per
-// byte, ran slower with it in bench_kernels --tune and do not prefetch.
-// always_inline: see prefetch_block in linear_fp8_avx512.cpp (GCC drops such calls otherwise).
-template <int Lines>
-AFD_AVX512 __attribute__((always_inline)) inline void prefetch_ahead(const void* p, int64_t pf, int64_t left) {
-  if (pf > 0 && pf + 64 * Lines <= left) {
-    const char* q = static_cast<const char*>(p) + pf;
-#pragma GCC unroll 4
-    for (int l = 0; l < Lines; ++l) _mm_prefetch(q + 64 * l, _MM_HINT_T0);
-  }
-}
-
+// fma_bf16w, see prep_x_f32_perm32); W is read only up to cols. row_seq_dp prefetches W pf
+// bytes ahead (0: none) within the `left` bytes this call reads from w on; the f32-activation
+// variants do not (docs/bench-log/2026-11-26-fp8-prefetch.md).
 AFD_AVX512 void row_seq_dp(const uint16_t* w, int64_t cols, const uint16_t* x, float* y, bool acc, int64_t pf,
                            int64_t left) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;

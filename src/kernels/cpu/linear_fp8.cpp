@@ -23,9 +23,8 @@ namespace {
 // Defaults from bench_kernels --fp8-weights on the dev machine (docs/BENCHMARKS.md, "FP8 weights");
 // tile_rows from whole decode steps (docs/bench-log/2026-11-26-smalln.md): a 128-row tile (512 KiB
 // at 2048 columns, in L2) gives the bf16 small-n kernel it feeds whole row chunks.
-// gemv_max_x_bytes: once the n rows of x outgrow L1 the tiles are faster ([2048, 7168] at
-// n = 4, DeepSeek-V3's expert gate/up: gemv 1.51-1.56 ms, tiles 1.18 ms, bf16 W 1.15 ms; 2048
-// columns at n = 4, 16 KiB of x: the gemv 2x faster than the tiles; bench_kernels --fp8-weights,
+// gemv_max_x_bytes: the gemv reloads every token's x slice for each W row, so once the n rows
+// of x outgrow L1 the tiles are faster (bench_kernels --fp8-weights,
 // docs/bench-log/2026-11-26-fp8-prefetch.md).
 std::atomic<int> g_gemv_lut{2};
 std::atomic<int64_t> g_gemv_max_n{4};

@@ -23,6 +23,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/linear_fp8_kernels.h"
+#include "kernels/cpu/prefetch.h"
 
 #define AFD_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
@@ -34,20 +35,9 @@ namespace afd::kernels::detail {
 namespace {
 
 constexpr int kMaxT = 4;  // tokens per pass over a row
-// W bytes prefetched ahead of the block being converted (gemv and tile dequantization alike):
-// with the hardware prefetchers alone the tile dequantization read FP8 rows at about 10 GB/s
-// on one thread, with this 23-26 GB/s (docs/bench-log/2026-11-26-fp8-prefetch.md).
+// W bytes prefetched ahead of the block being converted, gemv and tile dequantization alike
+// (the distance: bench_kernels --fp8-dequant, docs/bench-log/2026-11-26-fp8-prefetch.md).
 constexpr int64_t kPrefetchBytes = 8192;
-
-// Prefetches the 128-byte block at p + kPrefetchBytes when that lies within `left` bytes of p.
-// always_inline: GCC 12 at -O2 otherwise drops every call of a prefetch-only helper that it
-// has not inlined (nothing but prefetches: no side effects in its model).
-__attribute__((always_inline)) inline void prefetch_block(const uint8_t* p, int64_t left) {
-  if (kPrefetchBytes < left) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + 64), _MM_HINT_T0);
-  }
-}
 
 AFD_AVX512 inline __m512 half_bits_to_f32(__m256i h) {
   h = _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
@@ -74,7 +64,7 @@ AFD_AVX512 void gemv_row(const uint8_t* w, const float* srow, int64_t cols, cons
   const int64_t nfull = cols / kFp8Block;
   for (int64_t b = 0; b < nfull; ++b) {
     const uint8_t* p = w + b * kFp8Block;
-    prefetch_block(p, left - b * kFp8Block);
+    prefetch_ahead<2>(p, kPrefetchBytes, left - b * kFp8Block);
     __m512 wv[8];
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) wv[k] = cvt16(p + 16 * k);
@@ -174,7 +164,7 @@ AFD_AVX512 void gemv_row_lut(const LutRegs& L, const uint8_t* w, const float* sr
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = w + b * kFp8Block;
     const int64_t bc = std::min<int64_t>(kFp8Block, cols - b * kFp8Block);
-    prefetch_block(p, left - b * kFp8Block);
+    prefetch_ahead<2>(p, kPrefetchBytes, left - b * kFp8Block);
     __m512i wv[4];
     if (bc == kFp8Block) {
 #pragma GCC unroll 4
@@ -230,7 +220,7 @@ AFD_AVX512_VBMI void gemv_row_lut8(const ByteLutRegs& L, const uint8_t* w, const
     const uint8_t* p = w + b * kFp8Block;
     const int64_t bc = std::min<int64_t>(kFp8Block, cols - b * kFp8Block);
     __m512i b0, b1;
-    prefetch_block(p, left - b * kFp8Block);
+    prefetch_ahead<2>(p, kPrefetchBytes, left - b * kFp8Block);
     if (bc == kFp8Block) {
       b0 = _mm512_loadu_si512(p);
       b1 = _mm512_loadu_si512(p + 64);
@@ -371,7 +361,7 @@ AFD_AVX512 void fp8_dequant_rows_bf16_avx512(const Fp8BlockWeights& w, int64_t c
           const uint8_t* p = w.q + q * cols + c0;
           uint16_t* o = out + (q - r0) * cols + c0;
           const int64_t bc = std::min<int64_t>(kFp8Block, cols - c0);
-          prefetch_block(p, end - q * cols - c0);
+          prefetch_ahead<2>(p, kPrefetchBytes, end - q * cols - c0);
           if (bc == kFp8Block) {
 #pragma GCC unroll 4
             for (int k = 0; k < 4; ++k)
