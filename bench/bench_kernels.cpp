@@ -33,6 +33,7 @@
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "core/stats.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "kernels/cpu/isa.h"
@@ -405,21 +406,16 @@ int run_fp8_dequant(int rounds, const std::vector<int>& shapes) {
       ns[k].push_back(static_cast<double>(now_ns() - s) / static_cast<double>(w.count * w.rows * w.cols));
     }
   }
-  auto med = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
+  const SampleSummary b = summarize(bw);
   std::printf("one thread, tiles of %lld rows, %d rounds; one-thread read of 256 MiB: %.2f GB/s median [%.2f, %.2f]\n",
-              static_cast<long long>(tile), rounds, med(bw) / 1e9, *std::min_element(bw.begin(), bw.end()) / 1e9,
-              *std::max_element(bw.begin(), bw.end()) / 1e9);
+              static_cast<long long>(tile), rounds, b.median / 1e9, b.min / 1e9, b.max / 1e9);
   std::printf(
       "| W [rows, cols] | ns per weight, median [min, max] | FP8 GB/s (median) | fraction of the read |\n"
       "|---|---:|---:|---:|\n");
   for (size_t k = 0; k < sets.size(); ++k) {
-    const double m = med(ns[k]);
+    const SampleSummary t = summarize(ns[k]);
     std::printf("| [%lld, %lld] | %.4f [%.4f, %.4f] | %.2f | %.2f |\n", static_cast<long long>(sets[k].rows),
-                static_cast<long long>(sets[k].cols), m, *std::min_element(ns[k].begin(), ns[k].end()),
-                *std::max_element(ns[k].begin(), ns[k].end()), 1.0 / m, 1e9 / m / med(bw));
+                static_cast<long long>(sets[k].cols), t.median, t.min, t.max, 1.0 / t.median, 1e9 / t.median / b.median);
   }
   return 0;
 }
