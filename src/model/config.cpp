@@ -49,6 +49,31 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
   return (layer + 1) % decoder_sparse_step == 0;
 }
 
+const char* model_config_difference(const ModelConfig& a, const ModelConfig& b) {
+#define AFD_FIELD(f) \
+  if (!(a.f == b.f)) return #f
+  // clang-format off
+  AFD_FIELD(arch); AFD_FIELD(model_type); AFD_FIELD(architecture); AFD_FIELD(vocab_size); AFD_FIELD(hidden_size);
+  AFD_FIELD(n_layers); AFD_FIELD(n_heads); AFD_FIELD(n_kv_heads); AFD_FIELD(head_dim); AFD_FIELD(n_experts);
+  AFD_FIELD(n_experts_per_tok); AFD_FIELD(moe_intermediate_size); AFD_FIELD(intermediate_size);
+  AFD_FIELD(shared_expert_intermediate_size); AFD_FIELD(norm_topk_prob); AFD_FIELD(decoder_sparse_step);
+  AFD_FIELD(mlp_only_layers); AFD_FIELD(rope_theta); AFD_FIELD(rms_norm_eps); AFD_FIELD(tie_word_embeddings);
+  AFD_FIELD(max_position_embeddings); AFD_FIELD(qk_norm); AFD_FIELD(attention_bias); AFD_FIELD(sliding_window);
+  AFD_FIELD(torch_dtype); AFD_FIELD(weight_quant); AFD_FIELD(quant_scale_fmt); AFD_FIELD(eos_token_ids);
+  AFD_FIELD(bos_token_id); AFD_FIELD(attention); AFD_FIELD(q_lora_rank); AFD_FIELD(kv_lora_rank);
+  AFD_FIELD(qk_nope_head_dim); AFD_FIELD(qk_rope_head_dim); AFD_FIELD(v_head_dim); AFD_FIELD(rope_interleave);
+  AFD_FIELD(rope_scaling.type); AFD_FIELD(rope_scaling.factor);
+  AFD_FIELD(rope_scaling.original_max_position_embeddings); AFD_FIELD(rope_scaling.beta_fast);
+  AFD_FIELD(rope_scaling.beta_slow); AFD_FIELD(rope_scaling.mscale); AFD_FIELD(rope_scaling.mscale_all_dim);
+  AFD_FIELD(scoring); AFD_FIELD(topk_method); AFD_FIELD(n_group); AFD_FIELD(topk_group);
+  AFD_FIELD(routed_scaling_factor); AFD_FIELD(has_score_bias); AFD_FIELD(n_shared_experts);
+  AFD_FIELD(shared_expert_ungated); AFD_FIELD(first_k_dense_replace); AFD_FIELD(moe_layer_freq);
+  AFD_FIELD(moe_layers); AFD_FIELD(num_nextn_predict_layers);
+  // clang-format on
+#undef AFD_FIELD
+  return a == b ? nullptr : "(a field model_config_difference does not list)";
+}
+
 namespace {
 
 // Bounds that keep every size product well inside int64 and reject absurd values early.

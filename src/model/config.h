@@ -50,6 +50,7 @@ struct RopeScaling {
   double beta_slow = 1.0;
   double mscale = 1.0;
   double mscale_all_dim = 0.0;  // 0: no softmax-scale correction
+  bool operator==(const RopeScaling&) const = default;
 };
 
 struct ModelConfig {
@@ -126,7 +127,13 @@ struct ModelConfig {
   int64_t o_in_dim() const { return n_heads * v_dim_per_head(); }  // o_proj input width
   // Checks internal consistency (positive sizes, heads divisible, top-k <= experts, ...).
   Status validate() const;
+  // Every field equal (the informational ones too).
+  bool operator==(const ModelConfig&) const = default;
 };
+
+// The name of the first ModelConfig field (as declared) whose values differ in a and b, or
+// nullptr when none does; rope_scaling's fields read "rope_scaling.<field>".
+const char* model_config_difference(const ModelConfig& a, const ModelConfig& b);
 
 // Parses config.json text. Errors name the offending field; `source` names the file in messages.
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source = "config.json");

@@ -5,16 +5,18 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/linear_fp8.h"
 #include "model/checkpoint.h"
 #include "model/safetensors_writer.h"
+#include "model/weights_file.h"
 
 namespace afd {
 
@@ -53,11 +55,16 @@ class TensorRng {
 
 // ---- the tensors of a model ----
 
-// A logical tensor: one HF per-expert name with its initialisation.
+// A logical tensor: one HF per-expert name with its shape and initialisation.
 struct Piece {
   std::string name;
-  int64_t numel = 0;
+  std::vector<int64_t> shape;
   float center = 0, half = 0;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
 };
 
 // A tensor as stored: one piece, or (fused layout) the concatenation of several.
@@ -78,7 +85,7 @@ struct Stored {
 };
 
 Piece matrix_piece(const std::string& name, int64_t rows, int64_t cols) {
-  return Piece{name, rows * cols, 0.0f, std::sqrt(3.0f / static_cast<float>(cols))};
+  return Piece{name, {rows, cols}, 0.0f, std::sqrt(3.0f / static_cast<float>(cols))};
 }
 
 class Planner {
@@ -91,6 +98,7 @@ class Planner {
     for (int64_t l = 0; l < c_.n_layers; ++l) layer(l);
     norm("model.norm.weight", H);
     if (!c_.tie_word_embeddings) mat("lm_head.weight", V, H, /*linear=*/false);
+    for (int64_t m = 0; m < c_.num_nextn_predict_layers; ++m) mtp_module(c_.n_layers + m);
     return std::move(out_);
   }
 
@@ -98,8 +106,8 @@ class Planner {
   void mat(const std::string& name, int64_t rows, int64_t cols, bool linear = true) {
     out_.push_back(Stored{name, {rows, cols}, {matrix_piece(name, rows, cols)}, linear});
   }
-  void norm(const std::string& name, int64_t n) { out_.push_back(Stored{name, {n}, {Piece{name, n, 1.0f, 0.1f}}}); }
-  void bias(const std::string& name, int64_t n) { out_.push_back(Stored{name, {n}, {Piece{name, n, 0.0f, 0.05f}}}); }
+  void norm(const std::string& name, int64_t n) { out_.push_back(Stored{name, {n}, {Piece{name, {n}, 1.0f, 0.1f}}}); }
+  void bias(const std::string& name, int64_t n) { out_.push_back(Stored{name, {n}, {Piece{name, {n}, 0.0f, 0.05f}}}); }
   void ffn(const std::string& gate, const std::string& up, const std::string& down, int64_t inter) {
     mat(gate, inter, c_.hidden_size);
     mat(up, inter, c_.hidden_size);
@@ -133,7 +141,7 @@ class Planner {
     mat(m + "gate.weight", c_.n_experts, H, /*linear=*/false);
     if (c_.has_score_bias) {
       const std::string b = m + "gate.e_score_correction_bias";
-      out_.push_back(Stored{b, {c_.n_experts}, {Piece{b, c_.n_experts, 0.0f, 0.05f}}, false, true});
+      out_.push_back(Stored{b, {c_.n_experts}, {Piece{b, {c_.n_experts}, 0.0f, 0.05f}}, false, true});
     }
     for (int64_t e = 0; e < c_.n_experts; ++e) {
       const std::string ep = m + "experts." + std::to_string(e) + ".";
@@ -143,6 +151,22 @@ class Planner {
       const std::string sp = m + "shared_experts.";
       ffn(sp + "gate_proj.weight", sp + "up_proj.weight", sp + "down_proj.weight", c_.shared_expert_intermediate_size);
     }
+  }
+
+  // A DeepSeek MTP module at layer id l >= n_layers (MODELS.md B7): its own embedding copy,
+  // norms, eh_proj [H, 2H] (embedding half first) and shared head, plus a full decoder
+  // layer. Only the decoder layer's projections are FP8 in the block format; embedding,
+  // eh_proj and head stay in the base dtype (as tests/reference/mla_mfa_ref.py reads them).
+  void mtp_module(int64_t l) {
+    const int64_t H = c_.hidden_size, V = c_.vocab_size;
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    mat(p + "embed_tokens.weight", V, H, /*linear=*/false);
+    norm(p + "enorm.weight", H);
+    norm(p + "hnorm.weight", H);
+    mat(p + "eh_proj.weight", H, 2 * H, /*linear=*/false);
+    deepseek_layer(l);
+    norm(p + "shared_head.norm.weight", H);
+    mat(p + "shared_head.head.weight", V, H, /*linear=*/false);
   }
 
   // Step-3 (MODELS.md A2): MFA attention; MoE experts stacked 3-D per projection (logical
@@ -256,20 +280,32 @@ const char* torch_dtype_name(DType t) {
 
 // ---- streaming output ----
 
+// Where the values of the pieces come from: the generator of (seed, piece name), or the
+// piece's tensor in a weights file (every piece claimed, make_model checks that first).
+struct ValueSource {
+  uint64_t seed = 1;
+  const WeightsFile* file = nullptr;
+};
+
 // The values of a stored tensor in order, across its pieces.
 class ValueStream {
  public:
-  ValueStream(const Stored& t, uint64_t seed) : t_(t), seed_(seed) {}
+  ValueStream(const Stored& t, const ValueSource& src) : t_(t), src_(src) {}
   void fill(float* out, size_t n) {
     while (n > 0) {
       if (left_ == 0) {
-        const Piece& p = t_.pieces[next_++];
-        rng_ = std::make_unique<TensorRng>(seed_, p.name, p.center, p.half);
-        left_ = static_cast<size_t>(p.numel);
+        piece_ = &t_.pieces[next_++];
+        if (src_.file == nullptr)
+          rng_ = std::make_unique<TensorRng>(src_.seed, piece_->name, piece_->center, piece_->half);
+        left_ = static_cast<size_t>(piece_->numel());
         continue;
       }
       const size_t k = std::min(n, left_);
-      rng_->fill(out, k);
+      if (src_.file != nullptr) {
+        src_.file->read(piece_->name, piece_->numel() - static_cast<int64_t>(left_), out, k);
+      } else {
+        rng_->fill(out, k);
+      }
       out += k;
       n -= k;
       left_ -= k;
@@ -278,18 +314,19 @@ class ValueStream {
 
  private:
   const Stored& t_;
-  uint64_t seed_;
+  const ValueSource& src_;
   size_t next_ = 0, left_ = 0;
+  const Piece* piece_ = nullptr;
   std::unique_ptr<TensorRng> rng_;
 };
 
 // Streams a tensor's values converted to a dense dtype (f32, bf16, f16).
-Status write_dense(const Stored& t, DType dtype, uint64_t seed, const ByteWriter& write) {
+Status write_dense(const Stored& t, DType dtype, const ValueSource& src, const ByteWriter& write) {
   constexpr size_t kChunk = size_t{1} << 20;  // elements per generated chunk
   const size_t esize = dtype_size(dtype);
   std::vector<float> vals(kChunk);
   std::vector<uint8_t> bytes(kChunk * esize);
-  ValueStream vs(t, seed);
+  ValueStream vs(t, src);
   for (int64_t done = 0; done < t.numel();) {
     const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kChunk), t.numel() - done));
     vs.fill(vals.data(), n);
@@ -311,7 +348,7 @@ Status write_dense(const Stored& t, DType dtype, uint64_t seed, const ByteWriter
 
 // Streams a 2-D [R, C] or 3-D [E, R, C] tensor quantized to FP8 blocks, 128 rows at a time
 // (memory O(128 * C)); its block scales [.., ceil(R/128), ceil(C/128)] go to *scales.
-Status write_fp8(const Stored& t, uint64_t seed, const ByteWriter& write, std::vector<float>* scales) {
+Status write_fp8(const Stored& t, const ValueSource& src, const ByteWriter& write, std::vector<float>* scales) {
   const int64_t bs = kernels::kFp8Block;
   const int64_t R = t.shape[t.shape.size() - 2], C = t.shape.back();
   const int64_t slabs = t.shape.size() == 3 ? t.shape[0] : 1;
@@ -320,7 +357,7 @@ Status write_fp8(const Stored& t, uint64_t seed, const ByteWriter& write, std::v
   std::vector<uint8_t> q(vals.size());
   std::vector<float> s(static_cast<size_t>(bcols));
   scales->clear();
-  ValueStream vs(t, seed);
+  ValueStream vs(t, src);
   for (int64_t e = 0; e < slabs; ++e) {
     for (int64_t r0 = 0; r0 < R; r0 += bs) {
       const int64_t nr = std::min(bs, R - r0);
@@ -535,6 +572,25 @@ ordered_json step3_text_config_json(const ModelConfig& c, DType dtype) {
   return j;
 }
 
+// Whether config.json `text` written for `c` parses back to `c`, up to what the written file
+// decides: torch_dtype (the file dtype), weight_quant (fp8 when either says so) and the
+// informational quantization scale_fmt (not written).
+Status check_config_round_trip(const ModelConfig& c, DType dtype, const std::string& text) {
+  ModelConfig want = c;
+  want.torch_dtype = torch_dtype_name(dtype);
+  if (dtype == DType::f8_e4m3) want.weight_quant = WeightQuant::fp8_block;
+  want.quant_scale_fmt.clear();
+  auto back = parse_model_config(text, "config.json (as written)");
+  if (!back.ok())
+    return back.status().with_context("make_model: the config.json written for this model does not parse");
+  back->quant_scale_fmt.clear();
+  if (const char* field = model_config_difference(*back, want))
+    return invalid_argument("make_model: the config.json written for this " + std::string(arch_name(c.arch)) +
+                            " model does not parse back to the same configuration: '" + field +
+                            "' differs (a setting this writer cannot express)");
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<ModelConfig> make_preset_config(const std::string& model_type, const std::string& preset) {
@@ -696,17 +752,39 @@ Result<MakeModelReport> make_model(const ModelConfig& config, const MakeModelOpt
                             arch_name(config.arch) + " has its own (" +
                             (config.arch == Arch::step3_text ? "stacked moe.*_proj" : "per-expert") + ")");
   }
+  const bool deepseek = config.arch == Arch::deepseek_v2 || config.arch == Arch::deepseek_v3;
+  if (config.num_nextn_predict_layers > 0 && !deepseek)
+    return invalid_argument(std::string("num_nextn_predict_layers: MTP modules are DeepSeek's (deepseek_v2, "
+                                        "deepseek_v3), not ") +
+                            arch_name(config.arch) + "'s");
   const bool fp8 = opt.dtype == DType::f8_e4m3;
   const DType base = fp8 ? DType::bf16 : opt.dtype;  // FP8 checkpoints keep the rest in bf16
+  const std::vector<Stored> stored = Planner(config, opt.layout).plan();
+  // Trained weights: every piece must be in the file with its shape, and nothing else.
+  std::optional<WeightsFile> weights;
+  if (!opt.weights_path.empty()) {
+    AFD_ASSIGN_OR_RETURN(WeightsFile w, WeightsFile::open(opt.weights_path));
+    weights.emplace(std::move(w));
+    for (const Stored& t : stored) {
+      for (const Piece& p : t.pieces) AFD_RETURN_IF_ERROR(weights->claim(p.name, p.shape));
+    }
+    AFD_RETURN_IF_ERROR(weights->check_all_claimed());
+  }
+  const ValueSource src{opt.seed, weights ? &*weights : nullptr};
   std::error_code ec;
   fs::create_directories(opt.out_dir, ec);
   if (ec) return io_error(opt.out_dir + ": cannot create directory: " + ec.message());
   AFD_RETURN_IF_ERROR(remove_checkpoint_tensors(opt.out_dir));
 
+  // config.json must describe exactly `config`: a field this writer does not spell out (one a
+  // given config.json had) is refused rather than silently dropped.
+  const std::string config_text = model_config_to_json(config, opt.dtype);
+  AFD_RETURN_IF_ERROR(check_config_round_trip(config, opt.dtype, config_text));
+
   MakeModelReport rep;
   const std::string dir = opt.out_dir;
   const std::string cfg_path = dir + "/config.json";
-  AFD_RETURN_IF_ERROR(write_text_file(cfg_path, model_config_to_json(config, opt.dtype)));
+  AFD_RETURN_IF_ERROR(write_text_file(cfg_path, config_text));
   rep.files.push_back(cfg_path);
 
   ordered_json gen;
@@ -722,7 +800,6 @@ Result<MakeModelReport> make_model(const ModelConfig& config, const MakeModelOpt
   // Tokenizer hook (serving side): the one place tokenizer files get written.
   if (opt.write_tokenizer) AFD_RETURN_IF_ERROR(opt.write_tokenizer(config, dir));
 
-  const std::vector<Stored> stored = Planner(config, opt.layout).plan();
   // File tensors: each stored tensor, and after each FP8 one its block scales.
   struct Entry {
     const Stored* t;
@@ -745,8 +822,8 @@ Result<MakeModelReport> make_model(const ModelConfig& config, const MakeModelOpt
   auto data = [&](size_t i, const ByteWriter& write) -> Status {
     const Entry& e = entries[i];
     if (e.scale) return write(scales.data(), scales.size() * sizeof(float));
-    if (specs[i].dtype == DType::f8_e4m3) return write_fp8(*e.t, opt.seed, write, &scales);
-    return write_dense(*e.t, specs[i].dtype, opt.seed, write);
+    if (specs[i].dtype == DType::f8_e4m3) return write_fp8(*e.t, src, write, &scales);
+    return write_dense(*e.t, specs[i].dtype, src, write);
   };
   AFD_ASSIGN_OR_RETURN(WrittenCheckpoint wc, write_checkpoint_tensors(dir, specs, opt.shard_size, data));
   rep.files.insert(rep.files.end(), wc.files.begin(), wc.files.end());
@@ -759,7 +836,7 @@ std::vector<float> make_model_tensor_values(const ModelConfig& config, uint64_t 
   for (const Stored& t : Planner(config, ExpertLayout::per_expert).plan()) {
     for (const Piece& p : t.pieces) {
       if (p.name != name) continue;
-      std::vector<float> v(static_cast<size_t>(p.numel));
+      std::vector<float> v(static_cast<size_t>(p.numel()));
       TensorRng(seed, p.name, p.center, p.half).fill(v.data(), v.size());
       return v;
     }

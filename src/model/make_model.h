@@ -1,9 +1,9 @@
-// make_model: writes a random-weight checkpoint in the exact Hugging Face layout
-// (config.json, generation_config.json, model.safetensors or shards + index), for tests
-// and benchmarks. Weights are streamed to disk in chunks: memory use is O(chunk), not
-// O(model).
+// make_model: writes a checkpoint in the exact Hugging Face layout (config.json,
+// generation_config.json, model.safetensors or shards + index): random weights for tests and
+// benchmarks, or given ones (MakeModelOptions::weights_path, e.g. a model trained elsewhere).
+// Weights are streamed to disk in chunks: memory use is O(chunk), not O(model).
 //
-// Values are a pure function of (seed, logical tensor name): the per-expert HF name,
+// Random values are a pure function of (seed, logical tensor name): the per-expert HF name,
 // even when the file stores the fused layout. So the per-expert and fused checkpoints of
 // one seed hold the same model, and make_model_tensor_values() reproduces any tensor.
 // FP8 checkpoints quantize those values per 128x128 block of the stored tensor
@@ -34,6 +34,13 @@ struct MakeModelOptions {
   DType dtype = DType::bf16;
   ExpertLayout layout = ExpertLayout::per_expert;
   uint64_t shard_size = 2'000'000'000;        // bytes; above it, shards + index.json
+  // Non-empty: the values come from this safetensors file (model/weights_file.h: F32, BF16 or
+  // F16) instead of the generator, one tensor per logical tensor under its per-expert HF name
+  // (Step-3's stacked experts: model.layers.L.moe.experts.j.{gate,up,down}_proj.weight; the
+  // fused qwen layout: mlp.experts.j.*), with exactly that tensor's shape. A missing tensor, a
+  // wrong shape, a non-finite value or a tensor the model does not have is an error naming it;
+  // nothing is written then. They are rounded to `dtype` (or FP8-quantized) as generated values are.
+  std::string weights_path;
   // Hook for the serving side: writes tokenizer files into the model directory. Unset: no
   // tokenizer files are written (make-model does not fake one).
   std::function<Status(const ModelConfig& config, const std::string& out_dir)> write_tokenizer;
@@ -55,7 +62,10 @@ Result<ModelConfig> make_preset_config(const std::string& model_type, const std:
 std::string model_config_to_json(const ModelConfig& c, DType dtype);
 
 // Writes the checkpoint of `config` (validated first) into options.out_dir, replacing any
-// previous config.json / safetensors there. Errors name the file.
+// previous config.json / safetensors there. Errors name the file. With
+// num_nextn_predict_layers > 0 (deepseek_v2 / deepseek_v3 only) the MTP modules follow the
+// main model as layers n_layers .. n_layers + n - 1 (MODELS.md B7: embed_tokens, enorm, hnorm,
+// eh_proj [H, 2H], a decoder layer, shared_head.norm, shared_head.head).
 Result<MakeModelReport> make_model(const ModelConfig& config, const MakeModelOptions& options);
 
 // The f32 values make_model draws for logical tensor `name` (per-expert HF name; for
