@@ -1,13 +1,21 @@
-// afd make-model: writes a random-weight checkpoint in the Hugging Face layout.
+// afd make-model: writes a checkpoint in the Hugging Face layout, random or from given weights.
 //   afd make-model --arch qwen3_moe --preset tiny --seed 1 --out models/tiny
 //       (--arch: qwen3_moe | qwen2_moe | mixtral | deepseek_v2 | deepseek_v3 | kimi_k2 | step3_text)
 //       [--layout per-expert|fused] [--dtype bf16|f16|f32|fp8] [--shard-size BYTES] [--tied]
-//       [size overrides: --hidden --layers --heads --kv-heads --head-dim --experts --top-k
+//       [--mtp N] [size overrides: --hidden --layers --heads --kv-heads --head-dim --experts --top-k
 //        --moe-inter --inter --shared-inter --vocab --sparse-step --mlp-only-layers
 //        --norm-topk-prob --max-pos]
+//   afd make-model --config CONFIG.json|DIR [--weights W.safetensors] [--tokenizer DIR] --out DIR
+//       [--dtype ...] [--layout ...] [--shard-size ...]
+//       --config replaces --arch / --preset and every preset setting (sizes, --tied, --mtp are
+//       refused with it); --weights takes the values from a safetensors file
+//       (MakeModelOptions::weights_path); --tokenizer copies a tokenizer instead of writing one.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include "commands.h"
 #include "serve/text/tokenizer_writer.h"
@@ -23,6 +31,10 @@ struct MakeModelFlags {
   std::string layout = "per-expert";
   std::string dtype = "bf16";
   std::string out;
+  std::string config;     // an HF config.json (or a directory holding one) instead of a preset
+  std::string weights;    // safetensors file with the tensor values
+  std::string tokenizer;  // directory whose tokenizer files are copied
+  int64_t mtp = 0;        // num_nextn_predict_layers (deepseek)
   uint64_t seed = 1;
   uint64_t shard_size = 2'000'000'000;
   bool tied = false;
@@ -38,7 +50,26 @@ struct MakeModelFlags {
   throw CLI::RuntimeError(1);
 }
 
-void run(const MakeModelFlags& f, bool mlp_only_given) {
+// The configuration of --config: a config.json file, or a model directory (its config.json
+// and generation_config.json, load_model_config).
+ModelConfig config_from_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    auto c = load_model_config(path);
+    if (!c.ok()) fail("--config: " + c.status().to_string());
+    return *c;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("--config: " + path + ": cannot open for reading");
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto c = parse_model_config(text.str(), path);
+  if (!c.ok()) fail("--config: " + c.status().to_string());
+  return *c;
+}
+
+// The configuration of --arch / --preset with the size overrides applied.
+ModelConfig config_from_preset(const MakeModelFlags& f, bool mlp_only_given) {
   // The message names the unknown architecture or preset.
   auto preset = make_preset_config(f.arch, f.preset);
   if (!preset.ok()) fail("--arch / --preset: " + preset.status().message());
@@ -76,17 +107,37 @@ void run(const MakeModelFlags& f, bool mlp_only_given) {
   else if (!f.norm_topk_prob.empty()) fail("--norm-topk-prob: expected true or false");
   if (arch == Arch::mixtral && !c.norm_topk_prob) fail("--norm-topk-prob: mixtral always renormalises");
   c.tie_word_embeddings = f.tied;
+  if (f.mtp < 0) fail("--mtp: must be >= 0");
+  if (f.mtp > 0 && !deepseek) fail("--mtp: MTP modules are DeepSeek's (deepseek_v2, deepseek_v3, kimi_k2)");
+  c.num_nextn_predict_layers = f.mtp;
   // Special tokens take the top ids of the written tokenizer (serve/text/tokenizer_writer.h):
   // <|endoftext|> = V-3 (bos, and an eos as in Qwen's generation_config), <|im_end|> = V-1.
-  if (c.vocab_size >= 260) {
+  // A copied tokenizer (--tokenizer) keeps the preset's ids.
+  if (c.vocab_size >= 260 && f.tokenizer.empty()) {
     c.bos_token_id = c.vocab_size - 3;
     c.eos_token_ids = {c.vocab_size - 1, c.vocab_size - 3};
   }
   if (Status s = c.validate(); !s.is_ok()) fail("invalid model shape: " + s.message());
+  return c;
+}
+
+void run(const MakeModelFlags& f, bool mlp_only_given, const std::vector<CLI::Option*>& preset_options) {
+  ModelConfig c;
+  if (!f.config.empty()) {
+    for (const CLI::Option* o : preset_options) {
+      if (o->count() > 0) fail(o->get_name() + ": not with --config (the config file sets the model)");
+    }
+    c = config_from_file(f.config);
+    // The file's quantization follows --dtype, not the source config.
+    c.weight_quant = WeightQuant::none;
+  } else {
+    c = config_from_preset(f, mlp_only_given);
+  }
 
   MakeModelOptions opt;
   opt.out_dir = f.out;
   opt.seed = f.seed;
+  opt.weights_path = f.weights;
   opt.shard_size = f.shard_size;
   if (f.layout == "per-expert") opt.layout = ExpertLayout::per_expert;
   else if (f.layout == "fused") opt.layout = ExpertLayout::fused;
@@ -96,26 +147,53 @@ void run(const MakeModelFlags& f, bool mlp_only_given) {
   else if (f.dtype == "f32") opt.dtype = DType::f32;
   else if (f.dtype == "fp8") opt.dtype = DType::f8_e4m3;
   else fail("--dtype '" + f.dtype + "': expected bf16, f16, f32 or fp8");
-  // Tokenizer files (tokenizer.json byte-level BPE + tokenizer_config.json with a chat template).
-  if (c.vocab_size >= 260) opt.write_tokenizer = write_tokenizer_for_model;
+  // Tokenizer files: copied from --tokenizer, else written (tokenizer.json byte-level BPE +
+  // tokenizer_config.json with a chat template).
+  if (!f.tokenizer.empty()) {
+    opt.write_tokenizer = [dir = f.tokenizer](const ModelConfig& config, const std::string& out) {
+      return copy_tokenizer_files(dir, out, config.vocab_size).with_context("--tokenizer");
+    };
+  } else if (c.vocab_size >= 260) {
+    opt.write_tokenizer = write_tokenizer_for_model;
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   auto rep = make_model(c, opt);
   if (!rep.ok()) fail(rep.status().to_string());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("wrote %s: %s %s, %lld tensors, %.1f MB of weights (%s), %zu file(s), %.2f s\n", f.out.c_str(),
-              c.model_type.c_str(), f.preset.c_str(), static_cast<long long>(rep->n_tensors),
-              static_cast<double>(rep->tensor_bytes) / 1e6, f.dtype.c_str(), rep->files.size(), secs);
+  const std::string what = !f.config.empty() ? "from " + f.config : f.preset;
+  std::printf("wrote %s: %s %s%s, %lld tensors, %.1f MB of weights (%s), %zu file(s), %.2f s\n", f.out.c_str(),
+              c.model_type.c_str(), what.c_str(), f.weights.empty() ? "" : (", weights " + f.weights).c_str(),
+              static_cast<long long>(rep->n_tensors), static_cast<double>(rep->tensor_bytes) / 1e6, f.dtype.c_str(),
+              rep->files.size(), secs);
 }
 
 }  // namespace
 
 void register_make_model(CLI::App& app) {
   auto f = std::make_shared<MakeModelFlags>();
-  auto* cmd = app.add_subcommand("make-model", "Write a random-weight Hugging Face checkpoint (tests, benchmarks)");
-  cmd->add_option("--arch", f->arch, "qwen3_moe | qwen2_moe | mixtral | deepseek_v2 | deepseek_v3 | kimi_k2 | step3_text")
+  auto* cmd = app.add_subcommand("make-model",
+                                 "Write a Hugging Face checkpoint: random weights (tests, benchmarks) or given ones");
+  std::vector<CLI::Option*> preset_options;  // refused with --config
+  auto preset_option = [&](CLI::Option* o) {
+    preset_options.push_back(o);
+    return o;
+  };
+  preset_option(cmd->add_option("--arch", f->arch,
+                                "qwen3_moe | qwen2_moe | mixtral | deepseek_v2 | deepseek_v3 | kimi_k2 | step3_text"))
       ->capture_default_str();
-  cmd->add_option("--preset", f->preset, "tiny | small | bench")->capture_default_str();
+  preset_option(cmd->add_option("--preset", f->preset, "tiny | small | bench"))->capture_default_str();
+  cmd->add_option("--config", f->config,
+                  "Hugging Face config.json (or a directory holding one, with generation_config.json) instead of "
+                  "--arch/--preset; the written config.json parses back to the same configuration. Not with "
+                  "--arch, --preset, --tied, --mtp or the size overrides");
+  cmd->add_option("--weights", f->weights,
+                  "safetensors file (F32/BF16/F16) with every tensor of the model under its per-expert Hugging Face "
+                  "name (Step-3: model.layers.L.moe.experts.j.{gate,up,down}_proj.weight) and exact shape, nothing "
+                  "else; written as --dtype");
+  cmd->add_option("--tokenizer", f->tokenizer,
+                  "copy tokenizer.json, tokenizer_config.json and chat_template.jinja from this directory instead of "
+                  "writing the generated tokenizer (a preset then keeps bos 1 / eos 2)");
   cmd->add_option("--seed", f->seed, "weight RNG seed")->capture_default_str();
   cmd->add_option("--out", f->out, "output directory")->required();
   cmd->add_option("--layout", f->layout, "expert tensors: per-expert | fused (mlp.experts.gate_up_proj)")
@@ -124,23 +202,27 @@ void register_make_model(CLI::App& app) {
                   "bf16 | f16 | f32 | fp8 (FP8 e4m3 projections with 128x128 float32 block scales, the rest bf16)")
       ->capture_default_str();
   cmd->add_option("--shard-size", f->shard_size, "bytes per safetensors shard")->capture_default_str();
-  cmd->add_flag("--tied", f->tied, "tie_word_embeddings (no lm_head.weight)");
-  cmd->add_option("--hidden", f->hidden, "override hidden_size");
-  cmd->add_option("--layers", f->layers, "override num_hidden_layers");
-  cmd->add_option("--heads", f->heads, "override num_attention_heads");
-  cmd->add_option("--kv-heads", f->kv_heads, "override num_key_value_heads");
-  cmd->add_option("--head-dim", f->head_dim, "override head_dim");
-  cmd->add_option("--experts", f->experts, "override num_experts");
-  cmd->add_option("--top-k", f->top_k, "override num_experts_per_tok");
-  cmd->add_option("--moe-inter", f->moe_inter, "override moe_intermediate_size");
-  cmd->add_option("--inter", f->inter, "override intermediate_size (dense layers)");
-  cmd->add_option("--shared-inter", f->shared_inter, "override shared_expert_intermediate_size (qwen2_moe; 0: none)");
-  cmd->add_option("--vocab", f->vocab, "override vocab_size");
-  cmd->add_option("--sparse-step", f->sparse_step, "override decoder_sparse_step");
-  auto* mlp_only = cmd->add_option("--mlp-only-layers", f->mlp_only_layers, "dense layers, e.g. 0,3")->delimiter(',');
-  cmd->add_option("--norm-topk-prob", f->norm_topk_prob, "override norm_topk_prob (true|false)");
-  cmd->add_option("--max-pos", f->max_pos, "override max_position_embeddings");
-  cmd->callback([f, mlp_only] { run(*f, mlp_only->count() > 0); });
+  preset_option(cmd->add_flag("--tied", f->tied, "tie_word_embeddings (no lm_head.weight)"));
+  preset_option(cmd->add_option("--mtp", f->mtp,
+                                "num_nextn_predict_layers: DeepSeek MTP modules after the main layers (default 0)"));
+  preset_option(cmd->add_option("--hidden", f->hidden, "override hidden_size"));
+  preset_option(cmd->add_option("--layers", f->layers, "override num_hidden_layers"));
+  preset_option(cmd->add_option("--heads", f->heads, "override num_attention_heads"));
+  preset_option(cmd->add_option("--kv-heads", f->kv_heads, "override num_key_value_heads"));
+  preset_option(cmd->add_option("--head-dim", f->head_dim, "override head_dim"));
+  preset_option(cmd->add_option("--experts", f->experts, "override num_experts"));
+  preset_option(cmd->add_option("--top-k", f->top_k, "override num_experts_per_tok"));
+  preset_option(cmd->add_option("--moe-inter", f->moe_inter, "override moe_intermediate_size"));
+  preset_option(cmd->add_option("--inter", f->inter, "override intermediate_size (dense layers)"));
+  preset_option(cmd->add_option("--shared-inter", f->shared_inter,
+                                "override shared_expert_intermediate_size (qwen2_moe; 0: none)"));
+  preset_option(cmd->add_option("--vocab", f->vocab, "override vocab_size"));
+  preset_option(cmd->add_option("--sparse-step", f->sparse_step, "override decoder_sparse_step"));
+  auto* mlp_only = preset_option(
+      cmd->add_option("--mlp-only-layers", f->mlp_only_layers, "dense layers, e.g. 0,3")->delimiter(','));
+  preset_option(cmd->add_option("--norm-topk-prob", f->norm_topk_prob, "override norm_topk_prob (true|false)"));
+  preset_option(cmd->add_option("--max-pos", f->max_pos, "override max_position_embeddings"));
+  cmd->callback([f, mlp_only, preset_options] { run(*f, mlp_only->count() > 0, preset_options); });
 }
 
 }  // namespace afd::cli

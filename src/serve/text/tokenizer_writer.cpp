@@ -1,6 +1,7 @@
 #include "serve/text/tokenizer_writer.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/text/pre_tokenizer.h"
+#include "serve/text/tokenizer.h"
 #include "serve/text/unicode.h"
 
 namespace afd {
@@ -232,6 +234,23 @@ Result<TokenizerFilesInfo> write_tokenizer_files(const std::string& dir, int64_t
 Status write_tokenizer_for_model(const ModelConfig& config, const std::string& dir) {
   auto r = write_tokenizer_files(dir, config.vocab_size);
   return r.ok() ? Status::ok() : r.status();
+}
+
+Status copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir, int64_t vocab_size) {
+  namespace fs = std::filesystem;
+  AFD_ASSIGN_OR_RETURN(auto tok, serve::Tokenizer::load_dir(from_dir));
+  if (tok->vocab_size() > vocab_size)
+    return invalid_argument(from_dir + "/tokenizer.json: " + std::to_string(tok->vocab_size()) +
+                            " tokens, more than the model's vocab_size " + std::to_string(vocab_size));
+  std::error_code ec;
+  if (fs::equivalent(from_dir, to_dir, ec)) return Status::ok();
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
+    const fs::path from = fs::path(from_dir) / name;
+    if (!fs::exists(from, ec)) continue;  // tokenizer.json exists: load_dir read it
+    fs::copy_file(from, fs::path(to_dir) / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) return io_error(from.string() + ": cannot copy to " + to_dir + ": " + ec.message());
+  }
+  return Status::ok();
 }
 
 }  // namespace afd

@@ -28,4 +28,10 @@ Result<TokenizerFilesInfo> write_tokenizer_files(const std::string& dir, int64_t
 // name it for generation to stop there.)
 Status write_tokenizer_for_model(const ModelConfig& config, const std::string& dir);
 
+// Copies an existing tokenizer into a model directory: from_dir/tokenizer.json (required),
+// tokenizer_config.json and chat_template.jinja (each when present). The tokenizer is loaded
+// first (serve::Tokenizer::load_dir, as serving loads it) and refused when it has more tokens
+// than vocab_size. Nothing is copied onto itself (from_dir == to_dir). Errors name the file.
+Status copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir, int64_t vocab_size);
+
 }  // namespace afd
