@@ -8,7 +8,8 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       libpcre2-dev libutf8proc-dev
       clang libclang-rt-14-dev
       python3 python3-numpy python3-torch python3-pytest python3-jinja2
-      curl iproute2)
+      curl iproute2
+      wamerican wordnet-base)
 # Node.js + npm (for the OpenAI-client e2e test): Debian's packages unless a node with
 # npm is already installed (e.g. a distribution that bundles npm into nodejs).
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then PKGS+=(nodejs npm); fi

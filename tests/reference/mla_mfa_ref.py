@@ -587,8 +587,8 @@ class Model:
 
     def _load_mtp(self, l):
         """The MTP module at layer id l (MODELS.md B7): its own norms, eh_proj, decoder layer and
-        shared head (embed_tokens / shared_head.head are copies of the main model's). Loaded
-        only to check its layout: the reference does not run MTP."""
+        shared head (embed_tokens / shared_head.head are copies of the main model's); run by
+        mtp_forward."""
         c = self.cfg
         H, V = c.hidden_size, c.vocab_size
         p = f"model.layers.{l}."
@@ -603,6 +603,28 @@ class Model:
 
     def new_sequence(self):
         return Sequence(self.cfg.n_layers)
+
+    def new_mtp_sequence(self):
+        """The MTP module's own cache for one sequence (its layer id is n_layers)."""
+        return Sequence(self.cfg.n_layers + 1)
+
+    def mtp_forward(self, seq, hidden, next_tokens):
+        """MODELS.md B7, one MTP module: hidden [n, H] the main model's final-normed states at
+        positions seq.length .. seq.length+n-1 of one sequence (forward(..., return_hidden=True)),
+        next_tokens [n] the tokens at the following positions. u = eh_proj([enorm(Emb(t[i+1]));
+        hnorm(h[i])]) runs through the module's decoder layer at position i (seq: a
+        new_mtp_sequence, its cache appended); -> logits [n, vocab] predicting t[i+2]."""
+        if self.mtp is None:
+            raise ValueError("the model was loaded without its MTP module (load_mtp=True)")
+        c, M = self.cfg, self.mtp
+        n = len(next_tokens)
+        e = M["embed"][np.asarray(next_tokens)]
+        u = np.concatenate([rms_norm(e, M["enorm"], c.rms_norm_eps), rms_norm(hidden, M["hnorm"], c.rms_norm_eps)],
+                           axis=-1) @ M["eh_proj"].T
+        positions = np.arange(seq.length, seq.length + n)
+        z = self._layer(c.n_layers, M, u, positions, [(seq, 0, n)])
+        seq.length += n
+        return rms_norm(z, M["head_norm"], c.rms_norm_eps) @ M["head"].T
 
     def _record(self, layer, name, x):
         if self.trace is not None:

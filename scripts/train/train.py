@@ -1,0 +1,272 @@
+"""Trains one of afd's tiny WordNet models (CPU, PyTorch) and writes what `afd make-model
+--config --weights --tokenizer` turns into the shipped checkpoint.
+
+  /usr/bin/python3 scripts/train/train.py --arch deepseek_v3 --out WORK [--steps N] [--seed S]
+
+WORK receives: tokenizer.json + tokenizer_config.json (trained here, or reused from
+--tokenizer DIR), config.json (the model's HF config), trained.safetensors (float32, HF
+logical names), eval.txt (the held-out documents, one per blank-line-separated block),
+chat_eval.json (held-out words for the chat check), curve.json / curve.svg (training curve)
+and metrics.json (final held-out perplexity, the unigram baseline, MTP accuracy).
+Deterministic for a seed and a thread count.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "reference"))
+
+import corpus  # noqa: E402
+import model as M  # noqa: E402
+import safetensors_io as st  # noqa: E402
+import tokenizer as tk  # noqa: E402
+
+VOCAB = 4096
+SEQ = 128
+MAX_POS = 2048
+
+
+def config_for(arch):
+    common = {"vocab_size": VOCAB, "hidden_size": 256, "num_attention_heads": 4, "rms_norm_eps": 1e-6,
+              "hidden_act": "silu", "tie_word_embeddings": False}
+    if arch == "deepseek_v3":
+        c = dict(common)
+        c.update({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+                  "num_hidden_layers": 4, "num_key_value_heads": 4, "intermediate_size": 768,
+                  "moe_intermediate_size": 192, "n_routed_experts": 8, "n_shared_experts": 1,
+                  "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1,
+                  "moe_layer_freq": 1, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
+                  "topk_method": "noaux_tc", "norm_topk_prob": True, "q_lora_rank": 128, "kv_lora_rank": 64,
+                  "qk_nope_head_dim": 32, "qk_rope_head_dim": 32, "v_head_dim": 32, "rope_theta": 10000.0,
+                  "rope_scaling": None, "rope_interleave": True, "max_position_embeddings": MAX_POS,
+                  "num_nextn_predict_layers": 1})
+        return c
+    if arch == "step3":
+        t = dict(common)
+        t.update({"architectures": ["Step3TextForCausalLM"], "model_type": "step3_text",
+                  "num_hidden_layers": 4, "num_attention_groups": 1, "head_dim": 64, "share_q_dim": 128,
+                  "intermediate_size": 768, "moe_num_experts": 8, "moe_top_k": 2, "moe_intermediate_size": 192,
+                  "share_expert_dim": 192, "norm_expert_weight": False, "moe_layers_enum": "1,2",
+                  "rope_theta": 500000.0, "rope_scaling": None, "max_position_embedding": MAX_POS,
+                  "max_seq_len": MAX_POS, "rms_norm_eps": 1e-5})
+        return {"architectures": ["Step3VLForConditionalGeneration"], "model_type": "step3_vl",
+                "text_config": t, "tie_word_embeddings": False}
+    raise SystemExit(f"unknown --arch {arch} (deepseek_v3, step3)")
+
+
+def documents(tok, data, rng):
+    """Training documents as token lists: [bos] doc [eos] for plain text, the chat template's
+    rendering for chat pairs; shuffled."""
+    docs = [[tok.bos] + tok.encode(d) + [tok.eos] for d in data["train_plain"]]
+    docs += [tok.encode_chat(u, a) for u, a in data["train_chat"]]
+    rng.shuffle(docs)
+    return docs
+
+
+def eval_batches(tok, docs, batch=64):
+    """Held-out documents as ([bos] + doc) in padded batches sorted by length: (tokens [B, T],
+    mask [B, T-1] of the scored positions)."""
+    seqs = sorted(([tok.bos] + tok.encode(d) for d in docs), key=len)
+    for i in range(0, len(seqs), batch):
+        part = seqs[i:i + batch]
+        T = max(len(s) for s in part)
+        x = torch.full((len(part), T), tok.eos, dtype=torch.long)
+        m = torch.zeros(len(part), T - 1, dtype=torch.bool)
+        for j, s in enumerate(part):
+            x[j, :len(s)] = torch.tensor(s)
+            m[j, :len(s) - 1] = True
+        yield x, m
+
+
+@torch.no_grad()
+def evaluate(model, batches):
+    """-> (mean NLL, next-token top-1, MTP top-1 on t[i+2] or None, tokens scored)."""
+    nll, hit, mtp_hit, mtp_n, n = 0.0, 0, 0, 0, 0
+    for x, m in batches:
+        logits, h = model.forward(x)
+        lp = torch.log_softmax(logits[:, :-1].double(), dim=-1)
+        tgt = x[:, 1:]
+        nll -= lp.gather(-1, tgt[..., None])[..., 0][m].sum().item()
+        hit += (logits[:, :-1].argmax(-1) == tgt)[m].sum().item()
+        n += int(m.sum())
+        if model.n_mtp and x.shape[1] > 2:
+            ml = model.mtp_forward(h[:, :-1], x[:, 1:])           # position i predicts t[i+2]
+            mm = m[:, 1:]
+            mtp_hit += (ml[:, :-1].argmax(-1) == x[:, 2:])[mm].sum().item()
+            mtp_n += int(mm.sum())
+    return nll / n, hit / n, (mtp_hit / mtp_n if mtp_n else None), n
+
+
+def unigram_nll(train_docs, eval_batches_list, vocab):
+    counts = np.ones(vocab)  # add-one smoothing
+    for d in train_docs:
+        np.add.at(counts, d, 1)
+    logp = np.log(counts / counts.sum())
+    nll, n = 0.0, 0
+    for x, m in eval_batches_list:
+        t = x[:, 1:][m].numpy()
+        nll -= logp[t].sum()
+        n += t.size
+    return nll / n
+
+
+def svg_curve(curve, path, title):
+    W, Hh, pad = 640, 360, 50
+    steps = [p["step"] for p in curve]
+    ys = [math.exp(p["train_loss"]) for p in curve]
+    ev = [(p["step"], p["eval_ppl"]) for p in curve if p.get("eval_ppl")]
+    allv = ys + [v for _, v in ev]
+    lo, hi = math.log(min(allv)), math.log(max(allv))
+    sx = lambda s: pad + (W - 2 * pad) * s / max(steps)
+    sy = lambda v: Hh - pad - (Hh - 2 * pad) * (math.log(v) - lo) / max(hi - lo, 1e-9)
+    line = lambda pts, col: ('<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>' %
+                             (col, " ".join("%.1f,%.1f" % (sx(s), sy(v)) for s, v in pts)))
+    ticks = [10 ** k * m for k in range(0, 6) for m in (1, 2, 5) if min(allv) <= 10 ** k * m <= max(allv)]
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" '
+           'font-size="11">' % (W, Hh), '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="%d" y="20" font-size="13">%s</text>' % (pad, title)]
+    for t in ticks:
+        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="5" y="%.1f">%g</text>' %
+                   (pad, W - pad, sy(t), sy(t), sy(t) + 4, t))
+    out.append(line(list(zip(steps, ys)), "#1f77b4"))
+    if ev:
+        out.append(line(ev, "#d62728"))
+    out.append('<text x="%d" y="%d">step (batch %d x %d tokens); blue: training perplexity, red: held-out '
+               'perplexity (log scale)</text>' % (pad, Hh - 15, 32, SEQ))
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", default="deepseek_v3")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tokenizer", help="reuse the tokenizer files of this directory")
+    ap.add_argument("--mtp-weight", type=float, default=0.3)
+    ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--bench", action="store_true", help="time 10 steps and exit")
+    ap.add_argument("--tokenizer-only", action="store_true", help="train and write the tokenizer, then exit")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    os.makedirs(a.out, exist_ok=True)
+    t0 = time.time()
+    data = corpus.build(seed=a.seed)
+    if a.tokenizer:
+        tok = tk.Tokenizer.read(a.tokenizer)
+    else:
+        texts = data["train_plain"] + [u for u, _ in data["train_chat"]] + [x for _, x in data["train_chat"]]
+        tok = tk.Tokenizer(tk.train_bpe(texts, VOCAB), VOCAB)
+    tok.write(a.out, MAX_POS)
+    print(f"tokenizer ready ({time.time() - t0:.0f} s)", flush=True)
+    if a.tokenizer_only:
+        return
+    cfg = config_for(a.arch)
+    tcfg = cfg.get("text_config", cfg)
+    tcfg["bos_token_id"], tcfg["eos_token_id"] = tok.bos, tok.eos
+    if cfg is not tcfg:
+        cfg["bos_token_id"], cfg["eos_token_id"] = tok.bos, tok.eos
+    with open(os.path.join(a.out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    rng = random.Random(a.seed)
+    docs = documents(tok, data, rng)
+    stream = np.fromiter((t for d in docs for t in d), dtype=np.int64)
+    n_chunks = (len(stream) - 2) // SEQ
+    print(f"{len(docs)} training documents, {len(stream)} tokens, {n_chunks} chunks of {SEQ}", flush=True)
+    with open(os.path.join(a.out, "eval.txt"), "w") as f:
+        f.write("\n\n".join(data["eval_docs"]) + "\n")
+    words = [w for w, pos, _ in data["eval_words"] if pos == "noun" and " " not in w and w.isalpha()]
+    random.Random(7).shuffle(words)
+    with open(os.path.join(a.out, "chat_eval.json"), "w") as f:
+        json.dump({"words": sorted(words[:20]), "question": "What does {w} mean?"}, f, indent=1)
+    ev_all = list(eval_batches(tok, data["eval_docs"]))
+    ev_small = list(eval_batches(tok, data["eval_docs"][::8]))
+
+    model = M.Model(cfg, a.seed)
+    params = model.parameters()
+    decay = [p for p in params if p.dim() == 2]
+    nodecay = [p for p in params if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    warm = max(1, a.steps // 30)
+    sched = lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / a.steps))))
+    order = np.random.default_rng(a.seed).permutation(n_chunks)
+    curve, acc, acc_n = [], 0.0, 0
+    biases = {k: v for k, v in model.P.items() if k.endswith("e_score_correction_bias")}
+    t_train = time.time()
+    for step in range(a.steps):
+        idx = order[(np.arange(a.batch) + step * a.batch) % n_chunks]
+        chunk = torch.from_numpy(np.stack([stream[i * SEQ:i * SEQ + SEQ + 2] for i in idx]))
+        x, y, y2 = chunk[:, :SEQ], chunk[:, 1:SEQ + 1], chunk[:, 2:SEQ + 2]
+        stats = []
+        logits, h = model.forward(x, stats)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+        total = loss
+        if model.n_mtp:
+            ml = model.mtp_forward(h, y, stats)
+            total = total + a.mtp_weight * F.cross_entropy(ml.reshape(-1, VOCAB), y2.reshape(-1))
+        if stats:
+            total = total + 1e-4 * sum(s[2] for s in stats)
+        for g in opt.param_groups:
+            g["lr"] = a.lr * sched(step)
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        with torch.no_grad():  # auxiliary-loss-free balancing (DeepSeek-V3): bias += g * sign(mean - load)
+            for l, load, _ in stats:
+                key = next((k for k in biases if k.startswith(f"model.layers.{l}.")), None)
+                if key is not None:
+                    biases[key] += 1e-3 * torch.sign(load.mean() - load)
+        acc += loss.item()
+        acc_n += 1
+        if a.bench and step == 9:
+            dt = (time.time() - t_train) / 10
+            print(f"{dt:.3f} s/step, {a.batch * SEQ / dt:.0f} tokens/s")
+            return
+        if (step + 1) % 50 == 0 or step + 1 == a.steps:
+            point = {"step": step + 1, "train_loss": acc / acc_n, "seconds": round(time.time() - t_train, 1)}
+            acc, acc_n = 0.0, 0
+            if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
+                e = evaluate(model, ev_small)
+                point.update(eval_ppl=math.exp(e[0]), eval_top1=e[1], eval_mtp_top1=e[2])
+            curve.append(point)
+            print(json.dumps(point), flush=True)
+    final = evaluate(model, ev_all)
+    uni = unigram_nll(docs, ev_all, VOCAB)
+    metrics = {"arch": a.arch, "steps": a.steps, "batch_tokens": a.batch * SEQ, "seed": a.seed,
+               "threads": a.threads, "train_seconds": round(time.time() - t_train),
+               "training_tokens_seen": a.steps * a.batch * SEQ, "training_tokens_total": int(len(stream)),
+               "eval_tokens": final[3], "eval_ppl": math.exp(final[0]), "eval_top1": final[1],
+               "eval_mtp_top1": final[2], "unigram_ppl": math.exp(uni),
+               "ppl_over_unigram": math.exp(final[0]) / math.exp(uni),
+               "params": sum(p.numel() for p in model.state().values())}
+    print(json.dumps(metrics), flush=True)
+    with open(os.path.join(a.out, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=1)
+    with open(os.path.join(a.out, "curve.json"), "w") as f:
+        json.dump(curve, f)
+    svg_curve(curve, os.path.join(a.out, "curve.svg"), f"afd WordNet {a.arch}: training curve")
+    st.write_file(os.path.join(a.out, "trained.safetensors"),
+                  {k: st.Tensor("F32", v.numpy()) for k, v in model.state().items()})
+
+
+if __name__ == "__main__":
+    main()
