@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   afd::cli::register_make_model(app);
   afd::cli::register_quantize(app);
   afd::cli::register_generate(app);
+  afd::cli::register_eval(app);
   afd::cli::register_bench(app);
   afd::cli::register_worker(app);
   afd::cli::register_serve(app);

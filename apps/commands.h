@@ -12,6 +12,8 @@ void register_make_model(CLI::App& app);
 // quantize (--fp8 | --dequantize): apps/cmd_quantize.cpp
 void register_quantize(CLI::App& app);
 void register_generate(CLI::App& app);
+// eval (teacher-forced perplexity of a text file): apps/cmd_eval.cpp
+void register_eval(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_worker(CLI::App& app);
 void register_serve(CLI::App& app);
