@@ -45,13 +45,18 @@ void AttentionPart::add_ffn(TokenBatch& b) const {
   kernels::axpy(1.0f, b.ffn_out.data(), b.n * config().hidden_size, b.x.data());
 }
 
-void AttentionPart::logits(const TokenBatch& b, std::span<const int64_t> rows, float* out) {
+void AttentionPart::final_hidden(const TokenBatch& b, std::span<const int64_t> rows, float* out) const {
   const ModelConfig& c = config();
   const int64_t hid = c.hidden_size, m = static_cast<int64_t>(rows.size());
-  final_scratch_.resize(static_cast<size_t>(m * hid));
   for (int64_t r = 0; r < m; ++r)
     kernels::rmsnorm(&b.x[rows[r] * hid], w_->final_norm.data, 1, hid, static_cast<float>(c.rms_norm_eps),
-                     &final_scratch_[r * hid]);
+                     &out[r * hid]);
+}
+
+void AttentionPart::logits(const TokenBatch& b, std::span<const int64_t> rows, float* out) {
+  const int64_t m = static_cast<int64_t>(rows.size());
+  final_scratch_.resize(static_cast<size_t>(m * config().hidden_size));
+  final_hidden(b, rows, final_scratch_.data());
   linear(w_->lm_head, final_scratch_.data(), m, out, opt_.prec, pool_);
 }
 

@@ -38,6 +38,9 @@ class AttentionPart {
   void add_ffn(TokenBatch& b) const;
   // logits [rows.size(), vocab] = lm_head(rmsnorm(x[rows], final_norm)).
   void logits(const TokenBatch& b, std::span<const int64_t> rows, float* out);
+  // hidden [rows.size(), hidden_size] = rmsnorm(x[rows], final_norm): the final-normed states
+  // logits() multiplies by the LM head (DeepSeek's MTP module reads them, model/weights.h).
+  void final_hidden(const TokenBatch& b, std::span<const int64_t> rows, float* out) const;
 
  private:
   void route(int64_t layer, TokenBatch& b);

@@ -479,6 +479,20 @@ Status load_moe(Binder& b, const ModelConfig& c, const std::string& layer_prefix
   return Status::ok();
 }
 
+// Decoder layer `l` (model.layers.l.*), MoE or dense by c's rules for l.
+Status load_layer(Binder& b, const ModelConfig& c, int64_t l, LayerWeights* L) {
+  const Dim hidden{c.hidden_size, "hidden_size"};
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  AFD_ASSIGN_OR_RETURN(L->input_norm, b.vector(p + "input_layernorm.weight", hidden));
+  AFD_ASSIGN_OR_RETURN(L->post_attention_norm, b.vector(p + "post_attention_layernorm.weight", hidden));
+  AFD_RETURN_IF_ERROR(load_attention(b, c, p + "self_attn.", &L->attn));
+  L->is_moe = c.is_moe_layer(l);
+  if (L->is_moe) return load_moe(b, c, p, &L->moe);
+  const Dim inter{c.intermediate_size, "intermediate_size"};
+  const std::string mp = p + "mlp.";
+  return load_ffn(b, mp + "gate_proj.weight", mp + "up_proj.weight", mp + "down_proj.weight", c, inter, &L->dense);
+}
+
 Status load_all(Binder& b, const ModelConfig& c, ModelWeights* w) {
   const Dim vocab{c.vocab_size, "vocab_size"};
   const Dim hidden{c.hidden_size, "hidden_size"};
@@ -490,26 +504,51 @@ Status load_all(Binder& b, const ModelConfig& c, ModelWeights* w) {
   }
   AFD_ASSIGN_OR_RETURN(w->final_norm, b.vector("model.norm.weight", hidden));
   w->layers.resize(static_cast<size_t>(c.n_layers));
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    LayerWeights& L = w->layers[static_cast<size_t>(l)];
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    AFD_ASSIGN_OR_RETURN(L.input_norm, b.vector(p + "input_layernorm.weight", hidden));
-    AFD_ASSIGN_OR_RETURN(L.post_attention_norm, b.vector(p + "post_attention_layernorm.weight", hidden));
-    AFD_RETURN_IF_ERROR(load_attention(b, c, p + "self_attn.", &L.attn));
-    L.is_moe = c.is_moe_layer(l);
-    if (L.is_moe) {
-      AFD_RETURN_IF_ERROR(load_moe(b, c, p, &L.moe));
-    } else {
-      const Dim inter{c.intermediate_size, "intermediate_size"};
-      const std::string mp = p + "mlp.";
-      AFD_RETURN_IF_ERROR(
-          load_ffn(b, mp + "gate_proj.weight", mp + "up_proj.weight", mp + "down_proj.weight", c, inter, &L.dense));
-    }
-  }
+  for (int64_t l = 0; l < c.n_layers; ++l) AFD_RETURN_IF_ERROR(load_layer(b, c, l, &w->layers[static_cast<size_t>(l)]));
   return Status::ok();
 }
 
 }  // namespace
+
+Result<MtpModule> load_mtp_module(std::shared_ptr<const ModelWeights> main, int64_t m) {
+  const ModelConfig& mc = main->config;
+  if (mc.arch != Arch::deepseek_v2 && mc.arch != Arch::deepseek_v3)
+    return not_supported(std::string("MTP modules are DeepSeek's; this model is ") + arch_name(mc.arch));
+  if (m < 0 || m >= mc.num_nextn_predict_layers)
+    return invalid_argument(main->checkpoint->dir() + ": no MTP module " + std::to_string(m) +
+                            " (config.json num_nextn_predict_layers is " + std::to_string(mc.num_nextn_predict_layers) +
+                            ")");
+  const int64_t l = mc.n_layers + m;
+  auto block = std::make_shared<ModelWeights>();
+  block->config = mc;
+  block->checkpoint = main->checkpoint;
+  block->base = main;
+  Binder b(*main->checkpoint, block.get());
+  const Dim vocab{mc.vocab_size, "vocab_size"};
+  const Dim hidden{mc.hidden_size, "hidden_size"};
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  MtpModule out;
+  AFD_ASSIGN_OR_RETURN(block->embed, b.matrix(p + "embed_tokens.weight", vocab, hidden));
+  AFD_ASSIGN_OR_RETURN(out.enorm, b.vector(p + "enorm.weight", hidden));
+  AFD_ASSIGN_OR_RETURN(out.hnorm, b.vector(p + "hnorm.weight", hidden));
+  AFD_ASSIGN_OR_RETURN(out.eh_proj, b.matrix(p + "eh_proj.weight", hidden, Dim{2 * mc.hidden_size, "2*hidden_size"}));
+  AFD_ASSIGN_OR_RETURN(block->final_norm, b.vector(p + "shared_head.norm.weight", hidden));
+  AFD_ASSIGN_OR_RETURN(block->lm_head, b.matrix(p + "shared_head.head.weight", vocab, hidden));
+  block->layers.resize(1);
+  AFD_RETURN_IF_ERROR(load_layer(b, mc, l, &block->layers[0]));
+  // As a one-layer model: layer 0 is the module's layer, MoE exactly when layer l is.
+  ModelConfig& c = block->config;
+  c.n_layers = 1;
+  c.num_nextn_predict_layers = 0;
+  c.first_k_dense_replace = block->layers[0].is_moe ? 0 : 1;
+  c.moe_layer_freq = 1;
+  c.decoder_sparse_step = 1;
+  c.mlp_only_layers.clear();
+  c.moe_layers.clear();
+  c.tie_word_embeddings = false;
+  out.block = std::move(block);
+  return out;
+}
 
 Result<std::shared_ptr<const ModelWeights>> load_model(const std::string& model_dir) {
   AFD_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(model_dir));

@@ -102,6 +102,24 @@ struct ModelWeights {
 // use (madvise WILLNEED on their pages). Empty views are skipped. Returns the bytes covered.
 size_t prefetch_ffn_weights(const ModelWeights& w, const std::vector<uint8_t>& experts, bool shared);
 
+// DeepSeek's multi-token-prediction module m (MODELS.md B7), the tensors under
+// model.layers.(n_layers + m).*, as a one-layer model plus its input projection:
+//   u = eh_proj([rmsnorm(embed(t[i+1]), enorm); rmsnorm(h[i], hnorm)])   (embedding half first)
+//   z = block's layer 0 at position i over u; logits = block's lm_head(rmsnorm(z, final_norm))
+// predict t[i+2], h[i] being the main model's final-normed hidden state at position i.
+struct MtpModule {
+  // embed = the module's embed_tokens, layers[0] = its decoder layer, final_norm =
+  // shared_head.norm, lm_head = shared_head.head; config = the main model's with n_layers 1
+  // (layer 0 MoE exactly when the module's layer is) and no MTP layers. Keeps `main` alive.
+  std::shared_ptr<const ModelWeights> block;
+  Vector enorm, hnorm;  // [hidden], owned by block
+  Matrix eh_proj;       // [hidden, 2*hidden]
+};
+
+// Binds MTP module m of a loaded DeepSeek model (errors: not DeepSeek, m outside
+// [0, num_nextn_predict_layers), a missing or misshapen tensor, named).
+Result<MtpModule> load_mtp_module(std::shared_ptr<const ModelWeights> main, int64_t m);
+
 // Loads DIR (config.json + safetensors, single or sharded). Every expected tensor must be
 // present with the shape config.json implies; errors name the file, tensor and field.
 Result<std::shared_ptr<const ModelWeights>> load_model(const std::string& model_dir);

@@ -304,7 +304,8 @@ KvUsage DataParallelEngine::kv_usage() const {
   return u;
 }
 
-Status DataParallelEngine::forward(std::span<const BatchItem> items, std::vector<float>* logits) {
+Status DataParallelEngine::forward_with_hidden(std::span<const BatchItem> items, std::vector<float>* logits,
+                                               std::vector<float>* hidden) {
   const int64_t t0 = now_ns();
   const auto& es = engines();
   const int n_eng = static_cast<int>(es.size());
@@ -323,7 +324,7 @@ Status DataParallelEngine::forward(std::span<const BatchItem> items, std::vector
     for (const BatchItem& it : per[e]) last_tokens_[static_cast<size_t>(e)] += static_cast<int64_t>(it.tokens.size());
   int64_t ffn_busy0 = 0;
   for (const FfnWorkerStats* s : bundle_->ffn_stats()) ffn_busy0 += s->ffn_ns.load();
-  std::vector<std::vector<float>> out(n_eng);
+  std::vector<std::vector<float>> out(n_eng), out_hidden(n_eng);
   std::vector<Status> st(n_eng);
   std::vector<std::thread> threads;
   for (int e = 0; e < n_eng; ++e) {
@@ -331,7 +332,7 @@ Status DataParallelEngine::forward(std::span<const BatchItem> items, std::vector
     threads.emplace_back([&, e] {
       // An internal check failing in one engine fails the pass, not the process.
       try {
-        st[e] = es[e]->forward(per[e], &out[e]);
+        st[e] = es[e]->forward_with_hidden(per[e], &out[e], hidden ? &out_hidden[e] : nullptr);
       } catch (const std::exception& ex) {
         st[e] = internal_error(std::string("attention engine failed: ") + ex.what());
       }
@@ -347,13 +348,18 @@ Status DataParallelEngine::forward(std::span<const BatchItem> items, std::vector
     rows[k] = items[k].all_logits ? static_cast<int64_t>(items[k].tokens.size()) : 1;
   std::vector<int64_t> off(items.size() + 1, 0);
   for (size_t k = 0; k < items.size(); ++k) off[k + 1] = off[k] + rows[k];
+  const int64_t H = config().hidden_size;
   logits->resize(static_cast<size_t>(off.back() * V));
+  if (hidden) hidden->resize(static_cast<size_t>(off.back() * H));
   times_ = StageTimes{};
   for (int e = 0; e < n_eng; ++e) {
     int64_t src = 0;
     for (size_t m = 0; m < which[e].size(); ++m) {
       const size_t k = which[e][m];
       std::copy(out[e].begin() + src * V, out[e].begin() + (src + rows[k]) * V, logits->begin() + off[k] * V);
+      if (hidden)
+        std::copy(out_hidden[e].begin() + src * H, out_hidden[e].begin() + (src + rows[k]) * H,
+                  hidden->begin() + off[k] * H);
       src += rows[k];
     }
     if (!per[e].empty()) {

@@ -84,7 +84,12 @@ class DataParallelEngine : public Engine {
   // only balance by load, since it does not see the prompt.
   int64_t reuse_prefix(int64_t seq_id, std::span<const int32_t> prompt) override;
   int64_t cached_prefix(std::span<const int32_t> prompt) const override;
-  Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override;
+  Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override {
+    return forward_with_hidden(items, logits, nullptr);
+  }
+  // hidden may be null (forward()).
+  Status forward_with_hidden(std::span<const BatchItem> items, std::vector<float>* logits,
+                             std::vector<float>* hidden) override;
   KvUsage kv_usage() const override;
   StageTimes last_stage_times() const override { return times_; }
   Status health() const override;

@@ -88,6 +88,14 @@ class Engine {
   // the vocabulary, context overflow, KV exhausted, a lost peer) leave every sequence
   // unchanged.
   virtual Status forward(std::span<const BatchItem> items, std::vector<float>* logits) = 0;
+  // forward(), and hidden receives, for every row logits gets and in the same order, the
+  // final-normed hidden state rmsnorm(x, model.norm) [hidden_size] the LM head multiplies —
+  // the input of DeepSeek's MTP module (runtime/mtp_head.h). not_supported by engines that
+  // do not keep it.
+  virtual Status forward_with_hidden(std::span<const BatchItem> items, std::vector<float>* logits,
+                                     std::vector<float>* hidden) {
+    return not_supported("this engine does not return hidden states");
+  }
 
   virtual KvUsage kv_usage() const = 0;
   virtual StageTimes last_stage_times() const { return {}; }

@@ -154,7 +154,8 @@ Status PipelineEngine::run_layers(std::vector<TokenBatch*>& mbs) {
   return Status::ok();
 }
 
-Status PipelineEngine::forward(std::span<const BatchItem> items, std::vector<float>* logits) {
+Status PipelineEngine::forward_with_hidden(std::span<const BatchItem> items, std::vector<float>* logits,
+                                           std::vector<float>* hidden) {
   const int64_t t_start = now_ns();
   AFD_RETURN_IF_ERROR(validate(items));
   const ModelConfig& c = w_->config;
@@ -214,8 +215,9 @@ Status PipelineEngine::forward(std::span<const BatchItem> items, std::vector<flo
     return s;
   }
 
-  const int64_t V = c.vocab_size;
+  const int64_t V = c.vocab_size, H = c.hidden_size;
   logits->resize(static_cast<size_t>(row_off[n_items] * V));
+  if (hidden) hidden->resize(static_cast<size_t>(row_off[n_items] * H));
   const int64_t t0 = now_ns();
   for (int g = 0; g < m; ++g) {
     std::vector<int64_t> rows, dest;
@@ -233,6 +235,12 @@ Status PipelineEngine::forward(std::span<const BatchItem> items, std::vector<flo
     attn_.logits(*mbs[g], rows, tmp.data());
     for (size_t r = 0; r < rows.size(); ++r)
       std::copy(tmp.begin() + r * V, tmp.begin() + (r + 1) * V, logits->begin() + dest[r] * V);
+    if (hidden) {
+      tmp.resize(rows.size() * H);
+      attn_.final_hidden(*mbs[g], rows, tmp.data());
+      for (size_t r = 0; r < rows.size(); ++r)
+        std::copy(tmp.begin() + r * H, tmp.begin() + (r + 1) * H, hidden->begin() + dest[r] * H);
+    }
   }
   times_.attention_s += (now_ns() - t0) * 1e-9;
   // The step succeeded: record the tokens so full blocks get their prefix-cache keys.
