@@ -1,11 +1,12 @@
 // afd eval: teacher-forced evaluation of a text file (perplexity, top-1 accuracy).
 //   afd eval --model DIR --text FILE [--json] [--separator SEP|none] [--window N --stride S]
-//            [--add-bos true|false] [--dump-tokens FILE] [engine flags: --precision, --topology, ...]
+//            [--add-bos true|false] [--dump-tokens FILE] [--mtp] [engine flags: --precision, --topology, ...]
 // The file is cut into documents at --separator (default: a blank line), each document is
 // encoded with the model's tokenizer (serve/text, as afd serve loads it; special-token text
 // becomes its token, as transformers' tokenizer(text) does) with BOS first when the tokenizer
 // adds one to prompts (or as --add-bos says), and every token after the first is scored
-// (runtime/perplexity.h: sliding windows for documents longer than --window).
+// (runtime/perplexity.h: sliding windows for documents longer than --window); --mtp also scores
+// DeepSeek's MTP module on the token after next (runtime/mtp_head.h).
 #include <unistd.h>
 
 #include <cmath>
@@ -20,6 +21,8 @@
 #include "engine_flags.h"
 #include "local_ffn.h"
 #include "model/config.h"
+#include "model/weights.h"
+#include "runtime/mtp_head.h"
 #include "runtime/perplexity.h"
 #include "serve/text/documents.h"
 #include "serve/text/tokenizer.h"
@@ -37,6 +40,7 @@ struct EvalFlags {
   int64_t stride = 0;   // 0: window / 2
   std::string add_bos;  // "" : as the tokenizer adds it to prompts; "true" | "false"
   std::string dump_tokens;
+  bool mtp = false;  // also score DeepSeek's MTP module 0 on the token after next
 };
 
 // --separator's value: "none" (one document) or text with the escapes \n, \r, \t and \\.
@@ -113,6 +117,9 @@ void run_eval(const EvalFlags& f) {
   if (!opt.ok()) fail("eval", opt.status());
   auto cfg = load_model_config(f.engine.model_dir);
   if (!cfg.ok()) fail("eval", cfg.status());
+  if (f.mtp && cfg->num_nextn_predict_layers < 1)
+    fail("eval", invalid_argument("--mtp: " + f.engine.model_dir +
+                                  " has no MTP module (config.json num_nextn_predict_layers is 0)"));
   auto tok = serve::Tokenizer::load_dir(f.engine.model_dir);
   if (!tok.ok()) fail("eval", tok.status().with_context("eval needs the model's tokenizer.json"));
 
@@ -151,14 +158,32 @@ void run_eval(const EvalFlags& f) {
 
   LocalFfnProcesses ffn_procs;  // outlives the engine (declared first)
   if (Status s = ffn_procs.start(f.engine, &*opt); !s.is_ok()) fail("eval", s);
-  auto engine = make_engine(*opt);
+  auto weights = load_model(f.engine.model_dir);
+  if (!weights.ok()) fail("eval", weights.status());
+  auto engine = make_engine(*opt, *weights);
   if (!engine.ok()) fail("eval", engine.status());
+  std::unique_ptr<MtpHead> mtp;
+  if (f.mtp) {
+    auto module = load_mtp_module(*weights, 0);
+    if (!module.ok()) fail("eval", module.status().with_context("--mtp"));
+    // The module's cache holds what the engine's does (score_documents reserves windows there).
+    EngineOptions mo = *opt;
+    const KvUsage kv = (*engine)->kv_usage();
+    mo.kv.capacity_tokens = kv.blocks_total * kv.block_size;
+    auto head = MtpHead::create(std::move(*module), mo);
+    if (!head.ok()) fail("eval", head.status().with_context("--mtp"));
+    mtp = std::move(*head);
+    so.mtp = mtp.get();
+  }
   auto r = score_documents(**engine, *ids, so);
   if (!r.ok()) fail("eval", r.status());
 
   const double nll = r->nll_mean();
   const double ppl = std::exp(nll);
   const double top1 = r->tokens > 0 ? static_cast<double>(r->top1_correct) / static_cast<double>(r->tokens) : 0.0;
+  const double mtp_n = static_cast<double>(std::max<int64_t>(r->mtp_tokens, 1));
+  const double mtp_top1 = static_cast<double>(r->mtp_top1_correct) / mtp_n;
+  const double mtp_nll = r->mtp_nll_sum / mtp_n;
   if (f.json) {
     nlohmann::ordered_json j;
     j["documents"] = r->documents;
@@ -171,6 +196,11 @@ void run_eval(const EvalFlags& f) {
     j["window"] = so.window;
     j["stride"] = so.stride;
     j["add_bos"] = add_bos;
+    if (mtp) {
+      j["mtp_tokens"] = r->mtp_tokens;
+      j["mtp_top1_accuracy"] = mtp_top1;
+      j["mtp_nll_mean"] = mtp_nll;
+    }
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -179,6 +209,9 @@ void run_eval(const EvalFlags& f) {
               "tokens/s");
   std::printf("%-10lld %10lld %12.6f %12.4f %8.4f %12.1f\n", static_cast<long long>(r->documents),
               static_cast<long long>(r->tokens), nll, ppl, top1, tps);
+  if (mtp)
+    std::printf("MTP module (token after next): %lld tokens, top-1 %.4f, nll %.6f nats\n",
+                static_cast<long long>(r->mtp_tokens), mtp_top1, mtp_nll);
   std::printf("(window %lld, stride %lld, BOS %s; %lld tokens forwarded in %.2f s)\n",
               static_cast<long long>(so.window), static_cast<long long>(so.stride), add_bos ? "added" : "not added",
               static_cast<long long>(r->forwarded_tokens), r->seconds);
@@ -213,6 +246,10 @@ void register_eval(CLI::App& app) {
                   "prompts, tokenizer_config.json's add_bos_token or its post-processor)");
   cmd->add_option("--dump-tokens", f->dump_tokens,
                   "Write each document's token ids (BOS included), comma-separated, one line per document");
+  cmd->add_flag("--mtp", f->mtp,
+                "Also report DeepSeek's MTP module (num_nextn_predict_layers > 0; module 0): its top-1 accuracy and "
+                "NLL on the token after next (from the main model's final-normed hidden state and the next token; "
+                "the module runs in this process whatever the wiring)");
   cmd->callback([f] { run_eval(*f); });
 }
 

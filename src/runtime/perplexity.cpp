@@ -18,6 +18,7 @@ struct Job {
   size_t doc = 0;
   ScoreWindow w;
   int64_t seq = -1;
+  int64_t mtp_seq = -1;   // with an MTP head
   int64_t fed = 0;        // window tokens appended so far
   int64_t kv_blocks = 0;  // blocks reserved for the whole window
   int64_t length() const { return w.end - w.begin; }
@@ -26,19 +27,25 @@ struct Job {
 // Releases the sequences of the jobs still active when it goes out of scope.
 class ActiveSequences {
  public:
-  explicit ActiveSequences(Engine& e) : engine_(e) {}
+  ActiveSequences(Engine& e, MtpHead* mtp) : engine_(e), mtp_(mtp) {}
   ~ActiveSequences() {
-    for (const Job* j : jobs_) engine_.release_sequence(j->seq);
+    for (const Job* j : jobs_) release(*j);
+  }
+  void release(const Job& j) {
+    engine_.release_sequence(j.seq);
+    if (mtp_ && j.mtp_seq >= 0) mtp_->release_sequence(j.mtp_seq);
   }
   std::vector<Job*>& jobs() { return jobs_; }
 
  private:
   Engine& engine_;
+  MtpHead* mtp_;
   std::vector<Job*> jobs_;
 };
 
-// -log softmax(row)[target] in double, and whether target is the row's first largest logit.
-void score_row(const float* row, int64_t vocab, int32_t target, ScoreResult* r) {
+// Adds -log softmax(row)[target] (in double) to *nll_sum, and 1 to *top1 when target is the
+// row's first largest logit.
+void score_row(const float* row, int64_t vocab, int32_t target, double* nll_sum, int64_t* top1, int64_t* n) {
   int64_t arg = 0;
   for (int64_t v = 1; v < vocab; ++v) {
     if (row[v] > row[arg]) arg = v;
@@ -46,9 +53,9 @@ void score_row(const float* row, int64_t vocab, int32_t target, ScoreResult* r) 
   const double m = row[arg];
   double sum = 0;
   for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - m);
-  r->nll_sum += m + std::log(sum) - static_cast<double>(row[target]);
-  r->top1_correct += arg == target ? 1 : 0;
-  r->tokens += 1;
+  *nll_sum += m + std::log(sum) - static_cast<double>(row[target]);
+  *top1 += arg == target ? 1 : 0;
+  *n += 1;
 }
 
 }  // namespace
@@ -100,16 +107,22 @@ Result<ScoreResult> score_documents(Engine& engine, const std::vector<std::vecto
   const bool count_blocks = kv.blocks_total > 0 && kv.block_size > 0;
   const int64_t tokens_per_call = std::min(opt.max_tokens_per_call, std::max<int64_t>(1, kMaxLogitFloats / vocab));
 
+  MtpHead* const mtp = opt.mtp;
+  if (mtp && mtp->config().vocab_size != vocab)
+    return invalid_argument("the MTP head's vocabulary differs from the model's");
+
   ScoreResult res;
   res.documents = static_cast<int64_t>(documents.size());
   const int64_t t0 = now_ns();
   std::deque<Job*> pending;
   for (Job& j : jobs) pending.push_back(&j);
-  ActiveSequences active(engine);
+  ActiveSequences active(engine, mtp);
   int64_t reserved = 0;
   std::vector<BatchItem> items;
   std::vector<Job*> fed_jobs;
-  std::vector<float> logits;
+  std::vector<float> logits, hidden, mtp_logits;
+  std::vector<MtpHead::Item> mtp_items;
+  std::vector<size_t> mtp_of;  // the items index of each MTP item
   while (!pending.empty() || !active.jobs().empty()) {
     // Admit windows while the sequences and the KV cache (whole windows reserved) allow.
     while (!pending.empty() && static_cast<int64_t>(active.jobs().size()) < opt.max_seqs_per_call) {
@@ -122,6 +135,14 @@ Result<ScoreResult> score_documents(Engine& engine, const std::vector<std::vecto
                                   std::to_string(kv.blocks_total) + " (raise the KV capacity or lower the window)");
       }
       AFD_ASSIGN_OR_RETURN(j->seq, engine.create_sequence());
+      if (mtp) {
+        auto ms = mtp->create_sequence();
+        if (!ms.ok()) {
+          engine.release_sequence(j->seq);
+          return ms.status();
+        }
+        j->mtp_seq = *ms;
+      }
       reserved += j->kv_blocks;
       active.jobs().push_back(j);
       pending.pop_front();
@@ -138,18 +159,55 @@ Result<ScoreResult> score_documents(Engine& engine, const std::vector<std::vecto
       fed_jobs.push_back(j);
       budget -= n;
     }
-    AFD_RETURN_IF_ERROR(engine.forward(items, &logits));
+    if (mtp) {
+      AFD_RETURN_IF_ERROR(engine.forward_with_hidden(items, &logits, &hidden));
+    } else {
+      AFD_RETURN_IF_ERROR(engine.forward(items, &logits));
+    }
     int64_t row = 0;
+    mtp_items.clear();
+    mtp_of.clear();
     for (size_t k = 0; k < items.size(); ++k) {
       Job* j = fed_jobs[k];
       const std::vector<int32_t>& doc = documents[j->doc];
       const int64_t n = static_cast<int64_t>(items[k].tokens.size());
+      if (mtp) {
+        // Rows q with t[q+1] inside the window: [fed, min(fed + n, length - 1)).
+        const int64_t m = std::min(n, j->length() - 1 - j->fed);
+        if (m > 0) {
+          const int32_t* next = doc.data() + j->w.begin + j->fed + 1;
+          mtp_items.push_back(MtpHead::Item{j->mtp_seq,
+                                            std::span<const float>(&hidden[static_cast<size_t>(row * cfg.hidden_size)],
+                                                                   static_cast<size_t>(m * cfg.hidden_size)),
+                                            std::span<const int32_t>(next, static_cast<size_t>(m))});
+          mtp_of.push_back(k);
+        }
+      }
       for (int64_t r = 0; r < n; ++r, ++row) {
         const int64_t target = j->w.begin + j->fed + r + 1;  // the position this row predicts
         if (target >= j->w.score_begin && target < j->w.end)
-          score_row(&logits[static_cast<size_t>(row * vocab)], vocab, doc[static_cast<size_t>(target)], &res);
+          score_row(&logits[static_cast<size_t>(row * vocab)], vocab, doc[static_cast<size_t>(target)], &res.nll_sum,
+                    &res.top1_correct, &res.tokens);
       }
-      j->fed += n;
+    }
+    if (!mtp_items.empty()) {
+      AFD_RETURN_IF_ERROR(mtp->forward(mtp_items, &mtp_logits));
+      int64_t mrow = 0;
+      for (size_t i = 0; i < mtp_items.size(); ++i) {
+        const Job* j = fed_jobs[mtp_of[i]];
+        const std::vector<int32_t>& doc = documents[j->doc];
+        const int64_t m = static_cast<int64_t>(mtp_items[i].next_tokens.size());
+        for (int64_t r = 0; r < m; ++r, ++mrow) {
+          const int64_t target = j->w.begin + j->fed + r + 2;  // the token after next
+          if (target >= std::max(j->w.score_begin, j->w.begin + 2) && target < j->w.end)
+            score_row(&mtp_logits[static_cast<size_t>(mrow * vocab)], vocab, doc[static_cast<size_t>(target)],
+                      &res.mtp_nll_sum, &res.mtp_top1_correct, &res.mtp_tokens);
+        }
+      }
+    }
+    for (size_t k = 0; k < items.size(); ++k) {
+      const int64_t n = static_cast<int64_t>(items[k].tokens.size());
+      fed_jobs[k]->fed += n;
       res.forwarded_tokens += n;
     }
     auto& act = active.jobs();
@@ -158,7 +216,7 @@ Result<ScoreResult> score_documents(Engine& engine, const std::vector<std::vecto
         ++it;
         continue;
       }
-      engine.release_sequence((*it)->seq);
+      active.release(**it);
       reserved -= (*it)->kv_blocks;
       it = act.erase(it);
     }

@@ -9,6 +9,10 @@
 // window - stride tokens of context once past the first window; stride == window scores the
 // windows independently (each window's first token is not scored).
 //
+// With an MTP head (ScoreOptions::mtp, DeepSeek's MTP module, runtime/mtp_head.h) each window
+// also runs the module over its positions i with t[i+1] inside the window, and scores its
+// prediction of t[i+2] for the positions i + 2 the window scores (from its third token on).
+//
 // Several windows share each forward call (at most max_seqs_per_call sequences and
 // max_tokens_per_call tokens; a long window is fed in chunks on its own sequence), and each
 // sequence is released when its window is done. Log-softmax is computed in double.
@@ -21,6 +25,7 @@
 
 #include "core/status.h"
 #include "runtime/engine.h"
+#include "runtime/mtp_head.h"
 
 namespace afd {
 
@@ -41,6 +46,9 @@ struct ScoreOptions {
   int64_t max_tokens_per_call = 4096;
   // Called after every forward call with (tokens forwarded so far, tokens to forward in all).
   std::function<void(int64_t done, int64_t total)> progress;
+  // Non-null: also score the MTP module (needs Engine::forward_with_hidden). Its KV cache must
+  // hold what the engine's does; it must have no live sequences of the caller's.
+  MtpHead* mtp = nullptr;
 };
 
 struct ScoreResult {
@@ -50,6 +58,10 @@ struct ScoreResult {
   double nll_sum = 0;            // sum of -log p(token), nats
   int64_t top1_correct = 0;      // scored tokens whose largest logit was the token (first on ties)
   double seconds = 0;            // wall time of the forward calls and the scoring
+  // With ScoreOptions::mtp: the module's predictions of the token after next, scored as above.
+  int64_t mtp_tokens = 0;
+  double mtp_nll_sum = 0;
+  int64_t mtp_top1_correct = 0;
   double nll_mean() const { return tokens > 0 ? nll_sum / static_cast<double>(tokens) : 0.0; }
 };
 

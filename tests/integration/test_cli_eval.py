@@ -1,6 +1,7 @@
 """`afd eval` end to end: the JSON report of a tiny model over a small text is sane; in reference
 precision its mean NLL and top-1 accuracy are the float64 oracle's (hf_moe_ref / mla_mfa_ref,
-teacher-forced on the token ids eval dumps), whole documents and sliding windows alike; an AFD
+teacher-forced on the token ids eval dumps), whole documents and sliding windows alike, and so
+are --mtp's numbers for DeepSeek's MTP module (mla_mfa_ref mtp_forward, bf16 and FP8); an AFD
 bundle gives exactly the mono result with the same rounding; and bad input exits 1 with a
 message, never a crash.
 
@@ -17,6 +18,7 @@ import pytest
 from afd_cli import ROOT, afd, made
 
 sys.path.insert(0, str(ROOT / "tests/reference"))
+import mla_mfa_ref  # noqa: E402
 import reference  # noqa: E402
 
 WORDS = ("the engine reads the model from disk and answers requests from many users at the same time each "
@@ -48,34 +50,56 @@ def evaluate(*args):
     return json.loads(r.stdout)
 
 
-def oracle_scores(model_dir, docs, window=None, stride=None):
+def windows_of(n_tokens, window, stride):
+    """[(begin, end, score_begin)]: the sliding windows of a document (runtime/perplexity.h)."""
+    if window is None or n_tokens <= window:
+        return [(0, n_tokens, 1)] if n_tokens >= 2 else []
+    out, prev_end, begin = [], 0, 0
+    while begin < n_tokens:
+        end = min(begin + window, n_tokens)
+        if max(prev_end, begin + 1) < end:
+            out.append((begin, end, max(prev_end, begin + 1)))
+        prev_end = end
+        if end == n_tokens:
+            break
+        begin += stride
+    return out
+
+
+class Tally:
+    def __init__(self):
+        self.nll, self.top1, self.n = 0.0, 0, 0
+
+    def add(self, row, target):
+        row = np.asarray(row, dtype=np.float64)
+        self.nll += row.max() + math.log(np.exp(row - row.max()).sum()) - row[target]
+        self.top1 += int(np.argmax(row) == target)
+        self.n += 1
+
+    def result(self):
+        return self.nll / self.n, self.top1 / self.n, self.n
+
+
+def oracle_scores(model_dir, docs, window=None, stride=None, mtp=False):
     """(mean NLL, top-1 accuracy, tokens) of the documents (token id lists) by the float64
     oracle: each document (or each sliding window, scoring what the previous window did not) is
-    a fresh sequence run teacher-forced."""
-    m = reference.load_model(str(model_dir))
-    nll, top1, n = 0.0, 0, 0
+    a fresh sequence run teacher-forced. mtp: the same for the MTP module's predictions of the
+    token after next (mla_mfa_ref mtp_forward), from each window's third token on."""
+    m = mla_mfa_ref.Model.from_dir(str(model_dir), load_mtp=True) if mtp else reference.load_model(str(model_dir))
+    main, head = Tally(), Tally()
     for doc in docs:
-        windows = []
-        if window is None or len(doc) <= window:
-            windows = [(0, len(doc), 1)]
-        else:
-            prev_end, begin = 0, 0
-            while begin < len(doc):
-                end = min(begin + window, len(doc))
-                windows.append((begin, end, max(prev_end, begin + 1)))
-                prev_end = end
-                if end == len(doc):
-                    break
-                begin += stride
-        for begin, end, score_begin in windows:
-            logits = np.asarray(m.forward([(m.new_sequence(), doc[begin:end])])[0], dtype=np.float64)
+        for begin, end, score_begin in windows_of(len(doc), window, stride):
+            toks = doc[begin:end]
+            out = m.forward([(m.new_sequence(), toks)], return_hidden=True) if mtp else (m.forward(
+                [(m.new_sequence(), toks)]), None)
+            logits = out[0][0]
             for t in range(score_begin, end):
-                row = logits[t - 1 - begin]
-                lse = row.max() + math.log(np.exp(row - row.max()).sum())
-                nll += lse - row[doc[t]]
-                top1 += int(np.argmax(row) == doc[t])
-                n += 1
-    return nll / n, top1 / n, n
+                main.add(logits[t - 1 - begin], doc[t])
+            if mtp and len(toks) >= 2:
+                ml = m.mtp_forward(m.new_mtp_sequence(), out[1][0][:-1], toks[1:])
+                for t in range(max(score_begin, begin + 2), end):
+                    head.add(ml[t - 2 - begin], doc[t])
+    return head.result() if mtp else main.result()
 
 
 def dumped(path):
@@ -107,6 +131,35 @@ def test_reference_precision_equals_the_oracle(tmp, text, arch, windows):
     assert r["tokens"] == n
     assert r["nll_mean"] == pytest.approx(nll, rel=1e-4)
     assert abs(r["top1_accuracy"] - top1) <= 1.0 / n + 1e-12  # a near-tie may flip one argmax
+
+
+def mtp_model(tmp, dtype):
+    return made(tmp, f"ds_mtp_{dtype}", "--arch", "deepseek_v3", "--preset", "tiny", "--mtp", "1", "--seed", "5",
+                "--dtype", dtype)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("windows", [None, (12, 5)], ids=["whole", "windows"])
+def test_mtp_module_equals_the_oracle(tmp, text, dtype, windows):
+    extra = ["--window", windows[0], "--stride", windows[1]] if windows else []
+    ids = tmp / f"mtp_{dtype}_{bool(windows)}.ids"
+    r = evaluate("--model", mtp_model(tmp, dtype), "--text", text, "--precision", "reference", "--mtp",
+                 "--dump-tokens", ids, *extra)
+    nll, top1, n = oracle_scores(mtp_model(tmp, dtype), dumped(ids), *(windows or (None, None)), mtp=True)
+    assert r["mtp_tokens"] == n
+    assert r["mtp_nll_mean"] == pytest.approx(nll, rel=1e-4)
+    assert abs(r["mtp_top1_accuracy"] - top1) <= 1.0 / n + 1e-12
+    # The main model's numbers are those of a run without --mtp.
+    plain = evaluate("--model", mtp_model(tmp, dtype), "--text", text, "--precision", "reference", *extra)
+    assert (plain["nll_mean"], plain["tokens"]) == (r["nll_mean"], r["tokens"])
+
+
+def test_mtp_through_an_afd_bundle_equals_mono(tmp, text):
+    base = ["--model", mtp_model(tmp, "bf16"), "--text", text, "--mtp", "--window", "24", "--stride", "16"]
+    a = evaluate(*base, "--topology", "1A1F")
+    m = evaluate(*base, "--afd-rounding", "1", "--microbatches", "3")
+    for k in ("nll_mean", "top1_accuracy", "mtp_tokens", "mtp_nll_mean", "mtp_top1_accuracy"):
+        assert a[k] == m[k], (k, a, m)
 
 
 def test_add_bos_and_separator(tmp, text):
@@ -167,3 +220,4 @@ def test_bad_input_exits_1_with_a_message(tmp, text):
     fails(tmp, "--model", m, "--text", text, "--window", "8", "--stride", "9", message="stride 9")
     fails(tmp, "--model", m, "--text", text, "--separator", "\\q", message="unknown escape")
     fails(tmp, "--model", m, "--text", text, "--add-bos", "maybe", message="--add-bos 'maybe'")
+    fails(tmp, "--model", m, "--text", text, "--mtp", message="has no MTP module (config.json num_nextn_predict_layers is 0)")

@@ -1,11 +1,14 @@
 // score_documents (runtime/perplexity.h): the window plan, NLL and top-1 against logits of a
 // plain forward, independence from how windows are batched and chunked, KV admission, errors,
-// and every sequence released.
+// and every sequence released; with DeepSeek's MTP module (load_mtp_module, MtpHead) the same.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
+#include "model/weights.h"
 #include "runtime/engine_factory.h"
+#include "runtime/mtp_head.h"
 #include "runtime/perplexity.h"
 
 namespace afd {
@@ -189,6 +192,124 @@ TEST(ScoreDocuments, BadArgumentsAreErrors) {
   auto r = score_documents(*e, bad, o);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("document 3"), std::string::npos) << r.status().to_string();
+}
+
+// ---- DeepSeek's MTP module (the golden DeepSeek-V3 checkpoint has one) ----
+
+const char* kMtpModel = AFD_SOURCE_DIR "/tests/reference/data/dsv3_tiny_fp8";
+
+TEST(MtpModule, LoadsAsAOneLayerModelAndRefusesWhatIsNotThere) {
+  auto w = load_model(kMtpModel);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  auto m = load_mtp_module(*w, 0);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = m->block->config;
+  EXPECT_EQ(c.n_layers, 1);
+  ASSERT_EQ(m->block->layers.size(), 1u);
+  EXPECT_EQ(m->block->layers[0].is_moe, (*w)->config.is_moe_layer((*w)->config.n_layers));
+  EXPECT_TRUE(c.is_moe_layer(0));
+  EXPECT_EQ(m->eh_proj.rows, c.hidden_size);
+  EXPECT_EQ(m->eh_proj.cols, 2 * c.hidden_size);
+  EXPECT_EQ(m->block->lm_head.rows, c.vocab_size);
+  auto missing = load_mtp_module(*w, 1);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("num_nextn_predict_layers is 1"), std::string::npos);
+  auto qwen = load_model(kModel);
+  ASSERT_TRUE(qwen.ok());
+  EXPECT_EQ(load_mtp_module(*qwen, 0).status().code(), StatusCode::not_supported);
+}
+
+struct WithMtp {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<MtpHead> head;
+};
+
+WithMtp make_with_mtp() {
+  auto w = load_model(kMtpModel);
+  EXPECT_TRUE(w.ok()) << w.status().to_string();
+  EngineOptions o;
+  o.precision = Precision::reference;
+  o.kv.capacity_tokens = 1024;
+  o.kv.max_seqs = 32;
+  auto e = make_engine(o, *w);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  auto m = load_mtp_module(*w, 0);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  auto h = MtpHead::create(std::move(*m), o);
+  EXPECT_TRUE(h.ok()) << h.status().to_string();
+  return {std::move(*e), std::move(*h)};
+}
+
+TEST(ScoreDocumentsMtp, CountsTheTokenAfterNextAndDoesNotDependOnBatching) {
+  WithMtp x = make_with_mtp();
+  const auto docs = documents(x.engine->config().vocab_size);
+  ScoreOptions o;
+  o.window = 128;
+  o.stride = 64;
+  auto plain = score_documents(*x.engine, docs, o);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->mtp_tokens, 0);
+  o.mtp = x.head.get();
+  auto base = score_documents(*x.engine, docs, o);
+  ASSERT_TRUE(base.ok()) << base.status().to_string();
+  EXPECT_EQ(base->mtp_tokens, 0 + 5 + 38 + 98 + 1);  // n - 2 per document
+  EXPECT_EQ(base->nll_sum, plain->nll_sum);
+  EXPECT_EQ(base->top1_correct, plain->top1_correct);
+  EXPECT_GT(base->mtp_nll_sum, 0);
+  for (auto [window, stride, seqs, tokens] :
+       {std::array<int64_t, 4>{128, 64, 1, 4096}, {128, 64, 3, 7}, {24, 10, 16, 5}, {24, 10, 2, 50}}) {
+    ScoreOptions c = o;
+    c.window = window;
+    c.stride = stride;
+    c.max_seqs_per_call = seqs;
+    c.max_tokens_per_call = tokens;
+    auto r = score_documents(*x.engine, docs, c);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    if (window == 128) {
+      EXPECT_EQ(r->mtp_tokens, base->mtp_tokens);
+      EXPECT_NEAR(r->mtp_nll_sum, base->mtp_nll_sum, 1e-6 * base->mtp_nll_sum) << seqs << " " << tokens;
+      EXPECT_EQ(r->mtp_top1_correct, base->mtp_top1_correct);
+    } else {
+      ScoreOptions one = c;
+      one.max_seqs_per_call = 16;
+      one.max_tokens_per_call = 4096;
+      auto want = score_documents(*x.engine, docs, one);
+      ASSERT_TRUE(want.ok());
+      EXPECT_EQ(r->mtp_tokens, want->mtp_tokens);
+      EXPECT_NEAR(r->mtp_nll_sum, want->mtp_nll_sum, 1e-6 * want->mtp_nll_sum);
+      EXPECT_EQ(r->mtp_top1_correct, want->mtp_top1_correct);
+    }
+  }
+  EXPECT_EQ(x.engine->kv_usage().blocks_used, 0);
+  EXPECT_EQ(x.head->kv_usage().blocks_used, 0);
+}
+
+TEST(ScoreDocumentsMtp, AnEngineWithoutHiddenStatesIsAnError) {
+  // A wrapper that only forwards forward(): forward_with_hidden stays not_supported.
+  struct Plain : Engine {
+    Engine& e;
+    explicit Plain(Engine& inner) : e(inner) {}
+    const ModelConfig& config() const override { return e.config(); }
+    Result<int64_t> create_sequence() override { return e.create_sequence(); }
+    void release_sequence(int64_t s) override { e.release_sequence(s); }
+    int64_t sequence_length(int64_t s) const override { return e.sequence_length(s); }
+    bool can_append(int64_t s, int64_t n) const override { return e.can_append(s, n); }
+    Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override {
+      return e.forward(items, logits);
+    }
+    KvUsage kv_usage() const override { return e.kv_usage(); }
+  };
+  WithMtp x = make_with_mtp();
+  Plain p(*x.engine);
+  ScoreOptions o;
+  o.window = 64;
+  o.stride = 32;
+  o.mtp = x.head.get();
+  auto r = score_documents(p, documents(p.config().vocab_size), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::not_supported);
+  EXPECT_EQ(x.engine->kv_usage().blocks_used, 0);
+  EXPECT_EQ(x.head->kv_usage().blocks_used, 0);
 }
 
 }  // namespace
