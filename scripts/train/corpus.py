@@ -116,6 +116,13 @@ def build(seed=0):
             "eval_words": eval_words}
 
 
+def chat_words(data, n=20, seed=7):
+    """n distinct held-out common nouns (one lower-case word) for the chat check, sorted."""
+    words = sorted({w for w, pos, _ in data["eval_words"] if pos == "noun" and w.isalpha() and w.islower()})
+    random.Random(seed).shuffle(words)
+    return sorted(words[:n])
+
+
 if __name__ == "__main__":
     c = build()
     for k, v in c.items():

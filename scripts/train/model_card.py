@@ -84,16 +84,17 @@ def main():
       "(`afd eval`, each document with its BOS, every token after the first scored).\n")
     p("| what | perplexity | next-token top-1 |")
     p("|---|---:|---:|")
-    p(f"| afd eval, reference precision (f32) | {ref['perplexity']:.2f} | {ref['top1_accuracy']:.3f} |")
-    p(f"| afd eval, fast precision (bf16 activations) | {fast['perplexity']:.2f} | {fast['top1_accuracy']:.3f} |")
-    p(f"| afd eval, FP8 twin (`afd quantize --fp8`), fast | {fp8['perplexity']:.2f} "
+    p(f"| afd eval, reference precision (f32) | {ref['perplexity']:.3f} | {ref['top1_accuracy']:.3f} |")
+    p(f"| afd eval, fast precision (bf16 activations) | {fast['perplexity']:.3f} | {fast['top1_accuracy']:.3f} |")
+    p(f"| afd eval, FP8 twin (`afd quantize --fp8`), fast | {fp8['perplexity']:.3f} "
       f"({(fp8['perplexity'] / fast['perplexity'] - 1) * 100:+.2f} % vs bf16) | {fp8['top1_accuracy']:.3f} |")
-    p(f"| trainer (PyTorch f32, same documents) | {tr['eval_ppl']:.2f} | {tr['eval_top1']:.3f} |")
+    p(f"| trainer (PyTorch f32, same documents) | {tr['eval_ppl']:.3f} | {tr['eval_top1']:.3f} |")
     p(f"| unigram model of the same tokenizer fitted on the training text (add-one) | {uni:.2f} | |")
     p(f"\nPerplexity / unigram perplexity: **{ref['perplexity'] / uni:.3f}** (target at most 0.40).")
-    if not step3 and tr.get("eval_mtp_top1") is not None:
-        p(f"MTP module's greedy top-1 on the token after next, same text (trainer): **{tr['eval_mtp_top1']:.3f}** "
-          "(target at least 0.35).")
+    if "mtp_top1_accuracy" in ref:
+        p(f"The MTP module's greedy top-1 on the token after next (`afd eval --mtp`, reference precision, "
+          f"{ref['mtp_tokens']} predictions): **{ref['mtp_top1_accuracy']:.3f}** (fast precision "
+          f"{fast['mtp_top1_accuracy']:.3f}; the trainer measured {tr['eval_mtp_top1']:.3f}; target at least 0.35).")
     c = r["chat"]
     p(f"\nChat check (`scripts/train/chat_check.py` against `afd serve`, greedy, 32 tokens, 20 held-out words): "
       f"**{c['english']} of {c['words']} answer words ({c['english_share'] * 100:.1f} %) are English words** "

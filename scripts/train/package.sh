@@ -21,10 +21,12 @@ $PY -c 'import sys; d = open(sys.argv[1]).read().split("\n\n"); open(sys.argv[2]
     "$OUT/eval.txt" "$OUT/eval-sample.txt"
 sed -n '/^License: WordNet3.0/,/^Files: debian/p' /usr/share/doc/wordnet-base/copyright | sed '$d' |
     sed 's/^ \.$//; s/^ //' > "$OUT/LICENSE-WordNet"
+MTP=()
+grep -q '"num_nextn_predict_layers": [1-9]' "$OUT/config.json" && MTP=(--mtp)
 R="$WORK/results"
 mkdir -p "$R"
-"$AFD" --log-level error eval --model "$OUT" --text "$OUT/eval.txt" --precision reference --json > "$R/eval_reference.json"
-"$AFD" --log-level error eval --model "$OUT" --text "$OUT/eval.txt" --precision fast --json > "$R/eval_fast.json"
+"$AFD" --log-level error eval --model "$OUT" --text "$OUT/eval.txt" --precision reference "${MTP[@]}" --json > "$R/eval_reference.json"
+"$AFD" --log-level error eval --model "$OUT" --text "$OUT/eval.txt" --precision fast "${MTP[@]}" --json > "$R/eval_fast.json"
 rm -rf "$WORK/fp8"
 "$AFD" --log-level error quantize --fp8 --model "$OUT" --out "$WORK/fp8" >/dev/null
 "$AFD" --log-level error eval --model "$WORK/fp8" --text "$OUT/eval.txt" --precision fast --json > "$R/eval_fp8.json"

@@ -192,10 +192,8 @@ def main():
     print(f"{len(docs)} training documents, {len(stream)} tokens, {n_chunks} chunks of {SEQ}", flush=True)
     with open(os.path.join(a.out, "eval.txt"), "w") as f:
         f.write("\n\n".join(data["eval_docs"]) + "\n")
-    words = [w for w, pos, _ in data["eval_words"] if pos == "noun" and " " not in w and w.isalpha()]
-    random.Random(7).shuffle(words)
     with open(os.path.join(a.out, "chat_eval.json"), "w") as f:
-        json.dump({"words": sorted(words[:20]), "question": "What does {w} mean?"}, f, indent=1)
+        json.dump({"words": corpus.chat_words(data), "question": "What does {w} mean?"}, f, indent=1)
     ev_all = list(eval_batches(tok, data["eval_docs"]))
     ev_small = list(eval_batches(tok, data["eval_docs"][::8]))
 

@@ -4,12 +4,16 @@
 # npm packages (package.json, pinned by package-lock.json) are installed at test time
 # into WORK_DIR in the build tree, never committed; when node/npm or the registry is not
 # there the test is skipped (exit 77).
+# afd's own trained tokenizer (assets/models/wordnet-dsv3) is checked the same way, over the
+# corpus plus the held-out documents shipped with the model (eval-sample.txt).
 # Usage: run.sh TEST_SERVE_BIN WORK_DIR
 set -euo pipefail
 BIN=$1
 WORK=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-MODELS=(deepseek_v3 qwen3 llama3 gpt4o claude)
+ROOT=$(cd "$HERE/../../../.." && pwd)
+WORDNET="$ROOT/assets/models/wordnet-dsv3"
+MODELS=(deepseek_v3 qwen3 llama3 gpt4o claude "wordnet=$WORDNET")
 skip() { echo "SKIP: $*"; exit 77; }
 
 command -v node >/dev/null 2>&1 || skip "node is not installed (scripts/install-deps.sh installs it)"
@@ -27,8 +31,12 @@ if [[ ! -f "$WORK/installed.stamp" ]]; then
   fi
   touch "$WORK/installed.stamp"
 fi
-node "$HERE/reference.cjs" "$WORK" "$HERE/corpus.json" "$WORK/reference.json" "${MODELS[@]}"
-AFD_REAL_TOKENIZERS_REF="$WORK/reference.json" AFD_REAL_TOKENIZERS_CORPUS="$HERE/corpus.json" \
+# The corpus: corpus.json's texts, then every blank-line-separated document of eval-sample.txt.
+/usr/bin/python3 -c 'import json, sys
+texts = json.load(open(sys.argv[1])) + [d.strip() for d in open(sys.argv[2]).read().split("\n\n") if d.strip()]
+json.dump(texts, open(sys.argv[3], "w"))' "$HERE/corpus.json" "$WORDNET/eval-sample.txt" "$WORK/corpus.json"
+node "$HERE/reference.cjs" "$WORK" "$WORK/corpus.json" "$WORK/reference.json" "${MODELS[@]}"
+AFD_REAL_TOKENIZERS_REF="$WORK/reference.json" AFD_REAL_TOKENIZERS_CORPUS="$WORK/corpus.json" \
   "$BIN" --gtest_filter='RealTokenizers.*' 2>&1 | tee "$WORK/test.log"
 # A gtest skip or an empty filter would pass silently: with the environment set, every
 # case must run.

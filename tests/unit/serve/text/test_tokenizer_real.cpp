@@ -149,6 +149,24 @@ TEST_F(RealTokenizers, KnownFactsAndPromptIds) {
   if (auto cl = load("claude")) {
     EXPECT_EQ(enc(*cl, "\ufb01nance"), enc(*cl, "finance"));  // NFKC folds the ligature
   }
+  if (auto wn = load("wordnet")) {
+    // afd's trained tokenizer (scripts/train/tokenizer.py): 256 bytes, the merges, then the
+    // six special tokens at the top ids; add_bos_token=true, so a completions prompt is
+    // [<|bos|>] + the text's ids (the JS reference does not implement add_bos_token).
+    EXPECT_EQ(wn->vocab_size(), 4096);
+    EXPECT_EQ(wn->token_id("<|bos|>"), 4090);
+    EXPECT_EQ(wn->token_id("<|eos|>"), 4091);
+    EXPECT_EQ(wn->token_id("<|assistant|>"), 4093);
+    EXPECT_TRUE(wn->add_bos());
+    EXPECT_EQ(wn->bos_id(), 4090);
+    for (size_t i = 0; i < corpus_.size(); ++i) {
+      std::vector<int32_t> want = ref_ids("wordnet", i);
+      want.insert(want.begin(), 4090);
+      auto got = wn->encode_prompt(corpus_[i].get<std::string>());
+      ASSERT_TRUE(got.ok());
+      EXPECT_EQ(*got, want) << "corpus[" << i << "]";
+    }
+  }
   // Without add_bos_token in their configs and with no template post-processor, the
   // others' completions prompts are the reference's add_special_tokens=true ids.
   for (const char* model : {"qwen3", "llama3", "gpt4o", "claude"}) {
