@@ -136,24 +136,19 @@ class Model:
             return
         if self.step3:
             m, E, I, S = p + "moe.", c["moe_num_experts"], c["moe_intermediate_size"], c["share_expert_dim"]
-            P.mat(m + "gate.weight", E, H, std=0.02)
-            for e in range(E):
-                ep = m + f"experts.{e}."
-                P.mat(ep + "gate_proj.weight", I, H)
-                P.mat(ep + "up_proj.weight", I, H)
-                P.mat(ep + "down_proj.weight", H, I, std=out_std(I))
             sp = p + "share_expert."
         else:
             m, E, I = p + "mlp.", c["n_routed_experts"], c["moe_intermediate_size"]
             S = c["n_shared_experts"] * I
-            P.mat(m + "gate.weight", E, H, std=0.02)
-            P.zeros(m + "gate.e_score_correction_bias", E)
-            for e in range(E):
-                ep = m + f"experts.{e}."
-                P.mat(ep + "gate_proj.weight", I, H)
-                P.mat(ep + "up_proj.weight", I, H)
-                P.mat(ep + "down_proj.weight", H, I, std=out_std(I))
             sp = m + "shared_experts."
+        P.mat(m + "gate.weight", E, H, std=0.02)
+        if not self.step3:
+            P.zeros(m + "gate.e_score_correction_bias", E)
+        for e in range(E):
+            ep = m + f"experts.{e}."
+            P.mat(ep + "gate_proj.weight", I, H)
+            P.mat(ep + "up_proj.weight", I, H)
+            P.mat(ep + "down_proj.weight", H, I, std=out_std(I))
         P.mat(sp + "gate_proj.weight", S, H)
         P.mat(sp + "up_proj.weight", S, H)
         P.mat(sp + "down_proj.weight", H, S, std=out_std(S))
