@@ -73,8 +73,7 @@ def main():
       f"tokens (32 sequences of 128, packed documents), {tr['training_tokens_seen'] / 1e6:.2f} M tokens seen of "
       f"{tr['training_tokens_total'] / 1e6:.2f} M in the corpus, learning rate 3e-3 with warm-up and cosine decay, "
       f"seed {tr['seed']}, {tr['threads']} thread; {tr['train_seconds'] / 60:.0f} minutes of wall time on a 2-vCPU VM "
-      "shared with the other model's training (and, for the shipped weights, with C++ builds: about 1.8 s per "
-      "step were measured beside one build, some 45 minutes for the run). Loss: next-token cross-entropy"
+      "shared with the other model's training (and, for the shipped weights, with C++ builds). Loss: next-token cross-entropy"
       + ("" if step3 else " + 0.3 x the MTP module's cross-entropy on the token after next (its input: the "
          "main model's final-normed hidden state and the next token's embedding)")
       + "; routing balanced as DeepSeek-V3 does (auxiliary-loss-free bias updates, 1e-3 per step, and a 1e-4 "
