@@ -1,5 +1,5 @@
 """afd's shipped trained models (assets/models/wordnet-dsv3, wordnet-step3) through the CLI,
-against the f64 reference's golden data (tests/reference/data/trained/, written by
+against the f64 reference's golden data (tests/reference/trained/, written by
 tests/reference/make_golden_trained.py):
   * `afd eval --precision reference` over the held-out sample scores the golden's tokens with the
     golden's perplexity to 0.1 % (and, with --mtp, the MTP module's top-1 on the token after next);
@@ -25,7 +25,7 @@ from afd_bundle import AFD, TIMEOUT
 from afd_cli import ROOT, afd
 
 MODELS = ["wordnet-dsv3", "wordnet-step3"]
-GOLDEN = ROOT / "tests/reference/data/trained"
+GOLDEN = ROOT / "tests/reference/trained"
 
 
 def model_dir(name):

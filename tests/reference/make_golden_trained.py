@@ -5,7 +5,7 @@ continuations of a chat prompt and a text prompt.
 
     /usr/bin/python3 tests/reference/make_golden_trained.py [MODEL_DIR ...]
 
-For each model directory it writes tests/reference/data/trained/<name>.json:
+For each model directory it writes tests/reference/trained/<name>.json:
   documents, tokens, nll_mean, perplexity: every blank-line-separated document of the model's
     eval-sample.txt as [bos] + its ids, all tokens after the first scored (what `afd eval`
     computes with its default separator);
@@ -87,10 +87,10 @@ def golden(model_dir):
 
 def main():
     dirs = sys.argv[1:] or [os.path.join(ROOT, d) for d in DEFAULT_MODELS]
-    os.makedirs(os.path.join(HERE, "data", "trained"), exist_ok=True)
+    os.makedirs(os.path.join(HERE, "trained"), exist_ok=True)
     for d in dirs:
         g = golden(d)
-        path = os.path.join(HERE, "data", "trained", g["model"] + ".json")
+        path = os.path.join(HERE, "trained", g["model"] + ".json")
         with open(path, "w") as f:
             json.dump(g, f, indent=1)
             f.write("\n")
