@@ -1,5 +1,7 @@
 #include "model/safetensors.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -7,6 +9,8 @@
 #include <string_view>
 
 #include <nlohmann/json.hpp>
+
+#include "core/cpu_features.h"
 
 namespace afd {
 
@@ -167,6 +171,51 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   AFD_ASSIGN_OR_RETURN(f.file_, MappedFile::open(path));
   AFD_ASSIGN_OR_RETURN(f.header_, parse_safetensors(std::span<const uint8_t>(f.file_.data(), f.file_.size()), path));
   return f;
+}
+
+// F16C path for f16 tensors (exact, like the scalar conversion); chosen at run time.
+__attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(const uint8_t* src, size_t n, float* dst) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = f16_to_f32(h);
+  }
+}
+
+void tensor_to_f32(DType dt, const uint8_t* src, size_t n, float* dst) {
+  switch (dt) {
+    case DType::f32: std::memcpy(dst, src, n * 4); break;
+    case DType::bf16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = bf16_to_f32(h);
+      }
+      break;
+    case DType::f16:
+      if (cpu_features().f16c) {
+        f16_to_f32_f16c(src, n, dst);
+        break;
+      }
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = f16_to_f32(h);
+      }
+      break;
+    default: break;
+  }
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string t = "[";
+  for (size_t i = 0; i < shape.size(); ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
+  return t + "]";
 }
 
 }  // namespace afd

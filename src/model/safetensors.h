@@ -67,4 +67,11 @@ class SafetensorsFile {
   SafetensorsHeader header_;
 };
 
+// Widens n elements of a tensor stored as f32, bf16 or f16 at src (any alignment) to float
+// (exact); other dtypes write nothing. f16 goes through F16C where the CPU has it.
+void tensor_to_f32(DType dt, const uint8_t* src, size_t n, float* dst);
+
+// A shape as "[a, b, c]" for messages.
+std::string shape_text(const std::vector<int64_t>& shape);
+
 }  // namespace afd

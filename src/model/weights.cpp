@@ -27,7 +27,6 @@
 // place; a BF16/F16 scale tensor is widened to owned f32. Vectors (norms, biases) are never FP8.
 #include "model/weights.h"
 
-#include <immintrin.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -35,7 +34,6 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "core/cpu_features.h"
 #include "core/log.h"
 #include "kernels/cpu/linear_fp8.h"
 #include "model/checkpoint.h"
@@ -119,51 +117,6 @@ std::string dims_text(const std::vector<Dim>& d) {
   std::string s = "[";
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + d[i].why + "=" + std::to_string(d[i].n);
   return s + "]";
-}
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
-// F16C path for f16 checkpoints (exact, like the scalar conversion); chosen at run time.
-__attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint8_t* src, size_t n, float* dst) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-  }
-  for (; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    dst[i] = f16_to_f32(h);
-  }
-}
-
-void convert_to_f32(DType dt, const uint8_t* src, size_t n, float* dst) {
-  switch (dt) {
-    case DType::f32: std::memcpy(dst, src, n * 4); break;
-    case DType::bf16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = bf16_to_f32(h);
-      }
-      break;
-    case DType::f16:
-      if (cpu_features().f16c) {
-        f16_to_f32_f16c(src, n, dst);
-        break;
-      }
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = f16_to_f32(h);
-      }
-      break;
-    default: break;  // rejected by Binder::lookup
-  }
 }
 
 // Usable weight storage of a 2-D [rows, cols] or 3-D [slabs, rows, cols] tensor: bf16 or f32
@@ -288,7 +241,7 @@ class Binder {
   const float* owned_copy(const TensorRef& r) {
     const size_t n = static_cast<size_t>(r.info->numel());
     std::unique_ptr<float[]> buf(new float[n > 0 ? n : 1]);
-    convert_to_f32(r.info->dtype, r.data, n, buf.get());
+    tensor_to_f32(r.info->dtype, r.data, n, buf.get());
     const float* p = buf.get();
     w_->owned_f32.push_back(std::move(buf));
     return p;

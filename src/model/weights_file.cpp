@@ -10,37 +10,6 @@
 
 namespace afd {
 
-namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-void to_f32(DType dt, const uint8_t* src, float* out, size_t n) {
-  switch (dt) {
-    case DType::f32: std::memcpy(out, src, n * 4); break;
-    case DType::bf16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        out[i] = bf16_to_f32(h);
-      }
-      break;
-    case DType::f16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        out[i] = f16_to_f32(h);
-      }
-      break;
-    default: AFD_CHECK(false);  // open() admits only the three above
-  }
-}
-
-}  // namespace
-
 Result<WeightsFile> WeightsFile::open(const std::string& path) {
   AFD_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(path));
   WeightsFile w(std::move(f));
@@ -59,18 +28,18 @@ Result<WeightsFile> WeightsFile::open(const std::string& path) {
 Status WeightsFile::claim(const std::string& name, const std::vector<int64_t>& shape) {
   auto it = index_.find(name);
   if (it == index_.end())
-    return invalid_argument(path() + ": no tensor '" + name + "' (the model needs one of shape " + shape_str(shape) +
+    return invalid_argument(path() + ": no tensor '" + name + "' (the model needs one of shape " + shape_text(shape) +
                             ")");
   const SafetensorsTensor& t = file_.header().tensors[it->second];
   if (t.shape != shape)
-    return invalid_argument(path() + ": tensor '" + name + "' has shape " + shape_str(t.shape) + ", the model needs " +
-                            shape_str(shape));
+    return invalid_argument(path() + ": tensor '" + name + "' has shape " + shape_text(t.shape) + ", the model needs " +
+                            shape_text(shape));
   constexpr size_t kChunk = 1 << 16;
   std::vector<float> buf(kChunk);
   const size_t numel = static_cast<size_t>(t.numel());
   for (size_t at = 0; at < numel; at += kChunk) {
     const size_t n = std::min(kChunk, numel - at);
-    to_f32(t.dtype, file_.tensor_data(it->second) + at * dtype_size(t.dtype), buf.data(), n);
+    tensor_to_f32(t.dtype, file_.tensor_data(it->second) + at * dtype_size(t.dtype), n, buf.data());
     for (size_t i = 0; i < n; ++i) {
       if (!std::isfinite(buf[i]))
         return invalid_argument(path() + ": tensor '" + name + "' holds a non-finite value at element " +
@@ -85,7 +54,7 @@ Status WeightsFile::check_all_claimed() const {
   const auto& ts = file_.header().tensors;
   for (size_t i = 0; i < ts.size(); ++i) {
     if (!claimed_[i])
-      return invalid_argument(path() + ": tensor '" + ts[i].name + "' " + shape_str(ts[i].shape) +
+      return invalid_argument(path() + ": tensor '" + ts[i].name + "' " + shape_text(ts[i].shape) +
                               " is not a tensor of this model");
   }
   return Status::ok();
@@ -96,7 +65,7 @@ void WeightsFile::read(const std::string& name, int64_t offset, float* out, size
   AFD_CHECK(it != index_.end() && claimed_[it->second]);
   const SafetensorsTensor& t = file_.header().tensors[it->second];
   AFD_CHECK(offset >= 0 && static_cast<uint64_t>(offset) + n <= static_cast<uint64_t>(t.numel()));
-  to_f32(t.dtype, file_.tensor_data(it->second) + static_cast<size_t>(offset) * dtype_size(t.dtype), out, n);
+  tensor_to_f32(t.dtype, file_.tensor_data(it->second) + static_cast<size_t>(offset) * dtype_size(t.dtype), n, out);
 }
 
 }  // namespace afd
