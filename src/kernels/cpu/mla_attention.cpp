@@ -1,6 +1,7 @@
-// mqa_decode_attend: the scalar reference, one tiled f32 loop nest compiled for AVX-512, AVX2
-// and the baseline ISA, and the dispatch to the bf16 dot-product kernel
-// (mla_attention_avx512.cpp) for bf16 rows on AVX-512 BF16 CPUs.
+// mqa_decode_attend: the scalar reference, the portable tiled f32 loop nest, and the dispatch
+// to the bf16 dot-product kernel (mla_attention_avx512.cpp) for bf16 rows on AVX-512 BF16 CPUs
+// and to the f32 register-tiled kernel (mla_attention_avx2.cpp) on every other AVX2 CPU and
+// row dtype.
 #include "kernels/cpu/mla_attention.h"
 
 #include <algorithm>
@@ -35,12 +36,12 @@ inline void load_row(const PagedRows& kv, int64_t j, int64_t d, float* out) {
   }
 }
 
-// Tiled f32 version: kTile key rows are widened once into a transposed tile kt[d][kTile] and
+// Portable tiled f32 version: kTile key rows are widened once into a transposed tile kt[d][kTile] and
 // shared by all heads (scores: kTile accumulators per head, one broadcast-FMA per element);
 // P.V adds each widened value row into the heads' outputs.
 constexpr int64_t kTile = 16;
 
-__attribute__((always_inline)) inline void tiled_impl(const float* q, int64_t q_stride, int64_t n_heads,
+void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads,
                                                       const PagedRows& kv, const PagedRows* v, int64_t d_lat,
                                                       int64_t n_ctx, float scale, float* out, int64_t out_stride) {
   const int64_t D = kv.row_dim;
@@ -84,30 +85,12 @@ __attribute__((always_inline)) inline void tiled_impl(const float* q, int64_t q_
   }
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void tiled_avx512(
-    const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv, const PagedRows* v, int64_t d_lat,
-    int64_t n_ctx, float scale, float* out, int64_t out_stride) {
-  tiled_impl(q, q_stride, n_heads, kv, v, d_lat, n_ctx, scale, out, out_stride);
-}
-
-__attribute__((target("avx2,fma"))) void tiled_avx2(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv,
-                                                    const PagedRows* v, int64_t d_lat, int64_t n_ctx, float scale,
-                                                    float* out, int64_t out_stride) {
-  tiled_impl(q, q_stride, n_heads, kv, v, d_lat, n_ctx, scale, out, out_stride);
-}
-
-void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv, const PagedRows* v,
-                    int64_t d_lat, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
-  tiled_impl(q, q_stride, n_heads, kv, v, d_lat, n_ctx, scale, out, out_stride);
-}
-
 }  // namespace
 
 const char* mla_decode_path_name(DType kv_dtype) {
   const Isa isa = active_isa();
   if (isa == Isa::avx512 && kv_dtype == DType::bf16) return "avx512_bf16_dp";
-  if (isa == Isa::avx512) return "avx512_f32";
-  if (isa == Isa::avx2) return "avx2_f32";
+  if (isa == Isa::avx512 || isa == Isa::avx2) return "avx2_f32";
   return "scalar_f32";
 }
 
@@ -119,8 +102,8 @@ void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const 
   const Isa isa = active_isa();
   if (isa == Isa::avx512 && k.dtype == DType::bf16 && v_dim % 32 == 0 && k.row_dim % 2 == 0)
     return detail::mqa_decode_avx512_bf16(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
-  if (isa == Isa::avx512) return tiled_avx512(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
-  if (isa == Isa::avx2) return tiled_avx2(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
+  if (isa == Isa::avx512 || isa == Isa::avx2)
+    return detail::mqa_decode_avx2(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
   tiled_portable(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
 }
 

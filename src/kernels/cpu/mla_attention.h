@@ -35,8 +35,8 @@ struct PagedRows {
 // Dispatch (active_isa): bf16 rows with AVX-512 BF16, k.row_dim even and v_dim % 32 == 0 ->
 // q and the probabilities are rounded to bf16 and both products run as bf16 dot products with
 // f32 accumulation (vdpbf16ps); otherwise rows are widened exactly to f32 and both products
-// run in f32 (AVX-512 / AVX2 / scalar builds of one loop nest). The softmax is in f32 in
-// every path.
+// run in f32 (an AVX2+FMA register-tiled kernel on AVX2 and AVX-512 CPUs, a portable loop nest
+// elsewhere). The softmax is in f32 in every path.
 void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
                        int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride);
 

@@ -1,4 +1,5 @@
-// Internal: the AVX-512 BF16 version of mqa_decode_attend (mla_attention_avx512.cpp).
+// Internal: the vectorised versions of mqa_decode_attend (mla_attention_avx512.cpp,
+// mla_attention_avx2.cpp).
 #pragma once
 
 #include <cstdint>
@@ -11,5 +12,10 @@ namespace afd::kernels::detail {
 // softmax probabilities are rounded to bf16, products accumulate in f32 (vdpbf16ps).
 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
                             int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride);
+
+// Contract of mqa_decode_attend for rows of any dtype, on a CPU with AVX2 and FMA: rows
+// widened exactly to f32, both products in f32 with f32 accumulation.
+void mqa_decode_avx2(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
+                     int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride);
 
 }  // namespace afd::kernels::detail
