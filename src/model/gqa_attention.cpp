@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/mla_attention.h"
 #include "kernels/cpu/ops.h"
+#include "model/attention_variant.h"
 
 #if defined(__x86_64__)
 // GCC 12 reports false -Wmaybe-uninitialized warnings inside its own AVX-512 headers
@@ -21,8 +23,10 @@
 
 // Dispatch (gqa_attend_one, chosen once per process from cpu_features()):
 //   AVX-512F/BW/VL and head_dim % 16 == 0, KV bf16 / f32 / fp8 -> attend_avx512_tiled;
+//   otherwise AVX2+FMA and no sliding window cutting the context -> the group's heads through
+//   the multi-query kernel (kernels::mqa_decode_attend over KV head g's rows);
 //   otherwise attend_impl compiled for AVX-512, AVX2+FMA or the baseline ISA
-//   (AFD_CPU_DISABLE=avx512 / all force the latter two).
+//   (AFD_CPU_DISABLE=avx512 / all force the AVX2 and the portable paths).
 // Every path computes the scores and the P.V products in f32 from the KV values as the cache
 // stores them (widened exactly; fp8 times its per-slot scale) and uses kernels::softmax; they
 // differ only in the f32 summation order.
@@ -354,9 +358,24 @@ void gqa_attend_one(const PagedKvCache& kv, int64_t layer, int64_t seq, int64_t 
     const CpuFeatures& f = cpu_features();
     return f.avx512f && f.avx512bw && f.avx512vl;
   }();
+  static const bool avx2 = [] {
+    const CpuFeatures& f = cpu_features();
+    return f.avx2 && f.fma;
+  }();
   const DType dt = kv.config().dtype;
   if (avx512 && s.head_dim % 16 == 0 && (dt == DType::bf16 || dt == DType::f32 || dt == DType::f8_e4m3)) {
     attend_avx512_tiled(kv, layer, seq, n_ctx, g, s, q, out);
+    return;
+  }
+  if (avx2 && (s.window <= 0 || n_ctx <= s.window)) {
+    // The group's G heads over KV head g's rows: the multi-query kernel.
+    thread_local std::vector<const uint8_t*> kb, vb;
+    thread_local std::vector<const float*> ks, vs;
+    const kernels::PagedRows k = paged_rows(kv, layer, seq, g, /*values=*/false, &kb, &ks);
+    const kernels::PagedRows v = paged_rows(kv, layer, seq, g, /*values=*/true, &vb, &vs);
+    const int64_t hd = s.head_dim, G = s.n_heads / s.n_kv_heads;
+    kernels::mqa_decode_attend(q + g * G * hd, hd, G, k, &v, hd, n_ctx, 1.0f / std::sqrt(static_cast<float>(hd)),
+                               out + g * G * hd, hd);
     return;
   }
   impl(kv, layer, seq, n_ctx, g, s, q, out);

@@ -13,7 +13,7 @@ namespace afd::kernels::detail {
 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
                             int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride);
 
-// Contract of mqa_decode_attend for rows of any dtype, on a CPU with AVX2 and FMA: rows
+// Contract of mqa_decode_attend for rows of any dtype, on a CPU with AVX2, FMA and F16C: rows
 // widened exactly to f32, both products in f32 with f32 accumulation.
 void mqa_decode_avx2(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
                      int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride);
