@@ -136,11 +136,13 @@ class GqaAttention final : public AttentionVariant {
     const int64_t groups = std::clamp<int64_t>((pool_->size() + n - 1) / n, 1, max_groups);
     const int64_t hg = std::min<int64_t>(N, ((N + groups - 1) / groups + 31) / 32 * 32);
     const int64_t ng = (N + hg - 1) / hg;
-    pool_->run(static_cast<int>(n * ng), [&](int task, int) {
+    mqa_items_.resize(static_cast<size_t>(n * ng));
+    for (int64_t task = 0; task < n * ng; ++task) {
       const int64_t i = task / ng, h0 = (task % ng) * hg, nh = std::min(hg, N - h0);
-      kernels::mqa_decode_attend(&b.q[i * c.q_dim() + h0 * hd], hd, nh, rows_[i].k, &rows_[i].v, hd, b.pos[i] + 1,
-                                 scale, &out[i * c.q_dim() + h0 * hd], hd);
-    });
+      mqa_items_[task] = MqaItem{&b.q[i * c.q_dim() + h0 * hd], hd, nh, &rows_[i].k, &rows_[i].v, hd, b.pos[i] + 1,
+                                 &out[i * c.q_dim() + h0 * hd], hd};
+    }
+    mqa_.run(*pool_, mqa_items_, scale);
   }
 
   // K and V rows of one sequence's cache (KV head 0) as the kernel reads them.
@@ -161,6 +163,8 @@ class GqaAttention final : public AttentionVariant {
   ThreadPool* pool_;
   std::vector<float> q_low_;  // [n, q_lora_rank] low-rank query scratch
   std::vector<SeqRows> rows_;  // attend_mqa: per token of the batch
+  std::vector<MqaItem> mqa_items_;  // attend_mqa: per (token, group of heads)
+  MqaDecodeRunner mqa_;
   std::vector<double> inv_freq_;  // [head_dim / 2] plain RoPE frequencies theta^(-2i/head_dim)
   std::vector<int64_t> singles_;  // batch rows attended one at a time
   std::vector<float> k_rows_, v_rows_;  // attend_run: [n_ctx, kv_dim] K and V rows as f32

@@ -135,11 +135,13 @@ class MlaAttention final : public AttentionVariant {
     scales_.resize(static_cast<size_t>(nd));
     views_.resize(static_cast<size_t>(nd));
     for (int64_t k = 0; k < nd; ++k) views_[k] = paged_rows(*kv_, layer, b.seq[decode_[k]], 0, /*values=*/false, &blocks_[k], &scales_[k]);
-    pool_->run(static_cast<int>(nd * ng), [&](int task, int) {
+    mqa_items_.resize(static_cast<size_t>(nd * ng));
+    for (int64_t task = 0; task < nd * ng; ++task) {
       const int64_t k = task / ng, h0 = (task % ng) * hg, nh = std::min(hg, N - h0);
-      kernels::mla_decode_attend(&qlat_[(k * N + h0) * D], D, nh, Lkv, R, views_[k], b.pos[decode_[k]] + 1, scale_,
-                                 &olat_[(k * N + h0) * Lkv], Lkv);
-    });
+      mqa_items_[task] = MqaItem{&qlat_[(k * N + h0) * D], D, nh, &views_[k], nullptr, Lkv, b.pos[decode_[k]] + 1,
+                                 &olat_[(k * N + h0) * Lkv], Lkv};
+    }
+    mqa_.run(*pool_, mqa_items_, scale_);
     // o[i][h] = W_UV[h] o_lat[i][h], one head per task (a head's product alone is too small to
     // split across the pool).
     otmp_.resize(static_cast<size_t>(nd * N * V));
@@ -251,6 +253,8 @@ class MlaAttention final : public AttentionVariant {
   std::vector<std::vector<const uint8_t*>> blocks_;
   std::vector<std::vector<const float*>> scales_;
   std::vector<kernels::PagedRows> views_;
+  std::vector<MqaItem> mqa_items_;
+  MqaDecodeRunner mqa_;
 };
 
 }  // namespace

@@ -21,6 +21,55 @@ kernels::PagedRows paged_rows(const PagedKvCache& kv, int64_t layer, int64_t seq
   return kernels::PagedRows{blocks->data(), fp8 ? scales->data() : nullptr, kc.block_size, kc.head_dim, kc.dtype};
 }
 
+void MqaDecodeRunner::run(ThreadPool& pool, const std::vector<MqaItem>& items, float scale) {
+  const int64_t n = static_cast<int64_t>(items.size());
+  if (n >= pool.size()) {
+    pool.run(static_cast<int>(n), [&](int i, int) {
+      const MqaItem& it = items[i];
+      kernels::mqa_decode_attend(it.q, it.q_stride, it.n_heads, *it.k, it.v, it.v_dim, it.n_ctx, scale, it.out,
+                                 it.out_stride);
+    });
+    return;
+  }
+  // Partial storage: segment task t of item i holds o [n_heads][v_dim] at o_[o_off], m, l.
+  seg_item_.clear();
+  seg_index_.clear();
+  first_seg_.resize(static_cast<size_t>(n + 1));
+  int64_t o_size = 0, ml_size = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    first_seg_[i] = static_cast<int64_t>(seg_item_.size());
+    const int64_t ns = kernels::mqa_decode_segments(items[i].n_ctx);
+    for (int64_t s = 0; s < ns; ++s) {
+      seg_item_.push_back(i);
+      seg_index_.push_back(s);
+    }
+    o_size += ns * items[i].n_heads * items[i].v_dim;
+    ml_size += 2 * ns * items[i].n_heads;
+  }
+  const int64_t n_tasks = static_cast<int64_t>(seg_item_.size());
+  first_seg_[n] = n_tasks;
+  o_.resize(static_cast<size_t>(o_size));
+  ml_.resize(static_cast<size_t>(ml_size));
+  parts_.resize(static_cast<size_t>(n_tasks));
+  int64_t oo = 0, mo = 0;
+  for (int64_t t = 0; t < n_tasks; ++t) {
+    const MqaItem& it = items[seg_item_[t]];
+    parts_[t] = kernels::MqaPartial{&o_[oo], it.v_dim, &ml_[mo], &ml_[mo + it.n_heads]};
+    oo += it.n_heads * it.v_dim;
+    mo += 2 * it.n_heads;
+  }
+  pool.run(static_cast<int>(n_tasks), [&](int t, int) {
+    const MqaItem& it = items[seg_item_[t]];
+    kernels::mqa_decode_segment(it.q, it.q_stride, it.n_heads, *it.k, it.v, it.v_dim, it.n_ctx, seg_index_[t], scale,
+                                parts_[t]);
+  });
+  pool.run(static_cast<int>(n), [&](int i, int) {
+    const MqaItem& it = items[i];
+    kernels::mqa_decode_combine(it.n_heads, it.v_dim, &parts_[first_seg_[i]], first_seg_[i + 1] - first_seg_[i],
+                                it.out, it.out_stride);
+  });
+}
+
 std::unique_ptr<AttentionVariant> make_attention_variant(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv,
                                                          AttentionOptions opt, ThreadPool* pool) {
   switch (w->config.attention) {

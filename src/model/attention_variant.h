@@ -45,6 +45,34 @@ KvLayout kv_layout(const ModelConfig& c);
 kernels::PagedRows paged_rows(const PagedKvCache& kv, int64_t layer, int64_t seq, int64_t head, bool values,
                               std::vector<const uint8_t*>* blocks, std::vector<const float*>* scales);
 
+// One multi-query decode (kernels::mqa_decode_attend): n_heads query heads of one token over
+// one K/V head's rows (v null: the values are the keys' first v_dim values), n_ctx positions.
+struct MqaItem {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  int64_t n_heads = 0;
+  const kernels::PagedRows* k = nullptr;
+  const kernels::PagedRows* v = nullptr;
+  int64_t v_dim = 0;
+  int64_t n_ctx = 0;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+// Runs multi-query decodes over a pool. With at least as many items as threads, one task per
+// item; with fewer, the items' split-K segments (kernels::mqa_decode_segment) are the tasks and
+// each item's segments are combined in order afterwards, so a long context occupies the whole
+// pool at batch 1. Either way every output bit is what mqa_decode_attend gives.
+class MqaDecodeRunner {
+ public:
+  void run(ThreadPool& pool, const std::vector<MqaItem>& items, float scale);
+
+ private:
+  std::vector<int64_t> seg_item_, seg_index_, first_seg_;  // per segment task; per item
+  std::vector<float> o_, ml_;                               // partials: [segments][heads][v_dim], m and l
+  std::vector<kernels::MqaPartial> parts_;
+};
+
 class AttentionVariant {
  public:
   virtual ~AttentionVariant() = default;

@@ -5,6 +5,7 @@
 #include "kernels/cpu/mla_attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -36,23 +37,22 @@ inline void load_row(const PagedRows& kv, int64_t j, int64_t d, float* out) {
   }
 }
 
-// Portable tiled f32 version: kTile key rows are widened once into a transposed tile kt[d][kTile] and
-// shared by all heads (scores: kTile accumulators per head, one broadcast-FMA per element);
-// P.V adds each widened value row into the heads' outputs.
+// Portable tiled f32 version over positions [j0, j1): kTile key rows are widened once into a
+// transposed tile kt[d][kTile] and shared by all heads (scores: kTile accumulators per head, one
+// broadcast-FMA per element); P.V adds each widened value row into the heads' outputs.
 constexpr int64_t kTile = 16;
 
-void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads,
-                                                      const PagedRows& kv, const PagedRows* v, int64_t d_lat,
-                                                      int64_t n_ctx, float scale, float* out, int64_t out_stride) {
-  const int64_t D = kv.row_dim;
+void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv, const PagedRows* v,
+                    int64_t d_lat, int64_t j0, int64_t j1, float scale, const MqaPartial& part) {
+  const int64_t D = kv.row_dim, n = j1 - j0;
   const PagedRows& vr = v != nullptr ? *v : kv;
   thread_local std::vector<float> rows, kt, sc;
   rows.resize(static_cast<size_t>(kTile * std::max(D, d_lat)));
   kt.resize(static_cast<size_t>(kTile * D));
-  sc.resize(static_cast<size_t>(n_heads * n_ctx));
-  for (int64_t jb = 0; jb < n_ctx; jb += kTile) {
-    const int64_t nb = std::min(kTile, n_ctx - jb);
-    for (int64_t t = 0; t < nb; ++t) load_row(kv, jb + t, D, &rows[t * D]);
+  sc.resize(static_cast<size_t>(n_heads * n));
+  for (int64_t jb = 0; jb < n; jb += kTile) {
+    const int64_t nb = std::min(kTile, n - jb);
+    for (int64_t t = 0; t < nb; ++t) load_row(kv, j0 + jb + t, D, &rows[t * D]);
     for (int64_t t = nb; t < kTile; ++t) std::memset(&rows[t * D], 0, static_cast<size_t>(D) * 4);
     for (int64_t i = 0; i < D; ++i)
       for (int64_t t = 0; t < kTile; ++t) kt[i * kTile + t] = rows[t * D + i];
@@ -63,21 +63,26 @@ void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads,
         const float qi = qh[i];
         for (int64_t t = 0; t < kTile; ++t) acc[t] += qi * kt[i * kTile + t];
       }
-      for (int64_t t = 0; t < nb; ++t) sc[h * n_ctx + jb + t] = acc[t] * scale;
+      for (int64_t t = 0; t < nb; ++t) sc[h * n + jb + t] = acc[t] * scale;
     }
   }
   for (int64_t h = 0; h < n_heads; ++h) {
-    softmax(&sc[h * n_ctx], n_ctx);
-    std::memset(out + h * out_stride, 0, static_cast<size_t>(d_lat) * 4);
+    float* s = &sc[h * n];
+    float mx = s[0], sum = 0;
+    for (int64_t j = 1; j < n; ++j) mx = std::max(mx, s[j]);
+    for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    part.m[h] = mx;
+    part.l[h] = sum;
+    std::memset(part.o + h * part.o_stride, 0, static_cast<size_t>(d_lat) * 4);
   }
   const int64_t VS = std::max(D, d_lat);  // row stride of `rows` in the P.V loop
-  for (int64_t jb = 0; jb < n_ctx; jb += kTile) {
-    const int64_t nb = std::min(kTile, n_ctx - jb);
-    for (int64_t t = 0; t < nb; ++t) load_row(vr, jb + t, d_lat, &rows[t * VS]);
+  for (int64_t jb = 0; jb < n; jb += kTile) {
+    const int64_t nb = std::min(kTile, n - jb);
+    for (int64_t t = 0; t < nb; ++t) load_row(vr, j0 + jb + t, d_lat, &rows[t * VS]);
     for (int64_t h = 0; h < n_heads; ++h) {
-      float* oh = out + h * out_stride;
+      float* oh = part.o + h * part.o_stride;
       for (int64_t t = 0; t < nb; ++t) {
-        const float p = sc[h * n_ctx + jb + t];
+        const float p = sc[h * n + jb + t];
         const float* r = &rows[t * VS];
         for (int64_t i = 0; i < d_lat; ++i) oh[i] += p * r[i];
       }
@@ -94,17 +99,56 @@ const char* mla_decode_path_name(DType kv_dtype) {
   return "scalar_f32";
 }
 
-void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                       int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+void mqa_decode_segment(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
+                        int64_t v_dim, int64_t n_ctx, int64_t seg, float scale, const MqaPartial& part) {
   AFD_CHECK(n_ctx >= 1 && (v != nullptr ? v->row_dim == v_dim && v->dtype == k.dtype && v->block_size == k.block_size
                                         : v_dim <= k.row_dim),
             "mqa_decode_attend: bad shape");
+  AFD_CHECK(seg >= 0 && seg < mqa_decode_segments(n_ctx), "mqa_decode_segment: segment out of range");
+  const int64_t j0 = seg * kMqaSegment, j1 = std::min(n_ctx, j0 + kMqaSegment);
   const Isa isa = active_isa();
   if (isa == Isa::avx512 && k.dtype == DType::bf16 && v_dim % 32 == 0 && k.row_dim % 2 == 0)
-    return detail::mqa_decode_avx512_bf16(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
+    return detail::mqa_decode_avx512_bf16(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part);
   if (isa == Isa::avx512 || isa == Isa::avx2)
-    return detail::mqa_decode_avx2(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
-  tiled_portable(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
+    return detail::mqa_decode_avx2(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part);
+  tiled_portable(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part);
+}
+
+void mqa_decode_combine(int64_t n_heads, int64_t v_dim, const MqaPartial* parts, int64_t n_parts, float* out,
+                        int64_t out_stride) {
+  thread_local std::vector<float> w;
+  w.resize(static_cast<size_t>(n_parts));
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float mx = parts[0].m[h];
+    for (int64_t s = 1; s < n_parts; ++s) mx = std::max(mx, parts[s].m[h]);
+    float sum = 0;
+    for (int64_t s = 0; s < n_parts; ++s) sum += (w[s] = std::exp(parts[s].m[h] - mx)) * parts[s].l[h];
+    const float inv = 1.0f / sum;
+    float* oh = out + h * out_stride;
+    for (int64_t c = 0; c < v_dim; ++c) {
+      float acc = 0;
+      for (int64_t s = 0; s < n_parts; ++s) acc += w[s] * parts[s].o[h * parts[s].o_stride + c];
+      oh[c] = acc * inv;
+    }
+  }
+}
+
+void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
+                       int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+  const int64_t ns = n_ctx >= 1 ? mqa_decode_segments(n_ctx) : 1;
+  // One segment: its unnormalised result goes straight into out and is combined in place.
+  // Several: each into a scratch partial, combined in order.
+  thread_local std::vector<float> ml, os;
+  thread_local std::vector<MqaPartial> parts;
+  ml.resize(static_cast<size_t>(2 * ns * n_heads));
+  if (ns > 1) os.resize(static_cast<size_t>(ns * n_heads * v_dim));
+  parts.resize(static_cast<size_t>(ns));
+  for (int64_t s = 0; s < ns; ++s) {
+    parts[s] = ns == 1 ? MqaPartial{out, out_stride, &ml[0], &ml[n_heads]}
+                       : MqaPartial{&os[s * n_heads * v_dim], v_dim, &ml[2 * s * n_heads], &ml[(2 * s + 1) * n_heads]};
+    mqa_decode_segment(q, q_stride, n_heads, k, v, v_dim, n_ctx, s, scale, parts[s]);
+  }
+  mqa_decode_combine(n_heads, v_dim, parts.data(), ns, out, out_stride);
 }
 
 namespace ref {

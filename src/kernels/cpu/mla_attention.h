@@ -31,7 +31,7 @@ struct PagedRows {
 // q: [n_heads, k.row_dim] (f32, row stride q_stride); out: [n_heads, v_dim] (row stride
 // out_stride). v: the value rows (row_dim == v_dim, same block_size and dtype as k), or null:
 // V[j] = K[j][0 .. v_dim), v_dim <= k.row_dim. n_ctx >= 1. Heads are independent: a caller may
-// split them over threads.
+// split them over threads; long contexts are computed in segments (see mqa_decode_segment).
 // Dispatch (active_isa): bf16 rows with AVX-512 BF16, k.row_dim even and v_dim % 32 == 0 ->
 // q and the probabilities are rounded to bf16 and both products run as bf16 dot products with
 // f32 accumulation (vdpbf16ps); otherwise rows are widened exactly to f32 and both products
@@ -47,6 +47,34 @@ inline void mla_decode_attend(const float* q, int64_t q_stride, int64_t n_heads,
   (void)d_rope;
   mqa_decode_attend(q, q_stride, n_heads, kv, nullptr, d_lat, n_ctx, scale, out, out_stride);
 }
+
+// Split-K form. The context is cut into segments of kMqaSegment positions (the last one
+// partial). mqa_decode_attend runs each segment with a fresh online softmax and combines the
+// segments in order (mqa_decode_combine); a caller may instead run the segments as separate
+// mqa_decode_segment calls (on different threads) and combine them itself: the result is the
+// same bits, so it depends on n_ctx and the ISA path only, never on how the work was spread.
+inline constexpr int64_t kMqaSegment = 1024;
+inline int64_t mqa_decode_segments(int64_t n_ctx) { return (n_ctx + kMqaSegment - 1) / kMqaSegment; }
+
+// One segment's unnormalised result for n_heads heads over its positions j:
+//   m[h] = max_j s[h, j],  l[h] = sum_j exp(s[h, j] - m[h]),
+//   o[h][c] = sum_j exp(s[h, j] - m[h]) * V[j][c]   (o rows of v_dim values, row stride o_stride).
+struct MqaPartial {
+  float* o = nullptr;
+  int64_t o_stride = 0;
+  float* m = nullptr;
+  float* l = nullptr;
+};
+
+// Segment seg < mqa_decode_segments(n_ctx) (positions [seg * kMqaSegment, min(n_ctx, (seg + 1) *
+// kMqaSegment))) of mqa_decode_attend's arguments, into part. Same dispatch as mqa_decode_attend.
+void mqa_decode_segment(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
+                        int64_t v_dim, int64_t n_ctx, int64_t seg, float scale, const MqaPartial& part);
+
+// out[h][c] = sum_s w_s[h] * o_s[h][c] / sum_s w_s[h] * l_s[h], w_s[h] = exp(m_s[h] - max_s m_s[h]),
+// both sums in segment order s = 0 .. n_parts - 1. out may be parts[0].o (same stride).
+void mqa_decode_combine(int64_t n_heads, int64_t v_dim, const MqaPartial* parts, int64_t n_parts, float* out,
+                        int64_t out_stride);
 
 // Name of the path mqa_decode_attend takes for this dtype ("avx512_bf16_dp", "avx512_f32", ...).
 const char* mla_decode_path_name(DType kv_dtype);

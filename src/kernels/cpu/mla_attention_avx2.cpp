@@ -14,8 +14,8 @@
 //      P[t][h] = exp(S - M) in place of S;
 //   3. Ot[c][h] += sum_t P[t][h] * V[t][c] (Ot in blocks of Hb heads, [Hp/Hb][v_dim][Hb]); a
 //      register tile is 12/HV value columns x Hb heads, the V values broadcast.
-//   out[h][c] = Ot[c][h] / sum[h].
-// Heads are padded with zero queries to a multiple of Hb; chunk rows past n_ctx are zero.
+//   the segment's result (MqaPartial): o[h][c] = Ot[c][h], m = M, l = sum.
+// Heads are padded with zero queries to a multiple of Hb; chunk rows past the segment are zero.
 // Per inner step a tile does 12 FMAs from HV vector loads and 12/HV broadcasts (L1/L2).
 #include <immintrin.h>
 
@@ -165,7 +165,7 @@ AFD_AVX2 void pv_columns(const float* p, const float* v, int64_t vs, int64_t n, 
 
 template <int HV>
 AFD_AVX2 void decode(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                     int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+                     int64_t v_dim, int64_t j0, int64_t j1, float scale, const MqaPartial& part) {
   constexpr int64_t Hb = 8 * HV, R = kRows / HV;
   static_assert(kChunkPad % R == 0 && kChunkPad >= kChunk, "chunk padding");
   const int64_t D = k.row_dim, Hp = (n_heads + Hb - 1) / Hb * Hb, nhb = Hp / Hb;
@@ -188,8 +188,8 @@ AFD_AVX2 void decode(const float* q, int64_t q_stride, int64_t n_heads, const Pa
   }
   const float* vbase = sep_v ? vc.data() : kc.data();
 
-  for (int64_t c0 = 0; c0 < n_ctx; c0 += kChunk) {
-    const int64_t cn = std::min(kChunk, n_ctx - c0), cpad = (cn + R - 1) / R * R;
+  for (int64_t c0 = j0; c0 < j1; c0 += kChunk) {
+    const int64_t cn = std::min(kChunk, j1 - c0), cpad = (cn + R - 1) / R * R;
     // ---- 0. widen the chunk's rows
     for (int64_t t = 0; t < cn; ++t) widen_row(k, c0 + t, D, &kc[t * D]);
     std::fill(kc.begin() + cn * D, kc.begin() + cpad * D, 0.0f);
@@ -216,7 +216,7 @@ AFD_AVX2 void decode(const float* q, int64_t q_stride, int64_t n_heads, const Pa
         sum = _mm256_add_ps(sum, e);
       }
       _mm256_storeu_ps(&run_sum[hv], _mm256_fmadd_ps(_mm256_loadu_ps(&run_sum[hv]), a, sum));
-      if (c0 > 0) {
+      if (c0 > j0) {
         float* o = &ot[(hv / Hb) * v_dim * Hb + hv % Hb];
         for (int64_t c = 0; c < v_dim; ++c) _mm256_storeu_ps(o + c * Hb, _mm256_mul_ps(_mm256_loadu_ps(o + c * Hb), a));
       }
@@ -227,23 +227,24 @@ AFD_AVX2 void decode(const float* q, int64_t q_stride, int64_t n_heads, const Pa
       pv_columns<HV>(&st[hb * kChunkPad * Hb], vbase, VS, cn, v_dim, &ot[hb * v_dim * Hb]);
   }
 
-  // ---- out[h][c] = Ot[c][h] / sum[h]
+  // ---- part: o[h][c] = Ot[c][h], m, l
   for (int64_t h = 0; h < n_heads; ++h) {
-    float* oh = out + h * out_stride;
+    float* oh = part.o + h * part.o_stride;
     const float* o = &ot[(h / Hb) * v_dim * Hb + h % Hb];
-    const float s = 1.0f / run_sum[h];
-    for (int64_t c = 0; c < v_dim; ++c) oh[c] = o[c * Hb] * s;
+    for (int64_t c = 0; c < v_dim; ++c) oh[c] = o[c * Hb];
+    part.m[h] = run_max[h];
+    part.l[h] = run_sum[h];
   }
 }
 
 }  // namespace
 
 void mqa_decode_avx2(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                     int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+                     int64_t v_dim, int64_t j0, int64_t j1, float scale, const MqaPartial& part) {
   // 16-head tiles unless 8-head blocks pad fewer heads (8, 24, 40, ... heads).
   if ((n_heads + 7) / 8 * 8 < (n_heads + 15) / 16 * 16)
-    return decode<1>(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
-  decode<2>(q, q_stride, n_heads, k, v, v_dim, n_ctx, scale, out, out_stride);
+    return decode<1>(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part);
+  decode<2>(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part);
 }
 
 }  // namespace afd::kernels::detail

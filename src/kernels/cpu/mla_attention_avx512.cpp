@@ -14,8 +14,9 @@
 //   3. Ot[c][h] += sum over position pairs Pp[t/2][h] . (K[t][c], K[t+1][c]): per tile of 32
 //      positions the value part of the rows is re-laid as pairs of rows Kp[t/2][c]; a
 //      register tile is 8 latent columns x 32 heads, accumulated in Ot in memory.
-//   out[h][c] = Ot[c][h] / sum.
-// Heads are padded with zero queries to a multiple of 32, positions past n_ctx read a zero row.
+//   the segment's result (MqaPartial): o[h][c] = Ot[c][h], m = M, l = sum.
+// Heads are padded with zero queries to a multiple of 32, positions past the segment read a
+// zero row.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -54,8 +55,8 @@ AFD_BF16 inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
 }  // namespace
 
 AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv,
-                                     const PagedRows* v, int64_t d_lat, int64_t n_ctx, float scale, float* out,
-                                     int64_t out_stride) {
+                                     const PagedRows* v, int64_t d_lat, int64_t j0, int64_t j1, float scale,
+                                     const MqaPartial& part) {
   const int64_t D = kv.row_dim, DP = D / 2, Hp = (n_heads + kHb - 1) / kHb * kHb;
   const int64_t bs = kv.block_size;
   const PagedRows& vr = v != nullptr ? *v : kv;
@@ -79,11 +80,11 @@ AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
       qt[p * Hp + h] = static_cast<uint32_t>(bf16_rne(qh[2 * p])) | (static_cast<uint32_t>(bf16_rne(qh[2 * p + 1])) << 16);
   }
   auto row = [&](int64_t j) -> const uint16_t* {
-    if (j >= n_ctx) return zero_row.data();
+    if (j >= j1) return zero_row.data();
     return reinterpret_cast<const uint16_t*>(kv.blocks[j / bs]) + (j % bs) * D;
   };
   auto vrow = [&](int64_t j) -> const uint16_t* {  // the first d_lat values are the value
-    if (j >= n_ctx) return zero_row.data();
+    if (j >= j1) return zero_row.data();
     return reinterpret_cast<const uint16_t*>(vr.blocks[j / bs]) + (j % bs) * vr.row_dim;
   };
   const __m512 vscale = _mm512_set1_ps(scale);
@@ -96,8 +97,8 @@ AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
   const __m512i hi_idx = _mm512_set_epi16(63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24, 55, 23, 54,
                                           22, 53, 21, 52, 20, 51, 19, 50, 18, 49, 17, 48, 16);
 
-  for (int64_t c0 = 0; c0 < n_ctx; c0 += kChunk) {
-    const int64_t cn = std::min(kChunk, n_ctx - c0);
+  for (int64_t c0 = j0; c0 < j1; c0 += kChunk) {
+    const int64_t cn = std::min(kChunk, j1 - c0);
     const int64_t cpad = (cn + kPvTile - 1) / kPvTile * kPvTile;
 
     // ---- 1. scores of the chunk: st[t - c0][h]
@@ -147,7 +148,7 @@ AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
       }
       _mm512_storeu_ps(&run_sum[hv], sum);
     }
-    if (c0 > 0) {
+    if (c0 > j0) {
       for (int64_t c = 0; c < d_lat; ++c)
         for (int64_t hv = 0; hv < Hp; hv += 16)
           _mm512_storeu_ps(&ot[c * Hp + hv], _mm512_mul_ps(_mm512_loadu_ps(&ot[c * Hp + hv]), _mm512_loadu_ps(&alpha[hv])));
@@ -192,11 +193,12 @@ AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
     }
   }
 
-  // ---- out[h][c] = Ot[c][h] / sum[h]
+  // ---- part: o[h][c] = Ot[c][h], m, l
   for (int64_t h = 0; h < n_heads; ++h) {
-    float* oh = out + h * out_stride;
-    const float s = 1.0f / run_sum[h];
-    for (int64_t c = 0; c < d_lat; ++c) oh[c] = ot[c * Hp + h] * s;
+    float* oh = part.o + h * part.o_stride;
+    for (int64_t c = 0; c < d_lat; ++c) oh[c] = ot[c * Hp + h];
+    part.m[h] = run_max[h];
+    part.l[h] = run_sum[h];
   }
 }
 

@@ -10,12 +10,13 @@ namespace afd::kernels::detail {
 
 // Contract of mqa_decode_attend for bf16 rows, k.row_dim even, v_dim % 32 == 0: q and the
 // softmax probabilities are rounded to bf16, products accumulate in f32 (vdpbf16ps).
+// Positions [j0, j1) of the rows, unnormalised into part (MqaPartial).
 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                            int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride);
+                            int64_t v_dim, int64_t j0, int64_t j1, float scale, const MqaPartial& part);
 
 // Contract of mqa_decode_attend for rows of any dtype, on a CPU with AVX2, FMA and F16C: rows
 // widened exactly to f32, both products in f32 with f32 accumulation.
 void mqa_decode_avx2(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                     int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride);
+                     int64_t v_dim, int64_t j0, int64_t j1, float scale, const MqaPartial& part);
 
 }  // namespace afd::kernels::detail

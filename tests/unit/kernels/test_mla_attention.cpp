@@ -144,8 +144,38 @@ TEST(MlaDecode, MatchesReference) {
     check({16, 512, 64, 45, 16, dt});   // DeepSeek-V3 row width
     check({8, 128, 32, 300, 16, dt});   // several online-softmax chunks, the last one partial
     check({4, 512, 64, 1000, 16, dt});
+    check({16, 128, 32, 2 * kMqaSegment + 77, 16, dt});     // three split-K segments, the last partial
+    check({8, 64, 0, kMqaSegment + 1, 16, dt, true});        // a one-position last segment
     check({64, 256, 0, 300, 16, dt, true});  // MFA: K and V rows of 256, 64 heads
     check({5, 64, 32, 33, 8, dt, true});     // keys wider than the values
+  }
+}
+
+// The segments run as separate calls (as the engine spreads them over threads) and combined give
+// the same bits as one mqa_decode_attend call, on every ISA level and dtype.
+TEST(MlaDecode, SegmentsCombineToTheSameBits) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f8_e4m3}) {
+    const Case c{24, 256, 64, 3 * kMqaSegment - 5, 16, dt};
+    const int64_t D = c.d_lat + c.d_rope, qs = D, os = c.d_lat;
+    auto q = random_vec(static_cast<size_t>(c.heads * qs), 21, -1.0f, 1.0f);
+    auto rows = random_vec(static_cast<size_t>(c.n_ctx * D), 22, -1.0f, 1.0f);
+    Paged p = make_paged(c, rows, D);
+    const int64_t ns = mqa_decode_segments(c.n_ctx);
+    ASSERT_EQ(ns, 3);
+    for (Isa isa : isa_levels()) {
+      IsaLimitGuard g(isa);
+      std::vector<float> whole(static_cast<size_t>(c.heads * os)), split(whole.size());
+      mqa_decode_attend(q.data(), qs, c.heads, p.view, nullptr, c.d_lat, c.n_ctx, 0.07f, whole.data(), os);
+      std::vector<float> o(static_cast<size_t>(ns * c.heads * os)), ml(static_cast<size_t>(2 * ns * c.heads));
+      std::vector<MqaPartial> parts(static_cast<size_t>(ns));
+      for (int64_t s = ns - 1; s >= 0; --s) {  // any order of the segment calls
+        parts[s] = MqaPartial{&o[s * c.heads * os], os, &ml[2 * s * c.heads], &ml[(2 * s + 1) * c.heads]};
+        mqa_decode_segment(q.data(), qs, c.heads, p.view, nullptr, c.d_lat, c.n_ctx, s, 0.07f, parts[s]);
+      }
+      mqa_decode_combine(c.heads, c.d_lat, parts.data(), ns, split.data(), os);
+      for (size_t i = 0; i < whole.size(); ++i)
+        ASSERT_EQ(f32_bits(whole[i]), f32_bits(split[i])) << isa_name(isa) << " " << dtype_name(dt) << " " << i;
+    }
   }
 }
 
