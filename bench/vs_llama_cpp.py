@@ -1,19 +1,30 @@
 #!/usr/bin/python3
-"""afd against llama.cpp on the same weights (issue 30).
+"""afd against llama.cpp on the same weights (issues 30, 43).
 
-The weights: an afd qwen3_moe checkpoint and its GGUF twin from bench/gguf_convert.py.
+The weights: an afd qwen3_moe or DeepSeek-V3-layout checkpoint and its GGUF twin from
+bench/gguf_convert.py (llama.cpp's qwen3moe / deepseek2).
 llama.cpp is built by hand from a source snapshot outside this repository (never by CI or
 the tests); --llama-bin names the directory holding its llama-* programs.
 
   check  greedy tokens and top-k log-probabilities of afd and llama.cpp for one prompt:
-         `afd generate --dump-logits` against llama-server's /completion (token ids in,
-         n_probs out), EOS ignored. Prints both token lists, the first divergence, and per
+         `afd generate --dump-logits --ignore-eos` against llama-server's /completion (token
+         ids in, n_probs out). By default llama.cpp is asked one step at a time on afd's
+         context (prompt + afd's first k tokens, cached prefix, one greedy token, EOS not
+         suppressed), so every step compares the two engines on the same context and a
+         token equal at every step means equal greedy continuations; --free-running asks
+         once for llama.cpp's own continuation instead (ignore_eos, whose EOS logit bias can
+         change a choice). Prints the token lists, the identical count and prefix, and per
          step the largest |logprob difference| over llama.cpp's top-k ids and afd's margin
          between its two best tokens (a divergence where that margin is below the numeric
-         difference is a near tie, not a model mismatch). llama-server answers HTTP 500 when
-         the generated text is not printable ("Failed to parse input"), so check a checkpoint
-         from `bench/serve_vs_llama_server.py prepare` (LM-head rows of non-printable and
-         special tokens zeroed, the same weights in both engines).
+         difference is a near tie, not a model mismatch). --oracle adds the float64
+         reference of tests/reference (its own greedy tokens, and its log-probabilities on
+         afd's tokens against both engines). llama-server answers HTTP 500 when the
+         generated text is not printable ("Failed to parse input"), so check a random-weight
+         checkpoint from `bench/serve_vs_llama_server.py prepare` (LM-head rows of
+         non-printable and special tokens zeroed, the same weights in both engines).
+         --llama-arg passes llama-server options: `--llama-arg=-fa --llama-arg=off
+         --llama-arg=-ctk --llama-arg=f32 --llama-arg=-ctv --llama-arg=f32` takes llama.cpp's
+         f16 KV cache and flash attention out of the comparison.
 
   bench  decode tokens/s of `afd bench --e2e` (the real generate loop: prefill, then
          greedy decode of --tokens tokens per sequence, EOS ignored) against
@@ -23,6 +34,12 @@ the tests); --llama-bin names the directory holding its llama-* programs.
          medians and the ratio afd / llama.cpp (median and range over pairs).
          llama-batched-bench feeds random next tokens (no sampling; logits for every
          sequence are still computed) where afd samples greedily from its logits.
+         --depth N: decode at long context. Each sequence first holds an N-token prompt
+         (afd: B distinct prompts, prefilled untimed; llama-batched-bench -npp N -pps: one
+         prefill copied into every sequence's own KV stream, so each decode step attends to
+         B x (N + i) cached tokens on both sides), then --tokens decode steps are timed.
+         --llama-tool llama-bench measures batch 1 with `llama-bench -p 0 -n T -d N -r 1`
+         instead. Both prefill rates are printed too (from the same runs).
 
   prefill  prompt-processing tokens/s of one --prompt-len-token prompt: `afd bench --e2e
          --batch 1 --tokens 2 --warmup 1 --rounds R` (each round's engine first answers one
@@ -42,6 +59,9 @@ the tests); --llama-bin names the directory holding its llama-* programs.
       --gguf /tmp/tiny-printable.gguf --llama-bin /work/llama.cpp/build/bin
   /usr/bin/python3 bench/vs_llama_cpp.py bench --afd build/apps/afd --model models/bench \
       --gguf /tmp/bench.gguf --llama-bin /work/llama.cpp/build/bin --batch 1,16,64 --pairs 5
+  /usr/bin/python3 bench/vs_llama_cpp.py bench --afd build/apps/afd --model /tmp/models/dsv3-bench \
+      --gguf /tmp/models/dsv3-bench.gguf --llama-bin /tmp/llama.cpp/build/bin --batch 1,16 --depth 4096 \
+      --tokens 32 --pairs 3
   /usr/bin/python3 bench/vs_llama_cpp.py prefill --afd build/apps/afd --model models/small \
       --gguf /tmp/small.gguf --llama-bin /work/llama.cpp/build/bin --prompt-len 512 --pairs 5
 
@@ -160,6 +180,51 @@ def log_softmax(row):
     return [x - m - s for x in row]
 
 
+def reference_rows(a, ids, forced):
+    """The float64 oracle (tests/reference) on this prompt: its own greedy tokens, and its
+    logits rows teacher-forced on `forced` (afd's tokens), one row per generated step."""
+    sys.path.insert(0, a.oracle_dir)
+    try:
+        import hf_moe_ref  # noqa: E402  (tests/reference: greedy)
+        import reference  # noqa: E402  (picks the family's reference by model_type)
+    except ImportError as e:
+        raise HarnessError(f"--oracle: cannot import the reference from {a.oracle_dir}: {e}")
+    model = reference.load_model(a.model)
+    rows, _ = hf_moe_ref.greedy(model, [ids], len(forced), forced=[forced])
+    _, own = hf_moe_ref.greedy(reference.load_model(a.model), [ids], len(forced))
+    rows = rows[0]
+    return own[0], [log_softmax([float(x) for x in rows[len(ids) - 1 + k]]) for k in range(len(forced))]
+
+
+def llama_steps(a, srv, ids, afd_tokens):
+    """llama.cpp teacher-forced on afd's tokens: step k sends the prompt + afd's first k tokens
+    (the cached prefix is reused, so each step decodes one token) and takes one greedy token
+    with its top log-probabilities (computed from the raw logits). EOS is not suppressed
+    (no ignore_eos, whose logit bias would change the choice); a one-token request that ends
+    in EOS still reports it. Equal tokens at every step mean equal free-running greedy
+    sequences, since each step sees the context the other engine saw."""
+    out = []
+    for k in range(len(afd_tokens)):
+        res = srv.post("/completion", {"prompt": ids + afd_tokens[:k], "n_predict": 1, "temperature": 0.0,
+                                       "top_k": 1, "n_probs": a.top, "cache_prompt": True,
+                                       "return_tokens": True, "samplers": ["top_k"]})
+        probs = res.get("completion_probabilities") or []
+        if len(probs) != 1:
+            raise HarnessError(f"llama-server step {k}: {len(probs)} completion_probabilities entries "
+                               f"(a piece that is not valid UTF-8? see `serve_vs_llama_server.py prepare`): "
+                               f"{json.dumps(res)[:500]}")
+        out.append(probs[0])
+    return out
+
+
+def llama_free_running(a, srv, ids):
+    """One request: llama.cpp's own greedy continuation (ignore_eos: EOS logits biased away)."""
+    res = srv.post("/completion", {"prompt": ids, "n_predict": a.tokens, "temperature": 0.0, "top_k": 1,
+                                   "n_probs": a.top, "ignore_eos": True, "cache_prompt": False,
+                                   "return_tokens": True, "samplers": ["top_k"]})
+    return res.get("completion_probabilities") or []
+
+
 def cmd_check(a):
     cfg = model_config(a.model)
     V = int(cfg["vocab_size"])
@@ -180,36 +245,65 @@ def cmd_check(a):
         raise HarnessError(f"afd --dump-logits: {n_rows} rows, expected {len(ids) + len(afd_tokens) - 1}")
     rows = [struct.unpack_from(f"<{V}f", raw, 4 * V * r) for r in range(n_rows)]
     afd_lp = [log_softmax(rows[len(ids) - 1 + k]) for k in range(len(afd_tokens))]
+    ora_tokens, ora_lp = reference_rows(a, ids, afd_tokens) if a.oracle else (None, None)
 
-    with LlamaServer(a.llama_bin, a.gguf, a.threads, ctx=max(512, len(ids) + a.tokens + 16)) as srv:
-        res = srv.post("/completion", {"prompt": ids, "n_predict": a.tokens, "temperature": 0.0, "top_k": 1,
-                                       "n_probs": a.top, "ignore_eos": True, "cache_prompt": False,
-                                       "return_tokens": True, "samplers": ["top_k"]})
-    probs = res.get("completion_probabilities") or []
-    llama_tokens = [int(s["id"]) for s in probs] if probs else [int(t) for t in res.get("tokens", [])]
+    with LlamaServer(a.llama_bin, a.gguf, a.threads, ctx=max(512, len(ids) + a.tokens + 16),
+                     extra=a.llama_arg) as srv:
+        probs = llama_free_running(a, srv, ids) if a.free_running else llama_steps(a, srv, ids, afd_tokens)
+    llama_tokens = [int(s["id"]) for s in probs]
     print(f"prompt ids      {ids}")
     print(f"afd tokens      {afd_tokens}")
-    print(f"llama.cpp tokens {llama_tokens}")
+    print(f"llama.cpp tokens {llama_tokens}" + ("  (free-running, EOS biased away)" if a.free_running else
+                                                "  (each step on afd's context)"))
+    if ora_tokens is not None:
+        print(f"oracle tokens   {ora_tokens}  (float64 reference, free-running)")
     first = next((k for k, (x, y) in enumerate(zip(afd_tokens, llama_tokens)) if x != y), None)
-    n_same = first if first is not None else min(len(afd_tokens), len(llama_tokens))
-    print(f"identical prefix: {n_same} of {min(len(afd_tokens), len(llama_tokens))} tokens")
-    print(f"{'step':>4} {'afd':>6} {'llama':>6} {'max|dlogprob| top-' + str(a.top):>20} {'afd top1-top2 margin':>21}")
-    worst = 0.0
-    for k, step in enumerate(probs):
-        if k >= len(afd_lp):
-            break
+    n = min(len(afd_tokens), len(llama_tokens))
+    n_same = sum(1 for x, y in zip(afd_tokens, llama_tokens) if x == y)
+    print(f"identical tokens: {n_same} of {n}; identical prefix: {first if first is not None else n}")
+    if ora_tokens is not None:
+        fo = next((k for k, (x, y) in enumerate(zip(afd_tokens, ora_tokens)) if x != y), None)
+        print(f"afd vs oracle: identical prefix {fo if fo is not None else len(ora_tokens)} of {len(ora_tokens)}")
+    hdr = f"{'step':>4} {'afd':>6} {'llama':>6} {'|dlp| llama-afd':>16}"
+    if ora_tokens is not None:
+        hdr += f" {'oracle':>6} {'|dlp| llama-orc':>16} {'|dlp| afd-orc':>14} {'(all V)':>9}"
+    print(hdr + f" {'afd top1-top2':>14}   (|dlp|: largest |logprob difference| over llama.cpp's top-{a.top})")
+    worst = {"llama_afd": 0.0, "llama_oracle": 0.0, "afd_oracle_top": 0.0, "afd_oracle_all": 0.0}
+    for k, step in enumerate(probs[:len(afd_lp)]):
         lp = afd_lp[k]
-        top = step.get("top_logprobs") or []
-        d = max((abs(lp[int(t["id"])] - float(t["logprob"])) for t in top), default=float("nan"))
+        top = [(int(t["id"]), float(t["logprob"])) for t in step.get("top_logprobs") or []]
+        d = max((abs(lp[i] - v) for i, v in top), default=float("nan"))
         two = sorted(lp, reverse=True)[:2]
-        print(f"{k:>4} {afd_tokens[k]:>6} {llama_tokens[k]:>6} {d:>20.4f} {two[0] - two[1]:>21.4f}")
-        if first is None or k <= first:
-            worst = max(worst, d)
-        if first is not None and k == first:
+        line = f"{k:>4} {afd_tokens[k]:>6} {llama_tokens[k]:>6} {d:>16.5f}"
+        counts = not a.free_running or first is None or k <= first
+        if counts:
+            worst["llama_afd"] = max(worst["llama_afd"], d)
+        if ora_tokens is not None:
+            olp = ora_lp[k]
+            do = max((abs(olp[i] - v) for i, v in top), default=float("nan"))
+            dao = max(abs(olp[i] - lp[i]) for i, _ in top)
+            dall = max(abs(x - y) for x, y in zip(olp, lp))
+            line += f" {ora_tokens[k]:>6} {do:>16.5f} {dao:>14.5f} {dall:>9.5f}"
+            if counts:
+                worst["llama_oracle"] = max(worst["llama_oracle"], do)
+                worst["afd_oracle_top"] = max(worst["afd_oracle_top"], dao)
+                worst["afd_oracle_all"] = max(worst["afd_oracle_all"], dall)
+        print(line + f" {two[0] - two[1]:>14.4f}")
+        if a.free_running and first is not None and k == first:
             print("     (sequences differ from here; later steps see different contexts)")
             break
-    print(f"largest |dlogprob| up to the first divergence: {worst:.4f}")
-    return 0 if first is None else 2
+    print(f"largest |dlogprob| llama.cpp vs afd: {worst['llama_afd']:.5f}")
+    if ora_tokens is not None:
+        print(f"largest |dlogprob| llama.cpp vs oracle: {worst['llama_oracle']:.5f}; afd vs oracle: "
+              f"{worst['afd_oracle_top']:.5f} over llama.cpp's top-{a.top}, {worst['afd_oracle_all']:.5f} over "
+              "the whole vocabulary")
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump({"model": a.model, "gguf": a.gguf, "prompt_ids": ids, "afd_tokens": afd_tokens,
+                       "llama_tokens": llama_tokens, "oracle_tokens": ora_tokens, "identical": n_same,
+                       "compared": n, "free_running": a.free_running, "max_abs_dlogprob": worst}, f, indent=2)
+    ok = first is None and (ora_tokens is None or ora_tokens[:n] == afd_tokens[:n])
+    return 0 if ok else 2
 
 
 # ---------------------------------------------------------------- bench
@@ -222,13 +316,36 @@ def afd_decode_tps(a, batch):
     rows = [r for r in j["rows"] if int(r["batch"]) == batch]
     if not rows:
         raise HarnessError(f"afd bench --e2e printed no row for batch {batch}")
-    return float(rows[0]["decode_tokens_per_s"]), float(rows[0]["step_ms"])
+    r = rows[0]
+    return float(r["decode_tokens_per_s"]), float(r["step_ms"]), float(r.get("prefill_tokens_per_s", 0.0))
+
+
+def llama_depth_bench_tps(a, batch):
+    """--depth with --llama-tool llama-bench (batch 1): `llama-bench -p 0 -n T -d N -r 1`, the
+    generation of T tokens after an untimed N-token prefill."""
+    if batch != 1:
+        raise HarnessError("--llama-tool llama-bench measures batch 1 only")
+    cmd = [tool(a.llama_bin, "llama-bench"), "-m", a.gguf, "-p", "0", "-n", str(a.tokens), "-d", str(a.depth),
+           "-t", str(a.threads), "-r", "1", "-o", "json", *a.llama_arg]
+    p = run(cmd, timeout=a.timeout)
+    j = json.loads(p.stdout[p.stdout.index("["):])
+    rows = [r for r in j if int(r["n_gen"]) == a.tokens and int(r.get("n_depth", 0)) == a.depth]
+    if not rows:
+        raise HarnessError(f"llama-bench printed no tg{a.tokens} @ d{a.depth} row:\n{p.stdout[-2000:]}")
+    ns = statistics.median(float(x) for x in rows[0]["samples_ns"])
+    return a.tokens / (ns * 1e-9), ns * 1e-6 / a.tokens, 0.0
 
 
 def llama_decode_tps(a, batch):
+    if a.depth and a.llama_tool == "llama-bench":
+        return llama_depth_bench_tps(a, batch)
     ctx = batch * (a.prompt_len + a.tokens) + 256
+    # The measured configuration comes first; a cheap one follows it (see below): at depth a
+    # second (8-token prompt) configuration instead of a second prefill of the long prompt.
+    shape = (["-npp", f"{a.prompt_len},8", "-ntg", str(a.tokens)] if a.depth else
+             ["-npp", str(a.prompt_len), "-ntg", f"{a.tokens},1"])
     cmd = [tool(a.llama_bin, "llama-batched-bench"), "-m", a.gguf, "-t", str(a.threads), "-tb", str(a.threads),
-           "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(a.prompt_len), "-ntg", f"{a.tokens},1",
+           "-c", str(ctx), "-b", "2048", "-ub", "512", *shape,
            "-npl", str(batch), "-pps", "--output-format", "jsonl", *a.llama_arg]
     # llama.cpp's logger is asynchronous and is not flushed at exit: the last result line of a
     # run is often lost. So a cheap second configuration (1 new token) follows the measured
@@ -241,8 +358,8 @@ def llama_decode_tps(a, batch):
             line = line.strip()
             if line.startswith("{") and "speed_tg" in line:
                 j = json.loads(line)
-                if int(j["pl"]) == batch and int(j["tg"]) == a.tokens:
-                    return float(j["speed_tg"]), 1e3 * float(j["t_tg"]) / a.tokens
+                if int(j["pl"]) == batch and int(j["tg"]) == a.tokens and int(j["pp"]) == a.prompt_len:
+                    return float(j["speed_tg"]), 1e3 * float(j["t_tg"]) / a.tokens, float(j["speed_pp"])
         print(f"  (llama-batched-bench printed no result line for batch {batch}; run again)", file=sys.stderr)
     raise HarnessError(f"llama-batched-bench printed no jsonl row for batch {batch} in 3 runs:\n{p.stdout[-2000:]}")
 
@@ -253,12 +370,17 @@ def rng(xs):
 
 def cmd_bench(a):
     batches = [int(b) for b in a.batch.split(",")]
-    tool(a.llama_bin, "llama-batched-bench")
+    if a.depth:
+        a.prompt_len = a.depth
+    tool(a.llama_bin, "llama-bench" if a.depth and a.llama_tool == "llama-bench" else "llama-batched-bench")
     started = datetime.datetime.now(datetime.timezone.utc)
-    print(f"# {started:%Y-%m-%d %H:%M} UTC; {a.pairs} pairs; prompt {a.prompt_len}, {a.tokens} new tokens; "
-          f"{a.threads} threads each; afd {a.model}, llama.cpp {a.gguf}")
+    what = (f"depth {a.depth} (a {a.depth}-token prompt per sequence, then {a.tokens} timed decode steps; "
+            f"llama.cpp: {a.llama_tool})" if a.depth else f"prompt {a.prompt_len}, {a.tokens} new tokens")
+    print(f"# {started:%Y-%m-%d %H:%M} UTC; {a.pairs} pairs; {what}; "
+          f"{a.threads} threads each; afd {a.model}, llama.cpp {a.gguf}; load avg {' '.join(map(str, loadavg()))}")
+    extra = f" {'llama pp t/s':>12} {'afd pp t/s':>10}" if a.depth else ""
     print(f"{'pair':>4} {'batch':>5} {'first':>6} {'llama t/s':>10} {'afd t/s':>9} {'afd/llama':>9} "
-          f"{'llama mean ms':>13} {'afd mean ms':>11} {'afd median ms':>13} {'load1 before':>12}")
+          f"{'llama mean ms':>13} {'afd mean ms':>11} {'afd median ms':>13} {'load1 before':>12}" + extra)
     results = {b: [] for b in batches}
     for i in range(a.pairs):
         for b in batches:
@@ -272,25 +394,29 @@ def cmd_bench(a):
                 afd = afd_decode_tps(a, b)
             ratio = afd[0] / lla[0]
             results[b].append({"pair": i, "first": first, "llama_tps": lla[0], "afd_tps": afd[0], "ratio": ratio,
-                               "llama_step_ms": lla[1], "afd_step_ms_median": afd[1], "load1_before": load})
+                               "llama_step_ms": lla[1], "afd_step_ms_median": afd[1], "load1_before": load,
+                               "llama_prefill_tps": lla[2], "afd_prefill_tps": afd[2]})
+            extra = f" {lla[2]:>12.1f} {afd[2]:>10.1f}" if a.depth else ""
             print(f"{i:>4} {b:>5} {first:>6} {lla[0]:>10.1f} {afd[0]:>9.1f} {ratio:>9.3f} {lla[1]:>13.2f} "
-                  f"{1e3 * b / afd[0]:>11.2f} {afd[1]:>13.2f} {load:>12.2f}", flush=True)
+                  f"{1e3 * b / afd[0]:>11.2f} {afd[1]:>13.2f} {load:>12.2f}" + extra, flush=True)
     print()
-    print("| batch | llama.cpp tok/s (median, range) | afd tok/s (median, range) | afd / llama.cpp, "
-          "median [min, max] | pairs | load avg (1 min) range |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print(("| batch | context |" if a.depth else "| batch |") + " llama.cpp tok/s (median, range) | afd tok/s "
+          "(median, range) | afd / llama.cpp, median [min, max] | pairs | load avg (1 min) range |")
+    print("|---:|---:|---:|---:|---:|---:|" + ("---:|" if a.depth else ""))
     for b in batches:
         r = results[b]
         ll = [x["llama_tps"] for x in r]
         af = [x["afd_tps"] for x in r]
         ra = [x["ratio"] for x in r]
         lo = [x["load1_before"] for x in r]
-        print(f"| {b} | {statistics.median(ll):.1f} ({rng(ll)}) | {statistics.median(af):.1f} ({rng(af)}) | "
+        ctx = f" {a.depth} |" if a.depth else ""
+        print(f"| {b} |{ctx} {statistics.median(ll):.1f} ({rng(ll)}) | {statistics.median(af):.1f} ({rng(af)}) | "
               f"**{statistics.median(ra):.2f}** [{min(ra):.2f}, {max(ra):.2f}] | {len(r)} | {min(lo):.1f}-{max(lo):.1f} |")
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump({"started_utc": started.isoformat(), "model": a.model, "gguf": a.gguf, "threads": a.threads,
-                       "prompt_len": a.prompt_len, "tokens": a.tokens, "pairs": results}, f, indent=2)
+                       "prompt_len": a.prompt_len, "depth": a.depth, "llama_tool": a.llama_tool if a.depth else
+                       "llama-batched-bench", "tokens": a.tokens, "pairs": results}, f, indent=2)
     return 0
 
 
@@ -375,11 +501,29 @@ def main():
     c.add_argument("--tokens", type=int, default=8, help="greedy tokens to compare")
     c.add_argument("--top", type=int, default=5, help="log-probabilities compared per step")
     c.add_argument("--precision", default="reference", help="afd --precision (reference: f32 activations)")
+    c.add_argument("--oracle", action="store_true",
+                   help="also run the float64 reference (tests/reference) on the prompt: its greedy tokens and "
+                        "its log-probabilities on afd's tokens (small models only: numpy float64)")
+    c.add_argument("--oracle-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                                        "reference"), help="the reference's directory")
+    c.add_argument("--free-running", action="store_true",
+                   help="llama.cpp in one request on its own tokens (ignore_eos, which biases EOS away) instead "
+                        "of one request per step on afd's context")
+    c.add_argument("--json-out", help="write the tokens and the largest differences as JSON here")
+    c.add_argument("--llama-arg", action="append", default=[],
+                   help="extra llama-server argument (repeatable; --llama-arg=-ctk --llama-arg=f32: an f32 KV cache "
+                        "instead of llama.cpp's default f16)")
     b = sub.choices["bench"]
     b.add_argument("--batch", default="1,16,64", help="comma-separated batch sizes")
     b.add_argument("--pairs", type=int, default=5, help="interleaved (afd, llama.cpp) pairs per batch")
     b.add_argument("--prompt-len", type=int, default=128)
     b.add_argument("--tokens", type=int, default=64, help="new tokens per sequence")
+    b.add_argument("--depth", type=int, default=0,
+                   help="long-context decode: every sequence first holds an N-token prompt (replaces --prompt-len); "
+                        "only the --tokens decode steps after it are timed (afd: its decode tok/s; llama.cpp: S_TG of "
+                        "llama-batched-bench -npp N -ntg T -pps, or llama-bench -d N -n T with --llama-tool)")
+    b.add_argument("--llama-tool", choices=["llama-batched-bench", "llama-bench"], default="llama-batched-bench",
+                   help="--depth: llama.cpp's measuring program (llama-bench: batch 1 only)")
     b.add_argument("--llama-first", action="store_true", help="start each batch's first pair with llama.cpp")
     b.add_argument("--afd-arg", action="append", default=[], help="extra afd bench argument (repeatable)")
     b.add_argument("--llama-arg", action="append", default=[], help="extra llama-batched-bench argument (repeatable)")
