@@ -191,12 +191,15 @@ const char* path_name(Path p) {
   return "?";
 }
 
-// sgemm on bf16 weights: widen blocks of rows into a per-thread f32 buffer (~256 KiB, stays in
-// L2), then y[:, block] = x . block^T.
+// sgemm on bf16 weights: widen blocks of rows into a per-thread f32 buffer, then
+// y[:, block] = x . block^T. Each sgemm call packs all of x (n x cols) again, so the blocks are
+// large (up to 4 MiB of f32, at least 16 rows): packing x costs 1 / (2 * rows per block) of the
+// block's FLOPs in bytes moved.
 void sgemm_bf16w_rows(const float* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
                       int64_t r1, float* y, int64_t ldy, bool acc) {
   thread_local Scratch<float> wbuf;
-  const int64_t rb = std::max<int64_t>(16, (64 * 1024) / std::max<int64_t>(cols, 1));
+  const int64_t rb = std::min(std::max<int64_t>(1, r1 - r0),
+                              std::max<int64_t>(16, (1024 * 1024) / std::max<int64_t>(cols, 1)));
   float* wf = wbuf.get(static_cast<size_t>(rb * cols));
   for (int64_t r = r0; r < r1; r += rb) {
     const int64_t nr = std::min(rb, r1 - r);
