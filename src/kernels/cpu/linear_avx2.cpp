@@ -1,8 +1,9 @@
 // AVX2 + FMA row-range kernels for linear(): the portable fast path for CPUs without
-// AVX-512 (and what AFD_CPU_DISABLE=avx512 exercises). Same "dot" tiling as the AVX-512 file:
-// R rows of W x T tokens, W streamed once per token block, horizontal reduction per output.
-// Columns beyond the last multiple of 8 are summed by a scalar tail. No software prefetch
-// (as the AVX-512 kernels' default, see linear_avx512.cpp).
+// AVX-512 (and what AFD_CPU_DISABLE=avx512 exercises).
+//   * one token: the thread's row range read as 4 long sequential streams (rows_seq);
+//   * more tokens: "dot" tiles of 3 rows of W x up to 4 tokens (12 accumulators, 3 widened W
+//     vectors and one x vector: 16 registers), horizontal reduction per output.
+// Columns beyond the last multiple of 8 are summed by a scalar tail.
 // GCC 12 reports false -Wuninitialized warnings inside its own AVX-512 headers
 // (_mm*_undefined_* helpers, GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -38,6 +39,7 @@ inline float load1(const float* p) { return *p; }
 template <int R, int T, typename WT>
 AFD_AVX2 void tile(const WT* w, int64_t cols, const float* x, int64_t ldx, float* y, int64_t ldy,
                    bool acc) {
+  static_assert(R * T + R + 1 <= 16, "accumulators, W vectors and one x vector fit 16 registers");
   __m256 a[R][T];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -70,6 +72,60 @@ AFD_AVX2 void tile(const WT* w, int64_t cols, const float* x, int64_t ldx, float
   }
 }
 
+// One token, S rows at once: y[s] = w[s] . x over cols for S rows that lie far apart (one in
+// each S-th of the caller's row range), each read front to back, so a thread's range is read as
+// S long sequential streams: enough memory-level parallelism to reach the read bandwidth, and
+// streams long enough for the hardware prefetchers even when rows are short (interleaving
+// consecutive rows would make each stream one short row).
+template <int S, typename WT>
+AFD_AVX2 void rows_seq(const WT* const* w, int64_t cols, const float* x, float* const* y, bool acc) {
+  __m256 a[S][2];
+#pragma GCC unroll 8
+  for (int s = 0; s < S; ++s) a[s][0] = a[s][1] = _mm256_setzero_ps();
+  const int64_t cmain = cols & ~int64_t{15};
+  int64_t c = 0;
+  for (; c < cmain; c += 16) {
+    const __m256 x0 = _mm256_loadu_ps(x + c), x1 = _mm256_loadu_ps(x + c + 8);
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      a[s][0] = _mm256_fmadd_ps(load8(w[s] + c), x0, a[s][0]);
+      a[s][1] = _mm256_fmadd_ps(load8(w[s] + c + 8), x1, a[s][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int s = 0; s < S; ++s) {
+    int64_t cc = c;
+    __m256 v = _mm256_add_ps(a[s][0], a[s][1]);
+    for (; cc + 8 <= cols; cc += 8) v = _mm256_fmadd_ps(load8(w[s] + cc), _mm256_loadu_ps(x + cc), v);
+    float sum = hsum(v);
+    for (; cc < cols; ++cc) sum += load1(w[s] + cc) * x[cc];
+    *y[s] = acc ? *y[s] + sum : sum;
+  }
+}
+
+// One token over rows [r0, r1): kStreams sequential streams (rows_seq), the rows that do not
+// fill the last set of streams one at a time.
+template <typename WT>
+AFD_AVX2 void gemv_rows(const float* x, const WT* w, int64_t cols, int64_t r0, int64_t r1, float* y, bool acc) {
+  constexpr int kStreams = 4;
+  const int64_t q = (r1 - r0) / kStreams;  // rows per stream
+  for (int64_t i = 0; i < q; ++i) {
+    const WT* rows[kStreams];
+    float* outs[kStreams];
+    for (int s = 0; s < kStreams; ++s) {
+      const int64_t r = r0 + s * q + i;
+      rows[s] = w + r * cols;
+      outs[s] = y + r;
+    }
+    rows_seq<kStreams>(rows, cols, x, outs, acc);
+  }
+  for (int64_t r = r0 + kStreams * q; r < r1; ++r) {
+    const WT* row = w + r * cols;
+    float* out = y + r;
+    rows_seq<1>(&row, cols, x, &out, acc);
+  }
+}
+
 template <int R, typename WT>
 AFD_AVX2 void run_tile(int t, const WT* w, int64_t cols, const float* x, int64_t ldx, float* y,
                        int64_t ldy, bool acc) {
@@ -77,6 +133,7 @@ AFD_AVX2 void run_tile(int t, const WT* w, int64_t cols, const float* x, int64_t
     case 1: tile<R, 1>(w, cols, x, ldx, y, ldy, acc); break;
     case 2: tile<R, 2>(w, cols, x, ldx, y, ldy, acc); break;
     case 3: tile<R, 3>(w, cols, x, ldx, y, ldy, acc); break;
+    case 4: tile<R, 4>(w, cols, x, ldx, y, ldy, acc); break;
     default: break;
   }
 }
@@ -84,8 +141,9 @@ AFD_AVX2 void run_tile(int t, const WT* w, int64_t cols, const float* x, int64_t
 template <typename WT>
 AFD_AVX2 void rows_generic(const float* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
                            int64_t r1, float* y, int64_t ldy, bool acc) {
-  constexpr int R = 4;
-  constexpr int TMax = 3;
+  if (n == 1) return gemv_rows(x, w, cols, r0, r1, y, acc);
+  constexpr int R = 3;
+  constexpr int TMax = 4;
   for (int64_t i0 = 0; i0 < n; i0 += kTokenChunk) {
     const int64_t nc = std::min(kTokenChunk, n - i0);
     const int64_t nb = (nc + TMax - 1) / TMax;
