@@ -23,7 +23,9 @@ kernels::PagedRows paged_rows(const PagedKvCache& kv, int64_t layer, int64_t seq
 
 void MqaDecodeRunner::run(ThreadPool& pool, const std::vector<MqaItem>& items, float scale) {
   const int64_t n = static_cast<int64_t>(items.size());
-  if (n >= pool.size()) {
+  int64_t total_segments = 0;
+  for (const MqaItem& it : items) total_segments += kernels::mqa_decode_segments(it.n_ctx);
+  if (n >= pool.size() || total_segments == n) {
     pool.run(static_cast<int>(n), [&](int i, int) {
       const MqaItem& it = items[i];
       kernels::mqa_decode_attend(it.q, it.q_stride, it.n_heads, *it.k, it.v, it.v_dim, it.n_ctx, scale, it.out,
@@ -31,7 +33,8 @@ void MqaDecodeRunner::run(ThreadPool& pool, const std::vector<MqaItem>& items, f
     });
     return;
   }
-  // Partial storage: segment task t of item i holds o [n_heads][v_dim] at o_[o_off], m, l.
+  // Segment task t (of item seg_item_[t]) writes parts_[t]: o [n_heads][v_dim] in o_, m and l
+  // in ml_; item i's segments are tasks first_seg_[i] .. first_seg_[i + 1] - 1, in order.
   seg_item_.clear();
   seg_index_.clear();
   first_seg_.resize(static_cast<size_t>(n + 1));

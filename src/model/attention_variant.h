@@ -59,10 +59,11 @@ struct MqaItem {
   int64_t out_stride = 0;
 };
 
-// Runs multi-query decodes over a pool. With at least as many items as threads, one task per
-// item; with fewer, the items' split-K segments (kernels::mqa_decode_segment) are the tasks and
-// each item's segments are combined in order afterwards, so a long context occupies the whole
-// pool at batch 1. Either way every output bit is what mqa_decode_attend gives.
+// Runs multi-query decodes over a pool. With at least as many items as threads (or no context
+// longer than one segment), one task per item; otherwise the items' split-K segments
+// (kernels::mqa_decode_segment) are the tasks and each item's segments are combined in order
+// afterwards, so a long context occupies the whole pool at batch 1. Either way every output bit
+// is what mqa_decode_attend gives.
 class MqaDecodeRunner {
  public:
   void run(ThreadPool& pool, const std::vector<MqaItem>& items, float scale);

@@ -2,7 +2,8 @@
 // AVX-512 (and what AFD_CPU_DISABLE=avx512 exercises).
 //   * one token: the thread's row range read as 4 long sequential streams (rows_seq);
 //   * more tokens: "dot" tiles of 3 rows of W x up to 4 tokens (12 accumulators, 3 widened W
-//     vectors and one x vector: 16 registers), horizontal reduction per output.
+//     vectors and one x vector: 16 registers), horizontal reduction per output; the 3 rows come
+//     from the three thirds of the thread's range, so it too reads long sequential streams.
 // Columns beyond the last multiple of 8 are summed by a scalar tail.
 // GCC 12 reports false -Wuninitialized warnings inside its own AVX-512 headers
 // (_mm*_undefined_* helpers, GCC bug 105593).
@@ -36,9 +37,10 @@ AFD_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline float load1(const uint16_t* p) { return bf16_to_f32(*p); }
 inline float load1(const float* p) { return *p; }
 
+// R rows of W (indices rows[0..R), anywhere in W) x T tokens: y[t * ldy + rows[r]] = W row . x row t.
 template <int R, int T, typename WT>
-AFD_AVX2 void tile(const WT* w, int64_t cols, const float* x, int64_t ldx, float* y, int64_t ldy,
-                   bool acc) {
+AFD_AVX2 void tile(const WT* w, int64_t cols, const int64_t* rows, const float* x, int64_t ldx, float* y,
+                   int64_t ldy, bool acc) {
   static_assert(R * T + R + 1 <= 16, "accumulators, W vectors and one x vector fit 16 registers");
   __m256 a[R][T];
 #pragma GCC unroll 8
@@ -49,10 +51,7 @@ AFD_AVX2 void tile(const WT* w, int64_t cols, const float* x, int64_t ldx, float
   for (int64_t c = 0; c < cmain; c += 8) {
     __m256 wv[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const WT* p = w + r * cols + c;
-      wv[r] = load8(p);
-    }
+    for (int r = 0; r < R; ++r) wv[r] = load8(w + rows[r] * cols + c);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       __m256 xv = _mm256_loadu_ps(x + t * ldx + c);
@@ -65,8 +64,8 @@ AFD_AVX2 void tile(const WT* w, int64_t cols, const float* x, int64_t ldx, float
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       float s = hsum(a[r][t]);
-      for (int64_t c = cmain; c < cols; ++c) s += load1(w + r * cols + c) * x[t * ldx + c];
-      float* o = y + t * ldy + r;
+      for (int64_t c = cmain; c < cols; ++c) s += load1(w + rows[r] * cols + c) * x[t * ldx + c];
+      float* o = y + t * ldy + rows[r];
       *o = acc ? *o + s : s;
     }
   }
@@ -127,41 +126,48 @@ AFD_AVX2 void gemv_rows(const float* x, const WT* w, int64_t cols, int64_t r0, i
 }
 
 template <int R, typename WT>
-AFD_AVX2 void run_tile(int t, const WT* w, int64_t cols, const float* x, int64_t ldx, float* y,
+AFD_AVX2 void run_tile(int t, const WT* w, int64_t cols, const int64_t* rows, const float* x, int64_t ldx, float* y,
                        int64_t ldy, bool acc) {
   switch (t) {
-    case 1: tile<R, 1>(w, cols, x, ldx, y, ldy, acc); break;
-    case 2: tile<R, 2>(w, cols, x, ldx, y, ldy, acc); break;
-    case 3: tile<R, 3>(w, cols, x, ldx, y, ldy, acc); break;
-    case 4: tile<R, 4>(w, cols, x, ldx, y, ldy, acc); break;
+    case 1: tile<R, 1>(w, cols, rows, x, ldx, y, ldy, acc); break;
+    case 2: tile<R, 2>(w, cols, rows, x, ldx, y, ldy, acc); break;
+    case 3: tile<R, 3>(w, cols, rows, x, ldx, y, ldy, acc); break;
+    case 4: tile<R, 4>(w, cols, rows, x, ldx, y, ldy, acc); break;
     default: break;
   }
 }
 
+// Several tokens over rows [r0, r1): tiles of R rows taken one from each R-th of the range (so
+// the thread reads R long sequential streams, as gemv_rows), token blocks of <= TMax inside each
+// row set while its rows are in L1; the rows that do not fill the last set one at a time.
 template <typename WT>
 AFD_AVX2 void rows_generic(const float* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
                            int64_t r1, float* y, int64_t ldy, bool acc) {
   if (n == 1) return gemv_rows(x, w, cols, r0, r1, y, acc);
   constexpr int R = 3;
   constexpr int TMax = 4;
+  const int64_t q = (r1 - r0) / R;  // rows per stream
   for (int64_t i0 = 0; i0 < n; i0 += kTokenChunk) {
     const int64_t nc = std::min(kTokenChunk, n - i0);
     const int64_t nb = (nc + TMax - 1) / TMax;
-    for (int64_t r = r0; r < r1;) {
-      const bool full = r + R <= r1;
+    auto row_set = [&](int rn, const int64_t* rows) {
       int64_t i = 0;
       for (int64_t b = 0; b < nb; ++b) {
         const int t = static_cast<int>((nc - i) / (nb - b));
         const float* xb = x + (i0 + i) * ldx;
-        float* yb = y + (i0 + i) * ldy + r;
-        if (full)
-          run_tile<R>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc);
+        float* yb = y + (i0 + i) * ldy;
+        if (rn == R)
+          run_tile<R>(t, w, cols, rows, xb, ldx, yb, ldy, acc);
         else
-          run_tile<1>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc);
+          run_tile<1>(t, w, cols, rows, xb, ldx, yb, ldy, acc);
         i += t;
       }
-      r += full ? R : 1;
+    };
+    for (int64_t j = 0; j < q; ++j) {
+      const int64_t rows[R] = {r0 + j, r0 + q + j, r0 + 2 * q + j};
+      row_set(R, rows);
     }
+    for (int64_t r = r0 + R * q; r < r1; ++r) row_set(1, &r);
   }
 }
 
