@@ -76,7 +76,7 @@ void mqa_decode_segment(const float* q, int64_t q_stride, int64_t n_heads, const
 void mqa_decode_combine(int64_t n_heads, int64_t v_dim, const MqaPartial* parts, int64_t n_parts, float* out,
                         int64_t out_stride);
 
-// Name of the path mqa_decode_attend takes for this dtype ("avx512_bf16_dp", "avx512_f32", ...).
+// Name of the path mqa_decode_attend takes for this dtype ("avx512_bf16_dp", "avx2_f32", "scalar_f32").
 const char* mla_decode_path_name(DType kv_dtype);
 
 namespace ref {
