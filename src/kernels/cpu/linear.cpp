@@ -41,7 +41,9 @@ std::atomic<int64_t> g_blas_min_n[2][2] = {{{-1}, {-1}}, {{-1}, {-1}}};
 // as sgemm, run single-threaded per pool thread, at every n that bench_kernels
 // --compare-sgemm times, for bf16 and f32 weights; docs/BENCHMARKS.md "Kernels"). The AVX2
 // tiles (12 accumulators of 8 lanes) hand off from n = 64, where sgemm's packing is
-// amortised; they have no comparison with sgemm on an AVX2-only CPU yet.
+// amortised: with AVX-512 masked and OpenBLAS on its Haswell kernels, bf16 W [768, 2048], the
+// tiles were 5 % ahead at 64 tokens and sgemm 8 % ahead at 128
+// (docs/bench-log/2026-11-29-avx2-long-context.md).
 int64_t resolve_blas_min_n(bool w_bf16, bool act_bf16, Isa isa) {
   int64_t v = linear_blas_min_n(w_bf16, act_bf16);
   if (v >= 0) return v;
