@@ -28,8 +28,9 @@
 //   otherwise attend_impl compiled for AVX-512, AVX2+FMA or the baseline ISA
 //   (AFD_CPU_DISABLE=avx512 / all force the AVX2 and the portable paths).
 // Every path computes the scores and the P.V products in f32 from the KV values as the cache
-// stores them (widened exactly; fp8 times its per-slot scale) and uses kernels::softmax; they
-// differ only in the f32 summation order.
+// stores them (widened exactly; fp8 times its per-slot scale); the softmax is kernels::softmax,
+// or for the multi-query kernel its online softmax over chunks and split-K segments. They
+// differ only in the f32 summation order (and the exp approximation).
 namespace afd {
 
 namespace {

@@ -102,27 +102,36 @@ AFD_AVX2 void rows_seq(const WT* const* w, int64_t cols, const float* x, float* 
   }
 }
 
-// One token over rows [r0, r1): kStreams sequential streams (rows_seq), the rows that do not
-// fill the last set of streams one at a time.
+// The stream partition of a thread's rows [r0, r1): calls f(S, rows) for sets of S row indices,
+// one from each S-th of the range (set j: r0 + j, r0 + q + j, ..., q = (r1 - r0) / S), so the
+// sets read the range as S sequential streams; then f(1, &r) for each row left over.
+template <int S, class F>
+inline void stream_sets(int64_t r0, int64_t r1, F&& f) {
+  const int64_t q = (r1 - r0) / S;  // rows per stream
+  for (int64_t j = 0; j < q; ++j) {
+    int64_t rows[S];
+    for (int s = 0; s < S; ++s) rows[s] = r0 + s * q + j;
+    f(S, rows);
+  }
+  for (int64_t r = r0 + S * q; r < r1; ++r) f(1, &r);
+}
+
+// One token over rows [r0, r1): 4 sequential streams (rows_seq).
 template <typename WT>
 AFD_AVX2 void gemv_rows(const float* x, const WT* w, int64_t cols, int64_t r0, int64_t r1, float* y, bool acc) {
   constexpr int kStreams = 4;
-  const int64_t q = (r1 - r0) / kStreams;  // rows per stream
-  for (int64_t i = 0; i < q; ++i) {
-    const WT* rows[kStreams];
+  stream_sets<kStreams>(r0, r1, [&](int rn, const int64_t* rows) {
+    const WT* rw[kStreams];
     float* outs[kStreams];
-    for (int s = 0; s < kStreams; ++s) {
-      const int64_t r = r0 + s * q + i;
-      rows[s] = w + r * cols;
-      outs[s] = y + r;
+    for (int s = 0; s < rn; ++s) {
+      rw[s] = w + rows[s] * cols;
+      outs[s] = y + rows[s];
     }
-    rows_seq<kStreams>(rows, cols, x, outs, acc);
-  }
-  for (int64_t r = r0 + kStreams * q; r < r1; ++r) {
-    const WT* row = w + r * cols;
-    float* out = y + r;
-    rows_seq<1>(&row, cols, x, &out, acc);
-  }
+    if (rn == kStreams)
+      rows_seq<kStreams>(rw, cols, x, outs, acc);
+    else
+      rows_seq<1>(rw, cols, x, outs, acc);
+  });
 }
 
 template <int R, typename WT>
@@ -137,16 +146,14 @@ AFD_AVX2 void run_tile(int t, const WT* w, int64_t cols, const int64_t* rows, co
   }
 }
 
-// Several tokens over rows [r0, r1): tiles of R rows taken one from each R-th of the range (so
-// the thread reads R long sequential streams, as gemv_rows), token blocks of <= TMax inside each
-// row set while its rows are in L1; the rows that do not fill the last set one at a time.
+// Several tokens over rows [r0, r1): tiles of R rows from stream_sets (R sequential streams, as
+// gemv_rows), token blocks of <= TMax inside each row set while its rows are in L1.
 template <typename WT>
 AFD_AVX2 void rows_generic(const float* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
                            int64_t r1, float* y, int64_t ldy, bool acc) {
   if (n == 1) return gemv_rows(x, w, cols, r0, r1, y, acc);
   constexpr int R = 3;
   constexpr int TMax = 4;
-  const int64_t q = (r1 - r0) / R;  // rows per stream
   for (int64_t i0 = 0; i0 < n; i0 += kTokenChunk) {
     const int64_t nc = std::min(kTokenChunk, n - i0);
     const int64_t nb = (nc + TMax - 1) / TMax;
@@ -163,11 +170,7 @@ AFD_AVX2 void rows_generic(const float* x, int64_t n, int64_t ldx, const WT* w, 
         i += t;
       }
     };
-    for (int64_t j = 0; j < q; ++j) {
-      const int64_t rows[R] = {r0 + j, r0 + q + j, r0 + 2 * q + j};
-      row_set(R, rows);
-    }
-    for (int64_t r = r0 + R * q; r < r1; ++r) row_set(1, &r);
+    stream_sets<R>(r0, r1, row_set);
   }
 }
 
