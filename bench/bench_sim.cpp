@@ -1,6 +1,6 @@
 // bench_sim: throughput of the AFD discrete-event simulator (src/plan/simulator.h).
-// Prints (1) timed events per second for single runs of the seeds/003 baseline at several
-// ratios, one thread each, and (2) the wall time of the full seeds/003 sweep (r = 1, 2, 4, 8,
+// Prints (1) timed events per second for single runs of the A/F ratio paper baseline at several
+// ratios, one thread each, and (2) the wall time of the A/F ratio paper's full sweep (r = 1, 2, 4, 8,
 // 16, 24, 32; B = 256, μ_P = 100, μ_D = 500, N = 10,000 per attention instance), serially
 // and on a thread pool. Each figure is the best of --reps runs.
 #include <cstdio>

@@ -1,7 +1,7 @@
 // ModelConfig: the fields of a Hugging Face config.json that afd's MoE architectures use.
 // Supported model_type values: qwen3_moe, qwen2_moe, mixtral, deepseek_v2, deepseek_v3
 // (kimi_k2 reads as deepseek_v3), step3_text (also step3_vl's text_config).
-// Facts and sources for the DeepSeek and Step-3 fields: ../shared/specs/MODELS.md.
+// Facts and sources for the DeepSeek and Step-3 fields: docs/MODELS.md.
 #pragma once
 
 #include <cstdint>

@@ -55,7 +55,7 @@ struct MakeModelReport {
 // The preset configuration ("tiny" | "small" | "bench") of an architecture. eos 2, bos 1.
 Result<ModelConfig> make_preset_config(Arch arch, const std::string& preset);
 // The same by model_type name: every arch_name, and kimi_k2 (a deepseek_v3 layout with
-// model_type kimi_k2 and Kimi-K2's routing and RoPE settings, ../shared/specs/MODELS.md B8).
+// model_type kimi_k2 and Kimi-K2's routing and RoPE settings, docs/MODELS.md B8).
 Result<ModelConfig> make_preset_config(const std::string& model_type, const std::string& preset);
 
 // config.json text for `c`, with "architectures", "model_type" and "torch_dtype".

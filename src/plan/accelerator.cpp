@@ -48,7 +48,7 @@ Status Accelerator::validate() const {
 }
 
 std::vector<Accelerator> accelerator_presets() {
-  // seeds/001 Table 4: price, BF16, FP8, bandwidth. Memory sizes and NICs: seeds/001 §5.4
+  // Step-3 paper, Table 4: price, BF16, FP8, bandwidth. Memory sizes and NICs: the Step-3 paper, §5.4
   // (400 Gbps x 8 for H800/H20, 200 Gbps x 8 for A800/910B).
   const char* t4 = "seeds/001 Table 4, §5.4";
   return {

@@ -1,5 +1,5 @@
 // Accelerator: the numbers the cost model and the hardware analysis need about one card.
-// Presets: seeds/001 Table 4 (H800, H20, A800, 910B) plus H100, H200, L20, L4 from vendor
+// Presets: the Step-3 paper, Table 4 (H800, H20, A800, 910B) plus H100, H200, L20, L4 from vendor
 // datasheets (docs/PLANNING.md cites each value). Or a JSON file (format below).
 #pragma once
 
@@ -24,9 +24,9 @@ struct Accelerator {
   std::string source;                  // where the numbers come from
 
   // FLOP/s used for an FP8-quantised model: FP8 where supported, else BF16/FP16 with INT8
-  // weights/KV (seeds/001 §4.1: memory traffic unchanged, compute in BF16).
+  // weights/KV (the Step-3 paper, §4.1: memory traffic unchanged, compute in BF16).
   double model_flops() const { return flops_fp8 > 0 ? flops_fp8 : flops_bf16; }
-  // Compute-bandwidth ratio (roofline), FLOPs per byte (seeds/001 Table 4 last column).
+  // Compute-bandwidth ratio (roofline), FLOPs per byte (the Step-3 paper, Table 4 last column).
   double roofline() const { return model_flops() / mem_bw; }
   Status validate() const;
 };

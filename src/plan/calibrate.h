@@ -1,4 +1,4 @@
-// Calibration (seeds/003 Appendix B): fit the linear latency models t_A(T), t_F(n), t_C(B)
+// Calibration (the A/F ratio paper, Appendix B): fit the linear latency models t_A(T), t_F(n), t_C(B)
 // by least squares to measured stage times, report fit quality, emit a LatencyProfile.
 //
 // Measurements come either from a CSV file (parse_samples_csv) or from a StageSampler that

@@ -1,4 +1,4 @@
-// Decode cost model of seeds/001 §4: per-token work (Tables 2-3), unit costs (Table 5),
+// Decode cost model of the Step-3 paper, §4: per-token work (Tables 2-3), unit costs (Table 5),
 // cost per 1M decoded tokens of the attention and FFN parts (Table 6), and the cheapest
 // AFD / single-accelerator deployments (Observation 1). Pure functions of their inputs.
 #pragma once
@@ -14,19 +14,19 @@
 
 namespace afd::plan {
 
-// Work per decoded token at a given context length (seeds/001 Tables 2-3 columns).
+// Work per decoded token at a given context length (the Step-3 paper, Tables 2-3 columns).
 struct TokenCost {
   int64_t context = 0;
   double kv_bytes = 0;      // KV cache / linear-attention state bytes accessed
   double attn_flops = 0;    // core attention, without linear projections
   double linear_flops = 0;  // projections before and after attention
   double ffn_flops = 0;     // activated FFN
-  // Arithmetic intensity of the core attention, FLOPs per KV byte (seeds/001 §5.1).
+  // Arithmetic intensity of the core attention, FLOPs per KV byte (the Step-3 paper, §5.1).
   double attn_intensity() const { return kv_bytes > 0 ? attn_flops / kv_bytes : 0; }
 };
 TokenCost decode_token_cost(const ModelSpec& m, int64_t context);
 
-// seeds/001 Table 5: USD per FLOP (at model_flops()) and per byte of memory traffic, for a
+// Step-3 paper, Table 5: USD per FLOP (at model_flops()) and per byte of memory traffic, for a
 // card fully utilised over the hour it is paid for.
 struct UnitCost {
   double usd_per_flop = 0;

@@ -1,4 +1,4 @@
-// Hardware analysis of seeds/001 §5.3-§6: the minimum MoE sparsity an accelerator needs
+// Hardware analysis of the Step-3 paper, §5.3-§6: the minimum MoE sparsity an accelerator needs
 // (Table 7) and whether a card meets the per-layer time budget of a 3- or 4-stage AFD
 // pipeline at a TPOT target, with the number of attention and FFN cards that follow.
 #pragma once
@@ -13,7 +13,7 @@
 namespace afd::plan {
 
 // The AFD pipeline: TPOT target split evenly over n_stages (3: A / comm / F; 4: A / comm /
-// F / comm, seeds/001 §3.1 fn. 3), accumulated over all layers.
+// F / comm, the Step-3 paper, §3.1 fn. 3), accumulated over all layers.
 struct PipelineSpec {
   double tpot_s = 0.050;
   int n_stages = 3;
@@ -21,7 +21,7 @@ struct PipelineSpec {
   double layer_budget_s(int64_t n_layers) const { return stage_s() / static_cast<double>(n_layers); }
 };
 
-// seeds/001 §5.4: S >= H * FLOPs * L / (Net * Bandwidth * t), t = 2/3 of the stage time
+// Step-3 paper, §5.4: S >= H * FLOPs * L / (Net * Bandwidth * t), t = 2/3 of the stage time
 // (11.1 ms at 50 ms / 3 stages), Net = NIC bandwidth of one server (net_bw *
 // cards_per_server * nic_efficiency), FLOPs and Bandwidth per card.
 struct SparsityResult {
@@ -30,7 +30,7 @@ struct SparsityResult {
   double comm_budget_s = 0;  // the "11.1 ms"
   double min_sparsity = 0;
   // For the model: its sparsity and the routed experts per token it would need on this card,
-  // (E + shared) * S_min - shared (seeds/001 §5.4, fn. 6).
+  // (E + shared) * S_min - shared (the Step-3 paper, §5.4, fn. 6).
   double model_sparsity = 0;
   double min_routed_top_k = 0;
   bool model_ok = false;  // model_sparsity >= min_sparsity
@@ -38,7 +38,7 @@ struct SparsityResult {
 SparsityResult min_moe_sparsity(const Accelerator& a, const ModelSpec& m, const PipelineSpec& p,
                                 double nic_efficiency = 1.0);
 
-// seeds/001 §6, attention side: memory traffic is the necessary condition. In one layer's
+// Step-3 paper, §6, attention side: memory traffic is the necessary condition. In one layer's
 // budget the card reads its share of the projection weights (o_proj split over o_proj_tp
 // cards, the rest replicated) and the KV cache of its batch.
 struct AttentionFit {

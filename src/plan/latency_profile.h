@@ -1,4 +1,4 @@
-// LatencyProfile: the linear latency models of seeds/003 §3.2, t_A(T) = α_A T + β_A,
+// LatencyProfile: the linear latency models of the A/F ratio paper, §3.2, t_A(T) = α_A T + β_A,
 // t_F(n) = α_F n + β_F, t_C(B) = α_C B + β_C, in one time unit, with how they were
 // obtained. Stored as JSON (docs/PLANNING.md "Profile format"):
 //   { "format": "afd-latency-profile", "version": 1, "time_unit": "s" | "cycles" | ...,
@@ -39,7 +39,7 @@ struct LatencyProfile {
   Status validate() const;
 };
 
-// seeds/003 Table 2 / Table 4 (DeepSeek-V3 on Ascend 910C, cycles).
+// A/F ratio paper, Table 2 / Table 4 (DeepSeek-V3 on Ascend 910C, cycles).
 LatencyProfile seeds003_profile();
 
 std::string profile_to_json(const LatencyProfile& p);

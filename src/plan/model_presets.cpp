@@ -112,7 +112,7 @@ std::vector<ModelSpec> model_presets() {
     m.notes = "FP8 weights and KV (aligned with Qwen3, seeds/001 §4.1)";
     v.push_back(m);
   }
-  {  // Step-3 (seeds/001 Table 1): 61 layers, MFA with 64 query heads sharing one K and one V
+  {  // Step-3 (the Step-3 paper, Table 1): 61 layers, MFA with 64 query heads sharing one K and one V
      // head of 256, query low rank 2048; MoE (48 experts top-3 of 5120 + shared 5120) on all
      // layers except the first four and the last (dense 18432).
     ModelSpec m = gqa_model("step3", "Step-3", 61,

@@ -1,5 +1,5 @@
 // ModelSpec: what the decode cost model needs to know about a model, counted per layer
-// group. Built from presets (model_presets.cpp, every model of seeds/001 Tables 2-3) or
+// group. Built from presets (model_presets.cpp, every model of the Step-3 paper, Tables 2-3) or
 // from a Hugging Face config.json (hf_model_spec.cpp). Plain data; no globals.
 //
 // Counting conventions (docs/PLANNING.md has the full list and why they reproduce the
@@ -10,7 +10,7 @@
 //    (chunked: min(context, chunk)), FLOPs = flops_per_ctx_token * that same length.
 //  - linear-attention layers: a fixed state read and written per token.
 //  - FFN: 2 FLOPs per activated weight (routed top-k + shared experts, or the dense MLP).
-//  - router, norms, embedding and LM head are excluded (seeds/001 §4.1: < 5%).
+//  - router, norms, embedding and LM head are excluded (the Step-3 paper, §4.1: < 5%).
 #pragma once
 
 #include <cstdint>
@@ -53,7 +53,7 @@ struct FfnGroup {
 
 struct ModelSpec {
   std::string id;        // preset id, e.g. "step3"
-  std::string display;   // name as printed in seeds/001 tables, e.g. "Step-3"
+  std::string display;   // name as printed in the Step-3 paper tables, e.g. "Step-3"
   int64_t hidden = 0;
   int64_t n_layers = 0;
   double weight_bytes = 1.0;  // bytes per linear/FFN weight (FP8 = 1)
@@ -61,10 +61,10 @@ struct ModelSpec {
   std::vector<FfnGroup> ffn;
   std::string notes;     // quantisation / counting notes shown with --verbose and in JSON
 
-  // MoE sparsity S (seeds/001 §5.3): activated expert weights / all expert weights of the
+  // MoE sparsity S (the Step-3 paper, §5.3): activated expert weights / all expert weights of the
   // MoE layers, shared experts counted as always active. 1 for a dense model.
   double moe_sparsity() const;
-  // Shared experts in units of one routed expert (for the "+1/-1" of seeds/001 §5.4 fn. 6).
+  // Shared experts in units of one routed expert (for the "+1/-1" of the Step-3 paper, §5.4 fn. 6).
   double shared_expert_units() const;
   const FfnGroup* first_moe_group() const;
   // Total stored FFN weights (bytes) and attention projection weights (bytes).

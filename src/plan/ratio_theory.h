@@ -1,4 +1,4 @@
-// The A/F ratio theory of seeds/003 §4: horizon-average token load (Lemma 4.1,
+// The A/F ratio theory of the A/F ratio paper, §4: horizon-average token load (Lemma 4.1,
 // Definition 4.2, Proposition 4.3), the three regimes and the closed-form optimal ratio r*
 // (Theorem 4.4) with its throughput per instance (eq. 6, 20).
 #pragma once

@@ -1,5 +1,5 @@
 // A sweep of the simulator over A/F ratios with the theory beside each point, as in
-// seeds/003 Figures 4-5. Ratios are given as "r" (r A - 1 F; a fraction such as 3.5 becomes
+// A/F ratio paper, Figures 4-5. Ratios are given as "r" (r A - 1 F; a fraction such as 3.5 becomes
 // 7A-2F) or "x:y" (x A - y F).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Discrete-event simulator of an xA-yF AFD bundle (seeds/003 §5.1): x attention instances,
+// Discrete-event simulator of an xA-yF AFD bundle (the A/F ratio paper, §5.1): x attention instances,
 // each holding n_microbatches micro-batches of `batch` request slots, feed y FFN instances
 // that work as one group. Per decode step and layer a micro-batch goes
 //   attention (its instance, FIFO) -> A->F transfer (its instance's link) -> barrier (the
@@ -7,7 +7,7 @@
 // Latencies come from a LatencyProfile, split evenly over layers: attention t_A(T)/L with T
 // the micro-batch's token load (eq. 1), FFN t_F(n/y)/L with n the group's requests, each
 // transfer direction t_C(B_active)/(2L). With full_duplex = false both directions share one
-// link per instance (the round trip of eq. 4); with true they do not contend (seeds/001 §7.1).
+// link per instance (the round trip of eq. 4); with true they do not contend (the Step-3 paper, §7.1).
 // Continuous batching: at the end of a step, finished requests leave and their slots are
 // refilled at once from one global FCFS stream of x * requests_per_attn requests.
 // A request has prefill length s and decode length D; it occupies its slot for D steps

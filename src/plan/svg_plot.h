@@ -26,7 +26,7 @@ struct PlotPanel {
 
 std::string render_svg(const std::vector<PlotPanel>& panels, int panel_w = 520, int panel_h = 380);
 
-// seeds/003 Figures 4-5: throughput per instance vs r (simulation markers, theory curve,
+// A/F ratio paper, Figures 4-5: throughput per instance vs r (simulation markers, theory curve,
 // r* line) and idle ratios η_A, η_F vs r (simulation and theory).
 std::string ratio_sweep_svg(const std::vector<SweepPoint>& pts, const SimConfig& base, double r_star);
 

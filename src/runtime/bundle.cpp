@@ -363,7 +363,7 @@ Status DataParallelEngine::forward_with_hidden(std::span<const BatchItem> items,
       src += rows[k];
     }
     if (!per[e].empty()) {
-      // Mean over attention instances (idle ones count 0), as in seeds/003 eq. (23).
+      // Mean over attention instances (idle ones count 0), as in the A/F ratio paper, eq. (23).
       StageTimes s = es[e]->last_stage_times();
       times_.attention_s += s.attention_s / n_eng;
       times_.a2f_s += s.a2f_s / n_eng;

@@ -7,7 +7,7 @@
 //     are `afd worker --role ffn` processes reached over UCX, started in any order.
 //
 // DataParallelEngine presents the x attention engines as one Engine: a new sequence goes
-// to the engine with the least token load (KV blocks in use, seeds/003 §5.3; ties: fewest
+// to the engine with the least token load (KV blocks in use, the A/F ratio paper, §5.3; ties: fewest
 // live sequences); forward() runs
 // every engine's share of the batch concurrently and returns logits in item order.
 #pragma once

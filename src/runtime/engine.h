@@ -48,7 +48,7 @@ struct LayerStageTimes {
 // Per-step stage times (seconds) of the last forward pass: the sums of `layers`, plus the
 // embedding and LM head in attention_s. With several attention or FFN instances,
 // attention_s / ffn_s are means over the instances, so 1 - attention_s / total_s and
-// 1 - ffn_s / total_s are the idle ratios eta_A and eta_F of seeds/003 eq. (23).
+// 1 - ffn_s / total_s are the idle ratios eta_A and eta_F of the A/F ratio paper, eq. (23).
 struct StageTimes {
   double attention_s = 0, a2f_s = 0, ffn_s = 0, f2a_s = 0, total_s = 0;
   std::vector<LayerStageTimes> layers;  // [n_layers]; empty where not measured

@@ -1,7 +1,7 @@
 """Independent reference of DeepSeek-V2 / V3 / Kimi-K2 (MLA attention) and Step-3 text (MFA
 attention), in numpy float64 (or float32, to estimate what an f32 engine deviates by).
 
-Written from the model semantics collected in shared/specs/MODELS.md (sections A-C), not from
+Written from the model semantics collected in docs/MODELS.md (sections A-C), not from
 any model code and not from afd's C++ code. Same contract as hf_moe_ref.Model: no padding,
 every sequence at its own positions 0..L-1 with its own cache; a batch is a list of
 (Sequence, new tokens) flattened into one [n_tokens, hidden] matrix; hf_moe_ref.greedy drives

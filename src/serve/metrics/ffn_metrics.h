@@ -46,7 +46,7 @@ FfnWorkerSample ffn_worker_sample(const FfnWorker& w, std::string id = "");
 // one sample per worker: batches, frames, tokens, compute seconds, aggregated batch sizes
 // (histogram), attention workers served / expected, faults (bad frames, refused handshakes,
 // lost and late peers), uptime and the idle ratio since the worker started serving
-// (1 - compute / uptime: eta_F of seeds/003 eq. (23) over the whole run; windowed:
+// (1 - compute / uptime: eta_F of the A/F ratio paper, eq. (23) over the whole run; windowed:
 // 1 - rate(afd_ffn_compute_seconds_total)). Used by FFN worker processes and, for in-process
 // bundles, appended to the service's /metrics.
 std::string render_ffn_worker_metrics(std::span<const FfnWorkerSample> workers, int64_t now_ns);

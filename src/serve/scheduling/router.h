@@ -2,8 +2,8 @@
 // Scheduler + Engine pairs). The cost of placing a request on worker w is
 //   token_load(w) + (prompt tokens not covered by a prefix already placed on w),
 // so load is balanced by KV tokens rather than request count (stragglers grow with the
-// number of attention instances, seeds/003 §5.3), and a shared prompt prefix goes where
-// its KV blocks may already be (seeds/002, prefix-aware routing). Workers can be added while
+// number of attention instances, the A/F ratio paper, §5.3), and a shared prompt prefix goes where
+// its KV blocks may already be (the multi-node DeepSeek post, prefix-aware routing). Workers can be added while
 // it runs (grow(); an attention worker joining the deployment) and a worker's prefix index
 // emptied (forget(); one that left, whose slot a later worker may take). Thread-safe.
 #pragma once

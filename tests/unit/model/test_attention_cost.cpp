@@ -40,7 +40,7 @@ TEST(AttentionCost, MatchesThePlannersFormulasForEveryReferenceConfig) {
     EXPECT_DOUBLE_EQ(a.projection_params, g.linear_params());
     if (c->attention == AttentionKind::mla) {
       // The planner counts the value product over the whole cached row (latent + rope, as
-      // seeds/001 does); the engine's absorbed kernel reads only the latent for it.
+      // the Step-3 paper does); the engine's absorbed kernel reads only the latent for it.
       EXPECT_EQ(g.label, "MLA");
       EXPECT_DOUBLE_EQ(a.core_flops_per_ctx_token,
                        g.flops_per_ctx_token - 2.0 * c->n_heads * c->qk_rope_head_dim);

@@ -1,4 +1,4 @@
-// Reproduces seeds/001 (Step-3 paper) Tables 2, 3, 5, 6, Observation 1 and the §5.1
+// Reproduces the Step-3 paper's Tables 2, 3, 5, 6, Observation 1 and the §5.1
 // arithmetic intensities from the presets, each within 5% of the printed value.
 #include <gtest/gtest.h>
 
@@ -26,7 +26,7 @@ struct TableRow {
   double kv_bytes, attn_flops, linear_flops, ffn_flops;
 };
 
-// seeds/001 Table 2: per decoding token at 8K context.
+// Step-3 paper, Table 2: per decoding token at 8K context.
 const TableRow kTable2[] = {
     {"deepseek-v3", 2.88e8, 1.47e11, 2.28e10, 4.84e10},    {"kimi-k2", 2.88e8, 7.37e10, 1.23e10, 4.84e10},
     {"qwen3-235b-a22b", 7.89e8, 2.52e10, 1.34e10, 2.84e10}, {"qwen3-32b", 1.07e9, 1.72e10, 1.21e10, 5.03e10},
@@ -34,7 +34,7 @@ const TableRow kTable2[] = {
     {"ernie-4.5-300b-a47b", 9.06e8, 1.45e10, 1.63e10, 7.61e10}, {"pangu-pro-moe", 8.05e8, 8.05e9, 6.04e9, 2.38e10},
     {"step3", 2.56e8, 3.27e10, 2.07e10, 5.33e10},
 };
-// seeds/001 Table 3: per decoding token at 32K context.
+// Step-3 paper, Table 3: per decoding token at 32K context.
 const TableRow kTable3[] = {
     {"deepseek-v3", 1.15e9, 5.89e11, 2.28e10, 4.84e10},    {"kimi-k2", 1.15e9, 2.95e11, 1.23e10, 4.84e10},
     {"qwen3-235b-a22b", 3.15e9, 1.01e11, 1.34e10, 2.84e10}, {"qwen3-32b", 4.29e9, 6.87e10, 1.21e10, 5.03e10},
@@ -63,7 +63,7 @@ TEST(CostModel, EveryPresetIsInTheTables) {
   EXPECT_EQ(model_presets().size(), std::size(kTable2));
 }
 
-// seeds/001 Table 4 roofline column and Table 5 unit costs.
+// Step-3 paper, Table 4 roofline column and Table 5 unit costs.
 TEST(CostModel, Table4RooflineAndTable5UnitCosts) {
   struct Row { const char* acc; double roofline, per_flop, per_byte; };
   const Row rows[] = {{"h800", 591, 2.80e-19, 1.66e-16},
@@ -82,7 +82,7 @@ TEST(CostModel, Table4RooflineAndTable5UnitCosts) {
   }
 }
 
-// seeds/001 Table 6: USD per 1M tokens; attention at 8K, attention at 32K, FFN; columns
+// Step-3 paper, Table 6: USD per 1M tokens; attention at 8K, attention at 32K, FFN; columns
 // H800, H20, A800, 910B.
 struct CostTableRow {
   const char* model;
@@ -123,7 +123,7 @@ TEST(CostModel, Table6CostPer1MTokens) {
   }
 }
 
-// seeds/001 Observation 1: best deployments per 1M tokens.
+// Step-3 paper, Observation 1: best deployments per 1M tokens.
 TEST(CostModel, Observation1Deployments) {
   const auto accs = table4();
   auto get = [&](const char* id, int64_t ctx) { return cost_row(*find_model_preset(id), ctx, accs); };
@@ -154,7 +154,7 @@ TEST(CostModel, Observation1Deployments) {
   }
 }
 
-// seeds/001 §5.1: arithmetic intensity (FLOPs per KV byte, 8-bit KV) of MFA 128, MLA 512,
+// Step-3 paper, §5.1: arithmetic intensity (FLOPs per KV byte, 8-bit KV) of MFA 128, MLA 512,
 // Qwen3 MoE GQA 32; independent of context length.
 TEST(CostModel, Section51ArithmeticIntensity) {
   const std::map<std::string, double> want = {{"step3", 128}, {"deepseek-v3", 512}, {"qwen3-235b-a22b", 32}};

@@ -1,4 +1,4 @@
-// Reproduces seeds/001 Table 7 and the §5.4 / §6 figures (within 5%).
+// Reproduces the Step-3 paper, Table 7 and the §5.4 / §6 figures (within 5%).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,7 +19,7 @@ namespace {
 ModelSpec step3() { return *find_model_preset("step3"); }
 Accelerator acc(const char* id) { return *find_accelerator(id); }
 
-// seeds/001 Table 7: minimum MoE sparsity, H = 7168, L = 61, 50 ms TPOT, 3 stages.
+// Step-3 paper, Table 7: minimum MoE sparsity, H = 7168, L = 61, 50 ms TPOT, 3 stages.
 TEST(HardwareFit, Table7MinimumSparsity) {
   const PipelineSpec p{0.050, 3};
   EXPECT_TRUE(within(min_moe_sparsity(acc("h800"), step3(), p).min_sparsity, 0.058));
@@ -44,7 +44,7 @@ TEST(HardwareFit, Section54Consequences) {
   EXPECT_TRUE(s.model_ok);
 }
 
-// seeds/001 §6, attention on L20 / L4 for Step-3 (3 stages at 50 ms, o_proj TP = 8).
+// Step-3 paper, §6, attention on L20 / L4 for Step-3 (3 stages at 50 ms, o_proj TP = 8).
 TEST(HardwareFit, Section6AttentionL20L4) {
   const PipelineSpec p{0.050, 3};
   const AttentionFit f = attention_fit(acc("l20"), step3(), p, 8, 8192);
@@ -62,7 +62,7 @@ TEST(HardwareFit, Section6AttentionL20L4) {
   EXPECT_LT(l4.max_batch, f.max_batch / 4);
 }
 
-// seeds/001 §6, FFN on L20 for Step-3 at 50% memory-bandwidth utilisation.
+// Step-3 paper, §6, FFN on L20 for Step-3 at 50% memory-bandwidth utilisation.
 TEST(HardwareFit, Section6FfnL20) {
   const PipelineSpec p{0.050, 3};
   const FfnFit f = ffn_fit(acc("l20"), step3(), p, 0.5);

@@ -1,4 +1,4 @@
-// Reproduces seeds/003 (A/F ratio paper) r* values within 2%, and checks the lemma /
+// Reproduces the A/F ratio paper's r* values within 2%, and checks the lemma /
 // horizon-average formulas against direct summation.
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@ namespace {
 
 RatioWorkload wl(int64_t b, double mp, double md) { return {b, mp, md, 10000}; }
 
-// seeds/003 §5.3: baseline B = 256, μ_D = 500, μ_P = 100, N = 10,000: r* ≈ 9.3.
+// A/F ratio paper, §5.3: baseline B = 256, μ_D = 500, μ_P = 100, N = 10,000: r* ≈ 9.3.
 TEST(RatioTheory, BaselineOptimum) {
   const RatioResult r = optimal_ratio(seeds003_profile(), wl(256, 100, 500));
   EXPECT_TRUE(within(r.r_star, 9.3, 0.02));
@@ -26,14 +26,14 @@ TEST(RatioTheory, BaselineOptimum) {
   EXPECT_NEAR(r.throughput_star, throughput_per_instance(seeds003_profile(), wl(256, 100, 500), r.r_star), 1e-9);
 }
 
-// seeds/003 §5.4 Figure 6: B = 128 / 256 / 512 -> r* = 7.08 / 9.34 / 10.31.
+// A/F ratio paper, §5.4 Figure 6: B = 128 / 256 / 512 -> r* = 7.08 / 9.34 / 10.31.
 TEST(RatioTheory, BatchAblation) {
   EXPECT_TRUE(within(optimal_ratio(seeds003_profile(), wl(128, 100, 500)).r_star, 7.08, 0.02));
   EXPECT_TRUE(within(optimal_ratio(seeds003_profile(), wl(256, 100, 500)).r_star, 9.34, 0.02));
   EXPECT_TRUE(within(optimal_ratio(seeds003_profile(), wl(512, 100, 500)).r_star, 10.31, 0.02));
 }
 
-// seeds/003 §5.4 Figure 7: μ_D 100 -> 2.17 (FFN-bottleneck peak); μ_P 500 -> 17.25.
+// A/F ratio paper, §5.4 Figure 7: μ_D 100 -> 2.17 (FFN-bottleneck peak); μ_P 500 -> 17.25.
 TEST(RatioTheory, WorkloadAblation) {
   const RatioResult d100 = optimal_ratio(seeds003_profile(), wl(256, 100, 100));
   EXPECT_TRUE(within(d100.r_star, 2.17, 0.02));

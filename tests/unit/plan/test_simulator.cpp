@@ -1,5 +1,5 @@
 // Simulator: exact on hand-computable cases, bit-for-bit reproducible, and its optimum
-// within 10% of the theory (seeds/003 §5.3).
+// within 10% of the theory (the A/F ratio paper, §5.3).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -182,7 +182,7 @@ size_t argmax_throughput(const std::vector<std::vector<SweepPoint>>& runs) {
   return best;
 }
 
-// seeds/003 §5.3: "the theoretical optimal A/F ratio matches the simulation-optimal within
+// A/F ratio paper, §5.3: "the theoretical optimal A/F ratio matches the simulation-optimal within
 // 10%" (baseline B = 256, μ_P = 100, μ_D = 500, N = 10,000, r* ≈ 9.3). The theory assumes
 // communication is hidden (§5.2); we validate it under that assumption (t_C = 0), with the
 // simulated throughput averaged over 3 seeds on a 0.5 grid of xA-2F bundles.
@@ -203,7 +203,7 @@ TEST(Simulator, SimulatedOptimumWithin10PercentOfTheory) {
   const double r_theory = optimal_ratio(c.latency, workload_of(c)).r_star;
   EXPECT_NEAR(r_theory, 9.32, 0.01);
   EXPECT_LE(std::fabs(r_sim - r_theory) / r_theory, 0.10) << "sim optimum " << r_sim << ", theory " << r_theory;
-  // The simulated throughput stays within 15% of eq. (6) over the sweep (seeds/003 Fig. 4).
+  // The simulated throughput stays within 15% of eq. (6) over the sweep (the A/F ratio paper, Fig. 4).
   for (const auto& p : runs[0])
     EXPECT_NEAR(p.sim.throughput_per_instance, p.theory.throughput_per_instance, 0.15 * p.theory.throughput_per_instance)
         << "r = " << p.spec.ratio();
@@ -237,7 +237,7 @@ TEST(Simulator, RejectsBadConfig) {
   EXPECT_FALSE(simulate(c).ok());
 }
 
-// seeds/003 Figure 5 on the paper's sweep: FFN idles at r = 1 (theory 1 - t_F/t_A = 0.59;
+// A/F ratio paper, Figure 5 on the paper's sweep: FFN idles at r = 1 (theory 1 - t_F/t_A = 0.59;
 // the paper reports > 60%), attention idles > 60% at r = 32, and η_A, η_F cross between
 // r = 8 and r = 10 ("at around r = 8").
 TEST(Simulator, Figure5IdleRatios) {
