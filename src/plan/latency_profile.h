@@ -1,6 +1,6 @@
 // LatencyProfile: the linear latency models of the A/F ratio paper, §3.2, t_A(T) = α_A T + β_A,
 // t_F(n) = α_F n + β_F, t_C(B) = α_C B + β_C, in one time unit, with how they were
-// obtained. Stored as JSON (docs/PLANNING.md "Profile format"):
+// obtained. Stored as JSON (docs/PLANNING.md "Latency profile format"):
 //   { "format": "afd-latency-profile", "version": 1, "time_unit": "s" | "cycles" | ...,
 //     "attention": {"alpha": .., "beta": .., "fit": {...}},   // per token of load T
 //     "ffn":       {"alpha": .., "beta": .., "fit": {...}},   // per token in the FFN batch
