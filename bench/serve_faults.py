@@ -12,7 +12,7 @@ scenarios:
   ffn_stop10               SIGSTOP of the FFN worker for 10 s, then SIGCONT (stall hold)
   att_kill_nonstream       SIGKILL of attention worker 0 under non-streaming requests
   att_kill_stream          the same under streaming requests
-The bundle's log goes to SCENARIO.err in the current directory. Example (docs/DEPLOYMENT.md):
+The bundle's log goes to SCENARIO.err in the current directory. Example (docs/FAILOVER.md):
   bench/serve_faults.py build/apps/afd /tmp/tiny ffn_stop10 --precision reference --ffn-timeout-ms 8000
 """
 import http.client

@@ -30,7 +30,7 @@ struct SampledToken {
 // One Sampler per sequence: it owns the sequence's random stream (seeded with params().seed).
 // Its position in that stream (draws()) is all the state sampling carries from one token to
 // the next, so a sequence continued elsewhere (an attention worker failover, docs/
-// DEPLOYMENT.md) samples exactly as the original would have after skip(draws()).
+// FAILOVER.md) samples exactly as the original would have after skip(draws()).
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);

@@ -40,7 +40,7 @@ TIMEOUT = 120  # generous: a loaded 2-core machine
 #   else was sent).
 # - --no-prefix-cache: a reused block holds the KV of whichever request computed it.
 # Without them two unfaulted concurrent runs of the same requests already differ now and then
-# (docs/DEPLOYMENT.md, "Limits").
+# (docs/FAILOVER.md, "Limits").
 DETERMINISTIC_ENV = {"AFD_CPU_DISABLE": "all"}
 DETERMINISTIC_ARGS = ["--precision", "reference", "--threads", "1", "--max-running", "1", "--no-prefix-cache"]
 

@@ -1,4 +1,4 @@
-"""Chaos test of attention-worker failover (docs/DEPLOYMENT.md, "Attention worker failover").
+"""Chaos test of attention-worker failover (docs/FAILOVER.md, "Attention worker failover").
 
 `afd serve --topology 2A1F` (a front end over two attention worker processes and one FFN
 worker) serves concurrent streaming and non-streaming requests, greedy and seeded

@@ -1,4 +1,4 @@
-"""Attention workers joining and leaving a running deployment (docs/DEPLOYMENT.md, "Attention
+"""Attention workers joining and leaving a running deployment (docs/MEMBERSHIP.md, "Attention
 workers joining and leaving").
 
 `afd serve --topology 1A1F` (a front end over one attention worker process and one FFN worker)

@@ -1,5 +1,6 @@
-"""Chaos test of a whole disaggregated bundle (issue "No request lost"; docs/DEPLOYMENT.md,
-"Attention worker failover", "FFN failover", "FFN membership through the front end").
+"""Chaos test of a whole disaggregated bundle (issue "No request lost"; docs/FAILOVER.md,
+"Attention worker failover", "FFN failover"; docs/MEMBERSHIP.md, "FFN membership through the
+front end").
 
 `afd serve --topology 2A2F --ffn-parts 4` (a front end over two attention worker processes and
 two FFN workers; the experts cut into 4 parts, so up to 4 FFN workers can share them) serves

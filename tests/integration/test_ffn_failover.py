@@ -1,4 +1,4 @@
-"""FFN worker loss that persists, end to end (docs/DEPLOYMENT.md, "FFN failover").
+"""FFN worker loss that persists, end to end (docs/FAILOVER.md, "FFN failover").
 
 `afd serve --topology 1A2F --ffn-takeover-s 1 --worker-restarts 0`: FFN worker 1 is killed
 (SIGKILL) while greedy requests stream, and not restarted. The requests in flight are held and

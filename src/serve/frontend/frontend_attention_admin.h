@@ -1,4 +1,4 @@
-// AttentionAdmin: the front end's `GET/POST /admin/attention` (docs/DEPLOYMENT.md, "Attention
+// AttentionAdmin: the front end's `GET/POST /admin/attention` (docs/MEMBERSHIP.md, "Attention
 // workers joining and leaving"): attention workers join and leave a running deployment.
 //
 //   GET  /admin/attention -> 200 {"workers": [{"worker", "address", "state": "up"|"down"|"draining",

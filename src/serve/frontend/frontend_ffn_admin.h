@@ -1,4 +1,4 @@
-// FfnFanout: the front end's `GET/POST /admin/ffn` (docs/DEPLOYMENT.md, "FFN membership
+// FfnFanout: the front end's `GET/POST /admin/ffn` (docs/MEMBERSHIP.md, "FFN membership
 // through the front end"). A change (the body of an attention worker's POST /admin/ffn,
 // serve/scheduling/ffn_admin.h) is sent to every attention worker that is up, in index order; the first
 // one that accepts it defines the resulting membership (its members not removed, in slot

@@ -1,5 +1,5 @@
 // TopologyReload: `afd serve --topology-file F` re-reads F on POST /admin/reload and on SIGHUP
-// (docs/DEPLOYMENT.md, "Attention workers joining and leaving"). The file's "attention"
+// (docs/MEMBERSHIP.md, "Attention workers joining and leaving"). The file's "attention"
 // addresses become the active attention workers (AttentionAdmin::set: the new ones added, the
 // missing ones drained and removed) and, when its "ffn" addresses differ from what the file
 // said at start or at the last reload, they become the FFN membership of every attention

@@ -1,4 +1,4 @@
-// The internal stream between a front end and an attention worker (docs/DEPLOYMENT.md,
+// The internal stream between a front end and an attention worker (docs/FAILOVER.md,
 // "Attention worker failover"). The front end sends every generation request to the
 // worker's public path (/v1/completions, /v1/chat/completions) with the header
 // kInternalStreamHeader and a body of two parts:

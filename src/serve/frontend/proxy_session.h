@@ -1,5 +1,5 @@
 // ProxySession: one generation request of the front end, from placement to its last byte,
-// with attention-worker failover (docs/DEPLOYMENT.md, "Attention worker failover").
+// with attention-worker failover (docs/FAILOVER.md, "Attention worker failover").
 //
 // The session sends the request to a worker as an internal stream (serve/frontend/internal_stream.h)
 // and renders the client's answer itself (serve/frontend/proxy_output.h), so at every moment it knows

@@ -1,4 +1,4 @@
-// FFN membership administration on an attention worker (docs/DEPLOYMENT.md, "FFN failover"):
+// FFN membership administration on an attention worker (docs/MEMBERSHIP.md):
 // what `GET /admin/ffn` and `POST /admin/ffn` answer, over the FFN clients of every AFD engine
 // in the process (FfnClient::membership / set_members).
 //

