@@ -3,6 +3,8 @@
 
 - Markdown links `[text](path#anchor)` in README.md and docs/**/*.md: a relative path must name
   an existing file or folder, and an anchor a heading of the target (GitHub's slugs).
+- Section ids cited after `MODELS.md` anywhere there ("MODELS.md B3/B4", "MODELS.md A4, B5") must
+  be headings of docs/MODELS.md ("### B3. ...").
 - Plain mentions `docs/<name>.md` in those documents and in the comments of src/, apps/, bench/,
   scripts/ and tests/ must name an existing document, and a quoted section after one
   (`docs/<name>.md "Section"`, `docs/<name>.md, "Section"`) must begin a heading or a bold
@@ -21,6 +23,7 @@ CODE_SUFFIXES = {".h", ".cpp", ".cu", ".py", ".sh", ".txt", ".cmake", ".mjs", ".
 
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 MENTION = re.compile(r"\bdocs/([A-Za-z0-9_-]+\.md)(?:\)?,? \"([^\"]+)\")?")
+MODELS_IDS = re.compile(r"MODELS\.md\)?,?(?: \(?sections?)? \(?((?:[A-Z][0-9]?[a-z]?)(?:(?:, ?| ?/ ?|-)[A-Z][0-9]?[a-z]?)*)\b")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 BOLD_LEAD = re.compile(r"^\*\*(.+?)\*\*")
 
@@ -100,6 +103,23 @@ def check_mentions(path, text, errors):
                 errors.append(f"{where}: docs/{m.group(1)} has no section \"{m.group(2)}\"")
 
 
+def models_ids():
+    ids = set()
+    for line in (ROOT / "docs" / "MODELS.md").read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^#{2,3} ([A-F][0-9]?)\. ", line)
+        if m:
+            ids.add(m.group(1))
+    return ids
+
+
+def check_models_ids(path, text, ids, errors):
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for m in MODELS_IDS.finditer(line):
+            for cited in re.split(r"[,/ -]+", m.group(1)):
+                if cited and cited.rstrip("abc") not in ids:
+                    errors.append(f"{path.relative_to(ROOT)}:{lineno}: docs/MODELS.md has no section {cited}")
+
+
 def check_links(path, text, errors):
     fenced = False
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -122,10 +142,12 @@ def check_links(path, text, errors):
 
 def main():
     errors = []
+    ids = models_ids()
     for p in documents():
         text = p.read_text(encoding="utf-8")
         check_links(p, text, errors)
         check_mentions(p, text, errors)
+        check_models_ids(p, text, ids, errors)
     for p in code_files():
         try:
             text = p.read_text(encoding="utf-8")
@@ -133,6 +155,8 @@ def main():
             continue
         if "docs/" in text:
             check_mentions(p, text, errors)
+        if "MODELS.md" in text:
+            check_models_ids(p, text, ids, errors)
     for e in errors:
         print(e)
     print(f"check_links: {len(errors)} broken reference(s)")
