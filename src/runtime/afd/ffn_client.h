@@ -66,42 +66,12 @@
 #include "comm/frame_buffer.h"
 #include "comm/protocol.h"
 #include "comm/transport.h"
+#include "runtime/afd/ffn_membership.h"
 #include "runtime/afd/liveness.h"
 #include "runtime/ffn_backend.h"
 #include "runtime/topology.h"
 
 namespace afd {
-
-// One FFN worker of the membership (FfnClient::set_members).
-struct FfnMember {
-  std::string address;  // what the transport connects to (UCX "host:port"; in-process: the listener's address)
-  // The worker's transport name (`afd worker --role ffn --shard i/y` is "ffn<i>"); empty: learned
-  // when it connects. Two members must not share a name.
-  std::string name;
-};
-
-// What FfnClient::membership() reports (metrics, the admin endpoint, logs).
-struct FfnMembership {
-  struct Member {
-    std::string name, address;
-    bool connected = false;
-    bool assigned = false;       // holds experts in the current epoch
-    bool removed = false;        // no longer a member (set_members)
-    int64_t expert_begin = 0, expert_end = 0;  // when assigned
-    bool holds_shared = false;
-    int part_begin = 0, part_end = 0;  // when assigned at epoch >= 1: parts [begin, end) of FfnMembership::parts
-    int64_t unreachable_ms = 0;  // > 0: unreachable this long
-  };
-  uint32_t epoch = 0;       // 0: the FFN workers hold the shards they were started with
-  uint32_t applied_epoch = 0;  // the epoch the last forward pass ran under
-  int64_t takeovers = 0;    // members that left the assignment after takeover_ms unreachable
-  int64_t rejoins = 0;      // members that joined it (back after a loss, or added)
-  int64_t leaves = 0;       // members that left it otherwise (removed, refused their assignment)
-  int assigned = 0;         // members in the assignment
-  int parts = 0;            // P (class comment of FfnClient)
-  bool whole_experts = true;  // every FFN worker holds whole experts (TP degree 1): re-homing possible
-  std::vector<Member> members;
-};
 
 struct FfnClientOptions {
   int index = 0;        // this attention worker's index in [0, n_attention)
