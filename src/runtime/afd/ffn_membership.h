@@ -86,7 +86,8 @@ struct FfnMemberState {
   int64_t down_since = 0;   // when first seen unreachable; 0: reachable
   std::string down_why;
   int64_t added_ns = 0;
-  // Being said hello to by set_members (join_check_ms): it does not join the assignment meanwhile.
+  // Being said hello to by set_members (join_check_ms): it does not join the assignment
+  // meanwhile (the engine thread would say hello on the same tag).
   bool checking = false;
 
   // It refused its assignment on its current connection.
