@@ -165,15 +165,14 @@ Status FfnClient::send_to(int j, int64_t layer, int mb, const TokenBatch& b) {
   const ModelConfig& c = w_->config;
   Slot& s = slots_[mb][static_cast<size_t>(j)];
   const Worker& wk = workers_[static_cast<size_t>(j)];
-  A2fFrame f;
-  f.layer = static_cast<uint32_t>(layer);
-  f.microbatch = static_cast<uint16_t>(mb);
-  f.step = step_;
-  f.epoch = applied_epoch_;
-  f.hidden = c.hidden_size;
-  f.top_k = c.is_moe_layer(layer) ? c.n_experts_per_tok : 0;
-  f.granularity = opt_.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token;
-  f.payload_checksum = opt_.payload_checksum;
+  const A2fFrame f{.layer = static_cast<uint32_t>(layer),
+                   .microbatch = static_cast<uint16_t>(mb),
+                   .step = step_,
+                   .epoch = applied_epoch_,
+                   .hidden = c.hidden_size,
+                   .top_k = c.is_moe_layer(layer) ? c.n_experts_per_tok : 0,
+                   .granularity = opt_.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token,
+                   .payload_checksum = opt_.payload_checksum};
   AFD_ASSIGN_OR_RETURN(size_t bytes, encode_a2f(f, s.rows, b.h.data(), b.topk_ids.data(), b.topk_w.data(), s.send.data()));
   s.layer = f.layer;
   s.step = step_;

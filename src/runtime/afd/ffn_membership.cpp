@@ -250,14 +250,8 @@ void FfnMembershipPolicy::withdraw(const std::string& address) {
 }
 
 FfnMembership FfnMembershipPolicy::snapshot(const std::vector<bool>& connected, uint32_t applied_epoch, int64_t now) const {
-  FfnMembership r;
-  r.epoch = epoch_;
-  r.applied_epoch = applied_epoch;
-  r.takeovers = takeovers_;
-  r.rejoins = rejoins_;
-  r.leaves = leaves_;
-  r.whole_experts = whole_experts_;
-  r.parts = parts_;
+  FfnMembership r{.epoch = epoch_, .applied_epoch = applied_epoch, .takeovers = takeovers_, .rejoins = rejoins_,
+                  .leaves = leaves_, .assigned = 0, .parts = parts_, .whole_experts = whole_experts_, .members = {}};
   for (size_t j = 0; j < members_.size(); ++j) {
     const FfnMemberState& m = members_[j];
     FfnMembership::Member x;

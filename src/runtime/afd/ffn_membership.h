@@ -80,7 +80,7 @@ struct FfnMemberState {
   bool active = true;       // a member (false: removed by set_members; keeps its slot)
   bool assigned = false;    // holds experts in the current epoch
   FfnShare share;           // what it holds in the current epoch (epoch 0: what it announced)
-  comm::PeerId peer = comm::kNoPeer;
+  comm::PeerId peer = comm::kNoPeer;  // the client's (the policy never reads it)
   uint64_t conn_gen = 0;    // connection changes seen (each new connection must be handshaken)
   uint64_t refused_gen = 0; // conn_gen + 1 of a connection that refused its assignment; 0: none
   int64_t down_since = 0;   // when first seen unreachable; 0: reachable

@@ -130,15 +130,8 @@ TEST(FfnRouting, EncodeA2fWritesTheChosenRows) {
   const std::vector<float> w{0.5f, 0.5f, 0.25f, 0.75f, 0.1f, 0.9f};
   const std::vector<int32_t> rows{2, 0};
   for (auto g : {comm::ScaleGranularity::per_token, comm::ScaleGranularity::per_block}) {
-    A2fFrame f;
-    f.layer = 4;
-    f.microbatch = 1;
-    f.step = 9;
-    f.epoch = 3;
-    f.hidden = H;
-    f.top_k = K;
-    f.granularity = g;
-    f.payload_checksum = true;
+    const A2fFrame f{.layer = 4, .microbatch = 1, .step = 9, .epoch = 3, .hidden = H, .top_k = K, .granularity = g,
+                     .payload_checksum = true};
     auto lay = comm::a2f_layout(2, H, K, g);
     ASSERT_TRUE(lay.ok());
     alignas(8) std::vector<uint64_t> buf((comm::kFrameHeaderBytes + lay->total) / 8 + 1);
