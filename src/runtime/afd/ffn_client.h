@@ -53,6 +53,14 @@
 // new epoch at the next pass start: a hello carrying each assigned worker's range and the
 // epoch, the coverage check, new routing masks. A pass that fails meanwhile is retried by
 // the scheduler once health() is ok, which it is again once the unreachable worker has left.
+//
+// The parts: the decisions are FfnMembershipPolicy (runtime/afd/ffn_membership.h, pure), the
+// routing and the a2f frame are pure functions (runtime/afd/ffn_routing.h); this class acts
+// on them over the transport. ffn_client.cpp: creation and the data path (dispatch: check,
+// start a pass, route, send to each worker; combine: receive from each worker);
+// ffn_client_monitor.cpp: the monitor thread (transport events, probes, evaluation) and
+// health(); ffn_client_connect.cpp: connecting, handshakes and applying an epoch at a pass
+// start; ffn_client_members.cpp: set_members() and membership().
 #pragma once
 
 #include <atomic>
@@ -66,42 +74,13 @@
 #include "comm/frame_buffer.h"
 #include "comm/protocol.h"
 #include "comm/transport.h"
+#include "runtime/afd/ffn_membership.h"
+#include "runtime/afd/ffn_routing.h"
 #include "runtime/afd/liveness.h"
 #include "runtime/ffn_backend.h"
 #include "runtime/topology.h"
 
 namespace afd {
-
-// One FFN worker of the membership (FfnClient::set_members).
-struct FfnMember {
-  std::string address;  // what the transport connects to (UCX "host:port"; in-process: the listener's address)
-  // The worker's transport name (`afd worker --role ffn --shard i/y` is "ffn<i>"); empty: learned
-  // when it connects. Two members must not share a name.
-  std::string name;
-};
-
-// What FfnClient::membership() reports (metrics, the admin endpoint, logs).
-struct FfnMembership {
-  struct Member {
-    std::string name, address;
-    bool connected = false;
-    bool assigned = false;       // holds experts in the current epoch
-    bool removed = false;        // no longer a member (set_members)
-    int64_t expert_begin = 0, expert_end = 0;  // when assigned
-    bool holds_shared = false;
-    int part_begin = 0, part_end = 0;  // when assigned at epoch >= 1: parts [begin, end) of FfnMembership::parts
-    int64_t unreachable_ms = 0;  // > 0: unreachable this long
-  };
-  uint32_t epoch = 0;       // 0: the FFN workers hold the shards they were started with
-  uint32_t applied_epoch = 0;  // the epoch the last forward pass ran under
-  int64_t takeovers = 0;    // members that left the assignment after takeover_ms unreachable
-  int64_t rejoins = 0;      // members that joined it (back after a loss, or added)
-  int64_t leaves = 0;       // members that left it otherwise (removed, refused their assignment)
-  int assigned = 0;         // members in the assignment
-  int parts = 0;            // P (class comment of FfnClient)
-  bool whole_experts = true;  // every FFN worker holds whole experts (TP degree 1): re-homing possible
-  std::vector<Member> members;
-};
 
 struct FfnClientOptions {
   int index = 0;        // this attention worker's index in [0, n_attention)
@@ -181,8 +160,8 @@ class FfnClient : public FfnBackend {
   // The expert range FFN worker (slot) j reported in its last handshake.
   const comm::Handshake& ffn_handshake(int j) const { return workers_[j].hs; }
   // Bit j set: FFN worker (slot) j holds a slice of expert e / of the shared-dense part.
-  uint64_t expert_workers(int64_t e) const { return expert_workers_[static_cast<size_t>(e)]; }
-  uint64_t shared_workers() const { return shared_workers_; }
+  uint64_t expert_workers(int64_t e) const { return routing_.expert_workers[static_cast<size_t>(e)]; }
+  uint64_t shared_workers() const { return routing_.shared_workers; }
   // Pongs received from FFN worker j so far (tests, stats).
   int64_t probes_answered(int j) const {
     return probes_ && static_cast<size_t>(j) < kMaxSlots ? probes_[static_cast<size_t>(j)].answered.load() : 0;
@@ -193,12 +172,9 @@ class FfnClient : public FfnBackend {
   }
 
  private:
-  // What one FFN worker holds in an epoch: at epoch 0 its start-up range (one part, parts 0);
-  // else parts [part_begin, part_end) of parts_, whose experts and shared flag `range` says.
-  struct Share {
-    ExpertRange range;
-    int part_begin = 0, part_end = 0;
-  };
+  using Share = FfnShare;
+  using Member = FfnMemberState;
+  static constexpr size_t kMaxSlots = FfnMembershipPolicy::kMaxSlots;
   // Engine thread: per slot, the connection it last handshook.
   struct Worker {
     std::string name;
@@ -222,25 +198,24 @@ class FfnClient : public FfnBackend {
     uint64_t step = 0;
   };
 
-  // A member of the FFN membership (mu_).
-  struct Member {
-    std::string name, address;
-    bool active = true;       // a member (false: removed by set_members; keeps its slot)
-    bool assigned = false;    // holds experts in epoch_
-    Share share;              // what it holds in epoch_ (epoch 0: what it announced)
-    comm::PeerId peer = comm::kNoPeer;
-    uint64_t conn_gen = 0;    // connection changes seen (each new connection must be handshaken)
-    uint64_t refused_gen = 0; // conn_gen + 1 of a connection that refused its assignment; 0: none
-    int64_t down_since = 0;   // now_ns() when first seen unreachable; 0: reachable
-    std::string down_why;
-    int64_t added_ns = 0;
-    // set_members() is saying hello to it (join_check_ms): it does not join the assignment
-    // meanwhile (the engine thread would say hello on the same tag).
-    bool checking = false;
-  };
-  static constexpr size_t kMaxSlots = 64;  // bits of the routing masks
+  FfnClient(std::shared_ptr<const ModelWeights> w, comm::Transport* t, FfnClientOptions opt, int parts);
 
-  FfnClient(std::shared_ptr<const ModelWeights> w, comm::Transport* t, FfnClientOptions opt);
+  // Data path (engine thread), in the order dispatch and combine run them.
+  Status check_dispatch(int64_t layer, int mb, const TokenBatch& b) const;
+  // Layer 0 of micro-batch 0: ends the last pass's leftovers, applies the membership.
+  Status start_pass();
+  Status check_ready(int mb) const;  // every worker of the applied assignment handshaken
+  // Fills the micro-batch's slots' rows and reply rows (ffn_routing.h).
+  Status route(int64_t layer, int mb, const TokenBatch& b);
+  // Encodes slot j's a2f frame, posts its reply's receive and the send.
+  Status send_to(int j, int64_t layer, int mb, const TokenBatch& b);
+  // Waits for slot j's reply (dropping stale ones), adds it to b.ffn_out, waits for the send.
+  Status receive_from(int j, int64_t layer, int mb, int64_t deadline, TokenBatch& b, uint32_t* slowest_ffn_us);
+  // Ends the micro-batch, records a timeout as a stall, names where: s with that context.
+  Status fail_combine(size_t j, int64_t layer, int mb, Status s);
+  void abandon(int mb);  // cancels a micro-batch's outstanding operations and waits for them
+
+  // Monitor thread (ffn_client_monitor.cpp).
   void probe_loop();
   // One pass over the workers at `now`: reaps pongs, sends due pings. Returns whether a
   // pong is awaited (the loop then polls again soon).
@@ -248,15 +223,19 @@ class FfnClient : public FfnBackend {
   void stop_probes();
   // Pops the transport's connect/disconnect events into the members (any thread).
   void pump_events();
-  // Monitor: who is reachable, who leaves or joins the assignment; a change starts a new
-  // epoch. mu_ held.
+  // Monitor: what the transport and the probes say of each member, then the policy's
+  // verdict (a change starts a new epoch). mu_ held.
   void evaluate(int64_t now);
-  // mu_ held: the assigned members' parts for a new epoch (contiguous split in slot order).
+  // mu_ held: a new epoch over the assigned members, logged with why.
   void reassign(const std::string& why);
-  // mu_ held: unassigns the assigned members beyond the first parts_ (standbys); true if any.
-  bool fit_to_parts();
-  std::string describe_assignment() const;  // mu_ held
+  // mu_ held: the policy's fit_to_parts(), each new standby logged.
+  void fit_to_parts();
   bool probe_overdue(size_t slot, int64_t now) const;
+  // mu_ held: [slot] connected, and not overdue on a probe (no peer lookup).
+  std::vector<bool> reachable_now(int64_t now) const;
+  void wake_monitor();
+
+  // Connections and handshakes (ffn_client_connect.cpp).
   Status connect_all();
   // Handshake with slot j for `epoch` (0: its start-up shard; else `assign`). *refused: the
   // worker answered and said no (or acknowledged something else), as opposed to a lost
@@ -264,21 +243,21 @@ class FfnClient : public FfnBackend {
   Status handshake(int j, uint32_t epoch, const Share& assign, bool* refused);
   Status refresh_connections();
   // Every routed expert and the shared/dense part must be covered by the assigned workers'
-  // (range, TP slice) claims exactly once: one TP degree t per expert, ranks 0..t-1 each held once.
+  // (range, TP slice) claims exactly once (build_routing_masks).
   Status check_shards();
   // Engine thread: workers_/slots_ hold slot j, its reply buffers room for `rows_per_token`
   // rows per token (one per part a token can touch).
   Status ensure_slot(size_t j, int64_t rows_per_token = 1);
-  void abandon(int mb);  // cancels a micro-batch's outstanding operations and waits for them
   // n_ffn < 0: the applied assignment's size (engine thread only).
   comm::Handshake my_handshake(uint32_t epoch = 0, const Share* assign = nullptr, int n_ffn = -1) const;
+
+  // Membership changes (ffn_client_members.cpp).
   // set_members(): says hello (epoch 0) to the new members of `slots` (Member::checking) that
   // connect before `deadline_ns`. Returns the slots that refused or do not fit, with why.
   std::vector<std::pair<size_t, std::string>> check_new_members(const std::vector<size_t>& slots, int64_t deadline_ns);
   // One hello (epoch 0) to `peer` on fresh buffers and the check of its answer: invalid_argument
   // (or the refusal) when it does not fit; ok when it fits or did not answer in timeout_ms.
   Status hello_check(comm::PeerId peer, const std::string& who, int n_ffn);
-  void wake_monitor();
 
   std::shared_ptr<const ModelWeights> w_;
   comm::Transport* t_;
@@ -292,12 +271,9 @@ class FfnClient : public FfnBackend {
 
   // Membership (mu_): read by health() and membership() from any thread, changed by the
   // monitor thread, set_members() and the engine thread (a refused handshake, epoch-0 ranges).
+  // Its parts() is fixed at construction (read without mu_).
   mutable std::mutex mu_;
-  std::vector<Member> members_;  // [slot], append-only
-  uint32_t epoch_ = 0;
-  int64_t takeovers_ = 0, rejoins_ = 0, leaves_ = 0;
-  bool whole_experts_ = true;    // every FFN worker announced TP degree 1
-  bool warned_tp_ = false;       // logged once that TP rules out re-homing
+  FfnMembershipPolicy membership_;
   std::atomic<uint32_t> applied_epoch_atomic_{0};
   std::mutex events_mu_;         // one thread pops transport events at a time
 
@@ -306,11 +282,8 @@ class FfnClient : public FfnBackend {
   std::vector<int> active_;               // slots of the applied assignment, in slot order
   uint32_t applied_epoch_ = 0;
   std::vector<std::vector<Slot>> slots_;  // [microbatches][slot]
-  std::vector<uint64_t> expert_workers_;   // [n_experts] -> bit mask of the FFN workers holding a slice
-  uint64_t shared_workers_ = 0;            // FFN workers holding a slice of the shared expert / dense layers
-  bool has_shared_ = false;
-  int parts_ = 1;                          // P (fixed at create)
-  std::vector<int16_t> part_of_expert_;    // [n_experts] -> its part, at epochs >= 1
+  FfnRouting routing_;                     // of the applied assignment
+  std::vector<uint64_t> token_workers_;    // dispatch scratch: [n] bit j: slot j gets the token
   std::vector<uint64_t> token_parts_;      // dispatch scratch: [n] bit q: the token touches part q
   uint64_t step_ = 0;
   int64_t f2a_bytes_ = 0, a2f_bytes_ = 0;  // frame buffer sizes (f2a: one row per token)
