@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "model/weights.h"
 #include "reload_on_hangup.h"
 #include "runtime/bundle.h"
 #include "runtime/afd/ffn_client.h"
@@ -294,7 +295,9 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
     EngineOptions eo = opt;
     if (f.workers > 1 && eo.n_threads == 0)
       eo.n_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / f.workers);
-    auto e = make_engine(eo);
+    auto weights = load_model(eo.model_dir);
+    if (!weights.ok()) fail(cmd, weights.status());
+    auto e = make_engine(eo, *weights);
     if (!e.ok()) fail(cmd, e.status());
     engines.push_back(std::move(*e));
   }
