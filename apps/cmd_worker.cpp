@@ -143,7 +143,7 @@ Result<EngineOptions> attention_options(WorkerFlags* f, bool open_trace) {
   if (f->engine.spawn_ffn) return invalid_argument("--spawn-ffn is for afd serve|generate, not a worker");
   if (f->listen.empty()) return invalid_argument("--role attention needs --listen host:port (its HTTP address)");
   if (f->n_attention < 1 || f->n_attention > 64) return invalid_argument("--attention must be in [1, 64]");
-  AFD_RETURN_IF_ERROR(split_host_port(f->listen, &f->service.host, &f->service.port).with_context("--listen"));
+  AFD_RETURN_IF_ERROR(split_host_port(f->listen, &f->service.options.server.host, &f->service.options.server.port).with_context("--listen"));
   AFD_RETURN_IF_ERROR(f->service.validate());
   // The bundle's topology: --topology if given, else --attention x and the --ffn list.
   if (f->engine.topology == "mono") {
