@@ -615,7 +615,8 @@ void register_calibrate(CLI::App& app) {
   cmd->callback([f] {
     std::vector<StageSample> s;
     std::string source;
-    if (!f->samples.empty() && !f->engine.options.model_dir.empty()) fail("calibrate: give --samples or --model, not both");
+    if (!f->samples.empty() && !f->engine.options.model_dir.empty())
+      fail("calibrate: give --samples or --model, not both");
     if (!f->samples.empty()) {
       s = unwrap(load_samples_csv(f->samples));
       source = "afd calibrate --samples " + f->samples;

@@ -159,7 +159,8 @@ void serve_spawned(const ServeFlags& f) {
   }
   const serve::ServerOptions& server = f.service.options.server;
   const serve::SchedulerOptions& sched = f.service.options.scheduler;
-  const int64_t worker_max_body = serve::internal_body_limit(static_cast<int64_t>(server.limits.max_body_bytes), context);
+  const int64_t worker_max_body =
+      serve::internal_body_limit(static_cast<int64_t>(server.limits.max_body_bytes), context);
   for (int i = 0; i < topo->n_attention; ++i) {
     auto port = children.reserve_port();
     if (!port.ok()) fail("serve", port.status());
@@ -168,14 +169,17 @@ void serve_spawned(const ServeFlags& f) {
                                      "--topology", e.topology, "--ffn", ffn_list, "--attention-index",
                                      std::to_string(i), "--precision", e.precision, "--kv-dtype", e.kv_dtype,
                                      "--kv-capacity", std::to_string(e.options.kv.capacity_tokens), "--kv-block",
-                                     std::to_string(e.options.kv.block_size), "--max-seqs", std::to_string(e.options.kv.max_seqs),
+                                     std::to_string(e.options.kv.block_size), "--max-seqs",
+                                     std::to_string(e.options.kv.max_seqs),
                                      "--threads", std::to_string(threads),
                                      "--fp8-group", std::to_string(e.options.afd.fp8_group), "--ffn-timeout-ms",
-                                     std::to_string(e.options.afd.ffn_timeout_ms), "--ucx-spin-us", std::to_string(e.options.afd.ucx_spin_us),
+                                     std::to_string(e.options.afd.ffn_timeout_ms), "--ucx-spin-us",
+                                     std::to_string(e.options.afd.ucx_spin_us),
                                      "--ffn-connect-timeout-ms",
                                      std::to_string(e.options.afd.ffn_connect_timeout_ms), "--ffn-probe-ms",
                                      std::to_string(e.options.afd.ffn_probe_ms), "--ffn-takeover-s",
-                                     std::to_string(e.ffn_takeover_s), "--ffn-parts", std::to_string(e.options.afd.ffn_parts), "--max-running",
+                                     std::to_string(e.ffn_takeover_s), "--ffn-parts",
+                                     std::to_string(e.options.afd.ffn_parts), "--max-running",
                                      std::to_string(sched.max_running), "--step-retry-s",
                                      std::to_string(sched.step_retry_s), "--max-queue",
                                      std::to_string(sched.max_queue), "--max-batch-tokens",
@@ -232,7 +236,8 @@ void run_serve(ServeFlags* fp, CLI::App* cmd) {
   if (!std::filesystem::is_directory(f.engine.options.model_dir))
     fail("serve",
          not_found("model directory '" + f.engine.options.model_dir +
-                   "' does not exist (create one: afd make-model --preset tiny --out " + f.engine.options.model_dir + ")"));
+                   "' does not exist (create one: afd make-model --preset tiny --out " +
+                   f.engine.options.model_dir + ")"));
   if (f.spawn_workers) return serve_spawned(f);
   // An xAyF topology with no FFN workers named: one process per worker behind the front end
   // (the deployment the topology describes), unless --in-process asks for threads.

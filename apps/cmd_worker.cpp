@@ -143,7 +143,8 @@ Result<EngineOptions> attention_options(WorkerFlags* f, bool open_trace) {
   if (f->engine.spawn_ffn) return invalid_argument("--spawn-ffn is for afd serve|generate, not a worker");
   if (f->listen.empty()) return invalid_argument("--role attention needs --listen host:port (its HTTP address)");
   if (f->n_attention < 1 || f->n_attention > 64) return invalid_argument("--attention must be in [1, 64]");
-  AFD_RETURN_IF_ERROR(split_host_port(f->listen, &f->service.options.server.host, &f->service.options.server.port).with_context("--listen"));
+  serve::ServerOptions& server = f->service.options.server;
+  AFD_RETURN_IF_ERROR(split_host_port(f->listen, &server.host, &server.port).with_context("--listen"));
   AFD_RETURN_IF_ERROR(f->service.validate());
   // The bundle's topology: --topology if given, else --attention x and the --ffn list.
   if (f->engine.topology == "mono") {
@@ -161,14 +162,14 @@ Result<EngineOptions> attention_options(WorkerFlags* f, bool open_trace) {
 void run_attention(WorkerFlags f) {
   auto opt = attention_options(&f, /*open_trace=*/true);
   if (!opt.ok()) fail("worker", opt.status());
-  const Topology* topo = &opt->topology;
+  const Topology& topo = opt->topology;
   spdlog::info("attention worker {}/{}: waiting for FFN workers {}, then serving on {}", opt->afd.attention_index,
-               topo->n_attention, f.engine.ffn, f.listen);
+               topo.n_attention, f.engine.ffn, f.listen);
   ServiceExtras extras;
   extras.trace_path = f.engine.trace;
   run_engine_service("worker", f.service, *opt,
                      "afd worker: attention worker " + std::to_string(opt->afd.attention_index) + "/" +
-                         std::to_string(topo->n_attention) + " serving model '{model}'",
+                         std::to_string(topo.n_attention) + " serving model '{model}'",
                      "", extras);
 }
 
@@ -195,7 +196,8 @@ void run_worker(WorkerFlags* fp, CLI::App* cmd) {
     fail("worker", invalid_argument("--index is for --topology-file"));
   }
   WorkerFlags f = *fp;
-  if (f.engine.options.model_dir.empty()) fail("worker", invalid_argument("--model DIR is required (or --topology-file)"));
+  if (f.engine.options.model_dir.empty())
+    fail("worker", invalid_argument("--model DIR is required (or --topology-file)"));
   if (f.role == "attention" && !f.metrics_listen.empty())
     fail("worker",
          invalid_argument("--metrics-listen is for --role ffn; an attention worker serves /metrics on --listen"));

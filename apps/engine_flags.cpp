@@ -16,7 +16,8 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
   cmd->add_option("--precision", precision, "reference (f32 activations, f32 KV) | fast (bf16 activations)")
       ->envname("AFD_PRECISION");
   cmd->add_option("--kv-dtype", kv_dtype, "KV cache type in fast precision: bf16 | fp8")->envname("AFD_KV_DTYPE");
-  cmd->add_option("--kv-capacity", options.kv.capacity_tokens, "KV cache capacity in tokens (0: auto)")->envname("AFD_KV_CAPACITY");
+  cmd->add_option("--kv-capacity", options.kv.capacity_tokens, "KV cache capacity in tokens (0: auto)")
+      ->envname("AFD_KV_CAPACITY");
   cmd->add_option("--kv-block", options.kv.block_size, "Tokens per KV block")->envname("AFD_KV_BLOCK");
   cmd->add_option("--max-seqs", options.kv.max_seqs, "Live sequences at most")->envname("AFD_MAX_SEQS");
   cmd->add_flag("--no-prefix-cache", no_prefix_cache,
@@ -36,10 +37,12 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
                   "FFN tensor-parallel degree t dividing y: y/t EP groups of t ranks, each rank holding I/t of "
                   "every expert (1: pure EP, y: pure TP); mono: with --afd-rounding")
       ->envname("AFD_FFN_TP");
-  cmd->add_option("--fp8-group", options.afd.fp8_group, "FP8 scale group: 0 per token, 128 per block")->envname("AFD_FP8_GROUP");
+  cmd->add_option("--fp8-group", options.afd.fp8_group, "FP8 scale group: 0 per token, 128 per block")
+      ->envname("AFD_FP8_GROUP");
   cmd->add_option("--ffn", ffn, "Remote FFN workers host:port,... (afd worker --role ffn), in shard order")
       ->envname("AFD_FFN");
-  cmd->add_option("--attention-index", options.afd.attention_index, "This process's attention worker index (with --ffn)")
+  cmd->add_option("--attention-index", options.afd.attention_index,
+                  "This process's attention worker index (with --ffn)")
       ->envname("AFD_ATTENTION_INDEX");
   cmd->add_option("--ffn-timeout-ms", options.afd.ffn_timeout_ms, "Fail a step whose FFN reply is later than this")
       ->envname("AFD_FFN_TIMEOUT_MS");
@@ -63,7 +66,8 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
                   "lower it when workers share few cores)")
       ->check(CLI::Range(-1, 1000000))
       ->envname("AFD_UCX_SPIN_US");
-  cmd->add_option("--ffn-connect-timeout-ms", options.afd.ffn_connect_timeout_ms, "Give up waiting for FFN workers after this")
+  cmd->add_option("--ffn-connect-timeout-ms", options.afd.ffn_connect_timeout_ms,
+                  "Give up waiting for FFN workers after this")
       ->envname("AFD_FFN_CONNECT_TIMEOUT_MS");
   cmd->add_option("--ffn-probe-ms", options.afd.ffn_probe_ms,
                   "Ping idle FFN workers this often; one that leaves a ping unanswered past --ffn-timeout-ms makes "

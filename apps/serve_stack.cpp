@@ -114,7 +114,8 @@ void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
     cmd->add_option("--host", server.host, "Address to bind (127.0.0.1: this machine only)")
         ->envname("AFD_HOST")->capture_default_str();
     cmd->add_option("--port", server.port, "TCP port (0: any free port)")->envname("AFD_PORT")->capture_default_str();
-    cmd->add_option("--api-key", server.api_key, "Require 'Authorization: Bearer KEY' on /v1/*")->envname("AFD_API_KEY");
+    cmd->add_option("--api-key", server.api_key, "Require 'Authorization: Bearer KEY' on /v1/*")
+        ->envname("AFD_API_KEY");
     cmd->add_option("--workers", workers, "Data-parallel attention workers (one engine each)")
         ->envname("AFD_WORKERS")->capture_default_str();
   }
@@ -128,7 +129,8 @@ void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
       ->envname("AFD_MAX_BATCH_TOKENS")->capture_default_str();
   cmd->add_option("--max-context", options.max_context, "Context limit per request (0: the model's)")
       ->envname("AFD_MAX_CONTEXT")->capture_default_str();
-  add_bytes_option(cmd, "--max-body", limits.max_body_bytes, "Request body limit in bytes, any transfer encoding (413 above)")
+  add_bytes_option(cmd, "--max-body", limits.max_body_bytes,
+                   "Request body limit in bytes, any transfer encoding (413 above)")
       ->envname("AFD_MAX_BODY");
   cmd->add_option("--content-special-tokens", content_special_tokens,
                   "Control-token text inside chat message content: 'parse' (as Hugging Face: it becomes the control "
@@ -157,7 +159,8 @@ void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
       ->envname("AFD_HTTP_MAX_HEADER_BYTES");
   cmd->add_option("--http-max-headers", limits.max_headers, "Header fields per request (431 above)")
       ->envname("AFD_HTTP_MAX_HEADERS")->capture_default_str();
-  add_bytes_option(cmd, "--http-max-target", limits.max_target_bytes, "Request target (path + query) in bytes (414 above)")
+  add_bytes_option(cmd, "--http-max-target", limits.max_target_bytes,
+                   "Request target (path + query) in bytes (414 above)")
       ->envname("AFD_HTTP_MAX_TARGET");
   add_bytes_option(cmd, "--admission-inline-bytes", server.admission.inline_max_bytes,
                    "Request bodies larger than this are parsed and tokenized on background-priority threads, using "
