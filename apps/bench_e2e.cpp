@@ -57,7 +57,7 @@ void run_bench_e2e(const EngineOptions& opt, std::shared_ptr<const ModelWeights>
       const double prefill_tps = res->prefill_s > 0 ? static_cast<double>(batch * spec.prompt_len) / res->prefill_s : 0;
       nlohmann::json steps = nlohmann::json::array();
       for (double t : res->decode_step_s) steps.push_back(t * 1e3);
-      rows.push_back({{"wiring", o.topology},
+      rows.push_back({{"wiring", o.topology.to_string()},
                       {"round", round},
                       {"batch", batch},
                       {"prompt_len", spec.prompt_len},
@@ -72,7 +72,7 @@ void run_bench_e2e(const EngineOptions& opt, std::shared_ptr<const ModelWeights>
                       {"step_ms_mean", st.mean * 1e3},
                       {"step_times_ms", steps}});
       if (!spec.json) {
-        std::printf("%-6s %5d %6lld %10.3f %11.1f %11.1f %9.2f %9.2f %9.2f %9.2f %8.3f\n", o.topology.c_str(), round,
+        std::printf("%-6s %5d %6lld %10.3f %11.1f %11.1f %9.2f %9.2f %9.2f %9.2f %8.3f\n", o.topology.to_string().c_str(), round,
                     (long long)batch, res->prefill_s, prefill_tps, decode_tps, st.median * 1e3, st.p90 * 1e3,
                     st.p99 * 1e3, st.max * 1e3, st.median > 0 ? st.p90 / st.median : 0.0);
         std::fflush(stdout);

@@ -251,11 +251,11 @@ void run_bench(const BenchFlags& f) {
   if (!batches.ok()) fail("bench", batches.status());
   auto contexts = parse_int_list(f.contexts, "--context");
   if (!contexts.ok()) fail("bench", contexts.status());
-  if (f.mode == "afd" && opt->topology == "mono") {
+  if (f.mode == "afd" && opt->topology.wiring == Wiring::mono) {
     if (f.topology_given)
       fail("bench", invalid_argument("--mode afd with --topology mono: mono has no FFN workers (use --mode mono, or an "
                                      "xAyF / EPn topology)"));
-    opt->topology = "1A1F";  // --mode afd alone: the simplest AFD wiring
+    opt->topology = *parse_topology("1A1F");  // --mode afd alone: the simplest AFD wiring
   }
   // No list: the wiring's default count (EngineOptions::pipeline_microbatches).
   auto mbs = f.engine.microbatches.empty()
@@ -266,8 +266,8 @@ void run_bench(const BenchFlags& f) {
   for (int64_t c : *contexts) if (c <= 0) fail("bench", invalid_argument("--context values must be positive"));
   for (int64_t m : *mbs) if (m < 1 || m > 4) fail("bench", invalid_argument("--microbatches values must be in 1..4"));
   if (f.mode != "mono" && f.mode != "afd") fail("bench", invalid_argument("--mode must be mono or afd"));
-  if (f.mode == "mono" && opt->topology != "mono")
-    fail("bench", invalid_argument("--mode mono with --topology " + opt->topology + ": use --mode afd"));
+  if (f.mode == "mono" && opt->topology.wiring != Wiring::mono)
+    fail("bench", invalid_argument("--mode mono with --topology " + opt->topology.to_string() + ": use --mode afd"));
   int64_t delay_us = 0;
   const bool delay_auto = f.delay == "auto";
   if (!delay_auto) {
@@ -428,7 +428,7 @@ void run_bench(const BenchFlags& f) {
       o.emulation.inject_delay_us = 0;
       // Monolithic baseline of this point (mono mode: one row per micro-batch count).
       EngineOptions m = o;
-      m.topology = "mono";
+      m.topology = Topology{};
       m.afd.ffn_addresses.clear();  // the baseline runs here, whatever FFN workers the afd rows use
       double mono_tps = 0;
       for (int64_t mb : *mbs) {
@@ -447,13 +447,13 @@ void run_bench(const BenchFlags& f) {
         o.emulation.inject_delay_us = 0;
         Point p0 = measure(o, *weights, batch, ctx, f.steps, ffn_procs.metrics_targets());
         const double tps0 = batch / p0.step_s;
-        emit(o.topology, mb, 0, batch, ctx, p0, mono_tps, tps0);
+        emit(o.topology.to_string(), mb, 0, batch, ctx, p0, mono_tps, tps0);
         if (d_auto == 0) d_auto = std::max<int64_t>(1, static_cast<int64_t>(p0.attn_s / mc.n_layers / 2 * 1e6));
         const int64_t d = delay_auto ? d_auto : delay_us;
         if (d > 0) {
           o.emulation.inject_delay_us = d;
           Point pd = measure(o, *weights, batch, ctx, f.steps, ffn_procs.metrics_targets());
-          emit(o.topology, mb, d, batch, ctx, pd, mono_tps, tps0);
+          emit(o.topology.to_string(), mb, d, batch, ctx, pd, mono_tps, tps0);
         }
       }
     }

@@ -115,12 +115,12 @@ void run_eval(const EvalFlags& f) {
 
   auto opt = f.engine.to_options();
   if (!opt.ok()) fail("eval", opt.status());
-  auto cfg = load_model_config(f.engine.model_dir);
+  auto cfg = load_model_config(opt->model_dir);
   if (!cfg.ok()) fail("eval", cfg.status());
   if (f.mtp && cfg->num_nextn_predict_layers < 1)
-    fail("eval", invalid_argument("--mtp: " + f.engine.model_dir +
+    fail("eval", invalid_argument("--mtp: " + opt->model_dir +
                                   " has no MTP module (config.json num_nextn_predict_layers is 0)"));
-  auto tok = serve::Tokenizer::load_dir(f.engine.model_dir);
+  auto tok = serve::Tokenizer::load_dir(opt->model_dir);
   if (!tok.ok()) fail("eval", tok.status().with_context("eval needs the model's tokenizer.json"));
 
   bool add_bos = (*tok)->add_bos();
@@ -158,7 +158,7 @@ void run_eval(const EvalFlags& f) {
 
   LocalFfnProcesses ffn_procs;  // outlives the engine (declared first)
   if (Status s = ffn_procs.start(f.engine, &*opt); !s.is_ok()) fail("eval", s);
-  auto weights = load_model(f.engine.model_dir);
+  auto weights = load_model(opt->model_dir);
   if (!weights.ok()) fail("eval", weights.status());
   auto engine = make_engine(*opt, *weights);
   if (!engine.ok()) fail("eval", engine.status());

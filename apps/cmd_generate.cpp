@@ -8,6 +8,7 @@
 #include "local_ffn.h"
 #include "trace_output.h"
 #include "core/stats.h"
+#include "model/weights.h"
 #include "runtime/generate.h"
 
 namespace afd::cli {
@@ -36,7 +37,9 @@ void run_generate(const GenerateFlags& f) {
   }
   LocalFfnProcesses ffn_procs;  // outlives the engine (declared first)
   if (Status s = ffn_procs.start(f.engine, &*opt); !s.is_ok()) fail("generate", s);
-  auto engine = make_engine(*opt);
+  auto weights = load_model(opt->model_dir);
+  if (!weights.ok()) fail("generate", weights.status());
+  auto engine = make_engine(*opt, *weights);
   if (!engine.ok()) fail("generate", engine.status());
 
   GenerateOptions g;

@@ -615,11 +615,12 @@ void register_calibrate(CLI::App& app) {
   cmd->callback([f] {
     std::vector<StageSample> s;
     std::string source;
-    if (!f->samples.empty() && !f->engine.model_dir.empty()) fail("calibrate: give --samples or --model, not both");
+    if (!f->samples.empty() && !f->engine.options.model_dir.empty())
+      fail("calibrate: give --samples or --model, not both");
     if (!f->samples.empty()) {
       s = unwrap(load_samples_csv(f->samples));
       source = "afd calibrate --samples " + f->samples;
-    } else if (!f->engine.model_dir.empty()) {
+    } else if (!f->engine.options.model_dir.empty()) {
       const EngineOptions opt = unwrap(f->engine.to_options());
       auto weights = unwrap(load_model(opt.model_dir));
       auto sampler_obj = std::make_shared<EngineStageSampler>(opt, weights);

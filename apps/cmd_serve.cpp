@@ -62,16 +62,10 @@ RestartPolicy restart_policy(const ServeFlags& f) {
 
 serve::FrontendOptions frontend_options(const ServeFlags& f) {
   serve::FrontendOptions fo;
-  fo.server.host = f.service.host;
-  fo.server.port = f.service.port;
-  fo.server.api_key = f.service.api_key;
-  fo.server.limits = f.service.http_limits();
-  fo.server.http_threads = f.service.http_threads;
-  fo.server.admission = f.service.admission_options();
-  fo.server.content_special_as_text = f.service.content_special_tokens == "text";
-  fo.model_dir = f.engine.model_dir;
-  fo.model_name = f.service.model_name;
-  fo.max_context = f.service.max_context;
+  fo.server = f.service.server();
+  fo.model_dir = f.engine.options.model_dir;
+  fo.model_name = f.service.options.model_name;
+  fo.max_context = f.service.options.max_context;
   fo.proxy.idle_timeout_s = f.upstream_idle_timeout_s;
   fo.proxy.failover_timeout_s = f.failover_timeout_s;
   fo.proxy.wait_for_worker_s = f.wait_for_worker_s;
@@ -144,7 +138,7 @@ void serve_spawned(const ServeFlags& f) {
   // Split the cores between the processes unless --threads says otherwise.
   const int procs = topo->n_attention + topo->n_ffn;
   const int threads =
-      f.engine.threads > 0 ? f.engine.threads
+      f.engine.options.n_threads > 0 ? f.engine.options.n_threads
                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / procs);
   ChildProcesses children;
   auto ffn = spawn_ffn_workers(&children, topo->n_attention, topo->n_ffn, f.engine, threads, /*with_metrics=*/true);
@@ -157,48 +151,54 @@ void serve_spawned(const ServeFlags& f) {
   const EngineFlags& e = f.engine;
   // The front end sends each request with a control line of token ids before the client's
   // body (serve/frontend/internal_stream.h): the workers' body limit leaves room for it.
-  int64_t context = f.service.max_context;
+  int64_t context = f.service.options.max_context;
   if (context <= 0) {
-    auto cfg = load_model_config(e.model_dir);
+    auto cfg = load_model_config(e.options.model_dir);
     if (!cfg.ok()) fail("serve", cfg.status());
     context = cfg->max_position_embeddings;
   }
-  const int64_t worker_max_body = serve::internal_body_limit(f.service.max_body, context);
+  const serve::ServerOptions& server = f.service.options.server;
+  const serve::SchedulerOptions& sched = f.service.options.scheduler;
+  const int64_t worker_max_body =
+      serve::internal_body_limit(static_cast<int64_t>(server.limits.max_body_bytes), context);
   for (int i = 0; i < topo->n_attention; ++i) {
     auto port = children.reserve_port();
     if (!port.ok()) fail("serve", port.status());
     const std::string addr = "127.0.0.1:" + std::to_string(*port);
-    std::vector<std::string> args = {"worker", "--role", "attention", "--model", e.model_dir, "--listen", addr,
+    std::vector<std::string> args = {"worker", "--role", "attention", "--model", e.options.model_dir, "--listen", addr,
                                      "--topology", e.topology, "--ffn", ffn_list, "--attention-index",
                                      std::to_string(i), "--precision", e.precision, "--kv-dtype", e.kv_dtype,
-                                     "--kv-capacity", std::to_string(e.kv_capacity), "--kv-block",
-                                     std::to_string(e.kv_block), "--max-seqs", std::to_string(e.max_seqs),
+                                     "--kv-capacity", std::to_string(e.options.kv.capacity_tokens), "--kv-block",
+                                     std::to_string(e.options.kv.block_size), "--max-seqs",
+                                     std::to_string(e.options.kv.max_seqs),
                                      "--threads", std::to_string(threads),
-                                     "--fp8-group", std::to_string(e.fp8_group), "--ffn-timeout-ms",
-                                     std::to_string(e.ffn_timeout_ms), "--ucx-spin-us", std::to_string(e.ucx_spin_us),
+                                     "--fp8-group", std::to_string(e.options.afd.fp8_group), "--ffn-timeout-ms",
+                                     std::to_string(e.options.afd.ffn_timeout_ms), "--ucx-spin-us",
+                                     std::to_string(e.options.afd.ucx_spin_us),
                                      "--ffn-connect-timeout-ms",
-                                     std::to_string(e.ffn_connect_timeout_ms), "--ffn-probe-ms",
-                                     std::to_string(e.ffn_probe_ms), "--ffn-takeover-s",
-                                     std::to_string(e.ffn_takeover_s), "--ffn-parts", std::to_string(e.ffn_parts), "--max-running",
-                                     std::to_string(f.service.max_running), "--step-retry-s",
-                                     std::to_string(f.service.step_retry_s), "--max-queue",
-                                     std::to_string(f.service.max_queue), "--max-batch-tokens",
-                                     std::to_string(f.service.max_batch_tokens), "--max-context",
-                                     std::to_string(f.service.max_context), "--max-body",
+                                     std::to_string(e.options.afd.ffn_connect_timeout_ms), "--ffn-probe-ms",
+                                     std::to_string(e.options.afd.ffn_probe_ms), "--ffn-takeover-s",
+                                     std::to_string(e.ffn_takeover_s), "--ffn-parts",
+                                     std::to_string(e.options.afd.ffn_parts), "--max-running",
+                                     std::to_string(sched.max_running), "--step-retry-s",
+                                     std::to_string(sched.step_retry_s), "--max-queue",
+                                     std::to_string(sched.max_queue), "--max-batch-tokens",
+                                     std::to_string(sched.max_batch_tokens), "--max-context",
+                                     std::to_string(f.service.options.max_context), "--max-body",
                                      std::to_string(worker_max_body), "--http-threads",
-                                     std::to_string(f.service.http_threads), "--content-special-tokens",
+                                     std::to_string(server.http_threads), "--content-special-tokens",
                                      f.service.content_special_tokens, "--admission-inline-bytes",
-                                     std::to_string(f.service.admission_inline_bytes), "--admission-queue",
-                                     std::to_string(f.service.admission_queue)};
+                                     std::to_string(server.admission.inline_max_bytes), "--admission-queue",
+                                     std::to_string(server.admission.max_waiting)};
     if (!e.microbatches.empty()) args.insert(args.end(), {"--microbatches", e.microbatches});
     if (e.no_prefix_cache) args.push_back("--no-prefix-cache");
     if (!e.trace.empty()) {
       trace_parts.push_back(trace_part_path(e.trace, "attention", i));
       args.insert(args.end(), {"--trace", trace_parts.back(), "--trace-max-spans", std::to_string(e.trace_max_spans)});
     }
-    if (!f.service.model_name.empty()) {
+    if (!f.service.options.model_name.empty()) {
       args.push_back("--model-name");
-      args.push_back(f.service.model_name);
+      args.push_back(f.service.options.model_name);
     }
     const std::string name = "attention worker " + std::to_string(i);
     auto pid = children.spawn_self(args, name);
@@ -233,10 +233,11 @@ void run_serve(ServeFlags* fp, CLI::App* cmd) {
     return;
   }
   if (!f.topology_file.empty()) return serve_topology_file(f, &topology_file);
-  if (!std::filesystem::is_directory(f.engine.model_dir))
+  if (!std::filesystem::is_directory(f.engine.options.model_dir))
     fail("serve",
-         not_found("model directory '" + f.engine.model_dir +
-                   "' does not exist (create one: afd make-model --preset tiny --out " + f.engine.model_dir + ")"));
+         not_found("model directory '" + f.engine.options.model_dir +
+                   "' does not exist (create one: afd make-model --preset tiny --out " +
+                   f.engine.options.model_dir + ")"));
   if (f.spawn_workers) return serve_spawned(f);
   // An xAyF topology with no FFN workers named: one process per worker behind the front end
   // (the deployment the topology describes), unless --in-process asks for threads.
@@ -274,7 +275,7 @@ void run_serve(ServeFlags* fp, CLI::App* cmd) {
   const int n = f.service.workers;
   run_engine_service("serve", f.service, *opt, "afd serve: model '{model}'",
                      " (" + std::to_string(n) + " worker" + (n > 1 ? "s" : "") + ")" +
-                         (f.service.api_key.empty() ? "" : ", API key required"),
+                         (f.service.options.server.api_key.empty() ? "" : ", API key required"),
                      extras);
   if (opt->observability.trace) {
     if (Status s = ffn_procs.merge_traces("serve", f.engine.trace); !s.is_ok()) fail("serve", s);
@@ -287,7 +288,7 @@ void register_serve(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, streaming)");
   add_print_config(cmd, &f->print_config);
-  f->engine.model_dir = "models/tiny";
+  f->engine.options.model_dir = "models/tiny";
   f->engine.add_to(cmd, /*model_required=*/false);
   f->service.add_to(cmd, /*public_api=*/true);
   auto* workers_opt =

@@ -47,7 +47,7 @@ struct WorkerFlags {
   std::string listen;  // default: 127.0.0.1:7100 for ffn; required for attention
   std::string shard = "0/1";
   int n_attention = 1;
-  int peer_timeout_ms = 10000;
+  int peer_timeout_ms = FfnWorkerOptions{}.peer_timeout_ms;
   std::string topology_file;
   int index = -1;
   std::string metrics_listen;  // FFN: host:port for GET /metrics and /health; empty: none
@@ -59,8 +59,8 @@ Status check_ffn(const WorkerFlags& f, int* shard, int* n_shards, Precision* pre
   AFD_RETURN_IF_ERROR(parse_shard(f.shard, shard, n_shards));
   if (!precision_from_name(f.engine.precision, prec)) return invalid_argument("--precision: reference | fast");
   if (f.n_attention < 1 || f.n_attention > 64) return invalid_argument("--attention must be in [1, 64]");
-  if (f.engine.ffn_tp < 1 || *n_shards % f.engine.ffn_tp != 0)
-    return invalid_argument("--ffn-tp " + std::to_string(f.engine.ffn_tp) + " does not divide the " +
+  if (f.engine.options.afd.ffn_tp < 1 || *n_shards % f.engine.options.afd.ffn_tp != 0)
+    return invalid_argument("--ffn-tp " + std::to_string(f.engine.options.afd.ffn_tp) + " does not divide the " +
                             std::to_string(*n_shards) + " FFN workers of --shard " + f.shard);
   return Status::ok();
 }
@@ -71,12 +71,12 @@ void run_ffn(const WorkerFlags& f) {
   Precision prec;
   Status s = check_ffn(f, &shard, &n_shards, &prec);
   if (!s.is_ok()) fail("worker", s);
-  auto w = load_model(f.engine.model_dir);
+  auto w = load_model(f.engine.options.model_dir);
   if (!w.ok()) fail("worker", w.status());
 
   comm::UcxOptions uo;
   uo.name = "ffn" + std::to_string(shard);
-  uo.set_waiter_spin_us(f.engine.ucx_spin_us);
+  uo.set_waiter_spin_us(f.engine.options.afd.ucx_spin_us);
   auto t = comm::UcxTransport::create(uo);
   if (!t.ok()) fail("worker", t.status());
   s = (*t)->listen(listen);
@@ -87,8 +87,8 @@ void run_ffn(const WorkerFlags& f) {
   fo.n_attention = f.n_attention;
   fo.prec = prec == Precision::reference ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
   fo.peer_timeout_ms = f.peer_timeout_ms;
-  fo.tp = f.engine.ffn_tp;
-  fo.device = f.engine.ffn_device;
+  fo.tp = f.engine.options.afd.ffn_tp;
+  fo.device = f.engine.options.ffn_device;
   // --trace: this worker's batches on the FFN lane of the bundle's timeline.
   std::shared_ptr<TraceRecorder> trace;
   if (!f.engine.trace.empty()) {
@@ -96,7 +96,7 @@ void run_ffn(const WorkerFlags& f) {
     if (Status ts = trace->stream_to(f.engine.trace); !ts.is_ok()) fail("worker", ts.with_context("--trace"));
     trace_ffn_batches(trace, &fo);
   }
-  ThreadPool pool(f.engine.threads);
+  ThreadPool pool(f.engine.options.n_threads);
   auto worker = FfnWorker::create(*w, t->get(), fo, &pool);
   if (!worker.ok()) fail("worker", worker.status());
   std::unique_ptr<serve::StatusServer> status;
@@ -120,7 +120,7 @@ void run_ffn(const WorkerFlags& f) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   spdlog::info("ffn worker {}/{} (FFN TP degree {}) listening on {} for {} attention worker(s)", shard, n_shards,
-               f.engine.ffn_tp, listen, f.n_attention);
+               f.engine.options.afd.ffn_tp, listen, f.n_attention);
   s = (*worker)->run(&g_stop);
   status.reset();
   (*t)->close();
@@ -143,7 +143,8 @@ Result<EngineOptions> attention_options(WorkerFlags* f, bool open_trace) {
   if (f->engine.spawn_ffn) return invalid_argument("--spawn-ffn is for afd serve|generate, not a worker");
   if (f->listen.empty()) return invalid_argument("--role attention needs --listen host:port (its HTTP address)");
   if (f->n_attention < 1 || f->n_attention > 64) return invalid_argument("--attention must be in [1, 64]");
-  AFD_RETURN_IF_ERROR(split_host_port(f->listen, &f->service.host, &f->service.port).with_context("--listen"));
+  serve::ServerOptions& server = f->service.options.server;
+  AFD_RETURN_IF_ERROR(split_host_port(f->listen, &server.host, &server.port).with_context("--listen"));
   AFD_RETURN_IF_ERROR(f->service.validate());
   // The bundle's topology: --topology if given, else --attention x and the --ffn list.
   if (f->engine.topology == "mono") {
@@ -151,25 +152,24 @@ Result<EngineOptions> attention_options(WorkerFlags* f, bool open_trace) {
     f->engine.topology = std::to_string(f->n_attention) + "A" + std::to_string(y) + "F";
   }
   AFD_ASSIGN_OR_RETURN(EngineOptions opt, f->engine.to_options(open_trace));
-  AFD_ASSIGN_OR_RETURN(Topology topo, parse_topology(opt.topology));
+  const Topology& topo = opt.topology;
   if (opt.afd.attention_index < 0 || opt.afd.attention_index >= topo.n_attention)
     return invalid_argument("--attention-index " + std::to_string(opt.afd.attention_index) + " is outside [0, " +
-                            std::to_string(topo.n_attention) + ") of topology " + opt.topology);
+                            std::to_string(topo.n_attention) + ") of topology " + f->engine.topology);
   return opt;
 }
 
 void run_attention(WorkerFlags f) {
   auto opt = attention_options(&f, /*open_trace=*/true);
   if (!opt.ok()) fail("worker", opt.status());
-  auto topo = parse_topology(opt->topology);
-  if (!topo.ok()) fail("worker", topo.status());
+  const Topology& topo = opt->topology;
   spdlog::info("attention worker {}/{}: waiting for FFN workers {}, then serving on {}", opt->afd.attention_index,
-               topo->n_attention, f.engine.ffn, f.listen);
+               topo.n_attention, f.engine.ffn, f.listen);
   ServiceExtras extras;
   extras.trace_path = f.engine.trace;
   run_engine_service("worker", f.service, *opt,
                      "afd worker: attention worker " + std::to_string(opt->afd.attention_index) + "/" +
-                         std::to_string(topo->n_attention) + " serving model '{model}'",
+                         std::to_string(topo.n_attention) + " serving model '{model}'",
                      "", extras);
 }
 
@@ -196,7 +196,8 @@ void run_worker(WorkerFlags* fp, CLI::App* cmd) {
     fail("worker", invalid_argument("--index is for --topology-file"));
   }
   WorkerFlags f = *fp;
-  if (f.engine.model_dir.empty()) fail("worker", invalid_argument("--model DIR is required (or --topology-file)"));
+  if (f.engine.options.model_dir.empty())
+    fail("worker", invalid_argument("--model DIR is required (or --topology-file)"));
   if (f.role == "attention" && !f.metrics_listen.empty())
     fail("worker",
          invalid_argument("--metrics-listen is for --role ffn; an attention worker serves /metrics on --listen"));

@@ -1,6 +1,8 @@
 #include "engine_flags.h"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 
 #include <cerrno>
 #include <cstdio>
@@ -9,39 +11,42 @@
 namespace afd::cli {
 
 void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
-  auto* m = cmd->add_option("--model", model_dir, "Model directory (HF layout)")->envname("AFD_MODEL");
+  auto* m = cmd->add_option("--model", options.model_dir, "Model directory (HF layout)")->envname("AFD_MODEL");
   if (model_required) m->required();
   cmd->add_option("--precision", precision, "reference (f32 activations, f32 KV) | fast (bf16 activations)")
       ->envname("AFD_PRECISION");
   cmd->add_option("--kv-dtype", kv_dtype, "KV cache type in fast precision: bf16 | fp8")->envname("AFD_KV_DTYPE");
-  cmd->add_option("--kv-capacity", kv_capacity, "KV cache capacity in tokens (0: auto)")->envname("AFD_KV_CAPACITY");
-  cmd->add_option("--kv-block", kv_block, "Tokens per KV block")->envname("AFD_KV_BLOCK");
-  cmd->add_option("--max-seqs", max_seqs, "Live sequences at most")->envname("AFD_MAX_SEQS");
+  cmd->add_option("--kv-capacity", options.kv.capacity_tokens, "KV cache capacity in tokens (0: auto)")
+      ->envname("AFD_KV_CAPACITY");
+  cmd->add_option("--kv-block", options.kv.block_size, "Tokens per KV block")->envname("AFD_KV_BLOCK");
+  cmd->add_option("--max-seqs", options.kv.max_seqs, "Live sequences at most")->envname("AFD_MAX_SEQS");
   cmd->add_flag("--no-prefix-cache", no_prefix_cache,
                 "Disable automatic prefix caching (reuse of KV blocks of shared prompt prefixes)")
       ->envname("AFD_NO_PREFIX_CACHE");
-  cmd->add_option("--threads", threads, "Compute threads (0: all cores)")->envname("AFD_THREADS");
+  cmd->add_option("--threads", options.n_threads, "Compute threads (0: all cores)")->envname("AFD_THREADS");
   cmd->add_option("--topology", topology, "mono | xAyF (e.g. 2A1F)")->envname("AFD_TOPOLOGY");
   cmd->add_option("--microbatches", microbatches,
                   "Micro-batches per attention worker, 1-4 (default: 3 for xAyF, 1 for mono and EPn)")
       ->envname("AFD_MICROBATCHES");
-  cmd->add_flag("--fp8-dispatch", fp8_dispatch, "Round FFN inputs through FP8 as the AFD wire does")
+  cmd->add_flag("--fp8-dispatch", options.emulation.fp8_dispatch, "Round FFN inputs through FP8 as the AFD wire does")
       ->envname("AFD_FP8_DISPATCH");
-  cmd->add_option("--afd-rounding", afd_rounding,
+  cmd->add_option("--afd-rounding", options.emulation.afd_rounding_shards,
                   "Mono: round FP8 dispatch + BF16 combine exactly as an xAyF bundle with this y does")
       ->envname("AFD_AFD_ROUNDING");
-  cmd->add_option("--ffn-tp", ffn_tp,
+  cmd->add_option("--ffn-tp", options.afd.ffn_tp,
                   "FFN tensor-parallel degree t dividing y: y/t EP groups of t ranks, each rank holding I/t of "
                   "every expert (1: pure EP, y: pure TP); mono: with --afd-rounding")
       ->envname("AFD_FFN_TP");
-  cmd->add_option("--fp8-group", fp8_group, "FP8 scale group: 0 per token, 128 per block")->envname("AFD_FP8_GROUP");
+  cmd->add_option("--fp8-group", options.afd.fp8_group, "FP8 scale group: 0 per token, 128 per block")
+      ->envname("AFD_FP8_GROUP");
   cmd->add_option("--ffn", ffn, "Remote FFN workers host:port,... (afd worker --role ffn), in shard order")
       ->envname("AFD_FFN");
-  cmd->add_option("--attention-index", attention_index, "This process's attention worker index (with --ffn)")
+  cmd->add_option("--attention-index", options.afd.attention_index,
+                  "This process's attention worker index (with --ffn)")
       ->envname("AFD_ATTENTION_INDEX");
-  cmd->add_option("--ffn-timeout-ms", ffn_timeout_ms, "Fail a step whose FFN reply is later than this")
+  cmd->add_option("--ffn-timeout-ms", options.afd.ffn_timeout_ms, "Fail a step whose FFN reply is later than this")
       ->envname("AFD_FFN_TIMEOUT_MS");
-  cmd->add_option("--ffn-device", ffn_device,
+  cmd->add_option("--ffn-device", options.ffn_device,
                   "Where the FFN half runs: cpu | cuda (GPU, needs a CUDA build; mono engine and FFN workers)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->envname("AFD_FFN_DEVICE");
@@ -56,14 +61,15 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
                   "--trace keeps at most this many spans (later ones are dropped)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32))
       ->envname("AFD_TRACE_MAX_SPANS");
-  cmd->add_option("--ucx-spin-us", ucx_spin_us,
+  cmd->add_option("--ucx-spin-us", options.afd.ucx_spin_us,
                   "UCX: a thread waiting for a message polls this long before it sleeps (-1: default; "
                   "lower it when workers share few cores)")
       ->check(CLI::Range(-1, 1000000))
       ->envname("AFD_UCX_SPIN_US");
-  cmd->add_option("--ffn-connect-timeout-ms", ffn_connect_timeout_ms, "Give up waiting for FFN workers after this")
+  cmd->add_option("--ffn-connect-timeout-ms", options.afd.ffn_connect_timeout_ms,
+                  "Give up waiting for FFN workers after this")
       ->envname("AFD_FFN_CONNECT_TIMEOUT_MS");
-  cmd->add_option("--ffn-probe-ms", ffn_probe_ms,
+  cmd->add_option("--ffn-probe-ms", options.afd.ffn_probe_ms,
                   "Ping idle FFN workers this often; one that leaves a ping unanswered past --ffn-timeout-ms makes "
                   "/health 503 (0: no pings)")
       ->check(CLI::Range(0, 86400000))
@@ -74,7 +80,7 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
                   "not with --ffn-tp > 1)")
       ->check(CLI::Range(0.0, 86400.0))
       ->envname("AFD_FFN_TAKEOVER_S");
-  cmd->add_option("--ffn-parts", ffn_parts,
+  cmd->add_option("--ffn-parts", options.afd.ffn_parts,
                   "Cut the routed experts into this many parts, each rounded on its own: up to this many FFN workers "
                   "share them (more are standbys) and results equal mono --afd-rounding P whoever holds which part "
                   "(0: y of the topology)")
@@ -98,44 +104,42 @@ Result<std::vector<std::string>> parse_address_list(const std::string& flag, con
   return out;
 }
 
+namespace {
+// --kv-dtype's names, both ways (fp8 also as its safetensors-style name f8_e4m3).
+constexpr std::pair<const char*, DType> kKvDtypes[] = {
+    {"bf16", DType::bf16}, {"fp8", DType::f8_e4m3}, {"f8_e4m3", DType::f8_e4m3}, {"f32", DType::f32}};
+}  // namespace
+
+const char* kv_dtype_flag(DType t) {
+  for (const auto& [name, d] : kKvDtypes)
+    if (d == t) return name;
+  return dtype_name(t);
+}
+
 Result<EngineOptions> EngineFlags::to_options(bool open_trace) const {
-  EngineOptions o;
-  o.model_dir = model_dir;
+  EngineOptions o = options;
   if (!precision_from_name(precision, &o.precision))
     return invalid_argument("--precision must be 'reference' or 'fast', got '" + precision + "'");
-  if (kv_dtype == "bf16") o.kv.dtype = DType::bf16;
-  else if (kv_dtype == "fp8" || kv_dtype == "f8_e4m3") o.kv.dtype = DType::f8_e4m3;
-  else if (kv_dtype == "f32") o.kv.dtype = DType::f32;
-  else return invalid_argument("--kv-dtype must be bf16, fp8 or f32, got '" + kv_dtype + "'");
-  o.kv.capacity_tokens = kv_capacity;
-  o.kv.block_size = kv_block;
-  o.kv.max_seqs = max_seqs;
+  const auto* kv = std::find_if(std::begin(kKvDtypes), std::end(kKvDtypes),
+                                [&](const auto& n) { return kv_dtype == n.first; });
+  if (kv == std::end(kKvDtypes))
+    return invalid_argument("--kv-dtype must be bf16, fp8 or f32, got '" + kv_dtype + "'");
+  o.kv.dtype = kv->second;
   o.kv.prefix_caching = !no_prefix_cache;
-  o.n_threads = threads;
-  o.topology = topology;
   if (!microbatches.empty()) {  // empty: EngineOptions::pipeline_microbatches() picks the wiring's default
     auto v = parse_int_list(microbatches, "--microbatches");
     if (!v.ok() || v->size() != 1 || (*v)[0] < 1 || (*v)[0] > 4)
       return invalid_argument("--microbatches: micro-batches must be one value in 1..4, got '" + microbatches + "'");
     o.microbatches = static_cast<int>((*v)[0]);
   }
-  o.emulation.fp8_dispatch = fp8_dispatch;
-  o.afd.fp8_group = fp8_group;
-  o.emulation.afd_rounding_shards = afd_rounding;
-  o.afd.ffn_tp = ffn_tp;
+  std::string wiring = topology;
   if (!ffn.empty()) {
     AFD_ASSIGN_OR_RETURN(o.afd.ffn_addresses, parse_address_list("--ffn", ffn));
     // A bare --ffn list with the default topology means 1A{n}F.
-    if (topology == "mono") o.topology = "1A" + std::to_string(o.afd.ffn_addresses.size()) + "F";
+    if (topology == Topology{}.to_string()) wiring = "1A" + std::to_string(o.afd.ffn_addresses.size()) + "F";
   }
-  o.afd.attention_index = attention_index;
-  o.afd.ffn_timeout_ms = ffn_timeout_ms;
-  o.afd.ffn_connect_timeout_ms = ffn_connect_timeout_ms;
-  o.afd.ffn_probe_ms = ffn_probe_ms;
+  AFD_ASSIGN_OR_RETURN(o.topology, parse_topology(wiring));
   o.afd.ffn_takeover_ms = static_cast<int>(ffn_takeover_s * 1000 + 0.5);
-  o.afd.ffn_parts = ffn_parts;
-  o.afd.ucx_spin_us = ucx_spin_us;
-  o.ffn_device = ffn_device;
   AFD_RETURN_IF_ERROR(o.validate());
   if (!trace.empty() && open_trace) {
     // Streamed from the start: a process killed mid-run leaves its spans up to then.

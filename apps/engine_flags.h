@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "runtime/afd/ffn_worker.h"
 #include "runtime/engine_factory.h"
 #include "runtime/trace.h"
 
@@ -16,40 +17,33 @@ namespace afd::cli {
 // ':', none may appear twice; errors name `flag`.
 Result<std::vector<std::string>> parse_address_list(const std::string& flag, const std::string& csv);
 
+// --kv-dtype's spelling of a KV element type: "bf16" | "fp8" | "f32".
+const char* kv_dtype_flag(DType t);
+
+// The engine flags of one command. A flag that sets an EngineOptions member as it is
+// (--model, --kv-block, --ffn-timeout-ms, ...) is bound to that member of `options`, so its
+// default is the one EngineOptions has. A flag whose text is not the option's value (a name,
+// a list, seconds for milliseconds, a negation) has a member here, converted by to_options(),
+// whose default is written from EngineOptions'; the rest configure the command, not the engine.
 struct EngineFlags {
-  std::string model_dir;
-  std::string precision = "fast";
-  std::string kv_dtype = "bf16";
-  int64_t kv_capacity = 0;
-  int64_t kv_block = 16;
-  int64_t max_seqs = 256;
-  bool no_prefix_cache = false;  // disables automatic prefix caching (EngineOptions::kv.prefix_caching)
-  int threads = 0;
-  std::string topology = "mono";
-  std::string microbatches;  // one value, empty: the wiring's default; bench accepts a list
-  bool fp8_dispatch = false;
-  int afd_rounding = 0;
-  int ffn_tp = 1;           // FFN tensor-parallel degree (EngineOptions::afd.ffn_tp)
-  int64_t fp8_group = 0;
-  std::string ffn;          // remote FFN workers "host:port,host:port" (shard order)
-  int attention_index = 0;
-  int ffn_timeout_ms = 10000;
-  int ffn_connect_timeout_ms = 60000;
-  int ffn_probe_ms = 1000;
-  double ffn_takeover_s = 10;  // EngineOptions::afd.ffn_takeover_ms, in seconds
-  int ffn_parts = 0;           // EngineOptions::afd.ffn_parts
+  EngineOptions options;
+  std::string precision = precision_name(EngineOptions{}.precision);  // EngineOptions::precision
+  std::string kv_dtype = kv_dtype_flag(KvOptions{}.dtype);           // KvOptions::dtype
+  bool no_prefix_cache = !KvOptions{}.prefix_caching;                // KvOptions::prefix_caching
+  std::string topology = Topology{}.to_string();                     // EngineOptions::topology
+  std::string microbatches;  // EngineOptions::microbatches; empty: the wiring's default; bench accepts a list
+  std::string ffn;           // AfdOptions::ffn_addresses: remote FFN workers "host:port,host:port" (shard order)
+  double ffn_takeover_s = AfdOptions{}.ffn_takeover_ms / 1000.0;  // AfdOptions::ffn_takeover_ms
   // FFN worker processes this command starts (apps/local_ffn.h): their --peer-timeout-ms.
   // Registered by `afd serve` only (--ffn-peer-timeout-ms).
-  int ffn_peer_timeout_ms = 10000;
-  int ucx_spin_us = -1;     // -1: UcxOptions default (EngineOptions::afd.ucx_spin_us)
-  std::string ffn_device = "cpu";  // where FFN halves run: cpu | cuda (EngineOptions::ffn_device)
+  int ffn_peer_timeout_ms = FfnWorkerOptions{}.peer_timeout_ms;
   bool spawn_ffn = false;    // start the FFN workers as local processes (apps/local_ffn.h)
-  std::string trace;        // Chrome trace-event JSON of the pipeline (written by the command)
+  std::string trace;         // Chrome trace-event JSON of the pipeline (written by the command)
   int64_t trace_max_spans = static_cast<int64_t>(TraceRecorder::kDefaultMaxSpans);  // later spans are dropped
 
   void add_to(CLI::App* cmd, bool model_required = true);
-  // Converts to EngineOptions; errors name the flag. open_trace: with --trace, start the
-  // trace file (EngineOptions::observability.trace); false only validates (--print-config).
+  // `options` with the converted flags; errors name the flag. open_trace: with --trace, start
+  // the trace file (EngineOptions::observability.trace); false only validates (--print-config).
   Result<EngineOptions> to_options(bool open_trace = true) const;
 };
 

@@ -12,22 +12,22 @@ Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, 
   for (int j = 0; j < n_ffn; ++j) {
     AFD_ASSIGN_OR_RETURN(int port, children->reserve_port());
     const std::string addr = "127.0.0.1:" + std::to_string(port);
-    std::vector<std::string> args = {"worker", "--role", "ffn", "--model", e.model_dir, "--listen", addr,
+    std::vector<std::string> args = {"worker", "--role", "ffn", "--model", e.options.model_dir, "--listen", addr,
                                      "--shard", std::to_string(j) + "/" + std::to_string(n_ffn),
                                      "--attention", std::to_string(n_attention), "--precision", e.precision,
-                                     "--ffn-device", e.ffn_device, "--peer-timeout-ms",
+                                     "--ffn-device", e.options.ffn_device, "--peer-timeout-ms",
                                      std::to_string(e.ffn_peer_timeout_ms)};
-    if (e.ffn_tp > 1) {
+    if (e.options.afd.ffn_tp > 1) {
       args.push_back("--ffn-tp");
-      args.push_back(std::to_string(e.ffn_tp));
+      args.push_back(std::to_string(e.options.afd.ffn_tp));
     }
     if (threads > 0) {
       args.push_back("--threads");
       args.push_back(std::to_string(threads));
     }
-    if (e.ucx_spin_us >= 0) {
+    if (e.options.afd.ucx_spin_us >= 0) {
       args.push_back("--ucx-spin-us");
-      args.push_back(std::to_string(e.ucx_spin_us));
+      args.push_back(std::to_string(e.options.afd.ucx_spin_us));
     }
     if (!e.trace.empty()) {
       out.trace_parts.push_back(trace_part_path(e.trace, "ffn", j));
@@ -52,10 +52,10 @@ Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, 
 Status LocalFfnProcesses::start(const EngineFlags& flags, EngineOptions* o, bool with_metrics) {
   if (!flags.spawn_ffn) return Status::ok();
   if (!o->afd.ffn_addresses.empty()) return invalid_argument("--spawn-ffn and --ffn exclude each other");
-  AFD_ASSIGN_OR_RETURN(Topology t, parse_topology(o->topology));
-  if (t.wiring != Wiring::afd) return invalid_argument("--spawn-ffn needs an xAyF topology, got '" + o->topology + "'");
+  const Topology& t = o->topology;
+  if (t.wiring != Wiring::afd) return invalid_argument("--spawn-ffn needs an xAyF topology, got '" + t.to_string() + "'");
   AFD_ASSIGN_OR_RETURN(SpawnedFfn spawned,
-                       spawn_ffn_workers(&children_, t.n_attention, t.n_ffn, flags, flags.threads, with_metrics));
+                       spawn_ffn_workers(&children_, t.n_attention, t.n_ffn, flags, flags.options.n_threads, with_metrics));
   o->afd.ffn_addresses = std::move(spawned.addresses);
   metrics_ = std::move(spawned.metrics);
   trace_parts_ = std::move(spawned.trace_parts);

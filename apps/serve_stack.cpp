@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "model/weights.h"
 #include "reload_on_hangup.h"
 #include "runtime/bundle.h"
 #include "runtime/afd/ffn_client.h"
@@ -96,61 +97,76 @@ std::string render_process_metrics(ChildProcesses* children) {
   return o;
 }
 
+namespace {
+// A byte count held as size_t but given as an INT flag, as it always was: a negative value
+// converts (wrapping) and is refused by ServiceFlags::validate(), which reads it back signed.
+CLI::Option* add_bytes_option(CLI::App* cmd, const std::string& name, size_t& bytes, const std::string& help) {
+  return cmd->add_option<size_t, int64_t>(name, bytes, help)->default_str(std::to_string(bytes));
+}
+int64_t as_flag(size_t bytes) { return static_cast<int64_t>(bytes); }
+}  // namespace
+
 void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
+  serve::ServerOptions& server = options.server;
+  serve::http::Limits& limits = server.limits;
+  serve::SchedulerOptions& sched = options.scheduler;
   if (public_api) {
-    cmd->add_option("--host", host, "Address to bind (127.0.0.1: this machine only)")
+    cmd->add_option("--host", server.host, "Address to bind (127.0.0.1: this machine only)")
         ->envname("AFD_HOST")->capture_default_str();
-    cmd->add_option("--port", port, "TCP port (0: any free port)")->envname("AFD_PORT")->capture_default_str();
-    cmd->add_option("--api-key", api_key, "Require 'Authorization: Bearer KEY' on /v1/*")->envname("AFD_API_KEY");
+    cmd->add_option("--port", server.port, "TCP port (0: any free port)")->envname("AFD_PORT")->capture_default_str();
+    cmd->add_option("--api-key", server.api_key, "Require 'Authorization: Bearer KEY' on /v1/*")
+        ->envname("AFD_API_KEY");
     cmd->add_option("--workers", workers, "Data-parallel attention workers (one engine each)")
         ->envname("AFD_WORKERS")->capture_default_str();
   }
-  cmd->add_option("--model-name", model_name, "Model id in the API (default: the model directory's name)")
+  cmd->add_option("--model-name", options.model_name, "Model id in the API (default: the model directory's name)")
       ->envname("AFD_MODEL_NAME");
-  cmd->add_option("--max-running", max_running, "Sequences per batch per worker")
+  cmd->add_option("--max-running", sched.max_running, "Sequences per batch per worker")
       ->envname("AFD_MAX_RUNNING")->capture_default_str();
-  cmd->add_option("--max-queue", max_queue, "Waiting requests per worker before 429")
+  cmd->add_option("--max-queue", sched.max_queue, "Waiting requests per worker before 429")
       ->envname("AFD_MAX_QUEUE")->capture_default_str();
-  cmd->add_option("--max-batch-tokens", max_batch_tokens, "Tokens per forward pass (decodes + prefill chunks)")
+  cmd->add_option("--max-batch-tokens", sched.max_batch_tokens, "Tokens per forward pass (decodes + prefill chunks)")
       ->envname("AFD_MAX_BATCH_TOKENS")->capture_default_str();
-  cmd->add_option("--max-context", max_context, "Context limit per request (0: the model's)")
+  cmd->add_option("--max-context", options.max_context, "Context limit per request (0: the model's)")
       ->envname("AFD_MAX_CONTEXT")->capture_default_str();
-  cmd->add_option("--max-body", max_body, "Request body limit in bytes, any transfer encoding (413 above)")
-      ->envname("AFD_MAX_BODY")->capture_default_str();
+  add_bytes_option(cmd, "--max-body", limits.max_body_bytes,
+                   "Request body limit in bytes, any transfer encoding (413 above)")
+      ->envname("AFD_MAX_BODY");
   cmd->add_option("--content-special-tokens", content_special_tokens,
                   "Control-token text inside chat message content: 'parse' (as Hugging Face: it becomes the control "
                   "token) or 'text' (tokenized as plain text: a role-injection defence)")
       ->check(CLI::IsMember({"parse", "text"}))
       ->envname("AFD_CONTENT_SPECIAL_TOKENS")->capture_default_str();
-  cmd->add_option("--http-threads", http_threads,
+  cmd->add_option("--http-threads", server.http_threads,
                   "Requests in handlers at once (handler threads; a generation holds one until it ends)")
       ->envname("AFD_HTTP_THREADS")->capture_default_str();
-  cmd->add_option("--http-max-connections", http_max_connections,
+  cmd->add_option("--http-max-connections", limits.max_connections,
                   "Open HTTP connections at once (one more gets 503 and is closed)")
       ->envname("AFD_HTTP_MAX_CONNECTIONS")->capture_default_str();
-  cmd->add_option("--http-header-timeout-s", http_header_timeout_s,
+  cmd->add_option("--http-header-timeout-s", limits.header_timeout_s,
                   "A request's header must arrive within this long of its first byte (408 and close)")
       ->envname("AFD_HTTP_HEADER_TIMEOUT_S")->capture_default_str();
-  cmd->add_option("--http-body-timeout-s", http_body_timeout_s,
+  cmd->add_option("--http-body-timeout-s", limits.body_timeout_s,
                   "A request's body must arrive within this long of its header (408 and close)")
       ->envname("AFD_HTTP_BODY_TIMEOUT_S")->capture_default_str();
-  cmd->add_option("--http-idle-timeout-s", http_idle_timeout_s, "Keep-alive connections idle this long are closed")
+  cmd->add_option("--http-idle-timeout-s", limits.idle_timeout_s, "Keep-alive connections idle this long are closed")
       ->envname("AFD_HTTP_IDLE_TIMEOUT_S")->capture_default_str();
-  cmd->add_option("--http-write-timeout-s", http_write_timeout_s,
+  cmd->add_option("--http-write-timeout-s", limits.write_timeout_s,
                   "A client that accepts no byte of its answer for this long is disconnected")
       ->envname("AFD_HTTP_WRITE_TIMEOUT_S")->capture_default_str();
-  cmd->add_option("--http-max-header-bytes", http_max_header_bytes,
-                  "Request line + header fields, in bytes (431 above)")
-      ->envname("AFD_HTTP_MAX_HEADER_BYTES")->capture_default_str();
-  cmd->add_option("--http-max-headers", http_max_headers, "Header fields per request (431 above)")
+  add_bytes_option(cmd, "--http-max-header-bytes", limits.max_header_bytes,
+                   "Request line + header fields, in bytes (431 above)")
+      ->envname("AFD_HTTP_MAX_HEADER_BYTES");
+  cmd->add_option("--http-max-headers", limits.max_headers, "Header fields per request (431 above)")
       ->envname("AFD_HTTP_MAX_HEADERS")->capture_default_str();
-  cmd->add_option("--http-max-target", http_max_target, "Request target (path + query) in bytes (414 above)")
-      ->envname("AFD_HTTP_MAX_TARGET")->capture_default_str();
-  cmd->add_option("--admission-inline-bytes", admission_inline_bytes,
-                  "Request bodies larger than this are parsed and tokenized on background-priority threads, using "
-                  "only CPU the engine leaves idle")
-      ->envname("AFD_ADMISSION_INLINE_BYTES")->capture_default_str();
-  cmd->add_option("--admission-queue", admission_queue,
+  add_bytes_option(cmd, "--http-max-target", limits.max_target_bytes,
+                   "Request target (path + query) in bytes (414 above)")
+      ->envname("AFD_HTTP_MAX_TARGET");
+  add_bytes_option(cmd, "--admission-inline-bytes", server.admission.inline_max_bytes,
+                   "Request bodies larger than this are parsed and tokenized on background-priority threads, using "
+                   "only CPU the engine leaves idle")
+      ->envname("AFD_ADMISSION_INLINE_BYTES");
+  cmd->add_option("--admission-queue", server.admission.max_waiting,
                   "Large request bodies parsed or waiting at once (one more gets 503)")
       ->envname("AFD_ADMISSION_QUEUE")->capture_default_str();
   cmd->add_option("--drain-timeout-s", drain_timeout_s,
@@ -158,7 +174,7 @@ void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
                   "second signal stops at once; 0: stop at once)")
       ->check(CLI::Range(0.0, 86400.0))
       ->envname("AFD_DRAIN_TIMEOUT_S")->capture_default_str();
-  cmd->add_option("--step-retry-s", step_retry_s,
+  cmd->add_option("--step-retry-s", sched.step_retry_s,
                   "AFD: when a forward pass fails on a lost or stalled FFN worker, keep its requests and retry it once "
                   "the FFN side is back, for up to this long (0: fail them at once)")
       ->check(CLI::Range(0.0, 86400.0))
@@ -166,43 +182,33 @@ void ServiceFlags::add_to(CLI::App* cmd, bool public_api) {
 }
 
 Status ServiceFlags::validate() const {
+  const serve::ServerOptions& server = options.server;
+  const serve::http::Limits& l = server.limits;
+  const serve::SchedulerOptions& sched = options.scheduler;
   if (workers < 1 || workers > 64) return invalid_argument("--workers must be in [1, 64]");
-  if (port < 0 || port > 65535) return invalid_argument("--port must be in [0, 65535]");
-  if (drain_timeout_s < 0 || step_retry_s < 0) return invalid_argument("--drain-timeout-s and --step-retry-s must be >= 0");
-  if (max_running < 1 || max_queue < 0 || max_batch_tokens < 1 || max_body < 1024 || http_threads < 1)
+  if (server.port < 0 || server.port > 65535) return invalid_argument("--port must be in [0, 65535]");
+  if (drain_timeout_s < 0 || sched.step_retry_s < 0)
+    return invalid_argument("--drain-timeout-s and --step-retry-s must be >= 0");
+  if (sched.max_running < 1 || sched.max_queue < 0 || sched.max_batch_tokens < 1 || as_flag(l.max_body_bytes) < 1024 ||
+      server.http_threads < 1)
     return invalid_argument("--max-running, --max-batch-tokens, --http-threads must be >= 1, --max-body >= 1024");
-  if (http_max_connections < 1 || http_max_headers < 1 || http_max_header_bytes < 1024 || http_max_target < 64 ||
-      http_max_header_bytes > (int64_t{1} << 30))
+  if (l.max_connections < 1 || l.max_headers < 1 || as_flag(l.max_header_bytes) < 1024 ||
+      as_flag(l.max_target_bytes) < 64 || as_flag(l.max_header_bytes) > (int64_t{1} << 30))
     return invalid_argument(
         "--http-max-connections and --http-max-headers must be >= 1, --http-max-header-bytes in [1024, 2^30], "
         "--http-max-target >= 64");
-  if (admission_inline_bytes < 0 || admission_queue < 1)
+  if (as_flag(server.admission.inline_max_bytes) < 0 || server.admission.max_waiting < 1)
     return invalid_argument("--admission-inline-bytes must be >= 0 and --admission-queue >= 1");
-  for (double t : {http_header_timeout_s, http_body_timeout_s, http_idle_timeout_s, http_write_timeout_s})
+  for (double t : {l.header_timeout_s, l.body_timeout_s, l.idle_timeout_s, l.write_timeout_s})
     if (!(t > 0 && t <= 86400))
       return invalid_argument("--http-*-timeout-s must be in (0, 86400]");
   return Status::ok();
 }
 
-serve::AdmissionOptions ServiceFlags::admission_options() const {
-  serve::AdmissionOptions a;
-  a.inline_max_bytes = static_cast<size_t>(admission_inline_bytes);
-  a.max_waiting = admission_queue;
-  return a;
-}
-
-serve::http::Limits ServiceFlags::http_limits() const {
-  serve::http::Limits l;
-  l.max_body_bytes = static_cast<size_t>(max_body);
-  l.max_connections = http_max_connections;
-  l.header_timeout_s = http_header_timeout_s;
-  l.body_timeout_s = http_body_timeout_s;
-  l.idle_timeout_s = http_idle_timeout_s;
-  l.write_timeout_s = http_write_timeout_s;
-  l.max_header_bytes = static_cast<size_t>(http_max_header_bytes);
-  l.max_headers = http_max_headers;
-  l.max_target_bytes = static_cast<size_t>(http_max_target);
-  return l;
+serve::ServerOptions ServiceFlags::server() const {
+  serve::ServerOptions s = options.server;
+  s.content_special_as_text = content_special_tokens == "text";
+  return s;
 }
 
 Result<std::unique_ptr<StopOnSignal>> StopOnSignal::start(StopActions a) {
@@ -294,25 +300,15 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
     EngineOptions eo = opt;
     if (f.workers > 1 && eo.n_threads == 0)
       eo.n_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / f.workers);
-    auto e = make_engine(eo);
+    auto weights = load_model(eo.model_dir);
+    if (!weights.ok()) fail(cmd, weights.status());
+    auto e = make_engine(eo, *weights);
     if (!e.ok()) fail(cmd, e.status());
     engines.push_back(std::move(*e));
   }
-  serve::ServiceOptions so;
-  so.server.host = f.host;
-  so.server.port = f.port;
-  so.server.api_key = f.api_key;
-  so.server.limits = f.http_limits();
-  so.server.http_threads = f.http_threads;
-  so.server.admission = f.admission_options();
-  so.server.content_special_as_text = f.content_special_tokens == "text";
-  so.scheduler.max_running = f.max_running;
-  so.scheduler.max_queue = f.max_queue;
-  so.scheduler.max_batch_tokens = f.max_batch_tokens;
-  so.scheduler.step_retry_s = f.step_retry_s;
+  serve::ServiceOptions so = f.options;
+  so.server = f.server();
   so.model_dir = opt.model_dir;
-  so.model_name = f.model_name;
-  so.max_context = f.max_context;
   // In-process bundles' FFN workers (owned by the engines, which the service keeps alive):
   // their afd_ffn_* series join the service's /metrics, labelled ffn="<engine>.<shard>".
   std::vector<serve::FfnWorkerSample> ffn_samples;
@@ -370,7 +366,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   if (!on_signal.ok()) fail(cmd, on_signal.status());
   std::string b = banner;
   if (size_t at = b.find("{model}"); at != std::string::npos) b.replace(at, 7, raw->model().limits.model_name);
-  std::printf("%s on http://%s:%d%s\n", b.c_str(), f.host.c_str(), raw->port(), suffix.c_str());
+  std::printf("%s on http://%s:%d%s\n", b.c_str(), f.options.server.host.c_str(), raw->port(), suffix.c_str());
   std::fflush(stdout);
   Status s = raw->run();
   on_signal->reset();  // a signal's stop() has finished (the service outlives it)

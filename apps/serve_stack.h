@@ -20,44 +20,24 @@
 
 namespace afd::cli {
 
-// Scheduler and HTTP limits shared by serve and attention workers.
+// Scheduler and HTTP limits shared by serve and attention workers. A flag that sets a
+// ServiceOptions member as it is (--port, --max-running, --step-retry-s, the --http-* limits,
+// ...) is bound to that member of `options`, so its default is the one SchedulerOptions,
+// ServerOptions, http::Limits or AdmissionOptions has; the members here are this command's.
 struct ServiceFlags {
-  std::string host = "127.0.0.1";
-  int port = 8000;
-  std::string api_key;
-  std::string model_name;
+  serve::ServiceOptions options;
   int workers = 1;
-  int64_t max_running = 64;
-  int64_t max_queue = 1024;
-  int64_t max_batch_tokens = 1024;
-  int64_t max_context = 0;
-  int64_t max_body = 1 << 20;
-  int http_threads = 512;
-  std::string content_special_tokens = "parse";  // parse | text (RequestLimits::content_special_as_text)
-  // The HTTP layer's other limits (serve/http/limits.h has what each one answers).
-  int http_max_connections = 2048;
-  double http_header_timeout_s = 10;
-  double http_body_timeout_s = 30;
-  double http_idle_timeout_s = 30;
-  double http_write_timeout_s = 30;
-  int64_t http_max_header_bytes = 16 << 10;
-  int http_max_headers = 100;
-  int64_t http_max_target = 8 << 10;
-  int64_t admission_inline_bytes = 64 << 10;
-  int admission_queue = 64;
+  // parse | text (ServerOptions::content_special_as_text)
+  std::string content_special_tokens = serve::ServerOptions{}.content_special_as_text ? "text" : "parse";
   // SIGINT/SIGTERM first stop taking requests and let those in flight finish for up to this
   // long (a second signal stops at once); 0: stop at once.
   double drain_timeout_s = 30;
-  // A forward pass failing on a lost or stalled FFN worker is retried for up to this long
-  // (SchedulerOptions::step_retry_s); 0: its requests fail at once.
-  double step_retry_s = 30;
 
   // public_api: also --host, --port, --api-key, --workers (serve); workers get --listen instead.
   void add_to(CLI::App* cmd, bool public_api);
   Status validate() const;
-  // --max-body and the --http-* limits, as the HTTP layer takes them.
-  serve::http::Limits http_limits() const;
-  serve::AdmissionOptions admission_options() const;
+  // options.server with --content-special-tokens.
+  serve::ServerOptions server() const;
 };
 
 // What a signal does to a server. With drain_timeout_s > 0 and a drain, the first

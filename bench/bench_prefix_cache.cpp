@@ -22,6 +22,7 @@
 
 #include "core/timer.h"
 #include "model/make_model.h"
+#include "model/weights.h"
 #include "runtime/engine_factory.h"
 #include "serve/scheduling/scheduler.h"
 #include "serve/text/tokenizer.h"
@@ -57,7 +58,12 @@ Result_ run(const Args& a, const std::string& dir, const Tokenizer* tok, bool ca
   o.kv.max_seqs = 64;
   o.n_threads = a.threads;
   o.kv.prefix_caching = caching;
-  auto e = make_engine(o);
+  auto w = load_model(dir);
+  if (!w.ok()) {
+    std::fprintf(stderr, "model: %s\n", w.status().to_string().c_str());
+    std::exit(1);
+  }
+  auto e = make_engine(o, *w);
   if (!e.ok()) {
     std::fprintf(stderr, "engine: %s\n", e.status().to_string().c_str());
     std::exit(1);

@@ -12,6 +12,7 @@
 #include "core/timer.h"
 #include "model/weights.h"
 #include "runtime/afd/ffn_client.h"
+#include "runtime/pipeline_engine.h"
 
 namespace afd {
 
@@ -70,10 +71,11 @@ std::vector<const FfnWorkerStats*> Bundle::ffn_stats() const {
   return out;
 }
 
-Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, const Topology& topo,
-                                               std::shared_ptr<const ModelWeights> w) {
+Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, std::shared_ptr<const ModelWeights> w) {
   std::unique_ptr<Bundle> b(new Bundle());
-  b->topo_ = topo;
+  b->topo_ = opt.topology;
+  b->topo_.ffn_tp = opt.afd.ffn_tp;
+  const Topology& topo = b->topo_;
   const bool remote = !opt.afd.ffn_addresses.empty();
   b->first_attention_index_ = remote ? opt.afd.attention_index : 0;
   const bool ref = opt.precision == Precision::reference;

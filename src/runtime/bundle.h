@@ -20,7 +20,7 @@
 
 #include "comm/transport.h"
 #include "runtime/engine.h"
-#include "runtime/engine_factory.h"
+#include "runtime/engine_options.h"
 #include "runtime/afd/ffn_worker.h"
 #include "runtime/topology.h"
 
@@ -30,8 +30,8 @@ struct ModelWeights;
 
 class Bundle {
  public:
-  static Result<std::unique_ptr<Bundle>> create(const EngineOptions& opt, const Topology& topo,
-                                                std::shared_ptr<const ModelWeights> w);
+  // The bundle of opt.topology (AFD or EP wiring) with TP degree opt.afd.ffn_tp.
+  static Result<std::unique_ptr<Bundle>> create(const EngineOptions& opt, std::shared_ptr<const ModelWeights> w);
   ~Bundle();  // stops the local FFN workers (engines must be destroyed first: Bundle owns them)
 
   std::vector<std::unique_ptr<Engine>>& attention() { return attention_; }

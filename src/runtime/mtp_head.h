@@ -17,7 +17,8 @@
 #include "kv/paged_kv_cache.h"
 #include "model/attention_part.h"
 #include "model/weights.h"
-#include "runtime/engine_factory.h"
+#include "runtime/engine.h"
+#include "runtime/engine_options.h"
 #include "runtime/ffn_backend.h"
 
 namespace afd {

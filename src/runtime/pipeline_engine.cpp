@@ -4,6 +4,8 @@
 #include <unordered_set>
 
 #include "core/timer.h"
+#include "model/attention_variant.h"
+#include "model/weights.h"
 
 namespace afd {
 
@@ -258,6 +260,39 @@ Status PipelineEngine::forward_with_hidden(std::span<const BatchItem> items, std
   }
   times_.total_s = (now_ns() - t_start) * 1e-9;
   return Status::ok();
+}
+
+Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, std::shared_ptr<const ModelWeights> w,
+                                                     std::unique_ptr<FfnBackend> ffn,
+                                                     std::shared_ptr<ThreadPool> pool) {
+  const ModelConfig& c = w->config;
+  const bool ref = opt.precision == Precision::reference;
+  KvCacheConfig kc;
+  kc.n_layers = c.n_layers;
+  const KvLayout kvl = kv_layout(c);
+  kc.n_kv_heads = kvl.n_kv_heads;
+  kc.head_dim = kvl.k_dim;
+  kc.k_only = kvl.v_dim == 0;  // MLA: K-only latent rows (model/attention_variant.h)
+  kc.block_size = opt.kv.block_size;
+  kc.dtype = ref ? DType::f32 : opt.kv.dtype;
+  kc.prefix_caching = opt.kv.prefix_caching;
+  int64_t cap = opt.kv.capacity_tokens;
+  if (cap == 0) {
+    const int64_t max_pos = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
+    cap = std::min<int64_t>(opt.kv.max_seqs * max_pos, 131072);
+  }
+  kc.n_blocks = (cap + kc.block_size - 1) / kc.block_size;
+  AFD_ASSIGN_OR_RETURN(auto kv, PagedKvCache::create(kc));
+  AttentionOptions ao;
+  ao.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
+  auto pe = std::make_unique<PipelineEngine>(w, std::move(kv), std::move(ffn), std::move(pool), ao, opt.pipeline_microbatches(),
+                                             opt.kv.max_seqs);
+  if (opt.observability.trace) {
+    const int pid = TraceRecorder::kAttentionPid + opt.afd.attention_index;
+    pe->set_trace(opt.observability.trace, pid);
+    opt.observability.trace->name_process(pid, "attention " + std::to_string(opt.afd.attention_index));
+  }
+  return std::unique_ptr<Engine>(std::move(pe));
 }
 
 }  // namespace afd

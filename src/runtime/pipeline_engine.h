@@ -15,6 +15,7 @@
 #include "kv/paged_kv_cache.h"
 #include "model/attention_part.h"
 #include "runtime/engine.h"
+#include "runtime/engine_options.h"
 #include "runtime/ffn_backend.h"
 #include "runtime/trace.h"
 
@@ -75,5 +76,12 @@ class PipelineEngine : public Engine {
   std::shared_ptr<TraceRecorder> trace_;
   int trace_pid_ = 1;
 };
+
+// One attention engine (KV cache sized by opt.kv, attention half in opt.precision, the
+// wiring's micro-batch count) over the given FFN backend; with opt.observability.trace it
+// records as attention worker opt.afd.attention_index.
+Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, std::shared_ptr<const ModelWeights> w,
+                                                     std::unique_ptr<FfnBackend> ffn,
+                                                     std::shared_ptr<ThreadPool> pool);
 
 }  // namespace afd

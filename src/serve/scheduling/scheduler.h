@@ -50,8 +50,8 @@ struct SchedulerOptions {
   // A forward pass that fails with unavailable or timeout (an AFD peer lost or stalled; the
   // engine leaves every sequence unchanged) is retried, once Engine::health() is ok again,
   // for up to this long before its requests fail; meanwhile they wait (streams pause).
-  // 0: fail them at once.
-  double step_retry_s = 0;
+  // 0: fail them at once. (--step-retry-s.)
+  double step_retry_s = 30;
 };
 
 class Scheduler {

@@ -54,9 +54,9 @@ TEST(DeploymentConfig, LayersInOrderWithSources) {
                                              {"precision", "reference", "precision"},
                                              {"max_seqs", 9, "attention[0].max_seqs"}};  // later wins
   ASSERT_TRUE(cfg.apply(file, "t.json").is_ok());
-  EXPECT_EQ(c.engine.threads, 2);       // flag over env and file
-  EXPECT_EQ(c.engine.kv_block, 32);     // env over file
-  EXPECT_EQ(c.engine.max_seqs, 9);      // file over default
+  EXPECT_EQ(c.engine.options.n_threads, 2);      // flag over env and file
+  EXPECT_EQ(c.engine.options.kv.block_size, 32);    // env over file
+  EXPECT_EQ(c.engine.options.kv.max_seqs, 9);     // file over default
   EXPECT_EQ(c.engine.precision, "reference");
   EXPECT_EQ(c.engine.kv_dtype, "bf16");  // default
   EXPECT_EQ(cfg.find("threads")->source, ConfigSource::flag);

@@ -269,7 +269,7 @@ TEST(CudaFfn, MonolithicAndAfdEnginesDecodeLikeTheCpu) {
     o.kv.capacity_tokens = 256;
     o.kv.max_seqs = 4;
     o.n_threads = 1;
-    o.topology = topo;
+    o.topology = *parse_topology(topo);
     o.microbatches = mb;
     o.emulation.fp8_dispatch = true;
     o.ffn_device = device;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "model/weights.h"
 #include "runtime/bundle.h"
@@ -17,6 +18,18 @@ namespace {
 
 const char* kModel = AFD_SOURCE_DIR "/tests/reference/data/qwen3_gqa2_top2_untied";
 
+// make_engine over the weights in o.model_dir (loaded once per directory).
+Result<std::unique_ptr<Engine>> engine_of(const EngineOptions& o) {
+  static std::map<std::string, std::shared_ptr<const ModelWeights>> loaded;
+  auto& w = loaded[o.model_dir];
+  if (!w) {
+    auto l = load_model(o.model_dir);
+    if (!l.ok()) return l.status();
+    w = std::move(*l);
+  }
+  return make_engine(o, w);
+}
+
 std::unique_ptr<Engine> make(Precision p, int64_t kv_tokens = 512, int mb = 1, bool fp8 = false) {
   EngineOptions o;
   o.model_dir = kModel;
@@ -26,9 +39,18 @@ std::unique_ptr<Engine> make(Precision p, int64_t kv_tokens = 512, int mb = 1, b
   o.kv.max_seqs = 4;
   o.microbatches = mb;
   o.emulation.fp8_dispatch = fp8;
-  auto e = make_engine(o);
+  auto e = engine_of(o);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   return std::move(*e);
+}
+
+// The caller loads the weights: make_engine never reads the model directory itself.
+TEST(Engine, MakeEngineNeedsLoadedWeights) {
+  EngineOptions o;
+  o.model_dir = kModel;
+  auto e = make_engine(o, nullptr);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::invalid_argument) << e.status().to_string();
 }
 
 TEST(Engine, InvalidBatchesLeaveStateUnchanged) {
@@ -127,9 +149,9 @@ std::unique_ptr<Engine> make_cached(bool caching, const std::string& topology = 
   o.kv.capacity_tokens = kv_tokens;
   o.kv.block_size = 16;
   o.kv.max_seqs = 4;
-  o.topology = topology;
+  o.topology = *parse_topology(topology);
   o.kv.prefix_caching = caching;
-  auto e = make_engine(o);
+  auto e = engine_of(o);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   return std::move(*e);
 }
@@ -309,9 +331,9 @@ void check_layer_stage_times(const std::string& topology, int microbatches) {
   o.precision = Precision::reference;
   o.kv.capacity_tokens = 512;
   o.kv.max_seqs = 4;
-  o.topology = topology;
+  o.topology = *parse_topology(topology);
   o.microbatches = microbatches;
-  auto e = make_engine(o);
+  auto e = engine_of(o);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   std::vector<int32_t> a = {1, 2, 3, 4, 5}, b = {7, 8, 9};
   auto s0 = (*e)->create_sequence(), s1 = (*e)->create_sequence();
@@ -368,8 +390,8 @@ TEST(EngineFfnDevice, UnknownDeviceAndMissingGpuAreClearErrors) {
   EXPECT_FALSE(why.empty());
   o.ffn_device = "cuda";
   for (const char* topo : {"mono", "1A1F"}) {
-    o.topology = topo;
-    auto e = make_engine(o);
+    o.topology = *parse_topology(topo);
+    auto e = engine_of(o);
     ASSERT_FALSE(e.ok()) << topo;
     EXPECT_EQ(e.status().code(), StatusCode::unavailable) << e.status().to_string();
     EXPECT_NE(e.status().to_string().find("CUDA"), std::string::npos) << e.status().to_string();
@@ -394,11 +416,11 @@ TEST(EngineMicrobatches, DefaultFollowsTheWiring) {
   struct Case { const char* topo; int set; int want; };
   for (Case c : {Case{"mono", 0, 1}, Case{"2A1F", 0, 3}, Case{"1A2F", 0, 3}, Case{"EP2", 0, 1},
                  Case{"1A1F", 2, 2}, Case{"mono", 4, 4}}) {
-    o.topology = c.topo;
+    o.topology = *parse_topology(c.topo);
     o.microbatches = c.set;
     ASSERT_TRUE(o.validate().is_ok()) << c.topo;
     EXPECT_EQ(o.pipeline_microbatches(), c.want) << c.topo << " set " << c.set;
-    auto e = make_engine(o);
+    auto e = engine_of(o);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
     const Engine* first = e->get();
     if (auto* dp = dynamic_cast<DataParallelEngine*>(e->get())) first = dp->bundle().attention()[0].get();
@@ -421,9 +443,9 @@ TEST(Engine, InProcessBundleTooLargeForMemoryIsRefused) {
   o.precision = Precision::reference;
   o.kv.capacity_tokens = 256;
   o.kv.max_seqs = 4;
-  o.topology = "64A64F";
+  o.topology = *parse_topology("64A64F");
   o.afd.max_batch_tokens = 1 << 20;  // ~100 MB frames x 4096 pairs x 3 micro-batches: no machine has that
-  auto e = make_engine(o);
+  auto e = engine_of(o);
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), StatusCode::resource_exhausted) << e.status().to_string();
   EXPECT_NE(e.status().message().find("wire buffers"), std::string::npos) << e.status().to_string();

@@ -23,7 +23,9 @@ std::unique_ptr<Engine> make(int64_t kv_tokens = 1024) {
   o.kv.capacity_tokens = kv_tokens;
   o.kv.block_size = 16;
   o.kv.max_seqs = 32;
-  auto e = make_engine(o);
+  auto w = load_model(kModel);
+  EXPECT_TRUE(w.ok()) << w.status().to_string();
+  auto e = make_engine(o, *w);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   return std::move(*e);
 }

@@ -21,6 +21,23 @@ TEST(Topology, Parses) {
     EXPECT_FALSE(parse_topology(bad).ok()) << bad;
 }
 
+// The typed value EngineOptions holds: to_string() gives the canonical spelling, which parses
+// back to the same wiring and worker counts; the default is mono.
+TEST(Topology, CanonicalSpellingRoundTrips) {
+  EXPECT_EQ(Topology{}.to_string(), "mono");
+  for (const char* s : {"mono", "monolithic", "1A1F", "2a3f", "64A64F", "EP2", "ep8"}) {
+    auto t = parse_topology(s);
+    ASSERT_TRUE(t.ok()) << s;
+    auto back = parse_topology(t->to_string());
+    ASSERT_TRUE(back.ok()) << t->to_string();
+    EXPECT_EQ(back->wiring, t->wiring) << s;
+    EXPECT_EQ(back->n_attention, t->n_attention) << s;
+    EXPECT_EQ(back->n_ffn, t->n_ffn) << s;
+  }
+  EXPECT_EQ(parse_topology("2a3f")->to_string(), "2A3F");
+  EXPECT_EQ(parse_topology("monolithic")->to_string(), "mono");
+}
+
 TEST(Topology, ShardsCoverEveryExpertOnce) {
   for (int y : {1, 2, 3, 5, 8}) {
     Topology t = *parse_topology("1A" + std::to_string(y) + "F");

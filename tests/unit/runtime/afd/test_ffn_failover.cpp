@@ -533,14 +533,16 @@ TEST(FfnFailover, InProcessBundleSurvivesAFailedFfnWorker) {
     EngineOptions eo;
     eo.model_dir = dir;
     eo.precision = Precision::reference;
-    eo.topology = "1A2F";
+    eo.topology = *parse_topology("1A2F");
     eo.kv.capacity_tokens = 256;
     eo.kv.max_seqs = 4;
     eo.microbatches = 2;
     eo.n_threads = 1;
     eo.afd.ffn_probe_ms = 0;
     eo.afd.ffn_takeover_ms = 300;
-    auto e = make_engine(eo);
+    auto w = load_model(dir);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    auto e = make_engine(eo, *w);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
     auto* dp = dynamic_cast<DataParallelEngine*>(e->get());
     ASSERT_NE(dp, nullptr);

@@ -230,6 +230,7 @@ TEST(Scheduler, CancelReleasesTheSequence) {
 TEST(Scheduler, BoundedQueueAndEngineErrors) {
   SchedulerOptions o;
   o.max_queue = 2;
+  o.step_retry_s = 0;  // no retries: the failed pass fails its requests at once
   Fixture f(1000, 4, o);
   Status s1, s2, s3;
   auto a = f.submit({1}, 3, &s1);

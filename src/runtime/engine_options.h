@@ -1,0 +1,122 @@
+// EngineOptions: everything make_engine needs to know besides the weights, each setting with
+// its one default. The `afd` engine flags (apps/engine_flags.h) bind to these members.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "runtime/topology.h"
+
+namespace afd {
+
+class TraceRecorder;
+
+enum class Precision {
+  reference,  // f32 activations, f32 KV: matches an f64 reference to ~1e-5 in logits
+  fast,       // bf16 activations into the matrix products, bf16 (or fp8) KV
+};
+// "reference" | "fast"
+bool precision_from_name(const std::string& s, Precision* out);
+const char* precision_name(Precision p);
+
+// The KV cache of each attention engine.
+struct KvOptions {
+  // KV element type; f32 is forced in reference precision. bf16 | f8_e4m3 for fast.
+  DType dtype = DType::bf16;
+  int64_t block_size = 16;
+  // Tokens the KV cache can hold across all sequences; 0: min(max_seqs * max_position_embeddings, 131072).
+  int64_t capacity_tokens = 0;
+  int64_t max_seqs = 256;
+  // Automatic prefix caching (kv/paged_kv_cache.h): full KV blocks are kept by content after
+  // their sequence ends and mapped into new sequences with the same token prefix
+  // (Engine::reuse_prefix). On by default, as in vLLM V1; --no-prefix-cache turns it off.
+  bool prefix_caching = true;
+};
+
+// The AFD wiring: where the FFN workers are, this process's place in the bundle, the wire's
+// sizes and how lost or slow FFN workers are handled.
+struct AfdOptions {
+  // Remote FFN workers ("host:port" of `afd worker --role ffn`), in shard order. This
+  // process then hosts attention worker attention_index of the topology's x.
+  std::vector<std::string> ffn_addresses;
+  int attention_index = 0;
+  // With ffn_addresses: attention workers [attention_index, attention_index + local_attention)
+  // of the topology's x run in this process (each with its own UCX endpoint).
+  int local_attention = 1;
+  int64_t max_batch_tokens = 4096;  // most tokens in one AFD micro-batch (wire buffers)
+  // FP8 dispatch scale group on the wire (and of EmulationOptions::fp8_dispatch): 0 per-token
+  // scale; 128 per-128-channel block.
+  int64_t fp8_group = 0;
+  int ffn_timeout_ms = 10000;       // an FFN reply later than this fails the step
+  int ffn_connect_timeout_ms = 60000;  // FFN workers not connected by then: an error
+  int ffn_probe_ms = 1000;             // idle time before a liveness ping to the FFN workers; 0: none
+  // An FFN worker unreachable this long leaves the expert assignment and the others take over
+  // its experts (FfnClientOptions::takeover_ms; whole experts only, not with ffn_tp > 1); it
+  // joins again when back. 0: never (the bundle waits for it).
+  int ffn_takeover_ms = 10000;
+  // Parts the routed experts are cut into for re-homing (FfnClientOptions::parts): the unit of
+  // BF16 rounding, and the most FFN workers that hold experts (more are standbys); the results
+  // equal mono --afd-rounding ffn_parts. 0: y. Whole experts only (ffn_tp 1).
+  int ffn_parts = 0;
+  // UCX transports (remote FFN workers): how long a thread waiting for a message drives the
+  // worker itself before it sleeps (comm::UcxOptions::waiter_spin_ns); -1: the default.
+  int ucx_spin_us = -1;
+  // FFN tensor-parallel degree t (runtime/topology.h; --ffn-tp): divides the topology's y;
+  // t FFN workers per EP group each hold I/t of every expert's intermediate rows. 1 = pure EP,
+  // y = pure TP. In mono it applies to EmulationOptions::afd_rounding_shards (reproduce a TP
+  // bundle's rounding). With remote FFN workers, t > 1 is checked against what they announce
+  // (1: accept any).
+  int ffn_tp = 1;
+};
+
+// What the engines record for inspection.
+struct ObservabilityOptions {
+  // When set, every engine and local FFN worker records pipeline spans into it (--trace).
+  std::shared_ptr<TraceRecorder> trace;
+};
+
+// Emulation for comparisons and benchmarks: the monolithic engine rounding as an AFD bundle
+// does, and an artificial network delay.
+struct EmulationOptions {
+  // Round the FFN input through FP8 as AFD dispatch does (for AFD-vs-mono comparisons).
+  bool fp8_dispatch = false;
+  // Monolithic only: also round the FFN output as an xAyF bundle with y = this does (BF16
+  // partials per expert shard), so mono and AFD outputs are bit-comparable. Implies fp8_dispatch.
+  int afd_rounding_shards = 0;
+  // Benchmarks: hold every A<->F message this long before it is sent (a one-way network
+  // delay, comm::FaultTransport), on both sides of a local bundle / the attention side.
+  int64_t inject_delay_us = 0;
+};
+
+struct EngineOptions {
+  // Where the weights come from (the caller loads them: make_engine takes them loaded).
+  std::string model_dir;
+  Precision precision = Precision::fast;
+  int n_threads = 0;  // 0: all cores
+  // Wiring (runtime/topology.h): mono (FFN in the attention thread), xAyF (AFD bundle:
+  // in-process workers, or remote FFN workers when afd.ffn_addresses is set), EPn (expert-
+  // parallel baseline: n workers each running attention and an expert shard on shared cores).
+  // Its ffn_tp is not read: afd.ffn_tp is the one TP degree.
+  Topology topology;
+  // Micro-batches per attention engine (1..4); 0: the wiring's default (pipeline_microbatches()).
+  int microbatches = 0;
+  // Where FFN halves computed in this process run (runtime/cuda_ffn.h): "cpu" | "cuda". Applies
+  // to the monolithic engine and in-process FFN workers; remote workers choose their own.
+  std::string ffn_device = "cpu";
+  KvOptions kv;
+  AfdOptions afd;
+  ObservabilityOptions observability;
+  EmulationOptions emulation;
+  Status validate() const;
+  // The micro-batch count the pipeline runs: `microbatches`, or when that is 0 the wiring's
+  // default: 3 for xAyF (the Step-3 pipeline of Figure 7: attention, both transfers and the
+  // FFN each busy with another micro-batch), 1 for mono and EPn (their FFN runs on the
+  // attention thread's cores, so extra micro-batches only re-read expert weights).
+  int pipeline_microbatches() const;
+};
+
+}  // namespace afd
