@@ -19,6 +19,7 @@ struct GqaShape {
 // with j0 = max(0, n_ctx - window) when a window is set, else 0.
 // q, out: [n_heads * head_dim] rows of one token (only group g's heads are read/written).
 // K/V positions [0, n_ctx) of `seq` must have been written. Thread-safe for distinct (token, g).
+// The kernel and its paths: kernels::gqa_decode_attend (kernels/cpu/gqa_attention.h).
 void gqa_attend_one(const PagedKvCache& kv, int64_t layer, int64_t seq, int64_t n_ctx, int64_t g,
                     const GqaShape& s, const float* q, float* out);
 

@@ -18,25 +18,6 @@ namespace afd::kernels {
 
 namespace {
 
-// The first d values of row j as f32.
-inline void load_row(const PagedRows& kv, int64_t j, int64_t d, float* out) {
-  const int64_t blk = j / kv.block_size, slot = j % kv.block_size, rd = kv.row_dim;
-  const uint8_t* base = kv.blocks[blk];
-  switch (kv.dtype) {
-    case DType::f32: std::memcpy(out, reinterpret_cast<const float*>(base) + slot * rd, static_cast<size_t>(d) * 4); break;
-    case DType::bf16: {
-      const uint16_t* p = reinterpret_cast<const uint16_t*>(base) + slot * rd;
-      for (int64_t i = 0; i < d; ++i) out[i] = f32_from_bits(static_cast<uint32_t>(p[i]) << 16);
-      break;
-    }
-    default: {
-      const uint8_t* p = base + slot * rd;
-      const float s = kv.scales[blk][slot];
-      for (int64_t i = 0; i < d; ++i) out[i] = fp8_e4m3_to_f32(p[i]) * s;
-    }
-  }
-}
-
 // Portable tiled f32 version over positions [j0, j1): kTile key rows are widened once into a
 // transposed tile kt[d][kTile] and shared by all heads (scores: kTile accumulators per head, one
 // broadcast-FMA per element); P.V adds each widened value row into the heads' outputs.
