@@ -23,16 +23,15 @@ namespace {
 // at a time.
 __attribute__((always_inline)) inline void attend_loop(const float* q, int64_t G, const PagedRows& k,
                                                        const PagedRows& v, int64_t j0, int64_t n_ctx, float scale,
-                                                       float* out) {
+                                                       float* out, ScratchSlot& scratch) {
   const int64_t hd = k.row_dim;
-  thread_local std::vector<float> scores, row, kt, krows;
-  scores.resize(static_cast<size_t>(G * n_ctx));  // [G, n_ctx - j0] used
-  row.resize(static_cast<size_t>(hd));
-  float* r = row.data();
   const int64_t n = n_ctx - j0;
   constexpr int64_t kB = 16;
-  kt.resize(static_cast<size_t>(hd * kB));
-  krows.resize(static_cast<size_t>(hd * kB));
+  ScratchSlot::Frame frame(scratch);
+  float* scores = scratch.take<float>(static_cast<size_t>(G * n));  // [G, n]
+  float* r = scratch.take<float>(static_cast<size_t>(hd));
+  float* kt = scratch.take<float>(static_cast<size_t>(hd * kB));
+  float* krows = scratch.take<float>(static_cast<size_t>(hd * kB));
   for (int64_t jb = j0; jb < n_ctx; jb += kB) {
     const int64_t nb = std::min(kB, n_ctx - jb);
     for (int64_t t = 0; t < nb; ++t) load_row(k, jb + t, hd, &krows[t * hd]);
@@ -65,19 +64,19 @@ __attribute__((always_inline)) inline void attend_loop(const float* q, int64_t G
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void attend_loop_avx512(
     const float* q, int64_t G, const PagedRows& k, const PagedRows& v, int64_t j0, int64_t n_ctx, float scale,
-    float* out) {
-  attend_loop(q, G, k, v, j0, n_ctx, scale, out);
+    float* out, ScratchSlot& scratch) {
+  attend_loop(q, G, k, v, j0, n_ctx, scale, out, scratch);
 }
 
 __attribute__((target("avx2,fma"))) void attend_loop_avx2(const float* q, int64_t G, const PagedRows& k,
                                                           const PagedRows& v, int64_t j0, int64_t n_ctx,
-                                                          float scale, float* out) {
-  attend_loop(q, G, k, v, j0, n_ctx, scale, out);
+                                                          float scale, float* out, ScratchSlot& scratch) {
+  attend_loop(q, G, k, v, j0, n_ctx, scale, out, scratch);
 }
 
 void attend_loop_portable(const float* q, int64_t G, const PagedRows& k, const PagedRows& v, int64_t j0,
-                          int64_t n_ctx, float scale, float* out) {
-  attend_loop(q, G, k, v, j0, n_ctx, scale, out);
+                          int64_t n_ctx, float scale, float* out, ScratchSlot& scratch) {
+  attend_loop(q, G, k, v, j0, n_ctx, scale, out, scratch);
 }
 
 enum class Path { avx512_tiled, mqa, loop_avx512, loop_avx2, loop_portable };
@@ -104,15 +103,15 @@ Path choose(int64_t head_dim, DType dtype, int64_t j0) {
 }  // namespace
 
 void gqa_decode_attend(const float* q, int64_t n_heads, const PagedRows& k, const PagedRows& v, int64_t j0,
-                       int64_t n_ctx, float scale, float* out) {
+                       int64_t n_ctx, float scale, float* out, ScratchSlot& scratch) {
   AFD_CHECK(v.row_dim == k.row_dim && v.dtype == k.dtype && v.block_size == k.block_size && 0 <= j0 && j0 < n_ctx,
             "gqa_decode_attend: bad shape");
   switch (choose(k.row_dim, k.dtype, j0)) {
-    case Path::avx512_tiled: return detail::gqa_decode_avx512_tiled(q, n_heads, k, v, j0, n_ctx, scale, out);
+    case Path::avx512_tiled: return detail::gqa_decode_avx512_tiled(q, n_heads, k, v, j0, n_ctx, scale, out, scratch);
     case Path::mqa: return mqa_decode_attend(q, k.row_dim, n_heads, k, &v, k.row_dim, n_ctx, scale, out, k.row_dim);
-    case Path::loop_avx512: return attend_loop_avx512(q, n_heads, k, v, j0, n_ctx, scale, out);
-    case Path::loop_avx2: return attend_loop_avx2(q, n_heads, k, v, j0, n_ctx, scale, out);
-    case Path::loop_portable: return attend_loop_portable(q, n_heads, k, v, j0, n_ctx, scale, out);
+    case Path::loop_avx512: return attend_loop_avx512(q, n_heads, k, v, j0, n_ctx, scale, out, scratch);
+    case Path::loop_avx2: return attend_loop_avx2(q, n_heads, k, v, j0, n_ctx, scale, out, scratch);
+    case Path::loop_portable: return attend_loop_portable(q, n_heads, k, v, j0, n_ctx, scale, out, scratch);
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/scratch_arena.h"
 #include "kernels/cpu/paged_rows.h"
 
 namespace afd::kernels {
@@ -11,7 +12,8 @@ namespace afd::kernels {
 //   out[h] = sum_{j0 <= j < n_ctx} softmax_j(scale * q[h] . K[j]) V[j],   h < n_heads
 // q, out: [n_heads, head_dim] f32 (rows head_dim apart), head_dim = k.row_dim; k, v: the group's
 // K and V rows (same row_dim, block_size and dtype: f32, bf16 or f8_e4m3); 0 <= j0 < n_ctx
-// (j0 > 0: a sliding window). Thread-safe for distinct outputs.
+// (j0 > 0: a sliding window). scratch: the calling thread's slot (working memory of
+// O(n_heads * (n_ctx - j0) + 32 * head_dim) floats). Thread-safe for distinct outputs and slots.
 //
 // Dispatch (the one place GQA decode paths are chosen; CPU features from core/cpu_features.h,
 // capped by set_isa_limit / AFD_CPU_DISABLE):
@@ -24,7 +26,7 @@ namespace afd::kernels {
 // them (widened exactly; fp8 times its per-slot scale); 1 and 3 use kernels::softmax. They
 // differ only in the f32 summation order (and the exp approximation).
 void gqa_decode_attend(const float* q, int64_t n_heads, const PagedRows& k, const PagedRows& v, int64_t j0,
-                       int64_t n_ctx, float scale, float* out);
+                       int64_t n_ctx, float scale, float* out, ScratchSlot& scratch);
 
 // Name of the path gqa_decode_attend takes ("avx512_tiled", "mqa", "loop_avx512", "loop_avx2",
 // "loop_portable").

@@ -192,18 +192,18 @@ AFD_AVX512 void pv_heads(const void* V, int64_t nb, int64_t hd, int64_t G, const
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void gqa_decode_avx512_tiled(
     const float* q, int64_t G, const PagedRows& k, const PagedRows& v, int64_t j0, int64_t n_ctx, float scale,
-    float* out) {
+    float* out, ScratchSlot& scratch) {
   const int64_t hd = k.row_dim, bs = k.block_size;
   const DType dt = k.dtype;
   const int64_t esz = static_cast<int64_t>(dtype_size(dt));
   const int64_t n = n_ctx - j0, ns = (n + kTile - 1) / kTile * kTile;
   constexpr int64_t pf = kPrefetchTiles;
-  thread_local std::vector<float> scores, buf;
-  scores.resize(static_cast<size_t>(G * ns));
-  buf.resize(static_cast<size_t>(kTile * hd));
+  ScratchSlot::Frame frame(scratch);
+  float* scores = scratch.take<float>(static_cast<size_t>(G * ns));
+  float* buf = scratch.take<float>(static_cast<size_t>(kTile * hd));
   for (int64_t jb = j0; jb < n_ctx; jb += kTile) {
     if (jb + pf * kTile < n_ctx) prefetch_rows(k, jb + pf * kTile, std::min(kTile, n_ctx - jb - pf * kTile), esz);
-    const float* K = tile_rows(k, jb, std::min(kTile, n_ctx - jb), buf.data());
+    const float* K = tile_rows(k, jb, std::min(kTile, n_ctx - jb), buf);
     score_tile(K, q, G, hd, scale, &scores[jb - j0], ns);
   }
   for (int64_t h = 0; h < G; ++h) {
@@ -218,7 +218,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void gqa_
     if (dt == DType::bf16 && slot0 + nb <= bs) {  // the tile's rows lie in one page
       pv_heads<true>(v.blocks[jb / bs] + slot0 * hd * 2, nb, hd, G, p, ns, out);
     } else {
-      pv_heads<false>(tile_rows(v, jb, nb, buf.data()), nb, hd, G, p, ns, out);
+      pv_heads<false>(tile_rows(v, jb, nb, buf), nb, hd, G, p, ns, out);
     }
   }
 }

@@ -31,11 +31,12 @@ void check(const Case& c) {
                                          c.block_size, c.dt);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> want(q.size()), got;
+  ScratchSlot scratch;
   ref::gqa_decode_attend(q.data(), c.heads, k.view, v.view, c.j0, c.n_ctx, scale, want.data());
   for (Isa isa : isa_levels()) {
     IsaLimitGuard g(isa);
     got.assign(want.size(), -7.0f);
-    gqa_decode_attend(q.data(), c.heads, k.view, v.view, c.j0, c.n_ctx, scale, got.data());
+    gqa_decode_attend(q.data(), c.heads, k.view, v.view, c.j0, c.n_ctx, scale, got.data(), scratch);
     // Every path computes in f32 and differs from the reference in the summation order only.
     for (size_t i = 0; i < want.size(); ++i)
       ASSERT_NEAR(got[i], want[i], 2e-5f) << isa_name(isa) << " path " << gqa_decode_path_name(hd, c.j0) << " "
