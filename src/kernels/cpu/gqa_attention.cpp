@@ -12,42 +12,27 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/mla_attention.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/score_tile.h"
 
 namespace afd::kernels {
 
 namespace {
 
-// Scores in blocks of 16 positions: the block's K rows are widened to f32 and transposed to
-// kt [hd][16], so each head's 16 scores are hd broadcast-FMAs with no horizontal reductions
-// (the block is shared by the group's heads); then kernels::softmax per head and P.V one V row
-// at a time.
+// Scores in tiles of 16 positions (detail::score_tile), kernels::softmax per head, then P.V one
+// V row at a time.
 __attribute__((always_inline)) inline void attend_loop(const float* q, int64_t G, const PagedRows& k,
                                                        const PagedRows& v, int64_t j0, int64_t n_ctx, float scale,
                                                        float* out, ScratchSlot& scratch) {
   const int64_t hd = k.row_dim;
   const int64_t n = n_ctx - j0;
-  constexpr int64_t kB = 16;
+  constexpr int64_t kB = detail::kScoreTile;
   ScratchSlot::Frame frame(scratch);
   float* scores = scratch.take<float>(static_cast<size_t>(G * n));  // [G, n]
   float* r = scratch.take<float>(static_cast<size_t>(hd));
   float* kt = scratch.take<float>(static_cast<size_t>(hd * kB));
   float* krows = scratch.take<float>(static_cast<size_t>(hd * kB));
-  for (int64_t jb = j0; jb < n_ctx; jb += kB) {
-    const int64_t nb = std::min(kB, n_ctx - jb);
-    for (int64_t t = 0; t < nb; ++t) load_row(k, jb + t, hd, &krows[t * hd]);
-    for (int64_t t = nb; t < kB; ++t) std::memset(&krows[t * hd], 0, static_cast<size_t>(hd) * 4);
-    for (int64_t i = 0; i < hd; ++i)
-      for (int64_t t = 0; t < kB; ++t) kt[i * kB + t] = krows[t * hd + i];
-    for (int64_t h = 0; h < G; ++h) {
-      const float* qh = q + h * hd;
-      float acc[kB] = {0};
-      for (int64_t i = 0; i < hd; ++i) {
-        const float qi = qh[i];
-        for (int64_t t = 0; t < kB; ++t) acc[t] += qi * kt[i * kB + t];
-      }
-      for (int64_t t = 0; t < nb; ++t) scores[h * n + (jb + t - j0)] = acc[t] * scale;
-    }
-  }
+  for (int64_t jb = j0; jb < n_ctx; jb += kB)
+    detail::score_tile(k, jb, std::min(kB, n_ctx - jb), q, hd, G, scale, krows, kt, &scores[jb - j0], n);
   for (int64_t h = 0; h < G; ++h) {
     softmax(&scores[h * n], n);
     std::memset(out + h * hd, 0, static_cast<size_t>(hd) * 4);

@@ -13,10 +13,6 @@
 namespace afd::kernels {
 namespace {
 
-using testing::IsaLimitGuard;
-using testing::isa_levels;
-using testing::random_vec;
-
 struct Case {
   int64_t heads, head_dim, n_ctx, j0, block_size;
   DType dt;
@@ -24,17 +20,17 @@ struct Case {
 
 void check(const Case& c) {
   const int64_t hd = c.head_dim;
-  auto q = random_vec(static_cast<size_t>(c.heads * hd), 21);
-  testing::Paged k = testing::make_paged(random_vec(static_cast<size_t>(c.n_ctx * hd), 22), c.n_ctx, hd,
+  auto q = testing::random_vec(static_cast<size_t>(c.heads * hd), 21);
+  testing::Paged k = testing::make_paged(testing::random_vec(static_cast<size_t>(c.n_ctx * hd), 22), c.n_ctx, hd,
                                          c.block_size, c.dt);
-  testing::Paged v = testing::make_paged(random_vec(static_cast<size_t>(c.n_ctx * hd), 23), c.n_ctx, hd,
+  testing::Paged v = testing::make_paged(testing::random_vec(static_cast<size_t>(c.n_ctx * hd), 23), c.n_ctx, hd,
                                          c.block_size, c.dt);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> want(q.size()), got;
   ScratchSlot scratch;
   ref::gqa_decode_attend(q.data(), c.heads, k.view, v.view, c.j0, c.n_ctx, scale, want.data());
-  for (Isa isa : isa_levels()) {
-    IsaLimitGuard g(isa);
+  for (Isa isa : testing::isa_levels()) {
+    testing::IsaLimitGuard g(isa);
     got.assign(want.size(), -7.0f);
     gqa_decode_attend(q.data(), c.heads, k.view, v.view, c.j0, c.n_ctx, scale, got.data(), scratch);
     // Every path computes in f32 and differs from the reference in the summation order only.
