@@ -1,7 +1,8 @@
 // Internal: per-thread row-range kernels behind linear() (ops.h). Each computes
 // y[i, r] for i < n and r in [r0, r1), streaming those rows of W once for all n tokens
 // (tokens are processed in chunks of kTokenChunk so a chunk of x stays in L2).
-// Not part of the public contract; tests reach them only through linear() and set_isa_limit().
+// Not part of the public contract; tests reach them through linear(), linear_tuned() and
+// set_isa_limit().
 #pragma once
 
 #include <cstdint>
