@@ -56,10 +56,11 @@ int main(int argc, char** argv) {
     }
     for (size_t i = 0; i < q.size(); ++i) q[i] = 0.01f * (i % 13);
     GqaShape s{n_heads, n_kv, hd, 0};
+    ScratchSlot scratch;
     double best = 1e9;
     for (int rep = 0; rep < reps; ++rep) {
       int64_t t0 = now_ns();
-      for (int64_t g = 0; g < n_kv; ++g) gqa_attend_one(**kv, 0, 0, ctx, g, s, q.data(), out.data());
+      for (int64_t g = 0; g < n_kv; ++g) gqa_attend_one(**kv, 0, 0, ctx, g, s, q.data(), out.data(), scratch);
       best = std::min(best, (now_ns() - t0) * 1e-9);
     }
     double bytes = 2.0 * ctx * n_kv * hd * dtype_size(dt);

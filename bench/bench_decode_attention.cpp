@@ -224,13 +224,14 @@ int main(int argc, char** argv) {
     const int64_t mg = std::clamp<int64_t>((pool.size() + batch - 1) / batch, 1, (qh + 31) / 32);
     const int64_t mhg = std::min<int64_t>(qh, ((qh + mg - 1) / mg + 31) / 32 * 32), mng = (qh + mhg - 1) / mhg;
     const float sc = 1.0f / 16.0f;
+    ScratchArena scratch(pool.size());
     Times t, t32, t16, tm;
     for (int64_t st = 0; st <= steps; ++st) {
       t32.time(st > 0, [&] { ref32.run(); });
       t16.time(st > 0, [&] { ref16.run(); });
       t.time(st > 0, [&] {
-        pool.run(static_cast<int>(batch), [&](int s, int) {
-          gqa_attend_one(*kv, 0, s, ctx, 0, shape, &q[s * qh * hd], &out[s * qh * hd]);
+        pool.run(static_cast<int>(batch), [&](int s, int thread) {
+          gqa_attend_one(*kv, 0, s, ctx, 0, shape, &q[s * qh * hd], &out[s * qh * hd], scratch.slot(thread));
         });
       });
       tm.time(st > 0, [&] {

@@ -20,7 +20,7 @@
 // [2048, 768]) at n tokens (--ns, default 1,2,4,8,16,32)
 // for each variant V = layout + 10 * (x block KiB, < 1000) + 1e4 * (least prefetch distance
 // KiB, < 1000) + 1e7 * (row chunk: 0 the default, 1 none, k >= 2 k * 16 KiB) of
-// set_linear_avx512_small_n (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n tiles,
+// detail::LinearAvx512Tuning (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n tiles,
 // 9 = the pairs kernel, which the other layouts switch off; 0 KiB = the default), interleaved in
 // each of R rounds (default 5).
 #include <algorithm>
@@ -88,12 +88,14 @@ struct Result {
 };
 
 // Best-of-3 of (total time / calls) over `calls` calls cycling through the weight set.
-Result time_linear(const WeightSet& w, int64_t n, ActPrecision prec, ThreadPool& pool, double min_seconds) {
+Result time_linear(const WeightSet& w, int64_t n, ActPrecision prec, ThreadPool& pool, double min_seconds,
+                   const detail::LinearAvx512Tuning& tuning = {}) {
   std::vector<float> x(static_cast<size_t>(n * w.cols)), y(static_cast<size_t>(n * w.rows));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
   int64_t call = 0;
   auto one = [&] {
-    linear(x.data(), n, w.cols, w.get(call++), w.dtype, w.rows, w.cols, y.data(), w.rows, prec, &pool);
+    detail::linear_tuned(x.data(), n, w.cols, w.get(call++), w.dtype, w.rows, w.cols, y.data(), w.rows, prec, &pool,
+                         false, tuning);
   };
   for (int64_t i = 0; i < w.count; ++i) one();  // warm-up: page faults, scratch, thread spin-up
   // Calls per repetition: enough for min_seconds, at least one full pass over the set.
@@ -423,12 +425,14 @@ int run_fp8_dequant(int rounds, const std::vector<int>& shapes) {
 // 10th percentile of single-call times (bf16 activations) over min_seconds of calls cycling
 // through the cold weight set. On a loaded machine most calls share the cores or the memory
 // bus with other processes; the fast tail is the closest to the kernel's own speed.
-double time_calls_p10(const WeightSet& w, int64_t n, ThreadPool& pool, double min_seconds) {
+double time_calls_p10(const WeightSet& w, int64_t n, ThreadPool& pool, double min_seconds,
+                      const detail::LinearAvx512Tuning& tuning) {
   std::vector<float> x(static_cast<size_t>(n * w.cols)), y(static_cast<size_t>(n * w.rows));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
   int64_t call = 0;
   auto one = [&] {
-    linear(x.data(), n, w.cols, w.get(call++), w.dtype, w.rows, w.cols, y.data(), w.rows, ActPrecision::bf16, &pool);
+    detail::linear_tuned(x.data(), n, w.cols, w.get(call++), w.dtype, w.rows, w.cols, y.data(), w.rows,
+                         ActPrecision::bf16, &pool, false, tuning);
   };
   for (int64_t i = 0; i < w.count; ++i) one();
   std::vector<double> t;
@@ -471,13 +475,18 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
       // + 1e7 * (row chunk: 0 the default, 1 none, k >= 2: k * 16 KiB).
       const int chunk = row.variant / 10000000;
       detail::set_linear_pairs_min_n(row.variant % 10 == 9 ? 1 : int64_t{1} << 40);
-      detail::set_linear_avx512_small_n(row.variant % 10, int64_t{row.variant / 10 % 1000} * 1024,
-                                        int64_t{row.variant / 10000 % 1000} * 1024,
-                                        chunk == 0 ? 0 : chunk == 1 ? -1 : int64_t{chunk} * 16 * 1024);
-      row.s.push_back(time_calls_p10(*row.w, row.n, pool, 0.1));
+      // 0 KiB (or a layout other than 0, 3, 4): the default.
+      detail::LinearAvx512Tuning tuning;
+      const int layout = row.variant % 10;
+      const int64_t x_bytes = int64_t{row.variant / 10 % 1000} * 1024;
+      const int64_t pf_min = int64_t{row.variant / 10000 % 1000} * 1024;
+      if (layout == 0 || layout == 3 || layout == 4) tuning.small_n_layout = layout;
+      if (x_bytes != 0) tuning.small_n_x_bytes = x_bytes;
+      if (pf_min != 0) tuning.small_n_prefetch_min_bytes = pf_min;
+      if (chunk != 0) tuning.small_n_chunk_bytes = chunk == 1 ? 0 : int64_t{chunk} * 16 * 1024;
+      row.s.push_back(time_calls_p10(*row.w, row.n, pool, 0.1, tuning));
     }
   }
-  detail::set_linear_avx512_small_n(-1);
   detail::set_linear_pairs_min_n(-1);
   auto med = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -565,14 +574,15 @@ int main(int argc, char** argv) {
       for (size_t si = 0; si < sets.size(); ++si)
         for (int ri = 0; ri < 3; ++ri)
           for (int pi = 0; pi < 5; ++pi) {
-            detail::set_linear_avx512_tuning(pfs[pi], rs[ri]);
+            detail::LinearAvx512Tuning tuning;
+            tuning.prefetch_bytes = pfs[pi];
+            tuning.rows_single = rs[ri];
             for (int pr = 0; pr < 2; ++pr) {
-              Result r = time_linear(sets[si], 1, pr ? ActPrecision::f32 : ActPrecision::bf16, pool, 0.1);
+              Result r = time_linear(sets[si], 1, pr ? ActPrecision::f32 : ActPrecision::bf16, pool, 0.1, tuning);
               best[si][ri][pi][pr] = std::max(best[si][ri][pi][pr], sets[si].bytes_one() / r.sec_per_call);
             }
           }
     }
-    detail::set_linear_avx512_tuning(-1, 1);
     std::printf("plain read (256 MiB): %.2f GB/s\n| W [rows, cols] | rows/tile | prefetch B | bf16 act GB/s | f32 act GB/s |\n|---|---|---|---|---|\n",
                 best_read / 1e9);
     for (size_t si = 0; si < sets.size(); ++si)

@@ -29,7 +29,7 @@ void add_bias(const Vector& b, float* y, int64_t n) {
 class GqaAttention final : public AttentionVariant {
  public:
   GqaAttention(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv, AttentionOptions opt, ThreadPool* pool)
-      : w_(std::move(w)), kv_(kv), opt_(opt), pool_(pool) {
+      : w_(std::move(w)), kv_(kv), opt_(opt), pool_(pool), scratch_(pool->size()) {
     const ModelConfig& c = w_->config;
     inv_freq_.resize(static_cast<size_t>(c.head_dim / 2));
     kernels::rope_inv_freq(c.head_dim, c.rope_theta, 0.0, 0.0, 0.0, 0.0, inv_freq_.data());
@@ -62,14 +62,15 @@ class GqaAttention final : public AttentionVariant {
     // NEOX RoPE (the same numbers as kernels::rope_neox: cos/sin of pos * theta^(-2i/hd) in
     // double, rounded to float), one cos/sin table per token for its q and k heads; tokens
     // are independent (distinct cache slots), so many of them are split over the pool.
-    auto rope_write = [&](int64_t i0, int64_t i1, int) {
-      thread_local std::vector<float> cs, sn;
-      cs.resize(static_cast<size_t>(hd / 2));
-      sn.resize(static_cast<size_t>(hd / 2));
+    auto rope_write = [&](int64_t i0, int64_t i1, int thread) {
+      ScratchSlot& scratch = scratch_.slot(thread);
+      ScratchSlot::Frame frame(scratch);
+      float* cs = scratch.take<float>(static_cast<size_t>(hd / 2));
+      float* sn = scratch.take<float>(static_cast<size_t>(hd / 2));
       for (int64_t i = i0; i < i1; ++i) {
-        kernels::rope_cos_sin(b.pos[i], inv_freq_.data(), hd / 2, 1.0, cs.data(), sn.data());
-        kernels::rope_rotate(&b.q[i * c.q_dim()], c.n_heads, hd, hd, cs.data(), sn.data(), false);
-        kernels::rope_rotate(&b.k[i * c.kv_dim()], c.n_kv_heads, hd, hd, cs.data(), sn.data(), false);
+        kernels::rope_cos_sin(b.pos[i], inv_freq_.data(), hd / 2, 1.0, cs, sn);
+        kernels::rope_rotate(&b.q[i * c.q_dim()], c.n_heads, hd, hd, cs, sn, false);
+        kernels::rope_rotate(&b.k[i * c.kv_dim()], c.n_kv_heads, hd, hd, cs, sn, false);
         kv_->write(layer, b.seq[i], b.pos[i], &b.k[i * c.kv_dim()], &b.v[i * c.kv_dim()]);
       }
     };
@@ -94,9 +95,10 @@ class GqaAttention final : public AttentionVariant {
     if (singles_.empty()) return;
     GqaShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
     const int64_t tasks = static_cast<int64_t>(singles_.size()) * c.n_kv_heads;
-    pool_->run(static_cast<int>(tasks), [&](int task, int) {
+    pool_->run(static_cast<int>(tasks), [&](int task, int thread) {
       const int64_t i = singles_[task / c.n_kv_heads], g = task % c.n_kv_heads;
-      gqa_attend_one(*kv_, layer, b.seq[i], b.pos[i] + 1, g, shape, &b.q[i * c.q_dim()], &out[i * c.q_dim()]);
+      gqa_attend_one(*kv_, layer, b.seq[i], b.pos[i] + 1, g, shape, &b.q[i * c.q_dim()], &out[i * c.q_dim()],
+                     scratch_.slot(thread));
     });
   }
 
@@ -161,6 +163,7 @@ class GqaAttention final : public AttentionVariant {
   PagedKvCache* kv_;
   AttentionOptions opt_;
   ThreadPool* pool_;
+  ScratchArena scratch_;      // one slot per pool thread: RoPE tables, the per-token kernel's memory
   std::vector<float> q_low_;  // [n, q_lora_rank] low-rank query scratch
   std::vector<SeqRows> rows_;  // attend_mqa: per token of the batch
   std::vector<MqaItem> mqa_items_;  // attend_mqa: per (token, group of heads)

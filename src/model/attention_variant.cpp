@@ -9,16 +9,22 @@ KvLayout kv_layout(const ModelConfig& c) {
 
 kernels::PagedRows paged_rows(const PagedKvCache& kv, int64_t layer, int64_t seq, int64_t head, bool values,
                               std::vector<const uint8_t*>* blocks, std::vector<const float*>* scales) {
+  const size_t n = kv.block_table(seq).size();
+  blocks->resize(n);
+  scales->resize(kv.config().dtype == DType::f8_e4m3 ? n : 0);
+  return paged_rows(kv, layer, seq, head, values, blocks->data(), scales->data());
+}
+
+kernels::PagedRows paged_rows(const PagedKvCache& kv, int64_t layer, int64_t seq, int64_t head, bool values,
+                              const uint8_t** blocks, const float** scales) {
   const auto& table = kv.block_table(seq);
   const KvCacheConfig& kc = kv.config();
   const bool fp8 = kc.dtype == DType::f8_e4m3;
-  blocks->resize(table.size());
-  scales->resize(fp8 ? table.size() : 0);
   for (size_t j = 0; j < table.size(); ++j) {
-    (*blocks)[j] = values ? kv.v_head(layer, table[j], head) : kv.k_head(layer, table[j], head);
-    if (fp8) (*scales)[j] = values ? kv.v_scales(layer, table[j], head) : kv.k_scales(layer, table[j], head);
+    blocks[j] = values ? kv.v_head(layer, table[j], head) : kv.k_head(layer, table[j], head);
+    if (fp8) scales[j] = values ? kv.v_scales(layer, table[j], head) : kv.k_scales(layer, table[j], head);
   }
-  return kernels::PagedRows{blocks->data(), fp8 ? scales->data() : nullptr, kc.block_size, kc.head_dim, kc.dtype};
+  return kernels::PagedRows{blocks, fp8 ? scales : nullptr, kc.block_size, kc.head_dim, kc.dtype};
 }
 
 void MqaDecodeRunner::run(ThreadPool& pool, const std::vector<MqaItem>& items, float scale) {

@@ -44,6 +44,10 @@ KvLayout kv_layout(const ModelConfig& c);
 // *blocks and *scales, which this fills and which must outlive it.
 kernels::PagedRows paged_rows(const PagedKvCache& kv, int64_t layer, int64_t seq, int64_t head, bool values,
                               std::vector<const uint8_t*>* blocks, std::vector<const float*>* scales);
+// The same into caller-owned arrays with room for kv.block_table(seq).size() pointers each
+// (scales is written for an fp8 cache only).
+kernels::PagedRows paged_rows(const PagedKvCache& kv, int64_t layer, int64_t seq, int64_t head, bool values,
+                              const uint8_t** blocks, const float** scales);
 
 // One multi-query decode (kernels::mqa_decode_attend): n_heads query heads of one token over
 // one K/V head's rows (v null: the values are the keys' first v_dim values), n_ctx positions.

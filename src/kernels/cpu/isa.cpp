@@ -28,6 +28,8 @@ Isa active_isa() {
 
 void set_isa_limit(Isa limit) { g_limit.store(static_cast<int>(limit), std::memory_order_relaxed); }
 
+Isa isa_limit() { return static_cast<Isa>(g_limit.load(std::memory_order_relaxed)); }
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::scalar: return "scalar";

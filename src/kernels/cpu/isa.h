@@ -16,6 +16,9 @@ Isa active_isa();
 // Test/benchmark hook: caps the level (e.g. Isa::scalar to exercise the portable path
 // on an AVX-512 machine). Not thread-safe against concurrent kernel calls.
 void set_isa_limit(Isa limit);
+// The cap set by set_isa_limit (Isa::avx512 unless set): for kernels whose paths need CPU
+// features other than a level's (gqa_attention.h), so that the cap reaches them too.
+Isa isa_limit();
 const char* isa_name(Isa isa);
 
 }  // namespace afd::kernels

@@ -228,6 +228,15 @@ void matmul_f32(const float* a, int64_t m, int64_t k, int64_t lda, const float* 
 void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,
             int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
             bool accumulate) {
+  detail::linear_tuned(x, n, x_stride, w, w_dtype, rows, cols, y, y_stride, prec, pool, accumulate,
+                       detail::LinearAvx512Tuning{});
+}
+
+namespace detail {
+
+void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,
+                  int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
+                  const LinearAvx512Tuning& tuning) {
   AFD_CHECK(w_dtype == DType::bf16 || w_dtype == DType::f32, "linear: weights must be bf16 or f32");
   AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0);
   AFD_CHECK(n <= 1 || (x_stride >= cols && y_stride >= rows), "linear: row strides shorter than rows");
@@ -294,16 +303,16 @@ void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_
   auto rows_fn = [&](int64_t r0, int64_t r1) {
     switch (path) {
       case Path::avx512_dp:
-        rows_dp_bf16_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate);
+        rows_dp_bf16_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, tuning);
         break;
       case Path::avx512_dp_pairs:
         rows_dp_bf16_pairs_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate);
         break;
       case Path::avx512_fma:
         if (w_bf16)
-          rows_fma_bf16w_avx512(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate);
+          rows_fma_bf16w_avx512(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, tuning);
         else
-          rows_fma_f32w_avx512(xf, n, ldx, wf, cols, r0, r1, y, y_stride, accumulate);
+          rows_fma_f32w_avx512(xf, n, ldx, wf, cols, r0, r1, y, y_stride, accumulate, tuning);
         break;
       case Path::avx2_fma:
         if (w_bf16)
@@ -344,6 +353,8 @@ void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_
     });
   }
 }
+
+}  // namespace detail
 
 const char* linear_impl_name(ActPrecision prec) {
   switch (active_isa()) {

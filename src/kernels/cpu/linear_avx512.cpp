@@ -13,7 +13,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/prefetch.h"
@@ -23,21 +22,6 @@
 namespace afd::kernels::detail {
 
 namespace {
-
-// The single-token layout: 1 = rows one at a time (row_seq_*), 4 or 8 = interleaved tiles, and
-// its software prefetch distance for the W stream in bytes ahead of the current load (0:
-// none). Tunables read once per call (bench_kernels --tune). Defaults: rows one at a time (see
-// row_seq_dp) with an 8 KiB prefetch, from bench_kernels --tune on the bench model's shapes
-// and whole decode steps (docs/bench-log/2026-11-26-fp8-prefetch.md).
-constexpr int64_t kPrefetchBytesDefault = 8192;
-std::atomic<int64_t> g_prefetch_bytes{kPrefetchBytesDefault};
-std::atomic<int> g_rows_single{1};
-// Small-n (2..kSmallNMax tokens, bf16 x bf16) row tile: 0 = the general tiles (4 rows x <= 6
-// tokens, no prefetch), 3 or 4 = rows_small_dp with 3-row tiles of <= 8 tokens or 4-row tiles
-// of <= 6 tokens. Default 3-row tiles: n = 8 runs as one token block instead of two
-// (bench_kernels --small-n compares the layouts; docs/bench-log/2026-11-26-smalln.md).
-constexpr int kSmallNDefault = 3;
-std::atomic<int> g_small_n{kSmallNDefault};
 
 // Horizontal sums of four accumulators: lane j of the result is the sum of the 16 lanes of the
 // j-th argument (13 instructions for four sums; _mm512_reduce_add_ps takes 8 for one).
@@ -360,17 +344,17 @@ AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t
 // reductions, and a software prefetch of the next tile's rows at the same column: an R-row tile
 // reads R short streams (one per row, cols * 2 bytes each) that the hardware prefetchers start
 // late on every row, so without it the loads wait on memory while the vdpbf16ps units idle. The
-// prefetch distance is a whole number of tiles, at least g_small_n_pf_min bytes; only the first
-// token block over a tile prefetches (the later ones find its rows in L1 or L2).
+// prefetch distance is a whole number of tiles, at least tuning.small_n_prefetch_min_bytes; only
+// the first token block over a tile prefetches (the later ones find its rows in L1 or L2).
 // x budget: x stays in L1 next to the W tile and its prefetched successor when the x slice a
-// pass reads fits g_small_n_x_bytes; otherwise the columns are split into balanced blocks
+// pass reads fits tuning.small_n_x_bytes; otherwise the columns are split into balanced blocks
 // (multiples of 32) whose slice fits it, every block passing over the rows and adding its
 // partial sums into y.
 // Loop orders:
 // - the call's x fits the budget, or there is one token block: column blocks, then tiles, then
 //   token blocks (the tile is reused from L1 by every token block);
 // - several token blocks whose x together exceeds the budget: row chunks of about
-//   g_small_n_chunk bytes of W, then token blocks, then (within the block's x budget) column
+//   tuning.small_n_chunk_bytes of W, then token blocks, then (within the block's x budget) column
 //   blocks and tiles. The first token block streams the chunk from memory, the later ones read it
 //   from L2, and each block's x alone usually fits the budget, so W rows are read front to back
 //   instead of as the short strided column segments that one block of all n tokens would need
@@ -378,13 +362,6 @@ AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t
 //   token block, whose tiles compute from L2 while memory would idle, prefetches the next chunk
 //   into L2 (the same tile one chunk ahead), so the next first block also reads from L2; a T1
 //   hint, because lines in L1 would evict the block's x.
-constexpr int64_t kSmallNPrefetchMinDefault = 8192;
-std::atomic<int64_t> g_small_n_pf_min{kSmallNPrefetchMinDefault};
-constexpr int64_t kSmallNXBytesDefault = 40 * 1024;
-std::atomic<int64_t> g_small_n_x_bytes{kSmallNXBytesDefault};
-constexpr int64_t kSmallNChunkDefault = 128 * 1024;
-std::atomic<int64_t> g_small_n_chunk{kSmallNChunkDefault};
-
 // One tile: t tokens (t <= TMax) x R rows (1 row when !full) of cw columns.
 template <int R, int TMax>
 AFD_AVX512 inline void tile_small_dp(int t, bool full, const uint16_t* w, int64_t cw, const uint16_t* x,
@@ -419,13 +396,13 @@ inline int64_t small_n_cblock(int64_t t, int64_t cols, int64_t x_bytes) {
 
 template <int R, int TMax>
 AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
-                              int64_t r1, float* y, int64_t ldy, bool acc) {
+                              int64_t r1, float* y, int64_t ldy, bool acc, const LinearAvx512Tuning& tuning) {
   const int64_t tile_bytes = R * cols * 2;
-  const int64_t pf_min = g_small_n_pf_min.load(std::memory_order_relaxed);
+  const int64_t pf_min = tuning.small_n_prefetch_min_bytes;
   const int64_t pf = (pf_min + tile_bytes - 1) / tile_bytes * tile_bytes;
   const int64_t nb = (n + TMax - 1) / TMax;
-  const int64_t x_bytes = g_small_n_x_bytes.load(std::memory_order_relaxed);
-  const int64_t chunk = g_small_n_chunk.load(std::memory_order_relaxed);
+  const int64_t x_bytes = tuning.small_n_x_bytes;
+  const int64_t chunk = tuning.small_n_chunk_bytes;
   if (nb > 1 && chunk > 0 && n * cols * 2 > x_bytes) {
     const int64_t rc = std::max<int64_t>(1, chunk / tile_bytes) * R;
     for (int64_t c = r0; c < r1; c += rc) {
@@ -465,11 +442,11 @@ AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const u
 
 template <Kind K, typename WT, typename XT>
 AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
-                             int64_t r1, float* y, int64_t ldy, bool acc) {
-  const int64_t pf = g_prefetch_bytes.load(std::memory_order_relaxed);
+                             int64_t r1, float* y, int64_t ldy, bool acc, const LinearAvx512Tuning& tuning) {
+  const int64_t pf = tuning.prefetch_bytes;
   // One token: no x reuse to exploit; rows one at a time (default) or interleaved tiles.
-  const int rows_single = g_rows_single.load(std::memory_order_relaxed);
-  const int small_n = g_small_n.load(std::memory_order_relaxed);
+  const int rows_single = tuning.rows_single;
+  const int small_n = tuning.small_n_layout;
   if (n == 1 && rows_single == 1) {
     for (int64_t r = r0; r < r1; ++r) {
       if constexpr (K == Kind::dp) row_seq_dp(w + r * cols, cols, x, y + r, acc, pf, (r1 - r) * cols * 2);
@@ -484,9 +461,9 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
     if constexpr (K == Kind::dp) {
       // n <= 4: one row at a time (one W stream, see the next branch); with the prefetch it was
       // ahead of the 3-row tiles on 4 KiB rows too (n = 4: 103 vs 120 us, [768, 2048]).
-      if (n <= 4) rows_small_dp<1, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
-      else if (small_n == 3) rows_small_dp<3, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
-      else rows_small_dp<4, 6>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
+      if (n <= 4) rows_small_dp<1, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
+      else if (small_n == 3) rows_small_dp<3, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
+      else rows_small_dp<4, 6>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
     }
   } else if (rows_single == 1 && (n == 2 || (n <= 4 && cols <= 1024))) {
     // A few tokens (MoE experts at small decode batches): one W row at a time with one
@@ -500,34 +477,22 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
 
 }  // namespace
 
-void set_linear_avx512_small_n(int layout, int64_t x_block_bytes, int64_t prefetch_min_bytes, int64_t row_chunk_bytes) {
-  g_small_n_pf_min.store(prefetch_min_bytes >= 64 ? prefetch_min_bytes : kSmallNPrefetchMinDefault,
-                         std::memory_order_relaxed);
-  g_small_n_chunk.store(row_chunk_bytes == 0 ? kSmallNChunkDefault : std::max<int64_t>(row_chunk_bytes, 0),
-                        std::memory_order_relaxed);
-  g_small_n.store(layout == 0 || layout == 3 || layout == 4 ? layout : kSmallNDefault, std::memory_order_relaxed);
-  g_small_n_x_bytes.store(x_block_bytes >= 1024 ? x_block_bytes : kSmallNXBytesDefault, std::memory_order_relaxed);
-}
-
-void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single) {
-  g_prefetch_bytes.store(prefetch_bytes >= 0 ? prefetch_bytes : kPrefetchBytesDefault, std::memory_order_relaxed);
-  g_rows_single.store(rows_single == 1 || rows_single == 8 ? rows_single : 4, std::memory_order_relaxed);
-}
-
 AFD_AVX512 void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w,
-                                    int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
-  rows_generic<Kind::dp>(xb, n, ldx, w, cols, r0, r1, y, ldy, acc);
+                                    int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
+                                    const LinearAvx512Tuning& tuning) {
+  rows_generic<Kind::dp>(xb, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
 }
 
 AFD_AVX512 void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w,
                                       int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy,
-                                      bool acc) {
-  rows_generic<Kind::fma_bf16w>(xp, n, ldx, w, cols, r0, r1, y, ldy, acc);
+                                      bool acc, const LinearAvx512Tuning& tuning) {
+  rows_generic<Kind::fma_bf16w>(xp, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
 }
 
 AFD_AVX512 void rows_fma_f32w_avx512(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
-                                     int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
-  rows_generic<Kind::fma_f32w>(x, n, ldx, w, cols, r0, r1, y, ldy, acc);
+                                     int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
+                                     const LinearAvx512Tuning& tuning) {
+  rows_generic<Kind::fma_f32w>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
 }
 
 }  // namespace afd::kernels::detail

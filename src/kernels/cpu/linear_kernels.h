@@ -1,10 +1,13 @@
 // Internal: per-thread row-range kernels behind linear() (ops.h). Each computes
 // y[i, r] for i < n and r in [r0, r1), streaming those rows of W once for all n tokens
 // (tokens are processed in chunks of kTokenChunk so a chunk of x stays in L2).
-// Not part of the public contract; tests reach them only through linear() and set_isa_limit().
+// Not part of the public contract; tests reach them through linear(), linear_tuned() and
+// set_isa_limit().
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/cpu/ops.h"
 
 namespace afd::kernels::detail {
 
@@ -25,9 +28,33 @@ void prep_x_f32_perm32(const float* x, int64_t n, int64_t x_stride, int64_t cols
 void prep_x_f32(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool round_bf16, float* xc,
                 int64_t ldx);
 
+// Tuning of the AVX-512 row kernels (linear_avx512.cpp). The defaults are what linear() uses;
+// benchmarks (bench_kernels --tune, --small-n) and tests pass others to linear_tuned.
+struct LinearAvx512Tuning {
+  // Single token: 1 = rows one at a time (row_seq_*), 8 = interleaved 8-row tiles, any other
+  // value 4-row tiles; the W stream's software prefetch distance in bytes ahead of the current
+  // load (0: none; rows one at a time prefetch with bf16 activations only). Defaults from
+  // bench_kernels --tune on the bench model's shapes and whole decode steps
+  // (docs/bench-log/2026-11-26-fp8-prefetch.md).
+  int rows_single = 1;
+  int64_t prefetch_bytes = 8192;
+  // bf16 x bf16 at 2..kSmallNMax tokens: 0 = the general tiles (4 rows x <= 6 tokens, no
+  // prefetch), 3 or 4 = rows_small_dp with 3-row tiles of <= 8 tokens or 4-row tiles of <= 6
+  // tokens. 3-row tiles run n = 8 as one token block instead of two (bench_kernels --small-n;
+  // docs/bench-log/2026-11-26-smalln.md).
+  int small_n_layout = 3;
+  // The small-n tiles: the budget for one column block's slice of x; the least prefetch distance
+  // (a whole number of tiles is used); the W bytes per row chunk when several token blocks share
+  // a call whose x exceeds the budget (0: no chunks).
+  int64_t small_n_x_bytes = 40 * 1024;
+  int64_t small_n_prefetch_min_bytes = 8192;
+  int64_t small_n_chunk_bytes = 128 * 1024;
+};
+
 // AVX-512 BF16: xb from prep_x_bf16; w bf16 [rows, cols]. vdpbf16ps with f32 accumulation.
 void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
-                         int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+                         int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
+                         const LinearAvx512Tuning& tuning = {});
 // Many tokens, AVX-512 BF16, even cols ("pairs" layout, linear_avx512_pairs.cpp): x rounded to
 // bf16 into xp [ceil(n / 16)][ldx / 2][16][2] (token block, column pair, token lane, pair
 // element; ldx = round_up(cols, 32); missing tokens and columns zero), so that a vector holds
@@ -46,10 +73,12 @@ int64_t resolve_pairs_min_n();
 void set_linear_pairs_min_n(int64_t n);
 // AVX-512 F: xp from prep_x_f32_perm32; w bf16 widened exactly to f32; f32 FMA.
 void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
-                           int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+                           int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
+                           const LinearAvx512Tuning& tuning = {});
 // AVX-512 F: x any layout [n, ldx]; w f32.
 void rows_fma_f32w_avx512(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
-                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
+                          const LinearAvx512Tuning& tuning = {});
 // AVX2 + FMA: x [n, ldx] f32 (prep_x_f32 layout or the caller's); w bf16 or f32.
 void rows_fma_bf16w_avx2(const float* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
@@ -59,18 +88,10 @@ void rows_fma_f32w_avx2(const float* x, int64_t n, int64_t ldx, const float* w, 
 void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_bf16, int64_t cols,
                  int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
 
-// AVX-512 single-token tuning (benchmarks and tests only): the layout, 1 = one row at a time
-// (default), 4 or 8 = interleaved row tiles, and its software prefetch distance in bytes (0 =
-// none, negative = the default, 8 KiB; rows one at a time prefetch with bf16 activations only).
-void set_linear_avx512_tuning(int64_t prefetch_bytes, int rows_single);
-// The bf16 x bf16 small-n path (2..kSmallNMax tokens, linear_avx512.cpp): layout 0 = the general tiles,
-// 3 or 4 = 3- or 4-row tiles with prefetch; x_block_bytes = the budget for one column block's
-// slice of x; prefetch_min_bytes = the least prefetch distance (a whole number of tiles is
-// used); row_chunk_bytes = the W bytes per row chunk when several token blocks share a call
-// whose x exceeds the budget (0: the default, < 0: no chunks). Any other layout / a budget under
-// 1 KiB / a distance under 64 B restores the default.
-void set_linear_avx512_small_n(int layout, int64_t x_block_bytes = 0, int64_t prefetch_min_bytes = 0,
-                               int64_t row_chunk_bytes = 0);
+// linear() (ops.h) with the AVX-512 row kernels tuned by `tuning`.
+void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,
+                  int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
+                  const LinearAvx512Tuning& tuning);
 
 // Smallest n for which linear() hands the product to OpenBLAS sgemm (per weight dtype and
 // activation precision; never for bf16 x bf16 on AVX-512 BF16). -1 (the initial value) means

@@ -13,34 +13,16 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/mla_attention_kernels.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/score_tile.h"
 
 namespace afd::kernels {
 
 namespace {
 
-// The first d values of row j as f32.
-inline void load_row(const PagedRows& kv, int64_t j, int64_t d, float* out) {
-  const int64_t blk = j / kv.block_size, slot = j % kv.block_size, rd = kv.row_dim;
-  const uint8_t* base = kv.blocks[blk];
-  switch (kv.dtype) {
-    case DType::f32: std::memcpy(out, reinterpret_cast<const float*>(base) + slot * rd, static_cast<size_t>(d) * 4); break;
-    case DType::bf16: {
-      const uint16_t* p = reinterpret_cast<const uint16_t*>(base) + slot * rd;
-      for (int64_t i = 0; i < d; ++i) out[i] = f32_from_bits(static_cast<uint32_t>(p[i]) << 16);
-      break;
-    }
-    default: {
-      const uint8_t* p = base + slot * rd;
-      const float s = kv.scales[blk][slot];
-      for (int64_t i = 0; i < d; ++i) out[i] = fp8_e4m3_to_f32(p[i]) * s;
-    }
-  }
-}
-
 // Portable tiled f32 version over positions [j0, j1): kTile key rows are widened once into a
 // transposed tile kt[d][kTile] and shared by all heads (scores: kTile accumulators per head, one
 // broadcast-FMA per element); P.V adds each widened value row into the heads' outputs.
-constexpr int64_t kTile = 16;
+constexpr int64_t kTile = detail::kScoreTile;
 
 void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv, const PagedRows* v,
                     int64_t d_lat, int64_t j0, int64_t j1, float scale, const MqaPartial& part) {
@@ -50,22 +32,9 @@ void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads, const Pag
   rows.resize(static_cast<size_t>(kTile * std::max(D, d_lat)));
   kt.resize(static_cast<size_t>(kTile * D));
   sc.resize(static_cast<size_t>(n_heads * n));
-  for (int64_t jb = 0; jb < n; jb += kTile) {
-    const int64_t nb = std::min(kTile, n - jb);
-    for (int64_t t = 0; t < nb; ++t) load_row(kv, j0 + jb + t, D, &rows[t * D]);
-    for (int64_t t = nb; t < kTile; ++t) std::memset(&rows[t * D], 0, static_cast<size_t>(D) * 4);
-    for (int64_t i = 0; i < D; ++i)
-      for (int64_t t = 0; t < kTile; ++t) kt[i * kTile + t] = rows[t * D + i];
-    for (int64_t h = 0; h < n_heads; ++h) {
-      const float* qh = q + h * q_stride;
-      float acc[kTile] = {0};
-      for (int64_t i = 0; i < D; ++i) {
-        const float qi = qh[i];
-        for (int64_t t = 0; t < kTile; ++t) acc[t] += qi * kt[i * kTile + t];
-      }
-      for (int64_t t = 0; t < nb; ++t) sc[h * n + jb + t] = acc[t] * scale;
-    }
-  }
+  for (int64_t jb = 0; jb < n; jb += kTile)
+    detail::score_tile(kv, j0 + jb, std::min(kTile, n - jb), q, q_stride, n_heads, scale, rows.data(), kt.data(),
+                       &sc[jb], n);
   for (int64_t h = 0; h < n_heads; ++h) {
     float* s = &sc[h * n];
     float mx = s[0], sum = 0;

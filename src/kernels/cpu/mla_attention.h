@@ -14,19 +14,9 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cpu/paged_rows.h"
 
 namespace afd::kernels {
-
-// Rows of one sequence's paged cache (one head): row j (j < n_ctx) starts at
-// blocks[j / block_size] + (j % block_size) * row_dim elements of dtype (f32, bf16 or f8_e4m3);
-// fp8 rows are multiplied by scales[j / block_size][j % block_size].
-struct PagedRows {
-  const uint8_t* const* blocks = nullptr;
-  const float* const* scales = nullptr;  // f8_e4m3 only
-  int64_t block_size = 0;
-  int64_t row_dim = 0;  // values per row (absorbed MLA keys: d_lat + d_rope)
-  DType dtype = DType::bf16;
-};
 
 // q: [n_heads, k.row_dim] (f32, row stride q_stride); out: [n_heads, v_dim] (row stride
 // out_stride). v: the value rows (row_dim == v_dim, same block_size and dtype as k), or null:

@@ -168,16 +168,18 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
   auto [w_dtype, prec] = GetParam();
   ThreadPool pool(2);
   for (auto [pf, rows_single] : {std::pair<int64_t, int>{1024, 4}, {4096, 8}, {0, 4}, {0, 8}, {0, 1}, {64, 1}}) {
-    detail::set_linear_avx512_tuning(pf, rows_single);
+    detail::LinearAvx512Tuning tuning;
+    tuning.prefetch_bytes = pf;
+    tuning.rows_single = rows_single;
     for (const Case& c : kCases) {
       if (c.n != 1) continue;
       Problem p = make_problem(c, w_dtype, prec, 31);
       std::vector<float> y = p.y_init;
-      linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, &pool);
+      detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec,
+                           &pool, false, tuning);
       check(p, y, false, describe(p, "avx512 tuning", false, 2) + " pf=" + std::to_string(pf));
     }
   }
-  detail::set_linear_avx512_tuning(-1, 1);  // the defaults
 }
 
 // The bf16 x bf16 small-n layouts (2..kSmallNMax tokens: 1-row streams for n <= 4, 3- or
@@ -199,21 +201,25 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
   for (Layout l : {Layout{0, 0, 0, 0}, {3, 0, 0, 0}, {4, 0, 0, 0}, {3, 1024, 64, 0}, {4, 1024, 65536, 0},
                    {3, 1024, 64, -1}, {3, 1024, 64, 4096}, {4, 2048, 0, 20000}}) {
     const auto [layout, x_bytes, pf_min, chunk] = l;
-    detail::set_linear_avx512_small_n(layout, x_bytes, pf_min, chunk);
+    detail::LinearAvx512Tuning tuning;  // 0: the default; chunk < 0: no row chunks
+    tuning.small_n_layout = layout;
+    if (x_bytes != 0) tuning.small_n_x_bytes = x_bytes;
+    if (pf_min != 0) tuning.small_n_prefetch_min_bytes = pf_min;
+    if (chunk != 0) tuning.small_n_chunk_bytes = std::max<int64_t>(chunk, 0);
     for (int64_t n = 2; n <= detail::kSmallNMax + 1; ++n)
       for (auto [rows, cols] : {std::pair<int64_t, int64_t>{35, 47}, {70, 300}, {38, 1100}, {9, 64}}) {
         Problem p = make_problem({n, rows, cols}, w_dtype, prec, static_cast<uint32_t>(41 + n));
         for (bool acc : {false, true})
           for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::vector<float> y = p.y_init;
-            linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, tp, acc);
+            detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(),
+                                 p.y_stride, prec, tp, acc, tuning);
             check(p, y, acc,
                   describe(p, "avx512 small-n", acc, tp ? tp->size() : 1) + " layout=" + std::to_string(layout) +
                       " x_bytes=" + std::to_string(x_bytes) + " chunk=" + std::to_string(chunk));
           }
       }
   }
-  detail::set_linear_avx512_small_n(-1);  // the default
 }
 
 // The many-token "pairs" kernel (bf16 x bf16, AVX-512 BF16, even cols) forced for every n

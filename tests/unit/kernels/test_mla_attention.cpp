@@ -19,6 +19,7 @@ namespace {
 
 using testing::IsaLimitGuard;
 using testing::isa_levels;
+using testing::Paged;
 using testing::random_vec;
 
 struct Case {
@@ -27,53 +28,8 @@ struct Case {
   bool sep_v = false;  // separate value rows of d_lat values (MFA) instead of the key's first d_lat
 };
 
-// A paged cache: n_blocks blocks in a shuffled order, rows stored in dtype (fp8 with a scale per row).
-struct Paged {
-  std::vector<std::vector<uint8_t>> storage;
-  std::vector<std::vector<float>> scale_storage;
-  std::vector<const uint8_t*> blocks;
-  std::vector<const float*> scales;
-  PagedRows view;
-};
-
 Paged make_paged(const Case& c, const std::vector<float>& rows, int64_t D) {
-  const int64_t nb = (c.n_ctx + c.block_size - 1) / c.block_size;
-  Paged p;
-  p.storage.resize(static_cast<size_t>(nb + 2));
-  p.scale_storage.resize(p.storage.size());
-  for (size_t k = 0; k < p.storage.size(); ++k) {
-    p.storage[k].assign(static_cast<size_t>(c.block_size * D) * dtype_size(c.dt), 0xff);
-    p.scale_storage[k].assign(static_cast<size_t>(c.block_size), 1.0f);
-  }
-  std::vector<int64_t> order(p.storage.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), std::mt19937(7));
-  for (int64_t j = 0; j < c.n_ctx; ++j) {
-    const int64_t blk = order[j / c.block_size], slot = j % c.block_size;
-    uint8_t* dst = p.storage[blk].data() + slot * D * dtype_size(c.dt);
-    const float* x = &rows[j * D];
-    if (c.dt == DType::f32) {
-      std::memcpy(dst, x, static_cast<size_t>(D) * 4);
-    } else if (c.dt == DType::bf16) {
-      for (int64_t i = 0; i < D; ++i) reinterpret_cast<uint16_t*>(dst)[i] = f32_to_bf16(x[i]).bits;
-    } else {
-      float amax = 0;
-      for (int64_t i = 0; i < D; ++i) amax = std::max(amax, std::fabs(x[i]));
-      const float s = amax / kFp8E4M3Max;
-      p.scale_storage[blk][slot] = s;
-      for (int64_t i = 0; i < D; ++i) dst[i] = f32_to_fp8_e4m3(x[i] / s);
-    }
-  }
-  for (int64_t k = 0; k < nb; ++k) {
-    p.blocks.push_back(p.storage[order[k]].data());
-    p.scales.push_back(p.scale_storage[order[k]].data());
-  }
-  p.view.blocks = p.blocks.data();
-  p.view.scales = c.dt == DType::f8_e4m3 ? p.scales.data() : nullptr;
-  p.view.block_size = c.block_size;
-  p.view.row_dim = D;
-  p.view.dtype = c.dt;
-  return p;
+  return testing::make_paged(rows, c.n_ctx, D, c.block_size, c.dt);
 }
 
 void check(const Case& c) {

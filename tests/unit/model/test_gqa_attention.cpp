@@ -59,10 +59,11 @@ void run(DType dt, int64_t n_heads, int64_t n_kv, int64_t window, float tol) {
     (*kv)->read_v(0, 0, j, V[j].data());
   }
   GqaShape s{n_heads, n_kv, 16, window};
+  ScratchSlot scratch;
   std::vector<float> q(n_heads * 16), got(n_heads * 16), want(n_heads * 16);
   for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.5f * i);
   for (int64_t g = 0; g < n_kv; ++g) {
-    gqa_attend_one(**kv, 0, 0, n_ctx, g, s, q.data(), got.data());
+    gqa_attend_one(**kv, 0, 0, n_ctx, g, s, q.data(), got.data(), scratch);
     direct(K, V, q.data(), s, n_ctx, g, want.data());
   }
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << i;
@@ -125,10 +126,11 @@ void run_f64(const Case& c) {
     (*kv)->read_v(1, 0, j, V[j].data());
   }
   GqaShape s{n_heads, c.n_kv, hd, c.window};
+  ScratchSlot scratch;
   std::vector<float> q(n_heads * hd), got(n_heads * hd, -1.0f), want(n_heads * hd);
   for (size_t i = 0; i < q.size(); ++i) q[i] = 1.5f * std::sin(0.5f * i + 0.1f);
   for (int64_t g = 0; g < c.n_kv; ++g) {
-    gqa_attend_one(**kv, 1, 0, c.n_ctx, g, s, q.data(), got.data());
+    gqa_attend_one(**kv, 1, 0, c.n_ctx, g, s, q.data(), got.data(), scratch);
     direct(K, V, q.data(), s, c.n_ctx, g, want.data());
   }
   double max_err = 0;
