@@ -55,13 +55,6 @@ struct RoundRatios {
   std::vector<double> vs_mono, vs_no_delay;
 };
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Bytes of one FfnWeights (gate + up + down).
 size_t ffn_bytes(const FfnWeights& f) { return f.gate.nbytes() + f.up.nbytes() + f.down.nbytes(); }
 int64_t ffn_params(const FfnWeights& f) {
@@ -223,7 +216,7 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return timed[a].step_s < timed[b].step_s; });
   Point med = timed[order[(order.size() - 1) / 2]];
-  med.step_s = quantile(steps_s, 0.5);
+  med.step_s = median(steps_s);
   med.steps_s = std::move(steps_s);
   return med;
 }
