@@ -20,7 +20,7 @@
 #include "local_ffn.h"
 #include "model/attention_cost.h"
 #include "model/weights.h"
-#include "runtime/bundle.h"
+#include "runtime/afd/ffn_worker.h"
 #include "runtime/engine_factory.h"
 #include "serve/frontend/proxy_client.h"
 #include "serve/metrics/prom_merge.h"
@@ -127,13 +127,13 @@ struct Point {
 };
 
 // Tokens and (token, expert) pairs computed so far by each FFN worker: the in-process ones
-// of `dp`, or the --spawn-ffn processes at `remote` (their afd_ffn_tokens_total and
+// (BenchmarkHooks::ffn_stats), or the --spawn-ffn processes at `remote` (their afd_ffn_tokens_total and
 // afd_ffn_expert_rows_total; counted before each reply is sent, so a scrape after a step
 // includes all of it). Empty when there are none, or when a worker did not answer.
 struct FfnCounts {
   std::vector<int64_t> tokens, rows;
 };
-FfnCounts ffn_counts(DataParallelEngine* dp, const std::vector<serve::MetricsTarget>& remote) {
+FfnCounts ffn_counts(const BenchmarkHooks& hooks, const std::vector<serve::MetricsTarget>& remote) {
   FfnCounts c;
   for (const serve::MetricsTarget& t : remote) {
     auto body = serve::http_get_body(t.host, t.port, "/metrics", 2000, serve::kMaxScrapeBytes);
@@ -149,8 +149,8 @@ FfnCounts ffn_counts(DataParallelEngine* dp, const std::vector<serve::MetricsTar
     c.tokens.push_back(static_cast<int64_t>(*tokens));
     c.rows.push_back(static_cast<int64_t>(*rows));
   }
-  if (dp != nullptr && remote.empty())
-    for (const FfnWorkerStats* s : dp->bundle().ffn_stats()) {
+  if (remote.empty())
+    for (const FfnWorkerStats* s : hooks.ffn_stats()) {
       c.tokens.push_back(s->tokens.load());
       c.rows.push_back(s->expert_rows.load());
     }
@@ -166,30 +166,31 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
   auto eng = make_engine(o, w);
   if (!eng.ok()) fail("bench", eng.status());
   Engine& e = **eng;
+  BenchmarkHooks* hooks = e.benchmark_hooks();
+  if (hooks == nullptr) fail("bench", not_supported("this engine has no benchmark hooks (synthetic context)"));
   std::vector<int64_t> seqs;
   std::vector<int32_t> last(static_cast<size_t>(batch));
   for (int64_t i = 0; i < batch; ++i) {
     auto id = e.create_sequence();
     if (!id.ok()) fail("bench", id.status());
-    Status s = e.fill_synthetic_context(*id, ctx);
+    Status s = hooks->fill_synthetic_context(*id, ctx);
     if (!s.is_ok()) fail("bench", s);
     seqs.push_back(*id);
     last[i] = static_cast<int32_t>((i * 7919 + 13) % mc.vocab_size);
   }
   std::vector<BatchItem> items(static_cast<size_t>(batch));
   std::vector<float> logits;
-  auto* dp = dynamic_cast<DataParallelEngine*>(&e);  // null: no in-process bundle, no per-worker counts
   int64_t n_moe = 0;  // layers with routed experts
   for (const LayerWeights& L : w->layers) n_moe += L.moe.experts.empty() ? 0 : 1;
   std::vector<Point> timed;
   for (int step = 0; step <= steps; ++step) {  // step 0 warms up
     for (int64_t i = 0; i < batch; ++i) items[i] = BatchItem{seqs[i], std::span<const int32_t>(&last[i], 1), false};
-    const FfnCounts ffn0 = ffn_counts(dp, remote_ffn);
+    const FfnCounts ffn0 = ffn_counts(*hooks, remote_ffn);
     const int64_t t0 = now_ns();
     Status s = e.forward(items, &logits);
     const double dt = (now_ns() - t0) * 1e-9;
     if (!s.is_ok()) fail("bench", s);
-    const FfnCounts ffn1 = ffn_counts(dp, remote_ffn);
+    const FfnCounts ffn1 = ffn_counts(*hooks, remote_ffn);
     std::vector<double> ffn_tokens, ffn_rows;
     for (size_t j = 0; j < ffn1.tokens.size() && ffn0.tokens.size() == ffn1.tokens.size(); ++j) {
       ffn_tokens.push_back(static_cast<double>(ffn1.tokens[j] - ffn0.tokens[j]) / static_cast<double>(mc.n_layers));
@@ -201,12 +202,12 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
     StageTimes st = e.last_stage_times();
     const size_t kv_tok = static_cast<size_t>(mc.n_layers * attention_cost(mc).kv_values_per_token) *
                           (o.precision == Precision::reference ? 4 : dtype_size(o.kv.dtype));
-    StepCost sc = step_cost(*w, batch, ctx + step, e.last_expert_reads(), kv_tok);
+    StepCost sc = step_cost(*w, batch, ctx + step, hooks->last_expert_reads(), kv_tok);
     Point p{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, 0, 0, {}, st.layers, {},
             ffn_tokens, ffn_rows};
     p.weight_bytes = sc.weight_bytes;
     p.attention_flops = sc.attention_flops;
-    if (dp != nullptr) p.attention_tokens.assign(dp->last_engine_tokens().begin(), dp->last_engine_tokens().end());
+    for (int64_t n : hooks->last_engine_tokens()) p.attention_tokens.push_back(static_cast<double>(n));
     timed.push_back(std::move(p));
   }
   std::vector<double> steps_s;

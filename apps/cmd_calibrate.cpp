@@ -23,7 +23,7 @@ using nlohmann::json;
 using namespace afd::plan;
 
 // Engine-backed StageSampler: one engine per (batch, context) point built on shared weights;
-// each sequence gets `context` tokens of synthetic KV (Engine::fill_synthetic_context,
+// each sequence gets `context` tokens of synthetic KV (BenchmarkHooks::fill_synthetic_context,
 // no prefill compute) and every call times one decode step of the whole batch, after one
 // untimed warm-up step. Stage times come from Engine::last_stage_times().
 class EngineStageSampler {
@@ -65,10 +65,12 @@ class EngineStageSampler {
     const int64_t blk = std::max<int64_t>(1, o.kv.block_size);
     o.kv.capacity_tokens = batch * ((ctx + 64 + blk - 1) / blk * blk);
     AFD_ASSIGN_OR_RETURN(engine_, make_engine(o, w_));
-    Engine* pe = engine_.get();  // fill_synthetic_context: not_supported where an engine cannot
+    Engine* pe = engine_.get();
+    BenchmarkHooks* hooks = pe->benchmark_hooks();
+    if (hooks == nullptr) return not_supported("calibrate: this engine cannot fill a synthetic context");
     for (int64_t i = 0; i < batch; ++i) {
       AFD_ASSIGN_OR_RETURN(int64_t id, pe->create_sequence());
-      AFD_RETURN_IF_ERROR(pe->fill_synthetic_context(id, ctx));
+      AFD_RETURN_IF_ERROR(hooks->fill_synthetic_context(id, ctx));
       seqs_.push_back(id);
     }
     last_.assign(static_cast<size_t>(batch), 0);
