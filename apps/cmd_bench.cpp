@@ -23,7 +23,6 @@
 #include "runtime/afd/ffn_worker.h"
 #include "runtime/engine_factory.h"
 #include "serve/frontend/proxy_client.h"
-#include "serve/metrics/prom_merge.h"
 #include "trace_output.h"
 
 namespace afd::cli {
@@ -119,35 +118,35 @@ struct Point {
   std::vector<double> steps_s;
   std::vector<LayerStageTimes> layers;  // of the median step
   // Of the median step (empty without a bundle): tokens each attention engine ran; per FFN
-  // worker (in-process, or --spawn-ffn processes through their /metrics), the tokens it
+  // worker (in-process, or --spawn-ffn processes through their /health), the tokens it
   // computed per layer (averaged over the layers; a token reaches every worker holding one
   // of its top-k experts, and every TP rank of a group) and its (token, expert) pairs per
   // MoE layer (its share of the expert load).
   std::vector<double> attention_tokens, ffn_tokens, ffn_expert_rows;
 };
 
-// Tokens and (token, expert) pairs computed so far by each FFN worker: the in-process ones
-// (BenchmarkHooks::ffn_stats), or the --spawn-ffn processes at `remote` (their afd_ffn_tokens_total and
-// afd_ffn_expert_rows_total; counted before each reply is sent, so a scrape after a step
-// includes all of it). Empty when there are none, or when a worker did not answer.
+// Tokens and (token, expert) pairs computed so far by each FFN worker (FfnWorkerStats tokens
+// and expert_rows, counted before each reply is sent, so a read after a step includes all of
+// it): the in-process ones (BenchmarkHooks::ffn_stats), or the --spawn-ffn processes at
+// `remote` (the same counters in their GET /health JSON). Empty when there are none, or when
+// a worker did not answer.
 struct FfnCounts {
   std::vector<int64_t> tokens, rows;
 };
 FfnCounts ffn_counts(const BenchmarkHooks& hooks, const std::vector<serve::MetricsTarget>& remote) {
   FfnCounts c;
   for (const serve::MetricsTarget& t : remote) {
-    auto body = serve::http_get_body(t.host, t.port, "/metrics", 2000, serve::kMaxScrapeBytes);
-    serve::PromMerger scrape;  // one worker's text: each family has its one sample
-    if (body.ok()) scrape.add(*body, "");
-    const auto tokens = scrape.first_value("afd_ffn_tokens_total");
-    const auto rows = scrape.first_value("afd_ffn_expert_rows_total");
-    if (!tokens || !rows) {
+    auto body = serve::http_get_body(t.host, t.port, "/health", 2000, size_t{64} << 10);
+    const nlohmann::json j = body.ok() ? nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false) : nullptr;
+    const bool counted = j.is_object() && j.contains("tokens") && j["tokens"].is_number_integer() &&
+                         j.contains("expert_rows") && j["expert_rows"].is_number_integer();
+    if (!counted) {
       spdlog::warn("bench: no per-worker counts from the FFN worker at {}: {}", t.address(),
-                   body.ok() ? "its /metrics lacks the token counters" : body.status().to_string());
+                   body.ok() ? "its /health lacks the token counters" : body.status().to_string());
       return FfnCounts{};
     }
-    c.tokens.push_back(static_cast<int64_t>(*tokens));
-    c.rows.push_back(static_cast<int64_t>(*rows));
+    c.tokens.push_back(j["tokens"].get<int64_t>());
+    c.rows.push_back(j["expert_rows"].get<int64_t>());
   }
   if (remote.empty())
     for (const FfnWorkerStats* s : hooks.ffn_stats()) {
@@ -159,7 +158,7 @@ FfnCounts ffn_counts(const BenchmarkHooks& hooks, const std::vector<serve::Metri
 
 // Decode steps of `batch` sequences at context `ctx`: one warm-up step, then `steps` timed
 // ones; the Point describes the median step and carries every step's time.
-// remote_ffn: the /metrics of --spawn-ffn workers, for their per-worker counts.
+// remote_ffn: the status servers of --spawn-ffn workers, for their per-worker counts.
 Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int64_t batch, int64_t ctx, int steps,
               const std::vector<serve::MetricsTarget>& remote_ffn = {}) {
   const ModelConfig& mc = w->config;
@@ -277,7 +276,7 @@ void run_bench(const BenchFlags& f) {
   // --spawn-ffn: the afd rows' FFN workers are child processes over UCX (started once, kept
   // for every row; each afd engine connects and hands its micro-batch count in the handshake).
   LocalFfnProcesses ffn_procs;
-  // Each with a /metrics port: the per-worker rates of the afd rows read their counters.
+  // Each with a status server: the per-worker rates of the afd rows read their counters.
   if (Status s = ffn_procs.start(f.engine, &*opt, /*with_metrics=*/true); !s.is_ok()) fail("bench", s);
 
   auto weights = load_model(opt->model_dir);
