@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   afd::cli::register_worker(app);
   afd::cli::register_serve(app);
   afd::cli::register_plan(app);
+  afd::cli::register_sim(app);
+  afd::cli::register_calibrate(app);
   afd::cli::register_trace(app);
 
   try {

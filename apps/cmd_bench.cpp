@@ -20,10 +20,9 @@
 #include "local_ffn.h"
 #include "model/attention_cost.h"
 #include "model/weights.h"
-#include "runtime/bundle.h"
+#include "runtime/afd/ffn_worker.h"
 #include "runtime/engine_factory.h"
 #include "serve/frontend/proxy_client.h"
-#include "serve/metrics/prom_merge.h"
 #include "trace_output.h"
 
 namespace afd::cli {
@@ -54,13 +53,6 @@ struct BenchFlags {
 struct RoundRatios {
   std::vector<double> vs_mono, vs_no_delay;
 };
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Bytes of one FfnWeights (gate + up + down).
 size_t ffn_bytes(const FfnWeights& f) { return f.gate.nbytes() + f.up.nbytes() + f.down.nbytes(); }
@@ -126,38 +118,38 @@ struct Point {
   std::vector<double> steps_s;
   std::vector<LayerStageTimes> layers;  // of the median step
   // Of the median step (empty without a bundle): tokens each attention engine ran; per FFN
-  // worker (in-process, or --spawn-ffn processes through their /metrics), the tokens it
+  // worker (in-process, or --spawn-ffn processes through their /health), the tokens it
   // computed per layer (averaged over the layers; a token reaches every worker holding one
   // of its top-k experts, and every TP rank of a group) and its (token, expert) pairs per
   // MoE layer (its share of the expert load).
   std::vector<double> attention_tokens, ffn_tokens, ffn_expert_rows;
 };
 
-// Tokens and (token, expert) pairs computed so far by each FFN worker: the in-process ones
-// of `dp`, or the --spawn-ffn processes at `remote` (their afd_ffn_tokens_total and
-// afd_ffn_expert_rows_total; counted before each reply is sent, so a scrape after a step
-// includes all of it). Empty when there are none, or when a worker did not answer.
+// Tokens and (token, expert) pairs computed so far by each FFN worker (FfnWorkerStats tokens
+// and expert_rows, counted before each reply is sent, so a read after a step includes all of
+// it): the in-process ones (BenchmarkHooks::ffn_stats), or the --spawn-ffn processes at
+// `remote` (the same counters in their GET /health JSON). Empty when there are none, or when
+// a worker did not answer.
 struct FfnCounts {
   std::vector<int64_t> tokens, rows;
 };
-FfnCounts ffn_counts(DataParallelEngine* dp, const std::vector<serve::MetricsTarget>& remote) {
+FfnCounts ffn_counts(const BenchmarkHooks& hooks, const std::vector<serve::MetricsTarget>& remote) {
   FfnCounts c;
   for (const serve::MetricsTarget& t : remote) {
-    auto body = serve::http_get_body(t.host, t.port, "/metrics", 2000, serve::kMaxScrapeBytes);
-    serve::PromMerger scrape;  // one worker's text: each family has its one sample
-    if (body.ok()) scrape.add(*body, "");
-    const auto tokens = scrape.first_value("afd_ffn_tokens_total");
-    const auto rows = scrape.first_value("afd_ffn_expert_rows_total");
-    if (!tokens || !rows) {
+    auto body = serve::http_get_body(t.host, t.port, "/health", 2000, size_t{64} << 10);
+    const nlohmann::json j = body.ok() ? nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false) : nullptr;
+    const bool counted = j.is_object() && j.contains("tokens") && j["tokens"].is_number_integer() &&
+                         j.contains("expert_rows") && j["expert_rows"].is_number_integer();
+    if (!counted) {
       spdlog::warn("bench: no per-worker counts from the FFN worker at {}: {}", t.address(),
-                   body.ok() ? "its /metrics lacks the token counters" : body.status().to_string());
+                   body.ok() ? "its /health lacks the token counters" : body.status().to_string());
       return FfnCounts{};
     }
-    c.tokens.push_back(static_cast<int64_t>(*tokens));
-    c.rows.push_back(static_cast<int64_t>(*rows));
+    c.tokens.push_back(j["tokens"].get<int64_t>());
+    c.rows.push_back(j["expert_rows"].get<int64_t>());
   }
-  if (dp != nullptr && remote.empty())
-    for (const FfnWorkerStats* s : dp->bundle().ffn_stats()) {
+  if (remote.empty())
+    for (const FfnWorkerStats* s : hooks.ffn_stats()) {
       c.tokens.push_back(s->tokens.load());
       c.rows.push_back(s->expert_rows.load());
     }
@@ -166,37 +158,38 @@ FfnCounts ffn_counts(DataParallelEngine* dp, const std::vector<serve::MetricsTar
 
 // Decode steps of `batch` sequences at context `ctx`: one warm-up step, then `steps` timed
 // ones; the Point describes the median step and carries every step's time.
-// remote_ffn: the /metrics of --spawn-ffn workers, for their per-worker counts.
+// remote_ffn: the status servers of --spawn-ffn workers, for their per-worker counts.
 Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int64_t batch, int64_t ctx, int steps,
               const std::vector<serve::MetricsTarget>& remote_ffn = {}) {
   const ModelConfig& mc = w->config;
   auto eng = make_engine(o, w);
   if (!eng.ok()) fail("bench", eng.status());
   Engine& e = **eng;
+  BenchmarkHooks* hooks = e.benchmark_hooks();
+  if (hooks == nullptr) fail("bench", not_supported("this engine has no benchmark hooks (synthetic context)"));
   std::vector<int64_t> seqs;
   std::vector<int32_t> last(static_cast<size_t>(batch));
   for (int64_t i = 0; i < batch; ++i) {
     auto id = e.create_sequence();
     if (!id.ok()) fail("bench", id.status());
-    Status s = e.fill_synthetic_context(*id, ctx);
+    Status s = hooks->fill_synthetic_context(*id, ctx);
     if (!s.is_ok()) fail("bench", s);
     seqs.push_back(*id);
     last[i] = static_cast<int32_t>((i * 7919 + 13) % mc.vocab_size);
   }
   std::vector<BatchItem> items(static_cast<size_t>(batch));
   std::vector<float> logits;
-  auto* dp = dynamic_cast<DataParallelEngine*>(&e);  // null: no in-process bundle, no per-worker counts
   int64_t n_moe = 0;  // layers with routed experts
   for (const LayerWeights& L : w->layers) n_moe += L.moe.experts.empty() ? 0 : 1;
   std::vector<Point> timed;
   for (int step = 0; step <= steps; ++step) {  // step 0 warms up
     for (int64_t i = 0; i < batch; ++i) items[i] = BatchItem{seqs[i], std::span<const int32_t>(&last[i], 1), false};
-    const FfnCounts ffn0 = ffn_counts(dp, remote_ffn);
+    const FfnCounts ffn0 = ffn_counts(*hooks, remote_ffn);
     const int64_t t0 = now_ns();
     Status s = e.forward(items, &logits);
     const double dt = (now_ns() - t0) * 1e-9;
     if (!s.is_ok()) fail("bench", s);
-    const FfnCounts ffn1 = ffn_counts(dp, remote_ffn);
+    const FfnCounts ffn1 = ffn_counts(*hooks, remote_ffn);
     std::vector<double> ffn_tokens, ffn_rows;
     for (size_t j = 0; j < ffn1.tokens.size() && ffn0.tokens.size() == ffn1.tokens.size(); ++j) {
       ffn_tokens.push_back(static_cast<double>(ffn1.tokens[j] - ffn0.tokens[j]) / static_cast<double>(mc.n_layers));
@@ -208,12 +201,12 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
     StageTimes st = e.last_stage_times();
     const size_t kv_tok = static_cast<size_t>(mc.n_layers * attention_cost(mc).kv_values_per_token) *
                           (o.precision == Precision::reference ? 4 : dtype_size(o.kv.dtype));
-    StepCost sc = step_cost(*w, batch, ctx + step, e.last_expert_reads(), kv_tok);
+    StepCost sc = step_cost(*w, batch, ctx + step, hooks->last_expert_reads(), kv_tok);
     Point p{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, 0, 0, {}, st.layers, {},
             ffn_tokens, ffn_rows};
     p.weight_bytes = sc.weight_bytes;
     p.attention_flops = sc.attention_flops;
-    if (dp != nullptr) p.attention_tokens.assign(dp->last_engine_tokens().begin(), dp->last_engine_tokens().end());
+    for (int64_t n : hooks->last_engine_tokens()) p.attention_tokens.push_back(static_cast<double>(n));
     timed.push_back(std::move(p));
   }
   std::vector<double> steps_s;
@@ -223,7 +216,7 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return timed[a].step_s < timed[b].step_s; });
   Point med = timed[order[(order.size() - 1) / 2]];
-  med.step_s = quantile(steps_s, 0.5);
+  med.step_s = median(steps_s);
   med.steps_s = std::move(steps_s);
   return med;
 }
@@ -283,7 +276,7 @@ void run_bench(const BenchFlags& f) {
   // --spawn-ffn: the afd rows' FFN workers are child processes over UCX (started once, kept
   // for every row; each afd engine connects and hands its micro-batch count in the handshake).
   LocalFfnProcesses ffn_procs;
-  // Each with a /metrics port: the per-worker rates of the afd rows read their counters.
+  // Each with a status server: the per-worker rates of the afd rows read their counters.
   if (Status s = ffn_procs.start(f.engine, &*opt, /*with_metrics=*/true); !s.is_ok()) fail("bench", s);
 
   auto weights = load_model(opt->model_dir);

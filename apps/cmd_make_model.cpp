@@ -19,7 +19,7 @@
 
 #include "commands.h"
 #include "serve/text/tokenizer_writer.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 
 namespace afd::cli {
 

@@ -1,8 +1,8 @@
-// afd plan cost|sparsity|hardware|ratio, afd sim, afd calibrate: thin CLI over src/plan.
-// Every number printed comes from the plan module's functions of the inputs given here.
+// afd plan cost|sparsity|hardware|ratio: thin CLI over src/plan (afd sim: cmd_sim.cpp, afd
+// calibrate: cmd_calibrate.cpp). Every number printed comes from the plan module's functions
+// of the inputs given here.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,41 +11,19 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "core/thread_pool.h"
-#include "core/timer.h"
-#include "engine_flags.h"
-#include "model/weights.h"
-#include "runtime/engine.h"
 #include "plan/accelerator.h"
-#include "plan/calibrate.h"
 #include "plan/cost_model.h"
 #include "plan/hardware_fit.h"
 #include "plan/hf_model_spec.h"
 #include "plan/model_presets.h"
 #include "plan/ratio_theory.h"
-#include "plan/sim_sweep.h"
-#include "plan/svg_plot.h"
+#include "plan_cli.h"
 
 namespace afd::cli {
 namespace {
 
 using nlohmann::json;
 using namespace afd::plan;
-
-[[noreturn]] void fail(const std::string& msg) {
-  std::fprintf(stderr, "afd: %s\n", msg.c_str());
-  throw CLI::RuntimeError(1);
-}
-
-template <class T>
-T unwrap(Result<T> r) {
-  if (!r.ok()) fail(r.status().to_string());
-  return std::move(r).value();
-}
-
-void check(const Status& s) {
-  if (!s.is_ok()) fail(s.to_string());
-}
 
 // ---- shared option groups ---------------------------------------------------------------
 
@@ -150,8 +128,6 @@ std::string usd(const std::optional<double>& v) {
   return b;
 }
 json opt_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
-
-void print_json(const json& j) { std::printf("%s\n", j.dump(2).c_str()); }
 
 // ---- plan cost ----------------------------------------------------------------------------
 
@@ -331,31 +307,6 @@ void register_hardware(CLI::App* plan) {
   });
 }
 
-// ---- plan ratio / sim shared workload args --------------------------------------------------
-
-struct WorkloadArgs {
-  int64_t batch = 256;
-  double mu_prefill = 100, mu_decode = 500;
-  int64_t requests = 10000;
-  std::string profile;
-};
-
-void add_workload_args(CLI::App* cmd, WorkloadArgs* w) {
-  cmd->add_option("--batch", w->batch, "B: requests per attention micro-batch")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  cmd->add_option("--mu-prefill", w->mu_prefill, "mean prefill length μ_P (tokens)")->check(CLI::Range(0.0, 1e9));
-  cmd->add_option("--mu-decode", w->mu_decode, "mean decode length μ_D (tokens)")->check(CLI::Range(0.0, 1e9));
-  cmd->add_option("--requests", w->requests, "N: requests per attention instance (0 = N -> infinity for plan ratio)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
-  cmd->add_option("--profile", w->profile, "latency profile JSON (afd calibrate); default seeds/003 Table 2");
-}
-
-LatencyProfile load_profile(const WorkloadArgs& w) {
-  if (w.profile.empty()) return seeds003_profile();
-  return unwrap(load_profile_file(w.profile));
-}
-
-json profile_json(const LatencyProfile& p) { return json::parse(profile_to_json(p)); }
-
 void register_ratio(CLI::App* plan) {
   auto* cmd = plan->add_subcommand("ratio", "Optimal A/F ratio r* (seeds/003 Theorem 4.4)");
   auto w = std::make_shared<WorkloadArgs>();
@@ -390,273 +341,6 @@ void register_ratio(CLI::App* plan) {
   });
 }
 
-// ---- sim ------------------------------------------------------------------------------------
-
-void register_sim(CLI::App& app) {
-  auto* cmd = app.add_subcommand("sim", "Discrete-event simulator of an xA-yF AFD bundle (seeds/003 §5)");
-  auto w = std::make_shared<WorkloadArgs>();
-  auto ratios = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"1", "2", "4", "8", "16", "24", "32"});
-  auto seed = std::make_shared<uint64_t>(1);
-  auto prefill_dist = std::make_shared<std::string>("fixed");
-  auto decode_dist = std::make_shared<std::string>("geometric");
-  auto spread = std::make_shared<double>(1.0);
-  auto mbs = std::make_shared<int64_t>(2);
-  auto layers = std::make_shared<int64_t>(1);
-  auto duplex = std::make_shared<bool>(false);
-  auto threads = std::make_shared<int>(0);
-  auto as_json = std::make_shared<bool>(false);
-  auto plot = std::make_shared<std::string>();
-  add_workload_args(cmd, w.get());
-  cmd->add_option("--ratio", *ratios, "A/F ratios: r (8, 3.5 = 7A-2F) or x:y (comma list)")->delimiter(',');
-  cmd->add_option("--seed", *seed, "random seed (same seed, same bits)");
-  cmd->add_option("--prefill-dist", *prefill_dist, "fixed | uniform | geometric");
-  cmd->add_option("--decode-dist", *decode_dist, "geometric | fixed | uniform");
-  cmd->add_option("--uniform-spread", *spread, "uniform: lengths in mean*(1 -/+ spread)")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--microbatches", *mbs, "micro-batches in flight per attention instance")->check(CLI::Range(int64_t{1}, int64_t{64}));
-  cmd->add_option("--layers", *layers, "layers per step (latencies split evenly)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
-  cmd->add_flag("--full-duplex", *duplex, "A->F and F->A transfers do not share the link");
-  cmd->add_option("--threads", *threads, "threads for the sweep (0 = all cores)")->check(CLI::Range(0, 1024));
-  cmd->add_flag("--json", *as_json, "JSON output");
-  cmd->add_option("--plot", *plot, "write an SVG of throughput and idle ratios vs r");
-  cmd->callback([=] {
-    if (w->requests < 1) fail("sim: --requests must be >= 1");
-    SimConfig c;
-    c.batch = w->batch;
-    c.requests_per_attn = w->requests;
-    c.n_microbatches = *mbs;
-    c.n_layers = *layers;
-    c.full_duplex = *duplex;
-    c.seed = *seed;
-    c.latency = load_profile(*w);
-    c.prefill = {unwrap(parse_length_dist(*prefill_dist)), w->mu_prefill, *spread};
-    c.decode = {unwrap(parse_length_dist(*decode_dist)), w->mu_decode, *spread};
-    std::vector<RatioSpec> specs;
-    for (const auto& r : *ratios) specs.push_back(unwrap(parse_ratio_spec(r)));
-    if (specs.empty()) fail("sim: no --ratio");
-    check(c.validate());
-    ThreadPool pool(*threads);
-    const auto pts = unwrap(run_ratio_sweep(c, specs, &pool));
-    const RatioResult th = optimal_ratio(c.latency, workload_of(c));
-    const double r_pipe = pipelined_optimal_ratio(c);
-    size_t best = 0;
-    for (size_t i = 0; i < pts.size(); ++i)
-      if (pts[i].sim.throughput_per_instance > pts[best].sim.throughput_per_instance) best = i;
-    if (!plot->empty()) {
-      std::ofstream f(*plot, std::ios::binary | std::ios::trunc);
-      if (!f) fail("cannot write plot '" + *plot + "'");
-      f << ratio_sweep_svg(pts, c, th.r_star);
-      if (!f) fail("write failed: '" + *plot + "'");
-    }
-    if (*as_json) {
-      json arr = json::array();
-      for (const auto& p : pts) {
-        const SimResult& s = p.sim;
-        arr.push_back({{"n_attn", p.spec.n_attn}, {"n_ffn", p.spec.n_ffn}, {"ratio", p.spec.ratio()},
-                       {"sim", {{"throughput_per_instance", s.throughput_per_instance},
-                                {"generated_throughput_per_instance", s.generated_throughput_per_instance},
-                                {"tpot", s.tpot}, {"eta_attn", s.eta_attn}, {"eta_ffn", s.eta_ffn},
-                                {"t_stable", s.t_stable}, {"t_end", s.t_end}, {"n_requests", s.n_requests},
-                                {"n_stable", s.n_stable}, {"tokens_stable", s.tokens_stable},
-                                {"mean_token_load_stable", s.mean_token_load_stable}, {"events", s.events},
-                                {"steps", s.steps}}},
-                       {"theory", {{"throughput_per_instance", p.theory.throughput_per_instance},
-                                   {"pipelined_throughput_per_instance", p.theory.pipelined_throughput},
-                                   {"cycle", p.theory.cycle}, {"tpot", p.theory.tpot},
-                                   {"eta_attn", p.theory.eta_attn}, {"eta_ffn", p.theory.eta_ffn}}}});
-      }
-      print_json({{"config", {{"batch", c.batch}, {"mu_prefill", c.prefill.mean}, {"mu_decode", c.decode.mean},
-                              {"requests_per_attn", c.requests_per_attn}, {"prefill_dist", length_dist_name(c.prefill.kind)},
-                              {"decode_dist", length_dist_name(c.decode.kind)}, {"microbatches", c.n_microbatches},
-                              {"layers", c.n_layers}, {"full_duplex", c.full_duplex}, {"seed", c.seed},
-                              {"profile", profile_json(c.latency)}}},
-                  {"theory", {{"r_star", th.r_star}, {"regime", regime_name(th.regime)},
-                              {"throughput_star", th.throughput_star}, {"r_pipelined", r_pipe}}},
-                  {"best_simulated_ratio", pts[best].spec.ratio()},
-                  {"points", arr}});
-      return;
-    }
-    std::printf("AFD bundle simulation: B = %lld, mu_P = %g (%s), mu_D = %g (%s), N = %lld per attention instance, "
-                "%lld micro-batches, %lld layer(s), seed %llu, time unit %s\n",
-                static_cast<long long>(c.batch), c.prefill.mean, length_dist_name(c.prefill.kind), c.decode.mean,
-                length_dist_name(c.decode.kind), static_cast<long long>(c.requests_per_attn),
-                static_cast<long long>(c.n_microbatches), static_cast<long long>(c.n_layers),
-                static_cast<unsigned long long>(c.seed), c.latency.time_unit.c_str());
-    std::printf("%-8s %10s %10s %9s %9s %7s %7s %7s %7s %11s\n", "xA-yF", "thr sim", "thr eq6", "TPOT sim", "TPOT th",
-                "etaA s", "etaA th", "etaF s", "etaF th", "events");
-    for (const auto& p : pts) {
-      char name[32];
-      std::snprintf(name, sizeof name, "%lldA-%lldF", static_cast<long long>(p.spec.n_attn), static_cast<long long>(p.spec.n_ffn));
-      std::printf("%-8s %10.5g %10.5g %9.5g %9.5g %7.3f %7.3f %7.3f %7.3f %11lld\n", name,
-                  p.sim.throughput_per_instance, p.theory.throughput_per_instance, p.sim.tpot, p.theory.tpot,
-                  p.sim.eta_attn, p.theory.eta_attn, p.sim.eta_ffn, p.theory.eta_ffn, static_cast<long long>(p.sim.events));
-    }
-    std::printf("theory r* = %.3f (%s); pipelined optimum (%lld micro-batches, comm on the loop) = %.3f; "
-                "best simulated ratio = %.3g\n",
-                th.r_star, regime_name(th.regime), static_cast<long long>(c.n_microbatches), r_pipe,
-                pts[best].spec.ratio());
-    if (!plot->empty()) std::printf("plot written to %s\n", plot->c_str());
-  });
-}
-
-// ---- calibrate ------------------------------------------------------------------------------
-
-// Engine-backed StageSampler: one engine per (batch, context) point built on shared weights;
-// each sequence gets `context` tokens of synthetic KV (Engine::fill_synthetic_context,
-// no prefill compute) and every call times one decode step of the whole batch, after one
-// untimed warm-up step. Stage times come from Engine::last_stage_times().
-class EngineStageSampler {
- public:
-  EngineStageSampler(EngineOptions opt, std::shared_ptr<const ModelWeights> w) : opt_(std::move(opt)), w_(std::move(w)) {}
-
-  Result<StageSample> sample(int64_t batch, int64_t token_load) {
-    const int64_t ctx = std::max<int64_t>(1, token_load / batch);
-    if (!engine_ || batch != batch_ || ctx != ctx_) AFD_RETURN_IF_ERROR(rebuild(batch, ctx));
-    Engine* pe = engine_.get();
-    int64_t load = 0;
-    for (int64_t id : seqs_) {
-      if (!pe->can_append(id, 1)) return resource_exhausted("calibrate: KV full at batch " + std::to_string(batch));
-      load += pe->sequence_length(id) + 1;
-    }
-    AFD_RETURN_IF_ERROR(step());
-    const StageTimes t = pe->last_stage_times();
-    StageSample s;
-    s.batch = batch;
-    s.token_load = load;
-    s.ffn_tokens = batch;
-    s.attention_s = t.attention_s;
-    s.a2f_s = t.a2f_s;
-    s.ffn_s = t.ffn_s;
-    s.f2a_s = t.f2a_s;
-    return s;
-  }
-
- private:
-  Status rebuild(int64_t batch, int64_t ctx) {
-    engine_.reset();
-    seqs_.clear();
-    const ModelConfig& mc = w_->config;
-    if (mc.max_position_embeddings > 0 && ctx + 64 > mc.max_position_embeddings)
-      return out_of_range("calibrate: context " + std::to_string(ctx) + " exceeds max_position_embeddings " +
-                          std::to_string(mc.max_position_embeddings));
-    EngineOptions o = opt_;
-    o.kv.max_seqs = batch;
-    const int64_t blk = std::max<int64_t>(1, o.kv.block_size);
-    o.kv.capacity_tokens = batch * ((ctx + 64 + blk - 1) / blk * blk);
-    AFD_ASSIGN_OR_RETURN(engine_, make_engine(o, w_));
-    Engine* pe = engine_.get();  // fill_synthetic_context: not_supported where an engine cannot
-    for (int64_t i = 0; i < batch; ++i) {
-      AFD_ASSIGN_OR_RETURN(int64_t id, pe->create_sequence());
-      AFD_RETURN_IF_ERROR(pe->fill_synthetic_context(id, ctx));
-      seqs_.push_back(id);
-    }
-    last_.assign(static_cast<size_t>(batch), 0);
-    for (int64_t i = 0; i < batch; ++i) last_[i] = static_cast<int32_t>((i * 7919 + 13) % mc.vocab_size);
-    batch_ = batch;
-    ctx_ = ctx;
-    return step();  // warm-up
-  }
-
-  Status step() {
-    std::vector<BatchItem> items(seqs_.size());
-    for (size_t i = 0; i < seqs_.size(); ++i) items[i] = BatchItem{seqs_[i], std::span<const int32_t>(&last_[i], 1), false};
-    AFD_RETURN_IF_ERROR(engine_->forward(items, &logits_));
-    for (auto& t : last_) t = static_cast<int32_t>((t * 31 + 7) % w_->config.vocab_size);
-    return Status::ok();
-  }
-
-  EngineOptions opt_;
-  std::shared_ptr<const ModelWeights> w_;
-  std::unique_ptr<Engine> engine_;
-  std::vector<int64_t> seqs_;
-  std::vector<int32_t> last_;
-  std::vector<float> logits_;
-  int64_t batch_ = 0, ctx_ = 0;
-};
-
-struct CalibrateFlags {
-  std::string samples, out, samples_out;
-  std::vector<int64_t> batches{1, 4, 16, 64};
-  std::vector<int64_t> contexts{256, 1024, 4096};
-  int repeats = 3;
-  bool json = false;
-  EngineFlags engine;
-};
-
-void write_samples_csv(const std::vector<StageSample>& s, const std::string& path) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) fail("cannot write samples '" + path + "'");
-  f << "batch,token_load,ffn_tokens,attention_s,a2f_s,ffn_s,f2a_s\n";
-  char line[256];
-  for (const auto& x : s) {
-    std::snprintf(line, sizeof line, "%lld,%lld,%lld,%.9g,%.9g,%.9g,%.9g\n", static_cast<long long>(x.batch),
-                  static_cast<long long>(x.token_load), static_cast<long long>(x.ffn_tokens), x.attention_s, x.a2f_s,
-                  x.ffn_s, x.f2a_s);
-    f << line;
-  }
-  if (!f) fail("write failed: '" + path + "'");
-}
-
-void register_calibrate(CLI::App& app) {
-  auto* cmd = app.add_subcommand(
-      "calibrate", "Fit the α/β latency models (seeds/003 App. B) to measured stage times; write a profile");
-  auto f = std::make_shared<CalibrateFlags>();
-  cmd->add_option("--samples", f->samples,
-                  "CSV of measured steps: batch,token_load,attention_s,a2f_s,ffn_s,f2a_s[,ffn_tokens] "
-                  "(instead of measuring with --model)");
-  f->engine.add_to(cmd, /*model_required=*/false);
-  cmd->add_option("--batches", f->batches, "with --model: batch sizes to sweep")->delimiter(',')
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--contexts", f->contexts, "with --model: per-request context lengths to sweep")->delimiter(',')
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  cmd->add_option("--repeats", f->repeats, "with --model: timed steps per point")->check(CLI::Range(1, 1000));
-  cmd->add_option("--samples-out", f->samples_out, "with --model: also write the measured samples as CSV");
-  cmd->add_option("--out", f->out, "write the profile JSON here (for plan ratio / sim --profile)");
-  cmd->add_flag("--json", f->json, "print the profile and residuals as JSON");
-  cmd->callback([f] {
-    std::vector<StageSample> s;
-    std::string source;
-    if (!f->samples.empty() && !f->engine.options.model_dir.empty())
-      fail("calibrate: give --samples or --model, not both");
-    if (!f->samples.empty()) {
-      s = unwrap(load_samples_csv(f->samples));
-      source = "afd calibrate --samples " + f->samples;
-    } else if (!f->engine.options.model_dir.empty()) {
-      const EngineOptions opt = unwrap(f->engine.to_options());
-      auto weights = unwrap(load_model(opt.model_dir));
-      auto sampler_obj = std::make_shared<EngineStageSampler>(opt, weights);
-      StageSampler sampler = [sampler_obj](int64_t b, int64_t t) { return sampler_obj->sample(b, t); };
-      SweepSpec spec;
-      spec.batches = f->batches;
-      spec.contexts = f->contexts;
-      spec.repeats = f->repeats;
-      s = unwrap(run_calibration_sweep(sampler, spec));
-      source = "afd calibrate --model " + opt.model_dir + " --topology " + f->engine.topology;
-      if (!f->samples_out.empty()) write_samples_csv(s, f->samples_out);
-    } else {
-      fail("calibrate: give --samples FILE or --model DIR");
-    }
-    const auto fit = unwrap(fit_profile(s, source));
-    if (!f->out.empty()) check(save_profile_file(fit.profile, f->out));
-    if (f->json) {
-      print_json({{"profile", profile_json(fit.profile)}, {"residuals", {{"attention", fit.attention_residuals},
-                                                                         {"ffn", fit.ffn_residuals},
-                                                                         {"comm", fit.comm_residuals}}}});
-      return;
-    }
-    std::printf("%zu samples (%s)\n", s.size(), source.c_str());
-    std::printf("%-10s %14s %14s %9s %12s %12s  %s\n", "stage", "alpha (s/unit)", "beta (s)", "R^2", "RMSE (s)",
-                "max |res|", "x");
-    auto row = [](const char* n, const LinearModel& m, const char* x) {
-      std::printf("%-10s %14.6g %14.6g %9.5f %12.4g %12.4g  %s\n", n, m.alpha, m.beta, m.fit->r2, m.fit->rmse,
-                  m.fit->max_abs_residual, x);
-    };
-    row("attention", fit.profile.attention, "token load T");
-    row("ffn", fit.profile.ffn, "FFN batch tokens");
-    row("comm", fit.profile.comm, "batch B (A->F + F->A)");
-    if (!f->out.empty()) std::printf("profile written to %s\n", f->out.c_str());
-  });
-}
-
 }  // namespace
 
 void register_plan(CLI::App& app) {
@@ -666,8 +350,6 @@ void register_plan(CLI::App& app) {
   register_sparsity(plan);
   register_hardware(plan);
   register_ratio(plan);
-  register_sim(app);
-  register_calibrate(app);
 }
 
 }  // namespace afd::cli

@@ -109,9 +109,12 @@ void run_ffn(const WorkerFlags& f) {
     auto st = serve::StatusServer::start(
         so, [sample] { return serve::render_ffn_worker_metrics({&sample, 1}, now_ns()); },
         [sample] {
+          // tokens / expert_rows: the worker's counters for `afd bench --spawn-ffn`.
           return std::make_pair(200, "{\"status\":\"ok\",\"role\":\"ffn\",\"attention_serving\":" +
                                          std::to_string(sample.stats->attention_serving.load()) +
-                                         ",\"attention_expected\":" + std::to_string(sample.info.n_attention) + "}");
+                                         ",\"attention_expected\":" + std::to_string(sample.info.n_attention) +
+                                         ",\"tokens\":" + std::to_string(sample.stats->tokens.load()) +
+                                         ",\"expert_rows\":" + std::to_string(sample.stats->expert_rows.load()) + "}");
         });
     if (!st.ok()) fail("worker", st.status().with_context("--metrics-listen"));
     status = std::move(*st);

@@ -17,8 +17,12 @@ void register_eval(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_worker(CLI::App& app);
 void register_serve(CLI::App& app);
-// plan (cost|sparsity|hardware|ratio), sim and calibrate: apps/cmd_plan.cpp
+// plan (cost|sparsity|hardware|ratio): apps/cmd_plan.cpp
 void register_plan(CLI::App& app);
+// sim (the discrete-event AFD bundle simulator): apps/cmd_sim.cpp
+void register_sim(CLI::App& app);
+// calibrate (latency profile fits): apps/cmd_calibrate.cpp
+void register_calibrate(CLI::App& app);
 // trace merge: apps/cmd_trace.cpp
 void register_trace(CLI::App& app);
 

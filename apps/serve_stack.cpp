@@ -67,8 +67,7 @@ class LossAwareEngine final : public Engine {
       return unavailable("worker process lost for good (restart afd serve): " + lost);
     return inner_->health();
   }
-  Status fill_synthetic_context(int64_t id, int64_t n) override { return inner_->fill_synthetic_context(id, n); }
-  int64_t last_expert_reads() const override { return inner_->last_expert_reads(); }
+  BenchmarkHooks* benchmark_hooks() override { return inner_->benchmark_hooks(); }
 
  private:
   std::unique_ptr<Engine> inner_;

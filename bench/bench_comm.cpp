@@ -48,6 +48,7 @@
 #include "comm/inproc_transport.h"
 #include "comm/ucx_transport.h"
 #include "core/log.h"
+#include "core/stats.h"
 #include "core/timer.h"
 
 using namespace afd;
@@ -86,13 +87,6 @@ std::string scales_json(const std::vector<double>& v) {
     out += buf;
   }
   return out;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 Stats summarize(std::vector<double> half_rtt_us) {

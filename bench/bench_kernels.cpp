@@ -488,11 +488,7 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
     }
   }
   detail::set_linear_pairs_min_n(-1);
-  auto med = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  };
-  const double bw_med = med(bw);
+  const double bw_med = median(bw);
   std::printf("read bandwidth per round (GB/s):");
   for (double b : bw) std::printf(" %.1f", b / 1e9);
   std::printf("; median %.2f\n", bw_med / 1e9);
@@ -500,7 +496,7 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
       "| W [rows, cols] | n | layout | us/call p10, median | range | GB/s (median) | frac read BW (median) | frac read BW (best) |\n");
   std::printf("|---|---:|---:|---:|---|---:|---:|---:|\n");
   for (const Row& row : rows) {
-    const double m = med(row.s);
+    const double m = median(row.s);
     const auto [lo, hi] = std::minmax_element(row.s.begin(), row.s.end());
     std::printf("| [%lld, %lld] | %lld | %d | %.1f | %.1f-%.1f | %.2f | %.3f | %.3f |\n",
                 static_cast<long long>(row.w->rows), static_cast<long long>(row.w->cols), static_cast<long long>(row.n),

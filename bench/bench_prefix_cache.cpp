@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "core/timer.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "model/weights.h"
 #include "runtime/engine_factory.h"
 #include "serve/scheduling/scheduler.h"

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 namespace afd {
@@ -19,6 +20,10 @@ inline double quantile(std::vector<double> v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
+// The median: the middle value, or the mean of the two middle values of an even count
+// (quantile(v, 0.5)); 0 for an empty v.
+inline double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
+
 // Median, p90, p99, min, max and mean of a sample, as benchmarks report them.
 struct SampleSummary {
   double median = 0, p90 = 0, p99 = 0, min = 0, max = 0, mean = 0;
@@ -29,7 +34,7 @@ inline SampleSummary summarize(const std::vector<double>& v) {
   SampleSummary s;
   s.n = v.size();
   if (v.empty()) return s;
-  s.median = quantile(v, 0.5);
+  s.median = median(v);
   s.p90 = quantile(v, 0.9);
   s.p99 = quantile(v, 0.99);
   s.min = *std::min_element(v.begin(), v.end());

@@ -281,7 +281,9 @@ int64_t DataParallelEngine::cached_prefix(std::span<const int32_t> prompt) const
 Status DataParallelEngine::fill_synthetic_context(int64_t seq_id, int64_t n_tokens) {
   const Placement* p = find(seq_id);
   if (!p) return invalid_argument("unknown sequence " + std::to_string(seq_id));
-  return engines()[p->engine]->fill_synthetic_context(p->inner, n_tokens);
+  BenchmarkHooks* h = engines()[p->engine]->benchmark_hooks();
+  if (h == nullptr) return not_supported("the attention engine cannot fill a synthetic context");
+  return h->fill_synthetic_context(p->inner, n_tokens);
 }
 
 Status DataParallelEngine::health() const {
@@ -291,7 +293,8 @@ Status DataParallelEngine::health() const {
 
 int64_t DataParallelEngine::last_expert_reads() const {
   int64_t n = 0;
-  for (const auto& e : engines()) n += e->last_expert_reads();
+  for (const auto& e : engines())
+    if (const BenchmarkHooks* h = e->benchmark_hooks()) n += h->last_expert_reads();
   return n;
 }
 

@@ -68,7 +68,7 @@ class Bundle {
 // lost), the shares of the other engines have already advanced their sequences, so
 // Engine::forward's "unchanged on error" holds per engine, not for the whole batch; callers
 // (the scheduler, generate) fail every sequence of a failed batch.
-class DataParallelEngine : public Engine {
+class DataParallelEngine : public Engine, public BenchmarkHooks {
  public:
   explicit DataParallelEngine(std::unique_ptr<Bundle> bundle);
   ~DataParallelEngine() override;
@@ -94,10 +94,12 @@ class DataParallelEngine : public Engine {
   StageTimes last_stage_times() const override { return times_; }
   Status health() const override;
   Bundle& bundle() { return *bundle_; }
-  // Tokens each attention engine ran in the last forward (its share of the batch).
-  const std::vector<int64_t>& last_engine_tokens() const { return last_tokens_; }
+  BenchmarkHooks* benchmark_hooks() override { return this; }
+  // BenchmarkHooks, over the attention engines' own.
   Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens) override;
   int64_t last_expert_reads() const override;
+  std::vector<int64_t> last_engine_tokens() const override { return last_tokens_; }
+  std::vector<const FfnWorkerStats*> ffn_stats() const override { return bundle_->ffn_stats(); }
 
  private:
   struct Placement {

@@ -13,6 +13,8 @@
 
 namespace afd {
 
+struct FfnWorkerStats;
+
 // One sequence's work in a forward pass: append `tokens` (a prompt chunk, or the single
 // last sampled token) at the sequence's current length, compute, and return logits.
 struct BatchItem {
@@ -52,6 +54,27 @@ struct LayerStageTimes {
 struct StageTimes {
   double attention_s = 0, a2f_s = 0, ffn_s = 0, f2a_s = 0, total_s = 0;
   std::vector<LayerStageTimes> layers;  // [n_layers]; empty where not measured
+};
+
+// What `afd bench` and `afd calibrate` ask of an engine beyond serving; an engine offers it
+// through Engine::benchmark_hooks(). Driven by the engine's one thread, like the engine.
+class BenchmarkHooks {
+ public:
+  // Appends n_tokens positions with synthetic K/V (not a model computation) so decode can be
+  // timed at a long context without an O(context^2) prefill.
+  virtual Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens) = 0;
+  // Expert weight sets read by the last forward (sum over layers and micro-batches of the
+  // distinct routed experts).
+  virtual int64_t last_expert_reads() const = 0;
+  // Tokens each attention engine of an in-process bundle ran in the last forward (its share
+  // of the batch); empty for a single engine.
+  virtual std::vector<int64_t> last_engine_tokens() const { return {}; }
+  // The counters of the FFN workers running in this process (an in-process bundle's, in shard
+  // order; valid while the engine lives); empty where there are none.
+  virtual std::vector<const FfnWorkerStats*> ffn_stats() const { return {}; }
+
+ protected:
+  ~BenchmarkHooks() = default;
 };
 
 class Engine {
@@ -104,14 +127,8 @@ class Engine {
   // it while the engine runs.
   virtual Status health() const { return Status::ok(); }
 
-  // Benchmarks only: appends n_tokens positions with synthetic K/V (not a model computation)
-  // so decode can be timed at a long context without an O(context^2) prefill.
-  virtual Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens) {
-    return not_supported("this engine cannot fill a synthetic context");
-  }
-  // Expert weight sets read by the last forward (sum over layers and micro-batches of the
-  // distinct routed experts); 0 where not measured.
-  virtual int64_t last_expert_reads() const { return 0; }
+  // This engine's benchmark hooks; nullptr for an engine without them.
+  virtual BenchmarkHooks* benchmark_hooks() { return nullptr; }
 };
 
 }  // namespace afd

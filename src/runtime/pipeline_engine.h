@@ -21,7 +21,7 @@
 
 namespace afd {
 
-class PipelineEngine : public Engine {
+class PipelineEngine : public Engine, public BenchmarkHooks {
  public:
   // max_seqs: live sequences at most; microbatches in [1, 4].
   PipelineEngine(std::shared_ptr<const ModelWeights> w, std::unique_ptr<PagedKvCache> kv,
@@ -44,13 +44,12 @@ class PipelineEngine : public Engine {
   KvUsage kv_usage() const override;
   StageTimes last_stage_times() const override { return times_; }
   Status health() const override { return ffn_->health(); }
+  BenchmarkHooks* benchmark_hooks() override { return this; }
 
   const PagedKvCache& kv_cache() const { return *kv_; }
   // Records attention and FFN-wait spans as pid `pid` (tracing; null to stop).
   void set_trace(std::shared_ptr<TraceRecorder> trace, int pid) { trace_ = std::move(trace); trace_pid_ = pid; }
-  // Benchmarks only: appends n_tokens positions to seq with deterministic synthetic K/V
-  // (small values, not a model computation) so decode can be timed at a long context
-  // without an O(context^2) prefill.
+  // BenchmarkHooks: the synthetic K/V are deterministic small values.
   Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens) override;
   // Expert weight matrices (gate+up+down counted as one expert) read in the last forward:
   // the sum over (layer, micro-batch) of distinct experts routed to.

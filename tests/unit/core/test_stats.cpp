@@ -16,6 +16,17 @@ TEST(Stats, QuantileInterpolatesBetweenRanks) {
   EXPECT_DOUBLE_EQ(quantile({7}, 0.99), 7.0);
 }
 
+TEST(Stats, MedianIsTheMiddleOrTheMeanOfTheTwoMiddleValues) {
+  EXPECT_DOUBLE_EQ(median({5, 1, 4, 2, 3}), 3.0);
+  EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(median({0.25, 0.75}), 0.5);
+  EXPECT_DOUBLE_EQ(median({7}), 7.0);
+  EXPECT_DOUBLE_EQ(median({}), 0.0);
+  const std::vector<double> v = {9, 8, 1};
+  EXPECT_DOUBLE_EQ(median(v), 8.0);
+  EXPECT_EQ(v, (std::vector<double>{9, 8, 1}));  // the caller's samples keep their order
+}
+
 TEST(Stats, SummaryOfASlowTail) {
   std::vector<double> v(100, 1.0);
   for (int i = 0; i < 10; ++i) v[i] = 10.0;  // 10 % slow steps

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "model_test_util.h"
 
 namespace afd {

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 
 namespace afd {
 namespace {

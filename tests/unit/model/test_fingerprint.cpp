@@ -10,7 +10,7 @@
 #include "tiny_model.h"
 #include "model/checkpoint.h"
 #include "model/fingerprint.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "model/weights.h"
 
 namespace afd {

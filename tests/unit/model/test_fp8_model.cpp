@@ -20,7 +20,7 @@
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/ffn_part.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "model/quantize.h"
 #include "model/safetensors_writer.h"
 #include "model/weights.h"

@@ -12,7 +12,7 @@
 
 #include "checkpoint_rewrite.h"
 #include "model/checkpoint.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "model/safetensors_writer.h"
 #include "model/weights.h"
 #include "model_test_util.h"

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/checkpoint.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "model/weights.h"
 #include "model_test_util.h"
 

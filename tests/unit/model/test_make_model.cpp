@@ -12,7 +12,7 @@
 #include <regex>
 
 #include "model/checkpoint.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "model/quantize.h"
 #include "model/safetensors_writer.h"
 #include "model/weights.h"

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "model_test_util.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "model/weights.h"
 
 namespace afd::test {

@@ -74,7 +74,7 @@ TEST(PlanIo, HfConfigDeepSeekV3MatchesPreset) {
 
 TEST(PlanIo, HfConfigQwen3MoeMatchesPreset) {
   const char* cfg = R"({
-    "model_type": "qwen3_moe", "hidden_size": 4096, "num_hidden_layers": 94,
+    "model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 4096, "num_hidden_layers": 94,
     "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128,
     "moe_intermediate_size": 1536, "num_experts": 128, "num_experts_per_tok": 8,
     "decoder_sparse_step": 1, "mlp_only_layers": [], "intermediate_size": 12288})";
@@ -103,8 +103,33 @@ TEST(PlanIo, HfConfigStep3MatchesPreset) {
   EXPECT_DOUBLE_EQ(m->ffn_weight_bytes(), p.ffn_weight_bytes());
 }
 
+// The engine's reader (model/config.h) decides the layers: a step3_vl config without
+// moe_layers_enum has a dense layer 0 and MoE layers after it, as the engine loads it.
+TEST(PlanIo, HfConfigLayersAreTheEnginesLayers) {
+  const std::string cfg = R"({"model_type": "step3_vl", "text_config": {
+    "model_type": "step3_text", "hidden_size": 256, "intermediate_size": 768, "num_attention_heads": 4,
+    "num_attention_groups": 1, "num_hidden_layers": 4, "head_dim": 64, "share_q_dim": 128,
+    "moe_num_experts": 8, "moe_top_k": 2, "moe_intermediate_size": 192, "share_expert_dim": 192}})";
+  auto m = parse_hf_model_spec(cfg, "config.json");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto c = parse_model_config(cfg);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  ASSERT_EQ(m->ffn.size(), 2u);
+  EXPECT_EQ(m->ffn[0].label, "dense");
+  EXPECT_EQ(m->ffn[0].n_layers, 1);
+  EXPECT_EQ(m->ffn[1].n_layers, 3);
+  for (int64_t l = 0; l < 4; ++l) EXPECT_EQ(c->is_moe_layer(l), l > 0);
+  EXPECT_EQ(m->id, "step3_text");
+  EXPECT_EQ(m->attn[0].label, "MFA");
+  // "step3v" is no Hugging Face model_type (the checkpoints say step3_vl): refused as the engine refuses it.
+  std::string renamed = cfg;
+  renamed.replace(renamed.find("step3_vl"), 8, "step3v");
+  renamed.replace(renamed.find("step3_text"), 10, "step3v");
+  EXPECT_FALSE(parse_hf_model_spec(renamed, "config.json").ok());
+}
+
 TEST(PlanIo, HfConfigErrorsNameTheField) {
-  auto r = parse_hf_model_spec(R"({"model_type":"qwen3_moe","hidden_size":"big"})", "c.json");
+  auto r = parse_hf_model_spec(R"({"model_type":"qwen3_moe","vocab_size":1000,"hidden_size":"big"})", "c.json");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("hidden_size"), std::string::npos);
   EXPECT_FALSE(parse_hf_model_spec(R"({"model_type":"mamba"})", "c.json").ok());

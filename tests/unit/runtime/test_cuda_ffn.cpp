@@ -15,7 +15,7 @@
 
 #include "model/ffn_part.h"
 #include "../model/model_test_util.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "model/weights.h"
 #include "runtime/cuda_ffn.h"
 #include "runtime/engine_factory.h"

@@ -325,13 +325,19 @@ TEST(EnginePrefixCache, FailedStepRegistersNothingAndOneTokenIsComputed) {
 // Per-layer stage times: one entry per layer, attention measured on every layer, the FFN
 // stage where it runs (inside dispatch in mono; reported by the FFN workers through the
 // reply header in a bundle), and the per-step totals equal to the sums over layers.
-void check_layer_stage_times(const std::string& topology, int microbatches) {
+// Reference precision, 512 KV tokens, 4 sequences, over `topology`.
+EngineOptions small_options(const std::string& topology) {
   EngineOptions o;
   o.model_dir = kModel;
   o.precision = Precision::reference;
   o.kv.capacity_tokens = 512;
   o.kv.max_seqs = 4;
   o.topology = *parse_topology(topology);
+  return o;
+}
+
+void check_layer_stage_times(const std::string& topology, int microbatches) {
+  EngineOptions o = small_options(topology);
   o.microbatches = microbatches;
   auto e = engine_of(o);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
@@ -371,6 +377,44 @@ void check_layer_stage_times(const std::string& topology, int microbatches) {
 
 TEST(EngineStageTimes, PerLayerMono) { check_layer_stage_times("mono", 1); }
 TEST(EngineStageTimes, PerLayerThroughA1A2FBundleWithMicrobatches) { check_layer_stage_times("1A2F", 2); }
+
+// BenchmarkHooks (what afd bench and afd calibrate ask of an engine): a synthetic context
+// lengthens a sequence without a forward pass; after a forward, the expert reads, and for an
+// in-process bundle each attention engine's tokens (summing to the batch's) and its FFN
+// workers' counters.
+void check_benchmark_hooks(const std::string& topology, size_t n_attention, size_t n_ffn) {
+  auto e = engine_of(small_options(topology));
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  BenchmarkHooks* h = (*e)->benchmark_hooks();
+  ASSERT_NE(h, nullptr) << topology;
+  auto s0 = (*e)->create_sequence(), s1 = (*e)->create_sequence();
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  ASSERT_TRUE(h->fill_synthetic_context(*s0, 20).is_ok());
+  EXPECT_EQ((*e)->sequence_length(*s0), 20);
+  EXPECT_FALSE(h->fill_synthetic_context(12345, 4).is_ok());
+  std::vector<int32_t> a = {5}, b = {1, 2, 3};
+  std::vector<BatchItem> items = {{*s0, a, false}, {*s1, b, false}};
+  std::vector<float> logits;
+  ASSERT_TRUE((*e)->forward(items, &logits).is_ok());
+  EXPECT_GT(h->last_expert_reads(), 0) << topology;
+  const std::vector<int64_t> tokens = h->last_engine_tokens();
+  ASSERT_EQ(tokens.size(), n_attention) << topology;
+  if (n_attention > 0) {
+    int64_t sum = 0;
+    for (int64_t t : tokens) sum += t;
+    EXPECT_EQ(sum, 4);
+  }
+  const std::vector<const FfnWorkerStats*> ffn = h->ffn_stats();
+  ASSERT_EQ(ffn.size(), n_ffn) << topology;
+  int64_t ffn_tokens = 0;
+  for (const FfnWorkerStats* s : ffn) ffn_tokens += s->tokens.load();
+  if (n_ffn > 0) {
+    EXPECT_GT(ffn_tokens, 0);
+  }
+}
+
+TEST(EngineBenchmarkHooks, Mono) { check_benchmark_hooks("mono", 0, 0); }
+TEST(EngineBenchmarkHooks, InProcessBundle) { check_benchmark_hooks("2A2F", 2, 2); }
 
 }  // namespace
 }  // namespace afd

@@ -18,7 +18,7 @@
 #include "comm/inproc_transport.h"
 #include "comm/protocol.h"
 #include "core/timer.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "model/weights.h"
 #include "runtime/afd/ffn_client.h"
 #include "runtime/afd/ffn_worker.h"

@@ -19,7 +19,7 @@
 #include "../../model/tiny_model.h"
 #include "ffn_cluster.h"
 #include "model/fingerprint.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "model/checkpoint.h"
 #include "model/weights.h"
 #include "runtime/ffn_backend.h"

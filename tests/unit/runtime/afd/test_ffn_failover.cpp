@@ -22,7 +22,7 @@
 #include "core/timer.h"
 #include "kernels/cpu/ops.h"
 #include "model/fingerprint.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "model/weights.h"
 #include "runtime/bundle.h"
 #include "runtime/engine_factory.h"

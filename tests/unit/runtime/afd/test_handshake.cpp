@@ -6,7 +6,7 @@
 
 #include "../../comm/transport_pair.h"
 #include "comm/protocol.h"
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 #include "runtime/afd/handshake.h"
 
 namespace afd {

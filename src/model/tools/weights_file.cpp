@@ -1,4 +1,4 @@
-#include "model/weights_file.h"
+#include "model/tools/weights_file.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "model/make_model.h"
+#include "model/tools/make_model.h"
 
 #include "core/rng.h"
 
@@ -16,7 +16,7 @@
 #include "kernels/cpu/linear_fp8.h"
 #include "model/checkpoint.h"
 #include "model/safetensors_writer.h"
-#include "model/weights_file.h"
+#include "model/tools/weights_file.h"
 
 namespace afd {
 

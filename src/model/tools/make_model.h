@@ -34,7 +34,7 @@ struct MakeModelOptions {
   DType dtype = DType::bf16;
   ExpertLayout layout = ExpertLayout::per_expert;
   uint64_t shard_size = 2'000'000'000;        // bytes; above it, shards + index.json
-  // Non-empty: the values come from this safetensors file (model/weights_file.h: F32, BF16 or
+  // Non-empty: the values come from this safetensors file (model/tools/weights_file.h: F32, BF16 or
   // F16) instead of the generator, one tensor per logical tensor under its per-expert HF name
   // (Step-3's stacked experts: model.layers.L.moe.experts.j.{gate,up,down}_proj.weight; the
   // fused qwen layout: mlp.experts.j.*), with exactly that tensor's shape. A missing tensor, a

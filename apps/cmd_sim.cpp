@@ -1,0 +1,129 @@
+// afd sim: the discrete-event simulator of an xA-yF bundle (plan/simulator.h) over a sweep of
+// A/F ratios, beside the theory's numbers for the same workload.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/thread_pool.h"
+#include "plan/ratio_theory.h"
+#include "plan/sim_sweep.h"
+#include "plan/svg_plot.h"
+#include "plan_cli.h"
+
+namespace afd::cli {
+
+using nlohmann::json;
+using namespace afd::plan;
+
+void register_sim(CLI::App& app) {
+  auto* cmd = app.add_subcommand("sim", "Discrete-event simulator of an xA-yF AFD bundle (seeds/003 §5)");
+  auto w = std::make_shared<WorkloadArgs>();
+  auto ratios = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"1", "2", "4", "8", "16", "24", "32"});
+  auto seed = std::make_shared<uint64_t>(1);
+  auto prefill_dist = std::make_shared<std::string>("fixed");
+  auto decode_dist = std::make_shared<std::string>("geometric");
+  auto spread = std::make_shared<double>(1.0);
+  auto mbs = std::make_shared<int64_t>(2);
+  auto layers = std::make_shared<int64_t>(1);
+  auto duplex = std::make_shared<bool>(false);
+  auto threads = std::make_shared<int>(0);
+  auto as_json = std::make_shared<bool>(false);
+  auto plot = std::make_shared<std::string>();
+  add_workload_args(cmd, w.get());
+  cmd->add_option("--ratio", *ratios, "A/F ratios: r (8, 3.5 = 7A-2F) or x:y (comma list)")->delimiter(',');
+  cmd->add_option("--seed", *seed, "random seed (same seed, same bits)");
+  cmd->add_option("--prefill-dist", *prefill_dist, "fixed | uniform | geometric");
+  cmd->add_option("--decode-dist", *decode_dist, "geometric | fixed | uniform");
+  cmd->add_option("--uniform-spread", *spread, "uniform: lengths in mean*(1 -/+ spread)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--microbatches", *mbs, "micro-batches in flight per attention instance")->check(CLI::Range(int64_t{1}, int64_t{64}));
+  cmd->add_option("--layers", *layers, "layers per step (latencies split evenly)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  cmd->add_flag("--full-duplex", *duplex, "A->F and F->A transfers do not share the link");
+  cmd->add_option("--threads", *threads, "threads for the sweep (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_flag("--json", *as_json, "JSON output");
+  cmd->add_option("--plot", *plot, "write an SVG of throughput and idle ratios vs r");
+  cmd->callback([=] {
+    if (w->requests < 1) fail("sim: --requests must be >= 1");
+    SimConfig c;
+    c.batch = w->batch;
+    c.requests_per_attn = w->requests;
+    c.n_microbatches = *mbs;
+    c.n_layers = *layers;
+    c.full_duplex = *duplex;
+    c.seed = *seed;
+    c.latency = load_profile(*w);
+    c.prefill = {unwrap(parse_length_dist(*prefill_dist)), w->mu_prefill, *spread};
+    c.decode = {unwrap(parse_length_dist(*decode_dist)), w->mu_decode, *spread};
+    std::vector<RatioSpec> specs;
+    for (const auto& r : *ratios) specs.push_back(unwrap(parse_ratio_spec(r)));
+    if (specs.empty()) fail("sim: no --ratio");
+    check(c.validate());
+    ThreadPool pool(*threads);
+    const auto pts = unwrap(run_ratio_sweep(c, specs, &pool));
+    const RatioResult th = optimal_ratio(c.latency, workload_of(c));
+    const double r_pipe = pipelined_optimal_ratio(c);
+    size_t best = 0;
+    for (size_t i = 0; i < pts.size(); ++i)
+      if (pts[i].sim.throughput_per_instance > pts[best].sim.throughput_per_instance) best = i;
+    if (!plot->empty()) {
+      std::ofstream f(*plot, std::ios::binary | std::ios::trunc);
+      if (!f) fail("cannot write plot '" + *plot + "'");
+      f << ratio_sweep_svg(pts, c, th.r_star);
+      if (!f) fail("write failed: '" + *plot + "'");
+    }
+    if (*as_json) {
+      json arr = json::array();
+      for (const auto& p : pts) {
+        const SimResult& s = p.sim;
+        arr.push_back({{"n_attn", p.spec.n_attn}, {"n_ffn", p.spec.n_ffn}, {"ratio", p.spec.ratio()},
+                       {"sim", {{"throughput_per_instance", s.throughput_per_instance},
+                                {"generated_throughput_per_instance", s.generated_throughput_per_instance},
+                                {"tpot", s.tpot}, {"eta_attn", s.eta_attn}, {"eta_ffn", s.eta_ffn},
+                                {"t_stable", s.t_stable}, {"t_end", s.t_end}, {"n_requests", s.n_requests},
+                                {"n_stable", s.n_stable}, {"tokens_stable", s.tokens_stable},
+                                {"mean_token_load_stable", s.mean_token_load_stable}, {"events", s.events},
+                                {"steps", s.steps}}},
+                       {"theory", {{"throughput_per_instance", p.theory.throughput_per_instance},
+                                   {"pipelined_throughput_per_instance", p.theory.pipelined_throughput},
+                                   {"cycle", p.theory.cycle}, {"tpot", p.theory.tpot},
+                                   {"eta_attn", p.theory.eta_attn}, {"eta_ffn", p.theory.eta_ffn}}}});
+      }
+      print_json({{"config", {{"batch", c.batch}, {"mu_prefill", c.prefill.mean}, {"mu_decode", c.decode.mean},
+                              {"requests_per_attn", c.requests_per_attn}, {"prefill_dist", length_dist_name(c.prefill.kind)},
+                              {"decode_dist", length_dist_name(c.decode.kind)}, {"microbatches", c.n_microbatches},
+                              {"layers", c.n_layers}, {"full_duplex", c.full_duplex}, {"seed", c.seed},
+                              {"profile", profile_json(c.latency)}}},
+                  {"theory", {{"r_star", th.r_star}, {"regime", regime_name(th.regime)},
+                              {"throughput_star", th.throughput_star}, {"r_pipelined", r_pipe}}},
+                  {"best_simulated_ratio", pts[best].spec.ratio()},
+                  {"points", arr}});
+      return;
+    }
+    std::printf("AFD bundle simulation: B = %lld, mu_P = %g (%s), mu_D = %g (%s), N = %lld per attention instance, "
+                "%lld micro-batches, %lld layer(s), seed %llu, time unit %s\n",
+                static_cast<long long>(c.batch), c.prefill.mean, length_dist_name(c.prefill.kind), c.decode.mean,
+                length_dist_name(c.decode.kind), static_cast<long long>(c.requests_per_attn),
+                static_cast<long long>(c.n_microbatches), static_cast<long long>(c.n_layers),
+                static_cast<unsigned long long>(c.seed), c.latency.time_unit.c_str());
+    std::printf("%-8s %10s %10s %9s %9s %7s %7s %7s %7s %11s\n", "xA-yF", "thr sim", "thr eq6", "TPOT sim", "TPOT th",
+                "etaA s", "etaA th", "etaF s", "etaF th", "events");
+    for (const auto& p : pts) {
+      char name[32];
+      std::snprintf(name, sizeof name, "%lldA-%lldF", static_cast<long long>(p.spec.n_attn), static_cast<long long>(p.spec.n_ffn));
+      std::printf("%-8s %10.5g %10.5g %9.5g %9.5g %7.3f %7.3f %7.3f %7.3f %11lld\n", name,
+                  p.sim.throughput_per_instance, p.theory.throughput_per_instance, p.sim.tpot, p.theory.tpot,
+                  p.sim.eta_attn, p.theory.eta_attn, p.sim.eta_ffn, p.theory.eta_ffn, static_cast<long long>(p.sim.events));
+    }
+    std::printf("theory r* = %.3f (%s); pipelined optimum (%lld micro-batches, comm on the loop) = %.3f; "
+                "best simulated ratio = %.3g\n",
+                th.r_star, regime_name(th.regime), static_cast<long long>(c.n_microbatches), r_pipe,
+                pts[best].spec.ratio());
+    if (!plot->empty()) std::printf("plot written to %s\n", plot->c_str());
+  });
+}
+
+}  // namespace afd::cli

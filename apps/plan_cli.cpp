@@ -1,0 +1,34 @@
+#include "plan_cli.h"
+
+#include <cstdio>
+
+namespace afd::cli {
+
+void fail(const std::string& msg) {
+  std::fprintf(stderr, "afd: %s\n", msg.c_str());
+  throw CLI::RuntimeError(1);
+}
+
+void check(const Status& s) {
+  if (!s.is_ok()) fail(s.to_string());
+}
+
+void print_json(const nlohmann::json& j) { std::printf("%s\n", j.dump(2).c_str()); }
+
+void add_workload_args(CLI::App* cmd, WorkloadArgs* w) {
+  cmd->add_option("--batch", w->batch, "B: requests per attention micro-batch")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--mu-prefill", w->mu_prefill, "mean prefill length μ_P (tokens)")->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--mu-decode", w->mu_decode, "mean decode length μ_D (tokens)")->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--requests", w->requests, "N: requests per attention instance (0 = N -> infinity for plan ratio)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
+  cmd->add_option("--profile", w->profile, "latency profile JSON (afd calibrate); default seeds/003 Table 2");
+}
+
+plan::LatencyProfile load_profile(const WorkloadArgs& w) {
+  if (w.profile.empty()) return plan::seeds003_profile();
+  return unwrap(plan::load_profile_file(w.profile));
+}
+
+nlohmann::json profile_json(const plan::LatencyProfile& p) { return nlohmann::json::parse(plan::profile_to_json(p)); }
+
+}  // namespace afd::cli

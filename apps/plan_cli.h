@@ -1,0 +1,41 @@
+// What afd plan, afd sim and afd calibrate share: failing with a message (exit status 1),
+// printing JSON, and the workload options and latency profile of plan ratio and sim.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "plan/latency_profile.h"
+
+namespace afd::cli {
+
+// Prints "afd: <msg>" to stderr and ends the command with exit status 1.
+[[noreturn]] void fail(const std::string& msg);
+
+template <class T>
+T unwrap(Result<T> r) {
+  if (!r.ok()) fail(r.status().to_string());
+  return std::move(r).value();
+}
+
+void check(const Status& s);
+void print_json(const nlohmann::json& j);
+
+// plan ratio's and sim's workload: batch, mean prefill / decode lengths, requests, profile file.
+struct WorkloadArgs {
+  int64_t batch = 256;
+  double mu_prefill = 100, mu_decode = 500;
+  int64_t requests = 10000;
+  std::string profile;
+};
+void add_workload_args(CLI::App* cmd, WorkloadArgs* w);
+// The --profile file, or seeds/003 Table 2's profile when none is given.
+plan::LatencyProfile load_profile(const WorkloadArgs& w);
+nlohmann::json profile_json(const plan::LatencyProfile& p);
+
+}  // namespace afd::cli
