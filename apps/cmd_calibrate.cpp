@@ -124,7 +124,7 @@ void write_samples_csv(const std::vector<StageSample>& s, const std::string& pat
 
 void register_calibrate(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "calibrate", "Fit the α/β latency models (seeds/003 App. B) to measured stage times; write a profile");
+      "calibrate", "Fit the α/β latency models (A/F ratio paper App. B) to measured stage times; write a profile");
   auto f = std::make_shared<CalibrateFlags>();
   cmd->add_option("--samples", f->samples,
                   "CSV of measured steps: batch,token_load,attention_s,a2f_s,ffn_s,f2a_s[,ffn_tokens] "

@@ -36,7 +36,7 @@ struct ModelArgs {
 
 void add_model_args(CLI::App* cmd, ModelArgs* a, const char* default_models) {
   a->presets = CLI::detail::split(default_models, ',');
-  a->models_opt = cmd->add_option("--models,--model", a->presets, "model presets (comma list); 'all' = every seeds/001 model")
+  a->models_opt = cmd->add_option("--models,--model", a->presets, "model presets (comma list); 'all' = every Step-3 paper model")
       ->delimiter(',');
   cmd->add_option("--model-config", a->configs, "Hugging Face config.json (file or directory); repeatable");
   cmd->add_option("--kv-bytes", a->kv_bytes, "KV element bytes for --model-config models (1 = FP8)")
@@ -132,7 +132,7 @@ json opt_json(const std::optional<double>& v) { return v ? json(*v) : json(nullp
 // ---- plan cost ----------------------------------------------------------------------------
 
 void register_cost(CLI::App* plan) {
-  auto* cmd = plan->add_subcommand("cost", "Per-token decode work and USD per 1M tokens (seeds/001 §4, Tables 2-6)");
+  auto* cmd = plan->add_subcommand("cost", "Per-token decode work and USD per 1M tokens (Step-3 paper §4, Tables 2-6)");
   auto models = std::make_shared<ModelArgs>();
   auto hw = std::make_shared<HwArgs>();
   auto contexts = std::make_shared<std::vector<int64_t>>(std::vector<int64_t>{8192, 32768});
@@ -206,7 +206,7 @@ void register_cost(CLI::App* plan) {
 // ---- plan sparsity ------------------------------------------------------------------------
 
 void register_sparsity(CLI::App* plan) {
-  auto* cmd = plan->add_subcommand("sparsity", "Minimum MoE sparsity per accelerator (seeds/001 §5.4, Table 7)");
+  auto* cmd = plan->add_subcommand("sparsity", "Minimum MoE sparsity per accelerator (Step-3 paper §5.4, Table 7)");
   auto args = std::make_shared<PipelineArgs>();
   auto nic_eff = std::make_shared<double>(1.0);
   add_pipeline_args(cmd, args.get(), "h800,h20,a800,910b", "pipeline stages (3 or 4)");
@@ -243,7 +243,7 @@ void register_sparsity(CLI::App* plan) {
 // ---- plan hardware ------------------------------------------------------------------------
 
 void register_hardware(CLI::App* plan) {
-  auto* cmd = plan->add_subcommand("hardware", "Per-layer budget check and card counts for AFD (seeds/001 §6)");
+  auto* cmd = plan->add_subcommand("hardware", "Per-layer budget check and card counts for AFD (Step-3 paper §6)");
   auto args = std::make_shared<PipelineArgs>();
   auto tp = std::make_shared<int>(8);
   auto avg_ctx = std::make_shared<int64_t>(8192);
@@ -308,7 +308,7 @@ void register_hardware(CLI::App* plan) {
 }
 
 void register_ratio(CLI::App* plan) {
-  auto* cmd = plan->add_subcommand("ratio", "Optimal A/F ratio r* (seeds/003 Theorem 4.4)");
+  auto* cmd = plan->add_subcommand("ratio", "Optimal A/F ratio r* (A/F ratio paper Theorem 4.4)");
   auto w = std::make_shared<WorkloadArgs>();
   auto as_json = std::make_shared<bool>(false);
   add_workload_args(cmd, w.get());

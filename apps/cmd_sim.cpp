@@ -21,7 +21,7 @@ using nlohmann::json;
 using namespace afd::plan;
 
 void register_sim(CLI::App& app) {
-  auto* cmd = app.add_subcommand("sim", "Discrete-event simulator of an xA-yF AFD bundle (seeds/003 §5)");
+  auto* cmd = app.add_subcommand("sim", "Discrete-event simulator of an xA-yF AFD bundle (A/F ratio paper §5)");
   auto w = std::make_shared<WorkloadArgs>();
   auto ratios = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"1", "2", "4", "8", "16", "24", "32"});
   auto seed = std::make_shared<uint64_t>(1);

@@ -21,11 +21,11 @@ void add_workload_args(CLI::App* cmd, WorkloadArgs* w) {
   cmd->add_option("--mu-decode", w->mu_decode, "mean decode length μ_D (tokens)")->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--requests", w->requests, "N: requests per attention instance (0 = N -> infinity for plan ratio)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
-  cmd->add_option("--profile", w->profile, "latency profile JSON (afd calibrate); default seeds/003 Table 2");
+  cmd->add_option("--profile", w->profile, "latency profile JSON (afd calibrate); default A/F ratio paper Table 2");
 }
 
 plan::LatencyProfile load_profile(const WorkloadArgs& w) {
-  if (w.profile.empty()) return plan::seeds003_profile();
+  if (w.profile.empty()) return plan::af_ratio_paper_profile();
   return unwrap(plan::load_profile_file(w.profile));
 }
 

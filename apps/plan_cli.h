@@ -34,7 +34,7 @@ struct WorkloadArgs {
   std::string profile;
 };
 void add_workload_args(CLI::App* cmd, WorkloadArgs* w);
-// The --profile file, or seeds/003 Table 2's profile when none is given.
+// The --profile file, or A/F ratio paper Table 2's profile when none is given.
 plan::LatencyProfile load_profile(const WorkloadArgs& w);
 nlohmann::json profile_json(const plan::LatencyProfile& p);
 

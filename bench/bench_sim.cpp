@@ -24,7 +24,7 @@ SimConfig baseline() {
   c.requests_per_attn = 10000;
   c.prefill = {LengthDistKind::fixed, 100, 0};
   c.decode = {LengthDistKind::geometric, 500, 0};
-  c.latency = seeds003_profile();
+  c.latency = af_ratio_paper_profile();
   c.seed = 1;
   return c;
 }
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("bench_sim: AFD discrete-event simulator, seeds/003 baseline (B=256, mu_P=100, mu_D=500, N=10000/instance)\n");
+  std::printf("bench_sim: AFD discrete-event simulator, A/F ratio paper baseline (B=256, mu_P=100, mu_D=500, N=10000/instance)\n");
   std::printf("event = one timed event popped from the queue (attention done, transfer done, FFN done)\n\n");
   std::printf("%-10s %12s %12s %10s %14s %14s\n", "bundle", "events", "requests", "wall s", "events/s", "requests/s");
   double total_events = 0, total_wall = 0;
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
 
   std::vector<RatioSpec> ratios;
   for (int64_t r : {1, 2, 4, 8, 16, 24, 32}) ratios.push_back({r, 1});
-  std::printf("%-28s %8s %12s %10s %14s\n", "full seeds/003 sweep", "threads", "events", "wall s", "events/s");
+  std::printf("%-28s %8s %12s %10s %14s\n", "full A/F-ratio-paper sweep", "threads", "events", "wall s", "events/s");
   const int hw = ThreadPool(0).size();
   for (int threads : {1, hw}) {
     if (threads == hw && hw == 1) break;

@@ -50,7 +50,7 @@ Status Accelerator::validate() const {
 std::vector<Accelerator> accelerator_presets() {
   // Step-3 paper, Table 4: price, BF16, FP8, bandwidth. Memory sizes and NICs: the Step-3 paper, §5.4
   // (400 Gbps x 8 for H800/H20, 200 Gbps x 8 for A800/910B).
-  const char* t4 = "seeds/001 Table 4, §5.4";
+  const char* t4 = "Step-3 paper Table 4, §5.4";
   return {
       make("h800", "NVIDIA H800", 2.0, 9.89e14, 1.98e15, 3.35e12, 80 * kGB, 400, t4),
       make("h20", "NVIDIA H20", 0.8, 1.48e14, 2.96e14, 4.00e12, 96 * kGB, 400, t4),
@@ -62,9 +62,9 @@ std::vector<Accelerator> accelerator_presets() {
       make("h200", "NVIDIA H200 SXM", std::nullopt, 9.89e14, 1.979e15, 4.8e12, 141 * kGB, 400,
            "NVIDIA H200 datasheet (SXM, dense)"),
       make("l20", "NVIDIA L20", std::nullopt, 1.195e14, 2.39e14, 8.64e11, 48 * kGB, 200,
-           "NVIDIA L20 product brief; 864 GB/s also seeds/001 §6"),
+           "NVIDIA L20 product brief; 864 GB/s also Step-3 paper §6"),
       make("l4", "NVIDIA L4", std::nullopt, 1.21e14, 2.425e14, 3.00e11, 24 * kGB, 200,
-           "NVIDIA L4 datasheet (dense = half the sparse figures); 300 GB/s also seeds/001 §6"),
+           "NVIDIA L4 datasheet (dense = half the sparse figures); 300 GB/s also Step-3 paper §6"),
   };
 }
 

@@ -58,13 +58,13 @@ Status LatencyProfile::validate() const {
   return Status::ok();
 }
 
-LatencyProfile seeds003_profile() {
+LatencyProfile af_ratio_paper_profile() {
   LatencyProfile p;
   p.time_unit = "cycles";
   p.attention = {0.00165, 50, std::nullopt};
   p.ffn = {0.083, 100, std::nullopt};
   p.comm = {0.022, 20, std::nullopt};
-  p.source = "seeds/003 Table 2 (DeepSeek-V3 on Ascend 910C)";
+  p.source = "A/F ratio paper Table 2 (DeepSeek-V3 on Ascend 910C)";
   return p;
 }
 

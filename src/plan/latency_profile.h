@@ -40,7 +40,7 @@ struct LatencyProfile {
 };
 
 // A/F ratio paper, Table 2 / Table 4 (DeepSeek-V3 on Ascend 910C, cycles).
-LatencyProfile seeds003_profile();
+LatencyProfile af_ratio_paper_profile();
 
 std::string profile_to_json(const LatencyProfile& p);
 Result<LatencyProfile> parse_profile_json(const std::string& text, const std::string& source);

@@ -26,7 +26,7 @@ ModelSpec mla_model(std::string id, std::string display, int64_t n_heads, int64_
   m.attn.push_back(make_mla_group(61, s));
   m.ffn.push_back(make_dense_ffn(n_dense, 7168, 18432));
   m.ffn.push_back(make_moe_ffn(61 - n_dense, 7168, 2048, n_routed, 8, 2048));
-  m.notes = "FP8 weights and FP8 MLA latent cache (seeds/001 §4.1)";
+  m.notes = "FP8 weights and FP8 MLA latent cache (Step-3 paper §4.1)";
   return m;
 }
 
@@ -101,7 +101,7 @@ std::vector<ModelSpec> model_presets() {
                             {.hidden = 8192, .n_heads = 64, .n_kv_heads = 8, .head_dim = 128});
     m.ffn.push_back(make_dense_ffn(3, 8192, 28672));
     m.ffn.push_back(make_moe_ffn(51, 8192, 3584, 64, 8, 0));
-    m.notes = "FP8 weights and KV (aligned with Qwen3, seeds/001 §4.1)";
+    m.notes = "FP8 weights and KV (aligned with Qwen3, Step-3 paper §4.1)";
     v.push_back(m);
   }
   {  // Pangu Pro MoE (72B-A16B): 48 layers, 40 q / 8 kv heads x 128, 64 experts top-8 of 1344
@@ -109,7 +109,7 @@ std::vector<ModelSpec> model_presets() {
     ModelSpec m = gqa_model("pangu-pro-moe", "Pangu Pro", 48,
                             {.hidden = 5120, .n_heads = 40, .n_kv_heads = 8, .head_dim = 128});
     m.ffn.push_back(make_moe_ffn(48, 5120, 1344, 64, 8, 4 * 1344));
-    m.notes = "FP8 weights and KV (aligned with Qwen3, seeds/001 §4.1)";
+    m.notes = "FP8 weights and KV (aligned with Qwen3, Step-3 paper §4.1)";
     v.push_back(m);
   }
   {  // Step-3 (the Step-3 paper, Table 1): 61 layers, MFA with 64 query heads sharing one K and one V
@@ -119,7 +119,7 @@ std::vector<ModelSpec> model_presets() {
                             {.hidden = 7168, .n_heads = 64, .n_kv_heads = 1, .head_dim = 256, .q_lora = 2048});
     m.ffn.push_back(make_dense_ffn(5, 7168, 18432));
     m.ffn.push_back(make_moe_ffn(56, 7168, 5120, 48, 3, 5120));
-    m.notes = "full FP8 (seeds/001 §4.1)";
+    m.notes = "full FP8 (Step-3 paper §4.1)";
     v.push_back(m);
   }
   return v;

@@ -11,7 +11,7 @@ namespace afd::plan {
 namespace {
 
 TEST(PlanIo, ProfileRoundTrip) {
-  LatencyProfile p = seeds003_profile();
+  LatencyProfile p = af_ratio_paper_profile();
   p.attention.fit = LinearFitQuality{12, 0.99, 1e-3, 2e-3};
   auto q = parse_profile_json(profile_to_json(p), "mem");
   ASSERT_TRUE(q.ok()) << q.status().to_string();

@@ -19,26 +19,26 @@ RatioWorkload wl(int64_t b, double mp, double md) { return {b, mp, md, 10000}; }
 
 // A/F ratio paper, §5.3: baseline B = 256, μ_D = 500, μ_P = 100, N = 10,000: r* ≈ 9.3.
 TEST(RatioTheory, BaselineOptimum) {
-  const RatioResult r = optimal_ratio(seeds003_profile(), wl(256, 100, 500));
+  const RatioResult r = optimal_ratio(af_ratio_paper_profile(), wl(256, 100, 500));
   EXPECT_TRUE(within(r.r_star, 9.3, 0.02));
   EXPECT_EQ(r.regime, Regime::attention_bound);
   // Throughput (eq. 20) equals eq. (6) evaluated at r*.
-  EXPECT_NEAR(r.throughput_star, throughput_per_instance(seeds003_profile(), wl(256, 100, 500), r.r_star), 1e-9);
+  EXPECT_NEAR(r.throughput_star, throughput_per_instance(af_ratio_paper_profile(), wl(256, 100, 500), r.r_star), 1e-9);
 }
 
 // A/F ratio paper, §5.4 Figure 6: B = 128 / 256 / 512 -> r* = 7.08 / 9.34 / 10.31.
 TEST(RatioTheory, BatchAblation) {
-  EXPECT_TRUE(within(optimal_ratio(seeds003_profile(), wl(128, 100, 500)).r_star, 7.08, 0.02));
-  EXPECT_TRUE(within(optimal_ratio(seeds003_profile(), wl(256, 100, 500)).r_star, 9.34, 0.02));
-  EXPECT_TRUE(within(optimal_ratio(seeds003_profile(), wl(512, 100, 500)).r_star, 10.31, 0.02));
+  EXPECT_TRUE(within(optimal_ratio(af_ratio_paper_profile(), wl(128, 100, 500)).r_star, 7.08, 0.02));
+  EXPECT_TRUE(within(optimal_ratio(af_ratio_paper_profile(), wl(256, 100, 500)).r_star, 9.34, 0.02));
+  EXPECT_TRUE(within(optimal_ratio(af_ratio_paper_profile(), wl(512, 100, 500)).r_star, 10.31, 0.02));
 }
 
 // A/F ratio paper, §5.4 Figure 7: μ_D 100 -> 2.17 (FFN-bottleneck peak); μ_P 500 -> 17.25.
 TEST(RatioTheory, WorkloadAblation) {
-  const RatioResult d100 = optimal_ratio(seeds003_profile(), wl(256, 100, 100));
+  const RatioResult d100 = optimal_ratio(af_ratio_paper_profile(), wl(256, 100, 100));
   EXPECT_TRUE(within(d100.r_star, 2.17, 0.02));
   EXPECT_EQ(d100.regime, Regime::ffn_bound);
-  EXPECT_TRUE(within(optimal_ratio(seeds003_profile(), wl(256, 500, 500)).r_star, 17.25, 0.02));
+  EXPECT_TRUE(within(optimal_ratio(af_ratio_paper_profile(), wl(256, 500, 500)).r_star, 17.25, 0.02));
 }
 
 // Definition 4.2: the closed form equals the direct sum of eq. (11) over k < K when K is an integer.
@@ -67,7 +67,7 @@ TEST(RatioTheory, LemmaRecursion) {
 }
 
 TEST(RatioTheory, CommunicationRegime) {
-  LatencyProfile lat = seeds003_profile();
+  LatencyProfile lat = af_ratio_paper_profile();
   lat.comm = {10.0, 1000, std::nullopt};  // t_C dominates
   const RatioResult r = optimal_ratio(lat, wl(256, 100, 500));
   EXPECT_EQ(r.regime, Regime::comm_bound);

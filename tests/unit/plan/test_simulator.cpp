@@ -117,7 +117,7 @@ SimConfig stochastic_config(uint64_t seed) {
   c.requests_per_attn = 2000;
   c.prefill = {LengthDistKind::uniform, 100, 1.0};
   c.decode = {LengthDistKind::geometric, 200, 1.0};
-  c.latency = seeds003_profile();
+  c.latency = af_ratio_paper_profile();
   c.seed = seed;
   return c;
 }
@@ -153,7 +153,7 @@ SimConfig baseline(uint64_t seed) {
   c.requests_per_attn = 10000;
   c.prefill = {LengthDistKind::fixed, 100, 0};
   c.decode = {LengthDistKind::geometric, 500, 0};
-  c.latency = seeds003_profile();
+  c.latency = af_ratio_paper_profile();
   c.seed = seed;
   return c;
 }
@@ -259,7 +259,7 @@ TEST(Simulator, AllZeroDecodeLengths) {
   c.batch = 8;
   c.requests_per_attn = 20;
   c.decode = {LengthDistKind::fixed, 0, 0};
-  c.latency = seeds003_profile();
+  c.latency = af_ratio_paper_profile();
   auto r = simulate(c);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->n_completed, 20);
