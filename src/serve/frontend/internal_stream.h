@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "serve/scheduling/channel.h"
+#include "serve/api/stream_event.h"
 
 namespace afd::serve {
 

@@ -15,8 +15,8 @@
 
 #include "serve/api/request.h"
 #include "serve/api/response.h"
+#include "serve/api/stream_event.h"
 #include "serve/frontend/internal_stream.h"
-#include "serve/scheduling/channel.h"
 #include "serve/text/tokenizer.h"
 
 namespace afd::serve {
