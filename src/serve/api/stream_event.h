@@ -1,5 +1,5 @@
 // StreamEvent: one step's output for one request, as a scheduler produces it and the API
-// renders it (OpenAI chunks, serve/api/response.h; the internal stream, serve/frontend/internal_stream.h).
+// renders it (OpenAI chunks, serve/api/response.h; the internal stream, serve/api/internal_stream.h).
 #pragma once
 
 #include <cstdint>

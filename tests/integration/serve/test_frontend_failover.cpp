@@ -1,6 +1,6 @@
 // The front end's failover (serve/frontend/proxy_session.h) against scripted attention workers:
 // httplib servers that answer /health as attention workers of the front end's model and
-// speak the internal stream (serve/frontend/internal_stream.h), each failing in its own way — the
+// speak the internal stream (serve/api/internal_stream.h), each failing in its own way — the
 // connection cut mid-stream, silence past the idle timeout, no worker left to continue —
 // while a healthy one checks the continuation's control line and finishes the request.
 #include <gtest/gtest.h>
@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "frontend_test_model.h"
+#include "serve/api/internal_stream.h"
 #include "serve/frontend/frontend.h"
-#include "serve/frontend/internal_stream.h"
 
 namespace afd::serve {
 namespace {
