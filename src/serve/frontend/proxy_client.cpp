@@ -175,4 +175,8 @@ Result<std::string> http_get_body(const std::string& host, int port, const std::
   return std::move(a.body);
 }
 
+Result<std::string> http_scrape_metrics(const MetricsTarget& t, int timeout_ms) {
+  return http_get_body(t.host, t.port, "/metrics", timeout_ms, kMaxScrapeBytes);
+}
+
 }  // namespace afd::serve

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "serve/metrics/metrics_federation.h"
 
 namespace httplib {
 class Client;
@@ -82,5 +83,8 @@ Result<HttpAnswer> http_post(const std::string& host, int port, const std::strin
 // The same as http_get, but only a 200 answer is one (another status is unavailable); its body.
 Result<std::string> http_get_body(const std::string& host, int port, const std::string& path, int timeout_ms,
                                   size_t max_bytes);
+// Federation's scrape over HTTP (MetricsScrape): http_get_body of t's /metrics, at most
+// kMaxScrapeBytes.
+Result<std::string> http_scrape_metrics(const MetricsTarget& t, int timeout_ms);
 
 }  // namespace afd::serve
