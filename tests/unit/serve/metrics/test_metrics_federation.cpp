@@ -3,7 +3,6 @@
 #include "serve/metrics/metrics_federation.h"
 
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <chrono>
 
