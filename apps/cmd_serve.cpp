@@ -22,7 +22,7 @@
 #include "model/config.h"
 #include "runtime/topology.h"
 #include "runtime/topology_file.h"
-#include "serve/frontend/internal_stream.h"
+#include "serve/api/internal_stream.h"
 #include "serve_stack.h"
 #include "trace_output.h"
 
@@ -150,7 +150,7 @@ void serve_spawned(const ServeFlags& f) {
   fo.metrics_targets = ffn->metrics;
   const EngineFlags& e = f.engine;
   // The front end sends each request with a control line of token ids before the client's
-  // body (serve/frontend/internal_stream.h): the workers' body limit leaves room for it.
+  // body (serve/api/internal_stream.h): the workers' body limit leaves room for it.
   int64_t context = f.service.options.max_context;
   if (context <= 0) {
     auto cfg = load_model_config(e.options.model_dir);

@@ -16,6 +16,7 @@
 #include "reload_on_hangup.h"
 #include "runtime/bundle.h"
 #include "runtime/afd/ffn_client.h"
+#include "serve/frontend/proxy_client.h"
 #include "serve/metrics/ffn_metrics.h"
 #include "serve/metrics/metrics.h"
 #include "serve/metrics/metrics_federation.h"
@@ -354,7 +355,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   }
   if (!extras.federate.empty()) {
     (*svc)->metrics().add_section(
-        [targets = extras.federate] { return serve::federate_metrics("", targets, 1000); });
+        [targets = extras.federate] { return serve::federate_metrics("", targets, 1000, serve::http_scrape_metrics); });
   }
   if (extras.children) {
     (*svc)->metrics().add_section([children = extras.children] { return render_process_metrics(children); });

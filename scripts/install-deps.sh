@@ -3,7 +3,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev
-      nlohmann-json3-dev libcpp-httplib-dev libboost-dev libcli11-dev libspdlog-dev libfmt-dev
+      nlohmann-json3-dev libboost-dev libcli11-dev libspdlog-dev libfmt-dev
       libopenblas-dev libucx-dev ucx-utils
       libpcre2-dev libutf8proc-dev
       clang libclang-rt-14-dev

@@ -5,7 +5,7 @@
 #include <optional>
 #include <random>
 
-#include "serve/frontend/worker_resume.h"
+#include "serve/api/internal_request.h"
 #include "serve/http/server.h"
 
 namespace afd::serve {
@@ -101,7 +101,7 @@ void ApiServer::handle_generation(Endpoint ep, const std::string& path, const ht
   }
   const ChatTemplate* chat = model_.chat ? &*model_.chat : nullptr;
   const uint64_t id = next_id_.fetch_add(1);
-  // A front end's internal stream (serve/frontend/internal_stream.h): control line + the client's body.
+  // A front end's internal stream (serve/api/internal_stream.h): control line + the client's body.
   std::optional<InternalBody> internal;
   if (backend_.serves_internal_streams() && req.has_header(kInternalStreamHeader)) {
     auto b = split_internal_body(req.body);

@@ -14,9 +14,9 @@
 #include <utility>
 
 #include "serve/api/http_common.h"
+#include "serve/api/internal_stream.h"
 #include "serve/api/request.h"
 #include "serve/api/response.h"
-#include "serve/frontend/internal_stream.h"
 #include "serve/http/message.h"
 
 namespace afd::serve {
@@ -41,7 +41,7 @@ struct GenerationCall {
   std::string path;             // "/v1/completions" or "/v1/chat/completions"
   GenerationRequest request;
   ResponseMeta meta;            // id, model, created, endpoint, logprobs
-  // A front end's internal stream (serve/frontend/internal_stream.h; only where
+  // A front end's internal stream (serve/api/internal_stream.h; only where
   // serves_internal_streams()): the control line; the request was parsed from its client body.
   const InternalBody* internal = nullptr;
   // The handler's count on in_flight(): the backend may release() it once the request is

@@ -10,7 +10,7 @@
 
 #include "core/status.h"
 #include "serve/api/request.h"
-#include "serve/scheduling/channel.h"
+#include "serve/api/stream_event.h"
 #include "serve/text/tokenizer.h"
 
 namespace afd::serve {

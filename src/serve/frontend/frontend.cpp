@@ -301,7 +301,7 @@ std::string Frontend::scrape_metrics() const {
   for (const auto& w : listed_workers())
     targets.push_back({w->host, w->port, "attention=\"" + std::to_string(w->index) + "\""});
   targets.insert(targets.end(), opt_.metrics_targets.begin(), opt_.metrics_targets.end());
-  return federate_metrics(render_metrics(), targets, opt_.health_timeout_ms);
+  return federate_metrics(render_metrics(), targets, opt_.health_timeout_ms, http_scrape_metrics);
 }
 
 Readiness Frontend::readiness() const {

@@ -1,25 +1,26 @@
-// UpstreamCall: one HTTP exchange from the front end with an attention worker (cpp-httplib
-// client), delivering the response status/headers and then the body bytes as they arrive,
-// so SSE chunks can be read without buffering. cancel() from any thread closes the
-// connection (the worker sees its next write fail and cancels the sequence). Every wait is
+// UpstreamCall: one HTTP exchange from the front end with an attention worker (an
+// http::ClientExchange, serve/http/client.h), delivering the response status/headers and
+// then the body bytes as they arrive, so SSE chunks can be read without buffering. Failures
+// are unavailable Statuses that say what happened in words. cancel() from any thread closes
+// the connection (the worker sees its next write fail and cancels the sequence). Every wait is
 // bounded: connecting by connect_ms, sending by write_s, and each wait for the next byte by
 // read_s (the proxy session also watches for silence itself, serve/frontend/proxy_session.h).
 #pragma once
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/status.h"
-
-namespace httplib {
-class Client;
-}
+#include "serve/metrics/metrics_federation.h"
 
 namespace afd::serve {
+
+namespace http {
+class ClientExchange;
+}
 
 struct UpstreamTimeouts {
   int connect_ms = 2000;
@@ -60,9 +61,7 @@ class UpstreamCall {
  private:
   std::string where_;
   UpstreamTimeouts timeouts_;
-  std::unique_ptr<httplib::Client> cli_;
-  std::mutex mu_;
-  bool cancelled_ = false;
+  std::unique_ptr<http::ClientExchange> exchange_;
 };
 
 struct HttpAnswer {
@@ -82,5 +81,8 @@ Result<HttpAnswer> http_post(const std::string& host, int port, const std::strin
 // The same as http_get, but only a 200 answer is one (another status is unavailable); its body.
 Result<std::string> http_get_body(const std::string& host, int port, const std::string& path, int timeout_ms,
                                   size_t max_bytes);
+// Federation's scrape over HTTP (MetricsScrape): http_get_body of t's /metrics, at most
+// kMaxScrapeBytes.
+Result<std::string> http_scrape_metrics(const MetricsTarget& t, int timeout_ms);
 
 }  // namespace afd::serve

@@ -1,6 +1,6 @@
 // ProxyOutput: the front end's record of one request's answer while attention workers
 // generate it (serve/frontend/proxy_session.h). It turns the workers' internal events
-// (serve/frontend/internal_stream.h) into what the client gets — OpenAI SSE chunks as they come, or
+// (serve/api/internal_stream.h) into what the client gets — OpenAI SSE chunks as they come, or
 // one JSON body at the end — under the front end's own response id, `created` and model,
 // and keeps what a continuation on another worker needs: the prompt, max_tokens, seed, the
 // generated token ids the client already has (or will get, for a non-streaming answer) and
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "serve/api/internal_stream.h"
 #include "serve/api/request.h"
 #include "serve/api/response.h"
-#include "serve/frontend/internal_stream.h"
-#include "serve/scheduling/channel.h"
+#include "serve/api/stream_event.h"
 #include "serve/text/tokenizer.h"
 
 namespace afd::serve {

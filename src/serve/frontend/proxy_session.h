@@ -1,7 +1,7 @@
 // ProxySession: one generation request of the front end, from placement to its last byte,
 // with attention-worker failover (docs/FAILOVER.md, "Attention worker failover").
 //
-// The session sends the request to a worker as an internal stream (serve/frontend/internal_stream.h)
+// The session sends the request to a worker as an internal stream (serve/api/internal_stream.h)
 // and renders the client's answer itself (serve/frontend/proxy_output.h), so at every moment it knows
 // the generated tokens the client has and the sampler's position after them. An attempt
 // fails when the worker
@@ -35,9 +35,9 @@
 #include <string>
 #include <vector>
 
+#include "serve/api/internal_stream.h"
 #include "serve/api/request.h"
 #include "serve/api/response.h"
-#include "serve/frontend/internal_stream.h"
 #include "serve/frontend/proxy_client.h"
 #include "serve/frontend/proxy_output.h"
 #include "serve/frontend/upstream_worker.h"

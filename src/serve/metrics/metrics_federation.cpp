@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "runtime/topology_file.h"
-#include "serve/frontend/proxy_client.h"
 #include "serve/metrics/metrics.h"
 
 namespace afd::serve {
@@ -26,14 +25,13 @@ std::string escape_label_value(const std::string& v) {
 
 }  // namespace
 
-std::string federate_metrics(const std::string& own, const std::vector<MetricsTarget>& targets, int timeout_ms) {
+std::string federate_metrics(const std::string& own, const std::vector<MetricsTarget>& targets, int timeout_ms,
+                             const MetricsScrape& scrape) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::future<Result<std::string>>> answers;
   answers.reserve(targets.size());
   for (const MetricsTarget& t : targets)
-    answers.push_back(std::async(std::launch::async, [&t, timeout_ms] {
-      return http_get_body(t.host, t.port, "/metrics", timeout_ms, kMaxScrapeBytes);
-    }));
+    answers.push_back(std::async(std::launch::async, [&t, timeout_ms, &scrape] { return scrape(t, timeout_ms); }));
   PromMerger m;
   m.add(own, "");
   std::vector<std::pair<bool, size_t>> outcome;  // up, lines dropped

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,16 @@ struct MetricsTarget {
 // A target's answer is cut off (and counted as not up) past this many bytes.
 constexpr size_t kMaxScrapeBytes = size_t{8} << 20;
 
-// Fetches every target's GET /metrics at once (each within timeout_ms) and merges them.
-// `own` (may be empty) is added first: its families come first and keep their HELP/TYPE.
-// The result ends with the afd_federation_* families describing this scrape.
-std::string federate_metrics(const std::string& own, const std::vector<MetricsTarget>& targets, int timeout_ms);
+// How federation reaches a target: the body of t's GET /metrics answered 200 within
+// timeout_ms, at most kMaxScrapeBytes; an error when there is no such answer. Called for every
+// target at once, one thread each. Over HTTP: http_scrape_metrics (serve/frontend/proxy_client.h).
+using MetricsScrape = std::function<Result<std::string>(const MetricsTarget& t, int timeout_ms)>;
+
+// Fetches every target's GET /metrics at once through scrape (each within timeout_ms) and
+// merges them. `own` (may be empty) is added first: its families come first and keep their
+// HELP/TYPE. The result ends with the afd_federation_* families describing this scrape.
+std::string federate_metrics(const std::string& own, const std::vector<MetricsTarget>& targets, int timeout_ms,
+                             const MetricsScrape& scrape);
 
 // "host:port" of a listener -> the address to scrape it at: a wildcard host (0.0.0.0, ::)
 // is replaced by `reachable_host` (e.g. the host the worker's data address names).

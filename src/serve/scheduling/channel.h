@@ -5,34 +5,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdint>
 #include <deque>
 #include <mutex>
-#include <string>
 #include <utility>
 #include <vector>
 
-#include "core/status.h"
-#include "serve/api/output.h"
+#include "serve/api/stream_event.h"
 
 namespace afd::serve {
-
-struct TokenInfo {
-  int32_t token = -1;
-  float logprob = 0;
-  std::vector<std::pair<int32_t, float>> top;  // best first
-};
-
-// One step's output for one request. The last event has finish != none.
-struct StreamEvent {
-  std::string text;
-  std::vector<TokenInfo> tokens;
-  FinishReason finish = FinishReason::none;
-  Status error;                  // finish == error
-  int64_t prompt_tokens = 0;     // set on the last event
-  int64_t completion_tokens = 0; // set on the last event
-  uint64_t rng_draws = 0;        // the request's Sampler::draws() after these tokens
-};
 
 class RequestChannel {
  public:

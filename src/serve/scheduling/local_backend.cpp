@@ -6,9 +6,9 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "serve/api/response.h"
-#include "serve/frontend/worker_resume.h"
 #include "serve/http/client_connection.h"
 #include "serve/http/server.h"
+#include "serve/scheduling/worker_resume.h"
 
 namespace afd::serve {
 

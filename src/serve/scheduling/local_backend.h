@@ -1,8 +1,8 @@
 // LocalBackend: the GenerationBackend (serve/api/generation_backend.h) of an engine server:
 // each request is placed by the Router on one of this process's Schedulers and waits on its
 // RequestChannel while the scheduler's thread produces tokens. A request carrying
-// kInternalStreamHeader is a front end's internal stream (serve/frontend/internal_stream.h), possibly
-// resuming a sequence another worker started (serve/frontend/worker_resume.h). /health reports the
+// kInternalStreamHeader is a front end's internal stream (serve/api/internal_stream.h), possibly
+// resuming a sequence another worker started (serve/scheduling/worker_resume.h). /health reports the
 // engines' readiness (an AFD attention worker's FFN connection) and this server's identity
 // (attention_health_body); /admin/ffn is the FFN membership handler set by set_ffn_admin.
 #pragma once

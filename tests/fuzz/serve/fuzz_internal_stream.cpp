@@ -1,5 +1,5 @@
 // libFuzzer target for the front end <-> attention worker internal stream
-// (serve/frontend/internal_stream.h, serve/frontend/sse_reader.h): what a worker reads from a front end (the
+// (serve/api/internal_stream.h, serve/frontend/sse_reader.h): what a worker reads from a front end (the
 // control line) and what a front end reads from a worker (SSE framing, events) is outside
 // input to each. The first byte picks the piece size the SSE reader is fed in; the rest is
 // taken as an internal request body, as one event's data and as an SSE stream. Nothing may
@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "serve/frontend/internal_stream.h"
+#include "serve/api/internal_stream.h"
 #include "serve/frontend/sse_reader.h"
 
 namespace {

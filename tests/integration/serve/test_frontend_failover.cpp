@@ -1,6 +1,6 @@
 // The front end's failover (serve/frontend/proxy_session.h) against scripted attention workers:
-// httplib servers that answer /health as attention workers of the front end's model and
-// speak the internal stream (serve/frontend/internal_stream.h), each failing in its own way — the
+// Fake servers (http::Server) that answer /health as attention workers of the front end's model and
+// speak the internal stream (serve/api/internal_stream.h), each failing in its own way — the
 // connection cut mid-stream, silence past the idle timeout, no worker left to continue —
 // while a healthy one checks the continuation's control line and finishes the request.
 #include <gtest/gtest.h>
@@ -14,12 +14,13 @@
 #include <mutex>
 #include <thread>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "../../unit/serve/http_test_client.h"
 #include "frontend_test_model.h"
+#include "serve/api/internal_stream.h"
 #include "serve/frontend/frontend.h"
-#include "serve/frontend/internal_stream.h"
+#include "serve/http/server.h"
 
 namespace afd::serve {
 namespace {
@@ -55,7 +56,7 @@ enum class Behaviour {
 class FakeWorker {
  public:
   FakeWorker(Behaviour b, const std::string& fingerprint, int cut_after) : b_(b), cut_after_(cut_after) {
-    srv_.Get("/health", [this, fingerprint](const httplib::Request&, httplib::Response& res) {
+    srv_.get("/health", [this, fingerprint](const http::Request&, http::Response& res) {
       if (b_ == Behaviour::unhealthy || dead_) {
         res.status = 503;
         res.set_content(R"({"error":{"message":"FFN worker 'ffn0' is not connected"}})", "application/json");
@@ -64,7 +65,7 @@ class FakeWorker {
       res.set_content(json{{"status", "ok"}, {"role", "attention"}, {"model", "m"}, {"model_config", fingerprint}}.dump(),
                       "application/json");
     });
-    srv_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    srv_.post("/v1/completions", [this](const http::Request& req, http::Response& res) {
       auto b = split_internal_body(req.body);
       if (!b.ok() || req.get_header_value(kInternalStreamHeader) != "1") {
         res.status = 400;
@@ -75,7 +76,7 @@ class FakeWorker {
         controls_.push_back(b->control);
       }
       const InternalControl c = b->control;
-      res.set_chunked_content_provider("text/event-stream", [this, c](size_t, httplib::DataSink& sink) {
+      res.set_chunked_content_provider("text/event-stream", [this, c](size_t, http::DataSink& sink) {
         const int n_total = static_cast<int>(c.max_tokens);
         const int from = static_cast<int>(c.generated.size());
         const int until = b_ == Behaviour::finish ? n_total : std::min(n_total, from + cut_after_);
@@ -95,8 +96,9 @@ class FakeWorker {
         return false;  // the connection ends without the body's end
       });
     });
-    port_ = srv_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { srv_.listen_after_bind(); });
+    auto bound = srv_.bind();
+    port_ = bound.ok() ? *bound : -1;
+    thread_ = std::thread([this] { (void)srv_.run(); });
   }
   ~FakeWorker() {
     {
@@ -116,7 +118,7 @@ class FakeWorker {
   }
 
  private:
-  httplib::Server srv_;
+  http::Server srv_{http::Options{}};
   Behaviour b_;
   int cut_after_;
   int port_ = -1;
@@ -169,10 +171,9 @@ class FailoverTest : public ::testing::Test {
     for (auto [b, n] : ws) want_up += b == Behaviour::unhealthy ? 0 : 1;
     for (int i = 0; i < 500 && fe_->workers_up() < want_up; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ASSERT_EQ(fe_->workers_up(), want_up) << fe_->why_workers_down();
-    cli_ = std::make_unique<httplib::Client>("127.0.0.1", fe_->port());
-    cli_->set_read_timeout(30, 0);
+    cli_ = std::make_unique<testing::TestClient>("127.0.0.1", fe_->port());
   }
-  httplib::Result post(const std::string& body) { return cli_->Post("/v1/completions", body, "application/json"); }
+  std::optional<testing::HttpResult> post(const std::string& body) { return cli_->post("/v1/completions", body); }
   static std::vector<json> sse(const std::string& body) {
     std::vector<json> out;
     size_t i = 0;
@@ -195,7 +196,7 @@ class FailoverTest : public ::testing::Test {
   std::vector<std::unique_ptr<FakeWorker>> workers_;
   std::unique_ptr<Frontend> fe_;
   std::future<Status> run_;
-  std::unique_ptr<httplib::Client> cli_;
+  std::unique_ptr<testing::TestClient> cli_;
 };
 
 // A worker whose connection breaks after 3 tokens: the request continues on the other

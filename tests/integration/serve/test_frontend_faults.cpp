@@ -16,9 +16,9 @@
 #include <future>
 #include <thread>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "../../unit/serve/http_test_client.h"
 #include "frontend_test_model.h"
 #include "serve/frontend/frontend.h"
 #include "serve/frontend/proxy_client.h"
@@ -248,9 +248,8 @@ TEST(FrontendReasons, Every503NamesEachWorkersReason) {
   }
   ASSERT_EQ(f->workers_up(), 1) << why;
 
-  httplib::Client cli("127.0.0.1", f->port());
-  cli.set_read_timeout(30, 0);
-  auto res = cli.Post("/v1/completions", R"({"prompt":"hello","max_tokens":2})", "application/json");
+  testing::TestClient cli("127.0.0.1", f->port());
+  auto res = cli.post("/v1/completions", R"({"prompt":"hello","max_tokens":2})");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 503) << res->body;
   EXPECT_FALSE(res->get_header_value("Retry-After").empty());
@@ -288,15 +287,15 @@ TEST(FrontendReasons, LostWorkerProcessMakesHealth503) {
   RunningFrontend rf;
   start_frontend(fo, &rf);
   ASSERT_TRUE(rf.f);
-  httplib::Client cli("127.0.0.1", rf.f->port());
+  testing::TestClient cli("127.0.0.1", rf.f->port());
   int status = 0;
   for (int i = 0; i < 500 && status != 200; ++i) {
-    if (auto r = cli.Get("/health")) status = r->status;
+    if (auto r = cli.get("/health")) status = r->status;
     if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_EQ(status, 200);
   lost = true;
-  auto r = cli.Get("/health");
+  auto r = cli.get("/health");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
   EXPECT_NE(r->body.find("worker process lost for good"), std::string::npos) << r->body;

@@ -1,5 +1,5 @@
 // The front end's /admin/ffn (serve/frontend/frontend_ffn_admin.h) against scripted attention workers
-// (httplib servers answering /health with an instance and /admin/ffn with a membership): a
+// (fake servers answering /health with an instance and /admin/ffn with a membership): a
 // change reaches every worker; a worker that was down, or restarts (a new instance), gets the
 // whole list before it is placed on; a refusal by the first worker changes nothing; the API key
 // guards the endpoint like /v1/*. With /admin/attention (serve/frontend/frontend_attention_admin.h): an
@@ -13,11 +13,12 @@
 #include <mutex>
 #include <thread>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "../../unit/serve/http_test_client.h"
 #include "frontend_test_model.h"
 #include "serve/frontend/frontend.h"
+#include "serve/http/server.h"
 
 namespace afd::serve {
 namespace {
@@ -29,7 +30,7 @@ class AdminWorker {
  public:
   explicit AdminWorker(const std::string& fingerprint) {
     reset();
-    srv_.Get("/health", [this, fingerprint](const httplib::Request&, httplib::Response& res) {
+    srv_.get("/health", [this, fingerprint](const http::Request&, http::Response& res) {
       std::lock_guard<std::mutex> l(mu_);
       if (!healthy_) {
         res.status = 503;
@@ -44,7 +45,7 @@ class AdminWorker {
                           .dump(),
                       "application/json");
     });
-    auto admin = [this](const httplib::Request& req, httplib::Response& res) {
+    auto admin = [this](const http::Request& req, http::Response& res) {
       std::lock_guard<std::mutex> l(mu_);
       if (req.method == "POST") {
         posts_.push_back(req.body);
@@ -69,10 +70,11 @@ class AdminWorker {
       res.set_content(json{{"engines", json::array({{{"epoch", 1}, {"members", members_}}})}}.dump(),
                       "application/json");
     };
-    srv_.Get("/admin/ffn", admin);
-    srv_.Post("/admin/ffn", admin);
-    port_ = srv_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { srv_.listen_after_bind(); });
+    srv_.get("/admin/ffn", admin);
+    srv_.post("/admin/ffn", admin);
+    auto bound = srv_.bind();
+    port_ = bound.ok() ? *bound : -1;
+    thread_ = std::thread([this] { (void)srv_.run(); });
   }
   ~AdminWorker() {
     srv_.stop();
@@ -107,7 +109,7 @@ class AdminWorker {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
 
  private:
-  httplib::Server srv_;
+  http::Server srv_{http::Options{}};
   int port_ = -1;
   std::thread thread_;
   std::mutex mu_;
@@ -150,8 +152,7 @@ class FrontendFfnAdmin : public ::testing::Test {
     Frontend* raw = fe_.get();
     run_ = std::async(std::launch::async, [raw] { return raw->run(); });
     ASSERT_TRUE(wait_for([&] { return fe_->workers_up() == want_up; })) << fe_->why_workers_down();
-    cli_ = std::make_unique<httplib::Client>("127.0.0.1", fe_->port());
-    cli_->set_read_timeout(30, 0);
+    cli_ = std::make_unique<testing::TestClient>("127.0.0.1", fe_->port());
   }
   static bool wait_for(const std::function<bool()>& cond) {
     for (int i = 0; i < 1000; ++i) {
@@ -160,11 +161,11 @@ class FrontendFfnAdmin : public ::testing::Test {
     }
     return cond();
   }
-  httplib::Result admin(const std::string& body, const httplib::Headers& h = {}) {
-    return cli_->Post("/admin/ffn", h, body, "application/json");
+  std::optional<testing::HttpResult> admin(const std::string& body, const http::Headers& h = {}) {
+    return cli_->post("/admin/ffn", body, h);
   }
-  httplib::Result attention(const std::string& body, const httplib::Headers& h = {}) {
-    return cli_->Post("/admin/attention", h, body, "application/json");
+  std::optional<testing::HttpResult> attention(const std::string& body, const http::Headers& h = {}) {
+    return cli_->post("/admin/attention", body, h);
   }
   // A topology file naming these attention workers and FFN addresses.
   void write_topology(const std::vector<std::string>& attention, const std::vector<std::string>& ffn) {
@@ -185,7 +186,7 @@ class FrontendFfnAdmin : public ::testing::Test {
   std::vector<std::unique_ptr<AdminWorker>> workers_;
   std::unique_ptr<Frontend> fe_;
   std::future<Status> run_;
-  std::unique_ptr<httplib::Client> cli_;
+  std::unique_ptr<testing::TestClient> cli_;
 };
 
 TEST_F(FrontendFfnAdmin, AChangeReachesEveryWorkerAndARestartedOneGetsTheWholeList) {
@@ -224,7 +225,7 @@ TEST_F(FrontendFfnAdmin, AChangeReachesEveryWorkerAndARestartedOneGetsTheWholeLi
       << m;
 
   // GET: the list and each worker's membership.
-  auto g = cli_->Get("/admin/ffn");
+  auto g = cli_->get("/admin/ffn");
   ASSERT_TRUE(g);
   ASSERT_EQ(g->status, 200);
   const json got = json::parse(g->body);
@@ -281,7 +282,7 @@ TEST_F(FrontendFfnAdmin, GuardedByTheApiKeyLikeTheApi) {
   auto r = admin(R"({"add": "f1:1"})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
-  auto g = cli_->Get("/admin/ffn");
+  auto g = cli_->get("/admin/ffn");
   ASSERT_TRUE(g);
   EXPECT_EQ(g->status, 401);
   EXPECT_TRUE(workers_[0]->posts().empty());
@@ -293,17 +294,17 @@ TEST_F(FrontendFfnAdmin, GuardedByTheApiKeyLikeTheApi) {
   r = attention(R"({"add": "127.0.0.1:9"})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
-  g = cli_->Get("/admin/attention");
+  g = cli_->get("/admin/attention");
   ASSERT_TRUE(g);
   EXPECT_EQ(g->status, 401);
-  r = cli_->Post("/admin/reload", "", "application/json");
+  r = cli_->post("/admin/reload", "");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
-  g = cli_->Get("/admin/attention", {{"Authorization", "Bearer sekret"}});
+  g = cli_->get("/admin/attention", {{"Authorization", "Bearer sekret"}});
   ASSERT_TRUE(g);
   EXPECT_EQ(g->status, 200) << g->body;
   EXPECT_EQ(json::parse(g->body)["workers"].size(), 2u);
-  r = cli_->Post("/admin/reload", {{"Authorization", "Bearer sekret"}}, "", "application/json");
+  r = cli_->post("/admin/reload", "", {{"Authorization", "Bearer sekret"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404) << r->body;  // no topology file
 }
@@ -323,7 +324,7 @@ TEST_F(FrontendFfnAdmin, AnAttentionWorkerAddedLaterGetsTheListAndARemovedOneNoC
   ASSERT_EQ(workers_[2]->posts().size(), 1u);
   EXPECT_EQ(json::parse(workers_[2]->posts()[0]),
             json::parse(R"({"members": [{"address": "f0:1", "name": "ffn0"}, {"address": "f1:1"}]})"));
-  auto g = cli_->Get("/admin/ffn");
+  auto g = cli_->get("/admin/ffn");
   ASSERT_TRUE(g);
   EXPECT_EQ(json::parse(g->body)["workers"].size(), 3u);
 
@@ -342,7 +343,7 @@ TEST_F(FrontendFfnAdmin, AnAttentionWorkerAddedLaterGetsTheListAndARemovedOneNoC
   EXPECT_EQ(workers_[0]->posts().size(), 1u);
   EXPECT_EQ(live(workers_[2]->members()), json::parse(R"(["f1:1"])"));
   EXPECT_EQ(fe_->workers_up(), 2);
-  g = cli_->Get("/health");
+  g = cli_->get("/health");
   ASSERT_TRUE(g);
   EXPECT_EQ(json::parse(g->body)["workers"], 2) << g->body;
   const std::string m = fe_->render_metrics();
@@ -359,13 +360,13 @@ TEST_F(FrontendFfnAdmin, ATopologyFileReloadAppliesItsListsAndAnInvalidOneNothin
   start();
   workers_.push_back(std::make_unique<AdminWorker>(frontend_model_fingerprint(dir_)));
   // Unchanged: nothing to do.
-  auto r = cli_->Post("/admin/reload", "", "application/json");
+  auto r = cli_->post("/admin/reload", "");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body), json::parse(R"({"attention": {"added": [], "removed": []}, "ffn": "unchanged"})"));
   // Worker 0 out, worker 2 in, an FFN worker more.
   write_topology({workers_[1]->address(), workers_[2]->address()}, {"f0:1", "f1:1"});
-  r = cli_->Post("/admin/reload", "", "application/json");
+  r = cli_->post("/admin/reload", "");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   const json a = json::parse(r->body);
@@ -378,14 +379,14 @@ TEST_F(FrontendFfnAdmin, ATopologyFileReloadAppliesItsListsAndAnInvalidOneNothin
   EXPECT_TRUE(workers_[0]->posts().empty());  // it had left
   // A file that does not parse, or names no attention worker: 400, nothing changes.
   std::ofstream(topology_file_) << "{";
-  r = cli_->Post("/admin/reload", "", "application/json");
+  r = cli_->post("/admin/reload", "");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
   write_topology({}, {"f0:1"});
-  r = cli_->Post("/admin/reload", "", "application/json");
+  r = cli_->post("/admin/reload", "");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
-  auto g = cli_->Get("/admin/attention");
+  auto g = cli_->get("/admin/attention");
   ASSERT_TRUE(g);
   const json ws = json::parse(g->body)["workers"];
   ASSERT_EQ(ws.size(), 2u) << g->body;

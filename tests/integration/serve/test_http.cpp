@@ -1,5 +1,5 @@
 // The HTTP API end to end over loopback, with fake engines behind the real Service
-// (tokenizer files from write_tokenizer_files, scheduler, router, metrics, httplib).
+// (tokenizer files from write_tokenizer_files, scheduler, router, metrics, TestClient).
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -11,14 +11,15 @@
 #include <future>
 #include <thread>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "../../unit/serve/fake_engine.h"
+#include "../../unit/serve/http_test_client.h"
 #include "frontend_test_model.h"
 #include "model/config.h"
 #include "model/fingerprint.h"
 #include "serve/frontend/frontend.h"
+#include "serve/http/server.h"
 #include "serve/scheduling/service.h"
 #include "serve/text/tokenizer_writer.h"
 
@@ -48,10 +49,9 @@ class HttpTest : public ::testing::Test {
     svc_ = std::move(*s);
     ASSERT_TRUE(svc_->start().is_ok());
     thread_ = std::thread([this] { (void)svc_->run(); });
-    cli_ = std::make_unique<httplib::Client>("127.0.0.1", svc_->port());
-    cli_->set_read_timeout(30, 0);
+    cli_ = std::make_unique<testing::TestClient>("127.0.0.1", svc_->port());
     for (int i = 0; i < 100; ++i) {
-      if (auto r = cli_->Get("/health"); r && r->status == 200) break;
+      if (auto r = cli_->get("/health"); r && r->status == 200) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
@@ -61,8 +61,8 @@ class HttpTest : public ::testing::Test {
     svc_.reset();
     std::filesystem::remove_all(dir_);
   }
-  httplib::Result post(const std::string& path, const std::string& body, const httplib::Headers& h = {}) {
-    return cli_->Post(path.c_str(), h, body, "application/json");
+  std::optional<testing::HttpResult> post(const std::string& path, const std::string& body, const http::Headers& h = {}) {
+    return cli_->post(path, body, h);
   }
   // Parses an SSE body into its data payloads.
   static std::vector<std::string> sse_data(const std::string& body) {
@@ -80,7 +80,7 @@ class HttpTest : public ::testing::Test {
   std::vector<FakeEngine*> engines_;
   std::unique_ptr<Service> svc_;
   std::thread thread_;
-  std::unique_ptr<httplib::Client> cli_;
+  std::unique_ptr<testing::TestClient> cli_;
 };
 
 TEST_F(HttpTest, CompletionsAndChatNonStreaming) {
@@ -106,18 +106,18 @@ TEST_F(HttpTest, CompletionsAndChatNonStreaming) {
   EXPECT_TRUE(k["choices"][0]["message"]["content"].is_string());
   EXPECT_EQ(k["choices"][0]["logprobs"]["content"].size(), 3u);
   EXPECT_EQ(k["usage"]["completion_tokens"], 3);
-  auto m = cli_->Get("/v1/models");
+  auto m = cli_->get("/v1/models");
   ASSERT_TRUE(m);
   EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "tiny");
 }
 
 // A second server on a port that is in use is a clear error, not a silent co-listener
-// (cpp-httplib's default SO_REUSEPORT would let the kernel split connections between them).
+// (with SO_REUSEPORT the kernel would split connections between them).
 // A ready attention server's /health says what it is and which model it serves (the front
 // end checks both before placing requests on it).
 TEST_F(HttpTest, HealthSaysRoleAndModel) {
   start(ServiceOptions{});
-  auto r = cli_->Get("/health");
+  auto r = cli_->get("/health");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200);
   json h = json::parse(r->body);
@@ -142,7 +142,7 @@ TEST_F(HttpTest, PortInUseIsAClearError) {
   EXPECT_EQ(st.code(), StatusCode::io_error) << st.to_string();
   EXPECT_NE(st.message().find(std::to_string(svc_->port())), std::string::npos) << st.to_string();
   (*second)->stop();
-  auto r = cli_->Get("/health");  // the first one still answers
+  auto r = cli_->get("/health");  // the first one still answers
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
 }
@@ -198,7 +198,7 @@ TEST_F(HttpTest, ErrorsAreOpenAiShaped) {
   auto big = post("/v1/completions", "{\"prompt\":\"" + std::string(10000, 'a') + "\"}");
   ASSERT_TRUE(big);
   EXPECT_EQ(big->status, 413);
-  EXPECT_EQ(cli_->Get("/nope")->status, 404);
+  EXPECT_EQ(cli_->get("/nope")->status, 404);
 }
 
 TEST_F(HttpTest, ApiKeyIsRequiredOnV1) {
@@ -208,7 +208,7 @@ TEST_F(HttpTest, ApiKeyIsRequiredOnV1) {
   EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1})")->status, 401);
   EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1})", {{"Authorization", "Bearer wrong"}})->status, 401);
   EXPECT_EQ(post("/v1/completions", R"({"prompt":"a","max_tokens":1})", {{"Authorization", "Bearer sekret"}})->status, 200);
-  EXPECT_EQ(cli_->Get("/health")->status, 200);  // health stays open
+  EXPECT_EQ(cli_->get("/health")->status, 200);  // health stays open
   EXPECT_TRUE(constant_time_equal("abc", "abc"));
   EXPECT_FALSE(constant_time_equal("abc", "abd"));
   EXPECT_FALSE(constant_time_equal("abc", "abcd"));
@@ -219,7 +219,7 @@ TEST_F(HttpTest, OverCapacityIs429WithRetryAfter) {
   so.scheduler.max_queue = 0;
   start(so, 1);
   auto r = post("/v1/completions", R"({"prompt":"a","max_tokens":1})");
-  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  ASSERT_TRUE(r) << cli_->error();
   EXPECT_EQ(r->status, 429);
   EXPECT_EQ(r->get_header_value("Retry-After"), "1");
   EXPECT_EQ(json::parse(r->body)["error"]["type"], "rate_limit_error");
@@ -332,9 +332,8 @@ TEST_F(HttpTest, MetricsAndRoutingAcrossWorkers) {
   std::vector<std::thread> ts;
   for (int i = 0; i < 8; ++i)
     ts.emplace_back([this, i] {
-      httplib::Client c("127.0.0.1", svc_->port());
-      c.set_read_timeout(30, 0);
-      auto r = c.Post("/v1/completions", "{\"prompt\":[" + std::to_string(i + 1) + ",2,3],\"max_tokens\":20,\"ignore_eos\":true}", "application/json");
+      testing::TestClient c("127.0.0.1", svc_->port());
+      auto r = c.post("/v1/completions", "{\"prompt\":[" + std::to_string(i + 1) + ",2,3],\"max_tokens\":20,\"ignore_eos\":true}");
       EXPECT_TRUE(r && r->status == 200);
     });
   for (auto& t : ts) t.join();
@@ -347,7 +346,7 @@ TEST_F(HttpTest, MetricsAndRoutingAcrossWorkers) {
                                          "afd_worker_idle_ratio"};
   std::string body;
   for (int i = 0; i < 200; ++i) {
-    auto m = cli_->Get("/metrics");
+    auto m = cli_->get("/metrics");
     ASSERT_TRUE(m);
     body = m->body;
     bool all = true;
@@ -365,11 +364,10 @@ TEST_F(HttpTest, DrainFinishesAcceptedRequestsAndRefusesNewOnes) {
   start({}, 1);
   engines_[0]->forward_delay_ms = 10;  // 20 tokens: ~200 ms in flight
   auto run = [this](bool stream) {
-    httplib::Client c("127.0.0.1", svc_->port());
-    c.set_read_timeout(30, 0);
+    testing::TestClient c("127.0.0.1", svc_->port());
     std::string body = std::string(R"({"prompt":[5,6,7],"max_tokens":20,"temperature":0,"ignore_eos":true)") +
                        (stream ? R"(,"stream":true})" : "}");
-    auto r = c.Post("/v1/completions", body, "application/json");
+    auto r = c.post("/v1/completions", body);
     return r ? std::make_pair(r->status, r->body) : std::make_pair(-1, std::string());
   };
   auto json_answer = std::async(std::launch::async, run, false);
@@ -378,7 +376,7 @@ TEST_F(HttpTest, DrainFinishesAcceptedRequestsAndRefusesNewOnes) {
   ASSERT_EQ(engines_[0]->live_sequences(), 2) << "the requests never started";
   svc_->drain();
   EXPECT_FALSE(svc_->drained());
-  auto h = cli_->Get("/health");
+  auto h = cli_->get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 503);
   EXPECT_NE(h->body.find("draining"), std::string::npos) << h->body;
@@ -403,7 +401,7 @@ TEST_F(HttpTest, DrainFinishesAcceptedRequestsAndRefusesNewOnes) {
 }
 
 // Frontend::stop() ends run() whenever it comes: before run(), while run() is starting to
-// listen (httplib ignores a stop that precedes its listening loop), or while it listens.
+// listen (a stop that precedes the listening loop must not be lost), or while it listens.
 TEST(FrontendStop, EndsRunWheneverItComes) {
   const std::string dir = frontend_model_dir("stop");
   ASSERT_FALSE(dir.empty());
@@ -441,16 +439,17 @@ TEST(FrontendIdentity, RefusesNonAttentionAndOtherModelWorkers) {
       R"({"status":"ok","role":"ffn"})",
       R"({"status":"ok","role":"attention","model":"other","model_config":"0123456789abcdef"})",
       json{{"status", "ok"}, {"role", "attention"}, {"model", "same"}, {"model_config", mine}}.dump()};
-  std::vector<std::unique_ptr<httplib::Server>> fakes;
+  std::vector<std::unique_ptr<http::Server>> fakes;
   std::vector<std::thread> threads;
   std::vector<std::string> addrs;
   for (const std::string& b : bodies) {
-    auto s = std::make_unique<httplib::Server>();
-    s->Get("/health", [b](const httplib::Request&, httplib::Response& res) { res.set_content(b, "application/json"); });
-    const int port = s->bind_to_any_port("127.0.0.1");
-    ASSERT_GT(port, 0);
+    auto s = std::make_unique<http::Server>(http::Options{});
+    s->get("/health", [b](const http::Request&, http::Response& res) { res.set_content(b, "application/json"); });
+    auto bound = s->bind();
+    ASSERT_TRUE(bound.ok()) << bound.status().to_string();
+    const int port = *bound;
     addrs.push_back("127.0.0.1:" + std::to_string(port));
-    threads.emplace_back([srv = s.get()] { srv->listen_after_bind(); });
+    threads.emplace_back([srv = s.get()] { (void)srv->run(); });
     fakes.push_back(std::move(s));
   }
   FrontendOptions fo;

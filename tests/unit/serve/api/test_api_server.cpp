@@ -3,7 +3,6 @@
 #include "serve/api/api_server.h"
 
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -12,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../http_test_client.h"
 #include "serve/http/server.h"
 #include "serve/text/tokenizer_writer.h"
 
@@ -91,8 +91,7 @@ class ApiServerTest : public ::testing::Test {
     api_ = std::make_unique<ApiServer>(o, "test api", model_, backend_);
     ASSERT_TRUE(api_->bind().is_ok());
     thread_ = std::thread([this] { (void)api_->run(); });
-    cli_ = std::make_unique<httplib::Client>("127.0.0.1", api_->port());
-    cli_->set_read_timeout(30, 0);
+    cli_ = std::make_unique<testing::TestClient>("127.0.0.1", api_->port());
   }
   void TearDown() override {
     if (api_) api_->stop();
@@ -109,57 +108,57 @@ class ApiServerTest : public ::testing::Test {
   ScriptedBackend backend_;
   std::unique_ptr<ApiServer> api_;
   std::thread thread_;
-  std::unique_ptr<httplib::Client> cli_;
+  std::unique_ptr<testing::TestClient> cli_;
 };
 
 TEST_F(ApiServerTest, HealthIsTheBackendsReadinessUnlessClosing) {
   start();
-  auto r = cli_->Get("/health");
+  auto r = cli_->get("/health");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, R"({"status":"ok"})");
   backend_.set_ready({false, "engine 0 has no FFN worker"});
-  r = cli_->Get("/health");
+  r = cli_->get("/health");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
   EXPECT_EQ(r->get_header_value("Retry-After"), "7");
   EXPECT_EQ(error_message(r->body), "engine 0 has no FFN worker");
   backend_.draining_flag = true;
-  r = cli_->Get("/health");
+  r = cli_->get("/health");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
   EXPECT_EQ(error_message(r->body), kDrainingHealth);
   backend_.stopping_flag = true;
-  r = cli_->Get("/health");
+  r = cli_->get("/health");
   ASSERT_TRUE(r);
   EXPECT_EQ(error_message(r->body), "shutting down");
 }
 
 TEST_F(ApiServerTest, MetricsModelsAdminAndExtraRoutes) {
   start();
-  auto r = cli_->Get("/metrics");
+  auto r = cli_->get("/metrics");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body, "backend_metric 1\n");
   EXPECT_EQ(r->get_header_value("Content-Type"), "text/plain; version=0.0.4");
 
-  r = cli_->Get("/v1/models");
+  r = cli_->get("/v1/models");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   json m = json::parse(r->body);
   EXPECT_EQ(m["data"][0]["id"], "tiny");
   EXPECT_EQ(m["data"][0]["max_model_len"], 256);
 
-  r = cli_->Get("/admin/ffn");
+  r = cli_->get("/admin/ffn");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
   backend_.has_admin = true;
-  r = cli_->Post("/admin/ffn", R"({"add":"h:1"})", "application/json");
+  r = cli_->post("/admin/ffn", R"({"add":"h:1"})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 202);
   EXPECT_EQ(json::parse(r->body)["method"], "POST");
   EXPECT_EQ(json::parse(r->body)["body"], R"({"add":"h:1"})");
 
-  r = cli_->Get("/admin/extra");
+  r = cli_->get("/admin/extra");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body, "extra");
   std::lock_guard<std::mutex> l(backend_.mu);
@@ -168,19 +167,19 @@ TEST_F(ApiServerTest, MetricsModelsAdminAndExtraRoutes) {
 
 TEST_F(ApiServerTest, GenerationIsParsedHereAndRunByTheBackend) {
   start();
-  auto r = cli_->Post("/v1/completions", R"({"model":"tiny","prompt":"hello","max_tokens":5})", "application/json");
+  auto r = cli_->post("/v1/completions", R"({"model":"tiny","prompt":"hello","max_tokens":5})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, R"({"ok":true})");
   // Refused here: bad body (400), other model (404), draining (503); none reaches the backend.
-  r = cli_->Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":0})", "application/json");
+  r = cli_->post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":0})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
-  r = cli_->Post("/v1/completions", R"({"model":"other","prompt":"x"})", "application/json");
+  r = cli_->post("/v1/completions", R"({"model":"other","prompt":"x"})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
   backend_.draining_flag = true;
-  r = cli_->Post("/v1/completions", R"({"model":"tiny","prompt":"hello"})", "application/json");
+  r = cli_->post("/v1/completions", R"({"model":"tiny","prompt":"hello"})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
   EXPECT_EQ(r->get_header_value("Retry-After"), "7");
@@ -202,16 +201,16 @@ TEST_F(ApiServerTest, GenerationIsParsedHereAndRunByTheBackend) {
 
 TEST_F(ApiServerTest, ApiKeyGuardsV1AndAdminAndCountsV1Refusals) {
   start("sekrit");
-  auto r = cli_->Get("/v1/models");
+  auto r = cli_->get("/v1/models");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
-  r = cli_->Get("/admin/extra");
+  r = cli_->get("/admin/extra");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
-  r = cli_->Get("/health");
+  r = cli_->get("/health");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  r = cli_->Get("/v1/models", {{"Authorization", "Bearer sekrit"}});
+  r = cli_->get("/v1/models", {{"Authorization", "Bearer sekrit"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   std::lock_guard<std::mutex> l(backend_.mu);

@@ -8,10 +8,11 @@
 
 #include "../bytes_tokenizer.h"
 #include "../fake_engine.h"
-#include "serve/frontend/internal_stream.h"
+#include "serve/api/internal_request.h"
+#include "serve/api/internal_stream.h"
 #include "serve/frontend/proxy_output.h"
-#include "serve/frontend/worker_resume.h"
 #include "serve/scheduling/scheduler.h"
+#include "serve/scheduling/worker_resume.h"
 #include "serve/text/unicode.h"
 
 namespace afd::serve {

@@ -2,8 +2,7 @@
 // server that answers /metrics and /health (afd worker --role ffn --metrics-listen).
 #include <gtest/gtest.h>
 
-#include <httplib.h>
-
+#include "../http_test_client.h"
 #include "serve/metrics/ffn_metrics.h"
 
 namespace afd::serve {
@@ -84,17 +83,17 @@ TEST(StatusServer, AnswersMetricsAndHealthAndStops) {
       o, [&scrapes] { return "x_total " + std::to_string(++scrapes) + "\n"; },
       [] { return std::make_pair(503, std::string("{\"status\":\"waiting\"}")); });
   ASSERT_TRUE(srv.ok()) << srv.status().to_string();
-  httplib::Client c("127.0.0.1", (*srv)->port());
-  auto m = c.Get("/metrics");
+  testing::TestClient c("127.0.0.1", (*srv)->port());
+  auto m = c.get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_EQ(m->status, 200);
   EXPECT_EQ(m->body, "x_total 1\n");
   EXPECT_NE(m->get_header_value("Content-Type").find("text/plain"), std::string::npos);
-  auto h = c.Get("/health");
+  auto h = c.get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 503);
   EXPECT_EQ(h->body, "{\"status\":\"waiting\"}");
-  auto missing = c.Get("/v1/models");
+  auto missing = c.get("/v1/models");
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
   // The port is taken: a second server on it is a clear error.
@@ -104,7 +103,7 @@ TEST(StatusServer, AnswersMetricsAndHealthAndStops) {
   ASSERT_FALSE(dup.ok());
   EXPECT_NE(dup.status().message().find(std::to_string(same.port)), std::string::npos) << dup.status().to_string();
   srv->reset();  // stops and joins; must not hang
-  EXPECT_FALSE(c.Get("/metrics"));
+  EXPECT_FALSE(c.get("/metrics"));
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include "serve/metrics/metrics_federation.h"
 
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <chrono>
 
@@ -12,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "serve/frontend/proxy_client.h"
 #include "serve/metrics/ffn_metrics.h"
 
 namespace afd::serve {
@@ -175,7 +175,7 @@ TEST(FederateMetrics, LiveDeadAndOversizedWorkers) {
                                         {"127.0.0.1", dead, "attention=\"1\""},
                                         {"127.0.0.1", huge->port(), ""}};
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string out = federate_metrics("# TYPE front_up gauge\nfront_up 1\n", targets, 2000);
+  const std::string out = federate_metrics("# TYPE front_up gauge\nfront_up 1\n", targets, 2000, http_scrape_metrics);
   // Nobody made it wait for its timeout (refused and oversized answers end at once).
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500));
   EXPECT_EQ(out.find("# TYPE front_up gauge\nfront_up 1\n"), 0u) << out;

@@ -1,4 +1,4 @@
-#include "serve/frontend/internal_stream.h"
+#include "serve/api/internal_stream.h"
 
 #include <cmath>
 #include <limits>

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "serve/scheduling/channel.h"
+#include "serve/api/stream_event.h"
 
 namespace afd::serve {
 
@@ -57,7 +57,7 @@ inline int64_t internal_body_limit(int64_t client_max_body, int64_t max_context)
 
 // The two parts of an internal request body; invalid_argument naming what is wrong (no
 // control line, not JSON, a field missing or of the wrong type or range). Only the shape is
-// checked here; apply_internal_control (worker_resume.h) checks the values against the model.
+// checked here; parse_internal_request (internal_request.h) checks the values against the model.
 struct InternalBody {
   InternalControl control;
   std::string body;  // the client's body

@@ -1,5 +1,6 @@
-// The attention worker's side of the internal stream (serve/frontend/internal_stream.h): the request
-// an internal body describes, a continuation's restored state, and the stream writer.
+// The attention worker's side of the internal stream (serve/api/internal_stream.h) past the API
+// (which parses the request, serve/api/internal_request.h): a continuation's restored state,
+// and the stream writer.
 #pragma once
 
 #include <cstdint>
@@ -7,20 +8,11 @@
 #include <string>
 
 #include "core/status.h"
-#include "serve/api/request.h"
-#include "serve/frontend/internal_stream.h"
+#include "serve/api/internal_stream.h"
 #include "serve/scheduling/channel.h"
 #include "serve/scheduling/scheduler.h"
 
 namespace afd::serve {
-
-// The client's body parsed and validated as for any request (parse_request), then the
-// control line's prompt tokens, max_tokens and seed in place of the worker's own; its
-// generated tokens and sampler position are checked too (token ids in the vocabulary,
-// prompt + max_tokens within the context, fewer generated tokens than max_tokens, at most
-// one random draw per generated token). Errors are invalid_argument (400) naming the field.
-Result<GenerationRequest> parse_internal_request(Endpoint ep, const InternalBody& b, const Tokenizer& tok,
-                                                 const ChatTemplate* chat, const RequestLimits& limits);
 
 // A continuation (c.generated non-empty): appends the generated tokens to r's tokens, for
 // the scheduler to recompute (with c.replay_exact: the prompt as a prefill, then one

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "serve/frontend/internal_stream.h"
+#include "serve/api/internal_stream.h"
 
 namespace afd::serve {
 namespace {
