@@ -51,13 +51,18 @@ endfunction()
 # afd_add_pytest(<name> <file.py> [TIMEOUT s] [SERIAL] [ENV k=v ...]): one ctest entry that runs
 # a pytest file of this directory with Debian's /usr/bin/python3, AFD_BIN naming the afd
 # executable, labelled `integration`. SERIAL: the file starts process bundles and runs alone.
+# Each test's verdict is printed as it finishes (-v: a timeout shows the test that hung; ctest
+# keeps the output in Testing/Temporary/LastTest.log) and kept with its time in
+# <build>/.../pytest/<name>.xml (JUnit XML); one test runs alone with
+# `pytest <file.py> -k <test>`.
 function(afd_add_pytest name file)
   cmake_parse_arguments(T "SERIAL" "TIMEOUT" "ENV" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
   add_test(NAME ${name}
-           COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/${file})
+           COMMAND /usr/bin/python3 -m pytest -v -ra -p no:cacheprovider
+                   --junitxml=${CMAKE_CURRENT_BINARY_DIR}/pytest/${name}.xml ${CMAKE_CURRENT_SOURCE_DIR}/${file})
   set_tests_properties(${name} PROPERTIES LABELS integration TIMEOUT ${T_TIMEOUT} RUN_SERIAL ${T_SERIAL}
                        ENVIRONMENT "AFD_BIN=$<TARGET_FILE:afd>;${T_ENV}")
 endfunction()

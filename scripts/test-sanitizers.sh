@@ -36,18 +36,24 @@ configure() {  # dir sanitizer
         -DAFD_BUILD_TESTS=ON -DAFD_BUILD_BENCH=OFF -DAFD_BUILD_FUZZ=OFF -DAFD_CUDA=OFF -DAFD_WERROR=OFF "${launcher[@]}"
 }
 
+phase() {  # name command...: runs it and logs how long it took (docs/STYLE.md "Sanitizer schedule")
+  local t0=$SECONDS
+  "${@:2}"
+  echo "test-sanitizers: $1 took $((SECONDS - t0)) s" >&2
+}
+
 if [[ "$what" == tsan || "$what" == all ]]; then
   dir=${AFD_TSAN_DIR:-build-tsan}
   configure "$dir" thread
-  cmake --build "$dir" -j "$JOBS" --target tests/unit/comm/all tests/unit/runtime/all
+  phase "tsan build" cmake --build "$dir" -j "$JOBS" --target tests/unit/comm/all tests/unit/runtime/all
   for sub in comm runtime; do
-    ctest --test-dir "$dir/tests/unit/$sub" -L unit --output-on-failure -j "$JOBS" --timeout 1200
+    phase "tsan $sub tests" ctest --test-dir "$dir/tests/unit/$sub" -L unit --output-on-failure -j "$JOBS" --timeout 1200
   done
 fi
 
 if [[ "$what" == asan || "$what" == all ]]; then
   dir=${AFD_ASAN_DIR:-build-asan}
   configure "$dir" address,undefined
-  cmake --build "$dir" -j "$JOBS"
-  ctest --test-dir "$dir" -L unit -LE gpu --output-on-failure -j "$JOBS" --timeout 1200
+  phase "asan build" cmake --build "$dir" -j "$JOBS"
+  phase "asan tests" ctest --test-dir "$dir" -L unit -LE gpu --output-on-failure -j "$JOBS" --timeout 1200
 fi

@@ -13,11 +13,15 @@
   under load, merges the workers' --trace parts; --topology-file --spawn-workers; the worker
   ports stay reserved by the front end; --in-process.
 
-Tests of one class share one bundle and run in file order (each builds on the state the
-previous one left). Timeouts are afd_bundle.TIMEOUT (120 s) or longer: a loaded 2-core machine.
+Tests of one class share one bundle and are steps of one scenario: each checks the state the
+tests before it left. Each test still runs alone (`-k name`): @step runs the earlier tests of
+its class first, once (see `step`). Timeouts are afd_bundle.TIMEOUT (120 s) or longer: a
+loaded 2-core machine.
 
 Run: AFD_BIN=build/apps/afd /usr/bin/python3 -m pytest -q tests/integration/test_afd_processes.py
 """
+import functools
+import inspect
 import json
 import os
 import re
@@ -225,6 +229,50 @@ def workers_up(port):
     return json.loads(body).get("workers_up") if st == 200 else None
 
 
+# ---- scenario steps --------------------------------------------------------------------------
+
+_STEPS = {}  # class name -> its @step tests, in file order
+
+
+@pytest.fixture(scope="class")
+def ran():
+    """The tests of this class already run on its bundle (as tests or as prerequisites)."""
+    return set()
+
+
+def step(test):
+    """A test of a class whose tests are steps of one scenario on one class-scoped bundle.
+    Before the test runs, the earlier tests of its class that have not run on this bundle yet
+    run first, in file order, as its prerequisites (their fixtures looked up by name); a failing
+    prerequisite fails the test, naming it. In a whole-file run every test finds the earlier
+    ones done, so nothing runs twice and the suite takes as long as before; alone (-k) a test
+    builds the state it checks."""
+    steps = _STEPS.setdefault(test.__qualname__.rsplit(".", 1)[0], [])
+    steps.append(test)
+    sig = inspect.signature(test)
+
+    @functools.wraps(test)
+    def run(self, request, **fixtures):
+        done = request.getfixturevalue("ran")
+        mine = steps.index(test)
+        later = [t.__name__ for t in steps[mine + 1:] if t.__name__ in done]
+        assert not later, f"{test.__name__} runs after {later[0]} changed the bundle: run the class in file order"
+        for t in steps[:mine]:
+            if t.__name__ in done:
+                continue
+            done.add(t.__name__)
+            args = {name: request.getfixturevalue(name) for name in list(inspect.signature(t).parameters)[1:]}
+            try:
+                t(self, **args)
+            except (Exception, pytest.fail.Exception) as e:
+                pytest.fail(f"prerequisite {t.__name__} failed: {type(e).__name__}: {e}")
+        done.add(test.__name__)
+        test(self, **fixtures)
+    run.__signature__ = sig.replace(parameters=[*sig.parameters.values(),
+                                                inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY)])
+    return run
+
+
 # ---- module fixtures -------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -289,30 +337,37 @@ def tf(model, tmp):
 
 
 class TestTopologyFileBundle:
+    @step
     def test_front_end_logs_what_it_waits_for(self, tf):
         tf["start"]("fe", [])
         tf["start"]("a0", ["--role", "attention", "--index", "0"])
         tf["start"]("a1", ["--role", "attention", "--index", "1"])
         assert tf["fe"].wait_for("waiting for attention worker", timeout=WAITING_S), tf["fe"].text()
 
+    @step
     def test_attention_worker_logs_what_it_waits_for(self, tf):
         assert tf["a0"].wait_for("waiting for FFN worker", timeout=WAITING_S), tf["a0"].text()
 
+    @step
     def test_bundle_complete(self, tf):
         tf["start"]("f0", ["--role", "ffn", "--index", "0"])
         assert tf["fe"].wait_for("bundle complete: 2 attention workers \\+ 1 FFN worker up", "out"), \
             "\n".join(p.text()[-1000:] for p in tf["procs"])
 
+    @step
     def test_completions_equal_in_process_serve(self, tf, want):
         assert compare(tf["pf"]) == want
 
+    @step
     def test_concurrent_requests(self, tf):
         assert parallel(tf["pf"]) == 6
 
+    @step
     def test_requests_placed_on_both_attention_workers(self, tf):
         r = [metric(tf["pf"], f'afd_frontend_worker_requests_total{{worker="{i}"') for i in (0, 1)]
         assert r[0] > 0 and r[1] > 0, r
 
+    @step
     def test_ffn_worker_metrics(self, tf):
         """The FFN worker's own /metrics ("metrics" in the topology file): both attention
         workers served, tokens computed, every batch in the size histogram."""
@@ -323,6 +378,7 @@ class TestTopologyFileBundle:
         assert serving == 2 and tokens > 0 and batches > 0 and hist >= batches, (serving, tokens, batches, hist)
         tf["ffn_tokens"] = tokens
 
+    @step
     def test_front_end_federates_the_bundle(self, tf):
         """Each attention worker's series (attention="i"), the FFN worker's (ffn="0"), one
         valid exposition."""
@@ -336,10 +392,12 @@ class TestTopologyFileBundle:
     def cancelled(self, tf):
         return sum(metric(p, "afd_requests_cancelled_total") for p in tf["pa"])
 
+    @step
     def test_stream_disconnect_cancels_the_sequence(self, tf):
         disconnect_stream(tf["pf"])
         wait_until(lambda: self.cancelled(tf) >= 1, "a cancelled sequence on an attention worker", interval=0.1)
 
+    @step
     def test_json_disconnect_cancels_the_sequence(self, tf):
         """The front end notices the hang-up, closes the upstream exchange, the worker cancels."""
         before = self.cancelled(tf)
@@ -347,6 +405,7 @@ class TestTopologyFileBundle:
         wait_until(lambda: self.cancelled(tf) > before, "a cancelled sequence on an attention worker",
                    interval=0.1)
 
+    @step
     def test_rolling_restart_under_load(self, tf):
         """SIGTERM to attention worker 0 under load: it drains, finishes what it accepted and
         exits; the front end places (and retries) on worker 1: no client sees an error."""
@@ -358,25 +417,31 @@ class TestTopologyFileBundle:
         assert (ok, refused, errs) == (32, 0, []) and dt and dt.group(0) != "drained in 0.0 s", \
             (ok, refused, errs[:2], dt)
 
+    @step
     def test_attention_worker_rejoins(self, tf):
         tf["start"]("a0b", ["--role", "attention", "--index", "0"])
         wait_until(lambda: workers_up(tf["pf"]) == 2, "workers_up 2", interval=0.1)
 
+    @step
     def test_killed_attention_worker_other_answers(self, tf, want):
         tf["a0b"].signal(signal.SIGKILL)
         tf["a0b"].stopped()
         assert compare(tf["pf"]) == want, tf["fe"].text()[-2000:]
 
+    @step
     def test_concurrent_requests_after_kill(self, tf):
         assert parallel(tf["pf"]) == 6
 
+    @step
     def test_metrics_one_worker_up(self, tf):
         assert metric(tf["pf"], "afd_frontend_worker_up") == 1
 
+    @step
     def test_metrics_after_kill_two_of_three_scraped(self, tf):
         assert metric(tf["pf"], "afd_federation_target_up") == 2
         assert exposition_errors(tf["pf"]) == []
 
+    @step
     def test_topology_reload_on_sighup_adds_and_removes_an_attention_worker(self, tf):
         # A third attention worker in the file (index 2 of 3A1F; the FFN worker was started for
         # two): started from the new file, added by the front end on SIGHUP, removed again when
@@ -402,6 +467,7 @@ class TestTopologyFileBundle:
         tf["a2"].signal(signal.SIGTERM)
         assert tf["a2"].stopped()
 
+    @step
     def test_no_attention_worker_503_retry_after(self, tf):
         tf["a1"].signal(signal.SIGTERM)
         assert tf["a1"].stopped()
@@ -411,6 +477,7 @@ class TestTopologyFileBundle:
             return (code, retry) == (503, "1")
         wait_until(refused, "503 + Retry-After: 1 without attention workers", interval=0.2)
 
+    @step
     def test_front_end_and_ffn_worker_stop_on_sigterm(self, tf):
         tf["fe"].signal(signal.SIGTERM)
         tf["f0"].signal(signal.SIGTERM)
@@ -456,9 +523,11 @@ def wait_health(port, pred, what, timeout=TIMEOUT):
 
 
 class TestFfnWorkerStallAndLoss:
+    @step
     def test_bundle_complete(self, q):
         assert q["complete"], q["fe"].text()[-2000:]
 
+    @step
     def test_stalled_ffn_worker_503_then_at_once(self, q):
         """SIGSTOP: the request in flight fails after --ffn-timeout-ms; the attention worker then
         reports the stall on /health, so once the front end polled it, requests fail at once."""
@@ -470,11 +539,13 @@ class TestFfnWorkerStallAndLoss:
         assert c2[0] == 503 and "ffn0" in c2[2], c2
         assert c2[3] < c1[3], f"the second request did not fail at once: {c1[3]:.1f} s then {c2[3]:.1f} s"
 
+    @step
     def test_after_sigcont_same_answers(self, q, want):
         q["ffn"].signal(signal.SIGCONT)
         wait_health(q["qf"], lambda st, m: st == 200, "front end healthy")
         assert compare(q["qf"]) == want
 
+    @step
     def test_idle_stall_seen_without_traffic(self, q):
         """The attention worker pings its FFN worker after a second without traffic
         (--ffn-probe-ms 1000); a pong overdue past --ffn-timeout-ms (2 s) turns /health 503.
@@ -486,35 +557,42 @@ class TestFfnWorkerStallAndLoss:
         assert m.startswith("FFN worker 'ffn0' has not answered a liveness probe for "), m
         assert 1.5 <= idle_s <= 30, idle_s
 
+    @step
     def test_front_end_health_names_idle_stall(self, q):
         wait_health(q["qf"], lambda st, m: st == 503 and m and
                     "worker 0: FFN worker 'ffn0' has not answered a liveness probe" in m,
                     "front end /health naming the idle stall")
 
+    @step
     def test_after_sigcont_healthy_again(self, q):
         q["ffn"].signal(signal.SIGCONT)
         wait_health(q["qa"], lambda st, m: st == 200, "attention worker healthy")
         wait_health(q["qf"], lambda st, m: st == 200, "front end healthy")
 
+    @step
     def test_idle_stall_logged(self, q):
         log = q["att"].text()
         assert "FFN worker 'ffn0' has not answered a liveness probe within 2000 ms" in log, log[-2000:]
         assert "FFN worker 'ffn0' answered its liveness probe again after" in log, log[-2000:]
 
+    @step
     def test_attention_health_after_ffn_loss(self, q):
         q["ffn"].signal(signal.SIGKILL)
         q["ffn"].stopped()
         wait_health(q["qa"], lambda st, m: (st, m) == (503, "FFN worker 'ffn0' is not connected"),
                     "attention worker /health: FFN worker not connected")
 
+    @step
     def test_front_end_health_names_lost_ffn_worker(self, q):
         wait_health(q["qf"], lambda st, m: st == 503 and m and "worker 0: FFN worker 'ffn0' is not connected" in m,
                     "front end /health naming the lost FFN worker")
 
+    @step
     def test_request_while_ffn_worker_down(self, q):
         code, retry, msg, _ = tiny_request(q["qf"])
         assert (code, retry) == (503, "1") and "ffn0" in msg, (code, retry, msg)
 
+    @step
     def test_ffn_worker_back(self, q, want):
         q["start_ffn"]("q_f2")
         wait_health(q["qf"], lambda st, m: st == 200, "front end healthy")
@@ -545,19 +623,23 @@ def restarts_logged(b):
 
 
 class TestSpawnWorkers:
+    @step
     def test_bundle_complete_line(self, sp):
         assert "b" in sp, sp.get("error")
         assert "bundle complete: 2 attention workers + 1 FFN worker up" in sp["b"].out_path.read_text()
 
+    @step
     def test_completions_equal_in_process_serve(self, sp, want):
         assert compare(sp["b"].port) == want
 
+    @step
     def test_metrics_federate_ffn_worker(self, sp):
         """The spawned FFN worker gets a metrics port; the front end's /metrics carries it."""
         p = sp["b"].port
         assert metric(p, 'afd_ffn_tokens_total{ffn="0"') > 0
         assert metric(p, "afd_federation_target_up") == 3
 
+    @step
     def test_killed_ffn_worker_under_load(self, sp):
         """SIGKILL of the FFN worker under load: the failed forward passes are retried once the
         restarted worker is back (--step-retry-s 30), every request completes, same answers."""
@@ -570,18 +652,21 @@ class TestSpawnWorkers:
         retries = metric(b.port, "afd_step_retries_total")
         assert (ok, errs) == (32, []) and retries >= 1, (ok, refused, errs[:2], retries)
 
+    @step
     def test_killed_ffn_worker_restarted(self, sp, want):
         b = sp["b"]
         wait_until(lambda: restarts_logged(b) >= 1 and b.workers_up() == 2, "the FFN worker restarted",
                    interval=0.1)
         assert compare(b.port) == want
 
+    @step
     def test_process_metrics(self, sp):
         p = sp["b"].port
         assert metric(p, 'afd_frontend_process_exits_total{process="FFN worker 0/1"') == 1
         assert metric(p, 'afd_frontend_process_restarts_total{process="FFN worker 0/1"') == 1
         assert metric(p, "afd_frontend_process_up") == 3
 
+    @step
     def test_sigterm_restart_after_binary_replaced(self, sp, want):
         """Its second life ends with SIGTERM after the binary was replaced on disk: restarted
         from the running version (logged), same answers."""
@@ -596,6 +681,7 @@ class TestSpawnWorkers:
         assert compare(b.port) == want
         assert "was replaced on disk: workers are restarted from the running version" in b.err_path.read_text()
 
+    @step
     def test_sigterm_drains_under_load(self, sp):
         """The front end drains first (in-flight requests finish; new ones get 503 "draining"),
         then stops the workers."""
@@ -615,6 +701,7 @@ class TestSpawnWorkers:
         assert ok >= 8 and refused >= 1 and errs == [], (ok, refused, errs[:2])
         assert dt and dt.group(0) != "drained in 0.0 s", dt
 
+    @step
     def test_spawned_workers_stopped(self, sp):
         assert len(sp.get("workers", [])) == 3
 
@@ -625,6 +712,7 @@ class TestSpawnWorkers:
                 return True
         wait_until(lambda: all(gone(p) for p in sp["workers"]), "the workers to stop", interval=0.1)
 
+    @step
     def test_trace_merged(self, sp, tmp):
         """Each worker streamed its part and the front end merged them (attention workers pid 1
         and 2, the FFN worker pid 100) and removed them; the SIGKILLed life's part is cut short
@@ -662,6 +750,7 @@ def test_topology_file_trace_needs_spawn_workers(topology2, tmp):
 
 
 class TestTopologyFileSpawnWorkers:
+    @step
     def test_completions_equal_in_process_serve(self, topology2, tmp, want):
         b = Bundle(None, tmp, ["--topology-file", str(topology2), "--spawn-workers", "--trace",
                                str(tmp / "tf_trace.json")], name="tf")
@@ -674,6 +763,7 @@ class TestTopologyFileSpawnWorkers:
             b.close()
         assert stopped
 
+    @step
     def test_trace_merged(self, tmp):
         trace_counts(tmp / "tf_trace.json", (1, 2), (100,))
         assert not list(tmp.glob("tf_trace.*.json"))
@@ -717,15 +807,19 @@ def ip(model, tmp):
 
 
 class TestInProcess:
+    @step
     def test_completions_equal_in_process_mono_serve(self, ip, want):
         assert compare(ip.port) == want
 
+    @step
     def test_no_worker_process(self, ip):
         assert [argv for _, argv in ip.children() if "worker" in argv] == []
 
+    @step
     def test_metrics_have_ffn_tokens(self, ip):
         assert metric(ip.port, 'afd_ffn_tokens_total{ffn="0.0"') > 0
 
+    @step
     def test_trace_written_when_it_stops(self, ip, tmp):
         ip.proc.terminate()
         ip.proc.wait(timeout=TIMEOUT)

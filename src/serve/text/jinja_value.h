@@ -4,9 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
-#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -74,16 +74,25 @@ bool py_dumps(const json& v, const DumpOptions& o, size_t limit, std::string* ou
 
 // Python's truth value of a JSON value.
 bool py_truthy(const json& v);
+// Python's truth value of a template value: undefined is false, a method or macro true.
+inline bool truthy(const Value& v) { return !v.undef() && (v.callable() || py_truthy(v.j())); }
 // Python's ==, where bools are the integers 0 and 1 and ints equal floats of equal value.
 bool py_equal(const json& a, const json& b);
 // Python's < for numbers, strings and lists; false with *ok = false for other pairs.
 bool py_less(const json& a, const json& b, bool* ok);
 
-// Python's str.isspace for one code point.
-bool py_isspace(char32_t cp);
-// UTF-8 helpers over code points (Python strings index code points, not bytes).
-size_t utf8_length(std::string_view s);
-// Byte offset of code point `index` (0 <= index <= length).
-size_t utf8_offset(std::string_view s, size_t index);
+// Python's numbers over JSON: bools are the integers 0 and 1; as_int is exact for every
+// int64 and uint64 (and for sums and products of two of them).
+inline bool numeric(const json& v) { return v.is_number() || v.is_boolean(); }
+inline bool is_float(const json& v) { return v.is_number_float(); }
+inline __int128 as_int(const json& v) {
+  if (v.is_boolean()) return v.get<bool>() ? 1 : 0;
+  if (v.is_number_unsigned()) return static_cast<__int128>(v.get<uint64_t>());
+  return v.get<int64_t>();
+}
+inline double as_double(const json& v) { return is_float(v) ? v.get<double>() : static_cast<double>(as_int(v)); }
+
+// Python's type name of a template value, for error messages ("NoneType", "str", "Undefined").
+const char* type_name(const Value& v);
 
 }  // namespace afd::serve::jinja
