@@ -98,7 +98,7 @@ std::string render_process_metrics(ChildProcesses* children) {
 }
 
 namespace {
-// A byte count held as size_t but given as an INT flag, as it always was: a negative value
+// A byte count held as size_t and parsed as a signed INT flag (its --help type): a negative value
 // converts (wrapping) and is refused by ServiceFlags::validate(), which reads it back signed.
 CLI::Option* add_bytes_option(CLI::App* cmd, const std::string& name, size_t& bytes, const std::string& help) {
   return cmd->add_option<size_t, int64_t>(name, bytes, help)->default_str(std::to_string(bytes));
