@@ -50,7 +50,10 @@ endfunction()
 
 # afd_add_pytest(<name> <file.py> [TIMEOUT s] [SERIAL] [ENV k=v ...]): one ctest entry that runs
 # a pytest file of this directory with Debian's /usr/bin/python3, AFD_BIN naming the afd
-# executable, labelled `integration`. SERIAL: the file starts process bundles and runs alone.
+# executable, labelled `integration`. SERIAL: the file starts process bundles; such files run
+# one at a time (ctest resource lock `afd_process_bundles`), beside the other tests, and first
+# (a high COST: ctest starts the most costly tests first, so the chain of bundle files does
+# not become the suite's tail on a fresh build that has no timing history).
 # Each test's verdict is printed as it finishes (-v: a timeout shows the test that hung; ctest
 # keeps the output in Testing/Temporary/LastTest.log) and kept with its time in
 # <build>/.../pytest/<name>.xml (JUnit XML); one test runs alone with
@@ -63,6 +66,9 @@ function(afd_add_pytest name file)
   add_test(NAME ${name}
            COMMAND /usr/bin/python3 -m pytest -v -ra -p no:cacheprovider
                    --junitxml=${CMAKE_CURRENT_BINARY_DIR}/pytest/${name}.xml ${CMAKE_CURRENT_SOURCE_DIR}/${file})
-  set_tests_properties(${name} PROPERTIES LABELS integration TIMEOUT ${T_TIMEOUT} RUN_SERIAL ${T_SERIAL}
+  set_tests_properties(${name} PROPERTIES LABELS integration TIMEOUT ${T_TIMEOUT}
                        ENVIRONMENT "AFD_BIN=$<TARGET_FILE:afd>;${T_ENV}")
+  if(T_SERIAL)
+    set_tests_properties(${name} PROPERTIES RESOURCE_LOCK afd_process_bundles COST 1000)
+  endif()
 endfunction()
