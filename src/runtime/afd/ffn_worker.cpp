@@ -82,6 +82,7 @@ Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const Model
   std::unique_ptr<FfnWorker> wk(new FfnWorker(w, transport, opt, pool));
   Handshake& h = wk->mine_;
   h = model_handshake(c, fingerprint, Role::ffn, wire_precision(opt.prec));
+  h.batch_invariant = opt.batch_invariant ? 1 : 0;
   h.index = static_cast<uint16_t>(opt.index);
   h.n_attention = static_cast<uint16_t>(opt.n_attention);
   h.n_ffn = static_cast<uint16_t>(opt.n_ffn);
