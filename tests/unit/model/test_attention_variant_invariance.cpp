@@ -27,6 +27,8 @@
 #include "model/attention_variant.h"
 #include "model/token_batch.h"
 
+#include "attention_test_util.h"
+
 namespace afd {
 namespace {
 
@@ -67,14 +69,6 @@ Matrix selection_matrix(Built& b, int64_t rows, int64_t cols) {
   return f32_matrix(b, rows, cols, std::move(x));
 }
 
-Vector random_norm(Built& b, int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(1.0f, 0.1f);
-  b.f32.emplace_back(static_cast<size_t>(n));
-  for (auto& v : b.f32.back()) v = d(rng);
-  return Vector{b.f32.back().data(), n};
-}
-
 enum class Family { gqa, gqa_window, mfa, mla };
 
 const char* family_name(Family f) {
@@ -110,7 +104,7 @@ Built build(Family f) {
     const int64_t P = c.qk_nope_head_dim, V = c.v_head_dim, L = c.kv_lora_rank;
     A.q = exact_matrix(b, c.n_heads * (P + c.qk_rope_head_dim), c.hidden_size, 1);
     A.kv_a = exact_matrix(b, L + c.qk_rope_head_dim, c.hidden_size, 2);
-    A.kv_a_norm = random_norm(b, L, 3);
+    A.kv_a_norm = test::random_norm(b.f32, L, 3);
     // kv_b: per head P rows of W_UK (random: q_lat is the variant's own product), then V rows
     // of W_UV (a selection: its product is linear()'s).
     std::mt19937 rng(4);
@@ -129,7 +123,7 @@ Built build(Family f) {
     c.n_kv_heads = 1;
     c.q_lora_rank = 16;
     A.q_a = exact_matrix(b, c.q_lora_rank, c.hidden_size, 5);
-    A.q_a_norm = random_norm(b, c.q_lora_rank, 6);
+    A.q_a_norm = test::random_norm(b.f32, c.q_lora_rank, 6);
     A.q = selection_matrix(b, c.q_dim(), c.q_lora_rank);
   } else {
     c.n_heads = 8;
@@ -137,27 +131,12 @@ Built build(Family f) {
     c.qk_norm = true;
     c.sliding_window = f == Family::gqa_window ? 21 : 0;
     A.q = exact_matrix(b, c.q_dim(), c.hidden_size, 7);
-    A.q_norm = random_norm(b, c.head_dim, 8);
-    A.k_norm = random_norm(b, c.head_dim, 9);
+    A.q_norm = test::random_norm(b.f32, c.head_dim, 8);
+    A.k_norm = test::random_norm(b.f32, c.head_dim, 9);
   }
   A.k = exact_matrix(b, c.kv_dim(), c.hidden_size, 10);
   A.v = exact_matrix(b, c.kv_dim(), c.hidden_size, 11);
   return b;
-}
-
-std::unique_ptr<PagedKvCache> make_kv(const ModelConfig& c, DType dt) {
-  const KvLayout l = kv_layout(c);
-  KvCacheConfig kc;
-  kc.n_layers = 1;
-  kc.n_kv_heads = l.n_kv_heads;
-  kc.head_dim = l.k_dim;
-  kc.k_only = l.v_dim == 0;
-  kc.block_size = 16;
-  kc.n_blocks = 64;
-  kc.dtype = dt;
-  auto kv = PagedKvCache::create(kc);
-  EXPECT_TRUE(kv.ok());
-  return std::move(*kv);
 }
 
 // Hidden rows of small integers (exact in bf16 and in the products above).
@@ -206,7 +185,7 @@ Schedule chunked(const std::vector<int64_t>& sizes, const std::vector<float>& hn
 // Runs the schedule on a fresh cache; returns the target's outputs [kLen, o_in_dim].
 std::vector<float> run(const Built& built, const Schedule& s, DType kv_dtype, int threads, bool invariant) {
   const ModelConfig& c = built.w->config;
-  auto kv = make_kv(c, kv_dtype);
+  auto kv = test::make_attention_kv(c, /*block_size=*/16, /*n_blocks=*/64, kv_dtype);
   for (int64_t seq : {0, 1, 2}) EXPECT_TRUE(kv->add_sequence(seq).is_ok());
   ThreadPool pool(threads);
   AttentionOptions opt;
