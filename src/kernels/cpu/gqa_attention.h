@@ -29,8 +29,9 @@ namespace afd::kernels {
 // Batch invariance: on every path each head's result is a function of (q_h, the rows j0 ..
 // n_ctx - 1, scale, head_dim, dtype, ISA level) only — not of n_heads, the head's place in the
 // group, the pool or the other tokens of a batch. Path 1 follows the canonical per-query order
-// that kernels::causal_attention's AVX-512 kernel (causal_attention.h) follows too, so a query
-// attended there as part of a prompt run gets the same bits as here:
+// that kernels::causal_attention's AVX-512 kernel (causal_attention.h) follows too with
+// CausalOrder::decode, so a query attended there as part of a prompt run gets the same bits as
+// here:
 //   scores  s_j = score16 (score_tile_avx512.h): 16 f32 lane partial sums
 //           acc[l] = fma(q[16v + l], K_j[16v + l], acc[l]) over v = 0 .. head_dim/16 - 1 from
 //           +0, then the fixed tree (Q_0 + Q_1) + (Q_2 + Q_3), Q_k = (acc[4k] + acc[4k+2]) +

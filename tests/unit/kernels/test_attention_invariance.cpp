@@ -1,7 +1,8 @@
 // Batch invariance of the attention kernels: one query's output bits do not depend on how it
 // is attended.
-//   - causal_attention (a prompt run of nq tokens from position p0, any pool) gives every query
-//     row the bits gqa_decode_attend gives that query alone over the same rows: runs of 1 .. 40
+//   - causal_attention in CausalOrder::decode (a prompt run of nq tokens from position p0, any
+//     pool) gives every query row the bits gqa_decode_attend gives that query alone over the
+//     same rows: runs of 1 .. 40
 //     tokens, starts on and off the 16-position tiles and 64-position score blocks, GQA groups
 //     of 1, 3 and 4, head_dim 16 .. 128, sliding windows, K/V rows stored in f32, bf16 and fp8
 //     e4m3 (the prefill kernel reads them widened, as the cache gives them);
@@ -105,7 +106,7 @@ TEST(AttentionInvariance, PrefillRunRowsEqualTheDecodeKernel) {
             ThreadPool* pool = pi < pools.size() ? pools[pi].get() : nullptr;
             std::vector<float> out(static_cast<size_t>(nq * qd), -7.0f);
             causal_attention(&q[p0 * qd], qd, nq, p0, kv.k_f32.data(), kv.v_f32.data(), kvd, s,
-                             1.0f / std::sqrt(static_cast<float>(c.hd)), out.data(), qd, pool);
+                             1.0f / std::sqrt(static_cast<float>(c.hd)), out.data(), qd, pool, CausalOrder::decode);
             for (int64_t i = 0; i < nq; ++i)
               ASSERT_TRUE(same_bits(&out[i * qd], want[p0 + i].data(), qd))
                   << "position " << p0 + i << " in a run of " << nq << " from " << p0 << ", " << dtype_name(dt)
