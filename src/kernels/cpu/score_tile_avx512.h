@@ -1,7 +1,7 @@
-// Internal: the AVX-512 score step shared by the tiled GQA decode kernel
-// (gqa_attention_avx512.cpp) and the blocked causal prefill kernel (causal_attention_avx512.cpp),
-// so that both compute every score with the same f32 operations (the canonical order stated in
-// gqa_attention.h). Include only from translation units that call it from functions compiled
+// Internal: the AVX-512 score step of the tiled GQA decode kernel (gqa_attention_avx512.cpp,
+// score16 over key rows) and of the blocked causal prefill kernel in CausalOrder::decode
+// (causal_attention_avx512.cpp, score64_t over transposed keys): both compute every score with
+// the same f32 operations (the canonical order stated in gqa_attention.h). Include only from translation units that call it from functions compiled
 // for AVX-512 F/BW/VL/DQ.
 #pragma once
 
@@ -49,6 +49,40 @@ AFD_SCORE_AVX512 __m512 score16(const float* q, const float* K, int64_t k_stride
     for (int t = 0; t < 16; ++t) acc[t] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(K + t * k_stride + 16 * v), acc[t]);
   }
   return _mm512_mul_ps(reduce16(acc), scale);
+}
+
+// The same scores for 64 positions at once from transposed keys: lane t of out[b] = scale *
+// q . K_(16b + t), K_j[d] = kt[d * kt_stride + j] (b < 4). Bit-identical to score16 of each
+// 16 positions: score16's lane accumulators acc[l] are here the vectors P_l (one lane per
+// position), each the same fma chain over v = 0 .. hd/16 - 1, and reduce16's tree is applied
+// to them vertically, Q_k = (P_4k + P_4k+2) + (P_4k+1 + P_4k+3), (Q_0 + Q_1) + (Q_2 + Q_3). One
+// group of four l at a time keeps 16 accumulators (4 l x 4 position vectors); each broadcast
+// q value feeds 4 FMAs.
+AFD_SCORE_AVX512 void score64_t(const float* q, const float* kt, int64_t kt_stride, int64_t hd, __m512 scale,
+                                __m512* out) {
+  __m512 r01[4], r23[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    __m512 p[4][4];
+    for (int i = 0; i < 4; ++i)
+      for (int b = 0; b < 4; ++b) p[i][b] = _mm512_setzero_ps();
+    for (int64_t v = 0; v < hd / 16; ++v) {
+      for (int i = 0; i < 4; ++i) {
+        const int64_t d = 16 * v + 4 * k + i;
+        const __m512 qd = _mm512_set1_ps(q[d]);
+        const float* kd = kt + d * kt_stride;
+        for (int b = 0; b < 4; ++b) p[i][b] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kd + 16 * b), p[i][b]);
+      }
+    }
+    for (int b = 0; b < 4; ++b) {
+      const __m512 qk = _mm512_add_ps(_mm512_add_ps(p[0][b], p[2][b]), _mm512_add_ps(p[1][b], p[3][b]));
+      if (k == 0) r01[b] = qk;
+      else if (k == 1) r01[b] = _mm512_add_ps(r01[b], qk);
+      else if (k == 2) r23[b] = qk;
+      else r23[b] = _mm512_add_ps(r23[b], qk);
+    }
+  }
+  for (int b = 0; b < 4; ++b) out[b] = _mm512_mul_ps(_mm512_add_ps(r01[b], r23[b]), scale);
 }
 
 #undef AFD_SCORE_AVX512
