@@ -1,8 +1,8 @@
 // Internal: the AVX-512 score step of the tiled GQA decode kernel (gqa_attention_avx512.cpp,
 // score16 over key rows) and of the blocked causal prefill kernel in CausalOrder::decode
 // (causal_attention_avx512.cpp, score64_t over transposed keys): both compute every score with
-// the same f32 operations (the canonical order stated in gqa_attention.h). Include only from translation units that call it from functions compiled
-// for AVX-512 F/BW/VL/DQ.
+// the same f32 operations (the canonical order stated in gqa_attention.h). Include only from
+// translation units that call it from functions compiled for AVX-512 F/BW/VL/DQ.
 #pragma once
 
 // GCC 12 reports false -Wmaybe-uninitialized warnings inside its own AVX-512 headers
