@@ -108,7 +108,8 @@ class GqaAttention final : public AttentionVariant {
 
   // Batch rows [i0, i0 + nq) are one sequence's positions p0 .. p0 + nq - 1 (their K/V already
   // in the cache): the sequence's K and V rows 0 .. p0 + nq - 1 are read back from the cache as
-  // f32 (the values the per-token path reads) and kernels::causal_attention attends the run.
+  // f32 (the values the per-token path reads) and kernels::causal_attention attends the run —
+  // batch-invariant, in the per-token kernel's order (CausalOrder::decode).
   void attend_run(int64_t layer, TokenBatch& b, int64_t i0, int64_t nq, float* out) {
     const ModelConfig& c = w_->config;
     const int64_t kvd = c.kv_dim(), qd = c.q_dim(), p0 = b.pos[i0], n_ctx = p0 + nq, seq = b.seq[i0];
@@ -122,7 +123,8 @@ class GqaAttention final : public AttentionVariant {
     });
     const kernels::CausalAttnShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
     kernels::causal_attention(&b.q[i0 * qd], qd, nq, p0, k_rows_.data(), v_rows_.data(), kvd, shape,
-                              1.0f / std::sqrt(static_cast<float>(c.head_dim)), &out[i0 * qd], qd, pool_);
+                              1.0f / std::sqrt(static_cast<float>(c.head_dim)), &out[i0 * qd], qd, pool_,
+                              opt_.batch_invariant ? kernels::CausalOrder::decode : kernels::CausalOrder::fast);
   }
 
   // One K/V head shared by every query head (Step-3's MFA): the multi-query kernel with the
