@@ -25,6 +25,7 @@ Result<std::unique_ptr<MtpHead>> MtpHead::create(MtpModule module, const EngineO
   AFD_ASSIGN_OR_RETURN(auto kv, PagedKvCache::create(kc));
   AttentionOptions ao;
   ao.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
+  ao.batch_invariant = opt.deterministic;
   LocalFfnOptions fo;
   fo.part.prec = ao.prec;
   auto pool = std::make_shared<ThreadPool>(opt.n_threads);
