@@ -44,14 +44,14 @@ class GqaAttention final : public AttentionVariant {
       // Low-rank query (Step-3 MFA): q = wq(rmsnorm(q_proj(hn), inter_norm)).
       const int64_t r = A.q_a.rows;
       q_low_.resize(static_cast<size_t>(n * r));
-      linear(A.q_a, b.hn.data(), n, q_low_.data(), opt_.prec, pool_);
+      linear(A.q_a, b.hn.data(), n, q_low_.data(), opt_.prec, pool_, opt_.order());
       kernels::rmsnorm(q_low_.data(), A.q_a_norm.data, n, r, eps, q_low_.data());
-      linear(A.q, q_low_.data(), n, b.q.data(), opt_.prec, pool_);
+      linear(A.q, q_low_.data(), n, b.q.data(), opt_.prec, pool_, opt_.order());
     } else {
-      linear(A.q, b.hn.data(), n, b.q.data(), opt_.prec, pool_);
+      linear(A.q, b.hn.data(), n, b.q.data(), opt_.prec, pool_, opt_.order());
     }
-    linear(A.k, b.hn.data(), n, b.k.data(), opt_.prec, pool_);
-    linear(A.v, b.hn.data(), n, b.v.data(), opt_.prec, pool_);
+    linear(A.k, b.hn.data(), n, b.k.data(), opt_.prec, pool_, opt_.order());
+    linear(A.v, b.hn.data(), n, b.v.data(), opt_.prec, pool_, opt_.order());
     add_bias(A.q_bias, b.q.data(), n);
     add_bias(A.k_bias, b.k.data(), n);
     add_bias(A.v_bias, b.v.data(), n);

@@ -59,13 +59,13 @@ class MlaAttention final : public AttentionVariant {
     float* a = b.k.data();  // [n, Lkv + R]: the cache rows
     if (c.q_lora_rank > 0) {
       qa_.resize(static_cast<size_t>(n * c.q_lora_rank));
-      linear(A.q_a, b.hn.data(), n, qa_.data(), opt_.prec, pool_);
+      linear(A.q_a, b.hn.data(), n, qa_.data(), opt_.prec, pool_, opt_.order());
       kernels::rmsnorm(qa_.data(), A.q_a_norm.data, n, c.q_lora_rank, eps, qa_.data());
-      linear(A.q, qa_.data(), n, q, opt_.prec, pool_);
+      linear(A.q, qa_.data(), n, q, opt_.prec, pool_, opt_.order());
     } else {
-      linear(A.q, b.hn.data(), n, q, opt_.prec, pool_);
+      linear(A.q, b.hn.data(), n, q, opt_.prec, pool_, opt_.order());
     }
-    linear(A.kv_a, b.hn.data(), n, a, opt_.prec, pool_);
+    linear(A.kv_a, b.hn.data(), n, a, opt_.prec, pool_, opt_.order());
     const int64_t half = R / 2;
     std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
     for (int64_t i = 0; i < n; ++i) {
@@ -166,7 +166,7 @@ class MlaAttention final : public AttentionVariant {
     otmp_.resize(static_cast<size_t>(nd * N * V));
     pool_->run(static_cast<int>(N), [&](int h, int) {
       const Matrix wuv = matrix_rows(A.kv_b, h * (P + V) + P, (h + 1) * (P + V));
-      linear(wuv, &olat_[h * Lkv], nd, N * Lkv, &otmp_[h * V], N * V, opt_.prec, nullptr);
+      linear(wuv, &olat_[h * Lkv], nd, N * Lkv, &otmp_[h * V], N * V, opt_.prec, nullptr, false, opt_.order());
     });
     for (int64_t k = 0; k < nd; ++k)
       std::memcpy(out + decode_[k] * N * V, &otmp_[k * N * V], static_cast<size_t>(N * V) * 4);

@@ -41,6 +41,11 @@ struct AttentionOptions {
   // independent lanes and its split-K segments fixed by position. false: the faster orders
   // (GQA runs: kernels::CausalOrder::fast; MLA runs of several tokens: the expanded form).
   bool batch_invariant = false;
+  // The order of the attention side's matrix products (projections, router, LM head): the
+  // canonical one when batch_invariant.
+  kernels::LinearOrder order() const {
+    return batch_invariant ? kernels::LinearOrder::batch_invariant : kernels::LinearOrder::fastest;
+  }
 };
 
 struct KvLayout {

@@ -316,9 +316,11 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
         break;
       case Path::avx512_fma:
         if (w_bf16)
-          rows_fma_bf16w_avx512(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, tuning);
+          rows_fma_bf16w_avx512(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, tuning,
+                                order == LinearOrder::batch_invariant);
         else
-          rows_fma_f32w_avx512(xf, n, ldx, wf, cols, r0, r1, y, y_stride, accumulate, tuning);
+          rows_fma_f32w_avx512(xf, n, ldx, wf, cols, r0, r1, y, y_stride, accumulate, tuning,
+                               order == LinearOrder::batch_invariant);
         break;
       case Path::avx2_fma:
         if (w_bf16)

@@ -154,7 +154,7 @@ AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int6
 }
 
 // ---- f32 x (bf16 W widened) -> f32 FMA; x permuted per 32-column block ----
-template <int R, int T>
+template <int R, int T, bool Tree = false>
 AFD_AVX512 void tile_fma_bf16w(const uint16_t* w, int64_t cols, const float* x, int64_t ldx, float* y,
                                int64_t ldy, bool acc, int64_t pf) {
   __m512 a[R][T];
@@ -192,11 +192,11 @@ AFD_AVX512 void tile_fma_bf16w(const uint16_t* w, int64_t cols, const float* x, 
       }
     }
   }
-  store_tile<R, T>(a, y, ldy, acc);
+  store_tile<R, T, Tree>(a, y, ldy, acc);
 }
 
 // ---- f32 x f32 W -> f32 FMA ----
-template <int R, int T>
+template <int R, int T, bool Tree = false>
 AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int64_t ldx, float* y,
                               int64_t ldy, bool acc, int64_t pf) {
   __m512 a[R][T];
@@ -233,7 +233,7 @@ AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int6
       for (int r = 0; r < R; ++r) a[r][t] = _mm512_fmadd_ps(wv[r], xv, a[r][t]);
     }
   }
-  store_tile<R, T>(a, y, ldy, acc);
+  store_tile<R, T, Tree>(a, y, ldy, acc);
 }
 
 // ---- One token, one row at a time ----
@@ -333,7 +333,7 @@ AFD_AVX512 void row_seq_fma_f32w(const float* w, int64_t cols, const float* x, f
 // Dispatch of one (R-row block, token block of size t <= TMax) to the tile instantiation.
 enum class Kind { dp, fma_bf16w, fma_f32w };
 
-template <Kind K, int R>
+template <Kind K, int R, bool Tree = false>
 AFD_AVX512 void run_tile(int t, const void* w, int64_t cols, const void* x, int64_t ldx, float* y,
                          int64_t ldy, bool acc, int64_t pf) {
 #define AFD_TILE_CASE(TT)                                                                          \
@@ -342,11 +342,11 @@ AFD_AVX512 void run_tile(int t, const void* w, int64_t cols, const void* x, int6
       tile_dp<R, TT>(static_cast<const uint16_t*>(w), cols, static_cast<const uint16_t*>(x), ldx, y, \
                      ldy, acc, pf);                                                                \
     else if constexpr (K == Kind::fma_bf16w)                                                       \
-      tile_fma_bf16w<R, TT>(static_cast<const uint16_t*>(w), cols, static_cast<const float*>(x), ldx, \
-                            y, ldy, acc, pf);                                                      \
+      tile_fma_bf16w<R, TT, Tree>(static_cast<const uint16_t*>(w), cols, static_cast<const float*>(x), \
+                                  ldx, y, ldy, acc, pf);                                           \
     else                                                                                           \
-      tile_fma_f32w<R, TT>(static_cast<const float*>(w), cols, static_cast<const float*>(x), ldx, y, \
-                           ldy, acc, pf);                                                          \
+      tile_fma_f32w<R, TT, Tree>(static_cast<const float*>(w), cols, static_cast<const float*>(x), ldx, \
+                                 y, ldy, acc, pf);                                                 \
     break;
   switch (t) {
     AFD_TILE_CASE(1)
@@ -364,7 +364,7 @@ AFD_AVX512 void run_tile(int t, const void* w, int64_t cols, const void* x, int6
 template <Kind K>
 constexpr int kTMax = K == Kind::fma_bf16w ? 4 : 6;
 
-template <Kind K, int R, typename WT, typename XT>
+template <Kind K, int R, bool Tree = false, typename WT, typename XT>
 AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
                        int64_t r1, float* y, int64_t ldy, bool acc, int64_t pf) {
   constexpr int TMax = kTMax<K>;
@@ -380,9 +380,9 @@ AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t
         const XT* xb = x + (i0 + i) * ldx;
         float* yb = y + (i0 + i) * ldy + r;
         if (full)
-          run_tile<K, R>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc, pf);
+          run_tile<K, R, Tree>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc, pf);
         else
-          run_tile<K, 1>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc, pf);
+          run_tile<K, 1, Tree>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc, pf);
         i += t;
       }
       r += full ? R : 1;
@@ -497,8 +497,14 @@ AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const u
 
 template <Kind K, typename WT, typename XT>
 AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
-                             int64_t r1, float* y, int64_t ldy, bool acc, const LinearAvx512Tuning& tuning) {
+                             int64_t r1, float* y, int64_t ldy, bool acc, const LinearAvx512Tuning& tuning,
+                             bool canonical = false) {
   const int64_t pf = tuning.prefetch_bytes;
+  if constexpr (K != Kind::dp) {
+    // f32 activations, canonical order at every n: the tiles (one accumulator chain per
+    // element, reduce4 tree), n = 1 included.
+    if (canonical) return rows_r<K, 4, true>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, n == 1 ? pf : 0);
+  }
   // One token: no x reuse to exploit; rows one at a time (default) or interleaved tiles.
   const int rows_single = tuning.rows_single;
   const int small_n = tuning.small_n_layout;
@@ -543,14 +549,14 @@ AFD_AVX512 void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, 
 
 AFD_AVX512 void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w,
                                       int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy,
-                                      bool acc, const LinearAvx512Tuning& tuning) {
-  rows_generic<Kind::fma_bf16w>(xp, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
+                                      bool acc, const LinearAvx512Tuning& tuning, bool canonical) {
+  rows_generic<Kind::fma_bf16w>(xp, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, canonical);
 }
 
 AFD_AVX512 void rows_fma_f32w_avx512(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
                                      int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                                     const LinearAvx512Tuning& tuning) {
-  rows_generic<Kind::fma_f32w>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
+                                     const LinearAvx512Tuning& tuning, bool canonical) {
+  rows_generic<Kind::fma_f32w>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, canonical);
 }
 
 }  // namespace afd::kernels::detail

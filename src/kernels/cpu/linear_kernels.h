@@ -98,13 +98,17 @@ int64_t linear_pairs_min_n();
 int64_t resolve_pairs_min_n();
 void set_linear_pairs_min_n(int64_t n);
 // AVX-512 F: xp from prep_x_f32_perm32; w bf16 widened exactly to f32; f32 FMA.
+// canonical (both FMA kernels): every element in one order at every n, tuning and row split:
+// 4-row tiles at n = 1 too, one accumulator per element fed chunk by chunk (bf16 W: the low then
+// the high 16 columns of each 32-column block; f32 W: 16 columns at a time) from +0, lanes summed
+// by the reduce4 tree. Otherwise n = 1 takes 4 chains per row (row_seq_fma_*).
 void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
                            int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                           const LinearAvx512Tuning& tuning = {});
+                           const LinearAvx512Tuning& tuning = {}, bool canonical = false);
 // AVX-512 F: x any layout [n, ldx]; w f32.
 void rows_fma_f32w_avx512(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
                           int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                          const LinearAvx512Tuning& tuning = {});
+                          const LinearAvx512Tuning& tuning = {}, bool canonical = false);
 // AVX2 + FMA: x [n, ldx] f32 (prep_x_f32 layout or the caller's); w bf16 or f32.
 void rows_fma_bf16w_avx2(const float* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
