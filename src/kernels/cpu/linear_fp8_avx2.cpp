@@ -1,14 +1,17 @@
 // AVX2 + FMA + F16C kernels for linear_fp8() (see linear_fp8_kernels.h): the portable fast
 // path for CPUs without AVX-512. e4m3 -> f32 goes through IEEE half exactly, as in the
 // AVX-512 file (linear_fp8_avx512.cpp explains the bit layout); the 2^8 it leaves is folded
-// into the block scale. A partial last group of 8 columns is copied to a zeroed buffer first,
-// so W is never read past its end.
+// into the block scale. W is never read past its end: the gemv converts whole groups of 8
+// columns and the last cols % 8 one by one, the dequantization copies them to a zeroed buffer.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
+#include "core/dtype.h"
 #include "kernels/cpu/linear_fp8_kernels.h"
+#include "kernels/cpu/reduce_avx2.h"
 
 #define AFD_AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -38,73 +41,102 @@ AFD_AVX2 inline __m256 cvt8_tail(const uint8_t* p, int64_t m) {
   return cvt8(b);
 }
 
-AFD_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-template <int T>
-AFD_AVX2 void gemv_row(const uint8_t* w, const float* srow, int64_t cols, const float* x, int64_t ldx, float* y,
-                       int64_t ldy, bool acc) {
-  __m256 a[T];
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) a[t] = _mm256_setzero_ps();
-  const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t c0 = b * kFp8Block, bc = std::min<int64_t>(kFp8Block, cols - c0);
-    __m256 p0[T], p1[T];
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) p0[t] = p1[t] = _mm256_setzero_ps();
-    int64_t k = 0;
-    for (; k + 16 <= bc; k += 16) {
-      __m256 w0, w1;
-      cvt16(w + c0 + k, &w0, &w1);
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) {
-        const float* xt = x + t * ldx + c0 + k;
-        p0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), p0[t]);
-        p1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), p1[t]);
-      }
-    }
-    for (; k < bc; k += 8) {
-      const __m256 w0 = bc - k >= 8 ? cvt8(w + c0 + k) : cvt8_tail(w + c0 + k, bc - k);
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) p0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * ldx + c0 + k), p0[t]);
-    }
-    const __m256 s = _mm256_set1_ps(srow[b] * 256.0f);
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) a[t] = _mm256_fmadd_ps(_mm256_add_ps(p0[t], p1[t]), s, a[t]);
-  }
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) {
-    const float v = hsum(a[t]);
-    float* o = y + t * ldy;
-    *o = acc ? *o + v : v;
-  }
-}
-
 inline const float* scale_row(const Fp8BlockWeights& w, int64_t r) {
   return w.scale + (r + w.row_offset) / kFp8Block * w.scale_stride;
+}
+
+// R rows (w[r], their scale rows srow[r]) x T tokens; y[r] + t * ldy. Each output: the AVX2
+// order of linear_kernels.h on W[r, c] = fp8(q) * scale (f32): one 8-lane FMA chain over the
+// whole 8-column groups, hsum8, then the last cols % 8 columns by scalar FMAs.
+template <int R, int T>
+AFD_AVX2 void gemv_tile(const uint8_t* const* w, const float* const* srow, int64_t cols, const float* x,
+                        int64_t ldx, float* const* y, int64_t ldy, bool acc) {
+  __m256 a[R][T];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) a[r][t] = _mm256_setzero_ps();
+  const int64_t c8 = cols & ~int64_t{7};
+  for (int64_t c0 = 0; c0 < c8; c0 += kFp8Block) {
+    const int64_t c1 = std::min(c8, c0 + kFp8Block);
+    __m256 s[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) s[r] = _mm256_set1_ps(srow[r][c0 / kFp8Block] * 256.0f);
+    int64_t c = c0;
+    for (; c + 16 <= c1; c += 16) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        __m256 w0, w1;
+        cvt16(w[r] + c, &w0, &w1);
+        w0 = _mm256_mul_ps(w0, s[r]);
+        w1 = _mm256_mul_ps(w1, s[r]);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          a[r][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * ldx + c), a[r][t]);
+          a[r][t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * ldx + c + 8), a[r][t]);
+        }
+      }
+    }
+    if (c < c1) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256 w0 = _mm256_mul_ps(cvt8(w[r] + c), s[r]);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) a[r][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * ldx + c), a[r][t]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const float st = c8 < cols ? srow[r][c8 / kFp8Block] : 0.0f;
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      float v = hsum8(a[r][t]);
+      for (int64_t c = c8; c < cols; ++c) v = std::fma(fp8_e4m3_to_f32(w[r][c]) * st, x[t * ldx + c], v);
+      float* o = y[r] + t * ldy;
+      *o = acc ? *o + v : v;
+    }
+  }
+}
+
+// Rows [r0, r1) in tiles of R consecutive rows (then single rows) for one token block of T.
+template <int R, int T>
+AFD_AVX2 void gemv_rows(const float* x, int64_t ldx, const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1,
+                        float* y, int64_t ldy, bool acc) {
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) {
+    const uint8_t* wr[R];
+    const float* sr[R];
+    float* yr[R];
+    for (int k = 0; k < R; ++k) {
+      wr[k] = w.q + (r + k) * cols;
+      sr[k] = scale_row(w, r + k);
+      yr[k] = y + r + k;
+    }
+    gemv_tile<R, T>(wr, sr, cols, x, ldx, yr, ldy, acc);
+  }
+  for (; r < r1; ++r) {
+    const uint8_t* wr = w.q + r * cols;
+    const float* sr = scale_row(w, r);
+    float* yr = y + r;
+    gemv_tile<1, T>(&wr, &sr, cols, x, ldx, &yr, ldy, acc);
+  }
 }
 
 }  // namespace
 
 AFD_AVX2 void fp8_gemv_avx2(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols,
                             int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* wr = w.q + r * cols;
-    const float* sr = scale_row(w, r);
-    for (int64_t i = 0; i < n; i += kMaxT) {
-      const float* xi = xf + i * ldx;
-      float* yi = y + i * ldy + r;
-      switch (std::min<int64_t>(kMaxT, n - i)) {
-        case 1: gemv_row<1>(wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-        case 2: gemv_row<2>(wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-        case 3: gemv_row<3>(wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-        default: gemv_row<4>(wr, sr, cols, xi, ldx, yi, ldy, acc); break;
-      }
+  // Token blocks of up to 4; one token takes 4 rows at a time, more tokens 2 (independent FMA
+  // chains to cover the FMA latency).
+  for (int64_t i = 0; i < n; i += kMaxT) {
+    const float* xi = xf + i * ldx;
+    float* yi = y + i * ldy;
+    switch (std::min<int64_t>(kMaxT, n - i)) {
+      case 1: gemv_rows<4, 1>(xi, ldx, w, cols, r0, r1, yi, ldy, acc); break;
+      case 2: gemv_rows<2, 2>(xi, ldx, w, cols, r0, r1, yi, ldy, acc); break;
+      case 3: gemv_rows<2, 3>(xi, ldx, w, cols, r0, r1, yi, ldy, acc); break;
+      default: gemv_rows<2, 4>(xi, ldx, w, cols, r0, r1, yi, ldy, acc); break;
     }
   }
 }

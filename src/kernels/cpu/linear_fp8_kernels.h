@@ -8,6 +8,13 @@
 //   tile  many tokens: a tile of W rows is dequantized once (scale applied) into a per-thread
 //         bf16 or f32 buffer and handed to linear()'s tile kernels (linear_kernels.h), which
 //         reuse it across all tokens.
+//
+// Batch invariance: each output y[i, r] is a function of x[i], W's row r, cols and the ISA level
+// only (not of n, i, the other tokens, the pool, the row split or Fp8Tuning), because every path
+// of one ISA level computes it in the same order:
+//   AVX2: the AVX2 order of linear_kernels.h on Wf[r, c] = f32(fp8(q[r, c]) * scale) (x rounded
+//         to bf16 first in bf16 mode): the gemv converts and scales in registers what the
+//         tiles' dequantization stores (exactly the same f32 values).
 #pragma once
 
 #include <cstdint>
