@@ -16,7 +16,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/linear_kernels.h"
-#include "kernels/cpu/reduce_avx2.h"
+#include "kernels/cpu/hsum.h"
 
 #define AFD_AVX2 __attribute__((target("avx2,fma,f16c")))
 

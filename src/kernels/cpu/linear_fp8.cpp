@@ -59,18 +59,12 @@ void prep_x_fp8_gemv_f32(const float* x, int64_t n, int64_t x_stride, int64_t co
   }
 }
 
-void prep_x_fp8_gemv_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool permute64, uint16_t* xb) {
+void prep_x_fp8_gemv_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xb) {
   const int64_t ldx = fp8_gemv_ldx(cols);
   for (int64_t i = 0; i < n; ++i) {
     uint16_t* o = xb + i * ldx;
     f32_to_bf16_row(x + i * x_stride, cols, o);
     std::fill(o + cols, o + ldx, uint16_t{0});
-    if (!permute64) continue;
-    for (int64_t c0 = 0; c0 < ldx; c0 += 64) {
-      uint16_t g[64];
-      std::copy(o + c0, o + c0 + 64, g);
-      for (int p = 0; p < 64; ++p) o[c0 + p] = g[16 * (p % 32 / 8) + p % 8 + (p >= 32 ? 8 : 0)];
-    }
   }
 }
 
@@ -116,7 +110,6 @@ enum class Path {
   avx2_gemv,
   avx2_tile,
   avx512_gemv,
-  avx512_gemv_lut,
   avx512_gemv_lut8,
   avx512_tile_bf16,
   avx512_tile_pairs,
@@ -125,15 +118,13 @@ enum class Path {
 
 Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa) {
   const Fp8Tuning t = fp8_tuning();
-  const int64_t x_bytes = n * fp8_gemv_ldx(cols) * (act_bf16 && isa == Isa::avx512 && t.gemv_lut != 0 ? 2 : 4);
+  const int64_t x_bytes = n * fp8_gemv_ldx(cols) * (act_bf16 && isa == Isa::avx512 ? 2 : 4);
   const bool gemv = n <= t.gemv_max_n && (n == 1 || x_bytes <= t.gemv_max_x_bytes);
   switch (isa) {
     case Isa::avx512:
-      if (gemv) {
-        if (!act_bf16 || t.gemv_lut == 0) return Path::avx512_gemv;
-        return t.gemv_lut == 2 && cpu_has_avx512_vbmi() ? Path::avx512_gemv_lut8 : Path::avx512_gemv_lut;
-      }
-      if (!act_bf16) return Path::avx512_tile_f32;
+      if (!act_bf16) return gemv ? Path::avx512_gemv : Path::avx512_tile_f32;
+      // bf16 activations: the byte-table gemv needs VBMI; without it the tiles take every n.
+      if (gemv && t.gemv_lut == 2 && cpu_has_avx512_vbmi()) return Path::avx512_gemv_lut8;
       // Many tokens: the dequantized tiles go to linear()'s "pairs" kernel, as bf16 W would.
       return cols % 2 == 0 && n >= resolve_pairs_min_n() ? Path::avx512_tile_pairs : Path::avx512_tile_bf16;
     case Isa::avx2: return gemv ? Path::avx2_gemv : Path::avx2_tile;
@@ -148,7 +139,6 @@ const char* path_name(Path p) {
     case Path::avx2_gemv: return "avx2_fp8_gemv";
     case Path::avx2_tile: return "avx2_fp8_tile_f32";
     case Path::avx512_gemv: return "avx512_fp8_gemv";
-    case Path::avx512_gemv_lut: return "avx512_fp8_gemv_lut";
     case Path::avx512_gemv_lut8: return "avx512_fp8_gemv_lut8";
     case Path::avx512_tile_bf16: return "avx512_fp8_tile_bf16";
     case Path::avx512_tile_pairs: return "avx512_fp8_tile_pairs";
@@ -185,11 +175,10 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
       xf = p;
       break;
     }
-    case Path::avx512_gemv_lut:
     case Path::avx512_gemv_lut8: {
       ldx = fp8_gemv_ldx(cols);
       uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx));
-      prep_x_fp8_gemv_bf16(x, n, x_stride, cols, path == Path::avx512_gemv_lut8, p);
+      prep_x_fp8_gemv_bf16(x, n, x_stride, cols, p);
       xb = p;
       break;
     }
@@ -222,7 +211,6 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
   auto rows_fn = [&](int64_t r0, int64_t r1) {
     switch (path) {
       case Path::avx512_gemv: fp8_gemv_avx512(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
-      case Path::avx512_gemv_lut: fp8_gemv_lut_avx512(xb, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
       case Path::avx512_gemv_lut8: fp8_gemv_lut8_avx512(xb, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
       case Path::avx2_gemv: fp8_gemv_avx2(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
       default: break;

@@ -11,7 +11,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/linear_fp8_kernels.h"
-#include "kernels/cpu/reduce_avx2.h"
+#include "kernels/cpu/hsum.h"
 
 #define AFD_AVX2 __attribute__((target("avx2,fma,f16c")))
 

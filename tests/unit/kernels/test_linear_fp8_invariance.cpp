@@ -141,6 +141,84 @@ TEST(LinearFp8Invariance, Avx2EveryPathAndTuning) {
   }
 }
 
+// The AVX-512 byte-table gemv (VBMI) taking every n.
+TEST(LinearFp8Invariance, Avx512GemvEveryN) {
+  if (detected_isa() < Isa::avx512 || !detail::cpu_has_avx512_vbmi()) GTEST_SKIP() << "no AVX-512 BF16 + VBMI";
+  Fp8TuningGuard guard;
+  detail::set_fp8_tuning(2, kAlways, -1, kAlways);
+  check_fp8(ActPrecision::bf16, "avx512 gemv");
+}
+
+// The AVX-512 fast paths share linear()'s bf16 order on W rounded to bf16 after scaling: the
+// gemv (every n) equals, token by token, linear() on those bf16 weights where linear() already
+// follows that order (4 tokens), and the tiles (every n) equal linear() at the same n. So FP8 is
+// batch-invariant wherever linear()'s bf16 kernels are.
+TEST(LinearFp8Invariance, Avx512SharesTheBf16Order) {
+  if (detected_isa() < Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16";
+  Fp8TuningGuard guard;
+  ThreadPool p3(3);
+  for (const Shape& s : kShapes) {
+    const Fp8Problem p = make_fp8(s, 11 + static_cast<uint32_t>(s.cols));
+    std::vector<float> wf(static_cast<size_t>(s.rows * s.cols));
+    dequantize_fp8_blocks(p.w(), s.rows, s.cols, wf.data());
+    std::vector<uint16_t> wb(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]).bits;
+    const int64_t n_max = 65, xs = s.cols + 3, ys = s.rows + 5;
+    const std::vector<float> x = random_vec(static_cast<size_t>(n_max * xs), 3);
+    const std::vector<float> y0 = random_vec(static_cast<size_t>(n_max * ys), 4);
+    for (bool acc : {false, true}) {
+      // Reference per token: linear() at n = 4 (the token four times), its bf16 small-n tile
+      // (1 row x 4 tokens, the reduce4 tree; no column blocks at these widths).
+      std::vector<float> want = y0;
+      for (int64_t t = 0; t < n_max; ++t) {
+        std::vector<float> x4(static_cast<size_t>(4 * xs)), y4(static_cast<size_t>(4 * ys));
+        for (int k = 0; k < 4; ++k) {
+          std::copy(x.begin() + t * xs, x.begin() + (t + 1) * xs, x4.begin() + k * xs);
+          std::copy(y0.begin() + t * ys, y0.begin() + (t + 1) * ys, y4.begin() + k * ys);
+        }
+        linear(x4.data(), 4, xs, wb.data(), DType::bf16, s.rows, s.cols, y4.data(), ys, ActPrecision::bf16, nullptr, acc);
+        std::copy(y4.begin(), y4.begin() + ys, want.begin() + t * ys);
+      }
+      for (int lut : {2}) {
+        if (!detail::cpu_has_avx512_vbmi()) break;
+        detail::set_fp8_tuning(lut, kAlways, -1, kAlways);
+        for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}, n_max}) {
+          std::vector<float> y = y0;
+          linear_fp8(x.data(), n, xs, p.w(), s.rows, s.cols, y.data(), ys, ActPrecision::bf16, &p3, acc);
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(0, std::memcmp(&y[static_cast<size_t>(i * ys)], &want[static_cast<size_t>(i * ys)],
+                                     static_cast<size_t>(s.rows) * sizeof(float)))
+                << "gemv lut=" << lut << " vs linear bf16, " << shape_name(s) << " n=" << n << " token " << i
+                << (acc ? " acc" : "");
+        }
+      }
+      // Tiles at every n; linear() and linear_fp8() hand the same n to the pairs kernel (linear()
+      // keeps short rows on the small-n tiles longer by default).
+      detail::set_fp8_tuning(-1, 0, -1, 0);
+      const int64_t pairs_saved = detail::linear_pairs_min_n();
+      detail::set_linear_pairs_min_n(detail::resolve_pairs_min_n());
+      for (int64_t n : kNs) {
+        if (n > n_max) continue;
+        std::vector<float> y = y0, yl = y0;
+        linear_fp8(x.data(), n, xs, p.w(), s.rows, s.cols, y.data(), ys, ActPrecision::bf16, &p3, acc);
+        linear(x.data(), n, xs, wb.data(), DType::bf16, s.rows, s.cols, yl.data(), ys, ActPrecision::bf16, &p3, acc);
+        ASSERT_EQ(0, std::memcmp(y.data(), yl.data(), y.size() * sizeof(float)))
+            << "tiles vs linear bf16, " << shape_name(s) << " n=" << n << (acc ? " acc" : "");
+      }
+      detail::set_linear_pairs_min_n(pairs_saved);
+      detail::set_fp8_tuning(guard.saved.gemv_lut, guard.saved.gemv_max_n, guard.saved.tile_rows,
+                             guard.saved.gemv_max_x_bytes);
+    }
+  }
+}
+
+// The default AVX-512 dispatch at every n: holds once linear()'s bf16 kernels (small-n tiles,
+// pairs) all follow the bf16 order of linear_kernels.h.
+TEST(LinearFp8Invariance, DISABLED_Avx512DefaultDispatch) {
+  if (detected_isa() < Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16";
+  check_fp8(ActPrecision::bf16, "avx512 default");
+}
+
 // linear()'s AVX2 tiles, bf16 and f32 weights. Through linear() below the OpenBLAS hand-off
 // (n < 64 by default); the row kernels directly at every n, their rows split at odd places as a
 // pool's chunks would split them.
