@@ -16,6 +16,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/linear_kernels.h"
+#include "kernels/cpu/row_streams.h"
 #include "kernels/cpu/hsum.h"
 
 #define AFD_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -64,20 +65,6 @@ AFD_AVX2 void tile(const WT* w, int64_t cols, const int64_t* rows, const float* 
       *o = acc ? *o + s : s;
     }
   }
-}
-
-// The stream partition of a thread's rows [r0, r1): calls f(S, rows) for sets of S row indices,
-// one from each S-th of the range (set j: r0 + j, r0 + q + j, ..., q = (r1 - r0) / S), so the
-// sets read the range as S sequential streams; then f(1, &r) for each row left over.
-template <int S, class F>
-inline void stream_sets(int64_t r0, int64_t r1, F&& f) {
-  const int64_t q = (r1 - r0) / S;  // rows per stream
-  for (int64_t j = 0; j < q; ++j) {
-    int64_t rows[S];
-    for (int s = 0; s < S; ++s) rows[s] = r0 + s * q + j;
-    f(S, rows);
-  }
-  for (int64_t r = r0 + S * q; r < r1; ++r) f(1, &r);
 }
 
 template <int R, typename WT>

@@ -76,10 +76,20 @@ bool cpu_has_avx512_vbmi() {
 void fp8_dequant_rows_f32_scalar(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out) {
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* q = w.q + r * cols;
-    const float* s = w.scale + (r + w.row_offset) / kFp8Block * w.scale_stride;
+    const float* s = fp8_scale_row(w, r);
     float* o = out + (r - r0) * cols;
     for (int64_t c = 0; c < cols; ++c) o[c] = fp8_e4m3_to_f32(q[c]) * s[c / kFp8Block];
   }
+}
+
+void prescale_x_fp8(const float* x, int64_t n, int64_t ldx, int64_t cols, const float* srow, float* xs,
+                    int64_t ldxs) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c0 = 0; c0 < cols; c0 += kFp8Block) {
+      const float s = srow[c0 / kFp8Block] * 256.0f;
+      const int64_t c1 = std::min(cols, c0 + kFp8Block);
+      for (int64_t c = c0; c < c1; ++c) xs[i * ldxs + c] = x[i * ldx + c] * s;
+    }
 }
 
 }  // namespace detail
@@ -218,8 +228,10 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
     // Tiles: dequantize tile_rows rows once, reuse them for all n tokens.
     thread_local Scratch<uint16_t> wb_buf;
     thread_local Scratch<float> wf_buf;
-    for (int64_t rt = r0; rt < r1; rt += tile_rows) {
-      const int64_t nr = std::min(tile_rows, r1 - rt);
+    for (int64_t rt = r0, nr; rt < r1; rt += nr) {
+      nr = std::min(tile_rows, r1 - rt);
+      // The AVX2 tiles end at scale rows: their x is prescaled per scale row.
+      if (path == Path::avx2_tile) nr = fp8_scale_run_end(w, rt, rt + nr) - rt;
       float* yt = y + rt;
       switch (path) {
         case Path::avx512_tile_bf16: {
@@ -241,9 +253,13 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
           break;
         }
         case Path::avx2_tile: {
+          // Unscaled rows of one scale row; x prescaled for it (linear_fp8_kernels.h).
+          thread_local Scratch<float> xs_buf;
           float* t = wf_buf.get(static_cast<size_t>(nr * cols));
-          fp8_dequant_rows_f32_avx2(w, cols, rt, rt + nr, t);
-          rows_fma_f32w_avx2(xf, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
+          float* xs = xs_buf.get(static_cast<size_t>(n * cols));
+          fp8_rows_unscaled_f32_avx2(w, cols, rt, rt + nr, t);
+          prescale_x_fp8(xf, n, ldx, cols, fp8_scale_row(w, rt), xs, cols);
+          rows_fma_f32w_avx2(xs, n, cols, t, cols, 0, nr, yt, y_stride, accumulate);
           break;
         }
         default: {

@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/cpu/linear_fp8_kernels.h"
+#include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/row_streams.h"
 #include "kernels/cpu/hsum.h"
 
 #define AFD_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -20,6 +23,9 @@ namespace afd::kernels::detail {
 namespace {
 
 constexpr int kMaxT = 4;
+// W bytes prefetched ahead of the block being converted: the gemv's FMA chains run the whole
+// row, which keeps the out-of-order window from reaching far ahead on its own.
+constexpr int64_t kPrefetchBytes = 8192;
 
 // 8 e4m3 bytes at p -> 8 floats, each 2^-8 times its value.
 AFD_AVX2 inline __m256 cvt8(const uint8_t* p) {
@@ -41,16 +47,13 @@ AFD_AVX2 inline __m256 cvt8_tail(const uint8_t* p, int64_t m) {
   return cvt8(b);
 }
 
-inline const float* scale_row(const Fp8BlockWeights& w, int64_t r) {
-  return w.scale + (r + w.row_offset) / kFp8Block * w.scale_stride;
-}
-
-// R rows (w[r], their scale rows srow[r]) x T tokens; y[r] + t * ldy. Each output: the AVX2
-// order of linear_kernels.h on W[r, c] = fp8(q) * scale (f32): one 8-lane FMA chain over the
-// whole 8-column groups, hsum8, then the last cols % 8 columns by scalar FMAs.
+// R rows (w[r]) of one scale row x T tokens of xs (x prescaled for that scale row,
+// prescale_x_fp8); y[r] + t * ldy. Each output: the AVX2 order of linear_kernels.h on
+// W[r, c] = fp8(q) * 2^-8 (exact) and xs: one 8-lane FMA chain over the whole 8-column groups,
+// hsum8, then the last cols % 8 columns by scalar FMAs.
 template <int R, int T>
-AFD_AVX2 void gemv_tile(const uint8_t* const* w, const float* const* srow, int64_t cols, const float* x,
-                        int64_t ldx, float* const* y, int64_t ldy, bool acc) {
+AFD_AVX2 void gemv_tile(const uint8_t* const* w, const int64_t* left, int64_t cols, const float* x, int64_t ldx,
+                        float* const* y, int64_t ldy, bool acc) {
   __m256 a[R][T];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -59,17 +62,14 @@ AFD_AVX2 void gemv_tile(const uint8_t* const* w, const float* const* srow, int64
   const int64_t c8 = cols & ~int64_t{7};
   for (int64_t c0 = 0; c0 < c8; c0 += kFp8Block) {
     const int64_t c1 = std::min(c8, c0 + kFp8Block);
-    __m256 s[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) s[r] = _mm256_set1_ps(srow[r][c0 / kFp8Block] * 256.0f);
+    for (int r = 0; r < R; ++r) prefetch_ahead<2>(w[r] + c0, kPrefetchBytes, left[r] - c0);
     int64_t c = c0;
     for (; c + 16 <= c1; c += 16) {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         __m256 w0, w1;
         cvt16(w[r] + c, &w0, &w1);
-        w0 = _mm256_mul_ps(w0, s[r]);
-        w1 = _mm256_mul_ps(w1, s[r]);
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
           a[r][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * ldx + c), a[r][t]);
@@ -80,46 +80,67 @@ AFD_AVX2 void gemv_tile(const uint8_t* const* w, const float* const* srow, int64
     if (c < c1) {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const __m256 w0 = _mm256_mul_ps(cvt8(w[r] + c), s[r]);
+        const __m256 w0 = cvt8(w[r] + c);
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) a[r][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * ldx + c), a[r][t]);
       }
     }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    const float st = c8 < cols ? srow[r][c8 / kFp8Block] : 0.0f;
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       float v = hsum8(a[r][t]);
-      for (int64_t c = c8; c < cols; ++c) v = std::fma(fp8_e4m3_to_f32(w[r][c]) * st, x[t * ldx + c], v);
+      for (int64_t c = c8; c < cols; ++c) v = std::fma(fp8_e4m3_to_f32(w[r][c]) * 0x1p-8f, x[t * ldx + c], v);
       float* o = y[r] + t * ldy;
       *o = acc ? *o + v : v;
     }
-  }
 }
 
-// Rows [r0, r1) in tiles of R consecutive rows (then single rows) for one token block of T.
+// Rows [r0, r1) of one scale row, token block of T (xs prescaled for it): sets of R rows from R
+// sequential streams (stream_sets); r_end: the end of the call's rows (prefetch bound).
 template <int R, int T>
-AFD_AVX2 void gemv_rows(const float* x, int64_t ldx, const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1,
-                        float* y, int64_t ldy, bool acc) {
-  int64_t r = r0;
-  for (; r + R <= r1; r += R) {
+AFD_AVX2 void gemv_rows(const float* xs, int64_t ldx, const uint8_t* q, int64_t cols, int64_t r0, int64_t r1,
+                        int64_t r_end, float* y, int64_t ldy, bool acc) {
+  stream_sets<R>(r0, r1, [&](int rn, const int64_t* rows) {
     const uint8_t* wr[R];
-    const float* sr[R];
+    int64_t left[R];
     float* yr[R];
-    for (int k = 0; k < R; ++k) {
-      wr[k] = w.q + (r + k) * cols;
-      sr[k] = scale_row(w, r + k);
-      yr[k] = y + r + k;
+    for (int k = 0; k < rn; ++k) {
+      wr[k] = q + rows[k] * cols;
+      left[k] = (r_end - rows[k]) * cols;
+      yr[k] = y + rows[k];
     }
-    gemv_tile<R, T>(wr, sr, cols, x, ldx, yr, ldy, acc);
-  }
-  for (; r < r1; ++r) {
-    const uint8_t* wr = w.q + r * cols;
-    const float* sr = scale_row(w, r);
-    float* yr = y + r;
-    gemv_tile<1, T>(&wr, &sr, cols, x, ldx, &yr, ldy, acc);
+    if (rn == R) gemv_tile<R, T>(wr, left, cols, xs, ldx, yr, ldy, acc);
+    else gemv_tile<1, T>(wr, left, cols, xs, ldx, yr, ldy, acc);
+  });
+}
+
+// out = fp8 * 2^-8 * s for the rows' bytes, s = scale * 256 per column block (Scaled) or 1.
+template <bool Scaled>
+AFD_AVX2 inline __m256 times(__m256 v, const float* sr, int64_t c) {
+  if constexpr (Scaled) return _mm256_mul_ps(v, _mm256_set1_ps(sr[c / kFp8Block] * 256.0f));
+  return v;
+}
+template <bool Scaled>
+AFD_AVX2 inline void convert_rows(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* q = w.q + r * cols;
+    const float* sr = fp8_scale_row(w, r);
+    float* o = out + (r - r0) * cols;
+    int64_t c = 0;
+    for (; c + 16 <= cols; c += 16) {
+      __m256 lo, hi;
+      cvt16(q + c, &lo, &hi);
+      _mm256_storeu_ps(o + c, times<Scaled>(lo, sr, c));
+      _mm256_storeu_ps(o + c + 8, times<Scaled>(hi, sr, c));
+    }
+    for (; c + 8 <= cols; c += 8) _mm256_storeu_ps(o + c, times<Scaled>(cvt8(q + c), sr, c));
+    if (c < cols) {
+      alignas(32) float t[8];
+      _mm256_store_ps(t, times<Scaled>(cvt8_tail(q + c, cols - c), sr, c));
+      std::memcpy(o + c, t, static_cast<size_t>(cols - c) * sizeof(float));
+    }
   }
 }
 
@@ -127,41 +148,34 @@ AFD_AVX2 void gemv_rows(const float* x, int64_t ldx, const Fp8BlockWeights& w, i
 
 AFD_AVX2 void fp8_gemv_avx2(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols,
                             int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
-  // Token blocks of up to 4; one token takes 4 rows at a time, more tokens 2 (independent FMA
-  // chains to cover the FMA latency).
-  for (int64_t i = 0; i < n; i += kMaxT) {
-    const float* xi = xf + i * ldx;
-    float* yi = y + i * ldy;
-    switch (std::min<int64_t>(kMaxT, n - i)) {
-      case 1: gemv_rows<4, 1>(xi, ldx, w, cols, r0, r1, yi, ldy, acc); break;
-      case 2: gemv_rows<2, 2>(xi, ldx, w, cols, r0, r1, yi, ldy, acc); break;
-      case 3: gemv_rows<2, 3>(xi, ldx, w, cols, r0, r1, yi, ldy, acc); break;
-      default: gemv_rows<2, 4>(xi, ldx, w, cols, r0, r1, yi, ldy, acc); break;
+  thread_local std::vector<float> xs_buf;
+  xs_buf.resize(static_cast<size_t>(n * ldx));
+  float* xs = xs_buf.data();
+  for (int64_t r = r0, re; r < r1; r = re) {
+    re = fp8_scale_run_end(w, r, r1);
+    prescale_x_fp8(xf, n, ldx, cols, fp8_scale_row(w, r), xs, ldx);
+    // Token blocks of up to 4, each over the run's rows in sets of 4 (independent FMA chains to
+    // cover the FMA latency).
+    for (int64_t i = 0; i < n; i += kMaxT) {
+      const float* xi = xs + i * ldx;
+      float* yi = y + i * ldy;
+      switch (std::min<int64_t>(kMaxT, n - i)) {
+        case 1: gemv_rows<4, 1>(xi, ldx, w.q, cols, r, re, r1, yi, ldy, acc); break;
+        case 2: gemv_rows<4, 2>(xi, ldx, w.q, cols, r, re, r1, yi, ldy, acc); break;
+        case 3: gemv_rows<4, 3>(xi, ldx, w.q, cols, r, re, r1, yi, ldy, acc); break;
+        default: gemv_rows<4, 4>(xi, ldx, w.q, cols, r, re, r1, yi, ldy, acc); break;
+      }
     }
   }
 }
 
 AFD_AVX2 void fp8_dequant_rows_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* q = w.q + r * cols;
-    const float* sr = scale_row(w, r);
-    float* o = out + (r - r0) * cols;
-    int64_t c = 0;
-    for (; c + 16 <= cols; c += 16) {
-      const __m256 s = _mm256_set1_ps(sr[c / kFp8Block] * 256.0f);
-      __m256 lo, hi;
-      cvt16(q + c, &lo, &hi);
-      _mm256_storeu_ps(o + c, _mm256_mul_ps(lo, s));
-      _mm256_storeu_ps(o + c + 8, _mm256_mul_ps(hi, s));
-    }
-    for (; c + 8 <= cols; c += 8)
-      _mm256_storeu_ps(o + c, _mm256_mul_ps(cvt8(q + c), _mm256_set1_ps(sr[c / kFp8Block] * 256.0f)));
-    if (c < cols) {
-      alignas(32) float t[8];
-      _mm256_store_ps(t, _mm256_mul_ps(cvt8_tail(q + c, cols - c), _mm256_set1_ps(sr[c / kFp8Block] * 256.0f)));
-      std::memcpy(o + c, t, static_cast<size_t>(cols - c) * sizeof(float));
-    }
-  }
+  convert_rows<true>(w, cols, r0, r1, out);
+}
+
+AFD_AVX2 void fp8_rows_unscaled_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1,
+                                         float* out) {
+  convert_rows<false>(w, cols, r0, r1, out);
 }
 
 }  // namespace afd::kernels::detail

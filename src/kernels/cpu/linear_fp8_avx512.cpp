@@ -27,6 +27,7 @@
 #include "kernels/cpu/hsum.h"
 #include "kernels/cpu/linear_fp8_kernels.h"
 #include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/row_streams.h"
 
 #define AFD_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
@@ -214,54 +215,49 @@ template <int R, int T>
 AFD_AVX512_VBMI void gemv_tile_dp(const uint16_t* tabs, const uint8_t* const* w, const int64_t* left, int64_t cols,
                                   const uint16_t* x, int64_t ldx, float* const* y, int64_t ldy, bool acc) {
   __m512 a[R][T];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) a[r][t] = _mm512_setzero_ps();
-  const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
   const __m512i order = byte_order();
+  const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
   for (int64_t b = 0; b < nb; ++b) {
     const uint16_t* tb = tabs + b * kFp8Block;
-    const int64_t c0 = b * kFp8Block, bc = std::min<int64_t>(kFp8Block, cols - c0);
-    const int nk = static_cast<int>((bc + 31) / 32);  // chunks of this block
-    __m512i wv[R][4];
     const ByteLutRegs L{_mm512_loadu_si512(tb), _mm512_loadu_si512(tb + 32), _mm512_loadu_si512(tb + 64),
                         _mm512_loadu_si512(tb + 96)};
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w[r] + c0;
-      prefetch_ahead<2>(p, kPrefetchBytes, left[r] - c0);
-      __m512i b0, b1;
-      if (bc == kFp8Block) {
-        b0 = _mm512_loadu_si512(p);
-        b1 = _mm512_loadu_si512(p + 64);
-      } else {
-        b0 = _mm512_maskz_loadu_epi8(mask64(bc), p);
-        b1 = _mm512_maskz_loadu_epi8(mask64(bc - 64), p + 64);
+    const int64_t c0 = b * kFp8Block, bc = std::min<int64_t>(kFp8Block, cols - c0);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) prefetch_ahead<2>(w[r] + c0, kPrefetchBytes, left[r] - c0);
+    // Two halves of 64 columns: convert R rows' bytes, then their two 32-column chunks.
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const int64_t hc = bc - 64 * h;  // columns of this half within cols
+      if (hc <= 0) break;
+      __m512i wv[R][2];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w[r] + c0 + 64 * h;
+        const __m512i bytes = hc >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(mask64(hc), p);
+        lut64(L, _mm512_permutexvar_epi8(order, bytes), &wv[r][0], &wv[r][1]);
+        if (hc < 64) {
+          // Columns past cols are zero (not the entry of byte 0, which a non-finite scale makes NaN).
+          wv[r][0] = _mm512_maskz_mov_epi16(mask32(hc), wv[r][0]);
+          wv[r][1] = _mm512_maskz_mov_epi16(mask32(hc - 32), wv[r][1]);
+        }
       }
-      lut64(L, _mm512_permutexvar_epi8(order, b0), &wv[r][0], &wv[r][1]);
-      lut64(L, _mm512_permutexvar_epi8(order, b1), &wv[r][2], &wv[r][3]);
-    }
-    if (bc < kFp8Block) {
-      // Columns past cols are zero (not the table's entry for byte 0, which a non-finite scale
-      // would make NaN).
+#pragma GCC unroll 2
+      for (int k = 0; k < 2; ++k) {
+        if (32 * k >= hc) break;  // chunks past cols are not summed
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) wv[r][k] = _mm512_maskz_mov_epi16(mask32(bc - 32 * k), wv[r][k]);
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      if (k >= nk) break;
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) {
-        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + t * ldx + c0 + 32 * k);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) a[r][t] = _mm512_dpbf16_ps(a[r][t], (__m512bh)wv[r][k], xv);
+        for (int t = 0; t < T; ++t) {
+          const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + t * ldx + c0 + 64 * h + 32 * k);
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) a[r][t] = _mm512_dpbf16_ps(a[r][t], (__m512bh)wv[r][k], xv);
+        }
       }
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
@@ -271,36 +267,39 @@ AFD_AVX512_VBMI void gemv_tile_dp(const uint16_t* tabs, const uint8_t* const* w,
     }
 }
 
-// Rows [r0, r1) sharing one scale row (tables `tabs`), all n tokens: groups of R rows (4 for one
-// token, else 2: independent chains to cover the vdpbf16ps latency), each group for the token
-// blocks of <= kMaxT; the rows left over one at a time.
-template <int R>
+// Rows [r0, r1) sharing one scale row (tables `tabs`), all n tokens: sets of 4 rows from 4
+// sequential streams (stream_sets), each set for the token blocks of <= kMaxT (4 rows x up to 4
+// tokens: enough independent vdpbf16ps chains to cover its latency). r_end: the end of the
+// call's rows (prefetch bound).
 AFD_AVX512_VBMI void gemv_rows_dp(const uint16_t* tabs, const uint16_t* xb, int64_t n, int64_t ldx,
                                   const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, int64_t r_end,
                                   float* y, int64_t ldy, bool acc) {
-  for (int64_t r = r0; r < r1; r += R) {
+  constexpr int R = 4;
+  stream_sets<R>(r0, r1, [&](int rn, const int64_t* rows) {
     const uint8_t* wr[R];
     int64_t left[R];
-    for (int k = 0; k < R; ++k) {
-      wr[k] = w.q + (r + k) * cols;
-      left[k] = (r_end - r - k) * cols;
+    for (int k = 0; k < rn; ++k) {
+      wr[k] = w.q + rows[k] * cols;
+      left[k] = (r_end - rows[k]) * cols;
     }
     for (int64_t i = 0; i < n; i += kMaxT) {
       float* yr[R];
-      for (int k = 0; k < R; ++k) yr[k] = y + i * ldy + r + k;
+      for (int k = 0; k < rn; ++k) yr[k] = y + i * ldy + rows[k];
       const uint16_t* xi = xb + i * ldx;
-      switch (std::min<int64_t>(kMaxT, n - i)) {
-        case 1: gemv_tile_dp<R, 1>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc); break;
-        case 2: gemv_tile_dp<R, 2>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc); break;
-        case 3: gemv_tile_dp<R, 3>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc); break;
-        default: gemv_tile_dp<R, 4>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc); break;
+      const int64_t t = std::min<int64_t>(kMaxT, n - i);
+      if (rn == R) {
+        if (t == 1) gemv_tile_dp<R, 1>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
+        else if (t == 2) gemv_tile_dp<R, 2>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
+        else if (t == 3) gemv_tile_dp<R, 3>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
+        else gemv_tile_dp<R, 4>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
+      } else {
+        if (t == 1) gemv_tile_dp<1, 1>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
+        else if (t == 2) gemv_tile_dp<1, 2>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
+        else if (t == 3) gemv_tile_dp<1, 3>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
+        else gemv_tile_dp<1, 4>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
       }
     }
-  }
-}
-
-inline const float* scale_row(const Fp8BlockWeights& w, int64_t r) {
-  return w.scale + (r + w.row_offset) / kFp8Block * w.scale_stride;
+  });
 }
 
 }  // namespace
@@ -309,7 +308,7 @@ AFD_AVX512 void fp8_gemv_avx512(const float* xf, int64_t n, int64_t ldx, const F
                                 int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr = w.q + r * cols;
-    const float* sr = scale_row(w, r);
+    const float* sr = fp8_scale_row(w, r);
     const int64_t left = (r1 - r) * cols;  // bytes of this call's rows from the row's start
     for (int64_t i = 0; i < n; i += kMaxT) {
       const float* xi = xf + i * ldx;
@@ -324,11 +323,6 @@ AFD_AVX512 void fp8_gemv_avx512(const float* xf, int64_t n, int64_t ldx, const F
   }
 }
 
-// The end of the run of rows from r (< r1) on that share r's scale row.
-inline int64_t scale_run_end(const Fp8BlockWeights& w, int64_t r, int64_t r1) {
-  return std::min(r1, (r + w.row_offset) / kFp8Block * kFp8Block + kFp8Block - w.row_offset);
-}
-
 AFD_AVX512_VBMI void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const Fp8BlockWeights& w,
                                           int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
   const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
@@ -336,15 +330,10 @@ AFD_AVX512_VBMI void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t
   tab_buf.resize(static_cast<size_t>(nb * kFp8Block));
   uint16_t* tabs = tab_buf.data();
   for (int64_t r = r0, re; r < r1; r = re) {
-    re = scale_run_end(w, r, r1);
-    scaled_tables(scale_row(w, r), 0, nb, tabs);
+    re = fp8_scale_run_end(w, r, r1);
+    scaled_tables(fp8_scale_row(w, r), 0, nb, tabs);
     word_to_byte_tables(tabs, nb);
-    // One token: 4-row groups; more: 2-row groups (each with every token block).
-    const int64_t g = n == 1 ? 4 : 2;
-    const int64_t rg = r + (re - r) / g * g;
-    if (g == 4) gemv_rows_dp<4>(tabs, xb, n, ldx, w, cols, r, rg, r1, y, ldy, acc);
-    else gemv_rows_dp<2>(tabs, xb, n, ldx, w, cols, r, rg, r1, y, ldy, acc);
-    gemv_rows_dp<1>(tabs, xb, n, ldx, w, cols, rg, re, r1, y, ldy, acc);
+    gemv_rows_dp(tabs, xb, n, ldx, w, cols, r, re, r1, y, ldy, acc);
   }
 }
 
@@ -361,10 +350,10 @@ AFD_AVX512 void fp8_dequant_rows_bf16_avx512(const Fp8BlockWeights& w, int64_t c
   const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
   const int64_t end = r1 * cols;  // W bytes past the last row of this call are not prefetched
   for (int64_t r = r0, re; r < r1; r = re) {
-    re = scale_run_end(w, r, r1);
+    re = fp8_scale_run_end(w, r, r1);
     for (int64_t b0 = 0; b0 < nb; b0 += kTablesPerPass) {
       const int64_t b1 = std::min(nb, b0 + kTablesPerPass);
-      scaled_tables(scale_row(w, r), b0, b1, tabs);
+      scaled_tables(fp8_scale_row(w, r), b0, b1, tabs);
       for (int64_t q = r; q < re; ++q) {
         for (int64_t b = b0; b < b1; ++b) {
           const LutRegs L = load_lut(tabs + (b - b0) * kFp8Block);
@@ -396,7 +385,7 @@ AFD_AVX512 void fp8_dequant_rows_f32_avx512(const Fp8BlockWeights& w, int64_t co
                                             float* out) {
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* q = w.q + r * cols;
-    const float* sr = scale_row(w, r);
+    const float* sr = fp8_scale_row(w, r);
     float* o = out + (r - r0) * cols;
     for (int64_t c = 0; c < cols; c += 16) {
       const __m512 s = _mm512_set1_ps(sr[c / kFp8Block] * 256.0f);

@@ -22,10 +22,12 @@
 //         weights Wb: the gemv (byte tables with the scale folded in) computes Wb in registers,
 //         the tiles dequantize Wb (fp8_dequant_rows_bf16_avx512) for linear()'s bf16 kernels,
 //         so the tiles are invariant exactly where those kernels are.
-//   AVX2: the AVX2 order of linear_kernels.h on Wf[r, c] = f32(fp8(q[r, c]) * scale) (x rounded
-//         to bf16 first in bf16 mode): the gemv converts and scales in registers what the
-//         tiles' dequantization stores (exactly the same f32 values).
-// The per-128-column block scales are thus applied per weight, before the sum, on both levels.
+//   AVX2: the AVX2 order of linear_kernels.h on Wh[r, c] = fp8(q[r, c]) * 2^-8 (exact) and the
+//         activations prescaled for r's scale row, xs[c] = f32(x[c] * (scale[c / 128] * 256))
+//         (x rounded to bf16 first in bf16 mode; prescale_x_fp8). The gemv converts Wh in
+//         registers, the tiles store it (fp8_rows_unscaled_f32_avx2) and split at scale rows.
+// The per-128-column block scales are thus applied per product term, before the sum, on both
+// levels (to W on AVX-512, to x on AVX2, where a per-weight multiply costs the gemv ~15 %).
 // AVX-512 in f32 mode (the reference precision) is not covered: its gemv scales each block's
 // partial sums, its tiles each weight.
 #pragma once
@@ -41,6 +43,18 @@ namespace afd::kernels::detail {
 int64_t fp8_gemv_ldx(int64_t cols);
 void prep_x_fp8_gemv_f32(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool round_bf16, float* xf);
 void prep_x_fp8_gemv_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xb);
+// W's scale row for row r; the end (<= r1) of the run of rows from r on that share it.
+inline const float* fp8_scale_row(const Fp8BlockWeights& w, int64_t r) {
+  return w.scale + (r + w.row_offset) / kFp8Block * w.scale_stride;
+}
+inline int64_t fp8_scale_run_end(const Fp8BlockWeights& w, int64_t r, int64_t r1) {
+  const int64_t e = (r + w.row_offset) / kFp8Block * kFp8Block + kFp8Block - w.row_offset;
+  return e < r1 ? e : r1;
+}
+// xs [n, ldxs] = x [n, ldx] times (srow[c / 128] * 256) per column, c < cols (f32 products): the
+// activations of the AVX2 kernels for the rows of scale row srow.
+void prescale_x_fp8(const float* x, int64_t n, int64_t ldx, int64_t cols, const float* srow, float* xs,
+                    int64_t ldxs);
 // Whether this CPU has AVX-512 VBMI (the byte-table gemv); checked with active_isa() == avx512.
 bool cpu_has_avx512_vbmi();
 
@@ -53,7 +67,8 @@ void fp8_gemv_avx512(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeig
 // (vpermt2b) into bf16(fp8 * scale), vdpbf16ps in the bf16 order.
 void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols,
                           int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
-// AVX2 + F16C, conversion through IEEE half, scaled per element (the AVX2 order).
+// AVX2 + F16C, conversion through IEEE half (fp8 * 2^-8, exact), activations prescaled per scale
+// row (prescale_x_fp8, done inside): the AVX2 order.
 void fp8_gemv_avx2(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols, int64_t r0,
                    int64_t r1, float* y, int64_t ldy, bool acc);
 
@@ -62,6 +77,8 @@ void fp8_gemv_avx2(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeight
 void fp8_dequant_rows_bf16_avx512(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, uint16_t* out);
 void fp8_dequant_rows_f32_avx512(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
 void fp8_dequant_rows_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
+// out [r1 - r0, cols] = fp8(q) * 2^-8 (exact, no scale): the AVX2 tiles' weights.
+void fp8_rows_unscaled_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
 void fp8_dequant_rows_f32_scalar(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
 
 // Tuning (benchmarks and tests only; defaults in linear_fp8.cpp):
