@@ -9,10 +9,11 @@
 // bf16 activations use scaled tables: for one 128 x 128 block, entry m is bf16(mag(m) * scale)
 // (the f32 product rounded to nearest even, as vcvtne2ps2bf16 rounds), and a byte q converts to
 // that entry with q's sign XORed in, which is bf16(fp8(q) * scale) exactly (rounding to nearest
-// even is symmetric in the sign). The word table (four zmm, vpermt2w) converts 32 bytes per two
-// lookups; the byte tables (AVX-512 VBMI, vpermt2b) look up the low and the high byte of 64 bf16
-// values in two lookups and interleave them with unpacklo/hi, after one vpermb that orders the
-// 64 W bytes so that the interleaved words come out in column order.
+// even is symmetric in the sign). The word table (four zmm, vpermt2w; the tiles' dequantization)
+// converts 32 bytes per two lookups; the byte tables (AVX-512 VBMI, vpermt2b; the gemv) look up
+// the low and the high byte of 64 bf16 values in two lookups and interleave them with
+// unpacklo/hi, after one vpermb that orders the 64 W bytes so that the interleaved words come
+// out in column order.
 // GCC 12 reports false -Wuninitialized warnings inside its own AVX-512 headers
 // (_mm*_undefined_* helpers, GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wuninitialized"
