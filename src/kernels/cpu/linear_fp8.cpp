@@ -23,25 +23,43 @@ namespace {
 // Defaults from bench_kernels --fp8-weights on the dev machine (docs/BENCHMARKS.md, "FP8 weights");
 // tile_rows from whole decode steps (docs/bench-log/2026-11-26-smalln.md): a 128-row tile (512 KiB
 // at 2048 columns, in L2) gives the bf16 small-n kernel it feeds whole row chunks.
-// gemv_max_x_bytes: the gemv reloads every token's x slice for each W row, so once the n rows
-// of x outgrow L1 the tiles are faster (bench_kernels --fp8-weights,
-// docs/bench-log/2026-11-26-fp8-prefetch.md).
+// The gemv on f32 x (AVX2; AVX-512 with f32 activations), gemv_f32_max_x_bytes: the gemv reloads
+// every token's x slice for each W row, so once the n rows of x outgrow L1 the tiles are faster
+// (bench_kernels --fp8-weights, docs/bench-log/2026-11-26-fp8-prefetch.md).
+// The AVX-512 BF16 byte-table gemv (4 rows per pass, bf16 x) stays ahead of the dequantized tiles
+// up to 16 tokens, at 7168 columns too (x 224 KiB): 0.62-0.95 of the tiles' time at n = 5..16 on
+// the bench model's shapes, one thread, cold weights, interleaved in one process.
 std::atomic<int> g_gemv_lut{2};
-std::atomic<int64_t> g_gemv_max_n{4};
+std::atomic<int64_t> g_gemv_max_n{16};
 std::atomic<int64_t> g_tile_rows{128};
-std::atomic<int64_t> g_gemv_max_x_bytes{32 * 1024};
+std::atomic<int64_t> g_gemv_max_x_bytes{256 * 1024};
+std::atomic<int64_t> g_gemv_f32_max_n{4};
+std::atomic<int64_t> g_gemv_f32_max_x_bytes{32 * 1024};
 }  // namespace
 
 Fp8Tuning fp8_tuning() {
-  return {g_gemv_lut.load(std::memory_order_relaxed), g_gemv_max_n.load(std::memory_order_relaxed),
-          g_tile_rows.load(std::memory_order_relaxed), g_gemv_max_x_bytes.load(std::memory_order_relaxed)};
+  return {g_gemv_lut.load(std::memory_order_relaxed),        g_gemv_max_n.load(std::memory_order_relaxed),
+          g_tile_rows.load(std::memory_order_relaxed),       g_gemv_max_x_bytes.load(std::memory_order_relaxed),
+          g_gemv_f32_max_n.load(std::memory_order_relaxed), g_gemv_f32_max_x_bytes.load(std::memory_order_relaxed)};
+}
+
+namespace {
+void store_if_set(std::atomic<int64_t>& a, int64_t v) {
+  if (v >= 0) a.store(v, std::memory_order_relaxed);
+}
+}  // namespace
+
+void set_fp8_tuning(const Fp8Tuning& t) {
+  if (t.gemv_lut >= 0) g_gemv_lut.store(std::min(t.gemv_lut, 2), std::memory_order_relaxed);
+  store_if_set(g_gemv_max_n, t.gemv_max_n);
+  store_if_set(g_tile_rows, t.tile_rows < 0 ? -1 : std::max<int64_t>(16, t.tile_rows / 16 * 16));
+  store_if_set(g_gemv_max_x_bytes, t.gemv_max_x_bytes);
+  store_if_set(g_gemv_f32_max_n, t.gemv_f32_max_n);
+  store_if_set(g_gemv_f32_max_x_bytes, t.gemv_f32_max_x_bytes);
 }
 
 void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows, int64_t gemv_max_x_bytes) {
-  if (gemv_lut >= 0) g_gemv_lut.store(std::min(gemv_lut, 2), std::memory_order_relaxed);
-  if (gemv_max_n >= 0) g_gemv_max_n.store(gemv_max_n, std::memory_order_relaxed);
-  if (tile_rows >= 0) g_tile_rows.store(std::max<int64_t>(16, tile_rows / 16 * 16), std::memory_order_relaxed);
-  if (gemv_max_x_bytes >= 0) g_gemv_max_x_bytes.store(gemv_max_x_bytes, std::memory_order_relaxed);
+  set_fp8_tuning(Fp8Tuning{gemv_lut, gemv_max_n, tile_rows, gemv_max_x_bytes, gemv_max_n, gemv_max_x_bytes});
 }
 
 int64_t fp8_gemv_ldx(int64_t cols) { return (cols + kFp8Block - 1) / kFp8Block * kFp8Block; }
@@ -128,8 +146,11 @@ enum class Path {
 
 Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa) {
   const Fp8Tuning t = fp8_tuning();
-  const int64_t x_bytes = n * fp8_gemv_ldx(cols) * (act_bf16 && isa == Isa::avx512 ? 2 : 4);
-  const bool gemv = n <= t.gemv_max_n && (n == 1 || x_bytes <= t.gemv_max_x_bytes);
+  // The bf16 gemv (AVX-512 BF16, bf16 activations) and the gemvs on f32 x have their own limits.
+  const bool x_bf16 = act_bf16 && isa == Isa::avx512;
+  const int64_t max_n = x_bf16 ? t.gemv_max_n : t.gemv_f32_max_n;
+  const int64_t max_x = x_bf16 ? t.gemv_max_x_bytes : t.gemv_f32_max_x_bytes;
+  const bool gemv = n <= max_n && (n == 1 || n * fp8_gemv_ldx(cols) * (x_bf16 ? 2 : 4) <= max_x);
   switch (isa) {
     case Isa::avx512:
       if (!act_bf16) return gemv ? Path::avx512_gemv : Path::avx512_tile_f32;

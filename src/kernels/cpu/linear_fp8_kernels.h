@@ -81,21 +81,29 @@ void fp8_dequant_rows_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r
 void fp8_rows_unscaled_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
 void fp8_dequant_rows_f32_scalar(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
 
-// Tuning (benchmarks and tests only; defaults in linear_fp8.cpp):
+// Tuning (benchmarks and tests only; defaults in linear_fp8.cpp). The choice changes the time,
+// never the result (the orders above).
 //   gemv_lut   AVX-512 with bf16 activations: 2 = the byte-table gemv where the CPU has VBMI;
 //              any other value, or no VBMI: no gemv (the tiles take every n)
-//   gemv_max_n largest n that takes the gemv path (above it: tiles)
+//   gemv_max_n largest n that takes the AVX-512 BF16 gemv (bf16 activations; above it: tiles)
 //   tile_rows  rows dequantized per tile (a multiple of 16)
-//   gemv_max_x_bytes  for n >= 2, the gemv path also needs the n rows of x (as the gemv stores
-//              them) within this many bytes; the gemv reloads them for every W row
-// A negative value leaves that setting unchanged.
+//   gemv_max_x_bytes  for n >= 2, that gemv also needs the n rows of x (bf16, as the gemv
+//              stores them) within this many bytes; the gemv reloads them for every 4 W rows
+//   gemv_f32_max_n, gemv_f32_max_x_bytes  the same for the gemvs on f32 x (AVX2 in both
+//              precisions, AVX-512 with f32 activations)
 struct Fp8Tuning {
   int gemv_lut;
   int64_t gemv_max_n;
   int64_t tile_rows;
   int64_t gemv_max_x_bytes;
+  int64_t gemv_f32_max_n;
+  int64_t gemv_f32_max_x_bytes;
 };
 Fp8Tuning fp8_tuning();
+// Every field as given (a negative value leaves that setting unchanged): restores a saved tuning.
+void set_fp8_tuning(const Fp8Tuning& t);
+// gemv_max_n and gemv_max_x_bytes set both gemvs' limits; a negative value leaves that setting
+// unchanged.
 void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows, int64_t gemv_max_x_bytes = -1);
 
 }  // namespace afd::kernels::detail

@@ -120,7 +120,7 @@ void check_fp8(ActPrecision prec, const std::string& what) {
 // Restores the FP8 tuning when a test ends.
 struct Fp8TuningGuard {
   detail::Fp8Tuning saved = detail::fp8_tuning();
-  ~Fp8TuningGuard() { detail::set_fp8_tuning(saved.gemv_lut, saved.gemv_max_n, saved.tile_rows, saved.gemv_max_x_bytes); }
+  ~Fp8TuningGuard() { detail::set_fp8_tuning(saved); }
 };
 
 constexpr int64_t kAlways = int64_t{1} << 40;
@@ -136,8 +136,7 @@ TEST(LinearFp8Invariance, Avx2EveryPathAndTuning) {
     check_fp8(prec, "avx2 gemv");
     detail::set_fp8_tuning(-1, 0, 48, 0);  // the tiles at every n
     check_fp8(prec, "avx2 tiles");
-    detail::set_fp8_tuning(guard.saved.gemv_lut, guard.saved.gemv_max_n, guard.saved.tile_rows,
-                           guard.saved.gemv_max_x_bytes);
+    detail::set_fp8_tuning(guard.saved);
   }
 }
 
@@ -206,8 +205,7 @@ TEST(LinearFp8Invariance, Avx512SharesTheBf16Order) {
             << "tiles vs linear bf16, " << shape_name(s) << " n=" << n << (acc ? " acc" : "");
       }
       detail::set_linear_pairs_min_n(pairs_saved);
-      detail::set_fp8_tuning(guard.saved.gemv_lut, guard.saved.gemv_max_n, guard.saved.tile_rows,
-                             guard.saved.gemv_max_x_bytes);
+      detail::set_fp8_tuning(guard.saved);
     }
   }
 }
