@@ -15,9 +15,9 @@
 #include <cmath>
 
 #include "core/dtype.h"
+#include "kernels/cpu/hsum.h"
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/row_streams.h"
-#include "kernels/cpu/hsum.h"
 
 #define AFD_AVX2 __attribute__((target("avx2,fma,f16c")))
 

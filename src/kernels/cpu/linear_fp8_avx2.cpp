@@ -1,8 +1,9 @@
 // AVX2 + FMA + F16C kernels for linear_fp8() (see linear_fp8_kernels.h): the portable fast
 // path for CPUs without AVX-512. e4m3 -> f32 goes through IEEE half exactly, as in the
 // AVX-512 file (linear_fp8_avx512.cpp explains the bit layout); the 2^8 it leaves is folded
-// into the block scale. W is never read past its end: the gemv converts whole groups of 8
-// columns and the last cols % 8 one by one, the dequantization copies them to a zeroed buffer.
+// into the block scale, which the gemv and the tiles apply to x (linear_fp8_kernels.h). W is
+// never read past its end: the gemv converts whole groups of 8 columns and the last cols % 8
+// one by one, the dequantization copies them to a zeroed buffer.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -11,10 +12,10 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/hsum.h"
 #include "kernels/cpu/linear_fp8_kernels.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/row_streams.h"
-#include "kernels/cpu/hsum.h"
 
 #define AFD_AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -97,22 +98,36 @@ AFD_AVX2 void gemv_tile(const uint8_t* const* w, const int64_t* left, int64_t co
     }
 }
 
-// Rows [r0, r1) of one scale row, token block of T (xs prescaled for it): sets of R rows from R
-// sequential streams (stream_sets); r_end: the end of the call's rows (prefetch bound).
-template <int R, int T>
-AFD_AVX2 void gemv_rows(const float* xs, int64_t ldx, const uint8_t* q, int64_t cols, int64_t r0, int64_t r1,
-                        int64_t r_end, float* y, int64_t ldy, bool acc) {
+// Rows [r0, r1) of one scale row, all n tokens (xs [n, ldx] prescaled for it): sets of R rows
+// from R sequential streams (stream_sets), each set for the token blocks of <= kMaxT while its
+// rows are in L1; r_end: the end of the call's rows (prefetch bound).
+template <int R>
+AFD_AVX2 void gemv_rows(const float* xs, int64_t n, int64_t ldx, const uint8_t* q, int64_t cols, int64_t r0,
+                        int64_t r1, int64_t r_end, float* y, int64_t ldy, bool acc) {
   stream_sets<R>(r0, r1, [&](int rn, const int64_t* rows) {
     const uint8_t* wr[R];
     int64_t left[R];
-    float* yr[R];
     for (int k = 0; k < rn; ++k) {
       wr[k] = q + rows[k] * cols;
       left[k] = (r_end - rows[k]) * cols;
-      yr[k] = y + rows[k];
     }
-    if (rn == R) gemv_tile<R, T>(wr, left, cols, xs, ldx, yr, ldy, acc);
-    else gemv_tile<1, T>(wr, left, cols, xs, ldx, yr, ldy, acc);
+    for (int64_t i = 0; i < n; i += kMaxT) {
+      float* yr[R];
+      for (int k = 0; k < rn; ++k) yr[k] = y + i * ldy + rows[k];
+      const float* xi = xs + i * ldx;
+      const int64_t t = std::min<int64_t>(kMaxT, n - i);
+      if (rn == R) {
+        if (t == 1) gemv_tile<R, 1>(wr, left, cols, xi, ldx, yr, ldy, acc);
+        else if (t == 2) gemv_tile<R, 2>(wr, left, cols, xi, ldx, yr, ldy, acc);
+        else if (t == 3) gemv_tile<R, 3>(wr, left, cols, xi, ldx, yr, ldy, acc);
+        else gemv_tile<R, 4>(wr, left, cols, xi, ldx, yr, ldy, acc);
+      } else {
+        if (t == 1) gemv_tile<1, 1>(wr, left, cols, xi, ldx, yr, ldy, acc);
+        else if (t == 2) gemv_tile<1, 2>(wr, left, cols, xi, ldx, yr, ldy, acc);
+        else if (t == 3) gemv_tile<1, 3>(wr, left, cols, xi, ldx, yr, ldy, acc);
+        else gemv_tile<1, 4>(wr, left, cols, xi, ldx, yr, ldy, acc);
+      }
+    }
   });
 }
 
@@ -154,18 +169,8 @@ AFD_AVX2 void fp8_gemv_avx2(const float* xf, int64_t n, int64_t ldx, const Fp8Bl
   for (int64_t r = r0, re; r < r1; r = re) {
     re = fp8_scale_run_end(w, r, r1);
     prescale_x_fp8(xf, n, ldx, cols, fp8_scale_row(w, r), xs, ldx);
-    // Token blocks of up to 4, each over the run's rows in sets of 4 (independent FMA chains to
-    // cover the FMA latency).
-    for (int64_t i = 0; i < n; i += kMaxT) {
-      const float* xi = xs + i * ldx;
-      float* yi = y + i * ldy;
-      switch (std::min<int64_t>(kMaxT, n - i)) {
-        case 1: gemv_rows<4, 1>(xi, ldx, w.q, cols, r, re, r1, yi, ldy, acc); break;
-        case 2: gemv_rows<4, 2>(xi, ldx, w.q, cols, r, re, r1, yi, ldy, acc); break;
-        case 3: gemv_rows<4, 3>(xi, ldx, w.q, cols, r, re, r1, yi, ldy, acc); break;
-        default: gemv_rows<4, 4>(xi, ldx, w.q, cols, r, re, r1, yi, ldy, acc); break;
-      }
-    }
+    // 4 rows at a time: independent FMA chains to cover the FMA latency.
+    gemv_rows<4>(xs, n, ldx, w.q, cols, r, re, r1, y, ldy, acc);
   }
 }
 

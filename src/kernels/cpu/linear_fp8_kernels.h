@@ -2,12 +2,13 @@
 // public contract; tests reach them through linear_fp8() and set_isa_limit().
 //
 // Two shapes of work:
-//   gemv  few tokens: each W row is read once from memory, each 128-column block converted
-//         in registers and dotted with up to 4 tokens' x at a time (the row stays in L1 for
-//         the next group of 4).
-//   tile  many tokens: a tile of W rows is dequantized once (scale applied) into a per-thread
-//         bf16 or f32 buffer and handed to linear()'s tile kernels (linear_kernels.h), which
-//         reuse it across all tokens.
+//   gemv  few tokens: each W row is read once from memory, converted in registers and dotted
+//         with up to 4 tokens' x at a time (the rows stay in L1 for the next group of 4); the
+//         bf16 and AVX2 gemvs take 4 rows at a time from 4 sequential streams of the thread's
+//         rows.
+//   tile  many tokens: a tile of W rows is dequantized once into a per-thread bf16 or f32
+//         buffer and handed to linear()'s tile kernels (linear_kernels.h), which reuse it
+//         across all tokens.
 //
 // Batch invariance: in bf16 mode (the fast precision) on AVX-512 and in both modes on AVX2,
 // each output y[i, r] is a function of x[i], W's row r, cols and the ISA level only (not of n,
