@@ -217,9 +217,9 @@ TEST(LinearFp8Invariance, DISABLED_Avx512DefaultDispatch) {
   check_fp8(ActPrecision::bf16, "avx512 default");
 }
 
-// linear()'s AVX2 tiles, bf16 and f32 weights. Through linear() below the OpenBLAS hand-off
-// (n < 64 by default); the row kernels directly at every n, their rows split at odd places as a
-// pool's chunks would split them.
+// linear()'s AVX2 tiles, bf16 and f32 weights: through linear() at every n, the OpenBLAS
+// hand-off (n >= 64 by default, not batch-invariant) switched off by its knob from n = 64 on; and
+// the row kernels directly, their rows split at odd places as a pool's chunks would split them.
 TEST(LinearAvx2Invariance, TilesEveryN) {
   if (detected_isa() < Isa::avx2) GTEST_SKIP() << "no AVX2";
   IsaLimitGuard isa(Isa::avx2);
@@ -239,9 +239,7 @@ TEST(LinearAvx2Invariance, TilesEveryN) {
             expect_invariant(
                 s.rows, s.cols,
                 [&](const float* x, int64_t n, int64_t xs, float* y, int64_t ys) {
-                  if (n >= 64) {  // the OpenBLAS hand-off: compare the tiles only
-                    detail::set_linear_blas_min_n(dt == DType::bf16, prec == ActPrecision::bf16, int64_t{1} << 40);
-                  }
+                  if (n >= 64) detail::set_linear_blas_min_n(dt == DType::bf16, prec == ActPrecision::bf16, kAlways);
                   linear(x, n, xs, w, dt, s.rows, s.cols, y, ys, prec, pool, acc);
                   detail::set_linear_blas_min_n(dt == DType::bf16, prec == ActPrecision::bf16, -1);
                 },
