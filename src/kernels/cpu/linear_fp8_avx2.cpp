@@ -106,18 +106,9 @@ AFD_AVX2 void gemv_rows(const float* xs, int64_t n, int64_t ldx, const uint8_t* 
       float* yr[R];
       for (int k = 0; k < rn; ++k) yr[k] = y + i * ldy + rows[k];
       const float* xi = xs + i * ldx;
-      const int64_t t = std::min<int64_t>(kMaxT, n - i);
-      if (rn == R) {
-        if (t == 1) gemv_tile<R, 1>(wr, cols, xi, ldx, yr, ldy, acc);
-        else if (t == 2) gemv_tile<R, 2>(wr, cols, xi, ldx, yr, ldy, acc);
-        else if (t == 3) gemv_tile<R, 3>(wr, cols, xi, ldx, yr, ldy, acc);
-        else gemv_tile<R, 4>(wr, cols, xi, ldx, yr, ldy, acc);
-      } else {
-        if (t == 1) gemv_tile<1, 1>(wr, cols, xi, ldx, yr, ldy, acc);
-        else if (t == 2) gemv_tile<1, 2>(wr, cols, xi, ldx, yr, ldy, acc);
-        else if (t == 3) gemv_tile<1, 3>(wr, cols, xi, ldx, yr, ldy, acc);
-        else gemv_tile<1, 4>(wr, cols, xi, ldx, yr, ldy, acc);
-      }
+      with_tile_shape<R>(rn, std::min<int64_t>(kMaxT, n - i), [&](auto rr, auto tt) {
+        gemv_tile<decltype(rr)::value, decltype(tt)::value>(wr, cols, xi, ldx, yr, ldy, acc);
+      });
     }
   });
 }

@@ -291,18 +291,9 @@ AFD_AVX512_VBMI void gemv_rows_dp(const uint16_t* tabs, const uint16_t* xb, int6
       float* yr[R];
       for (int k = 0; k < rn; ++k) yr[k] = y + i * ldy + rows[k];
       const uint16_t* xi = xb + i * ldx;
-      const int64_t t = std::min<int64_t>(kMaxT, n - i);
-      if (rn == R) {
-        if (t == 1) gemv_tile_dp<R, 1>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
-        else if (t == 2) gemv_tile_dp<R, 2>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
-        else if (t == 3) gemv_tile_dp<R, 3>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
-        else gemv_tile_dp<R, 4>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
-      } else {
-        if (t == 1) gemv_tile_dp<1, 1>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
-        else if (t == 2) gemv_tile_dp<1, 2>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
-        else if (t == 3) gemv_tile_dp<1, 3>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
-        else gemv_tile_dp<1, 4>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
-      }
+      with_tile_shape<R>(rn, std::min<int64_t>(kMaxT, n - i), [&](auto rr, auto tt) {
+        gemv_tile_dp<decltype(rr)::value, decltype(tt)::value>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
+      });
     }
   });
 }

@@ -1,8 +1,10 @@
 // Internal: the stream partition of a thread's W rows, shared by the row kernels that work on S
-// rows at a time (linear_avx2.cpp, linear_fp8_avx2.cpp, linear_fp8_avx512.cpp).
+// rows at a time (linear_avx2.cpp, linear_fp8_avx2.cpp, linear_fp8_avx512.cpp), and the choice
+// of their tile instantiation.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace afd::kernels::detail {
 
@@ -19,6 +21,21 @@ inline void stream_sets(int64_t r0, int64_t r1, F&& f) {
     f(S, rows);
   }
   for (int64_t r = r0 + S * q; r < r1; ++r) f(1, &r);
+}
+
+// For a row set of rn rows (S, or 1 for a row left over) and t tokens (1..4): calls
+// f(std::integral_constant<int, rows>{}, std::integral_constant<int, tokens>{}), so that f can
+// pick a tile instantiation.
+template <int S, class F>
+inline void with_tile_shape(int rn, int64_t t, F&& f) {
+  auto tokens = [&](auto rows) {
+    if (t == 1) f(rows, std::integral_constant<int, 1>{});
+    else if (t == 2) f(rows, std::integral_constant<int, 2>{});
+    else if (t == 3) f(rows, std::integral_constant<int, 3>{});
+    else f(rows, std::integral_constant<int, 4>{});
+  };
+  if (rn == S) tokens(std::integral_constant<int, S>{});
+  else tokens(std::integral_constant<int, 1>{});
 }
 
 }  // namespace afd::kernels::detail
