@@ -353,7 +353,7 @@ int run_fp8_weights(int threads, bool quick) {
       r.fp8_s = std::min(r.fp8_s, time_cold([&] {
         linear_fp8(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows, ActPrecision::bf16, &pool);
       }, fs.count, min_s));
-      detail::set_fp8_tuning(def.gemv_lut, def.gemv_max_n, def.tile_rows, def.gemv_max_x_bytes);
+      detail::set_fp8_tuning(def);
     }
   }
   const double bw = measure_read_bandwidth(pool);

@@ -110,6 +110,10 @@ void rows_fma_f32w_avx512(const float* x, int64_t n, int64_t ldx, const float* w
                           int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
                           const LinearAvx512Tuning& tuning = {}, bool canonical = false);
 // AVX2 + FMA: x [n, ldx] f32 (prep_x_f32 layout or the caller's); w bf16 or f32.
+// Order of every output (the AVX2 order; any n, token, tile or row split): one 8-lane f32
+// accumulator, lane j takes column 8k + j of every whole group k of 8 columns in ascending k,
+// acc = fma(w, x, acc); s = hsum8(acc) (hsum.h); then s = fma(w[c], x[c], s) for the
+// last cols % 8 columns in ascending c; y = y + s (accumulate) or s. bf16 w is widened exactly.
 void rows_fma_bf16w_avx2(const float* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
 void rows_fma_f32w_avx2(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
