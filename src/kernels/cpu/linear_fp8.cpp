@@ -181,7 +181,7 @@ const char* path_name(Path p) {
 }  // namespace
 
 void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows, int64_t cols,
-                float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate) {
+                float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate, LinearOrder order) {
   AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0);
   AFD_CHECK(n <= 1 || (x_stride >= cols && y_stride >= rows), "linear_fp8: row strides shorter than rows");
   AFD_CHECK(w.row_offset >= 0 && w.row_offset < kFp8Block, "linear_fp8: row_offset outside [0, 128)");
@@ -223,7 +223,7 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
     case Path::avx512_tile_pairs: {
       ldx = (cols + 31) / 32 * 32;
       uint16_t* p = xb_buf.get(static_cast<size_t>((n + 15) / 16 * 16 * ldx));
-      prep_x_bf16_pairs(x, n, x_stride, cols, p, ldx);
+      prep_x_bf16_pairs(x, n, x_stride, cols, p, ldx, order == LinearOrder::batch_invariant);
       xb = p;
       break;
     }
@@ -264,7 +264,8 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
         case Path::avx512_tile_pairs: {
           uint16_t* t = wb_buf.get(static_cast<size_t>(nr * cols));
           fp8_dequant_rows_bf16_avx512(w, cols, rt, rt + nr, t);
-          rows_dp_bf16_pairs_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
+          rows_dp_bf16_pairs_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate,
+                                    order == LinearOrder::batch_invariant);
           break;
         }
         case Path::avx512_tile_f32: {

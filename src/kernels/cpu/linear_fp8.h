@@ -41,9 +41,10 @@ struct Fp8BlockWeights {
 // x and the ISA level, not on n, the token's index or the other tokens: batch-invariant
 // (linear_fp8_kernels.h states the orders; on AVX-512 the many-token tiles inherit it from
 // linear()'s bf16 kernels).
+// order: as linear()'s (ops.h); the many-token AVX-512 tiles take linear()'s pairs kernel in it.
 void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows,
                 int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
-                bool accumulate = false);
+                bool accumulate = false, LinearOrder order = LinearOrder::fastest);
 
 // Name of the implementation linear_fp8() uses for this call shape, e.g. "avx512_fp8_gemv_lut8",
 // "avx512_fp8_tile_bf16", "avx512_fp8_tile_pairs", "avx2_fp8_gemv", "scalar_fp8" (benchmarks and reports).

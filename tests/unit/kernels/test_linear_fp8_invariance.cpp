@@ -101,7 +101,7 @@ std::string shape_name(const Shape& s) {
 }
 
 // linear_fp8 at the current ISA level and tuning, every shape, pools of 1 / 2 / 3, acc on and off.
-void check_fp8(ActPrecision prec, const std::string& what) {
+void check_fp8(ActPrecision prec, const std::string& what, LinearOrder order = LinearOrder::fastest) {
   ThreadPool p2(2), p3(3);
   for (const Shape& s : kShapes) {
     const Fp8Problem p = make_fp8(s, 7 + static_cast<uint32_t>(s.cols));
@@ -110,7 +110,7 @@ void check_fp8(ActPrecision prec, const std::string& what) {
         expect_invariant(
             s.rows, s.cols,
             [&](const float* x, int64_t n, int64_t xs, float* y, int64_t ys) {
-              linear_fp8(x, n, xs, p.w(), s.rows, s.cols, y, ys, prec, pool, acc);
+              linear_fp8(x, n, xs, p.w(), s.rows, s.cols, y, ys, prec, pool, acc, order);
             },
             what + " " + shape_name(s) + " threads=" + std::to_string(pool ? pool->size() : 1) +
                 (acc ? " acc" : "") + (prec == ActPrecision::bf16 ? " act=bf16" : " act=f32"));
@@ -210,11 +210,11 @@ TEST(LinearFp8Invariance, Avx512SharesTheBf16Order) {
   }
 }
 
-// The default AVX-512 dispatch at every n: holds once linear()'s bf16 kernels (small-n tiles,
-// pairs) all follow the bf16 order of linear_kernels.h.
-TEST(LinearFp8Invariance, DISABLED_Avx512DefaultDispatch) {
+// The AVX-512 dispatch at every n in the batch-invariant order: the many-token tiles take
+// linear()'s canonical pairs kernel (the fastest order's one-chain pairs kernel is not invariant).
+TEST(LinearFp8Invariance, Avx512BatchInvariantOrder) {
   if (detected_isa() < Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16";
-  check_fp8(ActPrecision::bf16, "avx512 default");
+  check_fp8(ActPrecision::bf16, "avx512 batch-invariant", LinearOrder::batch_invariant);
 }
 
 // linear()'s AVX2 tiles, bf16 and f32 weights: through linear() at every n, the OpenBLAS
