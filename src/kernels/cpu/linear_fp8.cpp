@@ -144,7 +144,7 @@ enum class Path {
   avx512_tile_f32
 };
 
-Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa) {
+Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa, LinearOrder order = LinearOrder::fastest) {
   const Fp8Tuning t = fp8_tuning();
   // The bf16 gemv (AVX-512 BF16, bf16 activations) and the gemvs on f32 x have their own limits.
   const bool x_bf16 = act_bf16 && isa == Isa::avx512;
@@ -153,7 +153,9 @@ Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa) {
   const bool gemv = n <= max_n && (n == 1 || n * fp8_gemv_ldx(cols) * (x_bf16 ? 2 : 4) <= max_x);
   switch (isa) {
     case Isa::avx512:
-      if (!act_bf16) return gemv ? Path::avx512_gemv : Path::avx512_tile_f32;
+      // f32 activations: the gemv scales 128-column partial sums, the tiles each weight; in the
+      // batch-invariant order the tiles take every n (linear()'s canonical f32-weight order).
+      if (!act_bf16) return gemv && order == LinearOrder::fastest ? Path::avx512_gemv : Path::avx512_tile_f32;
       // bf16 activations: the byte-table gemv needs VBMI; without it the tiles take every n.
       if (gemv && t.gemv_lut == 2 && cpu_has_avx512_vbmi()) return Path::avx512_gemv_lut8;
       // Many tokens: the dequantized tiles go to linear()'s "pairs" kernel, as bf16 W would.
@@ -188,7 +190,7 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
   AFD_CHECK(w.scale_stride >= (cols + kFp8Block - 1) / kFp8Block, "linear_fp8: scale_stride below the block count");
   if (n == 0 || rows == 0) return;
   const bool act_bf16 = prec == ActPrecision::bf16;
-  const Path path = choose_path(n, cols, act_bf16, active_isa());
+  const Path path = choose_path(n, cols, act_bf16, active_isa(), order);
   const int64_t tile_rows = fp8_tuning().tile_rows;
 
   // Activations, prepared once on the calling thread.
@@ -271,7 +273,8 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
         case Path::avx512_tile_f32: {
           float* t = wf_buf.get(static_cast<size_t>(nr * cols));
           fp8_dequant_rows_f32_avx512(w, cols, rt, rt + nr, t);
-          rows_fma_f32w_avx512(xf, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
+          rows_fma_f32w_avx512(xf, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate, {},
+                               order == LinearOrder::batch_invariant);
           break;
         }
         case Path::avx2_tile: {
