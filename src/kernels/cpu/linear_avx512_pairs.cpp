@@ -36,7 +36,7 @@ constexpr int kR = 6;   // W rows per register tile
 constexpr int kTB = 4;  // 16-token blocks per register tile
 // The canonical kernel copies each tile's W class-major (transpose_w_classes) on rows longer than
 // this: hot, one thread, n = 128, against the one-chain kernel, the copy took the 16 passes from
-// 1.40 to 1.13 of its time at 4096 columns and from 1.30 to 1.25 at 2048, but from 1.13 to 1.26
+// 1.40 to 1.13 of its time at 4096 columns and from 1.31 to 1.17 at 2048, but from 1.13 to 1.26
 // at 768, where the tile's W stays in L1 between passes anyway.
 constexpr int64_t kTransposeMinCols = 1024;
 
