@@ -23,11 +23,12 @@ enum class ActPrecision : uint8_t { f32, bf16 };
 //     accumulator chain per element instead of the canonical 16.
 //   batch_invariant: y[i, r] depends on x[i], W[r], cols, the dtypes, the precision and the ISA
 //     level only: never on n, the other tokens, i, the split of the rows or the pool. Holds for
-//     bf16 activations (fast precision): AVX-512 BF16 with bf16 weights (the canonical order of
-//     kernels/cpu/linear_kernels.h), the scalar path (one sequential sum per element), and AVX2
-//     as far as its tiles' order does not depend on n (linear_avx2.cpp); not for f32 activations.
-//     Costs prefill speed: the canonical pairs kernel takes 1.13-1.2x the one-chain one's time
-//     (AVX-512 BF16, n >= 32), and AVX2 gives up sgemm at n >= 64.
+//     every weight dtype and precision at every ISA level: AVX-512 BF16 with bf16 activations (the
+//     canonical order of kernels/cpu/linear_kernels.h), AVX-512 with f32 activations (the 4-row
+//     FMA tiles at every n, n = 1 included), the AVX2 tiles (one order at every n), the scalar
+//     path (one sequential sum per element); FP8 weights as linear_fp8.h states. Costs prefill
+//     speed: the canonical pairs kernel takes 1.13-1.2x the one-chain one's time (AVX-512 BF16,
+//     n >= 32), and AVX2 gives up sgemm at n >= 64.
 enum class LinearOrder : uint8_t { fastest, batch_invariant };
 
 // y[i, r] = sum_c x[i, c] * W[r, c]  for i < n, r < rows.
