@@ -37,11 +37,12 @@ struct Fp8BlockWeights {
 // scaling (round_bf16(fp8 * scale)), as a bf16 checkpoint of the dequantized weights would hold,
 // on every path.
 // The result for a row never depends on the pool's size, so every FFN sharding computes the
-// same numbers. With bf16 activations (and on AVX2 with f32 too) it depends only on the row, its
-// x and the ISA level, not on n, the token's index or the other tokens: batch-invariant
-// (linear_fp8_kernels.h states the orders; on AVX-512 the many-token tiles inherit it from
-// linear()'s bf16 kernels).
-// order: as linear()'s (ops.h); the many-token AVX-512 tiles take linear()'s pairs kernel in it.
+// same numbers. With order = batch_invariant it depends only on the row, its x and the ISA
+// level, not on n, the token's index or the other tokens (linear_fp8_kernels.h states the
+// orders): the many-token AVX-512 bf16 tiles take linear()'s canonical pairs kernel, and f32
+// activations on AVX-512 take the tiles at every n (the gemv, which scales block partial sums,
+// only in the fastest order). With order = fastest that holds for bf16 activations below
+// linear()'s pairs threshold and on AVX2.
 void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows,
                 int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
                 bool accumulate = false, LinearOrder order = LinearOrder::fastest);

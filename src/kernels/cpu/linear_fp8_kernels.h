@@ -29,8 +29,9 @@
 //         registers, the tiles store it (fp8_rows_unscaled_f32_avx2) and split at scale rows.
 // The per-128-column block scales are thus applied per product term, before the sum, on both
 // levels (to W on AVX-512, to x on AVX2, where a per-weight multiply costs the gemv ~15 %).
-// AVX-512 in f32 mode (the reference precision) is not covered: its gemv scales each block's
-// partial sums, its tiles each weight.
+// AVX-512 in f32 mode (the reference precision): its gemv scales each block's partial sums, its
+// tiles each weight, so only LinearOrder::batch_invariant (the tiles at every n, in linear()'s
+// canonical f32-weight order) is batch-invariant there.
 #pragma once
 
 #include <cstdint>
