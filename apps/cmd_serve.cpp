@@ -192,6 +192,7 @@ void serve_spawned(const ServeFlags& f) {
                                      std::to_string(server.admission.max_waiting)};
     if (!e.microbatches.empty()) args.insert(args.end(), {"--microbatches", e.microbatches});
     if (e.no_prefix_cache) args.push_back("--no-prefix-cache");
+    if (e.options.deterministic) args.push_back("--deterministic");
     if (!e.trace.empty()) {
       trace_parts.push_back(trace_part_path(e.trace, "attention", i));
       args.insert(args.end(), {"--trace", trace_parts.back(), "--trace-max-spans", std::to_string(e.trace_max_spans)});

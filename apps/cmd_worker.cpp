@@ -59,6 +59,9 @@ Status check_ffn(const WorkerFlags& f, int* shard, int* n_shards, Precision* pre
   AFD_RETURN_IF_ERROR(parse_shard(f.shard, shard, n_shards));
   if (!precision_from_name(f.engine.precision, prec)) return invalid_argument("--precision: reference | fast");
   if (f.n_attention < 1 || f.n_attention > 64) return invalid_argument("--attention must be in [1, 64]");
+  if (f.engine.options.deterministic && f.engine.options.ffn_device == "cuda")
+    return invalid_argument("--deterministic needs the CPU FFN: the CUDA FFN's results depend on the batch "
+                            "(use --ffn-device cpu)");
   if (f.engine.options.afd.ffn_tp < 1 || *n_shards % f.engine.options.afd.ffn_tp != 0)
     return invalid_argument("--ffn-tp " + std::to_string(f.engine.options.afd.ffn_tp) + " does not divide the " +
                             std::to_string(*n_shards) + " FFN workers of --shard " + f.shard);
@@ -86,6 +89,7 @@ void run_ffn(const WorkerFlags& f) {
   fo.n_ffn = n_shards;
   fo.n_attention = f.n_attention;
   fo.prec = prec == Precision::reference ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
+  fo.batch_invariant = f.engine.options.deterministic;
   fo.peer_timeout_ms = f.peer_timeout_ms;
   fo.tp = f.engine.options.afd.ffn_tp;
   fo.device = f.engine.options.ffn_device;
@@ -108,9 +112,10 @@ void run_ffn(const WorkerFlags& f) {
     const serve::FfnWorkerSample sample = serve::ffn_worker_sample(**worker);
     auto st = serve::StatusServer::start(
         so, [sample] { return serve::render_ffn_worker_metrics({&sample, 1}, now_ns()); },
-        [sample] {
+        [sample, deterministic = f.engine.options.deterministic] {
           // tokens / expert_rows: the worker's counters for `afd bench --spawn-ffn`.
-          return std::make_pair(200, "{\"status\":\"ok\",\"role\":\"ffn\",\"attention_serving\":" +
+          return std::make_pair(200, "{\"status\":\"ok\",\"role\":\"ffn\",\"deterministic\":" +
+                                         std::string(deterministic ? "true" : "false") + ",\"attention_serving\":" +
                                          std::to_string(sample.stats->attention_serving.load()) +
                                          ",\"attention_expected\":" + std::to_string(sample.info.n_attention) +
                                          ",\"tokens\":" + std::to_string(sample.stats->tokens.load()) +

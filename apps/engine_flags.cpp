@@ -15,6 +15,10 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
   if (model_required) m->required();
   cmd->add_option("--precision", precision, "reference (f32 activations, f32 KV) | fast (bf16 activations)")
       ->envname("AFD_PRECISION");
+  cmd->add_flag("--deterministic", options.deterministic,
+                "Batch-invariant inference: a sequence's tokens and logprobs are bit-identical whatever else is "
+                "batched with it, the wiring and the threads (fast precision too)")
+      ->envname("AFD_DETERMINISTIC");
   cmd->add_option("--kv-dtype", kv_dtype, "KV cache type in fast precision: bf16 | fp8")->envname("AFD_KV_DTYPE");
   cmd->add_option("--kv-capacity", options.kv.capacity_tokens, "KV cache capacity in tokens (0: auto)")
       ->envname("AFD_KV_CAPACITY");

@@ -17,6 +17,7 @@ Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, 
                                      "--attention", std::to_string(n_attention), "--precision", e.precision,
                                      "--ffn-device", e.options.ffn_device, "--peer-timeout-ms",
                                      std::to_string(e.ffn_peer_timeout_ms)};
+    if (e.options.deterministic) args.push_back("--deterministic");
     if (e.options.afd.ffn_tp > 1) {
       args.push_back("--ffn-tp");
       args.push_back(std::to_string(e.options.afd.ffn_tp));

@@ -16,6 +16,7 @@
 #include "reload_on_hangup.h"
 #include "runtime/bundle.h"
 #include "runtime/afd/ffn_client.h"
+#include "runtime/system_fingerprint.h"
 #include "serve/frontend/proxy_client.h"
 #include "serve/metrics/ffn_metrics.h"
 #include "serve/metrics/metrics.h"
@@ -296,12 +297,14 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   }
   // Data-parallel attention workers: one engine each, sharing the compute threads.
   std::vector<std::unique_ptr<Engine>> engines;
+  std::string numerics;  // system_fingerprint of the engines (one model, one set of options)
   for (int w = 0; w < f.workers; ++w) {
     EngineOptions eo = opt;
     if (f.workers > 1 && eo.n_threads == 0)
       eo.n_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / f.workers);
     auto weights = load_model(eo.model_dir);
     if (!weights.ok()) fail(cmd, weights.status());
+    if (w == 0) numerics = system_fingerprint(**weights, eo);
     auto e = make_engine(eo, *weights);
     if (!e.ok()) fail(cmd, e.status());
     engines.push_back(std::move(*e));
@@ -309,6 +312,8 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   serve::ServiceOptions so = f.options;
   so.server = f.server();
   so.model_dir = opt.model_dir;
+  so.system_fingerprint = numerics;
+  so.deterministic = opt.deterministic;
   // In-process bundles' FFN workers (owned by the engines, which the service keeps alive):
   // their afd_ffn_* series join the service's /metrics, labelled ffn="<engine>.<shard>".
   std::vector<serve::FfnWorkerSample> ffn_samples;

@@ -1,7 +1,7 @@
 // bench_kernels: times the CPU kernels against the machine limits measured in the same run.
 //   bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights]
 //                 [--fp8-dequant [--shapes ROWS,COLS,..] [--rounds R]]
-//                 [--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R]]
+//                 [--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R] [--row-streams S]]
 // Prints a Markdown table: kernel path, W shape, n, precision, time per call, GB/s of W
 // streamed, GFLOP/s, fraction of the measured read bandwidth, of the library GEMM rate and of
 // the vector peak. Every case is timed in several rounds (best of 9 repetitions per round, best
@@ -22,13 +22,15 @@
 // KiB, < 1000) + 1e7 * (row chunk: 0 the default, 1 none, k >= 2 k * 16 KiB) of
 // detail::LinearAvx512Tuning (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n tiles,
 // 9 = the pairs kernel, which the other layouts switch off; 0 KiB = the default), interleaved in
-// each of R rounds (default 5).
+// each of R rounds (default 5); --row-streams S: LinearAvx512Tuning::row_streams (n = 1).
 #include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -351,7 +353,7 @@ int run_fp8_weights(int threads, bool quick) {
       r.fp8_s = std::min(r.fp8_s, time_cold([&] {
         linear_fp8(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows, ActPrecision::bf16, &pool);
       }, fs.count, min_s));
-      detail::set_fp8_tuning(def.gemv_lut, def.gemv_max_n, def.tile_rows, def.gemv_max_x_bytes);
+      detail::set_fp8_tuning(def);
     }
   }
   const double bw = measure_read_bandwidth(pool);
@@ -451,7 +453,7 @@ double time_calls_p10(const WeightSet& w, int64_t n, ThreadPool& pool, double mi
 // round, read bandwidth sampled before every round; per round the 10th percentile of
 // single-call times (time_calls_p10); median and range of those over the rounds.
 int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, const std::vector<int>& ns,
-                const std::vector<int>& shapes) {
+                const std::vector<int>& shapes, int row_streams) {
   const double cold = 256.0 * 1024 * 1024;
   std::vector<WeightSet> sets;
   sets.reserve(shapes.size() / 2);
@@ -477,6 +479,7 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
       detail::set_linear_pairs_min_n(row.variant % 10 == 9 ? 1 : int64_t{1} << 40);
       // 0 KiB (or a layout other than 0, 3, 4): the default.
       detail::LinearAvx512Tuning tuning;
+      tuning.row_streams = row_streams;
       const int layout = row.variant % 10;
       const int64_t x_bytes = int64_t{row.variant / 10 % 1000} * 1024;
       const int64_t pf_min = int64_t{row.variant / 10000 % 1000} * 1024;
@@ -512,7 +515,7 @@ int main(int argc, char** argv) {
   int threads = 2;
   bool quick = false, compare = false, tune = false, fp8 = false, fp8_weights = false, fp8_dequant = false;
   std::vector<int> small_n, small_ns = {1, 2, 4, 8, 16, 32}, shapes = {768, 2048, 2048, 768};
-  int rounds_arg = 5;
+  int rounds_arg = 5, row_streams = 1;
   bool shapes_given = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
@@ -523,6 +526,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--fp8-weights")) fp8_weights = true;
     else if (!std::strcmp(argv[i], "--fp8-dequant")) fp8_dequant = true;
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds_arg = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--row-streams") && i + 1 < argc) row_streams = std::atoi(argv[++i]);
     else if ((!std::strcmp(argv[i], "--small-n") || !std::strcmp(argv[i], "--ns") ||
               !std::strcmp(argv[i], "--shapes")) &&
              i + 1 < argc) {
@@ -541,7 +545,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune [--shapes ROWS,COLS,..]] [--fp8] "
           "[--fp8-weights] [--fp8-dequant [--shapes ..] [--rounds R]] [--small-n V,.. [--ns N,..] [--shapes "
-          "ROWS,COLS,..] [--rounds R]]\n");
+          "ROWS,COLS,..] [--rounds R] [--row-streams S]]\n");
       return 2;
     }
   }
@@ -550,7 +554,7 @@ int main(int argc, char** argv) {
   if (fp8_dequant)
     return run_fp8_dequant(rounds_arg, shapes_given ? shapes : std::vector<int>{512, 2048, 2048, 512, 1024, 7168});
   ThreadPool pool(threads);
-  if (!small_n.empty()) return run_small_n(pool, rounds_arg, small_n, small_ns, shapes);
+  if (!small_n.empty()) return run_small_n(pool, rounds_arg, small_n, small_ns, shapes, row_streams);
   if (tune) {
     // n == 1: prefetch distance x rows per tile, interleaved rounds (best of rounds), each round
     // also timing a plain read of 256 MiB as a noise reference. Shapes: --shapes when given
@@ -562,31 +566,35 @@ int main(int argc, char** argv) {
     else
       sets.push_back(make_weights(DType::bf16, 8192, 8192, 1));
     const int64_t pfs[] = {0, 1024, 4096, 8192, 16384};
-    const int rs[] = {1, 4, 8};
-    std::vector<std::array<std::array<std::array<double, 2>, 5>, 3>> best(sets.size());
+    // rows per tile (1: rows one at a time), and for 1 the row streams of bf16 x bf16.
+    const std::pair<int, int> rs[] = {{1, 1}, {1, 2}, {1, 4}, {4, 1}, {8, 1}};
+    constexpr int kModes = static_cast<int>(std::size(rs));
+    std::vector<std::array<std::array<std::array<double, 2>, 5>, kModes>> best(sets.size());
     double best_read = 0;
     for (int round = 0; round < 5; ++round) {
       best_read = std::max(best_read, measure_read_bandwidth(pool, size_t{256} << 20, 2));
       for (size_t si = 0; si < sets.size(); ++si)
-        for (int ri = 0; ri < 3; ++ri)
+        for (int ri = 0; ri < kModes; ++ri)
           for (int pi = 0; pi < 5; ++pi) {
             detail::LinearAvx512Tuning tuning;
             tuning.prefetch_bytes = pfs[pi];
-            tuning.rows_single = rs[ri];
+            tuning.rows_single = rs[ri].first;
+            tuning.row_streams = rs[ri].second;
             for (int pr = 0; pr < 2; ++pr) {
               Result r = time_linear(sets[si], 1, pr ? ActPrecision::f32 : ActPrecision::bf16, pool, 0.1, tuning);
               best[si][ri][pi][pr] = std::max(best[si][ri][pi][pr], sets[si].bytes_one() / r.sec_per_call);
             }
           }
     }
-    std::printf("plain read (256 MiB): %.2f GB/s\n| W [rows, cols] | rows/tile | prefetch B | bf16 act GB/s | f32 act GB/s |\n|---|---|---|---|---|\n",
-                best_read / 1e9);
+    std::printf(
+        "plain read (256 MiB): %.2f GB/s\n| W [rows, cols] | rows/tile | row streams | prefetch B | bf16 act GB/s | f32 act GB/s |\n|---|---|---|---|---|---|\n",
+        best_read / 1e9);
     for (size_t si = 0; si < sets.size(); ++si)
-      for (int ri = 0; ri < 3; ++ri)
+      for (int ri = 0; ri < kModes; ++ri)
         for (int pi = 0; pi < 5; ++pi)
-          std::printf("| [%lld, %lld] | %d | %lld | %.2f | %.2f |\n", static_cast<long long>(sets[si].rows),
-                      static_cast<long long>(sets[si].cols), rs[ri], static_cast<long long>(pfs[pi]),
-                      best[si][ri][pi][0] / 1e9, best[si][ri][pi][1] / 1e9);
+          std::printf("| [%lld, %lld] | %d | %d | %lld | %.2f | %.2f |\n", static_cast<long long>(sets[si].rows),
+                      static_cast<long long>(sets[si].cols), rs[ri].first, rs[ri].second,
+                      static_cast<long long>(pfs[pi]), best[si][ri][pi][0] / 1e9, best[si][ri][pi][1] / 1e9);
     return 0;
   }
   const double min_s = quick ? 0.03 : 0.1;

@@ -274,6 +274,7 @@ size_t encode_handshake(FrameKind kind, const Handshake& s, uint8_t* out) {
   put<uint16_t>(p, 56, s.n_parts);
   put<uint16_t>(p, 58, s.part_begin);
   put<uint16_t>(p, 60, s.part_end);
+  put<uint8_t>(p, 62, s.batch_invariant);
   FrameHeader h;
   h.kind = kind;
   h.payload_bytes = kHandshakeBytes;
@@ -321,6 +322,9 @@ Result<Handshake> decode_handshake(const uint8_t* data, size_t len, FrameKind ex
   s.n_parts = get<uint16_t>(p, 56);
   s.part_begin = get<uint16_t>(p, 58);
   s.part_end = get<uint16_t>(p, 60);
+  s.batch_invariant = get<uint8_t>(p, 62);
+  if (s.batch_invariant > 1)
+    return corrupt_data("handshake has unknown batch-invariant flag " + std::to_string(s.batch_invariant));
   if (s.role == Role::ffn && (s.tp_degree < 1 || s.tp_degree > 64 || s.tp_rank >= s.tp_degree)) {
     return corrupt_data("handshake has TP rank " + std::to_string(s.tp_rank) + " of degree " +
                         std::to_string(s.tp_degree) + " (need rank < degree <= 64)");
@@ -420,6 +424,7 @@ std::string describe(const Handshake& h) {
     if (h.holds_shared) s += " + shared/dense";
     if (h.tp_degree > 1) s += ", TP rank " + std::to_string(h.tp_rank) + "/" + std::to_string(h.tp_degree);
   }
+  if (h.batch_invariant) s += ", deterministic";
   if (h.epoch > 0) {
     s += ", assignment epoch " + std::to_string(h.epoch) + " (parts [" + std::to_string(h.part_begin) + ", " +
          std::to_string(h.part_end) + ") of " + std::to_string(h.n_parts);
@@ -455,6 +460,11 @@ Status check_handshake_match(const Handshake& mine, const Handshake& theirs) {
   if (a.precision != f.precision) {
     return fail(std::string("precision differs: the attention worker runs --precision ") +
                 wire_precision_name(a.precision) + ", the FFN worker --precision " + wire_precision_name(f.precision));
+  }
+  if (a.batch_invariant != f.batch_invariant) {
+    return fail(std::string("batch-invariant mode differs: the attention worker runs ") +
+                (a.batch_invariant ? "with" : "without") + " --deterministic, the FFN worker " +
+                (f.batch_invariant ? "with" : "without"));
   }
   // The attention side's expected TP degree (0: any) against the FFN side's.
   if (a.tp_degree != 0 && a.tp_degree != f.tp_degree) {

@@ -20,7 +20,7 @@ constexpr uint32_t kFrameMagic = 0x46444641u;  // "AFDF" in memory order
 // 2: handshake carries the FFN TP rank/degree; 3: ping/pong probes; 4: expert assignment epoch
 // (hello carries the assignment, a2f frames the epoch they were built for); 5: the handshake
 // carries the activation precision (refused when the sides differ).
-constexpr uint16_t kProtocolVersion = 5;
+constexpr uint16_t kProtocolVersion = 6;
 constexpr size_t kFrameHeaderBytes = 64;
 constexpr size_t kMaxReasonBytes = 4096;
 constexpr int64_t kScaleBlock = 128;  // channels per scale with ScaleGranularity::per_block
@@ -111,6 +111,10 @@ struct Handshake {
   uint16_t n_microbatches = 0;   // attention: micro-batches it uses (1..4)
   ScaleGranularity granularity = ScaleGranularity::per_token;
   WirePrecision precision = WirePrecision::f32;  // the sender's activation precision (compared)
+  // The sender runs batch-invariant (--deterministic): its matrix products take the canonical
+  // order at every token count (compared: both sides must agree, else the bundle's answers
+  // would depend on the batch after all).
+  uint8_t batch_invariant = 0;
   // Expert assignment epoch. Attention hello: 0 = "hold the experts you were started with"
   // (the expert and part fields are 0 and ignored); >= 1 = "for me, hold parts
   // [part_begin, part_end) of n_parts", part q being routed experts [q*E/n_parts,

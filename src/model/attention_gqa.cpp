@@ -44,14 +44,14 @@ class GqaAttention final : public AttentionVariant {
       // Low-rank query (Step-3 MFA): q = wq(rmsnorm(q_proj(hn), inter_norm)).
       const int64_t r = A.q_a.rows;
       q_low_.resize(static_cast<size_t>(n * r));
-      linear(A.q_a, b.hn.data(), n, q_low_.data(), opt_.prec, pool_);
+      linear(A.q_a, b.hn.data(), n, q_low_.data(), opt_.prec, pool_, opt_.order());
       kernels::rmsnorm(q_low_.data(), A.q_a_norm.data, n, r, eps, q_low_.data());
-      linear(A.q, q_low_.data(), n, b.q.data(), opt_.prec, pool_);
+      linear(A.q, q_low_.data(), n, b.q.data(), opt_.prec, pool_, opt_.order());
     } else {
-      linear(A.q, b.hn.data(), n, b.q.data(), opt_.prec, pool_);
+      linear(A.q, b.hn.data(), n, b.q.data(), opt_.prec, pool_, opt_.order());
     }
-    linear(A.k, b.hn.data(), n, b.k.data(), opt_.prec, pool_);
-    linear(A.v, b.hn.data(), n, b.v.data(), opt_.prec, pool_);
+    linear(A.k, b.hn.data(), n, b.k.data(), opt_.prec, pool_, opt_.order());
+    linear(A.v, b.hn.data(), n, b.v.data(), opt_.prec, pool_, opt_.order());
     add_bias(A.q_bias, b.q.data(), n);
     add_bias(A.k_bias, b.k.data(), n);
     add_bias(A.v_bias, b.v.data(), n);
@@ -108,7 +108,8 @@ class GqaAttention final : public AttentionVariant {
 
   // Batch rows [i0, i0 + nq) are one sequence's positions p0 .. p0 + nq - 1 (their K/V already
   // in the cache): the sequence's K and V rows 0 .. p0 + nq - 1 are read back from the cache as
-  // f32 (the values the per-token path reads) and kernels::causal_attention attends the run.
+  // f32 (the values the per-token path reads) and kernels::causal_attention attends the run —
+  // batch-invariant, in the per-token kernel's order (CausalOrder::decode).
   void attend_run(int64_t layer, TokenBatch& b, int64_t i0, int64_t nq, float* out) {
     const ModelConfig& c = w_->config;
     const int64_t kvd = c.kv_dim(), qd = c.q_dim(), p0 = b.pos[i0], n_ctx = p0 + nq, seq = b.seq[i0];
@@ -122,7 +123,8 @@ class GqaAttention final : public AttentionVariant {
     });
     const kernels::CausalAttnShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
     kernels::causal_attention(&b.q[i0 * qd], qd, nq, p0, k_rows_.data(), v_rows_.data(), kvd, shape,
-                              1.0f / std::sqrt(static_cast<float>(c.head_dim)), &out[i0 * qd], qd, pool_);
+                              1.0f / std::sqrt(static_cast<float>(c.head_dim)), &out[i0 * qd], qd, pool_,
+                              opt_.batch_invariant ? kernels::CausalOrder::decode : kernels::CausalOrder::fast);
   }
 
   // One K/V head shared by every query head (Step-3's MFA): the multi-query kernel with the

@@ -14,6 +14,7 @@
 //     attention per head with keys k_nope[h] ‖ k_pe and an online softmax across the blocks
 //     (two linear() products per head, block of query tokens and key block).
 //     Precondition: the run's positions ascend and its last one is the largest.
+//   * AttentionOptions::batch_invariant: every token in the absorbed form, whatever its run.
 // Both read the latents back from the cache, so they see the same (possibly rounded) values;
 // W_UK / W_UV are rows of kv_b read through the Matrix API (no copy; FP8 dequantized on the
 // fly).
@@ -58,13 +59,13 @@ class MlaAttention final : public AttentionVariant {
     float* a = b.k.data();  // [n, Lkv + R]: the cache rows
     if (c.q_lora_rank > 0) {
       qa_.resize(static_cast<size_t>(n * c.q_lora_rank));
-      linear(A.q_a, b.hn.data(), n, qa_.data(), opt_.prec, pool_);
+      linear(A.q_a, b.hn.data(), n, qa_.data(), opt_.prec, pool_, opt_.order());
       kernels::rmsnorm(qa_.data(), A.q_a_norm.data, n, c.q_lora_rank, eps, qa_.data());
-      linear(A.q, qa_.data(), n, q, opt_.prec, pool_);
+      linear(A.q, qa_.data(), n, q, opt_.prec, pool_, opt_.order());
     } else {
-      linear(A.q, b.hn.data(), n, q, opt_.prec, pool_);
+      linear(A.q, b.hn.data(), n, q, opt_.prec, pool_, opt_.order());
     }
-    linear(A.kv_a, b.hn.data(), n, a, opt_.prec, pool_);
+    linear(A.kv_a, b.hn.data(), n, a, opt_.prec, pool_, opt_.order());
     const int64_t half = R / 2;
     std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
     for (int64_t i = 0; i < n; ++i) {
@@ -75,8 +76,13 @@ class MlaAttention final : public AttentionVariant {
       kv_->write(layer, b.seq[i], b.pos[i], a + i * D, nullptr);
     }
     // Runs of consecutive tokens of one sequence: single tokens decode in the absorbed form,
-    // longer runs (prefill chunks) in the expanded form.
+    // longer runs (prefill chunks) in the expanded form — or, batch-invariant, every token in
+    // the absorbed form.
     decode_.clear();
+    if (opt_.batch_invariant) {
+      for (int64_t i = 0; i < n; ++i) decode_.push_back(i);
+      return absorbed(layer, b, out);
+    }
     for (int64_t i = 0; i < n;) {
       int64_t e = i + 1;
       while (e < n && b.seq[e] == b.seq[i]) ++e;
@@ -102,9 +108,12 @@ class MlaAttention final : public AttentionVariant {
     // q_lat[i][h] = W_UK[h]^T q_nope[i][h], per head (one task each) from W_UK[h] = rows
     // h*(P+V) .. +P of kv_b as f32; q_pe copied behind it. Few tokens: row by row, each row
     // converted once and added into every token's q_lat (axpy); more: W_UK[h] [P, Lkv] converted
-    // whole and multiplied by the tokens' q_nope [nd, P] (matmul_f32). Crossover from whole
-    // DeepSeek-V3 bench steps (docs/bench-log/2026-11-26-fp8-prefetch.md).
+    // whole and multiplied by the tokens' q_nope [nd, P] (matmul_f32), or, batch-invariant,
+    // added row by row into blocks of kAxpyBlock tokens (the axpy order: each q_lat value one
+    // chain over d = 0 .. P - 1, whatever nd). Crossover from whole DeepSeek-V3 bench steps
+    // (docs/bench-log/2026-11-26-fp8-prefetch.md).
     static constexpr int64_t kAxpyMaxTokens = 2;
+    static constexpr int64_t kAxpyBlock = 8;
     pool_->run(static_cast<int>(N), [&](int h, int) {
       thread_local std::vector<float> wuk, qn;
       if (nd <= kAxpyMaxTokens) {
@@ -114,6 +123,16 @@ class MlaAttention final : public AttentionVariant {
           matrix_row_f32(A.kv_b, h * (P + V) + d, wuk.data());
           for (int64_t k = 0; k < nd; ++k)
             kernels::axpy(b.q[decode_[k] * N * QH + h * QH + d], wuk.data(), Lkv, &qlat_[(k * N + h) * D]);
+        }
+      } else if (opt_.batch_invariant) {
+        wuk.resize(static_cast<size_t>(P * Lkv));
+        for (int64_t d = 0; d < P; ++d) matrix_row_f32(A.kv_b, h * (P + V) + d, &wuk[d * Lkv]);
+        for (int64_t k0 = 0; k0 < nd; k0 += kAxpyBlock) {
+          const int64_t k1 = std::min(nd, k0 + kAxpyBlock);
+          for (int64_t k = k0; k < k1; ++k) std::fill_n(&qlat_[(k * N + h) * D], Lkv, 0.0f);
+          for (int64_t d = 0; d < P; ++d)
+            for (int64_t k = k0; k < k1; ++k)
+              kernels::axpy(b.q[decode_[k] * N * QH + h * QH + d], &wuk[d * Lkv], Lkv, &qlat_[(k * N + h) * D]);
         }
       } else {
         wuk.resize(static_cast<size_t>(P * Lkv));
@@ -147,7 +166,7 @@ class MlaAttention final : public AttentionVariant {
     otmp_.resize(static_cast<size_t>(nd * N * V));
     pool_->run(static_cast<int>(N), [&](int h, int) {
       const Matrix wuv = matrix_rows(A.kv_b, h * (P + V) + P, (h + 1) * (P + V));
-      linear(wuv, &olat_[h * Lkv], nd, N * Lkv, &otmp_[h * V], N * V, opt_.prec, nullptr);
+      linear(wuv, &olat_[h * Lkv], nd, N * Lkv, &otmp_[h * V], N * V, opt_.prec, nullptr, false, opt_.order());
     });
     for (int64_t k = 0; k < nd; ++k)
       std::memcpy(out + decode_[k] * N * V, &otmp_[k * N * V], static_cast<size_t>(N * V) * 4);

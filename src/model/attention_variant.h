@@ -30,6 +30,22 @@ struct AttentionOptions {
   // MLA's expanded form (prefill chunks): cached positions expanded through kv_b per block; 0 =
   // as many as fit a 32 MiB budget (at least 64). Tests set it small to cross block edges.
   int64_t mla_key_block = 0;
+  // Batch invariance (--deterministic): every query token's output is a function of its own
+  // query, its sequence's cache rows 0 .. pos, the shapes, the KV dtype and the ISA level —
+  // never of the run it came in (a prefill chunk of any length, where chunks start, a decode
+  // step), the other tokens of the batch or the pool size — given that linear() rows are
+  // independent of n. true: GQA runs of prompt tokens take the blocked kernel in the per-token
+  // kernel's order (kernels::CausalOrder::decode); MLA attends every token in the absorbed form
+  // (a prefill run's tokens each over their own causal prefix) with q_lat in one order for any
+  // number of tokens. MFA (attend_mqa) is invariant either way: mqa_decode_attend's heads are
+  // independent lanes and its split-K segments fixed by position. false: the faster orders
+  // (GQA runs: kernels::CausalOrder::fast; MLA runs of several tokens: the expanded form).
+  bool batch_invariant = false;
+  // The order of the attention side's matrix products (projections, router, LM head): the
+  // canonical one when batch_invariant.
+  kernels::LinearOrder order() const {
+    return batch_invariant ? kernels::LinearOrder::batch_invariant : kernels::LinearOrder::fastest;
+  }
 };
 
 struct KvLayout {

@@ -19,14 +19,14 @@ constexpr int64_t kParallelRows = 32;
 
 // y [n, hidden] = swiglu_ffn(x [n, hidden]) using scratch (2 * n * inter floats).
 void swiglu(const FfnWeights& f, const float* x, int64_t n, float* y, float* scratch, ActPrecision prec,
-            ThreadPool* pool) {
+            kernels::LinearOrder order, ThreadPool* pool) {
   const int64_t inter = f.gate.rows;
   float* g = scratch;
   float* u = scratch + n * inter;
-  linear(f.gate, x, n, g, prec, pool);
-  linear(f.up, x, n, u, prec, pool);
+  linear(f.gate, x, n, g, prec, pool, order);
+  linear(f.up, x, n, u, prec, pool, order);
   kernels::silu_mul(g, u, n * inter, g);
-  linear(f.down, g, n, y, prec, pool);
+  linear(f.down, g, n, y, prec, pool, order);
 }
 
 // Expert-parallel mode (decode: many experts of few tokens each): each pool thread runs whole
@@ -59,7 +59,7 @@ void experts_in_parallel(const MoeWeights& moe, const std::vector<int32_t>& acti
     float* xs = buf.data();
     for (int64_t r = 0; r < m; ++r)
       std::memcpy(xs + r * hid, h + (sel[r] / K) * hid, static_cast<size_t>(hid) * sizeof(float));
-    swiglu(moe.experts[e], xs, m, ys_all.data() + start[e] * hid, xs + max_m * hid, opt.prec, nullptr);
+    swiglu(moe.experts[e], xs, m, ys_all.data() + start[e] * hid, xs + max_m * hid, opt.prec, opt.order, nullptr);
   });
   // pos[t * K + j]: the row of ys_all holding token t's slot j (-1: expert not run here).
   std::vector<int32_t>& pos = scratch->idx_pos;
@@ -95,7 +95,7 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
     AFD_CHECK(!L.dense.empty(), "ffn_part: dense layer not held by these weights");
     const int64_t inter = L.dense.gate.rows;
     scratch->buf.resize(static_cast<size_t>(2 * n * inter));
-    swiglu(L.dense, h, n, out, scratch->buf.data(), opt.prec, pool);
+    swiglu(L.dense, h, n, out, scratch->buf.data(), opt.prec, opt.order, pool);
     return;
   }
 
@@ -152,7 +152,7 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
         for (int64_t r = r0; r < r1; ++r)
           std::memcpy(xs + r * hid, h + (sel[r] / K) * hid, static_cast<size_t>(hid) * sizeof(float));
       });
-      swiglu(L.moe.experts[e], xs, m, ys, tmp, opt.prec, pool);
+      swiglu(L.moe.experts[e], xs, m, ys, tmp, opt.prec, opt.order, pool);
       rows([&](int64_t r0, int64_t r1, int) {
         for (int64_t r = r0; r < r1; ++r)
           kernels::axpy(weights[sel[r]], ys + r * hid, hid, out + (sel[r] / K) * hid);
@@ -161,10 +161,10 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
   }
 
   if (opt.include_shared && shared_inter > 0) {
-    swiglu(L.moe.shared, h, n, ys, tmp, opt.prec, pool);
+    swiglu(L.moe.shared, h, n, ys, tmp, opt.prec, opt.order, pool);
     std::vector<float> gate(static_cast<size_t>(n), 1.0f);
     if (!L.moe.shared_gate.empty()) {
-      linear(L.moe.shared_gate, h, n, gate.data(), ActPrecision::f32, pool);
+      linear(L.moe.shared_gate, h, n, gate.data(), ActPrecision::f32, pool, opt.order);
       for (auto& g : gate) g = 1.0f / (1.0f + std::exp(-g));
     }
     for (int64_t i = 0; i < n; ++i) kernels::axpy(gate[i], ys + i * hid, hid, out + i * hid);

@@ -29,6 +29,9 @@ namespace afd {
 
 struct FfnPartOptions {
   kernels::ActPrecision prec = kernels::ActPrecision::f32;
+  // batch_invariant: every product in the canonical order (kernels/cpu/ops.h LinearOrder), so a
+  // token's result does not depend on how many tokens an expert gets (--deterministic).
+  kernels::LinearOrder order = kernels::LinearOrder::fastest;
   // When non-empty, experts_mask[e] says whether this worker computes expert e.
   std::vector<uint8_t> experts_mask;
   bool include_shared = true;  // this worker computes the shared expert / dense MLP

@@ -46,12 +46,14 @@ struct Matrix {
 };
 
 // y [n, m.rows] (row stride y_stride) = x [n, m.cols] (row stride x_stride) . m^T, or += with
-// accumulate; the kernels' precision contracts (kernels/cpu/ops.h, linear_fp8.h).
+// accumulate; the kernels' precision and order contracts (kernels/cpu/ops.h, linear_fp8.h).
 void linear(const Matrix& m, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-            kernels::ActPrecision prec, ThreadPool* pool, bool accumulate = false);
+            kernels::ActPrecision prec, ThreadPool* pool, bool accumulate = false,
+            kernels::LinearOrder order = kernels::LinearOrder::fastest);
 // The common case: x and y dense.
-inline void linear(const Matrix& m, const float* x, int64_t n, float* y, kernels::ActPrecision prec, ThreadPool* pool) {
-  linear(m, x, n, m.cols, y, m.rows, prec, pool);
+inline void linear(const Matrix& m, const float* x, int64_t n, float* y, kernels::ActPrecision prec, ThreadPool* pool,
+                   kernels::LinearOrder order = kernels::LinearOrder::fastest) {
+  linear(m, x, n, m.cols, y, m.rows, prec, pool, false, order);
 }
 
 // Row r of m as f32 (embedding lookups).

@@ -57,6 +57,9 @@ Status EngineOptions::validate() const {
   if (afd.local_attention < 1) return invalid_argument("local attention workers must be >= 1");
   if (ffn_device != "cpu" && ffn_device != "cuda")
     return invalid_argument("--ffn-device must be cpu or cuda, got '" + ffn_device + "'");
+  if (ffn_device == "cuda" && deterministic)
+    return invalid_argument("--deterministic needs the CPU FFN: the CUDA FFN's results depend on the batch "
+                            "(use --ffn-device cpu)");
   if (ffn_device == "cuda" && emulation.afd_rounding_shards > 0)
     return invalid_argument("--afd-rounding reproduces the CPU bundle's rounding; use it with --ffn-device cpu");
   if (afd.ffn_tp < 1 || afd.ffn_tp > 64) return invalid_argument("--ffn-tp must be in [1, 64], got " + std::to_string(afd.ffn_tp));

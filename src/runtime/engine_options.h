@@ -96,6 +96,12 @@ struct EngineOptions {
   // Where the weights come from (the caller loads them: make_engine takes them loaded).
   std::string model_dir;
   Precision precision = Precision::fast;
+  // Batch-invariant inference (--deterministic; docs/ARCHITECTURE.md "Batch invariance"): a
+  // sequence's logits are bit-identical whatever else is in the batch, the micro-batches, the
+  // wiring, the thread count, chunk boundaries and prefix-cache hits. Selects the attention
+  // paths whose per-query arithmetic depends only on the query's position; the products are
+  // batch-invariant in every mode. Not with a CUDA FFN.
+  bool deterministic = false;
   int n_threads = 0;  // 0: all cores
   // Wiring (runtime/topology.h): mono (FFN in the attention thread), xAyF (AFD bundle:
   // in-process workers, or remote FFN workers when afd.ffn_addresses is set), EPn (expert-

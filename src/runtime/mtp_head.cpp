@@ -25,8 +25,10 @@ Result<std::unique_ptr<MtpHead>> MtpHead::create(MtpModule module, const EngineO
   AFD_ASSIGN_OR_RETURN(auto kv, PagedKvCache::create(kc));
   AttentionOptions ao;
   ao.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
+  ao.batch_invariant = opt.deterministic;
   LocalFfnOptions fo;
   fo.part.prec = ao.prec;
+  fo.part.order = ao.order();
   auto pool = std::make_shared<ThreadPool>(opt.n_threads);
   return std::unique_ptr<MtpHead>(
       new MtpHead(std::move(module), std::move(kv), std::move(pool), ao, std::move(fo), opt.kv.max_seqs));
@@ -40,6 +42,7 @@ MtpHead::MtpHead(MtpModule module, std::unique_ptr<PagedKvCache> kv, std::shared
       attn_(module_.block, kv_.get(), ao, pool_.get()),
       ffn_(module_.block, std::move(fo), pool_.get()),
       prec_(ao.prec),
+      order_(ao.order()),
       max_seqs_(max_seqs) {}
 
 Result<int64_t> MtpHead::create_sequence() {
@@ -107,7 +110,7 @@ Status MtpHead::forward(std::span<const Item> items, std::vector<float>* logits)
   attn_.embed(b_);  // x = the module's embedding of t[i+1]
   for (int64_t r = 0; r < n; ++r)
     kernels::rmsnorm(&b_.x[r * H], module_.enorm.data, 1, H, static_cast<float>(c.rms_norm_eps), &cat_[r * 2 * H]);
-  linear(module_.eh_proj, cat_.data(), n, b_.x.data(), prec_, pool_.get());
+  linear(module_.eh_proj, cat_.data(), n, b_.x.data(), prec_, pool_.get(), order_);
   attn_.forward(0, b_);
   Status s = ffn_.dispatch(0, 0, b_);
   if (s.is_ok()) s = ffn_.combine(0, 0, b_);

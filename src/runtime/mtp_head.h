@@ -57,6 +57,7 @@ class MtpHead {
   AttentionPart attn_;
   LocalFfnBackend ffn_;
   kernels::ActPrecision prec_;
+  kernels::LinearOrder order_;
   int64_t max_seqs_;
   int64_t next_seq_ = 0, n_live_ = 0;
   TokenBatch b_;

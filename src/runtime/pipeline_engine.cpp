@@ -285,6 +285,7 @@ Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, s
   AFD_ASSIGN_OR_RETURN(auto kv, PagedKvCache::create(kc));
   AttentionOptions ao;
   ao.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
+  ao.batch_invariant = opt.deterministic;
   auto pe = std::make_unique<PipelineEngine>(w, std::move(kv), std::move(ffn), std::move(pool), ao, opt.pipeline_microbatches(),
                                              opt.kv.max_seqs);
   if (opt.observability.trace) {

@@ -48,6 +48,13 @@ class Fields {
     out->push_back({flag_key, v, where(key)});
     return Status::ok();
   }
+  Status bool_setting(const char* key, const char* flag_key, std::vector<TopologySetting>* out) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end()) return Status::ok();
+    if (!it->is_boolean()) return err(key, "must be true or false");
+    out->push_back({flag_key, it->get<bool>(), where(key)});
+    return Status::ok();
+  }
   Status str_setting(const char* key, const char* flag_key, std::vector<TopologySetting>* out,
                      std::initializer_list<const char*> allowed = {}, const char* allowed_text = "") const {
     if (obj_.find(key) == obj_.end()) return Status::ok();
@@ -195,7 +202,7 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
   if (!duplicate.empty()) return invalid_argument(origin + ": key \"" + duplicate + "\" appears twice in one object");
   if (!j.is_object()) return invalid_argument(origin + ": must be a JSON object");
   Fields top(j, origin, "");
-  AFD_RETURN_IF_ERROR(top.check_keys({"model", "precision", "kv_dtype", "microbatches", "threads", "ffn_timeout_ms",
+  AFD_RETURN_IF_ERROR(top.check_keys({"model", "precision", "deterministic", "kv_dtype", "microbatches", "threads", "ffn_timeout_ms",
                                       "ffn_connect_timeout_ms", "ffn_probe_ms", "ffn_takeover_s", "ffn_parts", "peer_timeout_ms", "ffn_tp", "ucx_spin_us", "scheduler",
                                       "frontend", "attention", "ffn"}));
   TopologyFile t;
@@ -203,6 +210,7 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
   AFD_RETURN_IF_ERROR(top.str("model", &model_dir));
   std::vector<TopologySetting>& st = t.settings;
   AFD_RETURN_IF_ERROR(top.str_setting("precision", "precision", &st, {"fast", "reference"}, "must be 'fast' or 'reference'"));
+  AFD_RETURN_IF_ERROR(top.bool_setting("deterministic", "deterministic", &st));
   AFD_RETURN_IF_ERROR(top.str_setting("kv_dtype", "kv_dtype", &st, {"bf16", "fp8", "f32"}, "must be bf16, fp8 or f32"));
   AFD_RETURN_IF_ERROR(top.int_setting("microbatches", "microbatches", 1, 4, &st));
   AFD_RETURN_IF_ERROR(top.int_setting("threads", "threads", 0, 4096, &st));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "golden.h"
 #include "model/weights.h"
@@ -39,8 +40,9 @@ class Golden : public ::testing::TestWithParam<std::string> {
     w_ = *w;
   }
   std::unique_ptr<Engine> engine(Precision p, DType kv = DType::bf16, int microbatches = 1, bool fp8_dispatch = false,
-                                 int64_t fp8_group = 0) {
+                                 int64_t fp8_group = 0, bool deterministic = false) {
     EngineOptions o;
+    o.deterministic = deterministic;
     o.emulation.fp8_dispatch = fp8_dispatch;
     o.afd.fp8_group = fp8_group;
     o.precision = p;
@@ -58,7 +60,8 @@ class Golden : public ::testing::TestWithParam<std::string> {
     double argmax_agree = 0;  // fraction of rows whose argmax equals the reference's
   };
   // Teacher-forced: prompt + greedy[:-1] in one prefill with all rows, against the golden rows.
-  Deviation teacher_forced(Engine& e) {
+  // rows (optional): receives the engine's rows, in order.
+  Deviation teacher_forced(Engine& e, std::vector<float>* rows_out = nullptr) {
     Deviation d;
     std::vector<float> row_err;
     int64_t agree = 0, rows = 0;
@@ -73,6 +76,7 @@ class Golden : public ::testing::TestWithParam<std::string> {
       Status s = e.forward(std::span<const BatchItem>(&it, 1), &logits);
       EXPECT_TRUE(s.is_ok()) << s.to_string();
       EXPECT_EQ(logits.size(), g_.logits[i].size());
+      if (rows_out) rows_out->insert(rows_out->end(), logits.begin(), logits.end());
       for (size_t r = 0; r * V < logits.size(); ++r) {
         const float* a = &logits[r * V];
         const float* b = &g_.logits[i][r * V];
@@ -91,11 +95,12 @@ class Golden : public ::testing::TestWithParam<std::string> {
   // Teacher-forced on the decode path: the prompt in one prefill (its rows), then each golden
   // token alone (one row per step: single-token steps, MLA's absorbed form), against the
   // golden rows.
-  Deviation teacher_forced_decode(Engine& e) {
+  Deviation teacher_forced_decode(Engine& e, std::vector<float>* rows_out = nullptr) {
     std::vector<float> row_err;
     int64_t agree = 0, rows = 0;
     const int64_t V = g_.vocab;
     auto add = [&](const float* a, const float* b) {
+      if (rows_out) rows_out->insert(rows_out->end(), a, a + V);
       row_err.push_back(max_abs_diff(a, b, V));
       agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
       ++rows;
@@ -186,6 +191,36 @@ TEST_P(Golden, DecodePathDeviation) {
                 g_.name.c_str(), dtype_name(kv), d.max_abs, d.median_row, d.argmax_agree);
     EXPECT_LE(d.median_row, kv == DType::bf16 ? kFastMedianTolBf16Kv : kFastMedianTolFp8Kv) << g_.name;
     EXPECT_GE(d.argmax_agree, kFastArgmaxAgree) << g_.name;
+  }
+}
+
+// --deterministic changes no accuracy: in both precisions the prefill and the decode path stay
+// within the bounds above (and reference precision within kReferenceTol of the oracle); and a
+// position's logits are the same bits whether it is prefilled with the others or decoded alone.
+TEST_P(Golden, DeterministicModeKeepsAccuracyAndPrefillEqualsDecode) {
+  for (Precision p : {Precision::reference, Precision::fast}) {
+    for (DType kv : p == Precision::reference ? std::vector<DType>{DType::f32}
+                                               : std::vector<DType>{DType::bf16, DType::f8_e4m3}) {
+      auto e = engine(p, kv, 1, false, 0, /*deterministic=*/true);
+      ASSERT_TRUE(e);
+      std::vector<float> prefill, decode;
+      const Deviation d = teacher_forced(*e, &prefill);
+      const Deviation dd = teacher_forced_decode(*e, &decode);
+      std::printf("[golden] %-24s %s deterministic kv=%-7s max_abs=%.4f median_row_max_abs=%.4f argmax_agree=%.3f\n",
+                  g_.name.c_str(), precision_name(p), dtype_name(kv), d.max_abs, d.median_row, d.argmax_agree);
+      if (p == Precision::reference) {
+        EXPECT_LE(d.max_abs, kReferenceTol) << g_.name;
+        EXPECT_LE(dd.max_abs, kReferenceTol) << g_.name;
+      } else {
+        for (const Deviation& x : {d, dd}) {
+          EXPECT_LE(x.median_row, kv == DType::bf16 ? kFastMedianTolBf16Kv : kFastMedianTolFp8Kv) << g_.name;
+          EXPECT_GE(x.argmax_agree, kFastArgmaxAgree) << g_.name;
+        }
+      }
+      ASSERT_EQ(prefill.size(), decode.size());
+      EXPECT_EQ(std::memcmp(prefill.data(), decode.data(), prefill.size() * sizeof(float)), 0)
+          << g_.name << " " << precision_name(p) << " kv=" << dtype_name(kv);
+    }
   }
 }
 

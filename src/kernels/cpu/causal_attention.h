@@ -29,16 +29,27 @@ struct CausalAttnShape {
 // slower than a per-token decode kernel: callers keep their per-token path then.
 bool causal_attention_blocked(int64_t head_dim);
 
-// Dispatch: causal_attention_blocked(head_dim) -> the AVX-512 kernel: keys transposed once per
-// call into [n_kv_heads][head_dim][positions], then tasks of (block of up to 16 query tokens,
-// KV head) on `pool`: scores of the block's (token, head) rows against 64-position key blocks
-// (register tiles of 4 rows x 64 positions), kernels::softmax over each row's causal range in
-// f32, P.V with register tiles of 4 rows x 64 output values. Products in f32; the result
-// differs from the reference only in the f32 summation order. Otherwise: ref::causal_attention.
-// pool may be null (one thread).
+// Summation order of the blocked kernel's scores.
+enum class CausalOrder : uint8_t {
+  // Keys transposed once per call; each score one fma chain over head_dim (the fastest).
+  fast,
+  // Each query row's scores, softmax and P.V in the canonical per-query order of
+  // gqa_attention.h: every output row is bit-identical to gqa_decode_attend (its avx512_tiled
+  // path) of that query over the same key / value rows and positions, whatever nq, p0, the
+  // row's place in the run and the pool — a prompt position gets the same bits whether a run
+  // or the per-token kernel attends it (batch invariance).
+  decode,
+};
+
+// Dispatch: causal_attention_blocked(head_dim) -> the AVX-512 kernel: tasks of (block of up to
+// 16 query tokens, KV head) on `pool`: scores of the block's (token, head) rows in `order`,
+// kernels::softmax over each row's causal range in f32, P.V with register tiles of 4 rows x 64
+// output values (each output value one fma chain over the positions in ascending order).
+// Products in f32; the result differs from the reference only in the f32 summation order.
+// Otherwise: ref::causal_attention. pool may be null (one thread).
 void causal_attention(const float* q, int64_t q_stride, int64_t nq, int64_t p0, const float* k, const float* v,
                       int64_t kv_stride, const CausalAttnShape& s, float scale, float* out, int64_t out_stride,
-                      ThreadPool* pool);
+                      ThreadPool* pool, CausalOrder order = CausalOrder::fast);
 
 namespace ref {
 // Scalar reference: one (token, head) at a time, scores in f32, kernels::softmax, P.V in
@@ -49,9 +60,9 @@ void causal_attention(const float* q, int64_t q_stride, int64_t nq, int64_t p0, 
 
 namespace detail {
 // The AVX-512 kernel of causal_attention (head_dim % 16 == 0; causal_attention_avx512.cpp).
-void causal_attention_avx512(const float* q, int64_t q_stride, int64_t nq, int64_t p0, const float* k,
-                             const float* v, int64_t kv_stride, const CausalAttnShape& s, float scale, float* out,
-                             int64_t out_stride, ThreadPool* pool);
+void causal_attention_avx512(const float* q, int64_t q_stride, int64_t nq, int64_t p0, const float* k, const float* v,
+                             int64_t kv_stride, const CausalAttnShape& s, float scale, float* out, int64_t out_stride,
+                             ThreadPool* pool, CausalOrder order);
 }  // namespace detail
 
 }  // namespace afd::kernels

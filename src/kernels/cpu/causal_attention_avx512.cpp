@@ -1,29 +1,29 @@
 // The AVX-512 kernel of causal_attention (contract and dispatch: causal_attention.h).
 //
-// 1. Keys transposed once per call: kt[g][d][j] (positions padded with zeros to a multiple of
-//    kPB), so a key block's scores are broadcast-FMAs with no horizontal sums.
+// 1. Keys transposed once per call, block by block: kt[g][b][d][t] = k[64 b + t][g][d]
+//    (positions padded with zeros to a multiple of kPB = 64), so a key block's scores are
+//    broadcast-FMAs with no horizontal sums and a block's [hd][64] values are contiguous.
 // 2. Tasks of (block of qb query tokens, KV head g), most expensive (last) blocks first. A
 //    task's rows are its (token, head of g) pairs, token-major, so positions never decrease
 //    with the row index. Each task writes its rows of out and nothing else.
-//    - scores: register tiles of kRB rows x kPB positions (16 accumulators; per head_dim
-//      element 4 key vectors and kRB broadcast query values), only over the position blocks
-//      that meet some row's causal range; S[r][j - jlo] = scale * q_r . k_j;
+//    - scores, only over the position blocks that meet some row's causal range:
+//      CausalOrder::fast: register tiles of kRB rows x kPB positions (16 accumulators; per
+//      head_dim element 4 key vectors and kRB broadcast query values), each score one fma
+//      chain over head_dim; CausalOrder::decode: per row and block score64_t
+//      (score_tile_avx512.h: the scores of gqa_decode_attend, bit for bit);
 //    - kernels::softmax over each row's range [lo_r, pos_r], every other entry of the row
 //      set to 0;
-//    - P.V: register tiles of kRB rows x CB 16-value chunks, over the positions of the tile's
-//      rows' ranges (zeros elsewhere), written to out once.
+//    - P.V: register tiles of kRB rows x CB 16-value chunks, each output element one fma chain
+//      over the positions of the tile's rows' ranges in ascending order from +0 (another row's
+//      positions contribute fma(0, v, acc) = acc), written to out once — the decode kernel's
+//      P.V order.
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "kernels/cpu/causal_attention.h"
 #include "kernels/cpu/ops.h"
-
-// GCC 12 reports false -Wmaybe-uninitialized warnings inside its own AVX-512 headers
-// (_mm*_undefined_* helpers, GCC bug 105593), as in elementwise_avx512.cpp.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
+#include "kernels/cpu/score_tile_avx512.h"
 
 namespace afd::kernels::detail {
 
@@ -37,15 +37,14 @@ constexpr int64_t kScoreBudget = int64_t{1} << 18;
 
 #define AFD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"), always_inline)) inline
 
-// sr[r][0 .. kPB) = scale * sum_d qr[r][d] * kt[d * ncp + 0 .. kPB) for RB rows.
+// sr[r][0 .. kPB) = scale * sum_d qr[r][d] * kt[d * kPB + 0 .. kPB) for RB rows.
 template <int RB>
-AFD_AVX512 void score_block(const float* const* qr, const float* kt, int64_t ncp, int64_t hd, float scale,
-                            float* const* sr) {
+AFD_AVX512 void score_block(const float* const* qr, const float* kt, int64_t hd, float scale, float* const* sr) {
   __m512 acc[RB][4];
   for (int r = 0; r < RB; ++r)
     for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
   for (int64_t d = 0; d < hd; ++d) {
-    const float* kd = kt + d * ncp;
+    const float* kd = kt + d * kPB;
     const __m512 k0 = _mm512_loadu_ps(kd), k1 = _mm512_loadu_ps(kd + 16), k2 = _mm512_loadu_ps(kd + 32),
                  k3 = _mm512_loadu_ps(kd + 48);
     for (int r = 0; r < RB; ++r) {
@@ -84,13 +83,13 @@ AFD_AVX512 void pv_block(const float* const* p, const float* vt, int64_t kv_stri
 
 #define AFD_AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
 
-AFD_AVX512_FN void score_rows(int rb, const float* const* qr, const float* kt, int64_t ncp, int64_t hd, float scale,
+AFD_AVX512_FN void score_rows(int rb, const float* const* qr, const float* kt, int64_t hd, float scale,
                               float* const* sr) {
   switch (rb) {
-    case 1: score_block<1>(qr, kt, ncp, hd, scale, sr); break;
-    case 2: score_block<2>(qr, kt, ncp, hd, scale, sr); break;
-    case 3: score_block<3>(qr, kt, ncp, hd, scale, sr); break;
-    default: score_block<4>(qr, kt, ncp, hd, scale, sr); break;
+    case 1: score_block<1>(qr, kt, hd, scale, sr); break;
+    case 2: score_block<2>(qr, kt, hd, scale, sr); break;
+    case 3: score_block<3>(qr, kt, hd, scale, sr); break;
+    default: score_block<4>(qr, kt, hd, scale, sr); break;
   }
 }
 
@@ -121,9 +120,17 @@ struct Call {
   float scale;
   float* out;
   int64_t out_stride;
-  const float* kt;  // [n_kv_heads][head_dim][ncp]
-  int64_t ncp, qb;
+  const float* kt;  // [n_kv_heads][ncp / kPB][head_dim][kPB]
+  int64_t ncp;
+  CausalOrder order;
 };
+
+// A task's rows (run_task): scores S [R][ns], query and output row pointers, positions and
+// window starts. The pool thread's own.
+thread_local std::vector<float> S;
+thread_local std::vector<const float*> qr;
+thread_local std::vector<float*> orow;
+thread_local std::vector<int64_t> pos, lo;
 
 // Rows of query tokens [i0, i0 + nb) and the heads of KV head g.
 AFD_AVX512_FN void run_task(const Call& c, int64_t i0, int64_t nb, int64_t g) {
@@ -131,10 +138,6 @@ AFD_AVX512_FN void run_task(const Call& c, int64_t i0, int64_t nb, int64_t g) {
   const int64_t hi = c.p0 + i0 + nb;  // one past the last position of the block
   const int64_t lo0 = W > 0 ? std::max<int64_t>(0, c.p0 + i0 + 1 - W) : 0;
   const int64_t jlo = lo0 / kPB * kPB, ns = (hi - jlo + kPB - 1) / kPB * kPB;
-  thread_local std::vector<float> S;
-  thread_local std::vector<const float*> qr;
-  thread_local std::vector<float*> orow;
-  thread_local std::vector<int64_t> pos, lo;
   S.resize(static_cast<size_t>(R * ns));
   qr.resize(static_cast<size_t>(R));
   orow.resize(static_cast<size_t>(R));
@@ -147,15 +150,27 @@ AFD_AVX512_FN void run_task(const Call& c, int64_t i0, int64_t nb, int64_t g) {
     pos[r] = c.p0 + i;
     lo[r] = W > 0 ? std::max<int64_t>(0, pos[r] + 1 - W) : 0;
   }
-  const float* ktg = c.kt + g * hd * c.ncp;
-  float* sr[kRB];
-  for (int64_t r0 = 0; r0 < R; r0 += kRB) {
-    const int rb = static_cast<int>(std::min<int64_t>(kRB, R - r0));
-    const int64_t maxpos = pos[r0 + rb - 1], minlo = lo[r0];
-    for (int64_t jb = jlo; jb <= maxpos; jb += kPB) {
-      if (jb + kPB <= minlo) continue;
-      for (int r = 0; r < rb; ++r) sr[r] = &S[(r0 + r) * ns + (jb - jlo)];
-      score_rows(rb, &qr[r0], ktg + jb, c.ncp, hd, c.scale, sr);
+  const float* ktg = c.kt + g * c.ncp * hd;  // this head's position blocks [ncp / kPB][hd][kPB]
+  if (c.order == CausalOrder::decode) {
+    const __m512 vs = _mm512_set1_ps(c.scale);
+    __m512 sc[4];
+    for (int64_t jb = jlo; jb < hi; jb += kPB) {
+      for (int64_t r = 0; r < R; ++r) {
+        if (jb > pos[r] || jb + kPB <= lo[r]) continue;
+        score64_t(qr[r], ktg + jb * hd, kPB, hd, vs, sc);
+        for (int b = 0; b < 4; ++b) _mm512_storeu_ps(&S[r * ns + (jb - jlo) + 16 * b], sc[b]);
+      }
+    }
+  } else {
+    float* sr[kRB];
+    for (int64_t r0 = 0; r0 < R; r0 += kRB) {
+      const int rb = static_cast<int>(std::min<int64_t>(kRB, R - r0));
+      const int64_t maxpos = pos[r0 + rb - 1], minlo = lo[r0];
+      for (int64_t jb = jlo; jb <= maxpos; jb += kPB) {
+        if (jb + kPB <= minlo) continue;
+        for (int r = 0; r < rb; ++r) sr[r] = &S[(r0 + r) * ns + (jb - jlo)];
+        score_rows(rb, &qr[r0], ktg + jb * hd, hd, c.scale, sr);
+      }
     }
   }
   for (int64_t r = 0; r < R; ++r) {
@@ -181,9 +196,9 @@ AFD_AVX512_FN void run_task(const Call& c, int64_t i0, int64_t nb, int64_t g) {
 
 }  // namespace
 
-void causal_attention_avx512(const float* q, int64_t q_stride, int64_t nq, int64_t p0, const float* k,
-                             const float* v, int64_t kv_stride, const CausalAttnShape& s, float scale, float* out,
-                             int64_t out_stride, ThreadPool* pool) {
+void causal_attention_avx512(const float* q, int64_t q_stride, int64_t nq, int64_t p0, const float* k, const float* v,
+                             int64_t kv_stride, const CausalAttnShape& s, float scale, float* out, int64_t out_stride,
+                             ThreadPool* pool, CausalOrder order) {
   const int64_t hd = s.head_dim, KVH = s.n_kv_heads, G = s.n_heads / KVH, n_ctx = p0 + nq;
   const int64_t ncp = (n_ctx + kPB - 1) / kPB * kPB;
   // The calling thread's buffer; pool workers reach it through ktp (a thread_local named inside
@@ -195,17 +210,18 @@ void causal_attention_avx512(const float* q, int64_t q_stride, int64_t nq, int64
   auto transpose = [&](int task, int) {
     const int64_t g = task / pblocks, jb = (task % pblocks) * kPB;
     for (int64_t d = 0; d < hd; ++d) {
-      float* dst = ktp + (g * hd + d) * ncp + jb;
+      float* dst = ktp + (g * ncp + jb) * hd + d * kPB;
       const float* src = k + jb * kv_stride + g * hd + d;
       for (int64_t t = 0; t < kPB; ++t) dst[t] = jb + t < n_ctx ? src[t * kv_stride] : 0.0f;
     }
   };
   const int n_tr = static_cast<int>(KVH * pblocks);
   if (pool != nullptr) pool->run(n_tr, transpose);
-  else for (int t = 0; t < n_tr; ++t) transpose(t, 0);
+  else
+    for (int t = 0; t < n_tr; ++t) transpose(t, 0);
 
   const int64_t qb = std::clamp<int64_t>(kScoreBudget / (G * ncp), 1, kQB);
-  const Call c{q, q_stride, nq, p0, v, kv_stride, s, scale, out, out_stride, ktp, ncp, qb};
+  const Call c{q, q_stride, nq, p0, v, kv_stride, s, scale, out, out_stride, ktp, ncp, order};
   const int64_t nqb = (nq + qb - 1) / qb;
   auto task = [&](int t, int) {
     const int64_t b = nqb - 1 - t / KVH, g = t % KVH, i0 = b * qb;

@@ -25,6 +25,20 @@ namespace afd::kernels {
 // Every path computes the scores and the P.V products in f32 from the rows as the cache stores
 // them (widened exactly; fp8 times its per-slot scale); 1 and 3 use kernels::softmax. They
 // differ only in the f32 summation order (and the exp approximation).
+//
+// Batch invariance: on every path each head's result is a function of (q_h, the rows j0 ..
+// n_ctx - 1, scale, head_dim, dtype, ISA level) only — not of n_heads, the head's place in the
+// group, the pool or the other tokens of a batch. Path 1 follows the canonical per-query order
+// that kernels::causal_attention's AVX-512 kernel (causal_attention.h) follows too with
+// CausalOrder::decode, so a query attended there as part of a prompt run gets the same bits as
+// here:
+//   scores  s_j = score16 (score_tile_avx512.h): 16 f32 lane partial sums
+//           acc[l] = fma(q[16v + l], K_j[16v + l], acc[l]) over v = 0 .. head_dim/16 - 1 from
+//           +0, then the fixed tree (Q_0 + Q_1) + (Q_2 + Q_3), Q_k = (acc[4k] + acc[4k+2]) +
+//           (acc[4k+1] + acc[4k+3]), then times scale;
+//   softmax kernels::softmax over s_j0 .. s_(n_ctx-1) (a contiguous array of n_ctx - j0);
+//   P.V     out[h][i] = one fma chain acc = fma(p_j, V_j[i], acc) over j = j0 .. n_ctx - 1 in
+//           ascending order, from +0.
 void gqa_decode_attend(const float* q, int64_t n_heads, const PagedRows& k, const PagedRows& v, int64_t j0,
                        int64_t n_ctx, float scale, float* out, ScratchSlot& scratch);
 

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/gqa_attention_kernels.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/score_tile_avx512.h"
 
 namespace afd::kernels::detail {
 
@@ -31,7 +32,8 @@ namespace {
 //      fp8_e4m3_to_f32(x) * scale) and the missing rows of a partial tile are zero. For each
 //      head h: 16 accumulators acc[t] += q_h[16v..] * K[t][16v..] over the hd/16 chunks v
 //      (q chunk in a register, K as memory operand), then ONE transpose-and-add tree
-//      (reduce16) turns the 16 accumulators into the vector of the tile's 16 scores:
+//      (reduce16, score_tile_avx512.h) turns the 16 accumulators into the vector of the
+//      tile's 16 scores:
 //      sc[h * ns + tile offset + t] = scale * q_h . K_t, ns = n rounded up to 16, so a partial
 //      tile writes zeros into the padding.
 //   2. softmax per head over sc[h * ns, + n); out (group g) is zeroed.
@@ -50,25 +52,6 @@ constexpr int64_t kTile = 16;
 constexpr int64_t kPrefetchTiles = 2;
 
 #define AFD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"), always_inline)) inline
-
-// Sums of 16 vectors: lane t of the result = sum of the 16 lanes of a[t]. Pairs are combined
-// with 32-bit unpacks, then 64-bit unpacks (each 128-bit lane k now holds the lane-k partial
-// sums of 4 consecutive vectors), then two rounds of 128-bit lane shuffles.
-AFD_AVX512 __m512 reduce16(const __m512* a) {
-  __m512 s2[8], s4[4];
-  for (int i = 0; i < 8; ++i)
-    s2[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-  for (int i = 0; i < 4; ++i) {
-    const __m512d x = _mm512_castps_pd(s2[2 * i]), y = _mm512_castps_pd(s2[2 * i + 1]);
-    s4[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-  }
-  const __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(s4[0], s4[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_f32x4(s4[0], s4[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(s4[2], s4[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_f32x4(s4[2], s4[3], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
 
 // 16 fp8 e4m3 codes -> f32, exactly as fp8_e4m3_to_f32: the sign-extended code shifted left
 // by 20 puts the sign at bit 31 and exponent/mantissa at bits 26..20, i.e. an f32 whose value
@@ -126,20 +109,12 @@ AFD_AVX512 void prefetch_rows(const PagedRows& rows, int64_t j, int64_t nb, int6
   }
 }
 
-// sc[h * ns + t] = scale * q_h . K[t] for the G heads of qg [G, hd] and the kTile rows of K.
+// sc[h * ns + t] = scale * q_h . K[t] for the G heads of qg [G, hd] and the kTile rows of K
+// (score16: the canonical score order of gqa_attention.h).
 AFD_AVX512 void score_tile(const float* K, const float* qg, int64_t G, int64_t hd, float scale, float* sc,
                            int64_t ns) {
-  const int64_t nv = hd / 16;
-  for (int64_t h = 0; h < G; ++h) {
-    __m512 acc[kTile];
-    for (int t = 0; t < kTile; ++t) acc[t] = _mm512_setzero_ps();
-    const float* qh = qg + h * hd;
-    for (int64_t v = 0; v < nv; ++v) {
-      const __m512 qv = _mm512_loadu_ps(qh + 16 * v);
-      for (int t = 0; t < kTile; ++t) acc[t] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(K + t * hd + 16 * v), acc[t]);
-    }
-    _mm512_storeu_ps(sc + h * ns, _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale)));
-  }
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int64_t h = 0; h < G; ++h) _mm512_storeu_ps(sc + h * ns, score16(qg + h * hd, K, hd, hd, vs));
 }
 
 // o[h][:] += sum_{t < nb} p[h * ns + t] * V[t][:] for GH heads (o rows hd apart, V rows

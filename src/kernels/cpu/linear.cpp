@@ -169,13 +169,15 @@ struct Scratch {
   }
 };
 
-enum class Path { scalar, avx2_fma, avx512_dp, avx512_dp_pairs, avx512_fma, blas_sgemm };
+enum class Path { scalar, avx2_fma, avx512_dp, avx512_dp_pairs, avx512_dp_pairs_canonical, avx512_fma, blas_sgemm };
 
-Path choose_path(int64_t n, int64_t cols, bool w_bf16, bool act_bf16, Isa isa) {
+Path choose_path(int64_t n, int64_t cols, bool w_bf16, bool act_bf16, Isa isa, LinearOrder order) {
   // With native BF16 dot products the tile kernel does twice the work per instruction of sgemm.
   const bool native_bf16 = w_bf16 && act_bf16 && isa == Isa::avx512;
-  if (native_bf16 && cols % 2 == 0 && n >= bf16_pairs_min_n(cols)) return Path::avx512_dp_pairs;
-  if (!native_bf16 && n >= resolve_blas_min_n(w_bf16, act_bf16, isa)) return Path::blas_sgemm;
+  if (native_bf16 && cols % 2 == 0 && n >= bf16_pairs_min_n(cols))
+    return order == LinearOrder::batch_invariant ? Path::avx512_dp_pairs_canonical : Path::avx512_dp_pairs;
+  if (!native_bf16 && order == LinearOrder::fastest && n >= resolve_blas_min_n(w_bf16, act_bf16, isa))
+    return Path::blas_sgemm;
   if (isa == Isa::avx512) return (w_bf16 && act_bf16) ? Path::avx512_dp : Path::avx512_fma;
   if (isa == Isa::avx2) return Path::avx2_fma;
   return Path::scalar;
@@ -187,6 +189,7 @@ const char* path_name(Path p) {
     case Path::avx2_fma: return "avx2_fma_tile";
     case Path::avx512_dp: return "avx512_bf16_dp_tile";
     case Path::avx512_dp_pairs: return "avx512_bf16_dp_pairs";
+    case Path::avx512_dp_pairs_canonical: return "avx512_bf16_dp_pairs_canonical";
     case Path::avx512_fma: return "avx512_fma_tile";
     case Path::blas_sgemm: return "openblas_sgemm";
   }
@@ -225,18 +228,17 @@ void matmul_f32(const float* a, int64_t m, int64_t k, int64_t lda, const float* 
               static_cast<blasint>(std::max<int64_t>(ldc, 1)));
 }
 
-void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,
-            int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
-            bool accumulate) {
+void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
+            float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate, LinearOrder order) {
   detail::linear_tuned(x, n, x_stride, w, w_dtype, rows, cols, y, y_stride, prec, pool, accumulate,
-                       detail::LinearAvx512Tuning{});
+                       detail::LinearAvx512Tuning{}, order);
 }
 
 namespace detail {
 
-void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,
-                  int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
-                  const LinearAvx512Tuning& tuning) {
+void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
+                  float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
+                  const LinearAvx512Tuning& tuning, LinearOrder order) {
   AFD_CHECK(w_dtype == DType::bf16 || w_dtype == DType::f32, "linear: weights must be bf16 or f32");
   AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0);
   AFD_CHECK(n <= 1 || (x_stride >= cols && y_stride >= rows), "linear: row strides shorter than rows");
@@ -244,7 +246,7 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
   const bool w_bf16 = w_dtype == DType::bf16;
   const bool act_bf16 = prec == ActPrecision::bf16;
   const Isa isa = active_isa();
-  const Path path = choose_path(n, cols, w_bf16, act_bf16, isa);
+  const Path path = choose_path(n, cols, w_bf16, act_bf16, isa, order);
   const uint16_t* wb = static_cast<const uint16_t*>(w);
   const float* wf = static_cast<const float*>(w);
 
@@ -267,12 +269,14 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
       ldx = ldxp;
       break;
     }
-    case Path::avx512_dp_pairs: {
+    case Path::avx512_dp_pairs:
+    case Path::avx512_dp_pairs_canonical: {
       // Many tokens: the 16-token blocks are prepared in parallel (each is independent).
       uint16_t* p = xb_buf.get(static_cast<size_t>((n + 15) / 16 * 16 * ldx32));
+      const bool canonical = path == Path::avx512_dp_pairs_canonical;
       auto prep = [&](int64_t b0, int64_t b1, int) {
         const int64_t t0 = 16 * b0, t1 = std::min(n, 16 * b1);
-        if (t0 < t1) prep_x_bf16_pairs(x + t0 * x_stride, t1 - t0, x_stride, cols, p + t0 * ldx32, ldx32);
+        if (t0 < t1) prep_x_bf16_pairs(x + t0 * x_stride, t1 - t0, x_stride, cols, p + t0 * ldx32, ldx32, canonical);
       };
       if (pool != nullptr) pool->parallel_for((n + 15) / 16, prep);
       else prep(0, (n + 15) / 16, 0);
@@ -306,13 +310,17 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
         rows_dp_bf16_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, tuning);
         break;
       case Path::avx512_dp_pairs:
-        rows_dp_bf16_pairs_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate);
+      case Path::avx512_dp_pairs_canonical:
+        rows_dp_bf16_pairs_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate,
+                                  path == Path::avx512_dp_pairs_canonical);
         break;
       case Path::avx512_fma:
         if (w_bf16)
-          rows_fma_bf16w_avx512(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, tuning);
+          rows_fma_bf16w_avx512(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, tuning,
+                                order == LinearOrder::batch_invariant);
         else
-          rows_fma_f32w_avx512(xf, n, ldx, wf, cols, r0, r1, y, y_stride, accumulate, tuning);
+          rows_fma_f32w_avx512(xf, n, ldx, wf, cols, r0, r1, y, y_stride, accumulate, tuning,
+                               order == LinearOrder::batch_invariant);
         break;
       case Path::avx2_fma:
         if (w_bf16)
@@ -365,8 +373,8 @@ const char* linear_impl_name(ActPrecision prec) {
   return "?";
 }
 
-const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec, int64_t cols) {
-  return path_name(choose_path(n, cols, w_dtype == DType::bf16, prec == ActPrecision::bf16, active_isa()));
+const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec, int64_t cols, LinearOrder order) {
+  return path_name(choose_path(n, cols, w_dtype == DType::bf16, prec == ActPrecision::bf16, active_isa(), order));
 }
 
 }  // namespace afd::kernels

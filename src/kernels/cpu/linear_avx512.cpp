@@ -4,7 +4,8 @@
 //
 // Tiles are R rows of W x T tokens in the "dot" layout: each W row is loaded as it lies in
 // memory (row-major [rows, cols], no packing), each accumulator holds 16 partial sums of one
-// (row, token) pair, reduced horizontally at the end of the row. W is the streamed operand:
+// (row, token) pair, reduced horizontally at the end of the row (bf16 x bf16: in the canonical
+// order of linear_kernels.h, whatever the tile, token block or column block). W is the streamed operand:
 // every W element is loaded once per token block, x comes from L1/L2.
 // GCC 12 reports false -Wuninitialized warnings inside its own AVX-512 headers
 // (_mm*_undefined_* helpers, GCC bug 105593).
@@ -13,6 +14,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/linear_kernels.h"
 #include "kernels/cpu/prefetch.h"
@@ -39,10 +41,21 @@ AFD_AVX512 inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+// The sum of a's 16 lanes in reduce4's order (the canonical tree of linear_kernels.h), the same
+// IEEE operations on the same operands as lane 0 of reduce4(a, b, c, d).
+AFD_AVX512 inline float reduce1(__m512 a) {
+  // Per 128-bit block: lane 0 = a0 + a2, lane 1 = a1 + a3; then lane 0 = (a0 + a2) + (a1 + a3).
+  const __m512 p = _mm512_add_ps(a, _mm512_permute_ps(a, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 s = _mm512_add_ps(p, _mm512_permute_ps(p, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+  return _mm_cvtss_f32(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
 // y[t * ldy + r] (+)= horizontal sum of a[r][t]. Tree: four sums at a time (reduce4).
 template <int R, int T, bool Tree = false>
 AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool acc) {
-  if constexpr (Tree && R * T >= 4) {
+  if constexpr (Tree) {
     // Sums in token-major order k = t * R + r.
     constexpr int N = R * T;
     alignas(16) float s[N + 3];
@@ -81,17 +94,24 @@ AFD_AVX512 inline void store_tile(__m512 (&a)[R][T], float* y, int64_t ldy, bool
 }
 
 // ---- bf16 x bf16 -> f32 (vdpbf16ps) ----
-// Rows of W are ldw elements apart (0: cols); pf: prefetch (to L1) the byte at this offset from
-// every W load; pf_l2: the same towards L2 (_MM_HINT_T1); Tree: store_tile's reduction.
-template <int R, int T, bool Tree = false>
+// One (row, token) accumulator per pair: lane j takes column pair 16 c + j of every 32-column
+// chunk c, in ascending c, and the lanes are summed with reduce4 (the canonical order of
+// linear_kernels.h). Rows of W are ldw elements apart (0: cols); pf: prefetch (to L1) the byte at
+// this offset from every W load; pf_l2: the same towards L2 (_MM_HINT_T1).
+// Column blocks: a call may cover columns [c0, c0 + cols) of longer rows (c0 a multiple of 32,
+// w and x pointing at column c0) when part, R x T x 16 floats, carries the accumulators
+// between the calls of one (rows, tokens) tile: part_in starts from part instead of zero,
+// part_out leaves the accumulators in part instead of reducing them into y.
+template <int R, int T>
 AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int64_t ldx, float* y, int64_t ldy,
-                        bool acc, int64_t pf, int64_t ldw = 0, int64_t pf_l2 = 0) {
+                        bool acc, int64_t pf, int64_t ldw = 0, int64_t pf_l2 = 0, float* part = nullptr,
+                        bool part_in = false, bool part_out = false) {
   const int64_t lw = ldw ? ldw : cols;
   __m512 a[R][T];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) a[r][t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t) a[r][t] = part_in ? _mm512_loadu_ps(part + 16 * (r * T + t)) : _mm512_setzero_ps();
   const int64_t cmain = cols & ~int64_t{31};
   int64_t c = 0;
   for (; c < cmain; c += 32) {
@@ -123,11 +143,18 @@ AFD_AVX512 void tile_dp(const uint16_t* w, int64_t cols, const uint16_t* x, int6
       for (int r = 0; r < R; ++r) a[r][t] = _mm512_dpbf16_ps(a[r][t], wv[r], xv);
     }
   }
-  store_tile<R, T, Tree>(a, y, ldy, acc);
+  if (part_out) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) _mm512_storeu_ps(part + 16 * (r * T + t), a[r][t]);
+    return;
+  }
+  store_tile<R, T, true>(a, y, ldy, acc);
 }
 
 // ---- f32 x (bf16 W widened) -> f32 FMA; x permuted per 32-column block ----
-template <int R, int T>
+template <int R, int T, bool Tree = false>
 AFD_AVX512 void tile_fma_bf16w(const uint16_t* w, int64_t cols, const float* x, int64_t ldx, float* y,
                                int64_t ldy, bool acc, int64_t pf) {
   __m512 a[R][T];
@@ -165,11 +192,11 @@ AFD_AVX512 void tile_fma_bf16w(const uint16_t* w, int64_t cols, const float* x, 
       }
     }
   }
-  store_tile<R, T>(a, y, ldy, acc);
+  store_tile<R, T, Tree>(a, y, ldy, acc);
 }
 
 // ---- f32 x f32 W -> f32 FMA ----
-template <int R, int T>
+template <int R, int T, bool Tree = false>
 AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int64_t ldx, float* y,
                               int64_t ldy, bool acc, int64_t pf) {
   __m512 a[R][T];
@@ -206,37 +233,61 @@ AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int6
       for (int r = 0; r < R; ++r) a[r][t] = _mm512_fmadd_ps(wv[r], xv, a[r][t]);
     }
   }
-  store_tile<R, T>(a, y, ldy, acc);
+  store_tile<R, T, Tree>(a, y, ldy, acc);
 }
 
 // ---- One token, one row at a time ----
-// Each W row is read front to back with 4 independent accumulators (dependency chains
-// short enough to keep the loads in flight), so a thread's W range is one sequential
-// stream, which reads at the machine's streaming bandwidth. Interleaving 4-8 rows (the tiles
+// Each W row is read front to back, so a thread's W range is one sequential stream, which
+// reads at the machine's streaming bandwidth. rows_seq_dp has one accumulator per row (the
+// canonical order of linear_kernels.h) and streams S parts of the rows side by side for
+// independent chains; the f32-activation variants have 4 accumulators on one row. Interleaving 4-8 rows (the tiles
 // above) splits it into short strided streams that the hardware prefetchers follow badly
 // when rows are short. With several tokens the tiles win (x reuse and fewer reductions).
 // x is zero padded to a multiple of 32 columns (and permuted per 32-column block for
-// fma_bf16w, see prep_x_f32_perm32); W is read only up to cols. row_seq_dp prefetches W pf
+// fma_bf16w, see prep_x_f32_perm32); W is read only up to cols. rows_seq_dp prefetches W pf
 // bytes ahead (0: none) within the `left` bytes this call reads from w on; the f32-activation
 // variants do not (docs/bench-log/2026-11-26-fp8-prefetch.md).
-AFD_AVX512 void row_seq_dp(const uint16_t* w, int64_t cols, const uint16_t* x, float* y, bool acc, int64_t pf,
-                           int64_t left) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+template <int S>
+AFD_AVX512 void rows_seq_dp(const uint16_t* x, const uint16_t* w, int64_t cols, int64_t r0, int64_t r1, float* y,
+                            bool acc, int64_t pf) {
+  // Rows [r0, r1) as S contiguous parts of `per` rows, one row of each part at a time (S
+  // accumulator chains, S sequential streams), then the remaining rows one by one.
+  const int64_t per = (r1 - r0) / S;
   const int64_t c128 = cols & ~int64_t{127};
-  int64_t c = 0;
-  for (; c < c128; c += 128) {
-    prefetch_ahead<4>(w + c, pf, left - 2 * c);
-    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + c), (__m512bh)_mm512_loadu_si512(x + c));
-    a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + c + 32), (__m512bh)_mm512_loadu_si512(x + c + 32));
-    a2 = _mm512_dpbf16_ps(a2, (__m512bh)_mm512_loadu_si512(w + c + 64), (__m512bh)_mm512_loadu_si512(x + c + 64));
-    a3 = _mm512_dpbf16_ps(a3, (__m512bh)_mm512_loadu_si512(w + c + 96), (__m512bh)_mm512_loadu_si512(x + c + 96));
+  for (int64_t i = 0; i < per; ++i) {
+    const uint16_t* wr[S];
+    __m512 a[S];
+#pragma GCC unroll 4
+    for (int p = 0; p < S; ++p) {
+      wr[p] = w + (r0 + p * per + i) * cols;
+      a[p] = _mm512_setzero_ps();
+    }
+    const int64_t left = (per - i) * cols * 2;  // bytes from wr[p] to the end of part p
+    int64_t c = 0;
+    for (; c < c128; c += 128) {
+#pragma GCC unroll 4
+      for (int p = 0; p < S; ++p) prefetch_ahead<4>(wr[p] + c, pf, left - 2 * c);
+#pragma GCC unroll 4
+      for (int k = 0; k < 128; k += 32) {
+        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + c + k);
+#pragma GCC unroll 4
+        for (int p = 0; p < S; ++p) a[p] = _mm512_dpbf16_ps(a[p], (__m512bh)_mm512_loadu_si512(wr[p] + c + k), xv);
+      }
+    }
+    for (; c < cols; c += 32) {
+      const __mmask32 m = cols - c >= 32 ? ~__mmask32{0} : _cvtu32_mask32((1u << (cols - c)) - 1u);
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + c);
+#pragma GCC unroll 4
+      for (int p = 0; p < S; ++p) a[p] = _mm512_dpbf16_ps(a[p], (__m512bh)_mm512_maskz_loadu_epi16(m, wr[p] + c), xv);
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < S; ++p) {
+      const float s = reduce1(a[p]);
+      float* o = y + r0 + p * per + i;
+      *o = acc ? *o + s : s;
+    }
   }
-  for (; c < cols; c += 32) {
-    const __mmask32 m = cols - c >= 32 ? ~__mmask32{0} : _cvtu32_mask32((1u << (cols - c)) - 1u);
-    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_maskz_loadu_epi16(m, w + c), (__m512bh)_mm512_loadu_si512(x + c));
-  }
-  const float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-  *y = acc ? *y + s : s;
+  if constexpr (S > 1) rows_seq_dp<1>(x, w, cols, r0 + S * per, r1, y, acc, pf);
 }
 
 AFD_AVX512 void row_seq_fma_bf16w(const uint16_t* w, int64_t cols, const float* x, float* y, bool acc) {
@@ -282,7 +333,7 @@ AFD_AVX512 void row_seq_fma_f32w(const float* w, int64_t cols, const float* x, f
 // Dispatch of one (R-row block, token block of size t <= TMax) to the tile instantiation.
 enum class Kind { dp, fma_bf16w, fma_f32w };
 
-template <Kind K, int R>
+template <Kind K, int R, bool Tree = false>
 AFD_AVX512 void run_tile(int t, const void* w, int64_t cols, const void* x, int64_t ldx, float* y,
                          int64_t ldy, bool acc, int64_t pf) {
 #define AFD_TILE_CASE(TT)                                                                          \
@@ -291,11 +342,11 @@ AFD_AVX512 void run_tile(int t, const void* w, int64_t cols, const void* x, int6
       tile_dp<R, TT>(static_cast<const uint16_t*>(w), cols, static_cast<const uint16_t*>(x), ldx, y, \
                      ldy, acc, pf);                                                                \
     else if constexpr (K == Kind::fma_bf16w)                                                       \
-      tile_fma_bf16w<R, TT>(static_cast<const uint16_t*>(w), cols, static_cast<const float*>(x), ldx, \
-                            y, ldy, acc, pf);                                                      \
+      tile_fma_bf16w<R, TT, Tree>(static_cast<const uint16_t*>(w), cols, static_cast<const float*>(x), \
+                                  ldx, y, ldy, acc, pf);                                           \
     else                                                                                           \
-      tile_fma_f32w<R, TT>(static_cast<const float*>(w), cols, static_cast<const float*>(x), ldx, y, \
-                           ldy, acc, pf);                                                          \
+      tile_fma_f32w<R, TT, Tree>(static_cast<const float*>(w), cols, static_cast<const float*>(x), ldx, \
+                                 y, ldy, acc, pf);                                                 \
     break;
   switch (t) {
     AFD_TILE_CASE(1)
@@ -313,7 +364,7 @@ AFD_AVX512 void run_tile(int t, const void* w, int64_t cols, const void* x, int6
 template <Kind K>
 constexpr int kTMax = K == Kind::fma_bf16w ? 4 : 6;
 
-template <Kind K, int R, typename WT, typename XT>
+template <Kind K, int R, bool Tree = false, typename WT, typename XT>
 AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
                        int64_t r1, float* y, int64_t ldy, bool acc, int64_t pf) {
   constexpr int TMax = kTMax<K>;
@@ -329,9 +380,9 @@ AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t
         const XT* xb = x + (i0 + i) * ldx;
         float* yb = y + (i0 + i) * ldy + r;
         if (full)
-          run_tile<K, R>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc, pf);
+          run_tile<K, R, Tree>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc, pf);
         else
-          run_tile<K, 1>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc, pf);
+          run_tile<K, 1, Tree>(t, w + r * cols, cols, xb, ldx, yb, ldy, acc, pf);
         i += t;
       }
       r += full ? R : 1;
@@ -348,32 +399,34 @@ AFD_AVX512 void rows_r(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t
 // the first token block over a tile prefetches (the later ones find its rows in L1 or L2).
 // x budget: x stays in L1 next to the W tile and its prefetched successor when the x slice a
 // pass reads fits tuning.small_n_x_bytes; otherwise the columns are split into balanced blocks
-// (multiples of 32) whose slice fits it, every block passing over the rows and adding its
-// partial sums into y.
+// (multiples of 32) whose slice fits it, every block passing over the rows of a row chunk and
+// leaving its tiles' accumulators in a buffer for the next block (tile_dp's part), so each
+// output element is still one accumulator over all its columns.
 // Loop orders:
-// - the call's x fits the budget, or there is one token block: column blocks, then tiles, then
-//   token blocks (the tile is reused from L1 by every token block);
-// - several token blocks whose x together exceeds the budget: row chunks of about
-//   tuning.small_n_chunk_bytes of W, then token blocks, then (within the block's x budget) column
-//   blocks and tiles. The first token block streams the chunk from memory, the later ones read it
-//   from L2, and each block's x alone usually fits the budget, so W rows are read front to back
-//   instead of as the short strided column segments that one block of all n tokens would need
-//   (which the hardware prefetchers follow badly: docs/bench-log/2026-11-26-smalln.md). The last
-//   token block, whose tiles compute from L2 while memory would idle, prefetches the next chunk
-//   into L2 (the same tile one chunk ahead), so the next first block also reads from L2; a T1
-//   hint, because lines in L1 would evict the block's x.
-// One tile: t tokens (t <= TMax) x R rows (1 row when !full) of cw columns.
+// - the call's x fits the budget: tiles, then token blocks (the tile is reused from L1 by every
+//   token block);
+// - otherwise: row chunks of about tuning.small_n_chunk_bytes of W (0: the whole range), then
+//   token blocks, then (within the block's x budget) column blocks and tiles. With several token
+//   blocks the first one streams the chunk from memory, the later ones read it from L2, and each
+//   block's x alone usually fits the budget, so W rows are read front to back instead of as the
+//   short strided column segments that one block of all n tokens would need (which the hardware
+//   prefetchers follow badly: docs/bench-log/2026-11-26-smalln.md). The last of several token
+//   blocks, whose tiles compute from L2 while memory would idle, prefetches the next chunk into
+//   L2 (the same tile one chunk ahead), so the next first block also reads from L2; a T1 hint,
+//   because lines in L1 would evict the block's x.
+// One tile: t tokens (t <= TMax) x R rows (1 row when !full) of cw columns; part, part_in,
+// part_out: tile_dp's.
 template <int R, int TMax>
-AFD_AVX512 inline void tile_small_dp(int t, bool full, const uint16_t* w, int64_t cw, const uint16_t* x,
-                                     int64_t ldx, float* y, int64_t ldy, bool acc, int64_t pf, int64_t ldw,
-                                     int64_t pf_l2 = 0) {
+AFD_AVX512 inline void tile_small_dp(int t, bool full, const uint16_t* w, int64_t cw, const uint16_t* x, int64_t ldx,
+                                     float* y, int64_t ldy, bool acc, int64_t pf, int64_t ldw, int64_t pf_l2 = 0,
+                                     float* part = nullptr, bool part_in = false, bool part_out = false) {
   switch (t) {
-#define AFD_SMALL_CASE(TT)                                                \
-  case TT:                                                                \
-    if constexpr (TT <= TMax) {                                           \
-      if (full) tile_dp<R, TT, true>(w, cw, x, ldx, y, ldy, acc, pf, ldw, pf_l2); \
-      else tile_dp<1, TT, true>(w, cw, x, ldx, y, ldy, acc, pf, ldw, pf_l2);      \
-    }                                                                     \
+#define AFD_SMALL_CASE(TT)                                                                           \
+  case TT:                                                                                           \
+    if constexpr (TT <= TMax) {                                                                      \
+      if (full) tile_dp<R, TT>(w, cw, x, ldx, y, ldy, acc, pf, ldw, pf_l2, part, part_in, part_out); \
+      else tile_dp<1, TT>(w, cw, x, ldx, y, ldy, acc, pf, ldw, pf_l2, part, part_in, part_out);      \
+    }                                                                                                \
     break;
     AFD_SMALL_CASE(1)
     AFD_SMALL_CASE(2)
@@ -403,57 +456,68 @@ AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const u
   const int64_t nb = (n + TMax - 1) / TMax;
   const int64_t x_bytes = tuning.small_n_x_bytes;
   const int64_t chunk = tuning.small_n_chunk_bytes;
-  if (nb > 1 && chunk > 0 && n * cols * 2 > x_bytes) {
-    const int64_t rc = std::max<int64_t>(1, chunk / tile_bytes) * R;
-    for (int64_t c = r0; c < r1; c += rc) {
-      const int64_t c1 = std::min(r1, c + rc);
-      int64_t i = 0;
-      for (int64_t b = 0; b < nb; ++b) {
-        const int t = static_cast<int>((n - i) / (nb - b));
-        const int64_t cblock = small_n_cblock(t, cols, x_bytes);
-        for (int64_t c0 = 0; c0 < cols; c0 += cblock)
-          for (int64_t r = c; r < c1;) {
-            const bool full = r + R <= c1;
-            tile_small_dp<R, TMax>(t, full, w + r * cols + c0, std::min(cblock, cols - c0), x + i * ldx + c0, ldx,
-                                   y + i * ldy + r, ldy, acc || c0 > 0, b == 0 ? pf : 0, cols,
-                                   b == nb - 1 ? rc * cols * 2 : 0);
-            r += full ? R : 1;
-          }
-        i += t;
-      }
-    }
-    return;
-  }
-  const int64_t cblock = small_n_cblock(n, cols, x_bytes);
-  for (int64_t c0 = 0; c0 < cols; c0 += cblock) {
+  if (n * cols * 2 <= x_bytes) {
     for (int64_t r = r0; r < r1;) {
       const bool full = r + R <= r1;
       int64_t i = 0;
       for (int64_t b = 0; b < nb; ++b) {
         const int t = static_cast<int>((n - i) / (nb - b));
-        tile_small_dp<R, TMax>(t, full, w + r * cols + c0, std::min(cblock, cols - c0), x + i * ldx + c0, ldx,
-                               y + i * ldy + r, ldy, acc || c0 > 0, b == 0 ? pf : 0, cols);
+        tile_small_dp<R, TMax>(t, full, w + r * cols, cols, x + i * ldx, ldx, y + i * ldy + r, ldy, acc,
+                               b == 0 ? pf : 0, cols);
         i += t;
       }
       r += full ? R : 1;
+    }
+    return;
+  }
+  // [rc rows][TMax tokens][16]: the accumulators of a chunk's tiles between column blocks.
+  thread_local std::vector<float> part_buf;
+  const int64_t rc = chunk > 0 ? std::max<int64_t>(1, chunk / tile_bytes) * R : r1 - r0;
+  for (int64_t c = r0; c < r1; c += rc) {
+    const int64_t c1 = std::min(r1, c + rc);
+    int64_t i = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int t = static_cast<int>((n - i) / (nb - b));
+      const int64_t cblock = small_n_cblock(t, cols, x_bytes);
+      if (cblock < cols && part_buf.size() < static_cast<size_t>(rc * TMax * 16))
+        part_buf.resize(static_cast<size_t>(rc * TMax * 16));
+      for (int64_t c0 = 0; c0 < cols; c0 += cblock)
+        for (int64_t r = c; r < c1;) {
+          const bool full = r + R <= c1;
+          tile_small_dp<R, TMax>(t, full, w + r * cols + c0, std::min(cblock, cols - c0), x + i * ldx + c0, ldx,
+                                 y + i * ldy + r, ldy, acc, b == 0 ? pf : 0, cols,
+                                 nb > 1 && b == nb - 1 ? rc * cols * 2 : 0, part_buf.data() + (r - c) * t * 16, c0 > 0,
+                                 c0 + cblock < cols);
+          r += full ? R : 1;
+        }
+      i += t;
     }
   }
 }
 
 template <Kind K, typename WT, typename XT>
 AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
-                             int64_t r1, float* y, int64_t ldy, bool acc, const LinearAvx512Tuning& tuning) {
+                             int64_t r1, float* y, int64_t ldy, bool acc, const LinearAvx512Tuning& tuning,
+                             bool canonical = false) {
   const int64_t pf = tuning.prefetch_bytes;
+  if constexpr (K != Kind::dp) {
+    // f32 activations, canonical order at every n: the tiles (one accumulator chain per
+    // element, reduce4 tree), n = 1 included.
+    if (canonical) return rows_r<K, 4, true>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, n == 1 ? pf : 0);
+  }
   // One token: no x reuse to exploit; rows one at a time (default) or interleaved tiles.
   const int rows_single = tuning.rows_single;
   const int small_n = tuning.small_n_layout;
-  if (n == 1 && rows_single == 1) {
+  if (K == Kind::dp && n == 1 && rows_single == 1) {
+    if constexpr (K == Kind::dp) {
+      if (tuning.row_streams == 4) rows_seq_dp<4>(x, w, cols, r0, r1, y, acc, pf);
+      else if (tuning.row_streams == 2) rows_seq_dp<2>(x, w, cols, r0, r1, y, acc, pf);
+      else rows_seq_dp<1>(x, w, cols, r0, r1, y, acc, pf);
+    }
+  } else if (n == 1 && rows_single == 1) {
     for (int64_t r = r0; r < r1; ++r) {
-      if constexpr (K == Kind::dp) row_seq_dp(w + r * cols, cols, x, y + r, acc, pf, (r1 - r) * cols * 2);
-      else if constexpr (K == Kind::fma_bf16w)
-        row_seq_fma_bf16w(w + r * cols, cols, x, y + r, acc);
-      else
-        row_seq_fma_f32w(w + r * cols, cols, x, y + r, acc);
+      if constexpr (K == Kind::fma_bf16w) row_seq_fma_bf16w(w + r * cols, cols, x, y + r, acc);
+      else if constexpr (K == Kind::fma_f32w) row_seq_fma_f32w(w + r * cols, cols, x, y + r, acc);
     }
   } else if (n == 1 && rows_single == 8) {
     rows_r<K, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
@@ -485,14 +549,14 @@ AFD_AVX512 void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, 
 
 AFD_AVX512 void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w,
                                       int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy,
-                                      bool acc, const LinearAvx512Tuning& tuning) {
-  rows_generic<Kind::fma_bf16w>(xp, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
+                                      bool acc, const LinearAvx512Tuning& tuning, bool canonical) {
+  rows_generic<Kind::fma_bf16w>(xp, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, canonical);
 }
 
 AFD_AVX512 void rows_fma_f32w_avx512(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
                                      int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                                     const LinearAvx512Tuning& tuning) {
-  rows_generic<Kind::fma_f32w>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
+                                     const LinearAvx512Tuning& tuning, bool canonical) {
+  rows_generic<Kind::fma_f32w>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, canonical);
 }
 
 }  // namespace afd::kernels::detail

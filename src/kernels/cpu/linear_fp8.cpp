@@ -23,25 +23,43 @@ namespace {
 // Defaults from bench_kernels --fp8-weights on the dev machine (docs/BENCHMARKS.md, "FP8 weights");
 // tile_rows from whole decode steps (docs/bench-log/2026-11-26-smalln.md): a 128-row tile (512 KiB
 // at 2048 columns, in L2) gives the bf16 small-n kernel it feeds whole row chunks.
-// gemv_max_x_bytes: the gemv reloads every token's x slice for each W row, so once the n rows
-// of x outgrow L1 the tiles are faster (bench_kernels --fp8-weights,
-// docs/bench-log/2026-11-26-fp8-prefetch.md).
+// The gemv on f32 x (AVX2; AVX-512 with f32 activations), gemv_f32_max_x_bytes: the gemv reloads
+// every token's x slice for each W row, so once the n rows of x outgrow L1 the tiles are faster
+// (bench_kernels --fp8-weights, docs/bench-log/2026-11-26-fp8-prefetch.md).
+// The AVX-512 BF16 byte-table gemv (4 rows per pass, bf16 x) stays ahead of the dequantized tiles
+// up to 16 tokens, at 7168 columns too (x 224 KiB): 0.62-0.95 of the tiles' time at n = 5..16 on
+// the bench model's shapes, one thread, cold weights, interleaved in one process.
 std::atomic<int> g_gemv_lut{2};
-std::atomic<int64_t> g_gemv_max_n{4};
+std::atomic<int64_t> g_gemv_max_n{16};
 std::atomic<int64_t> g_tile_rows{128};
-std::atomic<int64_t> g_gemv_max_x_bytes{32 * 1024};
+std::atomic<int64_t> g_gemv_max_x_bytes{256 * 1024};
+std::atomic<int64_t> g_gemv_f32_max_n{4};
+std::atomic<int64_t> g_gemv_f32_max_x_bytes{32 * 1024};
 }  // namespace
 
 Fp8Tuning fp8_tuning() {
-  return {g_gemv_lut.load(std::memory_order_relaxed), g_gemv_max_n.load(std::memory_order_relaxed),
-          g_tile_rows.load(std::memory_order_relaxed), g_gemv_max_x_bytes.load(std::memory_order_relaxed)};
+  return {g_gemv_lut.load(std::memory_order_relaxed),        g_gemv_max_n.load(std::memory_order_relaxed),
+          g_tile_rows.load(std::memory_order_relaxed),       g_gemv_max_x_bytes.load(std::memory_order_relaxed),
+          g_gemv_f32_max_n.load(std::memory_order_relaxed), g_gemv_f32_max_x_bytes.load(std::memory_order_relaxed)};
+}
+
+namespace {
+void store_if_set(std::atomic<int64_t>& a, int64_t v) {
+  if (v >= 0) a.store(v, std::memory_order_relaxed);
+}
+}  // namespace
+
+void set_fp8_tuning(const Fp8Tuning& t) {
+  if (t.gemv_lut >= 0) g_gemv_lut.store(std::min(t.gemv_lut, 2), std::memory_order_relaxed);
+  store_if_set(g_gemv_max_n, t.gemv_max_n);
+  store_if_set(g_tile_rows, t.tile_rows < 0 ? -1 : std::max<int64_t>(16, t.tile_rows / 16 * 16));
+  store_if_set(g_gemv_max_x_bytes, t.gemv_max_x_bytes);
+  store_if_set(g_gemv_f32_max_n, t.gemv_f32_max_n);
+  store_if_set(g_gemv_f32_max_x_bytes, t.gemv_f32_max_x_bytes);
 }
 
 void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows, int64_t gemv_max_x_bytes) {
-  if (gemv_lut >= 0) g_gemv_lut.store(std::min(gemv_lut, 2), std::memory_order_relaxed);
-  if (gemv_max_n >= 0) g_gemv_max_n.store(gemv_max_n, std::memory_order_relaxed);
-  if (tile_rows >= 0) g_tile_rows.store(std::max<int64_t>(16, tile_rows / 16 * 16), std::memory_order_relaxed);
-  if (gemv_max_x_bytes >= 0) g_gemv_max_x_bytes.store(gemv_max_x_bytes, std::memory_order_relaxed);
+  set_fp8_tuning(Fp8Tuning{gemv_lut, gemv_max_n, tile_rows, gemv_max_x_bytes, gemv_max_n, gemv_max_x_bytes});
 }
 
 int64_t fp8_gemv_ldx(int64_t cols) { return (cols + kFp8Block - 1) / kFp8Block * kFp8Block; }
@@ -59,18 +77,12 @@ void prep_x_fp8_gemv_f32(const float* x, int64_t n, int64_t x_stride, int64_t co
   }
 }
 
-void prep_x_fp8_gemv_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool permute64, uint16_t* xb) {
+void prep_x_fp8_gemv_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xb) {
   const int64_t ldx = fp8_gemv_ldx(cols);
   for (int64_t i = 0; i < n; ++i) {
     uint16_t* o = xb + i * ldx;
     f32_to_bf16_row(x + i * x_stride, cols, o);
     std::fill(o + cols, o + ldx, uint16_t{0});
-    if (!permute64) continue;
-    for (int64_t c0 = 0; c0 < ldx; c0 += 64) {
-      uint16_t g[64];
-      std::copy(o + c0, o + c0 + 64, g);
-      for (int p = 0; p < 64; ++p) o[c0 + p] = g[16 * (p % 32 / 8) + p % 8 + (p >= 32 ? 8 : 0)];
-    }
   }
 }
 
@@ -82,10 +94,20 @@ bool cpu_has_avx512_vbmi() {
 void fp8_dequant_rows_f32_scalar(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out) {
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* q = w.q + r * cols;
-    const float* s = w.scale + (r + w.row_offset) / kFp8Block * w.scale_stride;
+    const float* s = fp8_scale_row(w, r);
     float* o = out + (r - r0) * cols;
     for (int64_t c = 0; c < cols; ++c) o[c] = fp8_e4m3_to_f32(q[c]) * s[c / kFp8Block];
   }
+}
+
+void prescale_x_fp8(const float* x, int64_t n, int64_t ldx, int64_t cols, const float* srow, float* xs,
+                    int64_t ldxs) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c0 = 0; c0 < cols; c0 += kFp8Block) {
+      const float s = srow[c0 / kFp8Block] * 256.0f;
+      const int64_t c1 = std::min(cols, c0 + kFp8Block);
+      for (int64_t c = c0; c < c1; ++c) xs[i * ldxs + c] = x[i * ldx + c] * s;
+    }
 }
 
 }  // namespace detail
@@ -116,24 +138,26 @@ enum class Path {
   avx2_gemv,
   avx2_tile,
   avx512_gemv,
-  avx512_gemv_lut,
   avx512_gemv_lut8,
   avx512_tile_bf16,
   avx512_tile_pairs,
   avx512_tile_f32
 };
 
-Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa) {
+Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa, LinearOrder order = LinearOrder::fastest) {
   const Fp8Tuning t = fp8_tuning();
-  const int64_t x_bytes = n * fp8_gemv_ldx(cols) * (act_bf16 && isa == Isa::avx512 && t.gemv_lut != 0 ? 2 : 4);
-  const bool gemv = n <= t.gemv_max_n && (n == 1 || x_bytes <= t.gemv_max_x_bytes);
+  // The bf16 gemv (AVX-512 BF16, bf16 activations) and the gemvs on f32 x have their own limits.
+  const bool x_bf16 = act_bf16 && isa == Isa::avx512;
+  const int64_t max_n = x_bf16 ? t.gemv_max_n : t.gemv_f32_max_n;
+  const int64_t max_x = x_bf16 ? t.gemv_max_x_bytes : t.gemv_f32_max_x_bytes;
+  const bool gemv = n <= max_n && (n == 1 || n * fp8_gemv_ldx(cols) * (x_bf16 ? 2 : 4) <= max_x);
   switch (isa) {
     case Isa::avx512:
-      if (gemv) {
-        if (!act_bf16 || t.gemv_lut == 0) return Path::avx512_gemv;
-        return t.gemv_lut == 2 && cpu_has_avx512_vbmi() ? Path::avx512_gemv_lut8 : Path::avx512_gemv_lut;
-      }
-      if (!act_bf16) return Path::avx512_tile_f32;
+      // f32 activations: the gemv scales 128-column partial sums, the tiles each weight; in the
+      // batch-invariant order the tiles take every n (linear()'s canonical f32-weight order).
+      if (!act_bf16) return gemv && order == LinearOrder::fastest ? Path::avx512_gemv : Path::avx512_tile_f32;
+      // bf16 activations: the byte-table gemv needs VBMI; without it the tiles take every n.
+      if (gemv && t.gemv_lut == 2 && cpu_has_avx512_vbmi()) return Path::avx512_gemv_lut8;
       // Many tokens: the dequantized tiles go to linear()'s "pairs" kernel, as bf16 W would.
       return cols % 2 == 0 && n >= resolve_pairs_min_n() ? Path::avx512_tile_pairs : Path::avx512_tile_bf16;
     case Isa::avx2: return gemv ? Path::avx2_gemv : Path::avx2_tile;
@@ -148,7 +172,6 @@ const char* path_name(Path p) {
     case Path::avx2_gemv: return "avx2_fp8_gemv";
     case Path::avx2_tile: return "avx2_fp8_tile_f32";
     case Path::avx512_gemv: return "avx512_fp8_gemv";
-    case Path::avx512_gemv_lut: return "avx512_fp8_gemv_lut";
     case Path::avx512_gemv_lut8: return "avx512_fp8_gemv_lut8";
     case Path::avx512_tile_bf16: return "avx512_fp8_tile_bf16";
     case Path::avx512_tile_pairs: return "avx512_fp8_tile_pairs";
@@ -160,14 +183,14 @@ const char* path_name(Path p) {
 }  // namespace
 
 void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows, int64_t cols,
-                float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate) {
+                float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate, LinearOrder order) {
   AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0);
   AFD_CHECK(n <= 1 || (x_stride >= cols && y_stride >= rows), "linear_fp8: row strides shorter than rows");
   AFD_CHECK(w.row_offset >= 0 && w.row_offset < kFp8Block, "linear_fp8: row_offset outside [0, 128)");
   AFD_CHECK(w.scale_stride >= (cols + kFp8Block - 1) / kFp8Block, "linear_fp8: scale_stride below the block count");
   if (n == 0 || rows == 0) return;
   const bool act_bf16 = prec == ActPrecision::bf16;
-  const Path path = choose_path(n, cols, act_bf16, active_isa());
+  const Path path = choose_path(n, cols, act_bf16, active_isa(), order);
   const int64_t tile_rows = fp8_tuning().tile_rows;
 
   // Activations, prepared once on the calling thread.
@@ -185,11 +208,10 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
       xf = p;
       break;
     }
-    case Path::avx512_gemv_lut:
     case Path::avx512_gemv_lut8: {
       ldx = fp8_gemv_ldx(cols);
       uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx));
-      prep_x_fp8_gemv_bf16(x, n, x_stride, cols, path == Path::avx512_gemv_lut8, p);
+      prep_x_fp8_gemv_bf16(x, n, x_stride, cols, p);
       xb = p;
       break;
     }
@@ -203,7 +225,7 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
     case Path::avx512_tile_pairs: {
       ldx = (cols + 31) / 32 * 32;
       uint16_t* p = xb_buf.get(static_cast<size_t>((n + 15) / 16 * 16 * ldx));
-      prep_x_bf16_pairs(x, n, x_stride, cols, p, ldx);
+      prep_x_bf16_pairs(x, n, x_stride, cols, p, ldx, order == LinearOrder::batch_invariant);
       xb = p;
       break;
     }
@@ -222,7 +244,6 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
   auto rows_fn = [&](int64_t r0, int64_t r1) {
     switch (path) {
       case Path::avx512_gemv: fp8_gemv_avx512(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
-      case Path::avx512_gemv_lut: fp8_gemv_lut_avx512(xb, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
       case Path::avx512_gemv_lut8: fp8_gemv_lut8_avx512(xb, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
       case Path::avx2_gemv: fp8_gemv_avx2(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
       default: break;
@@ -230,8 +251,10 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
     // Tiles: dequantize tile_rows rows once, reuse them for all n tokens.
     thread_local Scratch<uint16_t> wb_buf;
     thread_local Scratch<float> wf_buf;
-    for (int64_t rt = r0; rt < r1; rt += tile_rows) {
-      const int64_t nr = std::min(tile_rows, r1 - rt);
+    for (int64_t rt = r0, nr; rt < r1; rt += nr) {
+      nr = std::min(tile_rows, r1 - rt);
+      // The AVX2 tiles end at scale rows: their x is prescaled per scale row.
+      if (path == Path::avx2_tile) nr = fp8_scale_run_end(w, rt, rt + nr) - rt;
       float* yt = y + rt;
       switch (path) {
         case Path::avx512_tile_bf16: {
@@ -243,19 +266,25 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
         case Path::avx512_tile_pairs: {
           uint16_t* t = wb_buf.get(static_cast<size_t>(nr * cols));
           fp8_dequant_rows_bf16_avx512(w, cols, rt, rt + nr, t);
-          rows_dp_bf16_pairs_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
+          rows_dp_bf16_pairs_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate,
+                                    order == LinearOrder::batch_invariant);
           break;
         }
         case Path::avx512_tile_f32: {
           float* t = wf_buf.get(static_cast<size_t>(nr * cols));
           fp8_dequant_rows_f32_avx512(w, cols, rt, rt + nr, t);
-          rows_fma_f32w_avx512(xf, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
+          rows_fma_f32w_avx512(xf, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate, {},
+                               order == LinearOrder::batch_invariant);
           break;
         }
         case Path::avx2_tile: {
+          // Unscaled rows of one scale row; x prescaled for it (linear_fp8_kernels.h).
+          thread_local Scratch<float> xs_buf;
           float* t = wf_buf.get(static_cast<size_t>(nr * cols));
-          fp8_dequant_rows_f32_avx2(w, cols, rt, rt + nr, t);
-          rows_fma_f32w_avx2(xf, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
+          float* xs = xs_buf.get(static_cast<size_t>(n * cols));
+          fp8_rows_unscaled_f32_avx2(w, cols, rt, rt + nr, t);
+          prescale_x_fp8(xf, n, ldx, cols, fp8_scale_row(w, rt), xs, cols);
+          rows_fma_f32w_avx2(xs, n, cols, t, cols, 0, nr, yt, y_stride, accumulate);
           break;
         }
         default: {

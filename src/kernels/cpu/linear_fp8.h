@@ -31,17 +31,23 @@ struct Fp8BlockWeights {
 
 // y[i, r] = sum_c x[i, c] * W[r, c] for i < n, r < rows, with linear()'s conventions (ops.h):
 // x [n, x_stride], y [n, y_stride], accumulate adds into y, pool may be null.
-// Precision: f32 activations use the dequantized W exactly (each product fp8 * x in f32, one
-// rounding of the block scale's product). bf16 activations round x to bf16; the batched path
-// (n above the single-token path's limit) may also round the dequantized W to bf16 once per
-// call (round_bf16(fp8 * scale)), as a bf16 checkpoint of the dequantized weights would hold.
-// The result for a row depends only on n, the row and x (not on the pool's size), so every
-// FFN sharding computes the same numbers.
+// Precision: f32 activations use the exact fp8 values, with one f32 rounding where the block
+// scale is applied (to the weight, fp8 * scale, or on AVX2 to the activation, x * scale).
+// bf16 activations round x to bf16; on AVX-512 BF16 they also use W rounded to bf16 after
+// scaling (round_bf16(fp8 * scale)), as a bf16 checkpoint of the dequantized weights would hold,
+// on every path.
+// The result for a row never depends on the pool's size, so every FFN sharding computes the
+// same numbers. With order = batch_invariant it depends only on the row, its x and the ISA
+// level, not on n, the token's index or the other tokens (linear_fp8_kernels.h states the
+// orders): the many-token AVX-512 bf16 tiles take linear()'s canonical pairs kernel, and f32
+// activations on AVX-512 take the tiles at every n (the gemv, which scales block partial sums,
+// only in the fastest order). With order = fastest that holds for bf16 activations below
+// linear()'s pairs threshold and on AVX2.
 void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows,
                 int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
-                bool accumulate = false);
+                bool accumulate = false, LinearOrder order = LinearOrder::fastest);
 
-// Name of the implementation linear_fp8() uses for this call shape, e.g. "avx512_fp8_gemv",
+// Name of the implementation linear_fp8() uses for this call shape, e.g. "avx512_fp8_gemv_lut8",
 // "avx512_fp8_tile_bf16", "avx512_fp8_tile_pairs", "avx2_fp8_gemv", "scalar_fp8" (benchmarks and reports).
 const char* linear_fp8_path_name(int64_t n, int64_t cols, ActPrecision prec);
 

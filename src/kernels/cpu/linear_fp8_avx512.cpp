@@ -1,17 +1,19 @@
 // AVX-512 kernels for linear_fp8() (see linear_fp8_kernels.h). Every function carries the
 // target attribute; linear_fp8.cpp calls these only when active_isa() == Isa::avx512.
 //
-// e4m3 -> f32 through IEEE half, exactly: sign-extend the byte to 16 bits and shift left by 7,
-// which puts the sign in bit 15, a copy of it in bit 14 and eeee mmm in bits 13..7; clearing
-// bit 14 leaves the half s|0eeee|mmm0000000, whose value is the e4m3 value times 2^-8 for
-// normal and subnormal inputs alike (half has the same 2^-14 subnormal step relative to its
-// bias). vcvtph2ps widens that exactly; the 2^8 is folded into the block scale.
-// The table variants instead look each 7-bit magnitude up in a 128-entry bf16 table and OR the
-// sign back in: the exact bf16 value, for vdpbf16ps. The word table (four zmm, vpermt2w)
-// converts 32 bytes per two lookups; the byte table (AVX-512 VBMI, vpermt2b) looks up the low
-// and the high byte of 64 bf16 values in two lookups and interleaves them with unpacklo/hi,
-// which leaves each 64-column group in the order [16k .. 16k+7 for k = 0..3 | 16k+8 .. 16k+15]:
-// x is stored in that order (prep_x_fp8_gemv_bf16 with permute64).
+// e4m3 -> f32 through IEEE half, exactly (f32 activations): sign-extend the byte to 16 bits and
+// shift left by 7, which puts the sign in bit 15, a copy of it in bit 14 and eeee mmm in bits
+// 13..7; clearing bit 14 leaves the half s|0eeee|mmm0000000, whose value is the e4m3 value times
+// 2^-8 for normal and subnormal inputs alike (half has the same 2^-14 subnormal step relative to
+// its bias). vcvtph2ps widens that exactly; the 2^8 is folded into the block scale.
+// bf16 activations use scaled tables: for one 128 x 128 block, entry m is bf16(mag(m) * scale)
+// (the f32 product rounded to nearest even, as vcvtne2ps2bf16 rounds), and a byte q converts to
+// that entry with q's sign XORed in, which is bf16(fp8(q) * scale) exactly (rounding to nearest
+// even is symmetric in the sign). The word table (four zmm, vpermt2w; the tiles' dequantization)
+// converts 32 bytes per two lookups; the byte tables (AVX-512 VBMI, vpermt2b; the gemv) look up
+// the low and the high byte of 64 bf16 values in two lookups and interleave them with
+// unpacklo/hi, after one vpermb that orders the 64 W bytes so that the interleaved words come
+// out in column order.
 // GCC 12 reports false -Wuninitialized warnings inside its own AVX-512 headers
 // (_mm*_undefined_* helpers, GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -20,10 +22,13 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/hsum.h"
 #include "kernels/cpu/linear_fp8_kernels.h"
 #include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/row_streams.h"
 
 #define AFD_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
@@ -51,7 +56,9 @@ AFD_AVX512 inline __m512 cvt16_mask(const uint8_t* p, __mmask16 m) {
   return half_bits_to_f32(_mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(m, p)));
 }
 inline __mmask16 mask16(int64_t n) { return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u); }
-inline __mmask32 mask32(int64_t n) { return n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1u); }
+inline __mmask32 mask32(int64_t n) {
+  return n >= 32 ? ~__mmask32{0} : n <= 0 ? __mmask32{0} : static_cast<__mmask32>((1u << n) - 1u);
+}
 
 // ---- gemv, half conversion, f32 FMA ----
 // T tokens of one row: x [T, ldx] (zero padded to whole blocks), y[t * ldy].
@@ -108,23 +115,7 @@ AFD_AVX512 void gemv_row(const uint8_t* w, const float* srow, int64_t cols, cons
   }
 }
 
-// ---- gemv, table conversion, vdpbf16ps ----
-struct Bf16Table {
-  alignas(64) std::array<uint16_t, 128> v;
-};
-const Bf16Table& bf16_magnitudes() {
-  static const Bf16Table t = [] {
-    Bf16Table r{};
-    for (int i = 0; i < 128; ++i) {
-      // 0x7f is NaN in e4m3; q never holds it (linear_fp8.h), any finite entry will do.
-      const float f = i == 0x7f ? 480.0f : fp8_e4m3_to_f32(static_cast<uint8_t>(i));
-      r.v[static_cast<size_t>(i)] = f32_to_bf16(f).bits;
-    }
-    return r;
-  }();
-  return t;
-}
-
+// ---- bf16 activations: scaled tables, vdpbf16ps ----
 // The 128 e4m3 magnitudes as f32 (0x7f, NaN, never occurs in q: any finite entry will do).
 struct F32Table {
   alignas(64) std::array<float, 128> v;
@@ -143,116 +134,168 @@ struct LutRegs {
   __m512i t0, t1, t2, t3;
 };
 
-// 32 e4m3 bytes (already zero-extended to 16 bits) -> 32 exact bf16 values.
+// 32 e4m3 bytes (already zero-extended to 16 bits) -> 32 bf16 table entries, q's sign XORed in.
 AFD_AVX512 inline __m512i lut32(const LutRegs& L, __m512i idx) {
   const __m512i lo = _mm512_permutex2var_epi16(L.t0, idx, L.t1);  // magnitudes 0..63 (index bits 0..5)
   const __m512i hi = _mm512_permutex2var_epi16(L.t2, idx, L.t3);  // 64..127
   const __mmask32 m = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x40));
   const __m512i mag = _mm512_mask_blend_epi16(m, lo, hi);
-  // mag | ((idx << 8) & 0x8000): the sign bit.
+  // mag ^ ((idx << 8) & 0x8000): the sign bit.
   return _mm512_ternarylogic_epi32(mag, _mm512_slli_epi16(idx, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000)),
-                                   0xF8);
+                                   0x78);
+}
+AFD_AVX512 inline LutRegs load_lut(const uint16_t* t) {
+  return {_mm512_loadu_si512(t), _mm512_loadu_si512(t + 32), _mm512_loadu_si512(t + 64), _mm512_loadu_si512(t + 96)};
 }
 
-template <int T>
-AFD_AVX512 void gemv_row_lut(const LutRegs& L, const uint8_t* w, const float* srow, int64_t cols, const uint16_t* x,
-                             int64_t ldx, float* y, int64_t ldy, bool acc, int64_t left) {
-  __m512 a[T];
+// tabs[(b - b0) * 128 + m] = bf16(mag(m) * sr[b]) for the blocks b in [b0, b1).
+AFD_AVX512 void scaled_tables(const float* sr, int64_t b0, int64_t b1, uint16_t* tabs) {
+  const float* mag = f32_magnitudes().v.data();
+  for (int64_t b = b0; b < b1; ++b) {
+    const __m512 s = _mm512_set1_ps(sr[b]);
 #pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) a[t] = _mm512_setzero_ps();
-  const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = w + b * kFp8Block;
-    const int64_t bc = std::min<int64_t>(kFp8Block, cols - b * kFp8Block);
-    prefetch_ahead<2>(p, kPrefetchBytes, left - b * kFp8Block);
-    __m512i wv[4];
-    if (bc == kFp8Block) {
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k)
-        wv[k] = lut32(L, _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * k))));
-    } else {
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k)
-        wv[k] = 32 * k < bc ? lut32(L, _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(mask32(bc - 32 * k), p + 32 * k)))
-                            : _mm512_setzero_si512();
-    }
-    const __m512 s = _mm512_set1_ps(srow[b]);
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-      const uint16_t* xt = x + t * ldx + b * kFp8Block;
-      __m512 s0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[0], (__m512bh)_mm512_loadu_si512(xt));
-      __m512 s1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[1], (__m512bh)_mm512_loadu_si512(xt + 32));
-      s0 = _mm512_dpbf16_ps(s0, (__m512bh)wv[2], (__m512bh)_mm512_loadu_si512(xt + 64));
-      s1 = _mm512_dpbf16_ps(s1, (__m512bh)wv[3], (__m512bh)_mm512_loadu_si512(xt + 96));
-      a[t] = _mm512_fmadd_ps(_mm512_add_ps(s0, s1), s, a[t]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) {
-    const float v = _mm512_reduce_add_ps(a[t]);
-    float* o = y + t * ldy;
-    *o = acc ? *o + v : v;
+    for (int k = 0; k < 4; ++k)
+      _mm512_storeu_si512(tabs + (b - b0) * kFp8Block + 32 * k,
+                          (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_load_ps(mag + 32 * k + 16), s),
+                                                       _mm512_mul_ps(_mm512_load_ps(mag + 32 * k), s)));
   }
 }
 
-// ---- gemv, byte-table conversion (VBMI), vdpbf16ps ----
+// ---- byte tables (VBMI) ----
 struct ByteLutRegs {
-  __m512i lo0, lo1, hi0, hi1;  // low / high bytes of the bf16 of magnitudes 0..63, 64..127
+  __m512i lo0, lo1, hi0, hi1;  // low / high bytes of the entries of magnitudes 0..63, 64..127
 };
 
-// 64 e4m3 bytes -> 64 exact bf16 values in two vectors, columns permuted (see above).
+// The nb word tables at tabs, in place, to byte tables: per block [lo0 | lo1 | hi0 | hi1].
+AFD_AVX512_VBMI void word_to_byte_tables(uint16_t* tabs, int64_t nb) {
+  alignas(64) uint8_t even[64], odd[64];
+  for (int i = 0; i < 64; ++i) {
+    even[i] = static_cast<uint8_t>(2 * i);
+    odd[i] = static_cast<uint8_t>(2 * i + 1);
+  }
+  const __m512i ie = _mm512_load_si512(even), io = _mm512_load_si512(odd);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint16_t* t = tabs + b * kFp8Block;
+    const LutRegs L = load_lut(t);
+    const __m512i lo0 = _mm512_permutex2var_epi8(L.t0, ie, L.t1), hi0 = _mm512_permutex2var_epi8(L.t0, io, L.t1);
+    const __m512i lo1 = _mm512_permutex2var_epi8(L.t2, ie, L.t3), hi1 = _mm512_permutex2var_epi8(L.t2, io, L.t3);
+    _mm512_storeu_si512(t, lo0);
+    _mm512_storeu_si512(t + 32, lo1);
+    _mm512_storeu_si512(t + 64, hi0);
+    _mm512_storeu_si512(t + 96, hi1);
+  }
+}
+
+// 64 e4m3 bytes (ordered by byte_order()) -> 64 bf16 table entries in column order, q's sign
+// XORed in: w0 columns 0..31, w1 columns 32..63.
 AFD_AVX512_VBMI inline void lut64(const ByteLutRegs& L, __m512i b, __m512i* w0, __m512i* w1) {
   const __m512i lo = _mm512_permutex2var_epi8(L.lo0, b, L.lo1);  // index bits 0..6; the sign bit is ignored
   __m512i hi = _mm512_permutex2var_epi8(L.hi0, b, L.hi1);
-  hi = _mm512_ternarylogic_epi32(hi, b, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // hi | (b & 0x80)
+  hi = _mm512_ternarylogic_epi32(hi, b, _mm512_set1_epi8(static_cast<char>(0x80)), 0x78);  // hi ^ (b & 0x80)
   *w0 = _mm512_unpacklo_epi8(lo, hi);
   *w1 = _mm512_unpackhi_epi8(lo, hi);
 }
-
-template <int T>
-AFD_AVX512_VBMI void gemv_row_lut8(const ByteLutRegs& L, const uint8_t* w, const float* srow, int64_t cols,
-                                   const uint16_t* x, int64_t ldx, float* y, int64_t ldy, bool acc, int64_t left) {
-  __m512 a[T];
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) a[t] = _mm512_setzero_ps();
-  const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = w + b * kFp8Block;
-    const int64_t bc = std::min<int64_t>(kFp8Block, cols - b * kFp8Block);
-    __m512i b0, b1;
-    prefetch_ahead<2>(p, kPrefetchBytes, left - b * kFp8Block);
-    if (bc == kFp8Block) {
-      b0 = _mm512_loadu_si512(p);
-      b1 = _mm512_loadu_si512(p + 64);
-    } else {
-      auto m64 = [](int64_t k) { return k >= 64 ? ~__mmask64{0} : k <= 0 ? __mmask64{0} : (__mmask64{1} << k) - 1; };
-      b0 = _mm512_maskz_loadu_epi8(m64(bc), p);
-      b1 = _mm512_maskz_loadu_epi8(m64(bc - 64), p + 64);
-    }
-    __m512i wv[4];
-    lut64(L, b0, &wv[0], &wv[1]);
-    lut64(L, b1, &wv[2], &wv[3]);
-    const __m512 s = _mm512_set1_ps(srow[b]);
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-      const uint16_t* xt = x + t * ldx + b * kFp8Block;
-      __m512 s0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[0], (__m512bh)_mm512_loadu_si512(xt));
-      __m512 s1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wv[1], (__m512bh)_mm512_loadu_si512(xt + 32));
-      s0 = _mm512_dpbf16_ps(s0, (__m512bh)wv[2], (__m512bh)_mm512_loadu_si512(xt + 64));
-      s1 = _mm512_dpbf16_ps(s1, (__m512bh)wv[3], (__m512bh)_mm512_loadu_si512(xt + 96));
-      a[t] = _mm512_fmadd_ps(_mm512_add_ps(s0, s1), s, a[t]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) {
-    const float v = _mm512_reduce_add_ps(a[t]);
-    float* o = y + t * ldy;
-    *o = acc ? *o + v : v;
-  }
+// vpermb index: unpacklo/hi take bytes 16k..16k+7 / 16k+8..16k+15 of each 128-bit lane k, so
+// byte 16k + i holds column 8k + i and byte 16k + 8 + i column 32 + 8k + i (i < 8).
+AFD_AVX512_VBMI inline __m512i byte_order() {
+  alignas(64) uint8_t idx[64];
+  for (int p = 0; p < 64; ++p) idx[p] = static_cast<uint8_t>((p % 16 < 8 ? 0 : 32) + 8 * (p / 16) + p % 8);
+  return _mm512_load_si512(idx);
 }
 
-inline const float* scale_row(const Fp8BlockWeights& w, int64_t r) {
-  return w.scale + (r + w.row_offset) / kFp8Block * w.scale_stride;
+inline __mmask64 mask64(int64_t n) {
+  return n >= 64 ? ~__mmask64{0} : n <= 0 ? __mmask64{0} : (__mmask64{1} << n) - 1;
+}
+
+// ---- gemv with bf16 activations: the bf16 order of linear_kernels.h ----
+// R rows (w[r]; the tables `tabs` of their common scale row) x T tokens (x [T, ldx] bf16, zero
+// padded): one accumulator per output, the 32-column chunks in ascending order (the last one
+// zero padded) into it with vdpbf16ps, hsum16, y[r] + t * ldy (+)= the sum. left[r]: bytes of
+// this call's rows from row r's start (prefetch bound).
+template <int R, int T>
+AFD_AVX512_VBMI void gemv_tile_dp(const uint16_t* tabs, const uint8_t* const* w, const int64_t* left, int64_t cols,
+                                  const uint16_t* x, int64_t ldx, float* const* y, int64_t ldy, bool acc) {
+  __m512 a[R][T];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) a[r][t] = _mm512_setzero_ps();
+  const __m512i order = byte_order();
+  const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint16_t* tb = tabs + b * kFp8Block;
+    const ByteLutRegs L{_mm512_loadu_si512(tb), _mm512_loadu_si512(tb + 32), _mm512_loadu_si512(tb + 64),
+                        _mm512_loadu_si512(tb + 96)};
+    const int64_t c0 = b * kFp8Block, bc = std::min<int64_t>(kFp8Block, cols - c0);
+    // Software prefetch for token blocks of 2+ only: at one token the hardware prefetchers keep
+    // up with the 4 streams (a prefetch measured about 10 % slower there, and faster at 2..4).
+    if constexpr (T > 1) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) prefetch_ahead<2>(w[r] + c0, kPrefetchBytes, left[r] - c0);
+    }
+    // Two halves of 64 columns: convert R rows' bytes, then their two 32-column chunks.
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const int64_t hc = bc - 64 * h;  // columns of this half within cols
+      if (hc <= 0) break;
+      __m512i wv[R][2];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w[r] + c0 + 64 * h;
+        const __m512i bytes = hc >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(mask64(hc), p);
+        lut64(L, _mm512_permutexvar_epi8(order, bytes), &wv[r][0], &wv[r][1]);
+        if (hc < 64) {
+          // Columns past cols are zero (not the entry of byte 0, which a non-finite scale makes NaN).
+          wv[r][0] = _mm512_maskz_mov_epi16(mask32(hc), wv[r][0]);
+          wv[r][1] = _mm512_maskz_mov_epi16(mask32(hc - 32), wv[r][1]);
+        }
+      }
+#pragma GCC unroll 2
+      for (int k = 0; k < 2; ++k) {
+        if (32 * k >= hc) break;  // chunks past cols are not summed
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + t * ldx + c0 + 64 * h + 32 * k);
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) a[r][t] = _mm512_dpbf16_ps(a[r][t], (__m512bh)wv[r][k], xv);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const float v = hsum16(a[r][t]);
+      float* o = y[r] + t * ldy;
+      *o = acc ? *o + v : v;
+    }
+}
+
+// Rows [r0, r1) sharing one scale row (tables `tabs`), all n tokens: sets of 4 rows from 4
+// sequential streams (stream_sets), each set for the token blocks of <= kMaxT (4 rows x up to 4
+// tokens: enough independent vdpbf16ps chains to cover its latency). r_end: the end of the
+// call's rows (prefetch bound).
+AFD_AVX512_VBMI void gemv_rows_dp(const uint16_t* tabs, const uint16_t* xb, int64_t n, int64_t ldx,
+                                  const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, int64_t r_end,
+                                  float* y, int64_t ldy, bool acc) {
+  constexpr int R = 4;
+  stream_sets<R>(r0, r1, [&](int rn, const int64_t* rows) {
+    const uint8_t* wr[R];
+    int64_t left[R];
+    for (int k = 0; k < rn; ++k) {
+      wr[k] = w.q + rows[k] * cols;
+      left[k] = (r_end - rows[k]) * cols;
+    }
+    for (int64_t i = 0; i < n; i += kMaxT) {
+      float* yr[R];
+      for (int k = 0; k < rn; ++k) yr[k] = y + i * ldy + rows[k];
+      const uint16_t* xi = xb + i * ldx;
+      with_tile_shape<R>(rn, std::min<int64_t>(kMaxT, n - i), [&](auto rr, auto tt) {
+        gemv_tile_dp<decltype(rr)::value, decltype(tt)::value>(tabs, wr, left, cols, xi, ldx, yr, ldy, acc);
+      });
+    }
+  });
 }
 
 }  // namespace
@@ -261,7 +304,7 @@ AFD_AVX512 void fp8_gemv_avx512(const float* xf, int64_t n, int64_t ldx, const F
                                 int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* wr = w.q + r * cols;
-    const float* sr = scale_row(w, r);
+    const float* sr = fp8_scale_row(w, r);
     const int64_t left = (r1 - r) * cols;  // bytes of this call's rows from the row's start
     for (int64_t i = 0; i < n; i += kMaxT) {
       const float* xi = xf + i * ldx;
@@ -276,52 +319,17 @@ AFD_AVX512 void fp8_gemv_avx512(const float* xf, int64_t n, int64_t ldx, const F
   }
 }
 
-AFD_AVX512 void fp8_gemv_lut_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const Fp8BlockWeights& w,
-                                    int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
-  const uint16_t* tab = bf16_magnitudes().v.data();
-  const LutRegs L{_mm512_loadu_si512(tab), _mm512_loadu_si512(tab + 32), _mm512_loadu_si512(tab + 64),
-                  _mm512_loadu_si512(tab + 96)};
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* wr = w.q + r * cols;
-    const float* sr = scale_row(w, r);
-    const int64_t left = (r1 - r) * cols;  // bytes of this call's rows from the row's start
-    for (int64_t i = 0; i < n; i += kMaxT) {
-      const uint16_t* xi = xb + i * ldx;
-      float* yi = y + i * ldy + r;
-      switch (std::min<int64_t>(kMaxT, n - i)) {
-        case 1: gemv_row_lut<1>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
-        case 2: gemv_row_lut<2>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
-        case 3: gemv_row_lut<3>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
-        default: gemv_row_lut<4>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
-      }
-    }
-  }
-}
-
 AFD_AVX512_VBMI void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const Fp8BlockWeights& w,
                                           int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
-  alignas(64) uint8_t lo[128], hi[128];
-  const uint16_t* tab = bf16_magnitudes().v.data();
-  for (int i = 0; i < 128; ++i) {
-    lo[i] = static_cast<uint8_t>(tab[i] & 0xff);
-    hi[i] = static_cast<uint8_t>(tab[i] >> 8);
-  }
-  const ByteLutRegs L{_mm512_load_si512(lo), _mm512_load_si512(lo + 64), _mm512_load_si512(hi),
-                      _mm512_load_si512(hi + 64)};
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* wr = w.q + r * cols;
-    const float* sr = scale_row(w, r);
-    const int64_t left = (r1 - r) * cols;  // bytes of this call's rows from the row's start
-    for (int64_t i = 0; i < n; i += kMaxT) {
-      const uint16_t* xi = xb + i * ldx;
-      float* yi = y + i * ldy + r;
-      switch (std::min<int64_t>(kMaxT, n - i)) {
-        case 1: gemv_row_lut8<1>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
-        case 2: gemv_row_lut8<2>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
-        case 3: gemv_row_lut8<3>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
-        default: gemv_row_lut8<4>(L, wr, sr, cols, xi, ldx, yi, ldy, acc, left); break;
-      }
-    }
+  const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
+  thread_local std::vector<uint16_t> tab_buf;
+  tab_buf.resize(static_cast<size_t>(nb * kFp8Block));
+  uint16_t* tabs = tab_buf.data();
+  for (int64_t r = r0, re; r < r1; r = re) {
+    re = fp8_scale_run_end(w, r, r1);
+    scaled_tables(fp8_scale_row(w, r), 0, nb, tabs);
+    word_to_byte_tables(tabs, nb);
+    gemv_rows_dp(tabs, xb, n, ldx, w, cols, r, re, r1, y, ldy, acc);
   }
 }
 
@@ -334,29 +342,17 @@ AFD_AVX512_VBMI void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t
 AFD_AVX512 void fp8_dequant_rows_bf16_avx512(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1,
                                              uint16_t* out) {
   constexpr int64_t kTablesPerPass = 64;
-  alignas(64) uint16_t tabs[kTablesPerPass][kFp8Block];
-  const float* mag = f32_magnitudes().v.data();
+  alignas(64) uint16_t tabs[kTablesPerPass * kFp8Block];
   const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
   const int64_t end = r1 * cols;  // W bytes past the last row of this call are not prefetched
-  for (int64_t r = r0; r < r1;) {
-    // Rows [r, re) share one scale row.
-    const int64_t re = std::min(r1, (r + w.row_offset) / kFp8Block * kFp8Block + kFp8Block - w.row_offset);
-    const float* sr = scale_row(w, r);
+  for (int64_t r = r0, re; r < r1; r = re) {
+    re = fp8_scale_run_end(w, r, r1);
     for (int64_t b0 = 0; b0 < nb; b0 += kTablesPerPass) {
       const int64_t b1 = std::min(nb, b0 + kTablesPerPass);
-      for (int64_t b = b0; b < b1; ++b) {
-        const __m512 s = _mm512_set1_ps(sr[b]);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k)
-          _mm512_store_si512(tabs[b - b0] + 32 * k,
-                             (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_load_ps(mag + 32 * k + 16), s),
-                                                          _mm512_mul_ps(_mm512_load_ps(mag + 32 * k), s)));
-      }
+      scaled_tables(fp8_scale_row(w, r), b0, b1, tabs);
       for (int64_t q = r; q < re; ++q) {
         for (int64_t b = b0; b < b1; ++b) {
-          const uint16_t* t = tabs[b - b0];
-          const LutRegs L{_mm512_load_si512(t), _mm512_load_si512(t + 32), _mm512_load_si512(t + 64),
-                          _mm512_load_si512(t + 96)};
+          const LutRegs L = load_lut(tabs + (b - b0) * kFp8Block);
           const int64_t c0 = b * kFp8Block;
           const uint8_t* p = w.q + q * cols + c0;
           uint16_t* o = out + (q - r0) * cols + c0;
@@ -378,7 +374,6 @@ AFD_AVX512 void fp8_dequant_rows_bf16_avx512(const Fp8BlockWeights& w, int64_t c
         }
       }
     }
-    r = re;
   }
 }
 
@@ -386,7 +381,7 @@ AFD_AVX512 void fp8_dequant_rows_f32_avx512(const Fp8BlockWeights& w, int64_t co
                                             float* out) {
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* q = w.q + r * cols;
-    const float* sr = scale_row(w, r);
+    const float* sr = fp8_scale_row(w, r);
     float* o = out + (r - r0) * cols;
     for (int64_t c = 0; c < cols; c += 16) {
       const __m512 s = _mm512_set1_ps(sr[c / kFp8Block] * 256.0f);

@@ -2,12 +2,36 @@
 // public contract; tests reach them through linear_fp8() and set_isa_limit().
 //
 // Two shapes of work:
-//   gemv  few tokens: each W row is read once from memory, each 128-column block converted
-//         in registers and dotted with up to 4 tokens' x at a time (the row stays in L1 for
-//         the next group of 4); the block's partial sums are multiplied by its scale once.
-//   tile  many tokens: a tile of W rows is dequantized once (scale applied) into a per-thread
-//         bf16 or f32 buffer and handed to linear()'s tile kernels (linear_kernels.h), which
-//         reuse it across all tokens.
+//   gemv  few tokens: each W row is read once from memory, converted in registers and dotted
+//         with up to 4 tokens' x at a time (the rows stay in L1 for the next group of 4); the
+//         bf16 and AVX2 gemvs take 4 rows at a time from 4 sequential streams of the thread's
+//         rows.
+//   tile  many tokens: a tile of W rows is dequantized once into a per-thread bf16 or f32
+//         buffer and handed to linear()'s tile kernels (linear_kernels.h), which reuse it
+//         across all tokens.
+//
+// Batch invariance: in bf16 mode (the fast precision) on AVX-512 and in both modes on AVX2,
+// each output y[i, r] is a function of x[i], W's row r, cols and the ISA level only (not of n,
+// i, the other tokens, the pool, the row split or Fp8Tuning): every path of the ISA level
+// computes it in one order, on the same weight values:
+//   AVX-512 BF16, bf16 mode: linear()'s bf16 order (linear_kernels.h) on
+//         Wb[r, c] = bf16(f32(fp8(q[r, c]) * scale)) (round to nearest even, subnormal results
+//         flushed to zero, as vcvtne2ps2bf16 does) and x rounded to bf16: one 16-lane
+//         accumulator; columns in chunks of 32 (the last zero padded), lane j takes pair
+//         16k + j of every chunk k in ascending k with vdpbf16ps(acc, W, x); hsum16 (hsum.h);
+//         y = y + total (accumulate) or total. That is, bit for bit, linear() on the bf16
+//         weights Wb: the gemv (byte tables with the scale folded in) computes Wb in registers,
+//         the tiles dequantize Wb (fp8_dequant_rows_bf16_avx512) for linear()'s bf16 kernels,
+//         so the tiles are invariant exactly where those kernels are.
+//   AVX2: the AVX2 order of linear_kernels.h on Wh[r, c] = fp8(q[r, c]) * 2^-8 (exact) and the
+//         activations prescaled for r's scale row, xs[c] = f32(x[c] * (scale[c / 128] * 256))
+//         (x rounded to bf16 first in bf16 mode; prescale_x_fp8). The gemv converts Wh in
+//         registers, the tiles store it (fp8_rows_unscaled_f32_avx2) and split at scale rows.
+// The per-128-column block scales are thus applied per product term, before the sum, on both
+// levels (to W on AVX-512, to x on AVX2, where a per-weight multiply costs the gemv ~15 %).
+// AVX-512 in f32 mode (the reference precision): its gemv scales each block's partial sums, its
+// tiles each weight, so only LinearOrder::batch_invariant (the tiles at every n, in linear()'s
+// canonical f32-weight order) is batch-invariant there.
 #pragma once
 
 #include <cstdint>
@@ -17,26 +41,36 @@
 namespace afd::kernels::detail {
 
 // Activations for the gemv kernels: xf [n, ldx] with ldx = round_up(cols, 128), zero padded,
-// rounded through bf16 when round_bf16 (f32 variant), or xb [n, ldx] bf16 (lut variant).
-// permute64: each 64-column group stored in the byte-table kernel's order, position p holding
-// column 16 * (p % 32 / 8) + p % 8 + (p >= 32 ? 8 : 0).
+// rounded through bf16 when round_bf16 (f32 variant), or xb [n, ldx] bf16 (table variant).
 int64_t fp8_gemv_ldx(int64_t cols);
 void prep_x_fp8_gemv_f32(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool round_bf16, float* xf);
-void prep_x_fp8_gemv_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool permute64, uint16_t* xb);
+void prep_x_fp8_gemv_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xb);
+// W's scale row for row r; the end (<= r1) of the run of rows from r on that share it.
+inline const float* fp8_scale_row(const Fp8BlockWeights& w, int64_t r) {
+  return w.scale + (r + w.row_offset) / kFp8Block * w.scale_stride;
+}
+inline int64_t fp8_scale_run_end(const Fp8BlockWeights& w, int64_t r, int64_t r1) {
+  const int64_t e = (r + w.row_offset) / kFp8Block * kFp8Block + kFp8Block - w.row_offset;
+  return e < r1 ? e : r1;
+}
+// xs [n, ldxs] = x [n, ldx] times (srow[c / 128] * 256) per column, c < cols (f32 products): the
+// activations of the AVX2 kernels for the rows of scale row srow.
+void prescale_x_fp8(const float* x, int64_t n, int64_t ldx, int64_t cols, const float* srow, float* xs,
+                    int64_t ldxs);
 // Whether this CPU has AVX-512 VBMI (the byte-table gemv); checked with active_isa() == avx512.
 bool cpu_has_avx512_vbmi();
 
 // y[i, r] (+)= sum_c x[i, c] W[r, c] for r in [r0, r1), i < n.
-// AVX-512, conversion through IEEE half (vcvtph2ps, exact): f32 products and sums.
+// AVX-512, f32 activations, conversion through IEEE half (vcvtph2ps, exact): f32 products,
+// each 128-column block's partial sums scaled once.
 void fp8_gemv_avx512(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols, int64_t r0,
                      int64_t r1, float* y, int64_t ldy, bool acc);
-// AVX-512 BF16, conversion by a 128-entry bf16 table (vpermt2w, exact) and vdpbf16ps with bf16 x.
-void fp8_gemv_lut_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols,
-                         int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
-// AVX-512 BF16 + VBMI, conversion by two 128-entry byte tables (vpermt2b); xb permuted per 64 columns.
+// AVX-512 BF16 + VBMI, bf16 activations: conversion by the block's scaled byte tables
+// (vpermt2b) into bf16(fp8 * scale), vdpbf16ps in the bf16 order.
 void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols,
                           int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
-// AVX2 + F16C, conversion through IEEE half.
+// AVX2 + F16C, conversion through IEEE half (fp8 * 2^-8, exact), activations prescaled per scale
+// row (prescale_x_fp8, done inside): the AVX2 order.
 void fp8_gemv_avx2(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols, int64_t r0,
                    int64_t r1, float* y, int64_t ldy, bool acc);
 
@@ -45,23 +79,33 @@ void fp8_gemv_avx2(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeight
 void fp8_dequant_rows_bf16_avx512(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, uint16_t* out);
 void fp8_dequant_rows_f32_avx512(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
 void fp8_dequant_rows_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
+// out [r1 - r0, cols] = fp8(q) * 2^-8 (exact, no scale): the AVX2 tiles' weights.
+void fp8_rows_unscaled_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
 void fp8_dequant_rows_f32_scalar(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
 
-// Tuning (benchmarks and tests only; defaults in linear_fp8.cpp):
-//   gemv_lut   AVX-512 with bf16 activations: 0 = half conversion + f32 FMA, 1 = word table + vdpbf16ps,
-//              2 = byte table (VBMI; 1 without it) + vdpbf16ps
-//   gemv_max_n largest n that takes the gemv path (above it: tiles)
+// Tuning (benchmarks and tests only; defaults in linear_fp8.cpp). The choice changes the time,
+// never the result (the orders above).
+//   gemv_lut   AVX-512 with bf16 activations: 2 = the byte-table gemv where the CPU has VBMI;
+//              any other value, or no VBMI: no gemv (the tiles take every n)
+//   gemv_max_n largest n that takes the AVX-512 BF16 gemv (bf16 activations; above it: tiles)
 //   tile_rows  rows dequantized per tile (a multiple of 16)
-//   gemv_max_x_bytes  for n >= 2, the gemv path also needs the n rows of x (as the gemv stores
-//              them) within this many bytes; the gemv reloads them for every W row
-// A negative value leaves that setting unchanged.
+//   gemv_max_x_bytes  for n >= 2, that gemv also needs the n rows of x (bf16, as the gemv
+//              stores them) within this many bytes; the gemv reloads them for every 4 W rows
+//   gemv_f32_max_n, gemv_f32_max_x_bytes  the same for the gemvs on f32 x (AVX2 in both
+//              precisions, AVX-512 with f32 activations)
 struct Fp8Tuning {
   int gemv_lut;
   int64_t gemv_max_n;
   int64_t tile_rows;
   int64_t gemv_max_x_bytes;
+  int64_t gemv_f32_max_n;
+  int64_t gemv_f32_max_x_bytes;
 };
 Fp8Tuning fp8_tuning();
+// Every field as given (a negative value leaves that setting unchanged): restores a saved tuning.
+void set_fp8_tuning(const Fp8Tuning& t);
+// gemv_max_n and gemv_max_x_bytes set both gemvs' limits; a negative value leaves that setting
+// unchanged.
 void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows, int64_t gemv_max_x_bytes = -1);
 
 }  // namespace afd::kernels::detail

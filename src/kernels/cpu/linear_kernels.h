@@ -11,6 +11,24 @@
 
 namespace afd::kernels::detail {
 
+// Batch invariance (bf16 W x bf16 x on AVX-512 BF16: rows_dp_bf16_avx512, and
+// rows_dp_bf16_pairs_avx512 with canonical = true, at every n, tuning, row split and pool size):
+// every output element y[i, r] is computed in one canonical order that depends on cols only.
+//   - x[i] is rounded to bf16; columns are grouped in 32-column chunks c = 0 .. ceil(cols / 32) - 1,
+//     i.e. 16 column pairs k = 16 c + j, j = 0..15 (the last chunk zero padded);
+//   - 16 f32 accumulators L_j, each starting at +0: for c ascending, L_j = vdpbf16ps(L_j, pair k of
+//     x[i], pair k of W[r]) (one lane of one instruction: L_j + x[2k] w[2k] + x[2k+1] w[2k+1] with
+//     the instruction's rounding and denormal flushing). Pairs past cols may be skipped: they add
+//     +0 to an accumulator that is never -0;
+//   - S_q = (L_4q + L_4q+2) + (L_4q+1 + L_4q+3) for q = 0..3, total = (S_0 + S_2) + (S_1 + S_3);
+//   - y[i, r] = total, or y[i, r] + total with accumulate.
+// The dot-layout kernels (linear_avx512.cpp) hold L_0..L_15 as the lanes of one zmm per
+// (row, token), carried across column blocks, and sum the lanes with that tree (reduce4); the
+// pairs kernel (linear_avx512_pairs.cpp) makes the lanes tokens and runs the 16 j's as separate
+// passes. linear() (ops.h) keeps that order at every n with LinearOrder::batch_invariant; with
+// LinearOrder::fastest it runs the pairs kernel's one-chain order from linear_pairs_min_n tokens
+// on (faster: the canonical pairs kernel takes 1.13-1.2x its time, hot, one thread, n = 64..256).
+// Other ISA levels and precisions have orders of their own (ops.h).
 constexpr int64_t kTokenChunk = 96;
 // Largest n of the bf16 x bf16 small-n path (rows_dp_bf16_avx512; linear_avx512.cpp); from
 // the pairs threshold (linear_pairs_min_n) on, the pairs kernel takes the product instead.
@@ -30,6 +48,7 @@ void prep_x_f32(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool 
 
 // Tuning of the AVX-512 row kernels (linear_avx512.cpp). The defaults are what linear() uses;
 // benchmarks (bench_kernels --tune, --small-n) and tests pass others to linear_tuned.
+// With bf16 x bf16 the knobs change only the speed, never the bits (the canonical order above).
 struct LinearAvx512Tuning {
   // Single token: 1 = rows one at a time (row_seq_*), 8 = interleaved 8-row tiles, any other
   // value 4-row tiles; the W stream's software prefetch distance in bytes ahead of the current
@@ -38,6 +57,11 @@ struct LinearAvx512Tuning {
   // (docs/bench-log/2026-11-26-fp8-prefetch.md).
   int rows_single = 1;
   int64_t prefetch_bytes = 8192;
+  // Single token, rows one at a time, bf16 x bf16: the thread's rows as this many contiguous
+  // parts (1, 2 or 4) streamed side by side, one row of each at a time (independent accumulator
+  // chains; each row has one). Default from interleaved cold calls against the 4-chain one-row
+  // kernel it replaced, one thread: 4 streams 0.58-0.95 of its time on [768, 2048] .. [32000, 2048].
+  int row_streams = 4;
   // bf16 x bf16 at 2..kSmallNMax tokens: 0 = the general tiles (4 rows x <= 6 tokens, no
   // prefetch), 3 or 4 = rows_small_dp with 3-row tiles of <= 8 tokens or 4-row tiles of <= 6
   // tokens. 3-row tiles run n = 8 as one token block instead of two (bench_kernels --small-n;
@@ -56,14 +80,17 @@ void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint1
                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
                          const LinearAvx512Tuning& tuning = {});
 // Many tokens, AVX-512 BF16, even cols ("pairs" layout, linear_avx512_pairs.cpp): x rounded to
-// bf16 into xp [ceil(n / 16)][ldx / 2][16][2] (token block, column pair, token lane, pair
-// element; ldx = round_up(cols, 32); missing tokens and columns zero), so that a vector holds
-// one column pair of 16 tokens.
-void prep_x_bf16_pairs(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xp, int64_t ldx);
+// bf16 into xp [ceil(n / 16)][P][ldx / (2 P)][16][2] (token block, lane class j, index c of column
+// pair k = P c + j in its class, token lane, pair element; ldx = round_up(cols, 32); missing
+// tokens and columns zero), so that a vector holds one column pair of 16 tokens. canonical: P = 16
+// classes and the canonical order above; else P = 1 (the pairs in order) and one accumulator
+// chain per (row, token) over all pairs (LinearOrder::fastest). prep and kernel must agree.
+void prep_x_bf16_pairs(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xp, int64_t ldx,
+                       bool canonical = false);
 // y[i, r] for i < n, r in [r0, r1) from xp (prep_x_bf16_pairs) and w bf16 [rows, cols], cols
 // even: vdpbf16ps with the tokens as the vector lanes, f32 accumulation.
-void rows_dp_bf16_pairs_avx512(const uint16_t* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
-                               int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+void rows_dp_bf16_pairs_avx512(const uint16_t* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
+                               int64_t r1, float* y, int64_t ldy, bool acc, bool canonical = false);
 // Smallest n for which linear() takes the pairs kernel for bf16 x bf16 on AVX-512 BF16 (-1, the
 // initial value: the defaults in linear.cpp, which keep rows of at most 768 columns on the
 // small-n path up to kSmallNMax tokens). Settable so benchmarks and tests can force either path.
@@ -72,14 +99,22 @@ int64_t linear_pairs_min_n();
 int64_t resolve_pairs_min_n();
 void set_linear_pairs_min_n(int64_t n);
 // AVX-512 F: xp from prep_x_f32_perm32; w bf16 widened exactly to f32; f32 FMA.
+// canonical (both FMA kernels): every element in one order at every n, tuning and row split:
+// 4-row tiles at n = 1 too, one accumulator per element fed chunk by chunk (bf16 W: the low then
+// the high 16 columns of each 32-column block; f32 W: 16 columns at a time) from +0, lanes summed
+// by the reduce4 tree. Otherwise n = 1 takes 4 chains per row (row_seq_fma_*).
 void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
                            int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                           const LinearAvx512Tuning& tuning = {});
+                           const LinearAvx512Tuning& tuning = {}, bool canonical = false);
 // AVX-512 F: x any layout [n, ldx]; w f32.
 void rows_fma_f32w_avx512(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
                           int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                          const LinearAvx512Tuning& tuning = {});
+                          const LinearAvx512Tuning& tuning = {}, bool canonical = false);
 // AVX2 + FMA: x [n, ldx] f32 (prep_x_f32 layout or the caller's); w bf16 or f32.
+// Order of every output (the AVX2 order; any n, token, tile or row split): one 8-lane f32
+// accumulator, lane j takes column 8k + j of every whole group k of 8 columns in ascending k,
+// acc = fma(w, x, acc); s = hsum8(acc) (hsum.h); then s = fma(w[c], x[c], s) for the
+// last cols % 8 columns in ascending c; y = y + s (accumulate) or s. bf16 w is widened exactly.
 void rows_fma_bf16w_avx2(const float* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
 void rows_fma_f32w_avx2(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
@@ -89,12 +124,13 @@ void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_
                  int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
 
 // linear() (ops.h) with the AVX-512 row kernels tuned by `tuning`.
-void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,
-                  int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
-                  const LinearAvx512Tuning& tuning);
+void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
+                  float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
+                  const LinearAvx512Tuning& tuning, LinearOrder order = LinearOrder::fastest);
 
 // Smallest n for which linear() hands the product to OpenBLAS sgemm (per weight dtype and
-// activation precision; never for bf16 x bf16 on AVX-512 BF16). -1 (the initial value) means
+// activation precision; never for bf16 x bf16 on AVX-512 BF16, never with
+// LinearOrder::batch_invariant). -1 (the initial value) means
 // the measured default for the ISA level (linear.cpp). Settable so benchmarks and tests can
 // force either path.
 int64_t linear_blas_min_n(bool w_bf16, bool act_bf16);

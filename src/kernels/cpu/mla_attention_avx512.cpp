@@ -2,20 +2,22 @@
 // mla_attention_kernels.h). d_lat below is the value width (MLA: the latent).
 //
 // All heads share every key row, so both products are small GEMMs with the heads as the
-// vector dimension (16 heads per register, f32 accumulators, vdpbf16ps on bf16 pairs). The
+// vector dimension (16 heads per register, f32 accumulators, vdpbf16ps on bf16 pairs; register
+// tiles of Hb = 32 heads, or 16 where that pads the head count less). The
 // context is processed in chunks of kChunk positions with an online softmax, so a chunk's
 // scores, probabilities and rows stay in L1/L2 between the two products:
 //   1. scores S[t][h] = scale * sum_p Qt[p][h] . K[t][pair p]: Qt is q rounded to bf16 and
 //      transposed once per call to [D/2 pairs][heads] (32-bit pairs), K pairs are broadcast
-//      straight from the cache rows; a register tile is 8 positions x 32 heads.
+//      straight from the cache rows; a register tile is 256 / Hb positions x Hb heads.
 //   2. per head the running max M (f32), alpha = exp(M_old - M) rescaling the running sum
 //      and Ot, e[t][h] = exp(S - M) rounded to bf16 as position pairs
 //      Pp[t/2][h] = (e[t][h], e[t+1][h]), the running sum adding the rounded values.
 //   3. Ot[c][h] += sum over position pairs Pp[t/2][h] . (K[t][c], K[t+1][c]): per tile of 32
 //      positions the value part of the rows is re-laid as pairs of rows Kp[t/2][c]; a
-//      register tile is 8 latent columns x 32 heads, accumulated in Ot in memory.
+//      register tile is 256 / Hb latent columns x Hb heads, accumulated in Ot in memory.
+//   Each head is one lane: its operations are the same whatever Hb and the other heads.
 //   the segment's result (MqaPartial): o[h][c] = Ot[c][h], m = M, l = sum.
-// Heads are padded with zero queries to a multiple of 32, positions past the segment read a
+// Heads are padded with zero queries to a multiple of Hb, positions past the segment read a
 // zero row.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -34,11 +36,8 @@ namespace afd::kernels::detail {
 
 namespace {
 
-constexpr int64_t kHb = 32;   // heads per register tile (2 vectors)
-constexpr int kNt = 8;        // positions per register tile (pass 1)
-constexpr int kNc = 8;        // latent columns per register tile (pass 3)
 constexpr int64_t kPvTile = 32;  // positions per re-laid value tile (pass 3), even
-constexpr int64_t kChunk = 128;  // positions per online-softmax chunk, a multiple of kPvTile and kNt
+constexpr int64_t kChunk = 128;  // positions per online-softmax chunk, a multiple of kPvTile and 16
 
 inline uint16_t bf16_rne(float f) {
   uint32_t u;
@@ -52,11 +51,13 @@ AFD_BF16 inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
 
-}  // namespace
-
-AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv,
-                                     const PagedRows* v, int64_t d_lat, int64_t j0, int64_t j1, float scale,
-                                     const MqaPartial& part) {
+// The kernel for register tiles of HV head vectors (Hb = 16 HV heads): kNt positions (pass 1)
+// or kNc latent columns (pass 3) per tile, 16 accumulators either way.
+template <int HV>
+AFD_BF16 void mqa_bf16_tiles(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv, const PagedRows* v,
+                             int64_t d_lat, int64_t j0, int64_t j1, float scale, const MqaPartial& part) {
+  constexpr int64_t kHb = 16 * HV;
+  constexpr int kNt = 16 / HV, kNc = 16 / HV;
   const int64_t D = kv.row_dim, DP = D / 2, Hp = (n_heads + kHb - 1) / kHb * kHb;
   const int64_t bs = kv.block_size;
   const PagedRows& vr = v != nullptr ? *v : kv;
@@ -107,21 +108,21 @@ AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
       for (int i = 0; i < kNt; ++i) r[i] = reinterpret_cast<const uint32_t*>(row(t0 + i));
       const int nt = static_cast<int>(std::min<int64_t>(kNt, c0 + cn - t0));
       for (int64_t hb = 0; hb < Hp; hb += kHb) {
-        __m512 acc[kNt][2];
-        for (int i = 0; i < kNt; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        __m512 acc[kNt][HV];
+        for (int i = 0; i < kNt; ++i)
+          for (int u = 0; u < HV; ++u) acc[i][u] = _mm512_setzero_ps();
         const uint32_t* qp = qt.data() + hb;
         for (int64_t p = 0; p < DP; ++p) {
-          const __m512i q0 = _mm512_loadu_si512(qp + p * Hp), q1 = _mm512_loadu_si512(qp + p * Hp + 16);
+          __m512i qv[HV];
+          for (int u = 0; u < HV; ++u) qv[u] = _mm512_loadu_si512(qp + p * Hp + 16 * u);
           for (int i = 0; i < kNt; ++i) {
             const __m512i b = _mm512_set1_epi32(static_cast<int>(r[i][p]));
-            acc[i][0] = dp(acc[i][0], q0, b);
-            acc[i][1] = dp(acc[i][1], q1, b);
+            for (int u = 0; u < HV; ++u) acc[i][u] = dp(acc[i][u], qv[u], b);
           }
         }
-        for (int i = 0; i < nt; ++i) {
-          _mm512_storeu_ps(&st[(t0 - c0 + i) * Hp + hb], _mm512_mul_ps(acc[i][0], vscale));
-          _mm512_storeu_ps(&st[(t0 - c0 + i) * Hp + hb + 16], _mm512_mul_ps(acc[i][1], vscale));
-        }
+        for (int i = 0; i < nt; ++i)
+          for (int u = 0; u < HV; ++u)
+            _mm512_storeu_ps(&st[(t0 - c0 + i) * Hp + hb + 16 * u], _mm512_mul_ps(acc[i][u], vscale));
       }
     }
 
@@ -170,24 +171,20 @@ AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
       const uint32_t* pt = pp.data() + (t0 - c0) / 2 * Hp;
       for (int64_t cc = 0; cc < d_lat; cc += kNc) {
         for (int64_t hb = 0; hb < Hp; hb += kHb) {
-          __m512 acc[kNc][2];
-          for (int i = 0; i < kNc; ++i) {
-            acc[i][0] = _mm512_loadu_ps(&ot[(cc + i) * Hp + hb]);
-            acc[i][1] = _mm512_loadu_ps(&ot[(cc + i) * Hp + hb + 16]);
-          }
+          __m512 acc[kNc][HV];
+          for (int i = 0; i < kNc; ++i)
+            for (int u = 0; u < HV; ++u) acc[i][u] = _mm512_loadu_ps(&ot[(cc + i) * Hp + hb + 16 * u]);
           for (int64_t tp = 0; tp < npairs; ++tp) {
-            const __m512i p0 = _mm512_loadu_si512(pt + tp * Hp + hb), p1 = _mm512_loadu_si512(pt + tp * Hp + hb + 16);
+            __m512i pv[HV];
+            for (int u = 0; u < HV; ++u) pv[u] = _mm512_loadu_si512(pt + tp * Hp + hb + 16 * u);
             const uint32_t* kr = kp.data() + tp * d_lat + cc;
             for (int i = 0; i < kNc; ++i) {
               const __m512i b = _mm512_set1_epi32(static_cast<int>(kr[i]));
-              acc[i][0] = dp(acc[i][0], p0, b);
-              acc[i][1] = dp(acc[i][1], p1, b);
+              for (int u = 0; u < HV; ++u) acc[i][u] = dp(acc[i][u], pv[u], b);
             }
           }
-          for (int i = 0; i < kNc; ++i) {
-            _mm512_storeu_ps(&ot[(cc + i) * Hp + hb], acc[i][0]);
-            _mm512_storeu_ps(&ot[(cc + i) * Hp + hb + 16], acc[i][1]);
-          }
+          for (int i = 0; i < kNc; ++i)
+            for (int u = 0; u < HV; ++u) _mm512_storeu_ps(&ot[(cc + i) * Hp + hb + 16 * u], acc[i][u]);
         }
       }
     }
@@ -200,6 +197,16 @@ AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n
     part.m[h] = run_max[h];
     part.l[h] = run_sum[h];
   }
+}
+
+}  // namespace
+
+AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv,
+                                     const PagedRows* v, int64_t d_lat, int64_t j0, int64_t j1, float scale,
+                                     const MqaPartial& part) {
+  if ((n_heads + 15) / 16 * 16 < (n_heads + 31) / 32 * 32)
+    return mqa_bf16_tiles<1>(q, q_stride, n_heads, kv, v, d_lat, j0, j1, scale, part);
+  mqa_bf16_tiles<2>(q, q_stride, n_heads, kv, v, d_lat, j0, j1, scale, part);
 }
 
 }  // namespace afd::kernels::detail

@@ -16,16 +16,31 @@ namespace afd::kernels {
 //         (the "fast" mode; AVX512-BF16 vdpbf16ps where available).
 enum class ActPrecision : uint8_t { f32, bf16 };
 
+// The summation order linear() may give each output element y[i, r].
+//   fastest: the order of the fastest path for the call's shape, which may depend on n: without
+//     AVX-512 BF16, large n goes to OpenBLAS sgemm (detail::linear_blas_min_n), whose order is
+//     not the tiles'; with it, bf16 x bf16 from detail::linear_pairs_min_n tokens on runs one
+//     accumulator chain per element instead of the canonical 16.
+//   batch_invariant: y[i, r] depends on x[i], W[r], cols, the dtypes, the precision and the ISA
+//     level only: never on n, the other tokens, i, the split of the rows or the pool. Holds for
+//     every weight dtype and precision at every ISA level: AVX-512 BF16 with bf16 activations (the
+//     canonical order of kernels/cpu/linear_kernels.h), AVX-512 with f32 activations (the 4-row
+//     FMA tiles at every n, n = 1 included), the AVX2 tiles (one order at every n), the scalar
+//     path (one sequential sum per element); FP8 weights as linear_fp8.h states. Costs prefill
+//     speed: the canonical pairs kernel takes 1.13-1.2x the one-chain one's time (AVX-512 BF16,
+//     n >= 32), and AVX2 gives up sgemm at n >= 64.
+enum class LinearOrder : uint8_t { fastest, batch_invariant };
+
 // y[i, r] = sum_c x[i, c] * W[r, c]  for i < n, r < rows.
 // x: [n, cols] with row stride x_stride (floats); W: [rows, cols] row-major, dtype bf16 or f32;
 // y: [n, rows] with row stride y_stride. If accumulate, adds into y instead of overwriting.
 // pool may be null (single-threaded). Small n uses a GEMV path that streams W once for all n
-// rows; large n with f32 activations may use OpenBLAS sgemm where that measures faster.
+// rows; large n may use OpenBLAS sgemm where that measures faster (order: LinearOrder).
 // With bf16 weights, bf16 activations rounds x only (W is already bf16); with f32 weights,
 // bf16 activations rounds x to bf16 and keeps W in f32 (products in f32).
-void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows,
-            int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
-            bool accumulate = false);
+void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
+            float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate = false,
+            LinearOrder order = LinearOrder::fastest);
 
 // y[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w   for i < n; x, y: [n, dim]; y may alias x.
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y);
@@ -79,7 +94,8 @@ const char* linear_impl_name(ActPrecision prec);
 // Name of the implementation linear() uses for this particular call shape, e.g.
 // "avx512_bf16_dp_tile", "avx512_bf16_dp_pairs", "avx512_fma_tile", "avx2_fma_tile", "scalar",
 // "openblas_sgemm" (for benchmarks and reports; cols: W's columns).
-const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec, int64_t cols = 0);
+const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec, int64_t cols = 0,
+                             LinearOrder order = LinearOrder::fastest);
 
 namespace ref {
 // Scalar references with the same contracts (pool unused; single thread).

@@ -16,6 +16,7 @@ using namespace comm;
 
 Handshake FfnClient::my_handshake(uint32_t epoch, const Share* assign, int n_ffn) const {
   Handshake h = model_handshake(w_->config, fingerprint_, Role::attention, opt_.precision);
+  h.batch_invariant = opt_.batch_invariant ? 1 : 0;
   h.index = static_cast<uint16_t>(opt_.index);
   h.n_attention = static_cast<uint16_t>(opt_.n_attention);
   h.n_ffn = static_cast<uint16_t>(std::max<size_t>(1, n_ffn >= 0 ? static_cast<size_t>(n_ffn) : active_.size()));

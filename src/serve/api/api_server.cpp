@@ -138,6 +138,7 @@ void ApiServer::handle_generation(Endpoint ep, const std::string& path, const ht
   call.meta.created = static_cast<int64_t>(std::time(nullptr));
   call.meta.endpoint = ep;
   call.meta.logprobs = call.request.logprobs;
+  call.meta.system_fingerprint = model_.system_fingerprint;
   call.internal = internal ? &*internal : nullptr;
   call.in_flight = &in_flight;
   backend_.generate(call, req, res);

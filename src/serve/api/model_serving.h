@@ -27,6 +27,10 @@ struct ModelServing {
   // model_config_fingerprint() of the model: an attention server's /health reports it, and
   // a front end only places requests on workers whose fingerprint equals its own.
   uint64_t config_fingerprint = 0;
+  // The serving process's numerics identity (runtime/system_fingerprint.h): the responses'
+  // `system_fingerprint` and /health's; empty: not known here (responses omit it).
+  std::string system_fingerprint;
+  bool deterministic = false;  // batch-invariant mode (--deterministic); /health and /metrics report it
 };
 
 // m.config_fingerprint as /health reports it: 16 lowercase hex digits.

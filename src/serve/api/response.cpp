@@ -79,6 +79,13 @@ json logprobs_json(Endpoint ep, const Tokenizer& tok, const std::vector<TokenInf
   return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
 }
 
+namespace {
+// OpenAI puts system_fingerprint after "model" (key order is kept: ordered JSON).
+void add_system_fingerprint(const ResponseMeta& m, json* r) {
+  if (!m.system_fingerprint.empty()) (*r)["system_fingerprint"] = m.system_fingerprint;
+}
+}  // namespace
+
 std::string completion_body(const ResponseMeta& m, const Tokenizer& tok, const Completion& c) {
   json choice;
   choice["index"] = 0;
@@ -96,6 +103,7 @@ std::string completion_body(const ResponseMeta& m, const Tokenizer& tok, const C
             {"model", m.model},
             {"choices", json::array({choice})},
             {"usage", usage_json(c.prompt_tokens, c.completion_tokens)}};
+  add_system_fingerprint(m, &r);
   return dump(r);
 }
 
@@ -119,6 +127,7 @@ std::string stream_chunk(const ResponseMeta& m, const Tokenizer& tok, const Stre
             {"created", m.created},
             {"model", m.model},
             {"choices", json::array({choice})}};
+  add_system_fingerprint(m, &r);
   if (include_usage) r["usage"] = nullptr;
   return "data: " + dump(r) + "\n\n";
 }
@@ -130,6 +139,7 @@ std::string stream_usage_chunk(const ResponseMeta& m, int64_t p, int64_t c) {
             {"model", m.model},
             {"choices", json::array()},
             {"usage", usage_json(p, c)}};
+  add_system_fingerprint(m, &r);
   return "data: " + dump(r) + "\n\n";
 }
 

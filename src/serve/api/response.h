@@ -26,6 +26,7 @@ struct ResponseMeta {
   int64_t created = 0; // unix seconds
   Endpoint endpoint = Endpoint::completions;
   bool logprobs = false;
+  std::string system_fingerprint;  // empty: the field is left out
 };
 
 // Accumulates a whole non-streaming response.

@@ -80,6 +80,15 @@ void Metrics::add_section(std::function<std::string()> fn) {
   sections_.push_back(std::move(fn));
 }
 
+std::string render_numerics_info(const std::string& system_fingerprint, bool deterministic) {
+  std::string o;
+  prom_header(&o, "afd_numerics_info", "gauge",
+              "Numerics identity: the responses' system_fingerprint and whether batch-invariant mode is on.");
+  o += "afd_numerics_info{system_fingerprint=\"" + system_fingerprint + "\",deterministic=\"" +
+       (deterministic ? "1" : "0") + "\"} 1\n";
+  return o;
+}
+
 std::string Metrics::render() const {
   std::string o;
   prom_header(&o, "afd_requests_total", "counter", "HTTP API requests by status code");

@@ -17,6 +17,9 @@ namespace afd::serve {
 // Prometheus text helpers: a sample value (%.9g), and the # HELP / # TYPE lines of a metric.
 std::string prom_num(double v);
 void prom_header(std::string* out, const char* name, const char* type, const char* help);
+// afd_numerics_info{system_fingerprint="...",deterministic="0|1"} 1: what the numbers of this
+// process's answers depend on (runtime/system_fingerprint.h).
+std::string render_numerics_info(const std::string& system_fingerprint, bool deterministic);
 
 class Histogram {
  public:

@@ -17,6 +17,10 @@ std::string attention_health_body(const ModelServing& m, const std::string& inst
                                 {"role", "attention"},
                                 {"model", m.limits.model_name},
                                 {"model_config", config_fingerprint_hex(m)},
+                                {"system_fingerprint", m.system_fingerprint.empty()
+                                                           ? nlohmann::ordered_json(nullptr)
+                                                           : nlohmann::ordered_json(m.system_fingerprint)},
+                                {"deterministic", m.deterministic},
                                 {"instance", instance}}
       .dump();
 }

@@ -22,7 +22,8 @@
 namespace afd::serve {
 
 // The /health body of a ready attention server: {"status":"ok","role":"attention",
-// "model":NAME,"model_config":config_fingerprint_hex(m),"instance":instance}. The instance
+// "model":NAME,"model_config":config_fingerprint_hex(m),"system_fingerprint":..,
+// "deterministic":bool,"instance":instance}. The instance
 // (16 hex digits drawn when the server starts) tells a front end that a worker at the same
 // address is another process than before (it restarted), so state the front end gave the old
 // one (the FFN membership set through its /admin/ffn) must be given again.
@@ -56,7 +57,9 @@ class LocalBackend final : public GenerationBackend {
   std::atomic<int>& in_flight() override { return admitting_; }
   void count_response(int status) override { metrics_->request_finished(status); }
   Readiness readiness() const override;
-  std::string metrics_text() const override { return metrics_->render(); }
+  std::string metrics_text() const override {
+    return metrics_->render() + render_numerics_info(model_.system_fingerprint, model_.deterministic);
+  }
   std::optional<AdminAnswer> admin_ffn(const std::string& method, const std::string& body) override;
   bool serves_internal_streams() const override { return true; }
   void generate(GenerationCall& call, const http::Request& req, http::Response& res) override;

@@ -18,6 +18,8 @@ Result<std::unique_ptr<Service>> Service::create(const ServiceOptions& opt, std:
 
   AFD_ASSIGN_OR_RETURN(s->model_, load_model_serving(opt.model_dir, opt.model_name, opt.max_context, cfg));
   s->model_.limits.content_special_as_text = opt.server.content_special_as_text;
+  s->model_.system_fingerprint = opt.system_fingerprint;
+  s->model_.deterministic = opt.deterministic;
 
   const int n = static_cast<int>(engines.size());
   s->engines_ = std::move(engines);

@@ -24,6 +24,9 @@ struct ServiceOptions {
   std::string model_name;  // served model id; empty: the directory's last component
   int64_t max_context = 0; // 0: the model's max_position_embeddings
   AdminFn ffn_admin;       // GET/POST /admin/ffn (LocalBackend::set_ffn_admin); empty: 404
+  // The engines' numerics identity (ModelServing::system_fingerprint, ::deterministic).
+  std::string system_fingerprint;
+  bool deterministic = false;
 };
 
 class Service {

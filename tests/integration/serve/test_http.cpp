@@ -126,6 +126,38 @@ TEST_F(HttpTest, HealthSaysRoleAndModel) {
   EXPECT_EQ(h["model"], "tiny");
   ASSERT_TRUE(h["model_config"].is_string());
   EXPECT_EQ(h["model_config"].get<std::string>().size(), 16u);
+  EXPECT_EQ(h["deterministic"], false);
+}
+
+// The numerics identity (runtime/system_fingerprint.h) the service is given: in every response
+// and chunk as OpenAI's system_fingerprint, on /health, and as afd_numerics_info on /metrics.
+TEST_F(HttpTest, SystemFingerprintAndDeterministicMode) {
+  ServiceOptions so;
+  so.system_fingerprint = "fp_0123456789abcdef";
+  so.deterministic = true;
+  start(so);
+  auto r = post("/v1/completions", R"({"prompt":[5,6,7],"max_tokens":2,"temperature":0})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["system_fingerprint"], "fp_0123456789abcdef");
+  auto s = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,
+      "stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200) << s->body;
+  int chunks = 0;
+  for (const std::string& d : sse_data(s->body)) {
+    if (d == "[DONE]") continue;
+    EXPECT_EQ(json::parse(d)["system_fingerprint"], "fp_0123456789abcdef") << d;
+    ++chunks;
+  }
+  EXPECT_GE(chunks, 3);  // role, tokens, usage
+  json h = json::parse(cli_->get("/health")->body);
+  EXPECT_EQ(h["system_fingerprint"], "fp_0123456789abcdef");
+  EXPECT_EQ(h["deterministic"], true);
+  auto m = cli_->get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("afd_numerics_info{system_fingerprint=\"fp_0123456789abcdef\",deterministic=\"1\"} 1"),
+            std::string::npos);
 }
 
 TEST_F(HttpTest, PortInUseIsAClearError) {

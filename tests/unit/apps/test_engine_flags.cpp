@@ -25,6 +25,7 @@ TEST(EngineFlags, NoFlagsGiveTheOptionDefaults) {
   const EngineOptions d;
   EXPECT_EQ(o->model_dir, d.model_dir);
   EXPECT_EQ(o->precision, d.precision);
+  EXPECT_EQ(o->deterministic, d.deterministic);
   EXPECT_EQ(o->n_threads, d.n_threads);
   EXPECT_EQ(o->topology.to_string(), d.topology.to_string());
   EXPECT_EQ(o->microbatches, d.microbatches);
@@ -52,12 +53,13 @@ TEST(EngineFlags, NoFlagsGiveTheOptionDefaults) {
 TEST(EngineFlags, FlagsReachTheirOptions) {
   Cmd c;
   auto o = c.parse(
-      "--model m --precision reference --kv-dtype fp8 --kv-block 32 --kv-capacity 4096 --max-seqs 8 "
+      "--model m --precision reference --deterministic --kv-dtype fp8 --kv-block 32 --kv-capacity 4096 --max-seqs 8 "
       "--no-prefix-cache --threads 3 --topology 2A2F --microbatches 2 --fp8-group 128 --ffn-timeout-ms 500 "
       "--ffn-connect-timeout-ms 700 --ffn-probe-ms 0 --ffn-takeover-s 2.5 --ffn-parts 4 --ucx-spin-us 5");
   ASSERT_TRUE(o.ok()) << o.status().to_string();
   EXPECT_EQ(o->model_dir, "m");
   EXPECT_EQ(o->precision, Precision::reference);
+  EXPECT_TRUE(o->deterministic);
   EXPECT_EQ(o->kv.dtype, DType::f8_e4m3);
   EXPECT_EQ(o->kv.block_size, 32);
   EXPECT_EQ(o->kv.capacity_tokens, 4096);

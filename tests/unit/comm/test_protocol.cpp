@@ -341,6 +341,50 @@ TEST(Protocol, HandshakeCarriesThePrecision) {
   }
 }
 
+// Version 6: both sides announce batch-invariant mode (--deterministic); a difference is a
+// mismatch naming both sides' mode, whichever side checks; a value other than 0 or 1 is a
+// corrupt frame.
+TEST(Protocol, HandshakeCarriesBatchInvariantMode) {
+  AlignedBuf buf(256);
+  Handshake a = attention_hs();
+  for (uint8_t v : {uint8_t{0}, uint8_t{1}}) {
+    a.batch_invariant = v;
+    size_t len = encode_handshake(FrameKind::hello, a, buf.data());
+    auto d = decode_handshake(buf.data(), len, FrameKind::hello);
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    EXPECT_EQ(d->batch_invariant, v);
+  }
+  for (uint8_t bad : {uint8_t{2}, uint8_t{255}}) {
+    size_t len = encode_handshake(FrameKind::hello, a, buf.data());
+    buf.data()[kFrameHeaderBytes + 62] = bad;
+    FrameHeader h;
+    h.kind = FrameKind::hello;
+    h.payload_bytes = kHandshakeBytes;
+    h.flags = kFlagPayloadChecksum;
+    encode_header(h, buf.data() + kFrameHeaderBytes, buf.data());  // checksums over the changed byte
+    auto d = decode_handshake(buf.data(), len, FrameKind::hello);
+    ASSERT_FALSE(d.ok());
+    EXPECT_EQ(d.status().code(), StatusCode::corrupt_data);
+    EXPECT_NE(d.status().message().find("batch-invariant flag " + std::to_string(bad)), std::string::npos)
+        << d.status().message();
+  }
+  a.batch_invariant = 1;
+  Handshake f = a;
+  f.role = Role::ffn;
+  f.index = 0;
+  f.expert_end = 8;
+  f.holds_shared = 1;
+  EXPECT_TRUE(check_handshake_match(a, f).is_ok());
+  f.batch_invariant = 0;
+  for (const Status& s : {check_handshake_match(a, f), check_handshake_match(f, a)}) {
+    EXPECT_EQ(s.code(), StatusCode::invalid_argument);
+    EXPECT_NE(s.message().find("batch-invariant mode differs: the attention worker runs with --deterministic, the "
+                               "FFN worker without"),
+              std::string::npos)
+        << s.message();
+  }
+}
+
 // Version 4: the attention hello carries an expert assignment and its epoch; the ack echoes
 // the epoch with the range the FFN worker now holds.
 TEST(Protocol, HandshakeCarriesTheAssignmentEpoch) {

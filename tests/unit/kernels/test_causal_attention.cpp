@@ -1,6 +1,7 @@
-// causal_attention on every ISA level against the scalar reference: head dims that fill the
-// P.V tiles fully or not (16 .. 128), GQA group sizes 1 .. 8, runs that start at position 0
-// or after earlier context, sliding windows, padded row strides, with and without a pool.
+// causal_attention on every ISA level, in both orders (CausalOrder), against the scalar
+// reference: head dims that fill the P.V tiles fully or not (16 .. 128), GQA group sizes 1 .. 8,
+// runs that start at position 0 or after earlier context, sliding windows, padded row strides,
+// with and without a pool.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,11 +34,13 @@ void check(const Case& c, ThreadPool* pool, uint32_t seed) {
   std::vector<float> want(static_cast<size_t>(c.nq * out_stride), -7.0f);
   ref::causal_attention(q.data(), q_stride, c.nq, c.p0, k.data(), v.data(), kv_stride, s, scale, want.data(),
                         out_stride);
-  for (Isa isa : isa_levels()) {
+  for (int level = 0; level < 2 * static_cast<int>(isa_levels().size()); ++level) {
+    const Isa isa = isa_levels()[level / 2];
+    const CausalOrder order = level % 2 == 0 ? CausalOrder::fast : CausalOrder::decode;
     IsaLimitGuard guard(isa);
     std::vector<float> got(want.size(), -7.0f);
     causal_attention(q.data(), q_stride, c.nq, c.p0, k.data(), v.data(), kv_stride, s, scale, got.data(), out_stride,
-                     pool);
+                     pool, order);
     for (int64_t i = 0; i < c.nq; ++i) {
       for (int64_t e = 0; e < out_stride; ++e) {
         const size_t at = static_cast<size_t>(i * out_stride + e);
@@ -46,8 +49,9 @@ void check(const Case& c, ThreadPool* pool, uint32_t seed) {
           continue;
         }
         ASSERT_NEAR(got[at], want[at], 2e-5f * (1.0f + std::fabs(want[at])))
-            << "token " << i << " element " << e << " isa " << isa_name(isa) << " heads " << c.heads << "/"
-            << c.kv_heads << " hd " << c.hd << " nq " << c.nq << " p0 " << c.p0 << " window " << c.window;
+            << "token " << i << " element " << e << " isa " << isa_name(isa) << " order " << level % 2 << " heads "
+            << c.heads << "/" << c.kv_heads << " hd " << c.hd << " nq " << c.nq << " p0 " << c.p0 << " window "
+            << c.window;
       }
     }
   }

@@ -141,12 +141,20 @@ TEST(LinearFp8, AllImplementationsMatchF64) {
       if (lut && isa != Isa::avx512) continue;
       for (int64_t gemv_max : {int64_t{0}, saved.gemv_max_n, int64_t{1} << 40}) {
         for (int64_t tile_rows : {int64_t{16}, int64_t{48}}) {
-          detail::set_fp8_tuning(lut, gemv_max, tile_rows, gemv_max == saved.gemv_max_n ? saved.gemv_max_x_bytes : gemv_max);
+          if (gemv_max == saved.gemv_max_n) {  // the default limits
+            detail::Fp8Tuning t = saved;
+            t.gemv_lut = lut;
+            t.tile_rows = tile_rows;
+            detail::set_fp8_tuning(t);
+          } else {
+            detail::set_fp8_tuning(lut, gemv_max, tile_rows, gemv_max);
+          }
           for (ActPrecision prec : {ActPrecision::f32, ActPrecision::bf16}) {
             for (const Case& c : kCases) {
               Problem p = make_problem(c, 23);
               const std::string path = linear_fp8_path_name(c.n, c.cols, prec);
-              const bool round_w = path == "avx512_fp8_tile_bf16" || path == "avx512_fp8_tile_pairs";
+              const bool round_w = path == "avx512_fp8_tile_bf16" || path == "avx512_fp8_tile_pairs" ||
+                                   path == "avx512_fp8_gemv_lut8";
               for (bool acc : {false, true}) {
                 for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
                   std::vector<float> y = p.y_init;
@@ -163,7 +171,7 @@ TEST(LinearFp8, AllImplementationsMatchF64) {
       }
     }
   }
-  detail::set_fp8_tuning(saved.gemv_lut, saved.gemv_max_n, saved.tile_rows, saved.gemv_max_x_bytes);
+  detail::set_fp8_tuning(saved);
 }
 
 // A row's result does not depend on the pool's size or the row chunking (FFN shardings must
@@ -255,25 +263,24 @@ TEST(LinearFp8Dispatch, PathFollowsIsaAndN) {
   if (detected_isa() >= Isa::avx2) {
     IsaLimitGuard g(Isa::avx2);
     EXPECT_STREQ(linear_fp8_path_name(1, 128, ActPrecision::bf16), "avx2_fp8_gemv");
-    EXPECT_STREQ(linear_fp8_path_name(t.gemv_max_n + 1, 128, ActPrecision::bf16), "avx2_fp8_tile_f32");
+    EXPECT_STREQ(linear_fp8_path_name(t.gemv_f32_max_n + 1, 128, ActPrecision::bf16), "avx2_fp8_tile_f32");
   }
   if (detected_isa() == Isa::avx512) {
     EXPECT_STREQ(linear_fp8_path_name(1, 128, ActPrecision::f32), "avx512_fp8_gemv");
-    EXPECT_STREQ(linear_fp8_path_name(1, 128, ActPrecision::bf16),
-                 t.gemv_lut == 0 ? "avx512_fp8_gemv"
-                 : t.gemv_lut == 2 && detail::cpu_has_avx512_vbmi() ? "avx512_fp8_gemv_lut8"
-                                                                    : "avx512_fp8_gemv_lut");
+    const bool lut8 = t.gemv_lut == 2 && detail::cpu_has_avx512_vbmi();
+    EXPECT_STREQ(linear_fp8_path_name(1, 128, ActPrecision::bf16), lut8 ? "avx512_fp8_gemv_lut8" : "avx512_fp8_tile_bf16");
     EXPECT_STREQ(linear_fp8_path_name(t.gemv_max_n + 1, 128, ActPrecision::bf16), "avx512_fp8_tile_bf16");
-    EXPECT_STREQ(linear_fp8_path_name(t.gemv_max_n + 1, 128, ActPrecision::f32), "avx512_fp8_tile_f32");
+    EXPECT_STREQ(linear_fp8_path_name(t.gemv_f32_max_n + 1, 128, ActPrecision::f32), "avx512_fp8_tile_f32");
     // Many tokens and even columns: the dequantized tiles go to the pairs kernel, as bf16 W does.
     const int64_t many = std::max(t.gemv_max_n + 1, detail::resolve_pairs_min_n());
     EXPECT_STREQ(linear_fp8_path_name(many, 128, ActPrecision::bf16), "avx512_fp8_tile_pairs");
     EXPECT_STREQ(linear_fp8_path_name(many, 127, ActPrecision::bf16), "avx512_fp8_tile_bf16");
     // A few tokens whose x rows outgrow the gemv's budget take the tiles; one token never does.
-    if (t.gemv_max_n >= 4 && t.gemv_lut != 0) {
-      EXPECT_STRNE(linear_fp8_path_name(4, 2048, ActPrecision::bf16), "avx512_fp8_tile_bf16");
-      EXPECT_STREQ(linear_fp8_path_name(4, 7168, ActPrecision::bf16), "avx512_fp8_tile_bf16");
-      EXPECT_STRNE(linear_fp8_path_name(1, 1 << 20, ActPrecision::bf16), "avx512_fp8_tile_bf16");
+    if (t.gemv_max_n >= 4 && lut8) {
+      const int64_t wide = t.gemv_max_x_bytes / 8 + 128;  // 4 bf16 rows of x exceed the budget
+      EXPECT_STREQ(linear_fp8_path_name(4, 2048, ActPrecision::bf16), "avx512_fp8_gemv_lut8");
+      EXPECT_STREQ(linear_fp8_path_name(4, wide, ActPrecision::bf16), "avx512_fp8_tile_bf16");
+      EXPECT_STREQ(linear_fp8_path_name(1, 1 << 20, ActPrecision::bf16), "avx512_fp8_gemv_lut8");
     }
   }
 }

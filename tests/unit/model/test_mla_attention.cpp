@@ -19,6 +19,8 @@
 #include "model/attention_variant.h"
 #include "model/token_batch.h"
 
+#include "attention_test_util.h"
+
 namespace afd {
 namespace {
 
@@ -60,14 +62,6 @@ Matrix random_matrix(Built& b, int64_t rows, int64_t cols, uint32_t seed, bool f
   return m;
 }
 
-Vector random_norm(Built& b, int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(1.0f, 0.1f);
-  b.f32.emplace_back(static_cast<size_t>(n));
-  for (auto& v : b.f32.back()) v = d(rng);
-  return Vector{b.f32.back().data(), n};
-}
-
 Built build(const Dims& d) {
   Built b;
   b.f32.reserve(64);
@@ -96,13 +90,13 @@ Built build(const Dims& d) {
   const int64_t qd = d.heads * (d.nope + d.rope);
   if (d.q_lora > 0) {
     A.q_a = random_matrix(b, d.q_lora, d.hidden, 1);
-    A.q_a_norm = random_norm(b, d.q_lora, 2);
+    A.q_a_norm = test::random_norm(b.f32, d.q_lora, 2);
     A.q = random_matrix(b, qd, d.q_lora, 3);
   } else {
     A.q = random_matrix(b, qd, d.hidden, 3);
   }
   A.kv_a = random_matrix(b, d.lkv + d.rope, d.hidden, 4);
-  A.kv_a_norm = random_norm(b, d.lkv, 5);
+  A.kv_a_norm = test::random_norm(b.f32, d.lkv, 5);
   A.kv_b = random_matrix(b, d.heads * (d.nope + d.v), d.lkv, 6, d.fp8_kv_b);
   return b;
 }
@@ -112,17 +106,7 @@ std::unique_ptr<PagedKvCache> make_kv(const ModelConfig& c) {
   EXPECT_EQ(l.n_kv_heads, 1);
   EXPECT_EQ(l.k_dim, c.kv_lora_rank + c.qk_rope_head_dim);
   EXPECT_EQ(l.v_dim, 0);
-  KvCacheConfig kc;
-  kc.n_layers = 1;
-  kc.n_kv_heads = l.n_kv_heads;
-  kc.head_dim = l.k_dim;
-  kc.k_only = l.v_dim == 0;
-  kc.block_size = 4;
-  kc.n_blocks = 128;
-  kc.dtype = DType::f32;
-  auto kv = PagedKvCache::create(kc);
-  EXPECT_TRUE(kv.ok());
-  return std::move(*kv);
+  return test::make_attention_kv(c, /*block_size=*/4, /*n_blocks=*/128, DType::f32);
 }
 
 std::vector<float> hidden_rows(int64_t n, int64_t hidden, uint32_t seed) {

@@ -197,6 +197,24 @@ TEST(TopologyFile, FfnTp) {
   EXPECT_FALSE(parse_topology_file(zero, "t.json").ok());
 }
 
+// "deterministic": a JSON boolean, passed to every worker as --deterministic.
+TEST(TopologyFile, Deterministic) {
+  auto t = parse_topology_file(kGood, "t.json");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->find("deterministic"), nullptr);  // absent: --deterministic's default
+  std::string on(kGood);
+  on.replace(on.find("\"peer_timeout_ms\""), 0, "\"deterministic\": true, ");
+  auto t2 = parse_topology_file(on, "t.json");
+  ASSERT_TRUE(t2.ok()) << t2.status().to_string();
+  EXPECT_EQ(value_of(t2->settings, "deterministic"), true);
+  std::string bad(kGood);
+  bad.replace(bad.find("\"peer_timeout_ms\""), 0, "\"deterministic\": 1, ");
+  auto t3 = parse_topology_file(bad, "t.json");
+  ASSERT_FALSE(t3.ok());
+  EXPECT_NE(t3.status().message().find("t.json: deterministic: must be true or false"), std::string::npos)
+      << t3.status().to_string();
+}
+
 TEST(TopologyFile, SchedulerLimitsAndUcxSpin) {
   auto t = parse_topology_file(kGood, "t.json");
   ASSERT_TRUE(t.ok());

@@ -87,7 +87,7 @@ void expect_every_cut_continues_exactly(const std::string& body, bool replay_exa
   auto tok = bytes_tokenizer();
   auto g = parse_request(ep, body, *tok, nullptr, limits(), 12345);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
-  ResponseMeta meta{"cmpl-1", "m", 1700000000, ep, g->logprobs};
+  ResponseMeta meta{"cmpl-1", "m", 1700000000, ep, g->logprobs, ""};
   ProxyOutput ref(meta, tok.get(), *g);
   Worker w0(tok);
   const std::vector<StreamEvent> evs = w0.run(encode_control(ref.control(1000)) + "\n" + body);
@@ -118,7 +118,7 @@ void expect_every_cut_continues_exactly(const std::string& body, bool replay_exa
 std::string greedy_text(const std::string& body) {
   auto tok = bytes_tokenizer();
   auto g = parse_request(Endpoint::completions, body, *tok, nullptr, limits(), 1);
-  ProxyOutput o(ResponseMeta{"x", "m", 0, Endpoint::completions, false}, tok.get(), *g);
+  ProxyOutput o(ResponseMeta{"x", "m", 0, Endpoint::completions, false, ""}, tok.get(), *g);
   Worker w(tok);
   for (const StreamEvent& e : w.run(encode_control(o.control(1000)) + "\n" + body)) o.add(e);
   return nlohmann::json::parse(o.body())["choices"][0]["text"].get<std::string>();
@@ -172,11 +172,11 @@ TEST(Resume, WrongSamplerPositionChangesTheOutput) {
   const std::string body = R"({"prompt":[1,2,3,4,5],"max_tokens":30,"temperature":1,"seed":99})";
   auto g = parse_request(Endpoint::completions, body, *tok, nullptr, limits(), 1);
   ASSERT_TRUE(g.ok());
-  ProxyOutput ref(ResponseMeta{"x", "m", 0, Endpoint::completions, false}, tok.get(), *g);
+  ProxyOutput ref(ResponseMeta{"x", "m", 0, Endpoint::completions, false, ""}, tok.get(), *g);
   Worker w0(tok);
   auto evs = w0.run(encode_control(ref.control(1000)) + "\n" + body);
   feed(ref, evs, 0, evs.size());
-  ProxyOutput o(ResponseMeta{"x", "m", 0, Endpoint::completions, false}, tok.get(), *g);
+  ProxyOutput o(ResponseMeta{"x", "m", 0, Endpoint::completions, false, ""}, tok.get(), *g);
   feed(o, evs, 0, 10);
   InternalControl c = o.control(1000);
   EXPECT_EQ(c.rng_draws, 10u);
