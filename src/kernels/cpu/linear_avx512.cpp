@@ -5,8 +5,8 @@
 // Tiles are R rows of W x T tokens in the "dot" layout: each W row is loaded as it lies in
 // memory (row-major [rows, cols], no packing), each accumulator holds 16 partial sums of one
 // (row, token) pair, reduced horizontally at the end of the row (bf16 x bf16: in the canonical
-// order of linear_kernels.h, whatever the tile, token block or column block). W is the streamed operand:
-// every W element is loaded once per token block, x comes from L1/L2.
+// order of linear_kernels.h, whatever the tile, token block or column block). W is the streamed
+// operand: every W element is loaded once per token block, x comes from L1/L2.
 // GCC 12 reports false -Wuninitialized warnings inside its own AVX-512 headers
 // (_mm*_undefined_* helpers, GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -240,9 +240,9 @@ AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int6
 // Each W row is read front to back, so a thread's W range is one sequential stream, which
 // reads at the machine's streaming bandwidth. rows_seq_dp has one accumulator per row (the
 // canonical order of linear_kernels.h) and streams S parts of the rows side by side for
-// independent chains; the f32-activation variants have 4 accumulators on one row. Interleaving 4-8 rows (the tiles
-// above) splits it into short strided streams that the hardware prefetchers follow badly
-// when rows are short. With several tokens the tiles win (x reuse and fewer reductions).
+// independent chains (S long sequential streams); the f32-activation variants have 4
+// accumulators on one row. Interleaving 4-8 rows (the tiles above) splits it into short strided
+// streams that the hardware prefetchers follow badly when rows are short. With several tokens the tiles win (x reuse and fewer reductions).
 // x is zero padded to a multiple of 32 columns (and permuted per 32-column block for
 // fma_bf16w, see prep_x_f32_perm32); W is read only up to cols. rows_seq_dp prefetches W pf
 // bytes ahead (0: none) within the `left` bytes this call reads from w on; the f32-activation
