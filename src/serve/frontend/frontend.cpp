@@ -161,6 +161,14 @@ std::string identity_mismatch(const std::string& body, const ModelServing& mine)
   return "";
 }
 
+// The "system_fingerprint" of a worker's /health answer ("" if it has none).
+std::string health_system_fingerprint(const std::string& body) {
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("system_fingerprint") && j["system_fingerprint"].is_string())
+    return j["system_fingerprint"].get<std::string>();
+  return "";
+}
+
 // The "instance" of a worker's /health answer ("" if it has none: an older worker).
 std::string health_instance(const std::string& body) {
   auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -211,6 +219,7 @@ void Frontend::health_loop() {
           why = r.message();
         }
       }
+      if (up) w.set_numerics(health_system_fingerprint(st->body));
       const bool was = w.set_state(up, why);
       if (up && !was) {
         spdlog::info("front end: attention worker {} at {} is up", i, w.address);
@@ -340,6 +349,7 @@ void Frontend::extra_routes(http::Server& s) {
 void Frontend::generate(GenerationCall& call, const http::Request& req, http::Response& res) {
   // The prompt tokens (parsed and tokenized as the worker would) drive placement and are
   // what every worker of this request prefills; the client's body is what is sent.
+  call.meta.system_fingerprint = common_numerics(*workers_->snapshot());
   auto session = std::make_shared<ProxySession>(pool_, call.path, call.request, req.body, std::move(call.meta));
   {
     std::lock_guard<std::mutex> l(sessions_mu_);

@@ -47,13 +47,36 @@ struct FrontendWorker {
     why = now_up ? "" : why_not.empty() ? "down (no reason given)" : std::move(why_not);
     return up.exchange(now_up);
   }
+  // The system_fingerprint its last ready /health reported ("" if none).
+  std::string numerics() const {
+    std::lock_guard<std::mutex> l(why_mu);
+    return numerics_;
+  }
+  void set_numerics(std::string fp) {
+    std::lock_guard<std::mutex> l(why_mu);
+    numerics_ = std::move(fp);
+  }
 
  private:
   mutable std::mutex why_mu;
   std::string why = "not checked yet";
+  std::string numerics_;
 };
 
 using WorkerList = std::vector<std::shared_ptr<FrontendWorker>>;
+
+// The system_fingerprint the placeable workers share: "" when there is none, or one of them
+// reports another or none (the responses then leave the field out).
+inline std::string common_numerics(const std::vector<std::shared_ptr<FrontendWorker>>& ws) {
+  std::string fp;
+  for (const auto& w : ws) {
+    if (!w->placeable()) continue;
+    const std::string mine = w->numerics();
+    if (mine.empty() || (!fp.empty() && mine != fp)) return "";
+    fp = mine;
+  }
+  return fp;
+}
 
 // Workers that requests may be placed on (placeable()).
 inline int workers_up(const WorkerList& ws) {

@@ -44,6 +44,8 @@ StreamEvent token_event(int i, int n_total, int64_t n_prompt) {
   return e;
 }
 
+constexpr const char* kNumerics = "fp_00000000000000aa";
+
 enum class Behaviour {
   finish,     // continues from the control line's generated tokens to max_tokens
   cut,        // sends `cut_after` token events, then closes the connection mid-body and
@@ -55,14 +57,21 @@ enum class Behaviour {
 
 class FakeWorker {
  public:
-  FakeWorker(Behaviour b, const std::string& fingerprint, int cut_after) : b_(b), cut_after_(cut_after) {
-    srv_.get("/health", [this, fingerprint](const http::Request&, http::Response& res) {
+  // numerics: the system_fingerprint its /health reports.
+  FakeWorker(Behaviour b, const std::string& fingerprint, int cut_after, std::string numerics = kNumerics)
+      : b_(b), cut_after_(cut_after) {
+    srv_.get("/health", [this, fingerprint, numerics](const http::Request&, http::Response& res) {
       if (b_ == Behaviour::unhealthy || dead_) {
         res.status = 503;
         res.set_content(R"({"error":{"message":"FFN worker 'ffn0' is not connected"}})", "application/json");
         return;
       }
-      res.set_content(json{{"status", "ok"}, {"role", "attention"}, {"model", "m"}, {"model_config", fingerprint}}.dump(),
+      res.set_content(json{{"status", "ok"},
+                           {"role", "attention"},
+                           {"model", "m"},
+                           {"model_config", fingerprint},
+                           {"system_fingerprint", numerics}}
+                          .dump(),
                       "application/json");
     });
     srv_.post("/v1/completions", [this](const http::Request& req, http::Response& res) {
@@ -158,7 +167,8 @@ class FailoverTest : public ::testing::Test {
     fo.proxy.failover_timeout_s = failover_s;
     fo.proxy.wait_for_worker_s = wait_for_worker_s_;
     for (auto [b, n] : ws) {
-      workers_.push_back(std::make_unique<FakeWorker>(b, fingerprint_, n));
+      const size_t i = workers_.size();
+      workers_.push_back(std::make_unique<FakeWorker>(b, fingerprint_, n, i < numerics_.size() ? numerics_[i] : kNumerics));
       fo.workers.push_back(workers_.back()->address());
     }
     auto f = Frontend::create(fo);
@@ -192,6 +202,7 @@ class FailoverTest : public ::testing::Test {
   }
 
   double wait_for_worker_s_ = 0;  // FrontendOptions::proxy.wait_for_worker_s of start()
+  std::vector<std::string> numerics_;  // the system_fingerprint of start()'s workers (default kNumerics)
   std::string dir_, fingerprint_;
   std::vector<std::unique_ptr<FakeWorker>> workers_;
   std::unique_ptr<Frontend> fe_;
@@ -220,6 +231,7 @@ TEST_F(FailoverTest, CutMidStreamContinuesElsewhereSeamlessly) {
   EXPECT_EQ(ev[8]["usage"]["prompt_tokens"], 3);
   EXPECT_EQ(ev[8]["usage"]["completion_tokens"], 8);
   EXPECT_EQ(ev[9], "[DONE]");
+  for (size_t i = 0; i < 9; ++i) EXPECT_EQ(ev[i]["system_fingerprint"], kNumerics);  // what both workers report
   const auto first = workers_[0]->controls(), second = workers_[1]->controls();
   ASSERT_EQ(first.size(), 1u);
   ASSERT_EQ(second.size(), 1u);
@@ -232,6 +244,17 @@ TEST_F(FailoverTest, CutMidStreamContinuesElsewhereSeamlessly) {
   EXPECT_EQ(second[0].rng_draws, 3u);
   EXPECT_TRUE(second[0].replay_exact);
   EXPECT_NE(fe_->render_metrics().find("afd_frontend_failovers_total 1\n"), std::string::npos) << fe_->render_metrics();
+}
+
+// Workers that report different system_fingerprints (another ISA level, another mode): the
+// front end cannot say which numbers an answer has, so its responses leave the field out.
+TEST_F(FailoverTest, WorkersThatDisagreeOnNumericsLeaveTheFingerprintOut) {
+  numerics_ = {"fp_00000000000000aa", "fp_00000000000000bb"};
+  start({{Behaviour::finish, 0}, {Behaviour::finish, 0}}, 5, 10);
+  auto r = post(R"({"prompt":[1,2,3],"max_tokens":2})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_FALSE(json::parse(r->body).contains("system_fingerprint")) << r->body;
 }
 
 // A worker that goes silent after 2 tokens (a stopped process): after the idle timeout the
