@@ -298,6 +298,19 @@ TEST(Protocol, HandshakeRoundTripAndMismatch) {
   EXPECT_TRUE(check_handshake_match(f, a).is_ok());
 }
 
+// The hello of `a` with payload byte `offset` set to `v` (checksums recomputed), decoded.
+Result<Handshake> decode_with_byte(const Handshake& a, size_t offset, uint8_t v) {
+  AlignedBuf buf(256);
+  size_t len = encode_handshake(FrameKind::hello, a, buf.data());
+  buf.data()[kFrameHeaderBytes + offset] = v;
+  FrameHeader h;
+  h.kind = FrameKind::hello;
+  h.payload_bytes = kHandshakeBytes;
+  h.flags = kFlagPayloadChecksum;
+  encode_header(h, buf.data() + kFrameHeaderBytes, buf.data());  // checksums over the changed byte
+  return decode_handshake(buf.data(), len, FrameKind::hello);
+}
+
 // Version 5: both sides announce their activation precision (--precision); a difference is a
 // mismatch that names the field and both values, whichever side checks; a value outside the
 // enum is a corrupt frame.
@@ -312,14 +325,7 @@ TEST(Protocol, HandshakeCarriesThePrecision) {
     EXPECT_EQ(d->precision, p);
   }
   for (uint8_t bad : {uint8_t{0}, uint8_t{3}, uint8_t{255}}) {
-    size_t len = encode_handshake(FrameKind::hello, a, buf.data());
-    buf.data()[kFrameHeaderBytes + 11] = bad;
-    FrameHeader h;
-    h.kind = FrameKind::hello;
-    h.payload_bytes = kHandshakeBytes;
-    h.flags = kFlagPayloadChecksum;
-    encode_header(h, buf.data() + kFrameHeaderBytes, buf.data());  // checksums over the changed byte
-    auto d = decode_handshake(buf.data(), len, FrameKind::hello);
+    auto d = decode_with_byte(a, 11, bad);
     ASSERT_FALSE(d.ok());
     EXPECT_EQ(d.status().code(), StatusCode::corrupt_data);
     EXPECT_NE(d.status().message().find("precision " + std::to_string(bad)), std::string::npos) << d.status().message();
@@ -355,14 +361,7 @@ TEST(Protocol, HandshakeCarriesBatchInvariantMode) {
     EXPECT_EQ(d->batch_invariant, v);
   }
   for (uint8_t bad : {uint8_t{2}, uint8_t{255}}) {
-    size_t len = encode_handshake(FrameKind::hello, a, buf.data());
-    buf.data()[kFrameHeaderBytes + 62] = bad;
-    FrameHeader h;
-    h.kind = FrameKind::hello;
-    h.payload_bytes = kHandshakeBytes;
-    h.flags = kFlagPayloadChecksum;
-    encode_header(h, buf.data() + kFrameHeaderBytes, buf.data());  // checksums over the changed byte
-    auto d = decode_handshake(buf.data(), len, FrameKind::hello);
+    auto d = decode_with_byte(a, 62, bad);
     ASSERT_FALSE(d.ok());
     EXPECT_EQ(d.status().code(), StatusCode::corrupt_data);
     EXPECT_NE(d.status().message().find("batch-invariant flag " + std::to_string(bad)), std::string::npos)
