@@ -8,10 +8,12 @@ Bad combinations are refused at start-up.
 
 Run: AFD_BIN=build/apps/afd /usr/bin/python3 -m pytest -q tests/integration/test_deterministic.py
 """
+import json
+
 import numpy as np
 import pytest
 
-from afd_bundle import TIMEOUT
+from afd_bundle import TIMEOUT, Bundle
 from afd_cli import afd, made
 
 MAX_TOKENS = 6
@@ -78,6 +80,35 @@ def test_ffn_worker_processes(tmp, arch):
     got = target_rows(tmp, arch, [OTHERS[2], OTHERS[1], TARGET], "spawned", "--topology", "1A2F", "--microbatches",
                       "2", "--spawn-ffn", timeout=3 * TIMEOUT)
     assert_same_bits(want, got)
+
+
+def test_serve_reports_the_mode_and_answers_alike(tmp):
+    """`afd serve --deterministic`: /health and every response carry the mode and the
+    system_fingerprint, and a greedy request's tokens and logprobs are the same when it is asked
+    again with its prompt's whole blocks in the prefix cache. (Batching with other requests is
+    covered without timing at the engine level: test_batch_invariance.)"""
+    served = made(tmp, "qwen3_moe-served", "--arch", "qwen3_moe", "--preset", "tiny", "--vocab", "320")  # + tokenizer
+    b = Bundle(served, tmp, ["--precision", "fast", "--deterministic", "--threads", "2", "--max-batch-tokens", "40"],
+               name="serve-det", ready="on http://")
+    try:
+        body = {"prompt": TARGET * 2, "max_tokens": 8, "temperature": 0, "logprobs": 3}
+
+        def ask(request):
+            status, text = b.post("/v1/completions", request)
+            assert status == 200, text
+            return json.loads(text)
+
+        first = ask(body)
+        assert first["system_fingerprint"].startswith("fp_")
+        health = json.loads(b.get("/health")[1])
+        assert health["deterministic"] is True and health["system_fingerprint"] == first["system_fingerprint"]
+        assert 'afd_numerics_info{system_fingerprint="' + first["system_fingerprint"] + '",deterministic="1"} 1' in \
+            b.get("/metrics")[1]
+        again = ask(body)
+        assert again["choices"][0]["logprobs"] == first["choices"][0]["logprobs"]
+        assert b.metric("afd_prefix_cache_hits_total") > 0
+    finally:
+        b.close()
 
 
 def test_cuda_ffn_refused(tmp):
