@@ -67,7 +67,7 @@ using WorkerList = std::vector<std::shared_ptr<FrontendWorker>>;
 
 // The system_fingerprint the placeable workers share: "" when there is none, or one of them
 // reports another or none (the responses then leave the field out).
-inline std::string common_numerics(const std::vector<std::shared_ptr<FrontendWorker>>& ws) {
+inline std::string common_numerics(const WorkerList& ws) {
   std::string fp;
   for (const auto& w : ws) {
     if (!w->placeable()) continue;
