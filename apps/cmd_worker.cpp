@@ -59,9 +59,7 @@ Status check_ffn(const WorkerFlags& f, int* shard, int* n_shards, Precision* pre
   AFD_RETURN_IF_ERROR(parse_shard(f.shard, shard, n_shards));
   if (!precision_from_name(f.engine.precision, prec)) return invalid_argument("--precision: reference | fast");
   if (f.n_attention < 1 || f.n_attention > 64) return invalid_argument("--attention must be in [1, 64]");
-  if (f.engine.options.deterministic && f.engine.options.ffn_device == "cuda")
-    return invalid_argument("--deterministic needs the CPU FFN: the CUDA FFN's results depend on the batch "
-                            "(use --ffn-device cpu)");
+  AFD_RETURN_IF_ERROR(f.engine.options.validate_ffn_device());
   if (f.engine.options.afd.ffn_tp < 1 || *n_shards % f.engine.options.afd.ffn_tp != 0)
     return invalid_argument("--ffn-tp " + std::to_string(f.engine.options.afd.ffn_tp) + " does not divide the " +
                             std::to_string(*n_shards) + " FFN workers of --shard " + f.shard);

@@ -44,7 +44,7 @@ struct AttentionOptions {
   // The order of the attention side's matrix products (projections, router, LM head): the
   // canonical one when batch_invariant.
   kernels::LinearOrder order() const {
-    return batch_invariant ? kernels::LinearOrder::batch_invariant : kernels::LinearOrder::fastest;
+    return kernels::linear_order(batch_invariant);
   }
 };
 

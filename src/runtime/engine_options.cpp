@@ -15,6 +15,13 @@ int EngineOptions::pipeline_microbatches() const {
   return topology.wiring == Wiring::afd ? 3 : 1;
 }
 
+Status EngineOptions::validate_ffn_device() const {
+  if (ffn_device == "cuda" && deterministic)
+    return invalid_argument("--deterministic needs the CPU FFN: the CUDA FFN's results depend on the batch "
+                            "(use --ffn-device cpu)");
+  return Status::ok();
+}
+
 Status EngineOptions::validate() const {
   if (kv.block_size <= 0 || kv.block_size > 1024)
     return invalid_argument("kv block size must be in [1, 1024], got " + std::to_string(kv.block_size));
@@ -57,9 +64,7 @@ Status EngineOptions::validate() const {
   if (afd.local_attention < 1) return invalid_argument("local attention workers must be >= 1");
   if (ffn_device != "cpu" && ffn_device != "cuda")
     return invalid_argument("--ffn-device must be cpu or cuda, got '" + ffn_device + "'");
-  if (ffn_device == "cuda" && deterministic)
-    return invalid_argument("--deterministic needs the CPU FFN: the CUDA FFN's results depend on the batch "
-                            "(use --ffn-device cpu)");
+  AFD_RETURN_IF_ERROR(validate_ffn_device());
   if (ffn_device == "cuda" && emulation.afd_rounding_shards > 0)
     return invalid_argument("--afd-rounding reproduces the CPU bundle's rounding; use it with --ffn-device cpu");
   if (afd.ffn_tp < 1 || afd.ffn_tp > 64) return invalid_argument("--ffn-tp must be in [1, 64], got " + std::to_string(afd.ffn_tp));

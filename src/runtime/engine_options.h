@@ -118,6 +118,9 @@ struct EngineOptions {
   ObservabilityOptions observability;
   EmulationOptions emulation;
   Status validate() const;
+  // The part of validate() an FFN worker process (which has no attention engine) also needs:
+  // the FFN device against --deterministic.
+  Status validate_ffn_device() const;
   // The micro-batch count the pipeline runs: `microbatches`, or when that is 0 the wiring's
   // default: 3 for xAyF (the Step-3 pipeline of Figure 7: attention, both transfers and the
   // FFN each busy with another micro-batch), 1 for mono and EPn (their FFN runs on the

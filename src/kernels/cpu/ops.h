@@ -30,6 +30,10 @@ enum class ActPrecision : uint8_t { f32, bf16 };
 //     speed: the canonical pairs kernel takes 1.13-1.2x the one-chain one's time (AVX-512 BF16,
 //     n >= 32), and AVX2 gives up sgemm at n >= 64.
 enum class LinearOrder : uint8_t { fastest, batch_invariant };
+// The order a batch-invariant mode (--deterministic) asks for.
+inline LinearOrder linear_order(bool batch_invariant) {
+  return batch_invariant ? LinearOrder::batch_invariant : LinearOrder::fastest;
+}
 
 // y[i, r] = sum_c x[i, c] * W[r, c]  for i < n, r < rows.
 // x: [n, cols] with row stride x_stride (floats); W: [rows, cols] row-major, dtype bf16 or f32;

@@ -92,7 +92,7 @@ Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const Model
   h.tp_rank = static_cast<uint16_t>(range.tp_rank);
   h.tp_degree = static_cast<uint16_t>(opt.tp);
   wk->part_.prec = opt.prec;
-  wk->part_.order = opt.batch_invariant ? kernels::LinearOrder::batch_invariant : kernels::LinearOrder::fastest;
+  wk->part_.order = kernels::linear_order(opt.batch_invariant);
   wk->part_.include_shared = opt.holds_shared != 0;
   wk->part_.experts_mask.assign(static_cast<size_t>(c.n_experts), 0);
   for (int64_t e = opt.expert_begin; e < opt.expert_end; ++e) wk->part_.experts_mask[static_cast<size_t>(e)] = 1;
