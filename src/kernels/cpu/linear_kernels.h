@@ -59,8 +59,8 @@ struct LinearAvx512Tuning {
   int64_t prefetch_bytes = 8192;
   // Single token, rows one at a time, bf16 x bf16: the thread's rows as this many contiguous
   // parts (1, 2 or 4) streamed side by side, one row of each at a time (independent accumulator
-  // chains; each row has one). Default from interleaved cold calls against the 4-chain one-row
-  // kernel it replaced, one thread: 4 streams 0.58-0.95 of its time on [768, 2048] .. [32000, 2048].
+  // chains; each row has one). Default: the fastest of 1, 2 and 4 on the bench model's shapes
+  // (`bench_kernels --small-n 3 --ns 1 --row-streams S`).
   int row_streams = 4;
   // bf16 x bf16 at 2..kSmallNMax tokens: 0 = the general tiles (4 rows x <= 6 tokens, no
   // prefetch), 3 or 4 = rows_small_dp with 3-row tiles of <= 8 tokens or 4-row tiles of <= 6

@@ -26,9 +26,9 @@ enum class ActPrecision : uint8_t { f32, bf16 };
 //     every weight dtype and precision at every ISA level: AVX-512 BF16 with bf16 activations (the
 //     canonical order of kernels/cpu/linear_kernels.h), AVX-512 with f32 activations (the 4-row
 //     FMA tiles at every n, n = 1 included), the AVX2 tiles (one order at every n), the scalar
-//     path (one sequential sum per element); FP8 weights as linear_fp8.h states. Costs prefill
-//     speed: the canonical pairs kernel takes 1.13-1.2x the one-chain one's time (AVX-512 BF16,
-//     n >= 32), and AVX2 gives up sgemm at n >= 64.
+//     path (one sequential sum per element); FP8 weights as linear_fp8.h states. Slower from
+//     32 tokens on (the 16-class pairs kernel on AVX-512 BF16; no sgemm on AVX2 from 64):
+//     docs/BENCHMARKS.md "Batch-invariant mode".
 enum class LinearOrder : uint8_t { fastest, batch_invariant };
 // The order a batch-invariant mode (--deterministic) asks for.
 inline LinearOrder linear_order(bool batch_invariant) {
