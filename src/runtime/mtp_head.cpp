@@ -64,7 +64,13 @@ KvUsage MtpHead::kv_usage() const {
   return KvUsage{kv_->config().n_blocks, kv_->n_used_blocks(), kv_->config().block_size};
 }
 
-Status MtpHead::forward(std::span<const Item> items, std::vector<float>* logits) {
+void MtpHead::truncate(int64_t seq_id, int64_t new_length) {
+  const int64_t len = kv_->length(seq_id);
+  if (len < 0 || new_length >= len) return;
+  kv_->truncate(seq_id, std::max<int64_t>(new_length, 0));
+}
+
+Status MtpHead::forward(std::span<const Item> items, std::vector<float>* logits, std::vector<float>* block_out) {
   const ModelConfig& c = config();
   const int64_t H = c.hidden_size, V = c.vocab_size;
   int64_t n = 0, blocks = 0;
@@ -119,6 +125,7 @@ Status MtpHead::forward(std::span<const Item> items, std::vector<float>* logits)
     return s;
   }
   attn_.add_ffn(b_);
+  if (block_out) block_out->assign(b_.x.begin(), b_.x.begin() + n * H);
   std::vector<int64_t> rows(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) rows[r] = r;
   logits->resize(static_cast<size_t>(n * V));

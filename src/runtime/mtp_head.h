@@ -45,7 +45,15 @@ class MtpHead {
   // predicts the token two positions after position len + i). Errors (unknown sequence,
   // sizes that disagree, a token outside the vocabulary, context or KV exhausted) leave every
   // sequence unchanged.
-  Status forward(std::span<const Item> items, std::vector<float>* logits);
+  // block_out (may be null) receives rows [n, hidden_size] in the same order: the module's
+  // decoder-layer output (the residual stream after its attention and FFN, before
+  // shared_head.norm), the hidden input of a recursive application (runtime/speculative.h).
+  Status forward(std::span<const Item> items, std::vector<float>* logits, std::vector<float>* block_out = nullptr);
+  // Tokens in seq's cache (-1 if unknown).
+  int64_t sequence_length(int64_t seq_id) const { return kv_->length(seq_id); }
+  // Drops positions >= new_length of seq (speculative positions); no-op when new_length >=
+  // its length or the id is unknown.
+  void truncate(int64_t seq_id, int64_t new_length);
 
  private:
   MtpHead(MtpModule module, std::unique_ptr<PagedKvCache> kv, std::shared_ptr<ThreadPool> pool, AttentionOptions ao,
