@@ -42,7 +42,12 @@ void run_generate(const GenerateFlags& f) {
   auto engine = make_engine(*opt, *weights);
   if (!engine.ok()) fail("generate", engine.status());
 
+  auto drafter = make_drafter(*opt, *weights);
+  if (!drafter.ok()) fail("generate", drafter.status());
+
   GenerateOptions g;
+  g.drafter = drafter->get();
+  g.draft_tokens = *drafter ? opt->speculative.draft_tokens : 0;
   g.max_new_tokens = f.max_tokens;
   g.sampling.temperature = f.temperature;
   g.sampling.top_p = f.top_p;
@@ -77,6 +82,14 @@ void run_generate(const GenerateFlags& f) {
                static_cast<long long>(res->decode_steps),
                res->decode_s > 0 ? (gen - static_cast<double>(prompts.size())) / res->decode_s : 0.0, st.median * 1e3,
                st.p90 * 1e3, st.p99 * 1e3, st.max * 1e3);
+  if (const SpeculativeStats& sp = res->speculative; sp.steps > 0)
+    std::fprintf(stderr,
+                 "afd generate: speculative %s: %lld drafts proposed, %lld accepted (%.1f %%), %.2f tokens per "
+                 "verification\n",
+                 speculative_method_name(opt->speculative.method), static_cast<long long>(sp.drafts_proposed),
+                 static_cast<long long>(sp.drafts_accepted),
+                 100.0 * static_cast<double>(sp.drafts_accepted) / static_cast<double>(std::max<int64_t>(1, sp.drafts_proposed)),
+                 static_cast<double>(sp.tokens_emitted) / static_cast<double>(sp.steps));
 }
 }  // namespace
 

@@ -20,6 +20,16 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
                 "batched with it, the wiring and the threads (fast precision too)")
       ->envname("AFD_DETERMINISTIC");
   cmd->add_option("--kv-dtype", kv_dtype, "KV cache type in fast precision: bf16 | fp8")->envname("AFD_KV_DTYPE");
+  cmd->add_option("--speculative", speculative,
+                  "Speculative decoding: none | ngram (prompt lookup, any model) | mtp (DeepSeek's MTP module)")
+      ->envname("AFD_SPECULATIVE");
+  cmd->add_option("--draft-tokens", options.speculative.draft_tokens,
+                  "Drafts per sequence and step: 1..3 with mtp, 1..8 with ngram")
+      ->envname("AFD_DRAFT_TOKENS");
+  cmd->add_option("--ngram-min", options.speculative.ngram_min, "Shortest n-gram --speculative ngram matches")
+      ->envname("AFD_NGRAM_MIN");
+  cmd->add_option("--ngram-max", options.speculative.ngram_max, "Longest n-gram --speculative ngram matches")
+      ->envname("AFD_NGRAM_MAX");
   cmd->add_option("--kv-capacity", options.kv.capacity_tokens, "KV cache capacity in tokens (0: auto)")
       ->envname("AFD_KV_CAPACITY");
   cmd->add_option("--kv-block", options.kv.block_size, "Tokens per KV block")->envname("AFD_KV_BLOCK");
@@ -130,6 +140,8 @@ Result<EngineOptions> EngineFlags::to_options(bool open_trace) const {
     return invalid_argument("--kv-dtype must be bf16, fp8 or f32, got '" + kv_dtype + "'");
   o.kv.dtype = kv->second;
   o.kv.prefix_caching = !no_prefix_cache;
+  if (!speculative_method_from_name(speculative, &o.speculative.method))
+    return invalid_argument("--speculative must be none, ngram or mtp, got '" + speculative + "'");
   if (!microbatches.empty()) {  // empty: EngineOptions::pipeline_microbatches() picks the wiring's default
     auto v = parse_int_list(microbatches, "--microbatches");
     if (!v.ok() || v->size() != 1 || (*v)[0] < 1 || (*v)[0] > 4)

@@ -288,6 +288,12 @@ Status DataParallelEngine::fill_synthetic_context(int64_t seq_id, int64_t n_toke
   return h->fill_synthetic_context(p->inner, n_tokens);
 }
 
+Status DataParallelEngine::settle_drafts(int64_t seq_id, int64_t n_accepted) {
+  const Placement* p = find(seq_id);
+  if (!p) return invalid_argument("unknown sequence " + std::to_string(seq_id));
+  return engines()[p->engine]->settle_drafts(p->inner, n_accepted);
+}
+
 Status DataParallelEngine::health() const {
   for (const auto& e : engines()) AFD_RETURN_IF_ERROR(e->health());
   return Status::ok();

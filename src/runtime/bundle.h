@@ -90,6 +90,7 @@ class DataParallelEngine : public Engine, public BenchmarkHooks {
   // hidden may be null (forward()).
   Status forward_with_hidden(std::span<const BatchItem> items, std::vector<float>* logits,
                              std::vector<float>* hidden) override;
+  Status settle_drafts(int64_t seq_id, int64_t n_accepted) override;
   KvUsage kv_usage() const override;
   StageTimes last_stage_times() const override { return times_; }
   Status health() const override;

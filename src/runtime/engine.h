@@ -21,6 +21,10 @@ struct BatchItem {
   int64_t seq_id = -1;
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits for every appended token, else only the last one
+  // Speculative decoding: the last n_draft of `tokens` are drafts. They are computed like
+  // the others (their KV is written at their positions) but stay provisional until
+  // Engine::settle_drafts says how many the caller accepted. 0 <= n_draft < tokens.size().
+  int64_t n_draft = 0;
 };
 
 struct KvUsage {
@@ -118,6 +122,17 @@ class Engine {
   virtual Status forward_with_hidden(std::span<const BatchItem> items, std::vector<float>* logits,
                                      std::vector<float>* hidden) {
     return not_supported("this engine does not return hidden states");
+  }
+
+  // Speculative decoding: after a successful forward in which seq's item had n_draft > 0,
+  // keeps the first n_accepted drafts (their KV stays and their tokens count as computed, for
+  // the prefix cache too) and drops the rest: the sequence length shrinks by
+  // n_draft - n_accepted, no KV is copied. Must be called before seq's next forward (which
+  // fails while drafts are unsettled). invalid_argument for an unknown sequence, one
+  // without unsettled drafts, or n_accepted outside [0, n_draft]. Engines that cannot
+  // verify drafts return not_supported (and refuse items with n_draft > 0).
+  virtual Status settle_drafts(int64_t seq_id, int64_t n_accepted) {
+    return not_supported("this engine does not verify draft tokens");
   }
 
   virtual KvUsage kv_usage() const = 0;

@@ -10,6 +10,34 @@ bool precision_from_name(const std::string& s, Precision* out) {
 
 const char* precision_name(Precision p) { return p == Precision::reference ? "reference" : "fast"; }
 
+bool speculative_method_from_name(const std::string& s, SpeculativeMethod* out) {
+  if (s == "none") { *out = SpeculativeMethod::none; return true; }
+  if (s == "ngram") { *out = SpeculativeMethod::ngram; return true; }
+  if (s == "mtp") { *out = SpeculativeMethod::mtp; return true; }
+  return false;
+}
+
+const char* speculative_method_name(SpeculativeMethod m) {
+  switch (m) {
+    case SpeculativeMethod::ngram: return "ngram";
+    case SpeculativeMethod::mtp: return "mtp";
+    case SpeculativeMethod::none: break;
+  }
+  return "none";
+}
+
+Status SpeculativeOptions::validate() const {
+  if (method == SpeculativeMethod::none) return Status::ok();
+  const int64_t max_k = method == SpeculativeMethod::mtp ? 3 : 8;
+  if (draft_tokens < 1 || draft_tokens > max_k)
+    return invalid_argument(std::string("--draft-tokens must be in [1, ") + std::to_string(max_k) + "] for --speculative " +
+                            speculative_method_name(method) + ", got " + std::to_string(draft_tokens));
+  if (method == SpeculativeMethod::ngram && (ngram_min < 1 || ngram_min > ngram_max || ngram_max > 16))
+    return invalid_argument("--ngram-min / --ngram-max must satisfy 1 <= min <= max <= 16, got " +
+                            std::to_string(ngram_min) + " / " + std::to_string(ngram_max));
+  return Status::ok();
+}
+
 int EngineOptions::pipeline_microbatches() const {
   if (microbatches > 0) return microbatches;
   return topology.wiring == Wiring::afd ? 3 : 1;
@@ -65,6 +93,7 @@ Status EngineOptions::validate() const {
   if (ffn_device != "cpu" && ffn_device != "cuda")
     return invalid_argument("--ffn-device must be cpu or cuda, got '" + ffn_device + "'");
   AFD_RETURN_IF_ERROR(validate_ffn_device());
+  AFD_RETURN_IF_ERROR(speculative.validate());
   if (ffn_device == "cuda" && emulation.afd_rounding_shards > 0)
     return invalid_argument("--afd-rounding reproduces the CPU bundle's rounding; use it with --ffn-device cpu");
   if (afd.ffn_tp < 1 || afd.ffn_tp > 64) return invalid_argument("--ffn-tp must be in [1, 64], got " + std::to_string(afd.ffn_tp));

@@ -92,6 +92,27 @@ struct EmulationOptions {
   int64_t inject_delay_us = 0;
 };
 
+// Speculative decoding (runtime/speculative.h; --speculative, --draft-tokens, --ngram-min,
+// --ngram-max): how drafts are proposed; verification runs inside the engine's step.
+enum class SpeculativeMethod {
+  none,
+  ngram,  // prompt lookup, any model
+  mtp,    // DeepSeek's MTP module (checkpoints with num_nextn_predict_layers > 0)
+};
+// "none" | "ngram" | "mtp"
+bool speculative_method_from_name(const std::string& s, SpeculativeMethod* out);
+const char* speculative_method_name(SpeculativeMethod m);
+
+struct SpeculativeOptions {
+  SpeculativeMethod method = SpeculativeMethod::none;
+  // Drafts per sequence and step, k: 1..3 for mtp (the one module applied recursively),
+  // 1..8 for ngram.
+  int64_t draft_tokens = 1;
+  // n-gram lengths tried, longest first: 1 <= ngram_min <= ngram_max <= 16.
+  int64_t ngram_min = 2, ngram_max = 4;
+  Status validate() const;
+};
+
 struct EngineOptions {
   // Where the weights come from (the caller loads them: make_engine takes them loaded).
   std::string model_dir;
@@ -117,6 +138,7 @@ struct EngineOptions {
   AfdOptions afd;
   ObservabilityOptions observability;
   EmulationOptions emulation;
+  SpeculativeOptions speculative;
   Status validate() const;
   // The part of validate() an FFN worker process (which has no attention engine) also needs:
   // the FFN device against --deterministic.

@@ -52,56 +52,127 @@ Result<GenerateResult> generate(Engine& engine, const std::vector<std::vector<in
     return std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), t) != c.eos_token_ids.end();
   };
 
-  // Prefill.
+  Drafter* const drafter = opt.draft_tokens > 0 ? opt.drafter : nullptr;
+  const bool with_hidden = drafter && drafter->needs_hidden();
+  if (drafter) {
+    for (int64_t i = 0; i < n; ++i) {
+      Status ds = drafter->add_sequence(live[i].seq);
+      if (!ds.is_ok()) {
+        for (int64_t j = 0; j < i; ++j) drafter->release_sequence(live[j].seq);
+        release_all();
+        return ds;
+      }
+    }
+  }
+  auto release_everything = [&] {
+    if (drafter)
+      for (auto& l : live) drafter->release_sequence(l.seq);
+    release_all();
+  };
+
+  // Prefill (every position's row when the logits are kept or the drafter reads hidden states).
   std::vector<BatchItem> items;
-  for (int64_t i = 0; i < n; ++i) items.push_back(BatchItem{live[i].seq, prompts[i], opt.keep_logits});
-  std::vector<float> logits;
+  const bool all_rows = opt.keep_logits || with_hidden;
+  for (int64_t i = 0; i < n; ++i) items.push_back(BatchItem{live[i].seq, prompts[i], all_rows});
+  std::vector<float> logits, hidden;
   int64_t t0 = now_ns();
-  Status s = engine.forward(items, &logits);
-  if (!s.is_ok()) { release_all(); return s; }
+  Status s = with_hidden ? engine.forward_with_hidden(items, &logits, &hidden) : engine.forward(items, &logits);
+  if (!s.is_ok()) { release_everything(); return s; }
   res.prefill_s = (now_ns() - t0) * 1e-9;
 
+  const int64_t H = c.hidden_size;
   std::vector<int32_t> last(static_cast<size_t>(n));
+  // Per prompt: the prompt and every generated token (the drafter's context).
+  std::vector<std::vector<int32_t>> ctx(prompts.begin(), prompts.end());
   int64_t row = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t rows = opt.keep_logits ? static_cast<int64_t>(prompts[i].size()) : 1;
+    const int64_t rows = all_rows ? static_cast<int64_t>(prompts[i].size()) : 1;
     if (opt.keep_logits) res.logits[i].assign(logits.begin() + row * V, logits.begin() + (row + rows) * V);
-    row += rows;
-    const float* lrow = &logits[(row - 1) * V];
+    const float* lrow = &logits[(row + rows - 1) * V];
     last[i] = samplers[i].sample(lrow, V).token;
     res.tokens[i].push_back(last[i]);
+    ctx[i].push_back(last[i]);
     if ((opt.stop_at_eos && is_eos(last[i])) || opt.max_new_tokens == 1) live[i].done = true;
+    if (with_hidden && !live[i].done) {
+      s = drafter->observe(live[i].seq, 0, std::span<const float>(&hidden[row * H], static_cast<size_t>(rows * H)),
+                           std::span<const int32_t>(ctx[i].data() + 1, static_cast<size_t>(rows)));
+      if (!s.is_ok()) { release_everything(); return s; }
+    }
+    row += rows;
   }
 
-  // Decode.
+  // Decode: per live sequence one item [last token, drafts...].
   t0 = now_ns();
+  std::vector<Drafter::Query> queries;
+  std::vector<std::vector<int32_t>> drafts, step_tokens(static_cast<size_t>(n));
   for (;;) {
     items.clear();
+    queries.clear();
     std::vector<int64_t> who;
     for (int64_t i = 0; i < n; ++i) {
       if (live[i].done) continue;
-      items.push_back(BatchItem{live[i].seq, std::span<const int32_t>(&last[i], 1), false});
       who.push_back(i);
+      const int64_t left = opt.max_new_tokens - static_cast<int64_t>(res.tokens[i].size());
+      queries.push_back(Drafter::Query{live[i].seq, ctx[i], std::min(opt.draft_tokens, left - 1)});
     }
-    if (items.empty()) break;
+    if (who.empty()) break;
     const int64_t step_t0 = now_ns();
-    s = engine.forward(items, &logits);
-    if (!s.is_ok()) { release_all(); return s; }
-    ++res.decode_steps;
+    drafts.assign(who.size(), {});
+    if (drafter) {
+      s = drafter->propose(queries, &drafts);
+      if (!s.is_ok()) { release_everything(); return s; }
+    }
     for (size_t k = 0; k < who.size(); ++k) {
       const int64_t i = who[k];
-      const float* lrow = &logits[k * V];
-      if (opt.keep_logits) res.logits[i].insert(res.logits[i].end(), lrow, lrow + V);
-      last[i] = samplers[i].sample(lrow, V).token;
-      res.tokens[i].push_back(last[i]);
-      if ((opt.stop_at_eos && is_eos(last[i])) ||
-          static_cast<int64_t>(res.tokens[i].size()) >= opt.max_new_tokens)
-        live[i].done = true;
+      std::vector<int32_t>& st = step_tokens[i];
+      st.assign(1, last[i]);
+      st.insert(st.end(), drafts[k].begin(), drafts[k].end());
+      const int64_t d = static_cast<int64_t>(drafts[k].size());
+      items.push_back(BatchItem{live[i].seq, st, d > 0, d});
+    }
+    s = with_hidden ? engine.forward_with_hidden(items, &logits, &hidden) : engine.forward(items, &logits);
+    if (!s.is_ok()) { release_everything(); return s; }
+    ++res.decode_steps;
+    row = 0;
+    for (size_t k = 0; k < who.size(); ++k) {
+      const int64_t i = who[k];
+      const int64_t d = items[k].n_draft;
+      const int64_t pos = engine.sequence_length(live[i].seq) - 1 - d;  // position of last[i]
+      const float* rows = &logits[row * V];
+      std::vector<SampledToken> emitted;
+      if (d > 0) {
+        emitted = verify_drafts(samplers[i], rows, V, drafts[k]);
+        const int64_t accepted = static_cast<int64_t>(emitted.size()) - 1;
+        s = engine.settle_drafts(live[i].seq, accepted);
+        if (!s.is_ok()) { release_everything(); return s; }
+        res.speculative.record(d, accepted);
+      } else {
+        emitted.push_back(samplers[i].sample(rows, V));
+      }
+      int64_t used = 0;
+      for (const SampledToken& t : emitted) {
+        if (opt.keep_logits) res.logits[i].insert(res.logits[i].end(), rows + used * V, rows + (used + 1) * V);
+        ++used;
+        last[i] = t.token;
+        res.tokens[i].push_back(t.token);
+        ctx[i].push_back(t.token);
+        if ((opt.stop_at_eos && is_eos(t.token)) ||
+            static_cast<int64_t>(res.tokens[i].size()) >= opt.max_new_tokens) {
+          live[i].done = true;
+          break;
+        }
+      }
+      if (with_hidden && !live[i].done) {
+        s = drafter->observe(live[i].seq, pos, std::span<const float>(&hidden[row * H], static_cast<size_t>(used * H)),
+                             std::span<const int32_t>(ctx[i].data() + ctx[i].size() - used, static_cast<size_t>(used)));
+        if (!s.is_ok()) { release_everything(); return s; }
+      }
+      row += d > 0 ? d + 1 : 1;
     }
     res.decode_step_s.push_back((now_ns() - step_t0) * 1e-9);
   }
   res.decode_s = (now_ns() - t0) * 1e-9;
-  release_all();
+  release_everything();
   return res;
 }
 

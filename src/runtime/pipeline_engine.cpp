@@ -33,7 +33,23 @@ Result<int64_t> PipelineEngine::create_sequence() {
 void PipelineEngine::release_sequence(int64_t seq_id) {
   if (!kv_->has_sequence(seq_id)) return;
   kv_->remove_sequence(seq_id);
+  drafts_.erase(seq_id);
   --n_live_;
+}
+
+Status PipelineEngine::settle_drafts(int64_t seq_id, int64_t n_accepted) {
+  auto it = drafts_.find(seq_id);
+  if (it == drafts_.end()) return invalid_argument("sequence " + std::to_string(seq_id) + " has no drafts to settle");
+  const int64_t k = static_cast<int64_t>(it->second.size());
+  if (n_accepted < 0 || n_accepted > k)
+    return invalid_argument("sequence " + std::to_string(seq_id) + ": " + std::to_string(n_accepted) +
+                            " drafts accepted of " + std::to_string(k));
+  // The drafts were never committed, so truncate() stays above the committed tokens and
+  // releases only blocks this sequence allocated itself.
+  kv_->truncate(seq_id, kv_->length(seq_id) - (k - n_accepted));
+  kv_->commit_tokens(seq_id, std::span<const int32_t>(it->second.data(), static_cast<size_t>(n_accepted)));
+  drafts_.erase(it);
+  return Status::ok();
 }
 
 bool PipelineEngine::can_append(int64_t seq_id, int64_t n_tokens) const {
@@ -69,6 +85,11 @@ Status PipelineEngine::validate(std::span<const BatchItem> items) const {
     if (!seen.insert(it.seq_id).second)
       return invalid_argument("sequence " + std::to_string(it.seq_id) + " appears twice in one batch");
     if (it.tokens.empty()) return invalid_argument("sequence " + std::to_string(it.seq_id) + ": no tokens");
+    if (it.n_draft < 0 || it.n_draft >= static_cast<int64_t>(it.tokens.size()))
+      return invalid_argument("sequence " + std::to_string(it.seq_id) + ": " + std::to_string(it.n_draft) +
+                              " drafts among " + std::to_string(it.tokens.size()) + " tokens");
+    if (drafts_.count(it.seq_id))
+      return invalid_argument("sequence " + std::to_string(it.seq_id) + " has drafts that were never settled");
     for (int32_t t : it.tokens) {
       if (t < 0 || t >= c.vocab_size)
         return out_of_range("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
@@ -246,7 +267,13 @@ Status PipelineEngine::forward_with_hidden(std::span<const BatchItem> items, std
   }
   times_.attention_s += (now_ns() - t0) * 1e-9;
   // The step succeeded: record the tokens so full blocks get their prefix-cache keys.
-  for (int64_t i = 0; i < n_items; ++i) kv_->commit_tokens(items[i].seq_id, items[i].tokens);
+  // Drafts wait for settle_drafts.
+  for (int64_t i = 0; i < n_items; ++i) {
+    const BatchItem& it = items[i];
+    const size_t n_final = it.tokens.size() - static_cast<size_t>(it.n_draft);
+    kv_->commit_tokens(it.seq_id, it.tokens.first(n_final));
+    if (it.n_draft > 0) drafts_[it.seq_id].assign(it.tokens.begin() + n_final, it.tokens.end());
+  }
   times_.ffn_s = times_.a2f_s = times_.f2a_s = 0;
   const std::vector<FfnLayerTimes>& ft = ffn_->layer_times();
   for (size_t l = 0; l < ft.size() && l < times_.layers.size(); ++l) {

@@ -41,6 +41,7 @@ class PipelineEngine : public Engine, public BenchmarkHooks {
   // hidden may be null (forward()).
   Status forward_with_hidden(std::span<const BatchItem> items, std::vector<float>* logits,
                              std::vector<float>* hidden) override;
+  Status settle_drafts(int64_t seq_id, int64_t n_accepted) override;
   KvUsage kv_usage() const override;
   StageTimes last_stage_times() const override { return times_; }
   Status health() const override { return ffn_->health(); }
@@ -69,6 +70,9 @@ class PipelineEngine : public Engine, public BenchmarkHooks {
   int64_t max_seqs_;
   int64_t next_seq_ = 0;
   int64_t n_live_ = 0;
+  // Draft tokens of the last forward per sequence, until settle_drafts (their KV is written,
+  // their ids are not yet committed to the prefix cache).
+  std::unordered_map<int64_t, std::vector<int32_t>> drafts_;
   std::vector<TokenBatch> mb_storage_;
   StageTimes times_;
   int64_t expert_reads_ = 0;

@@ -24,58 +24,59 @@ void Sampler::skip(uint64_t n) {
   draws_ += n;
 }
 
-SampledToken Sampler::sample(const float* logits, int64_t vocab) {
-  SampledToken out;
-  // log-softmax normaliser of the raw logits (for reported logprobs).
-  float mx = logits[0];
-  int32_t arg = 0;
-  for (int64_t i = 1; i < vocab; ++i) {
-    if (logits[i] > mx) { mx = logits[i]; arg = static_cast<int32_t>(i); }
-  }
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
-  const double log_z = mx + std::log(sum);
+double Sampler::uniform() {
+  // Portable uniform in [0, 1): 53 random bits.
+  ++draws_;
+  return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
+}
 
-  if (p_.temperature == 0.0f) {
-    out.token = arg;
-  } else {
-    // Candidates sorted by logit (desc, then id asc for determinism), cut by top-k.
-    cand_.resize(static_cast<size_t>(vocab));
-    for (int64_t i = 0; i < vocab; ++i) cand_[i] = {logits[i], static_cast<int32_t>(i)};
-    auto cmp = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-    int64_t k = (p_.top_k > 0 && p_.top_k < vocab) ? p_.top_k : vocab;
-    std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), cmp);
-    cand_.resize(static_cast<size_t>(k));
-    // Softmax at temperature over the kept candidates.
-    std::vector<double> prob(cand_.size());
-    double z = 0;
-    for (size_t i = 0; i < cand_.size(); ++i) {
-      prob[i] = std::exp((static_cast<double>(cand_[i].first) - mx) / p_.temperature);
-      z += prob[i];
-    }
-    // Nucleus: smallest prefix whose mass reaches top_p.
-    size_t keep = cand_.size();
-    if (p_.top_p < 1.0f) {
-      double acc = 0;
-      for (size_t i = 0; i < cand_.size(); ++i) {
-        acc += prob[i] / z;
-        if (acc >= p_.top_p) { keep = i + 1; break; }
-      }
-    }
-    double mass = 0;
-    for (size_t i = 0; i < keep; ++i) mass += prob[i];
-    // Portable uniform in [0, 1): 53 random bits.
-    ++draws_;
-    double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0) * mass;
-    size_t pick = keep - 1;
-    double acc = 0;
-    for (size_t i = 0; i < keep; ++i) {
-      acc += prob[i];
-      if (u < acc) { pick = i; break; }
-    }
-    out.token = cand_[pick].second;
+void Sampler::candidates(const float* logits, int64_t vocab, float mx) {
+  // Candidates sorted by logit (desc, then id asc for determinism), cut by top-k.
+  cand_.resize(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) cand_[i] = {logits[i], static_cast<int32_t>(i)};
+  auto cmp = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  const int64_t k = (p_.top_k > 0 && p_.top_k < vocab) ? p_.top_k : vocab;
+  std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), cmp);
+  cand_.resize(static_cast<size_t>(k));
+  // Softmax at temperature over the kept candidates (unnormalised).
+  prob_.resize(cand_.size());
+  double z = 0;
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    prob_[i] = std::exp((static_cast<double>(cand_[i].first) - mx) / p_.temperature);
+    z += prob_[i];
   }
-  out.logprob = static_cast<float>(logits[out.token] - log_z);
+  // Nucleus: smallest prefix whose mass reaches top_p.
+  size_t keep = cand_.size();
+  if (p_.top_p < 1.0f) {
+    double acc = 0;
+    for (size_t i = 0; i < cand_.size(); ++i) {
+      acc += prob_[i] / z;
+      if (acc >= p_.top_p) { keep = i + 1; break; }
+    }
+  }
+  cand_.resize(keep);
+  prob_.resize(keep);
+}
+
+int32_t Sampler::pick(double u, int32_t skip) const {
+  // u in [0, 1) scaled to the kept mass without `skip`; the last candidate takes rounding.
+  double mass = 0;
+  for (size_t i = 0; i < cand_.size(); ++i)
+    if (cand_[i].second != skip) mass += prob_[i];
+  const double target = u * mass;
+  double acc = 0;
+  int32_t last = -1;
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    if (cand_[i].second == skip) continue;
+    acc += prob_[i];
+    last = cand_[i].second;
+    if (target < acc) return last;
+  }
+  return last;
+}
+
+void Sampler::fill_logprobs(const float* logits, int64_t vocab, double log_z, SampledToken* out) const {
+  out->logprob = static_cast<float>(logits[out->token] - log_z);
   if (p_.n_top_logprobs > 0) {
     int64_t k = std::min<int64_t>(p_.n_top_logprobs, vocab);
     std::vector<std::pair<float, int32_t>> best(static_cast<size_t>(vocab));
@@ -84,8 +85,62 @@ SampledToken Sampler::sample(const float* logits, int64_t vocab) {
       return a.first > b.first || (a.first == b.first && a.second < b.second);
     });
     for (int64_t i = 0; i < k; ++i)
-      out.top_logprobs.emplace_back(best[i].second, static_cast<float>(best[i].first - log_z));
+      out->top_logprobs.emplace_back(best[i].second, static_cast<float>(best[i].first - log_z));
   }
+}
+
+namespace {
+// The largest logit (lowest id on ties) and the log-softmax normaliser of the raw logits.
+struct RowStats {
+  float mx;
+  int32_t arg;
+  double log_z;
+};
+RowStats row_stats(const float* logits, int64_t vocab) {
+  RowStats r{logits[0], 0, 0};
+  for (int64_t i = 1; i < vocab; ++i) {
+    if (logits[i] > r.mx) { r.mx = logits[i]; r.arg = static_cast<int32_t>(i); }
+  }
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - r.mx);
+  r.log_z = r.mx + std::log(sum);
+  return r;
+}
+}  // namespace
+
+SampledToken Sampler::sample(const float* logits, int64_t vocab) {
+  SampledToken out;
+  const RowStats r = row_stats(logits, vocab);
+  if (p_.temperature == 0.0f) {
+    out.token = r.arg;
+  } else {
+    candidates(logits, vocab, r.mx);
+    out.token = pick(uniform(), -1);
+  }
+  fill_logprobs(logits, vocab, r.log_z, &out);
+  return out;
+}
+
+SampledToken Sampler::verify(const float* logits, int64_t vocab, int32_t draft, bool* accepted) {
+  SampledToken out;
+  const RowStats r = row_stats(logits, vocab);
+  if (p_.temperature == 0.0f) {
+    out.token = r.arg;
+    *accepted = out.token == draft;
+  } else {
+    candidates(logits, vocab, r.mx);
+    // p(draft) under the processed distribution (0 when top-k / top-p cut it).
+    double mass = 0, p_draft = 0;
+    for (size_t i = 0; i < cand_.size(); ++i) {
+      mass += prob_[i];
+      if (cand_[i].second == draft) p_draft = prob_[i];
+    }
+    p_draft /= mass;
+    *accepted = uniform() < p_draft;
+    // Rejected: the residual max(p - q, 0) with q the point mass on the draft is p without it.
+    out.token = *accepted ? draft : pick(uniform(), draft);
+  }
+  fill_logprobs(logits, vocab, r.log_z, &out);
   return out;
 }
 

@@ -37,6 +37,14 @@ class Sampler {
   // logits: [vocab]. Not modified. Draws one number from the stream when temperature > 0,
   // none when greedy.
   SampledToken sample(const float* logits, int64_t vocab);
+  // Speculative verification of one draft token proposed deterministically (a point-mass
+  // draft distribution q, as n-gram and argmax MTP drafts are): with p the distribution
+  // sample() draws from, accepts the draft with probability p(draft); otherwise returns a
+  // token drawn from p with the draft removed (the residual max(p - q, 0), renormalised).
+  // So the returned token is distributed exactly as sample()'s (Leviathan et al.'s
+  // rejection rule). Greedy: the argmax, accepted when it equals the draft, no draws;
+  // otherwise one draw, and a second one on rejection. logprob / top_logprobs as sample().
+  SampledToken verify(const float* logits, int64_t vocab, int32_t draft, bool* accepted);
   const SamplingParams& params() const { return p_; }
   // Numbers drawn from the random stream so far (including skipped ones).
   uint64_t draws() const { return draws_; }
@@ -44,10 +52,19 @@ class Sampler {
   void skip(uint64_t n);
 
  private:
+  double uniform();  // one draw in [0, 1)
+  // Fills cand_ / prob_ with the top-k, top-p candidates of a row (best first) and their
+  // unnormalised probabilities at the temperature; mx is the row's largest logit.
+  void candidates(const float* logits, int64_t vocab, float mx);
+  // The candidate at u in [0, 1) of the kept mass, leaving out token `skip` (-1: none).
+  int32_t pick(double u, int32_t skip) const;
+  void fill_logprobs(const float* logits, int64_t vocab, double log_z, SampledToken* out) const;
+
   SamplingParams p_;
   std::mt19937_64 rng_;
   uint64_t draws_ = 0;
   std::vector<std::pair<float, int32_t>> cand_;  // scratch
+  std::vector<double> prob_;                     // scratch, beside cand_
 };
 
 }  // namespace afd
