@@ -193,6 +193,11 @@ void serve_spawned(const ServeFlags& f) {
     if (!e.microbatches.empty()) args.insert(args.end(), {"--microbatches", e.microbatches});
     if (e.no_prefix_cache) args.push_back("--no-prefix-cache");
     if (e.options.deterministic) args.push_back("--deterministic");
+    if (e.options.speculative.method != SpeculativeMethod::none)
+      args.insert(args.end(), {"--speculative", e.speculative, "--draft-tokens",
+                               std::to_string(e.options.speculative.draft_tokens), "--ngram-min",
+                               std::to_string(e.options.speculative.ngram_min), "--ngram-max",
+                               std::to_string(e.options.speculative.ngram_max)});
     if (!e.trace.empty()) {
       trace_parts.push_back(trace_part_path(e.trace, "attention", i));
       args.insert(args.end(), {"--trace", trace_parts.back(), "--trace-max-spans", std::to_string(e.trace_max_spans)});

@@ -62,6 +62,11 @@ class LossAwareEngine final : public Engine {
   Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override {
     return inner_->forward(items, logits);
   }
+  Status forward_with_hidden(std::span<const BatchItem> items, std::vector<float>* logits,
+                             std::vector<float>* hidden) override {
+    return inner_->forward_with_hidden(items, logits, hidden);
+  }
+  Status settle_drafts(int64_t id, int64_t n_accepted) override { return inner_->settle_drafts(id, n_accepted); }
   KvUsage kv_usage() const override { return inner_->kv_usage(); }
   StageTimes last_stage_times() const override { return inner_->last_stage_times(); }
   Status health() const override {
@@ -297,6 +302,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   }
   // Data-parallel attention workers: one engine each, sharing the compute threads.
   std::vector<std::unique_ptr<Engine>> engines;
+  std::vector<std::unique_ptr<Drafter>> drafters;  // speculative decoding: one per engine
   std::string numerics;  // system_fingerprint of the engines (one model, one set of options)
   for (int w = 0; w < f.workers; ++w) {
     EngineOptions eo = opt;
@@ -308,12 +314,16 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
     auto e = make_engine(eo, *weights);
     if (!e.ok()) fail(cmd, e.status());
     engines.push_back(std::move(*e));
+    auto d = make_drafter(eo, *weights);
+    if (!d.ok()) fail(cmd, d.status());
+    drafters.push_back(std::move(*d));
   }
   serve::ServiceOptions so = f.options;
   so.server = f.server();
   so.model_dir = opt.model_dir;
   so.system_fingerprint = numerics;
   so.deterministic = opt.deterministic;
+  so.scheduler.draft_tokens = opt.speculative.method == SpeculativeMethod::none ? 0 : opt.speculative.draft_tokens;
   // In-process bundles' FFN workers (owned by the engines, which the service keeps alive):
   // their afd_ffn_* series join the service's /metrics, labelled ffn="<engine>.<shard>".
   std::vector<serve::FfnWorkerSample> ffn_samples;
@@ -345,7 +355,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   if (extras.children) {
     for (auto& e : engines) e = std::make_unique<LossAwareEngine>(std::move(e), extras.children);
   }
-  auto svc = serve::Service::create(so, std::move(engines));
+  auto svc = serve::Service::create(so, std::move(engines), std::move(drafters));
   if (!svc.ok()) fail(cmd, svc.status());
   if (!ffn_samples.empty()) {
     (*svc)->metrics().add_section([ffn_samples] { return serve::render_ffn_worker_metrics(ffn_samples, now_ns()); });

@@ -37,6 +37,8 @@ class OutputProcessor {
   // continue); the processor is then finished.
   Status replay(std::span<const int32_t> tokens);
   int64_t n_generated() const { return n_generated_; }
+  // Tokens push() may still take before max_tokens finishes the output.
+  int64_t tokens_left() const { return max_tokens_ - n_generated_; }
   bool finished() const { return finished_; }
 
  private:

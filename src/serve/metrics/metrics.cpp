@@ -89,6 +89,36 @@ std::string render_numerics_info(const std::string& system_fingerprint, bool det
   return o;
 }
 
+void SpeculativeCounters::record(int64_t drafts, int64_t accepted) {
+  verifications.fetch_add(1);
+  draft_tokens.fetch_add(drafts);
+  accepted_tokens.fetch_add(accepted);
+  for (int64_t j = 0; j < drafts && j < kMaxPositions; ++j) drafted_at[j].fetch_add(1);
+  for (int64_t j = 0; j < accepted && j < kMaxPositions; ++j) accepted_at[j].fetch_add(1);
+}
+
+void SpeculativeCounters::render(std::string* o) const {
+  prom_header(o, "afd_spec_decode_verifications_total", "counter",
+              "speculative decoding: sequence-steps that verified drafts (each emits accepted + 1 tokens)");
+  *o += "afd_spec_decode_verifications_total " + std::to_string(verifications.load()) + "\n";
+  prom_header(o, "afd_spec_decode_draft_tokens_total", "counter", "speculative decoding: draft tokens proposed");
+  *o += "afd_spec_decode_draft_tokens_total " + std::to_string(draft_tokens.load()) + "\n";
+  prom_header(o, "afd_spec_decode_accepted_tokens_total", "counter", "speculative decoding: draft tokens accepted");
+  *o += "afd_spec_decode_accepted_tokens_total " + std::to_string(accepted_tokens.load()) + "\n";
+  prom_header(o, "afd_spec_decode_draft_tokens_per_pos_total", "counter",
+              "speculative decoding: drafts proposed at each draft position (0: the first draft)");
+  for (int j = 0; j < kMaxPositions; ++j)
+    if (drafted_at[j].load() > 0)
+      *o += "afd_spec_decode_draft_tokens_per_pos_total{position=\"" + std::to_string(j) + "\"} " +
+            std::to_string(drafted_at[j].load()) + "\n";
+  prom_header(o, "afd_spec_decode_accepted_tokens_per_pos_total", "counter",
+              "speculative decoding: drafts accepted at each draft position (0: the first draft)");
+  for (int j = 0; j < kMaxPositions; ++j)
+    if (drafted_at[j].load() > 0)
+      *o += "afd_spec_decode_accepted_tokens_per_pos_total{position=\"" + std::to_string(j) + "\"} " +
+            std::to_string(accepted_at[j].load()) + "\n";
+}
+
 std::string Metrics::render() const {
   std::string o;
   prom_header(&o, "afd_requests_total", "counter", "HTTP API requests by status code");
@@ -114,6 +144,7 @@ std::string Metrics::render() const {
   o += "afd_prefill_tokens_computed_total " + std::to_string(prefill_tokens.load()) + "\n";
   prom_header(&o, "afd_generation_tokens_total", "counter", "tokens generated");
   o += "afd_generation_tokens_total " + std::to_string(generation_tokens.load()) + "\n";
+  speculative.render(&o);
   prom_header(&o, "afd_time_to_first_token_seconds", "histogram", "arrival to first generated token");
   ttft.render("afd_time_to_first_token_seconds", &o);
   prom_header(&o, "afd_time_per_output_token_seconds", "histogram", "mean inter-token time of a request after its first token");

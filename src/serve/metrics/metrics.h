@@ -56,6 +56,16 @@ struct WorkerStats {
   double idle_s = 0;   // waiting for work
 };
 
+// Speculative decoding counters (afd_spec_decode_*; thread-safe): per verification item one
+// record(drafts, accepted). Positions beyond kMaxPositions are counted in the totals only.
+struct SpeculativeCounters {
+  static constexpr int kMaxPositions = 8;
+  std::atomic<int64_t> verifications{0}, draft_tokens{0}, accepted_tokens{0};
+  std::atomic<int64_t> drafted_at[kMaxPositions] = {}, accepted_at[kMaxPositions] = {};
+  void record(int64_t drafts, int64_t accepted);
+  void render(std::string* o) const;
+};
+
 class Metrics {
  public:
   explicit Metrics(int n_workers);
@@ -74,6 +84,7 @@ class Metrics {
   // Tokens run through the engine outside single-token decodes (prompt chunks and the
   // recompute after preemption): prompt tokens minus prefix-cache hits, plus recomputes.
   std::atomic<int64_t> prefill_tokens{0};
+  SpeculativeCounters speculative;
   Histogram ttft;     // seconds, arrival -> first token
   Histogram tpot;     // seconds per output token after the first
   Histogram e2e;      // seconds, arrival -> last token

@@ -15,8 +15,13 @@ SeqRequest::SeqRequest(const GenerationRequest& g, const Tokenizer* tok, std::ve
       output(tok, std::move(eos), g.stop, g.max_tokens, g.ignore_eos),
       t_arrival(arrival_s) {}
 
-Scheduler::Scheduler(Engine* engine, SchedulerOptions opt, WorkerStats* stats, Metrics* metrics)
-    : engine_(engine), opt_(opt), stats_(stats), metrics_(metrics), vocab_(engine->config().vocab_size) {}
+Scheduler::Scheduler(Engine* engine, SchedulerOptions opt, WorkerStats* stats, Metrics* metrics, Drafter* drafter)
+    : engine_(engine),
+      opt_(opt),
+      stats_(stats),
+      metrics_(metrics),
+      drafter_(opt.draft_tokens > 0 ? drafter : nullptr),
+      vocab_(engine->config().vocab_size) {}
 
 Scheduler::~Scheduler() { stop(); }
 
@@ -68,11 +73,15 @@ int64_t Scheduler::blocks_for(int64_t n) const {
   return (n + bs - 1) / bs;
 }
 
+void Scheduler::release(SeqRequest* r) {
+  if (r->seq_id < 0) return;
+  engine_->release_sequence(r->seq_id);
+  if (drafter_) drafter_->release_sequence(r->seq_id);
+  r->seq_id = -1;
+}
+
 void Scheduler::finish(SeqRequest* r, FinishReason why, Status err) {
-  if (r->seq_id >= 0) {
-    engine_->release_sequence(r->seq_id);
-    r->seq_id = -1;
-  }
+  release(r);
   StreamEvent e;
   e.finish = why;
   e.error = std::move(err);
@@ -84,8 +93,7 @@ void Scheduler::finish(SeqRequest* r, FinishReason why, Status err) {
 void Scheduler::drop_cancelled() {
   for (auto& r : running_) {
     if (r->channel->cancelled() && r->seq_id >= 0) {
-      engine_->release_sequence(r->seq_id);
-      r->seq_id = -1;
+      release(r.get());
       if (metrics_) metrics_->requests_cancelled.fetch_add(1);
     }
   }
@@ -134,7 +142,9 @@ int Scheduler::admit() {
     // generated before a preemption) is mapped in; the engine leaves at least one token to
     // compute, so the next forward still yields the logits to sample from.
     const int64_t n_tok = static_cast<int64_t>(r->tokens.size());
-    const int64_t hit = engine_->reuse_prefix(r->seq_id, r->tokens);
+    // A drafter that reads hidden states (MTP) must see every position computed: no reuse.
+    const bool may_reuse = !(drafter_ && drafter_->needs_hidden());
+    const int64_t hit = may_reuse ? engine_->reuse_prefix(r->seq_id, r->tokens) : 0;
     r->n_computed = hit > 0 && hit < n_tok ? hit : 0;
     if (hit != r->n_computed) {
       // An engine broke the contract (hit >= the whole context): start over without it.
@@ -146,6 +156,14 @@ int Scheduler::admit() {
         break;
       }
       r->seq_id = *again;
+    }
+    if (drafter_) {
+      if (Status ds = drafter_->add_sequence(r->seq_id); !ds.is_ok()) {
+        spdlog::warn("drafter: {}; the sequence waits", ds.to_string());
+        engine_->release_sequence(r->seq_id);
+        r->seq_id = -1;
+        break;
+      }
     }
     if (metrics_) {
       metrics_->prefix_cache_queries.fetch_add(n_tok);
@@ -166,8 +184,7 @@ bool Scheduler::preempt_one(const SeqRequest* keep) {
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
     SeqRequest* v = it->get();
     if (v == keep || v->seq_id < 0) continue;
-    engine_->release_sequence(v->seq_id);
-    v->seq_id = -1;
+    release(v);
     v->n_computed = 0;  // recompute prompt + generated tokens when readmitted
     std::shared_ptr<SeqRequest> sp = *it;
     running_.erase(std::next(it).base());
@@ -184,6 +201,8 @@ bool Scheduler::preempt_one(const SeqRequest* keep) {
 std::vector<BatchItem> Scheduler::form_batch(std::vector<SeqRequest*>* order) {
   std::vector<BatchItem> items;
   order->clear();
+  propose_drafts();
+  const bool all_rows = drafter_ && drafter_->needs_hidden();
   int64_t budget = opt_.max_batch_tokens;
   // Pass 0: sequences in decode (one token); pass 1: prefill chunks with what budget is left.
   for (int pass = 0; pass < 2; ++pass) {
@@ -196,6 +215,9 @@ std::vector<BatchItem> Scheduler::form_batch(std::vector<SeqRequest*>* order) {
       int64_t n_new = std::min(remaining, budget);
       if (r->n_computed < r->replay_end)
         n_new = std::min(n_new, r->n_computed < r->n_prompt ? r->n_prompt - r->n_computed : int64_t{1});
+      // Drafts ride along when the budget and the KV cache have room for them.
+      if (decode && r->n_draft > 0 && (1 + r->n_draft > budget || !engine_->can_append(r->seq_id, 1 + r->n_draft)))
+        r->n_draft = 0;
       while (!engine_->can_append(r->seq_id, n_new)) {
         if (!preempt_one(r)) break;
       }
@@ -206,7 +228,14 @@ std::vector<BatchItem> Scheduler::form_batch(std::vector<SeqRequest*>* order) {
       }
       BatchItem it;
       it.seq_id = r->seq_id;
-      it.tokens = std::span<const int32_t>(r->tokens.data() + r->n_computed, static_cast<size_t>(n_new));
+      if (decode && r->n_draft > 0) {
+        it.tokens = std::span<const int32_t>(r->step_tokens.data(), static_cast<size_t>(1 + r->n_draft));
+        it.n_draft = r->n_draft;
+        n_new = 1 + r->n_draft;
+      } else {
+        it.tokens = std::span<const int32_t>(r->tokens.data() + r->n_computed, static_cast<size_t>(n_new));
+      }
+      it.all_logits = it.n_draft > 0 || all_rows;
       items.push_back(it);
       order->push_back(r);
       budget -= n_new;
@@ -229,41 +258,112 @@ void Scheduler::remove_finished() {
   std::erase_if(running_, [](const auto& r) { return r->seq_id < 0; });
 }
 
+void Scheduler::propose_drafts() {
+  if (!drafter_) return;
+  std::vector<Drafter::Query> queries;
+  std::vector<SeqRequest*> who;
+  for (auto& rp : running_) {
+    SeqRequest* r = rp.get();
+    r->n_draft = 0;
+    if (r->seq_id < 0 || r->n_computed == 0 || r->n_computed < r->replay_end) continue;
+    if (static_cast<int64_t>(r->tokens.size()) - r->n_computed != 1) continue;  // not decoding
+    const int64_t max_drafts = std::min(opt_.draft_tokens, r->output.tokens_left() - 1);
+    if (max_drafts <= 0) continue;
+    queries.push_back(Drafter::Query{r->seq_id, r->tokens, max_drafts});
+    who.push_back(r);
+  }
+  if (queries.empty()) return;
+  std::vector<std::vector<int32_t>> drafts;
+  if (Status s = drafter_->propose(queries, &drafts); !s.is_ok()) {
+    // Drafts only save time: the step runs without them.
+    spdlog::warn("drafter: {}; this step decodes without drafts", s.to_string());
+    return;
+  }
+  for (size_t i = 0; i < who.size(); ++i) {
+    SeqRequest* r = who[i];
+    r->step_tokens.assign(1, r->tokens.back());
+    r->step_tokens.insert(r->step_tokens.end(), drafts[i].begin(), drafts[i].end());
+    r->n_draft = static_cast<int64_t>(drafts[i].size());
+  }
+}
+
 void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std::vector<BatchItem>& items,
-                               const std::vector<float>& logits) {
+                               const std::vector<float>& logits, const std::vector<float>& hidden) {
   const double now = now_s();
+  const int64_t H = engine_->config().hidden_size;
+  const bool observe = drafter_ && drafter_->needs_hidden() && !hidden.empty();
+  int64_t row = 0;  // first logits row of item i
   for (size_t i = 0; i < order.size(); ++i) {
     SeqRequest* r = order[i];
-    r->n_computed += static_cast<int64_t>(items[i].tokens.size());
-    if (r->n_computed < static_cast<int64_t>(r->tokens.size())) continue;  // prefill chunk, more to come
-    SampledToken s = r->sampler.sample(logits.data() + i * vocab_, vocab_);
-    r->tokens.push_back(s.token);
-    OutputProcessor::Step st = r->output.push(s.token);
+    const BatchItem& it = items[i];
+    const int64_t n_rows = it.all_logits ? static_cast<int64_t>(it.tokens.size()) : 1;
+    const int64_t row0 = row;
+    row += n_rows;
+    const int64_t pos0 = r->n_computed;  // position of the item's first token
+    const int64_t n_final = static_cast<int64_t>(it.tokens.size()) - it.n_draft;
+    r->n_computed += n_final;
+    auto observe_rows = [&](int64_t n) {  // positions [pos0, pos0 + n) are final, tokens known
+      if (!observe || n <= 0 || r->seq_id < 0) return;
+      Status s = drafter_->observe(r->seq_id, pos0, std::span<const float>(&hidden[row0 * H], static_cast<size_t>(n * H)),
+                                   std::span<const int32_t>(r->tokens.data() + pos0 + 1, static_cast<size_t>(n)));
+      if (!s.is_ok()) spdlog::warn("drafter: {}", s.to_string());
+    };
+    if (r->n_computed < static_cast<int64_t>(r->tokens.size())) {  // prefill chunk, more to come
+      observe_rows(n_rows);
+      continue;
+    }
+    const float* rows = logits.data() + (row0 + n_rows - 1 - it.n_draft) * vocab_;
+    std::vector<SampledToken> emitted;
+    if (it.n_draft > 0) {
+      emitted = verify_drafts(r->sampler, rows, vocab_, it.tokens.subspan(1));
+      const int64_t accepted = static_cast<int64_t>(emitted.size()) - 1;
+      if (Status st = engine_->settle_drafts(r->seq_id, accepted); !st.is_ok()) {
+        finish(r, FinishReason::error, st);
+        continue;
+      }
+      r->n_computed += accepted;
+      if (metrics_) metrics_->speculative.record(it.n_draft, accepted);
+    } else {
+      emitted.push_back(r->sampler.sample(rows, vocab_));
+    }
     StreamEvent e;
-    e.text = std::move(st.text);
-    TokenInfo ti;
-    ti.token = s.token;
-    ti.logprob = s.logprob;
-    ti.top = std::move(s.top_logprobs);
-    e.tokens.push_back(std::move(ti));
+    FinishReason fin = FinishReason::none;
+    int64_t pushed = 0;
+    for (SampledToken& s : emitted) {
+      r->tokens.push_back(s.token);
+      OutputProcessor::Step st = r->output.push(s.token);
+      ++pushed;
+      e.text += st.text;
+      TokenInfo ti;
+      ti.token = s.token;
+      ti.logprob = s.logprob;
+      ti.top = std::move(s.top_logprobs);
+      e.tokens.push_back(std::move(ti));
+      if (st.finish != FinishReason::none) {
+        fin = st.finish;
+        break;
+      }
+    }
     e.rng_draws = r->sampler.draws();
-    if (r->output.n_generated() == 1) {
+    if (r->output.n_generated() == pushed) {
       r->t_first = now;
       if (metrics_) metrics_->ttft.observe(now - r->t_arrival);
     }
     r->t_last = now;
-    if (metrics_) metrics_->generation_tokens.fetch_add(1);
-    if (st.finish != FinishReason::none) {
-      e.finish = st.finish;
+    if (metrics_) metrics_->generation_tokens.fetch_add(pushed);
+    if (fin != FinishReason::none) {
+      e.finish = fin;
       e.prompt_tokens = r->n_prompt;
       e.completion_tokens = r->output.n_generated();
-      engine_->release_sequence(r->seq_id);
-      r->seq_id = -1;
+      release(r);
       if (metrics_) {
         int64_t n = r->output.n_generated();
         if (n > 1) metrics_->tpot.observe((r->t_last - r->t_first) / static_cast<double>(n - 1));
         metrics_->e2e.observe(now - r->t_arrival);
       }
+    } else {
+      // The rows of every position now final: the item's tokens before its drafts, and the accepted drafts.
+      observe_rows(n_final + static_cast<int64_t>(emitted.size()) - 1);
     }
     r->channel->push(std::move(e));
   }
@@ -301,9 +401,11 @@ Result<int> Scheduler::step() {
     publish_stats();
     return 0;
   }
-  std::vector<float> logits;
+  std::vector<float> logits, hidden;
+  const bool with_hidden = drafter_ && drafter_->needs_hidden();
+  auto run = [&] { return with_hidden ? engine_->forward_with_hidden(items, &logits, &hidden) : engine_->forward(items, &logits); };
   double t0 = now_s();
-  Status st = engine_->forward(items, &logits);
+  Status st = run();
   // A lost or stalled AFD peer: the sequences are unchanged, so the same batch can run again
   // once the engine is healthy (the peer reconnected or answers), within the retry budget.
   const double t_fail = now_s();
@@ -317,7 +419,7 @@ Result<int> Scheduler::step() {
     spdlog::info("retrying the forward pass of {} sequences after {:.1f} s", items.size(), now_s() - t_fail);
     logits.clear();
     t0 = now_s();
-    st = engine_->forward(items, &logits);
+    st = run();
   }
   double dt = now_s() - t0;
   if (stats_) {
@@ -341,9 +443,12 @@ Result<int> Scheduler::step() {
     publish_stats();
     return st;
   }
-  if (logits.size() < items.size() * static_cast<size_t>(vocab_)) {
+  size_t rows = 0;
+  for (const BatchItem& it : items) rows += it.all_logits ? it.tokens.size() : 1;
+  if (logits.size() < rows * static_cast<size_t>(vocab_) ||
+      (with_hidden && hidden.size() < rows * static_cast<size_t>(engine_->config().hidden_size))) {
     Status bad = internal_error("engine returned " + std::to_string(logits.size()) + " logits for " +
-                                std::to_string(items.size()) + " items");
+                                std::to_string(items.size()) + " items (" + std::to_string(rows) + " rows)");
     for (SeqRequest* r : order) finish(r, FinishReason::error, bad);
     remove_finished();
     publish_stats();
@@ -355,13 +460,13 @@ Result<int> Scheduler::step() {
     int64_t prefill = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       const SeqRequest* r = order[i];
-      const bool decode = items[i].tokens.size() == 1 && r->n_computed > 0 &&
+      const bool decode = items[i].tokens.size() == 1 + static_cast<size_t>(items[i].n_draft) && r->n_computed > 0 &&
                           r->n_computed + 1 == static_cast<int64_t>(r->tokens.size());
       if (!decode) prefill += static_cast<int64_t>(items[i].tokens.size());
     }
     metrics_->prefill_tokens.fetch_add(prefill);
   }
-  process_logits(order, items, logits);
+  process_logits(order, items, logits, hidden);
   publish_stats();
   return static_cast<int>(items.size());
 }

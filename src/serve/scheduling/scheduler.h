@@ -4,6 +4,11 @@
 //   drop_cancelled -> admit (KV capacity, slots) -> form_batch (decode first, then prefill
 //   chunks; preempts the newest sequences by recompute when KV runs out) -> forward ->
 //   process_logits (sample, detokenize, stop, release finished sequences).
+// Speculative decoding (runtime/speculative.h): with a drafter, form_batch asks it for drafts
+// of every decoding sequence at once and sends each as one verification item [last token,
+// drafts] (BatchItem::n_draft) in the same forward pass as the other decodes and prefill
+// chunks; process_logits verifies them (verify_drafts), settles the engine and emits every
+// accepted token plus one in one StreamEvent.
 // A finished sequence's slot is refilled by admit() at the very next step.
 #pragma once
 
@@ -17,6 +22,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 #include "serve/api/output.h"
 #include "serve/api/request.h"
 #include "serve/metrics/metrics.h"
@@ -36,6 +42,9 @@ struct SeqRequest {
   // computed as the original sequence computed it. 0: no such replay.
   int64_t replay_end = 0;
   int64_t seq_id = -1;             // engine sequence, -1 when not admitted
+  // This step's verification item: the last token, then the drafts (n_draft of them).
+  std::vector<int32_t> step_tokens;
+  int64_t n_draft = 0;
   bool logprobs = false;
   Sampler sampler;
   OutputProcessor output;
@@ -52,12 +61,16 @@ struct SchedulerOptions {
   // for up to this long before its requests fail; meanwhile they wait (streams pause).
   // 0: fail them at once. (--step-retry-s.)
   double step_retry_s = 30;
+  // Speculative decoding with the scheduler's drafter: drafts per sequence and step (the
+  // engine options' --draft-tokens); 0 or no drafter: none.
+  int64_t draft_tokens = 0;
 };
 
 class Scheduler {
  public:
-  // engine, stats and metrics must outlive the scheduler. metrics may be null.
-  Scheduler(Engine* engine, SchedulerOptions opt, WorkerStats* stats, Metrics* metrics);
+  // engine, stats, metrics and drafter must outlive the scheduler. metrics and drafter
+  // (speculative decoding) may be null.
+  Scheduler(Engine* engine, SchedulerOptions opt, WorkerStats* stats, Metrics* metrics, Drafter* drafter = nullptr);
   ~Scheduler();
 
   // Queues a request (thread-safe). resource_exhausted when the queue is full.
@@ -75,9 +88,10 @@ class Scheduler {
   int admit();
   // Items for the next forward; `order` receives the request of each item.
   std::vector<BatchItem> form_batch(std::vector<SeqRequest*>* order);
-  // logits: one [vocab] row per item, in order.
+  // logits: [vocab] rows per item, in order (one, or one per token with all_logits); hidden:
+  // the matching final-normed hidden rows when the drafter reads them, else empty.
   void process_logits(const std::vector<SeqRequest*>& order, const std::vector<BatchItem>& items,
-                      const std::vector<float>& logits);
+                      const std::vector<float>& logits, const std::vector<float>& hidden = {});
 
   // The engine's health (Engine::health; thread-safe).
   Status engine_health() const { return engine_->health(); }
@@ -89,6 +103,10 @@ class Scheduler {
 
  private:
   int64_t blocks_for(int64_t n_tokens) const;
+  // Frees r's engine sequence (and the drafter's); r->seq_id becomes -1.
+  void release(SeqRequest* r);
+  // Proposes this step's drafts for the decoding sequences (r->step_tokens, r->n_draft).
+  void propose_drafts();
   void finish(SeqRequest* r, FinishReason why, Status err = Status::ok());
   void remove_finished();
   // After the attempt-th retryable failure of a batch that first failed at `t_fail`: pauses
@@ -103,6 +121,7 @@ class Scheduler {
   SchedulerOptions opt_;
   WorkerStats* stats_;
   Metrics* metrics_;
+  Drafter* drafter_;
   int64_t vocab_;
 
   mutable std::mutex mu_;                        // guards waiting_ and stop_

@@ -8,8 +8,12 @@
 
 namespace afd::serve {
 
-Result<std::unique_ptr<Service>> Service::create(const ServiceOptions& opt, std::vector<std::unique_ptr<Engine>> engines) {
+Result<std::unique_ptr<Service>> Service::create(const ServiceOptions& opt, std::vector<std::unique_ptr<Engine>> engines,
+                                                 std::vector<std::unique_ptr<Drafter>> drafters) {
   if (engines.empty()) return invalid_argument("serve: no engine");
+  if (!drafters.empty() && drafters.size() != engines.size())
+    return invalid_argument("serve: " + std::to_string(drafters.size()) + " drafters for " +
+                            std::to_string(engines.size()) + " engines");
   std::unique_ptr<Service> s(new Service());
   const ModelConfig& cfg = engines[0]->config();
   for (auto& e : engines)
@@ -23,11 +27,13 @@ Result<std::unique_ptr<Service>> Service::create(const ServiceOptions& opt, std:
 
   const int n = static_cast<int>(engines.size());
   s->engines_ = std::move(engines);
+  s->drafters_ = std::move(drafters);
   s->metrics_ = std::make_unique<Metrics>(n);
   std::vector<Scheduler*> raw;
   for (int i = 0; i < n; ++i) {
     s->schedulers_.push_back(
-        std::make_unique<Scheduler>(s->engines_[i].get(), opt.scheduler, &s->metrics_->worker(i), s->metrics_.get()));
+        std::make_unique<Scheduler>(s->engines_[i].get(), opt.scheduler, &s->metrics_->worker(i), s->metrics_.get(),
+                                    s->drafters_.empty() ? nullptr : s->drafters_[i].get()));
     raw.push_back(s->schedulers_.back().get());
   }
   Metrics* m = s->metrics_.get();

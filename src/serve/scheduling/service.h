@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/speculative.h"
 #include "serve/api/api_server.h"
 #include "serve/metrics/metrics.h"
 #include "serve/scheduling/local_backend.h"
@@ -31,8 +32,10 @@ struct ServiceOptions {
 
 class Service {
  public:
-  // engines: at least one; all must serve the same model.
-  static Result<std::unique_ptr<Service>> create(const ServiceOptions& opt, std::vector<std::unique_ptr<Engine>> engines);
+  // engines: at least one; all must serve the same model. drafters: empty (no speculative
+  // decoding) or one per engine (null entries allowed), used with opt.scheduler.draft_tokens.
+  static Result<std::unique_ptr<Service>> create(const ServiceOptions& opt, std::vector<std::unique_ptr<Engine>> engines,
+                                                 std::vector<std::unique_ptr<Drafter>> drafters = {});
   ~Service();
   // Binds the socket and starts the scheduler threads; port() is valid afterwards.
   Status start();
@@ -51,6 +54,7 @@ class Service {
   Service() = default;
   ModelServing model_;  // before the backend and the API, which refer to it
   std::vector<std::unique_ptr<Engine>> engines_;
+  std::vector<std::unique_ptr<Drafter>> drafters_;  // [engines] or empty
   std::unique_ptr<Metrics> metrics_;
   std::vector<std::unique_ptr<Scheduler>> schedulers_;
   std::unique_ptr<Router> router_;

@@ -1,0 +1,174 @@
+// Speculative decoding in the serving scheduler, on the trained default model: greedy
+// requests batched together — some in prefill chunks while others verify drafts in the same
+// forward pass — produce the same tokens with n-gram or MTP drafts as without, in reference
+// precision and in fast precision with --deterministic, in mono and AFD wirings; sampled
+// requests with drafts finish with every token they asked for; /metrics counts the drafts.
+#include <gtest/gtest.h>
+
+#include "model/weights.h"
+#include "runtime/engine_factory.h"
+#include "runtime/speculative.h"
+#include "serve/scheduling/scheduler.h"
+#include "serve/text/tokenizer.h"
+
+namespace afd::serve {
+namespace {
+
+const char* kModel = AFD_SOURCE_DIR "/assets/models/wordnet-dsv3";
+
+std::shared_ptr<const ModelWeights> weights() {
+  static auto w = [] {
+    auto r = load_model(kModel);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? *r : nullptr;
+  }();
+  return w;
+}
+
+std::shared_ptr<const Tokenizer> tokenizer() {
+  static auto t = [] {
+    auto r = Tokenizer::load_dir(kModel);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? *r : nullptr;
+  }();
+  return t;
+}
+
+struct Served {
+  std::vector<std::vector<int32_t>> tokens;  // per request
+  std::vector<FinishReason> finish;
+  int64_t verifications = 0, drafted = 0, accepted = 0;
+};
+
+// Serves `prompts` (token ids) through one scheduler, driven step by step, and collects the tokens.
+Served serve(EngineOptions o, const std::vector<std::vector<int32_t>>& prompts, float temperature) {
+  Served run;
+  auto e = make_engine(o, weights());
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  if (!e.ok()) return run;
+  auto d = make_drafter(o, weights());
+  EXPECT_TRUE(d.ok()) << d.status().to_string();
+  if (!d.ok()) return run;
+  SchedulerOptions so;
+  so.max_batch_tokens = 12;  // long prompts go in chunks beside the others' verification items
+  so.draft_tokens = *d ? o.speculative.draft_tokens : 0;
+  Metrics metrics(1);
+  Scheduler sched(e->get(), so, &metrics.worker(0), &metrics, d->get());
+  std::vector<std::shared_ptr<SeqRequest>> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest g;
+    g.prompt = prompts[i];
+    g.max_tokens = 10 + 3 * static_cast<int64_t>(i);
+    g.ignore_eos = true;
+    g.sampling.temperature = temperature;
+    g.sampling.seed = 7 + i;
+    reqs.push_back(std::make_shared<SeqRequest>(g, tokenizer().get(), std::vector<int32_t>{}, 0.0));
+    EXPECT_TRUE(sched.submit(reqs.back()).is_ok());
+  }
+  run.tokens.resize(reqs.size());
+  run.finish.assign(reqs.size(), FinishReason::none);
+  for (int guard = 0; guard < 1000; ++guard) {
+    auto n = sched.step();
+    EXPECT_TRUE(n.ok()) << n.status().to_string();
+    if (!n.ok() || *n == 0) break;
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    for (StreamEvent& ev : reqs[i]->channel->wait(std::chrono::milliseconds(0))) {
+      for (const TokenInfo& t : ev.tokens) run.tokens[i].push_back(t.token);
+      if (ev.finish != FinishReason::none) {
+        run.finish[i] = ev.finish;
+        EXPECT_TRUE(ev.error.is_ok()) << ev.error.to_string();
+      }
+    }
+  }
+  run.verifications = metrics.speculative.verifications.load();
+  run.drafted = metrics.speculative.draft_tokens.load();
+  run.accepted = metrics.speculative.accepted_tokens.load();
+  return run;
+}
+
+std::vector<std::vector<int32_t>> prompts() {
+  auto tok = tokenizer();
+  std::vector<std::vector<int32_t>> p;
+  for (const char* text : {"The old man walked", "A small piece of cloth used to make a pitch. A small piece of",
+                           "harbor: a place where ships", "the act of moving something from one place to another place"}) {
+    std::vector<int32_t> ids = {4090};  // BOS
+    auto enc = tok->encode(text, false);
+    EXPECT_TRUE(enc.ok()) << enc.status().to_string();
+    if (enc.ok()) ids.insert(ids.end(), enc->begin(), enc->end());
+    p.push_back(std::move(ids));
+  }
+  // Greedy output repeats a phrase ("... 258 776 1992 2620 308 258 776 1992 2620 ..."): the
+  // n-gram drafter's matches get accepted.
+  p.push_back({4090, 100, 200, 300, 400, 500, 600, 700});
+  return p;
+}
+
+EngineOptions options(const std::string& topology, Precision prec, bool deterministic) {
+  EngineOptions o;
+  o.precision = prec;
+  o.deterministic = deterministic;
+  o.n_threads = 2;
+  o.topology = *parse_topology(topology);
+  o.kv.capacity_tokens = 2048;
+  o.kv.block_size = 4;
+  o.kv.max_seqs = 8;
+  return o;
+}
+
+TEST(SchedulerSpeculative, GreedyTokensEqualThoseWithoutDrafts) {
+  ASSERT_TRUE(weights() && tokenizer());
+  const auto p = prompts();
+  struct Numerics {
+    Precision prec;
+    bool det;
+  };
+  for (Numerics nu : {Numerics{Precision::reference, false}, Numerics{Precision::fast, true}}) {
+    for (const char* topo : {"mono", "1A1F", "2A1F"}) {
+      const EngineOptions base = options(topo, nu.prec, nu.det);
+      const Served plain = serve(base, p, 0.0f);
+      for (auto [method, k] : {std::pair{SpeculativeMethod::ngram, 4}, std::pair{SpeculativeMethod::mtp, 3}}) {
+        EngineOptions o = base;
+        o.speculative.method = method;
+        o.speculative.draft_tokens = k;
+        o.speculative.ngram_min = 1;  // short outputs: propose on any repeated token
+        const Served spec = serve(o, p, 0.0f);
+        const std::string what = std::string(speculative_method_name(method)) + " " + precision_name(nu.prec) +
+                                 (nu.det ? " deterministic " : " ") + topo;
+        EXPECT_EQ(plain.tokens, spec.tokens) << what;
+        for (size_t i = 0; i < p.size(); ++i) {
+          EXPECT_EQ(spec.finish[i], FinishReason::length) << what;
+          EXPECT_EQ(static_cast<int64_t>(spec.tokens[i].size()), 10 + 3 * static_cast<int64_t>(i)) << what;
+        }
+        EXPECT_GT(spec.verifications, 0) << what;
+        // AFD wirings round the FFN input through FP8: their greedy text differs from mono's and
+        // (on these prompts) never repeats, so n-gram drafts are only sure to be accepted in mono.
+        if (method == SpeculativeMethod::mtp || std::string(topo) == "mono") {
+          EXPECT_GT(spec.accepted, 0) << what;
+        }
+        EXPECT_LE(spec.accepted, spec.drafted) << what;
+        EXPECT_EQ(plain.verifications, 0) << what;
+      }
+    }
+  }
+}
+
+TEST(SchedulerSpeculative, SampledRequestsWithDraftsFinish) {
+  ASSERT_TRUE(weights() && tokenizer());
+  EngineOptions o = options("mono", Precision::fast, false);
+  o.speculative.method = SpeculativeMethod::mtp;
+  o.speculative.draft_tokens = 2;
+  const auto p = prompts();
+  const Served a = serve(o, p, 0.8f);
+  const Served b = serve(o, p, 0.8f);
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_EQ(a.finish[i], FinishReason::length);
+    EXPECT_EQ(static_cast<int64_t>(a.tokens[i].size()), 10 + 3 * static_cast<int64_t>(i));
+    for (int32_t t : a.tokens[i]) EXPECT_TRUE(t >= 0 && t < 4096);
+  }
+  EXPECT_EQ(a.tokens, b.tokens);  // seeded: reproducible with the same drafts
+  EXPECT_GT(a.verifications, 0);
+}
+
+}  // namespace
+}  // namespace afd::serve
