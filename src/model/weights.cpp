@@ -481,12 +481,22 @@ Result<MtpModule> load_mtp_module(std::shared_ptr<const ModelWeights> main, int6
   const Dim hidden{mc.hidden_size, "hidden_size"};
   const std::string p = "model.layers." + std::to_string(l) + ".";
   MtpModule out;
-  AFD_ASSIGN_OR_RETURN(block->embed, b.matrix(p + "embed_tokens.weight", vocab, hidden));
+  // embed_tokens and shared_head.head are the module's when stored (DeepSeek-V3 stores copies of
+  // the main model's), else the main model's (MODELS.md B7), each on its own.
+  if (const std::string e = p + "embed_tokens.weight"; b.has(e)) {
+    AFD_ASSIGN_OR_RETURN(block->embed, b.matrix(e, vocab, hidden));
+  } else {
+    block->embed = main->embed;
+  }
   AFD_ASSIGN_OR_RETURN(out.enorm, b.vector(p + "enorm.weight", hidden));
   AFD_ASSIGN_OR_RETURN(out.hnorm, b.vector(p + "hnorm.weight", hidden));
   AFD_ASSIGN_OR_RETURN(out.eh_proj, b.matrix(p + "eh_proj.weight", hidden, Dim{2 * mc.hidden_size, "2*hidden_size"}));
   AFD_ASSIGN_OR_RETURN(block->final_norm, b.vector(p + "shared_head.norm.weight", hidden));
-  AFD_ASSIGN_OR_RETURN(block->lm_head, b.matrix(p + "shared_head.head.weight", vocab, hidden));
+  if (const std::string h = p + "shared_head.head.weight"; b.has(h)) {
+    AFD_ASSIGN_OR_RETURN(block->lm_head, b.matrix(h, vocab, hidden));
+  } else {
+    block->lm_head = main->lm_head;
+  }
   block->layers.resize(1);
   AFD_RETURN_IF_ERROR(load_layer(b, mc, l, &block->layers[0]));
   // As a one-layer model: layer 0 is the module's layer, MoE exactly when layer l is.

@@ -109,15 +109,17 @@ size_t prefetch_ffn_weights(const ModelWeights& w, const std::vector<uint8_t>& e
 // predict t[i+2], h[i] being the main model's final-normed hidden state at position i.
 struct MtpModule {
   // embed = the module's embed_tokens, layers[0] = its decoder layer, final_norm =
-  // shared_head.norm, lm_head = shared_head.head; config = the main model's with n_layers 1
-  // (layer 0 MoE exactly when the module's layer is) and no MTP layers. Keeps `main` alive.
+  // shared_head.norm, lm_head = shared_head.head; embed / lm_head are the main model's when
+  // the checkpoint leaves the module's out. config = the main model's with n_layers 1 (layer 0
+  // MoE exactly when the module's layer is) and no MTP layers. Keeps `main` alive.
   std::shared_ptr<const ModelWeights> block;
   Vector enorm, hnorm;  // [hidden], owned by block
   Matrix eh_proj;       // [hidden, 2*hidden]
 };
 
 // Binds MTP module m of a loaded DeepSeek model (errors: not DeepSeek, m outside
-// [0, num_nextn_predict_layers), a missing or misshapen tensor, named).
+// [0, num_nextn_predict_layers), a missing or misshapen tensor, named; a missing
+// embed_tokens / shared_head.head is the main model's embedding / LM head).
 Result<MtpModule> load_mtp_module(std::shared_ptr<const ModelWeights> main, int64_t m);
 
 // Loads DIR (config.json + safetensors, single or sharded). Every expected tensor must be

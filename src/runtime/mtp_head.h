@@ -4,6 +4,10 @@
 // t[i+1], and returns the module's logits for t[i+2]. The module's decoder layer keeps its own
 // KV cache (one layer, sequences of its own) and runs entirely in this process — attention and
 // its MoE FFN (LocalFfnBackend) — whatever the main engine's wiring.
+// Recursive drafting (k drafts per step from the one module, as vLLM does): at position i on
+// (h[i], t[i+1]) -> d1 and the block output b1, then at i+1 on (b1, d1) -> d2, b2, and so on;
+// then truncate(seq, i + 1) drops the speculative positions before position i+1 is computed
+// from true inputs (tests/reference/mtp_draft_ref.py is the float64 reference, MODELS.md B7).
 // Threading: one thread at a time.
 #pragma once
 

@@ -401,18 +401,26 @@ def fp8_blocks(tensors):
     return out
 
 
-def write_case(c, out_root):
+def search_seed(c, run, max_attempts=MAX_ATTEMPTS):
+    """Tries seeds c["seed"], c["seed"] + 1, ...: run(seed) -> (result, None when the seed meets
+    the seed rule, else why not). -> (seed, attempt, result) of the first that does."""
     why = []
-    for attempt in range(MAX_ATTEMPTS):
+    for attempt in range(max_attempts):
         seed = c["seed"] + attempt
-        r = evaluate(c, seed)
-        reason = accept(c, r)
+        r, reason = run(seed)
         if reason is None:
-            break
+            return seed, attempt, r
         why.append(reason)
-    else:
-        raise RuntimeError(f"{c['name']}: no seed in {MAX_ATTEMPTS} attempts meets the seed rule "
-                           f"(last reasons: {why[-5:]})")
+    raise RuntimeError(f"{c['name']}: no seed in {max_attempts} attempts meets the seed rule "
+                       f"(last reasons: {why[-5:]})")
+
+
+def write_case(c, out_root):
+    def run(seed):
+        r = evaluate(c, seed)
+        return r, accept(c, r)
+
+    seed, attempt, r = search_seed(c, run)
     d = mg.fresh_case_dir(out_root, c["name"])
     bos, eos = mg.pick_special(r["prompts"], r["tokens"], c["vocab"])
     config = hf_config(c, bos, eos)

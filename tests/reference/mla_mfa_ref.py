@@ -438,6 +438,17 @@ class Sequence:
         self.length = 0
         self.cache = [dict() for _ in range(n_layers)]
 
+    def truncate(self, n):
+        """Drops positions >= n from every cache (no-op when n >= length): the roll-back of
+        positions computed speculatively."""
+        if n >= self.length:
+            return
+        n = max(n, 0)
+        for cache in self.cache:
+            for k in cache:
+                cache[k] = cache[k][:n]
+        self.length = n
+
 
 class Model:
     def __init__(self, cfg, tensors, dtype=np.float64, mla_form="both", load_mtp=False):
@@ -496,6 +507,7 @@ class Model:
             return fp8_e4m3.dequantize(t.raw, s.raw, c.fp8_block).astype(dt)
 
         self._plain, self._linear = plain, linear
+        self._has = tensors.__contains__
         self.embed, self.final_norm, self.lm_head = load_embed_norm_head(plain, c, used)
         self.layers = [self._load_layer(l) for l in range(c.n_layers)]
         if load_mtp:
@@ -587,8 +599,9 @@ class Model:
 
     def _load_mtp(self, l):
         """The MTP module at layer id l (MODELS.md B7): its own norms, eh_proj, decoder layer and
-        shared head (embed_tokens / shared_head.head are copies of the main model's); run by
-        mtp_forward."""
+        shared head; run by mtp_forward. embed_tokens / shared_head.head are the module's when
+        the checkpoint has them (DeepSeek-V3 stores copies of the main model's), else the main
+        model's embedding / LM head, each on its own."""
         c = self.cfg
         H, V = c.hidden_size, c.vocab_size
         p = f"model.layers.{l}."
@@ -597,8 +610,9 @@ class Model:
         M["hnorm"] = self._plain(p + "hnorm.weight", (H,))
         M["eh_proj"] = self._plain(p + "eh_proj.weight", (H, 2 * H))
         M["head_norm"] = self._plain(p + "shared_head.norm.weight", (H,))
-        M["embed"] = self._plain(p + "embed_tokens.weight", (V, H))
-        M["head"] = self._plain(p + "shared_head.head.weight", (V, H))
+        e, h = p + "embed_tokens.weight", p + "shared_head.head.weight"
+        M["embed"] = self._plain(e, (V, H)) if self._has(e) else self.embed
+        M["head"] = self._plain(h, (V, H)) if self._has(h) else self.lm_head
         return M
 
     def new_sequence(self):
@@ -608,12 +622,15 @@ class Model:
         """The MTP module's own cache for one sequence (its layer id is n_layers)."""
         return Sequence(self.cfg.n_layers + 1)
 
-    def mtp_forward(self, seq, hidden, next_tokens):
+    def mtp_forward(self, seq, hidden, next_tokens, return_block=False):
         """MODELS.md B7, one MTP module: hidden [n, H] the main model's final-normed states at
         positions seq.length .. seq.length+n-1 of one sequence (forward(..., return_hidden=True)),
         next_tokens [n] the tokens at the following positions. u = eh_proj([enorm(Emb(t[i+1]));
         hnorm(h[i])]) runs through the module's decoder layer at position i (seq: a
-        new_mtp_sequence, its cache appended); -> logits [n, vocab] predicting t[i+2]."""
+        new_mtp_sequence, its cache appended); -> logits [n, vocab] predicting t[i+2]. With
+        return_block also z [n, H], the decoder layer's output (the residual stream before
+        shared_head.norm): the hidden input of the module's next step when it drafts
+        recursively (mtp_draft_ref.py)."""
         if self.mtp is None:
             raise ValueError("the model was loaded without its MTP module (load_mtp=True)")
         c, M = self.cfg, self.mtp
@@ -624,7 +641,8 @@ class Model:
         positions = np.arange(seq.length, seq.length + n)
         z = self._layer(c.n_layers, M, u, positions, [(seq, 0, n)])
         seq.length += n
-        return rms_norm(z, M["head_norm"], c.rms_norm_eps) @ M["head"].T
+        logits = rms_norm(z, M["head_norm"], c.rms_norm_eps) @ M["head"].T
+        return (logits, z) if return_block else logits
 
     def _record(self, layer, name, x):
         if self.trace is not None:

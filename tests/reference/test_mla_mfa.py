@@ -652,5 +652,102 @@ class Loader(unittest.TestCase):
             m.forward([(m.new_sequence(), [cfg["vocab_size"]])])
 
 
+# ----------------------------------------------------------------------------- MTP drafting
+
+MTP_DATA = os.path.join(HERE, "mtp")
+
+
+def _mtp_case(name):
+    d = os.path.join(MTP_DATA, name)
+    with open(os.path.join(d, "mtp_drafts.json")) as f:
+        g = json.load(f)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    return d, g, cfg, st.load_dir(d)
+
+
+class MtpDrafts(unittest.TestCase):
+    """Recursive MTP drafting (mtp_draft_ref.py) and its golden (make_golden_mtp.py, mtp/)."""
+
+    def test_golden_drafts_reproduce(self):
+        import make_golden_mtp as gm
+        for c in gm.CASES:
+            with self.subTest(case=c["name"]):
+                _, g, cfg, t = _mtp_case(c["name"])
+                m = ref.Model(ref.Config(cfg), t, load_mtp=True)
+                rows, margins = gm.draft_all(m, g["sequences"])
+                self.assertEqual(rows, g["positions"])
+                self.assertLess(float(np.max(np.abs(np.asarray(margins) - np.asarray(g["margins"])))), 1e-6)
+                self.assertEqual(len(rows), sum(len(s) - 1 for s in g["sequences"]))
+                self.assertGreater(min(min(x) for x in g["margins"]), gm.MIN_GAP)
+                self.assertGreater(g["positions_changed_if_normed_fed"], 0)
+
+    def test_a_full_recompute_in_torch_drafts_the_same(self):
+        """torch_mirror_mla_mfa.mtp_padded recomputes the module over the true rows 0..i and the
+        speculative rows (b, d) so far, without a cache: it drafts the golden's ids with logits
+        within 1e-10 of the reference's (every position of every sequence)."""
+        _torch()
+        import torch_mirror_mla_mfa as tm
+        for name in ("dsv3_mtp_own_head", "dsv3_mtp_shared_head"):
+            with self.subTest(case=name):
+                _, g, cfg, t = _mtp_case(name)
+                m = ref.Model(ref.Config(cfg), t, load_mtp=True)
+                n = 0
+                for s, toks in enumerate(g["sequences"]):
+                    _, hid = m.forward([(m.new_sequence(), toks)], return_hidden=True)
+                    want = [r[2:] for r in g["positions"] if r[0] == s]
+                    seq = m.new_mtp_sequence()
+                    for i in range(len(toks) - 1):
+                        hs, ts = list(hid[0][:i + 1]), list(toks[1:i + 2])
+                        for j in range(g["k"]):
+                            logits, z = tm.mtp_padded(cfg, t, np.asarray(hs), ts)
+                            d = int(np.argmax(logits[-1]))
+                            self.assertEqual(d, want[i][j], (s, i, j))
+                            n += 1
+                            if j == 0:   # the cached reference at position i on the true inputs
+                                r = m.mtp_forward(seq, hid[0][i:i + 1], [toks[i + 1]])
+                                self.assertLess(float(np.max(np.abs(r[0] - logits[-1]))), 1e-10)
+                            hs.append(z[-1])
+                            ts.append(d)
+                self.assertEqual(n, len(g["positions"]) * g["k"])
+
+    def test_truncate_then_recompute_equals_never_appended(self):
+        _, g, cfg, t = _mtp_case("dsv3_mtp_shared_head")
+        m = ref.Model(ref.Config(cfg), t, load_mtp=True)
+        toks = g["sequences"][1]
+        _, hid = m.forward([(m.new_sequence(), toks)], return_hidden=True)
+        h = hid[0]
+        a, b = m.new_mtp_sequence(), m.new_mtp_sequence()
+        m.mtp_forward(a, h[:6], toks[1:7])
+        m.mtp_forward(b, h[:6], toks[1:7])
+        _, z = m.mtp_forward(a, h[6:7], toks[7:8], return_block=True)
+        m.mtp_forward(a, z, [5])
+        m.mtp_forward(a, z, [9])
+        self.assertEqual(a.length, 9)
+        a.truncate(7)
+        a.truncate(8)     # no-op: beyond the length
+        self.assertEqual(a.length, 7)
+        m.mtp_forward(b, h[6:7], toks[7:8])
+        self.assertEqual(b.length, 7)
+        la = m.mtp_forward(a, h[7:10], toks[8:11])
+        lb = m.mtp_forward(b, h[7:10], toks[8:11])
+        self.assertTrue(np.array_equal(la, lb))
+
+    def test_absent_embed_and_head_are_the_main_models(self):
+        _, _, cfg, t = _mtp_case("dsv3_mtp_shared_head")
+        m = ref.Model(ref.Config(cfg), t, load_mtp=True)
+        self.assertIs(m.mtp["embed"], m.embed)
+        self.assertIs(m.mtp["head"], m.lm_head)
+        _, _, cfg, t = _mtp_case("dsv3_mtp_own_head")
+        l = cfg["num_hidden_layers"]
+        m = ref.Model(ref.Config(cfg), t, load_mtp=True)
+        self.assertFalse(np.array_equal(m.mtp["embed"], m.embed))
+        self.assertFalse(np.array_equal(m.mtp["head"], m.lm_head))
+        t2 = {k: v for k, v in t.items() if k != f"model.layers.{l}.shared_head.head.weight"}
+        m2 = ref.Model(ref.Config(cfg), t2, load_mtp=True)
+        self.assertTrue(np.array_equal(m2.mtp["embed"], m.mtp["embed"]))
+        self.assertIs(m2.mtp["head"], m2.lm_head)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)

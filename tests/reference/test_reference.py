@@ -423,7 +423,7 @@ class SafetensorsErrors(unittest.TestCase):
 
 
 # the DeepSeek / Step-3 / FP8 self-tests run in the same unittest.main
-from test_mla_mfa import Fp8Format, Loader, MlaMfaModel, RopeYarn, Routing  # noqa: E402,F401
+from test_mla_mfa import Fp8Format, Loader, MlaMfaModel, MtpDrafts, RopeYarn, Routing  # noqa: E402,F401
 
 if __name__ == "__main__":
     unittest.main(verbosity=1)

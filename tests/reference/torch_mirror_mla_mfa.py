@@ -186,6 +186,35 @@ def forward_padded(config, tensors, sequences):
     return [logits[b, :len(s)].numpy() for b, s in enumerate(sequences)]
 
 
+def mtp_padded(config, tensors, hidden, next_tokens):
+    """DeepSeek's MTP module (layer id num_hidden_layers) recomputed over one whole input sequence,
+    no cache: row s is the module at position s on (hidden[s], next_tokens[s]). embed_tokens /
+    shared_head.head are the layer's when stored, else model.embed_tokens / lm_head. -> (logits
+    [S, vocab], the decoder layer's output [S, H] before shared_head.norm), numpy."""
+    t = config
+    qc = t.get("quantization_config")
+    W = _Weights(tensors, tuple(qc["weight_block_size"]) if qc else (128, 128))
+    eps = float(t.get("rms_norm_eps") or 1e-6)
+    l = t["num_hidden_layers"]
+    p = f"model.layers.{l}."
+
+    def own_or(name, main):
+        return W(p + name) if p + name in tensors else W(main)
+
+    S = len(next_tokens)
+    e = own_or("embed_tokens.weight", "model.embed_tokens.weight")[torch.tensor(next_tokens, dtype=torch.long)]
+    h = torch.as_tensor(hidden, dtype=torch.float64)
+    u = F.linear(torch.cat((rms_norm(e, W(p + "enorm.weight"), eps), rms_norm(h, W(p + "hnorm.weight"), eps)), -1),
+                 W(p + "eh_proj.weight"))[None]                                # [1, S, H]
+    pos = torch.arange(S, dtype=torch.float64)
+    mask = torch.full((S, S), float("-inf"), dtype=torch.float64).triu(1)
+    x = u + _mla(t, W, p + "self_attn.", rms_norm(u, W(p + "input_layernorm.weight"), eps), pos, mask, eps)
+    x = x + _ds_ffn(t, W, l, p, rms_norm(x, W(p + "post_attention_layernorm.weight"), eps))
+    logits = F.linear(rms_norm(x, W(p + "shared_head.norm.weight"), eps), own_or("shared_head.head.weight",
+                                                                                  "lm_head.weight"))
+    return logits[0].numpy(), x[0].numpy()
+
+
 def _mla(t, W, a, h, pos, mask, eps):
     B, S, _ = h.shape
     N, P, R, Vd, Lkv = (t["num_attention_heads"], t["qk_nope_head_dim"], t["qk_rope_head_dim"], t["v_head_dim"],
