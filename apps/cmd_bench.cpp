@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -34,11 +35,13 @@ struct BenchFlags {
   std::string batches = "1,8,32,128";
   std::string contexts = "512,4096";
   int steps = 20;
+  int64_t query_tokens = 1;  // --query-tokens: tokens per sequence per step (1 + drafts verified)
   bool e2e = false;          // --e2e: the real generate loop instead of synthetic steps
   int64_t e2e_tokens = 64;
   int64_t e2e_prompt = 128;
   float e2e_temperature = 0.0f;
   int e2e_warmup = 0;
+  std::string e2e_prompt_file;  // --prompt-ids-file
   bool json = false;
   bool per_layer = false;
   bool per_worker = false;
@@ -159,8 +162,11 @@ FfnCounts ffn_counts(const BenchmarkHooks& hooks, const std::vector<serve::Metri
 // Decode steps of `batch` sequences at context `ctx`: one warm-up step, then `steps` timed
 // ones; the Point describes the median step and carries every step's time.
 // remote_ffn: the status servers of --spawn-ffn workers, for their per-worker counts.
+// query_tokens q > 1: speculative verification steps: each sequence forwards its last token
+// and q - 1 drafts (all logits), and every draft is rejected (Engine::settle_drafts(0)), so the
+// context grows by one token per step as in plain decode.
 Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int64_t batch, int64_t ctx, int steps,
-              const std::vector<serve::MetricsTarget>& remote_ffn = {}) {
+              const std::vector<serve::MetricsTarget>& remote_ffn = {}, int64_t query_tokens = 1) {
   const ModelConfig& mc = w->config;
   auto eng = make_engine(o, w);
   if (!eng.ok()) fail("bench", eng.status());
@@ -168,14 +174,15 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
   BenchmarkHooks* hooks = e.benchmark_hooks();
   if (hooks == nullptr) fail("bench", not_supported("this engine has no benchmark hooks (synthetic context)"));
   std::vector<int64_t> seqs;
-  std::vector<int32_t> last(static_cast<size_t>(batch));
+  std::vector<int32_t> last(static_cast<size_t>(batch * query_tokens));  // per sequence: last token, drafts
   for (int64_t i = 0; i < batch; ++i) {
     auto id = e.create_sequence();
     if (!id.ok()) fail("bench", id.status());
     Status s = hooks->fill_synthetic_context(*id, ctx);
     if (!s.is_ok()) fail("bench", s);
     seqs.push_back(*id);
-    last[i] = static_cast<int32_t>((i * 7919 + 13) % mc.vocab_size);
+    for (int64_t j = 0; j < query_tokens; ++j)
+      last[i * query_tokens + j] = static_cast<int32_t>((i * 7919 + j * 131 + 13) % mc.vocab_size);
   }
   std::vector<BatchItem> items(static_cast<size_t>(batch));
   std::vector<float> logits;
@@ -183,12 +190,17 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
   for (const LayerWeights& L : w->layers) n_moe += L.moe.experts.empty() ? 0 : 1;
   std::vector<Point> timed;
   for (int step = 0; step <= steps; ++step) {  // step 0 warms up
-    for (int64_t i = 0; i < batch; ++i) items[i] = BatchItem{seqs[i], std::span<const int32_t>(&last[i], 1), false};
+    for (int64_t i = 0; i < batch; ++i)
+      items[i] = BatchItem{seqs[i], std::span<const int32_t>(&last[i * query_tokens], static_cast<size_t>(query_tokens)),
+                           query_tokens > 1, query_tokens - 1};
     const FfnCounts ffn0 = ffn_counts(*hooks, remote_ffn);
     const int64_t t0 = now_ns();
     Status s = e.forward(items, &logits);
     const double dt = (now_ns() - t0) * 1e-9;
     if (!s.is_ok()) fail("bench", s);
+    if (query_tokens > 1)
+      for (int64_t i = 0; i < batch; ++i)
+        if (Status st = e.settle_drafts(seqs[i], 0); !st.is_ok()) fail("bench", st);
     const FfnCounts ffn1 = ffn_counts(*hooks, remote_ffn);
     std::vector<double> ffn_tokens, ffn_rows;
     for (size_t j = 0; j < ffn1.tokens.size() && ffn0.tokens.size() == ffn1.tokens.size(); ++j) {
@@ -196,7 +208,7 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
       ffn_rows.push_back(static_cast<double>(ffn1.rows[j] - ffn0.rows[j]) /
                          static_cast<double>(std::max<int64_t>(1, n_moe)));
     }
-    for (int64_t i = 0; i < batch; ++i) last[i] = static_cast<int32_t>((last[i] * 31 + 7) % mc.vocab_size);
+    for (int32_t& t : last) t = static_cast<int32_t>((t * 31 + 7) % mc.vocab_size);
     if (step == 0) continue;
     StageTimes st = e.last_stage_times();
     const size_t kv_tok = static_cast<size_t>(mc.n_layers * attention_cost(mc).kv_values_per_token) *
@@ -289,7 +301,19 @@ void run_bench(const BenchFlags& f) {
                                std::to_string(mc.max_position_embeddings)));
   prefault(**weights);
   if (f.e2e) {
-    E2eSpec spec{*batches, f.e2e_tokens, f.e2e_prompt, f.e2e_temperature, f.rounds, f.json, f.e2e_warmup};
+    E2eSpec spec{*batches, f.e2e_tokens, f.e2e_prompt, f.e2e_temperature, f.rounds, f.json, f.e2e_warmup, {}};
+    if (!f.e2e_prompt_file.empty()) {
+      std::ifstream in(f.e2e_prompt_file);
+      if (!in) fail("bench", io_error("--prompt-ids-file: cannot read " + f.e2e_prompt_file));
+      std::string line;
+      for (int64_t n = 1; std::getline(in, line); ++n) {
+        if (line.empty()) continue;
+        auto ids = parse_id_list(line);
+        if (!ids.ok()) fail("bench", ids.status().with_context(f.e2e_prompt_file + ":" + std::to_string(n)));
+        spec.prompts.push_back(std::move(*ids));
+      }
+      if (spec.prompts.empty()) fail("bench", invalid_argument("--prompt-ids-file: " + f.e2e_prompt_file + " has no prompt"));
+    }
     run_bench_e2e(*opt, *weights, spec);
     return;
   }
@@ -427,7 +451,7 @@ void run_bench(const BenchFlags& f) {
       for (int64_t mb : *mbs) {
         if (f.mode == "afd" && mb != (*mbs)[0]) break;
         m.microbatches = f.mode == "mono" ? static_cast<int>(mb) : 1;
-        Point p = measure(m, *weights, batch, ctx, f.steps);
+        Point p = measure(m, *weights, batch, ctx, f.steps, {}, f.query_tokens);
         if (mono_tps == 0) mono_tps = batch / p.step_s;
         emit("mono", m.microbatches, 0, batch, ctx, p, mono_tps, 0);
       }
@@ -438,14 +462,14 @@ void run_bench(const BenchFlags& f) {
       for (int64_t mb : *mbs) {
         o.microbatches = static_cast<int>(mb);
         o.emulation.inject_delay_us = 0;
-        Point p0 = measure(o, *weights, batch, ctx, f.steps, ffn_procs.metrics_targets());
+        Point p0 = measure(o, *weights, batch, ctx, f.steps, ffn_procs.metrics_targets(), f.query_tokens);
         const double tps0 = batch / p0.step_s;
         emit(o.topology.to_string(), mb, 0, batch, ctx, p0, mono_tps, tps0);
         if (d_auto == 0) d_auto = std::max<int64_t>(1, static_cast<int64_t>(p0.attn_s / mc.n_layers / 2 * 1e6));
         const int64_t d = delay_auto ? d_auto : delay_us;
         if (d > 0) {
           o.emulation.inject_delay_us = d;
-          Point pd = measure(o, *weights, batch, ctx, f.steps, ffn_procs.metrics_targets());
+          Point pd = measure(o, *weights, batch, ctx, f.steps, ffn_procs.metrics_targets(), f.query_tokens);
           emit(o.topology.to_string(), mb, d, batch, ctx, pd, mono_tps, tps0);
         }
       }
@@ -530,12 +554,19 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--steps", f->steps,
                   "Timed decode steps per point (the median is reported, with p90 and p99; --e2e: unused)")
       ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--query-tokens", f->query_tokens,
+                  "Tokens per sequence per step: 1 = decode; q > 1 = speculative verification of q - 1 drafts "
+                  "(all rejected, so the context grows as in decode)")
+      ->check(CLI::Range(1, 9));
   cmd->add_flag("--e2e", f->e2e,
                 "End to end: the real generate loop (prefill, sampling, KV growth) for --tokens new tokens per "
                 "sequence, each --batch value a batch of --prompt-len-token prompts; reports decode step median/p90/p99 "
                 "and mean tokens/s");
   cmd->add_option("--tokens", f->e2e_tokens, "--e2e: new tokens per sequence")->check(CLI::Range(2, 1000000));
   cmd->add_option("--prompt-len", f->e2e_prompt, "--e2e: prompt tokens per sequence")->check(CLI::Range(1, 1000000));
+  cmd->add_option("--prompt-ids-file", f->e2e_prompt_file,
+                  "--e2e: prompts as comma-separated token ids, one per line (sequence i takes line i mod lines) "
+                  "instead of --prompt-len synthetic ids");
   cmd->add_option("--warmup", f->e2e_warmup,
                   "--e2e: untimed generate calls (other prompts) on each round's engine before the timed one")
       ->check(CLI::Range(0, 100));

@@ -9,7 +9,10 @@
 //   * a sequence's single token (decode): absorbed form — q_lat[h] = W_UK[h]^T q_nope[h],
 //     o_lat[h] = MQA of q_lat ‖ q_pe over the cached rows (kernels/cpu/mla_attention.h),
 //     o[h] = W_UV[h] o_lat[h];
-//   * a run of several consecutive tokens of one sequence (prefill chunk): expanded form —
+//   * a run of at most kMaxAbsorbedRun consecutive tokens of one sequence (a speculative
+//     verification item, a short prompt chunk): the absorbed form too, token by token — the
+//     expanded form would decompress the whole context for a few queries;
+//   * a longer run of consecutive tokens of one sequence (prefill chunk): expanded form —
 //     k_nope ‖ v = kv_b(c_n) for every cached position, one key block at a time, causal
 //     attention per head with keys k_nope[h] ‖ k_pe and an online softmax across the blocks
 //     (two linear() products per head, block of query tokens and key block).
@@ -75,9 +78,9 @@ class MlaAttention final : public AttentionVariant {
       kernels::rope_rotate(a + i * D + Lkv, 1, D, R, cs.data(), sn.data(), c.rope_interleave);
       kv_->write(layer, b.seq[i], b.pos[i], a + i * D, nullptr);
     }
-    // Runs of consecutive tokens of one sequence: single tokens decode in the absorbed form,
-    // longer runs (prefill chunks) in the expanded form — or, batch-invariant, every token in
-    // the absorbed form.
+    // Runs of consecutive tokens of one sequence: short runs (decode, verification) in the
+    // absorbed form, longer runs (prefill chunks) in the expanded form — or, batch-invariant,
+    // every token in the absorbed form.
     decode_.clear();
     if (opt_.batch_invariant) {
       for (int64_t i = 0; i < n; ++i) decode_.push_back(i);
@@ -86,8 +89,8 @@ class MlaAttention final : public AttentionVariant {
     for (int64_t i = 0; i < n;) {
       int64_t e = i + 1;
       while (e < n && b.seq[e] == b.seq[i]) ++e;
-      if (e - i == 1) {
-        decode_.push_back(i);
+      if (e - i <= kMaxAbsorbedRun) {
+        for (int64_t k = i; k < e; ++k) decode_.push_back(k);
       } else {
         expanded(layer, b, i, e, out);
       }
@@ -97,6 +100,13 @@ class MlaAttention final : public AttentionVariant {
   }
 
  private:
+  // Longest run computed in the absorbed form outside batch-invariant mode. Per query the
+  // absorbed form reads the context's latent rows (Lkv + R values) twice; the expanded form
+  // first decompresses every context row through kv_b (N * (P + V) * Lkv multiply-adds per
+  // row, ~120x a query's latent work for DeepSeek-V3), so it only pays for runs of tens of
+  // tokens. 16 covers every verification item (at most 9 tokens).
+  static constexpr int64_t kMaxAbsorbedRun = 16;
+
   void absorbed(int64_t layer, TokenBatch& b, float* out) {
     const ModelConfig& c = w_->config;
     const AttentionWeights& A = w_->layers[layer].attn;
