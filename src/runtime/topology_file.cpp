@@ -202,7 +202,7 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
   if (!duplicate.empty()) return invalid_argument(origin + ": key \"" + duplicate + "\" appears twice in one object");
   if (!j.is_object()) return invalid_argument(origin + ": must be a JSON object");
   Fields top(j, origin, "");
-  AFD_RETURN_IF_ERROR(top.check_keys({"model", "precision", "deterministic", "kv_dtype", "microbatches", "threads", "ffn_timeout_ms",
+  AFD_RETURN_IF_ERROR(top.check_keys({"model", "precision", "deterministic", "speculative", "draft_tokens", "ngram_min", "ngram_max", "kv_dtype", "microbatches", "threads", "ffn_timeout_ms",
                                       "ffn_connect_timeout_ms", "ffn_probe_ms", "ffn_takeover_s", "ffn_parts", "peer_timeout_ms", "ffn_tp", "ucx_spin_us", "scheduler",
                                       "frontend", "attention", "ffn"}));
   TopologyFile t;
@@ -211,6 +211,11 @@ Result<TopologyFile> parse_topology_file(const std::string& text, const std::str
   std::vector<TopologySetting>& st = t.settings;
   AFD_RETURN_IF_ERROR(top.str_setting("precision", "precision", &st, {"fast", "reference"}, "must be 'fast' or 'reference'"));
   AFD_RETURN_IF_ERROR(top.bool_setting("deterministic", "deterministic", &st));
+  AFD_RETURN_IF_ERROR(top.str_setting("speculative", "speculative", &st, {"none", "ngram", "mtp"},
+                                      "must be 'none', 'ngram' or 'mtp'"));
+  AFD_RETURN_IF_ERROR(top.int_setting("draft_tokens", "draft_tokens", 1, 8, &st));
+  AFD_RETURN_IF_ERROR(top.int_setting("ngram_min", "ngram_min", 1, 16, &st));
+  AFD_RETURN_IF_ERROR(top.int_setting("ngram_max", "ngram_max", 1, 16, &st));
   AFD_RETURN_IF_ERROR(top.str_setting("kv_dtype", "kv_dtype", &st, {"bf16", "fp8", "f32"}, "must be bf16, fp8 or f32"));
   AFD_RETURN_IF_ERROR(top.int_setting("microbatches", "microbatches", 1, 4, &st));
   AFD_RETURN_IF_ERROR(top.int_setting("threads", "threads", 0, 4096, &st));

@@ -7,6 +7,9 @@
 //     "model": "/models/qwen3-moe",            // model directory on every host (required
 //                                             //   unless every worker names its own)
 //     "precision": "fast", "kv_dtype": "bf16", "microbatches": 2, "threads": 0,
+//     "deterministic": false,                  // optional; --deterministic
+//     "speculative": "mtp", "draft_tokens": 2, // optional; --speculative, --draft-tokens,
+//     "ngram_min": 2, "ngram_max": 4,          //   --ngram-min, --ngram-max (attention workers)
 //     "ffn_timeout_ms": 10000, "ffn_connect_timeout_ms": 60000, "peer_timeout_ms": 10000,
 //     "ffn_probe_ms": 1000,                    // optional; afd worker --ffn-probe-ms (0: off)
 //     "ffn_takeover_s": 10,                    // optional; afd worker --ffn-takeover-s (0: never)

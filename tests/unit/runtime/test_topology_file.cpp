@@ -215,6 +215,24 @@ TEST(TopologyFile, Deterministic) {
       << t3.status().to_string();
 }
 
+// Speculative decoding: the method by name, the counts in their flags' ranges.
+TEST(TopologyFile, Speculative) {
+  std::string on(kGood);
+  on.replace(on.find("\"peer_timeout_ms\""), 0,
+             "\"speculative\": \"ngram\", \"draft_tokens\": 5, \"ngram_min\": 1, \"ngram_max\": 3, ");
+  auto t = parse_topology_file(on, "t.json");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(value_of(t->settings, "speculative"), "ngram");
+  EXPECT_EQ(value_of(t->settings, "draft_tokens"), 5);
+  EXPECT_EQ(value_of(t->settings, "ngram_max"), 3);
+  for (const char* bad : {"\"speculative\": \"eagle\", ", "\"draft_tokens\": 0, ", "\"draft_tokens\": 9, ",
+                          "\"ngram_min\": 0, ", "\"speculative\": 1, "}) {
+    std::string b(kGood);
+    b.replace(b.find("\"peer_timeout_ms\""), 0, bad);
+    EXPECT_FALSE(parse_topology_file(b, "t.json").ok()) << bad;
+  }
+}
+
 TEST(TopologyFile, SchedulerLimitsAndUcxSpin) {
   auto t = parse_topology_file(kGood, "t.json");
   ASSERT_TRUE(t.ok());
