@@ -64,7 +64,7 @@ void run_bench_e2e(const EngineOptions& opt, std::shared_ptr<const ModelWeights>
             prompts[i].push_back(static_cast<int32_t>((i * 7919 + j * 104729 + 13 + salt * 31) % mc.vocab_size));
         return prompts;
       };
-      auto drafter = make_drafter(o, weights);
+      auto drafter = make_drafter(o, weights, eng->get());
       if (!drafter.ok()) fail("bench", drafter.status());
       GenerateOptions g;
       g.drafter = drafter->get();

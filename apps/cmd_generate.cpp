@@ -42,7 +42,7 @@ void run_generate(const GenerateFlags& f) {
   auto engine = make_engine(*opt, *weights);
   if (!engine.ok()) fail("generate", engine.status());
 
-  auto drafter = make_drafter(*opt, *weights);
+  auto drafter = make_drafter(*opt, *weights, engine->get());
   if (!drafter.ok()) fail("generate", drafter.status());
 
   GenerateOptions g;

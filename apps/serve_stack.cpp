@@ -314,7 +314,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
     auto e = make_engine(eo, *weights);
     if (!e.ok()) fail(cmd, e.status());
     engines.push_back(std::move(*e));
-    auto d = make_drafter(eo, *weights);
+    auto d = make_drafter(eo, *weights, engines.back().get());
     if (!d.ok()) fail(cmd, d.status());
     drafters.push_back(std::move(*d));
   }

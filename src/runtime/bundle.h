@@ -96,6 +96,8 @@ class DataParallelEngine : public Engine, public BenchmarkHooks {
   Status health() const override;
   Bundle& bundle() { return *bundle_; }
   BenchmarkHooks* benchmark_hooks() override { return this; }
+  // The first attention engine's pool.
+  std::shared_ptr<ThreadPool> compute_pool() const override { return engines()[0]->compute_pool(); }
   // BenchmarkHooks, over the attention engines' own.
   Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens) override;
   int64_t last_expert_reads() const override;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -14,6 +15,7 @@
 namespace afd {
 
 struct FfnWorkerStats;
+class ThreadPool;
 
 // One sequence's work in a forward pass: append `tokens` (a prompt chunk, or the single
 // last sampled token) at the sequence's current length, compute, and return logits.
@@ -141,6 +143,11 @@ class Engine {
   // is not connected). Thread-safe, unlike the rest of this interface: health checks call
   // it while the engine runs.
   virtual Status health() const { return Status::ok(); }
+
+  // The thread pool the engine's attention runs on, for work its driver runs between forward
+  // passes on the same thread (the MTP drafter), so that two pools do not contend for the
+  // cores; null when there is none to share.
+  virtual std::shared_ptr<ThreadPool> compute_pool() const { return nullptr; }
 
   // This engine's benchmark hooks; nullptr for an engine without them.
   virtual BenchmarkHooks* benchmark_hooks() { return nullptr; }

@@ -6,7 +6,8 @@
 
 namespace afd {
 
-Result<std::unique_ptr<MtpHead>> MtpHead::create(MtpModule module, const EngineOptions& opt) {
+Result<std::unique_ptr<MtpHead>> MtpHead::create(MtpModule module, const EngineOptions& opt,
+                                                 std::shared_ptr<ThreadPool> pool) {
   if (!module.block) return invalid_argument("MTP head: no module");
   const ModelConfig& c = module.block->config;
   const bool ref = opt.precision == Precision::reference;
@@ -29,7 +30,7 @@ Result<std::unique_ptr<MtpHead>> MtpHead::create(MtpModule module, const EngineO
   LocalFfnOptions fo;
   fo.part.prec = ao.prec;
   fo.part.order = ao.order();
-  auto pool = std::make_shared<ThreadPool>(opt.n_threads);
+  if (!pool) pool = std::make_shared<ThreadPool>(opt.n_threads);
   return std::unique_ptr<MtpHead>(
       new MtpHead(std::move(module), std::move(kv), std::move(pool), ao, std::move(fo), opt.kv.max_seqs));
 }

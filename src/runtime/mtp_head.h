@@ -29,9 +29,11 @@ namespace afd {
 
 class MtpHead {
  public:
-  // Uses opt.precision, opt.kv (dtype, block size, capacity, max sequences) and opt.n_threads
-  // (its own pool); the wiring options do not apply.
-  static Result<std::unique_ptr<MtpHead>> create(MtpModule module, const EngineOptions& opt);
+  // Uses opt.precision, opt.kv (dtype, block size, capacity, max sequences) and runs on `pool`
+  // (e.g. its engine's Engine::compute_pool(), when the head runs between the engine's forward
+  // passes), or when null on a pool of its own with opt.n_threads; the wiring options do not apply.
+  static Result<std::unique_ptr<MtpHead>> create(MtpModule module, const EngineOptions& opt,
+                                                 std::shared_ptr<ThreadPool> pool = nullptr);
 
   const ModelConfig& config() const { return module_.block->config; }
   Result<int64_t> create_sequence();

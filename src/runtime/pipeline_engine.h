@@ -46,6 +46,7 @@ class PipelineEngine : public Engine, public BenchmarkHooks {
   StageTimes last_stage_times() const override { return times_; }
   Status health() const override { return ffn_->health(); }
   BenchmarkHooks* benchmark_hooks() override { return this; }
+  std::shared_ptr<ThreadPool> compute_pool() const override { return pool_; }
 
   const PagedKvCache& kv_cache() const { return *kv_; }
   // Records attention and FFN-wait spans as pid `pid` (tracing; null to stop).

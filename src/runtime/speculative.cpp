@@ -136,7 +136,8 @@ Status MtpDrafter::propose(std::span<const Query> queries, std::vector<std::vect
   return Status::ok();
 }
 
-Result<std::unique_ptr<Drafter>> make_drafter(const EngineOptions& opt, std::shared_ptr<const ModelWeights> weights) {
+Result<std::unique_ptr<Drafter>> make_drafter(const EngineOptions& opt, std::shared_ptr<const ModelWeights> weights,
+                                              const Engine* engine) {
   const SpeculativeOptions& so = opt.speculative;
   switch (so.method) {
     case SpeculativeMethod::none:
@@ -150,7 +151,7 @@ Result<std::unique_ptr<Drafter>> make_drafter(const EngineOptions& opt, std::sha
                                 "is 0); use --speculative ngram");
       auto module = load_mtp_module(weights, 0);
       if (!module.ok()) return module.status().with_context("--speculative mtp");
-      auto head = MtpHead::create(std::move(*module), opt);
+      auto head = MtpHead::create(std::move(*module), opt, engine ? engine->compute_pool() : nullptr);
       if (!head.ok()) return head.status().with_context("--speculative mtp");
       return std::unique_ptr<Drafter>(new MtpDrafter(std::move(*head)));
     }

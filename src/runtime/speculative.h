@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/engine.h"
 #include "runtime/engine_options.h"
 #include "runtime/sampler.h"
 
@@ -94,8 +95,10 @@ class MtpDrafter : public Drafter {
 };
 
 // The drafter opt.speculative asks for (null for none). mtp: DeepSeek checkpoints with MTP
-// layers only (module 0; its KV cache sized as opt.kv); errors name the problem.
-Result<std::unique_ptr<Drafter>> make_drafter(const EngineOptions& opt, std::shared_ptr<const ModelWeights> weights);
+// layers only (module 0; its KV cache sized as opt.kv; it computes on engine's compute_pool()
+// when an engine is given, else on a pool of its own); errors name the problem.
+Result<std::unique_ptr<Drafter>> make_drafter(const EngineOptions& opt, std::shared_ptr<const ModelWeights> weights,
+                                              const Engine* engine = nullptr);
 
 // Verifies drafts against the logits rows of their item: rows [drafts.size() + 1, vocab],
 // row j predicting the token after drafts[j - 1] (row 0: after the last sampled token).

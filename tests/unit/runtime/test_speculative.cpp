@@ -224,7 +224,7 @@ std::vector<std::vector<int32_t>> greedy(std::shared_ptr<const ModelWeights> w, 
   auto e = make_engine(o, w);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   if (!e.ok()) return {};
-  auto d = make_drafter(o, w);
+  auto d = make_drafter(o, w, e->get());
   EXPECT_TRUE(d.ok()) << d.status().to_string();
   if (!d.ok()) return {};
   GenerateOptions g;

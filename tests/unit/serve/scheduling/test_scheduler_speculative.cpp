@@ -46,7 +46,7 @@ Served serve(EngineOptions o, const std::vector<std::vector<int32_t>>& prompts, 
   auto e = make_engine(o, weights());
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   if (!e.ok()) return run;
-  auto d = make_drafter(o, weights());
+  auto d = make_drafter(o, weights(), e->get());
   EXPECT_TRUE(d.ok()) << d.status().to_string();
   if (!d.ok()) return run;
   SchedulerOptions so;
