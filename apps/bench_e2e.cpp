@@ -69,6 +69,7 @@ void run_bench_e2e(const EngineOptions& opt, std::shared_ptr<const ModelWeights>
       GenerateOptions g;
       g.drafter = drafter->get();
       g.draft_tokens = *drafter ? o.speculative.draft_tokens : 0;
+      g.draft_max_batch = o.speculative.max_batch;
       g.max_new_tokens = spec.tokens;
       g.stop_at_eos = false;
       g.sampling.temperature = spec.temperature;

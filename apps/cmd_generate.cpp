@@ -48,6 +48,7 @@ void run_generate(const GenerateFlags& f) {
   GenerateOptions g;
   g.drafter = drafter->get();
   g.draft_tokens = *drafter ? opt->speculative.draft_tokens : 0;
+  g.draft_max_batch = opt->speculative.max_batch;
   g.max_new_tokens = f.max_tokens;
   g.sampling.temperature = f.temperature;
   g.sampling.top_p = f.top_p;

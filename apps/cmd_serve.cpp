@@ -197,7 +197,8 @@ void serve_spawned(const ServeFlags& f) {
       args.insert(args.end(), {"--speculative", e.speculative, "--draft-tokens",
                                std::to_string(e.options.speculative.draft_tokens), "--ngram-min",
                                std::to_string(e.options.speculative.ngram_min), "--ngram-max",
-                               std::to_string(e.options.speculative.ngram_max)});
+                               std::to_string(e.options.speculative.ngram_max), "--speculative-max-batch",
+                               std::to_string(e.options.speculative.max_batch)});
     if (!e.trace.empty()) {
       trace_parts.push_back(trace_part_path(e.trace, "attention", i));
       args.insert(args.end(), {"--trace", trace_parts.back(), "--trace-max-spans", std::to_string(e.trace_max_spans)});

@@ -26,6 +26,9 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
   cmd->add_option("--draft-tokens", options.speculative.draft_tokens,
                   "Drafts per sequence and step: 1..3 with mtp, 1..8 with ngram")
       ->envname("AFD_DRAFT_TOKENS");
+  cmd->add_option("--speculative-max-batch", options.speculative.max_batch,
+                  "Propose drafts only in steps with at most this many decoding sequences (0: always)")
+      ->envname("AFD_SPECULATIVE_MAX_BATCH");
   cmd->add_option("--ngram-min", options.speculative.ngram_min, "Shortest n-gram --speculative ngram matches")
       ->envname("AFD_NGRAM_MIN");
   cmd->add_option("--ngram-max", options.speculative.ngram_max, "Longest n-gram --speculative ngram matches")

@@ -324,6 +324,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   so.system_fingerprint = numerics;
   so.deterministic = opt.deterministic;
   so.scheduler.draft_tokens = opt.speculative.method == SpeculativeMethod::none ? 0 : opt.speculative.draft_tokens;
+  so.scheduler.draft_max_batch = opt.speculative.max_batch;
   // In-process bundles' FFN workers (owned by the engines, which the service keeps alive):
   // their afd_ffn_* series join the service's /metrics, labelled ffn="<engine>.<shard>".
   std::vector<serve::FfnWorkerSample> ffn_samples;

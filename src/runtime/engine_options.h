@@ -110,6 +110,10 @@ struct SpeculativeOptions {
   int64_t draft_tokens = 1;
   // n-gram lengths tried, longest first: 1 <= ngram_min <= ngram_max <= 16.
   int64_t ngram_min = 2, ngram_max = 4;
+  // Drafts only in steps with at most this many decoding sequences (larger batches are
+  // compute-bound, where verifying drafts costs more than it saves; docs/BENCHMARKS.md
+  // "Speculative decoding" measures where); 0: every step.
+  int64_t max_batch = 0;
   Status validate() const;
 };
 

@@ -118,7 +118,9 @@ Result<GenerateResult> generate(Engine& engine, const std::vector<std::vector<in
     if (who.empty()) break;
     const int64_t step_t0 = now_ns();
     drafts.assign(who.size(), {});
-    if (drafter) {
+    const bool draft_now =
+        drafter && (opt.draft_max_batch <= 0 || static_cast<int64_t>(who.size()) <= opt.draft_max_batch);
+    if (draft_now) {
       s = drafter->propose(queries, &drafts);
       if (!s.is_ok()) { release_everything(); return s; }
     }

@@ -262,17 +262,21 @@ void Scheduler::propose_drafts() {
   if (!drafter_) return;
   std::vector<Drafter::Query> queries;
   std::vector<SeqRequest*> who;
+  int64_t n_decoding = 0;
   for (auto& rp : running_) {
     SeqRequest* r = rp.get();
     r->n_draft = 0;
-    if (r->seq_id < 0 || r->n_computed == 0 || r->n_computed < r->replay_end) continue;
+    if (r->seq_id < 0 || r->n_computed == 0) continue;
     if (static_cast<int64_t>(r->tokens.size()) - r->n_computed != 1) continue;  // not decoding
+    ++n_decoding;
+    if (r->n_computed < r->replay_end) continue;
     const int64_t max_drafts = std::min(opt_.draft_tokens, r->output.tokens_left() - 1);
     if (max_drafts <= 0) continue;
     queries.push_back(Drafter::Query{r->seq_id, r->tokens, max_drafts});
     who.push_back(r);
   }
   if (queries.empty()) return;
+  if (opt_.draft_max_batch > 0 && n_decoding > opt_.draft_max_batch) return;
   std::vector<std::vector<int32_t>> drafts;
   if (Status s = drafter_->propose(queries, &drafts); !s.is_ok()) {
     // Drafts only save time: the step runs without them.

@@ -64,6 +64,8 @@ struct SchedulerOptions {
   // Speculative decoding with the scheduler's drafter: drafts per sequence and step (the
   // engine options' --draft-tokens); 0 or no drafter: none.
   int64_t draft_tokens = 0;
+  // Drafts only in steps with at most this many decoding sequences (--speculative-max-batch); 0: always.
+  int64_t draft_max_batch = 0;
 };
 
 class Scheduler {
