@@ -46,14 +46,15 @@ def tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("speculative")
 
 
-def generate(*args):
+def generate(*args, ignore_eos=True):
     """(the ids `afd generate` prints for PROMPTS, one list per prompt; its stderr)."""
     ids = [a for p in PROMPTS for a in ("--prompt-ids", ",".join(map(str, p)))]
-    r = afd("--log-level", "error", "generate", "--model", MODEL, "--max-tokens", MAX_TOKENS, "--ignore-eos", *ids,
-            *args)
+    r = afd("--log-level", "error", "generate", "--model", MODEL, "--max-tokens", MAX_TOKENS,
+            *(["--ignore-eos"] if ignore_eos else []), *ids, *args)
     assert r.returncode == 0, r.stderr[-2000:]
     out = [list(map(int, line.split(","))) for line in r.stdout.split()]
-    assert len(out) == len(PROMPTS) and all(len(t) == MAX_TOKENS for t in out), r.stdout
+    assert len(out) == len(PROMPTS), r.stdout
+    assert not ignore_eos or all(len(t) == MAX_TOKENS for t in out), r.stdout
     return out, r.stderr
 
 
@@ -83,6 +84,19 @@ def check_every_method(*args):
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_generate_greedy_equals_plain(precision, topology):
     check_every_method(*PRECISIONS[precision], *TOPOLOGIES[topology], "--threads", "1")
+
+
+def test_generate_stops_at_eos_as_without():
+    """Each prompt stops at its EOS, at different steps (no accepted draft after EOS is printed;
+    the others go on)."""
+    want, _ = generate("--precision", "reference", "--threads", "1", ignore_eos=False)
+    eos = json.load(open(MODEL / "generation_config.json"))["eos_token_id"]
+    assert all(t[-1] == eos for t in want) and len({len(t) for t in want}) > 1, want
+    for method, k in (("mtp", 3), ("ngram", 8)):
+        got, err = generate("--precision", "reference", "--threads", "1", "--speculative", method, "--draft-tokens", k,
+                            ignore_eos=False)
+        assert got == want, f"--speculative {method}: {got}"
+        assert ACCEPTANCE.search(err), err
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
