@@ -193,7 +193,9 @@ void serve_spawned(const ServeFlags& f) {
     if (!e.microbatches.empty()) args.insert(args.end(), {"--microbatches", e.microbatches});
     if (e.no_prefix_cache) args.push_back("--no-prefix-cache");
     if (e.options.deterministic) args.push_back("--deterministic");
-    if (e.options.speculative.method != SpeculativeMethod::none)
+    // The method is the flag's text (e.options.speculative.method is filled by to_options() only).
+    if (SpeculativeMethod m = SpeculativeMethod::none;
+        speculative_method_from_name(e.speculative, &m) && m != SpeculativeMethod::none)
       args.insert(args.end(), {"--speculative", e.speculative, "--draft-tokens",
                                std::to_string(e.options.speculative.draft_tokens), "--ngram-min",
                                std::to_string(e.options.speculative.ngram_min), "--ngram-max",
