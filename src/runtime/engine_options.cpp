@@ -27,13 +27,15 @@ const char* speculative_method_name(SpeculativeMethod m) {
 }
 
 Status SpeculativeOptions::validate() const {
-  if (method == SpeculativeMethod::none) return Status::ok();
+  // The counts are checked whatever the method, so a wrong flag is not silently ignored.
   const int64_t max_k = method == SpeculativeMethod::mtp ? 3 : 8;
   if (draft_tokens < 1 || draft_tokens > max_k)
-    return invalid_argument(std::string("--draft-tokens must be in [1, ") + std::to_string(max_k) + "] for --speculative " +
-                            speculative_method_name(method) + ", got " + std::to_string(draft_tokens));
+    return invalid_argument(std::string("--draft-tokens must be in [1, ") + std::to_string(max_k) + "]" +
+                            (method == SpeculativeMethod::none ? std::string()
+                                                               : std::string(" for --speculative ") + speculative_method_name(method)) +
+                            ", got " + std::to_string(draft_tokens));
   if (max_batch < 0) return invalid_argument("--speculative-max-batch must be >= 0 (0: no limit)");
-  if (method == SpeculativeMethod::ngram && (ngram_min < 1 || ngram_min > ngram_max || ngram_max > 16))
+  if ((ngram_min < 1 || ngram_min > ngram_max || ngram_max > 16))
     return invalid_argument("--ngram-min / --ngram-max must satisfy 1 <= min <= max <= 16, got " +
                             std::to_string(ngram_min) + " / " + std::to_string(ngram_max));
   return Status::ok();

@@ -204,6 +204,23 @@ std::vector<BatchItem> Scheduler::form_batch(std::vector<SeqRequest*>* order) {
   propose_drafts();
   const bool all_rows = drafter_ && drafter_->needs_hidden();
   int64_t budget = opt_.max_batch_tokens;
+  // KV blocks the items so far take (per item; an item whose sequence was preempted since
+  // takes none): Engine::can_append checks one sequence against the free blocks, and the
+  // batch as a whole must fit too, or the forward pass fails for every sequence in it.
+  std::vector<int64_t> item_blocks;
+  auto extra_blocks = [&](const SeqRequest* r, int64_t n) {
+    const int64_t len = engine_->sequence_length(r->seq_id);
+    return blocks_for(len + n) - blocks_for(len);
+  };
+  auto fits = [&](const SeqRequest* r, int64_t n) {
+    if (!engine_->can_append(r->seq_id, n)) return false;
+    const KvUsage u = engine_->kv_usage();
+    if (u.blocks_total <= 0) return true;  // no block pool reported: can_append decides
+    int64_t claimed = 0;
+    for (size_t k = 0; k < items.size(); ++k)
+      if ((*order)[k]->seq_id == items[k].seq_id) claimed += item_blocks[k];
+    return claimed + extra_blocks(r, n) <= u.blocks_total - u.blocks_used;
+  };
   // Pass 0: sequences in decode (one token); pass 1: prefill chunks with what budget is left.
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
@@ -216,12 +233,11 @@ std::vector<BatchItem> Scheduler::form_batch(std::vector<SeqRequest*>* order) {
       if (r->n_computed < r->replay_end)
         n_new = std::min(n_new, r->n_computed < r->n_prompt ? r->n_prompt - r->n_computed : int64_t{1});
       // Drafts ride along when the budget and the KV cache have room for them.
-      if (decode && r->n_draft > 0 && (1 + r->n_draft > budget || !engine_->can_append(r->seq_id, 1 + r->n_draft)))
-        r->n_draft = 0;
-      while (!engine_->can_append(r->seq_id, n_new)) {
+      if (decode && r->n_draft > 0 && (1 + r->n_draft > budget || !fits(r, 1 + r->n_draft))) r->n_draft = 0;
+      while (!fits(r, n_new)) {
         if (!preempt_one(r)) break;
       }
-      if (!engine_->can_append(r->seq_id, n_new)) {
+      if (!fits(r, n_new)) {
         // Alone and still no room: the KV cache cannot hold this sequence.
         finish(r, FinishReason::error, resource_exhausted("KV cache exhausted: the sequence no longer fits"));
         continue;
@@ -236,6 +252,7 @@ std::vector<BatchItem> Scheduler::form_batch(std::vector<SeqRequest*>* order) {
         it.tokens = std::span<const int32_t>(r->tokens.data() + r->n_computed, static_cast<size_t>(n_new));
       }
       it.all_logits = it.n_draft > 0 || all_rows;
+      item_blocks.push_back(extra_blocks(r, n_new));
       items.push_back(it);
       order->push_back(r);
       budget -= n_new;

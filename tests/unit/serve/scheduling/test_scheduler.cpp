@@ -152,6 +152,15 @@ TEST(Scheduler, PreemptsByRecomputeWhenKvRunsOut) {
   EXPECT_EQ(f.engine.live_sequences(), 0);
 }
 
+// One free block, three sequences that each need one at the same step: each fits alone, the
+// batch does not; the scheduler preempts rather than failing the whole step.
+TEST(Scheduler, BatchThatFitsOnlyItemByItemPreemptsInsteadOfFailing) {
+  SchedulerOptions o;
+  Fixture f(/*blocks=*/7, /*block=*/2, o);
+  run_three_over_a_small_cache(f);
+  EXPECT_EQ(f.engine.live_sequences(), 0);
+}
+
 TEST(Scheduler, ChunkedPrefillRespectsTokenBudget) {
   SchedulerOptions o;
   o.max_batch_tokens = 4;
