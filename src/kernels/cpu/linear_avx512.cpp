@@ -298,13 +298,25 @@ AFD_AVX512 void rows_seq_dp(const uint16_t* x, int64_t ldx, const uint16_t* w, i
         for (int t = 0; t < T; ++t) a[p][t] = _mm512_dpbf16_ps(a[p][t], wv, xv[t]);
       }
     }
+    // The S * T sums four at a time (reduce4; a last partial group padded with zeros), each in
+    // the canonical tree whatever its group.
+    constexpr int N = S * T;
+    if constexpr (N == 1) {
+      const float s = reduce1(a[0][0]);
+      float* o = y + r0 + i;
+      *o = acc ? *o + s : s;
+    } else {
+      const __m512 z = _mm512_setzero_ps();
+      alignas(16) float sums[(N + 3) / 4 * 4];
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-#pragma GCC unroll 4
-      for (int p = 0; p < S; ++p) {
-        const float s = reduce1(a[p][t]);
-        float* o = y + t * ldy + r0 + p * per + i;
-        *o = acc ? *o + s : s;
+      for (int k = 0; k < N; k += 4)
+        _mm_store_ps(sums + k, reduce4(a[k % S][k / S], k + 1 < N ? a[(k + 1) % S][(k + 1) / S] : z,
+                                       k + 2 < N ? a[(k + 2) % S][(k + 2) / S] : z,
+                                       k + 3 < N ? a[(k + 3) % S][(k + 3) / S] : z));
+#pragma GCC unroll 16
+      for (int k = 0; k < N; ++k) {
+        float* o = y + (k / S) * ldy + r0 + (k % S) * per + i;
+        *o = acc ? *o + sums[k] : sums[k];
       }
     }
   }
