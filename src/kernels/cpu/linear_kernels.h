@@ -69,7 +69,7 @@ struct LinearAvx512Tuning {
   // the small-n tiles (1: none). Default: bench_kernels --small-n 3 --ns 2,3,4 --row-seq-max-n K
   // and whole verification steps (afd bench --query-tokens).
   int row_seq_max_n = 4;
-  // bf16 x bf16 at 2..kSmallNMax tokens: 0 = the general tiles (4 rows x <= 6 tokens, no
+  // bf16 x bf16 at row_seq_max_n + 1..kSmallNMax tokens: 0 = the general tiles (4 rows x <= 6 tokens, no
   // prefetch), 3 or 4 = rows_small_dp with 3-row tiles of <= 8 tokens or 4-row tiles of <= 6
   // tokens. 3-row tiles run n = 8 as one token block instead of two (bench_kernels --small-n;
   // docs/bench-log/2026-11-26-smalln.md).
