@@ -557,9 +557,10 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
   const bool row_seq = n == 1 ? rows_single == 1 : n <= std::min<int64_t>(tuning.row_seq_max_n, kRowSeqMaxN);
   if (K == Kind::dp && row_seq) {
     if constexpr (K == Kind::dp) {
-      if (tuning.row_streams == 4) rows_seq_dp_n<4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
-      else if (tuning.row_streams == 2) rows_seq_dp_n<2>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
-      else rows_seq_dp_n<1>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
+      const int64_t pf_seq = n == 1 ? pf : tuning.row_seq_prefetch_bytes;
+      if (tuning.row_streams == 4) rows_seq_dp_n<4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf_seq);
+      else if (tuning.row_streams == 2) rows_seq_dp_n<2>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf_seq);
+      else rows_seq_dp_n<1>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf_seq);
     }
   } else if (n == 1 && rows_single == 1) {
     for (int64_t r = r0; r < r1; ++r) {

@@ -70,6 +70,9 @@ struct LinearAvx512Tuning {
   // --query-tokens; docs/bench-log/2026-11-29-verify-row-streams.md); in isolation
   // `bench_kernels --small-n 3,5 --ns 2,3,4 --row-streams 4`.
   int row_seq_max_n = 4;
+  // The row streams' W prefetch distance in bytes at 2..row_seq_max_n tokens (0: none; one
+  // token takes prefetch_bytes). Default: whole verification steps, as row_seq_max_n.
+  int64_t row_seq_prefetch_bytes = 0;
   // bf16 x bf16 at row_seq_max_n + 1..kSmallNMax tokens: 0 = the general tiles (4 rows x <= 6 tokens, no
   // prefetch), 3 or 4 = rows_small_dp with 3-row tiles of <= 8 tokens or 4-row tiles of <= 6
   // tokens. 3-row tiles run n = 8 as one token block instead of two (bench_kernels --small-n;

@@ -212,6 +212,7 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
     tuning.row_seq_max_n = row_seq_max_n;
     tuning.row_streams = row_streams;
     tuning.prefetch_bytes = prefetch_bytes;
+    tuning.row_seq_prefetch_bytes = prefetch_bytes;
     if (x_bytes != 0) tuning.small_n_x_bytes = x_bytes;
     if (pf_min != 0) tuning.small_n_prefetch_min_bytes = pf_min;
     if (chunk != 0) tuning.small_n_chunk_bytes = std::max<int64_t>(chunk, 0);
