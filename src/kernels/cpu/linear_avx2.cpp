@@ -3,7 +3,6 @@
 // linear_kernels.h (one 8-lane accumulator, hsum8, scalar FMA tail), whatever the tile:
 //   * one token: 4 rows at a time, one from each quarter of the thread's range, so the range is
 //     read as 4 long sequential streams;
-//   * two tokens: the same 4 streams, 4 rows x 2 tokens (8 accumulators);
 //   * more tokens: "dot" tiles of 3 rows of W x up to 4 tokens (12 accumulators, 3 widened W
 //     vectors and one x vector: 16 registers), the 3 rows from the three thirds of the range.
 // GCC 12 reports false -Wuninitialized warnings inside its own AVX-512 headers
@@ -81,7 +80,7 @@ AFD_AVX2 void run_tile(int t, const WT* w, int64_t cols, const int64_t* rows, co
 }
 
 // Rows [r0, r1): tiles of R rows from stream_sets (R sequential streams), token blocks of
-// <= TMax inside each row set while its rows are in L1; one or two tokens: 4-row tiles.
+// <= TMax inside each row set while its rows are in L1; one token: 4-row tiles.
 template <typename WT>
 AFD_AVX2 void rows_generic(const float* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
                            int64_t r1, float* y, int64_t ldy, bool acc) {
@@ -89,13 +88,6 @@ AFD_AVX2 void rows_generic(const float* x, int64_t n, int64_t ldx, const WT* w, 
     stream_sets<4>(r0, r1, [&](int rn, const int64_t* rows) {
       if (rn == 4) tile<4, 1>(w, cols, rows, x, ldx, y, ldy, acc);
       else tile<1, 1>(w, cols, rows, x, ldx, y, ldy, acc);
-    });
-    return;
-  }
-  if (n == 2) {
-    stream_sets<4>(r0, r1, [&](int rn, const int64_t* rows) {
-      if (rn == 4) tile<4, 2>(w, cols, rows, x, ldx, y, ldy, acc);
-      else tile<1, 2>(w, cols, rows, x, ldx, y, ldy, acc);
     });
     return;
   }
