@@ -310,9 +310,9 @@ AFD_AVX512 void rows_seq_dp(const uint16_t* x, int64_t ldx, const uint16_t* w, i
       alignas(16) float sums[(N + 3) / 4 * 4];
 #pragma GCC unroll 4
       for (int k = 0; k < N; k += 4)
-        _mm_store_ps(sums + k, reduce4(a[k % S][k / S], k + 1 < N ? a[(k + 1) % S][(k + 1) / S] : z,
-                                       k + 2 < N ? a[(k + 2) % S][(k + 2) / S] : z,
-                                       k + 3 < N ? a[(k + 3) % S][(k + 3) / S] : z));
+        _mm_store_ps(sums + k,
+                     reduce4(a[k % S][k / S], k + 1 < N ? a[(k + 1) % S][(k + 1) / S] : z,
+                             k + 2 < N ? a[(k + 2) % S][(k + 2) / S] : z, k + 3 < N ? a[(k + 3) % S][(k + 3) / S] : z));
 #pragma GCC unroll 16
       for (int k = 0; k < N; ++k) {
         float* o = y + (k / S) * ldy + r0 + (k % S) * per + i;

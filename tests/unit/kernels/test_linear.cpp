@@ -202,10 +202,18 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
     int row_seq_max_n, row_streams;
     int64_t prefetch_bytes;
   };
-  for (Layout l : {Layout{0, 0, 0, 0, 1, 4, 8192}, {3, 0, 0, 0, 1, 4, 8192}, {4, 0, 0, 0, 1, 4, 8192},
-                   {3, 1024, 64, 0, 1, 4, 8192}, {4, 1024, 65536, 0, 1, 4, 8192}, {3, 1024, 64, -1, 1, 4, 8192},
-                   {3, 1024, 64, 4096, 1, 4, 8192}, {4, 2048, 0, 20000, 1, 4, 8192}, {3, 0, 0, 0, 4, 4, 8192},
-                   {3, 0, 0, 0, 4, 2, 64}, {0, 0, 0, 0, 4, 1, 0}, {4, 1024, 64, 0, 3, 4, 0}}) {
+  for (Layout l : {Layout{0, 0, 0, 0, 1, 4, 8192},
+                   {3, 0, 0, 0, 1, 4, 8192},
+                   {4, 0, 0, 0, 1, 4, 8192},
+                   {3, 1024, 64, 0, 1, 4, 8192},
+                   {4, 1024, 65536, 0, 1, 4, 8192},
+                   {3, 1024, 64, -1, 1, 4, 8192},
+                   {3, 1024, 64, 4096, 1, 4, 8192},
+                   {4, 2048, 0, 20000, 1, 4, 8192},
+                   {3, 0, 0, 0, 4, 4, 8192},
+                   {3, 0, 0, 0, 4, 2, 64},
+                   {0, 0, 0, 0, 4, 1, 0},
+                   {4, 1024, 64, 0, 3, 4, 0}}) {
     const auto [layout, x_bytes, pf_min, chunk, row_seq_max_n, row_streams, prefetch_bytes] = l;
     detail::LinearAvx512Tuning tuning;  // 0: the default; chunk < 0: no row chunks
     tuning.small_n_layout = layout;
@@ -226,9 +234,8 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
                                  p.y_stride, prec, tp, acc, tuning);
             check(p, y, acc,
                   describe(p, "avx512 small-n", acc, tp ? tp->size() : 1) + " layout=" + std::to_string(layout) +
-                      " x_bytes=" + std::to_string(x_bytes) + " chunk=" + std::to_string(chunk) +
-                      " row_seq_max_n=" + std::to_string(row_seq_max_n) +
-                      " row_streams=" + std::to_string(row_streams));
+                      " x_bytes=" + std::to_string(x_bytes) + " chunk=" + std::to_string(chunk) + " row_seq_max_n=" +
+                      std::to_string(row_seq_max_n) + " row_streams=" + std::to_string(row_streams));
           }
       }
   }
