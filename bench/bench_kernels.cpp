@@ -21,8 +21,10 @@
 // for each variant V = layout + 10 * (x block KiB, < 1000) + 1e4 * (least prefetch distance
 // KiB, < 1000) + 1e7 * (row chunk: 0 the default, 1 none, k >= 2 k * 16 KiB) of
 // detail::LinearAvx512Tuning (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n tiles,
-// 9 = the pairs kernel, which the other layouts switch off; 0 KiB = the default), interleaved in
-// each of R rounds (default 5); --row-streams S: LinearAvx512Tuning::row_streams (n = 1).
+// 5 = the row streams up to kRowSeqMaxN tokens, 9 = the pairs kernel, which the other layouts
+// switch off; layouts other than 5 take the row streams for one token only; 0 KiB = the
+// default), interleaved in each of R rounds (default 5); --row-streams S:
+// LinearAvx512Tuning::row_streams (the row streams' S).
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -484,6 +486,7 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
       const int64_t x_bytes = int64_t{row.variant / 10 % 1000} * 1024;
       const int64_t pf_min = int64_t{row.variant / 10000 % 1000} * 1024;
       if (layout == 0 || layout == 3 || layout == 4) tuning.small_n_layout = layout;
+      tuning.row_seq_max_n = layout == 5 ? static_cast<int>(detail::kRowSeqMaxN) : 1;
       if (x_bytes != 0) tuning.small_n_x_bytes = x_bytes;
       if (pf_min != 0) tuning.small_n_prefetch_min_bytes = pf_min;
       if (chunk != 0) tuning.small_n_chunk_bytes = chunk == 1 ? 0 : int64_t{chunk} * 16 * 1024;

@@ -236,31 +236,37 @@ AFD_AVX512 void tile_fma_f32w(const float* w, int64_t cols, const float* x, int6
   store_tile<R, T, Tree>(a, y, ldy, acc);
 }
 
-// ---- One token, one row at a time ----
+// ---- One to kRowSeqMaxN tokens, one row at a time ----
 // Each W row is read front to back, so a thread's W range is one sequential stream, which
-// reads at the machine's streaming bandwidth. rows_seq_dp has one accumulator per row (the
-// canonical order of linear_kernels.h) and streams S parts of the rows side by side for
-// independent chains (S long sequential streams); the f32-activation variants have 4
+// reads at the machine's streaming bandwidth. rows_seq_dp has one accumulator per (row, token)
+// (the canonical order of linear_kernels.h) and streams S parts of the rows side by side for
+// independent chains (S long sequential streams), every W vector feeding the T tokens'
+// accumulators of its row, so the W bytes per instruction and the memory-level parallelism of
+// the T-token call are those of the one-token call. The f32-activation variants have 4
 // accumulators on one row. Interleaving 4-8 rows (the tiles above) splits it into short strided
-// streams that the hardware prefetchers follow badly when rows are short. With several tokens the tiles win (x reuse and fewer reductions).
+// streams that the hardware prefetchers follow badly when rows are short. With more tokens the
+// tiles win (x reuse across rows and fewer reductions per W byte).
 // x is zero padded to a multiple of 32 columns (and permuted per 32-column block for
 // fma_bf16w, see prep_x_f32_perm32); W is read only up to cols. rows_seq_dp prefetches W pf
 // bytes ahead (0: none) within the `left` bytes this call reads from w on; the f32-activation
 // variants do not (docs/bench-log/2026-11-26-fp8-prefetch.md).
-template <int S>
-AFD_AVX512 void rows_seq_dp(const uint16_t* x, const uint16_t* w, int64_t cols, int64_t r0, int64_t r1, float* y,
-                            bool acc, int64_t pf) {
-  // Rows [r0, r1) as S contiguous parts of `per` rows, one row of each part at a time (S
+// T tokens: x rows ldx apart, y rows ldy apart (y[t * ldy + r]).
+template <int S, int T>
+AFD_AVX512 void rows_seq_dp(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0, int64_t r1,
+                            float* y, int64_t ldy, bool acc, int64_t pf) {
+  static_assert(S * T + S + T <= 32, "accumulators, W and x vectors fit the 32 zmm registers");
+  // Rows [r0, r1) as S contiguous parts of `per` rows, one row of each part at a time (S * T
   // accumulator chains, S sequential streams), then the remaining rows one by one.
   const int64_t per = (r1 - r0) / S;
   const int64_t c128 = cols & ~int64_t{127};
   for (int64_t i = 0; i < per; ++i) {
     const uint16_t* wr[S];
-    __m512 a[S];
+    __m512 a[S][T];
 #pragma GCC unroll 4
     for (int p = 0; p < S; ++p) {
       wr[p] = w + (r0 + p * per + i) * cols;
-      a[p] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) a[p][t] = _mm512_setzero_ps();
     }
     const int64_t left = (per - i) * cols * 2;  // bytes from wr[p] to the end of part p
     int64_t c = 0;
@@ -269,25 +275,65 @@ AFD_AVX512 void rows_seq_dp(const uint16_t* x, const uint16_t* w, int64_t cols, 
       for (int p = 0; p < S; ++p) prefetch_ahead<4>(wr[p] + c, pf, left - 2 * c);
 #pragma GCC unroll 4
       for (int k = 0; k < 128; k += 32) {
-        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + c + k);
+        __m512bh xv[T];
 #pragma GCC unroll 4
-        for (int p = 0; p < S; ++p) a[p] = _mm512_dpbf16_ps(a[p], (__m512bh)_mm512_loadu_si512(wr[p] + c + k), xv);
+        for (int t = 0; t < T; ++t) xv[t] = (__m512bh)_mm512_loadu_si512(x + t * ldx + c + k);
+#pragma GCC unroll 4
+        for (int p = 0; p < S; ++p) {
+          const __m512bh wv = (__m512bh)_mm512_loadu_si512(wr[p] + c + k);
+#pragma GCC unroll 4
+          for (int t = 0; t < T; ++t) a[p][t] = _mm512_dpbf16_ps(a[p][t], wv, xv[t]);
+        }
       }
     }
     for (; c < cols; c += 32) {
       const __mmask32 m = cols - c >= 32 ? ~__mmask32{0} : _cvtu32_mask32((1u << (cols - c)) - 1u);
-      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + c);
+      __m512bh xv[T];
 #pragma GCC unroll 4
-      for (int p = 0; p < S; ++p) a[p] = _mm512_dpbf16_ps(a[p], (__m512bh)_mm512_maskz_loadu_epi16(m, wr[p] + c), xv);
+      for (int t = 0; t < T; ++t) xv[t] = (__m512bh)_mm512_loadu_si512(x + t * ldx + c);
+#pragma GCC unroll 4
+      for (int p = 0; p < S; ++p) {
+        const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, wr[p] + c);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) a[p][t] = _mm512_dpbf16_ps(a[p][t], wv, xv[t]);
+      }
     }
-#pragma GCC unroll 4
-    for (int p = 0; p < S; ++p) {
-      const float s = reduce1(a[p]);
-      float* o = y + r0 + p * per + i;
+    // The S * T sums four at a time (reduce4; a last partial group padded with zeros), each in
+    // the canonical tree whatever its group.
+    constexpr int N = S * T;
+    if constexpr (N == 1) {
+      const float s = reduce1(a[0][0]);
+      float* o = y + r0 + i;
       *o = acc ? *o + s : s;
+    } else {
+      const __m512 z = _mm512_setzero_ps();
+      alignas(16) float sums[(N + 3) / 4 * 4];
+#pragma GCC unroll 4
+      for (int k = 0; k < N; k += 4)
+        _mm_store_ps(sums + k,
+                     reduce4(a[k % S][k / S], k + 1 < N ? a[(k + 1) % S][(k + 1) / S] : z,
+                             k + 2 < N ? a[(k + 2) % S][(k + 2) / S] : z, k + 3 < N ? a[(k + 3) % S][(k + 3) / S] : z));
+#pragma GCC unroll 16
+      for (int k = 0; k < N; ++k) {
+        float* o = y + (k / S) * ldy + r0 + (k % S) * per + i;
+        *o = acc ? *o + sums[k] : sums[k];
+      }
     }
   }
-  if constexpr (S > 1) rows_seq_dp<1>(x, w, cols, r0 + S * per, r1, y, acc, pf);
+  if constexpr (S > 1) rows_seq_dp<1, T>(x, ldx, w, cols, r0 + S * per, r1, y, ldy, acc, pf);
+}
+
+// rows_seq_dp with T = n (1 <= n <= kRowSeqMaxN) and S = streams (1, 2 or 4).
+template <int S>
+AFD_AVX512 void rows_seq_dp_n(const uint16_t* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
+                              int64_t r1, float* y, int64_t ldy, bool acc, int64_t pf) {
+  switch (n) {
+    case 1: rows_seq_dp<S, 1>(x, ldx, w, cols, r0, r1, y, ldy, acc, pf); break;
+    case 2: rows_seq_dp<S, 2>(x, ldx, w, cols, r0, r1, y, ldy, acc, pf); break;
+    case 3: rows_seq_dp<S, 3>(x, ldx, w, cols, r0, r1, y, ldy, acc, pf); break;
+    case 4: rows_seq_dp<S, 4>(x, ldx, w, cols, r0, r1, y, ldy, acc, pf); break;
+    default: break;
+  }
 }
 
 AFD_AVX512 void row_seq_fma_bf16w(const uint16_t* w, int64_t cols, const float* x, float* y, bool acc) {
@@ -508,11 +554,13 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
   // One token: no x reuse to exploit; rows one at a time (default) or interleaved tiles.
   const int rows_single = tuning.rows_single;
   const int small_n = tuning.small_n_layout;
-  if (K == Kind::dp && n == 1 && rows_single == 1) {
+  const bool row_seq = n == 1 ? rows_single == 1 : n <= std::min<int64_t>(tuning.row_seq_max_n, kRowSeqMaxN);
+  if (K == Kind::dp && row_seq) {
     if constexpr (K == Kind::dp) {
-      if (tuning.row_streams == 4) rows_seq_dp<4>(x, w, cols, r0, r1, y, acc, pf);
-      else if (tuning.row_streams == 2) rows_seq_dp<2>(x, w, cols, r0, r1, y, acc, pf);
-      else rows_seq_dp<1>(x, w, cols, r0, r1, y, acc, pf);
+      const int64_t pf_seq = n == 1 ? pf : tuning.row_seq_prefetch_bytes;
+      if (tuning.row_streams == 4) rows_seq_dp_n<4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf_seq);
+      else if (tuning.row_streams == 2) rows_seq_dp_n<2>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf_seq);
+      else rows_seq_dp_n<1>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf_seq);
     }
   } else if (n == 1 && rows_single == 1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -523,8 +571,9 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
     rows_r<K, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
   } else if (K == Kind::dp && n >= 2 && n <= kSmallNMax && small_n != 0) {
     if constexpr (K == Kind::dp) {
-      // n <= 4: one row at a time (one W stream, see the next branch); with the prefetch it was
-      // ahead of the 3-row tiles on 4 KiB rows too (n = 4: 103 vs 120 us, [768, 2048]).
+      // n <= 4 (when row_seq_max_n < n): one row at a time (one W stream, see the next branch);
+      // with the prefetch it was ahead of the 3-row tiles on 4 KiB rows too (n = 4: 103 vs 120
+      // us, [768, 2048]).
       if (n <= 4) rows_small_dp<1, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
       else if (small_n == 3) rows_small_dp<3, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
       else rows_small_dp<4, 6>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);

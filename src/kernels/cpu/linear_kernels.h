@@ -30,6 +30,8 @@ namespace afd::kernels::detail {
 // on (faster: the canonical pairs kernel takes 1.13-1.2x its time, hot, one thread, n = 64..256).
 // Other ISA levels and precisions have orders of their own (ops.h).
 constexpr int64_t kTokenChunk = 96;
+// Largest n that the bf16 x bf16 row streams (rows_seq_dp, linear_avx512.cpp) take.
+constexpr int64_t kRowSeqMaxN = 4;
 // Largest n of the bf16 x bf16 small-n path (rows_dp_bf16_avx512; linear_avx512.cpp); from
 // the pairs threshold (linear_pairs_min_n) on, the pairs kernel takes the product instead.
 constexpr int64_t kSmallNMax = 48;
@@ -57,12 +59,21 @@ struct LinearAvx512Tuning {
   // (docs/bench-log/2026-11-26-fp8-prefetch.md).
   int rows_single = 1;
   int64_t prefetch_bytes = 8192;
-  // Single token, rows one at a time, bf16 x bf16: the thread's rows as this many contiguous
-  // parts (1, 2 or 4) streamed side by side, one row of each at a time (independent accumulator
-  // chains; each row has one). Default: the fastest of 1, 2 and 4 on the bench model's shapes
-  // (`bench_kernels --small-n 3 --ns 1 --row-streams S`).
+  // Rows one at a time, bf16 x bf16 (one token, and 2..row_seq_max_n tokens): the thread's rows
+  // as this many contiguous parts (1, 2 or 4) streamed side by side, one row of each at a time
+  // (independent accumulator chains; each (row, token) has one). Default: the fastest of 1, 2
+  // and 4 on the bench model's shapes (`bench_kernels --small-n 3 --ns 1 --row-streams S`).
   int row_streams = 4;
-  // bf16 x bf16 at 2..kSmallNMax tokens: 0 = the general tiles (4 rows x <= 6 tokens, no
+  // bf16 x bf16 at 2..row_seq_max_n tokens (at most kRowSeqMaxN): the rows one at a time in
+  // row_streams streams as for one token; more tokens take the small-n tiles (1: one token
+  // only). Default: whole verification steps of 2..4 tokens per sequence (afd bench
+  // --query-tokens; docs/bench-log/2026-11-29-verify-row-streams.md); in isolation
+  // `bench_kernels --small-n 3,5 --ns 2,3,4 --row-streams 4`.
+  int row_seq_max_n = 4;
+  // The row streams' W prefetch distance in bytes at 2..row_seq_max_n tokens (0: none; one
+  // token takes prefetch_bytes). Default: whole verification steps, as row_seq_max_n.
+  int64_t row_seq_prefetch_bytes = 0;
+  // bf16 x bf16 at row_seq_max_n + 1..kSmallNMax tokens: 0 = the general tiles (4 rows x <= 6 tokens, no
   // prefetch), 3 or 4 = rows_small_dp with 3-row tiles of <= 8 tokens or 4-row tiles of <= 6
   // tokens. 3-row tiles run n = 8 as one token block instead of two (bench_kernels --small-n;
   // docs/bench-log/2026-11-26-smalln.md).

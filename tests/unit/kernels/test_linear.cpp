@@ -182,13 +182,15 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
   }
 }
 
-// The bf16 x bf16 small-n layouts (2..kSmallNMax tokens: 1-row streams for n <= 4, 3- or
+// The bf16 x bf16 small-n layouts (2..kSmallNMax tokens: the row streams up to row_seq_max_n
+// tokens in 1, 2 or 4 streams with and without prefetch, then 1-row tiles for n <= 4, 3- or
 // 4-row tiles with prefetch, and the general tiles when switched off), at every n in the range,
-// row counts that leave partial tiles, and column counts off the 32-column step, on both sides of
-// the general tiles' 1024-column switch to one-row streams; with the default x budget and a 1 KiB one,
-// which splits even these columns into several blocks (partial sums added into y), with
-// short and long prefetch distances (prefetches past the end of W are harmless hints), and with
-// row chunks off, of one tile, and of a few tiles (partial chunks at the end of a thread's rows).
+// row counts that leave partial tiles and streams, and column counts off the 32-column step, on
+// both sides of the general tiles' 1024-column switch to one-row streams; with the default x
+// budget and a 1 KiB one, which splits even these columns into several blocks (partial sums
+// added into y), with short and long prefetch distances (prefetches past the end of W are
+// harmless hints), and with row chunks off, of one tile, and of a few tiles (partial chunks at
+// the end of a thread's rows).
 TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
   if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   auto [w_dtype, prec] = GetParam();
@@ -197,12 +199,28 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
   struct Layout {
     int layout;
     int64_t x_bytes, pf_min, chunk;
+    int row_seq_max_n, row_streams;
+    int64_t prefetch_bytes;
   };
-  for (Layout l : {Layout{0, 0, 0, 0}, {3, 0, 0, 0}, {4, 0, 0, 0}, {3, 1024, 64, 0}, {4, 1024, 65536, 0},
-                   {3, 1024, 64, -1}, {3, 1024, 64, 4096}, {4, 2048, 0, 20000}}) {
-    const auto [layout, x_bytes, pf_min, chunk] = l;
+  for (Layout l : {Layout{0, 0, 0, 0, 1, 4, 8192},
+                   {3, 0, 0, 0, 1, 4, 8192},
+                   {4, 0, 0, 0, 1, 4, 8192},
+                   {3, 1024, 64, 0, 1, 4, 8192},
+                   {4, 1024, 65536, 0, 1, 4, 8192},
+                   {3, 1024, 64, -1, 1, 4, 8192},
+                   {3, 1024, 64, 4096, 1, 4, 8192},
+                   {4, 2048, 0, 20000, 1, 4, 8192},
+                   {3, 0, 0, 0, 4, 4, 8192},
+                   {3, 0, 0, 0, 4, 2, 64},
+                   {0, 0, 0, 0, 4, 1, 0},
+                   {4, 1024, 64, 0, 3, 4, 0}}) {
+    const auto [layout, x_bytes, pf_min, chunk, row_seq_max_n, row_streams, prefetch_bytes] = l;
     detail::LinearAvx512Tuning tuning;  // 0: the default; chunk < 0: no row chunks
     tuning.small_n_layout = layout;
+    tuning.row_seq_max_n = row_seq_max_n;
+    tuning.row_streams = row_streams;
+    tuning.prefetch_bytes = prefetch_bytes;
+    tuning.row_seq_prefetch_bytes = prefetch_bytes;
     if (x_bytes != 0) tuning.small_n_x_bytes = x_bytes;
     if (pf_min != 0) tuning.small_n_prefetch_min_bytes = pf_min;
     if (chunk != 0) tuning.small_n_chunk_bytes = std::max<int64_t>(chunk, 0);
@@ -216,7 +234,8 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
                                  p.y_stride, prec, tp, acc, tuning);
             check(p, y, acc,
                   describe(p, "avx512 small-n", acc, tp ? tp->size() : 1) + " layout=" + std::to_string(layout) +
-                      " x_bytes=" + std::to_string(x_bytes) + " chunk=" + std::to_string(chunk));
+                      " x_bytes=" + std::to_string(x_bytes) + " chunk=" + std::to_string(chunk) + " row_seq_max_n=" +
+                      std::to_string(row_seq_max_n) + " row_streams=" + std::to_string(row_streams));
           }
       }
   }

@@ -2,8 +2,9 @@
 // every token's output row is bit for bit the row that the same token gives alone (n = 1, no
 // pool, default tuning), whatever the number of tokens, the token's index among them, the other
 // tokens, the pool size, the kernel path, the tuning knobs and accumulate. Covered: bf16 weights
-// on AVX-512 BF16 (the canonical order of kernels/cpu/linear_kernels.h: row streams, small-n
-// tiles with and without column blocks, general tiles, the pairs kernel) and the scalar path.
+// on AVX-512 BF16 (the canonical order of kernels/cpu/linear_kernels.h: row streams of 1 to
+// kRowSeqMaxN tokens, small-n tiles with and without column blocks, general tiles, the pairs
+// kernel) and the scalar path.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -113,9 +114,10 @@ TEST(LinearBatchInvariance, Bf16Avx512EveryPathNAndPool) {
   }
 }
 
-// Every tuning knob of the AVX-512 kernels gives the default's bits: n = 1 rows one at a time
-// in 1, 2 or 4 streams and 4- / 8-row tiles with any prefetch distance; the small-n layouts
-// (general tiles, 3- and 4-row tiles) with x budgets small enough to split the columns into
+// Every tuning knob of the AVX-512 kernels gives the default's bits: rows one at a time (1 to
+// kRowSeqMaxN tokens, or one token only) in 1, 2 or 4 streams and n = 1 4- / 8-row tiles with
+// any prefetch distance; the small-n layouts (general tiles, 3- and 4-row tiles, with and
+// without the row streams below them) with x budgets small enough to split the columns into
 // blocks, any prefetch distance and row chunks off, of one tile and of a few tiles.
 TEST(LinearBatchInvariance, Bf16Avx512EveryTuning) {
   if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
@@ -124,14 +126,19 @@ TEST(LinearBatchInvariance, Bf16Avx512EveryTuning) {
     int64_t prefetch_bytes;
     int small_n_layout;
     int64_t x_bytes, pf_min, chunk;  // 0: the default; chunk < 0: no row chunks
+    int row_seq_max_n;               // 0: the default
+    int64_t row_seq_prefetch_bytes = 0;
   };
   const Knobs knobs[] = {
-      {4, 1, 1024, 3, 0, 0, 0},        {8, 1, 4096, 3, 0, 0, 0},      {4, 1, 0, 3, 0, 0, 0},
-      {8, 1, 0, 3, 0, 0, 0},           {1, 1, 0, 3, 0, 0, 0},         {1, 1, 64, 3, 0, 0, 0},
-      {1, 2, 8192, 3, 0, 0, 0},        {1, 4, 8192, 3, 0, 0, 0},      {1, 4, 0, 3, 0, 0, 0},
-      {1, 1, 8192, 0, 0, 0, 0},        {1, 1, 8192, 4, 0, 0, 0},      {1, 1, 8192, 3, 1024, 64, 0},
-      {1, 1, 8192, 4, 1024, 65536, 0}, {1, 1, 8192, 3, 1024, 64, -1}, {1, 1, 8192, 3, 1024, 64, 4096},
-      {1, 1, 8192, 4, 2048, 0, 20000}, {1, 1, 8192, 3, 8192, 0, -1},  {1, 1, 8192, 0, 1024, 0, 0}};
+      {4, 1, 1024, 3, 0, 0, 0, 1},        {8, 1, 4096, 3, 0, 0, 0, 1},       {4, 1, 0, 3, 0, 0, 0, 1},
+      {8, 1, 0, 3, 0, 0, 0, 1},           {1, 1, 0, 3, 0, 0, 0, 1},          {1, 1, 64, 3, 0, 0, 0, 1},
+      {1, 2, 8192, 3, 0, 0, 0, 1},        {1, 4, 8192, 3, 0, 0, 0, 1},       {1, 4, 0, 3, 0, 0, 0, 1},
+      {1, 1, 8192, 0, 0, 0, 0, 1},        {1, 1, 8192, 4, 0, 0, 0, 1},       {1, 1, 8192, 3, 1024, 64, 0, 1},
+      {1, 1, 8192, 4, 1024, 65536, 0, 1}, {1, 1, 8192, 3, 1024, 64, -1, 1},  {1, 1, 8192, 3, 1024, 64, 4096, 1},
+      {1, 1, 8192, 4, 2048, 0, 20000, 1}, {1, 1, 8192, 3, 8192, 0, -1, 1},   {1, 1, 8192, 0, 1024, 0, 0, 1},
+      {1, 1, 0, 3, 0, 0, 0, 4, 64},       {1, 2, 64, 3, 0, 0, 0, 4, 8192},   {1, 4, 8192, 3, 0, 0, 0, 4, 8192},
+      {1, 4, 0, 0, 0, 0, 0, 4, 0},        {4, 4, 8192, 3, 0, 0, 0, 4, 1024}, {8, 2, 4096, 4, 1024, 64, 0, 3, 0},
+      {1, 4, 8192, 3, 0, 0, 0, 2, 4096},  {1, 2, 8192, 4, 0, 0, 0, 3, 0}};
   ThreadPool pool(2);
   for (int64_t cols : {int64_t{47}, int64_t{100}, int64_t{300}, int64_t{1100}, int64_t{2048}}) {
     const Problem p = make_problem(70, cols, static_cast<uint32_t>(100 + cols));
@@ -144,7 +151,11 @@ TEST(LinearBatchInvariance, Bf16Avx512EveryTuning) {
       if (k.x_bytes != 0) tuning.small_n_x_bytes = k.x_bytes;
       if (k.pf_min != 0) tuning.small_n_prefetch_min_bytes = k.pf_min;
       if (k.chunk != 0) tuning.small_n_chunk_bytes = std::max<int64_t>(k.chunk, 0);
+      if (k.row_seq_max_n != 0) tuning.row_seq_max_n = k.row_seq_max_n;
+      tuning.row_seq_prefetch_bytes = k.row_seq_prefetch_bytes;
       const std::string what = "rows_single=" + std::to_string(k.rows_single) +
+                               " row_seq_max_n=" + std::to_string(k.row_seq_max_n) +
+                               " row_seq_prefetch=" + std::to_string(k.row_seq_prefetch_bytes) +
                                " row_streams=" + std::to_string(k.row_streams) +
                                " prefetch=" + std::to_string(k.prefetch_bytes) +
                                " layout=" + std::to_string(k.small_n_layout) + " x_bytes=" + std::to_string(k.x_bytes) +
