@@ -79,15 +79,16 @@ def e2e(a):
                 method, k = s.split(":")
                 args += ["--speculative", method, "--draft-tokens", k]
             rows[s].append(bench(a.afd, a.model, args))
-    print(f"| setting | decode tok/s (median) | speed-up median [p10, p90] | accepted/step | bound 1+acc "
-          f"| speed-up / bound | acceptance by position | tokens/seq/step |")
-    print("|---|---:|---|---:|---:|---:|---|---:|")
+    print(f"| setting | decode tok/s (median) | speed-up median [p10, p90] | step ms median | accepted/step "
+          f"| bound 1+acc | speed-up / bound | acceptance by position | tokens/seq/step |")
+    print("|---|---:|---|---:|---:|---:|---:|---|---:|")
     for s in settings:
-        ratios, tps, acc, prop, by_pos_p, by_pos_a, per_step = [], [], 0, 0, [], [], []
+        ratios, tps, acc, prop, by_pos_p, by_pos_a, per_step, step_ms = [], [], 0, 0, [], [], [], []
         for p in range(a.passes):
             for r0, r in zip(rows["none"][p], rows[s][p]):
                 ratios.append(r["decode_tokens_per_s"] / r0["decode_tokens_per_s"])
                 tps.append(r["decode_tokens_per_s"])
+                step_ms.append(r["step_ms"])
                 sp = r["speculative"]
                 acc += sp["drafts_accepted"]
                 prop += sp["drafts_proposed"]
@@ -103,7 +104,8 @@ def e2e(a):
         bound = 1 + acc_step
         pos = " / ".join(f"{n_a / n_p:.2f}" for n_p, n_a in zip(by_pos_p, by_pos_a) if n_p) or "-"
         sp_med = statistics.median(ratios)
-        print(f"| {s} | {statistics.median(tps):.1f} | {summary(ratios)} | {acc_step:.2f} | {bound:.2f} | "
+        print(f"| {s} | {statistics.median(tps):.1f} | {summary(ratios)} | {statistics.median(step_ms):.3f} | "
+              f"{acc_step:.2f} | {bound:.2f} | "
               f"{sp_med / bound:.3f} | {pos} | {statistics.median(per_step):.2f} |")
 
 
