@@ -54,21 +54,17 @@ Result<GenerateResult> generate(Engine& engine, const std::vector<std::vector<in
 
   Drafter* const drafter = opt.draft_tokens > 0 ? opt.drafter : nullptr;
   const bool with_hidden = drafter && drafter->needs_hidden();
-  if (drafter) {
-    for (int64_t i = 0; i < n; ++i) {
-      Status ds = drafter->add_sequence(live[i].seq);
-      if (!ds.is_ok()) {
-        for (int64_t j = 0; j < i; ++j) drafter->release_sequence(live[j].seq);
-        release_all();
-        return ds;
-      }
-    }
-  }
   auto release_everything = [&] {
     if (drafter)
-      for (auto& l : live) drafter->release_sequence(l.seq);
+      for (auto& l : live) drafter->release_sequence(l.seq);  // keys never added are ignored
     release_all();
   };
+  for (int64_t i = 0; drafter && i < n; ++i) {
+    if (Status ds = drafter->add_sequence(live[i].seq); !ds.is_ok()) {
+      release_everything();
+      return ds;
+    }
+  }
 
   // Prefill (every position's row when the logits are kept or the drafter reads hidden states).
   std::vector<BatchItem> items;

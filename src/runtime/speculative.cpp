@@ -63,11 +63,11 @@ Status MtpDrafter::observe(int64_t key, int64_t pos, std::span<const float> hidd
   if (static_cast<int64_t>(hidden.size()) != static_cast<int64_t>(next.size()) * H)
     return invalid_argument("MTP drafter: " + std::to_string(next.size()) + " tokens with " +
                             std::to_string(hidden.size()) + " hidden values");
-  const int64_t expect = s.pending_next.empty() ? s.n_final : s.n_pending_from + static_cast<int64_t>(s.pending_next.size());
+  // The pending rows continue the final positions: they start at n_final.
+  const int64_t expect = s.n_final + static_cast<int64_t>(s.pending_next.size());
   if (pos != expect)
     return invalid_argument("MTP drafter: sequence " + std::to_string(key) + " observed at position " +
                             std::to_string(pos) + ", expected " + std::to_string(expect));
-  if (s.pending_next.empty()) s.n_pending_from = pos;
   s.pending_hidden.insert(s.pending_hidden.end(), hidden.begin(), hidden.end());
   s.pending_next.insert(s.pending_next.end(), next.begin(), next.end());
   return Status::ok();
@@ -81,7 +81,6 @@ Status MtpDrafter::propose(std::span<const Query> queries, std::vector<std::vect
   // on its own block output and the previous draft.
   std::vector<MtpHead::Item> items;
   std::vector<size_t> who;
-  std::vector<int64_t> last_row;  // per item: its last row in the pass's output
   for (size_t i = 0; i < queries.size(); ++i) {
     auto it = seqs_.find(queries[i].key);
     if (it == seqs_.end()) return invalid_argument("MTP drafter: unknown sequence " + std::to_string(queries[i].key));
@@ -95,7 +94,6 @@ Status MtpDrafter::propose(std::span<const Query> queries, std::vector<std::vect
   if (!items.empty()) AFD_RETURN_IF_ERROR(head_->forward(items, &logits, &block_out));
   int64_t row = 0;
   std::vector<size_t> more;  // queries that want another draft
-  prev.clear();
   for (size_t j = 0; j < items.size(); ++j) {
     const size_t i = who[j];
     Seq& s = seqs_[queries[i].key];

@@ -31,7 +31,8 @@ class MtpHead;
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // Sequences are named by the caller's key (e.g. the engine's sequence id).
+  // Sequences are named by the caller's key (e.g. the engine's sequence id); releasing an
+  // unknown key does nothing.
   virtual Status add_sequence(int64_t key) { return Status::ok(); }
   virtual void release_sequence(int64_t key) {}
   // Whether observe() needs the main model's final-normed hidden states
@@ -86,8 +87,7 @@ class MtpDrafter : public Drafter {
   struct Seq {
     int64_t head_seq = -1;
     int64_t n_final = 0;            // positions of the head's sequence computed from final inputs
-    int64_t n_pending_from = 0;     // position of pending_hidden's first row
-    std::vector<float> pending_hidden;  // observed rows not yet run through the module
+    std::vector<float> pending_hidden;  // observed rows of positions n_final.. not yet run through the module
     std::vector<int32_t> pending_next;
   };
   std::unique_ptr<MtpHead> head_;

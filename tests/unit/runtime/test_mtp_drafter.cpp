@@ -9,28 +9,24 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
 #include "model/weights.h"
 #include "runtime/engine_factory.h"
 #include "runtime/speculative.h"
+#include "mtp_golden.h"
 
 namespace afd {
 namespace {
 
-const std::string kOwnHead = AFD_SOURCE_DIR "/tests/reference/mtp/dsv3_mtp_own_head";
-const std::string kSharedHead = AFD_SOURCE_DIR "/tests/reference/mtp/dsv3_mtp_shared_head";
+using test::kMtpMinMargin;
+using test::kMtpOwnHead;
+using test::kMtpSharedHead;
 
-// As test_mtp_head: a draft whose top-1 / top-2 margin in the float64 reference is below this is
-// not compared, nor are the drafts after it at that position.
-constexpr double kMinMargin = 1e-3;
-
+// The golden by (sequence, position).
 struct Golden {
   int64_t k = 0;
   std::vector<std::vector<int32_t>> sequences;
@@ -40,19 +36,16 @@ struct Golden {
 };
 
 Golden load_golden(const std::string& dir) {
-  std::ifstream f(dir + "/mtp_drafts.json");
-  const auto j = nlohmann::json::parse(f);
+  test::MtpGolden raw = test::load_mtp_golden(dir);
   Golden g;
-  g.k = j.at("k").get<int64_t>();
-  g.sequences = j.at("sequences").get<std::vector<std::vector<int32_t>>>();
-  g.prompt_lengths = j.at("prompt_lengths").get<std::vector<int64_t>>();
-  const auto positions = j.at("positions").get<std::vector<std::vector<int64_t>>>();
-  const auto margins = j.at("margins").get<std::vector<std::vector<double>>>();
-  EXPECT_EQ(positions.size(), margins.size());
-  for (size_t r = 0; r < positions.size() && r < margins.size(); ++r) {
-    const std::pair<int64_t, int64_t> at{positions[r][0], positions[r][1]};
-    g.drafts[at] = std::vector<int64_t>(positions[r].begin() + 2, positions[r].end());
-    g.margins[at] = margins[r];
+  g.k = raw.k;
+  g.sequences = std::move(raw.sequences);
+  g.prompt_lengths = std::move(raw.prompt_lengths);
+  EXPECT_EQ(raw.positions.size(), raw.margins.size());
+  for (size_t r = 0; r < raw.positions.size() && r < raw.margins.size(); ++r) {
+    const std::pair<int64_t, int64_t> at{raw.positions[r][0], raw.positions[r][1]};
+    g.drafts[at] = std::vector<int64_t>(raw.positions[r].begin() + 2, raw.positions[r].end());
+    g.margins[at] = raw.margins[r];
   }
   return g;
 }
@@ -196,7 +189,7 @@ struct Tally {
   int64_t drafts = 0, checked = 0, wrong = 0;
 };
 
-// Compares every proposed draft with the golden (margins above kMinMargin).
+// Compares every proposed draft with the golden (margins above kMtpMinMargin).
 Tally compare(const Golden& g, const Drafts& got) {
   Tally t;
   for (const auto& [at, drafts] : got) {
@@ -207,7 +200,7 @@ Tally compare(const Golden& g, const Drafts& got) {
     EXPECT_LE(static_cast<int64_t>(drafts.size()), g.k);
     for (size_t j = 0; j < drafts.size() && j < want->second.size(); ++j) {
       ++t.drafts;
-      if (m[j] <= kMinMargin) break;
+      if (m[j] <= kMtpMinMargin) break;
       ++t.checked;
       if (drafts[j] != want->second[j]) {
         ++t.wrong;
@@ -322,15 +315,15 @@ TEST_P(MtpDrafterGolden, FewerDraftsAreThePrefixAndNoneKeepsTheModuleInStep) {
   expect_most_checked(compare(g, d), 15);
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, MtpDrafterGolden, ::testing::Values(kOwnHead, kSharedHead),
+INSTANTIATE_TEST_SUITE_P(Golden, MtpDrafterGolden, ::testing::Values(kMtpOwnHead, kMtpSharedHead),
                          [](const ::testing::TestParamInfo<std::string>& info) {
-                           return std::string(info.param == kOwnHead ? "OwnEmbeddingAndHead"
+                           return std::string(info.param == kMtpOwnHead ? "OwnEmbeddingAndHead"
                                                                      : "SharedEmbeddingAndHead");
                          });
 
 TEST(MtpDrafter, ObserveRefusesGapsSizesAndUnknownSequences) {
-  Rig s = make(kSharedHead);
-  const Golden g = load_golden(kSharedHead);
+  Rig s = make(kMtpSharedHead);
+  const Golden g = load_golden(kMtpSharedHead);
   const int64_t H = s.weights->config.hidden_size;
   const std::vector<int32_t>& toks = g.sequences[0];
   auto id = s.engine->create_sequence();

@@ -7,44 +7,22 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <functional>
-
-#include <nlohmann/json.hpp>
 
 #include "kernels/cpu/ops.h"
 #include "model/weights.h"
 #include "runtime/engine_factory.h"
 #include "runtime/mtp_head.h"
+#include "mtp_golden.h"
 
 namespace afd {
 namespace {
 
-const std::string kOwnHead = AFD_SOURCE_DIR "/tests/reference/mtp/dsv3_mtp_own_head";
-const std::string kSharedHead = AFD_SOURCE_DIR "/tests/reference/mtp/dsv3_mtp_shared_head";
-
-// A draft whose top-1 / top-2 logit margin in the reference is below this is not compared, nor
-// are the drafts after it at that position (they follow from it). The float32 run of the
-// reference deviates from float64 by about 1e-5 in the logits.
-constexpr double kMinMargin = 1e-3;
-
-struct Golden {
-  int64_t k = 0;
-  std::vector<std::vector<int32_t>> sequences;
-  std::vector<std::vector<int64_t>> positions;  // [sequence, i, d1 .. dk]
-  std::vector<std::vector<double>> margins;     // [m1 .. mk]
-};
-
-Golden load_golden(const std::string& dir) {
-  std::ifstream f(dir + "/mtp_drafts.json");
-  const auto j = nlohmann::json::parse(f);
-  Golden g;
-  g.k = j.at("k").get<int64_t>();
-  g.sequences = j.at("sequences").get<std::vector<std::vector<int32_t>>>();
-  g.positions = j.at("positions").get<std::vector<std::vector<int64_t>>>();
-  g.margins = j.at("margins").get<std::vector<std::vector<double>>>();
-  return g;
-}
+using test::kMtpMinMargin;
+using test::kMtpOwnHead;
+using test::kMtpSharedHead;
+using Golden = test::MtpGolden;
+using test::load_mtp_golden;
 
 struct WithHead {
   std::shared_ptr<const ModelWeights> main;
@@ -124,7 +102,7 @@ Tally draft_and_compare(WithHead& s, const Golden& g, const Feed& feed, bool exp
         EXPECT_EQ(static_cast<int64_t>(block.size()), H);
         const int32_t d = argmax(logits);
         ++t.drafts;
-        comparable = comparable && g.margins[row][static_cast<size_t>(j)] > kMinMargin;
+        comparable = comparable && g.margins[row][static_cast<size_t>(j)] > kMtpMinMargin;
         if (comparable) {
           ++t.checked;
           const int64_t want = g.positions[row][static_cast<size_t>(2 + j)];
@@ -149,7 +127,7 @@ Tally draft_and_compare(WithHead& s, const Golden& g, const Feed& feed, bool exp
 
 void expect_drafts_match(const std::string& dir) {
   WithHead s = make(dir);
-  const Golden g = load_golden(dir);
+  const Golden g = load_mtp_golden(dir);
   ASSERT_EQ(g.k, 3);
   const Tally t = draft_and_compare(
       s, g, [](std::vector<float>*) {}, /*expect_equal=*/true);
@@ -159,18 +137,18 @@ void expect_drafts_match(const std::string& dir) {
   EXPECT_EQ(t.wrong, 0);
 }
 
-TEST(MtpHeadDrafts, WithTheModulesOwnEmbeddingAndHeadMatchTheFloat64Reference) { expect_drafts_match(kOwnHead); }
+TEST(MtpHeadDrafts, WithTheModulesOwnEmbeddingAndHeadMatchTheFloat64Reference) { expect_drafts_match(kMtpOwnHead); }
 
-TEST(MtpHeadDrafts, WithTheMainModelsEmbeddingAndHeadMatchTheFloat64Reference) { expect_drafts_match(kSharedHead); }
+TEST(MtpHeadDrafts, WithTheMainModelsEmbeddingAndHeadMatchTheFloat64Reference) { expect_drafts_match(kMtpSharedHead); }
 
 // The golden tells the recursion's hidden input apart: feeding the next step
 // rmsnorm(block, shared_head.norm) (the state the head multiplies) instead of the block output
 // drafts other ids at some positions.
 TEST(MtpHeadDrafts, FeedingTheNormedStateInsteadOfTheBlockOutputDraftsOtherIds) {
-  for (const std::string& dir : {kOwnHead, kSharedHead}) {
+  for (const std::string& dir : {kMtpOwnHead, kMtpSharedHead}) {
     SCOPED_TRACE(dir);
     WithHead s = make(dir);
-    const Golden g = load_golden(dir);
+    const Golden g = load_mtp_golden(dir);
     const ModelConfig& c = s.head->config();
     const Vector norm = s.block->final_norm;
     const Feed normed = [&](std::vector<float>* b) {
@@ -183,14 +161,14 @@ TEST(MtpHeadDrafts, FeedingTheNormedStateInsteadOfTheBlockOutputDraftsOtherIds) 
 }
 
 TEST(MtpModule, AbsentEmbeddingAndHeadAreTheMainModels) {
-  auto shared = load_model(kSharedHead);
+  auto shared = load_model(kMtpSharedHead);
   ASSERT_TRUE(shared.ok()) << shared.status().to_string();
   auto m = load_mtp_module(*shared, 0);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_EQ(m->block->embed.data, (*shared)->embed.data);
   EXPECT_EQ(m->block->lm_head.data, (*shared)->lm_head.data);
   EXPECT_EQ(m->block->lm_head.rows, (*shared)->config.vocab_size);
-  auto own = load_model(kOwnHead);
+  auto own = load_model(kMtpOwnHead);
   ASSERT_TRUE(own.ok()) << own.status().to_string();
   auto o = load_mtp_module(*own, 0);
   ASSERT_TRUE(o.ok()) << o.status().to_string();
@@ -209,8 +187,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // after the truncation give the same logits and block outputs, bit for bit, as on a sequence that
 // never had them — also when the speculative positions opened a new KV block (block size 4).
 TEST(MtpHead, TruncateThenRecomputeEqualsNeverAppendedBitForBit) {
-  WithHead s = make(kSharedHead, /*block_size=*/4);
-  const Golden g = load_golden(kSharedHead);
+  WithHead s = make(kMtpSharedHead, /*block_size=*/4);
+  const Golden g = load_mtp_golden(kMtpSharedHead);
   const std::vector<int32_t>& toks = g.sequences[1];
   ASSERT_GE(toks.size(), 12u);
   const int64_t H = s.head->config().hidden_size;
@@ -262,8 +240,8 @@ TEST(MtpHead, TruncateThenRecomputeEqualsNeverAppendedBitForBit) {
 }
 
 TEST(MtpHead, SequenceLengthAndTruncateEdgeCases) {
-  WithHead s = make(kSharedHead, /*block_size=*/4);
-  const Golden g = load_golden(kSharedHead);
+  WithHead s = make(kMtpSharedHead, /*block_size=*/4);
+  const Golden g = load_mtp_golden(kMtpSharedHead);
   const std::vector<int32_t>& toks = g.sequences[0];
   const int64_t H = s.head->config().hidden_size;
   const std::vector<float> hidden = main_hidden(*s.engine, toks);
