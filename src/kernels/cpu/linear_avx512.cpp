@@ -571,9 +571,8 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
     rows_r<K, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, pf);
   } else if (K == Kind::dp && n >= 2 && n <= kSmallNMax && small_n != 0) {
     if constexpr (K == Kind::dp) {
-      // n <= 4 (when row_seq_max_n < n): one row at a time (one W stream, see the next branch);
-      // with the prefetch it was ahead of the 3-row tiles on 4 KiB rows too (n = 4: 103 vs 120
-      // us, [768, 2048]).
+      // n <= 4 (when row_seq_max_n < n): one row at a time (one W stream, see the next branch),
+      // with the tiles' prefetch, whatever the row length (bench_kernels --small-n).
       if (n <= 4) rows_small_dp<1, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
       else if (small_n == 3) rows_small_dp<3, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
       else rows_small_dp<4, 6>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
