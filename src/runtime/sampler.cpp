@@ -30,12 +30,19 @@ double Sampler::uniform() {
   return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
 }
 
-void Sampler::candidates(const float* logits, int64_t vocab, float mx) {
+void Sampler::candidates(const float* logits, int64_t vocab, float mx, const uint64_t* allowed) {
   // Candidates sorted by logit (desc, then id asc for determinism), cut by top-k.
-  cand_.resize(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) cand_[i] = {logits[i], static_cast<int32_t>(i)};
+  cand_.clear();
+  if (allowed) {
+    for (int64_t i = 0; i < vocab; ++i)
+      if (token_allowed(allowed, i)) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
+  } else {
+    cand_.resize(static_cast<size_t>(vocab));
+    for (int64_t i = 0; i < vocab; ++i) cand_[i] = {logits[i], static_cast<int32_t>(i)};
+  }
   auto cmp = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  const int64_t k = (p_.top_k > 0 && p_.top_k < vocab) ? p_.top_k : vocab;
+  const int64_t n = static_cast<int64_t>(cand_.size());
+  const int64_t k = (p_.top_k > 0 && p_.top_k < n) ? p_.top_k : n;
   std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), cmp);
   cand_.resize(static_cast<size_t>(k));
   // Softmax at temperature over the kept candidates (unnormalised).
@@ -90,45 +97,49 @@ void Sampler::fill_logprobs(const float* logits, int64_t vocab, double log_z, Sa
 }
 
 namespace {
-// The largest logit (lowest id on ties) and the log-softmax normaliser of the raw logits.
+// The log-softmax normaliser of the raw logits, and the largest allowed logit with its id
+// (lowest id on ties; allowed: null for all, else a mask with at least one token set).
 struct RowStats {
   float mx;
   int32_t arg;
   double log_z;
 };
-RowStats row_stats(const float* logits, int64_t vocab) {
-  RowStats r{logits[0], 0, 0};
-  for (int64_t i = 1; i < vocab; ++i) {
-    if (logits[i] > r.mx) { r.mx = logits[i]; r.arg = static_cast<int32_t>(i); }
-  }
+RowStats row_stats(const float* logits, int64_t vocab, const uint64_t* allowed) {
+  float raw_mx = logits[0];
+  for (int64_t i = 1; i < vocab; ++i) raw_mx = std::max(raw_mx, logits[i]);
   double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - r.mx);
-  r.log_z = r.mx + std::log(sum);
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - raw_mx);
+  RowStats r{raw_mx, -1, raw_mx + std::log(sum)};
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (allowed && !token_allowed(allowed, i)) continue;
+    if (r.arg < 0 || logits[i] > r.mx) { r.mx = logits[i]; r.arg = static_cast<int32_t>(i); }
+  }
   return r;
 }
 }  // namespace
 
-SampledToken Sampler::sample(const float* logits, int64_t vocab) {
+SampledToken Sampler::sample(const float* logits, int64_t vocab, const uint64_t* allowed) {
   SampledToken out;
-  const RowStats r = row_stats(logits, vocab);
+  const RowStats r = row_stats(logits, vocab, allowed);
   if (p_.temperature == 0.0f) {
     out.token = r.arg;
   } else {
-    candidates(logits, vocab, r.mx);
+    candidates(logits, vocab, r.mx, allowed);
     out.token = pick(uniform(), -1);
   }
   fill_logprobs(logits, vocab, r.log_z, &out);
   return out;
 }
 
-SampledToken Sampler::verify(const float* logits, int64_t vocab, int32_t draft, bool* accepted) {
+SampledToken Sampler::verify(const float* logits, int64_t vocab, int32_t draft, bool* accepted,
+                             const uint64_t* allowed) {
   SampledToken out;
-  const RowStats r = row_stats(logits, vocab);
+  const RowStats r = row_stats(logits, vocab, allowed);
   if (p_.temperature == 0.0f) {
     out.token = r.arg;
     *accepted = out.token == draft;
   } else {
-    candidates(logits, vocab, r.mx);
+    candidates(logits, vocab, r.mx, allowed);
     // p(draft) under the processed distribution (0 when top-k / top-p cut it).
     double mass = 0, p_draft = 0;
     for (size_t i = 0; i < cand_.size(); ++i) {

@@ -21,6 +21,9 @@ struct SamplingParams {
   Status validate() const;
 };
 
+// Whether token t is set in a token mask (bit t % 64 of mask[t / 64]).
+inline bool token_allowed(const uint64_t* mask, int64_t t) { return (mask[t >> 6] >> (t & 63)) & 1; }
+
 struct SampledToken {
   int32_t token = -1;
   float logprob = 0.0f;  // log-softmax of the raw (temperature 1) logits at `token`
@@ -35,8 +38,11 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);
   // logits: [vocab]. Not modified. Draws one number from the stream when temperature > 0,
-  // none when greedy.
-  SampledToken sample(const float* logits, int64_t vocab);
+  // none when greedy. allowed: null, or a token mask (bit t % 64 of allowed[t / 64] set: token
+  // t may be sampled; structured outputs) with at least one token set: the distribution is
+  // the one over the allowed tokens (greedy: the best allowed one). logprob / top_logprobs
+  // are of the raw logits whatever the mask (vLLM's raw logprobs).
+  SampledToken sample(const float* logits, int64_t vocab, const uint64_t* allowed = nullptr);
   // Speculative verification of one draft token proposed deterministically (a point-mass
   // draft distribution q, as n-gram and argmax MTP drafts are): with p the distribution
   // sample() draws from, accepts the draft with probability p(draft); otherwise returns a
@@ -44,7 +50,9 @@ class Sampler {
   // So the returned token is distributed exactly as sample()'s (Leviathan et al.'s
   // rejection rule). Greedy: the argmax, accepted when it equals the draft, no draws;
   // otherwise one draw, and a second one on rejection. logprob / top_logprobs as sample().
-  SampledToken verify(const float* logits, int64_t vocab, int32_t draft, bool* accepted);
+  // allowed: as for sample(); the draft must be allowed.
+  SampledToken verify(const float* logits, int64_t vocab, int32_t draft, bool* accepted,
+                      const uint64_t* allowed = nullptr);
   const SamplingParams& params() const { return p_; }
   // Numbers drawn from the random stream so far (including skipped ones).
   uint64_t draws() const { return draws_; }
@@ -54,8 +62,9 @@ class Sampler {
  private:
   double uniform();  // one draw in [0, 1)
   // Fills cand_ / prob_ with the top-k, top-p candidates of a row (best first) and their
-  // unnormalised probabilities at the temperature; mx is the row's largest logit.
-  void candidates(const float* logits, int64_t vocab, float mx);
+  // unnormalised probabilities at the temperature; mx is the largest logit of the allowed
+  // tokens (allowed: null for all).
+  void candidates(const float* logits, int64_t vocab, float mx, const uint64_t* allowed);
   // The candidate at u in [0, 1) of the kept mass, leaving out token `skip` (-1: none).
   int32_t pick(double u, int32_t skip) const;
   void fill_logprobs(const float* logits, int64_t vocab, double log_z, SampledToken* out) const;

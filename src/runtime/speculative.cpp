@@ -158,14 +158,15 @@ Result<std::unique_ptr<Drafter>> make_drafter(const EngineOptions& opt, std::sha
 }
 
 std::vector<SampledToken> verify_drafts(Sampler& sampler, const float* rows, int64_t vocab,
-                                        std::span<const int32_t> drafts) {
+                                        std::span<const int32_t> drafts, std::span<const uint64_t* const> masks) {
   std::vector<SampledToken> out;
+  auto mask = [&](size_t j) { return masks.empty() ? nullptr : masks[j]; };
   for (size_t j = 0; j < drafts.size(); ++j) {
     bool accepted = false;
-    out.push_back(sampler.verify(rows + j * vocab, vocab, drafts[j], &accepted));
+    out.push_back(sampler.verify(rows + j * vocab, vocab, drafts[j], &accepted, mask(j)));
     if (!accepted) return out;
   }
-  out.push_back(sampler.sample(rows + drafts.size() * vocab, vocab));
+  out.push_back(sampler.sample(rows + drafts.size() * vocab, vocab, mask(drafts.size())));
   return out;
 }
 

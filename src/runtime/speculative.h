@@ -105,8 +105,11 @@ Result<std::unique_ptr<Drafter>> make_drafter(const EngineOptions& opt, std::sha
 // Returns the emitted tokens: the accepted drafts, then the first correction (a rejected
 // position's replacement) or, when every draft was accepted, a token sampled from the last
 // row. So the result has accepted + 1 tokens, accepted = result.size() - 1.
+// masks: empty, or one token mask per row (Sampler::sample's `allowed`; structured outputs:
+// row j's mask is the grammar's after drafts[0, j), and each draft is allowed by its row's).
 std::vector<SampledToken> verify_drafts(Sampler& sampler, const float* rows, int64_t vocab,
-                                        std::span<const int32_t> drafts);
+                                        std::span<const int32_t> drafts,
+                                        std::span<const uint64_t* const> masks = {});
 
 // Counters of a speculative run (generate(), afd bench --json, /metrics).
 struct SpeculativeStats {

@@ -96,6 +96,46 @@ TEST(Sampler, TemperatureSamplingMatchesDistribution) {
   EXPECT_NEAR(counts[2] / double(n), 0.2, 0.02);
 }
 
+// A token mask (structured outputs): greedy takes the best allowed token; sampling draws from
+// the distribution renormalised over the allowed tokens, with top-k counted among them;
+// logprobs stay those of the raw row.
+TEST(Sampler, MaskRestrictsEveryPath) {
+  std::vector<float> l = {std::log(0.4f), std::log(0.3f), std::log(0.2f), std::log(0.1f)};
+  const uint64_t mask = 0b1010;  // tokens 1 and 3
+  Sampler greedy(SamplingParams{});
+  SampledToken g = greedy.sample(l.data(), 4, &mask);
+  EXPECT_EQ(g.token, 1);
+  EXPECT_NEAR(g.logprob, std::log(0.3), 1e-5);
+  EXPECT_EQ(greedy.sample(l.data(), 4).token, 0);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 3;
+  Sampler s(p);
+  std::map<int, int> counts;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) counts[s.sample(l.data(), 4, &mask).token]++;
+  EXPECT_EQ(counts[0] + counts[2], 0);
+  EXPECT_NEAR(counts[1] / double(n), 0.75, 0.02);
+  EXPECT_NEAR(counts[3] / double(n), 0.25, 0.02);
+  p.top_k = 1;  // the best allowed token, not the best token
+  Sampler k1(p);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(k1.sample(l.data(), 4, &mask).token, 1);
+  // A mask far below the row's maximum still normalises (no underflow to an empty mass).
+  std::vector<float> far = {1000.0f, -1000.0f, -1001.0f};
+  const uint64_t low = 0b110;
+  p.top_k = 0;
+  Sampler f(p);
+  for (int i = 0; i < 100; ++i) EXPECT_NE(f.sample(far.data(), 3, &low).token, 0);
+  // verify: a rejected draft is replaced by an allowed token.
+  Sampler v(p);
+  for (int i = 0; i < 200; ++i) {
+    bool acc = false;
+    const int32_t t = v.verify(l.data(), 4, 3, &acc, &mask).token;
+    EXPECT_TRUE(t == 1 || t == 3);
+    EXPECT_EQ(acc, t == 3);
+  }
+}
+
 TEST(Sampler, TopLogprobsSortedAndValidated) {
   std::vector<float> l = {0, 3, 1, 2};
   SamplingParams p;
