@@ -15,7 +15,8 @@
 // Limits (each a clean invalid_argument, never deep recursion or unbounded work): kMaxRules
 // rules and kMaxGrammarBytes of rule text per grammar; a schema nests at most kMaxSchemaDepth
 // subschemas; kMaxProperties properties per object, kMaxEnumValues values per enum,
-// kMaxRepetition for any count (minLength, maxItems, regex {m,n}).
+// kMaxRepetition for any count (minLength, maxItems, regex {m,n}), kMaxNameBytes per
+// property name.
 //
 // Threading: a builder is used by one thread; the free functions are thread-safe.
 #pragma once
@@ -39,7 +40,8 @@ class GbnfBuilder {
  public:
   static constexpr int kMaxWhitespace = 64;
   static constexpr size_t kMaxRules = 20000;
-  static constexpr size_t kMaxGrammarBytes = size_t{4} << 20;
+  static constexpr size_t kMaxGrammarBytes = size_t{1} << 20;
+  static constexpr size_t kMaxNameBytes = 1024;  // a property name
   static constexpr int kMaxSchemaDepth = 32;
   static constexpr size_t kMaxProperties = 1000;
   static constexpr size_t kMaxEnumValues = 1000;

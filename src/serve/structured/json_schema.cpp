@@ -61,6 +61,15 @@ size_t value_depth(const Json& v) {
   return max_depth;
 }
 
+// Compact JSON text of a value; nlohmann refuses strings that are not UTF-8.
+Result<std::string> dump(const Json& v, const std::string& path) {
+  try {
+    return v.dump();
+  } catch (const nlohmann::json::exception&) {
+    return invalid_argument("a value " + at(path) + " holds a string that is not valid UTF-8");
+  }
+}
+
 std::string repeat(const std::string& atom, int64_t lo, std::optional<int64_t> hi) {
   return GbnfBuilder::repeat(atom, lo, hi);
 }
@@ -303,7 +312,8 @@ class SchemaCompiler {
         return invalid_argument("an 'enum'/'const' value " + at(path) + " nests deeper than " +
                                 std::to_string(GbnfBuilder::kMaxSchemaDepth) + " levels");
       }
-      std::string lit = GbnfBuilder::literal(v->dump());
+      AFD_ASSIGN_OR_RETURN(std::string text, dump(*v, path));
+      std::string lit = GbnfBuilder::literal(text);
       if (std::find(alts.begin(), alts.end(), lit) == alts.end()) alts.push_back(lit);
     }
     if (alts.empty()) return invalid_argument("'enum'/'const' " + at(path) + " admits no value (of the given 'type')");
@@ -545,6 +555,10 @@ class SchemaCompiler {
       }
       for (const auto& n : r) {
         if (!n.is_string()) return invalid_argument("'required' " + at(path) + " must list strings");
+        if (n.get_ref<const std::string&>().size() > GbnfBuilder::kMaxNameBytes) {
+          return invalid_argument("a 'required' name " + at(path) + " is longer than the " +
+                                  std::to_string(GbnfBuilder::kMaxNameBytes) + " bytes supported");
+        }
         if (std::find(required.begin(), required.end(), n.get<std::string>()) == required.end()) {
           required.push_back(n.get<std::string>());
         }
@@ -572,9 +586,14 @@ class SchemaCompiler {
     };
     std::vector<Member> members;
     for (const auto& [name, sub] : props.items()) {
+      if (name.size() > GbnfBuilder::kMaxNameBytes) {
+        return invalid_argument("a property name " + at(path) + " is longer than the " +
+                                std::to_string(GbnfBuilder::kMaxNameBytes) + " bytes supported");
+      }
       AFD_ASSIGN_OR_RETURN(std::string value, compile(sub, child(child(path, "properties"), name), depth + 1, name));
       bool req = std::find(required.begin(), required.end(), name) != required.end();
-      members.push_back({GbnfBuilder::literal(Json(name).dump()) + " " + w + " \":\" " + w + " " + value, req});
+      AFD_ASSIGN_OR_RETURN(std::string key, dump(Json(name), path));
+      members.push_back({GbnfBuilder::literal(key) + " " + w + " \":\" " + w + " " + value, req});
     }
     for (const auto& name : required) {
       if (props.contains(name)) continue;
@@ -583,7 +602,8 @@ class SchemaCompiler {
                                 " is not in 'properties' and 'additionalProperties' is false");
       }
       std::string value = extra_value ? *extra_value : b_.add_any_value();
-      members.push_back({GbnfBuilder::literal(Json(name).dump()) + " " + w + " \":\" " + w + " " + value, true});
+      AFD_ASSIGN_OR_RETURN(std::string key, dump(Json(name), path));
+      members.push_back({GbnfBuilder::literal(key) + " " + w + " \":\" " + w + " " + value, true});
     }
     std::optional<std::string> extra;
     if (extra_value) {
