@@ -1,0 +1,276 @@
+#include "serve/structured/grammar_automaton.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include "serve/structured/grammar.h"
+
+namespace afd::serve {
+namespace {
+
+// Inlining a rule reference recurses through the referenced body; past this depth of build
+// recursion a reference becomes a call instead (bounds the C++ stack on any grammar).
+constexpr int32_t kMaxInlineDepth = 256;
+
+struct VecHash {
+  size_t operator()(const std::vector<int32_t>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+// Thompson NFA of all machines: byte edges, epsilon edges, call edges.
+class NfaBuilder {
+ public:
+  NfaBuilder(const Grammar& g, const GrammarLimits& limits) : g_(g), limits_(limits) {
+    machine_of_rule_.assign(g.rules().size(), -1);
+  }
+
+  struct Edge {
+    int32_t set, to;
+  };
+  struct CallEdge {
+    int32_t rule, to;
+  };
+  struct State {
+    std::vector<Edge> edges;
+    std::vector<int32_t> eps;
+    std::vector<CallEdge> calls;
+    int32_t machine = -1;
+  };
+  struct Machine {
+    int32_t rule, start, accept;
+  };
+
+  // Builds the machine of rule `root` and of every rule it calls; returns the root's machine.
+  Result<int32_t> build_all(int32_t root) {
+    enqueue(root);
+    for (size_t m = 0; m < machines_.size(); ++m) {
+      current_ = static_cast<int32_t>(m);
+      AFD_ASSIGN_OR_RETURN(int32_t start, new_state());
+      AFD_ASSIGN_OR_RETURN(int32_t end, build(g_.rules()[machines_[m].rule].expr, start, 0));
+      machines_[m].start = start;
+      machines_[m].accept = end;
+    }
+    return 0;
+  }
+
+  std::vector<State> states_;
+  std::vector<Machine> machines_;
+  std::vector<int32_t> machine_of_rule_;
+  std::vector<ByteSet> sets_;
+
+ private:
+  Result<int32_t> new_state() {
+    if (static_cast<int64_t>(states_.size()) >= limits_.max_automaton_states)
+      return invalid_argument("the grammar needs more than " + std::to_string(limits_.max_automaton_states) +
+                              " automaton states");
+    states_.emplace_back();
+    states_.back().machine = current_;
+    return static_cast<int32_t>(states_.size() - 1);
+  }
+  void enqueue(int32_t r) {
+    if (machine_of_rule_[r] >= 0) return;
+    machine_of_rule_[r] = static_cast<int32_t>(machines_.size());
+    machines_.push_back({r, -1, -1});
+  }
+  int32_t set_index(const ByteSet& s) {
+    auto [it, inserted] = set_ids_.emplace(s.bits, static_cast<int32_t>(sets_.size()));
+    if (inserted) sets_.push_back(s);
+    return it->second;
+  }
+  // Adds expression e starting at state `from`; returns the state where it ends.
+  Result<int32_t> build(int32_t e, int32_t from, int32_t depth) {
+    if (++n_elements_ > limits_.max_elements)
+      return invalid_argument("the grammar expands to more than " + std::to_string(limits_.max_elements) +
+                              " elements (repetitions counted per copy)");
+    const GrammarExpr& x = g_.exprs()[e];
+    switch (x.kind) {
+      case ExprKind::bytes: {
+        AFD_ASSIGN_OR_RETURN(int32_t to, new_state());
+        states_[from].edges.push_back({set_index(x.bytes), to});
+        return to;
+      }
+      case ExprKind::seq: {
+        int32_t cur = from;
+        for (int32_t c : x.children) {
+          AFD_ASSIGN_OR_RETURN(cur, build(c, cur, depth + 1));
+        }
+        return cur;
+      }
+      case ExprKind::alt: {
+        AFD_ASSIGN_OR_RETURN(int32_t to, new_state());
+        for (int32_t c : x.children) {
+          AFD_ASSIGN_OR_RETURN(int32_t begin, new_state());
+          states_[from].eps.push_back(begin);
+          AFD_ASSIGN_OR_RETURN(int32_t end, build(c, begin, depth + 1));
+          states_[end].eps.push_back(to);
+        }
+        return to;
+      }
+      case ExprKind::ref: {
+        if (!g_.is_recursive(x.rule) && depth < kMaxInlineDepth) return build(g_.rules()[x.rule].expr, from, depth + 1);
+        enqueue(x.rule);
+        AFD_ASSIGN_OR_RETURN(int32_t to, new_state());
+        states_[from].calls.push_back({x.rule, to});
+        return to;
+      }
+      case ExprKind::repeat: {
+        const int32_t body = x.children[0];
+        int32_t cur = from;
+        for (int32_t i = 0; i < x.min; ++i) {
+          AFD_ASSIGN_OR_RETURN(cur, build(body, cur, depth + 1));
+        }
+        if (x.max < 0) {
+          AFD_ASSIGN_OR_RETURN(int32_t loop, new_state());
+          states_[cur].eps.push_back(loop);
+          AFD_ASSIGN_OR_RETURN(int32_t end, build(body, loop, depth + 1));
+          states_[end].eps.push_back(loop);
+          return loop;
+        }
+        AFD_ASSIGN_OR_RETURN(int32_t to, new_state());
+        for (int32_t i = x.min; i < x.max; ++i) {
+          states_[cur].eps.push_back(to);
+          AFD_ASSIGN_OR_RETURN(cur, build(body, cur, depth + 1));
+        }
+        states_[cur].eps.push_back(to);
+        return to;
+      }
+    }
+    return internal_error("unknown grammar expression kind");
+  }
+
+  const Grammar& g_;
+  const GrammarLimits& limits_;
+  int32_t current_ = -1;
+  int64_t n_elements_ = 0;
+  std::map<std::array<uint64_t, 4>, int32_t> set_ids_;
+};
+
+}  // namespace
+
+Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const GrammarLimits& limits) {
+  NfaBuilder nfa(g, limits);
+  AFD_ASSIGN_OR_RETURN(int32_t root_machine, nfa.build_all(g.root()));
+  const auto& ns = nfa.states_;
+  const int32_t n_nfa = static_cast<int32_t>(ns.size());
+
+  GrammarAutomaton a;
+  // Byte classes: bytes that every set treats alike share a class.
+  {
+    std::array<int32_t, 256> cls{};
+    int32_t n = 1;
+    for (const ByteSet& s : nfa.sets_) {
+      std::vector<int32_t> remap(size_t(n) * 2, -1);
+      int32_t m = 0;
+      for (int b = 0; b < 256; ++b) {
+        int32_t& slot = remap[size_t(cls[b]) * 2 + s.test(static_cast<uint8_t>(b))];
+        if (slot < 0) slot = m++;
+        cls[b] = slot;
+      }
+      n = m;
+    }
+    a.n_classes = n;
+    for (int b = 0; b < 256; ++b) a.byte_class[b] = static_cast<uint8_t>(cls[b]);
+  }
+  std::vector<uint8_t> rep(a.n_classes);  // a byte of each class
+  for (int b = 255; b >= 0; --b) rep[a.byte_class[b]] = static_cast<uint8_t>(b);
+  std::vector<std::vector<int32_t>> set_classes(nfa.sets_.size());
+  for (size_t s = 0; s < nfa.sets_.size(); ++s)
+    for (int32_t c = 0; c < a.n_classes; ++c)
+      if (nfa.sets_[s].test(rep[c])) set_classes[s].push_back(c);
+
+  // Subset construction over all machines at once (epsilon closure never follows calls).
+  std::vector<uint32_t> mark(n_nfa, 0);
+  uint32_t stamp = 0;
+  std::vector<int32_t> todo;
+  auto closure = [&](std::vector<int32_t>& set) {
+    ++stamp;
+    todo = set;
+    set.clear();
+    for (int32_t s : todo) mark[s] = stamp;
+    while (!todo.empty()) {
+      int32_t s = todo.back();
+      todo.pop_back();
+      set.push_back(s);
+      for (int32_t t : ns[s].eps)
+        if (mark[t] != stamp) mark[t] = stamp, todo.push_back(t);
+    }
+    std::sort(set.begin(), set.end());
+  };
+  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
+  std::vector<std::vector<int32_t>> sets;
+  auto intern = [&](std::vector<int32_t> set) -> Result<int32_t> {
+    if (set.empty()) return -1;
+    closure(set);
+    auto it = ids.find(set);
+    if (it != ids.end()) return it->second;
+    if (static_cast<int64_t>(sets.size()) >= limits.max_automaton_states)
+      return invalid_argument("the grammar needs more than " + std::to_string(limits.max_automaton_states) +
+                              " automaton states");
+    const int32_t id = static_cast<int32_t>(sets.size());
+    ids.emplace(set, id);
+    sets.push_back(std::move(set));
+    return id;
+  };
+  std::vector<int32_t> machine_start(nfa.machines_.size(), -1);
+  auto start_of = [&](int32_t m) -> Result<int32_t> {
+    if (machine_start[m] < 0) {
+      AFD_ASSIGN_OR_RETURN(machine_start[m], intern({nfa.machines_[m].start}));
+    }
+    return machine_start[m];
+  };
+  AFD_ASSIGN_OR_RETURN(a.root_start, start_of(root_machine));
+  std::vector<std::vector<int32_t>> buckets(a.n_classes);
+  std::vector<std::pair<int32_t, int32_t>> call_targets;  // (rule, to)
+  a.call_begin.push_back(0);
+  for (size_t d = 0; d < sets.size(); ++d) {
+    // sets grows while this loop runs; copy the member list (references would dangle).
+    const std::vector<int32_t> members = sets[d];
+    const int32_t m = ns[members[0]].machine;
+    a.machine.push_back(m);
+    bool fin = false;
+    for (auto& b : buckets) b.clear();
+    call_targets.clear();
+    for (int32_t s : members) {
+      if (s == nfa.machines_[m].accept) fin = true;
+      for (const auto& e : ns[s].edges)
+        for (int32_t c : set_classes[e.set]) buckets[c].push_back(e.to);
+      for (const auto& c : ns[s].calls) call_targets.push_back({c.rule, c.to});
+    }
+    a.final_.push_back(fin);
+    bool consumes = false;
+    for (int32_t c = 0; c < a.n_classes; ++c) {
+      std::sort(buckets[c].begin(), buckets[c].end());
+      buckets[c].erase(std::unique(buckets[c].begin(), buckets[c].end()), buckets[c].end());
+      AFD_ASSIGN_OR_RETURN(int32_t t, intern(buckets[c]));
+      a.next_.push_back(t);
+      consumes = consumes || t >= 0;
+    }
+    a.consumes_.push_back(consumes);
+    std::sort(call_targets.begin(), call_targets.end());
+    for (size_t i = 0; i < call_targets.size();) {
+      const int32_t rule = call_targets[i].first;
+      std::vector<int32_t> rets;
+      for (; i < call_targets.size() && call_targets[i].first == rule; ++i) rets.push_back(call_targets[i].second);
+      AFD_ASSIGN_OR_RETURN(int32_t start, start_of(nfa.machine_of_rule_[rule]));
+      AFD_ASSIGN_OR_RETURN(int32_t ret, intern(std::move(rets)));
+      a.calls.push_back({start, ret});
+    }
+    a.call_begin.push_back(static_cast<int32_t>(a.calls.size()));
+  }
+  a.n_states = static_cast<int32_t>(sets.size());
+  // A return state that can only end adds nothing: drop the caller's frame instead (tail call),
+  // so right recursion and loops through calls keep stacks flat.
+  for (auto& c : a.calls)
+    if (c.ret >= 0 && a.final_[c.ret] && !a.consumes_[c.ret] && !a.has_calls(c.ret)) c.ret = -1;
+  a.machine_calls.assign(nfa.machines_.size(), 0);
+  for (int32_t s = 0; s < a.n_states; ++s)
+    if (a.has_calls(s)) a.machine_calls[a.machine[s]] = 1;
+  return a;
+}
+
+}  // namespace afd::serve

@@ -1,0 +1,88 @@
+#include "serve/structured/token_vocab.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace afd::serve {
+
+std::shared_ptr<const TokenVocab> TokenVocab::build(const Tokenizer& tok, std::vector<int32_t> end_ids) {
+  return build(tok, std::move(end_ids), tok.vocab_size());
+}
+
+std::shared_ptr<const TokenVocab> TokenVocab::build(const Tokenizer& tok, std::vector<int32_t> end_ids,
+                                                    int64_t n_vocab) {
+  std::vector<std::string> bytes(static_cast<size_t>(std::max<int64_t>(n_vocab, 0)));
+  std::vector<int32_t> never;
+  for (int64_t id = 0; id < n_vocab && id < tok.vocab_size(); ++id) {
+    const int32_t i = static_cast<int32_t>(id);
+    if (tok.is_special(i)) {
+      never.push_back(i);
+    } else {
+      bytes[id] = tok.token_bytes(i);
+    }
+  }
+  return from_bytes(std::move(bytes), std::move(end_ids), std::move(never));
+}
+
+std::shared_ptr<const TokenVocab> TokenVocab::from_bytes(std::vector<std::string> bytes, std::vector<int32_t> end_ids,
+                                                         std::vector<int32_t> never) {
+  std::shared_ptr<TokenVocab> v(new TokenVocab());
+  int64_t n = static_cast<int64_t>(bytes.size());
+  for (int32_t e : end_ids) n = std::max<int64_t>(n, int64_t{e} + 1);
+  bytes.resize(static_cast<size_t>(n));
+  v->n_vocab_ = n;
+  v->kind_.assign(static_cast<size_t>(n), kNever);
+  for (int64_t id = 0; id < n; ++id)
+    if (!bytes[id].empty()) v->kind_[id] = kText;
+  for (int32_t id : never)
+    if (id >= 0 && id < n) v->kind_[id] = kNever;
+  for (int32_t id : end_ids)
+    if (id >= 0) v->kind_[id] = kEnd;
+  std::sort(end_ids.begin(), end_ids.end());
+  end_ids.erase(std::unique(end_ids.begin(), end_ids.end()), end_ids.end());
+  end_ids.erase(std::remove_if(end_ids.begin(), end_ids.end(), [](int32_t e) { return e < 0; }), end_ids.end());
+  v->end_ids_ = std::move(end_ids);
+  v->bytes_ = std::move(bytes);
+  v->build_trie();
+  return v;
+}
+
+void TokenVocab::build_trie() {
+  std::vector<int32_t> order;
+  for (int64_t id = 0; id < n_vocab_; ++id)
+    if (kind_[id] == kText) order.push_back(static_cast<int32_t>(id));
+  std::sort(order.begin(), order.end(),
+            [&](int32_t x, int32_t y) { return bytes_[x] != bytes_[y] ? bytes_[x] < bytes_[y] : x < y; });
+  std::vector<int32_t> path;  // node of each depth along the current token (path[d - 1]: depth d)
+  std::string_view prev;
+  node_tokens_.clear();
+  for (int32_t id : order) {
+    std::string_view b = bytes_[id];
+    size_t common = 0;
+    while (common < prev.size() && common < b.size() && prev[common] == b[common]) ++common;
+    // Close the nodes below the common prefix.
+    while (path.size() > common) {
+      node_end_[path.back()] = n_nodes();
+      path.pop_back();
+    }
+    for (size_t d = common; d < b.size(); ++d) {
+      path.push_back(n_nodes());
+      node_byte_.push_back(static_cast<uint8_t>(b[d]));
+      node_depth_.push_back(static_cast<int32_t>(d + 1));
+      node_end_.push_back(-1);
+      node_tokens_.push_back(static_cast<int32_t>(token_ids_.size()));
+    }
+    // Tokens arrive sorted, so the node's tokens are contiguous and come right after its creation
+    // (or after an equal token); node_tokens_[i + 1] is fixed when node i + 1 is created.
+    token_ids_.push_back(id);
+    max_depth_ = std::max(max_depth_, static_cast<int32_t>(b.size()));
+    prev = b;
+  }
+  while (!path.empty()) {
+    node_end_[path.back()] = n_nodes();
+    path.pop_back();
+  }
+  node_tokens_.push_back(static_cast<int32_t>(token_ids_.size()));
+}
+
+}  // namespace afd::serve

@@ -1,0 +1,207 @@
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar_test_util.h"
+#include "serve/text/tokenizer.h"
+#include "serve/text/unicode.h"
+
+namespace afd::serve {
+namespace {
+
+using testing::compile_or_die;
+using testing::expect_mask_matches_oracle;
+
+// A tokenizer whose vocabulary is every byte, JSON-ish fragments, words, multi-byte UTF-8 pieces
+// cut inside code points, a special end token, a special non-end token and a non-special added one.
+struct TestVocab {
+  std::shared_ptr<const Tokenizer> tok;
+  std::shared_ptr<const TokenVocab> vocab;
+  int32_t eos = -1, special = -1, added = -1;
+};
+
+const TestVocab& test_vocab() {
+  static const TestVocab v = [] {
+    std::vector<std::string> pieces;
+    for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
+    for (const char* s :
+         {"{\"",   "\":", "\",",   "\"}",      "\"]",  "}}",    "},",   "]]",     "],",  "[[",       "[{",
+          "{}",    "[]",  "\":\"", "\", \"",   "true", "false", "null", "12",     "345", "0.",       ".5",
+          "e+",    "-1",  "name",  "age",      "na",   "me\"",  " \"",  "\n  ",   "  ",  "\\n",      "\\\"",
+          "\\u00", "ab",  "abc",   "bc",       "aa",   "aaa",   "ba",   "((",     "))",  "()",       "[(",
+          ")]",    "\"a", "a\"",   "x\"}",     "\"x",  "é",     "\xC3", "\xA9\"", "😀",   "\xF0\x9F", "\x98\x80",
+          "αβ",    "ω\"", "\xCE",  "\xB1\xCE", "<<",   ">>",    "<.",   ".>",     ">>>", "<.>"})
+      pieces.push_back(s);
+    nlohmann::json vocab = nlohmann::json::object();
+    int32_t id = 0;
+    for (const std::string& p : pieces) {
+      const std::string key = bytes_to_byte_level(p);
+      if (!vocab.contains(key)) vocab[key] = id++;
+    }
+    TestVocab t;
+    t.eos = id, t.special = id + 1, t.added = id + 2;
+    nlohmann::json j = {
+        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+        {"added_tokens", nlohmann::json::array({{{"id", t.eos}, {"content", "<|end|>"}, {"special", true}},
+                                                {{"id", t.special}, {"content", "<|tool|>"}, {"special", true}},
+                                                {{"id", t.added}, {"content", "\"ok\""}, {"special", false}}})},
+        {"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", true}}}};
+    auto tok = Tokenizer::from_json(j.dump());
+    EXPECT_TRUE(tok.ok()) << tok.status().to_string();
+    t.tok = *tok;
+    t.vocab = TokenVocab::build(*t.tok, {t.eos}, t.tok->vocab_size() + 5);  // the model's vocab is larger
+    return t;
+  }();
+  return v;
+}
+
+const char* kJsonValue = R"g(root ::= ws value ws
+value ::= object | array | string | number | "true" | "false" | "null"
+object ::= "{" ws ( string ws ":" ws value ( ws "," ws string ws ":" ws value )* )? ws "}"
+array ::= "[" ws ( value ( ws "," ws value )* )? ws "]"
+string ::= "\"" ( [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
+number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+ws ::= [ \t\n]{0,3}
+)g";
+
+const char* kObjectSchema = R"g(root ::= "{" space name-kv "," space age-kv ( "," space tags-kv )? "}" space
+name-kv ::= "\"name\"" space ":" space string
+age-kv ::= "\"age\"" space ":" space integer
+tags-kv ::= "\"tags\"" space ":" space "[" space ( string ( "," space string )* )? "]" space
+string ::= "\"" char{0,8} "\"" space
+char ::= [^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" [0-9a-fA-F]{4})
+integer ::= "-"? ([0-9] | [1-9] [0-9]{1,5}) space
+space ::= | " " | "\n" [ \t]{0,2}
+)g";
+
+const char* kBrackets = R"g(root ::= item* "."?
+item ::= "[" item* "]" | "(" item* ")" | "a"+
+)g";
+
+const char* kAmbiguous = R"g(root ::= x x ("b" | "ab")* "ba"?
+x ::= "a"* | "ab"
+)g";
+
+// A chain of 200 rules: too deep to inline in one machine, so machines without calls of their own
+// are called (their entries have context-dependent tokens).
+std::string deep_chain() {
+  std::string g = "root ::= r0 \".\"?\n";
+  for (int i = 0; i < 200; ++i) {
+    g.append("r").append(std::to_string(i)).append(" ::= \"<\" r");
+    g.append(std::to_string(i + 1)).append(" \">\"\n");
+  }
+  g += "r200 ::= \"x\"+\n";
+  return g;
+}
+
+const char* kUnicode = R"g(root ::= ( [α-ω]+ | [^a-z\x00-\x1F"] | "😀" )* "\"")g";
+
+// Random walks: at each step the mask must equal the oracle; then a random allowed token is taken
+// (an end id when nothing else is allowed, or with probability 1/8 when allowed).
+void random_walks(const char* gbnf, int n_walks, int max_steps, uint32_t seed) {
+  const TestVocab& tv = test_vocab();
+  auto g = compile_or_die(gbnf, tv.vocab);
+  ASSERT_TRUE(g);
+  std::mt19937 rng(seed);
+  for (int w = 0; w < n_walks; ++w) {
+    GrammarMatcher m(g);
+    std::string text;
+    for (int step = 0; step < max_steps && !m.is_finished(); ++step) {
+      const std::string where = "walk " + std::to_string(w) + " after '" + text + "'";
+      expect_mask_matches_oracle(m, where);
+      if (::testing::Test::HasFailure()) return;
+      std::vector<uint64_t> mask(static_cast<size_t>(m.mask_words()));
+      m.fill_next_token_mask(mask.data());
+      EXPECT_EQ((mask[tv.eos >> 6] >> (tv.eos & 63)) & 1, m.can_end() ? 1u : 0u) << where;
+      EXPECT_EQ((mask[tv.special >> 6] >> (tv.special & 63)) & 1, 0u) << where;
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < tv.vocab->vocab_size(); ++t)
+        if ((mask[t >> 6] >> (t & 63)) & 1 && t != tv.eos) allowed.push_back(t);
+      if (m.must_end()) {
+        EXPECT_TRUE(allowed.empty()) << where;
+      }
+      if (m.can_end() && (allowed.empty() || rng() % 8 == 0)) {
+        ASSERT_TRUE(m.accept_token(tv.eos)) << where;
+        EXPECT_TRUE(m.is_finished());
+        break;
+      }
+      ASSERT_FALSE(allowed.empty()) << where << ": dead end";
+      const int32_t t = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(m.accept_token(t)) << where << " token " << t;
+      text += tv.vocab->bytes(t);
+    }
+  }
+}
+
+TEST(TokenMask, JsonValueMatchesOracle) { random_walks(kJsonValue, 12, 40, 1); }
+TEST(TokenMask, ObjectSchemaMatchesOracle) { random_walks(kObjectSchema, 12, 60, 2); }
+TEST(TokenMask, NestedBracketsMatchOracle) { random_walks(kBrackets, 12, 40, 3); }
+TEST(TokenMask, AmbiguousGrammarMatchesOracle) { random_walks(kAmbiguous, 12, 30, 4); }
+TEST(TokenMask, UnicodeClassesMatchOracle) { random_walks(kUnicode, 12, 30, 5); }
+TEST(TokenMask, CalledMachinesWithoutCallsMatchOracle) { random_walks(deep_chain().c_str(), 3, 500, 6); }
+
+TEST(TokenMask, EndIdsOnlyWhenCompleteAndSpecialsNever) {
+  const TestVocab& tv = test_vocab();
+  auto g = compile_or_die(R"g(root ::= "\"ok\"" | "a")g", tv.vocab);
+  GrammarMatcher m(g);
+  EXPECT_FALSE(m.is_allowed(tv.eos));
+  EXPECT_FALSE(m.accept_token(tv.eos));
+  EXPECT_FALSE(m.is_allowed(tv.special));
+  EXPECT_TRUE(m.is_allowed(tv.added));  // a non-special added token matches by its bytes
+  EXPECT_FALSE(m.is_allowed(static_cast<int32_t>(tv.tok->vocab_size())));  // model-only id
+  GrammarMatcher snapshot = m;
+  ASSERT_TRUE(m.accept_token(tv.added));
+  EXPECT_TRUE(m.can_end());
+  EXPECT_TRUE(m.must_end());
+  std::vector<uint64_t> mask(static_cast<size_t>(m.mask_words()));
+  m.fill_next_token_mask(mask.data());
+  for (int64_t t = 0; t < tv.vocab->vocab_size(); ++t)
+    EXPECT_EQ((mask[t >> 6] >> (t & 63)) & 1, t == tv.eos ? 1u : 0u) << t;
+  ASSERT_TRUE(m.accept_token(tv.eos));
+  EXPECT_TRUE(m.is_finished());
+  EXPECT_FALSE(m.can_end());
+  EXPECT_FALSE(m.accept_token(tv.eos));
+  m.fill_next_token_mask(mask.data());
+  for (uint64_t w : mask) EXPECT_EQ(w, 0u);
+  // The snapshot did not move.
+  EXPECT_FALSE(snapshot.can_end());
+  EXPECT_TRUE(snapshot.accept_bytes("a"));
+}
+
+TEST(TokenMask, RejectedTokenLeavesMatcherUnchanged) {
+  auto g = compile_or_die(R"g(root ::= "ab" "c")g");
+  GrammarMatcher m(g);
+  EXPECT_FALSE(m.accept_bytes("ax"));
+  EXPECT_TRUE(m.accept_bytes("a"));
+  EXPECT_FALSE(m.accept_token('c'));
+  EXPECT_TRUE(m.accept_token('b'));
+  EXPECT_FALSE(m.can_end());
+  EXPECT_TRUE(m.accept_bytes("c"));
+  EXPECT_TRUE(m.must_end());
+}
+
+// Many matchers on several threads share one compiled grammar while its entries are built.
+TEST(TokenMask, SharedCompiledGrammarAcrossThreads) {
+  const TestVocab& tv = test_vocab();
+  auto g = compile_or_die(kJsonValue, tv.vocab);
+  ASSERT_TRUE(g);
+  std::vector<std::vector<uint64_t>> results(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      GrammarMatcher m(g);
+      m.accept_bytes("{\"a\": [1, \"x");
+      results[i].resize(static_cast<size_t>(m.mask_words()));
+      m.fill_next_token_mask(results[i].data());
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(results[i], results[0]);
+}
+
+}  // namespace
+}  // namespace afd::serve
