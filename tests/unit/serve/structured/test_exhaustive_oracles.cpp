@@ -82,7 +82,9 @@ TEST(NumberBoundsExhaustive, DecimalsMatchArithmetic) {
         std::string text = fixed(x, d);
         if (x == 0 && text[0] == '-') continue;
         ASSERT_EQ(g.accepts(text), in) << s.dump() << " text=" << text;
-        if (d == 3) ASSERT_EQ(g.accepts(text + "0"), in) << s.dump() << " text=" << text << "0";
+        if (d == 3) {
+          ASSERT_EQ(g.accepts(text + "0"), in) << s.dump() << " text=" << text << "0";
+        }
       }
     }
   }
