@@ -120,7 +120,11 @@ class SchemaCompiler {
     AFD_ASSIGN_OR_RETURN(std::string body, compile_body(s, path, depth, hint));
     // A bare rule name needs no rule of its own.
     if (body.find_first_of(" \"[(|") == std::string::npos) return body;
-    std::string name = b_.add_rule(hint, std::move(body));
+    // Identical subschemas share one rule (the matcher builds each rule's automaton once).
+    auto it = rule_of_body_.find(body);
+    if (it != rule_of_body_.end()) return it->second;
+    std::string name = b_.add_rule(hint, body);
+    rule_of_body_.emplace(std::move(body), name);
     AFD_RETURN_IF_ERROR(check_size());
     return name;
   }
@@ -629,45 +633,40 @@ class SchemaCompiler {
     }
     AFD_RETURN_IF_ERROR(check_size());
     // Members in order: each required one, each optional one or not, then extra members.
-    // first_req: the first required member; before it, the first member written may be any
-    // optional one. after[i]: the members from i on when one is written already.
+    // Built from the left so that each member's rule appears at most twice whatever the
+    // number of optional members (rules are inlined by the matcher's automaton):
+    //   upto_j = upto_{j-1} (sep kv_j)? | kv_j     while no member before j is required
+    //   upto_j = upto_{j-1} sep kv_j | kv_j        for the first required member
+    //   upto_j = upto_{j-1} (sep kv_j)?  / sep kv_j   after it (a flat sequence)
     std::string sep = w + " \",\" " + w + " ";
-    size_t n = members.size();
-    size_t first_req = n;
-    for (size_t i = 0; i < n; ++i) {
-      if (members[i].required) {
-        first_req = i;
-        break;
+    std::string upto;  // members written so far (at least one); "" before the first
+    bool may_be_empty = true;
+    for (const auto& m : members) {
+      std::string item = "(" + sep + m.kv + ")";
+      if (upto.empty()) {
+        upto = m.kv;
+      } else if (may_be_empty) {
+        upto = b_.add_rule(std::string(hint) + "-upto", upto + " " + (m.required ? item : item + "?") + " | " + m.kv);
+      } else {
+        upto += " " + (m.required ? item : item + "?");
+      }
+      if (m.required) may_be_empty = false;
+    }
+    std::string content = upto;
+    if (extra) {
+      std::string more = "(" + sep + *extra + ")*";
+      if (upto.empty()) {
+        content = *extra + " " + more;
+      } else if (may_be_empty) {
+        content = "(" + upto + " | " + *extra + ") " + more;
+      } else {
+        content = "(" + upto + ") " + more;
       }
     }
-    std::string tail;  // after the first required member (flat)
-    for (size_t i = first_req + 1; i < n; ++i) {
-      std::string item = "(" + sep + members[i].kv + ")";
-      tail += (tail.empty() ? "" : " ") + (members[i].required ? item : item + "?");
-    }
-    if (extra) tail += (tail.empty() ? "" : " ") + std::string("(") + sep + *extra + ")*";
-    std::vector<std::string> after(first_req + 1);  // after[i] for i <= first_req
-    if (first_req < n) {
-      after[first_req] = b_.add_rule(std::string(hint) + "-rest",
-                                     sep + members[first_req].kv + (tail.empty() ? "" : " " + tail));
-    } else {
-      after[first_req] = tail;
-    }
-    for (size_t i = first_req; i-- > 1;) {
-      std::string body = "(" + sep + members[i].kv + ")?" + (after[i + 1].empty() ? "" : " " + after[i + 1]);
-      after[i] = b_.add_rule(std::string(hint) + "-rest", body);
-    }
-    std::vector<std::string> firsts;
-    for (size_t i = 0; i < first_req; ++i) firsts.push_back(members[i].kv + (after[i + 1].empty() ? "" : " " + after[i + 1]));
-    if (first_req < n) {
-      firsts.push_back(members[first_req].kv + (tail.empty() ? "" : " " + tail));
-    } else if (extra) {
-      firsts.push_back(*extra + " (" + sep + *extra + ")*");
-    }
     AFD_RETURN_IF_ERROR(check_size());
-    if (firsts.empty()) return "\"{\" " + w + " \"}\"";
-    std::string content = "(" + join_alts(firsts) + ")";
-    if (first_req == n) return "\"{\" " + w + " (" + content + " " + w + ")? \"}\"";
+    if (content.empty()) return "\"{\" " + w + " \"}\"";
+    content = b_.add_rule(std::string(hint) + "-members", content);
+    if (may_be_empty) return "\"{\" " + w + " (" + content + " " + w + ")? \"}\"";
     return "\"{\" " + w + " " + content + " " + w + " \"}\"";
   }
 
@@ -675,6 +674,7 @@ class SchemaCompiler {
   const Json& root_;
   std::unordered_map<std::string, std::string> refs_;      // JSON pointer -> rule
   std::deque<std::pair<std::string, std::string>> pending_;  // refs reserved, not compiled yet
+  std::unordered_map<std::string, std::string> rule_of_body_;  // rules made by compile(), by body
 };
 
 }  // namespace

@@ -82,6 +82,19 @@ TEST(JsonSchemaErrors, LargeAndDeepSchemasFailFastWithoutRecursingDeeply) {
   expect_refused(R"({"type":"string","maxLength":1000000})", "more than the 10000 supported");
 }
 
+TEST(JsonSchemaStructure, OptionalPropertiesCostLinearGrammar) {
+  // Each member's text appears at most twice, however many optional members there are.
+  auto size_for = [](int n) {
+    Json props = Json::object();
+    for (int i = 0; i < n; ++i) props["p" + std::to_string(i)] = Json{{"type", "boolean"}};
+    auto r = json_schema_to_gbnf(Json{{"type", "object"}, {"properties", props}});
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? r->size() : 0;
+  };
+  size_t small = size_for(100), large = size_for(1000);
+  EXPECT_LT(large, small * 12) << small << " -> " << large;
+}
+
 TEST(JsonSchemaStructure, AcceptedAnnotationsAndRecursiveRefsCompile) {
   auto r = json_schema_to_gbnf(Json::parse(R"({
     "$schema":"https://json-schema.org/draft/2020-12/schema","$id":"x","title":"T","description":"d",
