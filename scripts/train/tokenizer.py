@@ -20,6 +20,9 @@ _SPLIT_ASCII = re.compile(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\nA-Za-z0-9]?[A-Za-
 
 CHAT_TEMPLATE = (
     "{{- bos_token }}\n"
+    "{%- if tools %}{{- '<|system|>To call a function, answer with <tool_call>\\n{\"name\": <function-name>, "
+    "\"arguments\": <args-json-object>}\\n</tool_call>. The functions:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + tool | tojson }}{%- endfor %}{{- '\\n</tools>' }}{%- endif %}\n"
     "{%- for message in messages %}\n"
     "{%- if message.content is string %}{%- set content = message.content %}\n"
     "{%- else %}{%- set ns = namespace(text='') %}\n"
@@ -28,7 +31,14 @@ CHAT_TEMPLATE = (
     "{%- set content = ns.text %}{%- endif %}\n"
     "{%- if message.role == 'system' %}{{- '<|system|>' + content | trim }}\n"
     "{%- elif message.role == 'user' %}{{- '<|user|>' + content | trim }}\n"
-    "{%- elif message.role == 'assistant' %}{{- '<|assistant|>' + content | trim + '<|eos|>' }}\n"
+    "{%- elif message.role == 'assistant' %}{{- '<|assistant|>' + content | trim }}\n"
+    "{%- if message.tool_calls %}{%- for call in message.tool_calls %}"
+    "{%- set args = call.function.arguments %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + call.function.name + '\", \"arguments\": ' + "
+    "(args if args is string else args | tojson) + '}\\n</tool_call>' }}"
+    "{%- endfor %}{%- endif %}{{- '<|eos|>' }}\n"
+    "{%- elif message.role == 'tool' %}{{- '<|user|><tool_response>\\n' + content | trim + "
+    "'\\n</tool_response>' }}\n"
     "{%- endif %}\n"
     "{%- endfor %}\n"
     "{%- if add_generation_prompt %}{{- '<|assistant|>' }}{%- endif %}\n")

@@ -113,9 +113,18 @@ void ApiServer::handle_generation(Endpoint ep, const std::string& path, const ht
   }
   // Validate and tokenize before the backend sees the request: 4xx answers are given here (a
   // front end's never reach a worker), and the prompt tokens drive placement.
-  auto admitted = admission_->run(req.body.size(), [&] {
-    return internal ? parse_internal_request(ep, *internal, *model_.tokenizer, chat, model_.limits)
-                    : parse_request(ep, req.body, *model_.tokenizer, chat, model_.limits, id * 0x9E3779B97F4A7C15ULL);
+  auto admitted = admission_->run(req.body.size(), [&]() -> Result<GenerationRequest> {
+    auto g = internal ? parse_internal_request(ep, *internal, *model_.tokenizer, chat, model_.limits)
+                      : parse_request(ep, req.body, *model_.tokenizer, chat, model_.limits, id * 0x9E3779B97F4A7C15ULL);
+    // A constrained answer's grammar is compiled here too (cached by its text), so a grammar
+    // that does not compile is a 400 before anything runs.
+    if (g.ok() && !g->format.gbnf.empty()) {
+      if (!model_.grammars) return not_supported("this server has no grammar support for '" + g->format.kind + "'");
+      auto compiled = model_.grammars->get(g->format.gbnf);
+      if (!compiled.ok()) return compiled.status().with_context("'" + g->format.kind + "'");
+      g->format.grammar = std::move(*compiled);
+    }
+    return g;
   });
   if (!admitted) {
     backend_.count_response(503);
@@ -139,6 +148,9 @@ void ApiServer::handle_generation(Endpoint ep, const std::string& path, const ht
   call.meta.endpoint = ep;
   call.meta.logprobs = call.request.logprobs;
   call.meta.system_fingerprint = model_.system_fingerprint;
+  call.meta.tool_calls = call.request.format.tool_calls;
+  call.meta.parallel_tool_calls = call.request.format.parallel_tool_calls;
+  call.meta.tool_syntax = call.request.format.tool_syntax;
   call.internal = internal ? &*internal : nullptr;
   call.in_flight = &in_flight;
   backend_.generate(call, req, res);

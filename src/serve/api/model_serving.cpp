@@ -54,6 +54,9 @@ Result<ModelServing> load_model_serving(const std::string& model_dir, const std:
   lim.vocab_size = cfg.vocab_size;
   lim.max_context = max_context > 0 ? max_context : cfg.max_position_embeddings;
   if (lim.max_context <= 1) return invalid_argument("serve: the model's context length is " + std::to_string(lim.max_context));
+  // Structured outputs: the vocabulary's bytes as grammars see them, built once; compiled
+  // grammars are cached by their text.
+  m.grammars = std::make_shared<GrammarCache>(TokenVocab::build(*m.tokenizer, m.eos_ids, cfg.vocab_size));
   if (m.tokenizer->vocab_size() > cfg.vocab_size)
     spdlog::warn("serve: tokenizer has {} tokens but the model only {}; prompts using the extra ids are rejected",
                  m.tokenizer->vocab_size(), cfg.vocab_size);

@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "model/config.h"
 #include "serve/api/request.h"
+#include "serve/structured/grammar_cache.h"
 #include "serve/text/chat_template.h"
 #include "serve/text/tokenizer.h"
 
@@ -31,6 +32,9 @@ struct ModelServing {
   // `system_fingerprint` and /health's; empty: not known here (responses omit it).
   std::string system_fingerprint;
   bool deterministic = false;  // batch-invariant mode (--deterministic); /health and /metrics report it
+  // Compiled grammars of constrained answers (serve/structured/), over this tokenizer with
+  // eos_ids as its end tokens; null: constrained answers are refused.
+  std::shared_ptr<GrammarCache> grammars;
 };
 
 // m.config_fingerprint as /health reports it: 16 lowercase hex digits.

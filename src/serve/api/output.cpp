@@ -67,6 +67,16 @@ OutputProcessor::Step OutputProcessor::push(int32_t token) {
   return st;
 }
 
+OutputProcessor::Step OutputProcessor::complete() {
+  Step st;
+  if (finished_) return st;
+  held_ += dec_.flush();
+  st.text = release(true);
+  st.finish = FinishReason::stop;
+  finished_ = true;
+  return st;
+}
+
 Status OutputProcessor::replay(std::span<const int32_t> tokens) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (finished_ || push(tokens[i]).finish != FinishReason::none)

@@ -36,6 +36,9 @@ class OutputProcessor {
   // at or before the last of them (eos, a stop string, max_tokens: nothing would be left to
   // continue); the processor is then finished.
   Status replay(std::span<const int32_t> tokens);
+  // The answer is complete although no eos / stop / limit said so (its grammar allows nothing
+  // more): releases the held text and finishes with stop.
+  Step complete();
   int64_t n_generated() const { return n_generated_; }
   // Tokens push() may still take before max_tokens finishes the output.
   int64_t tokens_left() const { return max_tokens_ - n_generated_; }

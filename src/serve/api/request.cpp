@@ -219,11 +219,10 @@ std::string quoted_key(const std::string& k) {
 constexpr std::string_view kCommonFields[] = {
     "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n",
     "best_of", "logprobs", "stream", "stream_options", "ignore_eos", "frequency_penalty", "presence_penalty",
-    "logit_bias", "user"};
+    "logit_bias", "user", "response_format", "guided_json", "guided_choice", "guided_regex", "guided_grammar"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "suffix", "echo"};
 constexpr std::string_view kChatFields[] = {
-    "messages", "add_generation_prompt", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
-    "response_format", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key", "prediction",
+    "messages", "add_generation_prompt", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key", "prediction",
     "functions", "function_call", "audio", "modalities", "web_search_options", "reasoning_effort", "verbosity"};
 
 Status check_known_fields(const json& b, Endpoint ep) {
@@ -253,22 +252,6 @@ Status check_chat_fields(const json& b) {
   if (get(b, "reasoning_effort"))
     return invalid_argument("'reasoning_effort' is not supported (afd cannot bound how long a model reasons)");
   if (get(b, "verbosity")) return invalid_argument("'verbosity' is not supported");
-  if (const json* v = get(b, "parallel_tool_calls")) {
-    if (!v->is_boolean()) return type_error("parallel_tool_calls", "a boolean", *v);
-    if (!v->get<bool>())
-      return invalid_argument("'parallel_tool_calls': false is not supported (afd does not constrain the tool calls a model writes)");
-  }
-  if (const json* v = get(b, "response_format")) {
-    if (!v->is_object()) return type_error("response_format", "an object", *v);
-    const json* t = get(*v, "type");
-    if (!t || !t->is_string()) return invalid_argument("'response_format.type' must be a string");
-    const std::string type = t->get<std::string>();
-    if (type == "json_object" || type == "json_schema")
-      return invalid_argument("'response_format' of type '" + type +
-                              "' is not supported (it needs constrained decoding, which afd does not have)");
-    if (type != "text")
-      return invalid_argument("'response_format.type' must be 'text' (or 'json_object' / 'json_schema', not supported)");
-  }
   std::string tier;
   AFD_RETURN_IF_ERROR(read_string(b, "service_tier", &tier));
   if (!tier.empty() && tier != "auto" && tier != "default")
@@ -289,60 +272,6 @@ Status check_chat_fields(const json& b) {
     if (!c || !(c->is_string() || c->is_array()))
       return invalid_argument("'prediction.content' must be a string or an array of text parts");
   }
-  return Status::ok();
-}
-
-// `tools` (array of {"type": "function", "function": {"name", "description"?, "parameters"?,
-// "strict"?}}) and `tool_choice` ("none" | "auto"). The tools to render: null when none are
-// given or tool_choice is "none" (the model then does not see them, so it cannot call one).
-Status read_tools(const json& b, json* tools_out) {
-  *tools_out = nullptr;
-  std::string choice = "auto";
-  if (const json* c = get(b, "tool_choice")) {
-    if (c->is_object())
-      return invalid_argument("'tool_choice' naming a tool is not supported (forcing a call needs constrained decoding, "
-                              "which afd does not have); use \"auto\" or \"none\"");
-    if (!c->is_string()) return type_error("tool_choice", "\"none\", \"auto\" or \"required\"", *c);
-    choice = c->get<std::string>();
-    if (choice == "required")
-      return invalid_argument("'tool_choice': \"required\" is not supported (forcing a call needs constrained decoding, "
-                              "which afd does not have); use \"auto\" or \"none\"");
-    if (choice != "none" && choice != "auto")
-      return invalid_argument("'tool_choice' = " + quoted_key(choice) + " is not one of \"none\", \"auto\", \"required\"");
-  }
-  const json* t = get(b, "tools");
-  if (!t) return Status::ok();
-  if (!t->is_array()) return type_error("tools", "an array", *t);
-  for (size_t i = 0; i < t->size(); ++i) {
-    const std::string f = "tools[" + std::to_string(i) + "]";
-    const json& x = (*t)[i];
-    if (!x.is_object()) return type_error(f, "an object", x);
-    for (auto it = x.begin(); it != x.end(); ++it)
-      if (it.key() != "type" && it.key() != "function")
-        return invalid_argument("'" + f + "' has an unknown field " + quoted_key(it.key()));
-    const json* type = get(x, "type");
-    if (!type || *type != "function")
-      return invalid_argument("'" + f + ".type' must be \"function\" (the only kind of tool afd supports)");
-    const json* fn = get(x, "function");
-    if (!fn || !fn->is_object()) return invalid_argument("'" + f + ".function' must be an object");
-    for (auto it = fn->begin(); it != fn->end(); ++it) {
-      const std::string& k = it.key();
-      if (k != "name" && k != "description" && k != "parameters" && k != "strict")
-        return invalid_argument("'" + f + ".function' has an unknown field " + quoted_key(k));
-    }
-    const json* name = get(*fn, "name");
-    if (!name || !name->is_string() || name->get_ref<const std::string&>().empty())
-      return invalid_argument("'" + f + ".function.name' must be a non-empty string");
-    AFD_RETURN_IF_ERROR(read_string(*fn, "description").with_context(f + ".function"));
-    if (const json* p = get(*fn, "parameters"); p && !p->is_object())
-      return type_error(f + ".function.parameters", "an object (a JSON Schema)", *p);
-    bool strict = false;
-    AFD_RETURN_IF_ERROR(read_bool(*fn, "strict", &strict).with_context(f + ".function"));
-    if (strict)
-      return invalid_argument("'" + f + ".function.strict': true is not supported (it needs constrained decoding, "
-                              "which afd does not have)");
-  }
-  if (choice != "none") *tools_out = *t;
   return Status::ok();
 }
 
@@ -461,6 +390,8 @@ Result<GenerationRequest> parse_request(Endpoint ep, const std::string& body, co
     bool echo = false;
     AFD_RETURN_IF_ERROR(read_bool(b, "echo", &echo));
     if (echo) return invalid_argument("'echo' is not supported");
+    json no_tools;
+    AFD_RETURN_IF_ERROR(read_output_format(b, ep, ToolSyntax::hermes, &r.format, &no_tools));
   } else {
     if (!chat) return invalid_argument("this model has no chat template; use /v1/completions");
     AFD_RETURN_IF_ERROR(check_chat_fields(b));
@@ -468,7 +399,7 @@ Result<GenerationRequest> parse_request(Endpoint ep, const std::string& body, co
     bool add_generation_prompt = true;
     AFD_RETURN_IF_ERROR(read_bool(b, "add_generation_prompt", &add_generation_prompt));
     json tools;
-    AFD_RETURN_IF_ERROR(read_tools(b, &tools));
+    AFD_RETURN_IF_ERROR(read_output_format(b, ep, tool_syntax_of_template(chat->tool_source()), &r.format, &tools));
     AFD_ASSIGN_OR_RETURN(r.prompt,
                          encode_chat(tok, *chat, messages, add_generation_prompt, tools, lim.content_special_as_text));
   }

@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "runtime/sampler.h"
+#include "serve/api/output_format.h"
 #include "serve/api/json_limits.h"
 #include "serve/text/chat_template.h"
 #include "serve/text/tokenizer.h"
@@ -29,6 +30,7 @@ struct GenerationRequest {
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;    // stream_options.include_usage
+  OutputFormat format;           // a constrained answer (structured outputs, forced tool calls), tool calls parsed
 };
 
 struct RequestLimits {

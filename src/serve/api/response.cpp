@@ -86,16 +86,42 @@ void add_system_fingerprint(const ResponseMeta& m, json* r) {
 }
 }  // namespace
 
+std::string ResponseMeta::call_id_prefix() const {
+  const size_t dash = id.find('-');
+  return dash == std::string::npos ? id : id.substr(dash + 1);
+}
+
+std::unique_ptr<ToolCallStream> ResponseMeta::tool_call_stream() const {
+  if (!tool_calls) return nullptr;
+  return std::make_unique<ToolCallStream>(tool_syntax, call_id_prefix(), parallel_tool_calls);
+}
+
+namespace {
+bool blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
+}  // namespace
+
 std::string completion_body(const ResponseMeta& m, const Tokenizer& tok, const Completion& c) {
   json choice;
   choice["index"] = 0;
-  if (m.endpoint == Endpoint::chat) {
+  const char* fr = finish_json(c.finish);
+  if (m.endpoint == Endpoint::chat && m.tool_calls) {
+    ParsedToolCalls p = parse_tool_calls(c.text, m.tool_syntax, m.call_id_prefix(), m.parallel_tool_calls);
+    json msg = {{"role", "assistant"}, {"content", p.content}};
+    if (!p.calls.empty()) {
+      if (blank(p.content)) msg["content"] = nullptr;
+      json calls = json::array();
+      for (const ToolCall& tc : p.calls)
+        calls.push_back({{"id", tc.id}, {"type", "function"}, {"function", {{"name", tc.name}, {"arguments", tc.arguments}}}});
+      msg["tool_calls"] = std::move(calls);
+      if (c.finish == FinishReason::stop) fr = "tool_calls";
+    }
+    choice["message"] = std::move(msg);
+  } else if (m.endpoint == Endpoint::chat) {
     choice["message"] = {{"role", "assistant"}, {"content", c.text}};
   } else {
     choice["text"] = c.text;
   }
   choice["logprobs"] = m.logprobs ? logprobs_json(m.endpoint, tok, c.tokens, 0) : json(nullptr);
-  const char* fr = finish_json(c.finish);
   choice["finish_reason"] = fr ? json(fr) : json(nullptr);
   json r = {{"id", m.id},
             {"object", m.endpoint == Endpoint::chat ? "chat.completion" : "text_completion"},
@@ -108,19 +134,35 @@ std::string completion_body(const ResponseMeta& m, const Tokenizer& tok, const C
 }
 
 std::string stream_chunk(const ResponseMeta& m, const Tokenizer& tok, const StreamEvent& e, bool first,
-                         bool include_usage, int64_t text_offset) {
+                         bool include_usage, int64_t text_offset, ToolCallStream* tools) {
   json choice;
   choice["index"] = 0;
+  const char* fr = finish_json(e.finish);
   if (m.endpoint == Endpoint::chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
-    delta["content"] = e.text;
+    if (tools) {
+      ToolCallStream::Delta d = tools->add(e.text);
+      if (e.finish != FinishReason::none) {
+        ToolCallStream::Delta rest = tools->finish();
+        d.content += rest.content;
+        for (auto& x : rest.tool_calls) d.tool_calls.push_back(std::move(x));
+      }
+      if (!d.tool_calls.empty()) {
+        delta["content"] = d.content.empty() ? json(nullptr) : json(d.content);
+        delta["tool_calls"] = std::move(d.tool_calls);
+      } else {
+        delta["content"] = d.content;
+      }
+      if (e.finish == FinishReason::stop && tools->n_calls() > 0) fr = "tool_calls";
+    } else {
+      delta["content"] = e.text;
+    }
     choice["delta"] = delta;
   } else {
     choice["text"] = e.text;
   }
   choice["logprobs"] = m.logprobs ? logprobs_json(m.endpoint, tok, e.tokens, text_offset) : json(nullptr);
-  const char* fr = finish_json(e.finish);
   choice["finish_reason"] = fr ? json(fr) : json(nullptr);
   json r = {{"id", m.id},
             {"object", m.endpoint == Endpoint::chat ? "chat.completion.chunk" : "text_completion"},

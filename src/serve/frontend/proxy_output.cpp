@@ -9,7 +9,8 @@ ProxyOutput::ProxyOutput(ResponseMeta meta, const Tokenizer* tok, const Generati
       include_usage_(g.include_usage),
       prompt_(g.prompt),
       max_tokens_(g.max_tokens),
-      seed_(g.sampling.seed) {}
+      seed_(g.sampling.seed),
+      tools_(meta_.tool_call_stream()) {}
 
 std::string ProxyOutput::add(const StreamEvent& e) {
   if (finished_) return "";
@@ -29,7 +30,7 @@ std::string ProxyOutput::add(const StreamEvent& e) {
   // The same chunks, in the same order, as the attention server renders for its own clients.
   std::string out;
   if (!e.tokens.empty() || !e.text.empty() || finished_) {
-    out = stream_chunk(meta_, *tok_, e, first_chunk_, include_usage_, text_offset_);
+    out = stream_chunk(meta_, *tok_, e, first_chunk_, include_usage_, text_offset_, tools_.get());
     first_chunk_ = false;
     text_offset_ += static_cast<int64_t>(e.text.size());
   }

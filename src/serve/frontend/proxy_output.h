@@ -57,6 +57,7 @@ class ProxyOutput {
   bool first_chunk_ = true;  // streaming: the next chunk is the first (chat: carries the role)
   int64_t text_offset_ = 0;  // streaming: bytes of text sent so far
   Completion completion_;    // non-streaming: the answer so far
+  std::unique_ptr<ToolCallStream> tools_;  // streaming with tool calls parsed (meta.tool_calls)
 };
 
 }  // namespace afd::serve

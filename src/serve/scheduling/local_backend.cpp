@@ -149,8 +149,10 @@ void LocalBackend::answer_stream(const GenerationCall& call, const std::shared_p
   struct StreamState {
     bool first = true;
     int64_t text_offset = 0;
+    std::unique_ptr<ToolCallStream> tools;
   };
   auto state = std::make_shared<StreamState>();
+  state->tools = call.meta.tool_call_stream();
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, ch, meta = call.meta, tok, include_usage, state](size_t, http::DataSink& sink) {
@@ -170,7 +172,7 @@ void LocalBackend::answer_stream(const GenerationCall& call, const std::shared_p
               return true;
             }
             if (!e.tokens.empty() || !e.text.empty() || e.finish != FinishReason::none) {
-              out = stream_chunk(meta, *tok, e, state->first, include_usage, state->text_offset);
+              out = stream_chunk(meta, *tok, e, state->first, include_usage, state->text_offset, state->tools.get());
               state->first = false;
               state->text_offset += static_cast<int64_t>(e.text.size());
             }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "core/log.h"
 #include "core/timer.h"
 
@@ -13,7 +14,9 @@ SeqRequest::SeqRequest(const GenerationRequest& g, const Tokenizer* tok, std::ve
       logprobs(g.logprobs),
       sampler(g.sampling),
       output(tok, std::move(eos), g.stop, g.max_tokens, g.ignore_eos),
-      t_arrival(arrival_s) {}
+      t_arrival(arrival_s) {
+  if (g.format.grammar) grammar.emplace(g.format.grammar);
+}
 
 Scheduler::Scheduler(Engine* engine, SchedulerOptions opt, WorkerStats* stats, Metrics* metrics, Drafter* drafter)
     : engine_(engine),
@@ -302,10 +305,34 @@ void Scheduler::propose_drafts() {
   }
   for (size_t i = 0; i < who.size(); ++i) {
     SeqRequest* r = who[i];
+    if (r->grammar) {
+      GrammarMatcher m = *r->grammar;
+      size_t n = 0;
+      while (n < drafts[i].size() && !m.is_finished() && m.accept_token(drafts[i][n])) ++n;
+      drafts[i].resize(n);
+    }
     r->step_tokens.assign(1, r->tokens.back());
     r->step_tokens.insert(r->step_tokens.end(), drafts[i].begin(), drafts[i].end());
     r->n_draft = static_cast<int64_t>(drafts[i].size());
   }
+}
+
+bool Scheduler::fill_masks(SeqRequest* r, const BatchItem& it) {
+  const int64_t words = r->grammar->mask_words();
+  const int64_t n = it.n_draft + 1;
+  r->masks.assign(static_cast<size_t>(n * words), 0);
+  if (it.n_draft == 0) {
+    r->grammar->fill_next_token_mask(r->masks.data());
+  } else {
+    GrammarMatcher m = *r->grammar;
+    for (int64_t j = 0; j < n; ++j) {
+      m.fill_next_token_mask(r->masks.data() + j * words);
+      if (j < it.n_draft) AFD_CHECK(m.accept_token(it.tokens[1 + j]), "propose_drafts keeps only drafts the grammar allows");
+    }
+  }
+  for (int64_t w = 0; w < words; ++w)
+    if (r->masks[w]) return true;
+  return false;
 }
 
 void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std::vector<BatchItem>& items,
@@ -334,9 +361,28 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
       continue;
     }
     const float* rows = logits.data() + (row0 + n_rows - 1 - it.n_draft) * vocab_;
+    std::vector<const uint64_t*> masks;
+    if (r->grammar) {
+      if (r->grammar->mask_words() != (vocab_ + 63) / 64) {
+        finish(r, FinishReason::error, internal_error("the grammar's vocabulary differs from the model's"));
+        continue;
+      }
+      if (!fill_masks(r, it)) {  // the grammar allows nothing more: the answer is complete
+        StreamEvent e;
+        e.text = r->output.complete().text;
+        e.finish = FinishReason::stop;
+        e.prompt_tokens = r->n_prompt;
+        e.completion_tokens = r->output.n_generated();
+        e.rng_draws = r->sampler.draws();
+        release(r);
+        r->channel->push(std::move(e));
+        continue;
+      }
+      for (int64_t j = 0; j <= it.n_draft; ++j) masks.push_back(r->masks.data() + j * r->grammar->mask_words());
+    }
     std::vector<SampledToken> emitted;
     if (it.n_draft > 0) {
-      emitted = verify_drafts(r->sampler, rows, vocab_, it.tokens.subspan(1));
+      emitted = verify_drafts(r->sampler, rows, vocab_, it.tokens.subspan(1), masks);
       const int64_t accepted = static_cast<int64_t>(emitted.size()) - 1;
       if (Status st = engine_->settle_drafts(r->seq_id, accepted); !st.is_ok()) {
         finish(r, FinishReason::error, st);
@@ -345,7 +391,7 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
       r->n_computed += accepted;
       if (metrics_) metrics_->speculative.record(it.n_draft, accepted);
     } else {
-      emitted.push_back(r->sampler.sample(rows, vocab_));
+      emitted.push_back(r->sampler.sample(rows, vocab_, masks.empty() ? nullptr : masks[0]));
     }
     StreamEvent e;
     FinishReason fin = FinishReason::none;
@@ -363,6 +409,16 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
       if (st.finish != FinishReason::none) {
         fin = st.finish;
         break;
+      }
+      if (r->grammar) {
+        // The sampler kept to the mask, so the grammar takes the token; an end token ends
+        // the answer also under ignore_eos (nothing may follow it).
+        AFD_CHECK(r->grammar->accept_token(s.token), "the sampler keeps to the grammar's mask");
+        if (r->grammar->is_finished()) {
+          e.text += r->output.complete().text;
+          fin = FinishReason::stop;
+          break;
+        }
       }
     }
     e.rng_draws = r->sampler.draws();

@@ -17,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "serve/api/request.h"
 #include "serve/metrics/metrics.h"
 #include "serve/scheduling/channel.h"
+#include "serve/structured/matcher.h"
 
 namespace afd::serve {
 
@@ -46,6 +48,10 @@ struct SeqRequest {
   std::vector<int32_t> step_tokens;
   int64_t n_draft = 0;
   bool logprobs = false;
+  // Structured outputs: the grammar's state after the generated tokens (absent: free text),
+  // and this step's token masks, one per row of the request's item.
+  std::optional<GrammarMatcher> grammar;
+  std::vector<uint64_t> masks;
   Sampler sampler;
   OutputProcessor output;
   std::shared_ptr<RequestChannel> channel = std::make_shared<RequestChannel>();
@@ -107,8 +113,12 @@ class Scheduler {
   int64_t blocks_for(int64_t n_tokens) const;
   // Frees r's engine sequence (and the drafter's); r->seq_id becomes -1.
   void release(SeqRequest* r);
-  // Proposes this step's drafts for the decoding sequences (r->step_tokens, r->n_draft).
+  // Proposes this step's drafts for the decoding sequences (r->step_tokens, r->n_draft); a
+  // constrained sequence's drafts end before the first one its grammar does not allow.
   void propose_drafts();
+  // Fills r->masks for the rows of r's item (the grammar after 0, 1, .. n_draft of its drafts);
+  // false when the grammar allows no token at all (the answer is complete).
+  bool fill_masks(SeqRequest* r, const BatchItem& it);
   void finish(SeqRequest* r, FinishReason why, Status err = Status::ok());
   void remove_finished();
   // After the attempt-th retryable failure of a batch that first failed at `t_fail`: pauses

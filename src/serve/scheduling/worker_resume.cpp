@@ -9,6 +9,12 @@ namespace afd::serve {
 Status apply_resume(const InternalControl& c, SeqRequest* r) {
   if (c.generated.empty() && c.rng_draws == 0) return Status::ok();
   AFD_RETURN_IF_ERROR(r->output.replay(c.generated));
+  if (r->grammar) {
+    for (size_t i = 0; i < c.generated.size(); ++i)
+      if (!r->grammar->accept_token(c.generated[i]) || r->grammar->is_finished())
+        return invalid_argument("resumed output: generated token " + std::to_string(i + 1) +
+                                " is not allowed by the request's output format, or ends it");
+  }
   r->tokens.insert(r->tokens.end(), c.generated.begin(), c.generated.end());
   if (c.replay_exact) r->replay_end = static_cast<int64_t>(r->tokens.size());
   r->sampler.skip(c.rng_draws);

@@ -97,7 +97,7 @@ std::string GbnfBuilder::text(std::string_view root_body) const {
 }
 
 std::string GbnfBuilder::ws() {
-  return shared_rule("ws", "ws", "[ \\t\\n\\r]{0," + std::to_string(kMaxWhitespace) + "}");
+  return shared_rule("ws", "ws", "( \" \" | \"\\n\" [ \\t]{0," + std::to_string(kMaxIndent) + "} )?");
 }
 
 std::string GbnfBuilder::json_char() {

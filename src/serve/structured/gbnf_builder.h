@@ -6,8 +6,9 @@
 // Shapes every JSON rule follows:
 // - A value rule matches the value's text only, no whitespace before or after it; containers
 //   put `ws` around their punctuation (`"{" ws member ws "," ws member ws "}"`).
-// - `ws` is at most kMaxWhitespace characters of [ \t\n\r]: pretty-printed output fits, and a
-//   model cannot emit whitespace forever.
+// - `ws` is nothing, one space, or a newline and at most kMaxIndent spaces or tabs (llama.cpp's
+//   JSON grammars do the same): compact (`{"a":1}`), Python-style (`{"a": 1}`) and indented
+//   output fit, and a model cannot spend its tokens on white space.
 // - Strings: any character but '"', '\' and U+0000..U+001F raw; escapes `\" \\ \/ \b \f \n \r
 //   \t \uXXXX`, where a \u escape of a surrogate must be a high one followed by a low one.
 // - Numbers: JSON's grammar (no leading zeros, no '+', no "-0" for integers).
@@ -38,7 +39,7 @@ namespace afd::serve {
 
 class GbnfBuilder {
  public:
-  static constexpr int kMaxWhitespace = 64;
+  static constexpr int kMaxIndent = 32;
   static constexpr size_t kMaxRules = 20000;
   static constexpr size_t kMaxGrammarBytes = size_t{1} << 20;
   static constexpr size_t kMaxNameBytes = 1024;  // a property name

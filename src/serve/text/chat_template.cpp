@@ -26,6 +26,7 @@ Result<ChatTemplate> ChatTemplate::from_template(const std::string& tmpl, std::s
                                                  const jinja::Limits& limits) {
   ChatTemplate ct;
   AFD_ASSIGN_OR_RETURN(ct.tmpl_, jinja::Template::parse(tmpl, limits));
+  ct.tool_source_ = tmpl;
   ct.bos_ = std::move(bos);
   ct.eos_ = std::move(eos);
   if (!ct.bos_.empty()) ct.special_tokens_["bos_token"] = ct.bos_;
@@ -56,6 +57,7 @@ Result<ChatTemplate> ChatTemplate::from_config_json(const std::string& text, con
     auto tt = jinja::Template::parse(tool_tmpl, limits);
     if (!tt.ok()) return tt.status().with_context(source + ": chat_template 'tool_use'");
     ct->tool_tmpl_ = *tt;
+    ct->tool_source_ = tool_tmpl;
   }
   for (const char* k : kSpecialTokens) {
     std::string t = token_text(cfg, k);

@@ -33,10 +33,14 @@ class ChatTemplate {
                              const nlohmann::ordered_json& tools = nullptr) const;
   const std::string& eos_token() const { return eos_; }
   const std::string& bos_token() const { return bos_; }
+  // The source text of the template that renders requests with tools (it says how the model
+  // writes tool calls: serve/api/tool_calls.h).
+  const std::string& tool_source() const { return tool_source_; }
 
  private:
   std::shared_ptr<const jinja::Template> tmpl_;
   std::shared_ptr<const jinja::Template> tool_tmpl_;  // null: tmpl_ serves requests with tools too
+  std::string tool_source_;
   std::string bos_, eos_;
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();  // name -> text
 };

@@ -6,10 +6,15 @@ file(GLOB jinja_srcs RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS ${PROJECT_
 set(tokenizer_srcs src/serve/text/unicode.cpp src/serve/text/tokenizer_regex.cpp src/serve/text/tokenizer_normalizer.cpp
                    src/serve/text/tokenizer_added.cpp src/serve/text/pre_tokenizer.cpp src/serve/text/tokenizer.cpp)
 
+# JSON Schema / regex / choice → GBNF (serve/structured/), which request parsing runs.
+set(schema_srcs src/serve/structured/code_point_set.cpp src/serve/structured/gbnf_builder.cpp
+    src/serve/structured/number_range.cpp src/serve/structured/string_formats.cpp src/serve/structured/json_schema.cpp
+    src/serve/structured/regex_gbnf.cpp src/serve/structured/utf8_ranges.cpp)
 # The serving request parser with the chat template and tokenizer behind it.
 afd_add_fuzzer(fuzz_request
   SOURCES tests/fuzz/serve/fuzz_request.cpp ${tokenizer_srcs} ${jinja_srcs} src/serve/text/chat_template.cpp
-          src/serve/api/request.cpp src/serve/api/json_limits.cpp src/runtime/sampler.cpp src/core/status.cpp
+          src/serve/api/request.cpp src/serve/api/json_limits.cpp src/serve/api/output_format.cpp
+          src/serve/api/tool_calls.cpp ${schema_srcs} src/runtime/sampler.cpp src/core/status.cpp
   LIBS -lpcre2-8 -lutf8proc
   CORPUS corpus
   DICT request.dict

@@ -4,6 +4,8 @@
 // Exits non-zero on the first failed check; prints "N passed, 0 failed" at the end.
 import OpenAI from "openai";
 import assert from "node:assert/strict";
+import Ajv from "ajv";
+import addFormats from "ajv-formats";
 
 const [baseURL, model, apiKey = "none"] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 120_000 });
@@ -107,6 +109,149 @@ await check("bad requests are 400 with an error body", async () => {
     });
   }
   await assert.rejects(client.chat.completions.create({ model, messages: [] }), (e) => e.status === 400);
+});
+
+// Structured outputs on a random-weight model: at temperature 1 only the constraint can make
+// every answer parse and validate.
+const ajv = new Ajv({ strict: false });
+addFormats(ajv);
+const personSchema = {
+  type: "object",
+  properties: {
+    name: { type: "string", minLength: 1, maxLength: 6 },
+    age: { type: "integer", minimum: 0, maximum: 120 },
+    score: { type: "number", minimum: -1, maximum: 1 },
+    tags: { type: "array", items: { enum: ["a", "b", "c"] }, maxItems: 3 },
+    ok: { type: "boolean" },
+    kind: { anyOf: [{ type: "null" }, { const: "x" }] },
+    day: { type: "string", format: "date" },
+  },
+  required: ["name", "age", "ok", "day"],
+  additionalProperties: false,
+};
+const validPerson = ajv.compile(personSchema);
+
+await check("response_format json_schema: every seed's answer validates (temperature 1)", async () => {
+  for (let seed = 0; seed < 12; seed++) {
+    const r = await client.chat.completions.create({
+      model, messages: [{ role: "user", content: "Describe a person." }], max_tokens: 400, temperature: 1, seed,
+      response_format: { type: "json_schema", json_schema: { name: "person", schema: personSchema, strict: true } },
+    });
+    assert.equal(r.choices[0].finish_reason, "stop", `seed ${seed}: ${r.choices[0].message.content}`);
+    const v = JSON.parse(r.choices[0].message.content);
+    assert.ok(validPerson(v), `seed ${seed}: ${JSON.stringify(validPerson.errors)} in ${r.choices[0].message.content}`);
+  }
+});
+
+await check("response_format json_schema, streamed; completions endpoint too", async () => {
+  const stream = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: "Describe a person." }], max_tokens: 400, temperature: 1, seed: 99,
+    stream: true, response_format: { type: "json_schema", json_schema: { name: "person", schema: personSchema } },
+  });
+  let text = "", finish = null;
+  for await (const chunk of stream) for (const c of chunk.choices) {
+    text += c.delta.content ?? "";
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  assert.equal(finish, "stop");
+  assert.ok(validPerson(JSON.parse(text)), text);
+  const c = await client.completions.create({
+    model, prompt: "A person:", max_tokens: 400, temperature: 1, seed: 7,
+    response_format: { type: "json_schema", json_schema: { name: "person", schema: personSchema } },
+  });
+  assert.ok(validPerson(JSON.parse(c.choices[0].text)), c.choices[0].text);
+});
+
+await check("guided_choice and guided_regex", async () => {
+  for (let seed = 0; seed < 4; seed++) {
+    const c = await client.chat.completions.create({
+      model, messages: [{ role: "user", content: "Pick one." }], max_tokens: 20, temperature: 1, seed,
+      guided_choice: ["red", "green", "blue sky"],
+    });
+    assert.ok(["red", "green", "blue sky"].includes(c.choices[0].message.content), c.choices[0].message.content);
+    const r = await client.completions.create({
+      model, prompt: "Code:", max_tokens: 30, temperature: 1, seed, guided_regex: "[a-c]{2,4}-[0-9]{2}",
+    });
+    assert.match(r.choices[0].text, /^[a-c]{2,4}-[0-9]{2}$/);
+  }
+});
+
+const tools = [
+  { type: "function", function: { name: "get_weather", description: "Weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string", maxLength: 8 }, unit: { enum: ["C", "F"] } },
+                  required: ["city", "unit"], additionalProperties: false } } },
+  { type: "function", function: { name: "get_time", parameters: { type: "object", properties: {}, additionalProperties: false } } },
+];
+const validWeather = ajv.compile(tools[0].function.parameters);
+
+await check("tools: tool_choice required and named, non-streaming", async () => {
+  for (let seed = 0; seed < 4; seed++) {
+    const r = await client.chat.completions.create({
+      model, messages: [{ role: "user", content: "Weather in Paris?" }], max_tokens: 300, temperature: 1, seed,
+      tools, tool_choice: "required", parallel_tool_calls: false,
+    });
+    const m = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, "tool_calls", JSON.stringify(m));
+    assert.equal(m.tool_calls.length, 1);
+    assert.equal(m.tool_calls[0].type, "function");
+    assert.ok(m.tool_calls[0].id.startsWith("call_"));
+    const args = JSON.parse(m.tool_calls[0].function.arguments);
+    if (m.tool_calls[0].function.name === "get_weather") assert.ok(validWeather(args), m.tool_calls[0].function.arguments);
+    else assert.deepEqual(args, {});
+  }
+  const named = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: "Weather?" }], max_tokens: 300, temperature: 1, seed: 3,
+    tools, tool_choice: { type: "function", function: { name: "get_weather" } },
+  });
+  assert.equal(named.choices[0].message.tool_calls[0].function.name, "get_weather");
+  assert.ok(validWeather(JSON.parse(named.choices[0].message.tool_calls[0].function.arguments)));
+});
+
+await check("tools: streamed tool_calls deltas, then a tool result in the history", async () => {
+  const stream = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: "Weather in Paris?" }], max_tokens: 300, temperature: 1, seed: 11,
+    tools, tool_choice: { type: "function", function: { name: "get_weather" } }, stream: true,
+  });
+  const calls = [];
+  let finish = null;
+  for await (const chunk of stream) for (const c of chunk.choices) {
+    for (const tc of c.delta.tool_calls ?? []) {
+      if (tc.id) calls[tc.index] = { id: tc.id, name: tc.function.name, arguments: "" };
+      calls[tc.index].arguments += tc.function?.arguments ?? "";
+    }
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  assert.equal(finish, "tool_calls");
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].name, "get_weather");
+  assert.ok(validWeather(JSON.parse(calls[0].arguments)), calls[0].arguments);
+  const next = await client.chat.completions.create({
+    model, max_tokens: 5, temperature: 0, tools,
+    messages: [{ role: "user", content: "Weather in Paris?" },
+               { role: "assistant", content: null, tool_calls: [{ id: calls[0].id, type: "function",
+                 function: { name: calls[0].name, arguments: calls[0].arguments } }] },
+               { role: "tool", tool_call_id: calls[0].id, content: "18 C, sunny" }],
+  });
+  assert.equal(typeof next.choices[0].message.content === "string" || next.choices[0].message.tool_calls !== undefined, true);
+});
+
+await check("structured outputs: bad schemas, regexes and tool choices are 400 naming the problem", async () => {
+  const cases = [
+    [{ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object", if: {} } } } }, /if/],
+    [{ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "integer", minimum: 5, maximum: 1 } } } }, /no integer satisfies/],
+    [{ guided_regex: "(a)\\1" }, /guided_regex/],
+    [{ tools, tool_choice: { type: "function", function: { name: "nope" } } }, /nope/],
+    [{ tools: [tools[0], tools[0]] }, /unique/],
+    [{ tools: [{ type: "function", function: { name: "f", parameters: [] } }] }, /parameters/],
+    [{ guided_choice: ["a"], response_format: { type: "json_object" } }, /both/],
+  ];
+  for (const [extra, re] of cases) {
+    await assert.rejects(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], ...extra }), (e) => {
+      assert.equal(e.status, 400);
+      assert.match(e.message, re);
+      return true;
+    });
+  }
 });
 
 console.log(`${passed} passed, 0 failed`);

@@ -236,36 +236,73 @@ TEST_F(RequestTest, ToolsAreValidated) {
   expect_400(Endpoint::chat, m + R"("tools":[{"type":"custom","custom":{"name":"f"}}]})", "tools[0]");
   expect_400(Endpoint::chat, m + R"("tools":[{"type":"function"}]})", "'tools[0].function' must be an object");
   expect_400(Endpoint::chat, m + R"("tools":[{"type":"function","function":{}}]})", "'tools[0].function.name'");
-  expect_400(Endpoint::chat, m + R"("tools":[{"type":"function","function":{"name":""}}]})", "non-empty string");
+  expect_400(Endpoint::chat, m + R"("tools":[{"type":"function","function":{"name":""}}]})", "1 to 64 of");
+  expect_400(Endpoint::chat, m + R"("tools":[{"type":"function","function":{"name":"a b"}}]})", "1 to 64 of");
   expect_400(Endpoint::chat, m + R"("tools":[{"type":"function","function":{"name":"f","description":3}}]})",
-             "tools[0].function: 'description' must be a string");
+             "'tools[0].function.description' must be a string");
   expect_400(Endpoint::chat, m + R"("tools":[{"type":"function","function":{"name":"f","parameters":[]}}]})",
              "'tools[0].function.parameters' must be an object");
-  expect_400(Endpoint::chat, m + R"("tools":[{"type":"function","function":{"name":"f","strict":true}}]})",
-             "'tools[0].function.strict': true is not supported");
+  expect_400(Endpoint::chat, m + R"("tools":[{"type":"function","function":{"name":"f","strict":1}}]})",
+             "'tools[0].function.strict' must be a boolean");
+  expect_400(Endpoint::chat,
+             m + R"("tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}]})",
+             "names another tool too");
+  expect_400(Endpoint::chat,
+             m + R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","not":{}}}}]})",
+             "'tools[0].function.parameters'");
   expect_400(Endpoint::chat, m + R"("tools":[{"type":"function","function":{"name":"f","parameter":{}}}]})",
              "unknown field 'parameter'");
   expect_400(Endpoint::chat, m + R"("tools":[{"type":"function","function":{"name":"f"},"x":1}]})",
              "'tools[0]' has an unknown field 'x'");
-  expect_400(Endpoint::chat, m + R"("tool_choice":"required"})", "'tool_choice': \"required\" is not supported");
+  expect_400(Endpoint::chat, m + R"("tool_choice":"required"})", "the request has no 'tools'");
   expect_400(Endpoint::chat, m + R"("tool_choice":{"type":"function","function":{"name":"f"}}})",
-             "'tool_choice' naming a tool is not supported");
+             "the request has no 'tools'");
+  expect_400(Endpoint::chat,
+             m + R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})",
+             "names the function 'g', which is not in 'tools'");
+  expect_400(Endpoint::chat, m + R"("tool_choice":{"type":"function"}})", "'tool_choice' as an object must be");
   expect_400(Endpoint::chat, m + R"("tool_choice":"any"})", "'tool_choice' = 'any' is not one of");
   expect_400(Endpoint::chat, m + R"("tool_choice":1})", "'tool_choice' must be");
   auto ok = parse(Endpoint::chat, m + R"("tools":[{"type":"function","function":{"name":"f","strict":false}}],
     "tool_choice":"none","parallel_tool_calls":true})");
-  EXPECT_TRUE(ok.ok()) << ok.status().to_string();
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_FALSE(ok->format.tool_calls);  // "none": nothing parsed, nothing forced
+  EXPECT_TRUE(ok->format.gbnf.empty());
+  auto autoc = parse(Endpoint::chat, m + R"("tools":[{"type":"function","function":{"name":"f","strict":true}}]})");
+  ASSERT_TRUE(autoc.ok()) << autoc.status().to_string();
+  EXPECT_TRUE(autoc->format.tool_calls);  // "auto": parsed, not forced
+  EXPECT_TRUE(autoc->format.gbnf.empty());
+  auto req = parse(Endpoint::chat, m + R"("tools":[{"type":"function","function":{"name":"f",
+    "parameters":{"type":"object","properties":{"x":{"type":"integer"}}}}}],"tool_choice":"required","parallel_tool_calls":false})");
+  ASSERT_TRUE(req.ok()) << req.status().to_string();
+  EXPECT_EQ(req->format.kind, "tool_calls");
+  EXPECT_FALSE(req->format.parallel_tool_calls);
+  EXPECT_NE(req->format.gbnf.find("<tool_call>"), std::string::npos);
 }
 
 // Fields that would change the output in ways afd cannot honour are refused by name; metadata
 // fields are accepted (and type-checked); unknown fields are refused.
 TEST_F(RequestTest, UnsupportedFieldsAreRefusedByName) {
   const std::string m = R"({"messages":[{"role":"user","content":"hi"}],)";
-  expect_400(Endpoint::chat, m + R"("response_format":{"type":"json_object"}})",
-             "'response_format' of type 'json_object' is not supported");
-  expect_400(Endpoint::chat, m + R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}})",
-             "'response_format' of type 'json_schema' is not supported");
-  expect_400(Endpoint::chat, m + R"("response_format":{"type":"yaml"}})", "'response_format.type' must be 'text'");
+  expect_400(Endpoint::chat, m + R"("response_format":{"type":"yaml"}})", "'response_format.type' must be one of");
+  expect_400(Endpoint::chat, m + R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","if":{}}}}})",
+             "'if'");
+  expect_400(Endpoint::chat, m + R"("response_format":{"type":"json_schema","json_schema":{"schema":{}}}})",
+             "'response_format.json_schema.name'");
+  expect_400(Endpoint::chat, m + R"("response_format":{"type":"json_object","x":1}})", "unknown field 'x'");
+  expect_400(Endpoint::chat, m + R"("guided_regex":"(a)\\1"})", "'guided_regex'");
+  expect_400(Endpoint::chat, m + R"("guided_choice":[]})", "'guided_choice' must be a non-empty array");
+  expect_400(Endpoint::chat, m + R"("guided_choice":["a"],"guided_regex":"a"})", "both constrain the answer");
+  for (const char* f : {R"("response_format":{"type":"json_object"})",
+                        R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"integer"}}})",
+                        R"("guided_choice":["yes","no"])", R"("guided_regex":"[a-z]+")",
+                        R"("guided_grammar":"root ::= \"x\"")", R"("guided_json":{"type":"boolean"})"}) {
+    auto ok = parse(Endpoint::chat, m + f + "}");
+    ASSERT_TRUE(ok.ok()) << f << ": " << ok.status().to_string();
+    EXPECT_FALSE(ok->format.gbnf.empty()) << f;
+    auto c = parse(Endpoint::completions, std::string(R"({"prompt":"a",)") + f + "}");
+    EXPECT_TRUE(c.ok()) << f << ": " << c.status().to_string();
+  }
   expect_400(Endpoint::chat, m + R"("response_format":"json"})", "'response_format' must be an object");
   expect_400(Endpoint::chat, m + R"("functions":[{"name":"f"}]})", "'functions' is not supported");
   expect_400(Endpoint::chat, m + R"("function_call":"auto"})", "'function_call' is not supported");
@@ -274,7 +311,7 @@ TEST_F(RequestTest, UnsupportedFieldsAreRefusedByName) {
   expect_400(Endpoint::chat, m + R"("web_search_options":{}})", "'web_search_options' is not supported");
   expect_400(Endpoint::chat, m + R"("reasoning_effort":"low"})", "'reasoning_effort' is not supported");
   expect_400(Endpoint::chat, m + R"("verbosity":"low"})", "'verbosity' is not supported");
-  expect_400(Endpoint::chat, m + R"("parallel_tool_calls":false})", "'parallel_tool_calls': false");
+  expect_400(Endpoint::chat, m + R"("parallel_tool_calls":1})", "'parallel_tool_calls' must be a boolean");
   expect_400(Endpoint::chat, m + R"("service_tier":"priority"})", "'service_tier' = 'priority' is not supported");
   expect_400(Endpoint::chat, m + R"("logit_bias":{"5":10}})", "'logit_bias' is not supported");
   expect_400(Endpoint::chat, m + R"("n":2})", "'n' must be 1");

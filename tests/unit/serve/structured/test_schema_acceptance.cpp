@@ -170,8 +170,11 @@ TEST(SchemaAccepts, RefsAndRecursion) {
 
 TEST(SchemaAccepts, WhitespaceIsBounded) {
   GrammarOracle g(grammar_of(R"({"type":"array","items":{"type":"integer"}})"));
-  EXPECT_TRUE(g.accepts("[" + std::string(GbnfBuilder::kMaxWhitespace, ' ') + "1]"));
-  EXPECT_FALSE(g.accepts("[" + std::string(GbnfBuilder::kMaxWhitespace + 1, ' ') + "1]"));
+  EXPECT_TRUE(g.accepts("[ 1]"));
+  EXPECT_TRUE(g.accepts("[\n" + std::string(GbnfBuilder::kMaxIndent, ' ') + "1\n]"));
+  EXPECT_FALSE(g.accepts("[\n" + std::string(GbnfBuilder::kMaxIndent + 1, ' ') + "1]"));
+  EXPECT_FALSE(g.accepts("[  1]"));
+  EXPECT_FALSE(g.accepts("[\n\n1]"));
   EXPECT_FALSE(g.accepts(" [1]"));
 }
 
