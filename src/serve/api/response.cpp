@@ -148,6 +148,9 @@ std::string stream_chunk(const ResponseMeta& m, const Tokenizer& tok, const Stre
         d.content += rest.content;
         for (auto& x : rest.tool_calls) d.tool_calls.push_back(std::move(x));
       }
+      // Text held back (a call marker may be starting) makes no chunk of its own, as OpenAI
+      // sends none, unless the chunk carries the role, the end or logprobs.
+      if (d.empty() && !first && e.finish == FinishReason::none && !(m.logprobs && !e.tokens.empty())) return "";
       if (!d.tool_calls.empty()) {
         delta["content"] = d.content.empty() ? json(nullptr) : json(d.content);
         delta["tool_calls"] = std::move(d.tool_calls);

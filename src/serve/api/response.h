@@ -55,7 +55,8 @@ nlohmann::ordered_json logprobs_json(Endpoint ep, const Tokenizer& tok, const st
                                      int64_t text_offset);
 std::string completion_body(const ResponseMeta& m, const Tokenizer& tok, const Completion& c);
 // One SSE chunk ("data: {...}\n\n") for a step's text/tokens; finish may be none. tools: the
-// answer's m.tool_call_stream() when m.tool_calls (its text then goes through it), else null.
+// answer's m.tool_call_stream() when m.tool_calls (its text then goes through it), else null;
+// with it, a step whose text is all held back gives "" (no chunk).
 std::string stream_chunk(const ResponseMeta& m, const Tokenizer& tok, const StreamEvent& e, bool first,
                          bool include_usage, int64_t text_offset, ToolCallStream* tools = nullptr);
 // The final usage-only chunk (choices: []).
