@@ -30,56 +30,100 @@ double Sampler::uniform() {
   return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
 }
 
+namespace {
+// Candidate order: logit descending, then id ascending (a total order: every way of ordering
+// candidates by it gives the same sequence).
+bool better(float la, int32_t ia, float lb, int32_t ib) { return la > lb || (la == lb && ia < ib); }
+}  // namespace
+
 void Sampler::candidates(const float* logits, int64_t vocab, float mx, const uint64_t* allowed) {
-  // Candidates sorted by logit (desc, then id asc for determinism), cut by top-k.
   cand_.clear();
-  if (allowed) {
-    for (int64_t i = 0; i < vocab; ++i)
-      if (token_allowed(allowed, i)) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
-  } else {
-    cand_.resize(static_cast<size_t>(vocab));
-    for (int64_t i = 0; i < vocab; ++i) cand_[i] = {logits[i], static_cast<int32_t>(i)};
+  const double inv_t = 1.0 / p_.temperature;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (allowed && !token_allowed(allowed, i)) continue;
+    cand_.push_back(Candidate{logits[i], static_cast<int32_t>(i), 0.0});
   }
-  auto cmp = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  const int64_t n = static_cast<int64_t>(cand_.size());
-  const int64_t k = (p_.top_k > 0 && p_.top_k < n) ? p_.top_k : n;
-  std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), cmp);
-  cand_.resize(static_cast<size_t>(k));
+  auto by_order = [](const Candidate& a, const Candidate& b) { return better(a.logit, a.id, b.logit, b.id); };
+  // Top-k: the k best, in any order.
+  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < cand_.size()) {
+    std::nth_element(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_order);
+    cand_.resize(static_cast<size_t>(p_.top_k));
+  }
   // Softmax at temperature over the kept candidates (unnormalised).
-  prob_.resize(cand_.size());
-  double z = 0;
-  for (size_t i = 0; i < cand_.size(); ++i) {
-    prob_[i] = std::exp((static_cast<double>(cand_[i].first) - mx) / p_.temperature);
-    z += prob_[i];
+  mass_ = 0;
+  for (Candidate& c : cand_) {
+    c.w = std::exp((static_cast<double>(c.logit) - mx) * inv_t);
+    mass_ += c.w;
   }
-  // Nucleus: smallest prefix whose mass reaches top_p.
-  size_t keep = cand_.size();
-  if (p_.top_p < 1.0f) {
-    double acc = 0;
-    for (size_t i = 0; i < cand_.size(); ++i) {
-      acc += prob_[i] / z;
-      if (acc >= p_.top_p) { keep = i + 1; break; }
-    }
+  all_mass_ = mass_;
+  // Nucleus: the smallest prefix in candidate order whose mass reaches top_p.
+  if (p_.top_p < 1.0f && !cand_.empty()) {
+    const size_t last = select(static_cast<double>(p_.top_p) * mass_, -1);
+    cand_.resize(last + 1);
+    mass_ = 0;
+    for (const Candidate& c : cand_) mass_ += c.w;
   }
-  cand_.resize(keep);
-  prob_.resize(keep);
 }
 
-int32_t Sampler::pick(double u, int32_t skip) const {
-  // u in [0, 1) scaled to the kept mass without `skip`; the last candidate takes rounding.
-  double mass = 0;
-  for (size_t i = 0; i < cand_.size(); ++i)
-    if (cand_[i].second != skip) mass += prob_[i];
-  const double target = u * mass;
-  double acc = 0;
-  int32_t last = -1;
-  for (size_t i = 0; i < cand_.size(); ++i) {
-    if (cand_[i].second == skip) continue;
-    acc += prob_[i];
-    last = cand_[i].second;
-    if (target < acc) return last;
+size_t Sampler::select(double target, int32_t skip) {
+  // Invariant: cand_[0, lo) are better than every candidate in [lo, hi), which are better than
+  // every one in [hi, end); `target` is what remains of the mass after [0, lo).
+  size_t lo = 0, hi = cand_.size();
+  auto skip_w = [&](const Candidate& c) { return c.id == skip ? 0.0 : c.w; };
+  while (hi - lo > 32) {
+    // Partition around the median of three by candidate order.
+    const Candidate& a = cand_[lo];
+    const Candidate& b = cand_[lo + (hi - lo) / 2];
+    const Candidate& c = cand_[hi - 1];
+    auto bt = [](const Candidate& x, const Candidate& y) { return better(x.logit, x.id, y.logit, y.id); };
+    const Candidate pivot = bt(a, b) ? (bt(b, c) ? b : (bt(a, c) ? c : a)) : (bt(a, c) ? a : (bt(b, c) ? c : b));
+    auto mid = std::partition(cand_.begin() + static_cast<std::ptrdiff_t>(lo), cand_.begin() + static_cast<std::ptrdiff_t>(hi),
+                              [&](const Candidate& x) { return bt(x, pivot); });
+    // mid: the pivot (not better than itself) is in [mid, hi); move it to mid.
+    auto pv = std::find_if(mid, cand_.begin() + static_cast<std::ptrdiff_t>(hi),
+                           [&](const Candidate& x) { return x.id == pivot.id; });
+    std::iter_swap(mid, pv);
+    const size_t m = static_cast<size_t>(mid - cand_.begin());
+    double better_mass = 0;
+    for (size_t i = lo; i < m; ++i) better_mass += skip_w(cand_[i]);
+    if (target < better_mass) {
+      hi = m;
+      continue;
+    }
+    target -= better_mass;
+    const double pw = skip_w(cand_[m]);
+    if (target < pw) return m;
+    target -= pw;
+    lo = m + 1;
   }
-  return last;
+  std::sort(cand_.begin() + static_cast<std::ptrdiff_t>(lo), cand_.begin() + static_cast<std::ptrdiff_t>(hi),
+            [](const Candidate& x, const Candidate& y) { return better(x.logit, x.id, y.logit, y.id); });
+  size_t last = cand_.size();
+  for (size_t i = lo; i < hi; ++i) {
+    if (cand_[i].id == skip) continue;
+    last = i;
+    if (target < cand_[i].w) return i;
+    target -= cand_[i].w;
+  }
+  if (last != cand_.size()) return last;
+  // Rounding left the target past a range that holds only `skip`: its neighbour in order.
+  auto bt = [](const Candidate& x, const Candidate& y) { return better(x.logit, x.id, y.logit, y.id); };
+  size_t best = cand_.size();
+  for (size_t i = hi; i < cand_.size(); ++i)
+    if (cand_[i].id != skip && (best == cand_.size() || bt(cand_[i], cand_[best]))) best = i;
+  if (best != cand_.size()) return best;
+  for (size_t i = 0; i < lo; ++i)
+    if (cand_[i].id != skip && (best == cand_.size() || bt(cand_[best], cand_[i]))) best = i;
+  return best;
+}
+
+int32_t Sampler::pick(double u, int32_t skip) {
+  // u in [0, 1) scaled to the kept mass without `skip`; the last candidate takes rounding.
+  double mass = mass_;
+  if (skip >= 0)
+    for (const Candidate& c : cand_)
+      if (c.id == skip) mass -= c.w;
+  return cand_[select(u * mass, skip)].id;
 }
 
 void Sampler::fill_logprobs(const float* logits, int64_t vocab, double log_z, SampledToken* out) const {
@@ -104,12 +148,14 @@ struct RowStats {
   int32_t arg;
   double log_z;
 };
-RowStats row_stats(const float* logits, int64_t vocab, const uint64_t* allowed) {
+// with_log_z false: log_z is left 0 (the caller gets it from candidates()).
+RowStats row_stats(const float* logits, int64_t vocab, const uint64_t* allowed, bool with_log_z) {
   float raw_mx = logits[0];
   for (int64_t i = 1; i < vocab; ++i) raw_mx = std::max(raw_mx, logits[i]);
   double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - raw_mx);
-  RowStats r{raw_mx, -1, raw_mx + std::log(sum)};
+  if (with_log_z)
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - raw_mx);
+  RowStats r{raw_mx, -1, with_log_z ? raw_mx + std::log(sum) : 0.0};
   for (int64_t i = 0; i < vocab; ++i) {
     if (allowed && !token_allowed(allowed, i)) continue;
     if (r.arg < 0 || logits[i] > r.mx) { r.mx = logits[i]; r.arg = static_cast<int32_t>(i); }
@@ -118,13 +164,21 @@ RowStats row_stats(const float* logits, int64_t vocab, const uint64_t* allowed) 
 }
 }  // namespace
 
+bool Sampler::log_z_from_candidates(int64_t vocab, const uint64_t* allowed) const {
+  // At temperature 1 over every token, candidates() sums exactly row_stats' terms, in the
+  // same order: one pass of exp instead of two.
+  return p_.temperature == 1.0f && !allowed && (p_.top_k == 0 || p_.top_k >= vocab);
+}
+
 SampledToken Sampler::sample(const float* logits, int64_t vocab, const uint64_t* allowed) {
   SampledToken out;
-  const RowStats r = row_stats(logits, vocab, allowed);
+  const bool shared = log_z_from_candidates(vocab, allowed);
+  RowStats r = row_stats(logits, vocab, allowed, !shared);
   if (p_.temperature == 0.0f) {
     out.token = r.arg;
   } else {
     candidates(logits, vocab, r.mx, allowed);
+    if (shared) r.log_z = r.mx + std::log(all_mass_);
     out.token = pick(uniform(), -1);
   }
   fill_logprobs(logits, vocab, r.log_z, &out);
@@ -134,19 +188,18 @@ SampledToken Sampler::sample(const float* logits, int64_t vocab, const uint64_t*
 SampledToken Sampler::verify(const float* logits, int64_t vocab, int32_t draft, bool* accepted,
                              const uint64_t* allowed) {
   SampledToken out;
-  const RowStats r = row_stats(logits, vocab, allowed);
+  const bool shared = log_z_from_candidates(vocab, allowed);
+  RowStats r = row_stats(logits, vocab, allowed, !shared);
   if (p_.temperature == 0.0f) {
     out.token = r.arg;
     *accepted = out.token == draft;
   } else {
     candidates(logits, vocab, r.mx, allowed);
+    if (shared) r.log_z = r.mx + std::log(all_mass_);
     // p(draft) under the processed distribution (0 when top-k / top-p cut it).
-    double mass = 0, p_draft = 0;
-    for (size_t i = 0; i < cand_.size(); ++i) {
-      mass += prob_[i];
-      if (cand_[i].second == draft) p_draft = prob_[i];
-    }
-    p_draft /= mass;
+    double p_draft = 0;
+    for (const Candidate& c : cand_)
+      if (c.id == draft) p_draft = c.w / mass_;
     *accepted = uniform() < p_draft;
     // Rejected: the residual max(p - q, 0) with q the point mass on the draft is p without it.
     out.token = *accepted ? draft : pick(uniform(), draft);

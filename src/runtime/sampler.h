@@ -61,19 +61,32 @@ class Sampler {
 
  private:
   double uniform();  // one draw in [0, 1)
-  // Fills cand_ / prob_ with the top-k, top-p candidates of a row (best first) and their
-  // unnormalised probabilities at the temperature; mx is the largest logit of the allowed
-  // tokens (allowed: null for all).
+  // Fills cand_ with the top-k, top-p candidates of a row and their unnormalised
+  // probabilities at the temperature, mass_ with their sum; mx is the largest logit of the
+  // allowed tokens (allowed: null for all). Candidate order (best first: logit descending,
+  // id ascending) is not materialised: select() finds what it needs by partitioning.
   void candidates(const float* logits, int64_t vocab, float mx, const uint64_t* allowed);
+  // The position in cand_ of the candidate at which the mass, accumulated in candidate order
+  // leaving out token `skip` (-1: none), passes `target`; reorders cand_ so that every
+  // candidate before that position is better than it. Past the end by rounding: the last one.
+  size_t select(double target, int32_t skip);
   // The candidate at u in [0, 1) of the kept mass, leaving out token `skip` (-1: none).
-  int32_t pick(double u, int32_t skip) const;
+  int32_t pick(double u, int32_t skip);
+  // Whether the row's log-softmax normaliser is log(all_mass_) + mx after candidates().
+  bool log_z_from_candidates(int64_t vocab, const uint64_t* allowed) const;
   void fill_logprobs(const float* logits, int64_t vocab, double log_z, SampledToken* out) const;
 
   SamplingParams p_;
   std::mt19937_64 rng_;
   uint64_t draws_ = 0;
-  std::vector<std::pair<float, int32_t>> cand_;  // scratch
-  std::vector<double> prob_;                     // scratch, beside cand_
+  struct Candidate {
+    float logit;
+    int32_t id;
+    double w;  // unnormalised probability at the temperature
+  };
+  std::vector<Candidate> cand_;  // scratch: the kept candidates
+  double mass_ = 0;              // summed w of cand_
+  double all_mass_ = 0;          // mass_ before the nucleus cut
 };
 
 }  // namespace afd

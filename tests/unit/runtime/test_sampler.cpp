@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "runtime/sampler.h"
@@ -133,6 +135,62 @@ TEST(Sampler, MaskRestrictsEveryPath) {
     const int32_t t = v.verify(l.data(), 4, 3, &acc, &mask).token;
     EXPECT_TRUE(t == 1 || t == 3);
     EXPECT_EQ(acc, t == 3);
+  }
+}
+
+// The sampler finds the token at u of the mass by partitioning instead of sorting the row; the
+// token must be the one a walk over the fully sorted candidates (logit descending, id
+// ascending) gives, with top-k and top-p cut in that order, on rows with ties.
+TEST(Sampler, SelectionMatchesAWalkOverTheSortedRow) {
+  std::mt19937_64 gen(5);
+  for (int row = 0; row < 40; ++row) {
+    const int64_t vocab = 50 + static_cast<int64_t>(gen() % 3000);
+    std::vector<float> l(static_cast<size_t>(vocab));
+    for (auto& x : l) x = static_cast<float>(static_cast<int>(gen() % 200) - 100) / 16.0f;  // many ties
+    SamplingParams p;
+    p.temperature = 0.5f + static_cast<float>(gen() % 4) * 0.5f;
+    p.top_k = gen() % 3 == 0 ? 1 + static_cast<int64_t>(gen() % 100) : 0;
+    p.top_p = gen() % 2 ? 1.0f : 0.3f + static_cast<float>(gen() % 7) * 0.1f;
+    p.seed = gen();
+    // The reference: sort, cut, walk.
+    std::vector<std::pair<float, int32_t>> c;
+    for (int64_t i = 0; i < vocab; ++i) c.emplace_back(l[i], static_cast<int32_t>(i));
+    std::sort(c.begin(), c.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    if (p.top_k > 0 && p.top_k < vocab) c.resize(static_cast<size_t>(p.top_k));
+    std::vector<double> w;
+    double z = 0;
+    for (auto& [x, id] : c) {
+      w.push_back(std::exp((static_cast<double>(x) - c[0].first) / p.temperature));
+      z += w.back();
+    }
+    if (p.top_p < 1.0f) {
+      double acc = 0;
+      for (size_t i = 0; i < c.size(); ++i) {
+        acc += w[i] / z;
+        if (acc >= p.top_p) {
+          c.resize(i + 1);
+          w.resize(i + 1);
+          break;
+        }
+      }
+    }
+    double mass = 0;
+    for (double x : w) mass += x;
+    std::mt19937_64 ref_rng(p.seed);
+    Sampler s(p);
+    for (int draw = 0; draw < 50; ++draw) {
+      const double u = static_cast<double>(ref_rng() >> 11) * (1.0 / 9007199254740992.0);
+      double acc = 0;
+      int32_t want = c.back().second;
+      for (size_t i = 0; i < c.size(); ++i) {
+        acc += w[i];
+        if (u * mass < acc) {
+          want = c[i].second;
+          break;
+        }
+      }
+      ASSERT_EQ(s.sample(l.data(), vocab).token, want) << "row " << row << " draw " << draw;
+    }
   }
 }
 
