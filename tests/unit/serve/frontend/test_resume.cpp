@@ -13,6 +13,7 @@
 #include "serve/frontend/proxy_output.h"
 #include "serve/scheduling/scheduler.h"
 #include "serve/scheduling/worker_resume.h"
+#include "serve/structured/grammar_cache.h"
 #include "serve/text/unicode.h"
 
 namespace afd::serve {
@@ -44,6 +45,11 @@ struct Worker {
       if (err) *err = g.status();
       return {};
     }
+    if (!g->format.gbnf.empty()) {  // as the API does on its admission lane
+      auto compiled = grammars.get(g->format.gbnf);
+      EXPECT_TRUE(compiled.ok()) << compiled.status().to_string();
+      g->format.grammar = *compiled;
+    }
     auto r = std::make_shared<SeqRequest>(*g, tok.get(), std::vector<int32_t>{256}, 0.0);
     if (Status s = apply_resume(b->control, r.get()); !s.is_ok()) {
       if (err) *err = s;
@@ -65,6 +71,7 @@ struct Worker {
     return out;
   }
   std::shared_ptr<const Tokenizer> tok;
+  GrammarCache grammars{TokenVocab::build(*tok, {256}, kVocab)};
   FakeEngine engine{kVocab, 4096, 1000, 4};
   Metrics metrics{1};
   Scheduler sched{&engine, {}, &metrics.worker(0), &metrics};
@@ -127,6 +134,17 @@ std::string greedy_text(const std::string& body) {
 TEST(Resume, GreedyStreamContinuesExactlyAfterEveryCut) {
   expect_every_cut_continues_exactly(
       R"({"prompt":[10,20,30],"max_tokens":24,"temperature":0,"stream":true,"stream_options":{"include_usage":true}})");
+}
+
+// A constrained answer (structured outputs): the new worker's grammar replays the generated
+// tokens, so its masks, and the bytes, continue exactly.
+TEST(Resume, ConstrainedAnswerContinuesExactlyAfterEveryCut) {
+  expect_every_cut_continues_exactly(
+      R"J({"prompt":"ab","max_tokens":40,"temperature":1,"seed":3,"stream":true,"guided_regex":"[a-c]{3,12}(x|yz)"})J");
+  const std::string choice = R"({"prompt":"ab","max_tokens":60,"temperature":0.8,"seed":9,"guided_choice":["alpha","beta gamma"]})";
+  expect_every_cut_continues_exactly(choice);
+  const std::string text = greedy_text(choice);
+  EXPECT_TRUE(text == "alpha" || text == "beta gamma") << text;
 }
 
 TEST(Resume, PrefillReplayGivesTheSameBytesInOnePass) {
