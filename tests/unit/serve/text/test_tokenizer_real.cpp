@@ -12,6 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "serve/api/tool_calls.h"
+#include "serve/structured/gbnf_builder.h"
+#include "serve/structured/grammar_cache.h"
+#include "serve/structured/matcher.h"
 #include "serve/text/tokenizer.h"
 
 namespace afd::serve {
@@ -177,6 +181,79 @@ TEST_F(RealTokenizers, KnownFactsAndPromptIds) {
       ASSERT_TRUE(got.ok());
       EXPECT_EQ(*got, ref_ids(model, i, "ids_special")) << model << " corpus[" << i << "]";
     }
+  }
+}
+
+// Structured outputs on real vocabularies (DeepSeek-V3's 128k, Qwen3's 151k tokens): the
+// grammar of a forced tool call in the family's own syntax takes the call as the model's
+// tokenizer spells it (markers as single added tokens), token by token, each token allowed by
+// the mask before it, and ends there; inside a JSON string, special tokens such as Qwen3's
+// <|im_end|> are never allowed; the answer parses back into the call. Prints mask times.
+TEST_F(RealTokenizers, ToolCallGrammarsOnRealVocabularies) {
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+    "days": {"type": "integer", "minimum": 1, "maximum": 14}}, "required": ["city", "days"]}}}])");
+  struct Family {
+    const char* model;
+    ToolSyntax syntax;
+    const char* eos;
+    std::string call;
+  };
+  const std::vector<Family> families = {
+      {"deepseek_v3", ToolSyntax::deepseek_v3, "<｜end▁of▁sentence｜>",
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+       "{\"city\": \"Paris\", \"days\": 3}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {"qwen3", ToolSyntax::hermes, "<|im_end|>",
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>"}};
+  for (const Family& f : families) {
+    auto tok = load(f.model);
+    if (!tok) continue;
+    const int32_t eos = tok->token_id(f.eos);
+    ASSERT_GE(eos, 0) << f.model;
+    auto vocab = TokenVocab::build(*tok, {eos}, tok->vocab_size());
+    GrammarCache cache(vocab);
+    auto gbnf = tool_call_gbnf(f.syntax, tools, "", true);
+    ASSERT_TRUE(gbnf.ok()) << gbnf.status().to_string();
+    auto g = cache.get(*gbnf);
+    ASSERT_TRUE(g.ok()) << f.model << ": " << g.status().to_string();
+    GrammarMatcher m(*g);
+    std::vector<uint64_t> mask(static_cast<size_t>(m.mask_words()));
+    const std::vector<int32_t> ids = enc(*tok, f.call);
+    double worst_us = 0;
+    for (int32_t id : ids) {
+      const auto t0 = std::chrono::steady_clock::now();
+      m.fill_next_token_mask(mask.data());
+      worst_us = std::max(worst_us, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      ASSERT_TRUE((mask[id / 64] >> (id % 64)) & 1) << f.model << ": token " << id << " '" << tok->token_bytes(id) << "'";
+      ASSERT_TRUE(m.accept_token(id)) << f.model;
+    }
+    EXPECT_TRUE(m.can_end()) << f.model;
+    EXPECT_TRUE(m.accept_token(eos)) << f.model;
+    EXPECT_TRUE(m.is_finished());
+    ParsedToolCalls p = parse_tool_calls(tok->decode(ids, true), f.syntax, "x");
+    ASSERT_EQ(p.calls.size(), 1u) << f.model << ": " << tok->decode(ids, true);
+    EXPECT_EQ(p.calls[0].name, "get_weather");
+    EXPECT_EQ(nlohmann::json::parse(p.calls[0].arguments), nlohmann::json::parse(R"({"city": "Paris", "days": 3})"));
+    std::printf("%s: forced tool call of %zu tokens, slowest mask %.0f us (first visits included)\n", f.model, ids.size(),
+                worst_us);
+  }
+  // Inside a JSON string on Qwen3: text tokens yes, special tokens never.
+  if (auto tok = load("qwen3")) {
+    auto vocab = TokenVocab::build(*tok, {tok->token_id("<|im_end|>")}, tok->vocab_size());
+    GrammarCache cache(vocab);
+    auto g = cache.get(*json_schema_to_gbnf(nlohmann::ordered_json::parse(R"({"type": "string"})")));
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    GrammarMatcher m(*g);
+    ASSERT_TRUE(m.accept_bytes("\"abc"));
+    std::vector<uint64_t> mask(static_cast<size_t>(m.mask_words()));
+    m.fill_next_token_mask(mask.data());
+    for (const char* special : {"<|im_end|>", "<|im_start|>", "<|endoftext|>"}) {
+      const int32_t id = tok->token_id(special);
+      ASSERT_GE(id, 0);
+      EXPECT_FALSE((mask[id / 64] >> (id % 64)) & 1) << special;
+    }
+    const int32_t hello = enc(*tok, "hello")[0];
+    EXPECT_TRUE((mask[hello / 64] >> (hello % 64)) & 1);
   }
 }
 
