@@ -119,6 +119,16 @@ void SpeculativeCounters::render(std::string* o) const {
             std::to_string(accepted_at[j].load()) + "\n";
 }
 
+void StructuredCounters::render(std::string* o) const {
+  prom_header(o, "afd_structured_requests_total", "counter",
+              "structured outputs: requests whose answer a grammar constrains (response_format, guided_*, forced tool calls)");
+  *o += "afd_structured_requests_total " + std::to_string(requests.load()) + "\n";
+  prom_header(o, "afd_structured_masks_total", "counter", "structured outputs: token masks computed (one per sampled position)");
+  *o += "afd_structured_masks_total " + std::to_string(masks.load()) + "\n";
+  prom_header(o, "afd_structured_mask_seconds_total", "counter", "structured outputs: time spent computing token masks");
+  *o += "afd_structured_mask_seconds_total " + std::to_string(static_cast<double>(mask_ns.load()) * 1e-9) + "\n";
+}
+
 std::string Metrics::render() const {
   std::string o;
   prom_header(&o, "afd_requests_total", "counter", "HTTP API requests by status code");
@@ -145,6 +155,7 @@ std::string Metrics::render() const {
   prom_header(&o, "afd_generation_tokens_total", "counter", "tokens generated");
   o += "afd_generation_tokens_total " + std::to_string(generation_tokens.load()) + "\n";
   speculative.render(&o);
+  structured.render(&o);
   prom_header(&o, "afd_time_to_first_token_seconds", "histogram", "arrival to first generated token");
   ttft.render("afd_time_to_first_token_seconds", &o);
   prom_header(&o, "afd_time_per_output_token_seconds", "histogram", "mean inter-token time of a request after its first token");

@@ -66,6 +66,16 @@ struct SpeculativeCounters {
   void render(std::string* o) const;
 };
 
+// Structured outputs (afd_structured_*; thread-safe): constrained requests admitted, and the
+// token masks their grammars computed with the time it took (the cost constrained decoding
+// adds to a step).
+struct StructuredCounters {
+  std::atomic<int64_t> requests{0};
+  std::atomic<int64_t> masks{0};
+  std::atomic<int64_t> mask_ns{0};
+  void render(std::string* o) const;
+};
+
 class Metrics {
  public:
   explicit Metrics(int n_workers);
@@ -85,6 +95,7 @@ class Metrics {
   // recompute after preemption): prompt tokens minus prefix-cache hits, plus recomputes.
   std::atomic<int64_t> prefill_tokens{0};
   SpeculativeCounters speculative;
+  StructuredCounters structured;
   Histogram ttft;     // seconds, arrival -> first token
   Histogram tpot;     // seconds per output token after the first
   Histogram e2e;      // seconds, arrival -> last token

@@ -1,6 +1,7 @@
 #include "serve/scheduling/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -38,6 +39,7 @@ Status Scheduler::submit(std::shared_ptr<SeqRequest> r) {
       stats_->queue_depth.fetch_add(1);
       stats_->token_load.fetch_add(static_cast<int64_t>(r->tokens.size()));
     }
+    if (metrics_ && r->grammar) metrics_->structured.requests.fetch_add(1);
     waiting_.push_back(std::move(r));
     idle_ = false;
   }
@@ -367,7 +369,14 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
         finish(r, FinishReason::error, internal_error("the grammar's vocabulary differs from the model's"));
         continue;
       }
-      if (!fill_masks(r, it)) {  // the grammar allows nothing more: the answer is complete
+      const auto t_mask = std::chrono::steady_clock::now();
+      const bool any = fill_masks(r, it);
+      if (metrics_) {
+        metrics_->structured.masks.fetch_add(it.n_draft + 1);
+        metrics_->structured.mask_ns.fetch_add(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t_mask).count());
+      }
+      if (!any) {  // the grammar allows nothing more: the answer is complete
         StreamEvent e;
         e.text = r->output.complete().text;
         e.finish = FinishReason::stop;

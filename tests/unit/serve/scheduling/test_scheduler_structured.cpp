@@ -104,8 +104,11 @@ std::vector<Answer> serve(EngineOptions o, int n_requests, float temperature, bo
     EXPECT_TRUE(n.ok()) << n.status().to_string();
     if (!n.ok() || *n == 0) break;
   }
+  EXPECT_EQ(metrics.structured.requests.load(), n_requests);
+  int64_t n_tokens = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
     for (StreamEvent& ev : reqs[i]->channel->wait(std::chrono::milliseconds(0))) {
+      n_tokens += static_cast<int64_t>(ev.tokens.size());
       for (const TokenInfo& t : ev.tokens) out[i].tokens.push_back(t.token);
       out[i].text += ev.text;
       if (ev.finish != FinishReason::none) {
@@ -114,6 +117,9 @@ std::vector<Answer> serve(EngineOptions o, int n_requests, float temperature, bo
       }
     }
   }
+  // One mask per sampled position: at least one per token (more with drafts).
+  EXPECT_GE(metrics.structured.masks.load(), n_tokens);
+  EXPECT_GT(metrics.structured.mask_ns.load(), 0);
   return out;
 }
 
