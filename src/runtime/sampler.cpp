@@ -127,6 +127,7 @@ int32_t Sampler::pick(double u, int32_t skip) {
 }
 
 void Sampler::fill_logprobs(const float* logits, int64_t vocab, double log_z, SampledToken* out) const {
+  if (!p_.logprob && p_.n_top_logprobs == 0) return;
   out->logprob = static_cast<float>(logits[out->token] - log_z);
   if (p_.n_top_logprobs > 0) {
     int64_t k = std::min<int64_t>(p_.n_top_logprobs, vocab);
@@ -164,6 +165,8 @@ RowStats row_stats(const float* logits, int64_t vocab, const uint64_t* allowed, 
 }
 }  // namespace
 
+bool Sampler::wants_log_z() const { return p_.logprob || p_.n_top_logprobs > 0; }
+
 bool Sampler::log_z_from_candidates(int64_t vocab, const uint64_t* allowed) const {
   // At temperature 1 over every token, candidates() sums exactly row_stats' terms, in the
   // same order: one pass of exp instead of two.
@@ -173,7 +176,7 @@ bool Sampler::log_z_from_candidates(int64_t vocab, const uint64_t* allowed) cons
 SampledToken Sampler::sample(const float* logits, int64_t vocab, const uint64_t* allowed) {
   SampledToken out;
   const bool shared = log_z_from_candidates(vocab, allowed);
-  RowStats r = row_stats(logits, vocab, allowed, !shared);
+  RowStats r = row_stats(logits, vocab, allowed, !shared && wants_log_z());
   if (p_.temperature == 0.0f) {
     out.token = r.arg;
   } else {
@@ -189,7 +192,7 @@ SampledToken Sampler::verify(const float* logits, int64_t vocab, int32_t draft, 
                              const uint64_t* allowed) {
   SampledToken out;
   const bool shared = log_z_from_candidates(vocab, allowed);
-  RowStats r = row_stats(logits, vocab, allowed, !shared);
+  RowStats r = row_stats(logits, vocab, allowed, !shared && wants_log_z());
   if (p_.temperature == 0.0f) {
     out.token = r.arg;
     *accepted = out.token == draft;

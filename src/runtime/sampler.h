@@ -17,6 +17,9 @@ struct SamplingParams {
   int64_t top_k = 0;         // 0: no limit
   uint64_t seed = 0;
   int64_t n_top_logprobs = 0;  // alternatives to report with each token (0..20)
+  // Compute SampledToken::logprob (false: it is left 0 and a greedy sample reads the row once,
+  // without the exp pass of the log-softmax normaliser). Tokens do not depend on it.
+  bool logprob = true;
   // Range checks for values that come from requests or flags.
   Status validate() const;
 };
@@ -72,6 +75,8 @@ class Sampler {
   size_t select(double target, int32_t skip);
   // The candidate at u in [0, 1) of the kept mass, leaving out token `skip` (-1: none).
   int32_t pick(double u, int32_t skip);
+  // Whether logprobs are reported (the row's log-softmax normaliser is needed).
+  bool wants_log_z() const;
   // Whether the row's log-softmax normaliser is log(all_mass_) + mx after candidates().
   bool log_z_from_candidates(int64_t vocab, const uint64_t* allowed) const;
   void fill_logprobs(const float* logits, int64_t vocab, double log_z, SampledToken* out) const;

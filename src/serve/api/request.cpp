@@ -467,6 +467,7 @@ Result<GenerationRequest> parse_request(Endpoint ep, const std::string& body, co
     r.logprobs = has_lp;
     r.sampling.n_top_logprobs = lp;
   }
+  r.sampling.logprob = r.logprobs;  // tokens are the same either way; the work is not
 
   if (const json* sp = get(b, "stop")) {
     const json& s = *sp;
