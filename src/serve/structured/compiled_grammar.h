@@ -1,12 +1,7 @@
 // CompiledGrammar: a Grammar bound to a TokenVocab, with what the per-step token mask needs
-// precomputed per automaton state and cached.
-//
-// For a stack whose top is state s, a token is classified once, whatever lies below s:
-// accepted (its bytes are consumed by s's machine and what it calls, so the token is allowed on
-// every stack with top s), rejected, or context-dependent (its bytes only fit by finishing s's
-// machine and continuing in the frames below — checked per step against the real stack). A stack
-// of one frame has nothing below (bottom entries), so it has no context-dependent tokens. Entries
-// are built lazily, on the first mask that needs them.
+// precomputed per automaton state (a TokenEntry, token_entry.h) and cached. Entries are built
+// lazily, on the first mask that needs them; a mask combines the entries of the frames of a stack
+// (stack_mask.h).
 //
 // Threading: immutable but for the entry cache, which is filled under a lock and read without one;
 // shared by any number of matchers on any threads.
@@ -22,21 +17,14 @@
 #include "serve/structured/grammar.h"
 #include "serve/structured/grammar_automaton.h"
 #include "serve/structured/stack_set.h"
+#include "serve/structured/token_entry.h"
 #include "serve/structured/token_vocab.h"
 
 namespace afd::serve {
 
 class CompiledGrammar {
  public:
-  struct TokenEntry {
-    std::vector<int32_t> accepted_ids;       // sorted; used when accepted_bits is empty
-    std::vector<uint64_t> accepted_bits;     // [mask words] when many tokens are accepted
-    std::vector<int32_t> context_dependent;  // sorted
-    int32_t max_depth = 1;                   // deepest stack (from this frame up) any match reached
-    size_t bytes() const {
-      return accepted_ids.capacity() * 4 + accepted_bits.capacity() * 8 + context_dependent.capacity() * 4;
-    }
-  };
+  using TokenEntry = ::afd::serve::TokenEntry;
 
   static Result<std::shared_ptr<const CompiledGrammar>> compile(std::shared_ptr<const Grammar> grammar,
                                                                 std::shared_ptr<const TokenVocab> vocab);
@@ -57,12 +45,6 @@ class CompiledGrammar {
 
  private:
   CompiledGrammar() = default;
-  std::unique_ptr<TokenEntry> build_entry(int32_t state, bool bottom) const;
-  // Walks the trie from `init` (a local stack set when !bottom); fills accepted bits, the
-  // context-dependent tokens and the deepest stack seen.
-  void walk_stacks(const StackSet& init, bool bottom, std::vector<uint64_t>* bits, std::vector<int32_t>* cd,
-                   int32_t* max_depth) const;
-  void walk_dfa(int32_t state, bool bottom, std::vector<uint64_t>* bits, std::vector<int32_t>* cd) const;
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocab> vocab_;

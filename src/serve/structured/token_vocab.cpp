@@ -47,6 +47,13 @@ std::shared_ptr<const TokenVocab> TokenVocab::from_bytes(std::vector<std::string
   return v;
 }
 
+int32_t TokenVocab::find(std::string_view b) const {
+  // token_ids_ is sorted by (bytes, id).
+  auto it = std::lower_bound(token_ids_.begin(), token_ids_.end(), b,
+                             [&](int32_t id, std::string_view key) { return std::string_view(bytes_[id]) < key; });
+  return it != token_ids_.end() && bytes_[*it] == b ? *it : -1;
+}
+
 void TokenVocab::build_trie() {
   std::vector<int32_t> order;
   for (int64_t id = 0; id < n_vocab_; ++id)
@@ -83,6 +90,7 @@ void TokenVocab::build_trie() {
     path.pop_back();
   }
   node_tokens_.push_back(static_cast<int32_t>(token_ids_.size()));
+  for (int b = 0; b < 256; ++b) byte_token_[b] = find(std::string(1, static_cast<char>(b)));
 }
 
 }  // namespace afd::serve

@@ -5,6 +5,7 @@
 // Immutable; thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,6 +36,10 @@ class TokenVocab {
   // Whether id is matched by its bytes (a grammar may allow it).
   bool is_text(int32_t id) const { return id >= 0 && id < n_vocab_ && kind_[id] == kText; }
   std::string_view bytes(int32_t id) const { return bytes_[id]; }
+  // A text token whose bytes are exactly `b` (the smallest such id), or -1 when there is none.
+  int32_t find(std::string_view b) const;
+  // find() of the one byte b.
+  int32_t byte_token(uint8_t b) const { return byte_token_[b]; }
 
   // The trie, in depth-first order: node i stands for the byte node_byte[i] at depth node_depth[i]
   // (1 for a first byte) below the nearest earlier node of depth node_depth[i] - 1; its subtree is
@@ -60,6 +65,7 @@ class TokenVocab {
   std::vector<uint8_t> node_byte_;
   std::vector<int32_t> node_depth_, node_end_, node_tokens_, token_ids_;
   int32_t max_depth_ = 0;
+  std::array<int32_t, 256> byte_token_{};
 };
 
 }  // namespace afd::serve

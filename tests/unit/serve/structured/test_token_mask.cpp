@@ -35,7 +35,12 @@ const TestVocab& test_vocab() {
           "e+",    "-1",  "name",  "age",      "na",   "me\"",  " \"",  "\n  ",   "  ",  "\\n",      "\\\"",
           "\\u00", "ab",  "abc",   "bc",       "aa",   "aaa",   "ba",   "((",     "))",  "()",       "[(",
           ")]",    "\"a", "a\"",   "x\"}",     "\"x",  "é",     "\xC3", "\xA9\"", "😀",   "\xF0\x9F", "\x98\x80",
-          "αβ",    "ω\"", "\xCE",  "\xB1\xCE", "<<",   ">>",    "<.",   ".>",     ">>>", "<.>"})
+          "αβ",    "ω\"", "\xCE",  "\xB1\xCE", "<<",   ">>",    "<.",   ".>",     ">>>", "<.>",
+          // Tokens that close one or more levels and continue in an enclosing one; some rests
+          // (what follows the close) are tokens, some are not.
+          " }",    "}]",  "]}",    "\"]}",     "\"},{\"", "1,", "2]",  "0}",    " ,",  ",\n",     "\", \"",
+          "}}]",   "]],", "a\",",  " a",      "  \"", ")))", "))]", "]))",   "a)",  "a].",      "]].",
+          "\n}",   "\n]", "e\"",   "ab\"}",    "5}}",  "\"]]", "3],[", "}, {\"", "x\")", "a))"})
       pieces.push_back(s);
     nlohmann::json vocab = nlohmann::json::object();
     int32_t id = 0;
@@ -139,11 +144,32 @@ void random_walks(const char* gbnf, int n_walks, int max_steps, uint32_t seed) {
 }
 
 TEST(TokenMask, JsonValueMatchesOracle) { random_walks(kJsonValue, 12, 40, 1); }
+TEST(TokenMask, LongJsonWalksMatchOracle) { random_walks(kJsonValue, 6, 150, 11); }
+TEST(TokenMask, LongBracketWalksMatchOracle) { random_walks(kBrackets, 6, 150, 13); }
 TEST(TokenMask, ObjectSchemaMatchesOracle) { random_walks(kObjectSchema, 12, 60, 2); }
 TEST(TokenMask, NestedBracketsMatchOracle) { random_walks(kBrackets, 12, 40, 3); }
 TEST(TokenMask, AmbiguousGrammarMatchesOracle) { random_walks(kAmbiguous, 12, 30, 4); }
 TEST(TokenMask, UnicodeClassesMatchOracle) { random_walks(kUnicode, 12, 30, 5); }
 TEST(TokenMask, CalledMachinesWithoutCallsMatchOracle) { random_walks(deep_chain().c_str(), 3, 500, 6); }
+
+// Near kMaxStackDepth the per-frame entries cannot be combined (a token's local stack plus the
+// frames below could pass the bound): the mask must still equal stepping the real stack.
+TEST(TokenMask, StacksNearTheDepthBoundMatchOracle) {
+  const TestVocab& tv = test_vocab();
+  auto g = compile_or_die(kBrackets, tv.vocab);
+  ASSERT_TRUE(g);
+  GrammarMatcher m(g);
+  int n = 0;
+  for (; n < 2 * static_cast<int>(kMaxStackDepth); ++n) {
+    if (n % 101 == 0 || n + 8 >= static_cast<int>(kMaxStackDepth)) {
+      expect_mask_matches_oracle(m, "after " + std::to_string(n) + " brackets");
+      if (::testing::Test::HasFailure()) return;
+    }
+    if (!m.accept_bytes(n % 2 ? "[" : "(")) break;
+  }
+  EXPECT_GE(n, static_cast<int>(kMaxStackDepth) - 8);   // the bound was reached...
+  EXPECT_LT(n, 2 * static_cast<int>(kMaxStackDepth));  // ...and refused the byte past it
+}
 
 TEST(TokenMask, EndIdsOnlyWhenCompleteAndSpecialsNever) {
   const TestVocab& tv = test_vocab();

@@ -1,0 +1,24 @@
+// The tokens one stack accepts, from the TokenEntry of each of its frames (token_entry.h).
+//
+// For a stack f[0..j] (bottom first), a token is accepted when the top's entry accepts it; or,
+// below a top that can end before any byte, when f[0..j-1] accepts it; or, for a split of it at
+// `at`, when f[0..j-1] accepts its rest: the suffix token's answer on f[0..j-1] (the same question
+// one frame down, memoised per call), or a simulation when the rest is no token; or, for the
+// entry's check_on_stack tokens, by a simulation of f[0..j]. Frames are looked at only as deep as
+// some token reaches. Where an entry's local simulation and the frames below it could together pass
+// kMaxStackDepth, the stack is simulated whole instead (a trie walk), so the answer always equals
+// stepping the stack byte by byte.
+#pragma once
+
+#include <cstdint>
+
+#include "serve/structured/compiled_grammar.h"
+#include "serve/structured/stack_set.h"
+
+namespace afd::serve {
+
+// Sets bit t of mask (CompiledGrammar::vocab().mask_words() words) for every text token t whose
+// bytes `stack` consumes; end ids are not touched.
+void or_stack_mask(const CompiledGrammar& g, const GrammarStack& stack, uint64_t* mask);
+
+}  // namespace afd::serve
