@@ -18,12 +18,18 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(std::sha
 const CompiledGrammar::TokenEntry& CompiledGrammar::token_entry(int32_t state, bool bottom) const {
   std::atomic<const TokenEntry*>& slot = entries_[size_t(2) * state + bottom];
   if (const TokenEntry* e = slot.load(std::memory_order_acquire)) return *e;
+  std::atomic<const TokenEntry*>& above = entries_[size_t(2) * state];  // the non-bottom entry serves both
+  if (const TokenEntry* e = above.load(std::memory_order_acquire)) return *e;
   std::unique_ptr<TokenEntry> built = build_token_entry(automaton(), *vocab_, state, bottom);
   std::lock_guard<std::mutex> lock(mu_);
   if (const TokenEntry* e = slot.load(std::memory_order_acquire)) return *e;  // another thread won
   bytes_ += built->bytes();
   owned_.push_back(std::move(built));
   slot.store(owned_.back().get(), std::memory_order_release);
+  if (!bottom) {
+    std::atomic<const TokenEntry*>& below = entries_[size_t(2) * state + 1];
+    if (!below.load(std::memory_order_relaxed)) below.store(owned_.back().get(), std::memory_order_release);
+  }
   return *owned_.back();
 }
 

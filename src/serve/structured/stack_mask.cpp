@@ -28,7 +28,7 @@ class Memo {
   void grow() {
     std::vector<uint64_t> old_keys = std::move(keys_);
     std::vector<uint8_t> old_values = std::move(values_);
-    const size_t cap = old_keys.empty() ? 64 : old_keys.size() * 2;
+    const size_t cap = old_keys.empty() ? 256 : old_keys.size() * 2;
     keys_.assign(cap, 0);
     values_.assign(cap, 0);
     for (size_t i = 0; i < old_keys.size(); ++i) {
@@ -46,6 +46,9 @@ class Memo {
 
 class Resolver {
  public:
+  // Splits of one token looked up at a time; a token with more is simulated on the stack.
+  static constexpr int32_t kMaxSplits = 16;
+
   Resolver(const CompiledGrammar& g, const GrammarStack& s, uint64_t* mask) : g_(g), v_(g.vocab()), s_(s), mask_(mask) {}
 
   // ORs into the mask every token s[0..j] consumes. False when a depth bound could pass (the mask
@@ -62,25 +65,22 @@ class Resolver {
     }
     if (j == 0) return true;
     if (e->pops_at_start && !or_mask(j - 1)) return false;
-    const std::vector<TokenEntry::Split>& sp = e->splits;
+    const std::vector<TokenEntry::SplitRange>& sp = e->splits;
+    const int32_t* ids = v_.token_ids().data();
+    const int32_t* node_tokens = v_.node_tokens().data();
     for (size_t g = 0; g + 1 < e->split_groups.size(); ++g) {
       const size_t begin = static_cast<size_t>(e->split_groups[g]), end = static_cast<size_t>(e->split_groups[g + 1]);
       // A first byte of the rest that the stack below refuses rules out the whole group.
-      const int32_t first = v_.byte_token(static_cast<uint8_t>(v_.bytes(sp[begin].token)[sp[begin].at]));
+      const int32_t first = v_.byte_token(sp[begin].first);
       if (first >= 0 && !consumes(j - 1, first)) continue;
-      size_t i = begin;
-      for (; i < end && sp[i].suffix < 0; ++i) {
-        const int32_t t = sp[i].token;
-        if (!bit(mask_, t) && simulate(j - 1, v_.bytes(t).substr(static_cast<size_t>(sp[i].at)))) set(mask_, t);
-      }
-      while (i < end) {
-        const int32_t u = sp[i].suffix;
-        size_t k = i;
-        bool all_set = true;
-        for (; k < end && sp[k].suffix == u; ++k) all_set = all_set && bit(mask_, sp[k].token);
-        if (!all_set && consumes(j - 1, u))
-          for (size_t m = i; m < k; ++m) set(mask_, sp[m].token);
-        i = k;
+      for (size_t i = begin; i < end; ++i) {
+        const TokenEntry::SplitRange& r = sp[i];
+        for (int32_t k = node_tokens[r.from]; k < node_tokens[r.to]; ++k) {
+          const int32_t t = ids[k];
+          if (bit(mask_, t)) continue;
+          const int32_t u = v_.suffix_at(k, r.at);
+          if (u >= 0 ? consumes(j - 1, u) : bytes_consumed(j - 1, t, r.at)) set(mask_, t);
+        }
       }
     }
     for (int32_t t : e->check_on_stack)
@@ -110,17 +110,39 @@ class Resolver {
     bool r = e->accepts(token);
     if (!r && j > 0) {
       if (e->pops_at_start) r = consumes(j - 1, token);
-      auto [lo, hi] = e->splits_of(token);
-      for (const int32_t* p = lo; p != hi && !r; ++p) {
-        const TokenEntry::Split& sp = e->splits[*p];
-        r = sp.suffix >= 0 ? consumes(j - 1, sp.suffix)
-                           : simulate(j - 1, v_.bytes(token).substr(static_cast<size_t>(sp.at)));
-      }
-      if (!r && e->check_on_stack_has(token)) r = simulate(j, v_.bytes(token));
+      int32_t at[kMaxSplits];
+      const int32_t n = r ? 0 : e->splits_of(v_, token, at, kMaxSplits);
+      for (int32_t k = 0; k < n && !r; ++k) r = rest_consumed(j - 1, token, at[k]);
+      if (!r && (n == kMaxSplits || e->check_on_stack_has(token))) r = simulate(j, v_.bytes(token));
     }
     // The memo may have grown meanwhile: look the slot up again.
     *memo_.find_or_add(j, token, &found) = r;
     return r;
+  }
+
+  // Whether s[0..j] consumes the token's bytes from `at` on.
+  bool rest_consumed(int32_t j, int32_t token, int32_t at) {
+    const int32_t u = v_.suffix_token(token, at);
+    return u >= 0 ? consumes(j, u) : bytes_consumed(j, token, at);
+  }
+
+  // rest_consumed() for a rest that is no token: stepped through s[j] while its frame is one state
+  // that calls nothing, continuing below wherever the frame can end; a simulation otherwise.
+  bool bytes_consumed(int32_t j, int32_t token, int32_t at) {
+    const GrammarAutomaton& a = g_.automaton();
+    const std::string_view bytes = v_.bytes(token).substr(static_cast<size_t>(at));
+    int32_t state = s_[j];
+    if (a.has_calls(state)) return simulate(j, bytes);
+    if (a.is_final(state) && j > 0 && rest_consumed(j - 1, token, at)) return true;
+    for (size_t k = 0; k < bytes.size(); ++k) {
+      const int32_t n = a.next(state, static_cast<uint8_t>(bytes[k]));
+      if (n < 0) return false;
+      if (a.has_calls(n)) return simulate(j, bytes);
+      if (k + 1 == bytes.size()) return true;
+      if (a.is_final(n) && j > 0 && rest_consumed(j - 1, token, at + static_cast<int32_t>(k) + 1)) return true;
+      state = n;
+    }
+    return true;
   }
 
   // Whether s[0..j], its top expanded (it may be a return state), consumes the bytes.

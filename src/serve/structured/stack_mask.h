@@ -2,12 +2,13 @@
 //
 // For a stack f[0..j] (bottom first), a token is accepted when the top's entry accepts it; or,
 // below a top that can end before any byte, when f[0..j-1] accepts it; or, for a split of it at
-// `at`, when f[0..j-1] accepts its rest: the suffix token's answer on f[0..j-1] (the same question
-// one frame down, memoised per call), or a simulation when the rest is no token; or, for the
-// entry's check_on_stack tokens, by a simulation of f[0..j]. Frames are looked at only as deep as
-// some token reaches. Where an entry's local simulation and the frames below it could together pass
-// kMaxStackDepth, the stack is simulated whole instead (a trie walk), so the answer always equals
-// stepping the stack byte by byte.
+// `at`, when f[0..j-1] accepts its rest: when the rest is a vocabulary token, that token's answer
+// on f[0..j-1] (the same question one frame down, memoised per call); otherwise the rest is
+// stepped through f[j-1] (simulating the stack only where that frame calls). Tokens in the entry's
+// check_on_stack are simulated on f[0..j]. Frames are looked at only as deep as some token reaches.
+// Where an entry's local simulation and the frames below it could together pass kMaxStackDepth, the
+// stack is simulated whole instead (a trie walk), so the answer always equals stepping the stack
+// byte by byte.
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <unordered_map>
 
 namespace afd::serve {
 
@@ -44,6 +45,7 @@ std::shared_ptr<const TokenVocab> TokenVocab::from_bytes(std::vector<std::string
   v->end_ids_ = std::move(end_ids);
   v->bytes_ = std::move(bytes);
   v->build_trie();
+  v->build_suffixes();
   return v;
 }
 
@@ -54,12 +56,35 @@ int32_t TokenVocab::find(std::string_view b) const {
   return it != token_ids_.end() && bytes_[*it] == b ? *it : -1;
 }
 
+void TokenVocab::build_suffixes() {
+  std::unordered_map<std::string_view, int32_t> ids;
+  ids.reserve(token_ids_.size());
+  for (int32_t id : token_ids_) ids.emplace(bytes_[id], id);  // trie order: the smallest id of equal bytes first
+  token_pos_.assign(static_cast<size_t>(n_vocab_), -1);
+  suffix_begin_.resize(token_ids_.size());
+  int64_t n = 0;
+  for (size_t k = 0; k < token_ids_.size(); ++k) {
+    token_pos_[token_ids_[k]] = static_cast<int32_t>(k);
+    suffix_begin_[k] = n;
+    n += static_cast<int64_t>(bytes_[token_ids_[k]].size()) - 1;
+  }
+  suffix_ids_.resize(static_cast<size_t>(n));
+  for (size_t k = 0; k < token_ids_.size(); ++k) {
+    const std::string_view b = bytes_[token_ids_[k]];
+    for (size_t at = 1; at < b.size(); ++at) {
+      auto it = ids.find(b.substr(at));
+      suffix_ids_[suffix_begin_[k] + at - 1] = it == ids.end() ? -1 : it->second;
+    }
+  }
+}
+
 void TokenVocab::build_trie() {
   std::vector<int32_t> order;
   for (int64_t id = 0; id < n_vocab_; ++id)
     if (kind_[id] == kText) order.push_back(static_cast<int32_t>(id));
   std::sort(order.begin(), order.end(),
             [&](int32_t x, int32_t y) { return bytes_[x] != bytes_[y] ? bytes_[x] < bytes_[y] : x < y; });
+  token_node_.assign(static_cast<size_t>(n_vocab_), -1);
   std::vector<int32_t> path;  // node of each depth along the current token (path[d - 1]: depth d)
   std::string_view prev;
   node_tokens_.clear();
@@ -81,6 +106,7 @@ void TokenVocab::build_trie() {
     }
     // Tokens arrive sorted, so the node's tokens are contiguous and come right after its creation
     // (or after an equal token); node_tokens_[i + 1] is fixed when node i + 1 is created.
+    token_node_[id] = path.back();  // where b ends
     token_ids_.push_back(id);
     max_depth_ = std::max(max_depth_, static_cast<int32_t>(b.size()));
     prev = b;
