@@ -3,34 +3,59 @@
 #include <algorithm>
 
 namespace afd::serve {
+namespace {
+
+// What a grammar and its automaton hold, roughly.
+size_t grammar_bytes(const Grammar& g) {
+  const GrammarAutomaton& a = g.automaton();
+  size_t n = a.next_.capacity() * 4 + a.final_.capacity() + a.consumes_.capacity() + a.call_begin.capacity() * 4 +
+             a.calls.capacity() * sizeof(GrammarAutomaton::Call) + a.machine.capacity() * 4 + a.machine_calls.capacity();
+  n += g.exprs().capacity() * sizeof(GrammarExpr) + g.rules().capacity() * sizeof(GrammarRule);
+  for (const GrammarExpr& e : g.exprs()) n += e.children.capacity() * 4;
+  for (const GrammarRule& r : g.rules()) n += r.name.capacity();
+  return n;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(std::shared_ptr<const Grammar> grammar,
-                                                                        std::shared_ptr<const TokenVocab> vocab) {
+                                                                        std::shared_ptr<const TokenVocab> vocab,
+                                                                        size_t max_entry_bytes) {
   if (!grammar || !vocab) return invalid_argument("CompiledGrammar::compile needs a grammar and a vocabulary");
   std::shared_ptr<CompiledGrammar> c(new CompiledGrammar());
   const size_t n = size_t(2) * grammar->automaton().n_states;
   c->entries_ = std::make_unique<std::atomic<const TokenEntry*>[]>(n);
   for (size_t i = 0; i < n; ++i) c->entries_[i].store(nullptr, std::memory_order_relaxed);
+  c->fixed_bytes_ = sizeof(CompiledGrammar) + n * sizeof(void*) + grammar_bytes(*grammar);
+  c->max_entry_bytes_ = max_entry_bytes;
   c->grammar_ = std::move(grammar);
   c->vocab_ = std::move(vocab);
   return std::shared_ptr<const CompiledGrammar>(std::move(c));
 }
 
-const CompiledGrammar::TokenEntry& CompiledGrammar::token_entry(int32_t state, bool bottom) const {
+const CompiledGrammar::TokenEntry* CompiledGrammar::token_entry(int32_t state, bool bottom,
+                                                                std::unique_ptr<TokenEntry>* hold) const {
   std::atomic<const TokenEntry*>& slot = entries_[size_t(2) * state + bottom];
-  if (const TokenEntry* e = slot.load(std::memory_order_acquire)) return *e;
+  if (const TokenEntry* e = slot.load(std::memory_order_acquire)) return e;
   std::atomic<const TokenEntry*>& above = entries_[size_t(2) * state];  // the non-bottom entry serves both
-  if (const TokenEntry* e = above.load(std::memory_order_acquire)) return *e;
+  if (const TokenEntry* e = above.load(std::memory_order_acquire)) return e;
   std::unique_ptr<TokenEntry> built = build_token_entry(automaton(), *vocab_, state, bottom);
   std::lock_guard<std::mutex> lock(mu_);
-  if (const TokenEntry* e = slot.load(std::memory_order_acquire)) return *e;  // another thread won
-  bytes_ += built->bytes();
+  if (const TokenEntry* e = slot.load(std::memory_order_acquire)) return e;  // another thread won
+  const size_t size = built->bytes();
+  if (bytes_.load(std::memory_order_relaxed) + size > max_entry_bytes_) {
+    n_uncached_.fetch_add(1, std::memory_order_relaxed);
+    *hold = std::move(built);
+    return hold->get();
+  }
+  bytes_ += size;
   owned_.push_back(std::move(built));
   slot.store(owned_.back().get(), std::memory_order_release);
   if (!bottom) {
     std::atomic<const TokenEntry*>& below = entries_[size_t(2) * state + 1];
     if (!below.load(std::memory_order_relaxed)) below.store(owned_.back().get(), std::memory_order_release);
   }
-  return *owned_.back();
+  return owned_.back().get();
 }
 
 size_t CompiledGrammar::cached_bytes() const { return bytes_.load(); }

@@ -1,5 +1,6 @@
 #include "serve/structured/stack_mask.h"
 
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -49,7 +50,7 @@ class Resolver {
   // Splits of one token looked up at a time; a token with more is simulated on the stack.
   static constexpr int32_t kMaxSplits = 16;
 
-  Resolver(const CompiledGrammar& g, const GrammarStack& s, uint64_t* mask) : g_(g), v_(g.vocab()), s_(s), mask_(mask) {}
+  Resolver(const CompiledGrammar& g, const GrammarStack& s, uint64_t* mask) : g_(g), v_(g.vocab()), s_(s), mask_(mask), entries_(s.size(), nullptr) {}
 
   // ORs into the mask every token s[0..j] consumes. False when a depth bound could pass (the mask
   // then holds a subset of the answer).
@@ -92,12 +93,17 @@ class Resolver {
   // The entry of s[j] with s[0..j-1] below it, or null (failed_) when the two could pass
   // kMaxStackDepth together.
   const TokenEntry* entry(int32_t j) {
-    const TokenEntry& e = g_.token_entry(s_[j], j == 0);
-    if (static_cast<size_t>(j) + static_cast<size_t>(e.max_depth) > kMaxStackDepth) {
+    const TokenEntry*& e = entries_[j];
+    if (!e) {
+      std::unique_ptr<TokenEntry> hold;
+      e = g_.token_entry(s_[j], j == 0, &hold);
+      if (hold) held_.push_back(std::move(hold));  // past the grammar's entry budget: ours for this mask
+    }
+    if (static_cast<size_t>(j) + static_cast<size_t>(e->max_depth) > kMaxStackDepth) {
       failed_ = true;
       return nullptr;
     }
-    return &e;
+    return e;
   }
 
   // Whether s[0..j] consumes the token's bytes.
@@ -163,6 +169,8 @@ class Resolver {
   const GrammarStack& s_;
   uint64_t* mask_;
   Memo memo_;
+  std::vector<const TokenEntry*> entries_;  // [stack size]: of each frame, once looked up
+  std::vector<std::unique_ptr<TokenEntry>> held_;
   bool failed_ = false;
 };
 

@@ -171,6 +171,24 @@ TEST(TokenMask, StacksNearTheDepthBoundMatchOracle) {
   EXPECT_LT(n, 2 * static_cast<int>(kMaxStackDepth));  // ...and refused the byte past it
 }
 
+// With no room for cached entries every mask builds the entries it needs and drops them: the
+// same masks, nothing held.
+TEST(TokenMask, EntryBudgetSpentMasksStillMatchOracle) {
+  const TestVocab& tv = test_vocab();
+  auto parsed = parse_gbnf(kJsonValue);
+  ASSERT_TRUE(parsed.ok());
+  auto g = CompiledGrammar::compile(*parsed, tv.vocab, /*max_entry_bytes=*/0);
+  ASSERT_TRUE(g.ok());
+  GrammarMatcher m(*g);
+  for (const char* s : {"", "{", "\"a\"", ":", " [", "1", ",", "{\"b\":", "\"x"}) {
+    ASSERT_TRUE(m.accept_bytes(s)) << s;
+    expect_mask_matches_oracle(m, std::string("after '") + s + "'");
+  }
+  EXPECT_EQ((*g)->n_cached_entries(), 0);
+  EXPECT_EQ((*g)->cached_bytes(), 0u);
+  EXPECT_GT((*g)->n_uncached_builds(), 0);
+}
+
 TEST(TokenMask, EndIdsOnlyWhenCompleteAndSpecialsNever) {
   const TestVocab& tv = test_vocab();
   auto g = compile_or_die(R"g(root ::= "\"ok\"" | "a")g", tv.vocab);
