@@ -1,6 +1,8 @@
 #include "serve/structured/matcher.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -49,20 +51,54 @@ bool GrammarMatcher::accept_bytes(std::string_view bytes) {
   return true;
 }
 
+namespace {
+
+enum class Step { ok, dead, bound };
+
+// Steps one stack set through the bytes.
+Step step_all(const GrammarAutomaton& a, StackSet cur, std::string_view bytes, StackSet* out) {
+  StackSet next;
+  for (char c : bytes) {
+    if (cur.live.empty()) return Step::dead;
+    if (!step_byte(a, cur, static_cast<uint8_t>(c), &next)) return Step::bound;
+    std::swap(cur, next);
+  }
+  if (!cur.alive()) return Step::dead;
+  *out = std::move(cur);
+  return Step::ok;
+}
+
+void keep_first_stacks(StackSet* s) {
+  std::sort(s->live.begin(), s->live.end());
+  s->live.erase(std::unique(s->live.begin(), s->live.end()), s->live.end());
+  if (s->live.size() > kMaxStacks) s->live.resize(kMaxStacks);
+}
+
+}  // namespace
+
 bool GrammarMatcher::advance(std::string_view bytes, StackSet* out) const {
   const GrammarAutomaton& a = g_->automaton();
   if (bytes.empty()) {
     *out = stacks_;
     return true;
   }
-  StackSet cur = stacks_, next;
-  for (char c : bytes) {
-    if (cur.live.empty()) return false;
-    if (!step_byte(a, cur, static_cast<uint8_t>(c), &next)) return false;
-    std::swap(cur, next);
+  const Step all_at_once = step_all(a, stacks_, bytes, out);
+  if (all_at_once != Step::bound) return all_at_once == Step::ok;
+  // Past a bound with all stacks together: step each stack alone (what the mask decides per stack)
+  // and keep the union, cut to the kMaxStacks smallest stacks.
+  StackSet all;
+  for (const GrammarStack& s : stacks_.live) {
+    StackSet one, after;
+    one.live.push_back(s);
+    if (step_all(a, std::move(one), bytes, &after) != Step::ok) continue;
+    all.ended = all.ended || after.ended;
+    all.live.insert(all.live.end(), std::make_move_iterator(after.live.begin()),
+                    std::make_move_iterator(after.live.end()));
+    if (all.live.size() > 4 * kMaxStacks) keep_first_stacks(&all);
   }
-  if (!cur.alive()) return false;
-  *out = std::move(cur);
+  keep_first_stacks(&all);
+  if (!all.alive()) return false;
+  *out = std::move(all);
   return true;
 }
 

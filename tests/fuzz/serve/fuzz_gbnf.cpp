@@ -73,6 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint64_t> mask(static_cast<size_t>(m.mask_words()));
   uint32_t rng = 2166136261u;
   for (char c : all) rng = (rng ^ static_cast<uint8_t>(c)) * 16777619u;
+  std::string text;  // bytes accepted so far
   for (size_t step = 0; step < 12 && !m.is_finished(); ++step) {
     m.fill_next_token_mask(mask.data());
     std::vector<int32_t> allowed;
@@ -80,8 +81,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const bool bit = (mask[t >> 6] >> (t & 63)) & 1;
       GrammarMatcher copy = m;
       if (bit != copy.accept_token(t) || bit != m.is_allowed(t))
-        fail("step " + std::to_string(step) + ": token " + std::to_string(t) + " mask " + std::to_string(bit) +
-                 " disagrees with accepting it",
+        fail("after '" + text + "': token " + std::to_string(t) + " '" + std::string(v.bytes(t)) + "' mask " +
+                 std::to_string(bit) + " disagrees with accepting it",
              gbnf);
       if (bit && t != end_id) allowed.push_back(t);
     }
@@ -90,7 +91,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (allowed.empty()) break;
     const uint8_t s = step < steer.size() ? static_cast<uint8_t>(steer[step]) : static_cast<uint8_t>(rng >> 24);
     rng = rng * 1103515245u + 12345u;
-    if (!m.accept_token(allowed[(s + (rng >> 16)) % allowed.size()])) fail("an allowed token was refused", gbnf);
+    const int32_t t = allowed[(s + (rng >> 16)) % allowed.size()];
+    if (!m.accept_token(t)) fail("an allowed token was refused", gbnf);
+    text += v.bytes(t);
   }
   return 0;
 }

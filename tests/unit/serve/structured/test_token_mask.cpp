@@ -171,6 +171,21 @@ TEST(TokenMask, StacksNearTheDepthBoundMatchOracle) {
   EXPECT_LT(n, 2 * static_cast<int>(kMaxStackDepth));  // ...and refused the byte past it
 }
 
+// So ambiguous that the stacks together pass kMaxStacks: each stack decides alone, in the mask and
+// in accept alike (found by fuzz_gbnf).
+TEST(TokenMask, HugelyAmbiguousGrammarMaskEqualsAccept) {
+  const TestVocab& tv = test_vocab();
+  auto g = compile_or_die(R"g(root ::= ("{" root "}" | "[" root root "]")* "a"?)g", tv.vocab);
+  ASSERT_TRUE(g);
+  GrammarMatcher m(g);
+  const std::string text = "[[{[a][{[[[][[[{[[";
+  for (size_t i = 0; i < text.size(); ++i) {
+    ASSERT_TRUE(m.accept_bytes(text.substr(i, 1))) << i;
+    if (i + 4 >= text.size()) expect_mask_matches_oracle(m, "after '" + text.substr(0, i + 1) + "'");
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // With no room for cached entries every mask builds the entries it needs and drops them: the
 // same masks, nothing held.
 TEST(TokenMask, EntryBudgetSpentMasksStillMatchOracle) {
