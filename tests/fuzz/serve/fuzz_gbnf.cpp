@@ -6,6 +6,7 @@
 // matcher (the brute-force oracle), and the end id must be allowed exactly when the grammar can
 // end. Nothing may crash, hang, or disagree. Limits are smaller than a server's so each input
 // stays fast.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -74,7 +75,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint32_t rng = 2166136261u;
   for (char c : all) rng = (rng ^ static_cast<uint8_t>(c)) * 16777619u;
   std::string text;  // bytes accepted so far
+  // The oracle steps the whole stack set once per token; a hugely ambiguous grammar holds
+  // kMaxStacks stacks, so the walk stops after a time budget (the checks done still count).
+  const auto start = std::chrono::steady_clock::now();
   for (size_t step = 0; step < 12 && !m.is_finished(); ++step) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(500)) break;
     m.fill_next_token_mask(mask.data());
     std::vector<int32_t> allowed;
     for (int32_t t = 0; t < v.vocab_size(); ++t) {
