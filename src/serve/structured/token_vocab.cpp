@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <unordered_map>
 
 namespace afd::serve {
 
@@ -57,9 +56,33 @@ int32_t TokenVocab::find(std::string_view b) const {
 }
 
 void TokenVocab::build_suffixes() {
-  std::unordered_map<std::string_view, int32_t> ids;
-  ids.reserve(token_ids_.size());
-  for (int32_t id : token_ids_) ids.emplace(bytes_[id], id);  // trie order: the smallest id of equal bytes first
+  // Polynomial hashes, each suffix's from the next one's (h(b[i..]) = b[i] + B * h(b[i+1..])), in an
+  // open-addressing table of the text tokens (trie order: of equal bytes, the smallest id first).
+  constexpr uint64_t kB = 0x100000001B3ull;
+  auto hash = [](std::string_view b) {
+    uint64_t h = 0;
+    for (size_t i = b.size(); i-- > 0;) h = static_cast<uint8_t>(b[i]) + kB * h;
+    return h;
+  };
+  auto mix = [](uint64_t h) {
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 29);
+  };
+  size_t cap = 16;
+  while (cap < 2 * token_ids_.size()) cap *= 2;
+  std::vector<int32_t> slot(cap, -1);
+  std::vector<uint64_t> slot_hash(cap);
+  auto find_slot = [&](uint64_t h, std::string_view b) {
+    size_t i = mix(h) & (cap - 1);
+    while (slot[i] >= 0 && !(slot_hash[i] == h && std::string_view(bytes_[slot[i]]) == b)) i = (i + 1) & (cap - 1);
+    return i;
+  };
+  for (int32_t id : token_ids_) {
+    const uint64_t h = hash(bytes_[id]);
+    const size_t i = find_slot(h, bytes_[id]);
+    if (slot[i] < 0) slot[i] = id, slot_hash[i] = h;
+  }
   token_pos_.assign(static_cast<size_t>(n_vocab_), -1);
   suffix_begin_.resize(token_ids_.size());
   int64_t n = 0;
@@ -71,9 +94,10 @@ void TokenVocab::build_suffixes() {
   suffix_ids_.resize(static_cast<size_t>(n));
   for (size_t k = 0; k < token_ids_.size(); ++k) {
     const std::string_view b = bytes_[token_ids_[k]];
-    for (size_t at = 1; at < b.size(); ++at) {
-      auto it = ids.find(b.substr(at));
-      suffix_ids_[suffix_begin_[k] + at - 1] = it == ids.end() ? -1 : it->second;
+    uint64_t h = 0;
+    for (size_t at = b.size(); at-- > 1;) {
+      h = static_cast<uint8_t>(b[at]) + kB * h;
+      suffix_ids_[suffix_begin_[k] + at - 1] = slot[find_slot(h, b.substr(at))];
     }
   }
 }

@@ -204,6 +204,33 @@ TEST(TokenMask, EntryBudgetSpentMasksStillMatchOracle) {
   EXPECT_GT((*g)->n_uncached_builds(), 0);
 }
 
+// The precomputed rests of tokens, trie nodes and one-byte tokens agree with looking bytes up.
+TEST(TokenMask, VocabularySuffixTableMatchesFind) {
+  const TestVocab& tv = test_vocab();
+  const TokenVocab& v = *tv.vocab;
+  int n_found = 0;
+  for (int32_t id = 0; id < v.vocab_size(); ++id) {
+    if (!v.is_text(id)) {
+      EXPECT_EQ(v.find(v.bytes(id)), -1) << id;
+      continue;
+    }
+    const std::string_view b = v.bytes(id);
+    EXPECT_EQ(v.bytes(v.find(b)), b);
+    EXPECT_LE(v.find(b), id);
+    const int32_t node = v.token_node(id);
+    EXPECT_EQ(v.node_depth()[node], static_cast<int32_t>(b.size()));
+    EXPECT_EQ(v.node_byte()[node], static_cast<uint8_t>(b.back()));
+    for (int32_t at = 1; at < static_cast<int32_t>(b.size()); ++at) {
+      const int32_t u = v.suffix_token(id, at);
+      EXPECT_EQ(u, v.find(b.substr(static_cast<size_t>(at)))) << id << " at " << at;
+      n_found += u >= 0;
+    }
+  }
+  EXPECT_GT(n_found, 50);
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(v.byte_token(static_cast<uint8_t>(b)), v.find(std::string(1, static_cast<char>(b))));
+  EXPECT_EQ(v.find("no such token"), -1);
+}
+
 TEST(TokenMask, EndIdsOnlyWhenCompleteAndSpecialsNever) {
   const TestVocab& tv = test_vocab();
   auto g = compile_or_die(R"g(root ::= "\"ok\"" | "a")g", tv.vocab);
