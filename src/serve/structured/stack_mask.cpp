@@ -10,13 +10,15 @@ namespace {
 inline bool bit(const uint64_t* mask, int32_t t) { return (mask[t >> 6] >> (t & 63)) & 1; }
 inline void set(uint64_t* mask, int32_t t) { mask[t >> 6] |= uint64_t{1} << (t & 63); }
 
-// (level, token) -> answer, open addressing; allocated on first use.
+// (level, token, where its rest starts) -> answer, open addressing; allocated on first use.
 class Memo {
  public:
-  // The slot of the key: {found, value reference}.
-  uint8_t* find_or_add(int32_t j, int32_t token, bool* found) {
+  // Whether a key fits: level < kMaxStackDepth, at < 2^16, token < 2^32.
+  static bool fits(int32_t at) { return at >= 0 && at < (1 << 16); }
+  // The answer's slot; *found: whether it was there.
+  uint8_t* find_or_add(int32_t j, int32_t token, int32_t at, bool* found) {
     if (keys_.empty() || 2 * (n_ + 1) > keys_.size()) grow();
-    const uint64_t key = (uint64_t(uint32_t(j) + 1) << 32) | uint32_t(token);
+    const uint64_t key = (uint64_t(uint32_t(j) + 1) << 48) | (uint64_t(uint32_t(at)) << 32) | uint32_t(token);
     size_t i = hash(key) & (keys_.size() - 1);
     while (keys_[i] != 0 && keys_[i] != key) i = (i + 1) & (keys_.size() - 1);
     *found = keys_[i] == key;
@@ -50,7 +52,8 @@ class Resolver {
   // Splits of one token looked up at a time; a token with more is simulated on the stack.
   static constexpr int32_t kMaxSplits = 16;
 
-  Resolver(const CompiledGrammar& g, const GrammarStack& s, uint64_t* mask) : g_(g), v_(g.vocab()), s_(s), mask_(mask), entries_(s.size(), nullptr) {}
+  Resolver(const CompiledGrammar& g, const GrammarStack& s, uint64_t* mask)
+      : g_(g), v_(g.vocab()), s_(s), mask_(mask), entries_(s.size(), nullptr) {}
 
   // ORs into the mask every token s[0..j] consumes. False when a depth bound could pass (the mask
   // then holds a subset of the answer).
@@ -109,7 +112,7 @@ class Resolver {
   // Whether s[0..j] consumes the token's bytes.
   bool consumes(int32_t j, int32_t token) {
     bool found = false;
-    uint8_t* slot = memo_.find_or_add(j, token, &found);
+    uint8_t* slot = memo_.find_or_add(j, token, 0, &found);
     if (found) return *slot;
     const TokenEntry* e = entry(j);
     if (!e) return false;
@@ -122,7 +125,7 @@ class Resolver {
       if (!r && (n == kMaxSplits || e->check_on_stack_has(token))) r = simulate(j, v_.bytes(token));
     }
     // The memo may have grown meanwhile: look the slot up again.
-    *memo_.find_or_add(j, token, &found) = r;
+    *memo_.find_or_add(j, token, 0, &found) = r;
     return r;
   }
 
@@ -134,7 +137,18 @@ class Resolver {
 
   // rest_consumed() for a rest that is no token: stepped through s[j] while its frame is one state
   // that calls nothing, continuing below wherever the frame can end; a simulation otherwise.
+  // Memoised: the frames below may be reached at many split points.
   bool bytes_consumed(int32_t j, int32_t token, int32_t at) {
+    if (!Memo::fits(at)) return step_rest(j, token, at);
+    bool found = false;
+    uint8_t* slot = memo_.find_or_add(j, token, at, &found);
+    if (found) return *slot;
+    const bool r = step_rest(j, token, at);
+    *memo_.find_or_add(j, token, at, &found) = r;
+    return r;
+  }
+
+  bool step_rest(int32_t j, int32_t token, int32_t at) {
     const GrammarAutomaton& a = g_.automaton();
     const std::string_view bytes = v_.bytes(token).substr(static_cast<size_t>(at));
     int32_t state = s_[j];
