@@ -96,28 +96,36 @@ class EntryBuilder {
   std::vector<int32_t> check_;
 };
 
-// A state whose machine calls nothing: one DFA walk.
+// A state whose machine calls nothing: one DFA walk. kBottom: no splits to record, so only the
+// accepted tokens are kept track of.
+template <bool kBottom>
 void walk_dfa(const GrammarAutomaton& a, const TokenVocab& v, int32_t state, EntryBuilder* b) {
   const uint8_t* byte = v.node_byte().data();
   const int32_t* depth = v.node_depth().data();
   const int32_t* end = v.node_end().data();
-  const int32_t n_nodes = v.n_nodes();
-  std::vector<int32_t> st(static_cast<size_t>(v.max_depth()) + 1);  // [d]: state after d bytes
-  st[0] = state;
-  b->set_popped(0, a.is_final(state));
-  const int32_t n_classes = a.n_classes;
+  const int32_t* node_tokens = v.node_tokens().data();
+  const int32_t* ids = v.token_ids().data();
+  const uint8_t* cls = a.byte_class.data();
   const int32_t* next = a.next_.data();
+  const uint8_t* fin = a.final_.data();
+  const int32_t n_nodes = v.n_nodes();
+  const size_t n_classes = static_cast<size_t>(a.n_classes);
+  uint64_t* bits = b->bits().data();
+  std::vector<const int32_t*> row(static_cast<size_t>(v.max_depth()) + 1);  // [d]: next row after d bytes
+  row[0] = next + size_t(state) * n_classes;
+  if (!kBottom) b->set_popped(0, fin[state]);
   for (int32_t i = 0; i < n_nodes;) {
     const int32_t d = depth[i];
-    const int32_t s = next[size_t(st[d - 1]) * n_classes + a.byte_class[byte[i]]];
+    const int32_t s = row[d - 1][cls[byte[i]]];
     if (s < 0) {
-      b->dead(i, end[i], d - 1);
+      if (!kBottom) b->dead(i, end[i], d - 1);
       i = end[i];
       continue;
     }
-    st[d] = s;
-    b->set_popped(d, a.is_final(s));
-    b->accept_node(i);
+    row[d] = next + size_t(s) * n_classes;
+    if (!kBottom) b->set_popped(d, fin[s]);
+    for (int32_t k = node_tokens[i], k_end = node_tokens[i + 1]; k < k_end; ++k)
+      bits[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
     ++i;
   }
 }
@@ -155,11 +163,26 @@ int32_t walk_stacks(const GrammarAutomaton& a, const TokenVocab& v, const StackS
     for (const GrammarStack& x : s.live) max_depth = std::max(max_depth, static_cast<int32_t>(x.size()));
   };
   deepest(init);
+  const int32_t* node_tokens = v.node_tokens().data();
+  const int32_t* ids = v.token_ids().data();
+  const int32_t* call_begin = a.call_begin.data();
+  const uint8_t* fin = a.final_.data();
+  const uint8_t* consumes = a.consumes_.data();
+  uint64_t* bits = b->bits().data();
   for (int32_t i = 0; i < v.n_nodes();) {
     const int32_t d = depth[i];
     const int32_t prev = single[d - 1];
     if (prev >= 0) {
       const int32_t n = a.next(prev, byte[i]);
+      if (n >= 0 && call_begin[n] == call_begin[n + 1] && consumes[n]) {  // the common case
+        single[d] = n;
+        ended[d] = fin[n];
+        b->set_popped(d, fin[n]);
+        for (int32_t k = node_tokens[i], k_end = node_tokens[i + 1]; k < k_end; ++k)
+          bits[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
+        ++i;
+        continue;
+      }
       if (n < 0) {
         single[d] = kNone;
         ended[d] = 0;
@@ -242,7 +265,11 @@ std::unique_ptr<TokenEntry> build_token_entry(const GrammarAutomaton& a, const T
                                               bool bottom) {
   EntryBuilder b(v, bottom);
   if (a.call_free(state)) {
-    walk_dfa(a, v, state, &b);
+    if (bottom) {
+      walk_dfa<true>(a, v, state, &b);
+    } else {
+      walk_dfa<false>(a, v, state, &b);
+    }
     return b.finish(1);
   }
   StackSet init;
