@@ -150,6 +150,70 @@ class NfaBuilder {
   std::map<std::array<uint64_t, 4>, int32_t> set_ids_;
 };
 
+// Drops what can never complete: a state is live when its machine can end from it — it is final,
+// or a byte leads to a live state, or it calls a live start whose return state is live (or that
+// returns past it). Transitions into dead states and calls into or returning to them go, so every
+// stack a match reaches can still complete (an alternative such as `"a" []`, whose empty class
+// matches nothing, would otherwise accept "a" and then allow nothing).
+void drop_dead_states(GrammarAutomaton* a) {
+  const int32_t n = a->n_states, k = a->n_classes;
+  // Reverse byte edges, and calls by the states they wait on (start and return).
+  std::vector<int32_t> rev_begin(size_t(n) + 1, 0), rev;
+  for (int32_t s = 0; s < n; ++s)
+    for (int32_t c = 0; c < k; ++c)
+      if (int32_t t = a->next_[size_t(s) * k + c]; t >= 0) ++rev_begin[t + 1];
+  for (int32_t s = 0; s < n; ++s) rev_begin[s + 1] += rev_begin[s];
+  rev.resize(static_cast<size_t>(rev_begin[n]));
+  {
+    std::vector<int32_t> fill(rev_begin.begin(), rev_begin.end() - 1);
+    for (int32_t s = 0; s < n; ++s)
+      for (int32_t c = 0; c < k; ++c)
+        if (int32_t t = a->next_[size_t(s) * k + c]; t >= 0) rev[fill[t]++] = s;
+  }
+  std::vector<std::vector<int32_t>> waiting(n);  // state -> calls (indices) that wait on it
+  std::vector<int32_t> caller(a->calls.size());
+  for (int32_t s = 0; s < n; ++s)
+    for (int32_t i = a->call_begin[s]; i < a->call_begin[s + 1]; ++i) {
+      caller[i] = s;
+      waiting[a->calls[i].start].push_back(i);
+      if (a->calls[i].ret >= 0) waiting[a->calls[i].ret].push_back(i);
+    }
+  std::vector<uint8_t> live(n, 0);
+  std::vector<int32_t> todo;
+  auto mark = [&](int32_t s) {
+    if (!live[s]) live[s] = 1, todo.push_back(s);
+  };
+  for (int32_t s = 0; s < n; ++s)
+    if (a->final_[s]) mark(s);
+  while (!todo.empty()) {
+    const int32_t t = todo.back();
+    todo.pop_back();
+    for (int32_t i = rev_begin[t]; i < rev_begin[t + 1]; ++i) mark(rev[i]);
+    for (int32_t i : waiting[t]) {
+      const GrammarAutomaton::Call& c = a->calls[i];
+      if (live[c.start] && (c.ret < 0 || live[c.ret])) mark(caller[i]);
+    }
+  }
+  std::vector<GrammarAutomaton::Call> calls;
+  std::vector<int32_t> call_begin{0};
+  for (int32_t s = 0; s < n; ++s) {
+    bool consumes = false;
+    for (int32_t c = 0; c < k; ++c) {
+      int32_t& t = a->next_[size_t(s) * k + c];
+      if (t >= 0 && !live[t]) t = -1;
+      consumes = consumes || t >= 0;
+    }
+    a->consumes_[s] = consumes;
+    for (int32_t i = a->call_begin[s]; i < a->call_begin[s + 1]; ++i) {
+      const GrammarAutomaton::Call& c = a->calls[i];
+      if (live[c.start] && (c.ret < 0 || live[c.ret])) calls.push_back(c);
+    }
+    call_begin.push_back(static_cast<int32_t>(calls.size()));
+  }
+  a->calls = std::move(calls);
+  a->call_begin = std::move(call_begin);
+}
+
 // Merges states that behave alike: same machine, finality, calls and transitions into merged
 // states, for a few rounds (each round merges what the previous one made alike; most merges come
 // in the first rounds, long chains of them are left). Each merge is sound (the merged states accept
@@ -360,6 +424,7 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
     a.call_begin.push_back(static_cast<int32_t>(a.calls.size()));
   }
   a.n_states = static_cast<int32_t>(sets.size());
+  drop_dead_states(&a);
   // A return state that can only end adds nothing: drop the caller's frame instead (tail call),
   // so right recursion and loops through calls keep stacks flat.
   for (auto& c : a.calls)

@@ -158,7 +158,7 @@ class Resolver {
       const int32_t n = a.next(state, static_cast<uint8_t>(bytes[k]));
       if (n < 0) return false;
       if (a.has_calls(n)) return simulate(j, bytes);
-      if (k + 1 == bytes.size()) return true;
+      if (k + 1 == bytes.size()) return a.consumes(n) || a.is_final(n);
       if (a.is_final(n) && j > 0 && rest_consumed(j - 1, token, at + static_cast<int32_t>(k) + 1)) return true;
       state = n;
     }

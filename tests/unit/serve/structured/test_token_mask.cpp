@@ -186,6 +186,30 @@ TEST(TokenMask, HugelyAmbiguousGrammarMaskEqualsAccept) {
   }
 }
 
+// An alternative that can never complete (an empty class matches nothing) is no way forward: its
+// bytes are refused, so no accepted text leads to a dead end (found by fuzz_gbnf).
+TEST(TokenMask, AlternativesThatCanNeverCompleteAreRefused) {
+  auto g = compile_or_die(R"g(root ::= "x" ( "a" "b" [] | "c" | "{" root "}" ) | "d" [] root)g");
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(testing::matches(g, "xc"));
+  EXPECT_TRUE(testing::matches(g, "x{xc}"));
+  EXPECT_FALSE(testing::is_prefix(g, "xa"));
+  EXPECT_FALSE(testing::is_prefix(g, "x{xa"));
+  EXPECT_FALSE(testing::is_prefix(g, "d"));
+  GrammarMatcher m(g);
+  for (const char* s : {"", "x", "{", "x", "{"}) {
+    ASSERT_TRUE(m.accept_bytes(s)) << s;
+    expect_mask_matches_oracle(m, std::string("after '") + s + "'");
+  }
+  const TestVocab& tv = test_vocab();
+  auto fuzz_found = compile_or_die(R"g(root ::= ("{" root "}" | "[" root""" "[] root{1,3} "]")* "a"?)g", tv.vocab);
+  ASSERT_TRUE(fuzz_found);
+  GrammarMatcher f(fuzz_found);
+  EXPECT_FALSE(f.accept_bytes("{["));
+  ASSERT_TRUE(f.accept_bytes("{"));
+  expect_mask_matches_oracle(f, "after '{'");
+}
+
 // With no room for cached entries every mask builds the entries it needs and drops them: the
 // same masks, nothing held.
 TEST(TokenMask, EntryBudgetSpentMasksStillMatchOracle) {
