@@ -9,7 +9,8 @@ namespace {
 size_t grammar_bytes(const Grammar& g) {
   const GrammarAutomaton& a = g.automaton();
   size_t n = a.next_.capacity() * 4 + a.final_.capacity() + a.consumes_.capacity() + a.call_begin.capacity() * 4 +
-             a.calls.capacity() * sizeof(GrammarAutomaton::Call) + a.machine.capacity() * 4 + a.machine_calls.capacity();
+             a.calls.capacity() * sizeof(GrammarAutomaton::Call) + a.machine.capacity() * 4 +
+             a.machine_calls.capacity();
   n += g.exprs().capacity() * sizeof(GrammarExpr) + g.rules().capacity() * sizeof(GrammarRule);
   for (const GrammarExpr& e : g.exprs()) n += e.children.capacity() * 4;
   for (const GrammarRule& r : g.rules()) n += r.name.capacity();

@@ -31,8 +31,7 @@ class GrammarCache {
   static constexpr size_t kDefaultMaxBytes = size_t{1} << 30;
 
   GrammarCache(std::shared_ptr<const TokenVocab> vocab, size_t capacity = 256, GrammarLimits limits = {},
-               size_t max_bytes = kDefaultMaxBytes,
-               size_t max_entry_bytes = CompiledGrammar::kDefaultMaxEntryBytes);
+               size_t max_bytes = kDefaultMaxBytes, size_t max_entry_bytes = CompiledGrammar::kDefaultMaxEntryBytes);
   // The compiled grammar of the text; errors as parse_gbnf().
   Result<std::shared_ptr<const CompiledGrammar>> get(std::string_view gbnf);
   const std::shared_ptr<const TokenVocab>& vocab() const { return vocab_; }

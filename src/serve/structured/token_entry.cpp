@@ -57,8 +57,9 @@ class EntryBuilder {
     e->max_depth = max_depth;
     // By the first byte of the rest (stable: trie order within a byte).
     auto first = [](const TokenEntry::SplitRange& x) { return x.first; };
-    std::stable_sort(splits_.begin(), splits_.end(),
-                     [&](const TokenEntry::SplitRange& x, const TokenEntry::SplitRange& y) { return first(x) < first(y); });
+    std::stable_sort(
+        splits_.begin(), splits_.end(),
+        [&](const TokenEntry::SplitRange& x, const TokenEntry::SplitRange& y) { return first(x) < first(y); });
     for (size_t i = 0; i < splits_.size(); ++i)
       if (i == 0 || first(splits_[i]) != first(splits_[i - 1])) e->split_groups.push_back(static_cast<int32_t>(i));
     e->split_groups.push_back(static_cast<int32_t>(splits_.size()));

@@ -29,18 +29,16 @@ const TestVocab& test_vocab() {
   static const TestVocab v = [] {
     std::vector<std::string> pieces;
     for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* s :
-         {"{\"",   "\":", "\",",   "\"}",      "\"]",  "}}",    "},",   "]]",     "],",  "[[",       "[{",
-          "{}",    "[]",  "\":\"", "\", \"",   "true", "false", "null", "12",     "345", "0.",       ".5",
-          "e+",    "-1",  "name",  "age",      "na",   "me\"",  " \"",  "\n  ",   "  ",  "\\n",      "\\\"",
-          "\\u00", "ab",  "abc",   "bc",       "aa",   "aaa",   "ba",   "((",     "))",  "()",       "[(",
-          ")]",    "\"a", "a\"",   "x\"}",     "\"x",  "é",     "\xC3", "\xA9\"", "😀",   "\xF0\x9F", "\x98\x80",
-          "αβ",    "ω\"", "\xCE",  "\xB1\xCE", "<<",   ">>",    "<.",   ".>",     ">>>", "<.>",
-          // Tokens that close one or more levels and continue in an enclosing one; some rests
-          // (what follows the close) are tokens, some are not.
-          " }",    "}]",  "]}",    "\"]}",     "\"},{\"", "1,", "2]",  "0}",    " ,",  ",\n",     "\", \"",
-          "}}]",   "]],", "a\",",  " a",      "  \"", ")))", "))]", "]))",   "a)",  "a].",      "]].",
-          "\n}",   "\n]", "e\"",   "ab\"}",    "5}}",  "\"]]", "3],[", "}, {\"", "x\")", "a))"})
+    for (const char* s : {"{\"", "\":", "\",", "\"}", "\"]", "}}", "},", "]]", "],", "[[", "[{", "{}", "[]", "\":\"",
+                          "\", \"", "true", "false", "null", "12", "345", "0.", ".5", "e+", "-1", "name", "age", "na",
+                          "me\"", " \"", "\n  ", "  ", "\\n", "\\\"", "\\u00", "ab", "abc", "bc", "aa", "aaa", "ba",
+                          "((", "))", "()", "[(", ")]", "\"a", "a\"", "x\"}", "\"x", "é", "\xC3", "\xA9\"", "😀",
+                          "\xF0\x9F", "\x98\x80", "αβ", "ω\"", "\xCE", "\xB1\xCE", "<<", ">>", "<.", ".>", ">>>", "<.>",
+                          // Tokens that close one or more levels and continue in an enclosing one; some rests
+                          // (what follows the close) are tokens, some are not.
+                          " }", "}]", "]}", "\"]}", "\"},{\"", "1,", "2]", "0}", " ,", ",\n", "\", \"", "}}]", "]],",
+                          "a\",", " a", "  \"", ")))", "))]", "]))", "a)", "a].", "]].", "\n}", "\n]", "e\"", "ab\"}",
+                          "5}}", "\"]]", "3],[", "}, {\"", "x\")", "a))"})
       pieces.push_back(s);
     nlohmann::json vocab = nlohmann::json::object();
     int32_t id = 0;
@@ -167,7 +165,7 @@ TEST(TokenMask, StacksNearTheDepthBoundMatchOracle) {
     }
     if (!m.accept_bytes(n % 2 ? "[" : "(")) break;
   }
-  EXPECT_GE(n, static_cast<int>(kMaxStackDepth) - 8);   // the bound was reached...
+  EXPECT_GE(n, static_cast<int>(kMaxStackDepth) - 8);  // the bound was reached...
   EXPECT_LT(n, 2 * static_cast<int>(kMaxStackDepth));  // ...and refused the byte past it
 }
 
@@ -251,7 +249,8 @@ TEST(TokenMask, VocabularySuffixTableMatchesFind) {
     }
   }
   EXPECT_GT(n_found, 50);
-  for (int b = 0; b < 256; ++b) EXPECT_EQ(v.byte_token(static_cast<uint8_t>(b)), v.find(std::string(1, static_cast<char>(b))));
+  for (int b = 0; b < 256; ++b)
+    EXPECT_EQ(v.byte_token(static_cast<uint8_t>(b)), v.find(std::string(1, static_cast<char>(b))));
   EXPECT_EQ(v.find("no such token"), -1);
 }
 
