@@ -1,12 +1,12 @@
 // CompiledGrammar: a Grammar bound to a TokenVocab, with what the per-step token mask needs
-// precomputed per automaton state and cached.
+// precomputed per automaton state (a TokenEntry, token_entry.h) and cached. Entries are built
+// lazily, on the first mask that needs them; a mask combines the entries of the frames of a stack
+// (stack_mask.h).
 //
-// For a stack whose top is state s, a token is classified once, whatever lies below s:
-// accepted (its bytes are consumed by s's machine and what it calls, so the token is allowed on
-// every stack with top s), rejected, or context-dependent (its bytes only fit by finishing s's
-// machine and continuing in the frames below — checked per step against the real stack). A stack
-// of one frame has nothing below (bottom entries), so it has no context-dependent tokens. Entries
-// are built lazily, on the first mask that needs them.
+// Memory: cached entries are bounded by max_entry_bytes. Past it, an entry that is not cached yet
+// is built for the one mask that needs it and dropped after (masks of such states cost a trie walk
+// each, about a millisecond on a 150k vocabulary, but memory stays bounded); cached entries are
+// never dropped, so a reference to one stays valid as long as the grammar.
 //
 // Threading: immutable but for the entry cache, which is filled under a lock and read without one;
 // shared by any number of matchers on any threads.
@@ -22,47 +22,42 @@
 #include "serve/structured/grammar.h"
 #include "serve/structured/grammar_automaton.h"
 #include "serve/structured/stack_set.h"
+#include "serve/structured/token_entry.h"
 #include "serve/structured/token_vocab.h"
 
 namespace afd::serve {
 
 class CompiledGrammar {
  public:
-  struct TokenEntry {
-    std::vector<int32_t> accepted_ids;       // sorted; used when accepted_bits is empty
-    std::vector<uint64_t> accepted_bits;     // [mask words] when many tokens are accepted
-    std::vector<int32_t> context_dependent;  // sorted
-    int32_t max_depth = 1;                   // deepest stack (from this frame up) any match reached
-    size_t bytes() const {
-      return accepted_ids.capacity() * 4 + accepted_bits.capacity() * 8 + context_dependent.capacity() * 4;
-    }
-  };
+  using TokenEntry = ::afd::serve::TokenEntry;
+
+  static constexpr size_t kDefaultMaxEntryBytes = size_t{64} << 20;
 
   static Result<std::shared_ptr<const CompiledGrammar>> compile(std::shared_ptr<const Grammar> grammar,
-                                                                std::shared_ptr<const TokenVocab> vocab);
+                                                                std::shared_ptr<const TokenVocab> vocab,
+                                                                size_t max_entry_bytes = kDefaultMaxEntryBytes);
 
   const Grammar& grammar() const { return *grammar_; }
   const TokenVocab& vocab() const { return *vocab_; }
   const GrammarAutomaton& automaton() const { return grammar_->automaton(); }
-  // The entry of a stack with top `state`; bottom: the stack has only that frame.
-  const TokenEntry& token_entry(int32_t state, bool bottom) const;
+  // The entry of a stack with top `state`; bottom: the stack has only that frame. The cached entry,
+  // or, past the entry budget, one built into *hold (valid while *hold is).
+  const TokenEntry* token_entry(int32_t state, bool bottom, std::unique_ptr<TokenEntry>* hold) const;
   // Bit t of mask set for every token t whose bytes the single stack `stack` consumes (a walk of
   // the whole trie; for stacks too deep for the cached entries).
   void or_allowed_full(const GrammarStack& stack, uint64_t* mask) const;
   // Whether the stack consumes all of the token's bytes (and survives).
   bool stack_accepts(const GrammarStack& stack, std::string_view bytes) const;
-  // Bytes held by the entries built so far.
+  // Bytes held by the entries cached so far.
   size_t cached_bytes() const;
   int64_t n_cached_entries() const;
+  // Entries built and not cached (the budget was spent).
+  int64_t n_uncached_builds() const { return n_uncached_.load(std::memory_order_relaxed); }
+  // What the grammar holds: automaton, grammar, entry cache (approximate, bytes).
+  size_t memory_bytes() const { return fixed_bytes_ + cached_bytes(); }
 
  private:
   CompiledGrammar() = default;
-  std::unique_ptr<TokenEntry> build_entry(int32_t state, bool bottom) const;
-  // Walks the trie from `init` (a local stack set when !bottom); fills accepted bits, the
-  // context-dependent tokens and the deepest stack seen.
-  void walk_stacks(const StackSet& init, bool bottom, std::vector<uint64_t>* bits, std::vector<int32_t>* cd,
-                   int32_t* max_depth) const;
-  void walk_dfa(int32_t state, bool bottom, std::vector<uint64_t>* bits, std::vector<int32_t>* cd) const;
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocab> vocab_;
@@ -71,6 +66,9 @@ class CompiledGrammar {
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<TokenEntry>> owned_;
   mutable std::atomic<size_t> bytes_{0};
+  mutable std::atomic<int64_t> n_uncached_{0};
+  size_t max_entry_bytes_ = kDefaultMaxEntryBytes;
+  size_t fixed_bytes_ = 0;
 };
 
 }  // namespace afd::serve

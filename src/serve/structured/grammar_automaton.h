@@ -4,6 +4,9 @@
 // A grammar without recursion is one machine, so matching it needs no stack. States of all machines
 // share one numbering.
 //
+// Every state can still complete: states from which their machine can never end (an alternative
+// with an empty class) are dropped, and equivalent states are merged.
+//
 // Matching semantics (stack_set.h): a stack is a list of states, bottom first; its top consumes
 // bytes through next(); a top with calls may also push the callee's start (the top becoming the
 // call's return state); a final top may pop. A stack that pops to empty has matched the grammar.

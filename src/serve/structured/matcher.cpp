@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <utility>
 #include <vector>
+
+#include "serve/structured/stack_mask.h"
 
 namespace afd::serve {
 
@@ -14,40 +17,7 @@ void GrammarMatcher::fill_next_token_mask(uint64_t* mask) const {
   const int64_t n_words = mask_words();
   std::memset(mask, 0, static_cast<size_t>(n_words) * sizeof(uint64_t));
   if (finished_) return;
-  // Per distinct (top, bottom): OR the context-free part once; then the context-dependent tokens
-  // of each stack against that stack.
-  struct Used {
-    int32_t key;
-    const CompiledGrammar::TokenEntry* entry;
-  };
-  Used used[8];
-  int n_used = 0;
-  for (const GrammarStack& s : stacks_.live) {
-    const bool bottom = s.size() == 1;
-    const CompiledGrammar::TokenEntry& e = g_->token_entry(s.back(), bottom);
-    if (s.size() - 1 + static_cast<size_t>(e.max_depth) > kMaxStackDepth) {
-      g_->or_allowed_full(s, mask);
-      continue;
-    }
-    const int32_t key = s.back() * 2 + bottom;
-    bool seen = false;
-    for (int i = 0; i < n_used; ++i) seen = seen || used[i].key == key;
-    if (seen) {
-      // Same entry as an earlier stack: only its context-dependent tokens differ.
-    } else {
-      if (n_used < 8) used[n_used++] = {key, &e};
-      if (!e.accepted_bits.empty()) {
-        const uint64_t* b = e.accepted_bits.data();
-        for (int64_t w = 0; w < n_words; ++w) mask[w] |= b[w];
-      } else {
-        for (int32_t t : e.accepted_ids) mask[t >> 6] |= uint64_t{1} << (t & 63);
-      }
-    }
-    for (int32_t t : e.context_dependent) {
-      if ((mask[t >> 6] >> (t & 63)) & 1) continue;
-      if (g_->stack_accepts(s, g_->vocab().bytes(t))) mask[t >> 6] |= uint64_t{1} << (t & 63);
-    }
-  }
+  for (const GrammarStack& s : stacks_.live) or_stack_mask(*g_, s, mask);
   if (stacks_.ended)
     for (int32_t t : g_->vocab().end_ids()) mask[t >> 6] |= uint64_t{1} << (t & 63);
 }
@@ -81,20 +51,54 @@ bool GrammarMatcher::accept_bytes(std::string_view bytes) {
   return true;
 }
 
+namespace {
+
+enum class Step { ok, dead, bound };
+
+// Steps one stack set through the bytes.
+Step step_all(const GrammarAutomaton& a, StackSet cur, std::string_view bytes, StackSet* out) {
+  StackSet next;
+  for (char c : bytes) {
+    if (cur.live.empty()) return Step::dead;
+    if (!step_byte(a, cur, static_cast<uint8_t>(c), &next)) return Step::bound;
+    std::swap(cur, next);
+  }
+  if (!cur.alive()) return Step::dead;
+  *out = std::move(cur);
+  return Step::ok;
+}
+
+void keep_first_stacks(StackSet* s) {
+  std::sort(s->live.begin(), s->live.end());
+  s->live.erase(std::unique(s->live.begin(), s->live.end()), s->live.end());
+  if (s->live.size() > kMaxStacks) s->live.resize(kMaxStacks);
+}
+
+}  // namespace
+
 bool GrammarMatcher::advance(std::string_view bytes, StackSet* out) const {
   const GrammarAutomaton& a = g_->automaton();
   if (bytes.empty()) {
     *out = stacks_;
     return true;
   }
-  StackSet cur = stacks_, next;
-  for (char c : bytes) {
-    if (cur.live.empty()) return false;
-    if (!step_byte(a, cur, static_cast<uint8_t>(c), &next)) return false;
-    std::swap(cur, next);
+  const Step all_at_once = step_all(a, stacks_, bytes, out);
+  if (all_at_once != Step::bound) return all_at_once == Step::ok;
+  // Past a bound with all stacks together: step each stack alone (what the mask decides per stack)
+  // and keep the union, cut to the kMaxStacks smallest stacks.
+  StackSet all;
+  for (const GrammarStack& s : stacks_.live) {
+    StackSet one, after;
+    one.live.push_back(s);
+    if (step_all(a, std::move(one), bytes, &after) != Step::ok) continue;
+    all.ended = all.ended || after.ended;
+    all.live.insert(all.live.end(), std::make_move_iterator(after.live.begin()),
+                    std::make_move_iterator(after.live.end()));
+    if (all.live.size() > 4 * kMaxStacks) keep_first_stacks(&all);
   }
-  if (!cur.alive()) return false;
-  *out = std::move(cur);
+  keep_first_stacks(&all);
+  if (!all.alive()) return false;
+  *out = std::move(all);
   return true;
 }
 

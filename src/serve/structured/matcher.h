@@ -2,9 +2,11 @@
 // A copyable value: a copy is a snapshot (to check a speculative draft, copy and accept on the copy).
 // Not thread-safe itself; any number of matchers share one CompiledGrammar across threads.
 //
-// Bounds: a step that would need more than kMaxStacks stacks or a stack deeper than kMaxStackDepth
-// (stack_set.h: pathological ambiguity or nesting) is refused: accept_* returns false and the mask
-// leaves that token out.
+// Bounds (stack_set.h: pathological ambiguity or nesting): the mask and accept_* decide a token per
+// stack of the set, so they agree. A stack that alone would need a stack deeper than kMaxStackDepth
+// or more than kMaxStacks stacks for the token does not take it. When the stacks together pass
+// kMaxStacks, each steps alone and the union is cut to the kMaxStacks smallest (some parses of a
+// hugely ambiguous text are dropped; the token is still accepted).
 #pragma once
 
 #include <cstdint>

@@ -69,6 +69,7 @@ bool step_byte(const GrammarAutomaton& a, const StackSet& in, uint8_t byte, Stac
     const int32_t next = a.next(s.back(), byte);
     if (next < 0) continue;
     if (!a.has_calls(next) && !a.is_final(next)) {  // the common case: nothing to expand
+      if (!a.consumes(next)) continue;              // as expand_stack: a top that consumes nothing dies
       out->live.push_back(s);
       out->live.back().back() = next;
       continue;

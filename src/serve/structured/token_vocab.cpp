@@ -44,7 +44,62 @@ std::shared_ptr<const TokenVocab> TokenVocab::from_bytes(std::vector<std::string
   v->end_ids_ = std::move(end_ids);
   v->bytes_ = std::move(bytes);
   v->build_trie();
+  v->build_suffixes();
   return v;
+}
+
+int32_t TokenVocab::find(std::string_view b) const {
+  // token_ids_ is sorted by (bytes, id).
+  auto it = std::lower_bound(token_ids_.begin(), token_ids_.end(), b,
+                             [&](int32_t id, std::string_view key) { return std::string_view(bytes_[id]) < key; });
+  return it != token_ids_.end() && bytes_[*it] == b ? *it : -1;
+}
+
+void TokenVocab::build_suffixes() {
+  // Polynomial hashes, each suffix's from the next one's (h(b[i..]) = b[i] + B * h(b[i+1..])), in an
+  // open-addressing table of the text tokens (trie order: of equal bytes, the smallest id first).
+  constexpr uint64_t kB = 0x100000001B3ull;
+  auto hash = [](std::string_view b) {
+    uint64_t h = 0;
+    for (size_t i = b.size(); i-- > 0;) h = static_cast<uint8_t>(b[i]) + kB * h;
+    return h;
+  };
+  auto mix = [](uint64_t h) {
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 29);
+  };
+  size_t cap = 16;
+  while (cap < 2 * token_ids_.size()) cap *= 2;
+  std::vector<int32_t> slot(cap, -1);
+  std::vector<uint64_t> slot_hash(cap);
+  auto find_slot = [&](uint64_t h, std::string_view b) {
+    size_t i = mix(h) & (cap - 1);
+    while (slot[i] >= 0 && !(slot_hash[i] == h && std::string_view(bytes_[slot[i]]) == b)) i = (i + 1) & (cap - 1);
+    return i;
+  };
+  for (int32_t id : token_ids_) {
+    const uint64_t h = hash(bytes_[id]);
+    const size_t i = find_slot(h, bytes_[id]);
+    if (slot[i] < 0) slot[i] = id, slot_hash[i] = h;
+  }
+  token_pos_.assign(static_cast<size_t>(n_vocab_), -1);
+  suffix_begin_.resize(token_ids_.size());
+  int64_t n = 0;
+  for (size_t k = 0; k < token_ids_.size(); ++k) {
+    token_pos_[token_ids_[k]] = static_cast<int32_t>(k);
+    suffix_begin_[k] = n;
+    n += static_cast<int64_t>(bytes_[token_ids_[k]].size()) - 1;
+  }
+  suffix_ids_.resize(static_cast<size_t>(n));
+  for (size_t k = 0; k < token_ids_.size(); ++k) {
+    const std::string_view b = bytes_[token_ids_[k]];
+    uint64_t h = 0;
+    for (size_t at = b.size(); at-- > 1;) {
+      h = static_cast<uint8_t>(b[at]) + kB * h;
+      suffix_ids_[suffix_begin_[k] + at - 1] = slot[find_slot(h, b.substr(at))];
+    }
+  }
 }
 
 void TokenVocab::build_trie() {
@@ -53,6 +108,7 @@ void TokenVocab::build_trie() {
     if (kind_[id] == kText) order.push_back(static_cast<int32_t>(id));
   std::sort(order.begin(), order.end(),
             [&](int32_t x, int32_t y) { return bytes_[x] != bytes_[y] ? bytes_[x] < bytes_[y] : x < y; });
+  token_node_.assign(static_cast<size_t>(n_vocab_), -1);
   std::vector<int32_t> path;  // node of each depth along the current token (path[d - 1]: depth d)
   std::string_view prev;
   node_tokens_.clear();
@@ -74,6 +130,7 @@ void TokenVocab::build_trie() {
     }
     // Tokens arrive sorted, so the node's tokens are contiguous and come right after its creation
     // (or after an equal token); node_tokens_[i + 1] is fixed when node i + 1 is created.
+    token_node_[id] = path.back();  // where b ends
     token_ids_.push_back(id);
     max_depth_ = std::max(max_depth_, static_cast<int32_t>(b.size()));
     prev = b;
@@ -83,6 +140,7 @@ void TokenVocab::build_trie() {
     path.pop_back();
   }
   node_tokens_.push_back(static_cast<int32_t>(token_ids_.size()));
+  for (int b = 0; b < 256; ++b) byte_token_[b] = find(std::string(1, static_cast<char>(b)));
 }
 
 }  // namespace afd::serve

@@ -5,6 +5,7 @@
 // Immutable; thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,6 +36,17 @@ class TokenVocab {
   // Whether id is matched by its bytes (a grammar may allow it).
   bool is_text(int32_t id) const { return id >= 0 && id < n_vocab_ && kind_[id] == kText; }
   std::string_view bytes(int32_t id) const { return bytes_[id]; }
+  // A text token whose bytes are exactly `b` (the smallest such id), or -1 when there is none.
+  int32_t find(std::string_view b) const;
+  // find() of the one byte b.
+  int32_t byte_token(uint8_t b) const { return byte_token_[b]; }
+  // find() of bytes(token_ids()[k]) without its first `at` bytes, for 1 <= at < its size: by the
+  // token's position k in trie order (precomputed, stored in that order).
+  int32_t suffix_at(int32_t k, int32_t at) const { return suffix_ids_[suffix_begin_[k] + at - 1]; }
+  // The same by token id, for a text token.
+  int32_t suffix_token(int32_t id, int32_t at) const { return suffix_at(token_pos_[id], at); }
+  // The trie node a text token's bytes end at.
+  int32_t token_node(int32_t id) const { return token_node_[id]; }
 
   // The trie, in depth-first order: node i stands for the byte node_byte[i] at depth node_depth[i]
   // (1 for a first byte) below the nearest earlier node of depth node_depth[i] - 1; its subtree is
@@ -52,6 +64,7 @@ class TokenVocab {
   enum Kind : uint8_t { kNever = 0, kText = 1, kEnd = 2 };
   TokenVocab() = default;
   void build_trie();
+  void build_suffixes();
 
   int64_t n_vocab_ = 0;
   std::vector<std::string> bytes_;  // [n_vocab]; "" where none
@@ -60,6 +73,11 @@ class TokenVocab {
   std::vector<uint8_t> node_byte_;
   std::vector<int32_t> node_depth_, node_end_, node_tokens_, token_ids_;
   int32_t max_depth_ = 0;
+  std::array<int32_t, 256> byte_token_{};
+  std::vector<int64_t> suffix_begin_;  // [token_ids size]: where a token's suffixes start in suffix_ids_
+  std::vector<int32_t> suffix_ids_;
+  std::vector<int32_t> token_node_;  // [n_vocab], -1 for tokens that are not text
+  std::vector<int32_t> token_pos_;   // [n_vocab]: index into token_ids_, -1 for tokens that are not text
 };
 
 }  // namespace afd::serve

@@ -53,3 +53,17 @@ afd_add_fuzzer(fuzz_internal_stream
           src/serve/api/response.cpp src/serve/api/output.cpp ${tokenizer_srcs} src/core/status.cpp
   LIBS -lpcre2-8 -lutf8proc
   CORPUS corpus_internal)
+
+# GBNF grammars (serve/structured/): parse, compile, and a short walk whose every mask is checked
+# against accepting each token on a copy.
+set(grammar_srcs src/serve/structured/utf8_ranges.cpp src/serve/structured/gbnf.cpp src/serve/structured/grammar.cpp
+                 src/serve/structured/grammar_automaton.cpp src/serve/structured/stack_set.cpp
+                 src/serve/structured/token_vocab.cpp src/serve/structured/token_entry.cpp
+                 src/serve/structured/compiled_grammar.cpp src/serve/structured/stack_mask.cpp
+                 src/serve/structured/matcher.cpp)
+afd_add_fuzzer(fuzz_gbnf
+  SOURCES tests/fuzz/serve/fuzz_gbnf.cpp ${grammar_srcs} ${tokenizer_srcs} src/core/status.cpp
+  LIBS -lpcre2-8 -lutf8proc
+  CORPUS corpus_gbnf
+  DICT gbnf.dict
+  ARGS -max_len=4096)

@@ -57,5 +57,49 @@ TEST(GrammarCache, ConcurrentGetsCompileOnce) {
   EXPECT_EQ(cache.n_compiled(), 1);
 }
 
+// A grammar's bytes grow as masks build its entries; past max_bytes the least recently used
+// grammars go, never the one returned.
+TEST(GrammarCache, ByteBudgetEvictsLeastRecentlyUsed) {
+  auto vocab = testing::byte_vocab();
+  const std::string a = R"g(root ::= "{" [a-z]{1,20} "}")g", b = R"g(root ::= "[" [0-9]{1,20} "]")g",
+                    c = R"g(root ::= "<" [a-f]{1,20} ">")g";
+  size_t one = 0;
+  {
+    GrammarCache probe(vocab);
+    auto g = probe.get(a);
+    ASSERT_TRUE(g.ok());
+    one = (*g)->memory_bytes();
+    EXPECT_EQ(probe.bytes(), one + a.size());
+  }
+  GrammarCache cache(vocab, 256, {}, 2 * one + 100);  // room for two fresh grammars
+  auto ga = cache.get(a);
+  auto gb = cache.get(b);
+  ASSERT_TRUE(ga.ok() && gb.ok());
+  EXPECT_EQ(cache.size(), 2u);
+  // Masks over a's states grow it past the budget's share: the next get() drops b (older than a).
+  ASSERT_TRUE(cache.get(a).ok());
+  GrammarMatcher m(*ga);
+  std::vector<uint64_t> mask(static_cast<size_t>(m.mask_words()));
+  for (const char* s : {"{", "a", "b", "c"}) {
+    m.fill_next_token_mask(mask.data());
+    ASSERT_TRUE(m.accept_bytes(s));
+  }
+  EXPECT_GT((*ga)->memory_bytes(), one + 100);
+  ASSERT_TRUE(cache.get(a).ok());
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_LE(cache.bytes(), (*ga)->memory_bytes() + a.size());
+  const int64_t compiled = cache.n_compiled();
+  ASSERT_TRUE(cache.get(a).ok());
+  EXPECT_EQ(cache.n_compiled(), compiled);  // a stayed
+  // A new grammar is kept even when it alone passes the budget; the older ones go.
+  GrammarCache tiny(vocab, 256, {}, 1);
+  ASSERT_TRUE(tiny.get(a).ok());
+  ASSERT_TRUE(tiny.get(c).ok());
+  EXPECT_EQ(tiny.size(), 1u);
+  EXPECT_EQ(tiny.n_compiled(), 2);
+  ASSERT_TRUE(tiny.get(c).ok());
+  EXPECT_EQ(tiny.n_compiled(), 2);
+}
+
 }  // namespace
 }  // namespace afd::serve

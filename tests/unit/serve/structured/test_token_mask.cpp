@@ -29,13 +29,16 @@ const TestVocab& test_vocab() {
   static const TestVocab v = [] {
     std::vector<std::string> pieces;
     for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* s :
-         {"{\"",   "\":", "\",",   "\"}",      "\"]",  "}}",    "},",   "]]",     "],",  "[[",       "[{",
-          "{}",    "[]",  "\":\"", "\", \"",   "true", "false", "null", "12",     "345", "0.",       ".5",
-          "e+",    "-1",  "name",  "age",      "na",   "me\"",  " \"",  "\n  ",   "  ",  "\\n",      "\\\"",
-          "\\u00", "ab",  "abc",   "bc",       "aa",   "aaa",   "ba",   "((",     "))",  "()",       "[(",
-          ")]",    "\"a", "a\"",   "x\"}",     "\"x",  "é",     "\xC3", "\xA9\"", "😀",   "\xF0\x9F", "\x98\x80",
-          "αβ",    "ω\"", "\xCE",  "\xB1\xCE", "<<",   ">>",    "<.",   ".>",     ">>>", "<.>"})
+    for (const char* s : {"{\"", "\":", "\",", "\"}", "\"]", "}}", "},", "]]", "],", "[[", "[{", "{}", "[]", "\":\"",
+                          "\", \"", "true", "false", "null", "12", "345", "0.", ".5", "e+", "-1", "name", "age", "na",
+                          "me\"", " \"", "\n  ", "  ", "\\n", "\\\"", "\\u00", "ab", "abc", "bc", "aa", "aaa", "ba",
+                          "((", "))", "()", "[(", ")]", "\"a", "a\"", "x\"}", "\"x", "é", "\xC3", "\xA9\"", "😀",
+                          "\xF0\x9F", "\x98\x80", "αβ", "ω\"", "\xCE", "\xB1\xCE", "<<", ">>", "<.", ".>", ">>>", "<.>",
+                          // Tokens that close one or more levels and continue in an enclosing one; some rests
+                          // (what follows the close) are tokens, some are not.
+                          " }", "}]", "]}", "\"]}", "\"},{\"", "1,", "2]", "0}", " ,", ",\n", "\", \"", "}}]", "]],",
+                          "a\",", " a", "  \"", ")))", "))]", "]))", "a)", "a].", "]].", "\n}", "\n]", "e\"", "ab\"}",
+                          "5}}", "\"]]", "3],[", "}, {\"", "x\")", "a))"})
       pieces.push_back(s);
     nlohmann::json vocab = nlohmann::json::object();
     int32_t id = 0;
@@ -139,11 +142,117 @@ void random_walks(const char* gbnf, int n_walks, int max_steps, uint32_t seed) {
 }
 
 TEST(TokenMask, JsonValueMatchesOracle) { random_walks(kJsonValue, 12, 40, 1); }
+TEST(TokenMask, LongJsonWalksMatchOracle) { random_walks(kJsonValue, 6, 150, 11); }
+TEST(TokenMask, LongBracketWalksMatchOracle) { random_walks(kBrackets, 6, 150, 13); }
 TEST(TokenMask, ObjectSchemaMatchesOracle) { random_walks(kObjectSchema, 12, 60, 2); }
 TEST(TokenMask, NestedBracketsMatchOracle) { random_walks(kBrackets, 12, 40, 3); }
 TEST(TokenMask, AmbiguousGrammarMatchesOracle) { random_walks(kAmbiguous, 12, 30, 4); }
 TEST(TokenMask, UnicodeClassesMatchOracle) { random_walks(kUnicode, 12, 30, 5); }
 TEST(TokenMask, CalledMachinesWithoutCallsMatchOracle) { random_walks(deep_chain().c_str(), 3, 500, 6); }
+
+// Near kMaxStackDepth the per-frame entries cannot be combined (a token's local stack plus the
+// frames below could pass the bound): the mask must still equal stepping the real stack.
+TEST(TokenMask, StacksNearTheDepthBoundMatchOracle) {
+  const TestVocab& tv = test_vocab();
+  auto g = compile_or_die(kBrackets, tv.vocab);
+  ASSERT_TRUE(g);
+  GrammarMatcher m(g);
+  int n = 0;
+  for (; n < 2 * static_cast<int>(kMaxStackDepth); ++n) {
+    if (n % 101 == 0 || n + 8 >= static_cast<int>(kMaxStackDepth)) {
+      expect_mask_matches_oracle(m, "after " + std::to_string(n) + " brackets");
+      if (::testing::Test::HasFailure()) return;
+    }
+    if (!m.accept_bytes(n % 2 ? "[" : "(")) break;
+  }
+  EXPECT_GE(n, static_cast<int>(kMaxStackDepth) - 8);  // the bound was reached...
+  EXPECT_LT(n, 2 * static_cast<int>(kMaxStackDepth));  // ...and refused the byte past it
+}
+
+// So ambiguous that the stacks together pass kMaxStacks: each stack decides alone, in the mask and
+// in accept alike (found by fuzz_gbnf).
+TEST(TokenMask, HugelyAmbiguousGrammarMaskEqualsAccept) {
+  const TestVocab& tv = test_vocab();
+  auto g = compile_or_die(R"g(root ::= ("{" root "}" | "[" root root "]")* "a"?)g", tv.vocab);
+  ASSERT_TRUE(g);
+  GrammarMatcher m(g);
+  const std::string text = "[[{[a][{[[[][[[{[[";
+  for (size_t i = 0; i < text.size(); ++i) {
+    ASSERT_TRUE(m.accept_bytes(text.substr(i, 1))) << i;
+    if (i + 4 >= text.size()) expect_mask_matches_oracle(m, "after '" + text.substr(0, i + 1) + "'");
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// An alternative that can never complete (an empty class matches nothing) is no way forward: its
+// bytes are refused, so no accepted text leads to a dead end (found by fuzz_gbnf).
+TEST(TokenMask, AlternativesThatCanNeverCompleteAreRefused) {
+  auto g = compile_or_die(R"g(root ::= "x" ( "a" "b" [] | "c" | "{" root "}" ) | "d" [] root)g");
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(testing::matches(g, "xc"));
+  EXPECT_TRUE(testing::matches(g, "x{xc}"));
+  EXPECT_FALSE(testing::is_prefix(g, "xa"));
+  EXPECT_FALSE(testing::is_prefix(g, "x{xa"));
+  EXPECT_FALSE(testing::is_prefix(g, "d"));
+  GrammarMatcher m(g);
+  for (const char* s : {"", "x", "{", "x", "{"}) {
+    ASSERT_TRUE(m.accept_bytes(s)) << s;
+    expect_mask_matches_oracle(m, std::string("after '") + s + "'");
+  }
+  const TestVocab& tv = test_vocab();
+  auto fuzz_found = compile_or_die(R"g(root ::= ("{" root "}" | "[" root""" "[] root{1,3} "]")* "a"?)g", tv.vocab);
+  ASSERT_TRUE(fuzz_found);
+  GrammarMatcher f(fuzz_found);
+  EXPECT_FALSE(f.accept_bytes("{["));
+  ASSERT_TRUE(f.accept_bytes("{"));
+  expect_mask_matches_oracle(f, "after '{'");
+}
+
+// With no room for cached entries every mask builds the entries it needs and drops them: the
+// same masks, nothing held.
+TEST(TokenMask, EntryBudgetSpentMasksStillMatchOracle) {
+  const TestVocab& tv = test_vocab();
+  auto parsed = parse_gbnf(kJsonValue);
+  ASSERT_TRUE(parsed.ok());
+  auto g = CompiledGrammar::compile(*parsed, tv.vocab, /*max_entry_bytes=*/0);
+  ASSERT_TRUE(g.ok());
+  GrammarMatcher m(*g);
+  for (const char* s : {"", "{", "\"a\"", ":", " [", "1", ",", "{\"b\":", "\"x"}) {
+    ASSERT_TRUE(m.accept_bytes(s)) << s;
+    expect_mask_matches_oracle(m, std::string("after '") + s + "'");
+  }
+  EXPECT_EQ((*g)->n_cached_entries(), 0);
+  EXPECT_EQ((*g)->cached_bytes(), 0u);
+  EXPECT_GT((*g)->n_uncached_builds(), 0);
+}
+
+// The precomputed rests of tokens, trie nodes and one-byte tokens agree with looking bytes up.
+TEST(TokenMask, VocabularySuffixTableMatchesFind) {
+  const TestVocab& tv = test_vocab();
+  const TokenVocab& v = *tv.vocab;
+  int n_found = 0;
+  for (int32_t id = 0; id < v.vocab_size(); ++id) {
+    if (!v.is_text(id)) {
+      EXPECT_EQ(v.find(v.bytes(id)), -1) << id;
+      continue;
+    }
+    const std::string_view b = v.bytes(id);
+    EXPECT_EQ(v.bytes(v.find(b)), b);
+    EXPECT_LE(v.find(b), id);
+    const int32_t node = v.token_node(id);
+    EXPECT_EQ(v.node_depth()[node], static_cast<int32_t>(b.size()));
+    EXPECT_EQ(v.node_byte()[node], static_cast<uint8_t>(b.back()));
+    for (int32_t at = 1; at < static_cast<int32_t>(b.size()); ++at) {
+      const int32_t u = v.suffix_token(id, at);
+      EXPECT_EQ(u, v.find(b.substr(static_cast<size_t>(at)))) << id << " at " << at;
+      n_found += u >= 0;
+    }
+  }
+  EXPECT_GT(n_found, 50);
+  for (int b = 0; b < 256; ++b)
+    EXPECT_EQ(v.byte_token(static_cast<uint8_t>(b)), v.find(std::string(1, static_cast<char>(b))));
+  EXPECT_EQ(v.find("no such token"), -1);
+}
 
 TEST(TokenMask, EndIdsOnlyWhenCompleteAndSpecialsNever) {
   const TestVocab& tv = test_vocab();
