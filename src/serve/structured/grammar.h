@@ -21,6 +21,10 @@ struct GrammarLimits {
   int64_t max_rules = 20000;
   int64_t max_elements = 500000;          // expression nodes, counting each copy a repetition {m,n} makes
   int64_t max_automaton_states = 200000;  // byte-automaton states (NFA and DFA each), all rules together
+  // Work of the subset construction: NFA states visited over all DFA states built. A grammar
+  // whose DFA states each hold many NFA states (`("x"{1,9999})*`: the k-th holds k) costs the
+  // square of its size; past this it is refused instead of taking seconds of CPU per request.
+  int64_t max_construction_work = 4000000;
 };
 
 // 256 bits: byte b is in the set iff bit b is set.

@@ -364,9 +364,15 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
   };
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
   std::vector<std::vector<int32_t>> sets;
+  int64_t work = 0;
   auto intern = [&](std::vector<int32_t> set) -> Result<int32_t> {
     if (set.empty()) return -1;
     closure(set);
+    work += static_cast<int64_t>(set.size());
+    if (work > limits.max_construction_work)
+      return invalid_argument("the grammar is too complex to compile (its automaton construction passes " +
+                              std::to_string(limits.max_construction_work) +
+                              " steps; ambiguous repetitions such as (\"x\"{1,9999})* cost the square of their size)");
     auto it = ids.find(set);
     if (it != ids.end()) return it->second;
     if (static_cast<int64_t>(sets.size()) >= limits.max_automaton_states)
