@@ -21,8 +21,8 @@ int main(int argc, char** argv) {
   int reps = 200;
   for (int i = 1; i + 1 < argc; ++i)
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-  std::printf("| vocab | row | temperature | top_p | top_k | mask | median us | p90 us |\n");
-  std::printf("|---:|---|---:|---:|---:|---|---:|---:|\n");
+  std::printf("| vocab | row | temperature | top_p | top_k | mask | logprob | median us | p90 us |\n");
+  std::printf("|---:|---|---:|---:|---:|---|---|---:|---:|\n");
   for (int64_t vocab : {32000, 129280, 151936}) {
     std::mt19937 gen(1);
     std::normal_distribution<float> normal(0.0f, 3.0f);
@@ -38,12 +38,15 @@ int main(int argc, char** argv) {
       const char* row;
       float temperature, top_p;
       int64_t top_k;
-      bool masked;
+      bool masked, logprob;
     };
-    for (const Setting& s : {Setting{"flat", 0.0f, 1.0f, 0, false}, Setting{"flat", 1.0f, 1.0f, 0, false},
-                             Setting{"flat", 0.7f, 0.9f, 0, false}, Setting{"flat", 1.0f, 1.0f, 40, false},
-                             Setting{"peaked", 1.0f, 1.0f, 0, false}, Setting{"flat", 1.0f, 1.0f, 0, true}}) {
+    for (const Setting& s :
+         {Setting{"flat", 0.0f, 1.0f, 0, false, false}, Setting{"flat", 0.0f, 1.0f, 0, false, true},
+          Setting{"flat", 1.0f, 1.0f, 0, false, false}, Setting{"flat", 0.7f, 0.9f, 0, false, false},
+          Setting{"flat", 1.0f, 1.0f, 40, false, false}, Setting{"peaked", 1.0f, 1.0f, 0, false, false},
+          Setting{"flat", 1.0f, 1.0f, 0, true, false}}) {
       SamplingParams p;
+      p.logprob = s.logprob;
       p.temperature = s.temperature;
       p.top_p = s.top_p;
       p.top_k = s.top_k;
@@ -57,9 +60,9 @@ int main(int argc, char** argv) {
         sink += sampler.sample(row.data(), vocab, s.masked ? mask.data() : nullptr).token;
         us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
       }
-      std::printf("| %ld | %s | %.1f | %.1f | %ld | %s | %.1f | %.1f |\n", static_cast<long>(vocab), s.row,
-                  s.temperature, s.top_p, static_cast<long>(s.top_k), s.masked ? "1/10" : "-", quantile(us, 0.5),
-                  quantile(us, 0.9));
+      std::printf("| %ld | %s | %.1f | %.1f | %ld | %s | %s | %.1f | %.1f |\n", static_cast<long>(vocab), s.row,
+                  s.temperature, s.top_p, static_cast<long>(s.top_k), s.masked ? "1/10" : "-", s.logprob ? "yes" : "no",
+                  quantile(us, 0.5), quantile(us, 0.9));
       if (sink == -1) std::printf("\n");
     }
   }
