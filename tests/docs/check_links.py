@@ -88,6 +88,8 @@ def code_files():
         base = ROOT / d
         if base.is_dir():
             for p in sorted(base.rglob("*")):
+                if "node_modules" in p.parts:  # npm packages the tests install, not ours
+                    continue
                 if p.is_file() and (p.suffix in CODE_SUFFIXES or p.name == "CMakeLists.txt"):
                     yield p
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "core/check.h"
 #include "core/log.h"
 #include "core/timer.h"
 
@@ -326,10 +325,13 @@ bool Scheduler::fill_masks(SeqRequest* r, const BatchItem& it) {
   if (it.n_draft == 0) {
     r->grammar->fill_next_token_mask(r->masks.data());
   } else {
+    // propose_drafts kept only drafts the grammar takes, so each position's mask is the
+    // grammar's after the drafts before it (a row after a draft it would refuse stays empty:
+    // verification stops at that draft, whose own mask does not allow it).
     GrammarMatcher m = *r->grammar;
     for (int64_t j = 0; j < n; ++j) {
       m.fill_next_token_mask(r->masks.data() + j * words);
-      if (j < it.n_draft) AFD_CHECK(m.accept_token(it.tokens[1 + j]), "propose_drafts keeps only drafts the grammar allows");
+      if (j < it.n_draft && !m.accept_token(it.tokens[1 + j])) break;
     }
   }
   for (int64_t w = 0; w < words; ++w)
@@ -405,6 +407,7 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
     StreamEvent e;
     FinishReason fin = FinishReason::none;
     int64_t pushed = 0;
+    bool grammar_failed = false;
     for (SampledToken& s : emitted) {
       r->tokens.push_back(s.token);
       OutputProcessor::Step st = r->output.push(s.token);
@@ -420,9 +423,13 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
         break;
       }
       if (r->grammar) {
-        // The sampler kept to the mask, so the grammar takes the token; an end token ends
-        // the answer also under ignore_eos (nothing may follow it).
-        AFD_CHECK(r->grammar->accept_token(s.token), "the sampler keeps to the grammar's mask");
+        // The sampler kept to the mask, so the grammar takes the token (a matcher that could
+        // not — its stack bound reached — fails the request, never the server); an end token
+        // ends the answer also under ignore_eos (nothing may follow it).
+        if (!r->grammar->accept_token(s.token)) {
+          grammar_failed = true;
+          break;
+        }
         if (r->grammar->is_finished()) {
           e.text += r->output.complete().text;
           fin = FinishReason::stop;
@@ -431,6 +438,12 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
       }
     }
     e.rng_draws = r->sampler.draws();
+    if (grammar_failed) {
+      r->channel->push(std::move(e));
+      finish(r, FinishReason::error,
+             internal_error("the output format's grammar matcher passed its stack bound (an extremely ambiguous grammar)"));
+      continue;
+    }
     if (r->output.n_generated() == pushed) {
       r->t_first = now;
       if (metrics_) metrics_->ttft.observe(now - r->t_arrival);

@@ -50,7 +50,8 @@ afd_add_fuzzer(fuzz_chat_template
 # SSE framing (serve/api/internal_stream.h, serve/frontend/sse_reader.h).
 afd_add_fuzzer(fuzz_internal_stream
   SOURCES tests/fuzz/serve/fuzz_internal_stream.cpp src/serve/api/internal_stream.cpp src/serve/frontend/sse_reader.cpp
-          src/serve/api/response.cpp src/serve/api/output.cpp ${tokenizer_srcs} src/core/status.cpp
+          src/serve/api/response.cpp src/serve/api/output.cpp src/serve/api/tool_calls.cpp ${schema_srcs}
+          ${tokenizer_srcs} src/core/status.cpp
   LIBS -lpcre2-8 -lutf8proc
   CORPUS corpus_internal)
 

@@ -259,6 +259,9 @@ TEST_F(HttpTest, OverCapacityIs429WithRetryAfter) {
 
 TEST_F(HttpTest, ClientDisconnectMidStreamCancels) {
   start({}, 1);
+  // Each step takes at least 5 ms, so the 200 tokens take a second or more: the cancel must come
+  // long before the last token however fast the machine (or slow under load) is.
+  engines_[0]->forward_delay_ms = 5;
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
