@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "serve/api/json_fields.h"
 #include "serve/api/request.h"
 #include "serve/structured/gbnf_builder.h"
 
@@ -12,16 +13,8 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-const json* get(const json& b, const char* field) {
-  auto it = b.find(field);
-  return it == b.end() || it->is_null() ? nullptr : &*it;
-}
-
-// Numbers and booleans are named by their value, the rest by type (as request.cpp does).
-Status type_error(const std::string& field, const char* want, const json& got) {
-  const std::string what = got.is_number() || got.is_boolean() ? got.dump() : got.type_name();
-  return invalid_argument("'" + field + "' must be " + want + ", got " + what);
-}
+constexpr auto get = json_field;
+constexpr auto type_error = json_type_error;
 
 Status unknown_key(const std::string& where, const std::string& key) {
   return invalid_argument("'" + where + "' has an unknown field '" + key.substr(0, 64) + "'");

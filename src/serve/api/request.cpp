@@ -5,26 +5,16 @@
 #include <cstdint>
 #include <string_view>
 
+#include "serve/api/json_fields.h"
+
 namespace afd::serve {
 namespace {
 
 using json = nlohmann::ordered_json;
 
 // The value of b[field], or null when the field is absent or JSON null (both mean "not given").
-const json* get(const json& b, const char* field) {
-  auto it = b.find(field);
-  return it == b.end() || it->is_null() ? nullptr : &*it;
-}
-
-// How a wrong value is named in messages: numbers and booleans by their value, the rest by type.
-std::string describe(const json& v) {
-  if (v.is_number() || v.is_boolean()) return v.dump();
-  return v.type_name();
-}
-
-Status type_error(const std::string& field, const char* want, const json& got) {
-  return invalid_argument("'" + field + "' must be " + want + ", got " + describe(got));
-}
+constexpr auto get = json_field;
+constexpr auto type_error = json_type_error;
 
 // "'field' must be in [lo, hi], got <the value as written>".
 Status range_error(const char* field, const std::string& lo, const std::string& hi, const json& got) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "serve/structured/utf8_ranges.h"
+#include "serve/text/unicode.h"
 
 namespace afd::serve {
 namespace {
@@ -363,7 +364,7 @@ class Parser {
       AFD_ASSIGN_OR_RETURN(uint32_t cp, parse_char());
       if (cp >= 0xD800 && cp <= 0xDFFF) return error(cp_pos, "a surrogate code point is not a character");
       std::string utf8;
-      append_utf8(cp, &utf8);
+      utf8_append(&utf8, cp);
       for (char b : utf8) {
         ByteSet s;
         s.set(static_cast<uint8_t>(b));

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "serve/text/unicode.h"
+
 namespace afd::serve {
 namespace {
 
@@ -26,8 +28,8 @@ void sequences_same_length(uint32_t lo, uint32_t hi, int n, std::vector<ByteRang
     }
   }
   std::string a, b;
-  append_utf8(lo, &a);
-  append_utf8(hi, &b);
+  utf8_append(&a, lo);
+  utf8_append(&b, hi);
   ByteRangeSeq seq;
   for (size_t i = 0; i < a.size(); ++i) seq.push_back({static_cast<uint8_t>(a[i]), static_cast<uint8_t>(b[i])});
   out->push_back(std::move(seq));
@@ -80,22 +82,5 @@ void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<ByteRangeSeq>* out) {
   }
 }
 
-void append_utf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 }  // namespace afd::serve

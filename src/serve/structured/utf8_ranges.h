@@ -19,7 +19,5 @@ std::vector<CodePointRange> complement_code_points(const std::vector<CodePointRa
 // Byte-range sequences whose union is exactly the UTF-8 encodings of the scalar values in [lo, hi]
 // (no surrogates inside the range): each sequence matches bytes b0..bn with b_i in [lo_i, hi_i].
 void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<ByteRangeSeq>* out);
-// UTF-8 bytes of scalar value cp.
-void append_utf8(uint32_t cp, std::string* out);
 
 }  // namespace afd::serve

@@ -5,6 +5,7 @@
 // requests with drafts finish with every token they asked for; /metrics counts the drafts.
 #include <gtest/gtest.h>
 
+#include "default_model.h"
 #include "model/weights.h"
 #include "runtime/engine_factory.h"
 #include "runtime/speculative.h"
@@ -14,25 +15,8 @@
 namespace afd::serve {
 namespace {
 
-const char* kModel = AFD_SOURCE_DIR "/assets/models/wordnet-dsv3";
-
-std::shared_ptr<const ModelWeights> weights() {
-  static auto w = [] {
-    auto r = load_model(kModel);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    return r.ok() ? *r : nullptr;
-  }();
-  return w;
-}
-
-std::shared_ptr<const Tokenizer> tokenizer() {
-  static auto t = [] {
-    auto r = Tokenizer::load_dir(kModel);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    return r.ok() ? *r : nullptr;
-  }();
-  return t;
-}
+std::shared_ptr<const ModelWeights> weights() { return testing::default_weights(); }
+std::shared_ptr<const Tokenizer> tokenizer() { return testing::default_tokenizer(); }
 
 struct Served {
   std::vector<std::vector<int32_t>> tokens;  // per request

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "default_model.h"
 #include "model/weights.h"
 #include "runtime/engine_factory.h"
 #include "runtime/speculative.h"
@@ -18,25 +19,8 @@
 namespace afd::serve {
 namespace {
 
-const char* kModel = AFD_SOURCE_DIR "/assets/models/wordnet-dsv3";
-
-std::shared_ptr<const ModelWeights> weights() {
-  static auto w = [] {
-    auto r = load_model(kModel);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    return r.ok() ? *r : nullptr;
-  }();
-  return w;
-}
-
-std::shared_ptr<const Tokenizer> tokenizer() {
-  static auto t = [] {
-    auto r = Tokenizer::load_dir(kModel);
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-    return r.ok() ? *r : nullptr;
-  }();
-  return t;
-}
+std::shared_ptr<const ModelWeights> weights() { return testing::default_weights(); }
+std::shared_ptr<const Tokenizer> tokenizer() { return testing::default_tokenizer(); }
 
 constexpr int32_t kEos = 4091;  // <|eos|>
 
