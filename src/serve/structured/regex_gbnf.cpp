@@ -447,12 +447,14 @@ class Emitter {
     }
     return GbnfBuilder::literal(text);
   }
-  static bool is_atomic(const std::string& s) {
-    // One element: a name, a literal, a class, or a group, with nothing after it.
+  // Whether `stop` holds for a character of GBNF expression text s outside its literals,
+  // classes and parenthesised groups.
+  template <class Stop>
+  static bool any_top_level(const std::string& s, Stop stop) {
     int depth = 0;
     bool in_str = false, in_class = false;
     for (size_t i = 0; i < s.size(); ++i) {
-      char c = s[i];
+      const char c = s[i];
       if (in_str || in_class) {
         if (c == '\\') {
           ++i;
@@ -469,34 +471,20 @@ class Emitter {
         ++depth;
       } else if (c == ')') {
         --depth;
-      } else if (depth == 0 && (c == ' ' || c == '|' || c == '?' || c == '*' || c == '+' || c == '{')) {
-        return false;
+      } else if (depth == 0 && stop(c)) {
+        return true;
       }
     }
-    return true;
+    return false;
+  }
+  // One element: a name, a literal, a class, or a group, with nothing after it.
+  static bool is_atomic(const std::string& s) {
+    return !any_top_level(s, [](char c) { return c == ' ' || c == '|' || c == '?' || c == '*' || c == '+' || c == '{'; });
   }
   static std::string atomic(const std::string& s) { return is_atomic(s) ? s : "(" + s + ")"; }
+  // Parts of a sequence: alternatives at the top level need parentheses.
   static std::string group_if_alt(const std::string& s) {
-    // Parts of a sequence: alternatives at the top level need parentheses.
-    int depth = 0;
-    bool in_str = false, in_class = false;
-    for (size_t i = 0; i < s.size(); ++i) {
-      char c = s[i];
-      if (in_str || in_class) {
-        if (c == '\\') {
-          ++i;
-        } else if ((in_str && c == '"') || (in_class && c == ']')) {
-          in_str = in_class = false;
-        }
-        continue;
-      }
-      if (c == '"') in_str = true;
-      else if (c == '[') in_class = true;
-      else if (c == '(') ++depth;
-      else if (c == ')') --depth;
-      else if (c == '|' && depth == 0) return "(" + s + ")";
-    }
-    return s;
+    return any_top_level(s, [](char c) { return c == '|'; }) ? "(" + s + ")" : s;
   }
 
   GbnfBuilder& b_;
