@@ -165,7 +165,9 @@ Result<json> read_messages(const json& b) {
     if (role == "developer") msg["role"] = "system";
     if (!x.contains("content") || x["content"].is_null()) {
       if (role != "assistant") return invalid_argument("'" + f + ".content' is required");
-      msg["content"] = "";
+      // An assistant turn of tool calls keeps its null content for the template (DeepSeek-V3's
+      // renders the calls only then); encode_chat retries with "" for templates that need a string.
+      msg["content"] = x.contains("tool_calls") && !x["tool_calls"].is_null() ? json(nullptr) : json("");
     } else if (x["content"].is_array()) {
       std::string text;
       for (size_t k = 0; k < x["content"].size(); ++k) {
@@ -277,8 +279,18 @@ Result<std::vector<int32_t>> encode_chat(const Tokenizer& tok, const ChatTemplat
                                          bool add_generation_prompt, const json& tools, bool plain_content) {
   auto render = [&](const json& m) -> Result<std::string> {
     auto text = chat.render(m, add_generation_prompt, tools);
-    if (!text.ok()) return invalid_argument("chat template: " + text.status().message());
-    return text;
+    if (text.ok()) return text;
+    // A template that cannot take a null content (Qwen3's tests `'</think>' in content`) gets
+    // "" in its place, as most clients' empty tool-call turns read.
+    json blank = m;
+    bool had_null = false;
+    for (json& x : blank)
+      if (x.contains("content") && x["content"].is_null()) x["content"] = "", had_null = true;
+    if (had_null) {
+      auto again = chat.render(blank, add_generation_prompt, tools);
+      if (again.ok()) return again;
+    }
+    return invalid_argument("chat template: " + text.status().message());
   };
   if (!plain_content) {
     AFD_ASSIGN_OR_RETURN(std::string text, render(messages));

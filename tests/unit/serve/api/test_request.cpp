@@ -280,6 +280,23 @@ TEST_F(RequestTest, ToolsAreValidated) {
   EXPECT_NE(req->format.gbnf.find("<tool_call>"), std::string::npos);
 }
 
+// An assistant turn of tool calls with null content reaches the template as null (DeepSeek-V3's
+// renders the calls only then); a template that cannot take null gets "" instead.
+TEST_F(RequestTest, ToolCallTurnsKeepNullContentForTheTemplate) {
+  const std::string body = R"({"messages":[{"role":"user","content":"w?"},
+    {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+    {"role":"tool","tool_call_id":"c1","content":"sunny"}]})";
+  auto ds = render(R"({% for m in messages %}{% if m['role'] == 'assistant' and m['content'] is none %})"
+                   R"({% for t in m['tool_calls'] %}CALL {{ t['function']['name'] }};{% endfor %})"
+                   R"({% else %}{{ m['role'] }}: {{ m['content'] }};{% endif %}{% endfor %})",
+                   body);
+  ASSERT_TRUE(ds.ok()) << ds.status().to_string();
+  EXPECT_EQ(*ds, "user: w?;CALL f;tool: sunny;");
+  auto qwen = render(R"({% for m in messages %}{% if 'x' in m.content %}X{% endif %}{{ m.role }}[{{ m.content }}]{% endfor %})", body);
+  ASSERT_TRUE(qwen.ok()) << qwen.status().to_string();
+  EXPECT_EQ(*qwen, "user[w?]assistant[]tool[sunny]");
+}
+
 // Fields that would change the output in ways afd cannot honour are refused by name; metadata
 // fields are accepted (and type-checked); unknown fields are refused.
 TEST_F(RequestTest, UnsupportedFieldsAreRefusedByName) {
