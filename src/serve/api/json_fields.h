@@ -22,4 +22,13 @@ inline Status json_type_error(const std::string& field, const char* want, const 
   return invalid_argument("'" + field + "' must be " + want + ", got " + what);
 }
 
+// A key or value of the request as quoted in a message: at most 64 bytes, cut at a UTF-8
+// boundary, "..." when cut.
+inline std::string json_excerpt(const std::string& k) {
+  if (k.size() <= 64) return k;
+  size_t n = 64;
+  while (n > 0 && (static_cast<unsigned char>(k[n]) & 0xC0) == 0x80) --n;
+  return k.substr(0, n) + "...";
+}
+
 }  // namespace afd::serve

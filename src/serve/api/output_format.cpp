@@ -17,7 +17,7 @@ constexpr auto get = json_field;
 constexpr auto type_error = json_type_error;
 
 Status unknown_key(const std::string& where, const std::string& key) {
-  return invalid_argument("'" + where + "' has an unknown field '" + key.substr(0, 64) + "'");
+  return invalid_argument("'" + where + "' has an unknown field '" + json_excerpt(key) + "'");
 }
 
 // OpenAI's rule for function and schema names: 1..64 of [a-zA-Z0-9_-].
@@ -129,7 +129,7 @@ Status read_tools(const json& b, ToolSyntax syntax, OutputFormat* out, json* too
     } else if (c->is_string()) {
       choice = c->get<std::string>();
       if (choice != "none" && choice != "auto" && choice != "required")
-        return invalid_argument("'tool_choice' = '" + choice.substr(0, 64) + "' is not one of \"none\", \"auto\", \"required\"");
+        return invalid_argument("'tool_choice' = '" + json_excerpt(choice) + "' is not one of \"none\", \"auto\", \"required\"");
     } else {
       return type_error("tool_choice", "\"none\", \"auto\", \"required\" or an object naming a function", *c);
     }
@@ -181,7 +181,7 @@ Status read_tools(const json& b, ToolSyntax syntax, OutputFormat* out, json* too
     }
   }
   if (choice == "named" && !names.count(named))
-    return invalid_argument("'tool_choice' names the function '" + named.substr(0, 64) + "', which is not in 'tools'");
+    return invalid_argument("'tool_choice' names the function '" + json_excerpt(named) + "', which is not in 'tools'");
   if (choice == "none") return Status::ok();
   *tools_out = *t;
   out->tool_calls = true;

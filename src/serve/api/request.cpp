@@ -189,14 +189,7 @@ Result<json> read_messages(const json& b) {
 }
 
 // A key of the request as named in a message: at most 64 bytes, cut at a UTF-8 boundary.
-std::string short_key(const std::string& k) {
-  if (k.size() <= 64) return k;
-  size_t n = 64;
-  while (n > 0 && (static_cast<unsigned char>(k[n]) & 0xC0) == 0x80) --n;
-  std::string s = k.substr(0, n);
-  s += "...";
-  return s;
-}
+constexpr auto short_key = json_excerpt;
 
 std::string quoted_key(const std::string& k) {
   std::string q(1, '\'');
