@@ -13,6 +13,16 @@ namespace {
 // Inlining a rule reference recurses through the referenced body; past this depth of build
 // recursion a reference becomes a call instead (bounds the C++ stack on any grammar).
 constexpr int32_t kMaxInlineDepth = 256;
+// A repetition X{m,n} is built copy by copy. When its body takes at least kMinCalledBodyStates NFA
+// states and the copies together would take more than kMaxInlineRepeatStates, the body becomes a
+// machine of its own and each copy is a call to it (one state per copy instead of the body's
+// size): an array of up to 50 objects compiles instead of passing max_automaton_states. Inlined
+// copies keep masks cheap (a token inside the repetition is one DFA walk) while every return from
+// a call costs stack steps, so only large bodies, which a token rarely crosses, are called; a
+// small body such as one JSON string character stays inlined (a call per character makes masks
+// cost milliseconds).
+constexpr int64_t kMaxInlineRepeatStates = 32768;
+constexpr int64_t kMinCalledBodyStates = 256;
 
 struct VecHash {
   size_t operator()(const std::vector<int32_t>& v) const {
@@ -26,14 +36,15 @@ struct VecHash {
 class NfaBuilder {
  public:
   NfaBuilder(const Grammar& g, const GrammarLimits& limits) : g_(g), limits_(limits) {
-    machine_of_rule_.assign(g.rules().size(), -1);
+    machine_of_expr_.assign(g.exprs().size(), -1);
+    inline_size_.assign(g.exprs().size(), -1);
   }
 
   struct Edge {
     int32_t set, to;
   };
   struct CallEdge {
-    int32_t rule, to;
+    int32_t machine, to;
   };
   struct State {
     std::vector<Edge> edges;
@@ -41,17 +52,18 @@ class NfaBuilder {
     std::vector<CallEdge> calls;
     int32_t machine = -1;
   };
+  // A machine matches one expression: a rule's body, or the body of a repetition built as calls.
   struct Machine {
-    int32_t rule, start, accept;
+    int32_t expr, start, accept;
   };
 
-  // Builds the machine of rule `root` and of every rule it calls; returns the root's machine.
+  // Builds the machine of rule `root` and of every machine it calls; returns the root's machine.
   Result<int32_t> build_all(int32_t root) {
-    enqueue(root);
+    enqueue(g_.rules()[root].expr);
     for (size_t m = 0; m < machines_.size(); ++m) {
       current_ = static_cast<int32_t>(m);
       AFD_ASSIGN_OR_RETURN(int32_t start, new_state());
-      AFD_ASSIGN_OR_RETURN(int32_t end, build(g_.rules()[machines_[m].rule].expr, start, 0));
+      AFD_ASSIGN_OR_RETURN(int32_t end, build(machines_[m].expr, start, 0));
       machines_[m].start = start;
       machines_[m].accept = end;
     }
@@ -60,7 +72,7 @@ class NfaBuilder {
 
   std::vector<State> states_;
   std::vector<Machine> machines_;
-  std::vector<int32_t> machine_of_rule_;
+  std::vector<int32_t> machine_of_expr_;  // [exprs] -> machine, -1: none
   std::vector<ByteSet> sets_;
 
  private:
@@ -72,10 +84,57 @@ class NfaBuilder {
     states_.back().machine = current_;
     return static_cast<int32_t>(states_.size() - 1);
   }
-  void enqueue(int32_t r) {
-    if (machine_of_rule_[r] >= 0) return;
-    machine_of_rule_[r] = static_cast<int32_t>(machines_.size());
-    machines_.push_back({r, -1, -1});
+  // The machine of expression e, queued for building when new.
+  int32_t enqueue(int32_t e) {
+    if (machine_of_expr_[e] < 0) {
+      machine_of_expr_[e] = static_cast<int32_t>(machines_.size());
+      machines_.push_back({e, -1, -1});
+    }
+    return machine_of_expr_[e];
+  }
+  // NFA states build(e) adds when inlined, saturated at kSizeCap (a call counts one state).
+  // Iterative over children-before-parents order: every child index is below its parent's.
+  static constexpr int64_t kSizeCap = int64_t{1} << 40;
+  int64_t inline_size(int32_t e) {
+    if (inline_size_[e] >= 0) return inline_size_[e];
+    // Children (and inlined rule bodies) have lower indices only for children; a rule body may come
+    // later, so resolve by an explicit stack.
+    std::vector<int32_t> todo = {e};
+    while (!todo.empty()) {
+      const int32_t x = todo.back();
+      if (inline_size_[x] >= 0) {
+        todo.pop_back();
+        continue;
+      }
+      const GrammarExpr& ex = g_.exprs()[x];
+      std::vector<int32_t> deps = ex.children;
+      const bool inlined_ref = ex.kind == ExprKind::ref && !g_.is_recursive(ex.rule);
+      if (inlined_ref) deps.push_back(g_.rules()[ex.rule].expr);
+      bool ready = true;
+      for (int32_t d : deps)
+        if (inline_size_[d] < 0) ready = false, todo.push_back(d);
+      if (!ready) continue;
+      todo.pop_back();
+      int64_t n = 0;
+      switch (ex.kind) {
+        case ExprKind::bytes: n = 1; break;
+        case ExprKind::seq:
+          for (int32_t c : ex.children) n += inline_size_[c];
+          break;
+        case ExprKind::alt:
+          n = 1;
+          for (int32_t c : ex.children) n += 1 + inline_size_[c];
+          break;
+        case ExprKind::ref: n = inlined_ref ? inline_size_[deps.back()] : 1; break;
+        case ExprKind::repeat: {
+          const int64_t copies = ex.max < 0 ? int64_t{ex.min} + 1 : ex.max;
+          n = 2 + std::min(kSizeCap, copies * inline_size_[ex.children[0]]);
+          break;
+        }
+      }
+      inline_size_[x] = std::min(n, kSizeCap);
+    }
+    return inline_size_[e];
   }
   int32_t set_index(const ByteSet& s) {
     auto [it, inserted] = set_ids_.emplace(s.bits, static_cast<int32_t>(sets_.size()));
@@ -113,28 +172,37 @@ class NfaBuilder {
       }
       case ExprKind::ref: {
         if (!g_.is_recursive(x.rule) && depth < kMaxInlineDepth) return build(g_.rules()[x.rule].expr, from, depth + 1);
-        enqueue(x.rule);
-        AFD_ASSIGN_OR_RETURN(int32_t to, new_state());
-        states_[from].calls.push_back({x.rule, to});
-        return to;
+        return build_call(g_.rules()[x.rule].expr, from);
       }
       case ExprKind::repeat: {
         const int32_t body = x.children[0];
+        // One copy of the body from `at`: inlined, or a call to the body's own machine.
+        const int64_t copies = x.max < 0 ? int64_t{x.min} + 1 : x.max;
+        const int64_t size = inline_size(body);
+        const bool call = size >= kMinCalledBodyStates && copies * size > kMaxInlineRepeatStates;
+        // A body that is a reference to a non-recursive rule shares that rule's machine.
+        int32_t callee = body;
+        while (g_.exprs()[callee].kind == ExprKind::ref && !g_.is_recursive(g_.exprs()[callee].rule))
+          callee = g_.rules()[g_.exprs()[callee].rule].expr;
+        auto copy = [&](int32_t at) -> Result<int32_t> {
+          if (call) return build_call(callee, at);
+          return build(body, at, depth + 1);
+        };
         int32_t cur = from;
         for (int32_t i = 0; i < x.min; ++i) {
-          AFD_ASSIGN_OR_RETURN(cur, build(body, cur, depth + 1));
+          AFD_ASSIGN_OR_RETURN(cur, copy(cur));
         }
         if (x.max < 0) {
           AFD_ASSIGN_OR_RETURN(int32_t loop, new_state());
           states_[cur].eps.push_back(loop);
-          AFD_ASSIGN_OR_RETURN(int32_t end, build(body, loop, depth + 1));
+          AFD_ASSIGN_OR_RETURN(int32_t end, copy(loop));
           states_[end].eps.push_back(loop);
           return loop;
         }
         AFD_ASSIGN_OR_RETURN(int32_t to, new_state());
         for (int32_t i = x.min; i < x.max; ++i) {
           states_[cur].eps.push_back(to);
-          AFD_ASSIGN_OR_RETURN(cur, build(body, cur, depth + 1));
+          AFD_ASSIGN_OR_RETURN(cur, copy(cur));
         }
         states_[cur].eps.push_back(to);
         return to;
@@ -142,11 +210,19 @@ class NfaBuilder {
     }
     return internal_error("unknown grammar expression kind");
   }
+  // A call from `from` to the machine of expression e; returns the state the call returns to.
+  Result<int32_t> build_call(int32_t e, int32_t from) {
+    const int32_t m = enqueue(e);
+    AFD_ASSIGN_OR_RETURN(int32_t to, new_state());
+    states_[from].calls.push_back({m, to});
+    return to;
+  }
 
   const Grammar& g_;
   const GrammarLimits& limits_;
   int32_t current_ = -1;
   int64_t n_elements_ = 0;
+  std::vector<int64_t> inline_size_;  // [exprs] memo of inline_size(), -1: not computed
   std::map<std::array<uint64_t, 4>, int32_t> set_ids_;
 };
 
@@ -392,7 +468,7 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
   };
   AFD_ASSIGN_OR_RETURN(a.root_start, start_of(root_machine));
   std::vector<std::vector<int32_t>> buckets(a.n_classes);
-  std::vector<std::pair<int32_t, int32_t>> call_targets;  // (rule, to)
+  std::vector<std::pair<int32_t, int32_t>> call_targets;  // (machine, to)
   a.call_begin.push_back(0);
   for (size_t d = 0; d < sets.size(); ++d) {
     // sets grows while this loop runs; copy the member list (references would dangle).
@@ -406,7 +482,7 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
       if (s == nfa.machines_[m].accept) fin = true;
       for (const auto& e : ns[s].edges)
         for (int32_t c : set_classes[e.set]) buckets[c].push_back(e.to);
-      for (const auto& c : ns[s].calls) call_targets.push_back({c.rule, c.to});
+      for (const auto& c : ns[s].calls) call_targets.push_back({c.machine, c.to});
     }
     a.final_.push_back(fin);
     bool consumes = false;
@@ -420,10 +496,10 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
     a.consumes_.push_back(consumes);
     std::sort(call_targets.begin(), call_targets.end());
     for (size_t i = 0; i < call_targets.size();) {
-      const int32_t rule = call_targets[i].first;
+      const int32_t callee = call_targets[i].first;
       std::vector<int32_t> rets;
-      for (; i < call_targets.size() && call_targets[i].first == rule; ++i) rets.push_back(call_targets[i].second);
-      AFD_ASSIGN_OR_RETURN(int32_t start, start_of(nfa.machine_of_rule_[rule]));
+      for (; i < call_targets.size() && call_targets[i].first == callee; ++i) rets.push_back(call_targets[i].second);
+      AFD_ASSIGN_OR_RETURN(int32_t start, start_of(callee));
       AFD_ASSIGN_OR_RETURN(int32_t ret, intern(std::move(rets)));
       a.calls.push_back({start, ret});
     }

@@ -146,6 +146,22 @@ TEST(SchemaAccepts, Arrays) {
   check(R"({"type":"array","items":[{"type":"integer"}],"additionalItems":false})", {"[1]", "[]"}, {"[1,2]"});
 }
 
+// An array of up to 50 objects with a string of up to 200 characters: the repeated item is called,
+// not inlined copy by copy, so it compiles; the bounds hold exactly.
+TEST(SchemaAccepts, LargeRepetitionsAtTheirBounds) {
+  auto str = [](size_t n) { return "\"" + std::string(n, 'x') + "\""; };
+  auto items = [](const std::string& item, int n) {
+    std::string s = "[";
+    for (int i = 0; i < n; ++i) s += (i ? "," : "") + item;
+    return s + "]";
+  };
+  const std::string x3 = R"({"x":1,"y":"abc"})";
+  check(R"({"type":"array","items":{"type":"object","properties":{"x":{"type":"integer"},)"
+        R"("y":{"type":"string","minLength":3,"maxLength":200}},"required":["x"]},"minItems":1,"maxItems":50})",
+        {items(x3, 1), items(x3, 50), items(R"({"x":-7})", 50), items(R"({"x":1,"y":)" + str(200) + "}", 50)},
+        {"[]", items(x3, 51), items(R"({"x":1,"y":)" + str(201) + "}", 2), items(R"({"x":1,"y":"ab"})", 3)});
+}
+
 TEST(SchemaAccepts, AnyOfOneOfAndTypeArrays) {
   check(R"({"anyOf":[{"type":"integer","minimum":10},{"type":"string","maxLength":1}]})", {"10", R"("a")"},
         {"9", R"("ab")", "null"});

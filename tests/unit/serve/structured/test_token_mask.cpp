@@ -104,6 +104,14 @@ std::string deep_chain() {
 
 const char* kUnicode = R"g(root ::= ( [α-ω]+ | [^a-z\x00-\x1F"] | "😀" )* "\"")g";
 
+// A repetition too large to inline, whose copies call the body's machine: an array of 2 to 3000
+// strings.
+const char* kCalledRepetitions = R"g(root ::= "[" space item ("," space item){1,2999} "]" space
+item ::= "\"" char{0,8} "\"" space
+char ::= [^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" [0-9a-fA-F]{4})
+space ::= | " " | "\n" [ \t]{0,2}
+)g";
+
 // Random walks: at each step the mask must equal the oracle; then a random allowed token is taken
 // (an end id when nothing else is allowed, or with probability 1/8 when allowed).
 void random_walks(const char* gbnf, int n_walks, int max_steps, uint32_t seed) {
@@ -148,6 +156,7 @@ TEST(TokenMask, ObjectSchemaMatchesOracle) { random_walks(kObjectSchema, 12, 60,
 TEST(TokenMask, NestedBracketsMatchOracle) { random_walks(kBrackets, 12, 40, 3); }
 TEST(TokenMask, AmbiguousGrammarMatchesOracle) { random_walks(kAmbiguous, 12, 30, 4); }
 TEST(TokenMask, UnicodeClassesMatchOracle) { random_walks(kUnicode, 12, 30, 5); }
+TEST(TokenMask, CalledRepetitionsMatchOracle) { random_walks(kCalledRepetitions, 10, 150, 7); }
 TEST(TokenMask, CalledMachinesWithoutCallsMatchOracle) { random_walks(deep_chain().c_str(), 3, 500, 6); }
 
 // Near kMaxStackDepth the per-frame entries cannot be combined (a token's local stack plus the
