@@ -32,22 +32,29 @@ double Sampler::uniform() {
 
 namespace {
 // Candidate order: logit descending, then id ascending (a total order: every way of ordering
-// candidates by it gives the same sequence).
-bool better(float la, int32_t ia, float lb, int32_t ib) { return la > lb || (la == lb && ia < ib); }
+// candidates by it gives the same sequence). For Sampler::Candidate and (logit, id) pairs.
+template <class C>
+bool better(const C& a, const C& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
 }  // namespace
 
 void Sampler::candidates(const float* logits, int64_t vocab, float mx, const uint64_t* allowed) {
   cand_.clear();
   const double inv_t = 1.0 / p_.temperature;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (allowed && !token_allowed(allowed, i)) continue;
-    cand_.push_back(Candidate{logits[i], static_cast<int32_t>(i), 0.0});
-  }
-  auto by_order = [](const Candidate& a, const Candidate& b) { return better(a.logit, a.id, b.logit, b.id); };
-  // Top-k: the k best, in any order.
-  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < cand_.size()) {
-    std::nth_element(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_order);
-    cand_.resize(static_cast<size_t>(p_.top_k));
+  if (p_.top_k > 0 && p_.top_k < vocab) {
+    // Top-k: the k best of compact (logit, id) pairs, before the wider candidates.
+    std::vector<LogitId>& row = top_k_row_;
+    row.clear();
+    for (int64_t i = 0; i < vocab; ++i)
+      if (!allowed || token_allowed(allowed, i)) row.push_back(LogitId{logits[i], static_cast<int32_t>(i)});
+    const size_t k = std::min(row.size(), static_cast<size_t>(p_.top_k));
+    // A heap of k: about one comparison per token for the usual small k.
+    std::partial_sort(row.begin(), row.begin() + static_cast<std::ptrdiff_t>(k), row.end(), better<LogitId>);
+    for (size_t i = 0; i < k; ++i) cand_.push_back(Candidate{row[i].logit, row[i].id, 0.0});
+  } else {
+    for (int64_t i = 0; i < vocab; ++i)
+      if (!allowed || token_allowed(allowed, i)) cand_.push_back(Candidate{logits[i], static_cast<int32_t>(i), 0.0});
   }
   // Softmax at temperature over the kept candidates (unnormalised).
   mass_ = 0;
@@ -69,20 +76,18 @@ size_t Sampler::select(double target, int32_t skip) {
   // Invariant: cand_[0, lo) are better than every candidate in [lo, hi), which are better than
   // every one in [hi, end); `target` is what remains of the mass after [0, lo).
   size_t lo = 0, hi = cand_.size();
+  auto at = [&](size_t i) { return cand_.begin() + static_cast<std::ptrdiff_t>(i); };
   auto skip_w = [&](const Candidate& c) { return c.id == skip ? 0.0 : c.w; };
   while (hi - lo > 32) {
     // Partition around the median of three by candidate order.
     const Candidate& a = cand_[lo];
     const Candidate& b = cand_[lo + (hi - lo) / 2];
     const Candidate& c = cand_[hi - 1];
-    auto bt = [](const Candidate& x, const Candidate& y) { return better(x.logit, x.id, y.logit, y.id); };
-    const Candidate pivot = bt(a, b) ? (bt(b, c) ? b : (bt(a, c) ? c : a)) : (bt(a, c) ? a : (bt(b, c) ? c : b));
-    auto mid = std::partition(cand_.begin() + static_cast<std::ptrdiff_t>(lo), cand_.begin() + static_cast<std::ptrdiff_t>(hi),
-                              [&](const Candidate& x) { return bt(x, pivot); });
-    // mid: the pivot (not better than itself) is in [mid, hi); move it to mid.
-    auto pv = std::find_if(mid, cand_.begin() + static_cast<std::ptrdiff_t>(hi),
-                           [&](const Candidate& x) { return x.id == pivot.id; });
-    std::iter_swap(mid, pv);
+    const Candidate pivot = better(a, b) ? (better(b, c) ? b : (better(a, c) ? c : a))
+                                         : (better(a, c) ? a : (better(b, c) ? c : b));
+    auto mid = std::partition(at(lo), at(hi), [&](const Candidate& x) { return better(x, pivot); });
+    // The pivot (not better than itself) is in [mid, hi); move it to mid.
+    std::iter_swap(mid, std::find_if(mid, at(hi), [&](const Candidate& x) { return x.id == pivot.id; }));
     const size_t m = static_cast<size_t>(mid - cand_.begin());
     double better_mass = 0;
     for (size_t i = lo; i < m; ++i) better_mass += skip_w(cand_[i]);
@@ -96,8 +101,7 @@ size_t Sampler::select(double target, int32_t skip) {
     target -= pw;
     lo = m + 1;
   }
-  std::sort(cand_.begin() + static_cast<std::ptrdiff_t>(lo), cand_.begin() + static_cast<std::ptrdiff_t>(hi),
-            [](const Candidate& x, const Candidate& y) { return better(x.logit, x.id, y.logit, y.id); });
+  std::sort(at(lo), at(hi), better<Candidate>);
   size_t last = cand_.size();
   for (size_t i = lo; i < hi; ++i) {
     if (cand_[i].id == skip) continue;
@@ -107,13 +111,12 @@ size_t Sampler::select(double target, int32_t skip) {
   }
   if (last != cand_.size()) return last;
   // Rounding left the target past a range that holds only `skip`: its neighbour in order.
-  auto bt = [](const Candidate& x, const Candidate& y) { return better(x.logit, x.id, y.logit, y.id); };
   size_t best = cand_.size();
   for (size_t i = hi; i < cand_.size(); ++i)
-    if (cand_[i].id != skip && (best == cand_.size() || bt(cand_[i], cand_[best]))) best = i;
+    if (cand_[i].id != skip && (best == cand_.size() || better(cand_[i], cand_[best]))) best = i;
   if (best != cand_.size()) return best;
   for (size_t i = 0; i < lo; ++i)
-    if (cand_[i].id != skip && (best == cand_.size() || bt(cand_[best], cand_[i]))) best = i;
+    if (cand_[i].id != skip && (best == cand_.size() || better(cand_[best], cand_[i]))) best = i;
   return best;
 }
 
@@ -151,15 +154,17 @@ struct RowStats {
 };
 // with_log_z false: log_z is left 0 (the caller gets it from candidates()).
 RowStats row_stats(const float* logits, int64_t vocab, const uint64_t* allowed, bool with_log_z) {
+  RowStats r{logits[0], -1, 0.0};
   float raw_mx = logits[0];
-  for (int64_t i = 1; i < vocab; ++i) raw_mx = std::max(raw_mx, logits[i]);
-  double sum = 0;
-  if (with_log_z)
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - raw_mx);
-  RowStats r{raw_mx, -1, with_log_z ? raw_mx + std::log(sum) : 0.0};
   for (int64_t i = 0; i < vocab; ++i) {
+    raw_mx = std::max(raw_mx, logits[i]);
     if (allowed && !token_allowed(allowed, i)) continue;
     if (r.arg < 0 || logits[i] > r.mx) { r.mx = logits[i]; r.arg = static_cast<int32_t>(i); }
+  }
+  if (with_log_z) {
+    double sum = 0;
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - raw_mx);
+    r.log_z = raw_mx + std::log(sum);
   }
   return r;
 }

@@ -89,7 +89,12 @@ class Sampler {
     int32_t id;
     double w;  // unnormalised probability at the temperature
   };
-  std::vector<Candidate> cand_;  // scratch: the kept candidates
+  struct LogitId {
+    float logit;
+    int32_t id;
+  };
+  std::vector<Candidate> cand_;       // scratch: the kept candidates
+  std::vector<LogitId> top_k_row_;    // scratch: the row's allowed tokens, when top-k cuts them
   double mass_ = 0;              // summed w of cand_
   double all_mass_ = 0;          // mass_ before the nucleus cut
 };
