@@ -12,7 +12,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// The value of b[field], or null when the field is absent or JSON null (both mean "not given").
 constexpr auto get = json_field;
 constexpr auto type_error = json_type_error;
 
@@ -207,7 +206,8 @@ constexpr std::string_view kCommonFields[] = {
     "logit_bias", "user", "response_format", "guided_json", "guided_choice", "guided_regex", "guided_grammar"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "suffix", "echo"};
 constexpr std::string_view kChatFields[] = {
-    "messages", "add_generation_prompt", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key", "prediction",
+    "messages", "add_generation_prompt", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "metadata",
+    "store", "service_tier", "safety_identifier", "prompt_cache_key", "prediction",
     "functions", "function_call", "audio", "modalities", "web_search_options", "reasoning_effort", "verbosity"};
 
 Status check_known_fields(const json& b, Endpoint ep) {
