@@ -366,33 +366,25 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
     }
     const float* rows = logits.data() + (row0 + n_rows - 1 - it.n_draft) * vocab_;
     std::vector<const uint64_t*> masks;
+    bool complete = false;  // the grammar allows nothing more: the answer ends without a token
     if (r->grammar) {
       if (r->grammar->mask_words() != (vocab_ + 63) / 64) {
         finish(r, FinishReason::error, internal_error("the grammar's vocabulary differs from the model's"));
         continue;
       }
       const auto t_mask = std::chrono::steady_clock::now();
-      const bool any = fill_masks(r, it);
+      complete = !fill_masks(r, it);
       if (metrics_) {
         metrics_->structured.masks.fetch_add(it.n_draft + 1);
         metrics_->structured.mask_ns.fetch_add(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t_mask).count());
       }
-      if (!any) {  // the grammar allows nothing more: the answer is complete
-        StreamEvent e;
-        e.text = r->output.complete().text;
-        e.finish = FinishReason::stop;
-        e.prompt_tokens = r->n_prompt;
-        e.completion_tokens = r->output.n_generated();
-        e.rng_draws = r->sampler.draws();
-        release(r);
-        r->channel->push(std::move(e));
-        continue;
-      }
       for (int64_t j = 0; j <= it.n_draft; ++j) masks.push_back(r->masks.data() + j * r->grammar->mask_words());
     }
     std::vector<SampledToken> emitted;
-    if (it.n_draft > 0) {
+    if (complete) {
+      // Nothing sampled; the engine sequence (drafts included) is released below.
+    } else if (it.n_draft > 0) {
       emitted = verify_drafts(r->sampler, rows, vocab_, it.tokens.subspan(1), masks);
       const int64_t accepted = static_cast<int64_t>(emitted.size()) - 1;
       if (Status st = engine_->settle_drafts(r->seq_id, accepted); !st.is_ok()) {
@@ -406,6 +398,10 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
     }
     StreamEvent e;
     FinishReason fin = FinishReason::none;
+    if (complete) {
+      e.text = r->output.complete().text;
+      fin = FinishReason::stop;
+    }
     int64_t pushed = 0;
     bool grammar_failed = false;
     for (SampledToken& s : emitted) {
@@ -444,7 +440,7 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
              internal_error("the output format's grammar matcher passed its stack bound (an extremely ambiguous grammar)"));
       continue;
     }
-    if (r->output.n_generated() == pushed) {
+    if (pushed > 0 && r->output.n_generated() == pushed) {
       r->t_first = now;
       if (metrics_) metrics_->ttft.observe(now - r->t_arrival);
     }

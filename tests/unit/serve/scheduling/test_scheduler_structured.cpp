@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../bytes_tokenizer.h"
+#include "../fake_engine.h"
 #include "default_model.h"
 #include "model/weights.h"
 #include "runtime/engine_factory.h"
@@ -149,6 +151,41 @@ TEST(SchedulerStructured, GreedyAnswersAreTheSameWithDrafts) {
   o.speculative.draft_tokens = 4;
   o.speculative.ngram_min = 1;
   for (const Answer& a : serve(o, 6, 1.0f, false)) EXPECT_TRUE(valid(a.text)) << a.text;
+}
+
+// A grammar that allows nothing more, on a vocabulary without end tokens: the answer ends
+// with stop at that step (no token sampled), under ignore_eos too, whatever the engine prefers.
+TEST(SchedulerStructured, AnswerEndsWhenTheGrammarAllowsNothingMore) {
+  auto tok = testing::bytes_tokenizer();
+  testing::FakeEngine engine(257, 4096, 1000, 4);
+  Metrics metrics(1);
+  Scheduler sched(&engine, {}, &metrics.worker(0), &metrics);
+  GrammarCache cache(TokenVocab::build(*tok, {}, 257));
+  auto grammar = cache.get("root ::= \"ab\" | \"abc\"");
+  ASSERT_TRUE(grammar.ok()) << grammar.status().to_string();
+  for (bool ignore_eos : {false, true}) {
+    GenerationRequest g;
+    g.prompt = {'x', 'y'};
+    g.max_tokens = 50;
+    g.ignore_eos = ignore_eos;
+    g.format.kind = "guided_grammar";
+    g.format.grammar = *grammar;
+    auto r = std::make_shared<SeqRequest>(g, tok.get(), std::vector<int32_t>{}, 0.0);
+    ASSERT_TRUE(sched.submit(r).is_ok());
+    for (int i = 0; i < 100 && sched.step().ok() && r->seq_id >= 0; ++i) {
+    }
+    std::string text;
+    FinishReason fin = FinishReason::none;
+    int64_t n = 0;
+    for (StreamEvent& ev : r->channel->wait(std::chrono::milliseconds(0))) {
+      text += ev.text;
+      n += static_cast<int64_t>(ev.tokens.size());
+      if (ev.finish != FinishReason::none) fin = ev.finish;
+    }
+    EXPECT_EQ(fin, FinishReason::stop);
+    EXPECT_EQ(text, "abc");  // without end tokens "ab" cannot end: only 'c' may follow it
+    EXPECT_EQ(n, static_cast<int64_t>(text.size()));
+  }
 }
 
 }  // namespace
