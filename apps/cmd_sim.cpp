@@ -1,5 +1,6 @@
 // afd sim: the discrete-event simulator of an xA-yF bundle (plan/simulator.h) over a sweep of
-// A/F ratios, beside the theory's numbers for the same workload.
+// A/F ratios, beside the theory's numbers for the same workload; optionally with expert load
+// (plan/expert_load.h): a Zipf expert popularity and the contiguous or an EPLB placement.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -20,6 +21,17 @@ namespace afd::cli {
 using nlohmann::json;
 using namespace afd::plan;
 
+namespace {
+
+json experts_json(const ExpertLoadConfig& e) {
+  if (!e.enabled()) return {{"n_experts", 0}};
+  return {{"n_experts", e.n_experts}, {"top_k", e.top_k}, {"zipf_s", e.zipf_s},
+          {"placement", expert_placement_name(e.placement)}, {"redundant", e.redundant},
+          {"window_tokens", e.window_tokens}};
+}
+
+}  // namespace
+
 void register_sim(CLI::App& app) {
   auto* cmd = app.add_subcommand("sim", "Discrete-event simulator of an xA-yF AFD bundle (A/F ratio paper §5)");
   auto w = std::make_shared<WorkloadArgs>();
@@ -34,6 +46,8 @@ void register_sim(CLI::App& app) {
   auto threads = std::make_shared<int>(0);
   auto as_json = std::make_shared<bool>(false);
   auto plot = std::make_shared<std::string>();
+  auto experts = std::make_shared<ExpertLoadConfig>();
+  auto eplb = std::make_shared<bool>(false);
   add_workload_args(cmd, w.get());
   cmd->add_option("--ratio", *ratios, "A/F ratios: r (8, 3.5 = 7A-2F) or x:y (comma list)")->delimiter(',');
   cmd->add_option("--seed", *seed, "random seed (same seed, same bits)");
@@ -46,8 +60,28 @@ void register_sim(CLI::App& app) {
   cmd->add_option("--threads", *threads, "threads for the sweep (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd->add_flag("--json", *as_json, "JSON output");
   cmd->add_option("--plot", *plot, "write an SVG of throughput and idle ratios vs r");
+  cmd->add_option("--experts", experts->n_experts, "routed experts per MoE layer (0 = FFN workers share tokens evenly)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}));
+  auto* top_k = cmd->add_option("--top-k", experts->top_k, "distinct experts per token (with --experts)")
+                    ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  auto* zipf = cmd->add_option("--expert-zipf", experts->zipf_s, "expert popularity 1/rank^s (with --experts)")
+                   ->check(CLI::Range(0.0, 8.0));
+  auto* eplb_flag = cmd->add_flag("--eplb", *eplb, "EPLB placement instead of the contiguous one (with --experts)");
+  auto* redundant = cmd->add_option("--eplb-redundant", experts->redundant,
+                                    "redundant expert replicas per layer (with --eplb)")
+                        ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  auto* window = cmd->add_option("--eplb-window", experts->window_tokens,
+                                 "tokens sampled per layer to plan from (with --eplb)")
+                     ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   cmd->callback([=] {
     if (w->requests < 1) fail("sim: --requests must be >= 1");
+    if (experts->n_experts == 0) {
+      for (const auto* o : {top_k, zipf, eplb_flag, redundant, window})
+        if (o->count() > 0) fail("sim: " + o->get_name() + " needs --experts");
+    } else if (!*eplb) {
+      for (const auto* o : {redundant, window})
+        if (o->count() > 0) fail("sim: " + o->get_name() + " needs --eplb");
+    }
     SimConfig c;
     c.batch = w->batch;
     c.requests_per_attn = w->requests;
@@ -58,10 +92,18 @@ void register_sim(CLI::App& app) {
     c.latency = load_profile(*w);
     c.prefill = {unwrap(parse_length_dist(*prefill_dist)), w->mu_prefill, *spread};
     c.decode = {unwrap(parse_length_dist(*decode_dist)), w->mu_decode, *spread};
+    c.experts = *experts;
+    c.experts.placement = *eplb ? ExpertPlacementKind::eplb : ExpertPlacementKind::contiguous;
     std::vector<RatioSpec> specs;
     for (const auto& r : *ratios) specs.push_back(unwrap(parse_ratio_spec(r)));
     if (specs.empty()) fail("sim: no --ratio");
-    check(c.validate());
+    for (const RatioSpec& r : specs) {  // y varies over the sweep: the expert options are checked per point
+      SimConfig point = c;
+      point.n_attn = r.n_attn;
+      point.n_ffn = r.n_ffn;
+      const std::string name = std::to_string(r.n_attn) + ":" + std::to_string(r.n_ffn);
+      check(point.validate().with_context("sim --ratio " + name + " (y = " + std::to_string(r.n_ffn) + ")"));
+    }
     ThreadPool pool(*threads);
     const auto pts = unwrap(run_ratio_sweep(c, specs, &pool));
     const RatioResult th = optimal_ratio(c.latency, workload_of(c));
@@ -86,7 +128,8 @@ void register_sim(CLI::App& app) {
                                 {"t_stable", s.t_stable}, {"t_end", s.t_end}, {"n_requests", s.n_requests},
                                 {"n_stable", s.n_stable}, {"tokens_stable", s.tokens_stable},
                                 {"mean_token_load_stable", s.mean_token_load_stable}, {"events", s.events},
-                                {"steps", s.steps}}},
+                                {"steps", s.steps}, {"ffn_max_over_mean", s.ffn_imbalance_mean},
+                                {"ffn_max_over_mean_worst_layer", s.ffn_imbalance_max}}},
                        {"theory", {{"throughput_per_instance", p.theory.throughput_per_instance},
                                    {"pipelined_throughput_per_instance", p.theory.pipelined_throughput},
                                    {"cycle", p.theory.cycle}, {"tpot", p.theory.tpot},
@@ -96,7 +139,7 @@ void register_sim(CLI::App& app) {
                               {"requests_per_attn", c.requests_per_attn}, {"prefill_dist", length_dist_name(c.prefill.kind)},
                               {"decode_dist", length_dist_name(c.decode.kind)}, {"microbatches", c.n_microbatches},
                               {"layers", c.n_layers}, {"full_duplex", c.full_duplex}, {"seed", c.seed},
-                              {"profile", profile_json(c.latency)}}},
+                              {"profile", profile_json(c.latency)}, {"experts", experts_json(c.experts)}}},
                   {"theory", {{"r_star", th.r_star}, {"regime", regime_name(th.regime)},
                               {"throughput_star", th.throughput_star}, {"r_pipelined", r_pipe}}},
                   {"best_simulated_ratio", pts[best].spec.ratio()},
@@ -109,14 +152,28 @@ void register_sim(CLI::App& app) {
                 length_dist_name(c.decode.kind), static_cast<long long>(c.requests_per_attn),
                 static_cast<long long>(c.n_microbatches), static_cast<long long>(c.n_layers),
                 static_cast<unsigned long long>(c.seed), c.latency.time_unit.c_str());
-    std::printf("%-8s %10s %10s %9s %9s %7s %7s %7s %7s %11s\n", "xA-yF", "thr sim", "thr eq6", "TPOT sim", "TPOT th",
+    const bool with_experts = c.experts.enabled();
+    if (with_experts) {
+      std::printf("experts: E = %lld, top-%lld, Zipf s = %g, %s placement", static_cast<long long>(c.experts.n_experts),
+                  static_cast<long long>(c.experts.top_k), c.experts.zipf_s,
+                  expert_placement_name(c.experts.placement));
+      if (c.experts.placement == ExpertPlacementKind::eplb)
+        std::printf(" (R = %lld redundant, planned from %lld sampled tokens per layer)",
+                    static_cast<long long>(c.experts.redundant), static_cast<long long>(c.experts.window_tokens));
+      std::printf("; FFN max/mean: mean and worst over layers (theory columns assume 1)\n");
+    }
+    std::printf("%-8s %10s %10s %9s %9s %7s %7s %7s %7s %11s", "xA-yF", "thr sim", "thr eq6", "TPOT sim", "TPOT th",
                 "etaA s", "etaA th", "etaF s", "etaF th", "events");
+    if (with_experts) std::printf(" %8s %8s", "Fmax/mn", "worst");
+    std::printf("\n");
     for (const auto& p : pts) {
       char name[32];
       std::snprintf(name, sizeof name, "%lldA-%lldF", static_cast<long long>(p.spec.n_attn), static_cast<long long>(p.spec.n_ffn));
-      std::printf("%-8s %10.5g %10.5g %9.5g %9.5g %7.3f %7.3f %7.3f %7.3f %11lld\n", name,
+      std::printf("%-8s %10.5g %10.5g %9.5g %9.5g %7.3f %7.3f %7.3f %7.3f %11lld", name,
                   p.sim.throughput_per_instance, p.theory.throughput_per_instance, p.sim.tpot, p.theory.tpot,
                   p.sim.eta_attn, p.theory.eta_attn, p.sim.eta_ffn, p.theory.eta_ffn, static_cast<long long>(p.sim.events));
+      if (with_experts) std::printf(" %8.4f %8.4f", p.sim.ffn_imbalance_mean, p.sim.ffn_imbalance_max);
+      std::printf("\n");
     }
     std::printf("theory r* = %.3f (%s); pipelined optimum (%lld micro-batches, comm on the loop) = %.3f; "
                 "best simulated ratio = %.3g\n",

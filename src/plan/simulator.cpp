@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <queue>
+#include <utility>
+#include <vector>
 
 #include "plan/rng.h"
 
@@ -43,6 +45,8 @@ Status SimConfig::validate() const {
   if (!(stable_fraction > 0 && stable_fraction <= 1)) return invalid_argument("sim: stable fraction must be in (0, 1]");
   Status st = latency.validate();
   if (!st.is_ok()) return st.with_context("sim latency profile");
+  st = experts.validate(n_ffn);
+  if (!st.is_ok()) return st.with_context("sim expert load");
   return Status::ok();
 }
 
@@ -114,7 +118,9 @@ struct MicroBatch {
 
 class Sim {
  public:
-  explicit Sim(const SimConfig& c) : c_(c), rng_(c.seed) {}
+  // ffn_imbalance: [n_profiles] FFN max/mean per expert profile, empty when the model is off.
+  Sim(const SimConfig& c, std::vector<double> ffn_imbalance)
+      : c_(c), rng_(c.seed), ffn_imbalance_(std::move(ffn_imbalance)) {}
 
   SimResult run() {
     const int64_t x = c_.n_attn, m = c_.n_microbatches;
@@ -313,12 +319,15 @@ class Sim {
     if (ffn_q_.empty()) return;
     const int64_t j = ffn_q_.pop();
     arrived_[j] = 0;
-    int64_t n = 0;
+    int64_t n = 0, layer = 0;  // every live micro-batch of the group is at the same layer
     for (int64_t i = 0; i < c_.n_attn; ++i) {
       const MicroBatch& mb = mbs_[i * c_.n_microbatches + j];
-      if (mb.live) n += mb.n_active;
+      if (!mb.live) continue;
+      n += mb.n_active;
+      layer = mb.layer;
     }
-    const double per_ffn = static_cast<double>(n) / static_cast<double>(c_.n_ffn);
+    double per_ffn = static_cast<double>(n) / static_cast<double>(c_.n_ffn);
+    if (!ffn_imbalance_.empty()) per_ffn *= ffn_imbalance_[static_cast<size_t>(layer) % ffn_imbalance_.size()];
     const double dur = c_.latency.ffn.at(per_ffn) / static_cast<double>(c_.n_layers);
     ffn_busy_ = true;
     ffn_busy_total_ += dur;
@@ -373,6 +382,7 @@ class Sim {
 
   const SimConfig& c_;
   Rng rng_;
+  std::vector<double> ffn_imbalance_;
   SimResult res_;
   std::vector<MicroBatch> mbs_;
   std::vector<Ring> attn_q_, link_q_;
@@ -398,8 +408,17 @@ class Sim {
 
 Result<SimResult> simulate(const SimConfig& cfg) {
   AFD_RETURN_IF_ERROR(cfg.validate());
-  Sim sim(cfg);
-  return sim.run();
+  std::vector<double> ffn_imbalance;
+  ExpertImbalance imbalance;
+  if (cfg.experts.enabled()) {
+    AFD_ASSIGN_OR_RETURN(imbalance, expert_imbalance(cfg.experts, cfg.n_ffn, cfg.n_layers, cfg.seed));
+    ffn_imbalance = imbalance.profile_max_over_mean;
+  }
+  Sim sim(cfg, std::move(ffn_imbalance));
+  SimResult r = sim.run();
+  r.ffn_imbalance_mean = imbalance.mean;
+  r.ffn_imbalance_max = imbalance.max;
+  return r;
 }
 
 }  // namespace afd::plan

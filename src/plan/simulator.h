@@ -12,7 +12,10 @@
 // refilled at once from one global FCFS stream of x * requests_per_attn requests.
 // A request has prefill length s and decode length D; it occupies its slot for D steps
 // (load s + i at its i-th step) and produces one token per step; D = 0 finishes at
-// admission. Single-threaded and deterministic: same config, same bits.
+// admission. With an expert model (experts.n_experts > 0, plan/expert_load.h), the FFN of a
+// group at layer l takes t_F(imbalance_l * n/y)/L instead: the most-loaded FFN worker sets the
+// barrier (layer l uses expert profile l % min(L, 64)). Single-threaded and deterministic: same
+// config, same bits.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "plan/expert_load.h"
 #include "plan/latency_profile.h"
 
 namespace afd::plan {
@@ -48,6 +52,7 @@ struct SimConfig {
   bool full_duplex = false;
   double stable_fraction = 0.8;   // throughput over the first ceil(f * total) completions (eq. 21)
   uint64_t seed = 1;
+  ExpertLoadConfig experts;       // off by default: the FFN instances share tokens evenly
   Status validate() const;
   double ratio() const { return static_cast<double>(n_attn) / static_cast<double>(n_ffn); }
 };
@@ -72,6 +77,9 @@ struct SimResult {
   double generated_throughput_per_instance = 0;
   int64_t events = 0;            // timed events processed
   int64_t steps = 0;             // micro-batch decode steps completed
+  // FFN max/mean worker load (expert model), mean and max over the layers; 1 when off.
+  double ffn_imbalance_mean = 1.0;
+  double ffn_imbalance_max = 1.0;
 };
 
 Result<SimResult> simulate(const SimConfig& cfg);

@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 
+#include "plan/expert_load.h"
 #include "plan/ratio_theory.h"
 #include "plan/rng.h"
 #include "plan/sim_sweep.h"
@@ -266,6 +268,95 @@ TEST(Simulator, AllZeroDecodeLengths) {
   EXPECT_EQ(r->events, 0);
   EXPECT_EQ(r->throughput_per_instance, 0.0);
   EXPECT_EQ(r->tpot, 0.0);
+}
+
+// The expert model's fields are ignored while n_experts = 0: the old bits, imbalance 1.
+TEST(Simulator, ExpertModelOffKeepsTheOldBits) {
+  SimConfig off = stochastic_config(42);
+  off.n_ffn = 2;
+  off.experts.top_k = 3;
+  off.experts.zipf_s = 2.5;
+  off.experts.placement = ExpertPlacementKind::eplb;
+  off.experts.redundant = 5;
+  off.experts.window_tokens = 7;
+  SimConfig plain = stochastic_config(42);
+  plain.n_ffn = 2;
+  auto a = simulate(off);
+  auto b = simulate(plain);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().to_string();
+  EXPECT_EQ(std::memcmp(&*a, &*b, sizeof(SimResult)), 0);
+  EXPECT_EQ(a->ffn_imbalance_mean, 1.0);
+  EXPECT_EQ(a->ffn_imbalance_max, 1.0);
+  SimConfig exact = single_microbatch();
+  exact.experts = off.experts;
+  auto e = simulate(exact);
+  ASSERT_TRUE(e.ok());
+  EXPECT_DOUBLE_EQ(e->t_end, 500.0);
+}
+
+// single_microbatch on 2 FFN workers: per_ffn = 2 * imbalance_l, t_F = 4 imbalance_l + 7 per
+// step, split over L layers: a step takes 38 + 2k + (4/L) Σ_l imbalance_l, a round
+// 210 + 20 mean_l, the run 420 + 40 mean_l (mean over the L layers, profiles cycling past 64).
+TEST(Simulator, ExpertImbalanceScalesEachLayersFfnBatch) {
+  for (int64_t layers : {1, 4, 100}) {
+    SCOPED_TRACE(std::to_string(layers) + " layers");
+    SimConfig c = single_microbatch();
+    c.n_ffn = 2;
+    c.n_layers = layers;
+    c.experts.n_experts = 8;
+    c.experts.top_k = 2;
+    c.experts.zipf_s = 1.5;
+    auto r = simulate(c);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    auto imb = expert_imbalance(c.experts, 2, layers, c.seed);
+    ASSERT_TRUE(imb.ok());
+    EXPECT_EQ(r->ffn_imbalance_mean, imb->mean);
+    EXPECT_EQ(r->ffn_imbalance_max, imb->max);
+    EXPECT_GT(r->ffn_imbalance_mean, 1.05);
+    EXPECT_NEAR(r->t_end, 420.0 + 40.0 * r->ffn_imbalance_mean, 1e-9 * r->t_end);
+  }
+}
+
+// Issue 41: 32 attention and 64 FFN instances, 256 experts, top-8, Zipf 1.0 over 8 layers.
+// The contiguous placement leaves the hottest worker >= 1.5x the mean; EPLB with 64 redundant
+// replicas (25%) brings it under 1.10, and the bundle's throughput per instance rises.
+TEST(Simulator, EplbRaisesThroughputAt32A64F) {
+  SimConfig c = baseline(3);
+  c.n_attn = 32;
+  c.n_ffn = 64;
+  c.n_layers = 8;
+  c.requests_per_attn = 500;
+  c.experts.n_experts = 256;
+  c.experts.top_k = 8;
+  c.experts.zipf_s = 1.0;
+  auto contiguous = simulate(c);
+  c.experts.placement = ExpertPlacementKind::eplb;
+  c.experts.redundant = 64;
+  auto eplb = simulate(c);
+  ASSERT_TRUE(contiguous.ok() && eplb.ok()) << eplb.status().to_string();
+  EXPECT_GE(contiguous->ffn_imbalance_mean, 1.5);
+  EXPECT_LT(eplb->ffn_imbalance_mean, 1.10);
+  EXPECT_LT(eplb->ffn_imbalance_max, 1.10);
+  EXPECT_GT(eplb->throughput_per_instance, contiguous->throughput_per_instance)
+      << "contiguous max/mean " << contiguous->ffn_imbalance_mean << ", EPLB " << eplb->ffn_imbalance_mean;
+  EXPECT_LT(eplb->tpot, contiguous->tpot);
+}
+
+// Bad expert options are refused by simulate, and a sweep names the ratio whose y they do not fit.
+TEST(Simulator, RejectsBadExpertConfig) {
+  SimConfig c = stochastic_config(1);
+  c.experts.n_experts = 256;
+  c.experts.top_k = 300;
+  auto r = simulate(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("sim expert load: top_k = 300"), std::string::npos) << r.status().message();
+  c.experts.top_k = 8;
+  c.experts.placement = ExpertPlacementKind::eplb;
+  c.experts.redundant = 64;
+  auto sweep = run_ratio_sweep(c, {{32, 64}, {32, 60}}, nullptr);
+  ASSERT_FALSE(sweep.ok());
+  EXPECT_NE(sweep.status().message().find("ratio 32:60"), std::string::npos) << sweep.status().message();
+  EXPECT_NE(sweep.status().message().find("do not divide over 60 workers"), std::string::npos);
 }
 
 TEST(Simulator, ParseRatioSpec) {
