@@ -61,17 +61,22 @@ void register_sim(CLI::App& app) {
   cmd->add_flag("--json", *as_json, "JSON output");
   cmd->add_option("--plot", *plot, "write an SVG of throughput and idle ratios vs r");
   cmd->add_option("--experts", experts->n_experts, "routed experts per MoE layer (0 = FFN workers share tokens evenly)")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{4096}));
   auto* top_k = cmd->add_option("--top-k", experts->top_k, "distinct experts per token (with --experts)")
+                    ->capture_default_str()
                     ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   auto* zipf = cmd->add_option("--expert-zipf", experts->zipf_s, "expert popularity 1/rank^s (with --experts)")
+                   ->capture_default_str()
                    ->check(CLI::Range(0.0, 8.0));
   auto* eplb_flag = cmd->add_flag("--eplb", *eplb, "EPLB placement instead of the contiguous one (with --experts)");
   auto* redundant = cmd->add_option("--eplb-redundant", experts->redundant,
                                     "redundant expert replicas per layer (with --eplb)")
+                        ->capture_default_str()
                         ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   auto* window = cmd->add_option("--eplb-window", experts->window_tokens,
                                  "tokens sampled per layer to plan from (with --eplb)")
+                     ->capture_default_str()
                      ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
   cmd->callback([=] {
     if (w->requests < 1) fail("sim: --requests must be >= 1");
