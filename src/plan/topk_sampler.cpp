@@ -32,8 +32,12 @@ TopkSampler::TopkSampler(std::vector<double> weights, int64_t top_k)
       small.push_back(l);
     }
   }
-  for (const auto* rest : {&large, &small})  // exact columns, and rounding leftovers
-    for (size_t i : *rest) prob_[i] = 1.0, alias_[i] = i;
+  for (const auto* rest : {&large, &small}) {  // exact columns, and rounding leftovers
+    for (size_t i : *rest) {
+      prob_[i] = 1.0;
+      alias_[i] = i;
+    }
+  }
   while (leaves_ < n) leaves_ *= 2;
   tree_.assign(2 * leaves_, 0.0);
   for (size_t i = 0; i < n; ++i) tree_[leaves_ + i] = w_[i];

@@ -137,8 +137,11 @@ TEST(SimExpertLoad, RejectsBadValuesSayingWhich) {
       {with([](auto& c) { c.window_tokens = 1000000; }), 64, "window_tokens * top_k = 8000000 exceeds"},
       {with([](auto& c) { c.redundant = -4; }), 64, "cannot be negative"},
       {with([](auto& c) { c.placement = ExpertPlacementKind::contiguous; }), 64, "need the eplb placement"},
-      {with([](auto& c) { c.placement = ExpertPlacementKind::contiguous, c.redundant = 0; }), 512,
-       "cannot give each of 512"},
+      {with([](auto& c) {
+         c.placement = ExpertPlacementKind::contiguous;
+         c.redundant = 0;
+       }),
+       512, "cannot give each of 512"},
       {with([](auto&) {}), 60, "320 replicas do not divide over 60 workers"},
       {with([](auto&) {}), 1, "exceed the 256 experts"},
   };
