@@ -1,6 +1,6 @@
-// afd plan cost|sparsity|hardware|ratio: thin CLI over src/plan (afd sim: cmd_sim.cpp, afd
-// calibrate: cmd_calibrate.cpp). Every number printed comes from the plan module's functions
-// of the inputs given here.
+// afd plan cost|sparsity|hardware|ratio: thin CLI over src/plan (afd plan eplb: cmd_plan_eplb.cpp,
+// afd sim: cmd_sim.cpp, afd calibrate: cmd_calibrate.cpp). Every number printed comes from the
+// plan module's functions of the inputs given here.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -344,12 +344,13 @@ void register_ratio(CLI::App* plan) {
 }  // namespace
 
 void register_plan(CLI::App& app) {
-  auto* plan = app.add_subcommand("plan", "Deployment planning: decode cost, MoE sparsity, hardware fit, A/F ratio");
+  auto* plan = app.add_subcommand("plan", "Deployment planning: decode cost, MoE sparsity, hardware fit, A/F ratio, expert placement");
   plan->require_subcommand(1);
   register_cost(plan);
   register_sparsity(plan);
   register_hardware(plan);
   register_ratio(plan);
+  register_plan_eplb(plan);
 }
 
 }  // namespace afd::cli

@@ -38,4 +38,7 @@ void add_workload_args(CLI::App* cmd, WorkloadArgs* w);
 plan::LatencyProfile load_profile(const WorkloadArgs& w);
 nlohmann::json profile_json(const plan::LatencyProfile& p);
 
+// afd plan eplb (cmd_plan_eplb.cpp), a subcommand of afd plan.
+void register_plan_eplb(CLI::App* plan);
+
 }  // namespace afd::cli

@@ -17,6 +17,7 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kCountsSeries = "afd_ffn_expert_tokens_total";
+constexpr const char* kExpertsSeries = "afd_ffn_routed_experts";
 
 Status check_count(double c, const std::string& source, int64_t layer, int64_t expert) {
   if (!std::isfinite(c) || c < 0) {
@@ -111,42 +112,57 @@ bool parse_index(const std::string& s, int64_t* out) {
 }
 
 Result<ExpertCounts> counts_from_prometheus(const std::string& text, const std::string& source) {
+  const std::string series = kCountsSeries;
+  const std::string experts_series = kExpertsSeries;
   std::map<int64_t, std::map<int64_t, double>> by_layer;
+  int64_t n_experts = 0;
   std::istringstream in(text);
   std::string line;
   int64_t line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (line.empty() || line[0] == '#') continue;
-    if (line.compare(0, std::string(kCountsSeries).size(), kCountsSeries) != 0) continue;
     const std::string where = source + ":" + std::to_string(line_no);
-    const size_t open = line.find('{');
-    const size_t close = line.find('}');
-    if (open != std::string(kCountsSeries).size() || close == std::string::npos || close < open)
-      return corrupt_data(where + ": " + kCountsSeries + " without a {layer, expert} label set");
-    const std::string labels = line.substr(open + 1, close - open - 1);
+    const size_t name_end = std::min(line.find('{'), line.find(' '));
+    const std::string name = line.substr(0, name_end);
+    if (name != series && name != experts_series) continue;
+    const bool has_labels = name_end < line.size() && line[name_end] == '{';
+    const size_t close = has_labels ? line.find('}', name_end) : name_end;
+    if (close == std::string::npos) return corrupt_data(where + ": " + name + " with an unterminated label set");
+    if (name == series && !has_labels) return corrupt_data(where + ": " + name + " without a label set");
+    const std::string rest = close < line.size() ? line.substr(close + 1) : std::string();
+    char* end = nullptr;
+    const double v = std::strtod(rest.c_str(), &end);
+    if (end == rest.c_str()) return corrupt_data(where + ": sample has no value");
+    if (name == experts_series) {
+      if (!(v >= 1 && v <= (1 << 20) && v == std::floor(v)))
+        return corrupt_data(where + ": " + experts_series + " must be a positive integer");
+      if (n_experts != 0 && n_experts != static_cast<int64_t>(v))
+        return corrupt_data(where + ": workers disagree on the number of routed experts");
+      n_experts = static_cast<int64_t>(v);
+      continue;
+    }
+    const std::string labels = line.substr(name_end + 1, close - name_end - 1);
     std::string ls, es;
     int64_t layer = 0, expert = 0;
     if (!label_value(labels, "layer", &ls) || !label_value(labels, "expert", &es) || !parse_index(ls, &layer) ||
         !parse_index(es, &expert))
       return corrupt_data(where + ": expected integer labels layer=\"..\" and expert=\"..\"");
-    const std::string rest = line.substr(close + 1);
-    char* end = nullptr;
-    const double v = std::strtod(rest.c_str(), &end);
-    if (end == rest.c_str()) return corrupt_data(where + ": sample has no value");
     if (Status s = check_count(v, where, layer, expert); !s.is_ok()) return s;
     by_layer[layer][expert] += v;
   }
-  if (by_layer.empty()) return corrupt_data(source + ": no " + std::string(kCountsSeries) + " samples");
+  if (by_layer.empty()) return corrupt_data(source + ": no " + series + " samples");
+  if (n_experts == 0) return corrupt_data(source + ": no " + experts_series + " sample (the number of routed experts)");
   ExpertCounts out;
-  for (const auto& [layer, experts] : by_layer) out.n_experts = std::max(out.n_experts, experts.rbegin()->first + 1);
+  out.n_experts = n_experts;
   for (const auto& [layer, experts] : by_layer) {
-    std::vector<double> row(static_cast<size_t>(out.n_experts), -1.0);
-    for (const auto& [e, v] : experts) row[static_cast<size_t>(e)] = v;
-    for (int64_t e = 0; e < out.n_experts; ++e)
-      if (row[static_cast<size_t>(e)] < 0)
-        return corrupt_data(source + ": layer " + std::to_string(layer) + " has no sample for expert " +
-                            std::to_string(e) + " (of " + std::to_string(out.n_experts) + ")");
+    std::vector<double> row(static_cast<size_t>(n_experts), 0.0);  // pairs left out counted nothing
+    for (const auto& [e, v] : experts) {
+      if (e >= n_experts)
+        return corrupt_data(source + ": layer " + std::to_string(layer) + " names expert " + std::to_string(e) +
+                            " of " + std::to_string(n_experts));
+      row[static_cast<size_t>(e)] = v;
+    }
     out.layer_ids.push_back(layer);
     out.counts.push_back(std::move(row));
   }

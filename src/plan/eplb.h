@@ -9,8 +9,9 @@
 //      every worker holds the same expert memory);
 //   3. refine: while swapping one replica of the most-loaded worker with one of another worker
 //      lowers the larger of the two loads, swap (bounded passes).
-// Load is predicted, not measured: a replica's load is its expert's count / its replica count.
-// docs/DEPLOYMENT.md "Expert load balancing" states how the serving side splits tokens.
+// Load is predicted, not measured: a replica's load is its expert's count / its replica count
+// (the tokens of an expert split evenly over its replicas). docs/PLANNING.md "Expert placement
+// (EPLB)".
 #pragma once
 
 #include <cstdint>
@@ -34,11 +35,12 @@ struct ExpertCounts {
 // Parses a counts file, either
 //   JSON: {"n_experts": E, "layers": [{"layer": l, "counts": [c_0, .., c_{E-1}]}, ...]}
 //   (or a bare array of rows, layer ids 0..L-1), or
-//   Prometheus text as an FFN worker's /metrics writes it: afd_ffn_expert_tokens_total
-//   {layer="l",expert="e"} samples (other series are skipped; samples of the same (layer,
-//   expert) from several workers are added).
+//   Prometheus text as FFN workers' /metrics write it: afd_ffn_routed_experts (E) and
+//   afd_ffn_expert_tokens_total{layer="l",expert="e"} samples (other series are skipped;
+//   samples of one (layer, expert) from several workers are added; a pair without a sample
+//   counted 0; the layers are those with a sample).
 // Errors (corrupt_data, naming `source` and the layer/expert): no layers, rows of different
-// lengths, a negative or non-finite count, a repeated layer, a Prometheus layer missing experts.
+// lengths, a negative or non-finite count, a repeated layer, an expert id >= E, no E.
 Result<ExpertCounts> parse_expert_counts(const std::string& text, const std::string& source);
 Result<ExpertCounts> load_expert_counts(const std::string& path);
 

@@ -389,6 +389,22 @@ class TestTopologyFileBundle:
         assert a[0] > 0 and a[1] > 0 and ff >= tf.get("ffn_tokens", 1) and up == 3, (a, ff, up)
         assert exposition_errors(pf) == []
 
+    @step
+    def test_expert_counts_plan_a_placement(self, tf, tmp):
+        """The FFN worker's per-(layer, expert) token counts, scraped from the front end's
+        /metrics, add up to its (token, expert) pairs and are what `afd plan eplb` reads."""
+        _, text = http(tf["pf"], "/metrics", timeout=10)
+        counts = [l for l in text.splitlines() if l.startswith("afd_ffn_expert_tokens_total{")]
+        pairs = sum(float(l.rsplit(" ", 1)[1]) for l in counts)
+        assert counts and pairs == metric(tf["pf"], 'afd_ffn_expert_rows_total{ffn="0"'), (len(counts), pairs)
+        f = tmp / "scraped_metrics.txt"
+        f.write_text(text)
+        r = afd("plan", "eplb", "--counts", f, "--ffn-workers", 2, "--redundant", 2, "--json")
+        assert r.returncode == 0, r.stderr
+        plan = json.loads(r.stdout)
+        assert plan["replicas_per_worker"] == (plan["n_experts"] + 2) // 2 and plan["layers"], plan
+        assert plan["eplb"]["max_max_over_mean"] <= plan["contiguous"]["max_max_over_mean"] + 1e-9, plan
+
     def cancelled(self, tf):
         return sum(metric(p, "afd_requests_cancelled_total") for p in tf["pa"])
 

@@ -102,6 +102,12 @@ Result<std::unique_ptr<FfnWorker>> FfnWorker::create(std::shared_ptr<const Model
   wk->static_.mask = wk->part_.experts_mask;
   wk->static_.parts = {Part{wk->static_.begin, wk->static_.end, wk->static_.shared, wk->static_.mask}};
   wk->stats_.held_experts = opt.expert_end - opt.expert_begin;
+  if (c.n_experts > 0) {
+    wk->stats_.n_layers = c.n_layers;
+    wk->stats_.n_experts = c.n_experts;
+    wk->stats_.expert_tokens = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(c.n_layers * c.n_experts));
+    wk->count_experts_ = range.tp_rank == 0;
+  }
   wk->limits_ = A2fLimits{h.hidden, h.top_k, h.n_experts, 0};
   if (opt.device == "cuda") {
     CudaFfnOptions co;
@@ -670,10 +676,26 @@ void FfnWorker::count_batch(const BatchKey& key, const std::vector<Member>& memb
   if (opt_.on_batch) opt_.on_batch(key.layer, key.mb, c.t0, c.t1, total);
   stats_.batches++;
   stats_.tokens += total;
-  if (w_->config.is_moe_layer(key.layer) && mine_.top_k > 0) stats_.expert_rows += c.expert_rows;
+  if (w_->config.is_moe_layer(key.layer) && mine_.top_k > 0) {
+    stats_.expert_rows += c.expert_rows;
+    if (count_experts_) count_expert_tokens(key.layer, members);
+  }
   stats_.frames += static_cast<int64_t>(members.size());
   if (members.size() > 1) stats_.multi_peer_batches++;
   stats_.batch_tokens[FfnWorkerStats::token_bucket(total)]++;
+}
+
+void FfnWorker::count_expert_tokens(uint32_t layer, const std::vector<Member>& members) {
+  const int64_t K = mine_.top_k;
+  const int64_t E = stats_.n_experts;
+  std::atomic<int64_t>* row = stats_.expert_tokens.get() + static_cast<int64_t>(layer) * E;
+  for (const Member& m : members) {
+    const std::vector<uint8_t>& mask = m.p->assign.mask;
+    for (int64_t t = m.off * K; t < (m.off + m.n) * K; ++t) {
+      const int32_t e = ids_[static_cast<size_t>(t)];
+      if (mask[static_cast<size_t>(e)]) row[e].fetch_add(1, std::memory_order_relaxed);
+    }
+  }
 }
 
 void FfnWorker::send_replies(const BatchKey& key, const std::vector<Member>& members, const Computed& c) {

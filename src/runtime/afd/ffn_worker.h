@@ -39,9 +39,8 @@
 // every 50 ms); ffn_part uses `pool` (or the GPU: FfnWorkerOptions::device). Stats may be read from other threads.
 #pragma once
 
-#include <functional>
-
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -110,6 +109,15 @@ struct FfnWorkerStats {
   std::atomic<int64_t> reassignments{0};  // hellos that changed an attention worker's expert assignment
   std::atomic<int64_t> stale_frames{0};   // a2f frames of another assignment epoch (answered with an error)
   std::atomic<int64_t> held_experts{0};   // routed experts held for the last attention worker that said hello
+  // Tokens routed to each (layer, routed expert) that this worker computed: the load counts of
+  // expert placement (plan/eplb.h). [n_layers * n_experts], row-major by layer; dense layers
+  // stay 0. With FFN TP only rank 0 of a group counts, so the sum over workers counts each
+  // token once per routed expert. Empty (n_experts == 0) for a dense model.
+  int64_t n_layers = 0, n_experts = 0;
+  std::unique_ptr<std::atomic<int64_t>[]> expert_tokens;
+  int64_t expert_tokens_at(int64_t layer, int64_t expert) const {
+    return expert_tokens[static_cast<size_t>(layer * n_experts + expert)].load(std::memory_order_relaxed);
+  }
   // Tokens per aggregated batch: batch_tokens[i] counts batches of at most 2^i tokens
   // (and more than 2^(i-1)); the last bucket holds everything larger (non-cumulative).
   static constexpr int kTokenBuckets = 15;  // 1, 2, 4, ..., 8192, more
@@ -245,6 +253,7 @@ class FfnWorker {
   // Computes every group of members with one assignment and writes the BF16 reply payloads.
   Computed compute(const BatchKey& key, const std::vector<Member>& members);
   void count_batch(const BatchKey& key, const std::vector<Member>& members, const Computed& c);  // stats_, on_batch
+  void count_expert_tokens(uint32_t layer, const std::vector<Member>& members);  // stats_.expert_tokens
   // Posts each member's reply and moves its expectation on (policy_.served).
   void send_replies(const BatchKey& key, const std::vector<Member>& members, const Computed& c);
   uint16_t* reply_payload(const Member& m, int mb) {
@@ -268,6 +277,7 @@ class FfnWorker {
   std::vector<int32_t> ids_;          // [total, top_k]
   std::vector<float> wts_;            // [total, top_k]
   FfnWorkerStats stats_;
+  bool count_experts_ = false;  // this worker adds to stats_.expert_tokens (TP rank 0 of a MoE model)
 };
 
 }  // namespace afd

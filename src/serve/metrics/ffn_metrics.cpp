@@ -86,6 +86,22 @@ std::string render_ffn_worker_metrics(std::span<const FfnWorkerSample> workers, 
   family("afd_ffn_held_experts", "gauge",
          "Routed experts this worker holds for the attention worker that last said hello.",
          [&](const FfnWorkerStats& s) { return as_d(s.held_experts.load()); });
+  prom_header(&o, "afd_ffn_routed_experts", "gauge",
+              "Routed experts per MoE layer of the model: the expert ids of afd_ffn_expert_tokens_total are below it.");
+  for (const FfnWorkerSample& w : workers)
+    if (w.stats->n_experts > 0)
+      o += "afd_ffn_routed_experts{" + id(w.info) + "} " + std::to_string(w.stats->n_experts) + "\n";
+  prom_header(&o, "afd_ffn_expert_tokens_total", "counter",
+              "Tokens routed to each (layer, routed expert) that this worker computed (TP: rank 0 only); pairs "
+              "without any are left out. The input of afd plan eplb --counts.");
+  for (const FfnWorkerSample& w : workers) {
+    const FfnWorkerStats& s = *w.stats;
+    for (int64_t l = 0; l < s.n_layers && s.n_experts > 0; ++l)
+      for (int64_t e = 0; e < s.n_experts; ++e)
+        if (const int64_t v = s.expert_tokens_at(l, e); v > 0)
+          o += "afd_ffn_expert_tokens_total{" + id(w.info) + ",layer=\"" + std::to_string(l) + "\",expert=\"" +
+               std::to_string(e) + "\"} " + std::to_string(v) + "\n";
+  }
   prom_header(&o, "afd_ffn_batch_tokens", "histogram", "Tokens per aggregated batch.");
   for (const FfnWorkerSample& w : workers) {
     const FfnWorkerStats& s = *w.stats;

@@ -141,15 +141,18 @@ TEST(Eplb, CountsFromPrometheusAddWorkersSamples) {
   const std::string text =
       "# HELP afd_ffn_expert_tokens_total Tokens routed\n"
       "# TYPE afd_ffn_expert_tokens_total counter\n"
+      "afd_ffn_routed_experts{ffn=\"ffn-0\"} 3\n"
+      "afd_ffn_routed_experts{ffn=\"ffn-1\"} 3\n"
       "afd_ffn_expert_tokens_total{worker=\"ffn-0\",layer=\"2\",expert=\"0\"} 5\n"
       "afd_ffn_expert_tokens_total{worker=\"ffn-0\",layer=\"2\",expert=\"1\"} 1\n"
       "afd_ffn_expert_tokens_total{worker=\"ffn-1\",layer=\"2\",expert=\"1\"} 2\n"
-      "afd_ffn_steps_total 10\n";
+      "afd_ffn_steps_total 10\n"
+      "afd_ffn_expert_tokens_total_created 3\n";
   auto c = parse_expert_counts(text, "metrics");
   ASSERT_TRUE(c.ok()) << c.status().message();
-  EXPECT_EQ(c.value().n_experts, 2);
+  EXPECT_EQ(c.value().n_experts, 3);
   EXPECT_EQ(c.value().layer_ids, (std::vector<int64_t>{2}));
-  EXPECT_EQ(c.value().counts[0], (std::vector<double>{5, 3}));
+  EXPECT_EQ(c.value().counts[0], (std::vector<double>{5, 3, 0}));
 }
 
 TEST(Eplb, BadCountsFilesGetClearErrors) {
@@ -165,7 +168,10 @@ TEST(Eplb, BadCountsFilesGetClearErrors) {
                        Bad{R"({"layers": [{"layer": 0, "counts": [1]}, {"layer": 0, "counts": [2]}]})", "repeated"},
                        Bad{R"({"layers": [{"layer": 0, "counts": ["x"]}]})", "not a number"},
                        Bad{R"({"n_experts": 2, "layers": [{"layer": 0, "counts": [1]}]})", "expected 2"},
-                       Bad{"afd_ffn_expert_tokens_total{layer=\"0\",expert=\"1\"} 3\n", "no sample for expert 0"},
+                       Bad{"afd_ffn_expert_tokens_total{layer=\"0\",expert=\"1\"} 3\n", "no afd_ffn_routed_experts"},
+                       Bad{"afd_ffn_routed_experts 2\nafd_ffn_expert_tokens_total{layer=\"0\",expert=\"2\"} 3\n",
+                           "names expert 2 of 2"},
+                       Bad{"afd_ffn_routed_experts{a=\"1\"} 0\n", "positive integer"},
                        Bad{"afd_ffn_expert_tokens_total{layer=\"0\"} 3\n", "integer labels"},
                        Bad{"afd_ffn_expert_tokens_total{layer=\"0\",expert=\"0\"} -1\n", "not a finite"},
                        Bad{"something_else 1\n", "no afd_ffn_expert_tokens_total samples"}}) {

@@ -410,6 +410,15 @@ void check_benchmark_hooks(const std::string& topology, size_t n_attention, size
   for (const FfnWorkerStats* s : ffn) ffn_tokens += s->tokens.load();
   if (n_ffn > 0) {
     EXPECT_GT(ffn_tokens, 0);
+    // Per (layer, expert) counts: over the workers, every MoE layer saw the 4 tokens top-k times.
+    const ModelConfig& c = (*e)->config();
+    ASSERT_GT(c.n_experts, 0);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      int64_t pairs = 0;
+      for (const FfnWorkerStats* s : ffn)
+        for (int64_t x = 0; x < c.n_experts; ++x) pairs += s->expert_tokens_at(l, x);
+      EXPECT_EQ(pairs, c.is_moe_layer(l) ? 4 * c.n_experts_per_tok : 0) << "layer " << l;
+    }
   }
 }
 

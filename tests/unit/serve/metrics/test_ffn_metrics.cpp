@@ -31,7 +31,14 @@ TEST(FfnMetrics, PrometheusTextCarriesTheWorkersCounters) {
   one.info.n_shards = 2;
   one.info.n_attention = 3;
   one.info.model = "00ff";
+  // 2 layers x 3 experts: layer 1 saw expert 0 twice and expert 2 once.
+  s.n_layers = 2;
+  s.n_experts = 3;
+  s.expert_tokens = std::make_unique<std::atomic<int64_t>[]>(6);
+  s.expert_tokens[3] = 2;
+  s.expert_tokens[5] = 1;
   const std::string t = render_ffn_worker_metrics({&one, 1}, /*now_ns=*/3000000000);  // 2 s after the start
+  EXPECT_EQ(t.find("afd_ffn_expert_tokens_total{ffn=\"1\",layer=\"0\""), std::string::npos) << t;  // zeros left out
   for (const char* want :
        {"afd_ffn_worker_info{ffn=\"1\",shard=\"1\",n_shards=\"2\",tp=\"1\",device=\"cpu\",model=\"00ff\"} 1",
         "afd_ffn_attention_workers{ffn=\"1\",state=\"serving\"} 2\n",
@@ -41,7 +48,9 @@ TEST(FfnMetrics, PrometheusTextCarriesTheWorkersCounters) {
         "afd_ffn_multi_worker_batches_total{ffn=\"1\"} 2\n", "afd_ffn_compute_seconds_total{ffn=\"1\"} 0.5\n",
         "afd_ffn_bad_frames_total{ffn=\"1\"} 4\n", "afd_ffn_refused_handshakes_total{ffn=\"1\"} 6\n",
         "afd_ffn_peer_losses_total{ffn=\"1\"} 1\n", "afd_ffn_late_peers_total{ffn=\"1\"} 3\n",
-        "afd_ffn_probes_total{ffn=\"1\"} 11\n",
+        "afd_ffn_probes_total{ffn=\"1\"} 11\n", "afd_ffn_routed_experts{ffn=\"1\"} 3\n",
+        "afd_ffn_expert_tokens_total{ffn=\"1\",layer=\"1\",expert=\"0\"} 2\n",
+        "afd_ffn_expert_tokens_total{ffn=\"1\",layer=\"1\",expert=\"2\"} 1\n",
         "# TYPE afd_ffn_batch_tokens histogram\n",
         // Cumulative buckets: <=1: 1; <=2: 1; <=4: 3; <=16: 3; <=32: 4; <=8192: 4; +Inf: 5.
         "afd_ffn_batch_tokens_bucket{ffn=\"1\",le=\"1\"} 1\n", "afd_ffn_batch_tokens_bucket{ffn=\"1\",le=\"2\"} 1\n",
