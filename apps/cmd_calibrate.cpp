@@ -85,7 +85,7 @@ class EngineStageSampler {
     for (size_t i = 0; i < seqs_.size(); ++i) items[i] = BatchItem{seqs_[i], std::span<const int32_t>(&last_[i], 1), false};
     AFD_RETURN_IF_ERROR(engine_->forward(items, &logits_));
     for (auto& t : last_) t = static_cast<int32_t>((t * 31 + 7) % w_->config.vocab_size);
-    return Status::ok();
+    return Status();
   }
 
   EngineOptions opt_;

@@ -63,7 +63,7 @@ Status check_ffn(const WorkerFlags& f, int* shard, int* n_shards, Precision* pre
   if (f.engine.options.afd.ffn_tp < 1 || *n_shards % f.engine.options.afd.ffn_tp != 0)
     return invalid_argument("--ffn-tp " + std::to_string(f.engine.options.afd.ffn_tp) + " does not divide the " +
                             std::to_string(*n_shards) + " FFN workers of --shard " + f.shard);
-  return Status::ok();
+  return Status();
 }
 
 void run_ffn(const WorkerFlags& f) {

@@ -90,7 +90,7 @@ Status DeploymentConfig::apply(const std::vector<TopologySetting>& in, const std
     it->source = ConfigSource::topology_file;
     it->origin = where;
   }
-  return Status::ok();
+  return Status();
 }
 
 const DeploymentConfig::Setting* DeploymentConfig::find(const std::string& key) const {

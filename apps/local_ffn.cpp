@@ -51,7 +51,7 @@ Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, 
 }
 
 Status LocalFfnProcesses::start(const EngineFlags& flags, EngineOptions* o, bool with_metrics) {
-  if (!flags.spawn_ffn) return Status::ok();
+  if (!flags.spawn_ffn) return Status();
   if (!o->afd.ffn_addresses.empty()) return invalid_argument("--spawn-ffn and --ffn exclude each other");
   const Topology& t = o->topology;
   if (t.wiring != Wiring::afd) return invalid_argument("--spawn-ffn needs an xAyF topology, got '" + t.to_string() + "'");
@@ -62,11 +62,11 @@ Status LocalFfnProcesses::start(const EngineFlags& flags, EngineOptions* o, bool
   trace_parts_ = std::move(spawned.trace_parts);
   o->afd.attention_index = 0;
   o->afd.local_attention = t.n_attention;
-  return Status::ok();
+  return Status();
 }
 
 Status LocalFfnProcesses::merge_traces(const char* cmd, const std::string& path) {
-  if (trace_parts_.empty()) return Status::ok();
+  if (trace_parts_.empty()) return Status();
   children_.stop_all();
   return merge_trace_parts(cmd, path, trace_parts_, /*include_path=*/true);
 }

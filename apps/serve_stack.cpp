@@ -208,7 +208,7 @@ Status ServiceFlags::validate() const {
   for (double t : {l.header_timeout_s, l.body_timeout_s, l.idle_timeout_s, l.write_timeout_s})
     if (!(t > 0 && t <= 86400))
       return invalid_argument("--http-*-timeout-s must be in (0, 86400]");
-  return Status::ok();
+  return Status();
 }
 
 serve::ServerOptions ServiceFlags::server() const {

@@ -57,19 +57,19 @@ Status write_trace(const char* cmd, TraceRecorder& t, const std::string& path) {
   const size_t dropped = t.dropped();
   std::fprintf(stderr, "afd %s: wrote %zu trace spans to %s%s\n", cmd, t.size(), path.c_str(),
                dropped == 0 ? "" : (" (" + std::to_string(dropped) + " more dropped past --trace-max-spans)").c_str());
-  return Status::ok();
+  return Status();
 }
 
 Status merge_trace_parts(const char* cmd, const std::string& path, const std::vector<std::string>& parts,
                          bool include_path) {
-  if (parts.empty()) return Status::ok();
+  if (parts.empty()) return Status();
   std::vector<std::string> files;
   for (const std::string& p : parts) {
     std::vector<std::string> f = part_files(p);
     if (f.empty()) spdlog::warn("afd {}: no trace from {} (its process ended before it opened one)", cmd, p);
     files.insert(files.end(), f.begin(), f.end());
   }
-  if (files.empty()) return Status::ok();
+  if (files.empty()) return Status();
   std::vector<std::string> all;
   std::error_code ec;
   if (include_path && std::filesystem::exists(path, ec)) all.push_back(path);
@@ -87,7 +87,7 @@ Status merge_trace_parts(const char* cmd, const std::string& path, const std::ve
   }
   std::fprintf(stderr, "afd %s: merged %zu worker process trace%s into %s\n", cmd, merged,
                merged == 1 ? "" : "s", path.c_str());
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd::cli

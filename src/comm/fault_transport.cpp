@@ -85,7 +85,7 @@ Result<RequestId> FaultTransport::post_send(PeerId peer, uint64_t tag, const voi
     }
     if (drop) {
       spdlog::debug("fault: dropping a {}-byte message to peer {}", len, peer);
-      table_.complete(outer, Completion{Status::ok(), len});
+      table_.complete(outer, Completion{Status(), len});
       return outer;
     }
     if (corrupt_n_ > 0 && applies(corrupt_target_, peer) && len > 0) {

@@ -40,7 +40,7 @@ struct InprocPort {
 };
 
 namespace {
-Completion ok_bytes(size_t n) { return Completion{Status::ok(), n}; }
+Completion ok_bytes(size_t n) { return Completion{Status(), n}; }
 Status too_long(size_t len, size_t cap, const std::string& from) {
   return resource_exhausted("message of " + std::to_string(len) + " bytes from " + from +
                             " exceeds the posted receive buffer of " + std::to_string(cap) + " bytes");
@@ -94,25 +94,25 @@ Status InprocTransport::listen(const std::string& address) {
   if (hub_->listeners_.count(address)) return invalid_argument("inproc address '" + address + "' is already in use");
   hub_->listeners_[address] = this;
   listen_address_ = address;
-  return Status::ok();
+  return Status();
 }
 
 Status InprocTransport::connect(const std::string& address) {
   {
     std::lock_guard<std::mutex> lk(peers_mu_);
     for (auto& w : wanted_) {
-      if (w == address) return Status::ok();
+      if (w == address) return Status();
     }
     wanted_.push_back(address);
   }
   try_reconnect();
-  return Status::ok();
+  return Status();
 }
 
 Status InprocTransport::stop_connecting(const std::string& address) {
   std::lock_guard<std::mutex> lk(peers_mu_);
   std::erase(wanted_, address);
-  return Status::ok();
+  return Status();
 }
 
 void InprocTransport::link(InprocTransport* a, InprocTransport* b, const std::string& address_of_b) {
@@ -223,14 +223,14 @@ Status InprocTransport::disconnect(PeerId peer) {
   {
     std::lock_guard<std::mutex> pl(peers_mu_);
     if (peer >= peers_.size()) return invalid_argument("inproc disconnect: unknown peer " + std::to_string(peer));
-    if (peers_[peer].remote == nullptr) return Status::ok();
+    if (peers_[peer].remote == nullptr) return Status();
     name = peers_[peer].name;
     there = peers_[peer].my_id_there;
   }
   auto it = hub_->by_name_.find(name);
   if (it != hub_->by_name_.end()) it->second->on_peer_lost(there, "'" + name_ + "' dropped the connection");
   on_peer_lost(peer, "disconnected on request");
-  return Status::ok();
+  return Status();
 }
 
 void InprocTransport::push_event(PeerEvent ev) { events_.push(std::move(ev)); }

@@ -83,7 +83,7 @@ class InprocTransport final : public Transport {
   void close() override;
   // Registration is a no-op in one address space; the region is returned as given.
   Result<MemoryRegion> register_memory(void* base, size_t size) override { return MemoryRegion{base, size, 0}; }
-  Status deregister_memory(const MemoryRegion&) override { return Status::ok(); }
+  Status deregister_memory(const MemoryRegion&) override { return Status(); }
   Status disconnect(PeerId peer) override;
   Status stop_connecting(const std::string& address) override;
 

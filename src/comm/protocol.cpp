@@ -471,7 +471,7 @@ Status check_handshake_match(const Handshake& mine, const Handshake& theirs) {
     return fail("the attention side expects FFN TP degree " + std::to_string(a.tp_degree) + ", the FFN worker has " +
                 std::to_string(f.tp_degree));
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd::comm

@@ -202,7 +202,7 @@ inline int RequestTable::poll_any(std::span<const RequestId> ids) const {
 
 inline bool RequestTable::test(RequestId id, Completion* out) {
   if (is_finished_id(id)) {
-    *out = Completion{Status::ok(), static_cast<size_t>(id & kTagMask)};
+    *out = Completion{Status(), static_cast<size_t>(id & kTagMask)};
     return true;
   }
   Slot* s = lookup(id);

@@ -149,7 +149,7 @@ Status send_all(int fd, const void* data, size_t n, int64_t deadline_ns) {
     p += k;
     n -= static_cast<size_t>(k);
   }
-  return Status::ok();
+  return Status();
 }
 
 Status recv_all(int fd, void* data, size_t n, int64_t deadline_ns) {
@@ -168,7 +168,7 @@ Status recv_all(int fd, void* data, size_t n, int64_t deadline_ns) {
     p += k;
     n -= static_cast<size_t>(k);
   }
-  return Status::ok();
+  return Status();
 }
 
 void close_fd(int fd) {

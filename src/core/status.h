@@ -42,7 +42,8 @@ class [[nodiscard]] Status {
   Status(Status&&) noexcept = default;
   Status& operator=(Status&&) noexcept = default;
 
-  static Status ok() { return Status(); }
+  // A default-constructed Status is ok. ok() and is_ok() say the same (as Result<T>::ok()).
+  bool ok() const { return is_ok(); }
   bool is_ok() const { return code_ == StatusCode::ok; }
   explicit operator bool() const { return is_ok(); }
   StatusCode code() const { return code_; }

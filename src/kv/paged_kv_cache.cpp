@@ -65,7 +65,7 @@ size_t PagedKvCache::storage_bytes() const {
 Status PagedKvCache::add_sequence(int64_t seq) {
   if (seqs_.count(seq)) return invalid_argument("kv cache: sequence " + std::to_string(seq) + " exists");
   seqs_.emplace(seq, Seq{});
-  return Status::ok();
+  return Status();
 }
 
 void PagedKvCache::remove_sequence(int64_t seq) {
@@ -225,7 +225,7 @@ Status PagedKvCache::append(int64_t seq, int64_t n) {
                               std::to_string(n_free_blocks()) + " free");
   for (int64_t i = 0; i < need; ++i) it->second.blocks.push_back(take_block());
   it->second.length += n;
-  return Status::ok();
+  return Status();
 }
 
 void PagedKvCache::truncate(int64_t seq, int64_t new_length) {

@@ -87,7 +87,7 @@ Status check_range(const std::string& field, int64_t v, int64_t lo, int64_t hi) 
   if (v < lo || v > hi) {
     return field_error(field, std::to_string(v) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
-  return Status::ok();
+  return Status();
 }
 
 // Reads typed fields from one JSON object; `null` counts as absent (HF writes null for unset).
@@ -226,7 +226,7 @@ Status parse_quantization(const json& q, ModelConfig* c) {
     return not_supported("field 'quantization_config.scale_fmt': '" + c->quant_scale_fmt + "' is not supported");
   }
   c->weight_quant = WeightQuant::fp8_block;
-  return Status::ok();
+  return Status();
 }
 
 // Field names that differ between families, for error messages.
@@ -299,20 +299,20 @@ Status parse_qwen_mixtral(const Fields& f, ModelConfig* c) {
   }
   AFD_ASSIGN_OR_RETURN(c->rms_norm_eps, f.num_opt("rms_norm_eps", mixtral ? 1e-5 : 1e-6));
   AFD_ASSIGN_OR_RETURN(c->max_position_embeddings, f.int_opt("max_position_embeddings", mixtral ? 4096 * 32 : 32768));
-  return Status::ok();
+  return Status();
 }
 
 // rope_scaling of a DeepSeek config: null/absent, or YaRN (the only type MLA implements).
 Status parse_rope_scaling(const Fields& f, ModelConfig* c) {
   const json* rs = f.get("rope_scaling");
-  if (rs == nullptr) return Status::ok();
+  if (rs == nullptr) return Status();
   if (!rs->is_object()) return field_error("rope_scaling", "expected an object or null, got " + rs->dump());
   Fields r(*rs);
   AFD_ASSIGN_OR_RETURN(std::string type, r.str_opt("type", ""));
   if (type.empty()) {
     AFD_ASSIGN_OR_RETURN(type, r.str_opt("rope_type", ""));
   }
-  if (type == "default") return Status::ok();
+  if (type == "default") return Status();
   if (type != "yarn") {
     return not_supported("field 'rope_scaling.type': '" + type + "' is not supported (only yarn)");
   }
@@ -326,7 +326,7 @@ Status parse_rope_scaling(const Fields& f, ModelConfig* c) {
   AFD_ASSIGN_OR_RETURN(y.beta_slow, r.num_opt("beta_slow", 1.0));
   AFD_ASSIGN_OR_RETURN(y.mscale, r.num_opt("mscale", 1.0));
   AFD_ASSIGN_OR_RETURN(y.mscale_all_dim, r.num_opt("mscale_all_dim", 0.0));
-  return Status::ok();
+  return Status();
 }
 
 // DeepSeek-V2 / V3 (and Kimi-K2): field names and defaults of transformers' DeepseekV2Config /
@@ -470,7 +470,7 @@ Status parse_step3(const Fields& f, ModelConfig* c) {
   // Step3TextConfig spells it singular; SGLang reads the plural: either is taken.
   AFD_ASSIGN_OR_RETURN(c->max_position_embeddings, f.int_opt("max_position_embeddings", 65536));
   AFD_ASSIGN_OR_RETURN(c->max_position_embeddings, f.int_opt("max_position_embedding", c->max_position_embeddings));
-  return Status::ok();
+  return Status();
 }
 
 // The LLM fields of `f` (the whole config, or step3_vl's text_config); `outer` (the top level
@@ -502,7 +502,7 @@ Status parse_llm(const Fields& f, const Fields* outer, ModelConfig* c) {
   AFD_ASSIGN_OR_RETURN(c->eos_token_ids, pick("eos_token_id").int_list_opt("eos_token_id"));
   if (const json* q = pick("quantization_config").get("quantization_config"))
     AFD_RETURN_IF_ERROR(parse_quantization(*q, c));
-  return Status::ok();
+  return Status();
 }
 
 Status parse_fields(const json& root, ModelConfig* c) {
@@ -646,7 +646,7 @@ Status ModelConfig::validate() const {
   AFD_RETURN_IF_ERROR(check_range("sliding_window", sliding_window, 0, int64_t{1} << 32));
   for (int64_t id : eos_token_ids) AFD_RETURN_IF_ERROR(check_range("eos_token_id", id, 0, vocab_size - 1));
   if (bos_token_id != -1) AFD_RETURN_IF_ERROR(check_range("bos_token_id", bos_token_id, 0, vocab_size - 1));
-  return Status::ok();
+  return Status();
 }
 
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source) {
@@ -670,7 +670,7 @@ Result<ModelConfig> load_model_config(const std::string& model_dir) {
     json g = json::parse(gtext, nullptr, /*allow_exceptions=*/false);
     if (g.is_discarded() || !g.is_object()) return invalid_argument(gen_path + ": not a JSON object");
     Fields f(g);
-    Status s = Status::ok();
+    Status s = Status();
     // generation_config.json is what generate() uses for stopping; it overrides config.json.
     auto eos = f.int_list_opt("eos_token_id");
     if (!eos.ok()) s = eos.status();

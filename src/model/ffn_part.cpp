@@ -201,7 +201,7 @@ FfnWeights slice_one(const FfnWeights& f, int r, int t, ModelWeights* out) {
 Status check_ffn_tp_degree(const ModelWeights& w, int degree) {
   if (degree < 1 || degree > 64) return invalid_argument("FFN TP degree must be in [1, 64], got " + std::to_string(degree));
   auto check = [&](const FfnWeights& f, const char* field) -> Status {
-    if (f.empty() || f.gate.rows % degree == 0) return Status::ok();
+    if (f.empty() || f.gate.rows % degree == 0) return Status();
     return invalid_argument("FFN TP degree " + std::to_string(degree) + " does not divide " + field + " = " +
                             std::to_string(f.gate.rows) + " (each TP rank holds I/t intermediate rows)");
   };
@@ -213,7 +213,7 @@ Status check_ffn_tp_degree(const ModelWeights& w, int degree) {
       AFD_RETURN_IF_ERROR(check(L.dense, "intermediate_size"));
     }
   }
-  return Status::ok();
+  return Status();
 }
 
 Result<std::shared_ptr<const ModelWeights>> slice_ffn_tp(std::shared_ptr<const ModelWeights> w, const FfnTpSlice& s) {

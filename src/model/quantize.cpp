@@ -178,7 +178,7 @@ Result<ConvertReport> convert_checkpoint(const std::string& in_dir, const std::s
             AFD_RETURN_IF_ERROR(write(q.data(), static_cast<size_t>(nr * C)));
             scales.insert(scales.end(), s.begin(), s.end());
           }
-        return Status::ok();
+        return Status();
       }
       case Plan::Op::dequantize: {
         ++rep.tensors_converted;
@@ -200,10 +200,10 @@ Result<ConvertReport> convert_checkpoint(const std::string& in_dir, const std::s
               AFD_RETURN_IF_ERROR(write(row16.data(), row16.size() * sizeof(uint16_t)));
             }
           }
-        return Status::ok();
+        return Status();
       }
     }
-    return Status::ok();
+    return Status();
   };
   AFD_ASSIGN_OR_RETURN(WrittenCheckpoint wc, write_checkpoint_tensors(out_dir, plan.specs, opt.shard_size, data));
   rep.bytes_out = wc.tensor_bytes;

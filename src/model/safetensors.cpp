@@ -90,7 +90,7 @@ Status parse_tensor(const std::string& source, const std::string& name, const js
                            " bytes but dtype " + dt + " x shape " + shape_text + " needs " +
                            std::to_string(numel) + " x " + std::to_string(dtype_size(t->dtype)) + " bytes");
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace

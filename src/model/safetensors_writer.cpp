@@ -31,17 +31,17 @@ class OutFile {
     f_ = std::fopen(path.c_str(), "wb");
     if (!f_) return io_error(path + ": cannot open for writing");
     std::setvbuf(f_, nullptr, _IOFBF, 1 << 22);
-    return Status::ok();
+    return Status();
   }
   Status write(const void* p, size_t n) {
     if (n && std::fwrite(p, 1, n, f_) != n) return io_error(path_ + ": write failed (disk full?)");
-    return Status::ok();
+    return Status();
   }
   Status close() {
     int rc = std::fclose(f_);
     f_ = nullptr;
     if (rc != 0) return io_error(path_ + ": close failed (disk full?)");
-    return Status::ok();
+    return Status();
   }
 
  private:
@@ -87,7 +87,7 @@ Status write_shard(const std::string& path, const std::vector<TensorSpec>& tenso
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) return io_error(path + ": rename from " + tmp + " failed: " + ec.message());
-  return Status::ok();
+  return Status();
 }
 
 std::string shard_name(size_t i, size_t n) {
@@ -115,7 +115,7 @@ Status remove_checkpoint_tensors(const std::string& dir) {
       if (ec) return io_error(entry.path().string() + ": cannot remove: " + ec.message());
     }
   }
-  return Status::ok();
+  return Status();
 }
 
 Result<WrittenCheckpoint> write_checkpoint_tensors(const std::string& dir, const std::vector<TensorSpec>& tensors,

@@ -275,7 +275,7 @@ Status load_mla(Binder& b, const ModelConfig& c, const std::string& p, Attention
                                          kv_lora));
   AFD_ASSIGN_OR_RETURN(a->o,
                        b.matrix(p + "o_proj.weight", hidden, Dim{c.o_in_dim(), "num_attention_heads*v_head_dim"}));
-  return Status::ok();
+  return Status();
 }
 
 // Step-3 MFA (MODELS.md A2): q_proj [share_q_dim, H] -> inter_norm -> wq [heads*head_dim,
@@ -291,7 +291,7 @@ Status load_mfa(Binder& b, const ModelConfig& c, const std::string& p, Attention
   AFD_ASSIGN_OR_RETURN(a->k, b.matrix(p + "k_proj.weight", kv_dim, hidden));
   AFD_ASSIGN_OR_RETURN(a->v, b.matrix(p + "v_proj.weight", kv_dim, hidden));
   AFD_ASSIGN_OR_RETURN(a->o, b.matrix(p + "o_proj.weight", hidden, q_dim));
-  return Status::ok();
+  return Status();
 }
 
 Status load_attention(Binder& b, const ModelConfig& c, const std::string& p, AttentionWeights* a) {
@@ -314,7 +314,7 @@ Status load_attention(Binder& b, const ModelConfig& c, const std::string& p, Att
     AFD_ASSIGN_OR_RETURN(a->q_norm, b.vector(p + "q_norm.weight", head));
     AFD_ASSIGN_OR_RETURN(a->k_norm, b.vector(p + "k_norm.weight", head));
   }
-  return Status::ok();
+  return Status();
 }
 
 // gate/up/down of one SwiGLU FFN stored as three nn.Linear weights.
@@ -324,7 +324,7 @@ Status load_ffn(Binder& b, const std::string& gate, const std::string& up, const
   AFD_ASSIGN_OR_RETURN(f->gate, b.matrix(gate, inter, hidden));
   AFD_ASSIGN_OR_RETURN(f->up, b.matrix(up, inter, hidden));
   AFD_ASSIGN_OR_RETURN(f->down, b.matrix(down, hidden, inter));
-  return Status::ok();
+  return Status();
 }
 
 // DeepSeek MoE layer (MODELS.md B2): router mlp.gate.weight, e_score_correction_bias
@@ -351,7 +351,7 @@ Status load_deepseek_moe(Binder& b, const ModelConfig& c, const std::string& lay
     AFD_RETURN_IF_ERROR(
         load_ffn(b, sp + "gate_proj.weight", sp + "up_proj.weight", sp + "down_proj.weight", c, sh, &m->shared));
   }
-  return Status::ok();
+  return Status();
 }
 
 // Step-3 MoE layer (MODELS.md A2): router moe.gate.weight; experts stacked 3-D
@@ -379,7 +379,7 @@ Status load_step3_moe(Binder& b, const ModelConfig& c, const std::string& layer_
     AFD_RETURN_IF_ERROR(
         load_ffn(b, sp + "gate_proj.weight", sp + "up_proj.weight", sp + "down_proj.weight", c, sh, &m->shared));
   }
-  return Status::ok();
+  return Status();
 }
 
 Status load_moe(Binder& b, const ModelConfig& c, const std::string& layer_prefix, MoeWeights* m) {
@@ -429,7 +429,7 @@ Status load_moe(Binder& b, const ModelConfig& c, const std::string& layer_prefix
         load_ffn(b, sp + "gate_proj.weight", sp + "up_proj.weight", sp + "down_proj.weight", c, sh, &m->shared));
     AFD_ASSIGN_OR_RETURN(m->shared_gate, b.matrix(moe + "shared_expert_gate.weight", Dim{1, "1"}, hidden));
   }
-  return Status::ok();
+  return Status();
 }
 
 // Decoder layer `l` (model.layers.l.*), MoE or dense by c's rules for l.
@@ -458,7 +458,7 @@ Status load_all(Binder& b, const ModelConfig& c, ModelWeights* w) {
   AFD_ASSIGN_OR_RETURN(w->final_norm, b.vector("model.norm.weight", hidden));
   w->layers.resize(static_cast<size_t>(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) AFD_RETURN_IF_ERROR(load_layer(b, c, l, &w->layers[static_cast<size_t>(l)]));
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ Status Accelerator::validate() const {
   if (mem_bytes < 0 || net_bw < 0) return invalid_argument("accelerator " + id + ": negative mem_bytes/net_bw");
   if (cards_per_server < 1) return invalid_argument("accelerator " + id + ": cards_per_server must be >= 1");
   if (usd_per_hour && !(*usd_per_hour > 0)) return invalid_argument("accelerator " + id + ": usd_per_hour must be > 0");
-  return Status::ok();
+  return Status();
 }
 
 std::vector<Accelerator> accelerator_presets() {
@@ -96,10 +96,10 @@ Result<std::vector<Accelerator>> parse_accelerators_json(const std::string& text
     Accelerator a;
     auto num = [&](const char* key, double* dst, bool required) -> Status {
       auto it = o.find(key);
-      if (it == o.end()) return required ? invalid_argument(where + ": missing field '" + key + "'") : Status::ok();
+      if (it == o.end()) return required ? invalid_argument(where + ": missing field '" + key + "'") : Status();
       if (!it->is_number()) return invalid_argument(where + ": field '" + key + "' must be a number");
       *dst = it->get<double>();
-      return Status::ok();
+      return Status();
     };
     auto it = o.find("id");
     if (it == o.end() || !it->is_string()) return invalid_argument(where + ": missing string field 'id'");

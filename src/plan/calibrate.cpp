@@ -90,10 +90,10 @@ Result<std::vector<StageSample>> parse_samples_csv(const std::string& text, cons
       return corrupt_data(where + ": expected " + std::to_string(col.size()) + " fields, got " + std::to_string(fields.size()));
     auto get = [&](const char* name, double* v) -> Status {
       auto it = col.find(name);
-      if (it == col.end()) return Status::ok();
+      if (it == col.end()) return Status();
       if (!parse_double(fields[it->second], v)) return corrupt_data(where + ": column '" + name + "' is not a number");
       if (*v < 0) return corrupt_data(where + ": column '" + name + "' is negative");
-      return Status::ok();
+      return Status();
     };
     double b = 0, tl = 0, ft = 0;
     StageSample s;

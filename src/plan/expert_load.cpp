@@ -19,7 +19,7 @@ const char* expert_placement_name(ExpertPlacementKind k) {
 }
 
 Status ExpertLoadConfig::validate(int64_t n_ffn) const {
-  if (!enabled()) return Status::ok();
+  if (!enabled()) return Status();
   const std::string e = std::to_string(n_experts);
   if (n_experts < 1 || n_experts > 4096) return invalid_argument("n_experts = " + e + " is not in [1, 4096]");
   if (top_k < 1 || top_k > n_experts)
@@ -37,7 +37,7 @@ Status ExpertLoadConfig::validate(int64_t n_ffn) const {
     if (n_experts < n_ffn)
       return invalid_argument("contiguous placement: " + e + " experts cannot give each of " + std::to_string(n_ffn) +
                               " FFN workers one");
-    return Status::ok();
+    return Status();
   }
   if (n_ffn > 1000000) return invalid_argument("too many FFN workers for EPLB");
   return check_eplb_options(n_experts, {.n_workers = static_cast<int>(n_ffn), .redundant = redundant});

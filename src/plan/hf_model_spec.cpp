@@ -55,7 +55,7 @@ Status read_trunk(const Fields& f, const HfSpecOptions& o, ModelSpec* m, GqaShap
   s->hidden = m->hidden;
   AFD_ASSIGN_OR_RETURN(s->n_heads, f.positive("num_attention_heads"));
   s->kv_elem_bytes = o.kv_elem_bytes;
-  return Status::ok();
+  return Status();
 }
 
 // n_moe of m's layers are MoE, the rest dense (dense_inter wide).

@@ -49,13 +49,13 @@ Status LatencyProfile::validate() const {
   auto check = [](const LinearModel& m, const char* name) -> Status {
     if (!std::isfinite(m.alpha) || !std::isfinite(m.beta)) return invalid_argument(std::string(name) + ": non-finite alpha/beta");
     if (m.alpha < 0 || m.beta < 0) return invalid_argument(std::string(name) + ": alpha and beta must be >= 0");
-    return Status::ok();
+    return Status();
   };
   AFD_RETURN_IF_ERROR(check(attention, "attention"));
   AFD_RETURN_IF_ERROR(check(ffn, "ffn"));
   AFD_RETURN_IF_ERROR(check(comm, "comm"));
   if (ffn.alpha <= 0) return invalid_argument("ffn: alpha must be > 0 (the ratio theory divides by it)");
-  return Status::ok();
+  return Status();
 }
 
 LatencyProfile af_ratio_paper_profile() {
@@ -110,7 +110,7 @@ Status save_profile_file(const LatencyProfile& p, const std::string& path) {
   if (!f) return io_error("cannot write profile '" + path + "'");
   f << profile_to_json(p);
   if (!f) return io_error("write failed: '" + path + "'");
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd::plan

@@ -42,7 +42,7 @@ Status check_wire_memory(const EngineOptions& opt, const Topology& topo, const M
                   static_cast<long long>(opt.afd.max_batch_tokens), static_cast<double>(avail) / (1 << 30));
     return resource_exhausted(msg);
   }
-  return Status::ok();
+  return Status();
 }
 
 std::unique_ptr<comm::Transport> with_delay(std::unique_ptr<comm::Transport> t, int64_t delay_us) {
@@ -62,7 +62,7 @@ Status Bundle::fail_ffn_worker(int j, const std::string& why) {
   ffn_stop_[static_cast<size_t>(j)].store(true);
   if (ffn_threads_[static_cast<size_t>(j)].joinable()) ffn_threads_[static_cast<size_t>(j)].join();
   transports_[static_cast<size_t>(j)]->close();  // the attention engines see the loss
-  return Status::ok();
+  return Status();
 }
 
 std::vector<const FfnWorkerStats*> Bundle::ffn_stats() const {
@@ -296,7 +296,7 @@ Status DataParallelEngine::settle_drafts(int64_t seq_id, int64_t n_accepted) {
 
 Status DataParallelEngine::health() const {
   for (const auto& e : engines()) AFD_RETURN_IF_ERROR(e->health());
-  return Status::ok();
+  return Status();
 }
 
 int64_t DataParallelEngine::last_expert_reads() const {
@@ -396,7 +396,7 @@ Status DataParallelEngine::forward_with_hidden(std::span<const BatchItem> items,
     for (const FfnWorkerStats* s : stats) busy += s->ffn_ns.load();
     times_.ffn_s = busy * 1e-9 / static_cast<double>(stats.size());
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd

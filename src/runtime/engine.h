@@ -142,7 +142,7 @@ class Engine {
   // ok when a forward pass can run now; otherwise why not (unavailable: a remote FFN worker
   // is not connected). Thread-safe, unlike the rest of this interface: health checks call
   // it while the engine runs.
-  virtual Status health() const { return Status::ok(); }
+  virtual Status health() const { return Status(); }
 
   // The thread pool the engine's attention runs on, for work its driver runs between forward
   // passes on the same thread (the MTP drafter), so that two pools do not contend for the

@@ -38,7 +38,7 @@ Status SpeculativeOptions::validate() const {
   if ((ngram_min < 1 || ngram_min > ngram_max || ngram_max > 16))
     return invalid_argument("--ngram-min / --ngram-max must satisfy 1 <= min <= max <= 16, got " +
                             std::to_string(ngram_min) + " / " + std::to_string(ngram_max));
-  return Status::ok();
+  return Status();
 }
 
 int EngineOptions::pipeline_microbatches() const {
@@ -50,7 +50,7 @@ Status EngineOptions::validate_ffn_device() const {
   if (ffn_device == "cuda" && deterministic)
     return invalid_argument("--deterministic needs the CPU FFN: the CUDA FFN's results depend on the batch "
                             "(use --ffn-device cpu)");
-  return Status::ok();
+  return Status();
 }
 
 Status EngineOptions::validate() const {
@@ -109,7 +109,7 @@ Status EngineOptions::validate() const {
       return invalid_argument("--ffn-tp " + std::to_string(afd.ffn_tp) + " does not divide the " + std::to_string(y) +
                               " FFN workers" + (t.wiring == Wiring::mono ? " of --afd-rounding" : " of " + t.to_string()));
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd

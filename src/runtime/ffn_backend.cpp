@@ -51,7 +51,7 @@ Status LocalFfnBackend::dispatch(int64_t layer, int microbatch, TokenBatch& b) {
     }
   }
   times_at(layer).ffn_s += (now_ns() - t0) * 1e-9;
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd

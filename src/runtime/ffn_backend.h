@@ -36,7 +36,7 @@ class FfnBackend {
   // Whether the backend can serve a forward pass now: ok, or unavailable naming what is
   // missing (e.g. a remote FFN worker that is not connected). Unlike the rest of this
   // interface, callable from any thread (health checks), concurrently with the engine.
-  virtual Status health() const { return Status::ok(); }
+  virtual Status health() const { return Status(); }
   // Per-layer times since the last reset_times() (one entry per layer seen).
   const std::vector<FfnLayerTimes>& layer_times() const { return times_; }
   void reset_times() { times_.clear(); }
@@ -75,7 +75,7 @@ class LocalFfnBackend : public FfnBackend {
  public:
   LocalFfnBackend(std::shared_ptr<const ModelWeights> w, LocalFfnOptions opt, ThreadPool* pool);
   Status dispatch(int64_t layer, int microbatch, TokenBatch& b) override;
-  Status combine(int64_t layer, int microbatch, TokenBatch& b) override { return Status::ok(); }
+  Status combine(int64_t layer, int microbatch, TokenBatch& b) override { return Status(); }
 
  private:
   std::shared_ptr<const ModelWeights> w_;

@@ -131,7 +131,7 @@ Status MtpHead::forward(std::span<const Item> items, std::vector<float>* logits,
   for (int64_t r = 0; r < n; ++r) rows[r] = r;
   logits->resize(static_cast<size_t>(n * V));
   attn_.logits(b_, rows, logits->data());
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd

@@ -49,7 +49,7 @@ Status PipelineEngine::settle_drafts(int64_t seq_id, int64_t n_accepted) {
   kv_->truncate(seq_id, kv_->length(seq_id) - (k - n_accepted));
   kv_->commit_tokens(seq_id, std::span<const int32_t>(it->second.data(), static_cast<size_t>(n_accepted)));
   drafts_.erase(it);
-  return Status::ok();
+  return Status();
 }
 
 bool PipelineEngine::can_append(int64_t seq_id, int64_t n_tokens) const {
@@ -104,7 +104,7 @@ Status PipelineEngine::validate(std::span<const BatchItem> items) const {
   if (blocks > kv_->n_free_blocks())
     return resource_exhausted("kv cache: batch needs " + std::to_string(blocks) + " blocks, " +
                               std::to_string(kv_->n_free_blocks()) + " free");
-  return Status::ok();
+  return Status();
 }
 
 namespace {
@@ -133,7 +133,7 @@ Status PipelineEngine::fill_synthetic_context(int64_t seq_id, int64_t n_tokens) 
     }
     for (int64_t l = 0; l < w_->config.n_layers; ++l) kv_->write(l, seq_id, p, k.data(), v.data());
   }
-  return Status::ok();
+  return Status();
 }
 
 Status PipelineEngine::run_layers(std::vector<TokenBatch*>& mbs) {
@@ -174,7 +174,7 @@ Status PipelineEngine::run_layers(std::vector<TokenBatch*>& mbs) {
     attn_.add_ffn(*mbs[mb]);
   }
   times_.attention_s = attn_s;
-  return Status::ok();
+  return Status();
 }
 
 Status PipelineEngine::forward_with_hidden(std::span<const BatchItem> items, std::vector<float>* logits,
@@ -286,7 +286,7 @@ Status PipelineEngine::forward_with_hidden(std::span<const BatchItem> items, std
     times_.f2a_s += lt.f2a_s;
   }
   times_.total_s = (now_ns() - t_start) * 1e-9;
-  return Status::ok();
+  return Status();
 }
 
 Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, std::shared_ptr<const ModelWeights> w,

@@ -14,7 +14,7 @@ Status SamplingParams::validate() const {
   if (top_k < 0) return invalid_argument("top_k must be >= 0, got " + std::to_string(top_k));
   if (n_top_logprobs < 0 || n_top_logprobs > 20)
     return invalid_argument("top_logprobs must be in [0, 20], got " + std::to_string(n_top_logprobs));
-  return Status::ok();
+  return Status();
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}

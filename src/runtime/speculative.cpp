@@ -33,7 +33,7 @@ std::vector<int32_t> NgramDrafter::lookup(std::span<const int32_t> ctx, int64_t 
 Status NgramDrafter::propose(std::span<const Query> queries, std::vector<std::vector<int32_t>>* drafts) {
   drafts->assign(queries.size(), {});
   for (size_t i = 0; i < queries.size(); ++i) (*drafts)[i] = lookup(queries[i].context, queries[i].max_drafts);
-  return Status::ok();
+  return Status();
 }
 
 MtpDrafter::MtpDrafter(std::unique_ptr<MtpHead> head) : head_(std::move(head)) {}
@@ -45,7 +45,7 @@ Status MtpDrafter::add_sequence(int64_t key) {
   if (seqs_.count(key)) return invalid_argument("MTP drafter: sequence " + std::to_string(key) + " exists");
   AFD_ASSIGN_OR_RETURN(int64_t id, head_->create_sequence());
   seqs_[key].head_seq = id;
-  return Status::ok();
+  return Status();
 }
 
 void MtpDrafter::release_sequence(int64_t key) {
@@ -70,7 +70,7 @@ Status MtpDrafter::observe(int64_t key, int64_t pos, std::span<const float> hidd
                             std::to_string(pos) + ", expected " + std::to_string(expect));
   s.pending_hidden.insert(s.pending_hidden.end(), hidden.begin(), hidden.end());
   s.pending_next.insert(s.pending_next.end(), next.begin(), next.end());
-  return Status::ok();
+  return Status();
 }
 
 Status MtpDrafter::propose(std::span<const Query> queries, std::vector<std::vector<int32_t>>* drafts) {
@@ -131,7 +131,7 @@ Status MtpDrafter::propose(std::span<const Query> queries, std::vector<std::vect
     more = std::move(next_more);
     prev = std::move(next_prev);
   }
-  return Status::ok();
+  return Status();
 }
 
 Result<std::unique_ptr<Drafter>> make_drafter(const EngineOptions& opt, std::shared_ptr<const ModelWeights> weights,

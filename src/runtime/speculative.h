@@ -33,7 +33,7 @@ class Drafter {
   virtual ~Drafter() = default;
   // Sequences are named by the caller's key (e.g. the engine's sequence id); releasing an
   // unknown key does nothing.
-  virtual Status add_sequence(int64_t key) { return Status::ok(); }
+  virtual Status add_sequence(int64_t key) { return Status(); }
   virtual void release_sequence(int64_t key) {}
   // Whether observe() needs the main model's final-normed hidden states
   // (Engine::forward_with_hidden, one row per forwarded position: all_logits).
@@ -42,7 +42,7 @@ class Drafter {
   // model's final-normed states there, next [n] the tokens at positions pos+1 .. pos+n. Calls
   // for one key come in position order without gaps, starting at 0.
   virtual Status observe(int64_t key, int64_t pos, std::span<const float> hidden, std::span<const int32_t> next) {
-    return Status::ok();
+    return Status();
   }
   struct Query {
     int64_t key = -1;

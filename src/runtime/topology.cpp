@@ -71,7 +71,7 @@ Status parse_shard(const std::string& s, int* shard, int* n_shards) {
   if (slash == std::string::npos || !parse_small_int(s.substr(0, slash), 0, 63, shard) ||
       !parse_small_int(s.substr(slash + 1), 1, 64, n_shards) || *shard >= *n_shards)
     return invalid_argument("shard '" + s + "': expected i/y with 0 <= i < y <= 64");
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd

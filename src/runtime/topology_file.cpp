@@ -22,47 +22,47 @@ class Fields {
     std::set<std::string> ok(allowed.begin(), allowed.end());
     for (auto it = obj_.begin(); it != obj_.end(); ++it)
       if (!ok.count(it.key())) return err(it.key(), "unknown field");
-    return Status::ok();
+    return Status();
   }
   Status str(const char* key, std::string* out, bool required = false) const {
     auto it = obj_.find(key);
-    if (it == obj_.end()) return required ? err(key, "missing (a string)") : Status::ok();
+    if (it == obj_.end()) return required ? err(key, "missing (a string)") : Status();
     if (!it->is_string()) return err(key, "must be a string");
     *out = it->get<std::string>();
-    return Status::ok();
+    return Status();
   }
   Status integer(const char* key, int* out, int lo, int hi) const {
     auto it = obj_.find(key);
-    if (it == obj_.end()) return Status::ok();
+    if (it == obj_.end()) return Status();
     if (!it->is_number_integer()) return err(key, "must be an integer");
     const int64_t v = it->get<int64_t>();
     if (v < lo || v > hi) return err(key, std::to_string(v) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
     *out = static_cast<int>(v);
-    return Status::ok();
+    return Status();
   }
   // A checked integer or string value given under `key`, recorded as the setting `flag_key`.
   Status int_setting(const char* key, const char* flag_key, int lo, int hi, std::vector<TopologySetting>* out) const {
-    if (obj_.find(key) == obj_.end()) return Status::ok();
+    if (obj_.find(key) == obj_.end()) return Status();
     int v = 0;
     AFD_RETURN_IF_ERROR(integer(key, &v, lo, hi));
     out->push_back({flag_key, v, where(key)});
-    return Status::ok();
+    return Status();
   }
   Status bool_setting(const char* key, const char* flag_key, std::vector<TopologySetting>* out) const {
     auto it = obj_.find(key);
-    if (it == obj_.end()) return Status::ok();
+    if (it == obj_.end()) return Status();
     if (!it->is_boolean()) return err(key, "must be true or false");
     out->push_back({flag_key, it->get<bool>(), where(key)});
-    return Status::ok();
+    return Status();
   }
   Status str_setting(const char* key, const char* flag_key, std::vector<TopologySetting>* out,
                      std::initializer_list<const char*> allowed = {}, const char* allowed_text = "") const {
-    if (obj_.find(key) == obj_.end()) return Status::ok();
+    if (obj_.find(key) == obj_.end()) return Status();
     std::string v;
     AFD_RETURN_IF_ERROR(str(key, &v));
     if (allowed.size() > 0 && std::find(allowed.begin(), allowed.end(), v) == allowed.end()) return err(key, allowed_text);
     out->push_back({flag_key, v, where(key)});
-    return Status::ok();
+    return Status();
   }
   std::string where(const std::string& key) const { return path_ + (path_.empty() ? "" : ".") + key; }
   Status err(const std::string& key, const std::string& what) const {
@@ -101,7 +101,7 @@ Status parse_worker(const json& j, const std::string& origin, const std::string&
     }
   }
   if (w->model_dir.empty()) return f.err("model", "missing (set it here or at the top level)");
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace
@@ -122,7 +122,7 @@ Status split_host_port(const std::string& s, std::string* host, int* port) {
   if (p < 1 || p > 65535) return invalid_argument("'" + s + "': port must be in [1, 65535]");
   *host = h;
   *port = p;
-  return Status::ok();
+  return Status();
 }
 
 std::string TopologyFile::topology() const {

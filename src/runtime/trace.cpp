@@ -54,7 +54,7 @@ Status write_file(const std::string& path, int64_t origin, uint64_t dropped, con
     std::remove(tmp.c_str());
     return io_error("cannot write trace to " + path + ": " + std::strerror(e));
   }
-  return Status::ok();
+  return Status();
 }
 
 std::string name_event(int pid, const std::string& name) {
@@ -125,7 +125,7 @@ Status TraceRecorder::stream_to(const std::string& path, int64_t flush_ms) {
   stream_path_ = path;
   file_ = f;
   flusher_ = std::thread([this, flush_ms] { flush_loop(std::max<int64_t>(flush_ms, 1)); });
-  return Status::ok();
+  return Status();
 }
 
 void TraceRecorder::write_events(const std::vector<std::pair<int, std::string>>& names,
@@ -156,7 +156,7 @@ void TraceRecorder::flush_loop(int64_t flush_ms) {
 }
 
 Status TraceRecorder::finish() {
-  if (file_ == nullptr) return Status::ok();
+  if (file_ == nullptr) return Status();
   {
     std::lock_guard<std::mutex> lk(mu_);
     closed_ = true;
@@ -180,7 +180,7 @@ Status TraceRecorder::finish() {
   if (std::fclose(file_) != 0) write_failed_ = true;
   file_ = nullptr;
   if (write_failed_) return io_error("cannot write trace to " + stream_path_ + ": " + std::strerror(errno));
-  return Status::ok();
+  return Status();
 }
 
 Status TraceRecorder::write(const std::string& path) const {

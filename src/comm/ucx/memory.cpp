@@ -25,7 +25,7 @@ Status UcxTransportImpl::deregister_memory(const MemoryRegion& region) {
   void* memh = regions_.remove(region.base, region.handle);
   if (memh == nullptr) return not_found("ucx deregister_memory: region was not registered here");
   ucp_mem_unmap(context_, static_cast<ucp_mem_h>(memh));
-  return Status::ok();
+  return Status();
 }
 
 void UcxTransportImpl::add_memh(ucp_request_param_t* param, const void* buf, size_t len) {

@@ -36,17 +36,17 @@ Status UcxTransportImpl::listen(const std::string& address) {
   listen_fd_ = fd;
   listen_port_ = port;
   spdlog::info("ucx: {} listening for peers on {} (port {})", opt_.name, address, port);
-  return Status::ok();
+  return Status();
 }
 
 Status UcxTransportImpl::connect(const std::string& address) {
   AFD_RETURN_IF_ERROR(parse_host_port(address).status());
   std::lock_guard<std::mutex> lk(peers_mu_);
   for (auto& w : wanted_) {
-    if (w.address == address) return Status::ok();
+    if (w.address == address) return Status();
   }
   wanted_.push_back(Wanted{address});
-  return Status::ok();
+  return Status();
 }
 
 Status UcxTransportImpl::stop_connecting(const std::string& address) {
@@ -54,7 +54,7 @@ Status UcxTransportImpl::stop_connecting(const std::string& address) {
   const size_t before = wanted_.size();
   std::erase_if(wanted_, [&](const Wanted& w) { return w.address == address; });
   if (wanted_.size() != before) spdlog::info("ucx: {} no longer dials {}", opt_.name, address);
-  return Status::ok();
+  return Status();
 }
 
 Result<PeerId> UcxTransportImpl::peer_id(const std::string& name) const {
@@ -102,7 +102,7 @@ Status UcxTransportImpl::exchange(int fd, const std::string& dialed, PeerId* out
   c.detail = dialed.empty() ? "accepted" : "dialed " + dialed;
   if (!push_command(std::move(c))) return unavailable("closed");
   *out_peer = id;
-  return Status::ok();
+  return Status();
 }
 
 void UcxTransportImpl::bootstrap_loop() {

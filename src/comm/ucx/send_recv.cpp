@@ -30,7 +30,7 @@ Result<RequestId> UcxTransportImpl::enqueue(Command::Kind kind, PeerId peer, uin
       if (kind == Command::send && len <= kImmediateMaxBytes && send_now(peer, tag, buf, len)) {
         if (n_deferred_ > 0) post_deferred();  // the send is out: now the receives before it
         lock_.unlock();
-        if (on_done) on_done(Completion{Status::ok(), len});  // after unlocking: it may post
+        if (on_done) on_done(Completion{Status(), len});  // after unlocking: it may post
         return RequestTable::finished_id(len);
       }
       Result<RequestId> allocated = table_.allocate(std::move(on_done));
@@ -174,7 +174,7 @@ void UcxTransportImpl::send_cb(void* request, ucs_status_t status, void* user_da
   UcxTransportImpl* self = ctx->self;
   Completion c;
   if (status == UCS_OK) {
-    c = Completion{Status::ok(), 0};
+    c = Completion{Status(), 0};
   } else if (ctx->lost) {
     c = Completion{unavailable(self->peers_[ctx->peer].lost_why), 0};
   } else if (status == UCS_ERR_CANCELED) {
@@ -198,7 +198,7 @@ Completion UcxTransportImpl::recv_failure(const RecvOp& r, ucs_status_t status) 
 void UcxTransportImpl::recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   auto* r = static_cast<RecvOp*>(user_data);
   UcxTransportImpl* self = r->self;
-  Completion c = status == UCS_OK ? Completion{Status::ok(), info ? info->length : 0} : self->recv_failure(*r, status);
+  Completion c = status == UCS_OK ? Completion{Status(), info ? info->length : 0} : self->recv_failure(*r, status);
   ucp_request_free(request);
   // The entry is settled before the request completes (a waiter may reuse the slot).
   if (r->state == RecvOp::kPosting) {
@@ -227,7 +227,7 @@ void UcxTransportImpl::do_send(RequestId id, PeerId peer, uint64_t user_tag, voi
   ucs_status_ptr_t st = ucp_tag_send_nbx(p.ep, buf, len, tag, &param);
   if (st == nullptr) {
     give_ctx(ctx);
-    table_.complete_exclusive(id, Completion{Status::ok(), len});
+    table_.complete_exclusive(id, Completion{Status(), len});
   } else if (UCS_PTR_IS_ERR(st)) {
     give_ctx(ctx);
     table_.complete_exclusive(id, Completion{unavailable(ucs_error("ucp_tag_send_nbx", UCS_PTR_STATUS(st))), 0});

@@ -55,7 +55,7 @@ Status UcxTransportImpl::init() {
   epoll_ctl(epfd_, EPOLL_CTL_ADD, lock_.wake_fd(), &ev);
   progress_ = std::thread([this] { progress_loop(); });
   bootstrap_ = std::thread([this] { bootstrap_loop(); });
-  return Status::ok();
+  return Status();
 }
 
 bool UcxTransportImpl::push_command(Command c) {
@@ -82,7 +82,7 @@ Status UcxTransportImpl::disconnect(PeerId peer) {
   c.peer = peer;
   c.detail = "disconnected on request";
   if (!push_command(std::move(c))) return unavailable("ucx transport closed");
-  return Status::ok();
+  return Status();
 }
 
 void UcxTransportImpl::handle(Command& c) {

@@ -16,7 +16,7 @@ WorkerLock::~WorkerLock() {
 Status WorkerLock::init() {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return io_error("ucx transport: eventfd creation failed");
-  return Status::ok();
+  return Status();
 }
 
 void WorkerLock::lock() {

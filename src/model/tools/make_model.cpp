@@ -343,7 +343,7 @@ Status write_dense(const Stored& t, DType dtype, const ValueSource& src, const B
     AFD_RETURN_IF_ERROR(write(bytes.data(), n * esize));
     done += static_cast<int64_t>(n);
   }
-  return Status::ok();
+  return Status();
 }
 
 // Streams a 2-D [R, C] or 3-D [E, R, C] tensor quantized to FP8 blocks, 128 rows at a time
@@ -367,7 +367,7 @@ Status write_fp8(const Stored& t, const ValueSource& src, const ByteWriter& writ
       scales->insert(scales->end(), s.begin(), s.end());
     }
   }
-  return Status::ok();
+  return Status();
 }
 
 std::vector<int64_t> scale_shape(const std::vector<int64_t>& shape) {
@@ -588,7 +588,7 @@ Status check_config_round_trip(const ModelConfig& c, DType dtype, const std::str
     return invalid_argument("make_model: the config.json written for this " + std::string(arch_name(c.arch)) +
                             " model does not parse back to the same configuration: '" + field +
                             "' differs (a setting this writer cannot express)");
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ Status WeightsFile::claim(const std::string& name, const std::vector<int64_t>& s
     }
   }
   claimed_[it->second] = true;
-  return Status::ok();
+  return Status();
 }
 
 Status WeightsFile::check_all_claimed() const {
@@ -57,7 +57,7 @@ Status WeightsFile::check_all_claimed() const {
       return invalid_argument(path() + ": tensor '" + ts[i].name + "' " + shape_text(ts[i].shape) +
                               " is not a tensor of this model");
   }
-  return Status::ok();
+  return Status();
 }
 
 void WeightsFile::read(const std::string& name, int64_t offset, float* out, size_t n) const {

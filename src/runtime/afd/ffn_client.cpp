@@ -99,7 +99,7 @@ Status FfnClient::dispatch(int64_t layer, int mb, TokenBatch& b) {
   AFD_RETURN_IF_ERROR(route(layer, mb, b));
   for (int j : active_) AFD_RETURN_IF_ERROR(send_to(j, layer, mb, b));
   times_at(layer).a2f_s += static_cast<double>(now_ns() - t0) * 1e-9;
-  return Status::ok();
+  return Status();
 }
 
 Status FfnClient::check_dispatch(int64_t layer, int mb, const TokenBatch& b) const {
@@ -113,7 +113,7 @@ Status FfnClient::check_dispatch(int64_t layer, int mb, const TokenBatch& b) con
     return invalid_argument("ffn client: micro-batch of " + std::to_string(b.n) + " tokens exceeds max_tokens " +
                             std::to_string(opt_.max_tokens));
   }
-  return Status::ok();
+  return Status();
 }
 
 Status FfnClient::start_pass() {
@@ -136,7 +136,7 @@ Status FfnClient::check_ready(int mb) const {
                               " before the previous one was combined");
     }
   }
-  return Status::ok();
+  return Status();
 }
 
 Status FfnClient::route(int64_t layer, int mb, const TokenBatch& b) {
@@ -158,7 +158,7 @@ Status FfnClient::route(int64_t layer, int mb, const TokenBatch& b) {
     rows_of_slot(token_workers_, j, &s.rows);
     reply_rows_of_slot(s.rows, token_parts_, by_parts, sh.part_begin, sh.part_end, &s.reply_rows);
   }
-  return Status::ok();
+  return Status();
 }
 
 Status FfnClient::send_to(int j, int64_t layer, int mb, const TokenBatch& b) {
@@ -190,7 +190,7 @@ Status FfnClient::send_to(int j, int64_t layer, int mb, const TokenBatch& b) {
   }
   s.send_id = *sd;
   s.send_live = true;
-  return Status::ok();
+  return Status();
 }
 
 Status FfnClient::combine(int64_t layer, int mb, TokenBatch& b) {
@@ -204,7 +204,7 @@ Status FfnClient::combine(int64_t layer, int mb, TokenBatch& b) {
   lt.f2a_s += static_cast<double>(now_ns() - t0) * 1e-9;
   lt.ffn_s += static_cast<double>(slowest_ffn_us) * 1e-6;
   last_ok_ns_.store(now_ns());
-  return Status::ok();
+  return Status();
 }
 
 Status FfnClient::fail_combine(size_t j, int64_t layer, int mb, Status s) {
@@ -275,7 +275,7 @@ Status FfnClient::receive_from(int jj, int64_t layer, int mb, int64_t deadline, 
   if (cs.status.code() == StatusCode::timeout) return fail_combine(j, layer, mb, timeout_error("send did not complete"));
   s.send_live = false;
   if (!cs.status.is_ok()) return fail_combine(j, layer, mb, cs.status);
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd

@@ -59,7 +59,7 @@ Status FfnClient::connect_all() {
     wk.gen = 0;
     wk.epoch = 0;
     shaken[j] = true;
-    return Status::ok();
+    return Status();
   };
   for (;;) {
     std::string missing;
@@ -134,7 +134,7 @@ Status FfnClient::connect_all() {
     fit_to_parts();
     reassign("FFN worker(s) " + gone + " did not connect within the takeover time: the others take over their experts");
   }
-  return Status::ok();
+  return Status();
 }
 
 Status FfnClient::handshake(int j, uint32_t epoch, const Share& assign, bool* refused) {
@@ -178,7 +178,7 @@ Status FfnClient::handshake(int j, uint32_t epoch, const Share& assign, bool* re
   wk.share = epoch > 0 ? assign : Share{ExpertRange{theirs->expert_begin, theirs->expert_end, theirs->holds_shared != 0,
                                                     theirs->tp_rank, theirs->tp_degree}};
   spdlog::info("attention {}: handshake with {} ok ({})", opt_.index, who, describe(*theirs));
-  return Status::ok();
+  return Status();
 }
 
 Status FfnClient::check_shards() {
@@ -189,7 +189,7 @@ Status FfnClient::check_shards() {
   }
   AFD_RETURN_IF_ERROR(build_routing_masks(claims, w_->config.n_experts, &routing_));
   routing_.has_shared = w_->config.shared_expert_intermediate_size > 0;
-  return Status::ok();
+  return Status();
 }
 
 Status FfnClient::ensure_slot(size_t j, int64_t rows_per_token) {
@@ -209,7 +209,7 @@ Status FfnClient::ensure_slot(size_t j, int64_t rows_per_token) {
     }
   }
   if (grow) recv_rows_[j] = rows_per_token;
-  return Status::ok();
+  return Status();
 }
 
 Status FfnClient::refresh_connections() {
@@ -294,7 +294,7 @@ Status FfnClient::refresh_connections() {
       for (int j : active_) membership_.members()[static_cast<size_t>(j)].share = workers_[static_cast<size_t>(j)].share;
     }
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd

@@ -45,7 +45,7 @@ Status FfnClient::set_members(std::vector<FfnMember> list) {
   }
   if (ch.check.empty()) {
     wake_monitor();
-    return Status::ok();
+    return Status();
   }
   const auto bad = check_new_members(ch.check, deadline_in_ms(opt_.join_check_ms));
   std::string why;
@@ -64,7 +64,7 @@ Status FfnClient::set_members(std::vector<FfnMember> list) {
   for (const std::string& a : withdrawn) (void)t_->stop_connecting(a);
   wake_monitor();
   if (!why.empty()) return invalid_argument("FFN membership: cannot add " + why);
-  return Status::ok();
+  return Status();
 }
 
 std::vector<std::pair<size_t, std::string>> FfnClient::check_new_members(const std::vector<size_t>& slots,
@@ -117,18 +117,18 @@ Status FfnClient::hello_check(PeerId peer, const std::string& who, int n_ffn) {
   if (!x.sent.is_ok()) {
     spdlog::info("attention {}: {}: could not say hello ({}); it is checked when it joins", opt_.index, who,
                  x.sent.to_string());
-    return Status::ok();
+    return Status();
   }
   if (!x.reply.status.is_ok()) {
     spdlog::info("attention {}: {}: no answer to its hello ({}); it is checked when it joins", opt_.index, who,
                  x.reply.status.to_string());
-    return Status::ok();
+    return Status();
   }
   auto theirs = decode_handshake(x.in.data(), x.reply.bytes, FrameKind::hello_ack);
   Status m = theirs.ok() ? check_ack(mine, *theirs) : theirs.status();
   if (!m.is_ok()) return invalid_argument(who + ": " + m.message());
   spdlog::info("attention {}: {} fits this attention worker ({})", opt_.index, who, describe(*theirs));
-  return Status::ok();
+  return Status();
 }
 
 Status FfnClient::add_member(FfnMember m) {
@@ -137,7 +137,7 @@ Status FfnClient::add_member(FfnMember m) {
     std::lock_guard<std::mutex> l(mu_);
     for (const Member& x : membership_.members()) {
       if (!x.active) continue;
-      if (x.address == m.address) return Status::ok();  // already a member
+      if (x.address == m.address) return Status();  // already a member
       list.push_back(FfnMember{x.address, x.name});
     }
   }

@@ -232,7 +232,7 @@ Status FfnClient::health() const {
                        (opt_.probe_interval_ms > 0 ? "when it answers a liveness probe, at the latest " : "") +
                        std::to_string(opt_.stall_hold_ms) + " ms after it)");
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd

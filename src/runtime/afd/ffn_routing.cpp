@@ -39,7 +39,7 @@ Status check_claims(const std::vector<Claim>& cs, const std::string& part) {
                               " of " + part);
     }
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace
@@ -64,7 +64,7 @@ Status build_routing_masks(std::span<const ShardClaim> claims, int64_t n_experts
   for (const Claim& c : shared) smask |= uint64_t{1} << c.worker;
   rt->expert_workers = std::move(masks);
   rt->shared_workers = smask;
-  return Status::ok();
+  return Status();
 }
 
 std::vector<int16_t> parts_of_experts(int64_t n_experts, int parts) {
@@ -95,7 +95,7 @@ Status route_tokens(const FfnRouting& rt, const TokenRoutes& in, bool by_parts, 
     (*workers)[static_cast<size_t>(i)] = mask;
     (*parts)[static_cast<size_t>(i)] = touched;
   }
-  return Status::ok();
+  return Status();
 }
 
 void rows_of_slot(std::span<const uint64_t> workers, int slot, std::vector<int32_t>* rows) {

@@ -160,7 +160,7 @@ Status FfnWorker::post_hello(Peer& p) {
   }
   AFD_ASSIGN_OR_RETURN(p.hello_id, t_->post_recv(p.id, handshake_tag(), p.hello_in.data(), p.hello_in.capacity()));
   p.hello_live = true;
-  return Status::ok();
+  return Status();
 }
 
 Result<FfnWorker::Assignment> FfnWorker::assignment_for(const Handshake& h) const {
@@ -235,7 +235,7 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
     if (s.ok()) t_->wait(*s, deadline_in_ms(1000));
     return post_hello(p);  // a corrected peer may say hello again
   };
-  if (!c.status.is_ok()) return Status::ok();  // lost; the disconnect event follows
+  if (!c.status.is_ok()) return Status();  // lost; the disconnect event follows
   auto theirs = decode_handshake(p.hello_in.data(), c.bytes, FrameKind::hello);
   if (!theirs.ok()) return refuse(theirs.status());
   Status m = check_hello(mine_, *theirs);
@@ -326,14 +326,14 @@ Status FfnWorker::post_frame_recv(Peer& p, int mb) {
                                                 s.recv.data(), s.recv.capacity()));
   s.agg.receiving = true;
   s.agg.ready = false;
-  return Status::ok();
+  return Status();
 }
 
 Status FfnWorker::post_ping_recv(Peer& p) {
   AFD_RETURN_IF_ERROR(p.probe.ensure(t_));
   AFD_ASSIGN_OR_RETURN(p.ping_id, t_->post_recv(p.id, probe_tag(), p.probe.ping.data(), p.probe.ping.capacity()));
   p.ping_live = true;
-  return Status::ok();
+  return Status();
 }
 
 void FfnWorker::answer_ping(Peer& p, const Completion& c) {
@@ -765,7 +765,7 @@ Status FfnWorker::run(const std::atomic<bool>* stop) {
       t_->wait_any(ids, now_ns() + 20000000);
     }
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd

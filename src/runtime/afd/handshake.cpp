@@ -35,13 +35,13 @@ Status check_hello(const Handshake& mine, const Handshake& hello) {
   if (hello.granularity == ScaleGranularity::per_block && mine.hidden % kScaleBlock != 0) {
     return invalid_argument("per-128 scales need hidden % 128 == 0");
   }
-  return Status::ok();
+  return Status();
 }
 
 Status check_ack(const Handshake& mine, const Handshake& ack) {
   AFD_RETURN_IF_ERROR(check_handshake_match(mine, ack));
   if (ack.role != Role::ffn) return invalid_argument("peer is not an FFN worker: " + describe(ack));
-  return Status::ok();
+  return Status();
 }
 
 Result<HelloExchange> exchange_hello(Transport* t, PeerId peer, const Handshake& mine, int64_t timeout_ms) {

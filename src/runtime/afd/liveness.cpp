@@ -9,12 +9,12 @@ using namespace comm;
 uint64_t probe_tag() { return frame_tag(TagFamily::probe, 0); }
 
 Status ProbeBuffers::ensure(Transport* t) {
-  if (ping.data() != nullptr) return Status::ok();
+  if (ping.data() != nullptr) return Status();
   AFD_ASSIGN_OR_RETURN(FrameBuffer a, FrameBuffer::create(t, kFrameHeaderBytes));
   AFD_ASSIGN_OR_RETURN(FrameBuffer b, FrameBuffer::create(t, kFrameHeaderBytes));
   ping = std::move(a);
   pong = std::move(b);
-  return Status::ok();
+  return Status();
 }
 
 size_t write_ping(ProbeBuffers& b, uint64_t seq) { return encode_probe(FrameKind::ping, seq, b.ping.data()); }

@@ -114,7 +114,7 @@ class CudaFfnImpl final : public CudaFfn {
   std::vector<void*> allocations_;
   size_t weight_bytes_ = 0;
   std::vector<Slot> slots_;
-  Status broken_ = Status::ok();
+  Status broken_ = Status();
   // Device scratch shared by all slots (stream-ordered).
   Grow<float, false> d_h_, d_w_, d_gu_, d_y_, d_slot_out_, d_out_;
   Grow<int32_t, false> d_rows_, d_slots_;
@@ -164,7 +164,7 @@ Status append_bf16(const Matrix& m, std::vector<uint16_t>* host) {
   } else {
     return invalid_argument(std::string("CUDA FFN: unsupported weight dtype ") + dtype_name(m.dtype));
   }
-  return Status::ok();
+  return Status();
 }
 
 Result<uint16_t*> CudaFfnImpl::upload(const std::vector<uint16_t>& host) {
@@ -180,7 +180,7 @@ Result<uint16_t*> CudaFfnImpl::upload(const std::vector<uint16_t>& host) {
 }
 
 Status CudaFfnImpl::upload_ffn(const FfnWeights& f, DevFfn* d) {
-  if (f.empty()) return Status::ok();
+  if (f.empty()) return Status();
   const int64_t inter = f.gate.rows, hid = f.gate.cols;
   if (f.up.rows != inter || f.up.cols != hid || f.down.rows != hid || f.down.cols != inter)
     return invalid_argument("CUDA FFN: gate/up/down shapes disagree");
@@ -193,7 +193,7 @@ Status CudaFfnImpl::upload_ffn(const FfnWeights& f, DevFfn* d) {
   AFD_RETURN_IF_ERROR(append_bf16(f.down, &host));
   AFD_ASSIGN_OR_RETURN(d->down, upload(host));
   d->inter = inter;
-  return Status::ok();
+  return Status();
 }
 
 Status CudaFfnImpl::init(std::shared_ptr<const ModelWeights> w, const CudaFfnOptions& opt) {
@@ -286,7 +286,7 @@ Status CudaFfnImpl::init(std::shared_ptr<const ModelWeights> w, const CudaFfnOpt
   group_bytes_ = static_cast<size_t>(std::max<int64_t>(c.n_experts, 1)) * (2 * sizeof(void*) + 2 * sizeof(int32_t));
   AFD_CUDA_TRY(d_groups_.reserve(group_bytes_ * slots_.size()));
   for (Slot& s : slots_) AFD_CUDA_TRY(s.groups.reserve(group_bytes_));
-  return Status::ok();
+  return Status();
 }
 
 Status CudaFfnImpl::gemm(const uint16_t* W, int64_t out, int64_t in, const uint16_t* x, int64_t m, float* y) {
@@ -298,7 +298,7 @@ Status CudaFfnImpl::gemm(const uint16_t* W, int64_t out, int64_t in, const uint1
                                         CUDA_R_16BF, static_cast<int>(in), &beta, y, CUDA_R_32F, static_cast<int>(out),
                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) return fail(std::string("cublasGemmEx: ") + cublasGetStatusString(s));
-  return Status::ok();
+  return Status();
 }
 
 Status CudaFfnImpl::swiglu(const DevFfn& f, int64_t m, const uint16_t* xs, float* y) {
@@ -315,7 +315,7 @@ Status CudaFfnImpl::ensure_scratch(int64_t n, int64_t m, int64_t k, int64_t widt
   const size_t need_slot = static_cast<size_t>(std::max<int64_t>(n * k, 1)) * hid;
   const bool grow = need_xs > d_xs_.cap || need_gu > d_gu_.cap || need_slot > d_slot_out_.cap ||
                     static_cast<size_t>(std::max<int64_t>(m, 1)) > d_rows_.cap;
-  if (!grow) return Status::ok();
+  if (!grow) return Status();
   // Earlier slots' work may still read the old buffers.
   AFD_CUDA_TRY(cudaStreamSynchronize(stream_));
   AFD_CUDA_TRY(d_h_.reserve(rows * hid));
@@ -328,7 +328,7 @@ Status CudaFfnImpl::ensure_scratch(int64_t n, int64_t m, int64_t k, int64_t widt
   AFD_CUDA_TRY(d_rows_.reserve(rows));
   AFD_CUDA_TRY(d_slots_.reserve(rows));
   AFD_CUDA_TRY(d_w_.reserve(rows));
-  return Status::ok();
+  return Status();
 }
 
 Status CudaFfnImpl::submit(int slot, int64_t layer, const float* h, int64_t n, const int32_t* ids,
@@ -453,7 +453,7 @@ Status CudaFfnImpl::submit(int slot, int64_t layer, const float* h, int64_t n, c
   if (n > 0) AFD_CUDA_TRY(cudaMemcpyAsync(S.out.p, d_out_.p, hbytes, cudaMemcpyDeviceToHost, stream_));
   AFD_CUDA_TRY(cudaEventRecord(S.done, stream_));
   S.n = n;
-  return Status::ok();
+  return Status();
 }
 
 Status CudaFfnImpl::collect(int slot, float* out, double* gpu_ms) {
@@ -470,7 +470,7 @@ Status CudaFfnImpl::collect(int slot, float* out, double* gpu_ms) {
     AFD_CUDA_TRY(cudaEventElapsedTime(&ms, S.start, S.done));
     *gpu_ms = ms;
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace

@@ -26,13 +26,13 @@ ApiServer::~ApiServer() { stop(); }
 
 Status ApiServer::bind() {
   AFD_ASSIGN_OR_RETURN(port_, bind_server(*svr_, opt_));
-  return Status::ok();
+  return Status();
 }
 
 Status ApiServer::run() {
   if (port_ < 0) AFD_RETURN_IF_ERROR(bind());
   if (!svr_->run()) return io_error("the HTTP server is not bound");
-  return Status::ok();
+  return Status();
 }
 
 void ApiServer::stop() {

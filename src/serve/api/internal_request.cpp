@@ -12,7 +12,7 @@ Status check_ids(const std::vector<int32_t>& ids, int64_t vocab, const char* wha
       return invalid_argument(std::string("internal stream control line: ") + what + "[" + std::to_string(i) +
                               "] = " + std::to_string(ids[i]) + " is outside the vocabulary (" +
                               std::to_string(vocab) + " tokens)");
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace

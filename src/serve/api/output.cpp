@@ -84,7 +84,7 @@ Status OutputProcessor::replay(std::span<const int32_t> tokens) {
                               std::to_string(tokens.size()) +
                               " ends the output (eos, a stop string or max_tokens); nothing is left to continue");
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd::serve

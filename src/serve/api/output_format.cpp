@@ -35,12 +35,12 @@ Status set_kind(OutputFormat* out, const char* kind, std::string gbnf) {
                             "' both constrain the answer; send one of them");
   out->kind = kind;
   out->gbnf = std::move(gbnf);
-  return Status::ok();
+  return Status();
 }
 
 Status read_response_format(const json& b, OutputFormat* out) {
   const json* v = get(b, "response_format");
-  if (!v) return Status::ok();
+  if (!v) return Status();
   if (!v->is_object()) return type_error("response_format", "an object", *v);
   const json* t = get(*v, "type");
   if (!t || !t->is_string()) return invalid_argument("'response_format.type' must be a string");
@@ -48,7 +48,7 @@ Status read_response_format(const json& b, OutputFormat* out) {
   for (auto it = v->begin(); it != v->end(); ++it)
     if (it.key() != "type" && !(type == "json_schema" && it.key() == "json_schema"))
       return unknown_key("response_format", it.key());
-  if (type == "text") return Status::ok();
+  if (type == "text") return Status();
   if (type == "json_object") return set_kind(out, "json_object", json_object_gbnf());
   if (type != "json_schema")
     return invalid_argument("'response_format.type' must be one of 'text', 'json_object', 'json_schema'");
@@ -109,7 +109,7 @@ Status read_guided(const json& b, OutputFormat* out) {
       return invalid_argument("'guided_grammar' must be a non-empty string (a GBNF grammar)");
     AFD_RETURN_IF_ERROR(set_kind(out, "guided_grammar", v->get<std::string>()));
   }
-  return Status::ok();
+  return Status();
 }
 
 // `tools`, `tool_choice` ("none" | "auto" | "required" | {"type": "function", "function":
@@ -142,7 +142,7 @@ Status read_tools(const json& b, ToolSyntax syntax, OutputFormat* out, json* too
   if (!t) {
     if (choice == "required" || choice == "named")
       return invalid_argument("'tool_choice' asks for a tool call but the request has no 'tools'");
-    return Status::ok();
+    return Status();
   }
   if (!t->is_array()) return type_error("tools", "an array", *t);
   std::set<std::string> names;
@@ -182,7 +182,7 @@ Status read_tools(const json& b, ToolSyntax syntax, OutputFormat* out, json* too
   }
   if (choice == "named" && !names.count(named))
     return invalid_argument("'tool_choice' names the function '" + json_excerpt(named) + "', which is not in 'tools'");
-  if (choice == "none") return Status::ok();
+  if (choice == "none") return Status();
   *tools_out = *t;
   out->tool_calls = true;
   out->tool_syntax = syntax;
@@ -191,7 +191,7 @@ Status read_tools(const json& b, ToolSyntax syntax, OutputFormat* out, json* too
     if (!g.ok()) return g.status();
     AFD_RETURN_IF_ERROR(set_kind(out, "tool_calls", std::move(*g)));
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace

@@ -26,13 +26,13 @@ Status range_error(const char* field, const std::string& lo, const std::string& 
 // Optional number field in [lo, hi]; leaves *out unchanged when absent or null.
 Status read_number(const json& b, const char* field, double lo, double hi, float* out) {
   const json* v = get(b, field);
-  if (!v) return Status::ok();
+  if (!v) return Status();
   if (!v->is_number()) return type_error(field, "a number", *v);
   double d = v->get<double>();
   if (!std::isfinite(d) || d < lo || d > hi)
     return range_error(field, std::to_string(lo), std::to_string(hi), *v);
   *out = static_cast<float>(d);
-  return Status::ok();
+  return Status();
 }
 
 // An integer-valued JSON number (signed, unsigned, or a float without a fractional part) as an
@@ -65,7 +65,7 @@ bool as_int64(const json& v, int64_t* out, bool* is_int) {
 Status read_int(const json& b, const char* field, int64_t lo, int64_t hi, int64_t* out, bool* present = nullptr) {
   if (present) *present = false;
   const json* v = get(b, field);
-  if (!v) return Status::ok();
+  if (!v) return Status();
   int64_t x = 0;
   bool is_int = false;
   const bool fits = as_int64(*v, &x, &is_int);
@@ -74,14 +74,14 @@ Status read_int(const json& b, const char* field, int64_t lo, int64_t hi, int64_
     return range_error(field, std::to_string(lo), std::to_string(hi), *v);
   *out = x;
   if (present) *present = true;
-  return Status::ok();
+  return Status();
 }
 
 // `seed`: any integer in [-2^63, 2^64), kept as its 64 bits.
 Status read_seed(const json& b, uint64_t* out, bool* present) {
   *present = false;
   const json* v = get(b, "seed");
-  if (!v) return Status::ok();
+  if (!v) return Status();
   if (v->is_number_unsigned()) {
     *out = v->get<uint64_t>();
   } else {
@@ -93,23 +93,23 @@ Status read_seed(const json& b, uint64_t* out, bool* present) {
     *out = static_cast<uint64_t>(x);
   }
   *present = true;
-  return Status::ok();
+  return Status();
 }
 
 Status read_bool(const json& b, const char* field, bool* out) {
   const json* v = get(b, field);
-  if (!v) return Status::ok();
+  if (!v) return Status();
   if (!v->is_boolean()) return type_error(field, "a boolean", *v);
   *out = v->get<bool>();
-  return Status::ok();
+  return Status();
 }
 
 Status read_string(const json& b, const char* field, std::string* out = nullptr) {
   const json* v = get(b, field);
-  if (!v) return Status::ok();
+  if (!v) return Status();
   if (!v->is_string()) return type_error(field, "a string", *v);
   if (out) *out = v->get<std::string>();
-  return Status::ok();
+  return Status();
 }
 
 Status read_token_ids(const json& a, const std::string& field, int64_t vocab, std::vector<int32_t>* out) {
@@ -123,7 +123,7 @@ Status read_token_ids(const json& a, const std::string& field, int64_t vocab, st
                               " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
     out->push_back(static_cast<int32_t>(id));
   }
-  return Status::ok();
+  return Status();
 }
 
 Status read_prompt(const json& b, const Tokenizer& tok, int64_t vocab, std::vector<int32_t>* out) {
@@ -131,7 +131,7 @@ Status read_prompt(const json& b, const Tokenizer& tok, int64_t vocab, std::vect
   const json& p = b["prompt"];
   if (p.is_string()) {
     AFD_ASSIGN_OR_RETURN(*out, tok.encode_prompt(p.get<std::string>()));
-    return Status::ok();
+    return Status();
   }
   if (!p.is_array()) return type_error("prompt", "a string, an array of token ids, or a one-element array", p);
   if (p.empty()) return invalid_argument("'prompt' is empty");
@@ -139,7 +139,7 @@ Status read_prompt(const json& b, const Tokenizer& tok, int64_t vocab, std::vect
   if (p.size() != 1) return invalid_argument("'prompt' with several prompts is not supported (send one per request)");
   if (p[0].is_string()) {
     AFD_ASSIGN_OR_RETURN(*out, tok.encode_prompt(p[0].get<std::string>()));
-    return Status::ok();
+    return Status();
   }
   if (p[0].is_array()) return read_token_ids(p[0], "prompt[0]", vocab, out);
   return type_error("prompt[0]", "a string or an array of token ids", p[0]);
@@ -218,7 +218,7 @@ Status check_known_fields(const json& b, Endpoint ep) {
     return invalid_argument("unknown field " + quoted_key(k) + " (not supported by " +
                             (ep == Endpoint::chat ? "/v1/chat/completions" : "/v1/completions") + ")");
   }
-  return Status::ok();
+  return Status();
 }
 
 // Chat fields that would change the output in ways afd cannot honour (400 naming the field),
@@ -257,7 +257,7 @@ Status check_chat_fields(const json& b) {
     if (!c || !(c->is_string() || c->is_array()))
       return invalid_argument("'prediction.content' must be a string or an array of text parts");
   }
-  return Status::ok();
+  return Status();
 }
 
 // U+F0000 and U+F0001 (Supplementary Private Use Area-A) bracket each message's content while
@@ -314,7 +314,7 @@ Result<std::vector<int32_t>> encode_chat(const Tokenizer& tok, const ChatTemplat
     AFD_ASSIGN_OR_RETURN(std::vector<int32_t> part, tok.encode(pending, true));
     out.insert(out.end(), part.begin(), part.end());
     pending.clear();
-    return Status::ok();
+    return Status();
   };
   size_t pos = 0;
   bool inside = false, paired = true;

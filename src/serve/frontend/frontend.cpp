@@ -86,7 +86,7 @@ Status Frontend::start() {
   AFD_RETURN_IF_ERROR(api_->bind());
   port_ = api_->port();
   health_ = std::thread([this] { health_loop(); });
-  return Status::ok();
+  return Status();
 }
 
 Status Frontend::run() {

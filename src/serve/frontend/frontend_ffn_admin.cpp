@@ -192,7 +192,7 @@ Status FfnFanout::reconcile(const FrontendWorker& w, const std::string& instance
     std::lock_guard<std::mutex> l(mu_);
     restarted = !state(i).seen.empty() && state(i).seen != instance;
     state(i).seen = instance;
-    if (current(i)) return Status::ok();
+    if (current(i)) return Status();
   }
   // A change being applied meanwhile gives the worker what it needs, or leaves it to the next
   // health check: never two exchanges with a worker at once (a late list must not land after
@@ -204,7 +204,7 @@ Status FfnFanout::reconcile(const FrontendWorker& w, const std::string& instance
   size_t n_members = 0;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (current(i)) return Status::ok();
+    if (current(i)) return Status();
     list = members_list_json();
     number = changes_;
     n_members = members_.size();
@@ -222,7 +222,7 @@ Status FfnFanout::reconcile(const FrontendWorker& w, const std::string& instance
   }
   spdlog::info("front end: {} {}: gave it the FFN membership of change {} ({} member(s))", worker_name(w),
                restarted ? "is a new process (restarted)" : "had not got the last change", number, n_members);
-  return Status::ok();
+  return Status();
 }
 
 std::string FfnFanout::render_metrics() const {

@@ -43,7 +43,7 @@ Status SseReader::feed(std::string_view bytes, std::vector<SseEvent>* out) {
     line(partial_);
     partial_.clear();
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd::serve

@@ -63,7 +63,7 @@ std::optional<AdminAnswer> LocalBackend::admin_ffn(const std::string& method, co
 
 void LocalBackend::generate(GenerationCall& call, const http::Request& req, http::Response& res) {
   auto sr = std::make_shared<SeqRequest>(call.request, model_.tokenizer.get(), model_.eos_ids, now_s());
-  if (Status rs = call.internal ? apply_resume(call.internal->control, sr.get()) : Status::ok(); !rs.is_ok()) {
+  if (Status rs = call.internal ? apply_resume(call.internal->control, sr.get()) : Status(); !rs.is_ok()) {
     metrics_->request_finished(400);
     return send_error(res, 400, rs.message(), retry_after_s_);
   }

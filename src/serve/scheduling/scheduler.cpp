@@ -43,7 +43,7 @@ Status Scheduler::submit(std::shared_ptr<SeqRequest> r) {
     idle_ = false;
   }
   cv_.notify_one();
-  return Status::ok();
+  return Status();
 }
 
 bool Scheduler::wait_for_engine(double t_fail, int attempt) {

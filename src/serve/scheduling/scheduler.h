@@ -119,7 +119,7 @@ class Scheduler {
   // Fills r->masks for the rows of r's item (the grammar after 0, 1, .. n_draft of its drafts);
   // false when the grammar allows no token at all (the answer is complete).
   bool fill_masks(SeqRequest* r, const BatchItem& it);
-  void finish(SeqRequest* r, FinishReason why, Status err = Status::ok());
+  void finish(SeqRequest* r, FinishReason why, Status err = Status());
   void remove_finished();
   // After the attempt-th retryable failure of a batch that first failed at `t_fail`: pauses
   // (50 ms << attempt, at most 1 s), then waits until the engine is healthy (true) or the

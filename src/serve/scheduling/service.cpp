@@ -50,7 +50,7 @@ Service::~Service() { stop(); }
 Status Service::start() {
   AFD_RETURN_IF_ERROR(api_->bind());
   for (auto& sc : schedulers_) sc->start();
-  return Status::ok();
+  return Status();
 }
 
 Status Service::run() { return api_->run(); }

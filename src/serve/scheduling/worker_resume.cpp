@@ -7,7 +7,7 @@
 namespace afd::serve {
 
 Status apply_resume(const InternalControl& c, SeqRequest* r) {
-  if (c.generated.empty() && c.rng_draws == 0) return Status::ok();
+  if (c.generated.empty() && c.rng_draws == 0) return Status();
   AFD_RETURN_IF_ERROR(r->output.replay(c.generated));
   if (r->grammar) {
     for (size_t i = 0; i < c.generated.size(); ++i)
@@ -18,7 +18,7 @@ Status apply_resume(const InternalControl& c, SeqRequest* r) {
   r->tokens.insert(r->tokens.end(), c.generated.begin(), c.generated.end());
   if (c.replay_exact) r->replay_end = static_cast<int64_t>(r->tokens.size());
   r->sampler.skip(c.rng_draws);
-  return Status::ok();
+  return Status();
 }
 
 bool pump_internal_stream(RequestChannel& ch, int64_t keepalive_ms, const std::function<bool(const std::string&)>& write,

@@ -223,7 +223,7 @@ class Parser {
         *v = *v * 10 + (t_[pos_++] - '0');
         if (*v > kMaxRepeat) return error(begin, "repetition count larger than " + std::to_string(kMaxRepeat));
       }
-      return Status::ok();
+      return Status();
     };
     skip_space(false);
     const bool has_min = pos_ < t_.size() && t_[pos_] >= '0' && t_[pos_] <= '9';
@@ -233,7 +233,7 @@ class Parser {
       if (!has_min) return error(open, "expected a number in '{}'");
       *max = *min;
       ++pos_;
-      return Status::ok();
+      return Status();
     }
     if (pos_ >= t_.size() || t_[pos_] != ',')
       return error(pos_, "expected ',' or '}' in a repetition, found " + describe(pos_));
@@ -252,7 +252,7 @@ class Parser {
     if (pos_ >= t_.size() || t_[pos_] != '}')
       return error(pos_, "expected '}' to close the repetition, found " + describe(pos_));
     ++pos_;
-    return Status::ok();
+    return Status();
   }
 
   Result<int32_t> parse_element(int32_t depth) {

@@ -112,7 +112,7 @@ class SchemaCompiler {
                               " grammar rules or " + std::to_string(GbnfBuilder::kMaxGrammarBytes) +
                               " bytes of grammar");
     }
-    return Status::ok();
+    return Status();
   }
 
   // A rule for one value valid for `s`.
@@ -353,12 +353,12 @@ class SchemaCompiler {
   Result<std::string> compile_number(const Json& s, bool integer, const std::string& path) {
     NumberBounds bounds;
     auto bound = [&](const char* key, bool lower, bool exclusive) -> Status {
-      if (!s.contains(key)) return Status::ok();
+      if (!s.contains(key)) return Status();
       const Json& v = s[key];
       if (v.is_boolean()) {  // draft-04: exclusiveMinimum/Maximum modify minimum/maximum
         if (!exclusive) return invalid_argument("'" + std::string(key) + "' " + at(path) + " must be a number");
         if (v.get<bool>()) (lower ? bounds.lo_exclusive : bounds.hi_exclusive) = true;
-        return Status::ok();
+        return Status();
       }
       auto d = decimal_from_json(v);
       if (!d.ok()) return invalid_argument("'" + std::string(key) + "' " + at(path) + " must be a finite number");
@@ -367,7 +367,7 @@ class SchemaCompiler {
       if (!slot) {
         slot = *d;
         excl = exclusive;
-        return Status::ok();
+        return Status();
       }
       int c = compare(*d, *slot);
       if (lower ? c > 0 : c < 0) {
@@ -376,7 +376,7 @@ class SchemaCompiler {
       } else if (c == 0) {
         excl = excl || exclusive;
       }
-      return Status::ok();
+      return Status();
     };
     AFD_RETURN_IF_ERROR(bound("minimum", true, false));
     AFD_RETURN_IF_ERROR(bound("maximum", false, false));

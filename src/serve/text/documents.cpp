@@ -10,7 +10,7 @@ Status check_text_file(std::string_view text, const std::string& source) {
   if (const size_t bad = utf8_invalid_offset(text); bad != std::string_view::npos)
     return invalid_argument(source + ": binary or not UTF-8 (invalid UTF-8 at byte offset " + std::to_string(bad) +
                             ")");
-  return Status::ok();
+  return Status();
 }
 
 std::vector<std::string_view> split_documents(std::string_view text, std::string_view separator) {

@@ -74,14 +74,14 @@ Result<json*> Budget::mutable_json(int line, Value* v) {
 }
 
 Status Budget::append_str(int line, const Value& v, std::string* out) {
-  if (v.undef()) return Status::ok();
+  if (v.undef()) return Status();
   if (v.method) {  // Python adds the object's address, which no other engine can match
     *out += std::string("<built-in method ") + v.method + " of " + type_name(Value{v.p}) + " object>";
-    return Status::ok();
+    return Status();
   }
   if (v.macro) {
     *out += "<Macro '" + v.macro->targets[0] + "'>";
-    return Status::ok();
+    return Status();
   }
   size_t before = out->size();
   if (!py_str(v.j(), true, lim_.max_output_bytes, out))

@@ -34,13 +34,13 @@ class Budget {
   Status step(int line, int64_t n = 1) {
     steps_ += n;
     if (steps_ > lim_.max_steps) return steps_exceeded(line);
-    return Status::ok();
+    return Status();
   }
   // Charges `bytes` about to be built to the allocation budget.
   Status alloc(int line, size_t bytes) {
     alloc_ += bytes;
     if (alloc_ > lim_.max_alloc_bytes) return alloc_exceeded(line);
-    return Status::ok();
+    return Status();
   }
   // A string of `bytes` is about to be built.
   Status string_size(int line, size_t bytes) {
@@ -79,7 +79,7 @@ class Budget {
   Status depth_ok(int line) const {
     if (depth_ > lim_.max_eval_depth)
       return limit_error(line, "evaluation nested deeper than", "max_eval_depth", lim_.max_eval_depth);
-    return Status::ok();
+    return Status();
   }
 
  private:

@@ -45,7 +45,7 @@ class Evaluator {
       if (v->is_structured())
         for (const json& c : *v) stack.push_back({&c, d + 1});
     }
-    return Status::ok();
+    return Status();
   }
 
   Result<Flow> exec_list(const NodeList& nodes, std::string* out) {
@@ -143,7 +143,7 @@ class Evaluator {
   [[gnu::noinline]] Status assign(const Node& n, Value v) {
     if (n.targets.size() == 1) {
       scopes_.set(n.targets[0], std::move(v));
-      return Status::ok();
+      return Status();
     }
     Value* ns = scopes_.lookup_mut(n.targets[0]);
     if (!ns || !ns->j().is_object())
@@ -152,13 +152,13 @@ class Evaluator {
     AFD_ASSIGN_OR_RETURN(json x, budget_.take(n.line, std::move(v), 1));
     AFD_ASSIGN_OR_RETURN(json * obj, budget_.mutable_json(n.line, ns));
     (*obj)[n.targets[1]] = std::move(x);
-    return Status::ok();
+    return Status();
   }
 
   Status bind_targets(const Node& n, const Value& item) {
     if (n.targets.size() == 1) {
       scopes_.set(n.targets[0], item);
-      return Status::ok();
+      return Status();
     }
     AFD_ASSIGN_OR_RETURN(std::vector<Value> parts, builtins_.iterate(n.line, item));
     if (parts.size() != n.targets.size())
@@ -166,7 +166,7 @@ class Evaluator {
                                ? "not enough values to unpack (expected " + std::to_string(n.targets.size()) + ")"
                                : "too many values to unpack (expected " + std::to_string(n.targets.size()) + ")");
     for (size_t k = 0; k < n.targets.size(); ++k) scopes_.set(n.targets[k], std::move(parts[k]));
-    return Status::ok();
+    return Status();
   }
 
   [[gnu::noinline]] Result<Flow> exec_for(const Node& n, std::string* out) {

@@ -324,7 +324,7 @@ Result<Value> Builtins::replace(int line, const std::string& s, const std::strin
   auto grow = [&](size_t add) -> Status {
     if (r.size() + add > budget_.limits().max_output_bytes)
       return budget_.too_long(line, "a string would be longer than");
-    return Status::ok();
+    return Status();
   };
   if (from.empty()) {  // Python inserts `to` around every character
     for (size_t i = 0; i < s.size();) {

@@ -31,7 +31,7 @@ class ExprParser {
     Status check() const {
       if (p_->nest_ > p_->lim_.max_expr_depth)
         return p_->error(limit_message("expression nested too deeply", "max_expr_depth", p_->lim_.max_expr_depth));
-      return Status::ok();
+      return Status();
     }
 
    private:
@@ -45,14 +45,14 @@ class ExprParser {
       parent->height = std::max(parent->height, child->height + 1);
     }
     parent->args.push_back(std::move(child));
-    return Status::ok();
+    return Status();
   }
   Status adopt_kw(Expr* parent, std::string key, ExprP child) {
     if (child->height + 1 > lim_.max_expr_depth)
       return error(limit_message("expression nested too deeply", "max_expr_depth", lim_.max_expr_depth));
     parent->height = std::max(parent->height, child->height + 1);
     parent->kwargs.push_back({std::move(key), std::move(child)});
-    return Status::ok();
+    return Status();
   }
 
   Status error(const std::string& m) const {
@@ -74,7 +74,7 @@ class ExprParser {
   }
   Status expect_op(const char* op) {
     if (!accept_op(op)) return error(std::string("expected '") + op + "' near '" + peek().text + "'");
-    return Status::ok();
+    return Status();
   }
   Result<std::string> expect_name() {
     if (peek().kind != TokKind::name) return error("expected a name near '" + peek().text + "'");
@@ -188,7 +188,7 @@ class ExprParser {
 
   Status call_args(Expr* n) {
     // after '('
-    if (accept_op(")")) return Status::ok();
+    if (accept_op(")")) return Status();
     for (;;) {
       if (peek().kind == TokKind::name && is_op("=", 1)) {
         std::string k = peek().text;
@@ -199,7 +199,7 @@ class ExprParser {
         AFD_ASSIGN_OR_RETURN(ExprP v, expression());
         AFD_RETURN_IF_ERROR(adopt(n, std::move(v)));
       }
-      if (accept_op(")")) return Status::ok();
+      if (accept_op(")")) return Status();
       AFD_RETURN_IF_ERROR(expect_op(","));
     }
   }
@@ -427,7 +427,7 @@ class StmtParser {
       std::string word = toks[0].text;
       if (ends.count(word)) {
         *end_word = word;
-        return Status::ok();
+        return Status();
       }
       ++i_;
       ExprParser p(std::move(toks), ch.line, lim_);
@@ -436,12 +436,12 @@ class StmtParser {
     }
     if (!ends.empty())
       return invalid_argument("chat template: missing {% " + *ends.begin() + " %} before the end");
-    return Status::ok();
+    return Status();
   }
 
   Status finish_tag(ExprParser& p) {
     if (!p.at_end()) return p.error("unexpected '" + p.peek().text + "' in statement");
-    return Status::ok();
+    return Status();
   }
   // Consumes the end statement found by body().
   Status consume_end() {
@@ -449,7 +449,7 @@ class StmtParser {
     ++i_;
     last_end_ = std::make_unique<ExprParser>(std::move(toks), c_[i_ - 1].line, lim_);
     last_end_->p_ = 1;
-    return Status::ok();
+    return Status();
   }
 
   Status statement(const std::string& word, ExprParser& p, int line, NodeList* out) {
@@ -548,7 +548,7 @@ class StmtParser {
       return invalid_argument("chat template line " + std::to_string(line) + ": unsupported statement '" + word + "'");
     }
     out->push_back(std::move(n));
-    return Status::ok();
+    return Status();
   }
 
   std::vector<Chunk> c_;

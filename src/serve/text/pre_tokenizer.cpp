@@ -57,7 +57,7 @@ Result<SplitBehavior> split_behavior_from_name(std::string_view name) {
 
 Status split_pieces(std::string_view text, const Regex& re, SplitBehavior behavior, bool invert,
                     std::vector<std::string_view>* out) {
-  if (text.empty()) return Status::ok();
+  if (text.empty()) return Status();
   thread_local std::vector<Regex::Span> spans;
   thread_local std::vector<Piece> parts, merged;
   spans.clear();
@@ -116,7 +116,7 @@ Status split_pieces(std::string_view text, const Regex& re, SplitBehavior behavi
   }
   for (const Piece& p : *result)
     if (p.end > p.begin) out->push_back(text.substr(p.begin, p.end - p.begin));
-  return Status::ok();
+  return Status();
 }
 
 Result<PreTokenizer> PreTokenizer::from_json(const json& node, const std::string& where) {
@@ -133,7 +133,7 @@ Status PreTokenizer::add_steps(const json& node, const std::string& where) {
     if (it == node.end() || !it->is_array()) return corrupt_data(where + ": Sequence without a 'pretokenizers' array");
     for (size_t i = 0; i < it->size(); ++i)
       AFD_RETURN_IF_ERROR(add_steps((*it)[i], where + ".pretokenizers[" + std::to_string(i) + "]"));
-    return Status::ok();
+    return Status();
   }
   Step s;
   if (type == "Split") {
@@ -165,13 +165,13 @@ Status PreTokenizer::add_steps(const json& node, const std::string& where) {
                          "' is not supported (afd supports Split, Digits, ByteLevel and Sequence)");
   }
   steps_.push_back(std::move(s));
-  return Status::ok();
+  return Status();
 }
 
 Status PreTokenizer::split(std::string_view text, std::vector<std::string_view>* pieces,
                            std::deque<std::string>* arena) const {
   pieces->clear();
-  if (text.empty()) return Status::ok();
+  if (text.empty()) return Status();
   pieces->push_back(text);
   std::vector<std::string_view> next;
   for (const Step& s : steps_) {
@@ -189,7 +189,7 @@ Status PreTokenizer::split(std::string_view text, std::vector<std::string_view>*
     }
     pieces->swap(next);
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd::serve

@@ -99,24 +99,24 @@ Status Tokenizer::read_model(const json& model, const std::string& src) {
     if (id < 0 || id > (1 << 24)) return corrupt_data(src + ": vocab id out of range for '" + it.key() + "'");
     vocab_[it.key()] = static_cast<int32_t>(id);
   }
-  return Status::ok();
+  return Status();
 }
 
 Status Tokenizer::read_post_processor(const json& pp, const std::string& where) {
-  if (pp.is_null()) return Status::ok();
+  if (pp.is_null()) return Status();
   if (!pp.is_object()) return corrupt_data(where + " must be a JSON object");
   const std::string type = pp.value("type", "");
   auto check_id = [&](int64_t id, const std::string& what) -> Status {
     if (id < 0 || id >= vocab_size()) return corrupt_data(where + ": " + what + " id " + std::to_string(id) + " is not a token");
-    return Status::ok();
+    return Status();
   };
-  if (type == "ByteLevel") return Status::ok();  // offsets only
+  if (type == "ByteLevel") return Status();  // offsets only
   if (type == "Sequence") {
     if (!pp.contains("processors") || !pp["processors"].is_array())
       return corrupt_data(where + ": Sequence without a 'processors' array");
     for (size_t i = 0; i < pp["processors"].size(); ++i)
       AFD_RETURN_IF_ERROR(read_post_processor(pp["processors"][i], where + ".processors[" + std::to_string(i) + "]"));
-    return Status::ok();
+    return Status();
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     const json& cls = pp.contains("cls") ? pp["cls"] : json();
@@ -128,7 +128,7 @@ Status Tokenizer::read_post_processor(const json& pp, const std::string& where) 
     AFD_RETURN_IF_ERROR(check_id(sep[1].get<int64_t>(), "sep"));
     prefix_.insert(prefix_.begin(), static_cast<int32_t>(cls[1].get<int64_t>()));
     suffix_.push_back(static_cast<int32_t>(sep[1].get<int64_t>()));
-    return Status::ok();
+    return Status();
   }
   if (type == "TemplateProcessing") {
     if (!pp.contains("single") || !pp["single"].is_array())
@@ -158,7 +158,7 @@ Status Tokenizer::read_post_processor(const json& pp, const std::string& where) 
     if (!seen_a) return corrupt_data(where + ": single template without the sequence ($A)");
     prefix_.insert(prefix_.begin(), pre.begin(), pre.end());
     suffix_.insert(suffix_.end(), post.begin(), post.end());
-    return Status::ok();
+    return Status();
   }
   return not_supported(where + ": post_processor type '" + type +
                        "' is not supported (afd supports TemplateProcessing, RobertaProcessing, BertProcessing, "
@@ -179,7 +179,7 @@ Status Tokenizer::read_config(const std::string& text, const std::string& src) {
   if (bos.ok()) bos_id_ = *bos;
   // As transformers: when either key is present, the post-processor becomes
   // [bos if add_bos_token] $A [eos if add_eos_token].
-  if (!cfg.contains("add_bos_token") && !cfg.contains("add_eos_token")) return Status::ok();
+  if (!cfg.contains("add_bos_token") && !cfg.contains("add_eos_token")) return Status();
   prefix_.clear();
   suffix_.clear();
   if (flag(cfg, "add_bos_token")) {
@@ -190,7 +190,7 @@ Status Tokenizer::read_config(const std::string& text, const std::string& src) {
     AFD_ASSIGN_OR_RETURN(int32_t eos, resolve("eos_token"));
     if (eos >= 0) suffix_.push_back(eos);
   }
-  return Status::ok();
+  return Status();
 }
 
 Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string& text, const std::string& src,
@@ -368,7 +368,7 @@ Status Tokenizer::encode_pretokenized(std::string_view text, std::vector<int32_t
   std::deque<std::string> arena;
   AFD_RETURN_IF_ERROR(pre_.split(text, &pieces, &arena));
   for (std::string_view p : pieces) bpe(p, out);
-  return Status::ok();
+  return Status();
 }
 
 Status Tokenizer::encode_segment(std::string_view text, bool match_added, std::vector<int32_t>* out) const {
@@ -384,7 +384,7 @@ Status Tokenizer::encode_segment(std::string_view text, bool match_added, std::v
     if (s.id >= 0) out->push_back(s.id);
     else AFD_RETURN_IF_ERROR(encode_pretokenized(text.substr(s.begin, s.end - s.begin), out));
   }
-  return Status::ok();
+  return Status();
 }
 
 Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text, bool parse_special) const {

@@ -124,7 +124,7 @@ Status AddedTokens::split(std::string_view text, std::vector<Segment>* out) cons
     pos = std::max(pos, end);
   }
   if (done < n) out->push_back({done, n, -1});
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd::serve

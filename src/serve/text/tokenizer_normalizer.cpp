@@ -60,17 +60,17 @@ Status Normalizer::add_steps(const json& node, const std::string& where) {
     if (it == node.end() || !it->is_array()) return corrupt_data(where + ": Sequence without a 'normalizers' array");
     for (size_t i = 0; i < it->size(); ++i)
       AFD_RETURN_IF_ERROR(add_steps((*it)[i], where + ".normalizers[" + std::to_string(i) + "]"));
-    return Status::ok();
+    return Status();
   }
-  if (type == "NFC") { steps_.push_back({Kind::nfc, nullptr, {}}); return Status::ok(); }
-  if (type == "NFD") { steps_.push_back({Kind::nfd, nullptr, {}}); return Status::ok(); }
-  if (type == "NFKC") { steps_.push_back({Kind::nfkc, nullptr, {}}); return Status::ok(); }
-  if (type == "NFKD") { steps_.push_back({Kind::nfkd, nullptr, {}}); return Status::ok(); }
+  if (type == "NFC") { steps_.push_back({Kind::nfc, nullptr, {}}); return Status(); }
+  if (type == "NFD") { steps_.push_back({Kind::nfd, nullptr, {}}); return Status(); }
+  if (type == "NFKC") { steps_.push_back({Kind::nfkc, nullptr, {}}); return Status(); }
+  if (type == "NFKD") { steps_.push_back({Kind::nfkd, nullptr, {}}); return Status(); }
   if (type == "Prepend") {
     if (!node.contains("prepend") || !node["prepend"].is_string())
       return corrupt_data(where + ": Prepend without a 'prepend' string");
     steps_.push_back({Kind::prepend, nullptr, node["prepend"].get<std::string>()});
-    return Status::ok();
+    return Status();
   }
   if (type == "Replace") {
     auto pat = node.find("pattern");
@@ -83,7 +83,7 @@ Status Normalizer::add_steps(const json& node, const std::string& where) {
     auto re = Regex::compile(src->get<std::string>(), literal);
     if (!re.ok()) return re.status().with_context(where + ": Replace");
     steps_.push_back({Kind::replace, *re, node["content"].get<std::string>()});
-    return Status::ok();
+    return Status();
   }
   return not_supported(where + ": normalizer type '" + type +
                        "' is not supported (afd supports NFC, NFD, NFKC, NFKD, Replace, Prepend and Sequence)");

@@ -210,7 +210,7 @@ Status Regex::find_all(std::string_view text, std::vector<Span>* out) const {
     start = e;
     last_end = e;
   }
-  return Status::ok();
+  return Status();
 }
 
 Result<bool> Regex::matches_at(std::string_view text, size_t pos) const {

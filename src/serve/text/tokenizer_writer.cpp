@@ -123,7 +123,7 @@ Status write_file(const std::string& path, const std::string& text) {
   f << text;
   f.close();
   if (!f) return io_error("short write to " + path);
-  return Status::ok();
+  return Status();
 }
 
 // A Qwen-style ChatML template (written for afd): optional system message first, each
@@ -233,7 +233,7 @@ Result<TokenizerFilesInfo> write_tokenizer_files(const std::string& dir, int64_t
 
 Status write_tokenizer_for_model(const ModelConfig& config, const std::string& dir) {
   auto r = write_tokenizer_files(dir, config.vocab_size);
-  return r.ok() ? Status::ok() : r.status();
+  return r.ok() ? Status() : r.status();
 }
 
 Status copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir, int64_t vocab_size) {
@@ -243,14 +243,14 @@ Status copy_tokenizer_files(const std::string& from_dir, const std::string& to_d
     return invalid_argument(from_dir + "/tokenizer.json: " + std::to_string(tok->vocab_size()) +
                             " tokens, more than the model's vocab_size " + std::to_string(vocab_size));
   std::error_code ec;
-  if (fs::equivalent(from_dir, to_dir, ec)) return Status::ok();
+  if (fs::equivalent(from_dir, to_dir, ec)) return Status();
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
     const fs::path from = fs::path(from_dir) / name;
     if (!fs::exists(from, ec)) continue;  // tokenizer.json exists: load_dir read it
     fs::copy_file(from, fs::path(to_dir) / name, fs::copy_options::overwrite_existing, ec);
     if (ec) return io_error(from.string() + ": cannot copy to " + to_dir + ": " + ec.message());
   }
-  return Status::ok();
+  return Status();
 }
 
 }  // namespace afd

@@ -134,7 +134,7 @@ TEST(DeploymentConfig, BadFileValuesNameTheKeyAndFlag) {
   // A flag named only as a prefix of a longer one, defaults and ok are left alone.
   EXPECT_EQ(cfg.with_sources(invalid_argument("--ffn-tp-x is odd")).message(), "--ffn-tp-x is odd");
   EXPECT_EQ(cfg.with_sources(invalid_argument("--kv-block is odd")).message(), "--kv-block is odd");
-  EXPECT_TRUE(cfg.with_sources(Status::ok()).is_ok());
+  EXPECT_TRUE(cfg.with_sources(Status()).is_ok());
 }
 
 TEST(DeploymentConfig, BadEnvironmentValueNamesTheFlag) {

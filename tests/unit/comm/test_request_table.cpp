@@ -48,7 +48,7 @@ TEST(RequestTable, ExhaustionAndReuseWithNewGeneration) {
   }
   EXPECT_EQ(t.allocate().status().code(), StatusCode::resource_exhausted);
   EXPECT_EQ(t.in_flight(), 4u);
-  t.complete(ids[2], Completion{Status::ok(), 5});
+  t.complete(ids[2], Completion{Status(), 5});
   Completion c;
   ASSERT_TRUE(t.test(ids[2], &c));
   EXPECT_EQ(c.bytes, 5u);
@@ -59,7 +59,7 @@ TEST(RequestTable, ExhaustionAndReuseWithNewGeneration) {
   EXPECT_EQ(*again & 0xffffffffu, ids[2] & 0xffffffffu);
   ASSERT_TRUE(t.test(ids[2], &c));
   EXPECT_EQ(c.status.code(), StatusCode::invalid_argument);
-  t.complete(ids[2], Completion{Status::ok(), 9});  // stale: ignored
+  t.complete(ids[2], Completion{Status(), 9});  // stale: ignored
   EXPECT_TRUE(t.is_pending(*again));
 }
 
@@ -109,7 +109,7 @@ TEST(RequestTable, ConcurrentAllocateCompleteRelease) {
       uint32_t slot = static_cast<uint32_t>(*r & 0xffffffffu);
       if (live_slots[slot].fetch_add(1) != 0) errors.fetch_add(1);  // two owners of one slot
       live_slots[slot].fetch_sub(1);  // before complete: a callback frees the slot inside it
-      t.complete(*r, Completion{Status::ok(), 3});
+      t.complete(*r, Completion{Status(), 3});
       if (!cb) {
         Completion c;
         if (!t.test(*r, &c) || !c.status.is_ok() || c.bytes != 3) errors.fetch_add(1);
@@ -139,8 +139,8 @@ TEST(RequestTable, ThreadCachedSlotsComeBackWhenTheThreadExits) {
       held.push_back(*r);
     }
     for (RequestId id : held) {
-      if (exclusive) t.complete_exclusive(id, Completion{Status::ok(), 1});
-      else t.complete(id, Completion{Status::ok(), 1});
+      if (exclusive) t.complete_exclusive(id, Completion{Status(), 1});
+      else t.complete(id, Completion{Status(), 1});
       Completion c;
       if (!t.test(id, &c) || c.bytes != 1) errors.fetch_add(1);
     }
@@ -150,7 +150,7 @@ TEST(RequestTable, ThreadCachedSlotsComeBackWhenTheThreadExits) {
         errors.fetch_add(1);
         return;
       }
-      t.complete_exclusive(*r, Completion{Status::ok(), 2});
+      t.complete_exclusive(*r, Completion{Status(), 2});
       t.complete_exclusive(*r, Completion{cancelled("second"), 0});  // ignored: already done
       Completion c;
       if (!t.test(*r, &c) || !c.status.is_ok() || c.bytes != 2) errors.fetch_add(1);
@@ -168,7 +168,7 @@ TEST(RequestTable, ThreadCacheMovesOnFromADestroyedTable) {
     RequestTable dead(kCap, 0);
     auto r = dead.allocate();
     ASSERT_TRUE(r.ok());
-    dead.complete(*r, Completion{Status::ok(), 1});
+    dead.complete(*r, Completion{Status(), 1});
     Completion c;
     ASSERT_TRUE(dead.test(*r, &c));  // its slot is now in this thread's cache
   }
@@ -177,7 +177,7 @@ TEST(RequestTable, ThreadCacheMovesOnFromADestroyedTable) {
   // every slot but that one, and this thread gets it back.
   auto first = t.allocate();
   ASSERT_TRUE(first.ok());
-  t.complete(*first, Completion{Status::ok(), 1});
+  t.complete(*first, Completion{Status(), 1});
   Completion c;
   ASSERT_TRUE(t.test(*first, &c));
   std::set<uint32_t> slots;
@@ -203,7 +203,7 @@ TEST(RequestTable, WaitSeesACompletionFromAnotherThread) {
   ASSERT_TRUE(r.ok());
   std::thread th([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    t.complete(*r, Completion{Status::ok(), 1});
+    t.complete(*r, Completion{Status(), 1});
   });
   Completion c = t.wait(*r, now_ns() + 5000000000);
   th.join();

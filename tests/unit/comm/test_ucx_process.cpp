@@ -66,7 +66,7 @@ Status echo_once(Transport& t, PeerId peer, size_t n, uint8_t fill, int64_t time
   }
   AFD_RETURN_IF_ERROR(c.status);
   if (c.bytes != n || std::memcmp(in.data(), out.data(), n) != 0) return internal_error("echo mismatch");
-  return Status::ok();
+  return Status();
 }
 
 TEST(UcxProcess, PeerDeathIsAnErrorAndRestartIsTakenBack) {

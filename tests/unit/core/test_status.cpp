@@ -17,7 +17,7 @@ Result<int> doubled(int v) {
 }
 
 TEST(Status, OkAndError) {
-  EXPECT_TRUE(Status::ok().is_ok());
+  EXPECT_TRUE(Status().is_ok());
   Status s = not_found("model.safetensors");
   EXPECT_FALSE(s.is_ok());
   EXPECT_EQ(s.code(), StatusCode::not_found);
@@ -44,8 +44,8 @@ TEST(Status, CopiesMovesAndEmptyMessages) {
   EXPECT_FALSE(empty.is_ok());
   EXPECT_EQ(empty.message(), "");
   EXPECT_EQ(empty.to_string(), "internal: ");
-  EXPECT_EQ(Status::ok().message(), "");
-  Status d = Status::ok();
+  EXPECT_EQ(Status().message(), "");
+  Status d = Status();
   d = b;
   EXPECT_EQ(d.to_string(), "unavailable: peer 'ffn0' is gone");
 }

@@ -320,7 +320,7 @@ class ScriptedDrafter : public Drafter {
         break;
       }
     }
-    return Status::ok();
+    return Status();
   }
 
  private:

@@ -111,7 +111,7 @@ class FakeEngine : public Engine {
       for (int64_t j = 0; j < cfg_.vocab_size; ++j) row[j] = -0.01f * static_cast<float>(std::abs(j - want));
       row[want] = 5.0f;
     }
-    return Status::ok();
+    return Status();
   }
   KvUsage kv_usage() const override {
     std::lock_guard<std::mutex> l(mu_);
@@ -130,7 +130,7 @@ class FakeEngine : public Engine {
   bool fail_next = false;
   std::atomic<int> fail_unavailable{0};  // the next n forwards fail with unavailable (a lost peer)
   std::atomic<bool> unhealthy{false};    // health() is unavailable while set
-  Status health() const override { return unhealthy ? unavailable("injected: FFN worker 'ffn0' is not connected") : Status::ok(); }
+  Status health() const override { return unhealthy ? unavailable("injected: FFN worker 'ffn0' is not connected") : Status(); }
   int64_t n_forward = 0;
   int64_t max_batch_seen = 0;
   int64_t tokens_processed = 0;

@@ -37,7 +37,7 @@ TEST(AfdLiveness, PingPongRoundTripAndVerdicts) {
   std::memcpy(attn.pong.data(), ffn.pong.data(), m);
 
   std::string why;
-  comm::Completion ok{Status::ok(), m};
+  comm::Completion ok{Status(), m};
   EXPECT_EQ(judge_pong(ok, attn, 7, &why), PongVerdict::answered);
   EXPECT_EQ(judge_pong(ok, attn, 8, &why), PongVerdict::owed);  // the pong of an older ping
   EXPECT_TRUE(why.empty());

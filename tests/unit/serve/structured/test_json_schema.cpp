@@ -11,7 +11,7 @@ using Json = nlohmann::ordered_json;
 
 Status schema_error(const char* schema_text) {
   auto r = json_schema_to_gbnf(Json::parse(schema_text));
-  return r.ok() ? Status::ok() : r.status();
+  return r.ok() ? Status() : r.status();
 }
 
 void expect_refused(const char* schema_text, const std::string& fragment) {
