@@ -17,6 +17,8 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kCountsSeries = "afd_ffn_expert_tokens_total";
+constexpr int64_t kMaxExperts = 65536;
+constexpr int64_t kMaxWorkerExperts = int64_t{1} << 26;
 constexpr const char* kExpertsSeries = "afd_ffn_routed_experts";
 
 Status check_count(double c, const std::string& source, int64_t layer, int64_t expert) {
@@ -190,6 +192,7 @@ void fill_loads(LayerPlacement* p, const std::vector<double>& counts) {
 Status ExpertCounts::validate() const {
   if (counts.empty()) return corrupt_data("expert counts: no layers");
   if (n_experts < 1) return corrupt_data("expert counts: no experts");
+  if (n_experts > kMaxExperts) return corrupt_data("expert counts: more than 65536 experts per layer");
   if (layer_ids.size() != counts.size()) return corrupt_data("expert counts: layer ids and rows differ in number");
   for (size_t l = 0; l < counts.size(); ++l) {
     if (l > 0 && layer_ids[l] <= layer_ids[l - 1])
@@ -259,6 +262,9 @@ LayerPlacement contiguous_placement(const std::vector<double>& counts, int n_wor
 Status check_eplb_options(int64_t n_experts, const EplbOptions& o) {
   if (o.n_workers < 1) return invalid_argument("EPLB: the number of FFN workers must be at least 1");
   if (o.redundant < 0) return invalid_argument("EPLB: the number of redundant experts cannot be negative");
+  if (n_experts > kMaxExperts || static_cast<int64_t>(o.n_workers) * n_experts > kMaxWorkerExperts)
+    return invalid_argument("EPLB: " + std::to_string(n_experts) + " experts on " + std::to_string(o.n_workers) +
+                            " workers is past the planner's size (experts <= 65536, workers * experts <= 2^26)");
   const int64_t slots = n_experts + o.redundant;
   if (slots % o.n_workers != 0)
     return invalid_argument("EPLB: " + std::to_string(n_experts) + " experts + " + std::to_string(o.redundant) +
@@ -361,7 +367,11 @@ Result<LayerPlacement> eplb_placement(const std::vector<double>& counts, const E
   auto replica_load = [&](int32_t e) {
     return counts[static_cast<size_t>(e)] / static_cast<double>(replicas[static_cast<size_t>(e)]);
   };
-  for (int pass = 0; pass < 4 * y; ++pass) {
+  // Each pass looks at (y - 1) * per_worker^2 pairs; the passes stop after kRefinePairs in all.
+  constexpr int64_t kRefinePairs = int64_t{1} << 27;
+  const int64_t pairs_per_pass = std::max<int64_t>(1, static_cast<int64_t>(y - 1) * per_worker * per_worker);
+  const int64_t passes = std::min<int64_t>(4 * static_cast<int64_t>(y), kRefinePairs / pairs_per_pass);
+  for (int64_t pass = 0; pass < passes; ++pass) {
     const int hi = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
     double best_gain = 0;
     int best_w = -1;

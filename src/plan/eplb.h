@@ -8,7 +8,7 @@
 //      free slot and does not hold that expert yet (every worker holds (E + R) / y replicas, so
 //      every worker holds the same expert memory);
 //   3. refine: while swapping one replica of the most-loaded worker with one of another worker
-//      lowers the larger of the two loads, swap (bounded passes).
+//      lowers the larger of the two loads, swap (at most 4y passes and 2^27 pairs looked at).
 // Load is predicted, not measured: a replica's load is its expert's count / its replica count
 // (the tokens of an expert split evenly over its replicas). docs/PLANNING.md "Expert placement
 // (EPLB)".
@@ -63,7 +63,8 @@ struct EplbOptions {
   int64_t redundant = 0;    // R extra replicas per layer; (E + R) % y == 0
 };
 // Checks y >= 1, 0 <= R, (E + R) divisible by y, (E + R) / y <= E (no worker would need two
-// replicas of one expert) — invalid_argument saying which.
+// replicas of one expert), E <= 65536 and y * E <= 2^26 (the planner's memory) —
+// invalid_argument saying which.
 Status check_eplb_options(int64_t n_experts, const EplbOptions& o);
 
 // The EPLB placement of one layer's counts ([E]).

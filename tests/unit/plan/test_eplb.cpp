@@ -100,6 +100,10 @@ TEST(Eplb, RefusesOptionsThatCannotBePlaced) {
   EXPECT_FALSE(eplb_placement(c, {.n_workers = 0}).ok());
   EXPECT_FALSE(eplb_placement(c, {.n_workers = 2, .redundant = -2}).ok());
   EXPECT_FALSE(eplb_placement({1, -1}, {.n_workers = 1}).ok());
+  auto big = eplb_placement(std::vector<double>(70000, 1.0), {.n_workers = 1});
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("past the planner's size"), std::string::npos);
+  EXPECT_FALSE(eplb_placement(std::vector<double>(4096, 1.0), {.n_workers = 32768}).ok());
 }
 
 TEST(Eplb, EveryWorkerCanHoldEveryExpert) {
