@@ -78,6 +78,8 @@ void register_sim(CLI::App& app) {
                                  "tokens sampled per layer to plan from (with --eplb)")
                      ->capture_default_str()
                      ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+  auto scale = std::make_shared<SimAutoscaleArgs>();
+  add_sim_autoscale_args(cmd, scale.get());
   cmd->callback([=] {
     if (w->requests < 1) fail("sim: --requests must be >= 1");
     if (experts->n_experts == 0) {
@@ -108,6 +110,14 @@ void register_sim(CLI::App& app) {
       point.n_ffn = r.n_ffn;
       const std::string name = std::to_string(r.n_attn) + ":" + std::to_string(r.n_ffn);
       check(point.validate().with_context("sim --ratio " + name + " (y = " + std::to_string(r.n_ffn) + ")"));
+    }
+    if (!scale->phases.empty()) {
+      if (specs.size() != 1) fail("sim --autoscale: give the starting counts as one --ratio x:y");
+      if (!plot->empty()) fail("sim --autoscale: --plot draws a ratio sweep, not an autoscaling run");
+      c.n_attn = specs[0].n_attn;
+      c.n_ffn = specs[0].n_ffn;
+      run_sim_autoscale(c, *scale, *as_json);
+      return;
     }
     ThreadPool pool(*threads);
     const auto pts = unwrap(run_ratio_sweep(c, specs, &pool));

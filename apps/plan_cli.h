@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "plan/autoscale.h"
 #include "plan/latency_profile.h"
+#include "plan/simulator.h"
 
 namespace afd::cli {
 
@@ -40,5 +42,14 @@ nlohmann::json profile_json(const plan::LatencyProfile& p);
 
 // afd plan eplb (cmd_plan_eplb.cpp), a subcommand of afd plan.
 void register_plan_eplb(CLI::App* plan);
+
+// afd sim --autoscale (cmd_sim_autoscale.cpp): the controller's options, and its run from the
+// start configuration (the one --ratio).
+struct SimAutoscaleArgs {
+  std::string phases;  // empty: no autoscaling
+  plan::AutoscaleOptions opt;
+};
+void add_sim_autoscale_args(CLI::App* cmd, SimAutoscaleArgs* a);
+void run_sim_autoscale(const plan::SimConfig& start, const SimAutoscaleArgs& a, bool as_json);
 
 }  // namespace afd::cli

@@ -47,7 +47,7 @@ Status SimConfig::validate() const {
   if (!st.is_ok()) return st.with_context("sim latency profile");
   st = experts.validate(n_ffn);
   if (!st.is_ok()) return st.with_context("sim expert load");
-  return Status::ok();
+  return Status();
 }
 
 namespace {
@@ -177,6 +177,13 @@ class Sim {
           res_.tokens_stable / res_.t_stable / static_cast<double>(c_.n_attn + c_.n_ffn);
     }
     res_.tpot = tpot_n_ > 0 ? tpot_sum_ / static_cast<double>(tpot_n_) : 0.0;
+    const double L = static_cast<double>(c_.n_layers);
+    auto mean = [](double sum, int64_t n) { return n > 0 ? sum / static_cast<double>(n) : 0.0; };
+    res_.step_attn_time = L * mean(step_.attn_t, step_.attn_n);
+    res_.step_active = mean(step_.active, step_.attn_n);
+    res_.step_ffn_time = L * mean(step_.ffn_t, step_.ffn_n);
+    res_.step_ffn_tokens = mean(step_.ffn_tokens, step_.ffn_n);
+    res_.step_comm_time = 2.0 * L * mean(step_.comm_t, step_.comm_n);
     res_.mean_token_load = attn_runs_ > 0 ? load_sum_ / static_cast<double>(attn_runs_) : 0.0;
     if (stable_snapshot_taken_ && res_.t_stable > 0) {
       res_.mean_token_load_stable = attn_runs_stable_ > 0 ? load_sum_stable_ / static_cast<double>(attn_runs_stable_) : 0.0;
@@ -257,6 +264,11 @@ class Sim {
     const MicroBatch& mb = mbs_[id];
     const double load = static_cast<double>(mb.token_load());
     const double dur = c_.latency.attention.at(load) / static_cast<double>(c_.n_layers);
+    if (!stable_snapshot_taken_) {
+      step_.attn_t += dur;
+      step_.active += static_cast<double>(mb.n_active);
+      ++step_.attn_n;
+    }
     load_sum_ += load;
     ++attn_runs_;
     attn_busy_[i] = 1;
@@ -277,6 +289,10 @@ class Sim {
   void enqueue_link(int64_t id, int64_t dir) {
     const MicroBatch& mb = mbs_[id];
     const double dur = 0.5 * c_.latency.comm.at(static_cast<double>(mb.n_active)) / static_cast<double>(c_.n_layers);
+    if (!stable_snapshot_taken_) {
+      step_.comm_t += dur;
+      ++step_.comm_n;
+    }
     if (c_.full_duplex) {
       push_event(now_ + dur, kLinkDone, id, dir);
       return;
@@ -327,8 +343,14 @@ class Sim {
       layer = mb.layer;
     }
     double per_ffn = static_cast<double>(n) / static_cast<double>(c_.n_ffn);
+    const double mean_per_ffn = per_ffn;
     if (!ffn_imbalance_.empty()) per_ffn *= ffn_imbalance_[static_cast<size_t>(layer) % ffn_imbalance_.size()];
     const double dur = c_.latency.ffn.at(per_ffn) / static_cast<double>(c_.n_layers);
+    if (!stable_snapshot_taken_) {
+      step_.ffn_t += dur;
+      step_.ffn_tokens += mean_per_ffn;
+      ++step_.ffn_n;
+    }
     ffn_busy_ = true;
     ffn_busy_total_ += dur;
     ffn_cur_end_ = now_ + dur;
@@ -388,6 +410,12 @@ class Sim {
   std::vector<Ring> attn_q_, link_q_;
   std::vector<uint8_t> attn_busy_, link_busy_;
   std::vector<double> attn_busy_total_, attn_cur_end_;
+  // Sums of what a deployment measures per execution (SimResult::step_*), before T_80%; times
+  // per layer (a step's is L times the mean).
+  struct StepSums {
+    double attn_t = 0, active = 0, ffn_t = 0, ffn_tokens = 0, comm_t = 0;
+    int64_t attn_n = 0, ffn_n = 0, comm_n = 0;
+  } step_;
   Ring ffn_q_;
   bool ffn_busy_ = false;
   double ffn_busy_total_ = 0, ffn_cur_end_ = 0;

@@ -75,6 +75,13 @@ struct SimResult {
   // eq. (21) counts only completed requests, which under-counts by the in-flight work.
   double tokens_generated_stable = 0;
   double generated_throughput_per_instance = 0;
+  // What a deployment can measure per decode step, means over the executions started before
+  // T_80% (the autoscaling controller's inputs, plan/autoscale.h), in the profile's time unit:
+  // an attention micro-batch's time t_A(T) and its active requests, an FFN execution's time
+  // (the group's, per step) and tokens per FFN instance, a micro-batch's A->F->A transfer time.
+  double step_attn_time = 0, step_active = 0;
+  double step_ffn_time = 0, step_ffn_tokens = 0;
+  double step_comm_time = 0;
   int64_t events = 0;            // timed events processed
   int64_t steps = 0;             // micro-batch decode steps completed
   // FFN max/mean worker load (expert model), mean and max over the layers; 1 when off.

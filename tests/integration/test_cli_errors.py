@@ -45,6 +45,17 @@ CASES = {
                                             "--skip-limits"]),
     "unknown FFN device": ("ffn-device|cpu, cuda", ["generate", "--model", M, "--prompt-ids", "1", "--ffn-device",
                                                     "tpu"]),
+    "plan eplb without counts file": ("cannot open expert counts file", ["plan", "eplb", "--counts", "/nonexistent",
+                                                                         "--ffn-workers", "2"]),
+    "plan eplb on a config.json": ('expected "layers"', ["plan", "eplb", "--counts", M / "config.json",
+                                                          "--ffn-workers", "2"]),
+    "plan eplb on a binary file": ("no afd_ffn_expert_tokens_total samples", ["plan", "eplb", "--counts",
+                                                                              M / "model.safetensors",
+                                                                              "--ffn-workers", "2"]),
+    "sim autoscale bad phase": ("autoscale phase 'gpu\*2'", ["sim", "--ratio", "1:1", "--autoscale", "base,gpu*2"]),
+    "sim autoscale two ratios": ("one --ratio", ["sim", "--ratio", "1:1,2:1", "--autoscale", "base"]),
+    "sim autoscale start past a bound": ("starting 100A-1F is outside the bounds", ["sim", "--ratio", "100:1",
+                                                                                    "--autoscale", "base:1"]),
 }
 
 
