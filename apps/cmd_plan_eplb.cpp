@@ -3,6 +3,7 @@
 // each predicts.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 #include "plan/eplb.h"
 #include "plan/hf_model_spec.h"
 #include "plan/svg_plot.h"
+#include "plan/text_file.h"
 #include "plan_cli.h"
 
 namespace afd::cli {
@@ -97,9 +99,12 @@ void run_eplb(const EplbArgs& a) {
     const ModelSpec spec = unwrap(load_hf_model_spec(a.model_config, so));
     const FfnGroup* moe = spec.first_moe_group();
     if (moe == nullptr) fail("plan eplb: the model in '" + a.model_config + "' has no MoE layers");
-    if (moe->n_routed != counts.n_experts)
-      fail("plan eplb: the counts have " + std::to_string(counts.n_experts) + " experts per layer, the model " +
-           std::to_string(moe->n_routed));
+    std::filesystem::path cfg(a.model_config);
+    std::error_code ec;
+    if (std::filesystem::is_directory(cfg, ec)) cfg /= "config.json";
+    const std::string text = unwrap(read_text_file(cfg.string(), "model config"));
+    const ModelConfig mc = unwrap(parse_model_config(text, cfg.string()));
+    check(check_counts_cover_model(counts, mc).with_context("plan eplb"));
     expert_bytes = moe->expert_params * spec.weight_bytes;
     if (a.worker_memory_gib > 0)
       check(check_replica_memory(counts.n_experts, opt, moe->n_layers, expert_bytes,

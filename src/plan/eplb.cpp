@@ -227,6 +227,25 @@ Result<ExpertCounts> parse_expert_counts(const std::string& text, const std::str
   return out;
 }
 
+Status check_counts_cover_model(const ExpertCounts& c, const ModelConfig& m) {
+  if (c.n_experts != m.n_experts)
+    return invalid_argument("the counts have " + std::to_string(c.n_experts) + " experts per layer, the model " +
+                            std::to_string(m.n_experts));
+  size_t row = 0;
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    const bool in_counts = row < c.layer_ids.size() && c.layer_ids[row] == l;
+    if (m.is_moe_layer(l) && !in_counts)
+      return invalid_argument("the counts have no row for layer " + std::to_string(l) + ", a MoE layer of the model");
+    if (!m.is_moe_layer(l) && in_counts)
+      return invalid_argument("the counts have a row for layer " + std::to_string(l) + ", which has no routed experts");
+    if (in_counts) ++row;
+  }
+  if (row < c.layer_ids.size())
+    return invalid_argument("the counts have a row for layer " + std::to_string(c.layer_ids[row]) + ", past the model's " +
+                            std::to_string(m.n_layers) + " layers");
+  return {};
+}
+
 Result<ExpertCounts> load_expert_counts(const std::string& path) {
   auto text = read_text_file(path, "expert counts file");
   if (!text.ok()) return text.status();

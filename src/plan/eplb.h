@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/config.h"
 
 namespace afd::plan {
 
@@ -43,6 +44,11 @@ struct ExpertCounts {
 // lengths, a negative or non-finite count, a repeated layer, an expert id >= E, no E.
 Result<ExpertCounts> parse_expert_counts(const std::string& text, const std::string& source);
 Result<ExpertCounts> load_expert_counts(const std::string& path);
+
+// The counts are those of the model `m`: E equal to its routed experts, and a row for each of
+// its MoE layers and for no other layer. invalid_argument naming the first layer missing or
+// extra otherwise (a placement needs every MoE layer).
+Status check_counts_cover_model(const ExpertCounts& c, const ModelConfig& m);
 
 // One layer's placement on y workers.
 struct LayerPlacement {

@@ -194,6 +194,31 @@ TEST(Eplb, ReplicaMemoryIsCheckedWithTheBytesNeeded) {
   EXPECT_NE(s.message().find("0.1953 GiB"), std::string::npos) << s.message();
 }
 
+TEST(Eplb, CountsMustCoverEveryMoeLayerOfTheModel) {
+  ModelConfig m;
+  m.n_layers = 4;
+  m.n_experts = 4;
+  m.n_experts_per_tok = 2;
+  m.first_k_dense_replace = 1;  // layer 0 dense, 1..3 MoE
+  ASSERT_FALSE(m.is_moe_layer(0));
+  ASSERT_TRUE(m.is_moe_layer(3));
+  ExpertCounts c;
+  c.n_experts = 4;
+  c.layer_ids = {1, 2, 3};
+  c.counts = {{1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1, 1, 1}};
+  EXPECT_TRUE(check_counts_cover_model(c, m).ok());
+  c.layer_ids = {1, 3, 4};
+  EXPECT_NE(check_counts_cover_model(c, m).message().find("no row for layer 2, a MoE layer"), std::string::npos);
+  c.layer_ids = {0, 1, 2, 3};
+  c.counts.push_back({1, 1, 1, 1});
+  EXPECT_NE(check_counts_cover_model(c, m).message().find("row for layer 0, which has no routed experts"),
+            std::string::npos);
+  c.layer_ids = {1, 2, 3, 7};
+  EXPECT_NE(check_counts_cover_model(c, m).message().find("past the model's 4 layers"), std::string::npos);
+  c.n_experts = 8;
+  EXPECT_NE(check_counts_cover_model(c, m).message().find("8 experts per layer, the model 4"), std::string::npos);
+}
+
 TEST(Eplb, PlanCoversEveryLayerAndPrintsJson) {
   ExpertCounts c;
   c.n_experts = 4;
