@@ -193,14 +193,14 @@ void serve_spawned(const ServeFlags& f) {
     if (!e.microbatches.empty()) args.insert(args.end(), {"--microbatches", e.microbatches});
     if (e.no_prefix_cache) args.push_back("--no-prefix-cache");
     if (e.options.deterministic) args.push_back("--deterministic");
-    // The method is the flag's text (e.options.speculative.method is filled by to_options() only).
+    // The method and the max batch are the flags' text (to_options() fills the options).
     if (SpeculativeMethod m = SpeculativeMethod::none;
         speculative_method_from_name(e.speculative, &m) && m != SpeculativeMethod::none)
       args.insert(args.end(), {"--speculative", e.speculative, "--draft-tokens",
                                std::to_string(e.options.speculative.draft_tokens), "--ngram-min",
                                std::to_string(e.options.speculative.ngram_min), "--ngram-max",
                                std::to_string(e.options.speculative.ngram_max), "--speculative-max-batch",
-                               std::to_string(e.options.speculative.max_batch)});
+                               e.speculative_max_batch});
     if (!e.trace.empty()) {
       trace_parts.push_back(trace_part_path(e.trace, "attention", i));
       args.insert(args.end(), {"--trace", trace_parts.back(), "--trace-max-spans", std::to_string(e.trace_max_spans)});

@@ -26,8 +26,9 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
   cmd->add_option("--draft-tokens", options.speculative.draft_tokens,
                   "Drafts per sequence and step: 1..3 with mtp, 1..8 with ngram")
       ->envname("AFD_DRAFT_TOKENS");
-  cmd->add_option("--speculative-max-batch", options.speculative.max_batch,
-                  "Propose drafts only in steps with at most this many decoding sequences (0: always)")
+  cmd->add_option("--speculative-max-batch", speculative_max_batch,
+                  "Propose drafts only in steps with at most this many decoding sequences (0: always; auto: at "
+                  "each batch size, whichever of drafting or not decodes more tokens/s, measured while decoding)")
       ->envname("AFD_SPECULATIVE_MAX_BATCH");
   cmd->add_option("--ngram-min", options.speculative.ngram_min, "Shortest n-gram --speculative ngram matches")
       ->envname("AFD_NGRAM_MIN");
@@ -145,6 +146,15 @@ Result<EngineOptions> EngineFlags::to_options(bool open_trace) const {
   o.kv.prefix_caching = !no_prefix_cache;
   if (!speculative_method_from_name(speculative, &o.speculative.method))
     return invalid_argument("--speculative must be none, ngram or mtp, got '" + speculative + "'");
+  if (speculative_max_batch == "auto") {
+    o.speculative.max_batch = SpeculativeOptions::kMaxBatchAuto;
+  } else {
+    auto v = parse_int_list(speculative_max_batch, "--speculative-max-batch");
+    if (!v.ok() || v->size() != 1 || (*v)[0] < 0)
+      return invalid_argument("--speculative-max-batch must be auto or an integer >= 0, got '" + speculative_max_batch +
+                              "'");
+    o.speculative.max_batch = (*v)[0];
+  }
   if (!microbatches.empty()) {  // empty: EngineOptions::pipeline_microbatches() picks the wiring's default
     auto v = parse_int_list(microbatches, "--microbatches");
     if (!v.ok() || v->size() != 1 || (*v)[0] < 1 || (*v)[0] > 4)

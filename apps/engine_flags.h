@@ -31,6 +31,7 @@ struct EngineFlags {
   std::string kv_dtype = kv_dtype_flag(KvOptions{}.dtype);           // KvOptions::dtype
   bool no_prefix_cache = !KvOptions{}.prefix_caching;                // KvOptions::prefix_caching
   std::string speculative = speculative_method_name(SpeculativeOptions{}.method);  // SpeculativeOptions::method
+  std::string speculative_max_batch = std::to_string(SpeculativeOptions{}.max_batch);  // SpeculativeOptions::max_batch
   std::string topology = Topology{}.to_string();                     // EngineOptions::topology
   std::string microbatches;  // EngineOptions::microbatches; empty: the wiring's default; bench accepts a list
   std::string ffn;           // AfdOptions::ffn_addresses: remote FFN workers "host:port,host:port" (shard order)

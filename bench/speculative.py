@@ -19,7 +19,9 @@
       [--context 512] [--pairs 5]
   /usr/bin/python3 bench/speculative.py --afd build/apps/afd e2e --model M --prompts FILE \
       [--batch 1] [--rounds 8] [--tokens 256] [--passes 2] \
-      [--settings none,mtp:1,mtp:2,mtp:3,ngram:4]
+      [--settings none,mtp:1,mtp:2,mtp:3,ngram:4,ngram:4:auto]
+
+A setting is METHOD:K[:MAX_BATCH] (MAX_BATCH: --speculative-max-batch, a number or auto).
 
 FILE: one prompt per line as comma-separated token ids (e.g. from
 `afd eval --model M --text T --dump-tokens FILE`).
@@ -76,8 +78,9 @@ def e2e(a):
         for s in order:
             args = list(base)
             if s != "none":
-                method, k = s.split(":")
+                method, k, *max_batch = s.split(":")
                 args += ["--speculative", method, "--draft-tokens", k]
+                args += ["--speculative-max-batch", max_batch[0]] if max_batch else []
             rows[s].append(bench(a.afd, a.model, args))
     print(f"| setting | decode tok/s (median) | speed-up median [p10, p90] | step ms median | accepted/step "
           f"| bound 1+acc | speed-up / bound | acceptance by position | tokens/seq/step |")

@@ -34,7 +34,8 @@ Status SpeculativeOptions::validate() const {
                             (method == SpeculativeMethod::none ? std::string()
                                                                : std::string(" for --speculative ") + speculative_method_name(method)) +
                             ", got " + std::to_string(draft_tokens));
-  if (max_batch < 0) return invalid_argument("--speculative-max-batch must be >= 0 (0: no limit)");
+  if (max_batch < kMaxBatchAuto)
+    return invalid_argument("--speculative-max-batch must be auto or >= 0 (0: no limit)");
   if ((ngram_min < 1 || ngram_min > ngram_max || ngram_max > 16))
     return invalid_argument("--ngram-min / --ngram-max must satisfy 1 <= min <= max <= 16, got " +
                             std::to_string(ngram_min) + " / " + std::to_string(ngram_max));

@@ -112,7 +112,9 @@ struct SpeculativeOptions {
   int64_t ngram_min = 2, ngram_max = 4;
   // Drafts only in steps with at most this many decoding sequences (larger batches are
   // compute-bound, where verifying drafts costs more than it saves; docs/BENCHMARKS.md
-  // "Speculative decoding" measures where); 0: every step.
+  // "Speculative decoding" measures where); 0: every step; kMaxBatchAuto: per batch size,
+  // whichever of drafting or not gave more tokens/s while decoding (runtime/speculation_governor.h).
+  static constexpr int64_t kMaxBatchAuto = -1;
   int64_t max_batch = 0;
   Status validate() const;
 };

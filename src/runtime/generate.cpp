@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/timer.h"
+#include "runtime/engine_options.h"
+#include "runtime/speculation_governor.h"
 
 namespace afd {
 
@@ -99,6 +101,8 @@ Result<GenerateResult> generate(Engine& engine, const std::vector<std::vector<in
 
   // Decode: per live sequence one item [last token, drafts...].
   t0 = now_ns();
+  const bool governed = opt.draft_max_batch == SpeculativeOptions::kMaxBatchAuto;
+  SpeculationGovernor governor;
   std::vector<Drafter::Query> queries;
   std::vector<std::vector<int32_t>> drafts, step_tokens(static_cast<size_t>(n));
   for (;;) {
@@ -114,8 +118,10 @@ Result<GenerateResult> generate(Engine& engine, const std::vector<std::vector<in
     if (who.empty()) break;
     const int64_t step_t0 = now_ns();
     drafts.assign(who.size(), {});
-    const bool draft_now =
-        drafter && (opt.draft_max_batch <= 0 || static_cast<int64_t>(who.size()) <= opt.draft_max_batch);
+    const int64_t n_live = static_cast<int64_t>(who.size());
+    const bool draft_now = drafter && (governed ? governor.use_drafts(n_live)
+                                                : opt.draft_max_batch <= 0 || n_live <= opt.draft_max_batch);
+    int64_t step_emitted = 0;
     if (draft_now) {
       s = drafter->propose(queries, &drafts);
       if (!s.is_ok()) { release_everything(); return s; }
@@ -153,6 +159,7 @@ Result<GenerateResult> generate(Engine& engine, const std::vector<std::vector<in
         ++used;
         last[i] = t.token;
         res.tokens[i].push_back(t.token);
+        ++step_emitted;
         ctx[i].push_back(t.token);
         if ((opt.stop_at_eos && is_eos(t.token)) ||
             static_cast<int64_t>(res.tokens[i].size()) >= opt.max_new_tokens) {
@@ -168,6 +175,7 @@ Result<GenerateResult> generate(Engine& engine, const std::vector<std::vector<in
       row += d > 0 ? d + 1 : 1;
     }
     res.decode_step_s.push_back((now_ns() - step_t0) * 1e-9);
+    if (governed && drafter) governor.record(n_live, draft_now, res.decode_step_s.back(), step_emitted);
   }
   res.decode_s = (now_ns() - t0) * 1e-9;
   release_everything();

@@ -22,7 +22,9 @@ struct GenerateOptions {
   // draft_tokens per sequence and step.
   Drafter* drafter = nullptr;
   int64_t draft_tokens = 0;
-  int64_t draft_max_batch = 0;  // drafts only in steps with at most this many sequences (0: always)
+  // Drafts only in steps with at most this many sequences (0: always; SpeculativeOptions::kMaxBatchAuto:
+  // as a SpeculationGovernor measures).
+  int64_t draft_max_batch = 0;
 };
 
 struct GenerateResult {

@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "runtime/engine_options.h"
 
 namespace afd::serve {
 
@@ -280,6 +281,8 @@ void Scheduler::remove_finished() {
 }
 
 void Scheduler::propose_drafts() {
+  step_decoding_ = 0;
+  step_drafts_ = false;
   if (!drafter_) return;
   std::vector<Drafter::Query> queries;
   std::vector<SeqRequest*> who;
@@ -296,8 +299,13 @@ void Scheduler::propose_drafts() {
     queries.push_back(Drafter::Query{r->seq_id, r->tokens, max_drafts});
     who.push_back(r);
   }
+  step_decoding_ = n_decoding;
   if (queries.empty()) return;
-  if (opt_.draft_max_batch > 0 && n_decoding > opt_.draft_max_batch) return;
+  if (opt_.draft_max_batch == SpeculativeOptions::kMaxBatchAuto) {
+    if (!governor_.use_drafts(n_decoding)) return;
+  } else if (opt_.draft_max_batch > 0 && n_decoding > opt_.draft_max_batch) {
+    return;
+  }
   std::vector<std::vector<int32_t>> drafts;
   if (Status s = drafter_->propose(queries, &drafts); !s.is_ok()) {
     // Drafts only save time: the step runs without them.
@@ -316,6 +324,7 @@ void Scheduler::propose_drafts() {
     r->step_tokens.insert(r->step_tokens.end(), drafts[i].begin(), drafts[i].end());
     r->n_draft = static_cast<int64_t>(drafts[i].size());
   }
+  step_drafts_ = true;
 }
 
 bool Scheduler::fill_masks(SeqRequest* r, const BatchItem& it) {
@@ -433,6 +442,7 @@ void Scheduler::process_logits(const std::vector<SeqRequest*>& order, const std:
         }
       }
     }
+    step_emitted_ += pushed;
     e.rng_draws = r->sampler.draws();
     if (grammar_failed) {
       r->channel->push(std::move(e));
@@ -491,6 +501,7 @@ Result<int> Scheduler::step() {
       if (running_[i]->output.n_generated() == 0) metrics_->prompt_tokens.fetch_add(running_[i]->n_prompt);
   }
   std::vector<SeqRequest*> order;
+  const double step_t0 = now_s();
   std::vector<BatchItem> items = form_batch(&order);
   if (items.empty()) {
     publish_stats();
@@ -549,19 +560,20 @@ Result<int> Scheduler::step() {
     publish_stats();
     return bad;
   }
-  if (metrics_) {
-    // Prefill = every item that is not a single decode token (prompt chunks, and the
-    // recompute of a re-admitted sequence); prefix-cache hits are never forwarded.
-    int64_t prefill = 0;
-    for (size_t i = 0; i < items.size(); ++i) {
-      const SeqRequest* r = order[i];
-      const bool decode = items[i].tokens.size() == 1 + static_cast<size_t>(items[i].n_draft) && r->n_computed > 0 &&
-                          r->n_computed + 1 == static_cast<int64_t>(r->tokens.size());
-      if (!decode) prefill += static_cast<int64_t>(items[i].tokens.size());
-    }
-    metrics_->prefill_tokens.fetch_add(prefill);
+  // Prefill = every item that is not a single decode token (prompt chunks, and the recompute
+  // of a re-admitted sequence); prefix-cache hits are never forwarded.
+  int64_t prefill = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const SeqRequest* r = order[i];
+    const bool decode = items[i].tokens.size() == 1 + static_cast<size_t>(items[i].n_draft) && r->n_computed > 0 &&
+                        r->n_computed + 1 == static_cast<int64_t>(r->tokens.size());
+    if (!decode) prefill += static_cast<int64_t>(items[i].tokens.size());
   }
+  if (metrics_) metrics_->prefill_tokens.fetch_add(prefill);
+  step_emitted_ = 0;
   process_logits(order, items, logits, hidden);
+  if (opt_.draft_max_batch == SpeculativeOptions::kMaxBatchAuto && drafter_ && prefill == 0 && step_decoding_ > 0)
+    governor_.record(step_decoding_, step_drafts_, now_s() - step_t0, step_emitted_);
   publish_stats();
   return static_cast<int>(items.size());
 }

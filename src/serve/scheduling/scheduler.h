@@ -23,6 +23,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
+#include "runtime/speculation_governor.h"
 #include "runtime/speculative.h"
 #include "serve/api/output.h"
 #include "serve/api/request.h"
@@ -70,7 +71,8 @@ struct SchedulerOptions {
   // Speculative decoding with the scheduler's drafter: drafts per sequence and step (the
   // engine options' --draft-tokens); 0 or no drafter: none.
   int64_t draft_tokens = 0;
-  // Drafts only in steps with at most this many decoding sequences (--speculative-max-batch); 0: always.
+  // Drafts only in steps with at most this many decoding sequences (--speculative-max-batch); 0:
+  // always; SpeculativeOptions::kMaxBatchAuto: as the scheduler's SpeculationGovernor measures.
   int64_t draft_max_batch = 0;
 };
 
@@ -135,6 +137,12 @@ class Scheduler {
   Metrics* metrics_;
   Drafter* drafter_;
   int64_t vocab_;
+  // --speculative-max-batch auto: the governor, and what the current step asked of it and did
+  // (set by propose_drafts and process_logits, recorded by step for pure decode steps).
+  SpeculationGovernor governor_;
+  int64_t step_decoding_ = 0;
+  bool step_drafts_ = false;
+  int64_t step_emitted_ = 0;
 
   mutable std::mutex mu_;                        // guards waiting_ and stop_
   std::condition_variable cv_;

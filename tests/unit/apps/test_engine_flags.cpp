@@ -77,6 +77,14 @@ TEST(EngineFlags, FlagsReachTheirOptions) {
   EXPECT_EQ(o->afd.ffn_takeover_ms, 2500);
   EXPECT_EQ(o->afd.ffn_parts, 4);
   EXPECT_EQ(o->afd.ucx_spin_us, 5);
+  Cmd s;
+  auto spec = s.parse("--speculative ngram --speculative-max-batch 16");
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  EXPECT_EQ(spec->speculative.max_batch, 16);
+  Cmd a;
+  auto aut = a.parse("--speculative ngram --speculative-max-batch auto");
+  ASSERT_TRUE(aut.ok()) << aut.status().to_string();
+  EXPECT_EQ(aut->speculative.max_batch, SpeculativeOptions::kMaxBatchAuto);
 }
 
 // A bare --ffn list with the default topology is 1A{n}F; with a topology it must match it.
@@ -101,7 +109,9 @@ TEST(EngineFlags, BadValuesNameTheFlag) {
                         Case{"--kv-dtype int4", "--kv-dtype must be bf16, fp8 or f32, got 'int4'"},
                         Case{"--topology 3Z", "topology '3Z': expected"},
                         Case{"--microbatches 5", "--microbatches: micro-batches must be one value in 1..4"},
-                        Case{"--ffn h:1,h:1", "--ffn: h:1 is listed twice"}}) {
+                        Case{"--ffn h:1,h:1", "--ffn: h:1 is listed twice"},
+                        Case{"--speculative-max-batch -2", "--speculative-max-batch must be auto or an integer >= 0"},
+                        Case{"--speculative-max-batch sometimes", "--speculative-max-batch must be auto or an integer"}}) {
     Cmd c;
     auto o = c.parse(k.line);
     ASSERT_FALSE(o.ok()) << k.line;

@@ -36,6 +36,7 @@ Served serve(EngineOptions o, const std::vector<std::vector<int32_t>>& prompts, 
   SchedulerOptions so;
   so.max_batch_tokens = 12;  // long prompts go in chunks beside the others' verification items
   so.draft_tokens = *d ? o.speculative.draft_tokens : 0;
+  so.draft_max_batch = o.speculative.max_batch;
   Metrics metrics(1);
   Scheduler sched(e->get(), so, &metrics.worker(0), &metrics, d->get());
   std::vector<std::shared_ptr<SeqRequest>> reqs;
@@ -135,6 +136,24 @@ TEST(SchedulerSpeculative, GreedyTokensEqualThoseWithoutDrafts) {
       }
     }
   }
+}
+
+// --speculative-max-batch auto: the governor drafts in some steps and not in others (it tries
+// both sides first); the greedy tokens stay those without drafts.
+TEST(SchedulerSpeculative, AutoMaxBatchKeepsTheGreedyTokens) {
+  ASSERT_TRUE(weights() && tokenizer());
+  const auto p = prompts();
+  const EngineOptions base = options("mono", Precision::reference, false);
+  const Served plain = serve(base, p, 0.0f);
+  EngineOptions o = base;
+  o.speculative.method = SpeculativeMethod::ngram;
+  o.speculative.draft_tokens = 4;
+  o.speculative.ngram_min = 1;
+  o.speculative.max_batch = SpeculativeOptions::kMaxBatchAuto;
+  const Served spec = serve(o, p, 0.0f);
+  EXPECT_EQ(plain.tokens, spec.tokens);
+  EXPECT_GT(spec.verifications, 0);
+  EXPECT_GT(spec.accepted, 0);
 }
 
 TEST(SchedulerSpeculative, SampledRequestsWithDraftsFinish) {
