@@ -439,10 +439,15 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
     std::sort(set.begin(), set.end());
   };
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
+  // Kernel (a set before its closure) -> DFA state: most (state, class) pairs of a state lead to a
+  // kernel seen before, which then costs a hash lookup instead of a closure.
+  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> kernel_ids;
   std::vector<std::vector<int32_t>> sets;
   int64_t work = 0;
-  auto intern = [&](std::vector<int32_t> set) -> Result<int32_t> {
-    if (set.empty()) return -1;
+  auto intern = [&](const std::vector<int32_t>& kernel) -> Result<int32_t> {
+    if (kernel.empty()) return -1;
+    if (auto k = kernel_ids.find(kernel); k != kernel_ids.end()) return k->second;
+    std::vector<int32_t> set = kernel;
     closure(set);
     work += static_cast<int64_t>(set.size());
     if (work > limits.max_construction_work)
@@ -450,12 +455,16 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
                               std::to_string(limits.max_construction_work) +
                               " steps; ambiguous repetitions such as (\"x\"{1,9999})* cost the square of their size)");
     auto it = ids.find(set);
-    if (it != ids.end()) return it->second;
+    if (it != ids.end()) {
+      kernel_ids.emplace(kernel, it->second);
+      return it->second;
+    }
     if (static_cast<int64_t>(sets.size()) >= limits.max_automaton_states)
       return invalid_argument("the grammar needs more than " + std::to_string(limits.max_automaton_states) +
                               " automaton states");
     const int32_t id = static_cast<int32_t>(sets.size());
     ids.emplace(set, id);
+    kernel_ids.emplace(kernel, id);
     sets.push_back(std::move(set));
     return id;
   };
@@ -469,6 +478,8 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
   AFD_ASSIGN_OR_RETURN(a.root_start, start_of(root_machine));
   std::vector<std::vector<int32_t>> buckets(a.n_classes);
   std::vector<std::pair<int32_t, int32_t>> call_targets;  // (machine, to)
+  constexpr size_t kMaxSeenKernels = 8;
+  std::vector<std::pair<int32_t, int32_t>> seen;  // (class, DFA state) of this state's first distinct kernels
   a.call_begin.push_back(0);
   for (size_t d = 0; d < sets.size(); ++d) {
     // sets grows while this loop runs; copy the member list (references would dangle).
@@ -486,10 +497,22 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
     }
     a.final_.push_back(fin);
     bool consumes = false;
+    seen.clear();
     for (int32_t c = 0; c < a.n_classes; ++c) {
-      std::sort(buckets[c].begin(), buckets[c].end());
-      buckets[c].erase(std::unique(buckets[c].begin(), buckets[c].end()), buckets[c].end());
-      AFD_ASSIGN_OR_RETURN(int32_t t, intern(buckets[c]));
+      std::vector<int32_t>& kernel = buckets[c];
+      std::sort(kernel.begin(), kernel.end());
+      kernel.erase(std::unique(kernel.begin(), kernel.end()), kernel.end());
+      // Classes of one state mostly share a few kernels: compare with this state's earlier ones first.
+      int32_t t = -2;
+      for (const auto& [earlier, id] : seen)
+        if (buckets[earlier] == kernel) {
+          t = id;
+          break;
+        }
+      if (t == -2) {
+        AFD_ASSIGN_OR_RETURN(t, intern(kernel));
+        if (seen.size() < kMaxSeenKernels) seen.push_back({c, t});
+      }
       a.next_.push_back(t);
       consumes = consumes || t >= 0;
     }
@@ -500,7 +523,7 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
       std::vector<int32_t> rets;
       for (; i < call_targets.size() && call_targets[i].first == callee; ++i) rets.push_back(call_targets[i].second);
       AFD_ASSIGN_OR_RETURN(int32_t start, start_of(callee));
-      AFD_ASSIGN_OR_RETURN(int32_t ret, intern(std::move(rets)));
+      AFD_ASSIGN_OR_RETURN(int32_t ret, intern(rets));
       a.calls.push_back({start, ret});
     }
     a.call_begin.push_back(static_cast<int32_t>(a.calls.size()));
