@@ -51,6 +51,7 @@ class NfaBuilder {
     std::vector<int32_t> eps;
     std::vector<CallEdge> calls;
     int32_t machine = -1;
+    bool in_long_repeat = false;
   };
   // A machine matches one expression: a rule's body, or the body of a repetition built as calls.
   struct Machine {
@@ -188,27 +189,39 @@ class NfaBuilder {
           if (call) return build_call(callee, at);
           return build(body, at, depth + 1);
         };
-        int32_t cur = from;
-        for (int32_t i = 0; i < x.min; ++i) {
-          AFD_ASSIGN_OR_RETURN(cur, copy(cur));
+        if (copies >= kLongRepeatCopies) {
+          const size_t first = states_.size();
+          AFD_ASSIGN_OR_RETURN(int32_t end, build_copies(x, from, copy));
+          for (size_t s = first; s < states_.size(); ++s) states_[s].in_long_repeat = true;
+          states_[from].in_long_repeat = true;
+          return end;
         }
-        if (x.max < 0) {
-          AFD_ASSIGN_OR_RETURN(int32_t loop, new_state());
-          states_[cur].eps.push_back(loop);
-          AFD_ASSIGN_OR_RETURN(int32_t end, copy(loop));
-          states_[end].eps.push_back(loop);
-          return loop;
-        }
-        AFD_ASSIGN_OR_RETURN(int32_t to, new_state());
-        for (int32_t i = x.min; i < x.max; ++i) {
-          states_[cur].eps.push_back(to);
-          AFD_ASSIGN_OR_RETURN(cur, copy(cur));
-        }
-        states_[cur].eps.push_back(to);
-        return to;
+        return build_copies(x, from, copy);
       }
     }
     return internal_error("unknown grammar expression kind");
+  }
+  // The copies of repetition x from `from` (copy(at) adds one); returns the state where they end.
+  template <typename Copy>
+  Result<int32_t> build_copies(const GrammarExpr& x, int32_t from, const Copy& copy) {
+    int32_t cur = from;
+    for (int32_t i = 0; i < x.min; ++i) {
+      AFD_ASSIGN_OR_RETURN(cur, copy(cur));
+    }
+    if (x.max < 0) {
+      AFD_ASSIGN_OR_RETURN(int32_t loop, new_state());
+      states_[cur].eps.push_back(loop);
+      AFD_ASSIGN_OR_RETURN(int32_t end, copy(loop));
+      states_[end].eps.push_back(loop);
+      return loop;
+    }
+    AFD_ASSIGN_OR_RETURN(int32_t to, new_state());
+    for (int32_t i = x.min; i < x.max; ++i) {
+      states_[cur].eps.push_back(to);
+      AFD_ASSIGN_OR_RETURN(cur, copy(cur));
+    }
+    states_[cur].eps.push_back(to);
+    return to;
   }
   // A call from `from` to the machine of expression e; returns the state the call returns to.
   Result<int32_t> build_call(int32_t e, int32_t from) {
@@ -372,6 +385,7 @@ void merge_equivalent_states(GrammarAutomaton* a) {
     b.final_.push_back(a->final_[s]);
     b.consumes_.push_back(a->consumes_[s]);
     b.machine.push_back(a->machine[s]);
+    b.in_long_repeat.push_back(a->in_long_repeat[s]);
     std::vector<GrammarAutomaton::Call> calls;
     for (int32_t i = a->call_begin[s]; i < a->call_begin[s + 1]; ++i)
       calls.push_back({map(a->calls[i].start), map(a->calls[i].ret)});
@@ -385,6 +399,50 @@ void merge_equivalent_states(GrammarAutomaton* a) {
   }
   b.machine_calls = a->machine_calls;
   *a = std::move(b);
+}
+
+// machine_nullable: a machine is nullable when its start reaches a final state through calls of
+// nullable machines alone, found by rounds until nothing changes; after kMaxNullableRounds every
+// machine not yet found non-nullable counts as nullable (an over-approximation is safe).
+constexpr int kMaxNullableRounds = 64;
+void mark_nullable_machines(GrammarAutomaton* a) {
+  const size_t n_machines = a->machine_calls.size();
+  std::vector<int32_t> start(n_machines, -1);
+  for (const GrammarAutomaton::Call& c : a->calls) start[a->machine[c.start]] = c.start;
+  std::vector<uint8_t>& nullable = a->machine_nullable;
+  nullable.assign(n_machines, 0);
+  std::vector<int32_t> todo;
+  std::vector<uint32_t> seen(static_cast<size_t>(a->n_states), 0);  // == stamp: visited by this search
+  uint32_t stamp = 0;
+  // Whether s reaches the end of its machine without a byte (a search within s's machine: every
+  // round visits each state once at most).
+  auto ends_without_byte = [&](int32_t s) {
+    ++stamp;
+    todo.assign(1, s);
+    seen[s] = stamp;
+    while (!todo.empty()) {
+      const int32_t x = todo.back();
+      todo.pop_back();
+      if (a->final_[x]) return true;
+      for (int32_t i = a->call_begin[x]; i < a->call_begin[x + 1]; ++i) {
+        const GrammarAutomaton::Call& c = a->calls[i];
+        if (!nullable[a->machine[c.start]]) continue;
+        if (c.ret < 0) return true;
+        if (seen[c.ret] != stamp) seen[c.ret] = stamp, todo.push_back(c.ret);
+      }
+    }
+    return false;
+  };
+  for (int round = 0;; ++round) {
+    if (round == kMaxNullableRounds) {
+      std::fill(nullable.begin(), nullable.end(), 1);
+      return;
+    }
+    bool changed = false;
+    for (size_t m = 0; m < n_machines; ++m)
+      if (!nullable[m] && start[m] >= 0 && ends_without_byte(start[m])) nullable[m] = 1, changed = true;
+    if (!changed) return;
+  }
 }
 
 }  // namespace
@@ -486,6 +544,9 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
     const std::vector<int32_t> members = sets[d];
     const int32_t m = ns[members[0]].machine;
     a.machine.push_back(m);
+    bool long_repeat = false;
+    for (int32_t s : members) long_repeat = long_repeat || ns[s].in_long_repeat;
+    a.in_long_repeat.push_back(long_repeat);
     bool fin = false;
     for (auto& b : buckets) b.clear();
     call_targets.clear();
@@ -538,6 +599,7 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
   for (int32_t s = 0; s < a.n_states; ++s)
     if (a.has_calls(s)) a.machine_calls[a.machine[s]] = 1;
   merge_equivalent_states(&a);
+  mark_nullable_machines(&a);
   return a;
 }
 
