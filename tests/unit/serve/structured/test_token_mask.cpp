@@ -180,6 +180,36 @@ TEST(TokenMask, LongRepetitionsSharingEntriesMatchOracle) {
   EXPECT_GT(g->n_shared_entries(), 0);
 }
 
+TEST(TokenMask, EntriesSharedAcrossThreadsGiveTheMasksOfOneThread) {
+  // Threads walk a long string through one grammar (sharing entries as they go, each its own
+  // characters); every mask equals the one a fresh grammar computes alone.
+  const char* gbnf = R"g(root ::= "\"" ( [^"\\] | "\\n" ){0,300} "\"")g";
+  const TestVocab& tv = test_vocab();
+  auto shared = compile_or_die(gbnf, tv.vocab);
+  ASSERT_TRUE(shared);
+  const std::vector<std::string> pieces = {"ab", "é", "\\n", "aaa"};
+  auto masks_of = [&](const std::shared_ptr<const CompiledGrammar>& g, size_t i) {
+    std::vector<std::vector<uint64_t>> out;
+    GrammarMatcher m(g);
+    if (!m.accept_bytes("\"")) return out;
+    for (int k = 0; k < 120; ++k) {
+      out.emplace_back(static_cast<size_t>(m.mask_words()));
+      m.fill_next_token_mask(out.back().data());
+      if (!m.accept_bytes(pieces[(i + static_cast<size_t>(k)) % pieces.size()])) break;
+    }
+    return out;
+  };
+  std::vector<std::vector<std::vector<uint64_t>>> results(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < 4; ++i) threads.emplace_back([&, i] { results[i] = masks_of(shared, i); });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(results[i].size(), 120u);
+    EXPECT_TRUE(results[i] == masks_of(compile_or_die(gbnf, tv.vocab), i)) << "thread " << i;
+  }
+  EXPECT_GT(shared->n_shared_entries(), 0);
+}
+
 TEST(TokenMask, StacksNearTheDepthBoundMatchOracle) {
   const TestVocab& tv = test_vocab();
   auto g = compile_or_die(kBrackets, tv.vocab);
