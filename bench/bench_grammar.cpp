@@ -197,11 +197,13 @@ int main(int argc, char** argv) {
       print_row("fill_next_token_mask", st.mask_us);
       print_row("accept_token", st.accept_us);
     }
-    std::printf("  token entries cached %lld, holding %.1f MiB (grammar total %.1f MiB); built uncached %lld\n",
-                static_cast<long long>((*compiled)->n_cached_entries()),
-                static_cast<double>((*compiled)->cached_bytes()) / (1024.0 * 1024.0),
-                static_cast<double>((*compiled)->memory_bytes()) / (1024.0 * 1024.0),
-                static_cast<long long>((*compiled)->n_uncached_builds()));
+    std::printf(
+        "  token entries cached %lld, holding %.1f MiB (grammar total %.1f MiB); shared %lld; built uncached %lld\n",
+        static_cast<long long>((*compiled)->n_cached_entries()),
+        static_cast<double>((*compiled)->cached_bytes()) / (1024.0 * 1024.0),
+        static_cast<double>((*compiled)->memory_bytes()) / (1024.0 * 1024.0),
+        static_cast<long long>((*compiled)->n_shared_entries()),
+        static_cast<long long>((*compiled)->n_uncached_builds()));
   }
   return 0;
 }

@@ -2,8 +2,15 @@
 
 #include <algorithm>
 
+#include "serve/structured/bounded_future.h"
+
 namespace afd::serve {
 namespace {
+
+// Sharing (bounded_future.h): how many states of one key a new state is compared with, and how
+// many pairs of states one comparison may search (its work is pairs x byte classes).
+constexpr size_t kMaxSharingCandidates = 2;
+constexpr int32_t kMaxFuturePairs = 8192;
 
 // What a grammar and its automaton hold, roughly.
 size_t grammar_bytes(const Grammar& g) {
@@ -40,6 +47,31 @@ const CompiledGrammar::TokenEntry* CompiledGrammar::token_entry(int32_t state, b
   if (const TokenEntry* e = slot.load(std::memory_order_acquire)) return e;
   std::atomic<const TokenEntry*>& above = entries_[size_t(2) * state];  // the non-bottom entry serves both
   if (const TokenEntry* e = above.load(std::memory_order_acquire)) return e;
+  // A cached entry of a state with the same bounded future serves this state too.
+  const GrammarAutomaton& a = automaton();
+  const int32_t depth = vocab_->max_depth();
+  const bool keyed = a.in_long_repeat[state];
+  const uint64_t key = keyed ? bounded_future_key(a, state, depth) * 2 + bottom : 0;
+  if (keyed) {
+    std::vector<int32_t> reps;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = by_future_.find(key); it != by_future_.end()) reps = it->second;
+    }
+    for (int32_t rep : reps) {
+      if (!same_bounded_future(a, state, rep, depth, kMaxFuturePairs)) continue;
+      const TokenEntry* e = entries_[size_t(2) * rep + bottom].load(std::memory_order_acquire);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (const TokenEntry* won = slot.load(std::memory_order_acquire)) return won;
+      slot.store(e, std::memory_order_release);
+      if (!bottom) {
+        std::atomic<const TokenEntry*>& below = entries_[size_t(2) * state + 1];
+        if (!below.load(std::memory_order_relaxed)) below.store(e, std::memory_order_release);
+      }
+      n_shared_.fetch_add(1, std::memory_order_relaxed);
+      return e;
+    }
+  }
   std::unique_ptr<TokenEntry> built = build_token_entry(automaton(), *vocab_, state, bottom);
   std::lock_guard<std::mutex> lock(mu_);
   if (const TokenEntry* e = slot.load(std::memory_order_acquire)) return e;  // another thread won
@@ -52,6 +84,10 @@ const CompiledGrammar::TokenEntry* CompiledGrammar::token_entry(int32_t state, b
   bytes_ += size;
   owned_.push_back(std::move(built));
   slot.store(owned_.back().get(), std::memory_order_release);
+  if (keyed) {
+    std::vector<int32_t>& reps = by_future_[key];
+    if (reps.size() < kMaxSharingCandidates) reps.push_back(state);
+  }
   if (!bottom) {
     std::atomic<const TokenEntry*>& below = entries_[size_t(2) * state + 1];
     if (!below.load(std::memory_order_relaxed)) below.store(owned_.back().get(), std::memory_order_release);

@@ -8,6 +8,10 @@
 // each, about a millisecond on a 150k vocabulary, but memory stays bounded); cached entries are
 // never dropped, so a reference to one stays valid as long as the grammar.
 //
+// Sharing: states inside long repetitions whose futures agree within the longest token's length
+// (bounded_future.h) share one entry: the first such state's entry is cached, and a later state
+// with the same key and a future checked equal points to it.
+//
 // Threading: immutable but for the entry cache, which is filled under a lock and read without one;
 // shared by any number of matchers on any threads.
 #pragma once
@@ -16,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
@@ -53,6 +58,8 @@ class CompiledGrammar {
   int64_t n_cached_entries() const;
   // Entries built and not cached (the budget was spent).
   int64_t n_uncached_builds() const { return n_uncached_.load(std::memory_order_relaxed); }
+  // Entries found equal to a cached one by their bounded future, and shared instead of built.
+  int64_t n_shared_entries() const { return n_shared_.load(std::memory_order_relaxed); }
   // What the grammar holds: automaton, grammar, entry cache (approximate, bytes).
   size_t memory_bytes() const { return fixed_bytes_ + cached_bytes(); }
 
@@ -67,6 +74,9 @@ class CompiledGrammar {
   mutable std::vector<std::unique_ptr<TokenEntry>> owned_;
   mutable std::atomic<size_t> bytes_{0};
   mutable std::atomic<int64_t> n_uncached_{0};
+  mutable std::atomic<int64_t> n_shared_{0};
+  // bounded_future_key() * 2 + bottom -> states whose entry for that bottom is cached.
+  mutable std::unordered_map<uint64_t, std::vector<int32_t>> by_future_;
   size_t max_entry_bytes_ = kDefaultMaxEntryBytes;
   size_t fixed_bytes_ = 0;
 };

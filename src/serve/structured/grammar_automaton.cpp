@@ -5,6 +5,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "serve/structured/automaton_passes.h"
 #include "serve/structured/grammar.h"
 
 namespace afd::serve {
@@ -51,6 +52,7 @@ class NfaBuilder {
     std::vector<int32_t> eps;
     std::vector<CallEdge> calls;
     int32_t machine = -1;
+    bool in_long_repeat = false;
   };
   // A machine matches one expression: a rule's body, or the body of a repetition built as calls.
   struct Machine {
@@ -188,27 +190,39 @@ class NfaBuilder {
           if (call) return build_call(callee, at);
           return build(body, at, depth + 1);
         };
-        int32_t cur = from;
-        for (int32_t i = 0; i < x.min; ++i) {
-          AFD_ASSIGN_OR_RETURN(cur, copy(cur));
+        if (copies >= kLongRepeatCopies) {
+          const size_t first = states_.size();
+          AFD_ASSIGN_OR_RETURN(int32_t end, build_copies(x, from, copy));
+          for (size_t s = first; s < states_.size(); ++s) states_[s].in_long_repeat = true;
+          states_[from].in_long_repeat = true;
+          return end;
         }
-        if (x.max < 0) {
-          AFD_ASSIGN_OR_RETURN(int32_t loop, new_state());
-          states_[cur].eps.push_back(loop);
-          AFD_ASSIGN_OR_RETURN(int32_t end, copy(loop));
-          states_[end].eps.push_back(loop);
-          return loop;
-        }
-        AFD_ASSIGN_OR_RETURN(int32_t to, new_state());
-        for (int32_t i = x.min; i < x.max; ++i) {
-          states_[cur].eps.push_back(to);
-          AFD_ASSIGN_OR_RETURN(cur, copy(cur));
-        }
-        states_[cur].eps.push_back(to);
-        return to;
+        return build_copies(x, from, copy);
       }
     }
     return internal_error("unknown grammar expression kind");
+  }
+  // The copies of repetition x from `from` (copy(at) adds one); returns the state where they end.
+  template <typename Copy>
+  Result<int32_t> build_copies(const GrammarExpr& x, int32_t from, const Copy& copy) {
+    int32_t cur = from;
+    for (int32_t i = 0; i < x.min; ++i) {
+      AFD_ASSIGN_OR_RETURN(cur, copy(cur));
+    }
+    if (x.max < 0) {
+      AFD_ASSIGN_OR_RETURN(int32_t loop, new_state());
+      states_[cur].eps.push_back(loop);
+      AFD_ASSIGN_OR_RETURN(int32_t end, copy(loop));
+      states_[end].eps.push_back(loop);
+      return loop;
+    }
+    AFD_ASSIGN_OR_RETURN(int32_t to, new_state());
+    for (int32_t i = x.min; i < x.max; ++i) {
+      states_[cur].eps.push_back(to);
+      AFD_ASSIGN_OR_RETURN(cur, copy(cur));
+    }
+    states_[cur].eps.push_back(to);
+    return to;
   }
   // A call from `from` to the machine of expression e; returns the state the call returns to.
   Result<int32_t> build_call(int32_t e, int32_t from) {
@@ -225,167 +239,6 @@ class NfaBuilder {
   std::vector<int64_t> inline_size_;  // [exprs] memo of inline_size(), -1: not computed
   std::map<std::array<uint64_t, 4>, int32_t> set_ids_;
 };
-
-// Drops what can never complete: a state is live when its machine can end from it — it is final,
-// or a byte leads to a live state, or it calls a live start whose return state is live (or that
-// returns past it). Transitions into dead states and calls into or returning to them go, so every
-// stack a match reaches can still complete (an alternative such as `"a" []`, whose empty class
-// matches nothing, would otherwise accept "a" and then allow nothing).
-void drop_dead_states(GrammarAutomaton* a) {
-  const int32_t n = a->n_states, k = a->n_classes;
-  // Reverse byte edges, and calls by the states they wait on (start and return).
-  std::vector<int32_t> rev_begin(size_t(n) + 1, 0), rev;
-  for (int32_t s = 0; s < n; ++s)
-    for (int32_t c = 0; c < k; ++c)
-      if (int32_t t = a->next_[size_t(s) * k + c]; t >= 0) ++rev_begin[t + 1];
-  for (int32_t s = 0; s < n; ++s) rev_begin[s + 1] += rev_begin[s];
-  rev.resize(static_cast<size_t>(rev_begin[n]));
-  {
-    std::vector<int32_t> fill(rev_begin.begin(), rev_begin.end() - 1);
-    for (int32_t s = 0; s < n; ++s)
-      for (int32_t c = 0; c < k; ++c)
-        if (int32_t t = a->next_[size_t(s) * k + c]; t >= 0) rev[fill[t]++] = s;
-  }
-  std::vector<std::vector<int32_t>> waiting(n);  // state -> calls (indices) that wait on it
-  std::vector<int32_t> caller(a->calls.size());
-  for (int32_t s = 0; s < n; ++s)
-    for (int32_t i = a->call_begin[s]; i < a->call_begin[s + 1]; ++i) {
-      caller[i] = s;
-      waiting[a->calls[i].start].push_back(i);
-      if (a->calls[i].ret >= 0) waiting[a->calls[i].ret].push_back(i);
-    }
-  std::vector<uint8_t> live(n, 0);
-  std::vector<int32_t> todo;
-  auto mark = [&](int32_t s) {
-    if (!live[s]) live[s] = 1, todo.push_back(s);
-  };
-  for (int32_t s = 0; s < n; ++s)
-    if (a->final_[s]) mark(s);
-  while (!todo.empty()) {
-    const int32_t t = todo.back();
-    todo.pop_back();
-    for (int32_t i = rev_begin[t]; i < rev_begin[t + 1]; ++i) mark(rev[i]);
-    for (int32_t i : waiting[t]) {
-      const GrammarAutomaton::Call& c = a->calls[i];
-      if (live[c.start] && (c.ret < 0 || live[c.ret])) mark(caller[i]);
-    }
-  }
-  std::vector<GrammarAutomaton::Call> calls;
-  std::vector<int32_t> call_begin{0};
-  for (int32_t s = 0; s < n; ++s) {
-    bool consumes = false;
-    for (int32_t c = 0; c < k; ++c) {
-      int32_t& t = a->next_[size_t(s) * k + c];
-      if (t >= 0 && !live[t]) t = -1;
-      consumes = consumes || t >= 0;
-    }
-    a->consumes_[s] = consumes;
-    for (int32_t i = a->call_begin[s]; i < a->call_begin[s + 1]; ++i) {
-      const GrammarAutomaton::Call& c = a->calls[i];
-      if (live[c.start] && (c.ret < 0 || live[c.ret])) calls.push_back(c);
-    }
-    call_begin.push_back(static_cast<int32_t>(calls.size()));
-  }
-  a->calls = std::move(calls);
-  a->call_begin = std::move(call_begin);
-}
-
-// Merges states that behave alike: same machine, finality, calls and transitions into merged
-// states, for a few rounds (each round merges what the previous one made alike; most merges come
-// in the first rounds, long chains of them are left). Each merge is sound (the merged states accept
-// the same continuations), so matching is unchanged; fewer states means fewer token entries to
-// build. States keep their order (a class is numbered by its smallest member).
-constexpr int kMergeRounds = 4;
-void merge_equivalent_states(GrammarAutomaton* a) {
-  const int32_t n = a->n_states, k = a->n_classes;
-  std::vector<int32_t> rep(n);
-  for (int32_t s = 0; s < n; ++s) rep[s] = s;
-  std::vector<std::pair<int32_t, int32_t>> calls_a, calls_b;
-  auto calls_of = [&](int32_t s, std::vector<std::pair<int32_t, int32_t>>* out) {
-    out->clear();
-    for (int32_t i = a->call_begin[s]; i < a->call_begin[s + 1]; ++i)
-      out->push_back({rep[a->calls[i].start], a->calls[i].ret < 0 ? -1 : rep[a->calls[i].ret]});
-    std::sort(out->begin(), out->end());
-    out->erase(std::unique(out->begin(), out->end()), out->end());
-  };
-  auto target = [&](int32_t s, int32_t c) {
-    const int32_t t = a->next_[size_t(s) * k + c];
-    return t < 0 ? -1 : rep[t];
-  };
-  auto same = [&](int32_t x, int32_t y) {
-    if (a->final_[x] != a->final_[y] || a->machine[x] != a->machine[y]) return false;
-    for (int32_t c = 0; c < k; ++c)
-      if (target(x, c) != target(y, c)) return false;
-    calls_of(x, &calls_a);
-    calls_of(y, &calls_b);
-    return calls_a == calls_b;
-  };
-  std::vector<std::pair<uint64_t, int32_t>> order(n);
-  std::vector<int32_t> next_rep(n), distinct;
-  for (int round = 0; round < kMergeRounds; ++round) {
-    for (int32_t s = 0; s < n; ++s) {
-      uint64_t h = (uint64_t{a->final_[s]} << 32) ^ static_cast<uint32_t>(a->machine[s]);
-      for (int32_t c = 0; c < k; ++c) h = (h ^ static_cast<uint32_t>(target(s, c) + 1)) * 1099511628211ull;
-      calls_of(s, &calls_a);
-      for (const auto& [start, ret] : calls_a)
-        h = (h ^ (uint64_t(uint32_t(start)) << 32 | uint32_t(ret + 1))) * 0x9E3779B97F4A7C15ull;
-      order[s] = {h, s};
-    }
-    std::sort(order.begin(), order.end());
-    bool changed = false;
-    for (size_t i = 0; i < order.size();) {
-      size_t j = i;
-      distinct.clear();
-      for (; j < order.size() && order[j].first == order[i].first; ++j) {
-        const int32_t s = order[j].second;
-        int32_t r = s;
-        for (int32_t d : distinct)
-          if (same(d, s)) {
-            r = d;
-            break;
-          }
-        if (r == s) distinct.push_back(s);
-        next_rep[s] = r;
-      }
-      i = j;
-    }
-    for (int32_t s = 0; s < n; ++s) changed = changed || next_rep[s] != rep[s];
-    if (!changed) break;
-    rep.swap(next_rep);
-  }
-  // Renumber: class representatives in order.
-  std::vector<int32_t> id(n, -1);
-  int32_t m = 0;
-  for (int32_t s = 0; s < n; ++s)
-    if (rep[s] == s) id[s] = m++;
-  if (m == n) return;
-  auto map = [&](int32_t t) { return t < 0 ? -1 : id[rep[t]]; };
-  GrammarAutomaton b;
-  b.n_states = m;
-  b.n_classes = k;
-  b.byte_class = a->byte_class;
-  b.root_start = map(a->root_start);
-  b.call_begin.push_back(0);
-  for (int32_t s = 0; s < n; ++s) {
-    if (rep[s] != s) continue;
-    for (int32_t c = 0; c < k; ++c) b.next_.push_back(map(a->next_[size_t(s) * k + c]));
-    b.final_.push_back(a->final_[s]);
-    b.consumes_.push_back(a->consumes_[s]);
-    b.machine.push_back(a->machine[s]);
-    std::vector<GrammarAutomaton::Call> calls;
-    for (int32_t i = a->call_begin[s]; i < a->call_begin[s + 1]; ++i)
-      calls.push_back({map(a->calls[i].start), map(a->calls[i].ret)});
-    std::sort(calls.begin(), calls.end(),
-              [](const auto& x, const auto& y) { return x.start != y.start ? x.start < y.start : x.ret < y.ret; });
-    calls.erase(std::unique(calls.begin(), calls.end(),
-                            [](const auto& x, const auto& y) { return x.start == y.start && x.ret == y.ret; }),
-                calls.end());
-    b.calls.insert(b.calls.end(), calls.begin(), calls.end());
-    b.call_begin.push_back(static_cast<int32_t>(b.calls.size()));
-  }
-  b.machine_calls = a->machine_calls;
-  *a = std::move(b);
-}
 
 }  // namespace
 
@@ -439,10 +292,15 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
     std::sort(set.begin(), set.end());
   };
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
+  // Kernel (a set before its closure) -> DFA state: most (state, class) pairs of a state lead to a
+  // kernel seen before, which then costs a hash lookup instead of a closure.
+  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> kernel_ids;
   std::vector<std::vector<int32_t>> sets;
   int64_t work = 0;
-  auto intern = [&](std::vector<int32_t> set) -> Result<int32_t> {
-    if (set.empty()) return -1;
+  auto intern = [&](const std::vector<int32_t>& kernel) -> Result<int32_t> {
+    if (kernel.empty()) return -1;
+    if (auto k = kernel_ids.find(kernel); k != kernel_ids.end()) return k->second;
+    std::vector<int32_t> set = kernel;
     closure(set);
     work += static_cast<int64_t>(set.size());
     if (work > limits.max_construction_work)
@@ -450,12 +308,16 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
                               std::to_string(limits.max_construction_work) +
                               " steps; ambiguous repetitions such as (\"x\"{1,9999})* cost the square of their size)");
     auto it = ids.find(set);
-    if (it != ids.end()) return it->second;
+    if (it != ids.end()) {
+      kernel_ids.emplace(kernel, it->second);
+      return it->second;
+    }
     if (static_cast<int64_t>(sets.size()) >= limits.max_automaton_states)
       return invalid_argument("the grammar needs more than " + std::to_string(limits.max_automaton_states) +
                               " automaton states");
     const int32_t id = static_cast<int32_t>(sets.size());
     ids.emplace(set, id);
+    kernel_ids.emplace(kernel, id);
     sets.push_back(std::move(set));
     return id;
   };
@@ -469,12 +331,17 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
   AFD_ASSIGN_OR_RETURN(a.root_start, start_of(root_machine));
   std::vector<std::vector<int32_t>> buckets(a.n_classes);
   std::vector<std::pair<int32_t, int32_t>> call_targets;  // (machine, to)
+  constexpr size_t kMaxSeenKernels = 8;
+  std::vector<std::pair<int32_t, int32_t>> seen;  // (class, DFA state) of this state's first distinct kernels
   a.call_begin.push_back(0);
   for (size_t d = 0; d < sets.size(); ++d) {
     // sets grows while this loop runs; copy the member list (references would dangle).
     const std::vector<int32_t> members = sets[d];
     const int32_t m = ns[members[0]].machine;
     a.machine.push_back(m);
+    bool long_repeat = false;
+    for (int32_t s : members) long_repeat = long_repeat || ns[s].in_long_repeat;
+    a.in_long_repeat.push_back(long_repeat);
     bool fin = false;
     for (auto& b : buckets) b.clear();
     call_targets.clear();
@@ -486,10 +353,22 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
     }
     a.final_.push_back(fin);
     bool consumes = false;
+    seen.clear();
     for (int32_t c = 0; c < a.n_classes; ++c) {
-      std::sort(buckets[c].begin(), buckets[c].end());
-      buckets[c].erase(std::unique(buckets[c].begin(), buckets[c].end()), buckets[c].end());
-      AFD_ASSIGN_OR_RETURN(int32_t t, intern(buckets[c]));
+      std::vector<int32_t>& kernel = buckets[c];
+      std::sort(kernel.begin(), kernel.end());
+      kernel.erase(std::unique(kernel.begin(), kernel.end()), kernel.end());
+      // Classes of one state mostly share a few kernels: compare with this state's earlier ones first.
+      int32_t t = -2;
+      for (const auto& [earlier, id] : seen)
+        if (buckets[earlier] == kernel) {
+          t = id;
+          break;
+        }
+      if (t == -2) {
+        AFD_ASSIGN_OR_RETURN(t, intern(kernel));
+        if (seen.size() < kMaxSeenKernels) seen.push_back({c, t});
+      }
       a.next_.push_back(t);
       consumes = consumes || t >= 0;
     }
@@ -500,7 +379,7 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
       std::vector<int32_t> rets;
       for (; i < call_targets.size() && call_targets[i].first == callee; ++i) rets.push_back(call_targets[i].second);
       AFD_ASSIGN_OR_RETURN(int32_t start, start_of(callee));
-      AFD_ASSIGN_OR_RETURN(int32_t ret, intern(std::move(rets)));
+      AFD_ASSIGN_OR_RETURN(int32_t ret, intern(rets));
       a.calls.push_back({start, ret});
     }
     a.call_begin.push_back(static_cast<int32_t>(a.calls.size()));
@@ -515,6 +394,7 @@ Result<GrammarAutomaton> build_grammar_automaton(const Grammar& g, const Grammar
   for (int32_t s = 0; s < a.n_states; ++s)
     if (a.has_calls(s)) a.machine_calls[a.machine[s]] = 1;
   merge_equivalent_states(&a);
+  mark_nullable_machines(&a);
   return a;
 }
 

@@ -23,6 +23,9 @@ namespace afd::serve {
 class Grammar;
 struct GrammarLimits;
 
+// Repetitions of at least this many copies mark their states in_long_repeat (below).
+inline constexpr int32_t kLongRepeatCopies = 64;
+
 struct GrammarAutomaton {
   struct Call {
     int32_t start;  // the callee machine's start state
@@ -39,6 +42,11 @@ struct GrammarAutomaton {
   std::vector<Call> calls;
   std::vector<int32_t> machine;        // [n_states] -> machine index
   std::vector<uint8_t> machine_calls;  // [n_machines]: some state of the machine has calls
+  // [n_machines]: a call of the machine may return without consuming a byte (when unsure: 1).
+  std::vector<uint8_t> machine_nullable;
+  // [n_states]: the state is inside a repetition of at least kLongRepeatCopies copies, where states
+  // far from the repetition's bounds may share token entries (bounded_future.h).
+  std::vector<uint8_t> in_long_repeat;
   int32_t root_start = -1;
 
   int32_t next(int32_t state, uint8_t byte) const { return next_[size_t(state) * n_classes + byte_class[byte]]; }

@@ -162,6 +162,23 @@ TEST(SchemaAccepts, LargeRepetitionsAtTheirBounds) {
         {"[]", items(x3, 51), items(R"({"x":1,"y":)" + str(201) + "}", 2), items(R"({"x":1,"y":"ab"})", 3)});
 }
 
+TEST(SchemaAccepts, LongStringsAtTheirBounds) {
+  // Characters of several kinds (an escape, a 2-byte and a 4-byte code point) count one each.
+  auto str = [](size_t n) {
+    std::string s = "\"";
+    for (size_t i = 0; i < n; ++i)
+      s += i % 97 == 5 ? "\\u00e9" : i % 89 == 7 ? "\xC3\xA9" : i % 83 == 3 ? "\xF0\x9F\x98\x80" : "x";
+    return s + "\"";
+  };
+  auto abc = [&](size_t a, size_t b, size_t c) {
+    return "{\"a\":" + str(a) + ",\"b\":" + str(b) + ",\"c\":" + str(c) + "}";
+  };
+  check(R"({"type":"object","properties":{"a":{"type":"string","maxLength":500},"b":{"type":"string","maxLength":500},)"
+        R"("c":{"type":"string","maxLength":500}},"required":["a","b","c"],"additionalProperties":false})",
+        {abc(0, 0, 0), abc(500, 500, 500), abc(499, 1, 500)}, {abc(501, 0, 0), abc(0, 0, 501), abc(500, 501, 500)});
+  check(R"({"type":"string","minLength":2000})", {str(2000), str(2001), str(4321)}, {str(0), str(1999)});
+}
+
 TEST(SchemaAccepts, AnyOfOneOfAndTypeArrays) {
   check(R"({"anyOf":[{"type":"integer","minimum":10},{"type":"string","maxLength":1}]})", {"10", R"("a")"},
         {"9", R"("ab")", "null"});

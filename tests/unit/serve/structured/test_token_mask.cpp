@@ -114,10 +114,13 @@ space ::= | " " | "\n" [ \t]{0,2}
 
 // Random walks: at each step the mask must equal the oracle; then a random allowed token is taken
 // (an end id when nothing else is allowed, or with probability 1/8 when allowed).
-void random_walks(const char* gbnf, int n_walks, int max_steps, uint32_t seed) {
+// *compiled: the grammar walked, when given.
+void random_walks(const char* gbnf, int n_walks, int max_steps, uint32_t seed,
+                  std::shared_ptr<const CompiledGrammar>* compiled = nullptr) {
   const TestVocab& tv = test_vocab();
   auto g = compile_or_die(gbnf, tv.vocab);
   ASSERT_TRUE(g);
+  if (compiled) *compiled = g;
   std::mt19937 rng(seed);
   for (int w = 0; w < n_walks; ++w) {
     GrammarMatcher m(g);
@@ -161,6 +164,52 @@ TEST(TokenMask, CalledMachinesWithoutCallsMatchOracle) { random_walks(deep_chain
 
 // Near kMaxStackDepth the per-frame entries cannot be combined (a token's local stack plus the
 // frames below could pass the bound): the mask must still equal stepping the real stack.
+// Long bounded repetitions whose positions far from their bounds share token entries (the test
+// vocabulary's tokens are at most 6 bytes long): strings of 40 to 90 characters with escapes and
+// multi-byte characters, inside a recursive rule (entries of states with calls) and at the top.
+const char* kLongRepetitions = R"g(root ::= "[" item ("," item){0,99} "]" | str
+item ::= str | "(" root ")" | "a"{0,70} "."
+str ::= "\"" char{40,90} "\""
+char ::= [^"\\\x7F\x00-\x1F] | [\\] (["\\bfnrt] | "u" [0-9a-fA-F]{4})
+)g";
+
+TEST(TokenMask, LongRepetitionsSharingEntriesMatchOracle) {
+  std::shared_ptr<const CompiledGrammar> g;
+  random_walks(kLongRepetitions, 16, 400, 21, &g);
+  ASSERT_TRUE(g);
+  EXPECT_GT(g->n_shared_entries(), 0);
+}
+
+TEST(TokenMask, EntriesSharedAcrossThreadsGiveTheMasksOfOneThread) {
+  // Threads walk a long string through one grammar (sharing entries as they go, each its own
+  // characters); every mask equals the one a fresh grammar computes alone.
+  const char* gbnf = R"g(root ::= "\"" ( [^"\\] | "\\n" ){0,300} "\"")g";
+  const TestVocab& tv = test_vocab();
+  auto shared = compile_or_die(gbnf, tv.vocab);
+  ASSERT_TRUE(shared);
+  const std::vector<std::string> pieces = {"ab", "é", "\\n", "aaa"};
+  auto masks_of = [&](const std::shared_ptr<const CompiledGrammar>& g, size_t i) {
+    std::vector<std::vector<uint64_t>> out;
+    GrammarMatcher m(g);
+    if (!m.accept_bytes("\"")) return out;
+    for (int k = 0; k < 120; ++k) {
+      out.emplace_back(static_cast<size_t>(m.mask_words()));
+      m.fill_next_token_mask(out.back().data());
+      if (!m.accept_bytes(pieces[(i + static_cast<size_t>(k)) % pieces.size()])) break;
+    }
+    return out;
+  };
+  std::vector<std::vector<std::vector<uint64_t>>> results(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < 4; ++i) threads.emplace_back([&, i] { results[i] = masks_of(shared, i); });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(results[i].size(), 120u);
+    EXPECT_TRUE(results[i] == masks_of(compile_or_die(gbnf, tv.vocab), i)) << "thread " << i;
+  }
+  EXPECT_GT(shared->n_shared_entries(), 0);
+}
+
 TEST(TokenMask, StacksNearTheDepthBoundMatchOracle) {
   const TestVocab& tv = test_vocab();
   auto g = compile_or_die(kBrackets, tv.vocab);
