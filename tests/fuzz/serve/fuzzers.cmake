@@ -58,7 +58,8 @@ afd_add_fuzzer(fuzz_internal_stream
 # GBNF grammars (serve/structured/): parse, compile, and a short walk whose every mask is checked
 # against accepting each token on a copy.
 set(grammar_srcs src/serve/structured/utf8_ranges.cpp src/serve/structured/gbnf.cpp src/serve/structured/grammar.cpp
-                 src/serve/structured/grammar_automaton.cpp src/serve/structured/stack_set.cpp
+                 src/serve/structured/grammar_automaton.cpp src/serve/structured/automaton_passes.cpp
+                 src/serve/structured/bounded_future.cpp src/serve/structured/stack_set.cpp
                  src/serve/structured/token_vocab.cpp src/serve/structured/token_entry.cpp
                  src/serve/structured/compiled_grammar.cpp src/serve/structured/stack_mask.cpp
                  src/serve/structured/matcher.cpp)
