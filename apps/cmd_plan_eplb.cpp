@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,13 +80,6 @@ std::string load_svg(const PlacementPlan& before, const PlacementPlan& after) {
   return render_svg({workers, layers});
 }
 
-void write_file(const std::string& path, const std::string& text, const char* what) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) fail(std::string("cannot write ") + what + " '" + path + "'");
-  f << text;
-  if (!f) fail(std::string("write failed: ") + what + " '" + path + "'");
-}
-
 void run_eplb(const EplbArgs& a) {
   const ExpertCounts counts = unwrap(load_expert_counts(a.counts));
   const EplbOptions opt{a.workers, a.redundant};
@@ -115,8 +107,8 @@ void run_eplb(const EplbArgs& a) {
   const PlacementPlan before = plan_contiguous(counts, a.workers);
   const PlacementPlan after = unwrap(plan_eplb(counts, opt));
   const Summary sb = summarize(before), sa = summarize(after);
-  if (!a.out.empty()) write_file(a.out, placement_to_json(after, a.workers, a.redundant) + "\n", "placement");
-  if (!a.plot.empty()) write_file(a.plot, load_svg(before, after), "plot");
+  if (!a.out.empty()) write_text_file(a.out, placement_to_json(after, a.workers, a.redundant) + "\n", "placement");
+  if (!a.plot.empty()) write_text_file(a.plot, load_svg(before, after), "plot");
   const int64_t per_worker = (counts.n_experts + a.redundant) / a.workers;
   if (a.as_json) {
     json layers = json::array();

@@ -2,7 +2,6 @@
 // A/F ratios, beside the theory's numbers for the same workload; optionally with expert load
 // (plan/expert_load.h): a Zipf expert popularity and the contiguous or an EPLB placement.
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -126,12 +125,7 @@ void register_sim(CLI::App& app) {
     size_t best = 0;
     for (size_t i = 0; i < pts.size(); ++i)
       if (pts[i].sim.throughput_per_instance > pts[best].sim.throughput_per_instance) best = i;
-    if (!plot->empty()) {
-      std::ofstream f(*plot, std::ios::binary | std::ios::trunc);
-      if (!f) fail("cannot write plot '" + *plot + "'");
-      f << ratio_sweep_svg(pts, c, th.r_star);
-      if (!f) fail("write failed: '" + *plot + "'");
-    }
+    if (!plot->empty()) write_text_file(*plot, ratio_sweep_svg(pts, c, th.r_star), "plot");
     if (*as_json) {
       json arr = json::array();
       for (const auto& p : pts) {

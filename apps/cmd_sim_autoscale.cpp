@@ -3,6 +3,7 @@
 // the decision with the numbers that made it.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,15 @@ void add_sim_autoscale_args(CLI::App* cmd, SimAutoscaleArgs* a) {
 void run_sim_autoscale(const SimConfig& start, const SimAutoscaleArgs& a, bool as_json) {
   const auto phases = unwrap(parse_autoscale_phases(a.phases));
   const AutoscaleRun run = unwrap(simulate_autoscale(start, phases, a.opt));
+  struct PhaseTheory {
+    double r_star, r_pipelined;
+  };
+  std::vector<PhaseTheory> theory;
+  for (const AutoscalePhase& ph : phases) {
+    SimConfig c = start;
+    c.latency = phase_profile(start.latency, ph);
+    theory.push_back({optimal_ratio(c.latency, workload_of(c)).r_star, pipelined_optimal_ratio(c)});
+  }
   if (as_json) {
     json steps = json::array();
     for (const AutoscaleStep& s : run.steps)
@@ -43,13 +53,9 @@ void run_sim_autoscale(const SimConfig& start, const SimAutoscaleArgs& a, bool a
                        {"next_n_attn", s.decision.n_attn}, {"next_n_ffn", s.decision.n_ffn},
                        {"reason", s.decision.reason}});
     json per_phase = json::array();
-    for (size_t p = 0; p < phases.size(); ++p) {
-      SimConfig c = start;
-      c.latency = phase_profile(start.latency, phases[p]);
+    for (size_t p = 0; p < phases.size(); ++p)
       per_phase.push_back({{"phase", phases[p].name}, {"changes", run.changes_per_phase[p]},
-                           {"r_star", optimal_ratio(c.latency, workload_of(c)).r_star},
-                           {"r_pipelined", pipelined_optimal_ratio(c)}});
-    }
+                           {"r_star", theory[p].r_star}, {"r_pipelined", theory[p].r_pipelined}});
     print_json({{"hysteresis", a.opt.hysteresis}, {"phases", per_phase}, {"windows", steps}});
     return;
   }
@@ -63,10 +69,8 @@ void run_sim_autoscale(const SimConfig& start, const SimAutoscaleArgs& a, bool a
   for (const AutoscaleStep& s : run.steps) {
     if (s.phase != shown) {
       shown = s.phase;
-      SimConfig c = start;
-      c.latency = phase_profile(start.latency, phases[s.phase]);
       std::printf("phase %s: theory r* = %.3f, pipelined optimum %.3f; %lld change(s)\n", phases[s.phase].name.c_str(),
-                  optimal_ratio(c.latency, workload_of(c)).r_star, pipelined_optimal_ratio(c),
+                  theory[s.phase].r_star, theory[s.phase].r_pipelined,
                   static_cast<long long>(run.changes_per_phase[s.phase]));
       std::printf("  %-6s %-9s %7s %7s %10s %7s  %s\n", "window", "xA-yF", "busy A", "busy F", "thr", "r*", "decision");
     }

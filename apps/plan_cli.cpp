@@ -1,6 +1,7 @@
 #include "plan_cli.h"
 
 #include <cstdio>
+#include <fstream>
 
 namespace afd::cli {
 
@@ -14,6 +15,13 @@ void check(const Status& s) {
 }
 
 void print_json(const nlohmann::json& j) { std::printf("%s\n", j.dump(2).c_str()); }
+
+void write_text_file(const std::string& path, const std::string& text, const char* what) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) fail(std::string("cannot write ") + what + " '" + path + "'");
+  f << text;
+  if (!f) fail("write failed: '" + path + "'");
+}
 
 void add_workload_args(CLI::App* cmd, WorkloadArgs* w) {
   cmd->add_option("--batch", w->batch, "B: requests per attention micro-batch")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));

@@ -27,6 +27,9 @@ T unwrap(Result<T> r) {
 
 void check(const Status& s);
 void print_json(const nlohmann::json& j);
+// Writes `text` to `path` (replacing it); fails with "cannot write <what> '<path>'" or
+// "write failed: '<path>'".
+void write_text_file(const std::string& path, const std::string& text, const char* what);
 
 // plan ratio's and sim's workload: batch, mean prefill / decode lengths, requests, profile file.
 struct WorkloadArgs {
