@@ -212,7 +212,7 @@ int64_t PagedKvCache::length(int64_t seq) const {
 int64_t PagedKvCache::blocks_needed(int64_t seq, int64_t n) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return -1;
-  int64_t want = (it->second.length + n + cfg_.block_size - 1) / cfg_.block_size;
+  const int64_t want = blocks_for_tokens(it->second.length + n);
   return std::max<int64_t>(0, want - static_cast<int64_t>(it->second.blocks.size()));
 }
 

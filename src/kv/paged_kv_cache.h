@@ -32,6 +32,7 @@
 // distinct (sequence, position) slots may run concurrently.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -83,8 +84,10 @@ class PagedKvCache {
   bool has_sequence(int64_t seq) const { return seqs_.count(seq) != 0; }
   // Tokens currently stored for seq (-1 if unknown).
   int64_t length(int64_t seq) const;
-  // Blocks needed to grow seq by n tokens (0 if they fit in its last block).
+  // Blocks needed to grow seq by n tokens (0 if they fit in its last block; -1 for an unknown seq).
   int64_t blocks_needed(int64_t seq, int64_t n) const;
+  // Blocks that hold n tokens from position 0 (a new sequence with no reused prefix).
+  int64_t blocks_for_tokens(int64_t n) const { return (std::max<int64_t>(n, 0) + cfg_.block_size - 1) / cfg_.block_size; }
   // Allocates blocks so that seq can hold length + n tokens, and advances its length by n.
   // On failure nothing changes (resource_exhausted).
   Status append(int64_t seq, int64_t n);

@@ -249,6 +249,14 @@ bool DataParallelEngine::can_append(int64_t seq_id, int64_t n_tokens) const {
   return p && engines()[p->engine]->can_append(p->inner, n_tokens);
 }
 
+// A new sequence: what the engine it would be placed on asks (every engine has the same block
+// size, so any engine's count is that one's).
+int64_t DataParallelEngine::kv_blocks_needed(int64_t seq_id, int64_t n_tokens) const {
+  if (seq_id == kNewSequence) return engines()[0]->kv_blocks_needed(kNewSequence, n_tokens);
+  const Placement* p = find(seq_id);
+  return p ? engines()[p->engine]->kv_blocks_needed(p->inner, n_tokens) : -1;
+}
+
 int64_t DataParallelEngine::reuse_prefix(int64_t seq_id, std::span<const int32_t> prompt) {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return 0;

@@ -97,6 +97,12 @@ class Engine {
   // Whether n more tokens fit for this sequence (context limit and free KV blocks;
   // evictable prefix-cache blocks count as free).
   virtual bool can_append(int64_t seq_id, int64_t n_tokens) const = 0;
+  // KV blocks the pool must hand out to grow seq_id by n_tokens, as the KV manager counts them
+  // (0 when they fit in the blocks the sequence holds); for seq_id == kNewSequence, the blocks
+  // a new sequence of n_tokens takes when no prefix-cache block is reused. -1 for an unknown
+  // sequence; 0 for engines that report no block pool (KvUsage::blocks_total == 0).
+  static constexpr int64_t kNewSequence = -1;
+  virtual int64_t kv_blocks_needed(int64_t seq_id, int64_t n_tokens) const = 0;
 
   // Prefix caching: for an EMPTY sequence about to compute `prompt` (prompt tokens, or
   // prompt + generated tokens when re-admitted after preemption), maps the longest prefix

@@ -104,7 +104,7 @@ Result<ScoreResult> score_documents(Engine& engine, const std::vector<std::vecto
     }
   }
   const KvUsage kv = engine.kv_usage();
-  const bool count_blocks = kv.blocks_total > 0 && kv.block_size > 0;
+  const bool count_blocks = kv.blocks_total > 0;
   const int64_t tokens_per_call = std::min(opt.max_tokens_per_call, std::max<int64_t>(1, kMaxLogitFloats / vocab));
 
   MtpHead* const mtp = opt.mtp;
@@ -127,7 +127,7 @@ Result<ScoreResult> score_documents(Engine& engine, const std::vector<std::vecto
     // Admit windows while the sequences and the KV cache (whole windows reserved) allow.
     while (!pending.empty() && static_cast<int64_t>(active.jobs().size()) < opt.max_seqs_per_call) {
       Job* j = pending.front();
-      j->kv_blocks = count_blocks ? (j->length() + kv.block_size - 1) / kv.block_size : 0;
+      j->kv_blocks = count_blocks ? engine.kv_blocks_needed(Engine::kNewSequence, j->length()) : 0;
       if (count_blocks && reserved + j->kv_blocks > kv.blocks_total) {
         if (!active.jobs().empty()) break;
         return resource_exhausted("a window of " + std::to_string(j->length()) + " tokens needs " +

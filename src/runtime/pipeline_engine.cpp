@@ -60,6 +60,10 @@ bool PipelineEngine::can_append(int64_t seq_id, int64_t n_tokens) const {
   return kv_->blocks_needed(seq_id, n_tokens) <= kv_->n_free_blocks();
 }
 
+int64_t PipelineEngine::kv_blocks_needed(int64_t seq_id, int64_t n_tokens) const {
+  return seq_id == kNewSequence ? kv_->blocks_for_tokens(n_tokens) : kv_->blocks_needed(seq_id, n_tokens);
+}
+
 int64_t PipelineEngine::reuse_prefix(int64_t seq_id, std::span<const int32_t> prompt) {
   if (prompt.empty()) return 0;
   // At least one prompt token is computed: its logits start (or continue) generation.

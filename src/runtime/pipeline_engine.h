@@ -33,6 +33,7 @@ class PipelineEngine : public Engine, public BenchmarkHooks {
   void release_sequence(int64_t seq_id) override;
   int64_t sequence_length(int64_t seq_id) const override { return kv_->length(seq_id); }
   bool can_append(int64_t seq_id, int64_t n_tokens) const override;
+  int64_t kv_blocks_needed(int64_t seq_id, int64_t n_tokens) const override;
   int64_t reuse_prefix(int64_t seq_id, std::span<const int32_t> prompt) override;
   int64_t cached_prefix(std::span<const int32_t> prompt) const override;
   Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override {

@@ -73,11 +73,6 @@ int64_t Scheduler::n_waiting() const {
   return static_cast<int64_t>(waiting_.size());
 }
 
-int64_t Scheduler::blocks_for(int64_t n) const {
-  int64_t bs = std::max<int64_t>(1, engine_->kv_usage().block_size);
-  return (n + bs - 1) / bs;
-}
-
 void Scheduler::release(SeqRequest* r) {
   if (r->seq_id < 0) return;
   engine_->release_sequence(r->seq_id);
@@ -116,8 +111,8 @@ int Scheduler::admit() {
   int64_t free_blocks = u.blocks_total - u.blocks_used;
   // Blocks the running sequences need for their next step.
   for (auto& r : running_) {
-    int64_t len = engine_->sequence_length(r->seq_id);
-    free_blocks -= blocks_for(static_cast<int64_t>(r->tokens.size()) + 1) - blocks_for(len);
+    const int64_t len = engine_->sequence_length(r->seq_id);
+    free_blocks -= std::max<int64_t>(0, engine_->kv_blocks_needed(r->seq_id, static_cast<int64_t>(r->tokens.size()) + 1 - len));
   }
   int admitted = 0;
   for (;;) {
@@ -127,7 +122,7 @@ int Scheduler::admit() {
       if (waiting_.empty() || static_cast<int64_t>(running_.size()) >= opt_.max_running) break;
       r = waiting_.front();
     }
-    int64_t need = blocks_for(static_cast<int64_t>(r->tokens.size()) + 1);
+    const int64_t need = engine_->kv_blocks_needed(Engine::kNewSequence, static_cast<int64_t>(r->tokens.size()) + 1);
     if (u.blocks_total > 0 && need > u.blocks_total) {
       {
         std::lock_guard<std::mutex> l(mu_);
@@ -214,8 +209,7 @@ std::vector<BatchItem> Scheduler::form_batch(std::vector<SeqRequest*>* order) {
   // batch as a whole must fit too, or the forward pass fails for every sequence in it.
   std::vector<int64_t> item_blocks;
   auto extra_blocks = [&](const SeqRequest* r, int64_t n) {
-    const int64_t len = engine_->sequence_length(r->seq_id);
-    return blocks_for(len + n) - blocks_for(len);
+    return std::max<int64_t>(0, engine_->kv_blocks_needed(r->seq_id, n));
   };
   auto fits = [&](const SeqRequest* r, int64_t n) {
     if (!engine_->can_append(r->seq_id, n)) return false;

@@ -112,7 +112,6 @@ class Scheduler {
   int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
 
  private:
-  int64_t blocks_for(int64_t n_tokens) const;
   // Frees r's engine sequence (and the drafter's); r->seq_id becomes -1.
   void release(SeqRequest* r);
   // Proposes this step's drafts for the decoding sequences (r->step_tokens, r->n_draft); a

@@ -296,6 +296,7 @@ TEST(ScoreDocumentsMtp, AnEngineWithoutHiddenStatesIsAnError) {
     void release_sequence(int64_t s) override { e.release_sequence(s); }
     int64_t sequence_length(int64_t s) const override { return e.sequence_length(s); }
     bool can_append(int64_t s, int64_t n) const override { return e.can_append(s, n); }
+    int64_t kv_blocks_needed(int64_t s, int64_t n) const override { return e.kv_blocks_needed(s, n); }
     Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override {
       return e.forward(items, logits);
     }

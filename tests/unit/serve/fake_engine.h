@@ -71,6 +71,12 @@ class FakeEngine : public Engine {
     int64_t extra = blocks(it->second + n) - blocks(it->second);
     return used_blocks() + extra <= blocks_total_;
   }
+  int64_t kv_blocks_needed(int64_t id, int64_t n) const override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (id == kNewSequence) return blocks(n) + new_sequence_extra_blocks;
+    auto it = len_.find(id);
+    return it == len_.end() ? -1 : blocks(it->second + n) - blocks(it->second);
+  }
   Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override {
     if (int d = forward_delay_ms.load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
     std::lock_guard<std::mutex> l(mu_);
@@ -118,6 +124,10 @@ class FakeEngine : public Engine {
     return {blocks_total_, used_blocks(), block_size_};
   }
   StageTimes last_stage_times() const override { return {0.001, 0, 0.002, 0, 0.003, {}}; }
+
+  // Blocks kv_blocks_needed adds for a new sequence, as a KV manager that reserves room ahead
+  // would: the scheduler must take its admission counts from the engine.
+  int64_t new_sequence_extra_blocks = 0;
 
   int64_t live_sequences() const {
     std::lock_guard<std::mutex> l(mu_);

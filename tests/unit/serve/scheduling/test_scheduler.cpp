@@ -131,6 +131,23 @@ TEST(Scheduler, AdmissionWaitsForKvAndRejectsWhatCanNeverFit) {
   EXPECT_EQ(drain(*b).finish, FinishReason::length);
 }
 
+// Admission counts blocks as the engine's KV manager does (Engine::kv_blocks_needed), not as
+// length / block size: with 2 blocks reserved per new sequence, 11 tokens (3 + 2 blocks) can
+// never fit a 4-block cache and 3 tokens (1 + 2) can.
+TEST(Scheduler, AdmissionAsksTheEngineHowManyBlocksASequenceTakes) {
+  SchedulerOptions o;
+  Fixture f(/*blocks=*/4, /*block=*/4, o);
+  f.engine.new_sequence_extra_blocks = 2;
+  auto big = f.submit(std::vector<int32_t>(11, 5), 1);
+  auto small = f.submit(std::vector<int32_t>(3, 5), 1);
+  run_until_idle(f.sched);
+  Collected cb = drain(*big);
+  EXPECT_EQ(cb.finish, FinishReason::error);
+  EXPECT_EQ(cb.error.code(), StatusCode::resource_exhausted);
+  EXPECT_NE(cb.error.message().find("needs 5 KV blocks"), std::string::npos) << cb.error.message();
+  EXPECT_EQ(drain(*small).finish, FinishReason::length);
+}
+
 // Three sequences of 3 prompt tokens growing to 9 on a 6-block cache of 2-token blocks (5
 // blocks each at the end): runs them to the end and checks every output is the unpreempted one.
 void run_three_over_a_small_cache(Fixture& f) {
