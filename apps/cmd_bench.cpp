@@ -19,8 +19,9 @@
 #include "engine_flags.h"
 #include "kernels/cpu/machine_limits.h"
 #include "local_ffn.h"
-#include "model/attention_cost.h"
 #include "model/weights.h"
+#include "plan/hf_model_spec.h"
+#include "plan/step_cost.h"
 #include "runtime/afd/ffn_worker.h"
 #include "runtime/engine_factory.h"
 #include "serve/frontend/proxy_client.h"
@@ -59,52 +60,24 @@ struct RoundRatios {
 
 // Bytes of one FfnWeights (gate + up + down).
 size_t ffn_bytes(const FfnWeights& f) { return f.gate.nbytes() + f.up.nbytes() + f.down.nbytes(); }
-int64_t ffn_params(const FfnWeights& f) {
-  return f.gate.rows * f.gate.cols + f.up.rows * f.up.cols + f.down.rows * f.down.cols;
-}
 
-struct StepCost {
-  double bytes = 0;           // weights + KV read in one decode step
-  double weight_bytes = 0;    // of which weights
-  double flops = 0;           // all matrix products + attention core
-  double expert_flops = 0;    // routed + shared expert products
-  double attention_flops = 0; // attention projections + core (model/attention_cost.h)
-};
-
-// Cost of one decode step of `batch` sequences at context `ctx`, given how many expert
-// weight sets the step actually read (expert_reads, from the engine's routing).
-StepCost step_cost(const ModelWeights& w, int64_t batch, int64_t ctx, int64_t expert_reads, size_t kv_bytes_per_token) {
-  const AttentionCost ac = attention_cost(w.config);
-  StepCost s;
+// The loaded weights a decode step reads (plan/step_cost.h): every matrix but the routed
+// experts, and one routed expert (the same size in every MoE layer).
+plan::StepWeightReads weight_reads(const ModelWeights& w) {
+  plan::StepWeightReads r;
   for (const LayerWeights& L : w.layers) {
     const AttentionWeights& a = L.attn;
-    for (const Matrix* m : {&a.q_a, &a.q, &a.k, &a.v, &a.kv_a, &a.kv_b, &a.o}) s.bytes += m->nbytes();
-    s.attention_flops += 2.0 * batch * ac.projection_params;
-    s.attention_flops += static_cast<double>(batch) * ctx * ac.core_flops_per_ctx_token;
+    for (const Matrix* m : {&a.q_a, &a.q, &a.k, &a.v, &a.kv_a, &a.kv_b, &a.o}) r.fixed_bytes += m->nbytes();
     if (L.is_moe) {
-      s.bytes += L.moe.router.nbytes();
-      s.flops += 2.0 * batch * L.moe.router.rows * L.moe.router.cols;
-      const FfnWeights& e0 = L.moe.experts[0];
-      s.expert_flops += 2.0 * batch * w.config.n_experts_per_tok * ffn_params(e0);
-      if (!L.moe.shared.empty()) {
-        s.bytes += ffn_bytes(L.moe.shared);
-        s.expert_flops += 2.0 * batch * ffn_params(L.moe.shared);
-      }
+      r.fixed_bytes += L.moe.router.nbytes();
+      if (!L.moe.shared.empty()) r.fixed_bytes += ffn_bytes(L.moe.shared);
+      r.routed_expert_bytes = ffn_bytes(L.moe.experts[0]);
     } else {
-      s.bytes += ffn_bytes(L.dense);
-      s.expert_flops += 2.0 * batch * ffn_params(L.dense);
+      r.fixed_bytes += ffn_bytes(L.dense);
     }
   }
-  // Routed experts actually read (same size for every expert and layer).
-  for (const LayerWeights& L : w.layers) {
-    if (L.is_moe) { s.bytes += static_cast<double>(expert_reads) * ffn_bytes(L.moe.experts[0]); break; }
-  }
-  s.flops += s.expert_flops + s.attention_flops;
-  s.bytes += w.lm_head.nbytes();
-  s.flops += 2.0 * batch * w.lm_head.rows * w.lm_head.cols;
-  s.weight_bytes = s.bytes;
-  s.bytes += static_cast<double>(batch) * ctx * kv_bytes_per_token;
-  return s;
+  r.fixed_bytes += w.lm_head.nbytes();
+  return r;
 }
 
 double peak_rss_bytes() {
@@ -159,6 +132,11 @@ FfnCounts ffn_counts(const BenchmarkHooks& hooks, const std::vector<serve::Metri
   return c;
 }
 
+// Bytes of one cached K/V value: the KV dtype, f32 in reference precision.
+double kv_elem_bytes(const EngineOptions& o) {
+  return o.precision == Precision::reference ? 4.0 : static_cast<double>(dtype_size(o.kv.dtype));
+}
+
 // Decode steps of `batch` sequences at context `ctx`: one warm-up step, then `steps` timed
 // ones; the Point describes the median step and carries every step's time.
 // remote_ffn: the status servers of --spawn-ffn workers, for their per-worker counts.
@@ -168,6 +146,8 @@ FfnCounts ffn_counts(const BenchmarkHooks& hooks, const std::vector<serve::Metri
 Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int64_t batch, int64_t ctx, int steps,
               const std::vector<serve::MetricsTarget>& remote_ffn = {}, int64_t query_tokens = 1) {
   const ModelConfig& mc = w->config;
+  const plan::ModelSpec spec = plan::model_spec_from_config(mc, {.kv_elem_bytes = kv_elem_bytes(o)});
+  plan::StepWeightReads reads = weight_reads(*w);
   auto eng = make_engine(o, w);
   if (!eng.ok()) fail("bench", eng.status());
   Engine& e = **eng;
@@ -211,9 +191,8 @@ Point measure(const EngineOptions& o, std::shared_ptr<const ModelWeights> w, int
     for (int32_t& t : last) t = static_cast<int32_t>((t * 31 + 7) % mc.vocab_size);
     if (step == 0) continue;
     StageTimes st = e.last_stage_times();
-    const size_t kv_tok = static_cast<size_t>(mc.n_layers * attention_cost(mc).kv_values_per_token) *
-                          (o.precision == Precision::reference ? 4 : dtype_size(o.kv.dtype));
-    StepCost sc = step_cost(*w, batch, ctx + step, hooks->last_expert_reads(), kv_tok);
+    reads.expert_reads = hooks->last_expert_reads();
+    const plan::StepCost sc = plan::decode_step_cost(spec, batch, ctx + step, reads);
     Point p{dt, st.ffn_s, st.attention_s, st.a2f_s, sc.bytes, sc.flops, sc.expert_flops, 0, 0, {}, st.layers, {},
             ffn_tokens, ffn_rows};
     p.weight_bytes = sc.weight_bytes;
@@ -328,18 +307,19 @@ void run_bench(const BenchFlags& f) {
     }
   }
 
+  // The attention layer's cost as plan/step_cost.h counts it: in bytes of the KV dtype, in values.
+  const plan::AttnGroup ag = plan::model_spec_from_config(mc, {.kv_elem_bytes = kv_elem_bytes(*opt)}).attn[0];
+  const plan::AttnGroup ag_values = plan::model_spec_from_config(mc, {.kv_elem_bytes = 1.0}).attn[0];
   nlohmann::json rows = nlohmann::json::array();
   if (!f.json) {
     std::printf("model %s: %lld layers, hidden %lld, %lld experts top-%lld, weights %.2f GB; precision %s, kv %s\n",
                 opt->model_dir.c_str(), (long long)mc.n_layers, (long long)mc.hidden_size, (long long)mc.n_experts,
                 (long long)mc.n_experts_per_tok, (*weights)->matrix_bytes() / 1e9, f.engine.precision.c_str(),
                 f.engine.kv_dtype.c_str());
-    const AttentionCost ac = attention_cost(mc);
-    const double kv_elem = opt->precision == Precision::reference ? 4.0 : static_cast<double>(dtype_size(opt->kv.dtype));
     std::printf("attention %s: KV %.0f B per token per layer, %.0f FLOP per context token per layer, %.3f M "
-                "projection weights per layer (model/attention_cost.h)\n",
+                "projection weights per layer (plan/model_builders.h)\n",
                 mc.attention == AttentionKind::mla ? "mla" : (mc.q_lora_rank > 0 ? "mfa" : "gqa"),
-                ac.kv_values_per_token * kv_elem, ac.core_flops_per_ctx_token, ac.projection_params / 1e6);
+                ag.kv_bytes_per_token, ag.flops_per_ctx_token, ag.linear_params() / 1e6);
     std::printf("machine: read bandwidth %.1f GB/s, library GEMM %.1f GFLOP/s (measured now)\n", bw / 1e9, gemm / 1e9);
     std::printf("steps: the median of %d timed steps per row (tok/s = batch / median step), with p90 and p99\n",
                 f.steps);
@@ -524,13 +504,10 @@ void run_bench(const BenchFlags& f) {
                           {"kv_dtype", f.engine.kv_dtype},
                           {"weights_bytes", (*weights)->matrix_bytes()},
                           {"attention",
-                           {{"kv_values_per_token_per_layer", attention_cost(mc).kv_values_per_token},
-                            {"kv_bytes_per_token_per_layer",
-                             attention_cost(mc).kv_values_per_token *
-                                 (opt->precision == Precision::reference ? 4.0
-                                                                         : static_cast<double>(dtype_size(opt->kv.dtype)))},
-                            {"core_flops_per_context_token_per_layer", attention_cost(mc).core_flops_per_ctx_token},
-                            {"projection_params_per_layer", attention_cost(mc).projection_params}}},
+                           {{"kv_values_per_token_per_layer", ag_values.kv_bytes_per_token},
+                            {"kv_bytes_per_token_per_layer", ag.kv_bytes_per_token},
+                            {"core_flops_per_context_token_per_layer", ag.flops_per_ctx_token},
+                            {"projection_params_per_layer", ag.linear_params()}}},
                           {"read_bandwidth_Bps", bw},
                           {"gemm_flops", gemm},
                           {"peak_rss_bytes", rss},

@@ -130,6 +130,7 @@ ModelSpec model_spec_from_config(const ModelConfig& c, const HfSpecOptions& o) {
   m.id = c.model_type;
   m.display = c.model_type;
   m.weight_bytes = o.weight_bytes;
+  m.vocab = c.vocab_size;
   return m;
 }
 

@@ -57,6 +57,7 @@ struct ModelSpec {
   int64_t hidden = 0;
   int64_t n_layers = 0;
   double weight_bytes = 1.0;  // bytes per linear/FFN weight (FP8 = 1)
+  int64_t vocab = 0;          // LM head rows; 0 where unknown (the paper's presets): the head is not counted
   std::vector<AttnGroup> attn;
   std::vector<FfnGroup> ffn;
   std::string notes;     // quantisation / counting notes shown with --verbose and in JSON
