@@ -303,6 +303,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   }
   // Data-parallel attention workers: one engine each, sharing the compute threads.
   std::vector<std::unique_ptr<Engine>> engines;
+  std::vector<DataParallelEngine*> afd_engines;  // engines[i] as a bundle's engine; null in the mono wiring
   std::vector<std::unique_ptr<Drafter>> drafters;  // speculative decoding: one per engine
   std::string numerics;  // system_fingerprint of the engines (one model, one set of options)
   for (int w = 0; w < f.workers; ++w) {
@@ -312,9 +313,17 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
     auto weights = load_model(eo.model_dir);
     if (!weights.ok()) fail(cmd, weights.status());
     if (w == 0) numerics = system_fingerprint(**weights, eo);
-    auto e = make_engine(eo, *weights);
-    if (!e.ok()) fail(cmd, e.status());
-    engines.push_back(std::move(*e));
+    if (eo.topology.wiring == Wiring::mono) {
+      auto e = make_engine(eo, *weights);
+      if (!e.ok()) fail(cmd, e.status());
+      engines.push_back(std::move(*e));
+      afd_engines.push_back(nullptr);
+    } else {
+      auto e = make_afd_engine(eo, *weights);
+      if (!e.ok()) fail(cmd, e.status());
+      afd_engines.push_back(e->get());
+      engines.push_back(std::move(*e));
+    }
     auto d = make_drafter(eo, *weights, engines.back().get());
     if (!d.ok()) fail(cmd, d.status());
     drafters.push_back(std::move(*d));
@@ -330,7 +339,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   // their afd_ffn_* series join the service's /metrics, labelled ffn="<engine>.<shard>".
   std::vector<serve::FfnWorkerSample> ffn_samples;
   for (size_t i = 0; i < engines.size(); ++i) {
-    auto* dp = dynamic_cast<DataParallelEngine*>(engines[i].get());
+    DataParallelEngine* dp = afd_engines[i];
     if (dp == nullptr) continue;
     for (const auto& wk : dp->bundle().ffn_workers())
       ffn_samples.push_back(
@@ -340,7 +349,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   std::vector<FfnClient*> clients;
   std::vector<std::string> client_labels;  // worker="<engine>",engine="<its attention engine>"
   for (size_t i = 0; i < engines.size(); ++i) {
-    if (auto* dp = dynamic_cast<DataParallelEngine*>(engines[i].get())) {
+    if (DataParallelEngine* dp = afd_engines[i]) {
       const auto cs = dp->bundle().ffn_clients();
       for (size_t k = 0; k < cs.size(); ++k) {
         clients.push_back(cs[k]);
