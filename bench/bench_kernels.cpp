@@ -2,6 +2,7 @@
 //   bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune] [--fp8] [--fp8-weights]
 //                 [--fp8-dequant [--shapes ROWS,COLS,..] [--rounds R]]
 //                 [--small-n V,.. [--ns N,..] [--shapes ROWS,COLS,..] [--rounds R] [--row-streams S]]
+//                 [--ops [--filter SUBSTR] [--model default|bench] [--rounds R]]
 // Prints a Markdown table: kernel path, W shape, n, precision, time per call, GB/s of W
 // streamed, GFLOP/s, fraction of the measured read bandwidth, of the library GEMM rate and of
 // the vector peak. Every case is timed in several rounds (best of 9 repetitions per round, best
@@ -25,6 +26,9 @@
 // switch off; layouts other than 5 take the row streams for one token only; 0 KiB = the
 // default), interleaved in each of R rounds (default 5); --row-streams S:
 // LinearAvx512Tuning::row_streams (the row streams' S).
+// --ops: every op of the kernel registry (tests/kernel_ops) at the default model's and the bench
+// model's shapes, median and p90 of R rounds (default 5), beside its scalar reference
+// (bench/kernel_ops_bench.h); --filter: ops whose name contains SUBSTR; --model: one shape set.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -40,6 +44,7 @@
 #include "core/stats.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
+#include "kernel_ops_bench.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/linear_fp8.h"
 #include "kernels/cpu/linear_fp8_kernels.h"
@@ -519,7 +524,8 @@ int main(int argc, char** argv) {
   bool quick = false, compare = false, tune = false, fp8 = false, fp8_weights = false, fp8_dequant = false;
   std::vector<int> small_n, small_ns = {1, 2, 4, 8, 16, 32}, shapes = {768, 2048, 2048, 768};
   int rounds_arg = 5, row_streams = 1;
-  bool shapes_given = false;
+  bool shapes_given = false, ops = false;
+  std::string ops_filter, ops_model;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
@@ -530,6 +536,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--fp8-dequant")) fp8_dequant = true;
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds_arg = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--row-streams") && i + 1 < argc) row_streams = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--ops")) ops = true;
+    else if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) ops_filter = argv[++i];
+    else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) ops_model = argv[++i];
     else if ((!std::strcmp(argv[i], "--small-n") || !std::strcmp(argv[i], "--ns") ||
               !std::strcmp(argv[i], "--shapes")) &&
              i + 1 < argc) {
@@ -548,10 +557,11 @@ int main(int argc, char** argv) {
           stderr,
           "usage: bench_kernels [--threads N] [--quick] [--compare-sgemm] [--tune [--shapes ROWS,COLS,..]] [--fp8] "
           "[--fp8-weights] [--fp8-dequant [--shapes ..] [--rounds R]] [--small-n V,.. [--ns N,..] [--shapes "
-          "ROWS,COLS,..] [--rounds R] [--row-streams S]]\n");
+          "ROWS,COLS,..] [--rounds R] [--row-streams S]] [--ops [--filter SUBSTR] [--model default|bench] [--rounds R]]\n");
       return 2;
     }
   }
+  if (ops) return bench::run_kernel_ops(threads, rounds_arg, ops_filter, ops_model);
   if (fp8) return run_fp8(quick);
   if (fp8_weights) return run_fp8_weights(threads, quick);
   if (fp8_dequant)

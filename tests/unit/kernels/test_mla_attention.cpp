@@ -1,7 +1,6 @@
-// mla_decode_attend / mqa_decode_attend (separate value rows) on every ISA level against the
-// scalar reference, over paged rows in f32,
-// bf16 and fp8 (block tables with shuffled blocks, partial last blocks, head counts that are
-// not multiples of the vector tiles, contexts over several chunks of the bf16 kernel).
+// mla_decode_attend / mqa_decode_attend (separate value rows): the scalar reference against f64,
+// and the split-K segments combined against one call, on every ISA level, over paged rows in
+// f32, bf16 and fp8 (block tables with shuffled blocks, partial last blocks).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,62 +48,42 @@ void check(const Case& c) {
   Paged pv = make_paged(c, vrows, c.d_lat);
   const PagedRows* v = c.sep_v ? &pv.view : nullptr;
   const float scale = 0.19f;
-  std::vector<float> want(static_cast<size_t>(c.heads * os), -7.0f), got;
+  std::vector<float> want(static_cast<size_t>(c.heads * os), -7.0f);
   ref::mqa_decode_attend(q.data(), qs, c.heads, p.view, v, c.d_lat, c.n_ctx, scale, want.data(), os);
-  // A direct f64 evaluation of the contract anchors the reference itself (f32 rows only).
-  if (c.dt == DType::f32) {
-    for (int64_t h = 0; h < c.heads; ++h) {
-      std::vector<double> s(static_cast<size_t>(c.n_ctx));
-      double mx = -1e300, sum = 0;
-      for (int64_t j = 0; j < c.n_ctx; ++j) {
-        double a = 0;
-        for (int64_t i = 0; i < D; ++i) a += static_cast<double>(q[h * qs + i]) * rows[j * D + i];
-        s[j] = a * scale;
-        mx = std::max(mx, s[j]);
-      }
-      for (auto& x : s) sum += (x = std::exp(x - mx));
-      for (int64_t i = 0; i < c.d_lat; ++i) {
-        double o = 0;
-        for (int64_t j = 0; j < c.n_ctx; ++j) o += s[j] / sum * vrows[j * c.d_lat + i];
-        ASSERT_NEAR(want[h * os + i], o, 1e-5) << "reference h " << h << " i " << i;
-      }
+  // A direct f64 evaluation of the contract.
+  for (int64_t h = 0; h < c.heads; ++h) {
+    std::vector<double> s(static_cast<size_t>(c.n_ctx));
+    double mx = -1e300, sum = 0;
+    for (int64_t j = 0; j < c.n_ctx; ++j) {
+      double a = 0;
+      for (int64_t i = 0; i < D; ++i) a += static_cast<double>(q[h * qs + i]) * rows[j * D + i];
+      s[j] = a * scale;
+      mx = std::max(mx, s[j]);
     }
-  }
-  for (Isa isa : isa_levels()) {
-    IsaLimitGuard g(isa);
-    got.assign(want.size(), -7.0f);
-    if (c.sep_v) {
-      mqa_decode_attend(q.data(), qs, c.heads, p.view, v, c.d_lat, c.n_ctx, scale, got.data(), os);
-    } else {
-      mla_decode_attend(q.data(), qs, c.heads, c.d_lat, c.d_rope, p.view, c.n_ctx, scale, got.data(), os);
-    }
-    // The bf16 dot-product path rounds q and the probabilities to bf16 (relative 2^-9 each);
-    // the f32 paths differ from the reference in the summation order only.
-    const bool bf16_dp = isa == Isa::avx512 && c.dt == DType::bf16;
-    const float tol = bf16_dp ? 1e-2f : 2e-5f;
-    for (int64_t h = 0; h < c.heads; ++h) {
-      for (int64_t i = 0; i < c.d_lat; ++i)
-        ASSERT_NEAR(got[h * os + i], want[h * os + i], tol)
-            << isa_name(isa) << " " << dtype_name(c.dt) << " heads " << c.heads << " ctx " << c.n_ctx << " h " << h
-            << " i " << i;
-      for (int64_t i = c.d_lat; i < os; ++i) ASSERT_EQ(got[h * os + i], -7.0f) << "wrote past d_lat";
+    for (auto& x : s) sum += (x = std::exp(x - mx));
+    for (int64_t i = 0; i < c.d_lat; ++i) {
+      double o = 0;
+      for (int64_t j = 0; j < c.n_ctx; ++j) o += s[j] / sum * vrows[j * c.d_lat + i];
+      ASSERT_NEAR(want[h * os + i], o, 1e-5) << "reference h " << h << " i " << i;
     }
   }
 }
 
-TEST(MlaDecode, MatchesReference) {
-  for (DType dt : {DType::f32, DType::bf16, DType::f8_e4m3}) {
-    check({4, 128, 32, 1, 16, dt});     // dsv3-tiny dims, one position
-    check({4, 128, 32, 37, 16, dt});    // partial last block
-    check({33, 64, 16, 70, 8, dt});     // heads past one 32-head tile
-    check({16, 512, 64, 45, 16, dt});   // DeepSeek-V3 row width
-    check({8, 128, 32, 300, 16, dt});   // several online-softmax chunks, the last one partial
-    check({4, 512, 64, 1000, 16, dt});
-    check({16, 128, 32, 2 * kMqaSegment + 77, 16, dt});     // three split-K segments, the last partial
-    check({8, 64, 0, kMqaSegment + 1, 16, dt, true});        // a one-position last segment
-    check({64, 256, 0, 300, 16, dt, true});  // MFA: K and V rows of 256, 64 heads
-    check({5, 64, 32, 33, 8, dt, true});     // keys wider than the values
-  }
+// The scalar reference against a direct f64 evaluation of the contract (f32 rows), on the
+// registry's shapes; the kernels against the reference at every ISA level and KV dtype are the
+// registry's (test_kernel_ops: "mla_decode", "mqa_decode sep_v (MFA)").
+TEST(MlaDecode, ReferenceMatchesF64) {
+  const DType dt = DType::f32;
+  check({4, 128, 32, 1, 16, dt});    // dsv3-tiny dims, one position
+  check({4, 128, 32, 37, 16, dt});   // partial last block
+  check({33, 64, 16, 70, 8, dt});    // heads past one 32-head tile
+  check({16, 512, 64, 45, 16, dt});  // DeepSeek-V3 row width
+  check({8, 128, 32, 300, 16, dt});  // several online-softmax chunks, the last one partial
+  check({4, 512, 64, 1000, 16, dt});
+  check({16, 128, 32, 2 * kMqaSegment + 77, 16, dt});  // three split-K segments, the last partial
+  check({8, 64, 0, kMqaSegment + 1, 16, dt, true});    // a one-position last segment
+  check({64, 256, 0, 300, 16, dt, true});              // MFA: K and V rows of 256, 64 heads
+  check({5, 64, 32, 33, 8, dt, true});                 // keys wider than the values
 }
 
 // The segments run as separate calls (as the engine spreads them over threads) and combined give
