@@ -1,6 +1,7 @@
 // CPU kernels: pointers, sizes and a thread pool; no model or request types.
 // Every kernel has a scalar reference (namespace ref) and SIMD versions chosen at run
-// time from cpu_features(); tests/unit/kernels checks each against its reference.
+// time from cpu_features(); the kernel-op registry (tests/kernel_ops/) checks each against its
+// reference at every ISA level, and bench_kernels --ops times them.
 #pragma once
 
 #include <cstdint>
