@@ -134,6 +134,33 @@ class ScaleMaxCase : public OpCase {
   std::vector<float> x_, y_, want_;
 };
 
+// abs_max of x in [-30, 30] with one element of each sign forced to the extremes; outputs the
+// maximum. The reference is the definition, a sequential max of |x[i]|.
+class AbsMaxCase : public OpCase {
+ public:
+  // d: n
+  explicit AbsMaxCase(const Shape& s) : n_(s[0]) {
+    x_ = random_vec(static_cast<size_t>(n_), 11, -30, 30);
+    if (n_ > 2) x_[static_cast<size_t>(n_ / 2)] = -31.5f, x_[static_cast<size_t>(n_ - 1)] = 31.25f;
+    bytes = 4.0 * static_cast<double>(n_);
+    flops = static_cast<double>(n_);
+  }
+  void reset() override { m_ = -1; }
+  void run(ThreadPool*) override { m_ = abs_max(x_.data(), n_); }
+  void reference() override {
+    want_ = 0;
+    for (float v : x_) want_ = std::max(want_, std::fabs(v));
+  }
+  std::vector<float> got() const override { return {m_}; }
+  std::vector<float> want() const override { return {want_}; }
+  std::vector<double> bounds() const override { return {0.0}; }
+
+ private:
+  int64_t n_;
+  float m_ = -1, want_ = 0;
+  std::vector<float> x_;
+};
+
 // exp_sub_sum in place on x in [-30, 30] with m = max x + 0.5; outputs x then the sum.
 class ExpSubSumCase : public OpCase {
  public:
@@ -441,6 +468,15 @@ void add_elementwise_ops(std::vector<KernelOp>& ops) {
                  {n_only(512), n_only(4096)},
                  {n_only(512), n_only(4096)},
                  factory<ExpSubSumCase>()});
+
+  std::vector<Shape> am_test = each(n_only);
+  am_test.insert(am_test.begin(), n_only(0));
+  ops.push_back({"abs_max",
+                 "bit-exact (a maximum does not depend on the order); n = 0 gives 0",
+                 am_test,
+                 {n_only(4096)},
+                 {n_only(7168)},
+                 factory<AbsMaxCase>()});
 
   ops.push_back({"axpy",
                  "bit-exact (a multiply then an add, as the reference)",
