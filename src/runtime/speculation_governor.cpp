@@ -36,14 +36,18 @@ void SpeculationGovernor::record(int64_t n_decoding, bool drafts, double seconds
   ++s.samples;
 }
 
-std::string SpeculationGovernor::summary() const {
+const char* SpeculationGovernor::bucket_name(int b) {
   static constexpr const char* kNames[kBuckets] = {"1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65+"};
+  return kNames[std::clamp(b, 0, kBuckets - 1)];
+}
+
+std::string SpeculationGovernor::summary() const {
   std::string out;
   for (int b = 0; b < kBuckets; ++b) {
     const int p = preferred(b);
     if (p == 0) continue;
     if (!out.empty()) out += ' ';
-    out += std::string(kNames[b]) + (p > 0 ? ":on" : ":off");
+    out += std::string(bucket_name(b)) + (p > 0 ? ":on" : ":off");
   }
   return out.empty() ? "warming up" : out;
 }

@@ -40,6 +40,7 @@ class SpeculationGovernor {
   void record(int64_t n_decoding, bool drafts, double seconds, int64_t tokens);
 
   static int bucket(int64_t n_decoding);  // 0: 1, 1: 2, 2: 3-4, ..., 7: 65 and more
+  static const char* bucket_name(int b);  // "1", "2", "3-4", ..., "65+"
   // The side a bucket runs when not exploring: +1 drafts, -1 no drafts, 0 still warming up.
   int preferred(int b) const;
   double rate(int b, bool drafts) const { return buckets_[static_cast<size_t>(b)].side[drafts ? 1 : 0].rate(); }

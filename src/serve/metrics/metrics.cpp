@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "runtime/speculation_governor.h"
+
 namespace afd::serve {
 namespace {
 
@@ -129,6 +131,27 @@ void StructuredCounters::render(std::string* o) const {
   *o += "afd_structured_mask_seconds_total " + std::to_string(static_cast<double>(mask_ns.load()) * 1e-9) + "\n";
 }
 
+void Metrics::render_speculation_auto(std::string* o) const {
+  std::string side, rate;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const WorkerStats& w = *workers_[i];
+    if (!w.spec_auto.load()) continue;
+    for (int b = 0; b < WorkerStats::kSpecBuckets; ++b) {
+      const std::string l = "worker=\"" + std::to_string(i) + "\",batch=\"" + SpeculationGovernor::bucket_name(b) + "\"";
+      side += "afd_spec_decode_auto_drafts{" + l + "} " + std::to_string(w.spec_side[b].load()) + "\n";
+      rate += "afd_spec_decode_auto_tokens_per_second{" + l + ",drafts=\"on\"} " + prom_num(w.spec_rate_on[b].load()) + "\n";
+      rate += "afd_spec_decode_auto_tokens_per_second{" + l + ",drafts=\"off\"} " + prom_num(w.spec_rate_off[b].load()) + "\n";
+    }
+  }
+  if (side.empty()) return;
+  prom_header(o, "afd_spec_decode_auto_drafts", "gauge",
+              "--speculative-max-batch auto: per batch-size bucket, the side decode steps run (1 drafts, -1 none, 0 warming up)");
+  *o += side;
+  prom_header(o, "afd_spec_decode_auto_tokens_per_second", "gauge",
+              "--speculative-max-batch auto: per batch-size bucket, tokens per second of decode steps with and without drafts");
+  *o += rate;
+}
+
 std::string Metrics::render() const {
   std::string o;
   prom_header(&o, "afd_requests_total", "counter", "HTTP API requests by status code");
@@ -194,6 +217,8 @@ std::string Metrics::render() const {
   per_worker({"afd_step_retries_total", "counter",
               "forward passes run again after failing on a lost or stalled FFN worker (requests kept)"},
              [](WorkerStats& w) { return static_cast<double>(w.step_retries.load()); });
+
+  render_speculation_auto(&o);
 
   std::string stage, layer_stage, idle, stage_idle;
   for (size_t i = 0; i < workers_.size(); ++i) {

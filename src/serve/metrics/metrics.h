@@ -49,6 +49,14 @@ struct WorkerStats {
   std::atomic<int64_t> steps{0};
   std::atomic<int64_t> preemptions{0};
   std::atomic<int64_t> step_retries{0};  // forward passes run again after a peer loss or stall
+  // --speculative-max-batch auto: the governor's view per batch-size bucket
+  // (SpeculationGovernor::bucket), published by the scheduler after each decode step it
+  // measured: the side it runs (+1 drafts, -1 none, 0 still warming up) and the tokens per
+  // second of the steps with and without drafts. spec_auto: whether the governor is in use.
+  static constexpr int kSpecBuckets = 8;
+  std::atomic<bool> spec_auto{false};
+  std::atomic<int> spec_side[kSpecBuckets] = {};
+  std::atomic<double> spec_rate_on[kSpecBuckets] = {}, spec_rate_off[kSpecBuckets] = {};
   // Accumulated seconds (under mu).
   std::mutex mu;
   StageTimes stage_sum;
@@ -106,6 +114,7 @@ class Metrics {
   void add_section(std::function<std::string()> fn);
 
  private:
+  void render_speculation_auto(std::string* o) const;
   std::vector<std::function<std::string()>> sections_;  // under mu_
   std::vector<std::unique_ptr<WorkerStats>> workers_;
   mutable std::mutex mu_;

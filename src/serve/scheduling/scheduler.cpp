@@ -487,6 +487,15 @@ void Scheduler::publish_stats() {
   stats_->kv_blocks_total.store(u.blocks_total);
 }
 
+void Scheduler::publish_governor() {
+  stats_->spec_auto.store(true);
+  for (int b = 0; b < WorkerStats::kSpecBuckets && b < SpeculationGovernor::kBuckets; ++b) {
+    stats_->spec_side[b].store(governor_.preferred(b));
+    stats_->spec_rate_on[b].store(governor_.rate(b, true));
+    stats_->spec_rate_off[b].store(governor_.rate(b, false));
+  }
+}
+
 Result<int> Scheduler::step() {
   drop_cancelled();
   int admitted = admit();
@@ -567,7 +576,10 @@ Result<int> Scheduler::step() {
   step_emitted_ = 0;
   process_logits(order, items, logits, hidden);
   if (opt_.draft_max_batch == SpeculativeOptions::kMaxBatchAuto && drafter_ && prefill == 0 && step_decoding_ > 0)
+  {
     governor_.record(step_decoding_, step_drafts_, now_s() - step_t0, step_emitted_);
+    if (stats_) publish_governor();
+  }
   publish_stats();
   return static_cast<int>(items.size());
 }

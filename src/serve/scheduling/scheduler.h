@@ -112,6 +112,8 @@ class Scheduler {
   int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
 
  private:
+  // Copies the governor's per-bucket choice and rates into stats_ (for /metrics).
+  void publish_governor();
   // Frees r's engine sequence (and the drafter's); r->seq_id becomes -1.
   void release(SeqRequest* r);
   // Proposes this step's drafts for the decoding sequences (r->step_tokens, r->n_draft); a

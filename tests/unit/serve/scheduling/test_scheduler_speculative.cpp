@@ -22,6 +22,7 @@ struct Served {
   std::vector<std::vector<int32_t>> tokens;  // per request
   std::vector<FinishReason> finish;
   int64_t verifications = 0, drafted = 0, accepted = 0;
+  std::string metrics;  // the /metrics text after the run
 };
 
 // Serves `prompts` (token ids) through one scheduler, driven step by step, and collects the tokens.
@@ -69,6 +70,7 @@ Served serve(EngineOptions o, const std::vector<std::vector<int32_t>>& prompts, 
   run.verifications = metrics.speculative.verifications.load();
   run.drafted = metrics.speculative.draft_tokens.load();
   run.accepted = metrics.speculative.accepted_tokens.load();
+  run.metrics = metrics.render();
   return run;
 }
 
@@ -154,6 +156,19 @@ TEST(SchedulerSpeculative, AutoMaxBatchKeepsTheGreedyTokens) {
   EXPECT_EQ(plain.tokens, spec.tokens);
   EXPECT_GT(spec.verifications, 0);
   EXPECT_GT(spec.accepted, 0);
+  // /metrics shows the governor: a gauge per batch-size bucket, and rates of both sides (every
+  // bucket warms up trying both, and the decode steps outnumber the buckets, so some bucket
+  // measured both; which one, and which side it then prefers, depends on the timing).
+  EXPECT_NE(spec.metrics.find("afd_spec_decode_auto_drafts{worker=\"0\",batch=\"65+\"} "), std::string::npos);
+  auto any_rate = [&](const std::string& side) {
+    const std::string key = "drafts=\"" + side + "\"} ";
+    for (size_t at = spec.metrics.find(key); at != std::string::npos; at = spec.metrics.find(key, at + 1))
+      if (std::stod(spec.metrics.substr(at + key.size())) > 0) return true;
+    return false;
+  };
+  EXPECT_TRUE(any_rate("on")) << spec.metrics;
+  EXPECT_TRUE(any_rate("off")) << spec.metrics;
+  EXPECT_EQ(plain.metrics.find("afd_spec_decode_auto"), std::string::npos);
 }
 
 TEST(SchedulerSpeculative, SampledRequestsWithDraftsFinish) {
