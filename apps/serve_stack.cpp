@@ -58,6 +58,8 @@ class LossAwareEngine final : public Engine {
   int64_t sequence_length(int64_t id) const override { return inner_->sequence_length(id); }
   bool can_append(int64_t id, int64_t n) const override { return inner_->can_append(id, n); }
   int64_t kv_blocks_needed(int64_t id, int64_t n) const override { return inner_->kv_blocks_needed(id, n); }
+  int kv_pool(int64_t id) const override { return inner_->kv_pool(id); }
+  KvUsage kv_pool_usage(int pool) const override { return inner_->kv_pool_usage(pool); }
   int64_t reuse_prefix(int64_t id, std::span<const int32_t> p) override { return inner_->reuse_prefix(id, p); }
   int64_t cached_prefix(std::span<const int32_t> p) const override { return inner_->cached_prefix(p); }
   Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override {

@@ -257,6 +257,16 @@ int64_t DataParallelEngine::kv_blocks_needed(int64_t seq_id, int64_t n_tokens) c
   return p ? engines()[p->engine]->kv_blocks_needed(p->inner, n_tokens) : -1;
 }
 
+int DataParallelEngine::kv_pool(int64_t seq_id) const {
+  const Placement* p = find(seq_id);
+  return p ? p->engine : -1;
+}
+
+KvUsage DataParallelEngine::kv_pool_usage(int pool) const {
+  const auto& es = engines();
+  return pool >= 0 && pool < static_cast<int>(es.size()) ? es[static_cast<size_t>(pool)]->kv_usage() : KvUsage{};
+}
+
 int64_t DataParallelEngine::reuse_prefix(int64_t seq_id, std::span<const int32_t> prompt) {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return 0;

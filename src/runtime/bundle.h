@@ -79,6 +79,8 @@ class DataParallelEngine : public Engine, public BenchmarkHooks {
   int64_t sequence_length(int64_t seq_id) const override;
   bool can_append(int64_t seq_id, int64_t n_tokens) const override;
   int64_t kv_blocks_needed(int64_t seq_id, int64_t n_tokens) const override;
+  int kv_pool(int64_t seq_id) const override;
+  KvUsage kv_pool_usage(int pool) const override;
   // Prefix-aware placement: an empty sequence moves to the attention engine whose prefix
   // cache holds the longest part of `prompt` (if that engine can take one more sequence),
   // then the call is forwarded to the engine that holds it. create_sequence() alone can

@@ -103,6 +103,12 @@ class Engine {
   // sequence; 0 for engines that report no block pool (KvUsage::blocks_total == 0).
   static constexpr int64_t kNewSequence = -1;
   virtual int64_t kv_blocks_needed(int64_t seq_id, int64_t n_tokens) const = 0;
+  // KV block pools. A sequence takes blocks from one pool only; an engine over several
+  // attention engines (DataParallelEngine) has one pool per engine, so a batch fits when each
+  // pool's share of it fits that pool, not when the sum fits the sum. kv_pool: the pool of a
+  // live sequence (-1 if unknown); kv_pool_usage: that pool's blocks (kv_usage() is the sum).
+  virtual int kv_pool(int64_t seq_id) const { return sequence_length(seq_id) < 0 ? -1 : 0; }
+  virtual KvUsage kv_pool_usage(int pool) const { return kv_usage(); }
 
   // Prefix caching: for an EMPTY sequence about to compute `prompt` (prompt tokens, or
   // prompt + generated tokens when re-admitted after preemption), maps the longest prefix

@@ -181,9 +181,10 @@ int Scheduler::admit() {
 }
 
 bool Scheduler::preempt_one(const SeqRequest* keep) {
+  const int pool = engine_->kv_pool(keep->seq_id);
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
     SeqRequest* v = it->get();
-    if (v == keep || v->seq_id < 0) continue;
+    if (v == keep || v->seq_id < 0 || engine_->kv_pool(v->seq_id) != pool) continue;
     release(v);
     v->n_computed = 0;  // recompute prompt + generated tokens when readmitted
     std::shared_ptr<SeqRequest> sp = *it;
@@ -207,17 +208,20 @@ std::vector<BatchItem> Scheduler::form_batch(std::vector<SeqRequest*>* order) {
   // KV blocks the items so far take (per item; an item whose sequence was preempted since
   // takes none): Engine::can_append checks one sequence against the free blocks, and the
   // batch as a whole must fit too, or the forward pass fails for every sequence in it.
+  // Counted per KV pool (Engine::kv_pool): a sequence's blocks come from its pool only.
   std::vector<int64_t> item_blocks;
+  std::vector<int> item_pool;
   auto extra_blocks = [&](const SeqRequest* r, int64_t n) {
     return std::max<int64_t>(0, engine_->kv_blocks_needed(r->seq_id, n));
   };
   auto fits = [&](const SeqRequest* r, int64_t n) {
     if (!engine_->can_append(r->seq_id, n)) return false;
-    const KvUsage u = engine_->kv_usage();
+    const int pool = engine_->kv_pool(r->seq_id);
+    const KvUsage u = engine_->kv_pool_usage(pool);
     if (u.blocks_total <= 0) return true;  // no block pool reported: can_append decides
     int64_t claimed = 0;
     for (size_t k = 0; k < items.size(); ++k)
-      if ((*order)[k]->seq_id == items[k].seq_id) claimed += item_blocks[k];
+      if ((*order)[k]->seq_id == items[k].seq_id && item_pool[k] == pool) claimed += item_blocks[k];
     return claimed + extra_blocks(r, n) <= u.blocks_total - u.blocks_used;
   };
   // Pass 0: sequences in decode (one token); pass 1: prefill chunks with what budget is left.
@@ -252,6 +256,7 @@ std::vector<BatchItem> Scheduler::form_batch(std::vector<SeqRequest*>* order) {
       }
       it.all_logits = it.n_draft > 0 || all_rows;
       item_blocks.push_back(extra_blocks(r, n_new));
+      item_pool.push_back(engine_->kv_pool(r->seq_id));
       items.push_back(it);
       order->push_back(r);
       budget -= n_new;

@@ -128,7 +128,8 @@ class Scheduler {
   // (50 ms << attempt, at most 1 s), then waits until the engine is healthy (true) or the
   // retry budget is spent / the scheduler stops (false).
   bool wait_for_engine(double t_fail, int attempt);
-  // Frees the newest running sequence other than `keep` and requeues it for recompute.
+  // Frees the newest running sequence other than `keep` that draws from keep's KV pool (freeing
+  // another pool's blocks would not make room) and requeues it for recompute.
   bool preempt_one(const SeqRequest* keep);
   void publish_stats();
 

@@ -297,6 +297,8 @@ TEST(ScoreDocumentsMtp, AnEngineWithoutHiddenStatesIsAnError) {
     int64_t sequence_length(int64_t s) const override { return e.sequence_length(s); }
     bool can_append(int64_t s, int64_t n) const override { return e.can_append(s, n); }
     int64_t kv_blocks_needed(int64_t s, int64_t n) const override { return e.kv_blocks_needed(s, n); }
+    int kv_pool(int64_t s) const override { return e.kv_pool(s); }
+    KvUsage kv_pool_usage(int p) const override { return e.kv_pool_usage(p); }
     Status forward(std::span<const BatchItem> items, std::vector<float>* logits) override {
       return e.forward(items, logits);
     }

@@ -69,7 +69,16 @@ class FakeEngine : public Engine {
     if (it == len_.end()) return false;
     if (it->second + n > cfg_.max_position_embeddings) return false;
     int64_t extra = blocks(it->second + n) - blocks(it->second);
-    return used_blocks() + extra <= blocks_total_;
+    const int p = pool_of(id);
+    return used_blocks(p) + extra <= pool_blocks(p);
+  }
+  int kv_pool(int64_t id) const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return len_.count(id) ? pool_of(id) : -1;
+  }
+  KvUsage kv_pool_usage(int pool) const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return {pool_blocks(pool), used_blocks(pool), block_size_};
   }
   int64_t kv_blocks_needed(int64_t id, int64_t n) const override {
     std::lock_guard<std::mutex> l(mu_);
@@ -91,16 +100,19 @@ class FakeEngine : public Engine {
       return unavailable("injected: FFN worker 'ffn0' lost");
     }
     // Validate everything first: errors leave sequences unchanged.
-    int64_t extra = 0;
+    std::vector<int64_t> extra(static_cast<size_t>(n_pools), 0);
     for (const BatchItem& it : items) {
       auto f = len_.find(it.seq_id);
       if (f == len_.end()) return invalid_argument("unknown sequence " + std::to_string(it.seq_id));
       if (it.tokens.empty()) return invalid_argument("empty item");
       for (int32_t t : it.tokens)
         if (t < 0 || t >= cfg_.vocab_size) return invalid_argument("token outside the vocabulary");
-      extra += blocks(f->second + static_cast<int64_t>(it.tokens.size())) - blocks(f->second);
+      extra[static_cast<size_t>(pool_of(it.seq_id))] +=
+          blocks(f->second + static_cast<int64_t>(it.tokens.size())) - blocks(f->second);
     }
-    if (used_blocks() + extra > blocks_total_) return resource_exhausted("KV exhausted");
+    for (int p = 0; p < n_pools; ++p)
+      if (used_blocks(p) + extra[static_cast<size_t>(p)] > pool_blocks(p))
+        return resource_exhausted("KV exhausted in pool " + std::to_string(p));
     logits->assign(items.size() * static_cast<size_t>(cfg_.vocab_size), 0.0f);
     for (size_t i = 0; i < items.size(); ++i) {
       int64_t& len = len_[items[i].seq_id];
@@ -125,6 +137,10 @@ class FakeEngine : public Engine {
   }
   StageTimes last_stage_times() const override { return {0.001, 0, 0.002, 0, 0.003, {}}; }
 
+  // KV pools, as a DataParallelEngine over n_pools attention engines has: sequence id i draws
+  // from pool i % n_pools, each pool holding blocks_total / n_pools blocks. Set before use.
+  int n_pools = 1;
+
   // Blocks kv_blocks_needed adds for a new sequence, as a KV manager that reserves room ahead
   // would: the scheduler must take its admission counts from the engine.
   int64_t new_sequence_extra_blocks = 0;
@@ -147,9 +163,13 @@ class FakeEngine : public Engine {
 
  private:
   int64_t blocks(int64_t n) const { return (n + block_size_ - 1) / block_size_; }
-  int64_t used_blocks() const {
+  int pool_of(int64_t id) const { return static_cast<int>(id % n_pools); }
+  int64_t pool_blocks(int pool) const { return pool >= 0 && pool < n_pools ? blocks_total_ / n_pools : 0; }
+  // Blocks in use, in one pool (pool >= 0) or in all.
+  int64_t used_blocks(int pool = -1) const {
     int64_t u = 0;
-    for (auto& [id, n] : len_) u += blocks(n);
+    for (auto& [id, n] : len_)
+      if (pool < 0 || pool_of(id) == pool) u += blocks(n);
     return u;
   }
   mutable std::mutex mu_;

@@ -178,6 +178,29 @@ TEST(Scheduler, BatchThatFitsOnlyItemByItemPreemptsInsteadOfFailing) {
   EXPECT_EQ(f.engine.live_sequences(), 0);
 }
 
+// Two KV pools of 5 blocks (an engine over two attention engines): A and C share pool 0, B
+// is alone in pool 1. When A and C reach 5 tokens each (3 blocks each) pool 0 is short while
+// the sum of both pools still has room: the scheduler preempts within pool 0 instead of sending
+// a batch whose forward pass would fail for every sequence in it.
+TEST(Scheduler, KvFitsArePerPoolAndPreemptionFreesTheSamePool) {
+  SchedulerOptions o;
+  Fixture f(/*blocks=*/10, /*block=*/2, o);
+  f.engine.n_pools = 2;
+  auto a = f.submit({1, 7, 9}, 6);
+  auto b = f.submit({2}, 1);
+  auto c = f.submit({3, 7, 9}, 6);
+  run_until_idle(f.sched);
+  const std::vector<std::pair<std::shared_ptr<SeqRequest>, std::vector<int32_t>>> want = {
+      {a, Fixture::expected({1, 7, 9}, 6)}, {b, Fixture::expected({2}, 1)}, {c, Fixture::expected({3, 7, 9}, 6)}};
+  for (const auto& [r, tokens] : want) {
+    Collected got = drain(*r);
+    EXPECT_EQ(got.finish, FinishReason::length) << got.error.to_string();
+    EXPECT_EQ(got.tokens, tokens);
+  }
+  EXPECT_GT(f.metrics.worker(0).preemptions.load(), 0);
+  EXPECT_EQ(f.engine.live_sequences(), 0);
+}
+
 TEST(Scheduler, ChunkedPrefillRespectsTokenBudget) {
   SchedulerOptions o;
   o.max_batch_tokens = 4;
