@@ -25,6 +25,8 @@ from afd_bundle import AFD, TIMEOUT
 from afd_cli import ROOT, afd
 
 MODELS = ["wordnet-dsv3", "wordnet-step3"]
+# The kernels' ISA level this run uses (`afd version` prints the CPU features AFD_CPU_DISABLE leaves).
+HAS_AVX512 = "avx512f" in afd("version").stdout
 GOLDEN = ROOT / "tests/reference/trained"
 
 
@@ -83,17 +85,21 @@ def test_fast_and_fp8_perplexity(name, tmp_path):
 @pytest.mark.parametrize("precision", ["reference", "fast"])
 @pytest.mark.parametrize("name", MODELS)
 def test_afd_wirings_give_mono(name, precision, topology, rounding, mb):
-    """Bit for bit with --deterministic in both precisions. Without it, fast precision is exact
+    """Bit for bit with --deterministic in both precisions. Without it, the products are exact
     where each forward call holds the same documents as mono's (1A1F, 1A2F); two attention
     engines split the documents between them (2A1F, EP2), so each call holds other documents
-    than mono's, and the default fast paths' bf16 products depend on the batch: there the NLL
-    agrees to 1e-5 and at most two argmax choices differ."""
+    than mono's, and products whose summation order depends on the batch differ in the last
+    bits: the default fast paths' bf16 products, and without AVX-512 reference precision's f32
+    products too (from 64 tokens on they go to OpenBLAS sgemm, LinearOrder::fastest). There the
+    NLL agrees to 1e-5 (5e-5 without AVX-512, where the fast path's large products are sgemm's
+    as well) and at most two argmax choices differ."""
     for det in ([], ["--deterministic"]):
         want = evaluate(name, "--precision", precision, "--afd-rounding", rounding, "--microbatches", mb, *det)
         got = evaluate(name, "--precision", precision, "--topology", topology, "--microbatches", mb, *det)
         assert got["tokens"] == want["tokens"]
-        if precision == "fast" and not det and (topology.startswith("2A") or topology.startswith("EP")):
-            assert abs(got["nll_mean"] / want["nll_mean"] - 1) <= 1e-5, (got, want)
+        split = topology.startswith("2A") or topology.startswith("EP")
+        if split and not det and (precision == "fast" or not HAS_AVX512):
+            assert abs(got["nll_mean"] / want["nll_mean"] - 1) <= (1e-5 if HAS_AVX512 else 5e-5), (got, want)
             assert abs(got["top1_accuracy"] - want["top1_accuracy"]) * want["tokens"] <= 2.5, (got, want)
         else:
             assert (got["nll_mean"], got["top1_accuracy"]) == (want["nll_mean"], want["top1_accuracy"]), (det, got, want)
