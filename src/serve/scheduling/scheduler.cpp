@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "core/log.h"
 #include "core/timer.h"
@@ -109,10 +110,15 @@ void Scheduler::drop_cancelled() {
 int Scheduler::admit() {
   KvUsage u = engine_->kv_usage();
   int64_t free_blocks = u.blocks_total - u.blocks_used;
-  // Blocks the running sequences need for their next step.
+  // Blocks the running sequences need for their next step, in all and per KV pool (a sequence
+  // grows only in its own pool, Engine::kv_pool); the admitted ones are added to their pool's.
+  std::map<int, int64_t> pool_claimed;
   for (auto& r : running_) {
     const int64_t len = engine_->sequence_length(r->seq_id);
-    free_blocks -= std::max<int64_t>(0, engine_->kv_blocks_needed(r->seq_id, static_cast<int64_t>(r->tokens.size()) + 1 - len));
+    const int64_t grow =
+        std::max<int64_t>(0, engine_->kv_blocks_needed(r->seq_id, static_cast<int64_t>(r->tokens.size()) + 1 - len));
+    free_blocks -= grow;
+    pool_claimed[engine_->kv_pool(r->seq_id)] += grow;
   }
   int admitted = 0;
   for (;;) {
@@ -156,6 +162,21 @@ int Scheduler::admit() {
         break;
       }
       r->seq_id = *again;
+    }
+    // The pool it was placed in (after reuse_prefix, which may move it to the engine holding
+    // its prefix) must hold its context too; else it waits, as for the sum of the pools above.
+    {
+      const int pool = engine_->kv_pool(r->seq_id);
+      const KvUsage pu = engine_->kv_pool_usage(pool);
+      const int64_t grow = std::max<int64_t>(
+          0, engine_->kv_blocks_needed(r->seq_id, n_tok + 1 - std::max<int64_t>(0, engine_->sequence_length(r->seq_id))));
+      if (pu.blocks_total > 0 && pool_claimed[pool] + grow > pu.blocks_total - pu.blocks_used) {
+        engine_->release_sequence(r->seq_id);
+        r->seq_id = -1;
+        r->n_computed = 0;
+        break;
+      }
+      pool_claimed[pool] += grow;
     }
     if (drafter_) {
       if (Status ds = drafter_->add_sequence(r->seq_id); !ds.is_ok()) {

@@ -201,6 +201,24 @@ TEST(Scheduler, KvFitsArePerPoolAndPreemptionFreesTheSamePool) {
   EXPECT_EQ(f.engine.live_sequences(), 0);
 }
 
+// Admission counts per pool too: with A's prompt in pool 0 (3 of its 4 blocks), C (2 blocks)
+// placed in pool 0 as well waits for another placement instead of being admitted and then
+// preempting A; the sum of the pools (8 blocks, 6 asked) would have let it in.
+TEST(Scheduler, AdmissionWaitsWhenItsPoolIsShortEvenIfTheSumIsNot) {
+  SchedulerOptions o;
+  Fixture f(/*blocks=*/8, /*block=*/2, o);
+  f.engine.n_pools = 2;
+  auto a = f.submit({1, 7, 9, 4, 5}, 2);
+  auto b = f.submit({2}, 1);
+  auto c = f.submit({3, 7, 9}, 2);
+  run_until_idle(f.sched);
+  EXPECT_EQ(drain(*a).tokens, Fixture::expected({1, 7, 9, 4, 5}, 2));
+  EXPECT_EQ(drain(*b).tokens, Fixture::expected({2}, 1));
+  EXPECT_EQ(drain(*c).tokens, Fixture::expected({3, 7, 9}, 2));
+  EXPECT_EQ(f.metrics.worker(0).preemptions.load(), 0);
+  EXPECT_EQ(f.engine.live_sequences(), 0);
+}
+
 TEST(Scheduler, ChunkedPrefillRespectsTokenBudget) {
   SchedulerOptions o;
   o.max_batch_tokens = 4;
