@@ -12,7 +12,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -33,55 +32,21 @@ void ensure_openblas_single_threaded() {
 namespace detail {
 
 namespace {
-// [w_bf16][act_bf16]; -1 = the default for the ISA level (resolve_blas_min_n).
-std::atomic<int64_t> g_blas_min_n[2][2] = {{{-1}, {-1}}, {{-1}, {-1}}};
-}  // namespace
-
-// Defaults: on AVX-512, linear() never hands off to OpenBLAS (the tiles are at least as fast
-// as sgemm, run single-threaded per pool thread, at every n that bench_kernels
-// --compare-sgemm times, for bf16 and f32 weights; docs/BENCHMARKS.md "Kernels"). The AVX2
-// tiles (12 accumulators of 8 lanes) hand off from n = 64, where sgemm's packing is
-// amortised: with AVX-512 masked and OpenBLAS on its Haswell kernels, bf16 W [768, 2048], the
-// tiles were 5 % ahead at 64 tokens and sgemm 8 % ahead at 128
-// (docs/bench-log/2026-11-29-avx2-long-context.md).
-int64_t resolve_blas_min_n(bool w_bf16, bool act_bf16, Isa isa) {
-  int64_t v = linear_blas_min_n(w_bf16, act_bf16);
+// The defaults are documented at LinearTuning::blas_min_n.
+int64_t resolve_blas_min_n(const LinearTuning& tuning, bool w_bf16, bool act_bf16, Isa isa) {
+  const int64_t v = tuning.blas_min_n[w_bf16][act_bf16];
   if (v >= 0) return v;
   return isa == Isa::avx512 ? (int64_t{1} << 62) : 64;
 }
 
-namespace {
-std::atomic<int64_t> g_pairs_min_n{-1};
-}  // namespace
-
-// Default: the token count from which the pairs kernel is ahead of the tiles on the small and
-// bench models' prefill shapes (docs/bench-log/2026-11-26-prefill.md).
-constexpr int64_t kPairsMinNDefault = 32;
-// bf16 x bf16 on rows of at most this many columns: the small-n tiles stay ahead of the pairs
-// kernel (whose per-tile epilogue weighs more on short rows) up to kSmallNMax tokens
-// (docs/bench-log/2026-11-26-smalln.md).
-constexpr int64_t kPairsShortCols = 768;
-
-int64_t resolve_pairs_min_n() {
-  const int64_t v = g_pairs_min_n.load(std::memory_order_relaxed);
-  return v >= 0 ? v : kPairsMinNDefault;
-}
-
-namespace {
-int64_t bf16_pairs_min_n(int64_t cols) {
-  if (g_pairs_min_n.load(std::memory_order_relaxed) < 0 && cols <= kPairsShortCols) return kSmallNMax + 1;
-  return resolve_pairs_min_n();
+int64_t bf16_pairs_min_n(const LinearTuning& tuning, int64_t cols) {
+  if (tuning.pairs_min_n < 0 && cols <= kPairsShortCols) return kSmallNMax + 1;
+  return resolve_pairs_min_n(tuning);
 }
 }  // namespace
 
-int64_t linear_pairs_min_n() { return g_pairs_min_n.load(std::memory_order_relaxed); }
-void set_linear_pairs_min_n(int64_t n) { g_pairs_min_n.store(n, std::memory_order_relaxed); }
-
-int64_t linear_blas_min_n(bool w_bf16, bool act_bf16) {
-  return g_blas_min_n[w_bf16][act_bf16].load(std::memory_order_relaxed);
-}
-void set_linear_blas_min_n(bool w_bf16, bool act_bf16, int64_t n) {
-  g_blas_min_n[w_bf16][act_bf16].store(n, std::memory_order_relaxed);
+int64_t resolve_pairs_min_n(const LinearTuning& tuning) {
+  return tuning.pairs_min_n >= 0 ? tuning.pairs_min_n : kPairsMinNDefault;
 }
 
 void prep_x_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xb, int64_t ldx) {
@@ -171,12 +136,13 @@ struct Scratch {
 
 enum class Path { scalar, avx2_fma, avx512_dp, avx512_dp_pairs, avx512_dp_pairs_canonical, avx512_fma, blas_sgemm };
 
-Path choose_path(int64_t n, int64_t cols, bool w_bf16, bool act_bf16, Isa isa, LinearOrder order) {
+Path choose_path(int64_t n, int64_t cols, bool w_bf16, bool act_bf16, Isa isa, LinearOrder order,
+                 const LinearTuning& tuning) {
   // With native BF16 dot products the tile kernel does twice the work per instruction of sgemm.
   const bool native_bf16 = w_bf16 && act_bf16 && isa == Isa::avx512;
-  if (native_bf16 && cols % 2 == 0 && n >= bf16_pairs_min_n(cols))
+  if (native_bf16 && cols % 2 == 0 && n >= bf16_pairs_min_n(tuning, cols))
     return order == LinearOrder::batch_invariant ? Path::avx512_dp_pairs_canonical : Path::avx512_dp_pairs;
-  if (!native_bf16 && order == LinearOrder::fastest && n >= resolve_blas_min_n(w_bf16, act_bf16, isa))
+  if (!native_bf16 && order == LinearOrder::fastest && n >= resolve_blas_min_n(tuning, w_bf16, act_bf16, isa))
     return Path::blas_sgemm;
   if (isa == Isa::avx512) return (w_bf16 && act_bf16) ? Path::avx512_dp : Path::avx512_fma;
   if (isa == Isa::avx2) return Path::avx2_fma;
@@ -231,14 +197,14 @@ void matmul_f32(const float* a, int64_t m, int64_t k, int64_t lda, const float* 
 void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
             float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate, LinearOrder order) {
   detail::linear_tuned(x, n, x_stride, w, w_dtype, rows, cols, y, y_stride, prec, pool, accumulate,
-                       detail::LinearAvx512Tuning{}, order);
+                       detail::LinearTuning{}, order);
 }
 
 namespace detail {
 
 void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
                   float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
-                  const LinearAvx512Tuning& tuning, LinearOrder order) {
+                  const LinearTuning& tuning, LinearOrder order) {
   AFD_CHECK(w_dtype == DType::bf16 || w_dtype == DType::f32, "linear: weights must be bf16 or f32");
   AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0);
   AFD_CHECK(n <= 1 || (x_stride >= cols && y_stride >= rows), "linear: row strides shorter than rows");
@@ -246,7 +212,7 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
   const bool w_bf16 = w_dtype == DType::bf16;
   const bool act_bf16 = prec == ActPrecision::bf16;
   const Isa isa = active_isa();
-  const Path path = choose_path(n, cols, w_bf16, act_bf16, isa, order);
+  const Path path = choose_path(n, cols, w_bf16, act_bf16, isa, order, tuning);
   const uint16_t* wb = static_cast<const uint16_t*>(w);
   const float* wf = static_cast<const float*>(w);
 
@@ -373,8 +339,16 @@ const char* linear_impl_name(ActPrecision prec) {
   return "?";
 }
 
+namespace detail {
+const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec, int64_t cols, LinearOrder order,
+                             const LinearTuning& tuning) {
+  return path_name(
+      choose_path(n, cols, w_dtype == DType::bf16, prec == ActPrecision::bf16, active_isa(), order, tuning));
+}
+}  // namespace detail
+
 const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec, int64_t cols, LinearOrder order) {
-  return path_name(choose_path(n, cols, w_dtype == DType::bf16, prec == ActPrecision::bf16, active_isa(), order));
+  return detail::linear_path_name(n, w_dtype, prec, cols, order, detail::LinearTuning{});
 }
 
 }  // namespace afd::kernels

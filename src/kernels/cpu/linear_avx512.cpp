@@ -495,7 +495,7 @@ inline int64_t small_n_cblock(int64_t t, int64_t cols, int64_t x_bytes) {
 
 template <int R, int TMax>
 AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
-                              int64_t r1, float* y, int64_t ldy, bool acc, const LinearAvx512Tuning& tuning) {
+                              int64_t r1, float* y, int64_t ldy, bool acc, const LinearTuning& tuning) {
   const int64_t tile_bytes = R * cols * 2;
   const int64_t pf_min = tuning.small_n_prefetch_min_bytes;
   const int64_t pf = (pf_min + tile_bytes - 1) / tile_bytes * tile_bytes;
@@ -543,7 +543,7 @@ AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const u
 
 template <Kind K, typename WT, typename XT>
 AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
-                             int64_t r1, float* y, int64_t ldy, bool acc, const LinearAvx512Tuning& tuning,
+                             int64_t r1, float* y, int64_t ldy, bool acc, const LinearTuning& tuning,
                              bool canonical = false) {
   const int64_t pf = tuning.prefetch_bytes;
   if constexpr (K != Kind::dp) {
@@ -591,19 +591,19 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
 
 AFD_AVX512 void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w,
                                     int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                                    const LinearAvx512Tuning& tuning) {
+                                    const LinearTuning& tuning) {
   rows_generic<Kind::dp>(xb, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
 }
 
 AFD_AVX512 void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w,
                                       int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy,
-                                      bool acc, const LinearAvx512Tuning& tuning, bool canonical) {
+                                      bool acc, const LinearTuning& tuning, bool canonical) {
   rows_generic<Kind::fma_bf16w>(xp, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, canonical);
 }
 
 AFD_AVX512 void rows_fma_f32w_avx512(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
                                      int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                                     const LinearAvx512Tuning& tuning, bool canonical) {
+                                     const LinearTuning& tuning, bool canonical) {
   rows_generic<Kind::fma_f32w>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, canonical);
 }
 

@@ -3,7 +3,6 @@
 // with W's rows split across the ThreadPool as in linear(); the scalar reference; block
 // quantization.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <vector>
@@ -18,49 +17,6 @@
 namespace afd::kernels {
 
 namespace detail {
-
-namespace {
-// Defaults from bench_kernels --fp8-weights on the dev machine (docs/BENCHMARKS.md, "FP8 weights");
-// tile_rows from whole decode steps (docs/bench-log/2026-11-26-smalln.md): a 128-row tile (512 KiB
-// at 2048 columns, in L2) gives the bf16 small-n kernel it feeds whole row chunks.
-// The gemv on f32 x (AVX2; AVX-512 with f32 activations), gemv_f32_max_x_bytes: the gemv reloads
-// every token's x slice for each W row, so once the n rows of x outgrow L1 the tiles are faster
-// (bench_kernels --fp8-weights, docs/bench-log/2026-11-26-fp8-prefetch.md).
-// The AVX-512 BF16 byte-table gemv (4 rows per pass, bf16 x) stays ahead of the dequantized tiles
-// up to 16 tokens, at 7168 columns too (x 224 KiB): 0.62-0.95 of the tiles' time at n = 5..16 on
-// the bench model's shapes, one thread, cold weights, interleaved in one process.
-std::atomic<int> g_gemv_lut{2};
-std::atomic<int64_t> g_gemv_max_n{16};
-std::atomic<int64_t> g_tile_rows{128};
-std::atomic<int64_t> g_gemv_max_x_bytes{256 * 1024};
-std::atomic<int64_t> g_gemv_f32_max_n{4};
-std::atomic<int64_t> g_gemv_f32_max_x_bytes{32 * 1024};
-}  // namespace
-
-Fp8Tuning fp8_tuning() {
-  return {g_gemv_lut.load(std::memory_order_relaxed),        g_gemv_max_n.load(std::memory_order_relaxed),
-          g_tile_rows.load(std::memory_order_relaxed),       g_gemv_max_x_bytes.load(std::memory_order_relaxed),
-          g_gemv_f32_max_n.load(std::memory_order_relaxed), g_gemv_f32_max_x_bytes.load(std::memory_order_relaxed)};
-}
-
-namespace {
-void store_if_set(std::atomic<int64_t>& a, int64_t v) {
-  if (v >= 0) a.store(v, std::memory_order_relaxed);
-}
-}  // namespace
-
-void set_fp8_tuning(const Fp8Tuning& t) {
-  if (t.gemv_lut >= 0) g_gemv_lut.store(std::min(t.gemv_lut, 2), std::memory_order_relaxed);
-  store_if_set(g_gemv_max_n, t.gemv_max_n);
-  store_if_set(g_tile_rows, t.tile_rows < 0 ? -1 : std::max<int64_t>(16, t.tile_rows / 16 * 16));
-  store_if_set(g_gemv_max_x_bytes, t.gemv_max_x_bytes);
-  store_if_set(g_gemv_f32_max_n, t.gemv_f32_max_n);
-  store_if_set(g_gemv_f32_max_x_bytes, t.gemv_f32_max_x_bytes);
-}
-
-void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows, int64_t gemv_max_x_bytes) {
-  set_fp8_tuning(Fp8Tuning{gemv_lut, gemv_max_n, tile_rows, gemv_max_x_bytes, gemv_max_n, gemv_max_x_bytes});
-}
 
 int64_t fp8_gemv_ldx(int64_t cols) { return (cols + kFp8Block - 1) / kFp8Block * kFp8Block; }
 
@@ -144,22 +100,24 @@ enum class Path {
   avx512_tile_f32
 };
 
-Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa, LinearOrder order = LinearOrder::fastest) {
-  const Fp8Tuning t = fp8_tuning();
+Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa, LinearOrder order, const Fp8Tuning& t) {
   // The bf16 gemv (AVX-512 BF16, bf16 activations) and the gemvs on f32 x have their own limits.
   const bool x_bf16 = act_bf16 && isa == Isa::avx512;
   const int64_t max_n = x_bf16 ? t.gemv_max_n : t.gemv_f32_max_n;
   const int64_t max_x = x_bf16 ? t.gemv_max_x_bytes : t.gemv_f32_max_x_bytes;
   const bool gemv = n <= max_n && (n == 1 || n * fp8_gemv_ldx(cols) * (x_bf16 ? 2 : 4) <= max_x);
   switch (isa) {
-    case Isa::avx512:
+    case Isa::avx512: {
       // f32 activations: the gemv scales 128-column partial sums, the tiles each weight; in the
       // batch-invariant order the tiles take every n (linear()'s canonical f32-weight order).
       if (!act_bf16) return gemv && order == LinearOrder::fastest ? Path::avx512_gemv : Path::avx512_tile_f32;
       // bf16 activations: the byte-table gemv needs VBMI; without it the tiles take every n.
       if (gemv && t.gemv_lut == 2 && cpu_has_avx512_vbmi()) return Path::avx512_gemv_lut8;
       // Many tokens: the dequantized tiles go to linear()'s "pairs" kernel, as bf16 W would.
-      return cols % 2 == 0 && n >= resolve_pairs_min_n() ? Path::avx512_tile_pairs : Path::avx512_tile_bf16;
+      LinearTuning lt;
+      lt.pairs_min_n = t.pairs_min_n;
+      return cols % 2 == 0 && n >= resolve_pairs_min_n(lt) ? Path::avx512_tile_pairs : Path::avx512_tile_bf16;
+    }
     case Isa::avx2: return gemv ? Path::avx2_gemv : Path::avx2_tile;
     case Isa::scalar: break;
   }
@@ -184,14 +142,23 @@ const char* path_name(Path p) {
 
 void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows, int64_t cols,
                 float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate, LinearOrder order) {
+  detail::linear_fp8_tuned(x, n, x_stride, w, rows, cols, y, y_stride, prec, pool, accumulate, order,
+                           detail::Fp8Tuning{});
+}
+
+namespace detail {
+
+void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows,
+                      int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
+                      LinearOrder order, const Fp8Tuning& tuning) {
   AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0);
   AFD_CHECK(n <= 1 || (x_stride >= cols && y_stride >= rows), "linear_fp8: row strides shorter than rows");
   AFD_CHECK(w.row_offset >= 0 && w.row_offset < kFp8Block, "linear_fp8: row_offset outside [0, 128)");
   AFD_CHECK(w.scale_stride >= (cols + kFp8Block - 1) / kFp8Block, "linear_fp8: scale_stride below the block count");
   if (n == 0 || rows == 0) return;
   const bool act_bf16 = prec == ActPrecision::bf16;
-  const Path path = choose_path(n, cols, act_bf16, active_isa(), order);
-  const int64_t tile_rows = fp8_tuning().tile_rows;
+  const Path path = choose_path(n, cols, act_bf16, active_isa(), order, tuning);
+  const int64_t tile_rows = std::max<int64_t>(16, tuning.tile_rows / 16 * 16);
 
   // Activations, prepared once on the calling thread.
   thread_local Scratch<float> xf_buf;
@@ -314,8 +281,15 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
   }
 }
 
+const char* linear_fp8_path_name(int64_t n, int64_t cols, ActPrecision prec, LinearOrder order,
+                                 const Fp8Tuning& tuning) {
+  return path_name(choose_path(n, cols, prec == ActPrecision::bf16, active_isa(), order, tuning));
+}
+
+}  // namespace detail
+
 const char* linear_fp8_path_name(int64_t n, int64_t cols, ActPrecision prec) {
-  return path_name(choose_path(n, cols, prec == ActPrecision::bf16, active_isa()));
+  return detail::linear_fp8_path_name(n, cols, prec, LinearOrder::fastest, detail::Fp8Tuning{});
 }
 
 void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, uint8_t* q, float* scale) {

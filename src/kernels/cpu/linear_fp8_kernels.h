@@ -83,29 +83,43 @@ void fp8_dequant_rows_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r
 void fp8_rows_unscaled_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
 void fp8_dequant_rows_f32_scalar(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
 
-// Tuning (benchmarks and tests only; defaults in linear_fp8.cpp). The choice changes the time,
-// never the result (the orders above).
-//   gemv_lut   AVX-512 with bf16 activations: 2 = the byte-table gemv where the CPU has VBMI;
-//              any other value, or no VBMI: no gemv (the tiles take every n)
-//   gemv_max_n largest n that takes the AVX-512 BF16 gemv (bf16 activations; above it: tiles)
-//   tile_rows  rows dequantized per tile (a multiple of 16)
-//   gemv_max_x_bytes  for n >= 2, that gemv also needs the n rows of x (bf16, as the gemv
-//              stores them) within this many bytes; the gemv reloads them for every 4 W rows
-//   gemv_f32_max_n, gemv_f32_max_x_bytes  the same for the gemvs on f32 x (AVX2 in both
-//              precisions, AVX-512 with f32 activations)
+// Tuning of linear_fp8(): which path takes a call. The defaults are what linear_fp8() uses;
+// benchmarks and tests pass others to linear_fp8_tuned. The choice changes the time, never the
+// result (the orders above). Defaults from bench_kernels --fp8-weights on the dev machine
+// (docs/BENCHMARKS.md, "FP8 weights").
 struct Fp8Tuning {
-  int gemv_lut;
-  int64_t gemv_max_n;
-  int64_t tile_rows;
-  int64_t gemv_max_x_bytes;
-  int64_t gemv_f32_max_n;
-  int64_t gemv_f32_max_x_bytes;
+  // AVX-512 with bf16 activations: 2 = the byte-table gemv where the CPU has VBMI; any other
+  // value, or no VBMI: no gemv (the tiles take every n).
+  int gemv_lut = 2;
+  // Largest n that takes the AVX-512 BF16 gemv (bf16 activations; above it: tiles). The byte-table
+  // gemv (4 rows per pass, bf16 x) stays ahead of the dequantized tiles up to 16 tokens, at 7168
+  // columns too (x 224 KiB): 0.62-0.95 of the tiles' time at n = 5..16 on the bench model's
+  // shapes, one thread, cold weights, interleaved in one process.
+  int64_t gemv_max_n = 16;
+  // Rows dequantized per tile (rounded down to a multiple of 16, at least 16). From whole decode
+  // steps (docs/bench-log/2026-11-26-smalln.md): a 128-row tile (512 KiB at 2048 columns, in L2)
+  // gives the bf16 small-n kernel it feeds whole row chunks.
+  int64_t tile_rows = 128;
+  // For n >= 2 the bf16 gemv also needs the n rows of x (bf16, as the gemv stores them) within
+  // this many bytes; the gemv reloads them for every 4 W rows.
+  int64_t gemv_max_x_bytes = 256 * 1024;
+  // The same two limits for the gemvs on f32 x (AVX2 in both precisions, AVX-512 with f32
+  // activations): the gemv reloads every token's x slice for each W row, so once the n rows of x
+  // outgrow L1 the tiles are faster (bench_kernels --fp8-weights,
+  // docs/bench-log/2026-11-26-fp8-prefetch.md).
+  int64_t gemv_f32_max_n = 4;
+  int64_t gemv_f32_max_x_bytes = 32 * 1024;
+  // The many-token AVX-512 bf16 tiles take linear()'s pairs kernel from this n on (even cols);
+  // -1: linear()'s default, kPairsMinNDefault (linear_kernels.h).
+  int64_t pairs_min_n = -1;
 };
-Fp8Tuning fp8_tuning();
-// Every field as given (a negative value leaves that setting unchanged): restores a saved tuning.
-void set_fp8_tuning(const Fp8Tuning& t);
-// gemv_max_n and gemv_max_x_bytes set both gemvs' limits; a negative value leaves that setting
-// unchanged.
-void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows, int64_t gemv_max_x_bytes = -1);
+
+// linear_fp8() (linear_fp8.h) with the path chosen by `tuning`.
+void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows,
+                      int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
+                      LinearOrder order, const Fp8Tuning& tuning);
+// linear_fp8_path_name() (linear_fp8.h) for a call of linear_fp8_tuned with `tuning`.
+const char* linear_fp8_path_name(int64_t n, int64_t cols, ActPrecision prec, LinearOrder order,
+                                 const Fp8Tuning& tuning);
 
 }  // namespace afd::kernels::detail

@@ -18,8 +18,8 @@ enum class ActPrecision : uint8_t { f32, bf16 };
 
 // The summation order linear() may give each output element y[i, r].
 //   fastest: the order of the fastest path for the call's shape, which may depend on n: without
-//     AVX-512 BF16, large n goes to OpenBLAS sgemm (detail::linear_blas_min_n), whose order is
-//     not the tiles'; with it, bf16 x bf16 from detail::linear_pairs_min_n tokens on runs one
+//     AVX-512 BF16, large n goes to OpenBLAS sgemm (detail::LinearTuning::blas_min_n), whose order is
+//     not the tiles'; with it, bf16 x bf16 from detail::LinearTuning::pairs_min_n tokens on runs one
 //     accumulator chain per element instead of the canonical 16.
 //   batch_invariant: y[i, r] depends on x[i], W[r], cols, the dtypes, the precision and the ISA
 //     level only: never on n, the other tokens, i, the split of the rows or the pool. Holds for
