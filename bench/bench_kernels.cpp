@@ -96,10 +96,11 @@ Result time_linear(const WeightSet& w, int64_t n, ActPrecision prec, ThreadPool&
                    const detail::LinearTuning& tuning = {}) {
   std::vector<float> x(static_cast<size_t>(n * w.cols)), y(static_cast<size_t>(n * w.rows));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  ScratchArena scratch(pool.size());  // the kernels' working memory, reused by every call
   int64_t call = 0;
   auto one = [&] {
     detail::linear_tuned(x.data(), n, w.cols, w.get(call++), w.dtype, w.rows, w.cols, y.data(), w.rows, prec, &pool,
-                         false, tuning);
+                         scratch, false, tuning);
   };
   for (int64_t i = 0; i < w.count; ++i) one();  // warm-up: page faults, scratch, thread spin-up
   // Calls per repetition: enough for min_seconds, at least one full pass over the set.
@@ -267,6 +268,7 @@ double time_cold(Fn&& one, int64_t count, double min_seconds) {
 
 int run_fp8_weights(int threads, bool quick) {
   ThreadPool pool(threads);
+  ScratchArena scratch(pool.size());  // the kernels' working memory, reused by every call
   const double min_s = quick ? 0.03 : 0.1;
   const int rounds = quick ? 1 : 3;
   const double cold = 256.0 * 1024 * 1024;
@@ -335,11 +337,12 @@ int run_fp8_weights(int threads, bool quick) {
       int64_t call = 0;
       r.bf16_s = std::min(r.bf16_s, time_cold([&] {
         linear(x.data(), r.n, r.cols, bw_set.get(call++), DType::bf16, r.rows, r.cols, y.data(), r.rows,
-               ActPrecision::bf16, &pool);
+               ActPrecision::bf16, &pool, scratch);
       }, bw_set.count, min_s));
       r.path = linear_fp8_path_name(r.n, r.cols, ActPrecision::bf16);
       r.fp8_s = std::min(r.fp8_s, time_cold([&] {
-        linear_fp8(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows, ActPrecision::bf16, &pool);
+        linear_fp8(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows, ActPrecision::bf16, &pool,
+                   scratch);
       }, fs.count, min_s));
     }
     for (Row& r : variants) {
@@ -355,7 +358,7 @@ int run_fp8_weights(int threads, bool quick) {
       int64_t call = 0;
       r.fp8_s = std::min(r.fp8_s, time_cold([&] {
         detail::linear_fp8_tuned(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows,
-                                 ActPrecision::bf16, &pool, false, LinearOrder::fastest, t);
+                                 ActPrecision::bf16, &pool, scratch, false, LinearOrder::fastest, t);
       }, fs.count, min_s));
     }
   }
@@ -434,10 +437,11 @@ double time_calls_p10(const WeightSet& w, int64_t n, ThreadPool& pool, double mi
                       const detail::LinearTuning& tuning) {
   std::vector<float> x(static_cast<size_t>(n * w.cols)), y(static_cast<size_t>(n * w.rows));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  ScratchArena scratch(pool.size());  // the kernels' working memory, reused by every call
   int64_t call = 0;
   auto one = [&] {
     detail::linear_tuned(x.data(), n, w.cols, w.get(call++), w.dtype, w.rows, w.cols, y.data(), w.rows,
-                         ActPrecision::bf16, &pool, false, tuning);
+                         ActPrecision::bf16, &pool, scratch, false, tuning);
   };
   for (int64_t i = 0; i < w.count; ++i) one();
   std::vector<double> t;

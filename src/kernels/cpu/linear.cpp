@@ -12,7 +12,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -92,18 +91,14 @@ void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_
                  int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
   const uint16_t* wb = static_cast<const uint16_t*>(w);
   const float* wf = static_cast<const float*>(w);
-  thread_local std::vector<float> wrow;
-  wrow.resize(static_cast<size_t>(cols));
   for (int64_t r = r0; r < r1; ++r) {
-    const float* wr = wf + r * cols;
-    if (is_bf16) {
-      for (int64_t c = 0; c < cols; ++c) wrow[c] = bf16_to_f32(wb[r * cols + c]);
-      wr = wrow.data();
-    }
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = x + i * ldx;
       float s = 0.0f;
-      for (int64_t c = 0; c < cols; ++c) s += xi[c] * wr[c];
+      if (is_bf16)
+        for (int64_t c = 0; c < cols; ++c) s += xi[c] * bf16_to_f32(wb[r * cols + c]);
+      else
+        for (int64_t c = 0; c < cols; ++c) s += xi[c] * wf[r * cols + c];
       float* o = y + i * ldy + r;
       *o = acc ? *o + s : s;
     }
@@ -115,24 +110,6 @@ void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_
 namespace {
 
 using namespace detail;
-
-// 64-byte aligned scratch that only grows (one per thread).
-template <typename T>
-struct Scratch {
-  T* p = nullptr;
-  size_t cap = 0;
-  ~Scratch() { std::free(p); }
-  T* get(size_t n) {
-    if (n > cap) {
-      std::free(p);
-      size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-      p = static_cast<T*>(std::aligned_alloc(64, bytes));
-      AFD_CHECK(p != nullptr, "scratch allocation failed");
-      cap = bytes / sizeof(T);
-    }
-    return p;
-  }
-};
 
 enum class Path { scalar, avx2_fma, avx512_dp, avx512_dp_pairs, avx512_dp_pairs_canonical, avx512_fma, blas_sgemm };
 
@@ -162,16 +139,16 @@ const char* path_name(Path p) {
   return "?";
 }
 
-// sgemm on bf16 weights: widen blocks of rows into a per-thread f32 buffer, then
+// sgemm on bf16 weights: widen blocks of rows into an f32 buffer taken from scratch, then
 // y[:, block] = x . block^T. Each sgemm call packs all of x (n x cols) again, so the blocks are
 // large (up to 4 MiB of f32, at least 16 rows): packing x costs 1 / (2 * rows per block) of the
 // block's FLOPs in bytes moved.
-void sgemm_bf16w_rows(const float* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
-                      int64_t r1, float* y, int64_t ldy, bool acc) {
-  thread_local Scratch<float> wbuf;
+void sgemm_bf16w_rows(const float* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0, int64_t r1,
+                      float* y, int64_t ldy, bool acc, ScratchSlot& scratch) {
   const int64_t rb = std::min(std::max<int64_t>(1, r1 - r0),
                               std::max<int64_t>(16, (1024 * 1024) / std::max<int64_t>(cols, 1)));
-  float* wf = wbuf.get(static_cast<size_t>(rb * cols));
+  ScratchSlot::Frame frame(scratch);
+  float* wf = scratch.take<float>(static_cast<size_t>(rb * cols));
   for (int64_t r = r0; r < r1; r += rb) {
     const int64_t nr = std::min(rb, r1 - r);
     bf16_to_f32_row(w + r * cols, nr * cols, wf);
@@ -195,18 +172,20 @@ void matmul_f32(const float* a, int64_t m, int64_t k, int64_t lda, const float* 
 }
 
 void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
-            float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate, LinearOrder order) {
-  detail::linear_tuned(x, n, x_stride, w, w_dtype, rows, cols, y, y_stride, prec, pool, accumulate,
+            float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch, bool accumulate,
+            LinearOrder order) {
+  detail::linear_tuned(x, n, x_stride, w, w_dtype, rows, cols, y, y_stride, prec, pool, scratch, accumulate,
                        detail::LinearTuning{}, order);
 }
 
 namespace detail {
 
 void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
-                  float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
-                  const LinearTuning& tuning, LinearOrder order) {
+                  float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch,
+                  bool accumulate, const LinearTuning& tuning, LinearOrder order) {
   AFD_CHECK(w_dtype == DType::bf16 || w_dtype == DType::f32, "linear: weights must be bf16 or f32");
   AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0);
+  AFD_CHECK(scratch.size() >= (pool != nullptr ? pool->size() : 1), "linear: fewer scratch slots than threads");
   AFD_CHECK(n <= 1 || (x_stride >= cols && y_stride >= rows), "linear: row strides shorter than rows");
   if (n == 0 || rows == 0) return;
   const bool w_bf16 = w_dtype == DType::bf16;
@@ -216,10 +195,11 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
   const uint16_t* wb = static_cast<const uint16_t*>(w);
   const float* wf = static_cast<const float*>(w);
 
-  // Prepare activations once on the calling thread (cheap next to streaming W).
+  // Prepare activations once on the calling thread (cheap next to streaming W), into its slot
+  // (0), held until the call returns.
   const int64_t ldx32 = (cols + 31) / 32 * 32;
-  thread_local Scratch<uint16_t> xb_buf;
-  thread_local Scratch<float> xf_buf;
+  ScratchSlot& own = scratch.slot(0);
+  ScratchSlot::Frame frame(own);
   const uint16_t* xb = nullptr;
   const float* xf = x;
   int64_t ldx = x_stride;
@@ -229,7 +209,7 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
       // multiple of 1 KiB apart would put those lines into a few L1 sets next to the tile's W
       // lines, so such rows get 64 bytes of zero padding.
       const int64_t ldxp = n <= kSmallNMax && (ldx32 * 2) % 1024 == 0 ? ldx32 + 32 : ldx32;
-      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldxp));
+      uint16_t* p = own.take<uint16_t>(static_cast<size_t>(n * ldxp));
       prep_x_bf16(x, n, x_stride, cols, p, ldxp);
       xb = p;
       ldx = ldxp;
@@ -238,7 +218,7 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
     case Path::avx512_dp_pairs:
     case Path::avx512_dp_pairs_canonical: {
       // Many tokens: the 16-token blocks are prepared in parallel (each is independent).
-      uint16_t* p = xb_buf.get(static_cast<size_t>((n + 15) / 16 * 16 * ldx32));
+      uint16_t* p = own.take<uint16_t>(static_cast<size_t>((n + 15) / 16 * 16 * ldx32));
       const bool canonical = path == Path::avx512_dp_pairs_canonical;
       auto prep = [&](int64_t b0, int64_t b1, int) {
         const int64_t t0 = 16 * b0, t1 = std::min(n, 16 * b1);
@@ -252,7 +232,7 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
     }
     case Path::avx512_fma:
       if (w_bf16) {
-        float* p = xf_buf.get(static_cast<size_t>(n * ldx32));
+        float* p = own.take<float>(static_cast<size_t>(n * ldx32));
         prep_x_f32_perm32(x, n, x_stride, cols, act_bf16, p, ldx32);
         xf = p;
         ldx = ldx32;
@@ -261,7 +241,7 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
       [[fallthrough]];
     default:
       if (act_bf16) {
-        float* p = xf_buf.get(static_cast<size_t>(n * ldx32));
+        float* p = own.take<float>(static_cast<size_t>(n * ldx32));
         prep_x_f32(x, n, x_stride, cols, true, p, ldx32);
         xf = p;
         ldx = ldx32;
@@ -270,14 +250,15 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
   }
   if (path == Path::blas_sgemm) ensure_openblas_single_threaded();
 
-  auto rows_fn = [&](int64_t r0, int64_t r1) {
+  // Rows [r0, r1) on the thread that owns slot `ts`.
+  auto rows_fn = [&](int64_t r0, int64_t r1, ScratchSlot& ts) {
     switch (path) {
       case Path::avx512_dp:
-        rows_dp_bf16_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, tuning);
+        rows_dp_bf16_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, ts, tuning);
         break;
       case Path::avx512_dp_pairs:
       case Path::avx512_dp_pairs_canonical:
-        rows_dp_bf16_pairs_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate,
+        rows_dp_bf16_pairs_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, ts,
                                   path == Path::avx512_dp_pairs_canonical);
         break;
       case Path::avx512_fma:
@@ -299,7 +280,7 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
         break;
       case Path::blas_sgemm:
         if (w_bf16)
-          sgemm_bf16w_rows(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate);
+          sgemm_bf16w_rows(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, ts);
         else
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n),
                       static_cast<blasint>(r1 - r0), static_cast<blasint>(cols), 1.0f, xf,
@@ -316,14 +297,14 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
   constexpr int64_t kChunksPerThread = 4, kRowAlign = 16;
   const int64_t max_chunks = rows / kRowAlign;
   if (n_threads <= 1 || max_chunks < 2) {
-    rows_fn(0, rows);
+    rows_fn(0, rows, own);
   } else {
     const int64_t n_chunks = std::min<int64_t>(max_chunks, n_threads * kChunksPerThread);
     const int64_t chunk = ((rows + n_chunks - 1) / n_chunks + kRowAlign - 1) / kRowAlign * kRowAlign;
     const int n_tasks = static_cast<int>((rows + chunk - 1) / chunk);
-    pool->run(n_tasks, [&](int task, int) {
+    pool->run(n_tasks, [&](int task, int thread) {
       const int64_t b = task * chunk;
-      rows_fn(b, std::min(rows, b + chunk));
+      rows_fn(b, std::min(rows, b + chunk), scratch.slot(thread));
     });
   }
 }

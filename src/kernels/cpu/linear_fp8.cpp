@@ -72,23 +72,6 @@ namespace {
 
 using namespace detail;
 
-template <typename T>
-struct Scratch {
-  T* p = nullptr;
-  size_t cap = 0;
-  ~Scratch() { std::free(p); }
-  T* get(size_t n) {
-    if (n > cap) {
-      std::free(p);
-      size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-      p = static_cast<T*>(std::aligned_alloc(64, bytes));
-      AFD_CHECK(p != nullptr, "scratch allocation failed");
-      cap = bytes / sizeof(T);
-    }
-    return p;
-  }
-};
-
 enum class Path {
   scalar,
   avx2_gemv,
@@ -141,17 +124,19 @@ const char* path_name(Path p) {
 }  // namespace
 
 void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows, int64_t cols,
-                float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate, LinearOrder order) {
-  detail::linear_fp8_tuned(x, n, x_stride, w, rows, cols, y, y_stride, prec, pool, accumulate, order,
+                float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch, bool accumulate,
+                LinearOrder order) {
+  detail::linear_fp8_tuned(x, n, x_stride, w, rows, cols, y, y_stride, prec, pool, scratch, accumulate, order,
                            detail::Fp8Tuning{});
 }
 
 namespace detail {
 
-void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows,
-                      int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
-                      LinearOrder order, const Fp8Tuning& tuning) {
+void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows, int64_t cols,
+                      float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch,
+                      bool accumulate, LinearOrder order, const Fp8Tuning& tuning) {
   AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0);
+  AFD_CHECK(scratch.size() >= (pool != nullptr ? pool->size() : 1), "linear_fp8: fewer scratch slots than threads");
   AFD_CHECK(n <= 1 || (x_stride >= cols && y_stride >= rows), "linear_fp8: row strides shorter than rows");
   AFD_CHECK(w.row_offset >= 0 && w.row_offset < kFp8Block, "linear_fp8: row_offset outside [0, 128)");
   AFD_CHECK(w.scale_stride >= (cols + kFp8Block - 1) / kFp8Block, "linear_fp8: scale_stride below the block count");
@@ -160,9 +145,10 @@ void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8Bloc
   const Path path = choose_path(n, cols, act_bf16, active_isa(), order, tuning);
   const int64_t tile_rows = std::max<int64_t>(16, tuning.tile_rows / 16 * 16);
 
-  // Activations, prepared once on the calling thread.
-  thread_local Scratch<float> xf_buf;
-  thread_local Scratch<uint16_t> xb_buf;
+  // Activations, prepared once on the calling thread into its slot (0), held until the call
+  // returns.
+  ScratchSlot& own = scratch.slot(0);
+  ScratchSlot::Frame frame(own);
   const float* xf = x;
   const uint16_t* xb = nullptr;
   int64_t ldx = x_stride;
@@ -170,28 +156,28 @@ void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8Bloc
     case Path::avx512_gemv:
     case Path::avx2_gemv: {
       ldx = fp8_gemv_ldx(cols);
-      float* p = xf_buf.get(static_cast<size_t>(n * ldx));
+      float* p = own.take<float>(static_cast<size_t>(n * ldx));
       prep_x_fp8_gemv_f32(x, n, x_stride, cols, act_bf16, p);
       xf = p;
       break;
     }
     case Path::avx512_gemv_lut8: {
       ldx = fp8_gemv_ldx(cols);
-      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx));
+      uint16_t* p = own.take<uint16_t>(static_cast<size_t>(n * ldx));
       prep_x_fp8_gemv_bf16(x, n, x_stride, cols, p);
       xb = p;
       break;
     }
     case Path::avx512_tile_bf16: {
       ldx = (cols + 31) / 32 * 32;
-      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx));
+      uint16_t* p = own.take<uint16_t>(static_cast<size_t>(n * ldx));
       prep_x_bf16(x, n, x_stride, cols, p, ldx);
       xb = p;
       break;
     }
     case Path::avx512_tile_pairs: {
       ldx = (cols + 31) / 32 * 32;
-      uint16_t* p = xb_buf.get(static_cast<size_t>((n + 15) / 16 * 16 * ldx));
+      uint16_t* p = own.take<uint16_t>(static_cast<size_t>((n + 15) / 16 * 16 * ldx));
       prep_x_bf16_pairs(x, n, x_stride, cols, p, ldx, order == LinearOrder::batch_invariant);
       xb = p;
       break;
@@ -201,23 +187,32 @@ void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8Bloc
     case Path::scalar:
       if (act_bf16) {
         ldx = (cols + 31) / 32 * 32;
-        float* p = xf_buf.get(static_cast<size_t>(n * ldx));
+        float* p = own.take<float>(static_cast<size_t>(n * ldx));
         prep_x_f32(x, n, x_stride, cols, act_bf16, p, ldx);
         xf = p;
       }
       break;
   }
 
-  auto rows_fn = [&](int64_t r0, int64_t r1) {
+  // Rows [r0, r1) on the thread that owns slot `ts`.
+  auto rows_fn = [&](int64_t r0, int64_t r1, ScratchSlot& ts) {
     switch (path) {
       case Path::avx512_gemv: fp8_gemv_avx512(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
-      case Path::avx512_gemv_lut8: fp8_gemv_lut8_avx512(xb, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
-      case Path::avx2_gemv: fp8_gemv_avx2(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
+      case Path::avx512_gemv_lut8:
+        fp8_gemv_lut8_avx512(xb, n, ldx, w, cols, r0, r1, y, y_stride, accumulate, ts);
+        return;
+      case Path::avx2_gemv: fp8_gemv_avx2(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate, ts); return;
       default: break;
     }
-    // Tiles: dequantize tile_rows rows once, reuse them for all n tokens.
-    thread_local Scratch<uint16_t> wb_buf;
-    thread_local Scratch<float> wf_buf;
+    // Tiles: dequantize tile_rows rows once, reuse them for all n tokens. The tile buffer (and
+    // on AVX2 the prescaled x) is taken once for the largest tile.
+    ScratchSlot::Frame tile_frame(ts);
+    const size_t tile_elems = static_cast<size_t>(std::min(tile_rows, r1 - r0) * cols);
+    uint16_t* const wb_tile = path == Path::avx512_tile_bf16 || path == Path::avx512_tile_pairs
+                                  ? ts.take<uint16_t>(tile_elems)
+                                  : nullptr;
+    float* const wf_tile = wb_tile == nullptr ? ts.take<float>(tile_elems) : nullptr;
+    float* const xs = path == Path::avx2_tile ? ts.take<float>(static_cast<size_t>(n * cols)) : nullptr;
     for (int64_t rt = r0, nr; rt < r1; rt += nr) {
       nr = std::min(tile_rows, r1 - rt);
       // The AVX2 tiles end at scale rows: their x is prescaled per scale row.
@@ -225,20 +220,20 @@ void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8Bloc
       float* yt = y + rt;
       switch (path) {
         case Path::avx512_tile_bf16: {
-          uint16_t* t = wb_buf.get(static_cast<size_t>(nr * cols));
+          uint16_t* t = wb_tile;
           fp8_dequant_rows_bf16_avx512(w, cols, rt, rt + nr, t);
-          rows_dp_bf16_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
+          rows_dp_bf16_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate, ts);
           break;
         }
         case Path::avx512_tile_pairs: {
-          uint16_t* t = wb_buf.get(static_cast<size_t>(nr * cols));
+          uint16_t* t = wb_tile;
           fp8_dequant_rows_bf16_avx512(w, cols, rt, rt + nr, t);
-          rows_dp_bf16_pairs_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate,
+          rows_dp_bf16_pairs_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate, ts,
                                     order == LinearOrder::batch_invariant);
           break;
         }
         case Path::avx512_tile_f32: {
-          float* t = wf_buf.get(static_cast<size_t>(nr * cols));
+          float* t = wf_tile;
           fp8_dequant_rows_f32_avx512(w, cols, rt, rt + nr, t);
           rows_fma_f32w_avx512(xf, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate, {},
                                order == LinearOrder::batch_invariant);
@@ -246,16 +241,14 @@ void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8Bloc
         }
         case Path::avx2_tile: {
           // Unscaled rows of one scale row; x prescaled for it (linear_fp8_kernels.h).
-          thread_local Scratch<float> xs_buf;
-          float* t = wf_buf.get(static_cast<size_t>(nr * cols));
-          float* xs = xs_buf.get(static_cast<size_t>(n * cols));
+          float* t = wf_tile;
           fp8_rows_unscaled_f32_avx2(w, cols, rt, rt + nr, t);
           prescale_x_fp8(xf, n, ldx, cols, fp8_scale_row(w, rt), xs, cols);
           rows_fma_f32w_avx2(xs, n, cols, t, cols, 0, nr, yt, y_stride, accumulate);
           break;
         }
         default: {
-          float* t = wf_buf.get(static_cast<size_t>(nr * cols));
+          float* t = wf_tile;
           fp8_dequant_rows_f32_scalar(w, cols, rt, rt + nr, t);
           rows_scalar(xf, n, ldx, t, /*is_bf16=*/false, cols, 0, nr, yt, y_stride, accumulate);
           break;
@@ -269,14 +262,14 @@ void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8Bloc
   constexpr int64_t kChunksPerThread = 4, kRowAlign = 16;
   const int64_t max_chunks = rows / kRowAlign;
   if (n_threads <= 1 || max_chunks < 2) {
-    rows_fn(0, rows);
+    rows_fn(0, rows, own);
   } else {
     const int64_t n_chunks = std::min<int64_t>(max_chunks, n_threads * kChunksPerThread);
     const int64_t chunk = ((rows + n_chunks - 1) / n_chunks + kRowAlign - 1) / kRowAlign * kRowAlign;
     const int n_tasks = static_cast<int>((rows + chunk - 1) / chunk);
-    pool->run(n_tasks, [&](int task, int) {
+    pool->run(n_tasks, [&](int task, int thread) {
       const int64_t b = task * chunk;
-      rows_fn(b, std::min(rows, b + chunk));
+      rows_fn(b, std::min(rows, b + chunk), scratch.slot(thread));
     });
   }
 }

@@ -6,9 +6,9 @@
 //         with up to 4 tokens' x at a time (the rows stay in L1 for the next group of 4); the
 //         bf16 and AVX2 gemvs take 4 rows at a time from 4 sequential streams of the thread's
 //         rows.
-//   tile  many tokens: a tile of W rows is dequantized once into a per-thread bf16 or f32
-//         buffer and handed to linear()'s tile kernels (linear_kernels.h), which reuse it
-//         across all tokens.
+//   tile  many tokens: a tile of W rows is dequantized once into a bf16 or f32 buffer in the
+//         running thread's scratch slot and handed to linear()'s tile kernels
+//         (linear_kernels.h), which reuse it across all tokens.
 //
 // Batch invariance: in bf16 mode (the fast precision) on AVX-512 and in both modes on AVX2,
 // each output y[i, r] is a function of x[i], W's row r, cols and the ISA level only (not of n,
@@ -66,13 +66,15 @@ bool cpu_has_avx512_vbmi();
 void fp8_gemv_avx512(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols, int64_t r0,
                      int64_t r1, float* y, int64_t ldy, bool acc);
 // AVX-512 BF16 + VBMI, bf16 activations: conversion by the block's scaled byte tables
-// (vpermt2b) into bf16(fp8 * scale), vdpbf16ps in the bf16 order.
+// (vpermt2b) into bf16(fp8 * scale), vdpbf16ps in the bf16 order. scratch (the calling thread's
+// slot): the tables, ceil(cols / 128) * 256 bytes, for the call.
 void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols,
-                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc, ScratchSlot& scratch);
 // AVX2 + F16C, conversion through IEEE half (fp8 * 2^-8, exact), activations prescaled per scale
-// row (prescale_x_fp8, done inside): the AVX2 order.
+// row (prescale_x_fp8, done inside): the AVX2 order. scratch (the calling thread's slot): the
+// prescaled activations, n * ldx floats, for the call.
 void fp8_gemv_avx2(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols, int64_t r0,
-                   int64_t r1, float* y, int64_t ldy, bool acc);
+                   int64_t r1, float* y, int64_t ldy, bool acc, ScratchSlot& scratch);
 
 // out [r1 - r0, cols] (row stride cols) = W rows [r0, r1) dequantized; bf16 rounds the f32
 // product fp8 * scale to nearest even.
@@ -114,10 +116,10 @@ struct Fp8Tuning {
   int64_t pairs_min_n = -1;
 };
 
-// linear_fp8() (linear_fp8.h) with the path chosen by `tuning`.
-void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows,
-                      int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
-                      LinearOrder order, const Fp8Tuning& tuning);
+// linear_fp8() (linear_fp8.h) with the path chosen by `tuning`; scratch as linear_fp8()'s.
+void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows, int64_t cols,
+                      float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch,
+                      bool accumulate, LinearOrder order, const Fp8Tuning& tuning);
 // linear_fp8_path_name() (linear_fp8.h) for a call of linear_fp8_tuned with `tuning`.
 const char* linear_fp8_path_name(int64_t n, int64_t cols, ActPrecision prec, LinearOrder order,
                                  const Fp8Tuning& tuning);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "core/scratch_arena.h"
 #include "kernels/cpu/ops.h"
 
 namespace afd::kernels::detail {
@@ -108,9 +109,13 @@ struct LinearTuning {
   int64_t small_n_chunk_bytes = 128 * 1024;
 };
 
+// Working memory of the row kernels (scratch): the calling thread's slot; what a kernel takes
+// there is given back when it returns (a Frame of its own).
 // AVX-512 BF16: xb from prep_x_bf16; w bf16 [rows, cols]. vdpbf16ps with f32 accumulation.
-void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
-                         int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
+// scratch: the small-n tiles' partial sums when they split the columns into blocks
+// (rows per chunk x 8 tokens x 16 floats).
+void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
+                         int64_t r1, float* y, int64_t ldy, bool acc, ScratchSlot& scratch,
                          const LinearTuning& tuning = {});
 // Many tokens, AVX-512 BF16, even cols ("pairs" layout, linear_avx512_pairs.cpp): x rounded to
 // bf16 into xp [ceil(n / 16)][P][ldx / (2 P)][16][2] (token block, lane class j, index c of column
@@ -121,9 +126,12 @@ void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint1
 void prep_x_bf16_pairs(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xp, int64_t ldx,
                        bool canonical = false);
 // y[i, r] for i < n, r in [r0, r1) from xp (prep_x_bf16_pairs) and w bf16 [rows, cols], cols
-// even: vdpbf16ps with the tokens as the vector lanes, f32 accumulation.
+// even: vdpbf16ps with the tokens as the vector lanes, f32 accumulation. scratch: with
+// canonical, on rows longer than 1024 columns, a class-major copy of a 6-row tile of W (about
+// 12 x cols bytes).
 void rows_dp_bf16_pairs_avx512(const uint16_t* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
-                               int64_t r1, float* y, int64_t ldy, bool acc, bool canonical = false);
+                               int64_t r1, float* y, int64_t ldy, bool acc, ScratchSlot& scratch,
+                               bool canonical = false);
 // AVX-512 F: xp from prep_x_f32_perm32; w bf16 widened exactly to f32; f32 FMA.
 // canonical (both FMA kernels): every element in one order at every n, tuning and row split:
 // 4-row tiles at n = 1 too, one accumulator per element fed chunk by chunk (bf16 W: the low then
@@ -149,10 +157,11 @@ void rows_fma_f32w_avx2(const float* x, int64_t n, int64_t ldx, const float* w, 
 void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_bf16, int64_t cols,
                  int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
 
-// linear() (ops.h) with the AVX-512 row kernels tuned by `tuning`.
+// linear() (ops.h) with the path and the AVX-512 row kernels chosen by `tuning`; scratch as
+// linear()'s.
 void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
-                  float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
-                  const LinearTuning& tuning, LinearOrder order = LinearOrder::fastest);
+                  float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch,
+                  bool accumulate, const LinearTuning& tuning, LinearOrder order = LinearOrder::fastest);
 
 // The n from which linear() takes the pairs kernel for bf16 x bf16 on AVX-512 BF16 with this
 // tuning: tuning.pairs_min_n when set (>= 0), else kPairsMinNDefault (linear_fp8's tiles use this;

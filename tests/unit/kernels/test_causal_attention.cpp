@@ -18,6 +18,7 @@ namespace {
 using testing::IsaLimitGuard;
 using testing::isa_levels;
 using testing::random_vec;
+using testing::test_scratch;
 
 struct Case {
   int64_t heads, kv_heads, hd, nq, p0, window;
@@ -40,7 +41,7 @@ void check(const Case& c, ThreadPool* pool, uint32_t seed) {
     IsaLimitGuard guard(isa);
     std::vector<float> got(want.size(), -7.0f);
     causal_attention(q.data(), q_stride, c.nq, c.p0, k.data(), v.data(), kv_stride, s, scale, got.data(), out_stride,
-                     pool, order);
+                     pool, test_scratch(), order);
     for (int64_t i = 0; i < c.nq; ++i) {
       for (int64_t e = 0; e < out_stride; ++e) {
         const size_t at = static_cast<size_t>(i * out_stride + e);

@@ -20,9 +20,10 @@
 namespace afd::kernels {
 namespace {
 
-using testing::IsaLimitGuard;
 using testing::isa_levels;
+using testing::IsaLimitGuard;
 using testing::random_vec;
+using testing::test_scratch;
 
 struct Case {
   int64_t n, rows, cols;
@@ -147,8 +148,8 @@ TEST_P(LinearTest, AllImplementationsMatchF64) {
         for (bool acc : {false, true}) {
           for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::vector<float> y = p.y_init;
-            detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(),
-                                 p.y_stride, prec, tp, acc, tuning);
+            detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride,
+                                 prec, tp, test_scratch(), acc, tuning);
             check(p, y, acc,
                   describe(p, detail::linear_path_name(p.n, w_dtype, prec, 0, LinearOrder::fastest, tuning), acc,
                            tp ? tp->size() : 1) +
@@ -176,7 +177,7 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
       Problem p = make_problem(c, w_dtype, prec, 31);
       std::vector<float> y = p.y_init;
       detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec,
-                           &pool, false, tuning);
+                           &pool, test_scratch(), false, tuning);
       check(p, y, false, describe(p, "avx512 tuning", false, 2) + " pf=" + std::to_string(pf));
     }
   }
@@ -230,8 +231,8 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
         for (bool acc : {false, true})
           for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::vector<float> y = p.y_init;
-            detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(),
-                                 p.y_stride, prec, tp, acc, tuning);
+            detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride,
+                                 prec, tp, test_scratch(), acc, tuning);
             check(p, y, acc,
                   describe(p, "avx512 small-n", acc, tp ? tp->size() : 1) + " layout=" + std::to_string(layout) +
                       " x_bytes=" + std::to_string(x_bytes) + " chunk=" + std::to_string(chunk) + " row_seq_max_n=" +
@@ -258,7 +259,7 @@ TEST_P(LinearTest, Avx512PairsForcedOnAndOffMatchF64) {
         for (bool acc : {false, true}) {
           std::vector<float> y = p.y_init;
           detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride,
-                               prec, &pool, acc, tuning);
+                               prec, &pool, test_scratch(), acc, tuning);
           check(p, y, acc,
                 describe(p, detail::linear_path_name(p.n, w_dtype, prec, p.cols, LinearOrder::fastest, tuning), acc,
                          2));
@@ -280,10 +281,12 @@ TEST_P(LinearTest, ResultsDoNotDependOnThePoolSize) {
       if (std::string(linear_path_name(n, w_dtype, prec, cols)) == "openblas_sgemm") continue;
       Problem p = make_problem({n, rows, cols}, w_dtype, prec, static_cast<uint32_t>(53 + n));
       std::vector<float> want = p.y_init;
-      linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, want.data(), p.y_stride, prec, nullptr);
+      linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, want.data(), p.y_stride, prec, nullptr,
+             test_scratch());
       for (ThreadPool* pool : {&p2, &p3, &p4}) {
         std::vector<float> y = p.y_init;
-        linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, pool);
+        linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, pool,
+               test_scratch());
         EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0)
             << describe(p, linear_path_name(p.n, w_dtype, prec, p.cols), false, pool->size());
       }

@@ -25,9 +25,10 @@
 namespace afd::kernels {
 namespace {
 
-using testing::IsaLimitGuard;
 using testing::isa_levels;
+using testing::IsaLimitGuard;
 using testing::random_vec;
+using testing::test_scratch;
 
 struct Case {
   int64_t n, rows, cols, row_offset;
@@ -158,7 +159,7 @@ TEST(LinearFp8, AllImplementationsMatchF64) {
                 for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
                   std::vector<float> y = p.y_init;
                   detail::linear_fp8_tuned(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y.data(), p.y_stride,
-                                           prec, tp, acc, LinearOrder::fastest, t);
+                                           prec, tp, test_scratch(), acc, LinearOrder::fastest, t);
                   check(p, y, prec, round_w, acc,
                         describe(p, path, prec, acc, tp ? tp->size() : 1) + " isa=" + isa_name(isa) +
                             " tile_rows=" + std::to_string(tile_rows));
@@ -180,9 +181,10 @@ TEST(LinearFp8, ResultIndependentOfThreads) {
     for (const Case& c : kCases) {
       Problem p = make_problem(c, 37);
       std::vector<float> y1 = p.y_init, y2 = p.y_init, y3 = p.y_init;
-      linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y1.data(), p.y_stride, prec, nullptr);
-      linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y2.data(), p.y_stride, prec, &p2);
-      linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y3.data(), p.y_stride, prec, &p3);
+      linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y1.data(), p.y_stride, prec, nullptr,
+                 test_scratch());
+      linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y2.data(), p.y_stride, prec, &p2, test_scratch());
+      linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y3.data(), p.y_stride, prec, &p3, test_scratch());
       EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float))) << describe(p, "2 threads", prec, false, 2);
       EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float))) << describe(p, "3 threads", prec, false, 3);
     }

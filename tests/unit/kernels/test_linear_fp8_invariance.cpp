@@ -24,6 +24,7 @@ namespace {
 
 using testing::IsaLimitGuard;
 using testing::random_vec;
+using testing::test_scratch;
 
 const std::vector<int64_t> kNs = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 65, 100, 257};
 constexpr int64_t kTokenPool = 300;  // >= max(kNs) + the largest batch offset
@@ -111,10 +112,11 @@ void check_fp8(ActPrecision prec, const std::string& what, LinearOrder order = L
         expect_invariant(
             s.rows, s.cols,
             [&](const float* x, int64_t n, int64_t xs, float* y, int64_t ys) {
-              detail::linear_fp8_tuned(x, n, xs, p.w(), s.rows, s.cols, y, ys, prec, pool, acc, order, tuning);
+              detail::linear_fp8_tuned(x, n, xs, p.w(), s.rows, s.cols, y, ys, prec, pool, test_scratch(), acc, order,
+                                       tuning);
             },
-            what + " " + shape_name(s) + " threads=" + std::to_string(pool ? pool->size() : 1) +
-                (acc ? " acc" : "") + (prec == ActPrecision::bf16 ? " act=bf16" : " act=f32"));
+            what + " " + shape_name(s) + " threads=" + std::to_string(pool ? pool->size() : 1) + (acc ? " acc" : "") +
+                (prec == ActPrecision::bf16 ? " act=bf16" : " act=f32"));
   }
 }
 
@@ -173,7 +175,8 @@ TEST(LinearFp8Invariance, Avx512SharesTheBf16Order) {
           std::copy(x.begin() + t * xs, x.begin() + (t + 1) * xs, x4.begin() + k * xs);
           std::copy(y0.begin() + t * ys, y0.begin() + (t + 1) * ys, y4.begin() + k * ys);
         }
-        linear(x4.data(), 4, xs, wb.data(), DType::bf16, s.rows, s.cols, y4.data(), ys, ActPrecision::bf16, nullptr, acc);
+        linear(x4.data(), 4, xs, wb.data(), DType::bf16, s.rows, s.cols, y4.data(), ys, ActPrecision::bf16, nullptr,
+               test_scratch(), acc);
         std::copy(y4.begin(), y4.begin() + ys, want.begin() + t * ys);
       }
       for (int lut : {2}) {
@@ -181,8 +184,8 @@ TEST(LinearFp8Invariance, Avx512SharesTheBf16Order) {
         const detail::Fp8Tuning gemv = fp8_gemv_limits(lut, kAlways, -1);
         for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}, n_max}) {
           std::vector<float> y = y0;
-          detail::linear_fp8_tuned(x.data(), n, xs, p.w(), s.rows, s.cols, y.data(), ys, ActPrecision::bf16, &p3, acc,
-                                   LinearOrder::fastest, gemv);
+          detail::linear_fp8_tuned(x.data(), n, xs, p.w(), s.rows, s.cols, y.data(), ys, ActPrecision::bf16, &p3,
+                                   test_scratch(), acc, LinearOrder::fastest, gemv);
           for (int64_t i = 0; i < n; ++i)
             ASSERT_EQ(0, std::memcmp(&y[static_cast<size_t>(i * ys)], &want[static_cast<size_t>(i * ys)],
                                      static_cast<size_t>(s.rows) * sizeof(float)))
@@ -198,10 +201,10 @@ TEST(LinearFp8Invariance, Avx512SharesTheBf16Order) {
       for (int64_t n : kNs) {
         if (n > n_max) continue;
         std::vector<float> y = y0, yl = y0;
-        detail::linear_fp8_tuned(x.data(), n, xs, p.w(), s.rows, s.cols, y.data(), ys, ActPrecision::bf16, &p3, acc,
-                                 LinearOrder::fastest, tiles);
+        detail::linear_fp8_tuned(x.data(), n, xs, p.w(), s.rows, s.cols, y.data(), ys, ActPrecision::bf16, &p3,
+                                 test_scratch(), acc, LinearOrder::fastest, tiles);
         detail::linear_tuned(x.data(), n, xs, wb.data(), DType::bf16, s.rows, s.cols, yl.data(), ys, ActPrecision::bf16,
-                             &p3, acc, same_pairs);
+                             &p3, test_scratch(), acc, same_pairs);
         ASSERT_EQ(0, std::memcmp(y.data(), yl.data(), y.size() * sizeof(float)))
             << "tiles vs linear bf16, " << shape_name(s) << " n=" << n << (acc ? " acc" : "");
       }
@@ -240,7 +243,7 @@ TEST(LinearAvx2Invariance, TilesEveryN) {
                 [&](const float* x, int64_t n, int64_t xs, float* y, int64_t ys) {
                   detail::LinearTuning tuning;
                   if (n >= 64) tuning.blas_min_n[dt == DType::bf16][prec == ActPrecision::bf16] = kAlways;
-                  detail::linear_tuned(x, n, xs, w, dt, s.rows, s.cols, y, ys, prec, pool, acc, tuning);
+                  detail::linear_tuned(x, n, xs, w, dt, s.rows, s.cols, y, ys, prec, pool, test_scratch(), acc, tuning);
                 },
                 "linear avx2 " + tag + " threads=" + std::to_string(pool ? pool->size() : 1));
           // The row kernels directly on prepared x (prep_x_f32), rows in uneven pieces.

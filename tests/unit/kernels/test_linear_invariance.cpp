@@ -23,6 +23,7 @@ namespace {
 
 using testing::IsaLimitGuard;
 using testing::random_vec;
+using testing::test_scratch;
 
 constexpr int64_t kTokens = 257;  // distinct tokens of a problem; a call takes n of them
 const int64_t kNs[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 65, 100, 257};
@@ -48,7 +49,7 @@ Problem make_problem(int64_t rows, int64_t cols, uint32_t seed) {
     for (int64_t i = 0; i < kTokens; ++i) {
       std::vector<float> y(p.y0.begin() + i * p.y_stride, p.y0.begin() + i * p.y_stride + rows);
       linear(p.x.data() + i * p.x_stride, 1, p.x_stride, p.w.data(), DType::bf16, rows, cols, y.data(), p.y_stride,
-             ActPrecision::bf16, nullptr, acc == 1, LinearOrder::batch_invariant);
+             ActPrecision::bf16, nullptr, test_scratch(), acc == 1, LinearOrder::batch_invariant);
       std::copy(y.begin(), y.end(), p.alone[acc].begin() + i * rows);
     }
   }
@@ -67,7 +68,7 @@ int64_t run_and_compare(const Problem& p, int64_t n, int64_t first, int64_t step
     std::copy_n(p.y0.begin() + tok[j] * p.y_stride, p.y_stride, y.begin() + j * p.y_stride);
   }
   detail::linear_tuned(x.data(), n, p.x_stride, p.w.data(), DType::bf16, p.rows, p.cols, y.data(), p.y_stride,
-                       ActPrecision::bf16, pool, acc, tuning, LinearOrder::batch_invariant);
+                       ActPrecision::bf16, pool, test_scratch(), acc, tuning, LinearOrder::batch_invariant);
   int64_t bad = 0;
   for (int64_t j = 0; j < n; ++j) {
     const float* want = p.alone[acc].data() + tok[j] * p.rows;
