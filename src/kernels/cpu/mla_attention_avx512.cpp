@@ -51,6 +51,52 @@ AFD_BF16 inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
 
+// Pass 1's register tile: the scores of the kNt = 16 / HV positions whose rows are r[i] (as
+// bf16 pairs) for the 16 HV heads of the transposed query qp ([DP][Hp] pairs, from the tile's
+// first head); st[i * Hp + h] = scale * score for i < nt. Kept out of line: its 16 accumulators
+// need the vector registers that the caller's live values would otherwise take.
+template <int HV>
+AFD_BF16 __attribute__((noinline)) void score_tile(const uint32_t* qp, int64_t Hp, int64_t DP, const uint32_t* const* r,
+                                                   int nt, __m512 vscale, float* st) {
+  constexpr int kNt = 16 / HV;
+  __m512 acc[kNt][HV];
+  for (int i = 0; i < kNt; ++i)
+    for (int u = 0; u < HV; ++u) acc[i][u] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < DP; ++p) {
+    __m512i qv[HV];
+    for (int u = 0; u < HV; ++u) qv[u] = _mm512_loadu_si512(qp + p * Hp + 16 * u);
+    for (int i = 0; i < kNt; ++i) {
+      const __m512i b = _mm512_set1_epi32(static_cast<int>(r[i][p]));
+      for (int u = 0; u < HV; ++u) acc[i][u] = dp(acc[i][u], qv[u], b);
+    }
+  }
+  for (int i = 0; i < nt; ++i)
+    for (int u = 0; u < HV; ++u) _mm512_storeu_ps(&st[i * Hp + 16 * u], _mm512_mul_ps(acc[i][u], vscale));
+}
+
+// Pass 3's register tile: ot[i * Hp + h] += sum over the npairs position pairs tp of
+// pt[tp * Hp + h] . kr[tp * d_lat + i] (bf16 pairs) for the kNc = 16 / HV latent columns i and
+// the 16 HV heads h from the tile's first. Out of line for the same reason as score_tile.
+template <int HV>
+AFD_BF16 __attribute__((noinline)) void pv_tile(const uint32_t* pt, const uint32_t* kr, int64_t Hp, int64_t d_lat,
+                                                int64_t npairs, float* ot) {
+  constexpr int kNc = 16 / HV;
+  __m512 acc[kNc][HV];
+  for (int i = 0; i < kNc; ++i)
+    for (int u = 0; u < HV; ++u) acc[i][u] = _mm512_loadu_ps(&ot[i * Hp + 16 * u]);
+  for (int64_t tp = 0; tp < npairs; ++tp) {
+    __m512i pv[HV];
+    for (int u = 0; u < HV; ++u) pv[u] = _mm512_loadu_si512(pt + tp * Hp + 16 * u);
+    const uint32_t* k = kr + tp * d_lat;
+    for (int i = 0; i < kNc; ++i) {
+      const __m512i b = _mm512_set1_epi32(static_cast<int>(k[i]));
+      for (int u = 0; u < HV; ++u) acc[i][u] = dp(acc[i][u], pv[u], b);
+    }
+  }
+  for (int i = 0; i < kNc; ++i)
+    for (int u = 0; u < HV; ++u) _mm512_storeu_ps(&ot[i * Hp + 16 * u], acc[i][u]);
+}
+
 // The kernel for register tiles of HV head vectors (Hb = 16 HV heads): kNt positions (pass 1)
 // or kNc latent columns (pass 3) per tile, 16 accumulators either way.
 template <int HV>
@@ -111,23 +157,7 @@ AFD_BF16 void mqa_bf16_tiles(const float* q, int64_t q_stride, int64_t n_heads, 
       const uint32_t* r[kNt];
       for (int i = 0; i < kNt; ++i) r[i] = reinterpret_cast<const uint32_t*>(row(t0 + i));
       const int nt = static_cast<int>(std::min<int64_t>(kNt, c0 + cn - t0));
-      for (int64_t hb = 0; hb < Hp; hb += kHb) {
-        __m512 acc[kNt][HV];
-        for (int i = 0; i < kNt; ++i)
-          for (int u = 0; u < HV; ++u) acc[i][u] = _mm512_setzero_ps();
-        const uint32_t* qp = qt + hb;
-        for (int64_t p = 0; p < DP; ++p) {
-          __m512i qv[HV];
-          for (int u = 0; u < HV; ++u) qv[u] = _mm512_loadu_si512(qp + p * Hp + 16 * u);
-          for (int i = 0; i < kNt; ++i) {
-            const __m512i b = _mm512_set1_epi32(static_cast<int>(r[i][p]));
-            for (int u = 0; u < HV; ++u) acc[i][u] = dp(acc[i][u], qv[u], b);
-          }
-        }
-        for (int i = 0; i < nt; ++i)
-          for (int u = 0; u < HV; ++u)
-            _mm512_storeu_ps(&st[(t0 - c0 + i) * Hp + hb + 16 * u], _mm512_mul_ps(acc[i][u], vscale));
-      }
+      for (int64_t hb = 0; hb < Hp; hb += kHb) score_tile<HV>(qt + hb, Hp, DP, r, nt, vscale, &st[(t0 - c0) * Hp + hb]);
     }
 
     // ---- 2. online softmax per head vector: new running max M', alpha = exp(M - M')
@@ -174,22 +204,7 @@ AFD_BF16 void mqa_bf16_tiles(const float* q, int64_t q_stride, int64_t n_heads, 
       }
       const uint32_t* pt = pp + (t0 - c0) / 2 * Hp;
       for (int64_t cc = 0; cc < d_lat; cc += kNc) {
-        for (int64_t hb = 0; hb < Hp; hb += kHb) {
-          __m512 acc[kNc][HV];
-          for (int i = 0; i < kNc; ++i)
-            for (int u = 0; u < HV; ++u) acc[i][u] = _mm512_loadu_ps(&ot[(cc + i) * Hp + hb + 16 * u]);
-          for (int64_t tp = 0; tp < npairs; ++tp) {
-            __m512i pv[HV];
-            for (int u = 0; u < HV; ++u) pv[u] = _mm512_loadu_si512(pt + tp * Hp + hb + 16 * u);
-            const uint32_t* kr = kp + tp * d_lat + cc;
-            for (int i = 0; i < kNc; ++i) {
-              const __m512i b = _mm512_set1_epi32(static_cast<int>(kr[i]));
-              for (int u = 0; u < HV; ++u) acc[i][u] = dp(acc[i][u], pv[u], b);
-            }
-          }
-          for (int i = 0; i < kNc; ++i)
-            for (int u = 0; u < HV; ++u) _mm512_storeu_ps(&ot[(cc + i) * Hp + hb + 16 * u], acc[i][u]);
-        }
+        for (int64_t hb = 0; hb < Hp; hb += kHb) pv_tile<HV>(pt + hb, kp + cc, Hp, d_lat, npairs, &ot[cc * Hp + hb]);
       }
     }
   }
