@@ -86,11 +86,13 @@ struct RefGemm {
   double flops() const { return 2.0 * batch * m * ctx * (k + v); }
   void run() {
     pool.run(static_cast<int>(batch), [&](int, int th) {
-      kernels::linear(x1.data(), m, k, w1[th].data(), wdt, ctx, k, y[th].data(), ctx, prec, nullptr);
-      kernels::linear(x2.data(), m, ctx, w2[th].data(), wdt, v, ctx, y[th].data(), v, prec, nullptr);
+      ScratchArena& ts = scratch[static_cast<size_t>(th)];
+      kernels::linear(x1.data(), m, k, w1[th].data(), wdt, ctx, k, y[th].data(), ctx, prec, nullptr, ts);
+      kernels::linear(x2.data(), m, ctx, w2[th].data(), wdt, v, ctx, y[th].data(), v, prec, nullptr, ts);
     });
   }
   ThreadPool& pool;
+  std::vector<ScratchArena> scratch = std::vector<ScratchArena>(static_cast<size_t>(pool.size()));  // one per thread
   int64_t batch, m, ctx, k, v;
   DType wdt;
   kernels::ActPrecision prec;
@@ -164,14 +166,15 @@ int main(int argc, char** argv) {
     const int64_t hg = std::min<int64_t>(heads, ((heads + groups - 1) / groups + 31) / 32 * 32);
     const int64_t ng = (heads + hg - 1) / hg;
     RefGemm ref(pool, batch, heads, ctx, D, lat, DType::bf16, kernels::ActPrecision::bf16);
+    ScratchArena mla_scratch(pool.size());
     Times t, tr;
     for (int64_t st = 0; st <= steps; ++st) {
       tr.time(st > 0, [&] { ref.run(); });
       t.time(st > 0, [&] {
-        pool.run(static_cast<int>(batch * ng), [&](int task, int) {
+        pool.run(static_cast<int>(batch * ng), [&](int task, int thread) {
           const int64_t s = task / ng, h0 = (task % ng) * hg, nh = std::min(hg, heads - h0);
           kernels::mla_decode_attend(&q[(s * heads + h0) * D], D, nh, lat, rope, views[s], ctx, 0.135f,
-                                     &out[(s * heads + h0) * lat], lat);
+                                     &out[(s * heads + h0) * lat], lat, mla_scratch.slot(thread));
         });
       });
     }
@@ -235,10 +238,10 @@ int main(int argc, char** argv) {
         });
       });
       tm.time(st > 0, [&] {
-        pool.run(static_cast<int>(batch * mng), [&](int task, int) {
+        pool.run(static_cast<int>(batch * mng), [&](int task, int thread) {
           const int64_t s = task / mng, h0 = (task % mng) * mhg, nh = std::min(mhg, qh - h0);
           kernels::mqa_decode_attend(&q[(s * qh + h0) * hd], hd, nh, kvw[s], &vvw[s], hd, ctx, sc,
-                                     &out[(s * qh + h0) * hd], hd);
+                                     &out[(s * qh + h0) * hd], hd, scratch.slot(thread));
         });
       });
     }

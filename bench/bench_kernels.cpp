@@ -21,11 +21,11 @@
 // [2048, 768]) at n tokens (--ns, default 1,2,4,8,16,32)
 // for each variant V = layout + 10 * (x block KiB, < 1000) + 1e4 * (least prefetch distance
 // KiB, < 1000) + 1e7 * (row chunk: 0 the default, 1 none, k >= 2 k * 16 KiB) of
-// detail::LinearAvx512Tuning (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n tiles,
+// detail::LinearTuning (layout 0 = the general tiles, 3 / 4 = 3- / 4-row small-n tiles,
 // 5 = the row streams up to kRowSeqMaxN tokens, 9 = the pairs kernel, which the other layouts
 // switch off; layouts other than 5 take the row streams for one token only; 0 KiB = the
 // default), interleaved in each of R rounds (default 5); --row-streams S:
-// LinearAvx512Tuning::row_streams (the row streams' S).
+// LinearTuning::row_streams (the row streams' S).
 // --ops: every op of the kernel registry (tests/kernel_ops) at the default model's and the bench
 // model's shapes, median and p90 of R rounds (default 5), beside its scalar reference
 // (bench/kernel_ops_bench.h); --filter: ops whose name contains SUBSTR; --model: one shape set.
@@ -98,13 +98,14 @@ struct Result {
 
 // Best-of-3 of (total time / calls) over `calls` calls cycling through the weight set.
 Result time_linear(const WeightSet& w, int64_t n, ActPrecision prec, ThreadPool& pool, double min_seconds,
-                   const detail::LinearAvx512Tuning& tuning = {}) {
+                   const detail::LinearTuning& tuning = {}) {
   std::vector<float> x(static_cast<size_t>(n * w.cols)), y(static_cast<size_t>(n * w.rows));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  ScratchArena scratch(pool.size());  // the kernels' working memory, reused by every call
   int64_t call = 0;
   auto one = [&] {
     detail::linear_tuned(x.data(), n, w.cols, w.get(call++), w.dtype, w.rows, w.cols, y.data(), w.rows, prec, &pool,
-                         false, tuning);
+                         scratch, false, tuning);
   };
   for (int64_t i = 0; i < w.count; ++i) one();  // warm-up: page faults, scratch, thread spin-up
   // Calls per repetition: enough for min_seconds, at least one full pass over the set.
@@ -135,11 +136,10 @@ struct Case {
 
 void run_case(Case& c, ThreadPool& pool, double min_seconds) {
   const bool wb = c.w->dtype == DType::bf16, ab = c.prec == ActPrecision::bf16;
-  const int64_t saved = detail::linear_blas_min_n(wb, ab);
-  if (c.blas_min_n != -2) detail::set_linear_blas_min_n(wb, ab, c.blas_min_n);
-  c.path = linear_path_name(c.n, c.w->dtype, c.prec);
-  c.best_sec = std::min(c.best_sec, time_linear(*c.w, c.n, c.prec, pool, min_seconds).sec_per_call);
-  detail::set_linear_blas_min_n(wb, ab, saved);
+  detail::LinearTuning tuning;
+  if (c.blas_min_n != -2) tuning.blas_min_n[wb][ab] = c.blas_min_n;
+  c.path = detail::linear_path_name(c.n, c.w->dtype, c.prec, 0, LinearOrder::fastest, tuning);
+  c.best_sec = std::min(c.best_sec, time_linear(*c.w, c.n, c.prec, pool, min_seconds, tuning).sec_per_call);
 }
 
 void print_table(const std::vector<Case>& cases, const Limits& lim) {
@@ -273,10 +273,11 @@ double time_cold(Fn&& one, int64_t count, double min_seconds) {
 
 int run_fp8_weights(int threads, bool quick) {
   ThreadPool pool(threads);
+  ScratchArena scratch(pool.size());  // the kernels' working memory, reused by every call
   const double min_s = quick ? 0.03 : 0.1;
   const int rounds = quick ? 1 : 3;
   const double cold = 256.0 * 1024 * 1024;
-  const detail::Fp8Tuning def = detail::fp8_tuning();
+  const detail::Fp8Tuning def;
   std::printf("threads %d, cpu features: %s, isa: %s, rounds %d; fp8 defaults: gemv %s, gemv up to n = %lld "
               "(x within %lld bytes), tiles of %lld rows\n",
               threads, cpu_features().to_string().c_str(), isa_name(active_isa()), rounds,
@@ -341,11 +342,12 @@ int run_fp8_weights(int threads, bool quick) {
       int64_t call = 0;
       r.bf16_s = std::min(r.bf16_s, time_cold([&] {
         linear(x.data(), r.n, r.cols, bw_set.get(call++), DType::bf16, r.rows, r.cols, y.data(), r.rows,
-               ActPrecision::bf16, &pool);
+               ActPrecision::bf16, &pool, scratch);
       }, bw_set.count, min_s));
       r.path = linear_fp8_path_name(r.n, r.cols, ActPrecision::bf16);
       r.fp8_s = std::min(r.fp8_s, time_cold([&] {
-        linear_fp8(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows, ActPrecision::bf16, &pool);
+        linear_fp8(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows, ActPrecision::bf16, &pool,
+                   scratch);
       }, fs.count, min_s));
     }
     for (Row& r : variants) {
@@ -354,13 +356,15 @@ int run_fp8_weights(int threads, bool quick) {
       for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
       const int lut = r.variant == "gemv bf16 word table" ? 1 : r.variant == "gemv bf16 byte table" ? 2 : 0;
       const int64_t gmax = r.variant == "tile" ? 0 : int64_t{1} << 40;
-      detail::set_fp8_tuning(lut, gmax, -1, gmax);
-      r.path = linear_fp8_path_name(r.n, r.cols, ActPrecision::bf16);
+      detail::Fp8Tuning t;
+      t.gemv_lut = lut;
+      t.gemv_max_n = t.gemv_f32_max_n = t.gemv_max_x_bytes = t.gemv_f32_max_x_bytes = gmax;
+      r.path = detail::linear_fp8_path_name(r.n, r.cols, ActPrecision::bf16, LinearOrder::fastest, t);
       int64_t call = 0;
       r.fp8_s = std::min(r.fp8_s, time_cold([&] {
-        linear_fp8(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows, ActPrecision::bf16, &pool);
+        detail::linear_fp8_tuned(x.data(), r.n, r.cols, fs.get(call++), r.rows, r.cols, y.data(), r.rows,
+                                 ActPrecision::bf16, &pool, scratch, false, LinearOrder::fastest, t);
       }, fs.count, min_s));
-      detail::set_fp8_tuning(def);
     }
   }
   const double bw = measure_read_bandwidth(pool);
@@ -398,7 +402,7 @@ int run_fp8_dequant(int rounds, const std::vector<int>& shapes) {
     return 0;
   }
   ThreadPool one(1);
-  const int64_t tile = detail::fp8_tuning().tile_rows;
+  const int64_t tile = detail::Fp8Tuning{}.tile_rows;
   std::vector<Fp8Set> sets;
   for (size_t i = 0; i + 1 < shapes.size(); i += 2)
     sets.push_back(make_fp8_weights(shapes[i], shapes[i + 1], 256.0 * 1024 * 1024));
@@ -435,13 +439,14 @@ int run_fp8_dequant(int rounds, const std::vector<int>& shapes) {
 // through the cold weight set. On a loaded machine most calls share the cores or the memory
 // bus with other processes; the fast tail is the closest to the kernel's own speed.
 double time_calls_p10(const WeightSet& w, int64_t n, ThreadPool& pool, double min_seconds,
-                      const detail::LinearAvx512Tuning& tuning) {
+                      const detail::LinearTuning& tuning) {
   std::vector<float> x(static_cast<size_t>(n * w.cols)), y(static_cast<size_t>(n * w.rows));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  ScratchArena scratch(pool.size());  // the kernels' working memory, reused by every call
   int64_t call = 0;
   auto one = [&] {
     detail::linear_tuned(x.data(), n, w.cols, w.get(call++), w.dtype, w.rows, w.cols, y.data(), w.rows,
-                         ActPrecision::bf16, &pool, false, tuning);
+                         ActPrecision::bf16, &pool, scratch, false, tuning);
   };
   for (int64_t i = 0; i < w.count; ++i) one();
   std::vector<double> t;
@@ -483,9 +488,9 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
       // variant = layout + 10 * (x block KiB, < 1000) + 1e4 * (least prefetch distance KiB, < 1000)
       // + 1e7 * (row chunk: 0 the default, 1 none, k >= 2: k * 16 KiB).
       const int chunk = row.variant / 10000000;
-      detail::set_linear_pairs_min_n(row.variant % 10 == 9 ? 1 : int64_t{1} << 40);
       // 0 KiB (or a layout other than 0, 3, 4): the default.
-      detail::LinearAvx512Tuning tuning;
+      detail::LinearTuning tuning;
+      tuning.pairs_min_n = row.variant % 10 == 9 ? 1 : int64_t{1} << 40;
       tuning.row_streams = row_streams;
       const int layout = row.variant % 10;
       const int64_t x_bytes = int64_t{row.variant / 10 % 1000} * 1024;
@@ -498,7 +503,6 @@ int run_small_n(ThreadPool& pool, int rounds, const std::vector<int>& variants, 
       row.s.push_back(time_calls_p10(*row.w, row.n, pool, 0.1, tuning));
     }
   }
-  detail::set_linear_pairs_min_n(-1);
   const double bw_med = median(bw);
   std::printf("read bandwidth per round (GB/s):");
   for (double b : bw) std::printf(" %.1f", b / 1e9);
@@ -589,7 +593,7 @@ int main(int argc, char** argv) {
       for (size_t si = 0; si < sets.size(); ++si)
         for (int ri = 0; ri < kModes; ++ri)
           for (int pi = 0; pi < 5; ++pi) {
-            detail::LinearAvx512Tuning tuning;
+            detail::LinearTuning tuning;
             tuning.prefetch_bytes = pfs[pi];
             tuning.rows_single = rs[ri].first;
             tuning.row_streams = rs[ri].second;
@@ -632,7 +636,7 @@ int main(int argc, char** argv) {
     for (auto prec : {ActPrecision::bf16, ActPrecision::f32})
       for (int64_t n : ns) cases.push_back({w, n, prec, -2, ""});
   if (compare) {
-    // Tile kernels vs OpenBLAS sgemm for f32 activations (decides linear_blas_min_n).
+    // Tile kernels vs OpenBLAS sgemm for f32 activations (decides LinearTuning::blas_min_n).
     for (const WeightSet* w : {&up, &upf})
       for (int64_t n : {16, 32, 64, 128, 256}) {
         cases.push_back({w, n, ActPrecision::f32, int64_t{1} << 40, ""});

@@ -44,14 +44,14 @@ class GqaAttention final : public AttentionVariant {
       // Low-rank query (Step-3 MFA): q = wq(rmsnorm(q_proj(hn), inter_norm)).
       const int64_t r = A.q_a.rows;
       q_low_.resize(static_cast<size_t>(n * r));
-      linear(A.q_a, b.hn.data(), n, q_low_.data(), opt_.prec, pool_, opt_.order());
+      linear(A.q_a, b.hn.data(), n, q_low_.data(), opt_.prec, pool_, scratch_, opt_.order());
       kernels::rmsnorm(q_low_.data(), A.q_a_norm.data, n, r, eps, q_low_.data());
-      linear(A.q, q_low_.data(), n, b.q.data(), opt_.prec, pool_, opt_.order());
+      linear(A.q, q_low_.data(), n, b.q.data(), opt_.prec, pool_, scratch_, opt_.order());
     } else {
-      linear(A.q, b.hn.data(), n, b.q.data(), opt_.prec, pool_, opt_.order());
+      linear(A.q, b.hn.data(), n, b.q.data(), opt_.prec, pool_, scratch_, opt_.order());
     }
-    linear(A.k, b.hn.data(), n, b.k.data(), opt_.prec, pool_, opt_.order());
-    linear(A.v, b.hn.data(), n, b.v.data(), opt_.prec, pool_, opt_.order());
+    linear(A.k, b.hn.data(), n, b.k.data(), opt_.prec, pool_, scratch_, opt_.order());
+    linear(A.v, b.hn.data(), n, b.v.data(), opt_.prec, pool_, scratch_, opt_.order());
     add_bias(A.q_bias, b.q.data(), n);
     add_bias(A.k_bias, b.k.data(), n);
     add_bias(A.v_bias, b.v.data(), n);
@@ -123,7 +123,7 @@ class GqaAttention final : public AttentionVariant {
     });
     const kernels::CausalAttnShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
     kernels::causal_attention(&b.q[i0 * qd], qd, nq, p0, k_rows_.data(), v_rows_.data(), kvd, shape,
-                              1.0f / std::sqrt(static_cast<float>(c.head_dim)), &out[i0 * qd], qd, pool_,
+                              1.0f / std::sqrt(static_cast<float>(c.head_dim)), &out[i0 * qd], qd, pool_, scratch_,
                               opt_.batch_invariant ? kernels::CausalOrder::decode : kernels::CausalOrder::fast);
   }
 
@@ -146,7 +146,7 @@ class GqaAttention final : public AttentionVariant {
       mqa_items_[task] = MqaItem{&b.q[i * c.q_dim() + h0 * hd], hd, nh, &rows_[i].k, &rows_[i].v, hd, b.pos[i] + 1,
                                  &out[i * c.q_dim() + h0 * hd], hd};
     }
-    mqa_.run(*pool_, mqa_items_, scale);
+    mqa_.run(*pool_, scratch_, mqa_items_, scale);
   }
 
   // K and V rows of one sequence's cache (KV head 0) as the kernel reads them.

@@ -39,7 +39,12 @@ namespace {
 class MlaAttention final : public AttentionVariant {
  public:
   MlaAttention(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv, AttentionOptions opt, ThreadPool* pool)
-      : w_(std::move(w)), kv_(kv), opt_(opt), pool_(pool) {
+      : w_(std::move(w)),
+        kv_(kv),
+        opt_(opt),
+        pool_(pool),
+        scratch_(pool->size()),
+        task_scratch_(static_cast<size_t>(pool->size())) {
     const ModelConfig& c = w_->config;
     const RopeScaling& rs = c.rope_scaling;
     const bool yarn = rs.type == RopeScaling::Type::yarn;
@@ -62,21 +67,27 @@ class MlaAttention final : public AttentionVariant {
     float* a = b.k.data();  // [n, Lkv + R]: the cache rows
     if (c.q_lora_rank > 0) {
       qa_.resize(static_cast<size_t>(n * c.q_lora_rank));
-      linear(A.q_a, b.hn.data(), n, qa_.data(), opt_.prec, pool_, opt_.order());
+      linear(A.q_a, b.hn.data(), n, qa_.data(), opt_.prec, pool_, scratch_, opt_.order());
       kernels::rmsnorm(qa_.data(), A.q_a_norm.data, n, c.q_lora_rank, eps, qa_.data());
-      linear(A.q, qa_.data(), n, q, opt_.prec, pool_, opt_.order());
+      linear(A.q, qa_.data(), n, q, opt_.prec, pool_, scratch_, opt_.order());
     } else {
-      linear(A.q, b.hn.data(), n, q, opt_.prec, pool_, opt_.order());
+      linear(A.q, b.hn.data(), n, q, opt_.prec, pool_, scratch_, opt_.order());
     }
-    linear(A.kv_a, b.hn.data(), n, a, opt_.prec, pool_, opt_.order());
+    linear(A.kv_a, b.hn.data(), n, a, opt_.prec, pool_, scratch_, opt_.order());
     const int64_t half = R / 2;
-    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
-    for (int64_t i = 0; i < n; ++i) {
-      kernels::rmsnorm(a + i * D, A.kv_a_norm.data, 1, Lkv, eps, a + i * D);
-      kernels::rope_cos_sin(b.pos[i], inv_freq_.data(), half, mag_, cs.data(), sn.data());
-      kernels::rope_rotate(q + i * N * QH + P, N, QH, R, cs.data(), sn.data(), c.rope_interleave);
-      kernels::rope_rotate(a + i * D + Lkv, 1, D, R, cs.data(), sn.data(), c.rope_interleave);
-      kv_->write(layer, b.seq[i], b.pos[i], a + i * D, nullptr);
+    {
+      // The RoPE tables of one position, in the calling thread's slot.
+      ScratchSlot& own = scratch_.slot(0);
+      ScratchSlot::Frame frame(own);
+      float* const cs = own.take<float>(static_cast<size_t>(half));
+      float* const sn = own.take<float>(static_cast<size_t>(half));
+      for (int64_t i = 0; i < n; ++i) {
+        kernels::rmsnorm(a + i * D, A.kv_a_norm.data, 1, Lkv, eps, a + i * D);
+        kernels::rope_cos_sin(b.pos[i], inv_freq_.data(), half, mag_, cs, sn);
+        kernels::rope_rotate(q + i * N * QH + P, N, QH, R, cs, sn, c.rope_interleave);
+        kernels::rope_rotate(a + i * D + Lkv, 1, D, R, cs, sn, c.rope_interleave);
+        kv_->write(layer, b.seq[i], b.pos[i], a + i * D, nullptr);
+      }
     }
     // Runs of consecutive tokens of one sequence: short runs (decode, verification) in the
     // absorbed form, longer runs (prefill chunks) in the expanded form — or, batch-invariant,
@@ -124,18 +135,20 @@ class MlaAttention final : public AttentionVariant {
     // (docs/bench-log/2026-11-26-fp8-prefetch.md).
     static constexpr int64_t kAxpyMaxTokens = 2;
     static constexpr int64_t kAxpyBlock = 8;
-    pool_->run(static_cast<int>(N), [&](int h, int) {
-      thread_local std::vector<float> wuk, qn;
+    pool_->run(static_cast<int>(N), [&](int h, int thread) {
+      // W_UK[h] as f32 (one row or all P) and the tokens' q_nope, in the task's slot.
+      ScratchSlot& ts = task_scratch_[static_cast<size_t>(thread)].slot(0);
+      ScratchSlot::Frame frame(ts);
       if (nd <= kAxpyMaxTokens) {
-        wuk.resize(static_cast<size_t>(Lkv));
+        float* const wuk = ts.take<float>(static_cast<size_t>(Lkv));
         for (int64_t k = 0; k < nd; ++k) std::fill_n(&qlat_[(k * N + h) * D], Lkv, 0.0f);
         for (int64_t d = 0; d < P; ++d) {
-          matrix_row_f32(A.kv_b, h * (P + V) + d, wuk.data());
+          matrix_row_f32(A.kv_b, h * (P + V) + d, wuk);
           for (int64_t k = 0; k < nd; ++k)
-            kernels::axpy(b.q[decode_[k] * N * QH + h * QH + d], wuk.data(), Lkv, &qlat_[(k * N + h) * D]);
+            kernels::axpy(b.q[decode_[k] * N * QH + h * QH + d], wuk, Lkv, &qlat_[(k * N + h) * D]);
         }
       } else if (opt_.batch_invariant) {
-        wuk.resize(static_cast<size_t>(P * Lkv));
+        float* const wuk = ts.take<float>(static_cast<size_t>(P * Lkv));
         for (int64_t d = 0; d < P; ++d) matrix_row_f32(A.kv_b, h * (P + V) + d, &wuk[d * Lkv]);
         for (int64_t k0 = 0; k0 < nd; k0 += kAxpyBlock) {
           const int64_t k1 = std::min(nd, k0 + kAxpyBlock);
@@ -145,12 +158,12 @@ class MlaAttention final : public AttentionVariant {
               kernels::axpy(b.q[decode_[k] * N * QH + h * QH + d], &wuk[d * Lkv], Lkv, &qlat_[(k * N + h) * D]);
         }
       } else {
-        wuk.resize(static_cast<size_t>(P * Lkv));
-        qn.resize(static_cast<size_t>(nd * P));
+        float* const wuk = ts.take<float>(static_cast<size_t>(P * Lkv));
+        float* const qn = ts.take<float>(static_cast<size_t>(nd * P));
         for (int64_t d = 0; d < P; ++d) matrix_row_f32(A.kv_b, h * (P + V) + d, &wuk[d * Lkv]);
         for (int64_t k = 0; k < nd; ++k)
           std::memcpy(&qn[k * P], &b.q[decode_[k] * N * QH + h * QH], static_cast<size_t>(P) * 4);
-        kernels::matmul_f32(qn.data(), nd, P, P, wuk.data(), Lkv, Lkv, &qlat_[h * D], N * D);
+        kernels::matmul_f32(qn, nd, P, P, wuk, Lkv, Lkv, &qlat_[h * D], N * D);
       }
       for (int64_t k = 0; k < nd; ++k)
         std::memcpy(&qlat_[(k * N + h) * D + Lkv], &b.q[decode_[k] * N * QH + h * QH + P], static_cast<size_t>(R) * 4);
@@ -170,13 +183,14 @@ class MlaAttention final : public AttentionVariant {
       mqa_items_[task] = MqaItem{&qlat_[(k * N + h0) * D], D, nh, &views_[k], nullptr, Lkv, b.pos[decode_[k]] + 1,
                                  &olat_[(k * N + h0) * Lkv], Lkv};
     }
-    mqa_.run(*pool_, mqa_items_, scale_);
+    mqa_.run(*pool_, scratch_, mqa_items_, scale_);
     // o[i][h] = W_UV[h] o_lat[i][h], one head per task (a head's product alone is too small to
     // split across the pool).
     otmp_.resize(static_cast<size_t>(nd * N * V));
-    pool_->run(static_cast<int>(N), [&](int h, int) {
+    pool_->run(static_cast<int>(N), [&](int h, int thread) {
       const Matrix wuv = matrix_rows(A.kv_b, h * (P + V) + P, (h + 1) * (P + V));
-      linear(wuv, &olat_[h * Lkv], nd, N * Lkv, &otmp_[h * V], N * V, opt_.prec, nullptr, false, opt_.order());
+      linear(wuv, &olat_[h * Lkv], nd, N * Lkv, &otmp_[h * V], N * V, opt_.prec, nullptr,
+             task_scratch_[static_cast<size_t>(thread)], false, opt_.order());
     });
     for (int64_t k = 0; k < nd; ++k)
       std::memcpy(out + decode_[k] * N * V, &otmp_[k * N * V], static_cast<size_t>(N * V) * 4);
@@ -211,15 +225,19 @@ class MlaAttention final : public AttentionVariant {
     for (int64_t j0 = 0; j0 < ctx; j0 += kb) {
       const int64_t kn = std::min(kb, ctx - j0);
       for (int64_t j = 0; j < kn; ++j) kv_->read_k(layer, seq, j0 + j, &lat_[j * D]);
-      linear(A.kv_b, lat_.data(), kn, D, kvx_.data(), N * (P + V), opt_.prec, pool_);  // [kn, N, P + V]
+      linear(A.kv_b, lat_.data(), kn, D, kvx_.data(), N * (P + V), opt_.prec, pool_, scratch_);  // [kn, N, P + V]
       // Per head (one task each): K_h [kn, P + R] = k_nope[h] ‖ k_pe and V_h^T [V, kn] of the
       // block, then for blocks of at most kRows query tokens: S = Q_h K_h^T * scale (causal:
       // the token at position p sees j <= p), the online softmax update, O_h += S V_h (both
       // products through linear(), with f32 rows of K_h / V_h^T as its weight matrix).
-      pool_->run(static_cast<int>(N), [&](int h, int) {
-        thread_local std::vector<float> kh, vt, s;
-        kh.resize(static_cast<size_t>(kn * QH));
-        vt.resize(static_cast<size_t>(V * kn));
+      pool_->run(static_cast<int>(N), [&](int h, int thread) {
+        // K_h, V_h^T and the scores in the task's slot; its arena serves the products too.
+        ScratchArena& task_arena = task_scratch_[static_cast<size_t>(thread)];
+        ScratchSlot& ts = task_arena.slot(0);
+        ScratchSlot::Frame frame(ts);
+        float* const kh = ts.take<float>(static_cast<size_t>(kn * QH));
+        float* const vt = ts.take<float>(static_cast<size_t>(V * kn));
+        float* const s = ts.take<float>(static_cast<size_t>(std::min(kRows, m) * kn));
         for (int64_t j = 0; j < kn; ++j) {
           const float* kv = &kvx_[(j * N + h) * (P + V)];
           std::memcpy(&kh[j * QH], kv, static_cast<size_t>(P) * 4);
@@ -232,9 +250,8 @@ class MlaAttention final : public AttentionVariant {
           int64_t pmax = 0;
           for (int64_t r = 0; r < nr; ++r) pmax = std::max(pmax, b.pos[t0 + r]);
           if (pmax < j0) continue;  // no row here sees a key of this block
-          s.resize(static_cast<size_t>(nr * kn));
-          kernels::linear(&b.q[t0 * N * QH + h * QH], nr, N * QH, kh.data(), DType::f32, kn, QH, s.data(), kn,
-                          opt_.prec, nullptr);
+          kernels::linear(&b.q[t0 * N * QH + h * QH], nr, N * QH, kh, DType::f32, kn, QH, s, kn, opt_.prec, nullptr,
+                          task_arena);
           for (int64_t r = 0; r < nr; ++r) {
             float* sr = &s[r * kn];
             const int64_t valid = std::min(kn, b.pos[t0 + r] + 1 - j0);  // keys j0 .. pos
@@ -254,7 +271,7 @@ class MlaAttention final : public AttentionVariant {
             if (corr != 1.0f)
               for (int64_t v = 0; v < V; ++v) o[v] *= corr;
           }
-          kernels::linear(s.data(), nr, kn, vt.data(), DType::f32, V, kn, out + t0 * OV + h * V, OV, opt_.prec, nullptr,
+          kernels::linear(s, nr, kn, vt, DType::f32, V, kn, out + t0 * OV + h * V, OV, opt_.prec, nullptr, task_arena,
                           /*accumulate=*/true);
         }
       });
@@ -276,6 +293,11 @@ class MlaAttention final : public AttentionVariant {
   std::vector<double> inv_freq_;
   double mag_ = 1.0;
   float scale_ = 1.0f;
+  // The kernels' working memory: scratch_ one slot per pool thread (products over the pool, the
+  // MQA tasks); task_scratch_[t] one slot, for what a task on pool thread t computes alone
+  // (W_UK / K_h / V_h^T buffers and the per-head products).
+  ScratchArena scratch_;
+  std::vector<ScratchArena> task_scratch_;
   // Scratch, reused across calls.
   std::vector<float> qa_, qlat_, olat_, otmp_, lat_, kvx_, run_max_, run_sum_;
   std::vector<int64_t> decode_;

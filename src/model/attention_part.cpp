@@ -9,7 +9,11 @@ using kernels::ActPrecision;
 
 AttentionPart::AttentionPart(std::shared_ptr<const ModelWeights> w, PagedKvCache* kv, AttentionOptions opt,
                              ThreadPool* pool)
-    : w_(w), opt_(opt), pool_(pool), attention_(make_attention_variant(std::move(w), kv, opt, pool)) {
+    : w_(w),
+      opt_(opt),
+      pool_(pool),
+      attention_(make_attention_variant(std::move(w), kv, opt, pool)),
+      scratch_(pool != nullptr ? pool->size() : 1) {
   AFD_CHECK(attention_ != nullptr);
 }
 
@@ -27,7 +31,7 @@ void AttentionPart::forward(int64_t layer, TokenBatch& b) {
   kernels::rmsnorm(b.x.data(), L.input_norm.data, n, hid, eps, b.hn.data());
   attention_->attend(layer, b, b.attn.data());
   // x += o_proj(attn)
-  linear(L.attn.o, b.attn.data(), n, c.o_in_dim(), b.x.data(), hid, opt_.prec, pool_, /*accumulate=*/true,
+  linear(L.attn.o, b.attn.data(), n, c.o_in_dim(), b.x.data(), hid, opt_.prec, pool_, scratch_, /*accumulate=*/true,
          opt_.order());
   kernels::rmsnorm(b.x.data(), L.post_attention_norm.data, n, hid, eps, b.h.data());
   if (L.is_moe) route(layer, b);
@@ -37,7 +41,7 @@ void AttentionPart::route(int64_t layer, TokenBatch& b) {
   const MoeWeights& moe = w_->layers[layer].moe;
   // Router logits with f32 activations in both modes: a routing flip changes the output by
   // a whole expert, so the router's input is never rounded to bf16.
-  linear(moe.router, b.h.data(), b.n, b.router.data(), ActPrecision::f32, pool_, opt_.order());
+  linear(moe.router, b.h.data(), b.n, b.router.data(), ActPrecision::f32, pool_, scratch_, opt_.order());
   route_tokens(config(), b.router.data(), moe.score_bias.empty() ? nullptr : moe.score_bias.data, b.n,
                b.topk_ids.data(), b.topk_w.data());
 }
@@ -58,7 +62,7 @@ void AttentionPart::logits(const TokenBatch& b, std::span<const int64_t> rows, f
   const int64_t m = static_cast<int64_t>(rows.size());
   final_scratch_.resize(static_cast<size_t>(m * config().hidden_size));
   final_hidden(b, rows, final_scratch_.data());
-  linear(w_->lm_head, final_scratch_.data(), m, out, opt_.prec, pool_, opt_.order());
+  linear(w_->lm_head, final_scratch_.data(), m, out, opt_.prec, pool_, scratch_, opt_.order());
 }
 
 }  // namespace afd

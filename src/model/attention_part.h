@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 
+#include "core/scratch_arena.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops.h"
 #include "kv/paged_kv_cache.h"
@@ -50,6 +51,7 @@ class AttentionPart {
   ThreadPool* pool_;
   std::unique_ptr<AttentionVariant> attention_;
   std::vector<float> final_scratch_;
+  ScratchArena scratch_;  // one slot per pool thread: the o_proj, router and LM head products
 };
 
 }  // namespace afd

@@ -1,5 +1,7 @@
 #include "model/attention_variant.h"
 
+#include "core/check.h"
+
 namespace afd {
 
 KvLayout kv_layout(const ModelConfig& c) {
@@ -27,15 +29,16 @@ kernels::PagedRows paged_rows(const PagedKvCache& kv, int64_t layer, int64_t seq
   return kernels::PagedRows{blocks, fp8 ? scales : nullptr, kc.block_size, kc.head_dim, kc.dtype};
 }
 
-void MqaDecodeRunner::run(ThreadPool& pool, const std::vector<MqaItem>& items, float scale) {
+void MqaDecodeRunner::run(ThreadPool& pool, ScratchArena& scratch, const std::vector<MqaItem>& items, float scale) {
+  AFD_CHECK(scratch.size() >= pool.size(), "MqaDecodeRunner: fewer scratch slots than pool threads");
   const int64_t n = static_cast<int64_t>(items.size());
   int64_t total_segments = 0;
   for (const MqaItem& it : items) total_segments += kernels::mqa_decode_segments(it.n_ctx);
   if (n >= pool.size() || total_segments == n) {
-    pool.run(static_cast<int>(n), [&](int i, int) {
+    pool.run(static_cast<int>(n), [&](int i, int thread) {
       const MqaItem& it = items[i];
       kernels::mqa_decode_attend(it.q, it.q_stride, it.n_heads, *it.k, it.v, it.v_dim, it.n_ctx, scale, it.out,
-                                 it.out_stride);
+                                 it.out_stride, scratch.slot(thread));
     });
     return;
   }
@@ -67,15 +70,15 @@ void MqaDecodeRunner::run(ThreadPool& pool, const std::vector<MqaItem>& items, f
     oo += it.n_heads * it.v_dim;
     mo += 2 * it.n_heads;
   }
-  pool.run(static_cast<int>(n_tasks), [&](int t, int) {
+  pool.run(static_cast<int>(n_tasks), [&](int t, int thread) {
     const MqaItem& it = items[seg_item_[t]];
     kernels::mqa_decode_segment(it.q, it.q_stride, it.n_heads, *it.k, it.v, it.v_dim, it.n_ctx, seg_index_[t], scale,
-                                parts_[t]);
+                                parts_[t], scratch.slot(thread));
   });
-  pool.run(static_cast<int>(n), [&](int i, int) {
+  pool.run(static_cast<int>(n), [&](int i, int thread) {
     const MqaItem& it = items[i];
-    kernels::mqa_decode_combine(it.n_heads, it.v_dim, &parts_[first_seg_[i]], first_seg_[i + 1] - first_seg_[i],
-                                it.out, it.out_stride);
+    kernels::mqa_decode_combine(it.n_heads, it.v_dim, &parts_[first_seg_[i]], first_seg_[i + 1] - first_seg_[i], it.out,
+                                it.out_stride, scratch.slot(thread));
   });
 }
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/scratch_arena.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/mla_attention.h"
 #include "kernels/cpu/ops.h"
@@ -86,7 +87,9 @@ struct MqaItem {
 // is what mqa_decode_attend gives.
 class MqaDecodeRunner {
  public:
-  void run(ThreadPool& pool, const std::vector<MqaItem>& items, float scale);
+  // scratch: one slot per pool thread (at least pool.size()); the task on pool thread t takes
+  // from slot t the kernels' working memory while it runs.
+  void run(ThreadPool& pool, ScratchArena& scratch, const std::vector<MqaItem>& items, float scale);
 
  private:
   std::vector<int64_t> seg_item_, seg_index_, first_seg_;  // per segment task; per item

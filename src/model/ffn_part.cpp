@@ -17,16 +17,17 @@ using kernels::ActPrecision;
 // Expert buckets of at least this many rows gather and scatter them on the pool.
 constexpr int64_t kParallelRows = 32;
 
-// y [n, hidden] = swiglu_ffn(x [n, hidden]) using scratch (2 * n * inter floats).
+// y [n, hidden] = swiglu_ffn(x [n, hidden]) using scratch (2 * n * inter floats); arena: the
+// products' working memory (linear(), model/matrix.h).
 void swiglu(const FfnWeights& f, const float* x, int64_t n, float* y, float* scratch, ActPrecision prec,
-            kernels::LinearOrder order, ThreadPool* pool) {
+            kernels::LinearOrder order, ThreadPool* pool, ScratchArena& arena) {
   const int64_t inter = f.gate.rows;
   float* g = scratch;
   float* u = scratch + n * inter;
-  linear(f.gate, x, n, g, prec, pool, order);
-  linear(f.up, x, n, u, prec, pool, order);
+  linear(f.gate, x, n, g, prec, pool, arena, order);
+  linear(f.up, x, n, u, prec, pool, arena, order);
   kernels::silu_mul(g, u, n * inter, g);
-  linear(f.down, g, n, y, prec, pool, order);
+  linear(f.down, g, n, y, prec, pool, arena, order);
 }
 
 // Expert-parallel mode (decode: many experts of few tokens each): each pool thread runs whole
@@ -48,6 +49,8 @@ void experts_in_parallel(const MoeWeights& moe, const std::vector<int32_t>& acti
                    [&](int32_t a, int32_t b) { return start[a + 1] - start[a] > start[b + 1] - start[b]; });
   const int threads = pool->size();
   scratch->per_thread.resize(static_cast<size_t>(threads + 1));
+  if (scratch->task_arenas.size() < static_cast<size_t>(threads))
+    scratch->task_arenas.resize(static_cast<size_t>(threads));
   std::vector<float>& ys_all = scratch->per_thread[static_cast<size_t>(threads)];
   ys_all.resize(static_cast<size_t>(n * K * hid));
   pool->run(static_cast<int>(tasks.size()), [&](int task, int thread) {
@@ -59,7 +62,8 @@ void experts_in_parallel(const MoeWeights& moe, const std::vector<int32_t>& acti
     float* xs = buf.data();
     for (int64_t r = 0; r < m; ++r)
       std::memcpy(xs + r * hid, h + (sel[r] / K) * hid, static_cast<size_t>(hid) * sizeof(float));
-    swiglu(moe.experts[e], xs, m, ys_all.data() + start[e] * hid, xs + max_m * hid, opt.prec, opt.order, nullptr);
+    swiglu(moe.experts[e], xs, m, ys_all.data() + start[e] * hid, xs + max_m * hid, opt.prec, opt.order, nullptr,
+           scratch->task_arenas[static_cast<size_t>(thread)]);
   });
   // pos[t * K + j]: the row of ys_all holding token t's slot j (-1: expert not run here).
   std::vector<int32_t>& pos = scratch->idx_pos;
@@ -68,13 +72,12 @@ void experts_in_parallel(const MoeWeights& moe, const std::vector<int32_t>& acti
     for (int32_t p = start[e]; p < start[e + 1]; ++p) pos[order[p]] = p;
   pool->parallel_for(n, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
-      // The slots' rows in ascending bucket position = ascending expert id.
-      thread_local std::vector<int32_t> p;
-      p.clear();
+      // The slots' rows in ascending bucket position = ascending expert id (the token's own
+      // entries of pos, sorted in place; -1, the experts not run here, first).
+      int32_t* p = pos.data() + t * K;
+      std::sort(p, p + K);
       for (int64_t j = 0; j < K; ++j)
-        if (pos[t * K + j] >= 0) p.push_back(pos[t * K + j]);
-      std::sort(p.begin(), p.end());
-      for (int32_t q : p) kernels::axpy(weights[order[q]], ys_all.data() + q * hid, hid, out + t * hid);
+        if (p[j] >= 0) kernels::axpy(weights[order[p[j]]], ys_all.data() + p[j] * hid, hid, out + t * hid);
     }
   });
 }
@@ -89,13 +92,15 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
   const int64_t hid = c.hidden_size;
   std::memset(out, 0, static_cast<size_t>(n * hid) * sizeof(float));
   if (n == 0) return;
+  const int n_threads = pool != nullptr ? pool->size() : 1;
+  if (scratch->arena.size() < n_threads) scratch->arena = ScratchArena(n_threads);
 
   if (!L.is_moe) {
     if (!opt.include_shared) return;
     AFD_CHECK(!L.dense.empty(), "ffn_part: dense layer not held by these weights");
     const int64_t inter = L.dense.gate.rows;
     scratch->buf.resize(static_cast<size_t>(2 * n * inter));
-    swiglu(L.dense, h, n, out, scratch->buf.data(), opt.prec, opt.order, pool);
+    swiglu(L.dense, h, n, out, scratch->buf.data(), opt.prec, opt.order, pool, scratch->arena);
     return;
   }
 
@@ -152,7 +157,7 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
         for (int64_t r = r0; r < r1; ++r)
           std::memcpy(xs + r * hid, h + (sel[r] / K) * hid, static_cast<size_t>(hid) * sizeof(float));
       });
-      swiglu(L.moe.experts[e], xs, m, ys, tmp, opt.prec, opt.order, pool);
+      swiglu(L.moe.experts[e], xs, m, ys, tmp, opt.prec, opt.order, pool, scratch->arena);
       rows([&](int64_t r0, int64_t r1, int) {
         for (int64_t r = r0; r < r1; ++r)
           kernels::axpy(weights[sel[r]], ys + r * hid, hid, out + (sel[r] / K) * hid);
@@ -161,10 +166,10 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
   }
 
   if (opt.include_shared && shared_inter > 0) {
-    swiglu(L.moe.shared, h, n, ys, tmp, opt.prec, opt.order, pool);
+    swiglu(L.moe.shared, h, n, ys, tmp, opt.prec, opt.order, pool, scratch->arena);
     std::vector<float> gate(static_cast<size_t>(n), 1.0f);
     if (!L.moe.shared_gate.empty()) {
-      linear(L.moe.shared_gate, h, n, gate.data(), ActPrecision::f32, pool, opt.order);
+      linear(L.moe.shared_gate, h, n, gate.data(), ActPrecision::f32, pool, scratch->arena, opt.order);
       for (auto& g : gate) g = 1.0f / (1.0f + std::exp(-g));
     }
     for (int64_t i = 0; i < n; ++i) kernels::axpy(gate[i], ys + i * hid, hid, out + i * hid);

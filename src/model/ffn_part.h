@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/scratch_arena.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops.h"
 #include "model/weights.h"
@@ -43,6 +44,12 @@ struct FfnScratch {
   std::vector<int32_t> idx, idx_pos;
   // Expert-parallel mode: one buffer per pool thread, then the experts' output rows.
   std::vector<std::vector<float>> per_thread;
+  // The matrix products' working memory (kernels::linear): `arena` has a slot per thread of the
+  // pool ffn_part is given (grown to its size on use), for products spread over the pool;
+  // task_arenas[t], one slot each, for the products a task on pool thread t runs alone
+  // (expert-parallel mode).
+  ScratchArena arena;
+  std::vector<ScratchArena> task_arenas;
 };
 
 // What one tensor-parallel FFN worker holds (runtime/topology.h): TP rank `rank` of

@@ -26,11 +26,14 @@ size_t Matrix::scale_bytes() const {
 }
 
 void linear(const Matrix& m, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-            kernels::ActPrecision prec, ThreadPool* pool, bool accumulate, kernels::LinearOrder order) {
+            kernels::ActPrecision prec, ThreadPool* pool, ScratchArena& scratch, bool accumulate,
+            kernels::LinearOrder order) {
   if (m.is_fp8()) {
-    kernels::linear_fp8(x, n, x_stride, fp8_view(m), m.rows, m.cols, y, y_stride, prec, pool, accumulate, order);
+    kernels::linear_fp8(x, n, x_stride, fp8_view(m), m.rows, m.cols, y, y_stride, prec, pool, scratch, accumulate,
+                        order);
   } else {
-    kernels::linear(x, n, x_stride, m.data, m.dtype, m.rows, m.cols, y, y_stride, prec, pool, accumulate, order);
+    kernels::linear(x, n, x_stride, m.data, m.dtype, m.rows, m.cols, y, y_stride, prec, pool, scratch, accumulate,
+                    order);
   }
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/scratch_arena.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops.h"
@@ -47,13 +48,15 @@ struct Matrix {
 
 // y [n, m.rows] (row stride y_stride) = x [n, m.cols] (row stride x_stride) . m^T, or += with
 // accumulate; the kernels' precision and order contracts (kernels/cpu/ops.h, linear_fp8.h).
+// scratch: the kernels' working memory, as kernels::linear's (ops.h): at least pool->size()
+// slots (1 without a pool), slot 0 the calling thread's.
 void linear(const Matrix& m, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-            kernels::ActPrecision prec, ThreadPool* pool, bool accumulate = false,
+            kernels::ActPrecision prec, ThreadPool* pool, ScratchArena& scratch, bool accumulate = false,
             kernels::LinearOrder order = kernels::LinearOrder::fastest);
 // The common case: x and y dense.
 inline void linear(const Matrix& m, const float* x, int64_t n, float* y, kernels::ActPrecision prec, ThreadPool* pool,
-                   kernels::LinearOrder order = kernels::LinearOrder::fastest) {
-  linear(m, x, n, m.cols, y, m.rows, prec, pool, false, order);
+                   ScratchArena& scratch, kernels::LinearOrder order = kernels::LinearOrder::fastest) {
+  linear(m, x, n, m.cols, y, m.rows, prec, pool, scratch, false, order);
 }
 
 // Row r of m as f32 (embedding lookups).

@@ -44,7 +44,8 @@ MtpHead::MtpHead(MtpModule module, std::unique_ptr<PagedKvCache> kv, std::shared
       ffn_(module_.block, std::move(fo), pool_.get()),
       prec_(ao.prec),
       order_(ao.order()),
-      max_seqs_(max_seqs) {}
+      max_seqs_(max_seqs),
+      scratch_(pool_->size()) {}
 
 Result<int64_t> MtpHead::create_sequence() {
   if (n_live_ >= max_seqs_)
@@ -117,7 +118,7 @@ Status MtpHead::forward(std::span<const Item> items, std::vector<float>* logits,
   attn_.embed(b_);  // x = the module's embedding of t[i+1]
   for (int64_t r = 0; r < n; ++r)
     kernels::rmsnorm(&b_.x[r * H], module_.enorm.data, 1, H, static_cast<float>(c.rms_norm_eps), &cat_[r * 2 * H]);
-  linear(module_.eh_proj, cat_.data(), n, b_.x.data(), prec_, pool_.get(), order_);
+  linear(module_.eh_proj, cat_.data(), n, b_.x.data(), prec_, pool_.get(), scratch_, order_);
   attn_.forward(0, b_);
   Status s = ffn_.dispatch(0, 0, b_);
   if (s.is_ok()) s = ffn_.combine(0, 0, b_);

@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "core/scratch_arena.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kv/paged_kv_cache.h"
@@ -76,6 +77,7 @@ class MtpHead {
   int64_t next_seq_ = 0, n_live_ = 0;
   TokenBatch b_;
   std::vector<float> cat_;  // [n, 2*hidden]: rmsnorm(embed, enorm) then rmsnorm(h, hnorm)
+  ScratchArena scratch_;    // one slot per pool thread: the eh_proj product
 };
 
 }  // namespace afd

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/scratch_arena.h"
 #include "core/thread_pool.h"
 
 namespace afd::kernels::ops {
@@ -49,6 +50,19 @@ class OpCase {
   virtual std::vector<double> bounds() const = 0;
   // Memory touched and arithmetic done per run() call, for GB/s and GFLOP/s.
   double bytes = 0, flops = 0;
+
+ protected:
+  // The kernels' working memory for a call over `pool` (null: the calling thread alone): an
+  // arena of at least pool->size() slots, kept between calls so that repeated runs allocate
+  // nothing. The case owns it, as the model parts own theirs.
+  ScratchArena& scratch(ThreadPool* pool) {
+    const int n = pool ? pool->size() : 1;
+    if (!arena_ || arena_->size() < n) arena_ = std::make_unique<ScratchArena>(n);
+    return *arena_;
+  }
+
+ private:
+  std::unique_ptr<ScratchArena> arena_;
 };
 
 struct KernelOp {

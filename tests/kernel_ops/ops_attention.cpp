@@ -88,8 +88,8 @@ class MqaDecodeCase : public OpCase {
   }
   void reset() override { out_.assign(static_cast<size_t>(heads_ * os_), -7.0f); }
   void run(ThreadPool*) override {
-    if (sep_v_) mqa_decode_attend(q_.data(), qs_, heads_, k_.view, &v_.view, d_lat_, n_ctx_, 0.19f, out_.data(), os_);
-    else mla_decode_attend(q_.data(), qs_, heads_, d_lat_, d_rope_, k_.view, n_ctx_, 0.19f, out_.data(), os_);
+    if (sep_v_) mqa_decode_attend(q_.data(), qs_, heads_, k_.view, &v_.view, d_lat_, n_ctx_, 0.19f, out_.data(), os_, scratch_);
+    else mla_decode_attend(q_.data(), qs_, heads_, d_lat_, d_rope_, k_.view, n_ctx_, 0.19f, out_.data(), os_, scratch_);
     path_ = mla_decode_path_name(dt_);
   }
   void reference() override {
@@ -157,6 +157,7 @@ class MqaDecodeCase : public OpCase {
   std::string path_;
   Paged k_, v_;
   std::vector<float> q_, out_, want_;
+  ScratchSlot scratch_;
 };
 
 // A run of nq query tokens at positions p0 .. p0 + nq - 1 over contiguous f32 K / V rows, rows
@@ -184,7 +185,8 @@ class CausalCase : public OpCase {
   }
   void reset() override { out_.assign(static_cast<size_t>(nq_ * os_), -7.0f); }
   void run(ThreadPool* pool) override {
-    causal_attention(q_.data(), qs_, nq_, p0_, k_.data(), v_.data(), kvs_, s_, scale_, out_.data(), os_, pool, order_);
+    causal_attention(q_.data(), qs_, nq_, p0_, k_.data(), v_.data(), kvs_, s_, scale_, out_.data(), os_, pool, scratch(pool),
+                     order_);
   }
   void reference() override {
     want_.assign(static_cast<size_t>(nq_ * os_), -7.0f);

@@ -52,7 +52,7 @@ class LinearCase : public OpCase {
   }
   void reset() override { y_ = y_init_; }
   void run(ThreadPool* pool) override {
-    linear(x_.data(), n_, xs_, w(), w_dtype_, rows_, cols_, y_.data(), ys_, prec_, pool, acc_);
+    linear(x_.data(), n_, xs_, w(), w_dtype_, rows_, cols_, y_.data(), ys_, prec_, pool, scratch(pool), acc_);
   }
   void reference() override {
     want_ = y_init_;
@@ -119,7 +119,7 @@ class LinearFp8Case : public OpCase {
   }
   void reset() override { y_ = y_init_; }
   void run(ThreadPool* pool) override {
-    linear_fp8(x_.data(), n_, xs_, w(), rows_, cols_, y_.data(), ys_, prec_, pool, acc_);
+    linear_fp8(x_.data(), n_, xs_, w(), rows_, cols_, y_.data(), ys_, prec_, pool, scratch(pool), acc_);
     path_ = linear_fp8_path_name(n_, cols_, prec_);
   }
   void reference() override {

@@ -45,11 +45,11 @@ bool causal_attention_blocked(int64_t head_dim) { return active_isa() == Isa::av
 
 void causal_attention(const float* q, int64_t q_stride, int64_t nq, int64_t p0, const float* k, const float* v,
                       int64_t kv_stride, const CausalAttnShape& s, float scale, float* out, int64_t out_stride,
-                      ThreadPool* pool, CausalOrder order) {
+                      ThreadPool* pool, ScratchArena& scratch, CausalOrder order) {
   if (nq <= 0) return;
   if (causal_attention_blocked(s.head_dim))
     return detail::causal_attention_avx512(q, q_stride, nq, p0, k, v, kv_stride, s, scale, out, out_stride, pool,
-                                           order);
+                                           scratch, order);
   ref::causal_attention(q, q_stride, nq, p0, k, v, kv_stride, s, scale, out, out_stride);
 }
 

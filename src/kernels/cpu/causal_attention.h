@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "core/scratch_arena.h"
 #include "core/thread_pool.h"
 
 namespace afd::kernels {
@@ -47,9 +48,14 @@ enum class CausalOrder : uint8_t {
 // output values (each output value one fma chain over the positions in ascending order).
 // Products in f32; the result differs from the reference only in the f32 summation order.
 // Otherwise: ref::causal_attention. pool may be null (one thread).
+// scratch: one slot per thread that runs the call, at least pool->size() (1 without a pool), as
+// linear()'s (ops.h): slot 0 is the calling thread's and holds the transposed keys (n_kv_heads x
+// head_dim x round_up(p0 + nq, 64) floats) until the call returns; a task on pool thread t takes
+// from slot t its block's scores (up to 16 x n_heads / n_kv_heads rows of the context) while it
+// runs.
 void causal_attention(const float* q, int64_t q_stride, int64_t nq, int64_t p0, const float* k, const float* v,
                       int64_t kv_stride, const CausalAttnShape& s, float scale, float* out, int64_t out_stride,
-                      ThreadPool* pool, CausalOrder order = CausalOrder::fast);
+                      ThreadPool* pool, ScratchArena& scratch, CausalOrder order = CausalOrder::fast);
 
 namespace ref {
 // Scalar reference: one (token, head) at a time, scores in f32, kernels::softmax, P.V in
@@ -62,7 +68,7 @@ namespace detail {
 // The AVX-512 kernel of causal_attention (head_dim % 16 == 0; causal_attention_avx512.cpp).
 void causal_attention_avx512(const float* q, int64_t q_stride, int64_t nq, int64_t p0, const float* k, const float* v,
                              int64_t kv_stride, const CausalAttnShape& s, float scale, float* out, int64_t out_stride,
-                             ThreadPool* pool, CausalOrder order);
+                             ThreadPool* pool, ScratchArena& scratch, CausalOrder order);
 }  // namespace detail
 
 }  // namespace afd::kernels

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/cpu/causal_attention.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/score_tile_avx512.h"
@@ -125,24 +126,20 @@ struct Call {
   CausalOrder order;
 };
 
-// A task's rows (run_task): scores S [R][ns], query and output row pointers, positions and
-// window starts. The pool thread's own.
-thread_local std::vector<float> S;
-thread_local std::vector<const float*> qr;
-thread_local std::vector<float*> orow;
-thread_local std::vector<int64_t> pos, lo;
-
-// Rows of query tokens [i0, i0 + nb) and the heads of KV head g.
-AFD_AVX512_FN void run_task(const Call& c, int64_t i0, int64_t nb, int64_t g) {
+// Rows of query tokens [i0, i0 + nb) and the heads of KV head g. scratch: the running thread's
+// slot; the task's scores S [R][ns], query and output row pointers, positions and window starts,
+// for the task.
+AFD_AVX512_FN void run_task(const Call& c, int64_t i0, int64_t nb, int64_t g, ScratchSlot& scratch) {
   const int64_t hd = c.s.head_dim, G = c.s.n_heads / c.s.n_kv_heads, R = nb * G, W = c.s.window;
   const int64_t hi = c.p0 + i0 + nb;  // one past the last position of the block
   const int64_t lo0 = W > 0 ? std::max<int64_t>(0, c.p0 + i0 + 1 - W) : 0;
   const int64_t jlo = lo0 / kPB * kPB, ns = (hi - jlo + kPB - 1) / kPB * kPB;
-  S.resize(static_cast<size_t>(R * ns));
-  qr.resize(static_cast<size_t>(R));
-  orow.resize(static_cast<size_t>(R));
-  pos.resize(static_cast<size_t>(R));
-  lo.resize(static_cast<size_t>(R));
+  ScratchSlot::Frame frame(scratch);
+  float* const S = scratch.take<float>(static_cast<size_t>(R * ns));
+  const float** const qr = scratch.take<const float*>(static_cast<size_t>(R));
+  float** const orow = scratch.take<float*>(static_cast<size_t>(R));
+  int64_t* const pos = scratch.take<int64_t>(static_cast<size_t>(R));
+  int64_t* const lo = scratch.take<int64_t>(static_cast<size_t>(R));
   for (int64_t r = 0; r < R; ++r) {
     const int64_t i = i0 + r / G, h = g * G + r % G;
     qr[r] = c.q + i * c.q_stride + h * hd;
@@ -198,14 +195,15 @@ AFD_AVX512_FN void run_task(const Call& c, int64_t i0, int64_t nb, int64_t g) {
 
 void causal_attention_avx512(const float* q, int64_t q_stride, int64_t nq, int64_t p0, const float* k, const float* v,
                              int64_t kv_stride, const CausalAttnShape& s, float scale, float* out, int64_t out_stride,
-                             ThreadPool* pool, CausalOrder order) {
+                             ThreadPool* pool, ScratchArena& scratch, CausalOrder order) {
+  AFD_CHECK(scratch.size() >= (pool != nullptr ? pool->size() : 1),
+            "causal_attention: fewer scratch slots than threads");
   const int64_t hd = s.head_dim, KVH = s.n_kv_heads, G = s.n_heads / KVH, n_ctx = p0 + nq;
   const int64_t ncp = (n_ctx + kPB - 1) / kPB * kPB;
-  // The calling thread's buffer; pool workers reach it through ktp (a thread_local named inside
-  // a task would be the worker's own).
-  thread_local std::vector<float> kt;
-  kt.resize(static_cast<size_t>(KVH * hd * ncp));
-  float* const ktp = kt.data();
+  // The transposed keys, in the calling thread's slot (0) for the call; the pool's tasks read them.
+  ScratchSlot& own = scratch.slot(0);
+  ScratchSlot::Frame frame(own);
+  float* const ktp = own.take<float>(static_cast<size_t>(KVH * hd * ncp));
   const int64_t pblocks = ncp / kPB;
   auto transpose = [&](int task, int) {
     const int64_t g = task / pblocks, jb = (task % pblocks) * kPB;
@@ -223,9 +221,9 @@ void causal_attention_avx512(const float* q, int64_t q_stride, int64_t nq, int64
   const int64_t qb = std::clamp<int64_t>(kScoreBudget / (G * ncp), 1, kQB);
   const Call c{q, q_stride, nq, p0, v, kv_stride, s, scale, out, out_stride, ktp, ncp, order};
   const int64_t nqb = (nq + qb - 1) / qb;
-  auto task = [&](int t, int) {
+  auto task = [&](int t, int thread) {
     const int64_t b = nqb - 1 - t / KVH, g = t % KVH, i0 = b * qb;
-    run_task(c, i0, std::min(qb, nq - i0), g);
+    run_task(c, i0, std::min(qb, nq - i0), g, scratch.slot(thread));
   };
   const int n_tasks = static_cast<int>(nqb * KVH);
   if (pool != nullptr) pool->run(n_tasks, task);

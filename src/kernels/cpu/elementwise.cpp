@@ -33,21 +33,17 @@ void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, 
 void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double theta) {
   AFD_CHECK(head_dim % 2 == 0, "rope_neox: head_dim must be even");
   const int64_t half = head_dim / 2;
-  thread_local std::vector<float> cs, sn;
-  cs.resize(static_cast<size_t>(half));
-  sn.resize(static_cast<size_t>(half));
+  // One frequency at a time, applied to every head (no table of cos / sin).
   for (int64_t i = 0; i < half; ++i) {
-    double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-    double ang = static_cast<double>(pos) * inv_freq;
-    cs[i] = static_cast<float>(std::cos(ang));
-    sn[i] = static_cast<float>(std::sin(ang));
-  }
-  for (int64_t h = 0; h < n_heads; ++h) {
-    float* xh = x + h * head_dim;
-    for (int64_t i = 0; i < half; ++i) {
-      float a = xh[i], b = xh[i + half];
-      xh[i] = a * cs[i] - b * sn[i];
-      xh[i + half] = b * cs[i] + a * sn[i];
+    const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    const double ang = static_cast<double>(pos) * inv_freq;
+    const float cs = static_cast<float>(std::cos(ang));
+    const float sn = static_cast<float>(std::sin(ang));
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* xh = x + h * head_dim;
+      const float a = xh[i], b = xh[i + half];
+      xh[i] = a * cs - b * sn;
+      xh[i + half] = b * cs + a * sn;
     }
   }
 }

@@ -93,7 +93,8 @@ void gqa_decode_attend(const float* q, int64_t n_heads, const PagedRows& k, cons
             "gqa_decode_attend: bad shape");
   switch (choose(k.row_dim, k.dtype, j0)) {
     case Path::avx512_tiled: return detail::gqa_decode_avx512_tiled(q, n_heads, k, v, j0, n_ctx, scale, out, scratch);
-    case Path::mqa: return mqa_decode_attend(q, k.row_dim, n_heads, k, &v, k.row_dim, n_ctx, scale, out, k.row_dim);
+    case Path::mqa:
+      return mqa_decode_attend(q, k.row_dim, n_heads, k, &v, k.row_dim, n_ctx, scale, out, k.row_dim, scratch);
     case Path::loop_avx512: return attend_loop_avx512(q, n_heads, k, v, j0, n_ctx, scale, out, scratch);
     case Path::loop_avx2: return attend_loop_avx2(q, n_heads, k, v, j0, n_ctx, scale, out, scratch);
     case Path::loop_portable: return attend_loop_portable(q, n_heads, k, v, j0, n_ctx, scale, out, scratch);

@@ -12,8 +12,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -33,55 +31,21 @@ void ensure_openblas_single_threaded() {
 namespace detail {
 
 namespace {
-// [w_bf16][act_bf16]; -1 = the default for the ISA level (resolve_blas_min_n).
-std::atomic<int64_t> g_blas_min_n[2][2] = {{{-1}, {-1}}, {{-1}, {-1}}};
-}  // namespace
-
-// Defaults: on AVX-512, linear() never hands off to OpenBLAS (the tiles are at least as fast
-// as sgemm, run single-threaded per pool thread, at every n that bench_kernels
-// --compare-sgemm times, for bf16 and f32 weights; docs/BENCHMARKS.md "Kernels"). The AVX2
-// tiles (12 accumulators of 8 lanes) hand off from n = 64, where sgemm's packing is
-// amortised: with AVX-512 masked and OpenBLAS on its Haswell kernels, bf16 W [768, 2048], the
-// tiles were 5 % ahead at 64 tokens and sgemm 8 % ahead at 128
-// (docs/bench-log/2026-11-29-avx2-long-context.md).
-int64_t resolve_blas_min_n(bool w_bf16, bool act_bf16, Isa isa) {
-  int64_t v = linear_blas_min_n(w_bf16, act_bf16);
+// The defaults are documented at LinearTuning::blas_min_n.
+int64_t resolve_blas_min_n(const LinearTuning& tuning, bool w_bf16, bool act_bf16, Isa isa) {
+  const int64_t v = tuning.blas_min_n[w_bf16][act_bf16];
   if (v >= 0) return v;
   return isa == Isa::avx512 ? (int64_t{1} << 62) : 64;
 }
 
-namespace {
-std::atomic<int64_t> g_pairs_min_n{-1};
-}  // namespace
-
-// Default: the token count from which the pairs kernel is ahead of the tiles on the small and
-// bench models' prefill shapes (docs/bench-log/2026-11-26-prefill.md).
-constexpr int64_t kPairsMinNDefault = 32;
-// bf16 x bf16 on rows of at most this many columns: the small-n tiles stay ahead of the pairs
-// kernel (whose per-tile epilogue weighs more on short rows) up to kSmallNMax tokens
-// (docs/bench-log/2026-11-26-smalln.md).
-constexpr int64_t kPairsShortCols = 768;
-
-int64_t resolve_pairs_min_n() {
-  const int64_t v = g_pairs_min_n.load(std::memory_order_relaxed);
-  return v >= 0 ? v : kPairsMinNDefault;
-}
-
-namespace {
-int64_t bf16_pairs_min_n(int64_t cols) {
-  if (g_pairs_min_n.load(std::memory_order_relaxed) < 0 && cols <= kPairsShortCols) return kSmallNMax + 1;
-  return resolve_pairs_min_n();
+int64_t bf16_pairs_min_n(const LinearTuning& tuning, int64_t cols) {
+  if (tuning.pairs_min_n < 0 && cols <= kPairsShortCols) return kSmallNMax + 1;
+  return resolve_pairs_min_n(tuning);
 }
 }  // namespace
 
-int64_t linear_pairs_min_n() { return g_pairs_min_n.load(std::memory_order_relaxed); }
-void set_linear_pairs_min_n(int64_t n) { g_pairs_min_n.store(n, std::memory_order_relaxed); }
-
-int64_t linear_blas_min_n(bool w_bf16, bool act_bf16) {
-  return g_blas_min_n[w_bf16][act_bf16].load(std::memory_order_relaxed);
-}
-void set_linear_blas_min_n(bool w_bf16, bool act_bf16, int64_t n) {
-  g_blas_min_n[w_bf16][act_bf16].store(n, std::memory_order_relaxed);
+int64_t resolve_pairs_min_n(const LinearTuning& tuning) {
+  return tuning.pairs_min_n >= 0 ? tuning.pairs_min_n : kPairsMinNDefault;
 }
 
 void prep_x_bf16(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xb, int64_t ldx) {
@@ -127,18 +91,14 @@ void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_
                  int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
   const uint16_t* wb = static_cast<const uint16_t*>(w);
   const float* wf = static_cast<const float*>(w);
-  thread_local std::vector<float> wrow;
-  wrow.resize(static_cast<size_t>(cols));
   for (int64_t r = r0; r < r1; ++r) {
-    const float* wr = wf + r * cols;
-    if (is_bf16) {
-      for (int64_t c = 0; c < cols; ++c) wrow[c] = bf16_to_f32(wb[r * cols + c]);
-      wr = wrow.data();
-    }
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = x + i * ldx;
       float s = 0.0f;
-      for (int64_t c = 0; c < cols; ++c) s += xi[c] * wr[c];
+      if (is_bf16)
+        for (int64_t c = 0; c < cols; ++c) s += xi[c] * bf16_to_f32(wb[r * cols + c]);
+      else
+        for (int64_t c = 0; c < cols; ++c) s += xi[c] * wf[r * cols + c];
       float* o = y + i * ldy + r;
       *o = acc ? *o + s : s;
     }
@@ -151,32 +111,15 @@ namespace {
 
 using namespace detail;
 
-// 64-byte aligned scratch that only grows (one per thread).
-template <typename T>
-struct Scratch {
-  T* p = nullptr;
-  size_t cap = 0;
-  ~Scratch() { std::free(p); }
-  T* get(size_t n) {
-    if (n > cap) {
-      std::free(p);
-      size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-      p = static_cast<T*>(std::aligned_alloc(64, bytes));
-      AFD_CHECK(p != nullptr, "scratch allocation failed");
-      cap = bytes / sizeof(T);
-    }
-    return p;
-  }
-};
-
 enum class Path { scalar, avx2_fma, avx512_dp, avx512_dp_pairs, avx512_dp_pairs_canonical, avx512_fma, blas_sgemm };
 
-Path choose_path(int64_t n, int64_t cols, bool w_bf16, bool act_bf16, Isa isa, LinearOrder order) {
+Path choose_path(int64_t n, int64_t cols, bool w_bf16, bool act_bf16, Isa isa, LinearOrder order,
+                 const LinearTuning& tuning) {
   // With native BF16 dot products the tile kernel does twice the work per instruction of sgemm.
   const bool native_bf16 = w_bf16 && act_bf16 && isa == Isa::avx512;
-  if (native_bf16 && cols % 2 == 0 && n >= bf16_pairs_min_n(cols))
+  if (native_bf16 && cols % 2 == 0 && n >= bf16_pairs_min_n(tuning, cols))
     return order == LinearOrder::batch_invariant ? Path::avx512_dp_pairs_canonical : Path::avx512_dp_pairs;
-  if (!native_bf16 && order == LinearOrder::fastest && n >= resolve_blas_min_n(w_bf16, act_bf16, isa))
+  if (!native_bf16 && order == LinearOrder::fastest && n >= resolve_blas_min_n(tuning, w_bf16, act_bf16, isa))
     return Path::blas_sgemm;
   if (isa == Isa::avx512) return (w_bf16 && act_bf16) ? Path::avx512_dp : Path::avx512_fma;
   if (isa == Isa::avx2) return Path::avx2_fma;
@@ -196,16 +139,16 @@ const char* path_name(Path p) {
   return "?";
 }
 
-// sgemm on bf16 weights: widen blocks of rows into a per-thread f32 buffer, then
+// sgemm on bf16 weights: widen blocks of rows into an f32 buffer taken from scratch, then
 // y[:, block] = x . block^T. Each sgemm call packs all of x (n x cols) again, so the blocks are
 // large (up to 4 MiB of f32, at least 16 rows): packing x costs 1 / (2 * rows per block) of the
 // block's FLOPs in bytes moved.
-void sgemm_bf16w_rows(const float* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
-                      int64_t r1, float* y, int64_t ldy, bool acc) {
-  thread_local Scratch<float> wbuf;
+void sgemm_bf16w_rows(const float* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0, int64_t r1,
+                      float* y, int64_t ldy, bool acc, ScratchSlot& scratch) {
   const int64_t rb = std::min(std::max<int64_t>(1, r1 - r0),
                               std::max<int64_t>(16, (1024 * 1024) / std::max<int64_t>(cols, 1)));
-  float* wf = wbuf.get(static_cast<size_t>(rb * cols));
+  ScratchSlot::Frame frame(scratch);
+  float* wf = scratch.take<float>(static_cast<size_t>(rb * cols));
   for (int64_t r = r0; r < r1; r += rb) {
     const int64_t nr = std::min(rb, r1 - r);
     bf16_to_f32_row(w + r * cols, nr * cols, wf);
@@ -229,31 +172,34 @@ void matmul_f32(const float* a, int64_t m, int64_t k, int64_t lda, const float* 
 }
 
 void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
-            float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate, LinearOrder order) {
-  detail::linear_tuned(x, n, x_stride, w, w_dtype, rows, cols, y, y_stride, prec, pool, accumulate,
-                       detail::LinearAvx512Tuning{}, order);
+            float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch, bool accumulate,
+            LinearOrder order) {
+  detail::linear_tuned(x, n, x_stride, w, w_dtype, rows, cols, y, y_stride, prec, pool, scratch, accumulate,
+                       detail::LinearTuning{}, order);
 }
 
 namespace detail {
 
 void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
-                  float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
-                  const LinearAvx512Tuning& tuning, LinearOrder order) {
+                  float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch,
+                  bool accumulate, const LinearTuning& tuning, LinearOrder order) {
   AFD_CHECK(w_dtype == DType::bf16 || w_dtype == DType::f32, "linear: weights must be bf16 or f32");
   AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0);
+  AFD_CHECK(scratch.size() >= (pool != nullptr ? pool->size() : 1), "linear: fewer scratch slots than threads");
   AFD_CHECK(n <= 1 || (x_stride >= cols && y_stride >= rows), "linear: row strides shorter than rows");
   if (n == 0 || rows == 0) return;
   const bool w_bf16 = w_dtype == DType::bf16;
   const bool act_bf16 = prec == ActPrecision::bf16;
   const Isa isa = active_isa();
-  const Path path = choose_path(n, cols, w_bf16, act_bf16, isa, order);
+  const Path path = choose_path(n, cols, w_bf16, act_bf16, isa, order, tuning);
   const uint16_t* wb = static_cast<const uint16_t*>(w);
   const float* wf = static_cast<const float*>(w);
 
-  // Prepare activations once on the calling thread (cheap next to streaming W).
+  // Prepare activations once on the calling thread (cheap next to streaming W), into its slot
+  // (0), held until the call returns.
   const int64_t ldx32 = (cols + 31) / 32 * 32;
-  thread_local Scratch<uint16_t> xb_buf;
-  thread_local Scratch<float> xf_buf;
+  ScratchSlot& own = scratch.slot(0);
+  ScratchSlot::Frame frame(own);
   const uint16_t* xb = nullptr;
   const float* xf = x;
   int64_t ldx = x_stride;
@@ -263,7 +209,7 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
       // multiple of 1 KiB apart would put those lines into a few L1 sets next to the tile's W
       // lines, so such rows get 64 bytes of zero padding.
       const int64_t ldxp = n <= kSmallNMax && (ldx32 * 2) % 1024 == 0 ? ldx32 + 32 : ldx32;
-      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldxp));
+      uint16_t* p = own.take<uint16_t>(static_cast<size_t>(n * ldxp));
       prep_x_bf16(x, n, x_stride, cols, p, ldxp);
       xb = p;
       ldx = ldxp;
@@ -272,7 +218,7 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
     case Path::avx512_dp_pairs:
     case Path::avx512_dp_pairs_canonical: {
       // Many tokens: the 16-token blocks are prepared in parallel (each is independent).
-      uint16_t* p = xb_buf.get(static_cast<size_t>((n + 15) / 16 * 16 * ldx32));
+      uint16_t* p = own.take<uint16_t>(static_cast<size_t>((n + 15) / 16 * 16 * ldx32));
       const bool canonical = path == Path::avx512_dp_pairs_canonical;
       auto prep = [&](int64_t b0, int64_t b1, int) {
         const int64_t t0 = 16 * b0, t1 = std::min(n, 16 * b1);
@@ -286,7 +232,7 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
     }
     case Path::avx512_fma:
       if (w_bf16) {
-        float* p = xf_buf.get(static_cast<size_t>(n * ldx32));
+        float* p = own.take<float>(static_cast<size_t>(n * ldx32));
         prep_x_f32_perm32(x, n, x_stride, cols, act_bf16, p, ldx32);
         xf = p;
         ldx = ldx32;
@@ -295,7 +241,7 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
       [[fallthrough]];
     default:
       if (act_bf16) {
-        float* p = xf_buf.get(static_cast<size_t>(n * ldx32));
+        float* p = own.take<float>(static_cast<size_t>(n * ldx32));
         prep_x_f32(x, n, x_stride, cols, true, p, ldx32);
         xf = p;
         ldx = ldx32;
@@ -304,14 +250,15 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
   }
   if (path == Path::blas_sgemm) ensure_openblas_single_threaded();
 
-  auto rows_fn = [&](int64_t r0, int64_t r1) {
+  // Rows [r0, r1) on the thread that owns slot `ts`.
+  auto rows_fn = [&](int64_t r0, int64_t r1, ScratchSlot& ts) {
     switch (path) {
       case Path::avx512_dp:
-        rows_dp_bf16_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, tuning);
+        rows_dp_bf16_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, ts, tuning);
         break;
       case Path::avx512_dp_pairs:
       case Path::avx512_dp_pairs_canonical:
-        rows_dp_bf16_pairs_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate,
+        rows_dp_bf16_pairs_avx512(xb, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, ts,
                                   path == Path::avx512_dp_pairs_canonical);
         break;
       case Path::avx512_fma:
@@ -333,7 +280,7 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
         break;
       case Path::blas_sgemm:
         if (w_bf16)
-          sgemm_bf16w_rows(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate);
+          sgemm_bf16w_rows(xf, n, ldx, wb, cols, r0, r1, y, y_stride, accumulate, ts);
         else
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n),
                       static_cast<blasint>(r1 - r0), static_cast<blasint>(cols), 1.0f, xf,
@@ -350,14 +297,14 @@ void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DT
   constexpr int64_t kChunksPerThread = 4, kRowAlign = 16;
   const int64_t max_chunks = rows / kRowAlign;
   if (n_threads <= 1 || max_chunks < 2) {
-    rows_fn(0, rows);
+    rows_fn(0, rows, own);
   } else {
     const int64_t n_chunks = std::min<int64_t>(max_chunks, n_threads * kChunksPerThread);
     const int64_t chunk = ((rows + n_chunks - 1) / n_chunks + kRowAlign - 1) / kRowAlign * kRowAlign;
     const int n_tasks = static_cast<int>((rows + chunk - 1) / chunk);
-    pool->run(n_tasks, [&](int task, int) {
+    pool->run(n_tasks, [&](int task, int thread) {
       const int64_t b = task * chunk;
-      rows_fn(b, std::min(rows, b + chunk));
+      rows_fn(b, std::min(rows, b + chunk), scratch.slot(thread));
     });
   }
 }
@@ -373,8 +320,16 @@ const char* linear_impl_name(ActPrecision prec) {
   return "?";
 }
 
+namespace detail {
+const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec, int64_t cols, LinearOrder order,
+                             const LinearTuning& tuning) {
+  return path_name(
+      choose_path(n, cols, w_dtype == DType::bf16, prec == ActPrecision::bf16, active_isa(), order, tuning));
+}
+}  // namespace detail
+
 const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec, int64_t cols, LinearOrder order) {
-  return path_name(choose_path(n, cols, w_dtype == DType::bf16, prec == ActPrecision::bf16, active_isa(), order));
+  return detail::linear_path_name(n, w_dtype, prec, cols, order, detail::LinearTuning{});
 }
 
 }  // namespace afd::kernels

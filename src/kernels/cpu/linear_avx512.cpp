@@ -495,7 +495,8 @@ inline int64_t small_n_cblock(int64_t t, int64_t cols, int64_t x_bytes) {
 
 template <int R, int TMax>
 AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
-                              int64_t r1, float* y, int64_t ldy, bool acc, const LinearAvx512Tuning& tuning) {
+                              int64_t r1, float* y, int64_t ldy, bool acc, const LinearTuning& tuning,
+                              ScratchSlot& scratch) {
   const int64_t tile_bytes = R * cols * 2;
   const int64_t pf_min = tuning.small_n_prefetch_min_bytes;
   const int64_t pf = (pf_min + tile_bytes - 1) / tile_bytes * tile_bytes;
@@ -516,8 +517,10 @@ AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const u
     }
     return;
   }
-  // [rc rows][TMax tokens][16]: the accumulators of a chunk's tiles between column blocks.
-  thread_local std::vector<float> part_buf;
+  // [rc rows][TMax tokens][16]: the accumulators of a chunk's tiles between column blocks, taken
+  // when the columns are split.
+  ScratchSlot::Frame frame(scratch);
+  float* part = nullptr;
   const int64_t rc = chunk > 0 ? std::max<int64_t>(1, chunk / tile_bytes) * R : r1 - r0;
   for (int64_t c = r0; c < r1; c += rc) {
     const int64_t c1 = std::min(r1, c + rc);
@@ -525,14 +528,13 @@ AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const u
     for (int64_t b = 0; b < nb; ++b) {
       const int t = static_cast<int>((n - i) / (nb - b));
       const int64_t cblock = small_n_cblock(t, cols, x_bytes);
-      if (cblock < cols && part_buf.size() < static_cast<size_t>(rc * TMax * 16))
-        part_buf.resize(static_cast<size_t>(rc * TMax * 16));
+      if (cblock < cols && part == nullptr) part = scratch.take<float>(static_cast<size_t>(rc * TMax * 16));
       for (int64_t c0 = 0; c0 < cols; c0 += cblock)
         for (int64_t r = c; r < c1;) {
           const bool full = r + R <= c1;
           tile_small_dp<R, TMax>(t, full, w + r * cols + c0, std::min(cblock, cols - c0), x + i * ldx + c0, ldx,
                                  y + i * ldy + r, ldy, acc, b == 0 ? pf : 0, cols,
-                                 nb > 1 && b == nb - 1 ? rc * cols * 2 : 0, part_buf.data() + (r - c) * t * 16, c0 > 0,
+                                 nb > 1 && b == nb - 1 ? rc * cols * 2 : 0, part + (r - c) * t * 16, c0 > 0,
                                  c0 + cblock < cols);
           r += full ? R : 1;
         }
@@ -542,8 +544,8 @@ AFD_AVX512 void rows_small_dp(const uint16_t* x, int64_t n, int64_t ldx, const u
 }
 
 template <Kind K, typename WT, typename XT>
-AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0,
-                             int64_t r1, float* y, int64_t ldy, bool acc, const LinearAvx512Tuning& tuning,
+AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, int64_t cols, int64_t r0, int64_t r1,
+                             float* y, int64_t ldy, bool acc, const LinearTuning& tuning, ScratchSlot* scratch,
                              bool canonical = false) {
   const int64_t pf = tuning.prefetch_bytes;
   if constexpr (K != Kind::dp) {
@@ -573,9 +575,9 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
     if constexpr (K == Kind::dp) {
       // n <= 4 (when row_seq_max_n < n): one row at a time (one W stream, see the next branch),
       // with the tiles' prefetch, whatever the row length (bench_kernels --small-n).
-      if (n <= 4) rows_small_dp<1, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
-      else if (small_n == 3) rows_small_dp<3, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
-      else rows_small_dp<4, 6>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
+      if (n <= 4) rows_small_dp<1, 4>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, *scratch);
+      else if (small_n == 3) rows_small_dp<3, 8>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, *scratch);
+      else rows_small_dp<4, 6>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, *scratch);
     }
   } else if (rows_single == 1 && (n == 2 || (n <= 4 && cols <= 1024))) {
     // A few tokens (MoE experts at small decode batches): one W row at a time with one
@@ -589,22 +591,22 @@ AFD_AVX512 void rows_generic(const XT* x, int64_t n, int64_t ldx, const WT* w, i
 
 }  // namespace
 
-AFD_AVX512 void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w,
-                                    int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                                    const LinearAvx512Tuning& tuning) {
-  rows_generic<Kind::dp>(xb, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning);
+AFD_AVX512 void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
+                                    int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc, ScratchSlot& scratch,
+                                    const LinearTuning& tuning) {
+  rows_generic<Kind::dp>(xb, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, &scratch);
 }
 
 AFD_AVX512 void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w,
                                       int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy,
-                                      bool acc, const LinearAvx512Tuning& tuning, bool canonical) {
-  rows_generic<Kind::fma_bf16w>(xp, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, canonical);
+                                      bool acc, const LinearTuning& tuning, bool canonical) {
+  rows_generic<Kind::fma_bf16w>(xp, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, nullptr, canonical);
 }
 
 AFD_AVX512 void rows_fma_f32w_avx512(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
                                      int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                                     const LinearAvx512Tuning& tuning, bool canonical) {
-  rows_generic<Kind::fma_f32w>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, canonical);
+                                     const LinearTuning& tuning, bool canonical) {
+  rows_generic<Kind::fma_f32w>(x, n, ldx, w, cols, r0, r1, y, ldy, acc, tuning, nullptr, canonical);
 }
 
 }  // namespace afd::kernels::detail

@@ -196,37 +196,44 @@ void prep_x_bf16_pairs(const float* x, int64_t n, int64_t x_stride, int64_t cols
                        bool canonical) {
   const int64_t nblk = (n + 15) / 16, kp = ldx / 2, P = canonical ? 16 : 1, per_class = kp / P;
   std::memset(xp, 0, static_cast<size_t>(nblk * 16 * ldx) * sizeof(uint16_t));
-  thread_local std::vector<uint16_t> row;
-  row.assign(static_cast<size_t>(ldx), 0);
   uint32_t* xp32 = reinterpret_cast<uint32_t*>(xp);
+  // kPrepCols columns of a row at a time (a multiple of 32, as ldx is), rounded to bf16 into a
+  // buffer on the stack (zero past cols), then their pairs scattered to their places.
+  constexpr int64_t kPrepCols = 512;
+  alignas(64) uint16_t blk[kPrepCols];
   for (int64_t i = 0; i < n; ++i) {
-    f32_to_bf16_row(x + i * x_stride, cols, row.data());
     const int64_t b = i / 16, l = i % 16;
     uint32_t* dst = xp32 + b * 16 * kp + l;
-    for (int64_t k = 0; k < kp; ++k) {
-      uint32_t v;
-      std::memcpy(&v, &row[2 * k], 4);
-      dst[16 * ((k % P) * per_class + k / P)] = v;
+    for (int64_t c0 = 0; c0 < ldx; c0 += kPrepCols) {
+      const int64_t len = std::min(kPrepCols, ldx - c0), nc = std::clamp<int64_t>(cols - c0, 0, len);
+      if (nc > 0) f32_to_bf16_row(x + i * x_stride + c0, nc, blk);
+      std::fill(blk + nc, blk + len, uint16_t{0});
+      for (int64_t k = c0 / 2; k < (c0 + len) / 2; ++k) {
+        uint32_t v;
+        std::memcpy(&v, &blk[2 * k - c0], 4);
+        dst[16 * ((k % P) * per_class + k / P)] = v;
+      }
     }
   }
 }
 
 AFD_AVX512 void rows_dp_bf16_pairs_avx512(const uint16_t* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
-                                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc, bool canonical) {
+                                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc, ScratchSlot& scratch,
+                                          bool canonical) {
   const int64_t nblk = (n + 15) / 16, xblk = 16 * ldx;
   alignas(64) float tmp[kR * 16 * kTB];
   // [kR][16][pcp]: the canonical kernel's class-major copy of a tile's W (pair_tile), for rows
   // longer than kTransposeMinCols.
-  thread_local std::vector<uint32_t> wt_buf;
+  ScratchSlot::Frame frame(scratch);
   const bool transpose = canonical && cols > kTransposeMinCols;
-  if (transpose) wt_buf.resize(static_cast<size_t>(kR * 16 * ((cols / 2 + 255) / 256 * 16)));
+  uint32_t* const wt = transpose ? scratch.take<uint32_t>(static_cast<size_t>(kR * 16 * ((cols / 2 + 255) / 256 * 16)))
+                                 : nullptr;
   for (int64_t b0 = 0; b0 < nblk; b0 += kTB) {
     const int tb = static_cast<int>(std::min<int64_t>(kTB, nblk - b0));
     const int64_t t0 = 16 * b0, nt = std::min<int64_t>(16 * tb, n - t0);
     for (int64_t r = r0; r < r1; r += kR) {
       const int rr = static_cast<int>(std::min<int64_t>(kR, r1 - r));
-      if (canonical)
-        pair_tile_any<16>(rr, tb, xp + b0 * xblk, xblk, w + r * cols, cols, tmp, transpose ? wt_buf.data() : nullptr);
+      if (canonical) pair_tile_any<16>(rr, tb, xp + b0 * xblk, xblk, w + r * cols, cols, tmp, wt);
       else pair_tile_any<1>(rr, tb, xp + b0 * xblk, xblk, w + r * cols, cols, tmp, nullptr);
       for (int64_t t = 0; t < nt; ++t) {
         float* yt = y + (t0 + t) * ldy + r;

@@ -3,7 +3,6 @@
 // with W's rows split across the ThreadPool as in linear(); the scalar reference; block
 // quantization.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <vector>
@@ -18,49 +17,6 @@
 namespace afd::kernels {
 
 namespace detail {
-
-namespace {
-// Defaults from bench_kernels --fp8-weights on the dev machine (docs/BENCHMARKS.md, "FP8 weights");
-// tile_rows from whole decode steps (docs/bench-log/2026-11-26-smalln.md): a 128-row tile (512 KiB
-// at 2048 columns, in L2) gives the bf16 small-n kernel it feeds whole row chunks.
-// The gemv on f32 x (AVX2; AVX-512 with f32 activations), gemv_f32_max_x_bytes: the gemv reloads
-// every token's x slice for each W row, so once the n rows of x outgrow L1 the tiles are faster
-// (bench_kernels --fp8-weights, docs/bench-log/2026-11-26-fp8-prefetch.md).
-// The AVX-512 BF16 byte-table gemv (4 rows per pass, bf16 x) stays ahead of the dequantized tiles
-// up to 16 tokens, at 7168 columns too (x 224 KiB): 0.62-0.95 of the tiles' time at n = 5..16 on
-// the bench model's shapes, one thread, cold weights, interleaved in one process.
-std::atomic<int> g_gemv_lut{2};
-std::atomic<int64_t> g_gemv_max_n{16};
-std::atomic<int64_t> g_tile_rows{128};
-std::atomic<int64_t> g_gemv_max_x_bytes{256 * 1024};
-std::atomic<int64_t> g_gemv_f32_max_n{4};
-std::atomic<int64_t> g_gemv_f32_max_x_bytes{32 * 1024};
-}  // namespace
-
-Fp8Tuning fp8_tuning() {
-  return {g_gemv_lut.load(std::memory_order_relaxed),        g_gemv_max_n.load(std::memory_order_relaxed),
-          g_tile_rows.load(std::memory_order_relaxed),       g_gemv_max_x_bytes.load(std::memory_order_relaxed),
-          g_gemv_f32_max_n.load(std::memory_order_relaxed), g_gemv_f32_max_x_bytes.load(std::memory_order_relaxed)};
-}
-
-namespace {
-void store_if_set(std::atomic<int64_t>& a, int64_t v) {
-  if (v >= 0) a.store(v, std::memory_order_relaxed);
-}
-}  // namespace
-
-void set_fp8_tuning(const Fp8Tuning& t) {
-  if (t.gemv_lut >= 0) g_gemv_lut.store(std::min(t.gemv_lut, 2), std::memory_order_relaxed);
-  store_if_set(g_gemv_max_n, t.gemv_max_n);
-  store_if_set(g_tile_rows, t.tile_rows < 0 ? -1 : std::max<int64_t>(16, t.tile_rows / 16 * 16));
-  store_if_set(g_gemv_max_x_bytes, t.gemv_max_x_bytes);
-  store_if_set(g_gemv_f32_max_n, t.gemv_f32_max_n);
-  store_if_set(g_gemv_f32_max_x_bytes, t.gemv_f32_max_x_bytes);
-}
-
-void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows, int64_t gemv_max_x_bytes) {
-  set_fp8_tuning(Fp8Tuning{gemv_lut, gemv_max_n, tile_rows, gemv_max_x_bytes, gemv_max_n, gemv_max_x_bytes});
-}
 
 int64_t fp8_gemv_ldx(int64_t cols) { return (cols + kFp8Block - 1) / kFp8Block * kFp8Block; }
 
@@ -116,23 +72,6 @@ namespace {
 
 using namespace detail;
 
-template <typename T>
-struct Scratch {
-  T* p = nullptr;
-  size_t cap = 0;
-  ~Scratch() { std::free(p); }
-  T* get(size_t n) {
-    if (n > cap) {
-      std::free(p);
-      size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-      p = static_cast<T*>(std::aligned_alloc(64, bytes));
-      AFD_CHECK(p != nullptr, "scratch allocation failed");
-      cap = bytes / sizeof(T);
-    }
-    return p;
-  }
-};
-
 enum class Path {
   scalar,
   avx2_gemv,
@@ -144,22 +83,24 @@ enum class Path {
   avx512_tile_f32
 };
 
-Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa, LinearOrder order = LinearOrder::fastest) {
-  const Fp8Tuning t = fp8_tuning();
+Path choose_path(int64_t n, int64_t cols, bool act_bf16, Isa isa, LinearOrder order, const Fp8Tuning& t) {
   // The bf16 gemv (AVX-512 BF16, bf16 activations) and the gemvs on f32 x have their own limits.
   const bool x_bf16 = act_bf16 && isa == Isa::avx512;
   const int64_t max_n = x_bf16 ? t.gemv_max_n : t.gemv_f32_max_n;
   const int64_t max_x = x_bf16 ? t.gemv_max_x_bytes : t.gemv_f32_max_x_bytes;
   const bool gemv = n <= max_n && (n == 1 || n * fp8_gemv_ldx(cols) * (x_bf16 ? 2 : 4) <= max_x);
   switch (isa) {
-    case Isa::avx512:
+    case Isa::avx512: {
       // f32 activations: the gemv scales 128-column partial sums, the tiles each weight; in the
       // batch-invariant order the tiles take every n (linear()'s canonical f32-weight order).
       if (!act_bf16) return gemv && order == LinearOrder::fastest ? Path::avx512_gemv : Path::avx512_tile_f32;
       // bf16 activations: the byte-table gemv needs VBMI; without it the tiles take every n.
       if (gemv && t.gemv_lut == 2 && cpu_has_avx512_vbmi()) return Path::avx512_gemv_lut8;
       // Many tokens: the dequantized tiles go to linear()'s "pairs" kernel, as bf16 W would.
-      return cols % 2 == 0 && n >= resolve_pairs_min_n() ? Path::avx512_tile_pairs : Path::avx512_tile_bf16;
+      LinearTuning lt;
+      lt.pairs_min_n = t.pairs_min_n;
+      return cols % 2 == 0 && n >= resolve_pairs_min_n(lt) ? Path::avx512_tile_pairs : Path::avx512_tile_bf16;
+    }
     case Isa::avx2: return gemv ? Path::avx2_gemv : Path::avx2_tile;
     case Isa::scalar: break;
   }
@@ -183,19 +124,31 @@ const char* path_name(Path p) {
 }  // namespace
 
 void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows, int64_t cols,
-                float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate, LinearOrder order) {
+                float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch, bool accumulate,
+                LinearOrder order) {
+  detail::linear_fp8_tuned(x, n, x_stride, w, rows, cols, y, y_stride, prec, pool, scratch, accumulate, order,
+                           detail::Fp8Tuning{});
+}
+
+namespace detail {
+
+void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows, int64_t cols,
+                      float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch,
+                      bool accumulate, LinearOrder order, const Fp8Tuning& tuning) {
   AFD_CHECK(n >= 0 && rows >= 0 && cols >= 0);
+  AFD_CHECK(scratch.size() >= (pool != nullptr ? pool->size() : 1), "linear_fp8: fewer scratch slots than threads");
   AFD_CHECK(n <= 1 || (x_stride >= cols && y_stride >= rows), "linear_fp8: row strides shorter than rows");
   AFD_CHECK(w.row_offset >= 0 && w.row_offset < kFp8Block, "linear_fp8: row_offset outside [0, 128)");
   AFD_CHECK(w.scale_stride >= (cols + kFp8Block - 1) / kFp8Block, "linear_fp8: scale_stride below the block count");
   if (n == 0 || rows == 0) return;
   const bool act_bf16 = prec == ActPrecision::bf16;
-  const Path path = choose_path(n, cols, act_bf16, active_isa(), order);
-  const int64_t tile_rows = fp8_tuning().tile_rows;
+  const Path path = choose_path(n, cols, act_bf16, active_isa(), order, tuning);
+  const int64_t tile_rows = std::max<int64_t>(16, tuning.tile_rows / 16 * 16);
 
-  // Activations, prepared once on the calling thread.
-  thread_local Scratch<float> xf_buf;
-  thread_local Scratch<uint16_t> xb_buf;
+  // Activations, prepared once on the calling thread into its slot (0), held until the call
+  // returns.
+  ScratchSlot& own = scratch.slot(0);
+  ScratchSlot::Frame frame(own);
   const float* xf = x;
   const uint16_t* xb = nullptr;
   int64_t ldx = x_stride;
@@ -203,28 +156,28 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
     case Path::avx512_gemv:
     case Path::avx2_gemv: {
       ldx = fp8_gemv_ldx(cols);
-      float* p = xf_buf.get(static_cast<size_t>(n * ldx));
+      float* p = own.take<float>(static_cast<size_t>(n * ldx));
       prep_x_fp8_gemv_f32(x, n, x_stride, cols, act_bf16, p);
       xf = p;
       break;
     }
     case Path::avx512_gemv_lut8: {
       ldx = fp8_gemv_ldx(cols);
-      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx));
+      uint16_t* p = own.take<uint16_t>(static_cast<size_t>(n * ldx));
       prep_x_fp8_gemv_bf16(x, n, x_stride, cols, p);
       xb = p;
       break;
     }
     case Path::avx512_tile_bf16: {
       ldx = (cols + 31) / 32 * 32;
-      uint16_t* p = xb_buf.get(static_cast<size_t>(n * ldx));
+      uint16_t* p = own.take<uint16_t>(static_cast<size_t>(n * ldx));
       prep_x_bf16(x, n, x_stride, cols, p, ldx);
       xb = p;
       break;
     }
     case Path::avx512_tile_pairs: {
       ldx = (cols + 31) / 32 * 32;
-      uint16_t* p = xb_buf.get(static_cast<size_t>((n + 15) / 16 * 16 * ldx));
+      uint16_t* p = own.take<uint16_t>(static_cast<size_t>((n + 15) / 16 * 16 * ldx));
       prep_x_bf16_pairs(x, n, x_stride, cols, p, ldx, order == LinearOrder::batch_invariant);
       xb = p;
       break;
@@ -234,23 +187,32 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
     case Path::scalar:
       if (act_bf16) {
         ldx = (cols + 31) / 32 * 32;
-        float* p = xf_buf.get(static_cast<size_t>(n * ldx));
+        float* p = own.take<float>(static_cast<size_t>(n * ldx));
         prep_x_f32(x, n, x_stride, cols, act_bf16, p, ldx);
         xf = p;
       }
       break;
   }
 
-  auto rows_fn = [&](int64_t r0, int64_t r1) {
+  // Rows [r0, r1) on the thread that owns slot `ts`.
+  auto rows_fn = [&](int64_t r0, int64_t r1, ScratchSlot& ts) {
     switch (path) {
       case Path::avx512_gemv: fp8_gemv_avx512(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
-      case Path::avx512_gemv_lut8: fp8_gemv_lut8_avx512(xb, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
-      case Path::avx2_gemv: fp8_gemv_avx2(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate); return;
+      case Path::avx512_gemv_lut8:
+        fp8_gemv_lut8_avx512(xb, n, ldx, w, cols, r0, r1, y, y_stride, accumulate, ts);
+        return;
+      case Path::avx2_gemv: fp8_gemv_avx2(xf, n, ldx, w, cols, r0, r1, y, y_stride, accumulate, ts); return;
       default: break;
     }
-    // Tiles: dequantize tile_rows rows once, reuse them for all n tokens.
-    thread_local Scratch<uint16_t> wb_buf;
-    thread_local Scratch<float> wf_buf;
+    // Tiles: dequantize tile_rows rows once, reuse them for all n tokens. The tile buffer (and
+    // on AVX2 the prescaled x) is taken once for the largest tile.
+    ScratchSlot::Frame tile_frame(ts);
+    const size_t tile_elems = static_cast<size_t>(std::min(tile_rows, r1 - r0) * cols);
+    uint16_t* const wb_tile = path == Path::avx512_tile_bf16 || path == Path::avx512_tile_pairs
+                                  ? ts.take<uint16_t>(tile_elems)
+                                  : nullptr;
+    float* const wf_tile = wb_tile == nullptr ? ts.take<float>(tile_elems) : nullptr;
+    float* const xs = path == Path::avx2_tile ? ts.take<float>(static_cast<size_t>(n * cols)) : nullptr;
     for (int64_t rt = r0, nr; rt < r1; rt += nr) {
       nr = std::min(tile_rows, r1 - rt);
       // The AVX2 tiles end at scale rows: their x is prescaled per scale row.
@@ -258,20 +220,20 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
       float* yt = y + rt;
       switch (path) {
         case Path::avx512_tile_bf16: {
-          uint16_t* t = wb_buf.get(static_cast<size_t>(nr * cols));
+          uint16_t* t = wb_tile;
           fp8_dequant_rows_bf16_avx512(w, cols, rt, rt + nr, t);
-          rows_dp_bf16_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate);
+          rows_dp_bf16_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate, ts);
           break;
         }
         case Path::avx512_tile_pairs: {
-          uint16_t* t = wb_buf.get(static_cast<size_t>(nr * cols));
+          uint16_t* t = wb_tile;
           fp8_dequant_rows_bf16_avx512(w, cols, rt, rt + nr, t);
-          rows_dp_bf16_pairs_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate,
+          rows_dp_bf16_pairs_avx512(xb, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate, ts,
                                     order == LinearOrder::batch_invariant);
           break;
         }
         case Path::avx512_tile_f32: {
-          float* t = wf_buf.get(static_cast<size_t>(nr * cols));
+          float* t = wf_tile;
           fp8_dequant_rows_f32_avx512(w, cols, rt, rt + nr, t);
           rows_fma_f32w_avx512(xf, n, ldx, t, cols, 0, nr, yt, y_stride, accumulate, {},
                                order == LinearOrder::batch_invariant);
@@ -279,16 +241,14 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
         }
         case Path::avx2_tile: {
           // Unscaled rows of one scale row; x prescaled for it (linear_fp8_kernels.h).
-          thread_local Scratch<float> xs_buf;
-          float* t = wf_buf.get(static_cast<size_t>(nr * cols));
-          float* xs = xs_buf.get(static_cast<size_t>(n * cols));
+          float* t = wf_tile;
           fp8_rows_unscaled_f32_avx2(w, cols, rt, rt + nr, t);
           prescale_x_fp8(xf, n, ldx, cols, fp8_scale_row(w, rt), xs, cols);
           rows_fma_f32w_avx2(xs, n, cols, t, cols, 0, nr, yt, y_stride, accumulate);
           break;
         }
         default: {
-          float* t = wf_buf.get(static_cast<size_t>(nr * cols));
+          float* t = wf_tile;
           fp8_dequant_rows_f32_scalar(w, cols, rt, rt + nr, t);
           rows_scalar(xf, n, ldx, t, /*is_bf16=*/false, cols, 0, nr, yt, y_stride, accumulate);
           break;
@@ -302,20 +262,27 @@ void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeigh
   constexpr int64_t kChunksPerThread = 4, kRowAlign = 16;
   const int64_t max_chunks = rows / kRowAlign;
   if (n_threads <= 1 || max_chunks < 2) {
-    rows_fn(0, rows);
+    rows_fn(0, rows, own);
   } else {
     const int64_t n_chunks = std::min<int64_t>(max_chunks, n_threads * kChunksPerThread);
     const int64_t chunk = ((rows + n_chunks - 1) / n_chunks + kRowAlign - 1) / kRowAlign * kRowAlign;
     const int n_tasks = static_cast<int>((rows + chunk - 1) / chunk);
-    pool->run(n_tasks, [&](int task, int) {
+    pool->run(n_tasks, [&](int task, int thread) {
       const int64_t b = task * chunk;
-      rows_fn(b, std::min(rows, b + chunk));
+      rows_fn(b, std::min(rows, b + chunk), scratch.slot(thread));
     });
   }
 }
 
+const char* linear_fp8_path_name(int64_t n, int64_t cols, ActPrecision prec, LinearOrder order,
+                                 const Fp8Tuning& tuning) {
+  return path_name(choose_path(n, cols, prec == ActPrecision::bf16, active_isa(), order, tuning));
+}
+
+}  // namespace detail
+
 const char* linear_fp8_path_name(int64_t n, int64_t cols, ActPrecision prec) {
-  return path_name(choose_path(n, cols, prec == ActPrecision::bf16, active_isa()));
+  return detail::linear_fp8_path_name(n, cols, prec, LinearOrder::fastest, detail::Fp8Tuning{});
 }
 
 void quantize_fp8_blocks(const float* w, int64_t rows, int64_t cols, uint8_t* q, float* scale) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "core/scratch_arena.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops.h"
 
@@ -43,8 +44,12 @@ struct Fp8BlockWeights {
 // activations on AVX-512 take the tiles at every n (the gemv, which scales block partial sums,
 // only in the fastest order). With order = fastest that holds for bf16 activations below
 // linear()'s pairs threshold and on AVX2.
-void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows,
-                int64_t cols, float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool,
+// scratch: as linear()'s (ops.h): at least pool->size() slots (1 without a pool); slot 0 is the
+// calling thread's and holds the prepared activations until the call returns; a task on pool
+// thread t takes from slot t, while it runs, its dequantized tile (tile_rows x cols, f32 or bf16)
+// or the gemv's tables and prescaled activations.
+void linear_fp8(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows, int64_t cols,
+                float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch,
                 bool accumulate = false, LinearOrder order = LinearOrder::fastest);
 
 // Name of the implementation linear_fp8() uses for this call shape, e.g. "avx512_fp8_gemv_lut8",

@@ -143,11 +143,10 @@ AFD_AVX2 inline void convert_rows(const Fp8BlockWeights& w, int64_t cols, int64_
 
 }  // namespace
 
-AFD_AVX2 void fp8_gemv_avx2(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols,
-                            int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
-  thread_local std::vector<float> xs_buf;
-  xs_buf.resize(static_cast<size_t>(n * ldx));
-  float* xs = xs_buf.data();
+AFD_AVX2 void fp8_gemv_avx2(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols, int64_t r0,
+                            int64_t r1, float* y, int64_t ldy, bool acc, ScratchSlot& scratch) {
+  ScratchSlot::Frame frame(scratch);
+  float* xs = scratch.take<float>(static_cast<size_t>(n * ldx));
   for (int64_t r = r0, re; r < r1; r = re) {
     re = fp8_scale_run_end(w, r, r1);
     prescale_x_fp8(xf, n, ldx, cols, fp8_scale_row(w, r), xs, ldx);

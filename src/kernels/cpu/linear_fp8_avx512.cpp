@@ -320,11 +320,11 @@ AFD_AVX512 void fp8_gemv_avx512(const float* xf, int64_t n, int64_t ldx, const F
 }
 
 AFD_AVX512_VBMI void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const Fp8BlockWeights& w,
-                                          int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc) {
+                                          int64_t cols, int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
+                                          ScratchSlot& scratch) {
   const int64_t nb = (cols + kFp8Block - 1) / kFp8Block;
-  thread_local std::vector<uint16_t> tab_buf;
-  tab_buf.resize(static_cast<size_t>(nb * kFp8Block));
-  uint16_t* tabs = tab_buf.data();
+  ScratchSlot::Frame frame(scratch);
+  uint16_t* tabs = scratch.take<uint16_t>(static_cast<size_t>(nb * kFp8Block));
   for (int64_t r = r0, re; r < r1; r = re) {
     re = fp8_scale_run_end(w, r, r1);
     scaled_tables(fp8_scale_row(w, r), 0, nb, tabs);

@@ -6,9 +6,9 @@
 //         with up to 4 tokens' x at a time (the rows stay in L1 for the next group of 4); the
 //         bf16 and AVX2 gemvs take 4 rows at a time from 4 sequential streams of the thread's
 //         rows.
-//   tile  many tokens: a tile of W rows is dequantized once into a per-thread bf16 or f32
-//         buffer and handed to linear()'s tile kernels (linear_kernels.h), which reuse it
-//         across all tokens.
+//   tile  many tokens: a tile of W rows is dequantized once into a bf16 or f32 buffer in the
+//         running thread's scratch slot and handed to linear()'s tile kernels
+//         (linear_kernels.h), which reuse it across all tokens.
 //
 // Batch invariance: in bf16 mode (the fast precision) on AVX-512 and in both modes on AVX2,
 // each output y[i, r] is a function of x[i], W's row r, cols and the ISA level only (not of n,
@@ -66,13 +66,15 @@ bool cpu_has_avx512_vbmi();
 void fp8_gemv_avx512(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols, int64_t r0,
                      int64_t r1, float* y, int64_t ldy, bool acc);
 // AVX-512 BF16 + VBMI, bf16 activations: conversion by the block's scaled byte tables
-// (vpermt2b) into bf16(fp8 * scale), vdpbf16ps in the bf16 order.
+// (vpermt2b) into bf16(fp8 * scale), vdpbf16ps in the bf16 order. scratch (the calling thread's
+// slot): the tables, ceil(cols / 128) * 256 bytes, for the call.
 void fp8_gemv_lut8_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols,
-                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
+                          int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc, ScratchSlot& scratch);
 // AVX2 + F16C, conversion through IEEE half (fp8 * 2^-8, exact), activations prescaled per scale
-// row (prescale_x_fp8, done inside): the AVX2 order.
+// row (prescale_x_fp8, done inside): the AVX2 order. scratch (the calling thread's slot): the
+// prescaled activations, n * ldx floats, for the call.
 void fp8_gemv_avx2(const float* xf, int64_t n, int64_t ldx, const Fp8BlockWeights& w, int64_t cols, int64_t r0,
-                   int64_t r1, float* y, int64_t ldy, bool acc);
+                   int64_t r1, float* y, int64_t ldy, bool acc, ScratchSlot& scratch);
 
 // out [r1 - r0, cols] (row stride cols) = W rows [r0, r1) dequantized; bf16 rounds the f32
 // product fp8 * scale to nearest even.
@@ -83,29 +85,43 @@ void fp8_dequant_rows_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r
 void fp8_rows_unscaled_f32_avx2(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
 void fp8_dequant_rows_f32_scalar(const Fp8BlockWeights& w, int64_t cols, int64_t r0, int64_t r1, float* out);
 
-// Tuning (benchmarks and tests only; defaults in linear_fp8.cpp). The choice changes the time,
-// never the result (the orders above).
-//   gemv_lut   AVX-512 with bf16 activations: 2 = the byte-table gemv where the CPU has VBMI;
-//              any other value, or no VBMI: no gemv (the tiles take every n)
-//   gemv_max_n largest n that takes the AVX-512 BF16 gemv (bf16 activations; above it: tiles)
-//   tile_rows  rows dequantized per tile (a multiple of 16)
-//   gemv_max_x_bytes  for n >= 2, that gemv also needs the n rows of x (bf16, as the gemv
-//              stores them) within this many bytes; the gemv reloads them for every 4 W rows
-//   gemv_f32_max_n, gemv_f32_max_x_bytes  the same for the gemvs on f32 x (AVX2 in both
-//              precisions, AVX-512 with f32 activations)
+// Tuning of linear_fp8(): which path takes a call. The defaults are what linear_fp8() uses;
+// benchmarks and tests pass others to linear_fp8_tuned. The choice changes the time, never the
+// result (the orders above). Defaults from bench_kernels --fp8-weights on the dev machine
+// (docs/BENCHMARKS.md, "FP8 weights").
 struct Fp8Tuning {
-  int gemv_lut;
-  int64_t gemv_max_n;
-  int64_t tile_rows;
-  int64_t gemv_max_x_bytes;
-  int64_t gemv_f32_max_n;
-  int64_t gemv_f32_max_x_bytes;
+  // AVX-512 with bf16 activations: 2 = the byte-table gemv where the CPU has VBMI; any other
+  // value, or no VBMI: no gemv (the tiles take every n).
+  int gemv_lut = 2;
+  // Largest n that takes the AVX-512 BF16 gemv (bf16 activations; above it: tiles). The byte-table
+  // gemv (4 rows per pass, bf16 x) stays ahead of the dequantized tiles up to 16 tokens, at 7168
+  // columns too (x 224 KiB): 0.62-0.95 of the tiles' time at n = 5..16 on the bench model's
+  // shapes, one thread, cold weights, interleaved in one process.
+  int64_t gemv_max_n = 16;
+  // Rows dequantized per tile (rounded down to a multiple of 16, at least 16). From whole decode
+  // steps (docs/bench-log/2026-11-26-smalln.md): a 128-row tile (512 KiB at 2048 columns, in L2)
+  // gives the bf16 small-n kernel it feeds whole row chunks.
+  int64_t tile_rows = 128;
+  // For n >= 2 the bf16 gemv also needs the n rows of x (bf16, as the gemv stores them) within
+  // this many bytes; the gemv reloads them for every 4 W rows.
+  int64_t gemv_max_x_bytes = 256 * 1024;
+  // The same two limits for the gemvs on f32 x (AVX2 in both precisions, AVX-512 with f32
+  // activations): the gemv reloads every token's x slice for each W row, so once the n rows of x
+  // outgrow L1 the tiles are faster (bench_kernels --fp8-weights,
+  // docs/bench-log/2026-11-26-fp8-prefetch.md).
+  int64_t gemv_f32_max_n = 4;
+  int64_t gemv_f32_max_x_bytes = 32 * 1024;
+  // The many-token AVX-512 bf16 tiles take linear()'s pairs kernel from this n on (even cols);
+  // -1: linear()'s default, kPairsMinNDefault (linear_kernels.h).
+  int64_t pairs_min_n = -1;
 };
-Fp8Tuning fp8_tuning();
-// Every field as given (a negative value leaves that setting unchanged): restores a saved tuning.
-void set_fp8_tuning(const Fp8Tuning& t);
-// gemv_max_n and gemv_max_x_bytes set both gemvs' limits; a negative value leaves that setting
-// unchanged.
-void set_fp8_tuning(int gemv_lut, int64_t gemv_max_n, int64_t tile_rows, int64_t gemv_max_x_bytes = -1);
+
+// linear_fp8() (linear_fp8.h) with the path chosen by `tuning`; scratch as linear_fp8()'s.
+void linear_fp8_tuned(const float* x, int64_t n, int64_t x_stride, const Fp8BlockWeights& w, int64_t rows, int64_t cols,
+                      float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch,
+                      bool accumulate, LinearOrder order, const Fp8Tuning& tuning);
+// linear_fp8_path_name() (linear_fp8.h) for a call of linear_fp8_tuned with `tuning`.
+const char* linear_fp8_path_name(int64_t n, int64_t cols, ActPrecision prec, LinearOrder order,
+                                 const Fp8Tuning& tuning);
 
 }  // namespace afd::kernels::detail

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "core/scratch_arena.h"
 #include "kernels/cpu/ops.h"
 
 namespace afd::kernels::detail {
@@ -26,15 +27,22 @@ namespace afd::kernels::detail {
 // (row, token), carried across column blocks, and sum the lanes with that tree (reduce4); the
 // pairs kernel (linear_avx512_pairs.cpp) makes the lanes tokens and runs the 16 j's as separate
 // passes. linear() (ops.h) keeps that order at every n with LinearOrder::batch_invariant; with
-// LinearOrder::fastest it runs the pairs kernel's one-chain order from linear_pairs_min_n tokens
+// LinearOrder::fastest it runs the pairs kernel's one-chain order from LinearTuning::pairs_min_n tokens
 // on (faster: the canonical pairs kernel takes 1.13-1.2x its time, hot, one thread, n = 64..256).
 // Other ISA levels and precisions have orders of their own (ops.h).
 constexpr int64_t kTokenChunk = 96;
 // Largest n that the bf16 x bf16 row streams (rows_seq_dp, linear_avx512.cpp) take.
 constexpr int64_t kRowSeqMaxN = 4;
 // Largest n of the bf16 x bf16 small-n path (rows_dp_bf16_avx512; linear_avx512.cpp); from
-// the pairs threshold (linear_pairs_min_n) on, the pairs kernel takes the product instead.
+// the pairs threshold (LinearTuning::pairs_min_n) on, the pairs kernel takes the product instead.
 constexpr int64_t kSmallNMax = 48;
+// Default of LinearTuning::pairs_min_n: the token count from which the pairs kernel is ahead of
+// the tiles on the small and bench models' prefill shapes (docs/bench-log/2026-11-26-prefill.md).
+constexpr int64_t kPairsMinNDefault = 32;
+// bf16 x bf16 on rows of at most this many columns: the small-n tiles stay ahead of the pairs
+// kernel (whose per-tile epilogue weighs more on short rows) up to kSmallNMax tokens
+// (docs/bench-log/2026-11-26-smalln.md).
+constexpr int64_t kPairsShortCols = 768;
 
 // Layout helpers for the prepared activations (done once per call, by the caller thread).
 // Round x [n, x_stride] to bf16 into xb [n, ldx], ldx >= round_up(cols, 32), columns >= cols zeroed.
@@ -48,10 +56,25 @@ void prep_x_f32_perm32(const float* x, int64_t n, int64_t x_stride, int64_t cols
 void prep_x_f32(const float* x, int64_t n, int64_t x_stride, int64_t cols, bool round_bf16, float* xc,
                 int64_t ldx);
 
-// Tuning of the AVX-512 row kernels (linear_avx512.cpp). The defaults are what linear() uses;
-// benchmarks (bench_kernels --tune, --small-n) and tests pass others to linear_tuned.
+// Tuning of linear(): which path takes a call (the pairs kernel, OpenBLAS) and how the AVX-512
+// row kernels (linear_avx512.cpp) run. The defaults are what linear() uses; benchmarks
+// (bench_kernels --tune, --small-n) and tests pass others to linear_tuned.
 // With bf16 x bf16 the knobs change only the speed, never the bits (the canonical order above).
-struct LinearAvx512Tuning {
+// With LinearOrder::fastest, blas_min_n and pairs_min_n choose between orders (ops.h).
+struct LinearTuning {
+  // Smallest n for which bf16 x bf16 on AVX-512 BF16 (even cols) takes the pairs kernel; -1: the
+  // defaults, kPairsMinNDefault, but kSmallNMax + 1 for rows of at most kPairsShortCols columns.
+  int64_t pairs_min_n = -1;
+  // Smallest n for which the product goes to OpenBLAS sgemm, [w_bf16][act_bf16] (never for bf16 x
+  // bf16 on AVX-512 BF16, never with LinearOrder::batch_invariant); -1: the default of the ISA
+  // level. Defaults: on AVX-512, never (the tiles are at least as fast as sgemm, run
+  // single-threaded per pool thread, at every n that bench_kernels --compare-sgemm times, for
+  // bf16 and f32 weights; docs/BENCHMARKS.md "Kernels"). The AVX2 tiles (12 accumulators of 8
+  // lanes) hand off from n = 64, where sgemm's packing is amortised: with AVX-512 masked and
+  // OpenBLAS on its Haswell kernels, bf16 W [768, 2048], the tiles were 5 % ahead at 64 tokens and
+  // sgemm 8 % ahead at 128 (docs/bench-log/2026-11-29-avx2-long-context.md).
+  int64_t blas_min_n[2][2] = {{-1, -1}, {-1, -1}};
+
   // Single token: 1 = rows one at a time (row_seq_*), 8 = interleaved 8-row tiles, any other
   // value 4-row tiles; the W stream's software prefetch distance in bytes ahead of the current
   // load (0: none; rows one at a time prefetch with bf16 activations only). Defaults from
@@ -86,10 +109,14 @@ struct LinearAvx512Tuning {
   int64_t small_n_chunk_bytes = 128 * 1024;
 };
 
+// Working memory of the row kernels (scratch): the calling thread's slot; what a kernel takes
+// there is given back when it returns (a Frame of its own).
 // AVX-512 BF16: xb from prep_x_bf16; w bf16 [rows, cols]. vdpbf16ps with f32 accumulation.
-void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
-                         int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                         const LinearAvx512Tuning& tuning = {});
+// scratch: the small-n tiles' partial sums when they split the columns into blocks
+// (rows per chunk x 8 tokens x 16 floats).
+void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
+                         int64_t r1, float* y, int64_t ldy, bool acc, ScratchSlot& scratch,
+                         const LinearTuning& tuning = {});
 // Many tokens, AVX-512 BF16, even cols ("pairs" layout, linear_avx512_pairs.cpp): x rounded to
 // bf16 into xp [ceil(n / 16)][P][ldx / (2 P)][16][2] (token block, lane class j, index c of column
 // pair k = P c + j in its class, token lane, pair element; ldx = round_up(cols, 32); missing
@@ -99,16 +126,12 @@ void rows_dp_bf16_avx512(const uint16_t* xb, int64_t n, int64_t ldx, const uint1
 void prep_x_bf16_pairs(const float* x, int64_t n, int64_t x_stride, int64_t cols, uint16_t* xp, int64_t ldx,
                        bool canonical = false);
 // y[i, r] for i < n, r in [r0, r1) from xp (prep_x_bf16_pairs) and w bf16 [rows, cols], cols
-// even: vdpbf16ps with the tokens as the vector lanes, f32 accumulation.
+// even: vdpbf16ps with the tokens as the vector lanes, f32 accumulation. scratch: with
+// canonical, on rows longer than 1024 columns, a class-major copy of a 6-row tile of W (about
+// 12 x cols bytes).
 void rows_dp_bf16_pairs_avx512(const uint16_t* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols, int64_t r0,
-                               int64_t r1, float* y, int64_t ldy, bool acc, bool canonical = false);
-// Smallest n for which linear() takes the pairs kernel for bf16 x bf16 on AVX-512 BF16 (-1, the
-// initial value: the defaults in linear.cpp, which keep rows of at most 768 columns on the
-// small-n path up to kSmallNMax tokens). Settable so benchmarks and tests can force either path.
-int64_t linear_pairs_min_n();
-// The n from which the pairs kernel runs: linear_pairs_min_n() when set, else the default.
-int64_t resolve_pairs_min_n();
-void set_linear_pairs_min_n(int64_t n);
+                               int64_t r1, float* y, int64_t ldy, bool acc, ScratchSlot& scratch,
+                               bool canonical = false);
 // AVX-512 F: xp from prep_x_f32_perm32; w bf16 widened exactly to f32; f32 FMA.
 // canonical (both FMA kernels): every element in one order at every n, tuning and row split:
 // 4-row tiles at n = 1 too, one accumulator per element fed chunk by chunk (bf16 W: the low then
@@ -116,11 +139,11 @@ void set_linear_pairs_min_n(int64_t n);
 // by the reduce4 tree. Otherwise n = 1 takes 4 chains per row (row_seq_fma_*).
 void rows_fma_bf16w_avx512(const float* xp, int64_t n, int64_t ldx, const uint16_t* w, int64_t cols,
                            int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                           const LinearAvx512Tuning& tuning = {}, bool canonical = false);
+                           const LinearTuning& tuning = {}, bool canonical = false);
 // AVX-512 F: x any layout [n, ldx]; w f32.
 void rows_fma_f32w_avx512(const float* x, int64_t n, int64_t ldx, const float* w, int64_t cols,
                           int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc,
-                          const LinearAvx512Tuning& tuning = {}, bool canonical = false);
+                          const LinearTuning& tuning = {}, bool canonical = false);
 // AVX2 + FMA: x [n, ldx] f32 (prep_x_f32 layout or the caller's); w bf16 or f32.
 // Order of every output (the AVX2 order; any n, token, tile or row split): one 8-lane f32
 // accumulator, lane j takes column 8k + j of every whole group k of 8 columns in ascending k,
@@ -134,17 +157,18 @@ void rows_fma_f32w_avx2(const float* x, int64_t n, int64_t ldx, const float* w, 
 void rows_scalar(const float* x, int64_t n, int64_t ldx, const void* w, bool is_bf16, int64_t cols,
                  int64_t r0, int64_t r1, float* y, int64_t ldy, bool acc);
 
-// linear() (ops.h) with the AVX-512 row kernels tuned by `tuning`.
+// linear() (ops.h) with the path and the AVX-512 row kernels chosen by `tuning`; scratch as
+// linear()'s.
 void linear_tuned(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
-                  float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate,
-                  const LinearAvx512Tuning& tuning, LinearOrder order = LinearOrder::fastest);
+                  float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch,
+                  bool accumulate, const LinearTuning& tuning, LinearOrder order = LinearOrder::fastest);
 
-// Smallest n for which linear() hands the product to OpenBLAS sgemm (per weight dtype and
-// activation precision; never for bf16 x bf16 on AVX-512 BF16, never with
-// LinearOrder::batch_invariant). -1 (the initial value) means
-// the measured default for the ISA level (linear.cpp). Settable so benchmarks and tests can
-// force either path.
-int64_t linear_blas_min_n(bool w_bf16, bool act_bf16);
-void set_linear_blas_min_n(bool w_bf16, bool act_bf16, int64_t n);
+// The n from which linear() takes the pairs kernel for bf16 x bf16 on AVX-512 BF16 with this
+// tuning: tuning.pairs_min_n when set (>= 0), else kPairsMinNDefault (linear_fp8's tiles use this;
+// linear() itself keeps rows of at most kPairsShortCols columns on the small-n path by default).
+int64_t resolve_pairs_min_n(const LinearTuning& tuning);
+// linear_path_name() (ops.h) for a call of linear_tuned with `tuning`.
+const char* linear_path_name(int64_t n, DType w_dtype, ActPrecision prec, int64_t cols, LinearOrder order,
+                             const LinearTuning& tuning);
 
 }  // namespace afd::kernels::detail

@@ -25,16 +25,15 @@ namespace {
 constexpr int64_t kTile = detail::kScoreTile;
 
 void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv, const PagedRows* v,
-                    int64_t d_lat, int64_t j0, int64_t j1, float scale, const MqaPartial& part) {
+                    int64_t d_lat, int64_t j0, int64_t j1, float scale, const MqaPartial& part, ScratchSlot& scratch) {
   const int64_t D = kv.row_dim, n = j1 - j0;
   const PagedRows& vr = v != nullptr ? *v : kv;
-  thread_local std::vector<float> rows, kt, sc;
-  rows.resize(static_cast<size_t>(kTile * std::max(D, d_lat)));
-  kt.resize(static_cast<size_t>(kTile * D));
-  sc.resize(static_cast<size_t>(n_heads * n));
+  ScratchSlot::Frame frame(scratch);
+  float* const rows = scratch.take<float>(static_cast<size_t>(kTile * std::max(D, d_lat)));
+  float* const kt = scratch.take<float>(static_cast<size_t>(kTile * D));
+  float* const sc = scratch.take<float>(static_cast<size_t>(n_heads * n));
   for (int64_t jb = 0; jb < n; jb += kTile)
-    detail::score_tile(kv, j0 + jb, std::min(kTile, n - jb), q, q_stride, n_heads, scale, rows.data(), kt.data(),
-                       &sc[jb], n);
+    detail::score_tile(kv, j0 + jb, std::min(kTile, n - jb), q, q_stride, n_heads, scale, rows, kt, &sc[jb], n);
   for (int64_t h = 0; h < n_heads; ++h) {
     float* s = &sc[h * n];
     float mx = s[0], sum = 0;
@@ -69,7 +68,8 @@ const char* mla_decode_path_name(DType kv_dtype) {
 }
 
 void mqa_decode_segment(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                        int64_t v_dim, int64_t n_ctx, int64_t seg, float scale, const MqaPartial& part) {
+                        int64_t v_dim, int64_t n_ctx, int64_t seg, float scale, const MqaPartial& part,
+                        ScratchSlot& scratch) {
   AFD_CHECK(n_ctx >= 1 && (v != nullptr ? v->row_dim == v_dim && v->dtype == k.dtype && v->block_size == k.block_size
                                         : v_dim <= k.row_dim),
             "mqa_decode_attend: bad shape");
@@ -77,16 +77,16 @@ void mqa_decode_segment(const float* q, int64_t q_stride, int64_t n_heads, const
   const int64_t j0 = seg * kMqaSegment, j1 = std::min(n_ctx, j0 + kMqaSegment);
   const Isa isa = active_isa();
   if (isa == Isa::avx512 && k.dtype == DType::bf16 && v_dim % 32 == 0 && k.row_dim % 2 == 0)
-    return detail::mqa_decode_avx512_bf16(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part);
+    return detail::mqa_decode_avx512_bf16(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch);
   if (isa == Isa::avx512 || isa == Isa::avx2)
-    return detail::mqa_decode_avx2(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part);
-  tiled_portable(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part);
+    return detail::mqa_decode_avx2(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch);
+  tiled_portable(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch);
 }
 
 void mqa_decode_combine(int64_t n_heads, int64_t v_dim, const MqaPartial* parts, int64_t n_parts, float* out,
-                        int64_t out_stride) {
-  thread_local std::vector<float> w;
-  w.resize(static_cast<size_t>(n_parts));
+                        int64_t out_stride, ScratchSlot& scratch) {
+  ScratchSlot::Frame frame(scratch);
+  float* const w = scratch.take<float>(static_cast<size_t>(n_parts));
   for (int64_t h = 0; h < n_heads; ++h) {
     float mx = parts[0].m[h];
     for (int64_t s = 1; s < n_parts; ++s) mx = std::max(mx, parts[s].m[h]);
@@ -103,21 +103,21 @@ void mqa_decode_combine(int64_t n_heads, int64_t v_dim, const MqaPartial* parts,
 }
 
 void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                       int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+                       int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride,
+                       ScratchSlot& scratch) {
   const int64_t ns = n_ctx >= 1 ? mqa_decode_segments(n_ctx) : 1;
   // One segment: its unnormalised result goes straight into out and is combined in place.
-  // Several: each into a scratch partial, combined in order.
-  thread_local std::vector<float> ml, os;
-  thread_local std::vector<MqaPartial> parts;
-  ml.resize(static_cast<size_t>(2 * ns * n_heads));
-  if (ns > 1) os.resize(static_cast<size_t>(ns * n_heads * v_dim));
-  parts.resize(static_cast<size_t>(ns));
+  // Several: each into a partial taken from scratch, combined in order.
+  ScratchSlot::Frame frame(scratch);
+  float* const ml = scratch.take<float>(static_cast<size_t>(2 * ns * n_heads));
+  float* const os = ns > 1 ? scratch.take<float>(static_cast<size_t>(ns * n_heads * v_dim)) : nullptr;
+  MqaPartial* const parts = scratch.take<MqaPartial>(static_cast<size_t>(ns));
   for (int64_t s = 0; s < ns; ++s) {
     parts[s] = ns == 1 ? MqaPartial{out, out_stride, &ml[0], &ml[n_heads]}
                        : MqaPartial{&os[s * n_heads * v_dim], v_dim, &ml[2 * s * n_heads], &ml[(2 * s + 1) * n_heads]};
-    mqa_decode_segment(q, q_stride, n_heads, k, v, v_dim, n_ctx, s, scale, parts[s]);
+    mqa_decode_segment(q, q_stride, n_heads, k, v, v_dim, n_ctx, s, scale, parts[s], scratch);
   }
-  mqa_decode_combine(n_heads, v_dim, parts.data(), ns, out, out_stride);
+  mqa_decode_combine(n_heads, v_dim, parts, ns, out, out_stride, scratch);
 }
 
 namespace ref {

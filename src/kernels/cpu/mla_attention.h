@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/scratch_arena.h"
 #include "kernels/cpu/paged_rows.h"
 
 namespace afd::kernels {
@@ -27,15 +28,20 @@ namespace afd::kernels {
 // f32 accumulation (vdpbf16ps); otherwise rows are widened exactly to f32 and both products
 // run in f32 (an AVX2+FMA register-tiled kernel on AVX2 and AVX-512 CPUs, a portable loop nest
 // elsewhere). The softmax is in f32 in every path.
+// scratch: the calling thread's slot, for the call: the segments' partials (2 floats per head
+// and segment; with several segments v_dim more) and each segment's working memory
+// (mqa_decode_segment).
+// Thread-safe for distinct outputs and slots.
 void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                       int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride);
+                       int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride, ScratchSlot& scratch);
 
 // Absorbed MLA: mqa_decode_attend with q [n_heads, d_lat + d_rope], kv.row_dim == d_lat +
 // d_rope, values the first d_lat values of each row, out [n_heads, d_lat].
 inline void mla_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, int64_t d_lat, int64_t d_rope,
-                              const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride) {
+                              const PagedRows& kv, int64_t n_ctx, float scale, float* out, int64_t out_stride,
+                              ScratchSlot& scratch) {
   (void)d_rope;
-  mqa_decode_attend(q, q_stride, n_heads, kv, nullptr, d_lat, n_ctx, scale, out, out_stride);
+  mqa_decode_attend(q, q_stride, n_heads, kv, nullptr, d_lat, n_ctx, scale, out, out_stride, scratch);
 }
 
 // Split-K form. The context is cut into segments of kMqaSegment positions (the last one
@@ -58,13 +64,18 @@ struct MqaPartial {
 
 // Segment seg < mqa_decode_segments(n_ctx) (positions [seg * kMqaSegment, min(n_ctx, (seg + 1) *
 // kMqaSegment))) of mqa_decode_attend's arguments, into part. Same dispatch as mqa_decode_attend.
+// scratch: the calling thread's slot; the kernel's working memory (the transposed query, a
+// chunk's rows, scores and output tile: O((k.row_dim + v_dim) * n_heads + kMqaSegment * n_heads)
+// floats at most), for the call.
 void mqa_decode_segment(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                        int64_t v_dim, int64_t n_ctx, int64_t seg, float scale, const MqaPartial& part);
+                        int64_t v_dim, int64_t n_ctx, int64_t seg, float scale, const MqaPartial& part,
+                        ScratchSlot& scratch);
 
 // out[h][c] = sum_s w_s[h] * o_s[h][c] / sum_s w_s[h] * l_s[h], w_s[h] = exp(m_s[h] - max_s m_s[h]),
 // both sums in segment order s = 0 .. n_parts - 1. out may be parts[0].o (same stride).
+// scratch: the calling thread's slot (n_parts floats, for the call).
 void mqa_decode_combine(int64_t n_heads, int64_t v_dim, const MqaPartial* parts, int64_t n_parts, float* out,
-                        int64_t out_stride);
+                        int64_t out_stride, ScratchSlot& scratch);
 
 // Name of the path mqa_decode_attend takes for this dtype ("avx512_bf16_dp", "avx2_f32", "scalar_f32").
 const char* mla_decode_path_name(DType kv_dtype);

@@ -165,20 +165,24 @@ AFD_AVX2 void pv_columns(const float* p, const float* v, int64_t vs, int64_t n, 
 
 template <int HV>
 AFD_AVX2 void decode(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                     int64_t v_dim, int64_t j0, int64_t j1, float scale, const MqaPartial& part) {
+                     int64_t v_dim, int64_t j0, int64_t j1, float scale, const MqaPartial& part, ScratchSlot& scratch) {
   constexpr int64_t Hb = 8 * HV, R = kRows / HV;
   static_assert(kChunkPad % R == 0 && kChunkPad >= kChunk, "chunk padding");
   const int64_t D = k.row_dim, Hp = (n_heads + Hb - 1) / Hb * Hb, nhb = Hp / Hb;
   const bool sep_v = v != nullptr;
   const int64_t VS = sep_v ? v_dim : D;  // row stride of the values in their chunk buffer
-  thread_local std::vector<float> qt, kc, vc, st, ot, run_max, run_sum;
-  qt.assign(static_cast<size_t>(Hp * D), 0.0f);
-  kc.resize(static_cast<size_t>(kChunkPad * D));
-  if (sep_v) vc.resize(static_cast<size_t>(kChunk * v_dim));
-  st.resize(static_cast<size_t>(nhb * kChunkPad * Hb));
-  ot.assign(static_cast<size_t>(nhb * v_dim * Hb), 0.0f);
-  run_max.assign(static_cast<size_t>(Hp), -INFINITY);
-  run_sum.assign(static_cast<size_t>(Hp), 0.0f);
+  ScratchSlot::Frame frame(scratch);
+  float* const qt = scratch.take<float>(static_cast<size_t>(Hp * D));
+  float* const kc = scratch.take<float>(static_cast<size_t>(kChunkPad * D));
+  float* const vc = sep_v ? scratch.take<float>(static_cast<size_t>(kChunk * v_dim)) : nullptr;
+  float* const st = scratch.take<float>(static_cast<size_t>(nhb * kChunkPad * Hb));
+  float* const ot = scratch.take<float>(static_cast<size_t>(nhb * v_dim * Hb));
+  float* const run_max = scratch.take<float>(static_cast<size_t>(Hp));
+  float* const run_sum = scratch.take<float>(static_cast<size_t>(Hp));
+  std::fill(qt, qt + Hp * D, 0.0f);
+  std::fill(ot, ot + nhb * v_dim * Hb, 0.0f);
+  std::fill(run_max, run_max + Hp, -INFINITY);
+  std::fill(run_sum, run_sum + Hp, 0.0f);
 
   // Qt[h / Hb][d][h % Hb] = q[h][d].
   for (int64_t h = 0; h < n_heads; ++h) {
@@ -186,13 +190,13 @@ AFD_AVX2 void decode(const float* q, int64_t q_stride, int64_t n_heads, const Pa
     const float* qh = q + h * q_stride;
     for (int64_t d = 0; d < D; ++d) dst[d * Hb] = qh[d];
   }
-  const float* vbase = sep_v ? vc.data() : kc.data();
+  const float* vbase = sep_v ? vc : kc;
 
   for (int64_t c0 = j0; c0 < j1; c0 += kChunk) {
     const int64_t cn = std::min(kChunk, j1 - c0), cpad = (cn + R - 1) / R * R;
     // ---- 0. widen the chunk's rows
     for (int64_t t = 0; t < cn; ++t) widen_row(k, c0 + t, D, &kc[t * D]);
-    std::fill(kc.begin() + cn * D, kc.begin() + cpad * D, 0.0f);
+    std::fill(kc + cn * D, kc + cpad * D, 0.0f);
     if (sep_v)
       for (int64_t t = 0; t < cn; ++t) widen_row(*v, c0 + t, v_dim, &vc[t * v_dim]);
 
@@ -240,11 +244,11 @@ AFD_AVX2 void decode(const float* q, int64_t q_stride, int64_t n_heads, const Pa
 }  // namespace
 
 void mqa_decode_avx2(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                     int64_t v_dim, int64_t j0, int64_t j1, float scale, const MqaPartial& part) {
+                     int64_t v_dim, int64_t j0, int64_t j1, float scale, const MqaPartial& part, ScratchSlot& scratch) {
   // 16-head tiles unless 8-head blocks pad fewer heads (8, 24, 40, ... heads).
   if ((n_heads + 7) / 8 * 8 < (n_heads + 15) / 16 * 16)
-    return decode<1>(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part);
-  decode<2>(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part);
+    return decode<1>(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch);
+  decode<2>(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch);
 }
 
 }  // namespace afd::kernels::detail

@@ -51,28 +51,78 @@ AFD_BF16 inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
 
+// Pass 1's register tile: the scores of the kNt = 16 / HV positions whose rows are r[i] (as
+// bf16 pairs) for the 16 HV heads of the transposed query qp ([DP][Hp] pairs, from the tile's
+// first head); st[i * Hp + h] = scale * score for i < nt. Kept out of line: its 16 accumulators
+// need the vector registers that the caller's live values would otherwise take.
+template <int HV>
+AFD_BF16 __attribute__((noinline)) void score_tile(const uint32_t* qp, int64_t Hp, int64_t DP, const uint32_t* const* r,
+                                                   int nt, __m512 vscale, float* st) {
+  constexpr int kNt = 16 / HV;
+  __m512 acc[kNt][HV];
+  for (int i = 0; i < kNt; ++i)
+    for (int u = 0; u < HV; ++u) acc[i][u] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < DP; ++p) {
+    __m512i qv[HV];
+    for (int u = 0; u < HV; ++u) qv[u] = _mm512_loadu_si512(qp + p * Hp + 16 * u);
+    for (int i = 0; i < kNt; ++i) {
+      const __m512i b = _mm512_set1_epi32(static_cast<int>(r[i][p]));
+      for (int u = 0; u < HV; ++u) acc[i][u] = dp(acc[i][u], qv[u], b);
+    }
+  }
+  for (int i = 0; i < nt; ++i)
+    for (int u = 0; u < HV; ++u) _mm512_storeu_ps(&st[i * Hp + 16 * u], _mm512_mul_ps(acc[i][u], vscale));
+}
+
+// Pass 3's register tile: ot[i * Hp + h] += sum over the npairs position pairs tp of
+// pt[tp * Hp + h] . kr[tp * d_lat + i] (bf16 pairs) for the kNc = 16 / HV latent columns i and
+// the 16 HV heads h from the tile's first. Out of line for the same reason as score_tile.
+template <int HV>
+AFD_BF16 __attribute__((noinline)) void pv_tile(const uint32_t* pt, const uint32_t* kr, int64_t Hp, int64_t d_lat,
+                                                int64_t npairs, float* ot) {
+  constexpr int kNc = 16 / HV;
+  __m512 acc[kNc][HV];
+  for (int i = 0; i < kNc; ++i)
+    for (int u = 0; u < HV; ++u) acc[i][u] = _mm512_loadu_ps(&ot[i * Hp + 16 * u]);
+  for (int64_t tp = 0; tp < npairs; ++tp) {
+    __m512i pv[HV];
+    for (int u = 0; u < HV; ++u) pv[u] = _mm512_loadu_si512(pt + tp * Hp + 16 * u);
+    const uint32_t* k = kr + tp * d_lat;
+    for (int i = 0; i < kNc; ++i) {
+      const __m512i b = _mm512_set1_epi32(static_cast<int>(k[i]));
+      for (int u = 0; u < HV; ++u) acc[i][u] = dp(acc[i][u], pv[u], b);
+    }
+  }
+  for (int i = 0; i < kNc; ++i)
+    for (int u = 0; u < HV; ++u) _mm512_storeu_ps(&ot[i * Hp + 16 * u], acc[i][u]);
+}
+
 // The kernel for register tiles of HV head vectors (Hb = 16 HV heads): kNt positions (pass 1)
 // or kNc latent columns (pass 3) per tile, 16 accumulators either way.
 template <int HV>
 AFD_BF16 void mqa_bf16_tiles(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv, const PagedRows* v,
-                             int64_t d_lat, int64_t j0, int64_t j1, float scale, const MqaPartial& part) {
+                             int64_t d_lat, int64_t j0, int64_t j1, float scale, const MqaPartial& part,
+                             ScratchSlot& scratch) {
   constexpr int64_t kHb = 16 * HV;
   constexpr int kNt = 16 / HV, kNc = 16 / HV;
   const int64_t D = kv.row_dim, DP = D / 2, Hp = (n_heads + kHb - 1) / kHb * kHb;
   const int64_t bs = kv.block_size;
   const PagedRows& vr = v != nullptr ? *v : kv;
-  thread_local std::vector<uint32_t> qt, pp, kp;
-  thread_local std::vector<float> st, ot, run_max, run_sum, alpha;
-  thread_local std::vector<uint16_t> zero_row;
-  qt.assign(static_cast<size_t>(DP * Hp), 0u);
-  st.resize(static_cast<size_t>(kChunk * Hp));
-  pp.resize(static_cast<size_t>(kChunk / 2 * Hp));
-  kp.resize(static_cast<size_t>(kPvTile / 2 * d_lat));
-  ot.assign(static_cast<size_t>(d_lat * Hp), 0.0f);
-  run_max.assign(static_cast<size_t>(Hp), -INFINITY);
-  run_sum.assign(static_cast<size_t>(Hp), 0.0f);
-  alpha.resize(static_cast<size_t>(Hp));
-  zero_row.assign(static_cast<size_t>(std::max(D, d_lat)), 0);
+  ScratchSlot::Frame frame(scratch);
+  uint32_t* const qt = scratch.take<uint32_t>(static_cast<size_t>(DP * Hp));
+  float* const st = scratch.take<float>(static_cast<size_t>(kChunk * Hp));
+  uint32_t* const pp = scratch.take<uint32_t>(static_cast<size_t>(kChunk / 2 * Hp));
+  uint32_t* const kp = scratch.take<uint32_t>(static_cast<size_t>(kPvTile / 2 * d_lat));
+  float* const ot = scratch.take<float>(static_cast<size_t>(d_lat * Hp));
+  float* const run_max = scratch.take<float>(static_cast<size_t>(Hp));
+  float* const run_sum = scratch.take<float>(static_cast<size_t>(Hp));
+  float* const alpha = scratch.take<float>(static_cast<size_t>(Hp));
+  uint16_t* const zero_row = scratch.take<uint16_t>(static_cast<size_t>(std::max(D, d_lat)));
+  std::fill(qt, qt + DP * Hp, 0u);
+  std::fill(ot, ot + d_lat * Hp, 0.0f);
+  std::fill(run_max, run_max + Hp, -INFINITY);
+  std::fill(run_sum, run_sum + Hp, 0.0f);
+  std::fill(zero_row, zero_row + std::max(D, d_lat), uint16_t{0});
 
   // Qt[p][h] = (bf16 q[h][2p], bf16 q[h][2p+1]).
   for (int64_t h = 0; h < n_heads; ++h) {
@@ -81,11 +131,11 @@ AFD_BF16 void mqa_bf16_tiles(const float* q, int64_t q_stride, int64_t n_heads, 
       qt[p * Hp + h] = static_cast<uint32_t>(bf16_rne(qh[2 * p])) | (static_cast<uint32_t>(bf16_rne(qh[2 * p + 1])) << 16);
   }
   auto row = [&](int64_t j) -> const uint16_t* {
-    if (j >= j1) return zero_row.data();
+    if (j >= j1) return zero_row;
     return reinterpret_cast<const uint16_t*>(kv.blocks[j / bs]) + (j % bs) * D;
   };
   auto vrow = [&](int64_t j) -> const uint16_t* {  // the first d_lat values are the value
-    if (j >= j1) return zero_row.data();
+    if (j >= j1) return zero_row;
     return reinterpret_cast<const uint16_t*>(vr.blocks[j / bs]) + (j % bs) * vr.row_dim;
   };
   const __m512 vscale = _mm512_set1_ps(scale);
@@ -107,23 +157,7 @@ AFD_BF16 void mqa_bf16_tiles(const float* q, int64_t q_stride, int64_t n_heads, 
       const uint32_t* r[kNt];
       for (int i = 0; i < kNt; ++i) r[i] = reinterpret_cast<const uint32_t*>(row(t0 + i));
       const int nt = static_cast<int>(std::min<int64_t>(kNt, c0 + cn - t0));
-      for (int64_t hb = 0; hb < Hp; hb += kHb) {
-        __m512 acc[kNt][HV];
-        for (int i = 0; i < kNt; ++i)
-          for (int u = 0; u < HV; ++u) acc[i][u] = _mm512_setzero_ps();
-        const uint32_t* qp = qt.data() + hb;
-        for (int64_t p = 0; p < DP; ++p) {
-          __m512i qv[HV];
-          for (int u = 0; u < HV; ++u) qv[u] = _mm512_loadu_si512(qp + p * Hp + 16 * u);
-          for (int i = 0; i < kNt; ++i) {
-            const __m512i b = _mm512_set1_epi32(static_cast<int>(r[i][p]));
-            for (int u = 0; u < HV; ++u) acc[i][u] = dp(acc[i][u], qv[u], b);
-          }
-        }
-        for (int i = 0; i < nt; ++i)
-          for (int u = 0; u < HV; ++u)
-            _mm512_storeu_ps(&st[(t0 - c0 + i) * Hp + hb + 16 * u], _mm512_mul_ps(acc[i][u], vscale));
-      }
+      for (int64_t hb = 0; hb < Hp; hb += kHb) score_tile<HV>(qt + hb, Hp, DP, r, nt, vscale, &st[(t0 - c0) * Hp + hb]);
     }
 
     // ---- 2. online softmax per head vector: new running max M', alpha = exp(M - M')
@@ -160,32 +194,17 @@ AFD_BF16 void mqa_bf16_tiles(const float* q, int64_t q_stride, int64_t n_heads, 
       const int64_t npairs = std::min<int64_t>(kPvTile, c0 + cn - t0 + 1) / 2;  // pairs touching the chunk
       for (int64_t tp = 0; tp < npairs; ++tp) {
         const uint16_t* a = vrow(t0 + 2 * tp);
-        const uint16_t* b = 2 * tp + 1 < c0 + cn - t0 ? vrow(t0 + 2 * tp + 1) : zero_row.data();
-        uint32_t* dst = kp.data() + tp * d_lat;
+        const uint16_t* b = 2 * tp + 1 < c0 + cn - t0 ? vrow(t0 + 2 * tp + 1) : zero_row;
+        uint32_t* dst = kp + tp * d_lat;
         for (int64_t c = 0; c < d_lat; c += 32) {
           const __m512i va = _mm512_loadu_si512(a + c), vb = _mm512_loadu_si512(b + c);
           _mm512_storeu_si512(dst + c, _mm512_permutex2var_epi16(va, lo_idx, vb));
           _mm512_storeu_si512(dst + c + 16, _mm512_permutex2var_epi16(va, hi_idx, vb));
         }
       }
-      const uint32_t* pt = pp.data() + (t0 - c0) / 2 * Hp;
+      const uint32_t* pt = pp + (t0 - c0) / 2 * Hp;
       for (int64_t cc = 0; cc < d_lat; cc += kNc) {
-        for (int64_t hb = 0; hb < Hp; hb += kHb) {
-          __m512 acc[kNc][HV];
-          for (int i = 0; i < kNc; ++i)
-            for (int u = 0; u < HV; ++u) acc[i][u] = _mm512_loadu_ps(&ot[(cc + i) * Hp + hb + 16 * u]);
-          for (int64_t tp = 0; tp < npairs; ++tp) {
-            __m512i pv[HV];
-            for (int u = 0; u < HV; ++u) pv[u] = _mm512_loadu_si512(pt + tp * Hp + hb + 16 * u);
-            const uint32_t* kr = kp.data() + tp * d_lat + cc;
-            for (int i = 0; i < kNc; ++i) {
-              const __m512i b = _mm512_set1_epi32(static_cast<int>(kr[i]));
-              for (int u = 0; u < HV; ++u) acc[i][u] = dp(acc[i][u], pv[u], b);
-            }
-          }
-          for (int i = 0; i < kNc; ++i)
-            for (int u = 0; u < HV; ++u) _mm512_storeu_ps(&ot[(cc + i) * Hp + hb + 16 * u], acc[i][u]);
-        }
+        for (int64_t hb = 0; hb < Hp; hb += kHb) pv_tile<HV>(pt + hb, kp + cc, Hp, d_lat, npairs, &ot[cc * Hp + hb]);
       }
     }
   }
@@ -203,10 +222,10 @@ AFD_BF16 void mqa_bf16_tiles(const float* q, int64_t q_stride, int64_t n_heads, 
 
 AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv,
                                      const PagedRows* v, int64_t d_lat, int64_t j0, int64_t j1, float scale,
-                                     const MqaPartial& part) {
+                                     const MqaPartial& part, ScratchSlot& scratch) {
   if ((n_heads + 15) / 16 * 16 < (n_heads + 31) / 32 * 32)
-    return mqa_bf16_tiles<1>(q, q_stride, n_heads, kv, v, d_lat, j0, j1, scale, part);
-  mqa_bf16_tiles<2>(q, q_stride, n_heads, kv, v, d_lat, j0, j1, scale, part);
+    return mqa_bf16_tiles<1>(q, q_stride, n_heads, kv, v, d_lat, j0, j1, scale, part, scratch);
+  mqa_bf16_tiles<2>(q, q_stride, n_heads, kv, v, d_lat, j0, j1, scale, part, scratch);
 }
 
 }  // namespace afd::kernels::detail

@@ -1,4 +1,5 @@
-// CPU kernels: pointers, sizes and a thread pool; no model or request types.
+// CPU kernels: pointers, sizes, a thread pool and caller-owned scratch (core/scratch_arena.h);
+// no model or request types.
 // Every kernel has a scalar reference (namespace ref) and SIMD versions chosen at run
 // time from cpu_features(); the kernel-op registry (tests/kernel_ops/) checks each against its
 // reference at every ISA level, and bench_kernels --ops times them.
@@ -7,6 +8,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/scratch_arena.h"
 #include "core/thread_pool.h"
 
 namespace afd::kernels {
@@ -19,8 +21,8 @@ enum class ActPrecision : uint8_t { f32, bf16 };
 
 // The summation order linear() may give each output element y[i, r].
 //   fastest: the order of the fastest path for the call's shape, which may depend on n: without
-//     AVX-512 BF16, large n goes to OpenBLAS sgemm (detail::linear_blas_min_n), whose order is
-//     not the tiles'; with it, bf16 x bf16 from detail::linear_pairs_min_n tokens on runs one
+//     AVX-512 BF16, large n goes to OpenBLAS sgemm (detail::LinearTuning::blas_min_n), whose order is
+//     not the tiles'; with it, bf16 x bf16 from detail::LinearTuning::pairs_min_n tokens on runs one
 //     accumulator chain per element instead of the canonical 16.
 //   batch_invariant: y[i, r] depends on x[i], W[r], cols, the dtypes, the precision and the ISA
 //     level only: never on n, the other tokens, i, the split of the rows or the pool. Holds for
@@ -43,9 +45,16 @@ inline LinearOrder linear_order(bool batch_invariant) {
 // rows; large n may use OpenBLAS sgemm where that measures faster (order: LinearOrder).
 // With bf16 weights, bf16 activations rounds x only (W is already bf16); with f32 weights,
 // bf16 activations rounds x to bf16 and keeps W in f32 (products in f32).
+// scratch: the working memory, one slot per thread that runs the call: at least pool->size()
+// slots (1 without a pool). The calling thread takes from slot 0 (it is thread 0 of
+// ThreadPool::run) the prepared activations, at most (n + 15) * round_up(cols, 32) * 4 bytes,
+// held until the call returns; a task on pool thread t takes from slot t its tiles' buffers
+// while it runs (bf16 weights handed to sgemm: up to 4 MiB of widened rows). Slot 0 must belong
+// to the calling thread: a call from inside a task of another pool region passes pool = nullptr
+// and an arena whose slot 0 is that task's. Nothing stays taken after the call.
 void linear(const float* x, int64_t n, int64_t x_stride, const void* w, DType w_dtype, int64_t rows, int64_t cols,
-            float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, bool accumulate = false,
-            LinearOrder order = LinearOrder::fastest);
+            float* y, int64_t y_stride, ActPrecision prec, ThreadPool* pool, ScratchArena& scratch,
+            bool accumulate = false, LinearOrder order = LinearOrder::fastest);
 
 // y[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w   for i < n; x, y: [n, dim]; y may alias x.
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y);

@@ -32,6 +32,7 @@ using testing::IsaLimitGuard;
 using testing::make_paged;
 using testing::Paged;
 using testing::random_vec;
+using testing::test_scratch;
 
 bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, static_cast<size_t>(n) * 4) == 0; }
 
@@ -106,7 +107,8 @@ TEST(AttentionInvariance, PrefillRunRowsEqualTheDecodeKernel) {
             ThreadPool* pool = pi < pools.size() ? pools[pi].get() : nullptr;
             std::vector<float> out(static_cast<size_t>(nq * qd), -7.0f);
             causal_attention(&q[p0 * qd], qd, nq, p0, kv.k_f32.data(), kv.v_f32.data(), kvd, s,
-                             1.0f / std::sqrt(static_cast<float>(c.hd)), out.data(), qd, pool, CausalOrder::decode);
+                             1.0f / std::sqrt(static_cast<float>(c.hd)), out.data(), qd, pool, test_scratch(),
+                             CausalOrder::decode);
             for (int64_t i = 0; i < nq; ++i)
               ASSERT_TRUE(same_bits(&out[i * qd], want[p0 + i].data(), qd))
                   << "position " << p0 + i << " in a run of " << nq << " from " << p0 << ", " << dtype_name(dt)
@@ -160,7 +162,8 @@ TEST(AttentionInvariance, MqaDecodeHeadsDoNotDependOnTheirGroup) {
           Paged v = make_paged(random_vec(static_cast<size_t>(n_ctx * sh.v_dim), 10), n_ctx, sh.v_dim, 16, dt);
           const PagedRows* vp = sh.separate_v ? &v.view : nullptr;
           std::vector<float> all(static_cast<size_t>(heads * sh.v_dim));
-          mqa_decode_attend(q.data(), sh.D, heads, k.view, vp, sh.v_dim, n_ctx, 0.1f, all.data(), sh.v_dim);
+          mqa_decode_attend(q.data(), sh.D, heads, k.view, vp, sh.v_dim, n_ctx, 0.1f, all.data(), sh.v_dim,
+                            test_scratch().slot(0));
           // Groups of 1, 8, 32 and 33 heads (MqaDecodeRunner's callers use multiples of 32, and
           // everything below 32 for small models).
           for (int64_t hg : {1, 8, 32, 33}) {
@@ -168,7 +171,7 @@ TEST(AttentionInvariance, MqaDecodeHeadsDoNotDependOnTheirGroup) {
             for (int64_t h0 = 0; h0 < heads; h0 += hg) {
               const int64_t nh = std::min(hg, heads - h0);
               mqa_decode_attend(&q[h0 * sh.D], sh.D, nh, k.view, vp, sh.v_dim, n_ctx, 0.1f, &got[h0 * sh.v_dim],
-                                sh.v_dim);
+                                sh.v_dim, test_scratch().slot(0));
             }
             ASSERT_TRUE(same_bits(got.data(), all.data(), heads * sh.v_dim))
                 << isa_name(isa) << " path " << mla_decode_path_name(dt) << " " << dtype_name(dt) << " ctx " << n_ctx

@@ -20,9 +20,10 @@
 namespace afd::kernels {
 namespace {
 
-using testing::IsaLimitGuard;
 using testing::isa_levels;
+using testing::IsaLimitGuard;
 using testing::random_vec;
+using testing::test_scratch;
 
 struct Case {
   int64_t n, rows, cols;
@@ -136,27 +137,27 @@ TEST_P(LinearTest, ReferenceMatchesF64) {
 TEST_P(LinearTest, AllImplementationsMatchF64) {
   auto [w_dtype, prec] = GetParam();
   const bool wb = w_dtype == DType::bf16, ab = prec == ActPrecision::bf16;
-  const int64_t default_min_n = detail::linear_blas_min_n(wb, ab);
   ThreadPool pool(2);
   for (Isa isa : isa_levels()) {
     IsaLimitGuard guard(isa);
-    for (int64_t blas_min : {default_min_n, int64_t{1}, int64_t{1} << 40}) {
-      detail::set_linear_blas_min_n(wb, ab, blas_min);
+    for (int64_t blas_min : {int64_t{-1}, int64_t{1}, int64_t{1} << 40}) {  // -1: the default
+      detail::LinearTuning tuning;
+      tuning.blas_min_n[wb][ab] = blas_min;
       for (const Case& c : kCases) {
         Problem p = make_problem(c, w_dtype, prec, 23);
         for (bool acc : {false, true}) {
           for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::vector<float> y = p.y_init;
-            linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec,
-                   tp, acc);
+            detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride,
+                                 prec, tp, test_scratch(), acc, tuning);
             check(p, y, acc,
-                  describe(p, linear_path_name(p.n, w_dtype, prec), acc, tp ? tp->size() : 1) +
+                  describe(p, detail::linear_path_name(p.n, w_dtype, prec, 0, LinearOrder::fastest, tuning), acc,
+                           tp ? tp->size() : 1) +
                       " isa=" + isa_name(isa));
           }
         }
       }
     }
-    detail::set_linear_blas_min_n(wb, ab, default_min_n);
   }
 }
 
@@ -168,7 +169,7 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
   auto [w_dtype, prec] = GetParam();
   ThreadPool pool(2);
   for (auto [pf, rows_single] : {std::pair<int64_t, int>{1024, 4}, {4096, 8}, {0, 4}, {0, 8}, {0, 1}, {64, 1}}) {
-    detail::LinearAvx512Tuning tuning;
+    detail::LinearTuning tuning;
     tuning.prefetch_bytes = pf;
     tuning.rows_single = rows_single;
     for (const Case& c : kCases) {
@@ -176,7 +177,7 @@ TEST_P(LinearTest, Avx512TuningVariantsMatchF64) {
       Problem p = make_problem(c, w_dtype, prec, 31);
       std::vector<float> y = p.y_init;
       detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec,
-                           &pool, false, tuning);
+                           &pool, test_scratch(), false, tuning);
       check(p, y, false, describe(p, "avx512 tuning", false, 2) + " pf=" + std::to_string(pf));
     }
   }
@@ -215,7 +216,7 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
                    {0, 0, 0, 0, 4, 1, 0},
                    {4, 1024, 64, 0, 3, 4, 0}}) {
     const auto [layout, x_bytes, pf_min, chunk, row_seq_max_n, row_streams, prefetch_bytes] = l;
-    detail::LinearAvx512Tuning tuning;  // 0: the default; chunk < 0: no row chunks
+    detail::LinearTuning tuning;  // 0: the default; chunk < 0: no row chunks
     tuning.small_n_layout = layout;
     tuning.row_seq_max_n = row_seq_max_n;
     tuning.row_streams = row_streams;
@@ -230,8 +231,8 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
         for (bool acc : {false, true})
           for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::vector<float> y = p.y_init;
-            detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(),
-                                 p.y_stride, prec, tp, acc, tuning);
+            detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride,
+                                 prec, tp, test_scratch(), acc, tuning);
             check(p, y, acc,
                   describe(p, "avx512 small-n", acc, tp ? tp->size() : 1) + " layout=" + std::to_string(layout) +
                       " x_bytes=" + std::to_string(x_bytes) + " chunk=" + std::to_string(chunk) + " row_seq_max_n=" +
@@ -247,24 +248,25 @@ TEST_P(LinearTest, Avx512SmallNLayoutsMatchF64) {
 TEST_P(LinearTest, Avx512PairsForcedOnAndOffMatchF64) {
   if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
   auto [w_dtype, prec] = GetParam();
-  const int64_t saved = detail::linear_pairs_min_n();
   ThreadPool pool(2);
   const std::vector<Case> extra = {{17, 6, 2}, {33, 13, 64}, {64, 96, 1024}, {80, 7, 384}, {129, 22, 98}};
   for (int64_t min_n : {int64_t{1}, int64_t{1} << 40}) {
-    detail::set_linear_pairs_min_n(min_n);
+    detail::LinearTuning tuning;
+    tuning.pairs_min_n = min_n;
     for (const std::vector<Case>* cases : {&kCases, &extra}) {
       for (const Case& c : *cases) {
         Problem p = make_problem(c, w_dtype, prec, 37);
         for (bool acc : {false, true}) {
           std::vector<float> y = p.y_init;
-          linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, &pool,
-                 acc);
-          check(p, y, acc, describe(p, linear_path_name(p.n, w_dtype, prec, p.cols), acc, 2));
+          detail::linear_tuned(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride,
+                               prec, &pool, test_scratch(), acc, tuning);
+          check(p, y, acc,
+                describe(p, detail::linear_path_name(p.n, w_dtype, prec, p.cols, LinearOrder::fastest, tuning), acc,
+                         2));
         }
       }
     }
   }
-  detail::set_linear_pairs_min_n(saved);
 }
 
 // Every output element of afd's own kernels is computed the same way however the rows are
@@ -279,10 +281,12 @@ TEST_P(LinearTest, ResultsDoNotDependOnThePoolSize) {
       if (std::string(linear_path_name(n, w_dtype, prec, cols)) == "openblas_sgemm") continue;
       Problem p = make_problem({n, rows, cols}, w_dtype, prec, static_cast<uint32_t>(53 + n));
       std::vector<float> want = p.y_init;
-      linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, want.data(), p.y_stride, prec, nullptr);
+      linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, want.data(), p.y_stride, prec, nullptr,
+             test_scratch());
       for (ThreadPool* pool : {&p2, &p3, &p4}) {
         std::vector<float> y = p.y_init;
-        linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, pool);
+        linear(p.x.data(), p.n, p.x_stride, p.w(), p.w_dtype, p.rows, p.cols, y.data(), p.y_stride, prec, pool,
+               test_scratch());
         EXPECT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0)
             << describe(p, linear_path_name(p.n, w_dtype, prec, p.cols), false, pool->size());
       }

@@ -19,6 +19,7 @@ namespace {
 
 using testing::IsaLimitGuard;
 using testing::random_vec;
+using testing::test_scratch;
 
 // Rows of `n` tokens (one call) that differ bitwise from the tokens' rows alone.
 int64_t differing_rows(DType wt, int64_t rows, int64_t cols, int64_t n, ThreadPool* pool, bool acc,
@@ -30,11 +31,12 @@ int64_t differing_rows(DType wt, int64_t rows, int64_t cols, int64_t n, ThreadPo
   for (float v : wf) wb.push_back(f32_to_bf16(v).bits);
   const void* w = wt == DType::bf16 ? static_cast<const void*>(wb.data()) : static_cast<const void*>(wf.data());
   std::vector<float> all = y0;
-  linear(x.data(), n, cols, w, wt, rows, cols, all.data(), rows, ActPrecision::f32, pool, acc, order);
+  linear(x.data(), n, cols, w, wt, rows, cols, all.data(), rows, ActPrecision::f32, pool, test_scratch(), acc, order);
   int64_t bad = 0;
   for (int64_t i = 0; i < n; ++i) {
     std::vector<float> one(y0.begin() + i * rows, y0.begin() + (i + 1) * rows);
-    linear(x.data() + i * cols, 1, cols, w, wt, rows, cols, one.data(), rows, ActPrecision::f32, nullptr, acc, order);
+    linear(x.data() + i * cols, 1, cols, w, wt, rows, cols, one.data(), rows, ActPrecision::f32, nullptr,
+           test_scratch(), acc, order);
     if (std::memcmp(one.data(), all.data() + i * rows, static_cast<size_t>(rows) * sizeof(float)) != 0) ++bad;
   }
   return bad;

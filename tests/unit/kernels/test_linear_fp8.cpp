@@ -25,9 +25,10 @@
 namespace afd::kernels {
 namespace {
 
-using testing::IsaLimitGuard;
 using testing::isa_levels;
+using testing::IsaLimitGuard;
 using testing::random_vec;
+using testing::test_scratch;
 
 struct Case {
   int64_t n, rows, cols, row_offset;
@@ -134,32 +135,31 @@ TEST(LinearFp8, ReferenceMatchesF64) {
 // every n); the AVX-512 gemv conversions (half, word table, byte table where VBMI exists).
 TEST(LinearFp8, AllImplementationsMatchF64) {
   ThreadPool pool(2);
-  const detail::Fp8Tuning saved = detail::fp8_tuning();
+  const detail::Fp8Tuning saved;  // the defaults
   for (Isa isa : isa_levels()) {
     IsaLimitGuard guard(isa);
     for (int lut : {0, 1, 2}) {
       if (lut && isa != Isa::avx512) continue;
       for (int64_t gemv_max : {int64_t{0}, saved.gemv_max_n, int64_t{1} << 40}) {
         for (int64_t tile_rows : {int64_t{16}, int64_t{48}}) {
-          if (gemv_max == saved.gemv_max_n) {  // the default limits
-            detail::Fp8Tuning t = saved;
-            t.gemv_lut = lut;
-            t.tile_rows = tile_rows;
-            detail::set_fp8_tuning(t);
-          } else {
-            detail::set_fp8_tuning(lut, gemv_max, tile_rows, gemv_max);
+          detail::Fp8Tuning t = saved;
+          t.gemv_lut = lut;
+          t.tile_rows = tile_rows;
+          if (gemv_max != saved.gemv_max_n) {  // else the default limits
+            t.gemv_max_n = t.gemv_f32_max_n = gemv_max;
+            t.gemv_max_x_bytes = t.gemv_f32_max_x_bytes = gemv_max;
           }
           for (ActPrecision prec : {ActPrecision::f32, ActPrecision::bf16}) {
             for (const Case& c : kCases) {
               Problem p = make_problem(c, 23);
-              const std::string path = linear_fp8_path_name(c.n, c.cols, prec);
+              const std::string path = detail::linear_fp8_path_name(c.n, c.cols, prec, LinearOrder::fastest, t);
               const bool round_w = path == "avx512_fp8_tile_bf16" || path == "avx512_fp8_tile_pairs" ||
                                    path == "avx512_fp8_gemv_lut8";
               for (bool acc : {false, true}) {
                 for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
                   std::vector<float> y = p.y_init;
-                  linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y.data(), p.y_stride, prec, tp,
-                             acc);
+                  detail::linear_fp8_tuned(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y.data(), p.y_stride,
+                                           prec, tp, test_scratch(), acc, LinearOrder::fastest, t);
                   check(p, y, prec, round_w, acc,
                         describe(p, path, prec, acc, tp ? tp->size() : 1) + " isa=" + isa_name(isa) +
                             " tile_rows=" + std::to_string(tile_rows));
@@ -171,7 +171,6 @@ TEST(LinearFp8, AllImplementationsMatchF64) {
       }
     }
   }
-  detail::set_fp8_tuning(saved);
 }
 
 // A row's result does not depend on the pool's size or the row chunking (FFN shardings must
@@ -182,9 +181,10 @@ TEST(LinearFp8, ResultIndependentOfThreads) {
     for (const Case& c : kCases) {
       Problem p = make_problem(c, 37);
       std::vector<float> y1 = p.y_init, y2 = p.y_init, y3 = p.y_init;
-      linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y1.data(), p.y_stride, prec, nullptr);
-      linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y2.data(), p.y_stride, prec, &p2);
-      linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y3.data(), p.y_stride, prec, &p3);
+      linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y1.data(), p.y_stride, prec, nullptr,
+                 test_scratch());
+      linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y2.data(), p.y_stride, prec, &p2, test_scratch());
+      linear_fp8(p.x.data(), c.n, p.x_stride, p.w(), c.rows, c.cols, y3.data(), p.y_stride, prec, &p3, test_scratch());
       EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float))) << describe(p, "2 threads", prec, false, 2);
       EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float))) << describe(p, "3 threads", prec, false, 3);
     }
@@ -255,7 +255,7 @@ TEST(QuantizeFp8Blocks, MatchesDefinitionWithPartialBlocks) {
 }
 
 TEST(LinearFp8Dispatch, PathFollowsIsaAndN) {
-  const detail::Fp8Tuning t = detail::fp8_tuning();
+  const detail::Fp8Tuning t;  // the defaults, which linear_fp8_path_name reports
   {
     IsaLimitGuard g(Isa::scalar);
     EXPECT_STREQ(linear_fp8_path_name(1, 128, ActPrecision::f32), "scalar_fp8");
@@ -272,7 +272,7 @@ TEST(LinearFp8Dispatch, PathFollowsIsaAndN) {
     EXPECT_STREQ(linear_fp8_path_name(t.gemv_max_n + 1, 128, ActPrecision::bf16), "avx512_fp8_tile_bf16");
     EXPECT_STREQ(linear_fp8_path_name(t.gemv_f32_max_n + 1, 128, ActPrecision::f32), "avx512_fp8_tile_f32");
     // Many tokens and even columns: the dequantized tiles go to the pairs kernel, as bf16 W does.
-    const int64_t many = std::max(t.gemv_max_n + 1, detail::resolve_pairs_min_n());
+    const int64_t many = std::max(t.gemv_max_n + 1, detail::resolve_pairs_min_n({}));
     EXPECT_STREQ(linear_fp8_path_name(many, 128, ActPrecision::bf16), "avx512_fp8_tile_pairs");
     EXPECT_STREQ(linear_fp8_path_name(many, 127, ActPrecision::bf16), "avx512_fp8_tile_bf16");
     // A few tokens whose x rows outgrow the gemv's budget take the tiles; one token never does.

@@ -24,6 +24,7 @@ namespace {
 
 using testing::IsaLimitGuard;
 using testing::random_vec;
+using testing::test_scratch;
 
 const std::vector<int64_t> kNs = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 65, 100, 257};
 constexpr int64_t kTokenPool = 300;  // >= max(kNs) + the largest batch offset
@@ -100,8 +101,9 @@ std::string shape_name(const Shape& s) {
   return "rows=" + std::to_string(s.rows) + " cols=" + std::to_string(s.cols) + " row_offset=" + std::to_string(s.row_offset);
 }
 
-// linear_fp8 at the current ISA level and tuning, every shape, pools of 1 / 2 / 3, acc on and off.
-void check_fp8(ActPrecision prec, const std::string& what, LinearOrder order = LinearOrder::fastest) {
+// linear_fp8 at the current ISA level with `tuning`, every shape, pools of 1 / 2 / 3, acc on and off.
+void check_fp8(ActPrecision prec, const std::string& what, LinearOrder order = LinearOrder::fastest,
+               const detail::Fp8Tuning& tuning = {}) {
   ThreadPool p2(2), p3(3);
   for (const Shape& s : kShapes) {
     const Fp8Problem p = make_fp8(s, 7 + static_cast<uint32_t>(s.cols));
@@ -110,42 +112,41 @@ void check_fp8(ActPrecision prec, const std::string& what, LinearOrder order = L
         expect_invariant(
             s.rows, s.cols,
             [&](const float* x, int64_t n, int64_t xs, float* y, int64_t ys) {
-              linear_fp8(x, n, xs, p.w(), s.rows, s.cols, y, ys, prec, pool, acc, order);
+              detail::linear_fp8_tuned(x, n, xs, p.w(), s.rows, s.cols, y, ys, prec, pool, test_scratch(), acc, order,
+                                       tuning);
             },
-            what + " " + shape_name(s) + " threads=" + std::to_string(pool ? pool->size() : 1) +
-                (acc ? " acc" : "") + (prec == ActPrecision::bf16 ? " act=bf16" : " act=f32"));
+            what + " " + shape_name(s) + " threads=" + std::to_string(pool ? pool->size() : 1) + (acc ? " acc" : "") +
+                (prec == ActPrecision::bf16 ? " act=bf16" : " act=f32"));
   }
 }
 
-// Restores the FP8 tuning when a test ends.
-struct Fp8TuningGuard {
-  detail::Fp8Tuning saved = detail::fp8_tuning();
-  ~Fp8TuningGuard() { detail::set_fp8_tuning(saved); }
-};
-
 constexpr int64_t kAlways = int64_t{1} << 40;
+
+// The default tuning with both gemvs' limits (n and x bytes) at `max` and the tiles' rows (-1:
+// the default); gemv_lut as given (-1: the default).
+detail::Fp8Tuning fp8_gemv_limits(int gemv_lut, int64_t max, int64_t tile_rows) {
+  detail::Fp8Tuning t;
+  if (gemv_lut >= 0) t.gemv_lut = gemv_lut;
+  t.gemv_max_n = t.gemv_f32_max_n = t.gemv_max_x_bytes = t.gemv_f32_max_x_bytes = max;
+  if (tile_rows >= 0) t.tile_rows = tile_rows;
+  return t;
+}
 
 // AVX2 (gemv at few tokens, dequantized f32 tiles above): every path and tuning, both precisions.
 TEST(LinearFp8Invariance, Avx2EveryPathAndTuning) {
   if (detected_isa() < Isa::avx2) GTEST_SKIP() << "no AVX2";
   IsaLimitGuard isa(Isa::avx2);
-  Fp8TuningGuard guard;
   for (ActPrecision prec : {ActPrecision::bf16, ActPrecision::f32}) {
     check_fp8(prec, "avx2 default");
-    detail::set_fp8_tuning(-1, kAlways, 16, kAlways);  // the gemv at every n
-    check_fp8(prec, "avx2 gemv");
-    detail::set_fp8_tuning(-1, 0, 48, 0);  // the tiles at every n
-    check_fp8(prec, "avx2 tiles");
-    detail::set_fp8_tuning(guard.saved);
+    check_fp8(prec, "avx2 gemv", LinearOrder::fastest, fp8_gemv_limits(-1, kAlways, 16));  // the gemv at every n
+    check_fp8(prec, "avx2 tiles", LinearOrder::fastest, fp8_gemv_limits(-1, 0, 48));  // the tiles at every n
   }
 }
 
 // The AVX-512 byte-table gemv (VBMI) taking every n.
 TEST(LinearFp8Invariance, Avx512GemvEveryN) {
   if (detected_isa() < Isa::avx512 || !detail::cpu_has_avx512_vbmi()) GTEST_SKIP() << "no AVX-512 BF16 + VBMI";
-  Fp8TuningGuard guard;
-  detail::set_fp8_tuning(2, kAlways, -1, kAlways);
-  check_fp8(ActPrecision::bf16, "avx512 gemv");
+  check_fp8(ActPrecision::bf16, "avx512 gemv", LinearOrder::fastest, fp8_gemv_limits(2, kAlways, -1));
 }
 
 // The AVX-512 fast paths share linear()'s bf16 order on W rounded to bf16 after scaling: the
@@ -154,7 +155,6 @@ TEST(LinearFp8Invariance, Avx512GemvEveryN) {
 // batch-invariant wherever linear()'s bf16 kernels are.
 TEST(LinearFp8Invariance, Avx512SharesTheBf16Order) {
   if (detected_isa() < Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16";
-  Fp8TuningGuard guard;
   ThreadPool p3(3);
   for (const Shape& s : kShapes) {
     const Fp8Problem p = make_fp8(s, 11 + static_cast<uint32_t>(s.cols));
@@ -175,15 +175,17 @@ TEST(LinearFp8Invariance, Avx512SharesTheBf16Order) {
           std::copy(x.begin() + t * xs, x.begin() + (t + 1) * xs, x4.begin() + k * xs);
           std::copy(y0.begin() + t * ys, y0.begin() + (t + 1) * ys, y4.begin() + k * ys);
         }
-        linear(x4.data(), 4, xs, wb.data(), DType::bf16, s.rows, s.cols, y4.data(), ys, ActPrecision::bf16, nullptr, acc);
+        linear(x4.data(), 4, xs, wb.data(), DType::bf16, s.rows, s.cols, y4.data(), ys, ActPrecision::bf16, nullptr,
+               test_scratch(), acc);
         std::copy(y4.begin(), y4.begin() + ys, want.begin() + t * ys);
       }
       for (int lut : {2}) {
         if (!detail::cpu_has_avx512_vbmi()) break;
-        detail::set_fp8_tuning(lut, kAlways, -1, kAlways);
+        const detail::Fp8Tuning gemv = fp8_gemv_limits(lut, kAlways, -1);
         for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}, n_max}) {
           std::vector<float> y = y0;
-          linear_fp8(x.data(), n, xs, p.w(), s.rows, s.cols, y.data(), ys, ActPrecision::bf16, &p3, acc);
+          detail::linear_fp8_tuned(x.data(), n, xs, p.w(), s.rows, s.cols, y.data(), ys, ActPrecision::bf16, &p3,
+                                   test_scratch(), acc, LinearOrder::fastest, gemv);
           for (int64_t i = 0; i < n; ++i)
             ASSERT_EQ(0, std::memcmp(&y[static_cast<size_t>(i * ys)], &want[static_cast<size_t>(i * ys)],
                                      static_cast<size_t>(s.rows) * sizeof(float)))
@@ -193,19 +195,19 @@ TEST(LinearFp8Invariance, Avx512SharesTheBf16Order) {
       }
       // Tiles at every n; linear() and linear_fp8() hand the same n to the pairs kernel (linear()
       // keeps short rows on the small-n tiles longer by default).
-      detail::set_fp8_tuning(-1, 0, -1, 0);
-      const int64_t pairs_saved = detail::linear_pairs_min_n();
-      detail::set_linear_pairs_min_n(detail::resolve_pairs_min_n());
+      const detail::Fp8Tuning tiles = fp8_gemv_limits(-1, 0, -1);
+      detail::LinearTuning same_pairs;
+      same_pairs.pairs_min_n = detail::resolve_pairs_min_n(same_pairs);
       for (int64_t n : kNs) {
         if (n > n_max) continue;
         std::vector<float> y = y0, yl = y0;
-        linear_fp8(x.data(), n, xs, p.w(), s.rows, s.cols, y.data(), ys, ActPrecision::bf16, &p3, acc);
-        linear(x.data(), n, xs, wb.data(), DType::bf16, s.rows, s.cols, yl.data(), ys, ActPrecision::bf16, &p3, acc);
+        detail::linear_fp8_tuned(x.data(), n, xs, p.w(), s.rows, s.cols, y.data(), ys, ActPrecision::bf16, &p3,
+                                 test_scratch(), acc, LinearOrder::fastest, tiles);
+        detail::linear_tuned(x.data(), n, xs, wb.data(), DType::bf16, s.rows, s.cols, yl.data(), ys, ActPrecision::bf16,
+                             &p3, test_scratch(), acc, same_pairs);
         ASSERT_EQ(0, std::memcmp(y.data(), yl.data(), y.size() * sizeof(float)))
             << "tiles vs linear bf16, " << shape_name(s) << " n=" << n << (acc ? " acc" : "");
       }
-      detail::set_linear_pairs_min_n(pairs_saved);
-      detail::set_fp8_tuning(guard.saved);
     }
   }
 }
@@ -239,9 +241,9 @@ TEST(LinearAvx2Invariance, TilesEveryN) {
             expect_invariant(
                 s.rows, s.cols,
                 [&](const float* x, int64_t n, int64_t xs, float* y, int64_t ys) {
-                  if (n >= 64) detail::set_linear_blas_min_n(dt == DType::bf16, prec == ActPrecision::bf16, kAlways);
-                  linear(x, n, xs, w, dt, s.rows, s.cols, y, ys, prec, pool, acc);
-                  detail::set_linear_blas_min_n(dt == DType::bf16, prec == ActPrecision::bf16, -1);
+                  detail::LinearTuning tuning;
+                  if (n >= 64) tuning.blas_min_n[dt == DType::bf16][prec == ActPrecision::bf16] = kAlways;
+                  detail::linear_tuned(x, n, xs, w, dt, s.rows, s.cols, y, ys, prec, pool, test_scratch(), acc, tuning);
                 },
                 "linear avx2 " + tag + " threads=" + std::to_string(pool ? pool->size() : 1));
           // The row kernels directly on prepared x (prep_x_f32), rows in uneven pieces.

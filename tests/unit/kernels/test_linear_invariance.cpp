@@ -23,6 +23,7 @@ namespace {
 
 using testing::IsaLimitGuard;
 using testing::random_vec;
+using testing::test_scratch;
 
 constexpr int64_t kTokens = 257;  // distinct tokens of a problem; a call takes n of them
 const int64_t kNs[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 65, 100, 257};
@@ -48,7 +49,7 @@ Problem make_problem(int64_t rows, int64_t cols, uint32_t seed) {
     for (int64_t i = 0; i < kTokens; ++i) {
       std::vector<float> y(p.y0.begin() + i * p.y_stride, p.y0.begin() + i * p.y_stride + rows);
       linear(p.x.data() + i * p.x_stride, 1, p.x_stride, p.w.data(), DType::bf16, rows, cols, y.data(), p.y_stride,
-             ActPrecision::bf16, nullptr, acc == 1, LinearOrder::batch_invariant);
+             ActPrecision::bf16, nullptr, test_scratch(), acc == 1, LinearOrder::batch_invariant);
       std::copy(y.begin(), y.end(), p.alone[acc].begin() + i * rows);
     }
   }
@@ -58,7 +59,7 @@ Problem make_problem(int64_t rows, int64_t cols, uint32_t seed) {
 // One call on n tokens (token j of the call is problem token (first + j * step) % kTokens);
 // every row compared bitwise with the token's row alone. Returns the number of differing rows.
 int64_t run_and_compare(const Problem& p, int64_t n, int64_t first, int64_t step, ThreadPool* pool, bool acc,
-                        const detail::LinearAvx512Tuning& tuning, const std::string& what) {
+                        const detail::LinearTuning& tuning, const std::string& what) {
   std::vector<float> x(static_cast<size_t>(n * p.x_stride)), y(static_cast<size_t>(n * p.y_stride));
   std::vector<int64_t> tok(static_cast<size_t>(n));
   for (int64_t j = 0; j < n; ++j) {
@@ -67,7 +68,7 @@ int64_t run_and_compare(const Problem& p, int64_t n, int64_t first, int64_t step
     std::copy_n(p.y0.begin() + tok[j] * p.y_stride, p.y_stride, y.begin() + j * p.y_stride);
   }
   detail::linear_tuned(x.data(), n, p.x_stride, p.w.data(), DType::bf16, p.rows, p.cols, y.data(), p.y_stride,
-                       ActPrecision::bf16, pool, acc, tuning, LinearOrder::batch_invariant);
+                       ActPrecision::bf16, pool, test_scratch(), acc, tuning, LinearOrder::batch_invariant);
   int64_t bad = 0;
   for (int64_t j = 0; j < n; ++j) {
     const float* want = p.alone[acc].data() + tok[j] * p.rows;
@@ -76,7 +77,8 @@ int64_t run_and_compare(const Problem& p, int64_t n, int64_t first, int64_t step
       while (std::memcmp(&y[j * p.y_stride + r], &want[r], sizeof(float)) == 0) ++r;
       ADD_FAILURE() << what << " n=" << n << " rows=" << p.rows << " cols=" << p.cols << (acc ? " accumulate" : "")
                     << " threads=" << (pool ? pool->size() : 1) << " path="
-                    << linear_path_name(n, DType::bf16, ActPrecision::bf16, p.cols, LinearOrder::batch_invariant)
+                    << detail::linear_path_name(n, DType::bf16, ActPrecision::bf16, p.cols, LinearOrder::batch_invariant,
+                                                tuning)
                     << " isa=" << isa_name(active_isa()) << ": token " << j << " row " << r << " got "
                     << y[j * p.y_stride + r] << " alone " << want[r];
     }
@@ -88,26 +90,21 @@ int64_t run_and_compare(const Problem& p, int64_t n, int64_t first, int64_t step
 // streams, odd (no pairs kernel), the bench model's rows.
 const int64_t kCols[] = {2, 31, 32, 47, 64, 100, 128, 257, 300, 768, 1100, 2048};
 
-struct PairsGuard {
-  int64_t saved = detail::linear_pairs_min_n();
-  ~PairsGuard() { detail::set_linear_pairs_min_n(saved); }
-};
-
 // Default tuning; the pairs kernel from its default threshold, for every n and never; pools
 // of 1, 2, 3 threads and none.
 TEST(LinearBatchInvariance, Bf16Avx512EveryPathNAndPool) {
   if (detected_isa() != Isa::avx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
-  PairsGuard guard;
   ThreadPool p1(1), p2(2), p3(3);
   for (int64_t cols : kCols) {
     const Problem p = make_problem(37, cols, static_cast<uint32_t>(cols));
     for (int64_t pairs_min_n : {int64_t{-1}, int64_t{1}, int64_t{1} << 40}) {
-      detail::set_linear_pairs_min_n(pairs_min_n);
+      detail::LinearTuning tuning;
+      tuning.pairs_min_n = pairs_min_n;
       int64_t bad = 0;
       for (int64_t n : kNs)
         for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &p1, &p2, &p3})
           for (bool acc : {false, true})
-            bad += run_and_compare(p, n, n * 7, 1 + 2 * (n % 5), pool, acc, {},
+            bad += run_and_compare(p, n, n * 7, 1 + 2 * (n % 5), pool, acc, tuning,
                                    "pairs_min_n=" + std::to_string(pairs_min_n));
       EXPECT_EQ(bad, 0) << "cols=" << cols << " pairs_min_n=" << pairs_min_n;
     }
@@ -143,7 +140,7 @@ TEST(LinearBatchInvariance, Bf16Avx512EveryTuning) {
   for (int64_t cols : {int64_t{47}, int64_t{100}, int64_t{300}, int64_t{1100}, int64_t{2048}}) {
     const Problem p = make_problem(70, cols, static_cast<uint32_t>(100 + cols));
     for (const Knobs& k : knobs) {
-      detail::LinearAvx512Tuning tuning;
+      detail::LinearTuning tuning;
       tuning.rows_single = k.rows_single;
       tuning.row_streams = k.row_streams;
       tuning.prefetch_bytes = k.prefetch_bytes;

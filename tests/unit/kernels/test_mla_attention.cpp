@@ -16,10 +16,11 @@
 namespace afd::kernels {
 namespace {
 
-using testing::IsaLimitGuard;
 using testing::isa_levels;
+using testing::IsaLimitGuard;
 using testing::Paged;
 using testing::random_vec;
+using testing::test_scratch;
 
 struct Case {
   int64_t heads, d_lat, d_rope, n_ctx, block_size;
@@ -100,14 +101,16 @@ TEST(MlaDecode, SegmentsCombineToTheSameBits) {
     for (Isa isa : isa_levels()) {
       IsaLimitGuard g(isa);
       std::vector<float> whole(static_cast<size_t>(c.heads * os)), split(whole.size());
-      mqa_decode_attend(q.data(), qs, c.heads, p.view, nullptr, c.d_lat, c.n_ctx, 0.07f, whole.data(), os);
+      mqa_decode_attend(q.data(), qs, c.heads, p.view, nullptr, c.d_lat, c.n_ctx, 0.07f, whole.data(), os,
+                        test_scratch().slot(0));
       std::vector<float> o(static_cast<size_t>(ns * c.heads * os)), ml(static_cast<size_t>(2 * ns * c.heads));
       std::vector<MqaPartial> parts(static_cast<size_t>(ns));
       for (int64_t s = ns - 1; s >= 0; --s) {  // any order of the segment calls
         parts[s] = MqaPartial{&o[s * c.heads * os], os, &ml[2 * s * c.heads], &ml[(2 * s + 1) * c.heads]};
-        mqa_decode_segment(q.data(), qs, c.heads, p.view, nullptr, c.d_lat, c.n_ctx, s, 0.07f, parts[s]);
+        mqa_decode_segment(q.data(), qs, c.heads, p.view, nullptr, c.d_lat, c.n_ctx, s, 0.07f, parts[s],
+                           test_scratch().slot(0));
       }
-      mqa_decode_combine(c.heads, c.d_lat, parts.data(), ns, split.data(), os);
+      mqa_decode_combine(c.heads, c.d_lat, parts.data(), ns, split.data(), os, test_scratch().slot(0));
       for (size_t i = 0; i < whole.size(); ++i)
         ASSERT_EQ(f32_bits(whole[i]), f32_bits(split[i])) << isa_name(isa) << " " << dtype_name(dt) << " " << i;
     }

@@ -11,10 +11,18 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/scratch_arena.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/paged_rows.h"
 
 namespace afd::kernels::testing {
+
+// The kernels' working memory in these tests: more slots than any test's pool has threads
+// (kernels check that), reused from call to call as a caller's arena is.
+inline ScratchArena& test_scratch() {
+  static ScratchArena arena(8);
+  return arena;
+}
 
 // Every level up to what this process may use (after AFD_CPU_DISABLE masking).
 inline std::vector<Isa> isa_levels() {

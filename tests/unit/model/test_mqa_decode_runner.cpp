@@ -44,6 +44,7 @@ TEST(MqaDecodeRunner, SplitOrNotGivesTheSameBits) {
   for (auto& x : q) x = d(rng);
   for (int threads : {1, 2, 5}) {
     ThreadPool pool(threads);
+    ScratchArena scratch(threads);
     MqaDecodeRunner runner;
     // Each item alone (fewer items than threads: split-K once threads > 1) and all together.
     for (size_t first = 0; first <= ctxs.size(); ++first) {
@@ -54,9 +55,9 @@ TEST(MqaDecodeRunner, SplitOrNotGivesTheSameBits) {
         items.push_back(MqaItem{&q[i * heads * D], D, heads, &rows[i].view, nullptr, v_dim, ctxs[i],
                                 &got[i * heads * v_dim], v_dim});
         kernels::mqa_decode_attend(&q[i * heads * D], D, heads, rows[i].view, nullptr, v_dim, ctxs[i], 0.1f,
-                                   &want[i * heads * v_dim], v_dim);
+                                   &want[i * heads * v_dim], v_dim, scratch.slot(0));
       }
-      runner.run(pool, items, 0.1f);
+      runner.run(pool, scratch, items, 0.1f);
       for (size_t i = b * heads * v_dim; i < e * heads * v_dim; ++i)
         ASSERT_EQ(f32_bits(got[i]), f32_bits(want[i])) << "threads " << threads << " items " << b << ".." << e << " at " << i;
     }
