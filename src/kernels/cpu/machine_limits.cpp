@@ -44,8 +44,12 @@ __attribute__((target("avx512f"))) uint64_t read_avx512(const uint8_t* p, size_t
     a2 = _mm512_add_epi64(a2, _mm512_load_si512(p + i + 128));
     a3 = _mm512_add_epi64(a3, _mm512_load_si512(p + i + 192));
   }
-  uint64_t s = static_cast<uint64_t>(
-      _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3))));
+  // The lanes are summed as unsigned words (wrapping): _mm512_reduce_add_epi64 adds them as
+  // signed long long, whose overflow is undefined.
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  uint64_t s = 0;
+  for (uint64_t v : lanes) s += v;
   for (; i < bytes; ++i) s += p[i];
   return s;
 }
