@@ -99,6 +99,11 @@ class ScratchArena {
  public:
   explicit ScratchArena(int n_slots = 1) : slots_(static_cast<size_t>(std::max(n_slots, 1))) {}
   int size() const { return static_cast<int>(slots_.size()); }
+  // Grows the arena to at least n_slots slots (for a caller whose pool is known only at the
+  // call); the slots it had keep their memory. References to slots taken before are invalidated.
+  void reserve_slots(int n_slots) {
+    if (n_slots > size()) slots_.resize(static_cast<size_t>(n_slots));
+  }
   ScratchSlot& slot(int i) {
     AFD_CHECK(i >= 0 && i < size(), "ScratchArena: no slot for this thread");
     return slots_[static_cast<size_t>(i)];

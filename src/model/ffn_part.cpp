@@ -93,7 +93,7 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
   std::memset(out, 0, static_cast<size_t>(n * hid) * sizeof(float));
   if (n == 0) return;
   const int n_threads = pool != nullptr ? pool->size() : 1;
-  if (scratch->arena.size() < n_threads) scratch->arena = ScratchArena(n_threads);
+  scratch->arena.reserve_slots(n_threads);
 
   if (!L.is_moe) {
     if (!opt.include_shared) return;

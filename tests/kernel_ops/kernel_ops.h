@@ -56,13 +56,12 @@ class OpCase {
   // arena of at least pool->size() slots, kept between calls so that repeated runs allocate
   // nothing. The case owns it, as the model parts own theirs.
   ScratchArena& scratch(ThreadPool* pool) {
-    const int n = pool ? pool->size() : 1;
-    if (!arena_ || arena_->size() < n) arena_ = std::make_unique<ScratchArena>(n);
-    return *arena_;
+    arena_.reserve_slots(pool ? pool->size() : 1);
+    return arena_;
   }
 
  private:
-  std::unique_ptr<ScratchArena> arena_;
+  ScratchArena arena_;
 };
 
 struct KernelOp {

@@ -59,5 +59,19 @@ TEST(ScratchArena, OneSlotPerThreadIndex) {
   EXPECT_THROW(a.slot(3), InternalError);
 }
 
+TEST(ScratchArena, ReserveSlotsOnlyGrows) {
+  ScratchArena a;
+  EXPECT_EQ(a.size(), 1);
+  a.reserve_slots(4);
+  EXPECT_EQ(a.size(), 4);
+  {
+    ScratchSlot::Frame f(a.slot(3));
+    EXPECT_NE(a.slot(3).take<float>(16), nullptr);
+  }
+  a.reserve_slots(2);
+  EXPECT_EQ(a.size(), 4);
+  EXPECT_THROW(a.slot(4), InternalError);
+}
+
 }  // namespace
 }  // namespace afd
