@@ -157,6 +157,7 @@ void ChildProcesses::watch(RestartPolicy policy, std::function<void(const std::s
       {
         std::lock_guard<std::mutex> l(mu_);
         for (Child& c : children_) {
+          if (c.retired) continue;
           if (c.pending && !stopping_ && std::chrono::steady_clock::now() >= c.restart_at) {
             c.pending = false;
             auto pid = start(c.args, c.name, c.restarts_total + 1);
@@ -184,7 +185,8 @@ void ChildProcesses::watch(RestartPolicy policy, std::function<void(const std::s
 std::vector<ChildProcesses::ChildState> ChildProcesses::states() {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<ChildState> out;
-  for (const Child& c : children_) out.push_back({c.name, c.exits, c.restarts_total, !c.reaped, c.lost, c.lost_why});
+  for (const Child& c : children_)
+    if (!c.retired) out.push_back({c.name, c.exits, c.restarts_total, !c.reaped, c.lost, c.lost_why});
   return out;
 }
 
@@ -218,6 +220,35 @@ void ChildProcesses::stop_all() {
     }
     c.reaped = true;
   }
+}
+
+Status ChildProcesses::stop(const std::string& name) {
+  pid_t pid = -1;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Child* found = nullptr;
+    for (Child& c : children_)
+      if (c.name == name && !c.retired && !c.lost && (!c.reaped || c.pending)) found = &c;
+    if (!found) return not_found("no running child process called '" + name + "'");
+    found->retired = true;  // the watcher leaves it alone from now on
+    found->pending = false;
+    if (!found->reaped) pid = found->pid;
+    found->reaped = true;
+  }
+  if (pid < 0) return Status();  // it had exited and waited for a restart
+  kill(pid, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int st = 0;
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  spdlog::info("stopped {} (process {})", name, pid);
+  return Status();
 }
 
 ChildProcesses::~ChildProcesses() {

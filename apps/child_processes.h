@@ -84,6 +84,11 @@ class ChildProcesses {
   std::string lost();
   // Stops and reaps every child; idempotent.
   void stop_all();
+  // Stops the running child called `name` for good (SIGTERM, then SIGKILL after 5 s; reaped;
+  // never restarted, not lost, no longer listed by states()): a worker the deployment no
+  // longer needs. not_found if no child of that name is running or due to restart.
+  // Thread-safe; waits for the child outside the lock.
+  Status stop(const std::string& name);
   size_t size() const { return children_.size(); }
   // A free TCP port on 127.0.0.1 for a child to listen on, held until this object is
   // destroyed (after its children are stopped) by a socket bound to it with SO_REUSEADDR that
@@ -110,6 +115,7 @@ class ChildProcesses {
     int exits = 0, restarts_total = 0;
     bool lost = false;
     std::string lost_why;
+    bool retired = false;  // stopped by stop(): not watched, restarted or listed
   };
   Result<pid_t> start(const std::vector<std::string>& args, const std::string& name, int life);
   void on_exit(Child& c, int status, const RestartPolicy& policy);  // mu_ held

@@ -23,6 +23,7 @@
 #include "runtime/topology.h"
 #include "runtime/topology_file.h"
 #include "serve/api/internal_stream.h"
+#include "serve_autoscaler.h"
 #include "serve_stack.h"
 #include "trace_output.h"
 
@@ -44,6 +45,9 @@ struct ServeFlags {
   double wait_for_worker_s = 0;         // front end: how long a new request may wait for a worker to be up
   std::string failover_replay = "exact";  // front end: how a continuation recomputes generated tokens
   bool print_config = false;
+  // --autoscale (serve_autoscaler.h): on a spawned xAyF topology only.
+  bool autoscale = false;
+  AutoscaleSettings autoscale_settings;
 };
 
 // --exit-on-worker-loss where this command starts no worker process to lose.
@@ -124,6 +128,23 @@ void serve_topology_file(const ServeFlags& f, const TopologyFile* t) {
   if (Status s = merge_trace_parts("serve", trace, trace_parts, /*include_path=*/false); !s.is_ok()) fail("serve", s);
 }
 
+// --autoscale: the routed experts are cut into enough parts (--ffn-parts) for --max-ffn FFN
+// workers to hold some each (a worker beyond the parts would be a standby): by default
+// --max-ffn, at most the model's routed experts and 64.
+Result<int> autoscale_ffn_parts(const ServeFlags& f) {
+  AFD_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(f.engine.options.model_dir));
+  const int64_t max_ffn = f.autoscale_settings.controller.bounds.max_ffn;
+  int64_t parts = f.engine.options.afd.ffn_parts;
+  if (parts == 0) parts = std::min<int64_t>({max_ffn, std::max<int64_t>(cfg.n_experts, 1), 64});
+  if (parts < max_ffn)
+    return invalid_argument("--autoscale --max-ffn " + std::to_string(max_ffn) + ": the routed experts are cut into " +
+                            std::to_string(parts) + " parts (--ffn-parts; at most the model's " +
+                            std::to_string(cfg.n_experts) + " routed experts and 64), so at most " +
+                            std::to_string(parts) + " FFN workers can hold any: lower --max-ffn to " +
+                            std::to_string(parts));
+  return static_cast<int>(parts);
+}
+
 // --spawn-workers with --topology xAyF: x attention + y FFN worker processes on free local ports.
 void serve_spawned(const ServeFlags& f) {
   auto topo = parse_topology(f.engine.topology);
@@ -140,15 +161,22 @@ void serve_spawned(const ServeFlags& f) {
   const int threads =
       f.engine.options.n_threads > 0 ? f.engine.options.n_threads
                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / procs);
+  EngineFlags e = f.engine;  // with --autoscale's --ffn-parts
+  if (f.autoscale) {
+    if (Status s = check_autoscale_start(f.autoscale_settings, topo->n_attention, topo->n_ffn); !s.is_ok())
+      fail("serve", s);
+    auto parts = autoscale_ffn_parts(f);
+    if (!parts.ok()) fail("serve", parts.status());
+    e.options.afd.ffn_parts = *parts;
+  }
   ChildProcesses children;
-  auto ffn = spawn_ffn_workers(&children, topo->n_attention, topo->n_ffn, f.engine, threads, /*with_metrics=*/true);
+  auto ffn = spawn_ffn_workers(&children, topo->n_attention, topo->n_ffn, e, threads, /*with_metrics=*/true);
   if (!ffn.ok()) fail("serve", ffn.status());
   std::vector<std::string> trace_parts = ffn->trace_parts;  // the attention workers' are added below
   std::string ffn_list;
   for (const auto& a : ffn->addresses) ffn_list += (ffn_list.empty() ? "" : ",") + a;
   serve::FrontendOptions fo = frontend_options(f);
   fo.metrics_targets = ffn->metrics;
-  const EngineFlags& e = f.engine;
   // The front end sends each request with a control line of token ids before the client's
   // body (serve/api/internal_stream.h): the workers' body limit leaves room for it.
   int64_t context = f.service.options.max_context;
@@ -161,12 +189,12 @@ void serve_spawned(const ServeFlags& f) {
   const serve::SchedulerOptions& sched = f.service.options.scheduler;
   const int64_t worker_max_body =
       serve::internal_body_limit(static_cast<int64_t>(server.limits.max_body_bytes), context);
-  for (int i = 0; i < topo->n_attention; ++i) {
-    auto port = children.reserve_port();
-    if (!port.ok()) fail("serve", port.status());
-    const std::string addr = "127.0.0.1:" + std::to_string(*port);
+  // Attention worker i on a free port, dialing ffn_list under `topology` (x bounds its index).
+  auto start_attention = [&](int i, const std::string& ffn_list, const std::string& topology) -> Result<ScaledWorker> {
+    AFD_ASSIGN_OR_RETURN(int port, children.reserve_port());
+    const std::string addr = "127.0.0.1:" + std::to_string(port);
     std::vector<std::string> args = {"worker", "--role", "attention", "--model", e.options.model_dir, "--listen", addr,
-                                     "--topology", e.topology, "--ffn", ffn_list, "--attention-index",
+                                     "--topology", topology, "--ffn", ffn_list, "--attention-index",
                                      std::to_string(i), "--precision", e.precision, "--kv-dtype", e.kv_dtype,
                                      "--kv-capacity", std::to_string(e.options.kv.capacity_tokens), "--kv-block",
                                      std::to_string(e.options.kv.block_size), "--max-seqs",
@@ -193,6 +221,8 @@ void serve_spawned(const ServeFlags& f) {
     if (!e.microbatches.empty()) args.insert(args.end(), {"--microbatches", e.microbatches});
     if (e.no_prefix_cache) args.push_back("--no-prefix-cache");
     if (e.options.deterministic) args.push_back("--deterministic");
+    if (!e.options.emulation.stage_costs_file.empty())
+      args.insert(args.end(), {"--emulate-stage-costs", e.options.emulation.stage_costs_file});
     // The method and the max batch are the flags' text (to_options() fills the options).
     if (SpeculativeMethod m = SpeculativeMethod::none;
         speculative_method_from_name(e.speculative, &m) && m != SpeculativeMethod::none)
@@ -209,14 +239,46 @@ void serve_spawned(const ServeFlags& f) {
       args.push_back("--model-name");
       args.push_back(f.service.options.model_name);
     }
-    const std::string name = "attention worker " + std::to_string(i);
-    auto pid = children.spawn_self(args, name);
-    if (!pid.ok()) fail("serve", pid.status());
-    spdlog::info("started {} as process {} on {}", name, *pid, addr);
-    fo.workers.push_back(addr);
+    ScaledWorker w;
+    w.name = "attention worker " + std::to_string(i);
+    w.address = addr;
+    w.index = i;
+    AFD_ASSIGN_OR_RETURN(pid_t pid, children.spawn_self(args, w.name));
+    spdlog::info("started {} as process {} on {}", w.name, pid, addr);
+    return w;
+  };
+  std::vector<ScaledWorker> attention;
+  for (int i = 0; i < topo->n_attention; ++i) {
+    auto w = start_attention(i, ffn_list, e.topology);
+    if (!w.ok()) fail("serve", w.status());
+    fo.workers.push_back(w->address);
+    attention.push_back(std::move(*w));
+  }
+  std::unique_ptr<ServeAutoscaler> autoscaler;
+  if (f.autoscale) {
+    std::vector<ScaledWorker> ffn_workers;
+    for (size_t j = 0; j < ffn->addresses.size(); ++j)
+      ffn_workers.push_back({ffn->names[j], ffn->addresses[j], static_cast<int>(j), ffn->metrics[j]});
+    WorkerStarters starters;
+    starters.attention = [&, topo = *topo](int i, const std::vector<std::string>& members) -> Result<ScaledWorker> {
+      std::string list;
+      for (const auto& a : members) list += (list.empty() ? "" : ",") + a;
+      // Its topology: x large enough for its index, y the FFN workers it dials.
+      const std::string t = std::to_string(std::max(topo.n_attention, i + 1)) + "A" + std::to_string(members.size()) + "F";
+      return start_attention(i, list, t);
+    };
+    starters.ffn = [&, n_attention = topo->n_attention](int j) -> Result<ScaledWorker> {
+      AFD_ASSIGN_OR_RETURN(SpawnedFfnWorker w,
+                           spawn_ffn_worker(&children, j, j + 1, n_attention, e, threads, /*with_metrics=*/true));
+      return ScaledWorker{w.name, w.address, j, w.metrics};
+    };
+    auto a = ServeAutoscaler::create(f.autoscale_settings, std::move(attention), std::move(ffn_workers), &children,
+                                     std::move(starters));
+    if (!a.ok()) fail("serve", a.status());
+    autoscaler = std::move(*a);
   }
   run_frontend("serve", std::move(fo), topo->n_ffn, &children, restart_policy(f), f.service.drain_timeout_s,
-               f.exit_on_worker_loss);  // returns with the workers stopped
+               f.exit_on_worker_loss, autoscaler.get());  // returns with the workers stopped
   if (Status s = merge_trace_parts("serve", e.trace, trace_parts, /*include_path=*/false); !s.is_ok()) fail("serve", s);
 }
 
@@ -241,6 +303,12 @@ void run_serve(ServeFlags* fp, CLI::App* cmd) {
     std::printf("%s\n", cfg.to_json().dump(2).c_str());
     return;
   }
+  if (f.autoscale && !f.topology_file.empty())
+    fail("serve", invalid_argument("--autoscale needs --topology xAyF (the workers of a topology file are its own)"));
+  if (f.autoscale && !f.engine.trace.empty())
+    fail("serve", invalid_argument("--autoscale with --trace: workers it adds would write no trace part; drop one"));
+  if (f.autoscale && f.engine.options.afd.ffn_tp > 1)
+    fail("serve", invalid_argument("--autoscale adds and removes single FFN workers: it needs --ffn-tp 1"));
   if (!f.topology_file.empty()) return serve_topology_file(f, &topology_file);
   if (!std::filesystem::is_directory(f.engine.options.model_dir))
     fail("serve",
@@ -254,6 +322,10 @@ void run_serve(ServeFlags* fp, CLI::App* cmd) {
     auto topo = parse_topology(f.engine.topology);
     if (topo.ok() && topo->wiring == Wiring::afd) return serve_spawned(f);
   }
+  if (f.autoscale)
+    fail("serve", invalid_argument("--autoscale starts and stops worker processes: it needs the spawned deployment of "
+                                   "an xAyF --topology (with --spawn-workers, or without --ffn, --spawn-ffn and "
+                                   "--in-process)"));
   if (!f.attention_workers.empty()) {
     if (!f.engine.trace.empty())
       fail("serve", invalid_argument("--trace with --attention-workers: the front end runs no engine; start the "
@@ -363,6 +435,40 @@ void register_serve(CLI::App& app) {
                   "worker holds up the others this long)")
       ->check(CLI::Range(1, 86400000))
       ->envname("AFD_FFN_PEER_TIMEOUT_MS")
+      ->capture_default_str();
+  AutoscaleSettings& as = f->autoscale_settings;
+  as.controller.bounds.max_attn = 8;
+  as.controller.bounds.max_ffn = 8;
+  as.controller.fit_ffn_fixed_cost = false;  // serve_autoscaler.h
+  cmd->add_flag("--autoscale", f->autoscale,
+                "Spawned --topology xAyF: every --autoscale-interval-s, read the workers' stage times and add or "
+                "remove an FFN or attention worker when the A/F ratio is off the ratio theory's optimum by more "
+                "than --autoscale-hysteresis (docs/DEPLOYMENT.md \"Autoscaling\")")
+      ->envname("AFD_AUTOSCALE");
+  cmd->add_option("--autoscale-interval-s", as.interval_s, "--autoscale: seconds per measured window")
+      ->check(CLI::Range(0.2, 86400.0))
+      ->envname("AFD_AUTOSCALE_INTERVAL_S")
+      ->capture_default_str();
+  cmd->add_option("--autoscale-hysteresis", as.controller.hysteresis,
+                  "--autoscale: act when |r*/r - 1| exceeds this (r = attention/FFN workers, r* the optimum)")
+      ->check(CLI::Range(0.01, 1.0))
+      ->envname("AFD_AUTOSCALE_HYSTERESIS")
+      ->capture_default_str();
+  cmd->add_option("--min-attention", as.controller.bounds.min_attn, "--autoscale: fewest attention workers")
+      ->check(CLI::Range(1, 4096))
+      ->envname("AFD_MIN_ATTENTION")
+      ->capture_default_str();
+  cmd->add_option("--max-attention", as.controller.bounds.max_attn, "--autoscale: most attention workers")
+      ->check(CLI::Range(1, 4096))
+      ->envname("AFD_MAX_ATTENTION")
+      ->capture_default_str();
+  cmd->add_option("--min-ffn", as.controller.bounds.min_ffn, "--autoscale: fewest FFN workers")
+      ->check(CLI::Range(1, 4096))
+      ->envname("AFD_MIN_FFN")
+      ->capture_default_str();
+  cmd->add_option("--max-ffn", as.controller.bounds.max_ffn, "--autoscale: most FFN workers")
+      ->check(CLI::Range(1, 4096))
+      ->envname("AFD_MAX_FFN")
       ->capture_default_str();
   cmd->add_flag("--in-process", f->in_process,
                 "--topology xAyF: run the attention engines and FFN workers as threads of this one process")

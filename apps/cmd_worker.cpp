@@ -91,6 +91,11 @@ void run_ffn(const WorkerFlags& f) {
   fo.peer_timeout_ms = f.peer_timeout_ms;
   fo.tp = f.engine.options.afd.ffn_tp;
   fo.device = f.engine.options.ffn_device;
+  if (const std::string& file = f.engine.options.emulation.stage_costs_file; !file.empty()) {
+    auto e = StageCostEmulation::open(file);
+    if (!e.ok()) fail("worker", e.status());
+    fo.emulation = std::move(*e);
+  }
   // --trace: this worker's batches on the FFN lane of the bundle's timeline.
   std::shared_ptr<TraceRecorder> trace;
   if (!f.engine.trace.empty()) {

@@ -75,6 +75,10 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
                   "the run goes, completed when the command ends (serve, worker: when they stop); a process killed "
                   "mid-run leaves its spans up to then")
       ->envname("AFD_TRACE");
+  cmd->add_option("--emulate-stage-costs", options.emulation.stage_costs_file,
+                  "Tests and benchmarks: add the attention and FFN costs in this JSON file (re-read when it "
+                  "changes) as sleeps inside each stage (runtime/stage_emulation.h; AFD wirings)")
+      ->envname("AFD_EMULATE_STAGE_COSTS");
   cmd->add_option("--trace-max-spans", trace_max_spans,
                   "--trace keeps at most this many spans (later ones are dropped)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32))

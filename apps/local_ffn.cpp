@@ -6,46 +6,59 @@
 
 namespace afd::cli {
 
+Result<SpawnedFfnWorker> spawn_ffn_worker(ChildProcesses* children, int index, int n_ffn, int n_attention,
+                                          const EngineFlags& e, int threads, bool with_metrics) {
+  SpawnedFfnWorker out;
+  AFD_ASSIGN_OR_RETURN(int port, children->reserve_port());
+  out.address = "127.0.0.1:" + std::to_string(port);
+  std::vector<std::string> args = {"worker", "--role", "ffn", "--model", e.options.model_dir, "--listen", out.address,
+                                   "--shard", std::to_string(index) + "/" + std::to_string(n_ffn),
+                                   "--attention", std::to_string(n_attention), "--precision", e.precision,
+                                   "--ffn-device", e.options.ffn_device, "--peer-timeout-ms",
+                                   std::to_string(e.ffn_peer_timeout_ms)};
+  if (e.options.deterministic) args.push_back("--deterministic");
+  if (!e.options.emulation.stage_costs_file.empty())
+    args.insert(args.end(), {"--emulate-stage-costs", e.options.emulation.stage_costs_file});
+  if (e.options.afd.ffn_tp > 1) {
+    args.push_back("--ffn-tp");
+    args.push_back(std::to_string(e.options.afd.ffn_tp));
+  }
+  if (threads > 0) {
+    args.push_back("--threads");
+    args.push_back(std::to_string(threads));
+  }
+  if (e.options.afd.ucx_spin_us >= 0) {
+    args.push_back("--ucx-spin-us");
+    args.push_back(std::to_string(e.options.afd.ucx_spin_us));
+  }
+  if (!e.trace.empty()) {
+    out.trace_part = trace_part_path(e.trace, "ffn", index);
+    args.insert(args.end(), {"--trace", out.trace_part, "--trace-max-spans", std::to_string(e.trace_max_spans)});
+  }
+  std::string metrics;
+  if (with_metrics) {
+    AFD_ASSIGN_OR_RETURN(int mport, children->reserve_port());
+    out.metrics = {"127.0.0.1", mport, ""};  // its samples carry ffn="<shard>"
+    metrics = out.metrics.address();
+    args.insert(args.end(), {"--metrics-listen", metrics});
+  }
+  out.name = "FFN worker " + std::to_string(index) + "/" + std::to_string(n_ffn);
+  AFD_ASSIGN_OR_RETURN(pid_t pid, children->spawn_self(args, out.name));
+  spdlog::info("started {} as process {} on {}{}", out.name, pid, out.address,
+               metrics.empty() ? "" : ", metrics on " + metrics);
+  return out;
+}
+
 Result<SpawnedFfn> spawn_ffn_workers(ChildProcesses* children, int n_attention, int n_ffn, const EngineFlags& e,
                                      int threads, bool with_metrics) {
   SpawnedFfn out;
   for (int j = 0; j < n_ffn; ++j) {
-    AFD_ASSIGN_OR_RETURN(int port, children->reserve_port());
-    const std::string addr = "127.0.0.1:" + std::to_string(port);
-    std::vector<std::string> args = {"worker", "--role", "ffn", "--model", e.options.model_dir, "--listen", addr,
-                                     "--shard", std::to_string(j) + "/" + std::to_string(n_ffn),
-                                     "--attention", std::to_string(n_attention), "--precision", e.precision,
-                                     "--ffn-device", e.options.ffn_device, "--peer-timeout-ms",
-                                     std::to_string(e.ffn_peer_timeout_ms)};
-    if (e.options.deterministic) args.push_back("--deterministic");
-    if (e.options.afd.ffn_tp > 1) {
-      args.push_back("--ffn-tp");
-      args.push_back(std::to_string(e.options.afd.ffn_tp));
-    }
-    if (threads > 0) {
-      args.push_back("--threads");
-      args.push_back(std::to_string(threads));
-    }
-    if (e.options.afd.ucx_spin_us >= 0) {
-      args.push_back("--ucx-spin-us");
-      args.push_back(std::to_string(e.options.afd.ucx_spin_us));
-    }
-    if (!e.trace.empty()) {
-      out.trace_parts.push_back(trace_part_path(e.trace, "ffn", j));
-      args.insert(args.end(),
-                  {"--trace", out.trace_parts.back(), "--trace-max-spans", std::to_string(e.trace_max_spans)});
-    }
-    std::string metrics;
-    if (with_metrics) {
-      AFD_ASSIGN_OR_RETURN(int mport, children->reserve_port());
-      out.metrics.push_back({"127.0.0.1", mport, ""});  // its samples carry ffn="<shard>"
-      metrics = out.metrics.back().address();
-      args.insert(args.end(), {"--metrics-listen", metrics});
-    }
-    const std::string name = "FFN worker " + std::to_string(j) + "/" + std::to_string(n_ffn);
-    AFD_ASSIGN_OR_RETURN(pid_t pid, children->spawn_self(args, name));
-    out.addresses.push_back(addr);
-    spdlog::info("started {} as process {} on {}{}", name, pid, addr, metrics.empty() ? "" : ", metrics on " + metrics);
+    AFD_ASSIGN_OR_RETURN(SpawnedFfnWorker w,
+                         spawn_ffn_worker(children, j, n_ffn, n_attention, e, threads, with_metrics));
+    out.addresses.push_back(w.address);
+    if (with_metrics) out.metrics.push_back(w.metrics);
+    if (!w.trace_part.empty()) out.trace_parts.push_back(w.trace_part);
+    out.names.push_back(w.name);
   }
   return out;
 }

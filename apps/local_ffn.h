@@ -13,7 +13,20 @@
 
 namespace afd::cli {
 
+struct SpawnedFfnWorker {
+  std::string name;                // its ChildProcesses name ("FFN worker j/y")
+  std::string address;             // what the attention workers dial
+  serve::MetricsTarget metrics;    // its GET /metrics (with_metrics only)
+  std::string trace_part;          // with e.trace: the trace file it writes when it stops
+};
+
+// Spawns FFN worker `index` (--shard index/n_ffn: the index names it on the wire) on a free
+// 127.0.0.1 port, as spawn_ffn_workers does each of its workers.
+Result<SpawnedFfnWorker> spawn_ffn_worker(ChildProcesses* children, int index, int n_ffn, int n_attention,
+                                          const EngineFlags& e, int threads, bool with_metrics);
+
 struct SpawnedFfn {
+  std::vector<std::string> names;             // their ChildProcesses names, in shard order
   std::vector<std::string> addresses;         // what the attention workers dial, in shard order
   std::vector<serve::MetricsTarget> metrics;  // their GET /metrics (with_metrics only)
   std::vector<std::string> trace_parts;       // with e.trace: the trace file each writes when it stops

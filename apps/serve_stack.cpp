@@ -15,6 +15,7 @@
 #include "model/weights.h"
 #include "reload_on_hangup.h"
 #include "runtime/bundle.h"
+#include "serve_autoscaler.h"
 #include "runtime/afd/ffn_client.h"
 #include "runtime/system_fingerprint.h"
 #include "serve/frontend/proxy_client.h"
@@ -412,7 +413,8 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
 }
 
 void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children,
-                  RestartPolicy restart, double drain_timeout_s, bool exit_on_worker_loss) {
+                  RestartPolicy restart, double drain_timeout_s, bool exit_on_worker_loss,
+                  ServeAutoscaler* autoscaler) {
   const int n_att = static_cast<int>(fo.workers.size());
   const bool reloadable = !fo.topology_file.empty();
   const std::string host = fo.server.host;
@@ -427,7 +429,9 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
   };
   if (children && children->size() > 0) {
     // The launcher's view of its worker processes, for crash loops that /health alone hides.
-    fo.extra_metrics = [children] { return render_process_metrics(children); };
+    fo.extra_metrics = [children, autoscaler] {
+      return render_process_metrics(children) + (autoscaler ? autoscaler->render_metrics() : std::string());
+    };
     fo.lost_workers = [children] { return children->lost(); };
   }
   auto f = serve::Frontend::create(std::move(fo));
@@ -459,12 +463,14 @@ void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildPr
           lost->store(true);
           if (exit_on_worker_loss) StopOnSignal::request_stop("a worker process is lost (--exit-on-worker-loss)");
         });
+  if (autoscaler) autoscaler->start(raw);
   std::printf("afd serve: front end on http://%s:%d for %d attention worker%s (waiting for them)\n", host.c_str(),
               raw->port(), n_att, n_att > 1 ? "s" : "");
   std::fflush(stdout);
   Status s = raw->run();
   on_hangup.reset();
   on_signal->reset();  // a signal's stop() has finished before the front end goes
+  if (autoscaler) autoscaler->stop();
   if (children) children->stop_all();  // joins the watcher: no stop() from it after this
   raw->stop();
   f->reset();

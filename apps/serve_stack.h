@@ -20,6 +20,8 @@
 
 namespace afd::cli {
 
+class ServeAutoscaler;
+
 // Scheduler and HTTP limits shared by serve and attention workers. A flag that sets a
 // ServiceOptions member as it is (--port, --max-running, --step-retry-s, the --http-* limits,
 // ...) is bound to that member of `options`, so its default is the one SchedulerOptions,
@@ -104,8 +106,11 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
 // stops and the command fails (exit status 1), for a supervisor to restart the bundle.
 // drain_timeout_s: StopActions::drain_timeout_s (the front end drains before it stops the
 // children, so they stop idle).
+// autoscaler (may be null): started over the front end once it listens, stopped before the
+// children are.
 void run_frontend(const char* cmd, serve::FrontendOptions fo, int n_ffn, ChildProcesses* children,
-                  RestartPolicy restart = {}, double drain_timeout_s = 0, bool exit_on_worker_loss = false);
+                  RestartPolicy restart = {}, double drain_timeout_s = 0, bool exit_on_worker_loss = false,
+                  ServeAutoscaler* autoscaler = nullptr);
 
 // The afd_frontend_process_* series of the worker processes in `children`.
 std::string render_process_metrics(ChildProcesses* children);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 namespace afd::plan {
 namespace {
@@ -59,6 +60,31 @@ Status AutoscaleOptions::validate() const {
   return {};
 }
 
+Result<StageWindow> stage_window(const StageCounters& before, const StageCounters& after, int64_t n_attn,
+                                 int64_t n_ffn) {
+  if (n_attn < 1 || n_ffn < 1) return invalid_argument("stage window: worker counts must be >= 1");
+  const double d[] = {after.attention_s - before.attention_s, after.ffn_s - before.ffn_s,
+                      after.ffn_batches - before.ffn_batches, after.ffn_frames - before.ffn_frames,
+                      after.ffn_tokens - before.ffn_tokens};
+  const char* names[] = {"attention seconds", "FFN seconds", "FFN batches", "FFN frames", "FFN tokens"};
+  for (int i = 0; i < 5; ++i) {
+    if (!std::isfinite(d[i])) return invalid_argument(std::string("stage window: ") + names[i] + " not finite");
+    if (d[i] < 0)
+      return invalid_argument(std::string("stage window: ") + names[i] + " went down (a worker restarted)");
+  }
+  const auto [attn_s, ffn_s, batches, frames, tokens] = std::tuple(d[0], d[1], d[2], d[3], d[4]);
+  StageWindow w;
+  w.n_attn = n_attn;
+  w.n_ffn = n_ffn;
+  if (frames <= 0 || batches <= 0) return w;
+  const double y = static_cast<double>(n_ffn);
+  w.batch = tokens / frames;
+  w.attn_time = attn_s / (frames / y);
+  w.ffn_time = ffn_s / batches;
+  w.ffn_tokens = (frames / batches) * w.batch / y;
+  return w;
+}
+
 Result<AutoscaleDecision> AutoscaleController::decide(const StageWindow& w) {
   if (Status s = opt_.validate(); !s.ok()) return s;
   const AutoscaleBounds& b = opt_.bounds;
@@ -86,6 +112,7 @@ Result<AutoscaleDecision> AutoscaleController::decide(const StageWindow& w) {
     refit = std::fabs(w.ffn_time - predicted) > opt_.refit_tolerance * w.ffn_time;
     if (refit) ffn_samples_.clear();
   }
+  if (!opt_.fit_ffn_fixed_cost) ffn_samples_.clear();
   ffn_samples_.emplace_back(w.ffn_tokens, w.ffn_time);
   if (ffn_samples_.size() > 16) ffn_samples_.erase(ffn_samples_.begin());
   const auto [alpha, beta] = fit_ffn(ffn_samples_);

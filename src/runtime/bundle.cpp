@@ -94,6 +94,10 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, std::sh
   if (!remote) {
     AFD_RETURN_IF_ERROR(check_wire_memory(opt, topo, w->config));
     hub = std::make_shared<comm::InprocHub>();
+    std::shared_ptr<StageCostEmulation> emulation;
+    if (!opt.emulation.stage_costs_file.empty()) {
+      AFD_ASSIGN_OR_RETURN(emulation, StageCostEmulation::open(opt.emulation.stage_costs_file));
+    }
     for (int j = 0; j < y; ++j) {
       AFD_ASSIGN_OR_RETURN(auto it, comm::InprocTransport::create(hub, ffn_name(j)));
       std::unique_ptr<comm::Transport> t = with_delay(std::move(it), opt.emulation.inject_delay_us);
@@ -107,6 +111,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, std::sh
       fo.peer_timeout_ms = opt.afd.ffn_timeout_ms;
       fo.tp = opt.afd.ffn_tp;
       fo.device = opt.ffn_device;
+      fo.emulation = emulation;
       if (opt.observability.trace) trace_ffn_batches(opt.observability.trace, &fo);
       ThreadPool* pool;
       if (topo.wiring == Wiring::ep) {

@@ -79,6 +79,9 @@ Status EngineOptions::validate() const {
                             std::to_string(t.n_attention) + ")");
   if (afd.max_batch_tokens < 1) return invalid_argument("max batch tokens must be positive");
   if (emulation.inject_delay_us < 0 || emulation.inject_delay_us > 10000000) return invalid_argument("injected delay must be in [0, 10 s]");
+  if (!emulation.stage_costs_file.empty() && t.wiring == Wiring::mono)
+    return invalid_argument("--emulate-stage-costs needs an AFD or EP topology (it slows the attention and FFN "
+                            "stages of one)");
   if (emulation.inject_delay_us > 0 && t.wiring == Wiring::mono)
     return invalid_argument("an injected A<->F delay needs an AFD topology (mono has no messages)");
   if (afd.ffn_timeout_ms < 1) return invalid_argument("ffn timeout must be positive");

@@ -90,6 +90,9 @@ struct EmulationOptions {
   // Benchmarks: hold every A<->F message this long before it is sent (a one-way network
   // delay, comm::FaultTransport), on both sides of a local bundle / the attention side.
   int64_t inject_delay_us = 0;
+  // Tests and benchmarks: emulated stage costs read from this JSON file (runtime/stage_emulation.h,
+  // --emulate-stage-costs); empty: none.
+  std::string stage_costs_file;
 };
 
 // Speculative decoding (runtime/speculative.h; --speculative, --draft-tokens, --ngram-min,

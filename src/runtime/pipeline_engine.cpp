@@ -161,6 +161,7 @@ Status PipelineEngine::run_layers(std::vector<TokenBatch*>& mbs) {
       }
       const int64_t t0 = now_ns();
       attn_.forward(l, b);
+      if (emulation_) emulation_->attention(b.n);
       const int64_t t1 = now_ns();
       attn_s += (t1 - t0) * 1e-9;
       times_.layers[static_cast<size_t>(l)].attention_s += (t1 - t0) * 1e-9;
@@ -319,6 +320,10 @@ Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, s
   ao.batch_invariant = opt.deterministic;
   auto pe = std::make_unique<PipelineEngine>(w, std::move(kv), std::move(ffn), std::move(pool), ao, opt.pipeline_microbatches(),
                                              opt.kv.max_seqs);
+  if (!opt.emulation.stage_costs_file.empty()) {
+    AFD_ASSIGN_OR_RETURN(auto e, StageCostEmulation::open(opt.emulation.stage_costs_file));
+    pe->set_stage_emulation(std::move(e));
+  }
   if (opt.observability.trace) {
     const int pid = TraceRecorder::kAttentionPid + opt.afd.attention_index;
     pe->set_trace(opt.observability.trace, pid);

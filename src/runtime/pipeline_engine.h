@@ -17,6 +17,7 @@
 #include "runtime/engine.h"
 #include "runtime/engine_options.h"
 #include "runtime/ffn_backend.h"
+#include "runtime/stage_emulation.h"
 #include "runtime/trace.h"
 
 namespace afd {
@@ -52,6 +53,8 @@ class PipelineEngine : public Engine, public BenchmarkHooks {
   const PagedKvCache& kv_cache() const { return *kv_; }
   // Records attention and FFN-wait spans as pid `pid` (tracing; null to stop).
   void set_trace(std::shared_ptr<TraceRecorder> trace, int pid) { trace_ = std::move(trace); trace_pid_ = pid; }
+  // Emulated attention cost after each micro-batch's attention of a layer (null: none).
+  void set_stage_emulation(std::shared_ptr<StageCostEmulation> e) { emulation_ = std::move(e); }
   // BenchmarkHooks: the synthetic K/V are deterministic small values.
   Status fill_synthetic_context(int64_t seq_id, int64_t n_tokens) override;
   // Expert weight matrices (gate+up+down counted as one expert) read in the last forward:
@@ -68,6 +71,7 @@ class PipelineEngine : public Engine, public BenchmarkHooks {
   std::unique_ptr<FfnBackend> ffn_;
   std::shared_ptr<ThreadPool> pool_;
   AttentionPart attn_;
+  std::shared_ptr<StageCostEmulation> emulation_;
   int microbatches_;
   int64_t max_seqs_;
   int64_t next_seq_ = 0;

@@ -658,6 +658,7 @@ FfnWorker::Computed FfnWorker::compute(const BatchKey& key, const std::vector<Me
       c.expert_rows += compute_parts(a, key.layer, key.mb, members, first, g1, off, n, &c.reply_rows);
     }
   }
+  if (opt_.emulation) opt_.emulation->ffn(c.expert_rows);
   c.t1 = now_ns();
   const int64_t H = mine_.hidden;
   for (auto [b0, b1] : single) {

@@ -53,6 +53,7 @@
 #include "model/ffn_part.h"
 #include "runtime/afd/aggregation_policy.h"
 #include "runtime/afd/liveness.h"
+#include "runtime/stage_emulation.h"
 
 namespace afd {
 
@@ -80,6 +81,8 @@ struct FfnWorkerOptions {
   std::string device = "cpu";
   int peer_timeout_ms = 10000;    // waiting for a mid-step attention worker's frame
   int gather_window_us = 2000;    // layer 0: waiting for attention workers active last step
+  // Optional: emulated FFN cost after each batch, inside its compute time (runtime/stage_emulation.h).
+  std::shared_ptr<StageCostEmulation> emulation;
   // Optional: called on the worker thread after every ffn_part batch (tracing).
   std::function<void(int64_t layer, int microbatch, int64_t t0_ns, int64_t t1_ns, int64_t tokens)> on_batch;
 };

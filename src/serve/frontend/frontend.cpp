@@ -303,13 +303,21 @@ std::string Frontend::render_metrics() const {
   return o.str();
 }
 
+void Frontend::set_metrics_targets(std::vector<MetricsTarget> targets) {
+  std::lock_guard<std::mutex> l(targets_mu_);
+  opt_.metrics_targets = std::move(targets);
+}
+
 std::string Frontend::scrape_metrics() const {
   if (!opt_.federate) return render_metrics();
   // The attention workers listed now, then opt_.metrics_targets.
   std::vector<MetricsTarget> targets;
   for (const auto& w : listed_workers())
     targets.push_back({w->host, w->port, "attention=\"" + std::to_string(w->index) + "\""});
-  targets.insert(targets.end(), opt_.metrics_targets.begin(), opt_.metrics_targets.end());
+  {
+    std::lock_guard<std::mutex> l(targets_mu_);
+    targets.insert(targets.end(), opt_.metrics_targets.begin(), opt_.metrics_targets.end());
+  }
   return federate_metrics(render_metrics(), targets, opt_.health_timeout_ms, http_scrape_metrics);
 }
 

@@ -105,6 +105,11 @@ class Frontend final : public GenerationBackend {
   std::string render_metrics() const;
   // What GET /metrics answers: render_metrics() and, with federate, the workers' series.
   std::string scrape_metrics() const;
+  // Replaces FrontendOptions::metrics_targets (e.g. as FFN workers are added and removed). Thread-safe.
+  void set_metrics_targets(std::vector<MetricsTarget> targets);
+  // The membership operations behind /admin/attention, for a launcher that adds and removes
+  // the attention workers it starts (valid after create(); thread-safe).
+  AttentionAdmin& attention_admin() { return *attention_admin_; }
 
   // GenerationBackend (what the HTTP API asks of the front end).
   bool stopping() const override { return stopping_.load(); }
@@ -130,6 +135,7 @@ class Frontend final : public GenerationBackend {
   std::unique_ptr<FfnFanout> ffn_admin_;  // GET/POST /admin/ffn; the health thread reconciles
   std::unique_ptr<AttentionAdmin> attention_admin_;  // GET/POST /admin/attention; the health thread settles
   std::unique_ptr<TopologyReload> reload_;           // null without opt_.topology_file
+  mutable std::mutex targets_mu_;                    // guards opt_.metrics_targets
   int port_ = -1;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> draining_{false};

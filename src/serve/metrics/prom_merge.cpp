@@ -212,6 +212,31 @@ std::optional<double> PromMerger::first_value(std::string_view name) const {
   return std::nullopt;
 }
 
+std::optional<double> prom_sum(std::string_view text, std::string_view name, std::string_view label) {
+  const size_t eq = label.find('=');
+  const std::string_view key = eq == std::string_view::npos ? label : label.substr(0, eq);
+  const std::string_view quoted = eq == std::string_view::npos ? std::string_view() : label.substr(eq + 1);
+  std::optional<double> sum;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.empty() || line[0] == '#' || line.substr(0, name.size()) != name) continue;
+    Sample s;
+    if (!parse_sample(line, &s) || s.name != name) continue;
+    if (!label.empty()) {
+      bool has = false;
+      for (const Label& l : s.labels) has = has || (l.name == key && l.quoted_value == quoted);
+      if (!has) continue;
+    }
+    const std::string_view v = s.rest.substr(0, s.rest.find_first_of(" \t"));
+    sum = sum.value_or(0) + std::strtod(std::string(v).c_str(), nullptr);
+  }
+  return sum;
+}
+
 std::string PromMerger::render() const {
   std::string o;
   std::unordered_set<std::string_view> seen;  // a series (name + labels) twice is invalid: first wins

@@ -42,4 +42,9 @@ class PromMerger {
   std::vector<std::string> order_;
 };
 
+// The sum of the samples of `text` named exactly `name` that carry the label `label`
+// (`key="value"` as the exposition writes it; empty: whatever their labels); nullopt if there is
+// none. Lines that do not parse are skipped. For reading a worker's counters from its scrape.
+std::optional<double> prom_sum(std::string_view text, std::string_view name, std::string_view label = {});
+
 }  // namespace afd::serve

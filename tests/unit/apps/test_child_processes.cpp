@@ -150,6 +150,32 @@ TEST(ChildProcesses, ARunningChildIsNotLost) {
   EXPECT_FALSE(called);
 }
 
+// stop(name) ends one child for good: not restarted (restarts on), not lost, not listed; the
+// other keeps running; a second stop of it, or of a name never started, is not_found.
+TEST(ChildProcesses, StopOneEndsThatChildOnly) {
+  ChildProcesses children;
+  const std::string sleeper = std::string("--gtest_filter=") + kSleeperFilter;
+  ASSERT_TRUE(children.spawn_self({sleeper}, "sleeper a").ok());
+  ASSERT_TRUE(children.spawn_self({sleeper}, "sleeper b").ok());
+  bool called = false;
+  RestartPolicy p;
+  p.max_per_minute = 5;
+  p.backoff_ms = 20;
+  children.watch(p, {}, [&](const std::string&) { called = true; });
+  children.mark_ready();
+  ASSERT_TRUE(children.stop("sleeper a").is_ok());
+  EXPECT_EQ(children.stop("sleeper a").code(), StatusCode::not_found);
+  EXPECT_EQ(children.stop("nobody").code(), StatusCode::not_found);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // a restart would have come by now
+  const auto st = children.states();
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].name, "sleeper b");
+  EXPECT_TRUE(st[0].running);
+  EXPECT_EQ(st[0].restarts, 0);
+  EXPECT_TRUE(children.lost().empty()) << children.lost();
+  EXPECT_FALSE(called);
+}
+
 // Run as a child by ARunningChildIsNotLost with exactly kSleeperFilter (which no test runner
 // passes); in any other run it returns at once.
 TEST(ChildProcessesHelper, SleepsWhenAsked) {

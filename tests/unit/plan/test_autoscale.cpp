@@ -190,5 +190,81 @@ TEST(Autoscale, ConvergesInThreeDecisionsWhenAStageSlowsDown) {
   }
 }
 
+// A 2A-2F deployment over a window: each attention worker ran 100 micro-batch-layers of 4
+// tokens, 1 ms of attention each; each FFN worker got all 200 frames, aggregated two per batch
+// (100 batches of 8 tokens), 0.5 ms each.
+TEST(Autoscale, StageWindowFromCounters) {
+  StageCounters a;
+  a.attention_s = 3;
+  a.ffn_s = 1;
+  a.ffn_batches = 10;
+  a.ffn_frames = 20;
+  a.ffn_tokens = 80;
+  StageCounters b = a;
+  b.attention_s += 2 * 100 * 1e-3;
+  b.ffn_s += 2 * 100 * 0.5e-3;
+  b.ffn_batches += 2 * 100;
+  b.ffn_frames += 2 * 200;
+  b.ffn_tokens += 2 * 200 * 4;
+  auto w = stage_window(a, b, 2, 2);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(w->n_attn, 2);
+  EXPECT_EQ(w->n_ffn, 2);
+  EXPECT_NEAR(w->attn_time, 1e-3, 1e-12);
+  EXPECT_NEAR(w->batch, 4, 1e-12);
+  EXPECT_NEAR(w->ffn_time, 0.5e-3, 1e-12);
+  EXPECT_NEAR(w->ffn_tokens, 4, 1e-12);  // 8 tokens a batch, half the expert work each: r·B = 1·4
+  EXPECT_EQ(w->comm_time, 0);
+  // The theory's optimum for this window: t_F = α n with α = 0.5e-3 / 4, r* = t_A / (α B) = 2.
+  AutoscaleOptions o;
+  o.bounds.max_attn = 8;
+  o.bounds.max_ffn = 8;
+  AutoscaleController c(o);
+  auto d = c.decide(*w);
+  ASSERT_TRUE(d.ok());
+  EXPECT_NEAR(d->r_star, 2, 1e-9);
+  EXPECT_TRUE(d->change);
+  EXPECT_EQ(d->n_attn, 2);
+  EXPECT_EQ(d->n_ffn, 1);
+
+  // No frames: an idle window, no decision.
+  auto idle = stage_window(a, a, 2, 2);
+  ASSERT_TRUE(idle.ok());
+  EXPECT_EQ(idle->attn_time, 0);
+  EXPECT_EQ(idle->ffn_time, 0);
+  auto d2 = c.decide(*idle);
+  ASSERT_TRUE(d2.ok());
+  EXPECT_FALSE(d2->change);
+
+  // A counter that went down (a worker restarted), a non-finite one, or no workers: refused.
+  StageCounters down = b;
+  down.ffn_frames = 0;
+  EXPECT_FALSE(stage_window(a, down, 2, 2).ok());
+  StageCounters nan = b;
+  nan.attention_s = std::nan("");
+  EXPECT_FALSE(stage_window(a, nan, 2, 2).ok());
+  EXPECT_FALSE(stage_window(a, b, 0, 2).ok());
+  EXPECT_FALSE(stage_window(a, b, 2, 0).ok());
+}
+
+// Without the intercept fit, each window stands alone: α_F = t_F / n of that window and r* is
+// the ratio of per-token costs, t_A / B over t_F / n, even where t_F has a fixed part.
+TEST(Autoscale, ProportionalModelReadsEachWindowAlone) {
+  AutoscaleOptions o;
+  o.bounds.max_attn = 64;
+  o.bounds.max_ffn = 64;
+  o.fit_ffn_fixed_cost = false;
+  AutoscaleController c(o);
+  const AutoscaleDecision d1 = decide(c, window(16, 16, 0.5, 20));  // n = 64: t_F = 52
+  EXPECT_EQ(d1.ffn_beta, 0);
+  EXPECT_NEAR(d1.ffn_alpha, 52.0 / 64, 1e-12);
+  EXPECT_NEAR(d1.r_star, 100.0 / (52.0 / 64 * 64), 1e-9);
+  const AutoscaleDecision d2 = decide(c, window(16, 8, 0.5, 20));  // n = 128: t_F = 84
+  EXPECT_EQ(d2.ffn_beta, 0);
+  EXPECT_NEAR(d2.ffn_alpha, 84.0 / 128, 1e-12);
+  EXPECT_NEAR(d2.r_star, 100.0 / (84.0 / 128 * 64), 1e-9);
+  EXPECT_EQ(d2.reason.find("refit"), std::string::npos) << d2.reason;
+}
+
 }  // namespace
 }  // namespace afd::plan

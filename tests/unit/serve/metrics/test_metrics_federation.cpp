@@ -51,6 +51,23 @@ TEST(PromMerger, FirstValueReadsOneSeries) {
   EXPECT_FALSE(m.first_value("broken").has_value());
 }
 
+TEST(PromMerger, PromSumAddsTheSamplesOfOneNameAndLabel) {
+  const std::string text =
+      "# TYPE afd_stage_seconds_total counter\n"
+      "afd_stage_seconds_total{stage=\"attention\"} 1.5\n"
+      "afd_stage_seconds_total{stage=\"ffn\"} 7\n"
+      "afd_stage_seconds_total{worker=\"1\",stage=\"attention\"} 2.5 1700000000000\n"
+      "afd_stage_seconds_total_extra{stage=\"attention\"} 100\n"
+      "afd_stage_seconds_total{stage=\"attention\" broken\n"
+      "afd_ffn_batches_total 12\n";
+  EXPECT_EQ(prom_sum(text, "afd_stage_seconds_total", "stage=\"attention\""), 4.0);
+  EXPECT_EQ(prom_sum(text, "afd_stage_seconds_total"), 11.0);
+  EXPECT_EQ(prom_sum(text, "afd_ffn_batches_total"), 12.0);
+  EXPECT_FALSE(prom_sum(text, "afd_stage_seconds_total", "stage=\"total\"").has_value());
+  EXPECT_FALSE(prom_sum(text, "afd_ffn_batches").has_value());
+  EXPECT_FALSE(prom_sum("", "afd_ffn_batches_total").has_value());
+}
+
 TEST(PromMerger, OneFamilyPerNameWithEverySourcesLabelledSamples) {
   PromMerger m;
   EXPECT_EQ(m.add("# HELP own_up front end\n# TYPE own_up gauge\nown_up 1\n", ""), 0u);
