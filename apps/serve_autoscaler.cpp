@@ -196,6 +196,7 @@ void ServeAutoscaler::loop() {
     Status s = apply(*d);
     std::lock_guard<std::mutex> l(mu_);
     changing_ = false;
+    if (stop_) break;  // interrupted by the bundle stopping: nothing to report
     if (s.is_ok()) {
       ++changes_;
     } else {
