@@ -223,6 +223,9 @@ void serve_spawned(const ServeFlags& f) {
     if (e.options.deterministic) args.push_back("--deterministic");
     if (!e.options.emulation.stage_costs_file.empty())
       args.insert(args.end(), {"--emulate-stage-costs", e.options.emulation.stage_costs_file});
+    if (e.options.afd.eplb)
+      args.insert(args.end(), {"--eplb", "--eplb-interval-s", std::to_string(e.options.afd.eplb_interval_s),
+                               "--eplb-redundant", std::to_string(e.options.afd.eplb_redundant)});
     // The method and the max batch are the flags' text (to_options() fills the options).
     if (SpeculativeMethod m = SpeculativeMethod::none;
         speculative_method_from_name(e.speculative, &m) && m != SpeculativeMethod::none)

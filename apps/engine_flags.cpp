@@ -75,6 +75,21 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
                   "the run goes, completed when the command ends (serve, worker: when they stop); a process killed "
                   "mid-run leaves its spans up to then")
       ->envname("AFD_TRACE");
+  cmd->add_flag("--eplb", options.afd.eplb,
+                "xAyF: the attention side places the routed experts on the FFN workers, replanning every "
+                "--eplb-interval-s by EPLB (replicas of hot experts) from its routing counts; outputs do not depend on "
+                "the placement (each (token, expert) pair is its own BF16 partial, added in expert order)")
+      ->envname("AFD_EPLB");
+  cmd->add_option("--eplb-interval-s", options.afd.eplb_interval_s,
+                  "--eplb: seconds between placements (0: keep the contiguous one)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->envname("AFD_EPLB_INTERVAL_S")
+      ->capture_default_str();
+  cmd->add_option("--eplb-redundant", options.afd.eplb_redundant,
+                  "--eplb: extra expert replicas per layer (rounded up to divide over the FFN workers)")
+      ->check(CLI::Range(int64_t{0}, int64_t{65536}))
+      ->envname("AFD_EPLB_REDUNDANT")
+      ->capture_default_str();
   cmd->add_option("--emulate-stage-costs", options.emulation.stage_costs_file,
                   "Tests and benchmarks: add the attention and FFN costs in this JSON file (re-read when it "
                   "changes) as sleeps inside each stage (runtime/stage_emulation.h; AFD wirings)")

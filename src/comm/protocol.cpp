@@ -220,6 +220,7 @@ Result<A2fView> decode_a2f(const uint8_t* data, size_t len, const A2fLimits& lim
   size_t n_routes = static_cast<size_t>(h.n_tokens) * h.top_k;
   for (size_t i = 0; i < n_routes; ++i) {
     int32_t e = v.ids[i];
+    if (e == -1 && lim.unrouted_ids) continue;
     if (e < 0 || static_cast<uint32_t>(e) >= lim.n_experts) {
       return corrupt_data(where(h) + " routes token " + std::to_string(i / h.top_k) + " to expert " + std::to_string(e) +
                           ", outside [0, " + std::to_string(lim.n_experts) + ")");
@@ -275,6 +276,7 @@ size_t encode_handshake(FrameKind kind, const Handshake& s, uint8_t* out) {
   put<uint16_t>(p, 58, s.part_begin);
   put<uint16_t>(p, 60, s.part_end);
   put<uint8_t>(p, 62, s.batch_invariant);
+  put<uint8_t>(p, 63, s.placement);
   FrameHeader h;
   h.kind = kind;
   h.payload_bytes = kHandshakeBytes;
@@ -325,6 +327,8 @@ Result<Handshake> decode_handshake(const uint8_t* data, size_t len, FrameKind ex
   s.batch_invariant = get<uint8_t>(p, 62);
   if (s.batch_invariant > 1)
     return corrupt_data("handshake has unknown batch-invariant flag " + std::to_string(s.batch_invariant));
+  s.placement = get<uint8_t>(p, 63);
+  if (s.placement > 1) return corrupt_data("handshake has unknown placement flag " + std::to_string(s.placement));
   if (s.role == Role::ffn && (s.tp_degree < 1 || s.tp_degree > 64 || s.tp_rank >= s.tp_degree)) {
     return corrupt_data("handshake has TP rank " + std::to_string(s.tp_rank) + " of degree " +
                         std::to_string(s.tp_degree) + " (need rank < degree <= 64)");
@@ -342,7 +346,12 @@ Result<Handshake> decode_handshake(const uint8_t* data, size_t len, FrameKind ex
     return corrupt_data("handshake expert range [" + std::to_string(s.expert_begin) + ", " +
                         std::to_string(s.expert_end) + ") is outside [0, " + std::to_string(s.n_experts) + ")");
   }
-  if (s.epoch > 0) {
+  if (s.placement) {
+    if (s.epoch == 0 || s.n_parts != 0 || s.part_begin != 0 || s.part_end != 0 || s.expert_begin != 0 ||
+        s.expert_end != s.n_experts)
+      return corrupt_data("handshake of an expert placement must be of an epoch >= 1, name no parts and hold experts [0, " +
+                          std::to_string(s.n_experts) + ")");
+  } else if (s.epoch > 0) {
     // Parts of an explicit assignment, and the experts they are (the same thing twice).
     if (s.n_parts < 1 || s.n_parts > 64 || s.part_begin >= s.part_end || s.part_end > s.n_parts) {
       return corrupt_data("handshake assigns parts [" + std::to_string(s.part_begin) + ", " +
@@ -425,7 +434,10 @@ std::string describe(const Handshake& h) {
     if (h.tp_degree > 1) s += ", TP rank " + std::to_string(h.tp_rank) + "/" + std::to_string(h.tp_degree);
   }
   if (h.batch_invariant) s += ", deterministic";
-  if (h.epoch > 0) {
+  if (h.placement) {
+    s += ", assignment epoch " + std::to_string(h.epoch) + " (expert placement: the pairs each frame names" +
+         (h.holds_shared ? std::string(" + shared/dense") : std::string()) + ")";
+  } else if (h.epoch > 0) {
     s += ", assignment epoch " + std::to_string(h.epoch) + " (parts [" + std::to_string(h.part_begin) + ", " +
          std::to_string(h.part_end) + ") of " + std::to_string(h.n_parts);
     if (h.role == Role::attention) {

@@ -19,8 +19,9 @@ namespace afd::comm {
 constexpr uint32_t kFrameMagic = 0x46444641u;  // "AFDF" in memory order
 // 2: handshake carries the FFN TP rank/degree; 3: ping/pong probes; 4: expert assignment epoch
 // (hello carries the assignment, a2f frames the epoch they were built for); 5: the handshake
-// carries the activation precision (refused when the sides differ).
-constexpr uint16_t kProtocolVersion = 6;
+// carries the activation precision (refused when the sides differ); 6: the batch-invariant
+// flag; 7: expert placement (the handshake's `placement` flag; a2f ids of -1 in its frames).
+constexpr uint16_t kProtocolVersion = 7;
 constexpr size_t kFrameHeaderBytes = 64;
 constexpr size_t kMaxReasonBytes = 4096;
 constexpr int64_t kScaleBlock = 128;  // channels per scale with ScaleGranularity::per_block
@@ -127,6 +128,13 @@ struct Handshake {
   uint32_t epoch = 0;
   uint16_t n_parts = 0;
   uint16_t part_begin = 0, part_end = 0;
+  // Expert placement (epoch >= 1, n_parts 0, experts [0, n_experts)): "compute the (token,
+  // expert) pairs each a2f frame names, whichever experts they are, and reply one BF16 row per
+  // pair — the routing weight times the expert's output — in expert order, then, with
+  // holds_shared, one row per token of the shared expert / dense layer". A pair of the frame
+  // that another FFN worker computes has id -1. Every pair is then its own partial, so the sum
+  // does not depend on which worker computed what (docs/PROTOCOL.md, "Expert placement").
+  uint8_t placement = 0;
 };
 constexpr size_t kHandshakeBytes = 64;
 std::string describe(const Handshake& h);
@@ -149,6 +157,7 @@ struct A2fLimits {
   uint32_t top_k = 0;        // must equal
   uint32_t n_experts = 0;    // ids must be < n_experts
   uint32_t max_tokens = 0;   // n_tokens <= max_tokens
+  bool unrouted_ids = false;  // ids may also be -1 (expert placement: a pair for another worker)
 };
 struct A2fView {
   FrameHeader header;
@@ -158,7 +167,8 @@ struct A2fView {
   const float* weights = nullptr;    // [n, top_k]
   int64_t group = 0;                 // channels per scale
 };
-// `data` must be 8-byte aligned. Validates the header, limits, ids in [0, n_experts),
+// `data` must be 8-byte aligned. Validates the header, limits, ids in [0, n_experts) (or -1
+// with unrouted_ids),
 // finite routing weights and finite positive scales.
 Result<A2fView> decode_a2f(const uint8_t* data, size_t len, const A2fLimits& lim);
 

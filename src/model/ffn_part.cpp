@@ -84,6 +84,26 @@ void experts_in_parallel(const MoeWeights& moe, const std::vector<int32_t>& acti
 
 }  // namespace
 
+void ffn_expert_rows(const ModelWeights& w, int64_t layer, int64_t expert, const float* h, int64_t m,
+                     const float* weights, float* out, const FfnPartOptions& opt, FfnScratch* scratch,
+                     ThreadPool* pool) {
+  const LayerWeights& L = w.layers[layer];
+  AFD_CHECK(L.is_moe && expert >= 0 && expert < static_cast<int64_t>(L.moe.experts.size()) &&
+                !L.moe.experts[expert].empty(),
+            "ffn_expert_rows: not a held routed expert");
+  if (m == 0) return;
+  const int n_threads = pool != nullptr ? pool->size() : 1;
+  scratch->arena.reserve_slots(n_threads);
+  const int64_t hid = w.config.hidden_size;
+  const FfnWeights& f = L.moe.experts[expert];
+  scratch->buf.resize(static_cast<size_t>(2 * m * f.gate.rows));
+  swiglu(f, h, m, out, scratch->buf.data(), opt.prec, opt.order, pool, scratch->arena);
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = out + i * hid;
+    for (int64_t c = 0; c < hid; ++c) row[c] *= weights[i];
+  }
+}
+
 void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, const int32_t* ids,
               const float* weights, float* out, const FfnPartOptions& opt, FfnScratch* scratch,
               ThreadPool* pool) {

@@ -84,4 +84,12 @@ void ffn_part(const ModelWeights& w, int64_t layer, const float* h, int64_t n, c
               const float* weights, float* out, const FfnPartOptions& opt, FfnScratch* scratch,
               ThreadPool* pool);
 
+// Expert placement (docs/PROTOCOL.md): routed expert `expert` of MoE layer `layer` on m
+// gathered tokens, each pair its own result: out [m, hidden] row i = weights[i] *
+// expert(h[i]) (overwritten). Under a batch-invariant order (opt.order) row i depends on h[i]
+// alone. opt.experts_mask and include_shared are not read.
+void ffn_expert_rows(const ModelWeights& w, int64_t layer, int64_t expert, const float* h, int64_t m,
+                     const float* weights, float* out, const FfnPartOptions& opt, FfnScratch* scratch,
+                     ThreadPool* pool);
+
 }  // namespace afd

@@ -178,6 +178,9 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, std::sh
     co.expect_tp = opt.afd.ffn_tp > 1 || !remote ? opt.afd.ffn_tp : 0;  // remote, default 1: accept what the workers announce
     co.takeover_ms = opt.afd.ffn_takeover_ms;
     co.parts = opt.afd.ffn_parts;
+    co.expert_placement = opt.afd.eplb;
+    co.eplb_interval_s = opt.afd.eplb_interval_s;
+    co.eplb_redundant = opt.afd.eplb_redundant;
     t = with_delay(std::move(t), opt.emulation.inject_delay_us);
     AFD_ASSIGN_OR_RETURN(auto client, FfnClient::create(w, t.get(), co));
     b->clients_.push_back(client.get());  // owned by the engine below

@@ -88,6 +88,14 @@ Status EngineOptions::validate() const {
   if (afd.ffn_probe_ms < 0) return invalid_argument("ffn probe interval must be >= 0 (0: no probes)");
   if (afd.ffn_takeover_ms < 0) return invalid_argument("ffn takeover time must be >= 0 (0: never)");
   if (afd.ffn_parts < 0 || afd.ffn_parts > 64) return invalid_argument("--ffn-parts must be in [0, 64] (0: y)");
+  if (afd.eplb && t.wiring != Wiring::afd)
+    return invalid_argument("--eplb places experts on the FFN workers of an xAyF topology, got " + t.to_string());
+  if (afd.eplb && afd.ffn_tp > 1)
+    return invalid_argument("--eplb moves whole experts; FFN workers with --ffn-tp > 1 keep their shards");
+  if (afd.eplb_interval_s < 0 || afd.eplb_interval_s > 86400)
+    return invalid_argument("--eplb-interval-s must be in [0, 86400] (0: keep the contiguous placement)");
+  if (afd.eplb_redundant < 0 || afd.eplb_redundant > 65536)
+    return invalid_argument("--eplb-redundant must be in [0, 65536]");
   if (afd.ffn_parts > 0 && afd.ffn_tp > 1)
     return invalid_argument("--ffn-parts needs whole experts; FFN workers with --ffn-tp > 1 keep their shards");
   if (afd.ucx_spin_us < -1 || afd.ucx_spin_us > 1000000) return invalid_argument("--ucx-spin-us must be in [-1, 1000000]");

@@ -62,6 +62,12 @@ struct AfdOptions {
   // BF16 rounding, and the most FFN workers that hold experts (more are standbys); the results
   // equal mono --afd-rounding ffn_parts. 0: y. Whole experts only (ffn_tp 1).
   int ffn_parts = 0;
+  // Expert placement (--eplb; FfnClientOptions::expert_placement, runtime/afd/expert_placement.h):
+  // the attention side places the routed experts, with eplb_redundant extra replicas per layer,
+  // replanned by EPLB every eplb_interval_s (0: kept contiguous). Whole experts only.
+  bool eplb = false;
+  double eplb_interval_s = 10;
+  int64_t eplb_redundant = 0;
   // UCX transports (remote FFN workers): how long a thread waiting for a message drives the
   // worker itself before it sleeps (comm::UcxOptions::waiter_spin_ns); -1: the default.
   int ucx_spin_us = -1;

@@ -44,6 +44,8 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
   if (opt.takeover_ms < 0) return invalid_argument("ffn client: takeover time must be >= 0 (0: never)");
   if (opt.parts < 0 || opt.parts > static_cast<int>(kMaxSlots))
     return invalid_argument("ffn client: parts must be 0..64 (0: one per FFN worker it starts with)");
+  if (opt.expert_placement && (opt.eplb_interval_s < 0 || opt.eplb_redundant < 0))
+    return invalid_argument("ffn client: the EPLB interval and redundant replicas must be >= 0");
   if (opt.parts > c.n_experts)
     return invalid_argument("ffn client: " + std::to_string(opt.parts) + " parts of " + std::to_string(c.n_experts) +
                             " routed experts (at most one part per expert)");
@@ -70,11 +72,20 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
     // so every reply is rounded per part from the start.
     std::lock_guard<std::mutex> l(cl->mu_);
     const size_t n = cl->membership_.members().size();
-    if (cl->membership_.whole_experts() && cl->membership_.epoch() == 0 && parts != static_cast<int>(n)) {
+    if (opt.expert_placement && !cl->membership_.whole_experts())
+      return invalid_argument("expert placement (--eplb) needs FFN workers holding whole experts (--ffn-tp 1)");
+    if (cl->membership_.whole_experts() && cl->membership_.epoch() == 0 &&
+        (parts != static_cast<int>(n) || opt.expert_placement)) {
       cl->fit_to_parts();
-      cl->reassign("the experts are cut into " + std::to_string(parts) + " parts (" + std::to_string(n) +
-                   " FFN workers)");
+      cl->reassign(opt.expert_placement ? std::string("expert placement: the FFN workers compute the pairs they are sent")
+                                        : "the experts are cut into " + std::to_string(parts) + " parts (" +
+                                              std::to_string(n) + " FFN workers)");
     }
+  }
+  if (opt.expert_placement) {
+    cl->load_ = std::make_unique<ExpertLoadCounter>(c);
+    cl->placed_.resize(static_cast<size_t>(opt.microbatches));
+    cl->last_plan_ns_ = now_ns();
   }
   // The monitor: liveness probes (when probe_interval_ms > 0), transport events, and the
   // membership decisions.
@@ -122,7 +133,42 @@ Status FfnClient::start_pass() {
   // Their late replies, if any, are dropped by the step check.
   for (int m = 0; m < opt_.microbatches; ++m) abandon(m);
   ++step_;
-  return refresh_connections();
+  AFD_RETURN_IF_ERROR(refresh_connections());
+  return opt_.expert_placement ? update_placement() : Status();
+}
+
+Status FfnClient::update_placement() {
+  const ModelConfig& c = w_->config;
+  if (placement_slots_ != active_) {
+    placement_ = contiguous_expert_placement(c, active_);
+    placement_slots_ = active_;
+    last_plan_ns_ = now_ns();
+    spdlog::info("attention {}: expert placement: contiguous over {} FFN worker(s)", opt_.index, active_.size());
+    std::lock_guard<std::mutex> l(mu_);
+    placement_contiguous_ = placement_planned_ = 1;
+    return Status();
+  }
+  const int64_t now = now_ns();
+  if (opt_.eplb_interval_s <= 0 || static_cast<double>(now - last_plan_ns_) < opt_.eplb_interval_s * 1e9 ||
+      load_->total() <= 0)
+    return Status();
+  last_plan_ns_ = now;
+  auto plan = plan_expert_placement(c, *load_, active_, opt_.eplb_redundant);
+  load_->decay(0.5);  // the next plan weighs this window half
+  if (!plan.ok()) {
+    spdlog::error("attention {}: expert placement: no plan: {}", opt_.index, plan.status().to_string());
+    return Status();  // the placement in effect stays
+  }
+  placement_ = std::move(plan->placement);
+  std::lock_guard<std::mutex> l(mu_);
+  ++placements_;
+  placement_contiguous_ = plan->contiguous_mean;
+  placement_planned_ = plan->planned_mean;
+  spdlog::info("attention {}: expert placement {} in effect ({} FFN worker(s), {} redundant replica(s) per layer): "
+               "predicted max/mean load {:.3f} (worst layer {:.3f}), contiguous {:.3f} (worst {:.3f})",
+               opt_.index, placements_, active_.size(), plan->redundant, plan->planned_mean, plan->planned_worst,
+               plan->contiguous_mean, plan->contiguous_worst);
+  return Status();
 }
 
 Status FfnClient::check_ready(int mb) const {
@@ -151,6 +197,21 @@ Status FfnClient::route(int64_t layer, int mb, const TokenBatch& b) {
   in.top_k = in.moe ? c.n_experts_per_tok : 0;
   in.n_experts = c.n_experts;
   in.topk_ids = std::span<const int32_t>(b.topk_ids.data(), static_cast<size_t>(b.n * in.top_k));
+  if (opt_.expert_placement) {
+    int shared_slot = -1;
+    for (int j : active_)
+      if (workers_[static_cast<size_t>(j)].hs.holds_shared) shared_slot = j;
+    const bool shared_rows = !in.moe || routing_.has_shared;
+    std::vector<PlacedSlot>& placed = placed_[static_cast<size_t>(mb)];
+    AFD_RETURN_IF_ERROR(route_placed(placement_, layer, in, active_, shared_slot, shared_rows, &placed));
+    if (in.moe) load_->add(layer, in.topk_ids);
+    for (size_t i = 0; i < active_.size(); ++i) {
+      Slot& s = slots_[mb][static_cast<size_t>(active_[i])];
+      s.rows = placed[i].rows;
+      s.reply_rows = placed[i].reply_rows;
+    }
+    return Status();
+  }
   AFD_RETURN_IF_ERROR(route_tokens(routing_, in, by_parts, &token_workers_, &token_parts_));
   for (int j : active_) {
     Slot& s = slots_[mb][static_cast<size_t>(j)];
@@ -173,7 +234,12 @@ Status FfnClient::send_to(int j, int64_t layer, int mb, const TokenBatch& b) {
                    .top_k = c.is_moe_layer(layer) ? c.n_experts_per_tok : 0,
                    .granularity = opt_.per_block_scales ? ScaleGranularity::per_block : ScaleGranularity::per_token,
                    .payload_checksum = opt_.payload_checksum};
-  AFD_ASSIGN_OR_RETURN(size_t bytes, encode_a2f(f, s.rows, b.h.data(), b.topk_ids.data(), b.topk_w.data(), s.send.data()));
+  const int32_t* ids = b.topk_ids.data();
+  if (opt_.expert_placement) {  // this slot's pairs; -1 for the others'
+    const auto it = std::find(active_.begin(), active_.end(), j);
+    ids = placed_[static_cast<size_t>(mb)][static_cast<size_t>(it - active_.begin())].ids.data();
+  }
+  AFD_ASSIGN_OR_RETURN(size_t bytes, encode_a2f(f, s.rows, b.h.data(), ids, b.topk_w.data(), s.send.data()));
   s.layer = f.layer;
   s.step = step_;
   auto r = t_->post_recv(wk.peer, frame_tag(TagFamily::f2a, static_cast<uint32_t>(mb)), s.recv.data(), s.recv.capacity());
@@ -200,6 +266,12 @@ Status FfnClient::combine(int64_t layer, int mb, TokenBatch& b) {
   const int64_t deadline = deadline_in_ms(opt_.timeout_ms);
   uint32_t slowest_ffn_us = 0;  // the FFN workers compute in parallel: the slowest one counts
   for (int j : active_) AFD_RETURN_IF_ERROR(receive_from(j, layer, mb, deadline, b, &slowest_ffn_us));
+  if (opt_.expert_placement) {
+    placed_replies_.clear();
+    for (int j : active_) placed_replies_.push_back(slots_[mb][static_cast<size_t>(j)].reply);
+    sum_placed_replies(placed_[static_cast<size_t>(mb)], placed_replies_, b.n, w_->config.hidden_size,
+                       b.ffn_out.data());
+  }
   FfnLayerTimes& lt = times_at(layer);
   lt.f2a_s += static_cast<double>(now_ns() - t0) * 1e-9;
   lt.ffn_s += static_cast<double>(slowest_ffn_us) * 1e-6;
@@ -262,6 +334,10 @@ Status FfnClient::receive_from(int jj, int64_t layer, int mb, int64_t deadline, 
     auto v = decode_f2a(s.recv.data(), c.bytes, static_cast<uint32_t>(H), static_cast<uint32_t>(s.reply_rows.size()));
     if (!v.ok()) return fail_combine(j, layer, mb, v.status());
     *slowest_ffn_us = std::max(*slowest_ffn_us, hdr->ffn_us);
+    if (opt_.expert_placement) {  // added in expert order once every reply is in (combine)
+      s.reply = v->out;
+      break;
+    }
     // Slots in slot order hold consecutive parts, each slot's rows part by part: the
     // partials are added in part order.
     for (size_t r = 0; r < s.reply_rows.size(); ++r) {

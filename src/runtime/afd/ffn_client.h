@@ -74,6 +74,7 @@
 #include "comm/frame_buffer.h"
 #include "comm/protocol.h"
 #include "comm/transport.h"
+#include "runtime/afd/expert_placement.h"
 #include "runtime/afd/ffn_membership.h"
 #include "runtime/afd/ffn_routing.h"
 #include "runtime/afd/liveness.h"
@@ -123,6 +124,15 @@ struct FfnClientOptions {
   // added: the call fails naming why). One not connected by then is added unchecked (its
   // handshake when it joins the assignment checks it). 0: no check at the call.
   int join_check_ms = 2000;
+  // Expert placement (--eplb; runtime/afd/expert_placement.h): from the first pass every FFN
+  // worker computes the (token, expert) pairs it is sent, each replied as its own row and added
+  // in expert order, so outputs do not depend on where experts run; the client places the
+  // experts: contiguously at first and after every membership change, then every
+  // eplb_interval_s (0: never) by EPLB over its own decayed routing counts, with
+  // eplb_redundant extra replicas per layer (rounded up to divide over the FFN workers).
+  bool expert_placement = false;
+  double eplb_interval_s = 0;
+  int64_t eplb_redundant = 0;
 };
 
 class FfnClient : public FfnBackend {
@@ -194,6 +204,7 @@ class FfnClient : public FfnBackend {
     // The token row of each reply row: `rows` when it holds one part; with several, per part
     // (in order) the tokens of `rows` that touch it.
     std::vector<int32_t> reply_rows;
+    const uint16_t* reply = nullptr;  // expert placement: the received reply rows (until the next dispatch)
     comm::RequestId send_id = 0, recv_id = 0;
     bool send_live = false, recv_live = false;
     uint32_t layer = 0;
@@ -287,6 +298,19 @@ class FfnClient : public FfnBackend {
   FfnRouting routing_;                     // of the applied assignment
   std::vector<uint64_t> token_workers_;    // dispatch scratch: [n] bit j: slot j gets the token
   std::vector<uint64_t> token_parts_;      // dispatch scratch: [n] bit q: the token touches part q
+  // Expert placement (engine thread): the placement in effect, the routing counts it is
+  // planned from, the last plan's time, and per micro-batch the slots' routes.
+  ExpertPlacement placement_;
+  std::unique_ptr<ExpertLoadCounter> load_;
+  int64_t last_plan_ns_ = 0;
+  std::vector<std::vector<PlacedSlot>> placed_;  // [microbatches][index in active_]
+  std::vector<const uint16_t*> placed_replies_;  // combine scratch
+  std::vector<int> placement_slots_;  // the active_ placement_ was made for
+  // Placement (pass start): contiguous over active_ when it changed; a plan when one is due.
+  Status update_placement();
+  // mu_: what membership() reports of the placements.
+  int64_t placements_ = 0;
+  double placement_contiguous_ = 1, placement_planned_ = 1;
   uint64_t step_ = 0;
   int64_t f2a_bytes_ = 0, a2f_bytes_ = 0;  // frame buffer sizes (f2a: one row per token)
   std::vector<int64_t> recv_rows_;         // [slot]: reply rows per token its receive buffers hold

@@ -26,7 +26,12 @@ Handshake FfnClient::my_handshake(uint32_t epoch, const Share* assign, int n_ffn
   h.tp_rank = 0;
   h.tp_degree = static_cast<uint16_t>(opt_.expect_tp);
   h.epoch = epoch;
-  if (epoch > 0 && assign != nullptr) {
+  if (epoch > 0 && assign != nullptr && opt_.expert_placement) {
+    h.placement = 1;
+    h.expert_begin = 0;
+    h.expert_end = static_cast<uint32_t>(w_->config.n_experts);
+    h.holds_shared = assign->range.holds_shared ? 1 : 0;
+  } else if (epoch > 0 && assign != nullptr) {
     h.expert_begin = static_cast<uint32_t>(assign->range.begin);
     h.expert_end = static_cast<uint32_t>(assign->range.end);
     h.holds_shared = assign->range.holds_shared ? 1 : 0;
@@ -161,7 +166,12 @@ Status FfnClient::handshake(int j, uint32_t epoch, const Share& assign, bool* re
                          std::to_string(theirs->epoch));
   }
   const int parts = membership_.parts();
-  if (m.is_ok() && epoch > 0 &&
+  if (m.is_ok() && epoch > 0 && opt_.expert_placement &&
+      (theirs->placement != 1 || (theirs->holds_shared != 0) != assign.range.holds_shared)) {
+    m = invalid_argument(std::string("asked to compute the expert pairs it is sent") +
+                         (assign.range.holds_shared ? " + shared/dense" : "") + " (expert placement), the FFN worker "
+                         "acknowledged " + describe(*theirs));
+  } else if (m.is_ok() && epoch > 0 && !opt_.expert_placement &&
       (theirs->part_begin != assign.part_begin || theirs->part_end != assign.part_end || theirs->n_parts != parts ||
        theirs->tp_degree != 1)) {
     m = invalid_argument("asked to hold parts [" + std::to_string(assign.part_begin) + ", " +
@@ -239,7 +249,9 @@ Status FfnClient::refresh_connections() {
   if (changed) {
     const int64_t K = w_->config.n_experts_per_tok;
     for (const Want& x : want) {
-      const int64_t held = epoch > 0 ? x.share.part_end - x.share.part_begin : 1;
+      const int64_t held = epoch > 0 && opt_.expert_placement ? K + 1
+                           : epoch > 0                        ? x.share.part_end - x.share.part_begin
+                                                              : 1;
       AFD_RETURN_IF_ERROR(ensure_slot(static_cast<size_t>(x.slot), held <= 1 ? 1 : std::min<int64_t>(held, K + 1)));
     }
     // A pass must not run on half an assignment: routing waits until every handshake is done.
@@ -281,7 +293,13 @@ Status FfnClient::refresh_connections() {
     ++handshakes;
   }
   if (applied_epoch_ != epoch || changed) {
-    AFD_RETURN_IF_ERROR(check_shards());
+    if (opt_.expert_placement && epoch > 0) {
+      // Every assigned worker computes whatever pairs it is sent (the placement says which);
+      // one holds the shared expert / dense layers.
+      routing_.has_shared = w_->config.shared_expert_intermediate_size > 0;
+    } else {
+      AFD_RETURN_IF_ERROR(check_shards());
+    }
     if (epoch > 0 || changed) {
       spdlog::info("attention {}: FFN expert assignment epoch {} in effect ({} handshake(s), {:.1f} ms)", opt_.index,
                    epoch, handshakes, static_cast<double>(now_ns() - t0) * 1e-6);

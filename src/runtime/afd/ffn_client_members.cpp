@@ -169,7 +169,12 @@ FfnMembership FfnClient::membership() const {
   const std::vector<Member>& members = membership_.members();
   std::vector<bool> connected(members.size());
   for (size_t j = 0; j < members.size(); ++j) connected[j] = members[j].peer != kNoPeer && t_->is_connected(members[j].peer);
-  return membership_.snapshot(connected, applied_epoch_atomic_.load(), now);
+  FfnMembership m = membership_.snapshot(connected, applied_epoch_atomic_.load(), now);
+  m.expert_placement = opt_.expert_placement;
+  m.placements = placements_;
+  m.placement_planned = placement_planned_;
+  m.placement_contiguous = placement_contiguous_;
+  return m;
 }
 
 }  // namespace afd

@@ -60,6 +60,12 @@ struct FfnMembership {
   int assigned = 0;         // members in the assignment
   int parts = 0;            // P (class comment of FfnClient)
   bool whole_experts = true;  // every FFN worker holds whole experts (TP degree 1): re-homing possible
+  // Expert placement (--eplb; FfnClient fills these): placements planned so far, and the
+  // predicted max/mean FFN worker load of the last one and of the contiguous placement
+  // (1 before the first plan).
+  bool expert_placement = false;
+  int64_t placements = 0;
+  double placement_planned = 1, placement_contiguous = 1;
   std::vector<Member> members;
 };
 

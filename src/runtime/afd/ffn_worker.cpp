@@ -175,6 +175,7 @@ Result<FfnWorker::Assignment> FfnWorker::assignment_for(const Handshake& h) cons
   // decode_handshake checked the parts and that the expert range and shared flag match them.
   const int64_t E = w_->config.n_experts;
   Assignment a;
+  a.placement = h.placement != 0;
   a.epoch = h.epoch;
   a.begin = h.expert_begin;
   a.end = h.expert_end;
@@ -184,7 +185,7 @@ Result<FfnWorker::Assignment> FfnWorker::assignment_for(const Handshake& h) cons
   a.n_parts = h.n_parts;
   a.part_begin = h.part_begin;
   a.part_end = h.part_end;
-  for (int q = a.part_begin; q < a.part_end; ++q) {
+  for (int q = a.part_begin; q < a.part_end && !a.placement; ++q) {
     Part pt;
     pt.begin = q * E / a.n_parts;
     pt.end = (q + 1) * E / a.n_parts;
@@ -213,6 +214,7 @@ Result<FfnWorker::Assignment> FfnWorker::assignment_for(const Handshake& h) cons
 }
 
 int64_t FfnWorker::rows_per_token(const Assignment& a) const {
+  if (a.placement) return int64_t{mine_.top_k} + (a.shared ? 1 : 0);
   const int64_t n = static_cast<int64_t>(a.parts.size());
   return n <= 1 ? 1 : std::min<int64_t>(n, int64_t{mine_.top_k} + 1);
 }
@@ -308,6 +310,7 @@ Status FfnWorker::on_hello(Peer& p, const Completion& c) {
   ack.n_parts = static_cast<uint16_t>(p.assign.n_parts);
   ack.part_begin = static_cast<uint16_t>(p.assign.part_begin);
   ack.part_end = static_cast<uint16_t>(p.assign.part_end);
+  ack.placement = p.assign.placement ? 1 : 0;
   size_t n = encode_handshake(FrameKind::hello_ack, ack, p.hello_out.data());
   AFD_ASSIGN_OR_RETURN(RequestId s, t_->post_send(p.id, tag, p.hello_out.data(), n));
   wait_or_cancel(t_, s, opt_.peer_timeout_ms);
@@ -395,6 +398,7 @@ bool FfnWorker::accept_frame(Peer& p, int mb) {
   MbSlot& s = p.mbs[static_cast<size_t>(mb)];
   A2fLimits lim = limits_;
   lim.max_tokens = p.hs.max_tokens;
+  lim.unrouted_ids = p.assign.placement;
   auto v = decode_a2f(s.recv.data(), s.bytes, lim);
   Status bad;
   if (!v.ok()) {
@@ -544,8 +548,8 @@ std::vector<FfnWorker::Member> FfnWorker::load_batch(const BatchKey& key) {
   // contiguous.
   std::stable_sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
     const Assignment &x = a.p->assign, &y = b.p->assign;
-    return std::tie(x.begin, x.end, x.shared, x.n_parts, x.part_begin, x.part_end) <
-           std::tie(y.begin, y.end, y.shared, y.n_parts, y.part_begin, y.part_end);
+    return std::tie(x.placement, x.begin, x.end, x.shared, x.n_parts, x.part_begin, x.part_end) <
+           std::tie(y.placement, y.begin, y.end, y.shared, y.n_parts, y.part_begin, y.part_end);
   });
   int64_t total = 0;
   for (auto& m : members) {
@@ -606,6 +610,69 @@ int64_t FfnWorker::compute_one_part(const Assignment& a, uint32_t layer, int64_t
   return expert_rows;
 }
 
+int64_t FfnWorker::compute_placed(const Assignment& a, uint32_t layer, int mb, const std::vector<Member>& members,
+                                  size_t first, size_t end, int64_t off, int64_t n, std::vector<int64_t>* reply_rows) {
+  const int64_t H = mine_.hidden;
+  const int64_t K = w_->config.is_moe_layer(layer) ? mine_.top_k : 0;
+  const int64_t E = w_->config.n_experts;
+  const int32_t* ids = K > 0 ? ids_.data() + off * K : nullptr;
+  const float* wts = K > 0 ? wts_.data() + off * K : nullptr;
+  // The member each token row [0, n) came in (members [first, end) hold consecutive rows).
+  auto member_of = [&](int64_t t) {
+    size_t i = first;
+    while (i + 1 < end && members[i + 1].off - off <= t) ++i;
+    return i;
+  };
+  auto write_row = [&](size_t i, const float* row) {
+    kernels::f32_to_bf16_row(row, H, reply_payload(members[i], mb) + (*reply_rows)[i] * H);
+    ++(*reply_rows)[i];
+  };
+  int64_t pairs = 0;
+  if (K > 0) {
+    // Pairs by expert (counting sort: token order within an expert); -1: another worker's.
+    placed_start_.assign(static_cast<size_t>(E + 1), 0);
+    for (int64_t p = 0; p < n * K; ++p)
+      if (ids[p] >= 0) ++placed_start_[static_cast<size_t>(ids[p]) + 1];
+    for (int64_t e = 0; e < E; ++e) placed_start_[e + 1] += placed_start_[e];
+    pairs = placed_start_[E];
+    placed_pairs_.resize(static_cast<size_t>(pairs));
+    {
+      std::vector<int32_t> fill(placed_start_.begin(), placed_start_.end() - 1);
+      for (int64_t p = 0; p < n * K; ++p)
+        if (ids[p] >= 0) placed_pairs_[static_cast<size_t>(fill[static_cast<size_t>(ids[p])]++)] = static_cast<int32_t>(p);
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t b = placed_start_[e], m = placed_start_[e + 1] - b;
+      if (m == 0) continue;
+      placed_h_.resize(static_cast<size_t>(m * H));
+      placed_w_.resize(static_cast<size_t>(m));
+      placed_out_.resize(static_cast<size_t>(m * H));
+      for (int64_t r = 0; r < m; ++r) {
+        const int32_t p = placed_pairs_[static_cast<size_t>(b + r)];
+        std::memcpy(placed_h_.data() + r * H, h_.data() + (off + p / K) * H, static_cast<size_t>(H) * sizeof(float));
+        placed_w_[static_cast<size_t>(r)] = wts[p];
+      }
+      ffn_expert_rows(*w_, layer, e, placed_h_.data(), m, placed_w_.data(), placed_out_.data(), part_, &scratch_, pool_);
+      // Per member, its pairs of expert e in token order: the bucket is in token order.
+      for (int64_t r = 0; r < m; ++r)
+        write_row(member_of(placed_pairs_[static_cast<size_t>(b + r)] / K), placed_out_.data() + r * H);
+    }
+  }
+  const bool model_shared = w_->config.shared_expert_intermediate_size > 0;
+  if (a.shared && (K == 0 || model_shared)) {
+    // The shared expert / dense layer over every token: ffn_part with no routed expert (its
+    // bucketing reads ids, so the -1 of other workers' pairs become expert 0, masked out).
+    placed_ids_.resize(static_cast<size_t>(n * K));
+    for (int64_t p = 0; p < n * K; ++p) placed_ids_[static_cast<size_t>(p)] = std::max(ids[p], 0);
+    part_.experts_mask.assign(static_cast<size_t>(E), 0);
+    part_.include_shared = true;
+    ffn_part(*w_, layer, h_.data() + off * H, n, K > 0 ? placed_ids_.data() : nullptr, wts, out_.data() + off * H,
+             part_, &scratch_, pool_);
+    for (int64_t t = 0; t < n; ++t) write_row(member_of(t), out_.data() + (off + t) * H);
+  }
+  return pairs;
+}
+
 int64_t FfnWorker::compute_parts(const Assignment& a, uint32_t layer, int mb, const std::vector<Member>& members,
                                  size_t first, size_t end, int64_t off, int64_t n, std::vector<int64_t>* reply_rows) {
   const int64_t H = mine_.hidden;
@@ -649,7 +716,9 @@ FfnWorker::Computed FfnWorker::compute(const BatchKey& key, const std::vector<Me
     const size_t first = g0;
     g0 = g1;
     if (n == 0) continue;
-    if (a.parts.size() <= 1) {
+    if (a.placement) {
+      c.expert_rows += compute_placed(a, key.layer, key.mb, members, first, g1, off, n, &c.reply_rows);
+    } else if (a.parts.size() <= 1) {
       c.expert_rows += compute_one_part(a, key.layer, off, n);
       single.emplace_back(first, g1);
     } else {
@@ -694,7 +763,7 @@ void FfnWorker::count_expert_tokens(uint32_t layer, const std::vector<Member>& m
     const std::vector<uint8_t>& mask = m.p->assign.mask;
     for (int64_t t = m.off * K; t < (m.off + m.n) * K; ++t) {
       const int32_t e = ids_[static_cast<size_t>(t)];
-      if (mask[static_cast<size_t>(e)]) row[e].fetch_add(1, std::memory_order_relaxed);
+      if (e >= 0 && mask[static_cast<size_t>(e)]) row[e].fetch_add(1, std::memory_order_relaxed);
     }
   }
 }

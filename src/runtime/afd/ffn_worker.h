@@ -163,12 +163,17 @@ class FfnWorker {
     std::vector<uint8_t> mask;   // [n_experts]
     int n_parts = 0, part_begin = 0, part_end = 0;  // epoch >= 1: parts [part_begin, part_end) of n_parts
     std::vector<Part> parts;     // [part_end - part_begin]; one entry at epoch 0
+    // Expert placement (comm::Handshake::placement): every pair a frame names is computed and
+    // replied on its own (compute_placed); parts is empty.
+    bool placement = false;
     // The same routed experts and shared part (however cut into parts).
-    bool same_range(const Assignment& o) const { return begin == o.begin && end == o.end && shared == o.shared; }
+    bool same_range(const Assignment& o) const {
+      return begin == o.begin && end == o.end && shared == o.shared && placement == o.placement;
+    }
     // The same experts cut into the same parts: computed and replied the same way.
     bool same_experts(const Assignment& o) const {
       return begin == o.begin && end == o.end && shared == o.shared && n_parts == o.n_parts &&
-             part_begin == o.part_begin && part_end == o.part_end;
+             part_begin == o.part_begin && part_end == o.part_end && placement == o.placement;
     }
   };
   struct MbSlot {
@@ -250,6 +255,11 @@ class FfnWorker {
   // ffn_part (or the GPU) over rows [off, off + n) for an assignment of one part: out_.
   // Returns the (token, held expert) rows computed.
   int64_t compute_one_part(const Assignment& a, uint32_t layer, int64_t off, int64_t n);
+  // Expert placement: the frames of members [first, end) (tokens [off, off + n) of h_) pair by
+  // pair, written into their reply payloads (reply_rows: rows written per member). Returns
+  // the (token, routed expert) pairs computed.
+  int64_t compute_placed(const Assignment& a, uint32_t layer, int mb, const std::vector<Member>& members, size_t first,
+                         size_t end, int64_t off, int64_t n, std::vector<int64_t>* reply_rows);
   // Several parts: each computed and written as its own reply rows of members [first, end).
   int64_t compute_parts(const Assignment& a, uint32_t layer, int mb, const std::vector<Member>& members, size_t first,
                         size_t end, int64_t off, int64_t n, std::vector<int64_t>* reply_rows);
@@ -277,6 +287,9 @@ class FfnWorker {
   FfnScratch scratch_;
   std::unique_ptr<class CudaFfn> gpu_;  // device == "cuda"
   std::vector<float> h_, out_;        // [total, hidden]
+  // compute_placed: pairs bucketed by expert, the gathered rows, weights and results.
+  std::vector<int32_t> placed_start_, placed_pairs_, placed_ids_;
+  std::vector<float> placed_h_, placed_w_, placed_out_;
   std::vector<int32_t> ids_;          // [total, top_k]
   std::vector<float> wts_;            // [total, top_k]
   FfnWorkerStats stats_;

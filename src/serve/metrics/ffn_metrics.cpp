@@ -169,6 +169,22 @@ std::string render_ffn_membership_metrics(std::span<const FfnMembershipSample> e
   family("afd_ffn_leaves_total", "counter",
          "FFN workers that left the assignment otherwise (removed from the membership, refused their assignment).",
          [](const FfnMembership& m) { return m.leaves; });
+  bool placement = false;
+  for (const FfnMembershipSample& e : engines) placement = placement || e.membership.expert_placement;
+  if (placement) {
+    family("afd_ffn_eplb_placements_total", "counter",
+           "Expert placements planned by EPLB and put in effect (--eplb).",
+           [](const FfnMembership& m) { return m.placements; });
+    prom_header(&o, "afd_ffn_eplb_predicted_max_over_mean", "gauge",
+                "Predicted max/mean FFN worker load (pairs) over the last planning window: of the placement in "
+                "effect and of the contiguous one (1 before the first plan).");
+    for (const FfnMembershipSample& e : engines) {
+      o += "afd_ffn_eplb_predicted_max_over_mean{" + e.labels + ",placement=\"eplb\"} " +
+           prom_num(e.membership.placement_planned) + "\n";
+      o += "afd_ffn_eplb_predicted_max_over_mean{" + e.labels + ",placement=\"contiguous\"} " +
+           prom_num(e.membership.placement_contiguous) + "\n";
+    }
+  }
   auto label = [](const FfnMembershipSample& e, const FfnMembership::Member& x) {
     return e.labels + ",member=\"" + label_value(x.name) + "\",address=\"" + label_value(x.address) + "\"";
   };
