@@ -86,7 +86,7 @@ Result<PlacementPlan> plan_expert_placement(const ModelConfig& c, const ExpertLo
 }
 
 Status route_placed(const ExpertPlacement& p, int64_t layer, const TokenRoutes& in, std::span<const int> slots,
-                    int shared_slot, bool shared_rows, std::vector<PlacedSlot>* out) {
+                    int shared_slot, bool shared_rows, std::vector<int64_t>* turn, std::vector<PlacedSlot>* out) {
   const size_t ns = slots.size();
   out->resize(ns);
   const int64_t n = in.n, K = in.moe ? in.top_k : 0, E = p.n_experts;
@@ -106,7 +106,7 @@ Status route_placed(const ExpertPlacement& p, int64_t layer, const TokenRoutes& 
   }
   if (K > 0) {
     const auto& rep = p.replicas[static_cast<size_t>(layer)];
-    std::vector<int64_t> turn(static_cast<size_t>(E), 0);
+    if (turn->size() != static_cast<size_t>(E)) turn->assign(static_cast<size_t>(E), 0);
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t k = 0; k < K; ++k) {
         const int32_t e = in.topk_ids[static_cast<size_t>(t * K + k)];
@@ -116,7 +116,7 @@ Status route_placed(const ExpertPlacement& p, int64_t layer, const TokenRoutes& 
         const std::vector<int>& r = rep[static_cast<size_t>(e)];
         if (r.empty()) return invalid_argument("expert placement: expert " + std::to_string(e) + " of layer " +
                                                std::to_string(layer) + " has no replica");
-        const int slot = r[static_cast<size_t>(turn[static_cast<size_t>(e)]++ % static_cast<int64_t>(r.size()))];
+        const int slot = r[static_cast<size_t>((*turn)[static_cast<size_t>(e)]++ % static_cast<int64_t>(r.size()))];
         const int i = slot <= max_slot ? index_of[static_cast<size_t>(slot)] : -1;
         if (i < 0)
           return invalid_argument("expert placement: expert " + std::to_string(e) + " of layer " +

@@ -69,12 +69,14 @@ struct PlacedSlot {
 };
 
 // Routes `in` (layer `layer`) under `p` to `slots` (out[i] for slots[i]): each (token, expert)
-// pair to one replica of its expert, the replicas taken in turn over the micro-batch's pairs of
-// that expert (an even split); the shared/dense holder `shared_slot` (one of slots, or -1)
-// gets every token when `shared_rows` (a dense layer, or a MoE layer with a shared expert).
-// invalid_argument for an expert id outside [0, E) or an expert without a replica among slots.
+// pair to one replica of its expert, the replicas taken in turn — turn[e] counts the pairs of
+// expert e routed so far (the caller keeps it per layer across micro-batches and steps, so
+// that an expert with one pair per micro-batch is split evenly too); the shared/dense holder
+// `shared_slot` (one of slots, or -1) gets every token when `shared_rows` (a dense layer, or a
+// MoE layer with a shared expert). invalid_argument for an expert id outside [0, E) or an
+// expert without a replica among slots.
 Status route_placed(const ExpertPlacement& p, int64_t layer, const TokenRoutes& in, std::span<const int> slots,
-                    int shared_slot, bool shared_rows, std::vector<PlacedSlot>* out);
+                    int shared_slot, bool shared_rows, std::vector<int64_t>* turn, std::vector<PlacedSlot>* out);
 
 // out [n, H] = for each token, the sum in f32 of its reply rows (bf16) in part order. replies[i]
 // is slot i's reply payload ([rows, H] bf16, rows = out_slots[i].reply_rows.size()).

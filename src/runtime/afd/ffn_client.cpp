@@ -203,7 +203,9 @@ Status FfnClient::route(int64_t layer, int mb, const TokenBatch& b) {
       if (workers_[static_cast<size_t>(j)].hs.holds_shared) shared_slot = j;
     const bool shared_rows = !in.moe || routing_.has_shared;
     std::vector<PlacedSlot>& placed = placed_[static_cast<size_t>(mb)];
-    AFD_RETURN_IF_ERROR(route_placed(placement_, layer, in, active_, shared_slot, shared_rows, &placed));
+    if (placed_turn_.size() != static_cast<size_t>(c.n_layers)) placed_turn_.resize(static_cast<size_t>(c.n_layers));
+    AFD_RETURN_IF_ERROR(route_placed(placement_, layer, in, active_, shared_slot, shared_rows,
+                                     &placed_turn_[static_cast<size_t>(layer)], &placed));
     if (in.moe) load_->add(layer, in.topk_ids);
     for (size_t i = 0; i < active_.size(); ++i) {
       Slot& s = slots_[mb][static_cast<size_t>(active_[i])];

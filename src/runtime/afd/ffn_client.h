@@ -304,6 +304,7 @@ class FfnClient : public FfnBackend {
   std::unique_ptr<ExpertLoadCounter> load_;
   int64_t last_plan_ns_ = 0;
   std::vector<std::vector<PlacedSlot>> placed_;  // [microbatches][index in active_]
+  std::vector<std::vector<int64_t>> placed_turn_;  // [layer][expert]: pairs routed so far (replicas in turn)
   std::vector<const uint16_t*> placed_replies_;  // combine scratch
   std::vector<int> placement_slots_;  // the active_ placement_ was made for
   // Placement (pass start): contiguous over active_ when it changed; a plan when one is due.

@@ -54,7 +54,9 @@ TEST(ExpertPlacement, PairsGoToOneReplicaEachInTurn) {
   in.topk_ids = ids;
   std::vector<PlacedSlot> out;
   const std::vector<int> slots{0, 1, 2};
-  ASSERT_TRUE(route_placed(p, 0, in, slots, /*shared_slot=*/2, /*shared_rows=*/true, &out).is_ok());
+  std::vector<int64_t> turn;
+  ASSERT_TRUE(route_placed(p, 0, in, slots, /*shared_slot=*/2, /*shared_rows=*/true, &turn, &out).is_ok());
+  EXPECT_EQ(turn, (std::vector<int64_t>{1, 3, 2, 2}));
   ASSERT_EQ(out.size(), 3u);
   // Expert 1's pairs, in token order: token 0 -> slot 0, token 1 -> slot 2, token 2 -> slot 0.
   EXPECT_EQ(out[0].rows, (std::vector<int32_t>{0, 2}));
@@ -67,6 +69,15 @@ TEST(ExpertPlacement, PairsGoToOneReplicaEachInTurn) {
   EXPECT_EQ(out[2].ids, (std::vector<int32_t>{-1, -1, 1, 3, -1, -1, -1, 3}));
   EXPECT_EQ(out[2].reply_rows, (std::vector<int32_t>{1, 1, 3, 0, 1, 2, 3}));
   EXPECT_EQ(out[2].reply_parts, (std::vector<int32_t>{1, 3, 3, 4, 4, 4, 4}));
+  // The turns go on in the next call: expert 1's next pair goes to slot 2 (its 4th: 3 % 2 = 1).
+  {
+    const std::vector<int32_t> one = {1, 0};
+    TokenRoutes in1{.n = 1, .moe = true, .top_k = 2, .n_experts = 4, .topk_ids = one};
+    std::vector<PlacedSlot> o1;
+    ASSERT_TRUE(route_placed(p, 0, in1, slots, 2, false, &turn, &o1).is_ok());
+    EXPECT_EQ(o1[2].ids, (std::vector<int32_t>{1, -1}));
+    EXPECT_EQ(o1[0].ids, (std::vector<int32_t>{-1, 0}));
+  }
   // Every pair exactly once over the slots.
   for (size_t q = 0; q < ids.size(); ++q) {
     int n = 0;
@@ -125,12 +136,14 @@ TEST(ExpertPlacement, BadRoutesAreErrors) {
   std::vector<int32_t> ids = {0, 5};
   TokenRoutes in{.n = 1, .moe = true, .top_k = 2, .n_experts = 4, .topk_ids = ids};
   std::vector<PlacedSlot> out;
+  std::vector<int64_t> turn;
   const std::vector<int> slots{0, 1};
-  EXPECT_NE(route_placed(p, 0, in, slots, -1, false, &out).message().find("outside [0, 4)"), std::string::npos);
+  EXPECT_NE(route_placed(p, 0, in, slots, -1, false, &turn, &out).message().find("outside [0, 4)"), std::string::npos);
   ids = {0, 1};
-  EXPECT_NE(route_placed(p, 0, in, slots, -1, false, &out).message().find("has no replica"), std::string::npos);
+  EXPECT_NE(route_placed(p, 0, in, slots, -1, false, &turn, &out).message().find("has no replica"), std::string::npos);
   ids = {0, 3};
-  EXPECT_NE(route_placed(p, 0, in, slots, -1, false, &out).message().find("not in the assignment"), std::string::npos);
+  EXPECT_NE(route_placed(p, 0, in, slots, -1, false, &turn, &out).message().find("not in the assignment"),
+            std::string::npos);
 }
 
 TEST(ExpertPlacement, PlanBalancesASkewedLayerWithReplicas) {
