@@ -5,14 +5,19 @@
 (--eplb-interval-s 0) and on one that plans a new placement (with 2 redundant replicas) every
 0.2 s while they run (an emulated FFN cost of 50 µs per pair keeps them running for seconds): every answer must be the same text, no request may fail, and the second
 bundle must have put several placements in effect meanwhile (afd_ffn_eplb_placements_total).
-Bad settings are refused at start.
+Then the same requests on a third such bundle whose FFN worker 1 is killed while they run
+(the other takes over its experts): again the same text and no failure. Bad settings are
+refused at start.
 
 Run: AFD_BIN=build/apps/afd /usr/bin/python3 -m pytest -q tests/integration/test_eplb.py
 """
 
 import json
+import os
+import signal
 import subprocess
 import threading
+import time
 import urllib.request
 
 from afd_bundle import AFD, TIMEOUT, Bundle, make_model
@@ -59,12 +64,12 @@ def run_all(port):
     return texts, failures
 
 
-def serve(model, tmp_path, name, interval):
+def serve(model, tmp_path, name, interval, extra=()):
     costs = tmp_path / "costs.json"
     costs.write_text(json.dumps({"ffn_us_per_row": 50}))
     return Bundle(model, tmp_path, ["--topology", "1A2F", "--threads", "1", "--deterministic", "--eplb",
                                     "--eplb-interval-s", str(interval), "--eplb-redundant", "2",
-                                    "--emulate-stage-costs", str(costs)], name=name)
+                                    "--emulate-stage-costs", str(costs), *extra], name=name)
 
 
 def test_placements_change_no_token(tmp_path):
@@ -88,6 +93,25 @@ def test_placements_change_no_token(tmp_path):
     assert all(t for t in ref), ref
     diff = [i for i in range(N_REQUESTS) if got[i] != ref[i]]
     assert not diff, f"{len(diff)} answers changed, first {diff[0]}: {ref[diff[0]]!r} vs {got[diff[0]]!r}"
+
+    # An FFN worker killed mid-run (not restarted): the passes that failed are held, the other
+    # worker takes over every expert after the takeover time (a contiguous placement over it),
+    # and every request finishes with the same text.
+    b = serve(model, tmp_path, "killed", 0.2,
+              ["--ffn-takeover-s", "1", "--worker-restarts", "0", "--step-retry-s", "30", "--ffn-timeout-ms", "3000"])
+    try:
+        result = {}
+        runner = threading.Thread(target=lambda: result.update(zip(("texts", "failures"), run_all(b.port))))
+        runner.start()
+        time.sleep(0.7)
+        os.kill(b.worker_pid("ffn", 1), signal.SIGKILL)
+        runner.join(TIMEOUT)
+        log = b.log_tail(40)
+    finally:
+        b.close()
+    assert not result["failures"], (result["failures"][:3], log)
+    diff = [i for i in range(N_REQUESTS) if result["texts"][i] != ref[i]]
+    assert not diff, f"{len(diff)} answers changed after the FFN worker was lost, first {diff[0]}"
 
 
 def test_bad_eplb_settings_are_refused(tmp_path):
