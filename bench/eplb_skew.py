@@ -195,6 +195,40 @@ def run_one(a, y, redundant, eplb):
         os.unlink(costs.name)
 
 
+def svg(rows, title):
+    """A bar chart (SVG text) of the pairs each FFN worker computed, one group per bundle and
+    placement, each bar relative to its group's mean (1 = even)."""
+    groups = [r for r in rows if r["rows_per_worker"]]
+    bar, gap, h, top, left = 22, 26, 180, 40, 50
+    width = max(720, left + sum(len(r["rows_per_worker"]) * bar + gap for r in groups) + 20)
+    hi = max(max(v for v in r["rows_per_worker"].values()) / statistics.mean(r["rows_per_worker"].values())
+             for r in groups)
+    hi = max(2.0, hi)
+    y = lambda v: top + h - h * v / hi  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + h + 60}" '
+           f'font-family="sans-serif" font-size="11">',
+           f'<text x="{left}" y="18" font-size="13">{title}</text>']
+    for v in (0.5, 1.0, 1.5, 2.0):
+        if v <= hi:
+            out.append(f'<line x1="{left}" x2="{width - 10}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ccc"/>')
+            out.append(f'<text x="{left - 30}" y="{y(v) + 4:.1f}">{v:.1f}</text>')
+    x = left + 10
+    for r in groups:
+        vals = list(r["rows_per_worker"].values())
+        mean = statistics.mean(vals)
+        color = "#d95f02" if r["placement"] == "contiguous" else "#1b9e77"
+        for v in vals:
+            out.append(f'<rect x="{x}" y="{y(v / mean):.1f}" width="{bar - 4}" height="{top + h - y(v / mean):.1f}" '
+                       f'fill="{color}"/>')
+            x += bar
+        label = f'1A{r["ffn_workers"]}F {r["placement"]}'
+        out.append(f'<text x="{x - len(vals) * bar}" y="{top + h + 16}">{label}</text>')
+        out.append(f'<text x="{x - len(vals) * bar}" y="{top + h + 30}">max/mean {r["max_over_mean"]:.2f}</text>')
+        x += gap
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--afd", default="build/apps/afd")
@@ -209,6 +243,7 @@ def main():
     ap.add_argument("--warmup", type=float, default=10)
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--json-out")
+    ap.add_argument("--svg-out", help="a bar chart of the pairs per FFN worker relative to the mean")
     a = ap.parse_args()
     ys = [int(v) for v in a.ffn.split(",")]
     rs = [int(v) for v in a.redundant.split(",")]
@@ -234,6 +269,9 @@ def main():
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump(out, f, indent=1)
+    if a.svg_out:
+        with open(a.svg_out, "w") as f:
+            f.write(svg(out, f"Pairs per FFN worker over {a.seconds:.0f} s / mean (all MoE layers): contiguous vs EPLB"))
 
 
 if __name__ == "__main__":
