@@ -118,7 +118,7 @@ def test_bad_eplb_settings_are_refused(tmp_path):
     model = make_model(tmp_path / "tiny")
     for args, want in ((["--topology", "1A2F", "--eplb", "--eplb-interval-s", "-1"], "--eplb-interval-s"),
                        (["--topology", "mono", "--eplb"], "--eplb places experts"),
-                       (["--topology", "1A2F", "--eplb", "--eplb-redundant", "99"], "redundant"),
+                       (["--topology", "1A2F", "--eplb", "--eplb-redundant", "70000"], "--eplb-redundant"),
                        (["--topology", "2A2F", "--ffn-tp", "2", "--eplb", "--in-process"], "--ffn-tp")):
         r = subprocess.run([AFD, "serve", "--model", str(model), "--port", "0", *args], capture_output=True, text=True,
                            timeout=TIMEOUT)

@@ -45,12 +45,10 @@ Result<PlacementPlan> plan_expert_placement(const ModelConfig& c, const ExpertLo
   const int64_t E = c.n_experts, y = static_cast<int64_t>(slots.size());
   if (y < 1) return invalid_argument("expert placement: no FFN worker to place experts on");
   if (redundant < 0) return invalid_argument("expert placement: redundant replicas must be >= 0");
-  // (E + R) must divide over the slots, and no slot may hold an expert twice: (E + R) / y <= E.
-  int64_t R = redundant;
+  // (E + R) must divide over the slots, and no slot may hold an expert twice: (E + R) / y <= E,
+  // so at most E (y - 1) replicas (all of them on every slot; none with one slot).
+  int64_t R = std::min(redundant, E * (y - 1));
   while ((E + R) % y != 0) ++R;
-  if ((E + R) / y > E)
-    return invalid_argument("expert placement: " + std::to_string(R) + " redundant replicas of " + std::to_string(E) +
-                            " experts on " + std::to_string(y) + " FFN workers would put an expert twice on one");
   PlacementPlan out;
   out.redundant = R;
   out.placement.n_experts = E;

@@ -54,9 +54,9 @@ struct PlacementPlan {
 };
 
 // The EPLB placement (plan/eplb.h: replicate the hottest experts, pack, refine) of every MoE
-// layer from `counts` over `slots`, with `redundant` extra replicas per layer rounded up so
-// that (E + R) divides over the slots (and at most E - ... : each slot holds an expert once).
-// invalid_argument when no such R exists (R would exceed what the slots can hold).
+// layer from `counts` over `slots`, with `redundant` extra replicas per layer — at most what
+// the slots can hold, E (y - 1) (a slot holds an expert once), then rounded up so that (E + R)
+// divides over them. invalid_argument for no slot or a negative `redundant`.
 Result<PlacementPlan> plan_expert_placement(const ModelConfig& c, const ExpertLoadCounter& counts,
                                             std::span<const int> slots, int64_t redundant);
 

@@ -46,17 +46,6 @@ Result<std::unique_ptr<FfnClient>> FfnClient::create(std::shared_ptr<const Model
     return invalid_argument("ffn client: parts must be 0..64 (0: one per FFN worker it starts with)");
   if (opt.expert_placement && (opt.eplb_interval_s < 0 || opt.eplb_redundant < 0))
     return invalid_argument("ffn client: the EPLB interval and redundant replicas must be >= 0");
-  if (opt.expert_placement) {
-    // Every FFN worker holds (E + R) / y replicas, each of another expert.
-    const int64_t y = static_cast<int64_t>(opt.ffn_names.size()), E = c.n_experts;
-    int64_t R = opt.eplb_redundant;
-    while ((E + R) % y != 0) ++R;
-    if ((E + R) / y > E)
-      return invalid_argument("--eplb-redundant " + std::to_string(opt.eplb_redundant) + ": " + std::to_string(E) +
-                              " experts + " + std::to_string(R) + " replicas on " + std::to_string(y) +
-                              " FFN workers would put an expert twice on one (at most " + std::to_string(E * (y - 1)) +
-                              " redundant replicas)");
-  }
   if (opt.parts > c.n_experts)
     return invalid_argument("ffn client: " + std::to_string(opt.parts) + " parts of " + std::to_string(c.n_experts) +
                             " routed experts (at most one part per expert)");
@@ -161,7 +150,7 @@ Status FfnClient::update_placement() {
   }
   const int64_t now = now_ns();
   if (opt_.eplb_interval_s <= 0 || static_cast<double>(now - last_plan_ns_) < opt_.eplb_interval_s * 1e9 ||
-      load_->total() <= 0)
+      load_->total() <= 0 || active_.size() < 2)  // one FFN worker: nothing to balance
     return Status();
   last_plan_ns_ = now;
   auto plan = plan_expert_placement(c, *load_, active_, opt_.eplb_redundant);

@@ -166,8 +166,17 @@ TEST(ExpertPlacement, PlanBalancesASkewedLayerWithReplicas) {
     replicas += static_cast<int>(r.size());
   }
   EXPECT_EQ(replicas, 10);
-  // More replicas than the slots can hold without doubling an expert on one: refused.
-  EXPECT_FALSE(plan_expert_placement(c, counts, slots, 9).ok());
+  // More replicas than the slots can hold without doubling an expert on one: as many as they
+  // can (every expert on both); on one slot none.
+  auto all = plan_expert_placement(c, counts, slots, 99);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->redundant, 8);
+  for (const auto& r : all->placement.replicas[0]) EXPECT_EQ(r, (std::vector<int>{2, 4}));
+  const std::vector<int> one{3};
+  auto single = plan_expert_placement(c, counts, one, 4);
+  ASSERT_TRUE(single.ok());
+  EXPECT_EQ(single->redundant, 0);
+  EXPECT_FALSE(plan_expert_placement(c, counts, std::vector<int>{}, 0).ok());
   counts.decay(0.5);
   EXPECT_DOUBLE_EQ(counts.total(), 1000.0);
 }
