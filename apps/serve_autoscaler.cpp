@@ -19,16 +19,11 @@ namespace {
 
 using json = nlohmann::json;
 
-Result<std::string> get_metrics(const std::string& host, int port, int timeout_ms) {
-  return serve::http_get_body(host, port, "/metrics", timeout_ms, serve::kMaxScrapeBytes);
-}
-
+// w's GET /metrics: its metrics listener, else its data address (an attention worker's).
 Result<std::string> get_metrics(const ScaledWorker& w, int timeout_ms) {
-  if (w.metrics.port > 0) return get_metrics(w.metrics.host, w.metrics.port, timeout_ms);
-  std::string host;
-  int port = 0;
-  AFD_RETURN_IF_ERROR(split_host_port(w.address, &host, &port));
-  return get_metrics(host, port, timeout_ms);
+  serve::MetricsTarget t = w.metrics;
+  if (t.port <= 0) AFD_RETURN_IF_ERROR(split_host_port(w.address, &t.host, &t.port));
+  return serve::http_scrape_metrics(t, timeout_ms);
 }
 
 // The value of `name` (with `label`) in w's scrape, or why it is missing.

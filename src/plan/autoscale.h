@@ -40,8 +40,7 @@ struct AutoscaleOptions {
   double refit_tolerance = 0.10;  // a t_F this far (relative) off the fit starts it over; in (0, 1]
   // false: β_F = 0 always (t_F = α_F n, α_F from the latest window alone; r* = r_A or r_C, the
   // ratio of per-token costs). For measurements too noisy for an intercept: two windows a few
-  // percent off each other at nearby n give a β_F that sends r_peak anywhere (afd serve
-  // --autoscale measures so on a shared VM).
+  // percent off each other at nearby n give a β_F that sends r_peak anywhere.
   bool fit_ffn_fixed_cost = true;
   Status validate() const;
 };
