@@ -51,6 +51,7 @@ struct BenchFlags {
   std::string delay = "0";
   int rounds = 1;
   bool topology_given = false;  // --topology on the command line (else the default, mono)
+  bool mode_given = false;      // --mode on the command line (else afd for an xAyF / EPn --topology)
 };
 
 // Per row key (wiring, micro-batches, delay, batch, context): the ratios of every round.
@@ -226,7 +227,7 @@ void prefault(const ModelWeights& w) {
   });
 }
 
-void run_bench(const BenchFlags& f) {
+void run_bench(BenchFlags f) {  // by value: the defaults that depend on other flags are filled in
   EngineFlags no_list = f.engine;
   no_list.microbatches.clear();  // a micro-batch list is fine here: parsed below
   auto opt = no_list.to_options();
@@ -235,6 +236,7 @@ void run_bench(const BenchFlags& f) {
   if (!batches.ok()) fail("bench", batches.status());
   auto contexts = parse_int_list(f.contexts, "--context");
   if (!contexts.ok()) fail("bench", contexts.status());
+  if (!f.mode_given && opt->topology.wiring != Wiring::mono) f.mode = "afd";  // --topology 1A2F alone
   if (f.mode == "afd" && opt->topology.wiring == Wiring::mono) {
     if (f.topology_given)
       fail("bench", invalid_argument("--mode afd with --topology mono: mono has no FFN workers (use --mode mono, or an "
@@ -555,7 +557,10 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--per-worker", f->per_worker,
                 "Print each row's tokens/s per attention engine and per FFN worker (in-process bundles; --json "
                 "rows always carry them)");
-  cmd->add_option("--mode", f->mode, "mono | afd (afd rows are compared with a mono baseline of the same run)");
+  CLI::Option* mode = cmd->add_option(
+      "--mode", f->mode,
+      "mono | afd (afd rows are compared with a mono baseline of the same run); default: afd with an xAyF / EPn "
+      "--topology, else mono");
   cmd->add_option("--delay-us", f->delay,
                   "One-way delay injected into every A<->F message (afd): microseconds, or 'auto' = half the "
                   "per-layer attention time measured without delay");
@@ -564,8 +569,9 @@ void register_bench(CLI::App& app) {
       ->check(CLI::Range(1, 100));
   cmd->add_flag("--skip-limits", f->skip_limits, "Do not measure bandwidth / GEMM rate (fractions print 0)");
   CLI::Option* topology = cmd->get_option("--topology");
-  cmd->callback([f, topology] {
+  cmd->callback([f, topology, mode] {
     f->topology_given = topology->count() > 0;
+    f->mode_given = mode->count() > 0;
     run_bench(*f);
   });
 }

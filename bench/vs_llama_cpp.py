@@ -40,6 +40,10 @@ the tests); --llama-bin names the directory holding its llama-* programs.
          B x (N + i) cached tokens on both sides), then --tokens decode steps are timed.
          --llama-tool llama-bench measures batch 1 with `llama-bench -p 0 -n T -d N -r 1`
          instead. Both prefill rates are printed too (from the same runs).
+         --afd-context synthetic: afd's KV caches hold N synthetic positions per sequence
+         (`afd bench --context N --steps T`, no prefill, afd pp t/s prints 0) and its tok/s is
+         B / the mean decode step: the same decode work, for cells whose B x N prefill alone
+         takes half an hour (batch 16 at 16384).
 
   prefill  prompt-processing tokens/s of one --prompt-len-token prompt: `afd bench --e2e
          --batch 1 --tokens 2 --warmup 1 --rounds R` (each round's engine first answers one
@@ -308,7 +312,25 @@ def cmd_check(a):
 
 # ---------------------------------------------------------------- bench
 
+def afd_synthetic_depth_tps(a, batch):
+    """--depth with --afd-context synthetic: `afd bench --batch B --context N --steps T` (each
+    sequence's KV cache filled with N synthetic positions instead of a prefill; then T decode
+    steps, the context growing by one per step as in decode). tok/s = B / mean step time, as
+    llama-batched-bench's S_TG is tokens over the whole decode time."""
+    p = run([a.afd, "bench", "--model", a.model, "--json", "--batch", str(batch), "--context", str(a.depth),
+             "--steps", str(a.tokens), "--threads", str(a.threads), *a.afd_arg], timeout=a.timeout)
+    out = p.stdout
+    j = json.loads(out[out.index("{"):])
+    rows = [r for r in j["rows"] if int(r["batch"]) == batch and int(r["context"]) == a.depth]
+    if not rows:
+        raise HarnessError(f"afd bench printed no row for batch {batch} at context {a.depth}")
+    r = rows[0]
+    return batch / (float(r["step_ms_mean"]) * 1e-3), float(r["step_ms"]), 0.0
+
+
 def afd_decode_tps(a, batch):
+    if a.depth and a.afd_context == "synthetic":
+        return afd_synthetic_depth_tps(a, batch)
     p = run([a.afd, "bench", "--model", a.model, "--e2e", "--json", "--batch", str(batch), "--tokens", str(a.tokens),
              "--prompt-len", str(a.prompt_len), "--threads", str(a.threads), *a.afd_arg], timeout=a.timeout)
     out = p.stdout
@@ -522,6 +544,10 @@ def main():
                    help="long-context decode: every sequence first holds an N-token prompt (replaces --prompt-len); "
                         "only the --tokens decode steps after it are timed (afd: its decode tok/s; llama.cpp: S_TG of "
                         "llama-batched-bench -npp N -ntg T -pps, or llama-bench -d N -n T with --llama-tool)")
+    b.add_argument("--afd-context", choices=["prefill", "synthetic"], default="prefill",
+                   help="--depth on afd's side: prefill B distinct N-token prompts (`afd bench --e2e`, untimed), or "
+                        "fill each KV cache with N synthetic positions (`afd bench --context N`: the decode steps "
+                        "alone, for batch 16 at 16384, whose prefill takes half an hour on 2 cores)")
     b.add_argument("--llama-tool", choices=["llama-batched-bench", "llama-bench"], default="llama-batched-bench",
                    help="--depth: llama.cpp's measuring program (llama-bench: batch 1 only)")
     b.add_argument("--llama-first", action="store_true", help="start each batch's first pair with llama.cpp")

@@ -108,8 +108,9 @@ def test_bench_json_rows(spawn, tmp_path):
 
 
 def test_bench_e2e_rows():
-    """The real generate loop: every decode step timed, the summary consistent with them."""
-    r = afd("--log-level", "error", "bench", "--model", MODEL, "--threads", "1", "--mode", "afd", "--topology",
+    """The real generate loop: every decode step timed, the summary consistent with them. An
+    xAyF --topology alone means --mode afd; with an explicit --mode mono it is refused."""
+    r = afd("--log-level", "error", "bench", "--model", MODEL, "--threads", "1", "--topology",
             "1A1F", "--batch", "1,3", "--e2e", "--tokens", "6", "--prompt-len", "5", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     rows = json.loads(r.stdout)["rows"]
@@ -120,6 +121,8 @@ def test_bench_e2e_rows():
         assert abs(x["step_ms"] - statistics.median(t)) < 1e-9 and max(t) == x["step_ms_max"], x
         assert x["step_ms"] <= x["step_ms_p90"] <= x["step_ms_p99"] <= x["step_ms_max"], x
         assert x["decode_tokens_per_s"] > 0 and x["prefill_tokens_per_s"] > 0, x
+    r = afd("--log-level", "error", "bench", "--model", MODEL, "--mode", "mono", "--topology", "1A1F", "--e2e")
+    assert r.returncode == 1 and "--mode mono with --topology 1A1F" in r.stderr, r.stderr[-2000:]
 
 
 def test_calibrate_trace_and_profile(tmp_path):
