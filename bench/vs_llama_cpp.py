@@ -325,6 +325,10 @@ def afd_synthetic_depth_tps(a, batch):
     if not rows:
         raise HarnessError(f"afd bench printed no row for batch {batch} at context {a.depth}")
     r = rows[0]
+    b, wb = float(r["bytes_per_step"]), float(r["weight_bytes_per_step"])
+    print(f"  afd step at context {a.depth}: {b / 1e6:.1f} MB read per step ({(b - wb) / 1e6:.1f} MB of it KV and "
+          f"activations), median step {float(r['step_ms']):.1f} ms, {float(r['bandwidth_fraction']):.3f} of the read "
+          "bandwidth afd bench measured in the same run", flush=True)
     return batch / (float(r["step_ms_mean"]) * 1e-3), float(r["step_ms"]), 0.0
 
 
