@@ -312,19 +312,26 @@ def cmd_check(a):
 
 # ---------------------------------------------------------------- bench
 
+def afd_bench_row(a, args, batch, what, context=None):
+    """The row of batch `batch` (and `context`, if given) that `afd bench --json --batch B
+    --threads T ARGS` prints."""
+    p = run([a.afd, "bench", "--model", a.model, "--json", "--batch", str(batch), "--threads", str(a.threads), *args,
+             *a.afd_arg], timeout=a.timeout)
+    out = p.stdout
+    rows = [r for r in json.loads(out[out.index("{"):])["rows"]
+            if int(r["batch"]) == batch and (context is None or int(r["context"]) == context)]
+    if not rows:
+        raise HarnessError(f"afd bench{what} printed no row for batch {batch}")
+    return rows[0]
+
+
 def afd_synthetic_depth_tps(a, batch):
     """--depth with --afd-context synthetic: `afd bench --batch B --context N --steps T` (each
     sequence's KV cache filled with N synthetic positions instead of a prefill; then T decode
     steps, the context growing by one per step as in decode). tok/s = B / mean step time, as
     llama-batched-bench's S_TG is tokens over the whole decode time."""
-    p = run([a.afd, "bench", "--model", a.model, "--json", "--batch", str(batch), "--context", str(a.depth),
-             "--steps", str(a.tokens), "--threads", str(a.threads), *a.afd_arg], timeout=a.timeout)
-    out = p.stdout
-    j = json.loads(out[out.index("{"):])
-    rows = [r for r in j["rows"] if int(r["batch"]) == batch and int(r["context"]) == a.depth]
-    if not rows:
-        raise HarnessError(f"afd bench printed no row for batch {batch} at context {a.depth}")
-    r = rows[0]
+    r = afd_bench_row(a, ["--context", str(a.depth), "--steps", str(a.tokens)], batch, f" at context {a.depth}",
+                      context=a.depth)
     b, wb = float(r["bytes_per_step"]), float(r["weight_bytes_per_step"])
     print(f"  afd step at context {a.depth}: {b / 1e6:.1f} MB read per step ({(b - wb) / 1e6:.1f} MB of it KV and "
           f"activations), median step {float(r['step_ms']):.1f} ms, {float(r['bandwidth_fraction']):.3f} of the read "
@@ -335,14 +342,7 @@ def afd_synthetic_depth_tps(a, batch):
 def afd_decode_tps(a, batch):
     if a.depth and a.afd_context == "synthetic":
         return afd_synthetic_depth_tps(a, batch)
-    p = run([a.afd, "bench", "--model", a.model, "--e2e", "--json", "--batch", str(batch), "--tokens", str(a.tokens),
-             "--prompt-len", str(a.prompt_len), "--threads", str(a.threads), *a.afd_arg], timeout=a.timeout)
-    out = p.stdout
-    j = json.loads(out[out.index("{"):])
-    rows = [r for r in j["rows"] if int(r["batch"]) == batch]
-    if not rows:
-        raise HarnessError(f"afd bench --e2e printed no row for batch {batch}")
-    r = rows[0]
+    r = afd_bench_row(a, ["--e2e", "--tokens", str(a.tokens), "--prompt-len", str(a.prompt_len)], batch, " --e2e")
     return float(r["decode_tokens_per_s"]), float(r["step_ms"]), float(r.get("prefill_tokens_per_s", 0.0))
 
 
