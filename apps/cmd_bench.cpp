@@ -423,7 +423,8 @@ void run_bench(BenchFlags f) {  // by value: the defaults that depend on other f
       EngineOptions o = *opt;
       o.kv.max_seqs = batch;
       const int64_t blk = o.kv.block_size;
-      o.kv.capacity_tokens = batch * ((ctx + f.steps + 2 + blk - 1) / blk * blk);
+      // A step appends up to query_tokens positions before settling the drafts back to one.
+      o.kv.capacity_tokens = batch * ((ctx + f.steps + f.query_tokens + 1 + blk - 1) / blk * blk);
       o.emulation.inject_delay_us = 0;
       // Monolithic baseline of this point (mono mode: one row per micro-batch count).
       EngineOptions m = o;

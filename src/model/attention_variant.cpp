@@ -38,7 +38,7 @@ void MqaDecodeRunner::run(ThreadPool& pool, ScratchArena& scratch, const std::ve
     pool.run(static_cast<int>(n), [&](int i, int thread) {
       const MqaItem& it = items[i];
       kernels::mqa_decode_attend(it.q, it.q_stride, it.n_heads, *it.k, it.v, it.v_dim, it.n_ctx, scale, it.out,
-                                 it.out_stride, scratch.slot(thread));
+                                 it.out_stride, scratch.slot(thread), it.row_ctx);
     });
     return;
   }
@@ -73,7 +73,7 @@ void MqaDecodeRunner::run(ThreadPool& pool, ScratchArena& scratch, const std::ve
   pool.run(static_cast<int>(n_tasks), [&](int t, int thread) {
     const MqaItem& it = items[seg_item_[t]];
     kernels::mqa_decode_segment(it.q, it.q_stride, it.n_heads, *it.k, it.v, it.v_dim, it.n_ctx, seg_index_[t], scale,
-                                parts_[t], scratch.slot(thread));
+                                parts_[t], scratch.slot(thread), it.row_ctx);
   });
   pool.run(static_cast<int>(n), [&](int i, int thread) {
     const MqaItem& it = items[i];

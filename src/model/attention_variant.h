@@ -67,7 +67,9 @@ kernels::PagedRows paged_rows(const PagedKvCache& kv, int64_t layer, int64_t seq
                               const uint8_t** blocks, const float** scales);
 
 // One multi-query decode (kernels::mqa_decode_attend): n_heads query heads of one token over
-// one K/V head's rows (v null: the values are the keys' first v_dim values), n_ctx positions.
+// one K/V head's rows (v null: the values are the keys' first v_dim values), n_ctx positions;
+// or, with row_ctx (n_heads ends, mqa_decode_attend's contract), the query rows of several
+// consecutive tokens of one sequence, each row over its own token's positions.
 struct MqaItem {
   const float* q = nullptr;
   int64_t q_stride = 0;
@@ -78,6 +80,7 @@ struct MqaItem {
   int64_t n_ctx = 0;
   float* out = nullptr;
   int64_t out_stride = 0;
+  const int64_t* row_ctx = nullptr;
 };
 
 // Runs multi-query decodes over a pool. With at least as many items as threads (or no context

@@ -25,7 +25,8 @@ namespace {
 constexpr int64_t kTile = detail::kScoreTile;
 
 void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv, const PagedRows* v,
-                    int64_t d_lat, int64_t j0, int64_t j1, float scale, const MqaPartial& part, ScratchSlot& scratch) {
+                    int64_t d_lat, int64_t j0, int64_t j1, float scale, const MqaPartial& part, ScratchSlot& scratch,
+                    const int64_t* row_ctx) {
   const int64_t D = kv.row_dim, n = j1 - j0;
   const PagedRows& vr = v != nullptr ? *v : kv;
   ScratchSlot::Frame frame(scratch);
@@ -36,9 +37,12 @@ void tiled_portable(const float* q, int64_t q_stride, int64_t n_heads, const Pag
     detail::score_tile(kv, j0 + jb, std::min(kTile, n - jb), q, q_stride, n_heads, scale, rows, kt, &sc[jb], n);
   for (int64_t h = 0; h < n_heads; ++h) {
     float* s = &sc[h * n];
+    // Positions past the row's end: probability 0 (P.V then adds exact zeros).
+    const int64_t nh = row_ctx != nullptr ? std::min(n, row_ctx[h] - j0) : n;
     float mx = s[0], sum = 0;
-    for (int64_t j = 1; j < n; ++j) mx = std::max(mx, s[j]);
-    for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    for (int64_t j = 1; j < nh; ++j) mx = std::max(mx, s[j]);
+    for (int64_t j = 0; j < nh; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    std::fill(s + nh, s + n, 0.0f);
     part.m[h] = mx;
     part.l[h] = sum;
     std::memset(part.o + h * part.o_stride, 0, static_cast<size_t>(d_lat) * 4);
@@ -69,18 +73,28 @@ const char* mla_decode_path_name(DType kv_dtype) {
 
 void mqa_decode_segment(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
                         int64_t v_dim, int64_t n_ctx, int64_t seg, float scale, const MqaPartial& part,
-                        ScratchSlot& scratch) {
+                        ScratchSlot& scratch, const int64_t* row_ctx) {
   AFD_CHECK(n_ctx >= 1 && (v != nullptr ? v->row_dim == v_dim && v->dtype == k.dtype && v->block_size == k.block_size
                                         : v_dim <= k.row_dim),
             "mqa_decode_attend: bad shape");
   AFD_CHECK(seg >= 0 && seg < mqa_decode_segments(n_ctx), "mqa_decode_segment: segment out of range");
   const int64_t j0 = seg * kMqaSegment, j1 = std::min(n_ctx, j0 + kMqaSegment);
+  // Rows whose end is at or past the segment's see all of it: no mask needed.
+  if (row_ctx != nullptr) {
+    bool masked = false;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      AFD_CHECK(row_ctx[h] >= 1 && row_ctx[h] <= n_ctx && mqa_decode_segments(row_ctx[h]) == mqa_decode_segments(n_ctx),
+                "mqa_decode_attend: row_ctx outside the call's last segment");
+      masked = masked || row_ctx[h] < j1;
+    }
+    if (!masked) row_ctx = nullptr;
+  }
   const Isa isa = active_isa();
   if (isa == Isa::avx512 && k.dtype == DType::bf16 && v_dim % 32 == 0 && k.row_dim % 2 == 0)
-    return detail::mqa_decode_avx512_bf16(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch);
+    return detail::mqa_decode_avx512_bf16(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch, row_ctx);
   if (isa == Isa::avx512 || isa == Isa::avx2)
-    return detail::mqa_decode_avx2(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch);
-  tiled_portable(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch);
+    return detail::mqa_decode_avx2(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch, row_ctx);
+  tiled_portable(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch, row_ctx);
 }
 
 void mqa_decode_combine(int64_t n_heads, int64_t v_dim, const MqaPartial* parts, int64_t n_parts, float* out,
@@ -104,7 +118,7 @@ void mqa_decode_combine(int64_t n_heads, int64_t v_dim, const MqaPartial* parts,
 
 void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
                        int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride,
-                       ScratchSlot& scratch) {
+                       ScratchSlot& scratch, const int64_t* row_ctx) {
   const int64_t ns = n_ctx >= 1 ? mqa_decode_segments(n_ctx) : 1;
   // One segment: its unnormalised result goes straight into out and is combined in place.
   // Several: each into a partial taken from scratch, combined in order.
@@ -115,7 +129,7 @@ void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const 
   for (int64_t s = 0; s < ns; ++s) {
     parts[s] = ns == 1 ? MqaPartial{out, out_stride, &ml[0], &ml[n_heads]}
                        : MqaPartial{&os[s * n_heads * v_dim], v_dim, &ml[2 * s * n_heads], &ml[(2 * s + 1) * n_heads]};
-    mqa_decode_segment(q, q_stride, n_heads, k, v, v_dim, n_ctx, s, scale, parts[s], scratch);
+    mqa_decode_segment(q, q_stride, n_heads, k, v, v_dim, n_ctx, s, scale, parts[s], scratch, row_ctx);
   }
   mqa_decode_combine(n_heads, v_dim, parts, ns, out, out_stride, scratch);
 }

@@ -32,8 +32,16 @@ namespace afd::kernels {
 // and segment; with several segments v_dim more) and each segment's working memory
 // (mqa_decode_segment).
 // Thread-safe for distinct outputs and slots.
+// row_ctx (optional, n_heads values): query row h sees only positions [0, row_ctx[h]), with
+// 1 <= row_ctx[h] <= n_ctx and mqa_decode_segments(row_ctx[h]) == mqa_decode_segments(n_ctx):
+// the rows of several consecutive query tokens of one sequence (a speculative verification
+// run) in one call, causal among themselves. Row h's output bits are those of a call for that
+// row alone with n_ctx = row_ctx[h] (positions past a row's limit get probability exactly 0);
+// the rows share every key row the call reads, which fills the vector lanes when a token has
+// fewer heads than a register holds.
 void mqa_decode_attend(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                       int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride, ScratchSlot& scratch);
+                       int64_t v_dim, int64_t n_ctx, float scale, float* out, int64_t out_stride, ScratchSlot& scratch,
+                       const int64_t* row_ctx = nullptr);
 
 // Absorbed MLA: mqa_decode_attend with q [n_heads, d_lat + d_rope], kv.row_dim == d_lat +
 // d_rope, values the first d_lat values of each row, out [n_heads, d_lat].
@@ -67,9 +75,10 @@ struct MqaPartial {
 // scratch: the calling thread's slot; the kernel's working memory (the transposed query, a
 // chunk's rows, scores and output tile: O((k.row_dim + v_dim) * n_heads + kMqaSegment * n_heads)
 // floats at most), for the call.
+// row_ctx: as for mqa_decode_attend.
 void mqa_decode_segment(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
                         int64_t v_dim, int64_t n_ctx, int64_t seg, float scale, const MqaPartial& part,
-                        ScratchSlot& scratch);
+                        ScratchSlot& scratch, const int64_t* row_ctx = nullptr);
 
 // out[h][c] = sum_s w_s[h] * o_s[h][c] / sum_s w_s[h] * l_s[h], w_s[h] = exp(m_s[h] - max_s m_s[h]),
 // both sums in segment order s = 0 .. n_parts - 1. out may be parts[0].o (same stride).

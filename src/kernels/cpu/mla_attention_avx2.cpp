@@ -16,6 +16,8 @@
 //      register tile is 12/HV value columns x Hb heads, the V values broadcast.
 //   the segment's result (MqaPartial): o[h][c] = Ot[c][h], m = M, l = sum.
 // Heads are padded with zero queries to a multiple of Hb; chunk rows past the segment are zero.
+// With per-row ends (row_ctx), a lane's positions past its end get P = 0 exactly and do not
+// enter its max: its bits are those of a call that stops there (see the AVX-512 kernel).
 // Per inner step a tile does 12 FMAs from HV vector loads and 12/HV broadcasts (L1/L2).
 #include <immintrin.h>
 
@@ -37,6 +39,11 @@ namespace {
 constexpr int kRows = 12;        // register-tile rows x head vectors (12 accumulators)
 constexpr int64_t kChunk = 64;   // positions per online-softmax chunk
 constexpr int64_t kChunkPad = 72;  // kChunk rounded up to a multiple of 12/HV for HV = 1, 2
+
+// All-ones in the lanes whose end (lim) lies past position j.
+AFD_AVX2 inline __m256 sees(__m256i lim, int64_t j) {
+  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(lim, _mm256_set1_epi32(static_cast<int>(j))));
+}
 
 // Row j of `rows` widened exactly to f32: its first d values into out[0, d).
 AFD_AVX2 void widen_row(const PagedRows& rows, int64_t j, int64_t d, float* out) {
@@ -165,7 +172,8 @@ AFD_AVX2 void pv_columns(const float* p, const float* v, int64_t vs, int64_t n, 
 
 template <int HV>
 AFD_AVX2 void decode(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                     int64_t v_dim, int64_t j0, int64_t j1, float scale, const MqaPartial& part, ScratchSlot& scratch) {
+                     int64_t v_dim, int64_t j0, int64_t j1, float scale, const MqaPartial& part, ScratchSlot& scratch,
+                     const int64_t* row_ctx) {
   constexpr int64_t Hb = 8 * HV, R = kRows / HV;
   static_assert(kChunkPad % R == 0 && kChunkPad >= kChunk, "chunk padding");
   const int64_t D = k.row_dim, Hp = (n_heads + Hb - 1) / Hb * Hb, nhb = Hp / Hb;
@@ -179,6 +187,10 @@ AFD_AVX2 void decode(const float* q, int64_t q_stride, int64_t n_heads, const Pa
   float* const ot = scratch.take<float>(static_cast<size_t>(nhb * v_dim * Hb));
   float* const run_max = scratch.take<float>(static_cast<size_t>(Hp));
   float* const run_sum = scratch.take<float>(static_cast<size_t>(Hp));
+  // Per head lane the end of its positions (row_ctx, else j1; padding lanes j1), as int32.
+  int32_t* const lim = scratch.take<int32_t>(static_cast<size_t>(Hp));
+  for (int64_t h = 0; h < Hp; ++h)
+    lim[h] = static_cast<int32_t>(row_ctx != nullptr && h < n_heads ? std::min(row_ctx[h], j1) : j1);
   std::fill(qt, qt + Hp * D, 0.0f);
   std::fill(ot, ot + nhb * v_dim * Hb, 0.0f);
   std::fill(run_max, run_max + Hp, -INFINITY);
@@ -206,16 +218,18 @@ AFD_AVX2 void decode(const float* q, int64_t q_stride, int64_t n_heads, const Pa
         score_tile<HV>(&qt[hb * D * Hb], &kc[t0 * D], D, scale, &st[(hb * kChunkPad + t0) * Hb]);
 
     // ---- 2. online softmax per 8-head vector
+    // A lane past its end (lim) takes no part: the max skips it and its numerator is 0.
     for (int64_t hv = 0; hv < Hp; hv += 8) {
       float* s = &st[((hv / Hb) * kChunkPad) * Hb + hv % Hb];
+      const __m256i lv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&lim[hv]));
       const __m256 old = _mm256_loadu_ps(&run_max[hv]);
       __m256 mx = old;
-      for (int64_t t = 0; t < cn; ++t) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + t * Hb));
+      for (int64_t t = 0; t < cn; ++t) mx = _mm256_blendv_ps(mx, _mm256_max_ps(mx, _mm256_loadu_ps(s + t * Hb)), sees(lv, c0 + t));
       const __m256 a = exp_ps_avx2(_mm256_sub_ps(old, mx));  // first chunk: ~0, sums are 0
       _mm256_storeu_ps(&run_max[hv], mx);
       __m256 sum = _mm256_setzero_ps();
       for (int64_t t = 0; t < cn; ++t) {
-        const __m256 e = exp_ps_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + t * Hb), mx));
+        const __m256 e = _mm256_and_ps(sees(lv, c0 + t), exp_ps_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + t * Hb), mx)));
         _mm256_storeu_ps(s + t * Hb, e);
         sum = _mm256_add_ps(sum, e);
       }
@@ -244,11 +258,12 @@ AFD_AVX2 void decode(const float* q, int64_t q_stride, int64_t n_heads, const Pa
 }  // namespace
 
 void mqa_decode_avx2(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& k, const PagedRows* v,
-                     int64_t v_dim, int64_t j0, int64_t j1, float scale, const MqaPartial& part, ScratchSlot& scratch) {
+                     int64_t v_dim, int64_t j0, int64_t j1, float scale, const MqaPartial& part, ScratchSlot& scratch,
+                     const int64_t* row_ctx) {
   // 16-head tiles unless 8-head blocks pad fewer heads (8, 24, 40, ... heads).
   if ((n_heads + 7) / 8 * 8 < (n_heads + 15) / 16 * 16)
-    return decode<1>(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch);
-  decode<2>(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch);
+    return decode<1>(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch, row_ctx);
+  decode<2>(q, q_stride, n_heads, k, v, v_dim, j0, j1, scale, part, scratch, row_ctx);
 }
 
 }  // namespace afd::kernels::detail

@@ -18,7 +18,10 @@
 //   Each head is one lane: its operations are the same whatever Hb and the other heads.
 //   the segment's result (MqaPartial): o[h][c] = Ot[c][h], m = M, l = sum.
 // Heads are padded with zero queries to a multiple of Hb, positions past the segment read a
-// zero row.
+// zero row. With per-row ends (row_ctx), a lane's positions past its end get a numerator of
+// exactly 0 and do not enter its max, so its bits are those of a call that stops there: the
+// sums add exact zeros, and a chunk wholly past a lane's end leaves its max, so alpha = exp(0)
+// = 1 exactly.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -45,6 +48,11 @@ inline uint16_t bf16_rne(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
+}
+
+// The lanes whose end (lim) lies past position j.
+AFD_BF16 inline __mmask16 sees(__m512i lim, int64_t j) {
+  return _mm512_cmpgt_epi32_mask(lim, _mm512_set1_epi32(static_cast<int>(j)));
 }
 
 AFD_BF16 inline __m512 dp(__m512 acc, __m512i a, __m512i b) {
@@ -102,7 +110,7 @@ AFD_BF16 __attribute__((noinline)) void pv_tile(const uint32_t* pt, const uint32
 template <int HV>
 AFD_BF16 void mqa_bf16_tiles(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv, const PagedRows* v,
                              int64_t d_lat, int64_t j0, int64_t j1, float scale, const MqaPartial& part,
-                             ScratchSlot& scratch) {
+                             ScratchSlot& scratch, const int64_t* row_ctx) {
   constexpr int64_t kHb = 16 * HV;
   constexpr int kNt = 16 / HV, kNc = 16 / HV;
   const int64_t D = kv.row_dim, DP = D / 2, Hp = (n_heads + kHb - 1) / kHb * kHb;
@@ -118,6 +126,10 @@ AFD_BF16 void mqa_bf16_tiles(const float* q, int64_t q_stride, int64_t n_heads, 
   float* const run_sum = scratch.take<float>(static_cast<size_t>(Hp));
   float* const alpha = scratch.take<float>(static_cast<size_t>(Hp));
   uint16_t* const zero_row = scratch.take<uint16_t>(static_cast<size_t>(std::max(D, d_lat)));
+  // Per head lane the end of its positions (row_ctx, else j1; padding lanes j1), as int32.
+  int32_t* const lim = scratch.take<int32_t>(static_cast<size_t>(Hp));
+  for (int64_t h = 0; h < Hp; ++h)
+    lim[h] = static_cast<int32_t>(row_ctx != nullptr && h < n_heads ? std::min(row_ctx[h], j1) : j1);
   std::fill(qt, qt + DP * Hp, 0u);
   std::fill(ot, ot + d_lat * Hp, 0.0f);
   std::fill(run_max, run_max + Hp, -INFINITY);
@@ -163,18 +175,21 @@ AFD_BF16 void mqa_bf16_tiles(const float* q, int64_t q_stride, int64_t n_heads, 
     // ---- 2. online softmax per head vector: new running max M', alpha = exp(M - M')
     // rescales the sums and Ot so far; numerators e = exp(s - M') as bf16 position pairs
     // (the sums add the rounded values, so the normalisation matches the products).
+    // A lane past its end (lim) takes no part: the max skips it and its numerator is 0.
     for (int64_t hv = 0; hv < Hp; hv += 16) {
+      const __m512i lv = _mm512_loadu_si512(&lim[hv]);
       __m512 mx = _mm512_loadu_ps(&run_max[hv]);
       const __m512 old = mx;
-      for (int64_t t = 0; t < cn; ++t) mx = _mm512_max_ps(mx, _mm512_loadu_ps(&st[t * Hp + hv]));
+      for (int64_t t = 0; t < cn; ++t) mx = _mm512_mask_max_ps(mx, sees(lv, c0 + t), mx, _mm512_loadu_ps(&st[t * Hp + hv]));
       const __m512 a = exp_ps(_mm512_sub_ps(old, mx));  // first chunk: exp(-inf) -> ~0, all sums are 0
       _mm512_storeu_ps(&alpha[hv], a);
       _mm512_storeu_ps(&run_max[hv], mx);
       __m512 sum = _mm512_mul_ps(_mm512_loadu_ps(&run_sum[hv]), a);
       for (int64_t t = 0; t < cpad; t += 2) {
         __m512 e0 = _mm512_setzero_ps(), e1 = _mm512_setzero_ps();
-        if (t < cn) e0 = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(&st[t * Hp + hv]), mx));
-        if (t + 1 < cn) e1 = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(&st[(t + 1) * Hp + hv]), mx));
+        if (t < cn) e0 = _mm512_maskz_mov_ps(sees(lv, c0 + t), exp_ps(_mm512_sub_ps(_mm512_loadu_ps(&st[t * Hp + hv]), mx)));
+        if (t + 1 < cn)
+          e1 = _mm512_maskz_mov_ps(sees(lv, c0 + t + 1), exp_ps(_mm512_sub_ps(_mm512_loadu_ps(&st[(t + 1) * Hp + hv]), mx)));
         const __m512i b = _mm512_permutexvar_epi16(pair_idx, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
         _mm512_storeu_si512(&pp[t / 2 * Hp + hv], b);
         const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
@@ -222,10 +237,10 @@ AFD_BF16 void mqa_bf16_tiles(const float* q, int64_t q_stride, int64_t n_heads, 
 
 AFD_BF16 void mqa_decode_avx512_bf16(const float* q, int64_t q_stride, int64_t n_heads, const PagedRows& kv,
                                      const PagedRows* v, int64_t d_lat, int64_t j0, int64_t j1, float scale,
-                                     const MqaPartial& part, ScratchSlot& scratch) {
+                                     const MqaPartial& part, ScratchSlot& scratch, const int64_t* row_ctx) {
   if ((n_heads + 15) / 16 * 16 < (n_heads + 31) / 32 * 32)
-    return mqa_bf16_tiles<1>(q, q_stride, n_heads, kv, v, d_lat, j0, j1, scale, part, scratch);
-  mqa_bf16_tiles<2>(q, q_stride, n_heads, kv, v, d_lat, j0, j1, scale, part, scratch);
+    return mqa_bf16_tiles<1>(q, q_stride, n_heads, kv, v, d_lat, j0, j1, scale, part, scratch, row_ctx);
+  mqa_bf16_tiles<2>(q, q_stride, n_heads, kv, v, d_lat, j0, j1, scale, part, scratch, row_ctx);
 }
 
 }  // namespace afd::kernels::detail

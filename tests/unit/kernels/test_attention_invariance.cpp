@@ -8,7 +8,9 @@
 //     e4m3 (the prefill kernel reads them widened, as the cache gives them);
 //   - gqa_decode_attend and mqa_decode_attend: a head's bits do not depend on which other heads
 //     share the call (the group sizes MqaDecodeRunner's callers choose from the pool size and
-//     the batch), at contexts crossing the chunk and split-K segment edges, on every ISA level.
+//     the batch), at contexts crossing the chunk and split-K segment edges, on every ISA level;
+//   - mqa_decode_attend with per-row ends (row_ctx, the rows of a run of consecutive tokens in
+//     one call): each row's bits are those of a call for that row alone over its own positions.
 // Bits are compared with memcmp (the sign of zero counts).
 #include <gtest/gtest.h>
 
@@ -176,6 +178,46 @@ TEST(AttentionInvariance, MqaDecodeHeadsDoNotDependOnTheirGroup) {
             ASSERT_TRUE(same_bits(got.data(), all.data(), heads * sh.v_dim))
                 << isa_name(isa) << " path " << mla_decode_path_name(dt) << " " << dtype_name(dt) << " ctx " << n_ctx
                 << " group " << hg << " D " << sh.D;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionInvariance, MqaDecodeRowEndsGiveEachRowItsOwnBits) {
+  // A run of m tokens with `heads` query heads each, stacked: row h belongs to token h / heads,
+  // which sees positions [0, n_last - m + 1 + h / heads). Shapes: the default model's absorbed MLA
+  // (latent 64 + rope 32) and MFA (separate V rows).
+  struct Shape {
+    int64_t D, v_dim;
+    bool separate_v;
+  };
+  for (const Shape& sh : {Shape{96, 64, false}, Shape{64, 64, true}}) {
+    for (Isa isa : isa_levels()) {
+      IsaLimitGuard guard(isa);
+      for (DType dt : {DType::bf16, DType::f32, DType::f8_e4m3}) {
+        for (int64_t heads : {4, 5}) {
+          for (int64_t m : {2, 5, 9}) {
+            for (int64_t n_last : {m, int64_t{64}, int64_t{66}, int64_t{129}, int64_t{133}, kMqaSegment + m + 2}) {
+              const int64_t rows = m * heads;
+              const auto q = random_vec(static_cast<size_t>(rows * sh.D), 11, -2, 2);
+              Paged k = make_paged(random_vec(static_cast<size_t>(n_last * sh.D), 12, -2, 2), n_last, sh.D, 16, dt);
+              Paged v = make_paged(random_vec(static_cast<size_t>(n_last * sh.v_dim), 13), n_last, sh.v_dim, 16, dt);
+              const PagedRows* vp = sh.separate_v ? &v.view : nullptr;
+              std::vector<int64_t> ends(static_cast<size_t>(rows));
+              for (int64_t h = 0; h < rows; ++h) ends[h] = n_last - m + 1 + h / heads;
+              std::vector<float> all(static_cast<size_t>(rows * sh.v_dim), -7.0f), one(static_cast<size_t>(sh.v_dim));
+              mqa_decode_attend(q.data(), sh.D, rows, k.view, vp, sh.v_dim, n_last, 0.1f, all.data(), sh.v_dim,
+                                test_scratch().slot(0), ends.data());
+              for (int64_t h = 0; h < rows; ++h) {
+                mqa_decode_attend(&q[h * sh.D], sh.D, 1, k.view, vp, sh.v_dim, ends[h], 0.1f, one.data(), sh.v_dim,
+                                  test_scratch().slot(0));
+                ASSERT_TRUE(same_bits(one.data(), &all[h * sh.v_dim], sh.v_dim))
+                    << isa_name(isa) << " path " << mla_decode_path_name(dt) << " " << dtype_name(dt) << " heads "
+                    << heads << " run " << m << " last ctx " << n_last << " row " << h << " D " << sh.D;
+              }
+            }
           }
         }
       }
