@@ -23,13 +23,23 @@
 
 A setting is METHOD:K[:MAX_BATCH] (MAX_BATCH: --speculative-max-batch, a number or auto).
 
+3. edit-prompts: writes the edit workload's prompt ids. Each prompt is a run of consecutive
+   held-out documents of the model's eval.txt, joined by blank lines, of at least --min-tokens
+   tokens (the text to give back), then a blank line and the text's first --head-chars
+   characters (the start of the answer). A model that copies continues with the rest of the text.
+
+  /usr/bin/python3 bench/speculative.py --afd build/apps/afd edit-prompts --model M --out FILE \
+      [--n 24] [--min-tokens 400] [--head-chars 60]
+
 FILE: one prompt per line as comma-separated token ids (e.g. from
 `afd eval --model M --text T --dump-tokens FILE`).
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
+import tempfile
 
 
 def bench(afd, model, args):
@@ -112,6 +122,38 @@ def e2e(a):
               f"{sp_med / bound:.3f} | {pos} | {statistics.median(per_step):.2f} |")
 
 
+def dump_ids(afd, model, texts):
+    """Token ids (BOS first) of each text, by `afd eval --dump-tokens` (the model's tokenizer)."""
+    with tempfile.TemporaryDirectory() as d:
+        src, out = os.path.join(d, "texts.txt"), os.path.join(d, "ids.txt")
+        with open(src, "w") as f:
+            f.write("\t\t\t".join(texts) + "\n")
+        subprocess.run([afd, "--log-level", "error", "eval", "--model", model, "--text", src, "--separator",
+                        "\\t\\t\\t", "--dump-tokens", out, "--threads", "1"], check=True, capture_output=True)
+        return [[int(t) for t in line.split(",")] for line in open(out).read().split()]
+
+
+def edit_prompts(a):
+    docs = [d.strip() for d in open(os.path.join(a.model, "eval.txt")).read().split("\n\n") if d.strip()]
+    lens = [len(ids) - 1 for ids in dump_ids(a.afd, a.model, docs)]
+    texts, i = [], 0
+    while len(texts) < a.n and i < len(docs):
+        j, n = i, 0
+        while j < len(docs) and n < a.min_tokens:
+            n += lens[j] + 1
+            j += 1
+        if n < a.min_tokens:
+            break
+        x = "\n\n".join(docs[i:j])
+        texts.append(x + "\n\n" + x[:a.head_chars])
+        i = j
+    prompts = dump_ids(a.afd, a.model, texts)
+    with open(a.out, "w") as f:
+        f.writelines(",".join(map(str, p)) + "\n" for p in prompts)
+    sizes = sorted(len(p) for p in prompts)
+    print(f"{len(prompts)} prompts, {sizes[0]}..{sizes[-1]} tokens -> {a.out}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--afd", default="build/apps/afd")
@@ -132,8 +174,14 @@ def main():
     e.add_argument("--settings", default="none,mtp:1,mtp:2,mtp:3,ngram:4")
     for p in (v, e):
         p.add_argument("extra", nargs="*", help="more afd bench flags (after --)")
+    w = sub.add_parser("edit-prompts")
+    w.add_argument("--model", required=True)
+    w.add_argument("--out", required=True)
+    w.add_argument("--n", type=int, default=24)
+    w.add_argument("--min-tokens", type=int, default=400)
+    w.add_argument("--head-chars", type=int, default=60)
     a = ap.parse_args()
-    verify(a) if a.cmd == "verify" else e2e(a)
+    {"verify": verify, "e2e": e2e, "edit-prompts": edit_prompts}[a.cmd](a)
 
 
 if __name__ == "__main__":

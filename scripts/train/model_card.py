@@ -69,15 +69,29 @@ def main():
       "held-out entries and sentences (documents separated by blank lines), `chat_eval.json` 20 held-out nouns "
       "for the chat check, `eval-sample.txt` the first 300 held-out documents (the tests' sample).\n")
     p("## Training\n")
-    p(f"`scripts/train-model.sh` (PyTorch on CPU, float32): {tr['steps']} AdamW steps of {tr['batch_tokens']} "
-      f"tokens (32 sequences of 128, packed documents), {tr['training_tokens_seen'] / 1e6:.2f} M tokens seen of "
-      f"{tr['training_tokens_total'] / 1e6:.2f} M in the corpus, learning rate 3e-3 with warm-up and cosine decay, "
-      f"seed {tr['seed']}, {tr['threads']} thread; {tr['train_seconds'] / 60:.0f} minutes of wall time on a 2-vCPU VM "
-      "shared with the other model's training (and, for the shipped weights, with C++ builds). Loss: next-token cross-entropy"
+    first = tr.get("first_phase", tr)
+    p(f"`scripts/train-model.sh` (PyTorch on CPU, float32): {first['steps']} AdamW steps of "
+      f"{first['batch_tokens']} tokens (32 sequences of 128, packed documents), "
+      f"{first['training_tokens_seen'] / 1e6:.2f} M tokens seen of {first['training_tokens_total'] / 1e6:.2f} M in "
+      f"the corpus, learning rate 3e-3 with warm-up and cosine decay, seed {first['seed']}, {first['threads']} "
+      f"thread; {first['train_seconds'] / 60:.0f} minutes of wall time on a 2-vCPU VM shared with the other "
+      "model's training (and, for the shipped weights, with C++ builds). Loss: next-token cross-entropy"
       + ("" if step3 else " + 0.3 x the MTP module's cross-entropy on the token after next (its input: the "
          "main model's final-normed hidden state and the next token's embedding)")
       + "; routing balanced as DeepSeek-V3 does (auxiliary-loss-free bias updates, 1e-3 per step, and a 1e-4 "
-      "sequence-wise balance loss). Curve: `curve.svg`.\n")
+      "sequence-wise balance loss).\n")
+    if "first_phase" in tr:
+        rows = tr["batch_tokens"] // tr["seq"]
+        p(f"A second phase continued that checkpoint (bf16, as packaged) at a longer context: {tr['steps']} steps of "
+          f"{rows} rows of {tr['seq']} tokens, {round(rows * tr['copy_frac'])} of them packed with copy units "
+          "(`[bos] X \\n\\n X' [eos]`, X a run of consecutive training documents of 32-500 tokens, X' the same "
+          "text, exact or with 3 % of its words swapped), the others text; learning rate "
+          f"{tr['lr']:g} with warm-up and cosine decay, {tr['threads']} threads, {tr['train_seconds'] / 60:.0f} "
+          "minutes. Trained at 128 tokens only, the model could not repeat text from further back, which is what "
+          "prompt-lookup drafting (`--speculative ngram`) needs; top-1 on the copied half of 24 held-out "
+          f"copy units of about 400 tokens: {tr['init_copy_top1']:.3f} before this phase, "
+          f"**{tr['eval_copy_top1']:.3f}** after it.\n")
+    p("Curve: `curve.svg`" + (" (the second phase)." if "first_phase" in tr else ".") + "\n")
     p("![training curve](curve.svg)\n")
     p("## Measured\n")
     p(f"Held-out text `eval.txt`: {ref['documents']} documents, {ref['tokens']} scored tokens "

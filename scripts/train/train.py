@@ -3,6 +3,12 @@
 
   /usr/bin/python3 scripts/train/train.py --arch deepseek_v3 --out WORK [--steps N] [--seed S]
 
+A second phase continues a packaged checkpoint at a longer context with copy rows mixed in
+(what prompt-lookup drafting needs: the model must copy text from far back in its context):
+
+  /usr/bin/python3 scripts/train/train.py --arch deepseek_v3 --init MODEL_DIR --tokenizer MODEL_DIR \
+      --out WORK --seq 1024 --batch 4 --copy-frac 0.5 --lr 1e-3 --steps N
+
 WORK receives: tokenizer.json + tokenizer_config.json (trained here, or reused from
 --tokenizer DIR), config.json (the model's HF config), trained.safetensors (float32, HF
 logical names), eval.txt (the held-out documents, one per blank-line-separated block),
@@ -33,7 +39,6 @@ import safetensors_io as st  # noqa: E402
 import tokenizer as tk  # noqa: E402
 
 VOCAB = 4096
-SEQ = 128
 MAX_POS = 2048
 
 
@@ -72,6 +77,69 @@ def documents(tok, data, rng):
     docs += [tok.encode_chat(u, a) for u, a in data["train_chat"]]
     rng.shuffle(docs)
     return docs
+
+
+def copy_unit(tok, plain, rng, max_tokens, edit_rate):
+    """[bos] X "\n\n" X' [eos] as ids: X a run of consecutive plain documents joined by blank
+    lines (as eval.txt holds them), cut to about max_tokens; X' is X with each word replaced by
+    another word of X at edit_rate (0: an exact copy). -> (ids, index of X' 's first id)."""
+    i = rng.randrange(len(plain))
+    text, n = plain[i], 0
+    while len(tok.encode(text)) < max_tokens and i + 1 < len(plain):
+        i += 1
+        text += "\n\n" + plain[i]
+    words = text.split(" ")
+    if len(words) > 1:
+        n = max(1, int(len(words) * rng.uniform(0.2, 1.0)))
+        while n < len(words) and len(tok.encode(" ".join(words[:n]))) < max_tokens:
+            n += 1
+        words = words[:n]
+    x = " ".join(words)
+    y = " ".join(rng.choice(words) if rng.random() < edit_rate else w for w in words)
+    head = [tok.bos] + tok.encode(x + "\n\n")
+    return head + tok.encode(y) + [tok.eos], len(head)
+
+
+def copy_row(tok, plain, rng, length, copy_max):
+    """One training row of `length` ids packed with copy units (half of them exact copies,
+    half with edits at 3 % of the words), each 32..copy_max tokens long."""
+    row = []
+    while len(row) < length:
+        ids, _ = copy_unit(tok, plain, rng, rng.randint(32, copy_max), 0.0 if rng.random() < 0.5 else 0.03)
+        row += ids
+    return row[:length]
+
+
+@torch.no_grad()
+def copy_accuracy(model, tok, docs, n=24, max_tokens=400, seed=5):
+    """Top-1 next-token accuracy on the copied half of n exact copy units of held-out documents
+    (each X about max_tokens long): how well the model repeats text from far back."""
+    rng = random.Random(seed)
+    hit = tot = 0
+    for _ in range(n):
+        ids, start = copy_unit(tok, docs, rng, max_tokens, 0.0)
+        x = torch.tensor([ids])
+        logits, _ = model.forward(x)
+        pred = logits[0, start - 1:-1].argmax(-1)
+        hit += int((pred == x[0, start:]).sum())
+        tot += len(ids) - start
+    return hit / tot
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def load_init(model, model_dir):
+    """Overwrites the model's parameters with a packaged checkpoint's (same config)."""
+    ts = st.load_dir(model_dir)
+    for k, p in model.P.items():
+        if k not in ts:
+            raise SystemExit(f"--init {model_dir}: tensor {k} missing")
+        v = torch.from_numpy(ts[k].to_f64()).float().reshape(p.shape)
+        with torch.no_grad():
+            p.copy_(v)
 
 
 def eval_batches(tok, docs, batch=64):
@@ -121,7 +189,7 @@ def unigram_nll(train_docs, eval_batches_list, vocab):
     return nll / n
 
 
-def svg_curve(curve, path, title):
+def svg_curve(curve, path, title, batch, seq):
     W, Hh, pad = 640, 360, 50
     steps = [p["step"] for p in curve]
     ys = [math.exp(p["train_loss"]) for p in curve]
@@ -143,7 +211,7 @@ def svg_curve(curve, path, title):
     if ev:
         out.append(line(ev, "#d62728"))
     out.append('<text x="%d" y="%d">step (batch %d x %d tokens); blue: training perplexity, red: held-out '
-               'perplexity (log scale)</text>' % (pad, Hh - 15, 32, SEQ))
+               'perplexity (log scale)</text>' % (pad, Hh - 15, batch, seq))
     out.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
@@ -161,6 +229,10 @@ def main():
     ap.add_argument("--tokenizer", help="reuse the tokenizer files of this directory")
     ap.add_argument("--mtp-weight", type=float, default=0.3)
     ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--seq", type=int, default=128, help="training row length in tokens")
+    ap.add_argument("--init", help="continue from this packaged checkpoint (same --arch) instead of random weights")
+    ap.add_argument("--copy-frac", type=float, default=0.0,
+                    help="share of each batch's rows packed with copy units (copy_row) instead of text")
     ap.add_argument("--bench", action="store_true", help="time 10 steps and exit")
     ap.add_argument("--tokenizer-only", action="store_true", help="train and write the tokenizer, then exit")
     a = ap.parse_args()
@@ -188,6 +260,7 @@ def main():
     rng = random.Random(a.seed)
     docs = documents(tok, data, rng)
     stream = np.fromiter((t for d in docs for t in d), dtype=np.int64)
+    SEQ = a.seq
     n_chunks = (len(stream) - 2) // SEQ
     print(f"{len(docs)} training documents, {len(stream)} tokens, {n_chunks} chunks of {SEQ}", flush=True)
     with open(os.path.join(a.out, "eval.txt"), "w") as f:
@@ -198,6 +271,13 @@ def main():
     ev_small = list(eval_batches(tok, data["eval_docs"][::8]))
 
     model = M.Model(cfg, a.seed)
+    init_copy = None
+    if a.init:
+        load_init(model, a.init)
+        init_copy = copy_accuracy(model, tok, data["eval_docs"])
+        print(f"--init {a.init}: held-out copy top-1 {init_copy:.3f}", flush=True)
+    n_copy = round(a.batch * a.copy_frac)
+    copy_rng = random.Random(a.seed + 1)
     params = model.parameters()
     decay = [p for p in params if p.dim() == 2]
     nodecay = [p for p in params if p.dim() < 2]
@@ -211,7 +291,10 @@ def main():
     t_train = time.time()
     for step in range(a.steps):
         idx = order[(np.arange(a.batch) + step * a.batch) % n_chunks]
-        chunk = torch.from_numpy(np.stack([stream[i * SEQ:i * SEQ + SEQ + 2] for i in idx]))
+        rows = [stream[i * SEQ:i * SEQ + SEQ + 2] for i in idx[:a.batch - n_copy]]
+        rows += [np.array(copy_row(tok, data["train_plain"], copy_rng, SEQ + 2, min(500, SEQ // 2 - 4)))
+                 for _ in range(n_copy)]
+        chunk = torch.from_numpy(np.stack(rows))
         x, y, y2 = chunk[:, :SEQ], chunk[:, 1:SEQ + 1], chunk[:, 2:SEQ + 2]
         stats = []
         logits, h = model.forward(x, stats)
@@ -245,6 +328,8 @@ def main():
             if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
                 e = evaluate(model, ev_small)
                 point.update(eval_ppl=math.exp(e[0]), eval_top1=e[1], eval_mtp_top1=e[2])
+                if a.copy_frac > 0:
+                    point.update(eval_copy_top1=copy_accuracy(model, tok, data["eval_docs"], n=8))
             curve.append(point)
             print(json.dumps(point), flush=True)
     final = evaluate(model, ev_all)
@@ -255,13 +340,18 @@ def main():
                "eval_tokens": final[3], "eval_ppl": math.exp(final[0]), "eval_top1": final[1],
                "eval_mtp_top1": final[2], "unigram_ppl": math.exp(uni),
                "ppl_over_unigram": math.exp(final[0]) / math.exp(uni),
-               "params": sum(p.numel() for p in model.state().values())}
+               "params": sum(p.numel() for p in model.state().values()),
+               "seq": SEQ, "copy_frac": a.copy_frac, "init": os.path.basename(os.path.normpath(a.init)) if a.init else None,
+               "lr": a.lr, "eval_copy_top1": copy_accuracy(model, tok, data["eval_docs"]), "init_copy_top1": init_copy}
+    if a.init and os.path.exists(os.path.join(a.init, "training.json")):
+        metrics["first_phase"] = {k: v for k, v in load_json(os.path.join(a.init, "training.json")).items()
+                                  if k != "first_phase"}
     print(json.dumps(metrics), flush=True)
     with open(os.path.join(a.out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
     with open(os.path.join(a.out, "curve.json"), "w") as f:
         json.dump(curve, f)
-    svg_curve(curve, os.path.join(a.out, "curve.svg"), f"afd WordNet {a.arch}: training curve")
+    svg_curve(curve, os.path.join(a.out, "curve.svg"), f"afd WordNet {a.arch}: training curve", a.batch, SEQ)
     st.write_file(os.path.join(a.out, "trained.safetensors"),
                   {k: st.Tensor("F32", v.numpy()) for k, v in model.state().items()})
 
