@@ -100,11 +100,22 @@ def copy_unit(tok, plain, rng, max_tokens, edit_rate):
     return head + tok.encode(y) + [tok.eos], len(head)
 
 
-def copy_row(tok, plain, rng, length, copy_max):
-    """One training row of `length` ids packed with copy units (half of them exact copies,
-    half with edits at 3 % of the words), each 32..copy_max tokens long."""
+def random_copy_unit(tok, rng, n):
+    """[bos] R "\n\n" R [eos]: R n ids drawn uniformly from the ordinary tokens. Only copying
+    predicts R's second half, so these units teach the induction that text copies need."""
+    r = [rng.randrange(256, tok.bos) for _ in range(n)]
+    return [tok.bos] + r + tok.encode("\n\n") + r + [tok.eos]
+
+
+def copy_row(tok, plain, rng, length, copy_max, random_share=0.5):
+    """One training row of `length` ids packed with copy units: random_share of them runs of
+    random tokens (8..min(128, copy_max)) repeated once, the others runs of text (32..copy_max
+    tokens; exact copies, or with 3 % of the words swapped)."""
     row = []
     while len(row) < length:
+        if rng.random() < random_share:
+            row += random_copy_unit(tok, rng, rng.randint(8, min(128, copy_max)))
+            continue
         ids, _ = copy_unit(tok, plain, rng, rng.randint(32, copy_max), 0.0 if rng.random() < 0.5 else 0.03)
         row += ids
     return row[:length]
@@ -233,6 +244,7 @@ def main():
     ap.add_argument("--init", help="continue from this packaged checkpoint (same --arch) instead of random weights")
     ap.add_argument("--copy-frac", type=float, default=0.0,
                     help="share of each batch's rows packed with copy units (copy_row) instead of text")
+    ap.add_argument("--copy-random", type=float, default=0.5, help="share of copy units that repeat random tokens")
     ap.add_argument("--bench", action="store_true", help="time 10 steps and exit")
     ap.add_argument("--tokenizer-only", action="store_true", help="train and write the tokenizer, then exit")
     a = ap.parse_args()
@@ -292,7 +304,7 @@ def main():
     for step in range(a.steps):
         idx = order[(np.arange(a.batch) + step * a.batch) % n_chunks]
         rows = [stream[i * SEQ:i * SEQ + SEQ + 2] for i in idx[:a.batch - n_copy]]
-        rows += [np.array(copy_row(tok, data["train_plain"], copy_rng, SEQ + 2, min(500, SEQ // 2 - 4)))
+        rows += [np.array(copy_row(tok, data["train_plain"], copy_rng, SEQ + 2, min(500, SEQ // 2 - 4), a.copy_random))
                  for _ in range(n_copy)]
         chunk = torch.from_numpy(np.stack(rows))
         x, y, y2 = chunk[:, :SEQ], chunk[:, 1:SEQ + 1], chunk[:, 2:SEQ + 2]
