@@ -245,6 +245,8 @@ def main():
     ap.add_argument("--copy-frac", type=float, default=0.0,
                     help="share of each batch's rows packed with copy units (copy_row) instead of text")
     ap.add_argument("--copy-random", type=float, default=0.5, help="share of copy units that repeat random tokens")
+    ap.add_argument("--stop-file", help="end the training at the next held-out evaluation once this file exists "
+                                        "(writing everything as after the last step)")
     ap.add_argument("--bench", action="store_true", help="time 10 steps and exit")
     ap.add_argument("--tokenizer-only", action="store_true", help="train and write the tokenizer, then exit")
     a = ap.parse_args()
@@ -344,11 +346,14 @@ def main():
                     point.update(eval_copy_top1=copy_accuracy(model, tok, data["eval_docs"], n=8))
             curve.append(point)
             print(json.dumps(point), flush=True)
+            if "eval_ppl" in point and a.stop_file and os.path.exists(a.stop_file):
+                break
+    steps_done = curve[-1]["step"] if curve else a.steps
     final = evaluate(model, ev_all)
     uni = unigram_nll(docs, ev_all, VOCAB)
-    metrics = {"arch": a.arch, "steps": a.steps, "batch_tokens": a.batch * SEQ, "seed": a.seed,
+    metrics = {"arch": a.arch, "steps": steps_done, "batch_tokens": a.batch * SEQ, "seed": a.seed,
                "threads": a.threads, "train_seconds": round(time.time() - t_train),
-               "training_tokens_seen": a.steps * a.batch * SEQ, "training_tokens_total": int(len(stream)),
+               "training_tokens_seen": steps_done * a.batch * SEQ, "training_tokens_total": int(len(stream)),
                "eval_tokens": final[3], "eval_ppl": math.exp(final[0]), "eval_top1": final[1],
                "eval_mtp_top1": final[2], "unigram_ppl": math.exp(uni),
                "ppl_over_unigram": math.exp(final[0]) / math.exp(uni),
