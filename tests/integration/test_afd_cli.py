@@ -107,6 +107,16 @@ def test_bench_json_rows(spawn, tmp_path):
         assert len(x["step_times_ms"]) == 1 and x["step_ms"] == x["step_times_ms"][0] == x["step_ms_p99"], x
 
 
+def test_bench_verification_steps():
+    """--query-tokens q: each timed step forwards every sequence's last token and q - 1 drafts
+    (all rejected), so the KV holds up to context + steps + q positions at the last step."""
+    r = afd("--log-level", "error", "bench", "--model", MODEL, "--threads", "1", "--batch", "2", "--context", "16",
+            "--steps", "14", "--query-tokens", "9", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(r.stdout)["rows"]
+    assert len(rows) == 1 and len(rows[0]["step_times_ms"]) == 14, rows
+
+
 def test_bench_e2e_rows():
     """The real generate loop: every decode step timed, the summary consistent with them. An
     xAyF --topology alone means --mode afd; with an explicit --mode mono it is refused."""
