@@ -84,7 +84,9 @@ def main():
         rows = tr["batch_tokens"] // tr["seq"]
         p(f"A second phase continued that checkpoint (bf16, as packaged) at a longer context: {tr['steps']} steps of "
           f"{rows} rows of {tr['seq']} tokens, {round(rows * tr['copy_frac'])} of them packed with copy units "
-          "(`[bos] X \\n\\n X' [eos]`, X a run of consecutive training documents of 32-500 tokens, X' the same "
+          f"(`[bos] X \\n\\n X' [eos]`; in {tr['copy_random'] * 100:.0f} % of them X is 8-128 random tokens and X' "
+          f"the same, in the others X is a run of consecutive training documents of 32-{min(500, tr['seq'] // 2 - 4)} "
+          "tokens and X' the same "
           "text, exact or with 3 % of its words swapped), the others text; learning rate "
           f"{tr['lr']:g} with warm-up and cosine decay, {tr['threads']} threads, {tr['train_seconds'] / 60:.0f} "
           "minutes. Trained at 128 tokens only, the model could not repeat text from further back, which is what "

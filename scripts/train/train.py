@@ -358,7 +358,7 @@ def main():
                "eval_mtp_top1": final[2], "unigram_ppl": math.exp(uni),
                "ppl_over_unigram": math.exp(final[0]) / math.exp(uni),
                "params": sum(p.numel() for p in model.state().values()),
-               "seq": SEQ, "copy_frac": a.copy_frac, "init": os.path.basename(os.path.normpath(a.init)) if a.init else None,
+               "seq": SEQ, "copy_frac": a.copy_frac, "copy_random": a.copy_random, "init": os.path.basename(os.path.normpath(a.init)) if a.init else None,
                "lr": a.lr, "eval_copy_top1": copy_accuracy(model, tok, data["eval_docs"]), "init_copy_top1": init_copy}
     if a.init and os.path.exists(os.path.join(a.init, "training.json")):
         metrics["first_phase"] = {k: v for k, v in load_json(os.path.join(a.init, "training.json")).items()
