@@ -129,13 +129,27 @@ class GqaAttention final : public AttentionVariant {
 
   // One K/V head shared by every query head (Step-3's MFA): the multi-query kernel with the
   // heads as its vector dimension (kernels/cpu/mla_attention.h), tasks of (token, group of
-  // heads) so that a small batch still occupies the pool.
+  // heads) so that a small batch still occupies the pool; with fewer than kMqaStackRows heads,
+  // the rows of consecutive tokens of one sequence share items (stacked_token_groups).
   void attend_mqa(int64_t layer, TokenBatch& b, float* out) {
     const ModelConfig& c = w_->config;
     const int64_t n = b.n, N = c.n_heads, hd = c.head_dim;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     rows_.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) rows_[i].bind(*kv_, layer, b.seq[i]);
+    if (N < kMqaStackRows && c.q_dim() == N * hd) {
+      row_ctx_.resize(static_cast<size_t>(n * N));
+      for (int64_t i = 0; i < n; ++i) std::fill_n(&row_ctx_[i * N], N, b.pos[i] + 1);
+      mqa_items_.clear();
+      stacked_token_groups(
+          n, N, [&](int64_t i) { return b.seq[i]; }, [&](int64_t i) { return b.pos[i]; },
+          [&](int64_t i0, int64_t i1) {
+            mqa_items_.push_back(MqaItem{&b.q[i0 * c.q_dim()], hd, (i1 - i0) * N, &rows_[i0].k, &rows_[i0].v, hd,
+                                         b.pos[i1 - 1] + 1, &out[i0 * c.q_dim()], hd,
+                                         i1 - i0 > 1 ? &row_ctx_[i0 * N] : nullptr});
+          });
+      return mqa_.run(*pool_, scratch_, mqa_items_, scale);
+    }
     const int64_t max_groups = (N + 31) / 32;
     const int64_t groups = std::clamp<int64_t>((pool_->size() + n - 1) / n, 1, max_groups);
     const int64_t hg = std::min<int64_t>(N, ((N + groups - 1) / groups + 31) / 32 * 32);
@@ -172,6 +186,7 @@ class GqaAttention final : public AttentionVariant {
   MqaDecodeRunner mqa_;
   std::vector<double> inv_freq_;  // [head_dim / 2] plain RoPE frequencies theta^(-2i/head_dim)
   std::vector<int64_t> singles_;  // batch rows attended one at a time
+  std::vector<int64_t> row_ctx_;  // attend_mqa, stacked items: [n, n_heads] each row's end
   std::vector<float> k_rows_, v_rows_;  // attend_run: [n_ctx, kv_dim] K and V rows as f32
 };
 

@@ -117,8 +117,6 @@ class MlaAttention final : public AttentionVariant {
   // row, ~120x a query's latent work for DeepSeek-V3), so it only pays for runs of tens of
   // tokens. 16 covers every verification item (at most 9 tokens).
   static constexpr int64_t kMaxAbsorbedRun = 16;
-  // Query rows per stacked MQA item when a token has fewer heads (one AVX-512 register of f32).
-  static constexpr int64_t kStackHeads = 16;
 
   void absorbed(int64_t layer, TokenBatch& b, float* out) {
     const ModelConfig& c = w_->config;
@@ -180,27 +178,19 @@ class MlaAttention final : public AttentionVariant {
     views_.resize(static_cast<size_t>(nd));
     for (int64_t k = 0; k < nd; ++k) views_[k] = paged_rows(*kv_, layer, b.seq[decode_[k]], 0, /*values=*/false, &blocks_[k], &scales_[k]);
     mqa_items_.clear();
-    if (N < kStackHeads) {
+    if (N < kMqaStackRows) {
       // Fewer heads than a register's lanes: the rows of consecutive tokens of one sequence (a
       // verification run, a short chunk) share an item, each row over its own token's positions
-      // (row_ctx), about kStackHeads rows per item. Bits as with one item per token
-      // (mqa_decode_attend's row_ctx contract).
+      // (row_ctx). Bits as with one item per token (mqa_decode_attend's row_ctx contract).
       row_ctx_.resize(static_cast<size_t>(nd * N));
       for (int64_t k = 0; k < nd; ++k) std::fill_n(&row_ctx_[k * N], N, b.pos[decode_[k]] + 1);
-      for (int64_t k = 0; k < nd;) {
-        int64_t e = k + 1;
-        while (e < nd && b.seq[decode_[e]] == b.seq[decode_[k]] && b.pos[decode_[e]] == b.pos[decode_[e - 1]] + 1 &&
-               kernels::mqa_decode_segments(b.pos[decode_[e]] + 1) == kernels::mqa_decode_segments(b.pos[decode_[k]] + 1))
-          ++e;
-        const int64_t m = e - k, items = (m * N + kStackHeads - 1) / kStackHeads, per = (m + items - 1) / items;
-        for (int64_t k0 = k; k0 < e; k0 += per) {
-          const int64_t k1 = std::min(e, k0 + per);
-          mqa_items_.push_back(MqaItem{&qlat_[k0 * N * D], D, (k1 - k0) * N, &views_[k0], nullptr, Lkv,
-                                       b.pos[decode_[k1 - 1]] + 1, &olat_[k0 * N * Lkv], Lkv,
-                                       k1 - k0 > 1 ? &row_ctx_[k0 * N] : nullptr});
-        }
-        k = e;
-      }
+      stacked_token_groups(
+          nd, N, [&](int64_t k) { return b.seq[decode_[k]]; }, [&](int64_t k) { return b.pos[decode_[k]]; },
+          [&](int64_t k0, int64_t k1) {
+            mqa_items_.push_back(MqaItem{&qlat_[k0 * N * D], D, (k1 - k0) * N, &views_[k0], nullptr, Lkv,
+                                         b.pos[decode_[k1 - 1]] + 1, &olat_[k0 * N * Lkv], Lkv,
+                                         k1 - k0 > 1 ? &row_ctx_[k0 * N] : nullptr});
+          });
     } else {
       for (int64_t task = 0; task < nd * ng; ++task) {
         const int64_t k = task / ng, h0 = (task % ng) * hg, nh = std::min(hg, N - h0);

@@ -12,6 +12,7 @@
 // qk_rope_head_dim values, the normalized latent then the rotated rope key).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -99,6 +100,28 @@ class MqaDecodeRunner {
   std::vector<float> o_, ml_;                               // partials: [segments][heads][v_dim], m and l
   std::vector<kernels::MqaPartial> parts_;
 };
+
+// Query rows per stacked MQA item (one AVX-512 register of f32 lanes): a model whose tokens
+// have fewer query heads than this shares items among consecutive tokens of one sequence.
+inline constexpr int64_t kMqaStackRows = 16;
+
+// Groups tokens 0 .. n-1 (seq_of(k), pos_of(k)) for stacked MQA items: each run of consecutive
+// positions of one sequence whose ends lie in the same split-K segment is cut into about
+// n_heads * len / kMqaStackRows groups of equal length; emit(k0, k1) is called per group, in
+// order. A group of several tokens becomes one item whose row h (token k0 + h / n_heads) ends
+// at that token's pos + 1 (MqaItem::row_ctx).
+template <class SeqOf, class PosOf, class Emit>
+void stacked_token_groups(int64_t n, int64_t n_heads, SeqOf seq_of, PosOf pos_of, Emit emit) {
+  for (int64_t k = 0; k < n;) {
+    int64_t e = k + 1;
+    while (e < n && seq_of(e) == seq_of(k) && pos_of(e) == pos_of(e - 1) + 1 &&
+           kernels::mqa_decode_segments(pos_of(e) + 1) == kernels::mqa_decode_segments(pos_of(k) + 1))
+      ++e;
+    const int64_t m = e - k, items = (m * n_heads + kMqaStackRows - 1) / kMqaStackRows, per = (m + items - 1) / items;
+    for (int64_t k0 = k; k0 < e; k0 += per) emit(k0, std::min(e, k0 + per));
+    k = e;
+  }
+}
 
 class AttentionVariant {
  public:
