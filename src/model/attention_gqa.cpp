@@ -137,16 +137,13 @@ class GqaAttention final : public AttentionVariant {
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     rows_.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) rows_[i].bind(*kv_, layer, b.seq[i]);
-    if (N < kMqaStackRows && c.q_dim() == N * hd) {
-      row_ctx_.resize(static_cast<size_t>(n * N));
-      for (int64_t i = 0; i < n; ++i) std::fill_n(&row_ctx_[i * N], N, b.pos[i] + 1);
+    if (N < kMqaStackRows) {
       mqa_items_.clear();
       stacked_token_groups(
-          n, N, [&](int64_t i) { return b.seq[i]; }, [&](int64_t i) { return b.pos[i]; },
-          [&](int64_t i0, int64_t i1) {
+          n, N, [&](int64_t i) { return b.seq[i]; }, [&](int64_t i) { return b.pos[i]; }, row_ctx_,
+          [&](int64_t i0, int64_t i1, const int64_t* ends) {
             mqa_items_.push_back(MqaItem{&b.q[i0 * c.q_dim()], hd, (i1 - i0) * N, &rows_[i0].k, &rows_[i0].v, hd,
-                                         b.pos[i1 - 1] + 1, &out[i0 * c.q_dim()], hd,
-                                         i1 - i0 > 1 ? &row_ctx_[i0 * N] : nullptr});
+                                         b.pos[i1 - 1] + 1, &out[i0 * c.q_dim()], hd, ends});
           });
       return mqa_.run(*pool_, scratch_, mqa_items_, scale);
     }

@@ -168,11 +168,6 @@ class MlaAttention final : public AttentionVariant {
       for (int64_t k = 0; k < nd; ++k)
         std::memcpy(&qlat_[(k * N + h) * D + Lkv], &b.q[decode_[k] * N * QH + h * QH + P], static_cast<size_t>(R) * 4);
     });
-    // o_lat: tasks of (token, group of heads), enough of them to occupy the pool.
-    const int64_t max_groups = (N + 31) / 32;
-    const int64_t groups = std::clamp<int64_t>((pool_->size() + nd - 1) / nd, 1, max_groups);
-    const int64_t hg = std::min<int64_t>(N, ((N + groups - 1) / groups + 31) / 32 * 32);
-    const int64_t ng = (N + hg - 1) / hg;
     blocks_.resize(static_cast<size_t>(nd));
     scales_.resize(static_cast<size_t>(nd));
     views_.resize(static_cast<size_t>(nd));
@@ -182,16 +177,18 @@ class MlaAttention final : public AttentionVariant {
       // Fewer heads than a register's lanes: the rows of consecutive tokens of one sequence (a
       // verification run, a short chunk) share an item, each row over its own token's positions
       // (row_ctx). Bits as with one item per token (mqa_decode_attend's row_ctx contract).
-      row_ctx_.resize(static_cast<size_t>(nd * N));
-      for (int64_t k = 0; k < nd; ++k) std::fill_n(&row_ctx_[k * N], N, b.pos[decode_[k]] + 1);
       stacked_token_groups(
-          nd, N, [&](int64_t k) { return b.seq[decode_[k]]; }, [&](int64_t k) { return b.pos[decode_[k]]; },
-          [&](int64_t k0, int64_t k1) {
+          nd, N, [&](int64_t k) { return b.seq[decode_[k]]; }, [&](int64_t k) { return b.pos[decode_[k]]; }, row_ctx_,
+          [&](int64_t k0, int64_t k1, const int64_t* ends) {
             mqa_items_.push_back(MqaItem{&qlat_[k0 * N * D], D, (k1 - k0) * N, &views_[k0], nullptr, Lkv,
-                                         b.pos[decode_[k1 - 1]] + 1, &olat_[k0 * N * Lkv], Lkv,
-                                         k1 - k0 > 1 ? &row_ctx_[k0 * N] : nullptr});
+                                         b.pos[decode_[k1 - 1]] + 1, &olat_[k0 * N * Lkv], Lkv, ends});
           });
     } else {
+      // Tasks of (token, group of heads), enough of them to occupy the pool.
+      const int64_t max_groups = (N + 31) / 32;
+      const int64_t groups = std::clamp<int64_t>((pool_->size() + nd - 1) / nd, 1, max_groups);
+      const int64_t hg = std::min<int64_t>(N, ((N + groups - 1) / groups + 31) / 32 * 32);
+      const int64_t ng = (N + hg - 1) / hg;
       for (int64_t task = 0; task < nd * ng; ++task) {
         const int64_t k = task / ng, h0 = (task % ng) * hg, nh = std::min(hg, N - h0);
         mqa_items_.push_back(MqaItem{&qlat_[(k * N + h0) * D], D, nh, &views_[k], nullptr, Lkv, b.pos[decode_[k]] + 1,

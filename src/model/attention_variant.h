@@ -107,18 +107,24 @@ inline constexpr int64_t kMqaStackRows = 16;
 
 // Groups tokens 0 .. n-1 (seq_of(k), pos_of(k)) for stacked MQA items: each run of consecutive
 // positions of one sequence whose ends lie in the same split-K segment is cut into about
-// n_heads * len / kMqaStackRows groups of equal length; emit(k0, k1) is called per group, in
-// order. A group of several tokens becomes one item whose row h (token k0 + h / n_heads) ends
-// at that token's pos + 1 (MqaItem::row_ctx).
+// n_heads * len / kMqaStackRows groups of equal length. row_ctx becomes [n, n_heads], each row's
+// end (its token's pos + 1); emit(k0, k1, ends) is called per group, in order, with ends =
+// &row_ctx[k0 * n_heads] for a group of several tokens (MqaItem::row_ctx) and null for one.
 template <class SeqOf, class PosOf, class Emit>
-void stacked_token_groups(int64_t n, int64_t n_heads, SeqOf seq_of, PosOf pos_of, Emit emit) {
+void stacked_token_groups(int64_t n, int64_t n_heads, SeqOf seq_of, PosOf pos_of, std::vector<int64_t>& row_ctx,
+                          Emit emit) {
+  row_ctx.resize(static_cast<size_t>(n * n_heads));
+  for (int64_t k = 0; k < n; ++k) std::fill_n(&row_ctx[k * n_heads], n_heads, pos_of(k) + 1);
   for (int64_t k = 0; k < n;) {
     int64_t e = k + 1;
     while (e < n && seq_of(e) == seq_of(k) && pos_of(e) == pos_of(e - 1) + 1 &&
            kernels::mqa_decode_segments(pos_of(e) + 1) == kernels::mqa_decode_segments(pos_of(k) + 1))
       ++e;
     const int64_t m = e - k, items = (m * n_heads + kMqaStackRows - 1) / kMqaStackRows, per = (m + items - 1) / items;
-    for (int64_t k0 = k; k0 < e; k0 += per) emit(k0, std::min(e, k0 + per));
+    for (int64_t k0 = k; k0 < e; k0 += per) {
+      const int64_t k1 = std::min(e, k0 + per);
+      emit(k0, k1, k1 - k0 > 1 ? &row_ctx[k0 * n_heads] : nullptr);
+    }
     k = e;
   }
 }
