@@ -137,25 +137,19 @@ class GqaAttention final : public AttentionVariant {
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     rows_.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) rows_[i].bind(*kv_, layer, b.seq[i]);
+    mqa_items_.clear();
     if (N < kMqaStackRows) {
-      mqa_items_.clear();
       stacked_token_groups(
           n, N, [&](int64_t i) { return b.seq[i]; }, [&](int64_t i) { return b.pos[i]; }, row_ctx_,
           [&](int64_t i0, int64_t i1, const int64_t* ends) {
             mqa_items_.push_back(MqaItem{&b.q[i0 * c.q_dim()], hd, (i1 - i0) * N, &rows_[i0].k, &rows_[i0].v, hd,
                                          b.pos[i1 - 1] + 1, &out[i0 * c.q_dim()], hd, ends});
           });
-      return mqa_.run(*pool_, scratch_, mqa_items_, scale);
-    }
-    const int64_t max_groups = (N + 31) / 32;
-    const int64_t groups = std::clamp<int64_t>((pool_->size() + n - 1) / n, 1, max_groups);
-    const int64_t hg = std::min<int64_t>(N, ((N + groups - 1) / groups + 31) / 32 * 32);
-    const int64_t ng = (N + hg - 1) / hg;
-    mqa_items_.resize(static_cast<size_t>(n * ng));
-    for (int64_t task = 0; task < n * ng; ++task) {
-      const int64_t i = task / ng, h0 = (task % ng) * hg, nh = std::min(hg, N - h0);
-      mqa_items_[task] = MqaItem{&b.q[i * c.q_dim() + h0 * hd], hd, nh, &rows_[i].k, &rows_[i].v, hd, b.pos[i] + 1,
-                                 &out[i * c.q_dim() + h0 * hd], hd};
+    } else {
+      head_group_tasks(n, N, pool_->size(), [&](int64_t i, int64_t h0, int64_t nh) {
+        mqa_items_.push_back(MqaItem{&b.q[i * c.q_dim() + h0 * hd], hd, nh, &rows_[i].k, &rows_[i].v, hd, b.pos[i] + 1,
+                                     &out[i * c.q_dim() + h0 * hd], hd});
+      });
     }
     mqa_.run(*pool_, scratch_, mqa_items_, scale);
   }

@@ -184,16 +184,10 @@ class MlaAttention final : public AttentionVariant {
                                          b.pos[decode_[k1 - 1]] + 1, &olat_[k0 * N * Lkv], Lkv, ends});
           });
     } else {
-      // Tasks of (token, group of heads), enough of them to occupy the pool.
-      const int64_t max_groups = (N + 31) / 32;
-      const int64_t groups = std::clamp<int64_t>((pool_->size() + nd - 1) / nd, 1, max_groups);
-      const int64_t hg = std::min<int64_t>(N, ((N + groups - 1) / groups + 31) / 32 * 32);
-      const int64_t ng = (N + hg - 1) / hg;
-      for (int64_t task = 0; task < nd * ng; ++task) {
-        const int64_t k = task / ng, h0 = (task % ng) * hg, nh = std::min(hg, N - h0);
+      head_group_tasks(nd, N, pool_->size(), [&](int64_t k, int64_t h0, int64_t nh) {
         mqa_items_.push_back(MqaItem{&qlat_[(k * N + h0) * D], D, nh, &views_[k], nullptr, Lkv, b.pos[decode_[k]] + 1,
                                      &olat_[(k * N + h0) * Lkv], Lkv});
-      }
+      });
     }
     mqa_.run(*pool_, scratch_, mqa_items_, scale_);
     // o[i][h] = W_UV[h] o_lat[i][h], one head per task (a head's product alone is too small to

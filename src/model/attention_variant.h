@@ -129,6 +129,19 @@ void stacked_token_groups(int64_t n, int64_t n_heads, SeqOf seq_of, PosOf pos_of
   }
 }
 
+// Tasks of (token, group of heads) for MQA items with the heads in vector lanes, enough of them
+// to occupy `workers` threads: groups of a multiple of 32 heads, at most ceil(n_heads / 32) per
+// token. emit(k, h0, nh) per task, tokens in order and a token's groups in head order.
+template <class Emit>
+void head_group_tasks(int64_t n, int64_t n_heads, int64_t workers, Emit emit) {
+  if (n <= 0) return;
+  const int64_t max_groups = (n_heads + 31) / 32;
+  const int64_t groups = std::clamp<int64_t>((workers + n - 1) / n, 1, max_groups);
+  const int64_t hg = std::min<int64_t>(n_heads, ((n_heads + groups - 1) / groups + 31) / 32 * 32);
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t h0 = 0; h0 < n_heads; h0 += hg) emit(k, h0, std::min(hg, n_heads - h0));
+}
+
 class AttentionVariant {
  public:
   virtual ~AttentionVariant() = default;

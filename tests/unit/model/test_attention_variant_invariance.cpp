@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -81,7 +82,9 @@ const char* family_name(Family f) {
   return "?";
 }
 
-Built build(Family f) {
+// heads: the query head count (0: the family's small default, below kMqaStackRows; 40 puts MFA
+// and MLA on the (token, group of heads) tasks of head_group_tasks).
+Built build(Family f, int64_t heads = 0) {
   Built b;
   b.f32.reserve(32);
   b.w = std::make_shared<ModelWeights>();
@@ -94,7 +97,7 @@ Built build(Family f) {
   AttentionWeights& A = b.w->layers[0].attn;
   if (f == Family::mla) {
     c.attention = AttentionKind::mla;
-    c.n_heads = c.n_kv_heads = 5;
+    c.n_heads = c.n_kv_heads = heads > 0 ? heads : 5;
     c.q_lora_rank = 0;
     c.kv_lora_rank = 64;  // the bf16 dot-product kernel's value width (a multiple of 32)
     c.qk_nope_head_dim = 16;
@@ -119,7 +122,7 @@ Built build(Family f) {
   c.attention = AttentionKind::gqa;
   c.head_dim = 64;
   if (f == Family::mfa) {
-    c.n_heads = 6;
+    c.n_heads = heads > 0 ? heads : 6;
     c.n_kv_heads = 1;
     c.q_lora_rank = 16;
     A.q_a = exact_matrix(b, c.q_lora_rank, c.hidden_size, 5);
@@ -211,8 +214,8 @@ std::vector<float> run(const Built& built, const Schedule& s, DType kv_dtype, in
   return got;
 }
 
-void check(Family f) {
-  const Built built = build(f);
+void check(Family f, int64_t heads = 0) {
+  const Built built = build(f, heads);
   const ModelConfig& c = built.w->config;
   const auto hn_t = hidden_rows(kLen, c.hidden_size, 21), hn_o = hidden_rows(40, c.hidden_size, 22);
   std::vector<std::pair<std::string, Schedule>> schedules;
@@ -235,6 +238,8 @@ void check(Family f) {
     kernels::set_isa_limit(isa);
     for (DType dt : {DType::f32, DType::bf16, DType::f8_e4m3}) {
       const std::vector<float> want = run(built, schedules[0].second, dt, 1, true);
+      for (size_t k = 0; k < want.size(); ++k)  // every output written (run() starts them as NaN)
+        ASSERT_TRUE(std::isfinite(want[k])) << family_name(f) << " output " << k << " not written";
       for (const auto& [name, s] : schedules) {
         for (int threads : {1, 2, 3}) {
           const std::vector<float> got = run(built, s, dt, threads, true);
@@ -253,6 +258,8 @@ TEST(AttentionVariantInvariance, GqaPositionsDoNotDependOnTheirRun) { check(Fami
 TEST(AttentionVariantInvariance, GqaSlidingWindowPositionsDoNotDependOnTheirRun) { check(Family::gqa_window); }
 TEST(AttentionVariantInvariance, MfaPositionsDoNotDependOnTheirRun) { check(Family::mfa); }
 TEST(AttentionVariantInvariance, MlaPositionsDoNotDependOnTheirRun) { check(Family::mla); }
+TEST(AttentionVariantInvariance, MfaWithManyHeadsPositionsDoNotDependOnTheirRun) { check(Family::mfa, 40); }
+TEST(AttentionVariantInvariance, MlaWithManyHeadsPositionsDoNotDependOnTheirRun) { check(Family::mla, 40); }
 
 }  // namespace
 }  // namespace afd
