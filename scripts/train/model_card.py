@@ -82,17 +82,20 @@ def main():
       "sequence-wise balance loss).\n")
     if "first_phase" in tr:
         rows = tr["batch_tokens"] // tr["seq"]
-        p(f"A second phase continued that checkpoint (bf16, as packaged) at a longer context: {tr['steps']} steps of "
-          f"{rows} rows of {tr['seq']} tokens, {round(rows * tr['copy_frac'])} of them packed with copy units "
-          f"(`[bos] X \\n\\n X' [eos]`; in {tr['copy_random'] * 100:.0f} % of them X is 8-128 random tokens and X' "
-          f"the same, in the others X is a run of consecutive training documents of 32-{min(500, tr['seq'] // 2 - 4)} "
-          "tokens and X' the same "
-          "text, exact or with 3 % of its words swapped), the others text; learning rate "
-          f"{tr['lr']:g} with warm-up and cosine decay, {tr['threads']} threads, {tr['train_seconds'] / 60:.0f} "
-          "minutes. Trained at 128 tokens only, the model could not repeat text from further back, which is what "
-          "prompt-lookup drafting (`--speculative ngram`) needs; top-1 on the copied half of 24 held-out "
-          f"copy units of about 400 tokens: {tr['init_copy_top1']:.3f} before this phase, "
-          f"**{tr['eval_copy_top1']:.3f}** after it.\n")
+        ind = tr.get("induction_rows", 0)
+        copies = (f"{round(rows * tr['copy_frac'])} of them packed with copy units (`[bos] X \\n\\n X' [eos]`, X a run of "
+                  f"consecutive training documents of 32-{min(500, tr['seq'] // 2 - 4)} tokens and X' the same text, "
+                  "exact or with 3 % of its words swapped)")
+        p("A second phase continued that checkpoint (bf16, as packaged) at a longer context: "
+          f"{tr['steps']} steps of {rows} rows of {tr['seq']} tokens, {copies}, the others text"
+          + (f"; and in each step {ind} rows of 256 tokens packed with `[bos] R \\n\\n R [eos]`, R 8-32 random "
+             "tokens, scored on the repeated R only (`--induction-rows`)" if ind else "")
+          + f". Learning rate {tr['lr']:g} with warm-up and cosine decay, {tr['threads']} threads, "
+          f"{tr['train_seconds'] / 60:.0f} minutes. Trained at 128 tokens only, the model could not repeat text "
+          "from further back, which is what prompt-lookup drafting (`--speculative ngram`) needs; top-1 on the "
+          f"copied half of 24 held-out copy units of about 400 tokens: {tr['init_copy_top1']:.3f} before this phase, "
+          f"**{tr['eval_copy_top1']:.3f}** after it"
+          + (f"; on the repeated half of 32 random tokens: {tr['random_copy_top1']:.2f}" if ind else "") + ".\n")
     p("Curve: `curve.svg`" + (" (the second phase)." if "first_phase" in tr else ".") + "\n")
     p("![training curve](curve.svg)\n")
     p("## Measured\n")

@@ -3,11 +3,12 @@
 
   /usr/bin/python3 scripts/train/train.py --arch deepseek_v3 --out WORK [--steps N] [--seed S]
 
-A second phase continues a packaged checkpoint at a longer context with copy rows mixed in
-(what prompt-lookup drafting needs: the model must copy text from far back in its context):
+A second phase continues a packaged checkpoint at a longer context with rows of copied text and
+of copied random tokens mixed in (what prompt-lookup drafting needs: the model must copy text
+from far back in its context):
 
   /usr/bin/python3 scripts/train/train.py --arch deepseek_v3 --init MODEL_DIR --tokenizer MODEL_DIR \
-      --out WORK --seq 1024 --batch 4 --copy-frac 0.5 --lr 1e-3 --steps N
+      --out WORK --seq 1024 --batch 2 --copy-frac 0.5 --copy-random 0 --induction-rows 8 --lr 1e-3 --steps N
 
 WORK receives: tokenizer.json + tokenizer_config.json (trained here, or reused from
 --tokenizer DIR), config.json (the model's HF config), trained.safetensors (float32, HF
@@ -102,23 +103,54 @@ def copy_unit(tok, plain, rng, max_tokens, edit_rate):
 
 def random_copy_unit(tok, rng, n):
     """[bos] R "\n\n" R [eos]: R n ids drawn uniformly from the ordinary tokens. Only copying
-    predicts R's second half, so these units teach the induction that text copies need."""
+    predicts R's second half, so these units teach the induction that text copies need.
+    -> (ids, targets): targets 0 where the id is noise no model can predict (bos, R's first
+    half, the separator), 1 on the copy and its eos."""
     r = [rng.randrange(256, tok.bos) for _ in range(n)]
-    return [tok.bos] + r + tok.encode("\n\n") + r + [tok.eos]
+    ids = [tok.bos] + r + tok.encode("\n\n") + r + [tok.eos]
+    return ids, [0] * (len(ids) - n - 1) + [1] * (n + 1)
 
 
-def copy_row(tok, plain, rng, length, copy_max, random_share=0.5):
+def copy_row(tok, plain, rng, length, copy_max, random_share=0.5, random_max=128):
     """One training row of `length` ids packed with copy units: random_share of them runs of
-    random tokens (8..min(128, copy_max)) repeated once, the others runs of text (32..copy_max
-    tokens; exact copies, or with 3 % of the words swapped)."""
-    row = []
+    random tokens (8..min(random_max, copy_max)) repeated once, the others runs of text
+    (32..copy_max tokens; exact copies, or with 3 % of the words swapped).
+    -> (ids, targets): targets 0 on ids that are random noise (random_copy_unit), so that the
+    loss skips them; 1 elsewhere."""
+    row, tgt = [], []
     while len(row) < length:
         if rng.random() < random_share:
-            row += random_copy_unit(tok, rng, rng.randint(8, min(128, copy_max)))
+            ids, t = random_copy_unit(tok, rng, rng.randint(8, min(random_max, copy_max)))
+            row, tgt = row + ids, tgt + t
             continue
         ids, _ = copy_unit(tok, plain, rng, rng.randint(32, copy_max), 0.0 if rng.random() < 0.5 else 0.03)
-        row += ids
-    return row[:length]
+        row, tgt = row + ids, tgt + [1] * len(ids)
+    return row[:length], tgt[:length]
+
+
+@torch.no_grad()
+def random_copy_accuracy(model, tok, n=16, length=32, seed=11):
+    """Top-1 on the repeated half of n held-out random_copy_units of `length` ids: induction alone."""
+    rng = random.Random(seed)
+    hit = tot = 0
+    for _ in range(n):
+        ids, t = random_copy_unit(tok, rng, length)
+        x = torch.tensor([ids[:-1]])
+        pred = model.forward(x)[0][0, -length - 1:-1].argmax(-1)
+        hit += int((pred == torch.tensor(ids[-length - 1:-1])).sum())
+        tot += length
+    return hit / tot
+
+
+def induction_rows(tok, rng, n):
+    """n rows of 257 ids packed with random_copy_units (R of 8..32 ids) -> (x [n, 256], y [n, 256])
+    with y -100 (not scored) except on the repeated halves. Nothing but copying lowers that loss;
+    without the unpredictable halves' gradient the copy circuit forms within a few hundred steps,
+    where rows scored whole formed none."""
+    rows = [copy_row(tok, None, rng, 257, 32, random_share=1.0, random_max=32) for _ in range(n)]
+    chunk = torch.tensor([r for r, _ in rows])
+    scored = torch.tensor([t for _, t in rows]) != 0
+    return chunk[:, :-1], chunk[:, 1:].masked_fill(~scored[:, 1:], -100)
 
 
 @torch.no_grad()
@@ -245,6 +277,8 @@ def main():
     ap.add_argument("--copy-frac", type=float, default=0.0,
                     help="share of each batch's rows packed with copy units (copy_row) instead of text")
     ap.add_argument("--copy-random", type=float, default=0.5, help="share of copy units that repeat random tokens")
+    ap.add_argument("--induction-rows", type=int, default=0,
+                    help="rows of repeated random tokens per step (induction_rows), scored on the copies only")
     ap.add_argument("--stop-file", help="end the training at the next held-out evaluation once this file exists "
                                         "(writing everything as after the last step)")
     ap.add_argument("--bench", action="store_true", help="time 10 steps and exit")
@@ -300,23 +334,32 @@ def main():
     warm = max(1, a.steps // 30)
     sched = lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / a.steps))))
     order = np.random.default_rng(a.seed).permutation(n_chunks)
-    curve, acc, acc_n = [], 0.0, 0
+    curve, acc, acc_n, ind_acc = [], 0.0, 0, 0.0
     biases = {k: v for k, v in model.P.items() if k.endswith("e_score_correction_bias")}
     t_train = time.time()
     for step in range(a.steps):
         idx = order[(np.arange(a.batch) + step * a.batch) % n_chunks]
-        rows = [stream[i * SEQ:i * SEQ + SEQ + 2] for i in idx[:a.batch - n_copy]]
-        rows += [np.array(copy_row(tok, data["train_plain"], copy_rng, SEQ + 2, min(500, SEQ // 2 - 4), a.copy_random))
+        rows = [(stream[i * SEQ:i * SEQ + SEQ + 2], np.ones(SEQ + 2, dtype=np.int64)) for i in idx[:a.batch - n_copy]]
+        rows += [tuple(np.array(v) for v in copy_row(tok, data["train_plain"], copy_rng, SEQ + 2,
+                                                     min(500, SEQ // 2 - 4), a.copy_random))
                  for _ in range(n_copy)]
-        chunk = torch.from_numpy(np.stack(rows))
+        chunk = torch.from_numpy(np.stack([r for r, _ in rows]))
+        scored = torch.from_numpy(np.stack([t for _, t in rows])) != 0
         x, y, y2 = chunk[:, :SEQ], chunk[:, 1:SEQ + 1], chunk[:, 2:SEQ + 2]
         stats = []
         logits, h = model.forward(x, stats)
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.masked_fill(~scored[:, 1:SEQ + 1], -100).reshape(-1),
+                               ignore_index=-100)
         total = loss
         if model.n_mtp:
             ml = model.mtp_forward(h, y, stats)
-            total = total + a.mtp_weight * F.cross_entropy(ml.reshape(-1, VOCAB), y2.reshape(-1))
+            total = total + a.mtp_weight * F.cross_entropy(
+                ml.reshape(-1, VOCAB), y2.masked_fill(~scored[:, 2:SEQ + 2], -100).reshape(-1), ignore_index=-100)
+        if a.induction_rows:
+            ix, iy = induction_rows(tok, copy_rng, a.induction_rows)
+            il = F.cross_entropy(model.forward(ix)[0].reshape(-1, VOCAB), iy.reshape(-1), ignore_index=-100)
+            total = total + il
+            ind_acc += il.item()
         if stats:
             total = total + 1e-4 * sum(s[2] for s in stats)
         for g in opt.param_groups:
@@ -338,12 +381,15 @@ def main():
             return
         if (step + 1) % 50 == 0 or step + 1 == a.steps:
             point = {"step": step + 1, "train_loss": acc / acc_n, "seconds": round(time.time() - t_train, 1)}
-            acc, acc_n = 0.0, 0
+            if a.induction_rows:
+                point["induction_loss"] = ind_acc / acc_n
+            acc, acc_n, ind_acc = 0.0, 0, 0.0
             if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
                 e = evaluate(model, ev_small)
                 point.update(eval_ppl=math.exp(e[0]), eval_top1=e[1], eval_mtp_top1=e[2])
-                if a.copy_frac > 0:
-                    point.update(eval_copy_top1=copy_accuracy(model, tok, data["eval_docs"], n=8))
+                if a.copy_frac > 0 or a.induction_rows:
+                    point.update(eval_copy_top1=copy_accuracy(model, tok, data["eval_docs"], n=8),
+                                 random_copy_top1=random_copy_accuracy(model, tok))
             curve.append(point)
             print(json.dumps(point), flush=True)
             if "eval_ppl" in point and a.stop_file and os.path.exists(a.stop_file):
@@ -359,7 +405,7 @@ def main():
                "ppl_over_unigram": math.exp(final[0]) / math.exp(uni),
                "params": sum(p.numel() for p in model.state().values()),
                "seq": SEQ, "copy_frac": a.copy_frac, "copy_random": a.copy_random, "init": os.path.basename(os.path.normpath(a.init)) if a.init else None,
-               "lr": a.lr, "eval_copy_top1": copy_accuracy(model, tok, data["eval_docs"]), "init_copy_top1": init_copy}
+               "lr": a.lr, "induction_rows": a.induction_rows, "random_copy_top1": random_copy_accuracy(model, tok), "eval_copy_top1": copy_accuracy(model, tok, data["eval_docs"]), "init_copy_top1": init_copy}
     if a.init and os.path.exists(os.path.join(a.init, "training.json")):
         metrics["first_phase"] = {k: v for k, v in load_json(os.path.join(a.init, "training.json")).items()
                                   if k != "first_phase"}
