@@ -4,8 +4,8 @@
   /usr/bin/python3 scripts/train/train.py --arch deepseek_v3 --out WORK [--steps N] [--seed S]
 
 A second phase continues a packaged checkpoint at a longer context with rows of copied text and
-of copied random tokens mixed in (what prompt-lookup drafting needs: the model must copy text
-from far back in its context):
+of copied random tokens mixed in (prompt-lookup drafting needs a model that copies text from far
+back in its context; no setting tried so far gave one, docs/BENCHMARKS.md "Edit workload"):
 
   /usr/bin/python3 scripts/train/train.py --arch deepseek_v3 --init MODEL_DIR --tokenizer MODEL_DIR \
       --out WORK --seq 1024 --batch 2 --copy-frac 0.5 --copy-random 0 --induction-rows 8 --lr 1e-3 --steps N
@@ -145,8 +145,8 @@ def random_copy_accuracy(model, tok, n=16, length=32, seed=11):
 def induction_rows(tok, rng, n):
     """n rows of 257 ids packed with random_copy_units (R of 8..32 ids) -> (x [n, 256], y [n, 256])
     with y -100 (not scored) except on the repeated halves. Nothing but copying lowers that loss;
-    without the unpredictable halves' gradient the copy circuit forms within a few hundred steps,
-    where rows scored whole formed none."""
+    without the unpredictable halves' gradient copying of such runs forms within a few hundred
+    steps, where rows scored whole formed none (it does not extend to longer runs or to text)."""
     rows = [copy_row(tok, None, rng, 257, 32, random_share=1.0, random_max=32) for _ in range(n)]
     chunk = torch.tensor([r for r, _ in rows])
     scored = torch.tensor([t for _, t in rows]) != 0
