@@ -134,7 +134,7 @@ def random_copy_accuracy(model, tok, n=16, length=32, seed=11):
     rng = random.Random(seed)
     hit = tot = 0
     for _ in range(n):
-        ids, t = random_copy_unit(tok, rng, length)
+        ids, _ = random_copy_unit(tok, rng, length)
         x = torch.tensor([ids[:-1]])
         pred = model.forward(x)[0][0, -length - 1:-1].argmax(-1)
         hit += int((pred == torch.tensor(ids[-length - 1:-1])).sum())
@@ -144,9 +144,8 @@ def random_copy_accuracy(model, tok, n=16, length=32, seed=11):
 
 def induction_rows(tok, rng, n):
     """n rows of 257 ids packed with random_copy_units (R of 8..32 ids) -> (x [n, 256], y [n, 256])
-    with y -100 (not scored) except on the repeated halves. Nothing but copying lowers that loss;
-    without the unpredictable halves' gradient copying of such runs forms within a few hundred
-    steps, where rows scored whole formed none (it does not extend to longer runs or to text)."""
+    with y -100 (not scored) except on the repeated halves: only copying lowers their loss, and the
+    unpredictable first halves add no gradient."""
     rows = [copy_row(tok, None, rng, 257, 32, random_share=1.0, random_max=32) for _ in range(n)]
     chunk = torch.tensor([r for r, _ in rows])
     scored = torch.tensor([t for _, t in rows]) != 0
