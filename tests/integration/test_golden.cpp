@@ -11,7 +11,7 @@
 #include "runtime/engine_factory.h"
 #include "runtime/generate.h"
 
-namespace afd {
+namespace afd::test_golden {
 namespace {
 
 using testing::GoldenCase;
@@ -254,4 +254,4 @@ INSTANTIATE_TEST_SUITE_P(Cases, Golden, ::testing::ValuesIn(cases()), [](const a
 TEST(GoldenData, Present) { EXPECT_GE(testing::golden_case_dirs().size(), 6u); }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_golden

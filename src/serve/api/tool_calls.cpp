@@ -7,7 +7,6 @@
 namespace afd::serve {
 namespace {
 
-using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 constexpr std::string_view kHermesBegin = "<tool_call>", kHermesEnd = "</tool_call>";
@@ -112,7 +111,7 @@ void scan_hermes_call(std::string_view t, size_t* pos, ScanCall* call, Scan* s) 
     const size_t close = t.find(kHermesEnd, p);
     if (close == std::string_view::npos) return end_open();
     const std::string_view body = t.substr(*pos, close - *pos);
-    json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+    nlohmann::json j = nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string() ||
         !j.contains("arguments") || !j["arguments"].is_object()) {
       s->bad = true;
@@ -132,7 +131,7 @@ void scan_hermes_call(std::string_view t, size_t* pos, ScanCall* call, Scan* s) 
   if (t[p] != '"') { s->bad = true; return; }
   const size_t ne = json_string_end(t, p);
   if (ne == std::string_view::npos) return end_open();
-  json name = json::parse(t.substr(p, ne - p), nullptr, false);
+  nlohmann::json name = nlohmann::json::parse(t.substr(p, ne - p), nullptr, false);
   if (name.is_discarded() || !name.is_string() || name.get_ref<const std::string&>().empty()) { s->bad = true; return; }
   p = ne;
   if (!need(",")) return;
@@ -259,7 +258,7 @@ std::string call_id(std::string_view prefix, size_t i) {
 }
 
 bool args_ok(const std::string& args) {
-  json j = json::parse(args, nullptr, false);
+  nlohmann::json j = nlohmann::json::parse(args, nullptr, false);
   return !j.is_discarded() && j.is_object();
 }
 

@@ -50,9 +50,9 @@ std::string fmt_s(double s) {
   return b;
 }
 
-class Connection;
-
 }  // namespace
+
+class Connection;  // defined below, outside the anonymous namespace: Server::Impl holds it
 
 struct Server::Impl {
   explicit Impl(Options o)
@@ -98,8 +98,6 @@ struct Server::Impl {
   // Route, pre-routing and exceptions: fills res for req (on a handler thread).
   void respond(const Request& req, Response& res);
 };
-
-namespace {
 
 // One TCP connection: reads requests (RequestReader) under the deadlines, hands each to the
 // pool, writes the answers, and owns its socket. Everything but the streaming write runs on
@@ -488,8 +486,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string remote_addr_;
   int remote_port_ = -1;
 };
-
-}  // namespace
 
 void Server::Impl::accept() {
   acceptor.async_accept(net::make_strand(io), [this](const error_code& ec, tcp::socket sock) {

@@ -23,7 +23,7 @@
 #include "serve/scheduling/service.h"
 #include "serve/text/tokenizer_writer.h"
 
-namespace afd::serve {
+namespace afd::serve::test_http {
 namespace {
 
 using json = nlohmann::json;
@@ -517,4 +517,4 @@ TEST(FrontendIdentity, RefusesNonAttentionAndOtherModelWorkers) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_http

@@ -20,7 +20,7 @@
 
 #include "serve/http/server.h"
 
-namespace afd::serve::http {
+namespace afd::serve::http::test_http_limits {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -548,4 +548,4 @@ TEST_F(LimitsTest, StopWaitsForHandlersAndEndsRun) {
 }
 
 }  // namespace
-}  // namespace afd::serve::http
+}  // namespace afd::serve::http::test_http_limits

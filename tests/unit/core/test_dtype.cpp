@@ -4,7 +4,7 @@
 
 #include "core/dtype.h"
 
-namespace afd {
+namespace afd::test_dtype {
 namespace {
 
 TEST(DType, Bf16RoundTripAndRounding) {
@@ -61,4 +61,4 @@ TEST(DType, Names) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_dtype

@@ -8,7 +8,7 @@
 
 #include "core/hash.h"
 
-namespace afd {
+namespace afd::test_hash {
 namespace {
 
 std::vector<uint8_t> pattern() {
@@ -41,4 +41,4 @@ TEST(Hash64, SeedAndEveryByteMatter) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_hash

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-namespace afd {
+namespace afd::test_memory_info {
 namespace {
 
 TEST(MemoryInfo, AvailableIsPositiveAndAtMostPhysicalMemory) {
@@ -19,4 +19,4 @@ TEST(MemoryInfo, AvailableIsPositiveAndAtMostPhysicalMemory) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_memory_info

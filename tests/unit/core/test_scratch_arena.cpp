@@ -8,7 +8,7 @@
 #include "core/check.h"
 #include "core/scratch_arena.h"
 
-namespace afd {
+namespace afd::test_scratch_arena {
 namespace {
 
 TEST(ScratchSlot, TakesAreAlignedAndDisjoint) {
@@ -74,4 +74,4 @@ TEST(ScratchArena, ReserveSlotsOnlyGrows) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_scratch_arena

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace afd {
+namespace afd::test_stats {
 namespace {
 
 TEST(Stats, QuantileInterpolatesBetweenRanks) {
@@ -41,4 +41,4 @@ TEST(Stats, SummaryOfASlowTail) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_stats

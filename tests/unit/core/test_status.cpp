@@ -3,7 +3,7 @@
 #include "core/check.h"
 #include "core/status.h"
 
-namespace afd {
+namespace afd::test_status {
 namespace {
 
 Result<int> parse_positive(int v) {
@@ -72,4 +72,4 @@ TEST(Check, ThrowsWithLocation) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_status

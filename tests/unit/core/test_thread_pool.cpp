@@ -6,7 +6,7 @@
 
 #include "core/thread_pool.h"
 
-namespace afd {
+namespace afd::test_thread_pool {
 namespace {
 
 TEST(ThreadPool, RunsEveryTaskOnce) {
@@ -43,9 +43,9 @@ TEST(ThreadPool, RethrowsTaskException) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_thread_pool
 
-namespace afd {
+namespace afd::test_thread_pool {
 namespace {
 
 // Many back-to-back small regions: every task of every region runs exactly once, even
@@ -77,4 +77,4 @@ TEST(ThreadPool, ConcurrentCallersAreSafe) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_thread_pool

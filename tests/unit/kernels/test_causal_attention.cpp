@@ -11,7 +11,7 @@
 #include "kernels/cpu/causal_attention.h"
 #include "test_util.h"
 
-namespace afd::kernels {
+namespace afd::kernels::test_causal_attention {
 namespace {
 
 using testing::IsaLimitGuard;
@@ -37,4 +37,4 @@ TEST(CausalAttention, BlockedOnlyForAvx512AndHeadDimMultipleOf16) {
 }
 
 }  // namespace
-}  // namespace afd::kernels
+}  // namespace afd::kernels::test_causal_attention

@@ -16,7 +16,7 @@
 #include "kernels/cpu/ops.h"
 #include "test_util.h"
 
-namespace afd::kernels {
+namespace afd::kernels::test_kernels {
 namespace {
 
 using testing::random_vec;
@@ -148,4 +148,4 @@ TEST(RopeNeox, MatchesF64) {
 }
 
 }  // namespace
-}  // namespace afd::kernels
+}  // namespace afd::kernels::test_kernels

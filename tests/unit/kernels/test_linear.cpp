@@ -17,7 +17,7 @@
 #include "kernels/cpu/ops.h"
 #include "test_util.h"
 
-namespace afd::kernels {
+namespace afd::kernels::test_linear {
 namespace {
 
 using testing::isa_levels;
@@ -323,4 +323,4 @@ TEST(LinearDispatch, PathFollowsIsa) {
 }
 
 }  // namespace
-}  // namespace afd::kernels
+}  // namespace afd::kernels::test_linear

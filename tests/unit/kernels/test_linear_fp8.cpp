@@ -22,7 +22,7 @@
 #include "kernels/cpu/linear_kernels.h"
 #include "test_util.h"
 
-namespace afd::kernels {
+namespace afd::kernels::test_linear_fp8 {
 namespace {
 
 using testing::isa_levels;
@@ -286,4 +286,4 @@ TEST(LinearFp8Dispatch, PathFollowsIsaAndN) {
 }
 
 }  // namespace
-}  // namespace afd::kernels
+}  // namespace afd::kernels::test_linear_fp8

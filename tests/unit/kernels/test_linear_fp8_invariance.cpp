@@ -19,7 +19,7 @@
 #include "kernels/cpu/ops.h"
 #include "test_util.h"
 
-namespace afd::kernels {
+namespace afd::kernels::test_linear_fp8_invariance {
 namespace {
 
 using testing::IsaLimitGuard;
@@ -268,4 +268,4 @@ TEST(LinearAvx2Invariance, TilesEveryN) {
 }
 
 }  // namespace
-}  // namespace afd::kernels
+}  // namespace afd::kernels::test_linear_fp8_invariance

@@ -18,7 +18,7 @@
 #include "kernels/cpu/ops.h"
 #include "test_util.h"
 
-namespace afd::kernels {
+namespace afd::kernels::test_linear_invariance {
 namespace {
 
 using testing::IsaLimitGuard;
@@ -180,4 +180,4 @@ TEST(LinearBatchInvariance, Bf16ScalarEveryNAndPool) {
 }
 
 }  // namespace
-}  // namespace afd::kernels
+}  // namespace afd::kernels::test_linear_invariance

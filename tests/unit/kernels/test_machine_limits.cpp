@@ -8,7 +8,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/machine_limits.h"
 
-namespace afd::kernels {
+namespace afd::kernels::test_machine_limits {
 namespace {
 
 TEST(MachineLimits, ReadAndCopyBandwidthArePlausible) {
@@ -37,4 +37,4 @@ TEST(MachineLimits, GemmAndPeakRatesArePlausible) {
 }
 
 }  // namespace
-}  // namespace afd::kernels
+}  // namespace afd::kernels::test_machine_limits

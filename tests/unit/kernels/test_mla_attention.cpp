@@ -13,7 +13,7 @@
 #include "kernels/cpu/mla_attention.h"
 #include "test_util.h"
 
-namespace afd::kernels {
+namespace afd::kernels::test_mla_attention {
 namespace {
 
 using testing::isa_levels;
@@ -118,4 +118,4 @@ TEST(MlaDecode, SegmentsCombineToTheSameBits) {
 }
 
 }  // namespace
-}  // namespace afd::kernels
+}  // namespace afd::kernels::test_mla_attention

@@ -8,7 +8,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/rope.h"
 
-namespace afd::kernels {
+namespace afd::kernels::test_rope {
 namespace {
 
 TEST(Rope, YarnCorrectionRange) {
@@ -111,4 +111,4 @@ TEST(Rope, MatchesRopeNeoxAndScalesMagnitude) {
 }
 
 }  // namespace
-}  // namespace afd::kernels
+}  // namespace afd::kernels::test_rope

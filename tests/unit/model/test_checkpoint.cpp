@@ -5,7 +5,7 @@
 
 #include "model_test_util.h"
 
-namespace afd {
+namespace afd::test_checkpoint {
 namespace {
 
 using test::safetensors_bytes;
@@ -118,4 +118,4 @@ TEST(Checkpoint, CorruptShardNamesShard) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_checkpoint

@@ -7,7 +7,7 @@
 #include "model/tools/make_model.h"
 #include "model_test_util.h"
 
-namespace afd {
+namespace afd::test_config {
 namespace {
 
 using json = nlohmann::json;
@@ -244,4 +244,4 @@ TEST(Config, MissingConfigFileNamesPath) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_config

@@ -7,7 +7,7 @@
 #include "model/config.h"
 #include "model/tools/make_model.h"
 
-namespace afd {
+namespace afd::test_config_families {
 namespace {
 
 using json = nlohmann::json;
@@ -394,4 +394,4 @@ TEST(ConfigFamilies, PresetsRoundTripThroughJsonWriter) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_config_families

@@ -17,7 +17,7 @@
 #include "model/weights.h"
 #include "model_test_util.h"
 
-namespace afd {
+namespace afd::test_load_families {
 namespace {
 
 using test::rewrite_checkpoint;
@@ -357,4 +357,4 @@ TEST(LoadFamiliesErrors, Step3MissingInterNorm) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_load_families

@@ -11,7 +11,7 @@
 #include "model/weights.h"
 #include "model_test_util.h"
 
-namespace afd {
+namespace afd::test_load_model {
 namespace {
 
 float round_to(DType t, float v) {
@@ -419,9 +419,9 @@ TEST(MakeModel, UnwritableDirectoryIsAnError) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_load_model
 
-namespace afd {
+namespace afd::test_load_model {
 namespace {
 
 // Runs only from the make_model_cli_load ctest entry, on the directory `afd make-model`
@@ -443,4 +443,4 @@ TEST(CliModel, LoadsWhatTheCommandWrote) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_load_model

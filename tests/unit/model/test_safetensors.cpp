@@ -5,7 +5,7 @@
 
 #include "model_test_util.h"
 
-namespace afd {
+namespace afd::test_safetensors {
 namespace {
 
 using test::safetensors_bytes;
@@ -185,4 +185,4 @@ TEST(SafetensorsFile, EmptyFile) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_safetensors

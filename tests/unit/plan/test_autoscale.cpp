@@ -10,7 +10,7 @@
 #include "plan/sim_autoscale.h"
 #include "plan/sim_sweep.h"
 
-namespace afd::plan {
+namespace afd::plan::test_autoscale {
 namespace {
 
 // A window of xA-yF under t_A = 100, t_C = 20 at B = 64, and t_F(n) = alpha n + beta with
@@ -267,4 +267,4 @@ TEST(Autoscale, ProportionalModelReadsEachWindowAlone) {
 }
 
 }  // namespace
-}  // namespace afd::plan
+}  // namespace afd::plan::test_autoscale

@@ -7,7 +7,7 @@
 #include "plan/calibrate.h"
 #include "plan/rng.h"
 
-namespace afd::plan {
+namespace afd::plan::test_calibrate {
 namespace {
 
 TEST(Calibrate, ExactLineHasZeroResiduals) {
@@ -100,4 +100,4 @@ TEST(Calibrate, CsvErrorsNameTheLine) {
 }
 
 }  // namespace
-}  // namespace afd::plan
+}  // namespace afd::plan::test_calibrate

@@ -10,7 +10,7 @@
 #include "plan/cost_model.h"
 #include "plan/model_presets.h"
 
-namespace afd::plan {
+namespace afd::plan::test_cost_model {
 namespace {
 
 constexpr double kTol = 0.05;
@@ -176,4 +176,4 @@ TEST(CostModel, UnpricedAcceleratorHasNoCost) {
 }
 
 }  // namespace
-}  // namespace afd::plan
+}  // namespace afd::plan::test_cost_model

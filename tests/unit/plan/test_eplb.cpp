@@ -10,7 +10,7 @@
 #include "core/rng.h"
 #include "plan/eplb.h"
 
-namespace afd::plan {
+namespace afd::plan::test_eplb {
 namespace {
 
 // Tokens per expert when each of `tokens` tokens picks `top_k` distinct experts with
@@ -233,4 +233,4 @@ TEST(Eplb, PlanCoversEveryLayerAndPrintsJson) {
 }
 
 }  // namespace
-}  // namespace afd::plan
+}  // namespace afd::plan::test_eplb

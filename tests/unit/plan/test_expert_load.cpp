@@ -10,7 +10,7 @@
 
 #include "plan/expert_load.h"
 
-namespace afd::plan {
+namespace afd::plan::test_expert_load {
 namespace {
 
 ExpertLoadConfig dsv3_like(ExpertPlacementKind placement, int64_t redundant) {
@@ -157,4 +157,4 @@ TEST(SimExpertLoad, RejectsBadValuesSayingWhich) {
 }
 
 }  // namespace
-}  // namespace afd::plan
+}  // namespace afd::plan::test_expert_load

@@ -7,7 +7,7 @@
 #include "plan/hardware_fit.h"
 #include "plan/model_presets.h"
 
-namespace afd::plan {
+namespace afd::plan::test_hardware_fit {
 namespace {
 
 ::testing::AssertionResult within(double got, double want, double tol = 0.05) {
@@ -86,4 +86,4 @@ TEST(HardwareFit, FourStagePipelineHasSmallerBudget) {
 }
 
 }  // namespace
-}  // namespace afd::plan
+}  // namespace afd::plan::test_hardware_fit

@@ -7,7 +7,7 @@
 #include "plan/latency_profile.h"
 #include "plan/model_presets.h"
 
-namespace afd::plan {
+namespace afd::plan::test_io {
 namespace {
 
 TEST(PlanIo, ProfileRoundTrip) {
@@ -137,4 +137,4 @@ TEST(PlanIo, HfConfigErrorsNameTheField) {
 }
 
 }  // namespace
-}  // namespace afd::plan
+}  // namespace afd::plan::test_io

@@ -6,7 +6,7 @@
 
 #include "plan/ratio_theory.h"
 
-namespace afd::plan {
+namespace afd::plan::test_ratio_theory {
 namespace {
 
 ::testing::AssertionResult within(double got, double want, double tol) {
@@ -75,4 +75,4 @@ TEST(RatioTheory, CommunicationRegime) {
 }
 
 }  // namespace
-}  // namespace afd::plan
+}  // namespace afd::plan::test_ratio_theory

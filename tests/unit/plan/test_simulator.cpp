@@ -12,7 +12,7 @@
 #include "plan/sim_sweep.h"
 #include "plan/simulator.h"
 
-namespace afd::plan {
+namespace afd::plan::test_simulator {
 namespace {
 
 LatencyProfile profile(double aa, double ba, double af, double bf, double ac, double bc) {
@@ -370,4 +370,4 @@ TEST(Simulator, ParseRatioSpec) {
 }
 
 }  // namespace
-}  // namespace afd::plan
+}  // namespace afd::plan::test_simulator

@@ -13,7 +13,7 @@
 #include "model/weights.h"
 #include "plan/hf_model_spec.h"
 
-namespace afd {
+namespace afd::test_step_cost {
 namespace {
 
 std::vector<std::string> reference_dirs() {
@@ -72,4 +72,4 @@ TEST(StepCost, CountsEveryWeightATokenMeetsOnEveryReferenceCheckpoint) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_step_cost

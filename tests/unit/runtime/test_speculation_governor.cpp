@@ -4,7 +4,7 @@
 
 #include "runtime/speculation_governor.h"
 
-namespace afd {
+namespace afd::test_speculation_governor {
 namespace {
 
 // Runs `steps` decode steps of n sequences where drafting gives `on` tokens/s and not drafting
@@ -90,4 +90,4 @@ TEST(SpeculationGovernor, IgnoresStepsWithoutTime) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_speculation_governor

@@ -16,7 +16,7 @@
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
 
-namespace afd {
+namespace afd::test_speculative {
 namespace {
 
 TEST(Ngram, ProposesTheContinuationOfTheLatestLongestMatch) {
@@ -393,4 +393,4 @@ TEST(Speculative, MtpRefusesAModelWithoutMtpLayers) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_speculative

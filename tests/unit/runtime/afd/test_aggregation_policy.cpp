@@ -9,7 +9,7 @@
 
 #include "runtime/afd/aggregation_policy.h"
 
-namespace afd {
+namespace afd::test_aggregation_policy {
 namespace {
 
 constexpr uint32_t kLayers = 3;
@@ -308,4 +308,4 @@ TEST(AggregationPolicy, WorkerRemoved) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_aggregation_policy

@@ -9,7 +9,7 @@
 
 #include "runtime/afd/ffn_membership.h"
 
-namespace afd {
+namespace afd::test_ffn_membership {
 namespace {
 
 constexpr int64_t kMs = 1000000;
@@ -281,4 +281,4 @@ TEST(FfnMembership, SnapshotReportsTheAssignment) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_ffn_membership

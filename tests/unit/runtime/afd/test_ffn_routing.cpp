@@ -11,7 +11,7 @@
 #include "kernels/cpu/ops.h"
 #include "runtime/afd/ffn_routing.h"
 
-namespace afd {
+namespace afd::test_ffn_routing {
 namespace {
 
 constexpr int64_t kExperts = 8;
@@ -168,4 +168,4 @@ TEST(FfnRouting, EncodeA2fWritesTheChosenRows) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_ffn_routing

@@ -9,7 +9,7 @@
 #include "model/tools/make_model.h"
 #include "runtime/afd/handshake.h"
 
-namespace afd {
+namespace afd::test_handshake {
 namespace {
 
 using comm::Handshake;
@@ -133,4 +133,4 @@ TEST(AfdHandshake, ExchangeHello) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_handshake

@@ -11,7 +11,7 @@
 #include "core/timer.h"
 #include "runtime/afd/liveness.h"
 
-namespace afd {
+namespace afd::test_liveness {
 namespace {
 
 TEST(AfdLiveness, PingPongRoundTripAndVerdicts) {
@@ -145,4 +145,4 @@ TEST(AfdLiveness, PeerProbeAnsweredSilentAndBack) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_liveness

@@ -7,7 +7,7 @@
 #include "../../comm/transport_pair.h"
 #include "runtime/afd/transport_ops.h"
 
-namespace afd {
+namespace afd::test_transport_ops {
 namespace {
 
 TEST(AfdTransportOps, EndAndWaitOrCancel) {
@@ -43,4 +43,4 @@ TEST(AfdTransportOps, EndAndWaitOrCancel) {
 }
 
 }  // namespace
-}  // namespace afd
+}  // namespace afd::test_transport_ops

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-namespace afd::serve {
+namespace afd::serve::test_admission {
 namespace {
 
 AdmissionOptions small_lane(int max_waiting) {
@@ -81,4 +81,4 @@ TEST(AdmissionLane, AnExceptionReachesTheCaller) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_admission

@@ -15,7 +15,7 @@
 #include "serve/http/server.h"
 #include "serve/text/tokenizer_writer.h"
 
-namespace afd::serve {
+namespace afd::serve::test_api_server {
 namespace {
 
 using json = nlohmann::json;
@@ -218,4 +218,4 @@ TEST_F(ApiServerTest, ApiKeyGuardsV1AndAdminAndCountsV1Refusals) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_api_server

@@ -5,7 +5,7 @@
 
 #include "serve/api/internal_stream.h"
 
-namespace afd::serve {
+namespace afd::serve::test_internal_stream {
 namespace {
 
 TEST(InternalStream, ControlLineRoundTrip) {
@@ -131,4 +131,4 @@ TEST(InternalStream, ErrorEventsSayWhetherAnotherWorkerMayContinue) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_internal_stream

@@ -7,7 +7,7 @@
 
 #include "serve/api/json_limits.h"
 
-namespace afd::serve {
+namespace afd::serve::test_json_limits {
 namespace {
 
 using json = nlohmann::ordered_json;
@@ -193,4 +193,4 @@ TEST(JsonLimits, OneMebibyteWorstShapesParseFast) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_json_limits

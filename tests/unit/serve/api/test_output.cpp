@@ -7,7 +7,7 @@
 #include "serve/text/tokenizer.h"
 #include "serve/text/unicode.h"
 
-namespace afd::serve {
+namespace afd::serve::test_output {
 namespace {
 
 using testing::bytes_tokenizer;
@@ -126,4 +126,4 @@ TEST(OutputProcessor, ReplayContinuesTheDeltasExactly) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_output

@@ -7,7 +7,7 @@
 #include "serve/api/request.h"
 #include "serve/text/tokenizer_writer.h"
 
-namespace afd::serve {
+namespace afd::serve::test_request {
 namespace {
 
 class RequestTest : public ::testing::Test {
@@ -411,4 +411,4 @@ TEST_F(RequestTest, ContentSpecialTokensAsTextWhenTheTemplateCutsContent) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_request

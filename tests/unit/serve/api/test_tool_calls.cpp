@@ -7,7 +7,7 @@
 
 #include "serve/api/tool_calls.h"
 
-namespace afd::serve {
+namespace afd::serve::test_tool_calls {
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -142,4 +142,4 @@ TEST(ToolCalls, StreamedArgumentsArriveInPieces) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_tool_calls

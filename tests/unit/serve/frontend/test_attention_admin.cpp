@@ -8,7 +8,7 @@
 
 #include "serve/frontend/frontend_attention_admin.h"
 
-namespace afd::serve {
+namespace afd::serve::test_attention_admin {
 namespace {
 
 using json = nlohmann::json;
@@ -186,4 +186,4 @@ TEST(AttentionAdmin, MetricsCountStatesAndChanges) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_attention_admin

@@ -16,7 +16,7 @@
 #include "serve/structured/grammar_cache.h"
 #include "serve/text/unicode.h"
 
-namespace afd::serve {
+namespace afd::serve::test_resume {
 namespace {
 
 using testing::FakeEngine;
@@ -243,4 +243,4 @@ TEST(Resume, WorkerRefusesControlLinesThatDoNotFit) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_resume

@@ -2,7 +2,7 @@
 
 #include "serve/frontend/sse_reader.h"
 
-namespace afd::serve {
+namespace afd::serve::test_sse_reader {
 namespace {
 
 std::vector<SseEvent> feed_all(SseReader& r, const std::string& s, size_t piece) {
@@ -43,4 +43,4 @@ TEST(SseReader, PartialEventHeldAndOversizedRefused) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_sse_reader

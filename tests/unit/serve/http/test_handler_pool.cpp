@@ -9,7 +9,7 @@
 
 #include "serve/http/handler_pool.h"
 
-namespace afd::serve::http {
+namespace afd::serve::http::test_handler_pool {
 namespace {
 
 TEST(HandlerPool, NeverMoreThreadsThanItsLimitAndEveryTaskRuns) {
@@ -62,4 +62,4 @@ TEST(HandlerPool, IdleThreadsAreGivenBack) {
 }
 
 }  // namespace
-}  // namespace afd::serve::http
+}  // namespace afd::serve::http::test_handler_pool

@@ -6,7 +6,7 @@
 
 #include "serve/http/request_reader.h"
 
-namespace afd::serve::http {
+namespace afd::serve::http::test_request_reader {
 namespace {
 
 struct Fed {
@@ -192,4 +192,4 @@ TEST(RequestReader, KeepsNoMemoryFromPastRequests) {
 }
 
 }  // namespace
-}  // namespace afd::serve::http
+}  // namespace afd::serve::http::test_request_reader

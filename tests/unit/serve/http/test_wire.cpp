@@ -11,7 +11,7 @@
 
 #include "serve/http/wire.h"
 
-namespace afd::serve::http {
+namespace afd::serve::http::test_wire {
 namespace {
 
 TEST(Wire, ResponseHeadOwnsFramingFieldsAndDropsLineBreaks) {
@@ -64,4 +64,4 @@ TEST(Wire, SendAllFailsWhenTheReaderStalls) {
 }
 
 }  // namespace
-}  // namespace afd::serve::http
+}  // namespace afd::serve::http::test_wire

@@ -5,7 +5,7 @@
 #include "../http_test_client.h"
 #include "serve/metrics/ffn_metrics.h"
 
-namespace afd::serve {
+namespace afd::serve::test_ffn_metrics {
 namespace {
 
 TEST(FfnMetrics, PrometheusTextCarriesTheWorkersCounters) {
@@ -116,4 +116,4 @@ TEST(StatusServer, AnswersMetricsAndHealthAndStops) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_ffn_metrics

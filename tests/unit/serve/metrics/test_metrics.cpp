@@ -2,7 +2,7 @@
 
 #include "serve/metrics/metrics.h"
 
-namespace afd::serve {
+namespace afd::serve::test_metrics {
 namespace {
 
 TEST(Metrics, PrometheusTextHasEveryFamily) {
@@ -53,4 +53,4 @@ TEST(Histogram, QuantilesFromBuckets) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_metrics

@@ -14,7 +14,7 @@
 #include "serve/frontend/proxy_client.h"
 #include "serve/metrics/ffn_metrics.h"
 
-namespace afd::serve {
+namespace afd::serve::test_metrics_federation {
 namespace {
 
 size_t count(const std::string& hay, const std::string& needle) {
@@ -229,4 +229,4 @@ TEST(FederateMetrics, TargetAddresses) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_metrics_federation

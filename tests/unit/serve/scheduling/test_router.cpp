@@ -2,7 +2,7 @@
 
 #include "serve/scheduling/router.h"
 
-namespace afd::serve {
+namespace afd::serve::test_router {
 namespace {
 
 TEST(Router, BalancesByTokenLoadNotRequestCount) {
@@ -89,4 +89,4 @@ TEST(Router, ForgetEmptiesOneWorkersPrefixes) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_router

@@ -8,7 +8,7 @@
 #include "serve/scheduling/scheduler.h"
 #include "serve/text/unicode.h"
 
-namespace afd::serve {
+namespace afd::serve::test_scheduler {
 namespace {
 
 using testing::FakeEngine;
@@ -392,4 +392,4 @@ TEST(Scheduler, ThreadServesManyConcurrentRequests) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_scheduler

@@ -12,7 +12,7 @@
 #include "serve/scheduling/scheduler.h"
 #include "serve/text/tokenizer.h"
 
-namespace afd::serve {
+namespace afd::serve::test_scheduler_speculative {
 namespace {
 
 std::shared_ptr<const ModelWeights> weights() { return testing::default_weights(); }
@@ -189,4 +189,4 @@ TEST(SchedulerSpeculative, SampledRequestsWithDraftsFinish) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_scheduler_speculative

@@ -18,7 +18,7 @@
 #include "serve/structured/grammar_cache.h"
 #include "serve/text/tokenizer.h"
 
-namespace afd::serve {
+namespace afd::serve::test_scheduler_structured {
 namespace {
 
 std::shared_ptr<const ModelWeights> weights() { return testing::default_weights(); }
@@ -189,4 +189,4 @@ TEST(SchedulerStructured, AnswerEndsWhenTheGrammarAllowsNothingMore) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_scheduler_structured

@@ -10,7 +10,7 @@
 #include "serve/structured/stack_set.h"
 #include "serve/structured/token_entry.h"
 
-namespace afd::serve {
+namespace afd::serve::test_bounded_future {
 namespace {
 
 using testing::compile_or_die;
@@ -134,4 +134,4 @@ TEST(BoundedFuture, CalledCopiesShareEntriesOnlyFarFromTheirBound) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_bounded_future

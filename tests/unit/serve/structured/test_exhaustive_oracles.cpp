@@ -14,7 +14,7 @@
 #include "serve/structured/gbnf_builder.h"
 #include "tests/unit/serve/structured/grammar_oracle.h"
 
-namespace afd::serve {
+namespace afd::serve::test_exhaustive_oracles {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -143,4 +143,4 @@ TEST(RegexExhaustive, SchemaPatternsAreSearchesInsideJsonStrings) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_exhaustive_oracles

@@ -5,7 +5,7 @@
 #include "grammar_test_util.h"
 #include "serve/structured/gbnf.h"
 
-namespace afd::serve {
+namespace afd::serve::test_gbnf {
 namespace {
 
 using testing::compile_or_die;
@@ -199,4 +199,4 @@ TEST(Gbnf, LimitsAreEnforced) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_gbnf

@@ -6,7 +6,7 @@
 #include "grammar_test_util.h"
 #include "serve/structured/grammar_cache.h"
 
-namespace afd::serve {
+namespace afd::serve::test_grammar_cache {
 namespace {
 
 TEST(GrammarCache, SameTextSameObjectAndLruEviction) {
@@ -102,4 +102,4 @@ TEST(GrammarCache, ByteBudgetEvictsLeastRecentlyUsed) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_grammar_cache

@@ -4,7 +4,7 @@
 
 #include "serve/structured/gbnf_builder.h"
 
-namespace afd::serve {
+namespace afd::serve::test_json_schema {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -125,4 +125,4 @@ TEST(ChoiceGbnf, RefusesNoChoicesAndInvalidUtf8) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_json_schema

@@ -4,7 +4,7 @@
 
 #include "serve/structured/number_range.h"
 
-namespace afd::serve {
+namespace afd::serve::test_number_range {
 namespace {
 
 Decimal dec(const char* json_text) { return *decimal_from_json(nlohmann::ordered_json::parse(json_text)); }
@@ -37,4 +37,4 @@ TEST(NumberRange, EmptyRangesAreNone) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_number_range

@@ -2,7 +2,7 @@
 
 #include "serve/structured/gbnf_builder.h"
 
-namespace afd::serve {
+namespace afd::serve::test_regex_gbnf {
 namespace {
 
 void expect_refused(const char* pattern, const std::string& fragment) {
@@ -44,4 +44,4 @@ TEST(RegexErrors, DeepNestingAndLongPatternsFailCleanly) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_regex_gbnf

@@ -10,7 +10,7 @@
 #include "serve/structured/gbnf_builder.h"
 #include "tests/unit/serve/structured/grammar_oracle.h"
 
-namespace afd::serve {
+namespace afd::serve::test_schema_acceptance {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -250,4 +250,4 @@ TEST(ChoiceGbnf, ExactlyOneChoice) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_schema_acceptance

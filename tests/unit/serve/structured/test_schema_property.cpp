@@ -14,7 +14,7 @@
 #include "serve/structured/gbnf_builder.h"
 #include "tests/unit/serve/structured/grammar_oracle.h"
 
-namespace afd::serve {
+namespace afd::serve::test_schema_property {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -345,4 +345,4 @@ TEST(SchemaProperty, AdditionalPropertiesAndAnyValues) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_schema_property

@@ -11,7 +11,7 @@
 #include "serve/text/tokenizer.h"
 #include "serve/text/unicode.h"
 
-namespace afd::serve {
+namespace afd::serve::test_token_mask {
 namespace {
 
 using testing::compile_or_die;
@@ -371,4 +371,4 @@ TEST(TokenMask, SharedCompiledGrammarAcrossThreads) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_token_mask

@@ -9,7 +9,7 @@
 #include "serve/text/chat_template.h"
 #include "serve/text/jinja.h"
 
-namespace afd::serve::jinja {
+namespace afd::serve::jinja::test_jinja {
 namespace {
 
 using json = nlohmann::ordered_json;
@@ -370,4 +370,4 @@ TEST(JinjaLimits, ManyMessagesRenderInLinearTime) {
 }
 
 }  // namespace
-}  // namespace afd::serve::jinja
+}  // namespace afd::serve::jinja::test_jinja

@@ -12,7 +12,7 @@
 #include "serve/text/tokenizer_writer.h"
 #include "serve/text/unicode.h"
 
-namespace afd::serve {
+namespace afd::serve::test_tokenizer {
 namespace {
 
 using json = nlohmann::json;
@@ -210,4 +210,4 @@ TEST(TokenizerWriter, WritesLoadableDeterministicTokenizer) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_tokenizer

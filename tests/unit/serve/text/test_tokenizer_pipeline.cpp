@@ -16,7 +16,7 @@
 #include "serve/text/tokenizer_regex.h"
 #include "serve/text/unicode.h"
 
-namespace afd::serve {
+namespace afd::serve::test_tokenizer_pipeline {
 namespace {
 
 using json = nlohmann::json;
@@ -390,4 +390,4 @@ TEST(TokenizerInput, ConcurrentEncodesAgree) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_tokenizer_pipeline

@@ -18,7 +18,7 @@
 #include "serve/structured/matcher.h"
 #include "serve/text/tokenizer.h"
 
-namespace afd::serve {
+namespace afd::serve::test_tokenizer_real {
 namespace {
 
 using json = nlohmann::json;
@@ -258,4 +258,4 @@ TEST_F(RealTokenizers, ToolCallGrammarsOnRealVocabularies) {
 }
 
 }  // namespace
-}  // namespace afd::serve
+}  // namespace afd::serve::test_tokenizer_real
