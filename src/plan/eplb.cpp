@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/prom_text.h"
 #include "plan/text_file.h"
 
 namespace afd::plan {
@@ -78,30 +80,6 @@ Result<ExpertCounts> counts_from_json(const json& j, const std::string& source) 
   return out;
 }
 
-// Label value of `name` in a Prometheus label set `{a="1",b="2"}` (without braces).
-bool label_value(const std::string& labels, const std::string& name, std::string* value) {
-  size_t i = 0;
-  while (i < labels.size()) {
-    while (i < labels.size() && (labels[i] == ',' || labels[i] == ' ')) ++i;
-    const size_t eq = labels.find('=', i);
-    if (eq == std::string::npos || eq + 1 >= labels.size() || labels[eq + 1] != '"') return false;
-    const std::string key = labels.substr(i, eq - i);
-    std::string v;
-    size_t k = eq + 2;
-    for (; k < labels.size() && labels[k] != '"'; ++k) {
-      if (labels[k] == '\\' && k + 1 < labels.size()) ++k;
-      v.push_back(labels[k]);
-    }
-    if (k >= labels.size()) return false;
-    if (key == name) {
-      *value = v;
-      return true;
-    }
-    i = k + 1;
-  }
-  return false;
-}
-
 bool parse_index(const std::string& s, int64_t* out) {
   if (s.empty() || s.size() > 9) return false;
   int64_t v = 0;
@@ -125,17 +103,12 @@ Result<ExpertCounts> counts_from_prometheus(const std::string& text, const std::
     ++line_no;
     if (line.empty() || line[0] == '#') continue;
     const std::string where = source + ":" + std::to_string(line_no);
-    const size_t name_end = std::min(line.find('{'), line.find(' '));
-    const std::string name = line.substr(0, name_end);
-    if (name != series && name != experts_series) continue;
-    const bool has_labels = name_end < line.size() && line[name_end] == '{';
-    const size_t close = has_labels ? line.find('}', name_end) : name_end;
-    if (close == std::string::npos) return corrupt_data(where + ": " + name + " with an unterminated label set");
-    if (name == series && !has_labels) return corrupt_data(where + ": " + name + " without a label set");
-    const std::string rest = close < line.size() ? line.substr(close + 1) : std::string();
-    char* end = nullptr;
-    const double v = std::strtod(rest.c_str(), &end);
-    if (end == rest.c_str()) return corrupt_data(where + ": sample has no value");
+    size_t name_end = 0;
+    const std::string_view name = take_prom_name(line, &name_end);
+    if (name != series && name != experts_series) continue;  // other series and other lines are skipped
+    PromSample sample;
+    if (!parse_prom_sample(line, &sample)) return corrupt_data(where + ": " + std::string(name) + ": not a valid Prometheus sample line");
+    const double v = sample.value;
     if (name == experts_series) {
       if (!(v >= 1 && v <= (1 << 20) && v == std::floor(v)))
         return corrupt_data(where + ": " + experts_series + " must be a positive integer");
@@ -144,11 +117,9 @@ Result<ExpertCounts> counts_from_prometheus(const std::string& text, const std::
       n_experts = static_cast<int64_t>(v);
       continue;
     }
-    const std::string labels = line.substr(name_end + 1, close - name_end - 1);
-    std::string ls, es;
+    const std::optional<std::string> ls = prom_label(sample, "layer"), es = prom_label(sample, "expert");
     int64_t layer = 0, expert = 0;
-    if (!label_value(labels, "layer", &ls) || !label_value(labels, "expert", &es) || !parse_index(ls, &layer) ||
-        !parse_index(es, &expert))
+    if (!ls || !es || !parse_index(*ls, &layer) || !parse_index(*es, &expert))
       return corrupt_data(where + ": expected integer labels layer=\"..\" and expert=\"..\"");
     if (Status s = check_count(v, where, layer, expert); !s.is_ok()) return s;
     by_layer[layer][expert] += v;

@@ -1,100 +1,15 @@
 #include "serve/metrics/prom_merge.h"
 
-#include <cctype>
 #include <cstdlib>
 #include <unordered_set>
+
+#include "core/prom_text.h"
 
 namespace afd::serve {
 namespace {
 
-bool name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':'; }
-bool name_char(char c) { return name_start(c) || std::isdigit(static_cast<unsigned char>(c)); }
-
 void skip_blanks(std::string_view s, size_t* i) {
   while (*i < s.size() && (s[*i] == ' ' || s[*i] == '\t')) ++*i;
-}
-
-// A metric or label name at s[*i]; empty if there is none.
-std::string_view take_name(std::string_view s, size_t* i) {
-  const size_t b = *i;
-  if (b >= s.size() || !name_start(s[b])) return {};
-  size_t e = b + 1;
-  while (e < s.size() && name_char(s[e])) ++e;
-  *i = e;
-  return s.substr(b, e - b);
-}
-
-struct Label {
-  std::string_view name, quoted_value;  // quoted_value keeps its quotes and escapes
-};
-
-// `{name="value",...}` at s[*i] (with optional blanks and a trailing comma).
-bool take_labels(std::string_view s, size_t* i, std::vector<Label>* out) {
-  ++*i;  // '{'
-  for (;;) {
-    skip_blanks(s, i);
-    if (*i < s.size() && s[*i] == '}') {
-      ++*i;
-      return true;
-    }
-    Label l;
-    l.name = take_name(s, i);
-    if (l.name.empty()) return false;
-    skip_blanks(s, i);
-    if (*i >= s.size() || s[*i] != '=') return false;
-    ++*i;
-    skip_blanks(s, i);
-    if (*i >= s.size() || s[*i] != '"') return false;
-    const size_t b = (*i)++;
-    while (*i < s.size() && s[*i] != '"') {
-      if (s[*i] == '\\') {
-        if (*i + 1 >= s.size() || (s[*i + 1] != '\\' && s[*i + 1] != '"' && s[*i + 1] != 'n')) return false;
-        ++*i;
-      }
-      ++*i;
-    }
-    if (*i >= s.size()) return false;
-    l.quoted_value = s.substr(b, ++*i - b);
-    for (const Label& seen : *out)
-      if (seen.name == l.name) return false;  // a label twice is invalid
-    out->push_back(l);
-    skip_blanks(s, i);
-    if (*i < s.size() && s[*i] == ',') ++*i;
-    else if (*i >= s.size() || s[*i] != '}') return false;
-  }
-}
-
-bool is_number(std::string_view t, bool integer) {
-  if (t.empty() || t.size() > 64) return false;
-  const std::string z(t);
-  char* end = nullptr;
-  if (integer) (void)std::strtoll(z.c_str(), &end, 10);
-  else (void)std::strtod(z.c_str(), &end);
-  return end == z.c_str() + z.size();
-}
-
-// A sample line: name, label set, and "value [timestamp]".
-struct Sample {
-  std::string_view name;
-  std::vector<Label> labels;
-  std::string_view rest;
-};
-
-bool parse_sample(std::string_view line, Sample* out) {
-  size_t i = 0;
-  out->name = take_name(line, &i);
-  if (out->name.empty()) return false;
-  skip_blanks(line, &i);
-  if (i < line.size() && line[i] == '{' && !take_labels(line, &i, &out->labels)) return false;
-  skip_blanks(line, &i);
-  out->rest = line.substr(i);
-  while (!out->rest.empty() && (out->rest.back() == ' ' || out->rest.back() == '\t' || out->rest.back() == '\r'))
-    out->rest.remove_suffix(1);
-  const size_t sp = out->rest.find_first_of(" \t");
-  if (sp == std::string_view::npos) return is_number(out->rest, false);
-  std::string_view ts = out->rest.substr(sp);
-  while (!ts.empty() && (ts.front() == ' ' || ts.front() == '\t')) ts.remove_prefix(1);
-  return is_number(out->rest.substr(0, sp), false) && is_number(ts, true);
 }
 
 // The family a sample named `name` belongs to, given the family of the last # HELP/# TYPE.
@@ -136,7 +51,7 @@ size_t PromMerger::add(std::string_view text, const std::string& label) {
       if (!help && !type) continue;  // other comments carry nothing
       i += 4;
       skip_blanks(line, &i);
-      const std::string_view name = take_name(line, &i);
+      const std::string_view name = take_prom_name(line, &i);
       skip_blanks(line, &i);
       const std::string_view arg = line.substr(i);
       if (name.empty() || (type && arg != "counter" && arg != "gauge" && arg != "histogram" && arg != "summary" &&
@@ -155,8 +70,8 @@ size_t PromMerger::add(std::string_view text, const std::string& label) {
       }
       continue;
     }
-    Sample s;
-    if (!parse_sample(line.substr(i), &s)) {
+    PromSample s;
+    if (!parse_prom_sample(line.substr(i), &s)) {
       ++dropped;
       continue;
     }
@@ -170,7 +85,7 @@ size_t PromMerger::add(std::string_view text, const std::string& label) {
     // A source label with our label's name is kept as exported_<name> (as Prometheus does
     // for a target's clashing labels); a sample that also has exported_<name> cannot be.
     bool clash = false, exported_taken = false;
-    for (const Label& l : s.labels) {
+    for (const PromLabel& l : s.labels) {
       clash = clash || (!extra_name.empty() && l.name == extra_name);
       exported_taken = exported_taken || (l.name.substr(0, 9) == "exported_" && l.name.substr(9) == extra_name);
     }
@@ -187,7 +102,7 @@ size_t PromMerger::add(std::string_view text, const std::string& label) {
         series += label;
         first = false;
       }
-      for (const Label& l : s.labels) {
+      for (const PromLabel& l : s.labels) {
         if (!first) series += ',';
         first = false;
         if (l.name == extra_name) series += "exported_";
@@ -224,15 +139,14 @@ std::optional<double> prom_sum(std::string_view text, std::string_view name, std
     const std::string_view line = text.substr(at, end - at);
     at = end + 1;
     if (line.empty() || line[0] == '#' || line.substr(0, name.size()) != name) continue;
-    Sample s;
-    if (!parse_sample(line, &s) || s.name != name) continue;
+    PromSample s;
+    if (!parse_prom_sample(line, &s) || s.name != name) continue;
     if (!label.empty()) {
       bool has = false;
-      for (const Label& l : s.labels) has = has || (l.name == key && l.quoted_value == quoted);
+      for (const PromLabel& l : s.labels) has = has || (l.name == key && l.quoted_value == quoted);
       if (!has) continue;
     }
-    const std::string_view v = s.rest.substr(0, s.rest.find_first_of(" \t"));
-    sum = sum.value_or(0) + std::strtod(std::string(v).c_str(), nullptr);
+    sum = sum.value_or(0) + s.value;
   }
   return sum;
 }

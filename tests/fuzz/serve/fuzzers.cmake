@@ -21,7 +21,7 @@ afd_add_fuzzer(fuzz_request
   ARGS -max_len=1048577)
 # PromMerger: workers' /metrics text merged by the front end (serve/metrics/prom_merge.h).
 afd_add_fuzzer(fuzz_prom_merge
-  SOURCES tests/fuzz/serve/fuzz_prom_merge.cpp src/serve/metrics/prom_merge.cpp
+  SOURCES tests/fuzz/serve/fuzz_prom_merge.cpp src/serve/metrics/prom_merge.cpp src/core/prom_text.cpp
   CORPUS corpus_prom)
 
 # HTTP request framing of every afd server (serve/http/request_reader.h): arbitrary bytes in

@@ -150,13 +150,14 @@ TEST(Eplb, CountsFromPrometheusAddWorkersSamples) {
       "afd_ffn_expert_tokens_total{worker=\"ffn-0\",layer=\"2\",expert=\"0\"} 5\n"
       "afd_ffn_expert_tokens_total{worker=\"ffn-0\",layer=\"2\",expert=\"1\"} 1\n"
       "afd_ffn_expert_tokens_total{worker=\"ffn-1\",layer=\"2\",expert=\"1\"} 2\n"
+      "afd_ffn_expert_tokens_total{worker=\"ffn-\\\"2\\\"\", layer=\"2\",expert=\"2\"} 4 1700000000000\r\n"
       "afd_ffn_steps_total 10\n"
       "afd_ffn_expert_tokens_total_created 3\n";
   auto c = parse_expert_counts(text, "metrics");
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c.value().n_experts, 3);
   EXPECT_EQ(c.value().layer_ids, (std::vector<int64_t>{2}));
-  EXPECT_EQ(c.value().counts[0], (std::vector<double>{5, 3, 0}));
+  EXPECT_EQ(c.value().counts[0], (std::vector<double>{5, 3, 4}));
 }
 
 TEST(Eplb, BadCountsFilesGetClearErrors) {
@@ -177,6 +178,9 @@ TEST(Eplb, BadCountsFilesGetClearErrors) {
                            "names expert 2 of 2"},
                        Bad{"afd_ffn_routed_experts{a=\"1\"} 0\n", "positive integer"},
                        Bad{"afd_ffn_expert_tokens_total{layer=\"0\"} 3\n", "integer labels"},
+                       Bad{"afd_ffn_expert_tokens_total 3\n", "integer labels"},
+                       Bad{"afd_ffn_expert_tokens_total{layer=\"0\",expert=\"0\" 3\n", "not a valid Prometheus sample"},
+                       Bad{"afd_ffn_expert_tokens_total{layer=\"0\",expert=\"0\"} 3 x\n", "not a valid Prometheus sample"},
                        Bad{"afd_ffn_expert_tokens_total{layer=\"0\",expert=\"0\"} -1\n", "not a finite"},
                        Bad{"something_else 1\n", "no afd_ffn_expert_tokens_total samples"}}) {
     auto c = parse_expert_counts(b.text, "f");
