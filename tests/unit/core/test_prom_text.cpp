@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/prom_text.h"
 
 namespace afd::test_prom_text {
