@@ -32,7 +32,10 @@ configure() {  # dir sanitizer
   elif command -v ccache >/dev/null; then
     launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   fi
-  cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAFD_SANITIZE="$2" \
+  # One unit per file (no unity build): a rerun after a fix recompiles only the file changed (and
+  # ccache keeps the rest), and every file is compiled alone, so one that does not include what
+  # it uses fails here.
+  cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAFD_SANITIZE="$2" -DAFD_UNITY_BUILD=OFF \
         -DAFD_BUILD_TESTS=ON -DAFD_BUILD_BENCH=OFF -DAFD_BUILD_FUZZ=OFF -DAFD_CUDA=OFF -DAFD_WERROR=OFF "${launcher[@]}"
 }
 
