@@ -161,13 +161,19 @@ def induction_rows(tok, rng, n, r_max=32, pool=0, unigram=None):
 
 
 @torch.no_grad()
-def copy_accuracy(model, tok, docs, n=24, max_tokens=400, seed=5):
+def copy_accuracy(model, tok, docs, n=24, max_tokens=400, seed=5, shuffle=False):
     """Top-1 next-token accuracy on the copied half of n exact copy units of held-out documents
-    (each X about max_tokens long): how well the model repeats text from far back."""
+    (each X about max_tokens long): how well the model repeats text from far back. shuffle: X's
+    words in a random order, so that only copying (not the language model) predicts the copy."""
     rng = random.Random(seed)
     hit = tot = 0
     for _ in range(n):
         ids, start = copy_unit(tok, docs, rng, max_tokens, 0.0)
+        if shuffle:
+            words = tok.decode(ids[1:start]).strip().split(" ")
+            rng.shuffle(words)
+            head = [tok.bos] + tok.encode(" ".join(words) + "\n\n")
+            ids, start = head + tok.encode(" ".join(words)) + [tok.eos], len(head)
         x = torch.tensor([ids])
         logits, _ = model.forward(x)
         pred = logits[0, start - 1:-1].argmax(-1)
@@ -425,7 +431,8 @@ def main():
                "lr": a.lr, "induction_rows": a.induction_rows, "induction_max": a.induction_max, "induction_pool": a.induction_pool,
                "induction_unigram": a.induction_unigram,
                "random_copy_top1": random_copy_accuracy(model, tok), "pooled_copy_top1": random_copy_accuracy(model, tok, pool=16),
-               "unigram_copy_top1": random_copy_accuracy(model, tok, unigram=text_unigram), "eval_copy_top1": copy_accuracy(model, tok, data["eval_docs"]), "init_copy_top1": init_copy}
+               "unigram_copy_top1": random_copy_accuracy(model, tok, unigram=text_unigram), "eval_copy_top1": copy_accuracy(model, tok, data["eval_docs"]), "init_copy_top1": init_copy,
+               "shuffled_copy_top1": copy_accuracy(model, tok, data["eval_docs"], n=16, max_tokens=100, shuffle=True)}
     if a.init and os.path.exists(os.path.join(a.init, "training.json")):
         metrics["first_phase"] = {k: v for k, v in load_json(os.path.join(a.init, "training.json")).items()
                                   if k != "first_phase"}
