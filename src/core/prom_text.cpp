@@ -9,15 +9,11 @@ namespace {
 bool name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':'; }
 bool name_char(char c) { return name_start(c) || std::isdigit(static_cast<unsigned char>(c)); }
 
-void skip_blanks(std::string_view s, size_t* i) {
-  while (*i < s.size() && (s[*i] == ' ' || s[*i] == '\t')) ++*i;
-}
-
 // `{name="value",...}` at s[*i] (with optional blanks and a trailing comma).
 bool take_labels(std::string_view s, size_t* i, std::vector<PromLabel>* out) {
   ++*i;  // '{'
   for (;;) {
-    skip_blanks(s, i);
+    skip_prom_blanks(s, i);
     if (*i < s.size() && s[*i] == '}') {
       ++*i;
       return true;
@@ -25,10 +21,10 @@ bool take_labels(std::string_view s, size_t* i, std::vector<PromLabel>* out) {
     PromLabel l;
     l.name = take_prom_name(s, i);
     if (l.name.empty()) return false;
-    skip_blanks(s, i);
+    skip_prom_blanks(s, i);
     if (*i >= s.size() || s[*i] != '=') return false;
     ++*i;
-    skip_blanks(s, i);
+    skip_prom_blanks(s, i);
     if (*i >= s.size() || s[*i] != '"') return false;
     const size_t b = (*i)++;
     while (*i < s.size() && s[*i] != '"') {
@@ -43,7 +39,7 @@ bool take_labels(std::string_view s, size_t* i, std::vector<PromLabel>* out) {
     for (const PromLabel& seen : *out)
       if (seen.name == l.name) return false;  // a label twice is invalid
     out->push_back(l);
-    skip_blanks(s, i);
+    skip_prom_blanks(s, i);
     if (*i < s.size() && s[*i] == ',') ++*i;
     else if (*i >= s.size() || s[*i] != '}') return false;
   }
@@ -60,6 +56,10 @@ bool is_number(std::string_view t, bool integer, double* value) {
 
 }  // namespace
 
+void skip_prom_blanks(std::string_view s, size_t* i) {
+  while (*i < s.size() && (s[*i] == ' ' || s[*i] == '\t')) ++*i;
+}
+
 std::string_view take_prom_name(std::string_view s, size_t* i) {
   const size_t b = *i;
   if (b >= s.size() || !name_start(s[b])) return {};
@@ -74,9 +74,9 @@ bool parse_prom_sample(std::string_view line, PromSample* out) {
   size_t i = 0;
   out->name = take_prom_name(line, &i);
   if (out->name.empty()) return false;
-  skip_blanks(line, &i);
+  skip_prom_blanks(line, &i);
   if (i < line.size() && line[i] == '{' && !take_labels(line, &i, &out->labels)) return false;
-  skip_blanks(line, &i);
+  skip_prom_blanks(line, &i);
   out->rest = line.substr(i);
   while (!out->rest.empty() && (out->rest.back() == ' ' || out->rest.back() == '\t' || out->rest.back() == '\r'))
     out->rest.remove_suffix(1);

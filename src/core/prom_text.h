@@ -29,6 +29,9 @@ struct PromSample {
 // *i unchanged) if there is none.
 std::string_view take_prom_name(std::string_view s, size_t* i);
 
+// Moves *i past the blanks (spaces, tabs) at s[*i]: the separators the format allows.
+void skip_prom_blanks(std::string_view s, size_t* i);
+
 // Parses a sample line, `name{label="value",...} value [timestamp]` (blanks allowed between the
 // parts, a trailing comma in the label set); not a comment or blank line. False if it does not
 // follow the format: no name, a malformed or repeated label, an unknown escape, a value that is

@@ -107,7 +107,8 @@ Result<ExpertCounts> counts_from_prometheus(const std::string& text, const std::
     const std::string_view name = take_prom_name(line, &name_end);
     if (name != series && name != experts_series) continue;  // other series and other lines are skipped
     PromSample sample;
-    if (!parse_prom_sample(line, &sample)) return corrupt_data(where + ": " + std::string(name) + ": not a valid Prometheus sample line");
+    if (!parse_prom_sample(line, &sample))
+      return corrupt_data(where + ": " + std::string(name) + ": not a valid Prometheus sample line");
     const double v = sample.value;
     if (name == experts_series) {
       if (!(v >= 1 && v <= (1 << 20) && v == std::floor(v)))

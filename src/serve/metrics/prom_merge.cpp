@@ -8,10 +8,6 @@
 namespace afd::serve {
 namespace {
 
-void skip_blanks(std::string_view s, size_t* i) {
-  while (*i < s.size() && (s[*i] == ' ' || s[*i] == '\t')) ++*i;
-}
-
 // The family a sample named `name` belongs to, given the family of the last # HELP/# TYPE.
 bool belongs_to(std::string_view name, const std::string& family, const std::string& type) {
   if (family.empty() || name.substr(0, family.size()) != family) return false;
@@ -42,17 +38,17 @@ size_t PromMerger::add(std::string_view text, const std::string& label) {
     text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     size_t i = 0;
-    skip_blanks(line, &i);
+    skip_prom_blanks(line, &i);
     if (i == line.size()) continue;
     if (line[i] == '#') {
       ++i;
-      skip_blanks(line, &i);
+      skip_prom_blanks(line, &i);
       const bool help = line.substr(i, 4) == "HELP", type = line.substr(i, 4) == "TYPE";
       if (!help && !type) continue;  // other comments carry nothing
       i += 4;
-      skip_blanks(line, &i);
+      skip_prom_blanks(line, &i);
       const std::string_view name = take_prom_name(line, &i);
-      skip_blanks(line, &i);
+      skip_prom_blanks(line, &i);
       const std::string_view arg = line.substr(i);
       if (name.empty() || (type && arg != "counter" && arg != "gauge" && arg != "histogram" && arg != "summary" &&
                            arg != "untyped")) {
