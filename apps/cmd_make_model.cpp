@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "engine_flags.h"
 #include "serve/text/tokenizer_writer.h"
 #include "model/tools/make_model.h"
 
@@ -45,26 +46,21 @@ struct MakeModelFlags {
   std::string norm_topk_prob;  // "" = preset, "true" | "false"
 };
 
-[[noreturn]] void make_model_fail(const std::string& msg) {
-  std::fprintf(stderr, "afd make-model: %s\n", msg.c_str());
-  throw CLI::RuntimeError(1);
-}
-
 // The configuration of --config: a config.json file, or a model directory (its config.json
 // and generation_config.json, load_model_config).
 ModelConfig config_from_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     auto c = load_model_config(path);
-    if (!c.ok()) make_model_fail("--config: " + c.status().to_string());
+    if (!c.ok()) fail("make-model", "--config: " + c.status().to_string());
     return *c;
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) make_model_fail("--config: " + path + ": cannot open for reading");
+  if (!in) fail("make-model", "--config: " + path + ": cannot open for reading");
   std::ostringstream text;
   text << in.rdbuf();
   auto c = parse_model_config(text.str(), path);
-  if (!c.ok()) make_model_fail("--config: " + c.status().to_string());
+  if (!c.ok()) fail("make-model", "--config: " + c.status().to_string());
   return *c;
 }
 
@@ -72,7 +68,7 @@ ModelConfig config_from_file(const std::string& path) {
 ModelConfig config_from_preset(const MakeModelFlags& f, bool mlp_only_given) {
   // The message names the unknown architecture or preset.
   auto preset = make_preset_config(f.arch, f.preset);
-  if (!preset.ok()) make_model_fail("--arch / --preset: " + preset.status().message());
+  if (!preset.ok()) fail("make-model", "--arch / --preset: " + preset.status().message());
   ModelConfig c = *preset;
   const Arch arch = c.arch;
   auto set = [](int64_t v, int64_t* field) {
@@ -95,20 +91,24 @@ ModelConfig config_from_preset(const MakeModelFlags& f, bool mlp_only_given) {
   const bool deepseek = arch == Arch::deepseek_v2 || arch == Arch::deepseek_v3;
   if (deepseek) {
     // DeepSeek's shared experts are n_shared_experts routed-expert-sized FFNs.
-    if (f.shared_inter >= 0) make_model_fail("--shared-inter: deepseek's shared width is n_shared_experts * --moe-inter");
+    if (f.shared_inter >= 0) {
+      fail("make-model", "--shared-inter: deepseek's shared width is n_shared_experts * --moe-inter");
+    }
     c.shared_expert_intermediate_size = c.n_shared_experts * c.moe_intermediate_size;
   } else if (arch != Arch::qwen2_moe && arch != Arch::step3_text && c.shared_expert_intermediate_size > 0) {
-    make_model_fail("--shared-inter: only qwen2_moe and step3_text have a shared expert");
+    fail("make-model", "--shared-inter: only qwen2_moe and step3_text have a shared expert");
   }
-  if (f.tied && arch == Arch::step3_text) make_model_fail("--tied: step3_text checkpoints are untied");
+  if (f.tied && arch == Arch::step3_text) fail("make-model", "--tied: step3_text checkpoints are untied");
   if (mlp_only_given) c.mlp_only_layers = f.mlp_only_layers;
   if (f.norm_topk_prob == "true") c.norm_topk_prob = true;
   else if (f.norm_topk_prob == "false") c.norm_topk_prob = false;
-  else if (!f.norm_topk_prob.empty()) make_model_fail("--norm-topk-prob: expected true or false");
-  if (arch == Arch::mixtral && !c.norm_topk_prob) make_model_fail("--norm-topk-prob: mixtral always renormalises");
+  else if (!f.norm_topk_prob.empty()) fail("make-model", "--norm-topk-prob: expected true or false");
+  if (arch == Arch::mixtral && !c.norm_topk_prob) fail("make-model", "--norm-topk-prob: mixtral always renormalises");
   c.tie_word_embeddings = f.tied;
-  if (f.mtp < 0) make_model_fail("--mtp: must be >= 0");
-  if (f.mtp > 0 && !deepseek) make_model_fail("--mtp: MTP modules are DeepSeek's (deepseek_v2, deepseek_v3, kimi_k2)");
+  if (f.mtp < 0) fail("make-model", "--mtp: must be >= 0");
+  if (f.mtp > 0 && !deepseek) {
+    fail("make-model", "--mtp: MTP modules are DeepSeek's (deepseek_v2, deepseek_v3, kimi_k2)");
+  }
   c.num_nextn_predict_layers = f.mtp;
   // Special tokens take the top ids of the written tokenizer (serve/text/tokenizer_writer.h):
   // <|endoftext|> = V-3 (bos, and an eos as in Qwen's generation_config), <|im_end|> = V-1.
@@ -117,7 +117,7 @@ ModelConfig config_from_preset(const MakeModelFlags& f, bool mlp_only_given) {
     c.bos_token_id = c.vocab_size - 3;
     c.eos_token_ids = {c.vocab_size - 1, c.vocab_size - 3};
   }
-  if (Status s = c.validate(); !s.is_ok()) make_model_fail("invalid model shape: " + s.message());
+  if (Status s = c.validate(); !s.is_ok()) fail("make-model", "invalid model shape: " + s.message());
   return c;
 }
 
@@ -125,7 +125,7 @@ void run(const MakeModelFlags& f, bool mlp_only_given, const std::vector<CLI::Op
   ModelConfig c;
   if (!f.config.empty()) {
     for (const CLI::Option* o : preset_options) {
-      if (o->count() > 0) make_model_fail(o->get_name() + ": not with --config (the config file sets the model)");
+      if (o->count() > 0) fail("make-model", o->get_name() + ": not with --config (the config file sets the model)");
     }
     c = config_from_file(f.config);
     // The file's quantization follows --dtype, not the source config.
@@ -141,12 +141,12 @@ void run(const MakeModelFlags& f, bool mlp_only_given, const std::vector<CLI::Op
   opt.shard_size = f.shard_size;
   if (f.layout == "per-expert") opt.layout = ExpertLayout::per_expert;
   else if (f.layout == "fused") opt.layout = ExpertLayout::fused;
-  else make_model_fail("--layout '" + f.layout + "': expected per-expert or fused");
+  else fail("make-model", "--layout '" + f.layout + "': expected per-expert or fused");
   if (f.dtype == "bf16") opt.dtype = DType::bf16;
   else if (f.dtype == "f16") opt.dtype = DType::f16;
   else if (f.dtype == "f32") opt.dtype = DType::f32;
   else if (f.dtype == "fp8") opt.dtype = DType::f8_e4m3;
-  else make_model_fail("--dtype '" + f.dtype + "': expected bf16, f16, f32 or fp8");
+  else fail("make-model", "--dtype '" + f.dtype + "': expected bf16, f16, f32 or fp8");
   // Tokenizer files: copied from --tokenizer, else written (tokenizer.json byte-level BPE +
   // tokenizer_config.json with a chat template).
   if (!f.tokenizer.empty()) {
@@ -159,7 +159,7 @@ void run(const MakeModelFlags& f, bool mlp_only_given, const std::vector<CLI::Op
 
   const auto t0 = std::chrono::steady_clock::now();
   auto rep = make_model(c, opt);
-  if (!rep.ok()) make_model_fail(rep.status().to_string());
+  if (!rep.ok()) fail("make-model", rep.status().to_string());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string what = !f.config.empty() ? "from " + f.config : f.preset;
   std::printf("wrote %s: %s %s%s, %lld tensors, %.1f MB of weights (%s), %zu file(s), %.2f s\n", f.out.c_str(),

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "engine_flags.h"
 #include "model/quantize.h"
 
 namespace afd::cli {
@@ -17,22 +18,17 @@ struct QuantizeFlags {
   uint64_t shard_size = 2'000'000'000;
 };
 
-[[noreturn]] void quantize_fail(const std::string& msg) {
-  std::fprintf(stderr, "afd quantize: %s\n", msg.c_str());
-  throw CLI::RuntimeError(1);
-}
-
 void run(const QuantizeFlags& f) {
-  if (f.fp8 == f.dequantize) quantize_fail("give exactly one of --fp8 and --dequantize");
+  if (f.fp8 == f.dequantize) fail("quantize", "give exactly one of --fp8 and --dequantize");
   ConvertOptions opt;
   opt.mode = f.fp8 ? ConvertOptions::Mode::fp8_block : ConvertOptions::Mode::dequantize;
   opt.shard_size = f.shard_size;
   if (f.dtype == "f32") opt.dequantize_dtype = DType::f32;
   else if (f.dtype == "bf16") opt.dequantize_dtype = DType::bf16;
-  else quantize_fail("--dtype '" + f.dtype + "': expected f32 or bf16");
+  else fail("quantize", "--dtype '" + f.dtype + "': expected f32 or bf16");
   const auto t0 = std::chrono::steady_clock::now();
   auto rep = convert_checkpoint(f.model, f.out, opt);
-  if (!rep.ok()) quantize_fail(rep.status().to_string());
+  if (!rep.ok()) fail("quantize", rep.status().to_string());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("wrote %s: %lld tensors %s, %lld copied; %.1f MB of tensors -> %.1f MB, %zu file(s), %.2f s\n",
               f.out.c_str(), static_cast<long long>(rep->tensors_converted), f.fp8 ? "quantized to FP8 blocks" : "dequantized",

@@ -228,9 +228,11 @@ Result<std::vector<int32_t>> parse_id_list(const std::string& s) {
   return out;
 }
 
-void fail(const char* cmd, const Status& s) {
-  std::fprintf(stderr, "afd %s: error: %s\n", cmd, s.to_string().c_str());
+void fail(const char* cmd, const std::string& message) {
+  std::fprintf(stderr, "afd %s: error: %s\n", cmd, message.c_str());
   throw CLI::RuntimeError(1);
 }
+
+void fail(const char* cmd, const Status& s) { fail(cmd, s.to_string()); }
 
 }  // namespace afd::cli

@@ -54,7 +54,8 @@ Result<std::vector<int32_t>> parse_id_list(const std::string& s);
 // Parses "1,8,32" into positive integers.
 Result<std::vector<int64_t>> parse_int_list(const std::string& s, const char* what);
 
-// Prints "afd <cmd>: error: <status>" and throws CLI::RuntimeError(1).
+// Print "afd <cmd>: error: <message>" and throw CLI::RuntimeError(1).
+[[noreturn]] void fail(const char* cmd, const std::string& message);
 [[noreturn]] void fail(const char* cmd, const Status& s);
 
 }  // namespace afd::cli
