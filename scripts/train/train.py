@@ -101,24 +101,44 @@ def copy_unit(tok, plain, rng, max_tokens, edit_rate):
     return head + tok.encode(y) + [tok.eos], len(head)
 
 
-def random_copy_unit(tok, rng, n, pool=0, unigram=None):
-    """[bos] R "\n\n" R [eos]: R n ids drawn uniformly from the ordinary tokens, or with pool > 0
+def random_copy_unit(tok, rng, n, pool=0, unigram=None, spans=None, gap=None):
+    """[bos] A R B "\n\n" R [eos]: R n ids drawn uniformly from the ordinary tokens, or with pool > 0
     from `pool` of them chosen for the unit (ids then recur within R, as words do in text, so the
     id before a position no longer tells where the copy is), or with unigram = (ids, cumulative
-    weights) as often as text uses them. Only copying predicts R's second half, so these units
-    teach the induction that text copies need.
-    -> (ids, targets): targets 0 where the id is noise no model can predict (bos, R's first
-    half, the separator), 1 on the copy and its eos."""
+    weights) as often as text uses them, or with spans = (word list, K) as runs of 1..K
+    consecutive words of the training text taken at random places (K = 1: random words), cut to
+    n ids: text-shaped, yet only copying predicts where each run goes. Only copying predicts R's
+    second half, so these units teach the induction that text copies need.
+    A and B are empty, or with gap = (word list, G) runs of training text of 0..G ids each: then
+    neither R's offset from bos nor its distance to the copy is fixed, and only matching the
+    copy's ids against R (not counting positions) finds where it continues.
+    -> (ids, targets): targets 0 where the id is noise no model can predict (bos, A, R's first
+    half, B, the separator), 1 on the copy and its eos."""
     alphabet = rng.sample(range(256, tok.bos), pool) if pool else None
-    if unigram:
+    if spans:
+        r = text_run(tok, rng, spans[0], n, spans[1])
+    elif unigram:
         r = rng.choices(unigram[0], cum_weights=unigram[1], k=n)
     else:
         r = [rng.choice(alphabet) if alphabet else rng.randrange(256, tok.bos) for _ in range(n)]
-    ids = [tok.bos] + r + tok.encode("\n\n") + r + [tok.eos]
+    a = b = []
+    if gap:
+        a, b = (text_run(tok, rng, gap[0], rng.randint(0, gap[1]), 64) for _ in range(2))
+    ids = [tok.bos] + a + r + b + tok.encode("\n\n") + r + [tok.eos]
     return ids, [0] * (len(ids) - n - 1) + [1] * (n + 1)
 
 
-def copy_row(tok, plain, rng, length, copy_max, random_share=0.5, random_max=128, pool=0, unigram=None):
+def text_run(tok, rng, words, n, k_max):
+    """n ids of runs of 1..k_max consecutive words of `words` taken at random places."""
+    r = []
+    while len(r) < n:
+        i = rng.randrange(len(words) - k_max)
+        r += tok.encode(" " + " ".join(words[i:i + rng.randint(1, k_max)]))
+    return r[:n]
+
+
+def copy_row(tok, plain, rng, length, copy_max, random_share=0.5, random_max=128, pool=0, unigram=None,
+             spans=None, gap=None):
     """One training row of `length` ids packed with copy units: random_share of them runs of
     random tokens (8..min(random_max, copy_max)) repeated once, the others runs of text
     (32..copy_max tokens; exact copies, or with 3 % of the words swapped).
@@ -127,7 +147,8 @@ def copy_row(tok, plain, rng, length, copy_max, random_share=0.5, random_max=128
     row, tgt = [], []
     while len(row) < length:
         if rng.random() < random_share:
-            ids, t = random_copy_unit(tok, rng, rng.randint(8, min(random_max, copy_max)), pool, unigram)
+            ids, t = random_copy_unit(tok, rng, rng.randint(8, min(random_max, copy_max)), pool, unigram, spans,
+                                     gap)
             row, tgt = row + ids, tgt + t
             continue
         ids, _ = copy_unit(tok, plain, rng, rng.randint(32, copy_max), 0.0 if rng.random() < 0.5 else 0.03)
@@ -136,12 +157,12 @@ def copy_row(tok, plain, rng, length, copy_max, random_share=0.5, random_max=128
 
 
 @torch.no_grad()
-def random_copy_accuracy(model, tok, n=16, length=32, seed=11, pool=0, unigram=None):
+def random_copy_accuracy(model, tok, n=16, length=32, seed=11, pool=0, unigram=None, spans=None, gap=None):
     """Top-1 on the repeated half of n held-out random_copy_units of `length` ids: induction alone."""
     rng = random.Random(seed)
     hit = tot = 0
     for _ in range(n):
-        ids, _ = random_copy_unit(tok, rng, length, pool, unigram)
+        ids, _ = random_copy_unit(tok, rng, length, pool, unigram, spans, gap)
         x = torch.tensor([ids[:-1]])
         pred = model.forward(x)[0][0, -length - 1:-1].argmax(-1)
         hit += int((pred == torch.tensor(ids[-length - 1:-1])).sum())
@@ -149,11 +170,12 @@ def random_copy_accuracy(model, tok, n=16, length=32, seed=11, pool=0, unigram=N
     return hit / tot
 
 
-def induction_rows(tok, rng, n, r_max=32, pool=0, unigram=None):
-    """n rows of 257 ids packed with random_copy_units (R of 8..r_max ids, drawn as random_copy_unit's
-    pool / unigram say) -> (x [n, 256], y [n, 256]) with y -100 (not scored) except on the repeated
+def induction_rows(tok, rng, n, r_max=32, pool=0, unigram=None, spans=None, length=256, gap=None):
+    """n rows of length + 1 ids packed with random_copy_units (R of 8..r_max ids, drawn as
+    random_copy_unit's pool / unigram / spans / gap say) -> (x [n, length], y [n, length]) with y -100 (not scored) except on the repeated
     halves: only copying lowers their loss, and the unpredictable first halves add no gradient."""
-    rows = [copy_row(tok, None, rng, 257, r_max, random_share=1.0, random_max=r_max, pool=pool, unigram=unigram)
+    rows = [copy_row(tok, None, rng, length + 1, r_max, random_share=1.0, random_max=r_max, pool=pool, unigram=unigram,
+                     spans=spans, gap=gap)
             for _ in range(n)]
     chunk = torch.tensor([r for r, _ in rows])
     scored = torch.tensor([t for _, t in rows]) != 0
@@ -293,10 +315,17 @@ def main():
     ap.add_argument("--induction-rows", type=int, default=0,
                     help="rows of repeated random tokens per step (induction_rows), scored on the copies only")
     ap.add_argument("--induction-max", type=int, default=32, help="longest random run R of the induction rows")
+    ap.add_argument("--induction-len", type=int, default=256,
+                    help="induction row length in tokens (a unit takes 2 R + 4 of them, plus the gaps)")
+    ap.add_argument("--induction-gap", type=int, default=0,
+                    help="put 0..G ids of training text before each induction unit's R and between R and its copy")
     ap.add_argument("--induction-pool", type=int, default=0,
                     help="draw each induction unit's R from this many ids (0: from all), so that ids recur as in text")
     ap.add_argument("--induction-unigram", action="store_true",
                     help="draw the induction units' ids as often as the training text uses them")
+    ap.add_argument("--induction-words", type=int, default=0,
+                    help="build the induction units from runs of 1..K consecutive training-text words taken "
+                         "at random places (1: random words); 0: from single ids")
     ap.add_argument("--stop-file", help="end the training at the next held-out evaluation once this file exists "
                                         "(writing everything as after the last step)")
     ap.add_argument("--bench", action="store_true", help="time 10 steps and exit")
@@ -331,6 +360,11 @@ def main():
     freq = np.bincount(stream, minlength=VOCAB)[:tok.bos]  # the ordinary tokens' counts in the training text
     text_unigram = (list(range(tok.bos)), np.cumsum(freq).tolist())
     unigram = text_unigram if a.induction_unigram else None
+    train_words = " ".join(data["train_plain"]).split()
+    spans = (train_words, a.induction_words) if a.induction_words else None
+    gap = (train_words, a.induction_gap) if a.induction_gap else None
+    word_copy = lambda: random_copy_accuracy(model, tok, spans=(train_words, 1))
+    gapped_copy = lambda: random_copy_accuracy(model, tok, spans=(train_words, 8), gap=(train_words, 192))
     print(f"{len(docs)} training documents, {len(stream)} tokens, {n_chunks} chunks of {SEQ}", flush=True)
     with open(os.path.join(a.out, "eval.txt"), "w") as f:
         f.write("\n\n".join(data["eval_docs"]) + "\n")
@@ -377,7 +411,8 @@ def main():
             total = total + a.mtp_weight * F.cross_entropy(
                 ml.reshape(-1, VOCAB), y2.masked_fill(~scored[:, 2:SEQ + 2], -100).reshape(-1), ignore_index=-100)
         if a.induction_rows:
-            ix, iy = induction_rows(tok, copy_rng, a.induction_rows, a.induction_max, a.induction_pool, unigram)
+            ix, iy = induction_rows(tok, copy_rng, a.induction_rows, a.induction_max, a.induction_pool, unigram,
+                                    spans, a.induction_len, gap)
             il = F.cross_entropy(model.forward(ix)[0].reshape(-1, VOCAB), iy.reshape(-1), ignore_index=-100)
             total = total + il
             ind_acc += il.item()
@@ -412,7 +447,8 @@ def main():
                     point.update(eval_copy_top1=copy_accuracy(model, tok, data["eval_docs"], n=8),
                                  random_copy_top1=random_copy_accuracy(model, tok),
                                  pooled_copy_top1=random_copy_accuracy(model, tok, pool=16),
-                                 unigram_copy_top1=random_copy_accuracy(model, tok, unigram=text_unigram))
+                                 unigram_copy_top1=random_copy_accuracy(model, tok, unigram=text_unigram),
+                                 word_copy_top1=word_copy(), gapped_copy_top1=gapped_copy())
             curve.append(point)
             print(json.dumps(point), flush=True)
             if "eval_ppl" in point and a.stop_file and os.path.exists(a.stop_file):
@@ -429,7 +465,9 @@ def main():
                "params": sum(p.numel() for p in model.state().values()),
                "seq": SEQ, "copy_frac": a.copy_frac, "copy_random": a.copy_random, "init": os.path.basename(os.path.normpath(a.init)) if a.init else None,
                "lr": a.lr, "induction_rows": a.induction_rows, "induction_max": a.induction_max, "induction_pool": a.induction_pool,
-               "induction_unigram": a.induction_unigram,
+               "induction_unigram": a.induction_unigram, "induction_words": a.induction_words,
+               "induction_len": a.induction_len, "induction_gap": a.induction_gap,
+               "word_copy_top1": word_copy(), "gapped_copy_top1": gapped_copy(),
                "random_copy_top1": random_copy_accuracy(model, tok), "pooled_copy_top1": random_copy_accuracy(model, tok, pool=16),
                "unigram_copy_top1": random_copy_accuracy(model, tok, unigram=text_unigram), "eval_copy_top1": copy_accuracy(model, tok, data["eval_docs"]), "init_copy_top1": init_copy,
                "shuffled_copy_top1": copy_accuracy(model, tok, data["eval_docs"], n=16, max_tokens=100, shuffle=True)}
