@@ -172,8 +172,9 @@ def random_copy_accuracy(model, tok, n=16, length=32, seed=11, pool=0, unigram=N
 
 def induction_rows(tok, rng, n, r_max=32, pool=0, unigram=None, spans=None, length=256, gap=None):
     """n rows of length + 1 ids packed with random_copy_units (R of 8..r_max ids, drawn as
-    random_copy_unit's pool / unigram / spans / gap say) -> (x [n, length], y [n, length]) with y -100 (not scored) except on the repeated
-    halves: only copying lowers their loss, and the unpredictable first halves add no gradient."""
+    random_copy_unit's pool / unigram / spans / gap say) -> (x [n, length], y [n, length]) with
+    y -100 (not scored) except on the repeated halves: only copying lowers their loss, and the
+    unpredictable first halves add no gradient."""
     rows = [copy_row(tok, None, rng, length + 1, r_max, random_share=1.0, random_max=r_max, pool=pool, unigram=unigram,
                      spans=spans, gap=gap)
             for _ in range(n)]
