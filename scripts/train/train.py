@@ -464,13 +464,17 @@ def main():
                "eval_mtp_top1": final[2], "unigram_ppl": math.exp(uni),
                "ppl_over_unigram": math.exp(final[0]) / math.exp(uni),
                "params": sum(p.numel() for p in model.state().values()),
-               "seq": SEQ, "copy_frac": a.copy_frac, "copy_random": a.copy_random, "init": os.path.basename(os.path.normpath(a.init)) if a.init else None,
-               "lr": a.lr, "induction_rows": a.induction_rows, "induction_max": a.induction_max, "induction_pool": a.induction_pool,
-               "induction_unigram": a.induction_unigram, "induction_words": a.induction_words,
-               "induction_len": a.induction_len, "induction_gap": a.induction_gap,
+               "seq": SEQ, "copy_frac": a.copy_frac, "copy_random": a.copy_random,
+               "init": os.path.basename(os.path.normpath(a.init)) if a.init else None, "lr": a.lr,
+               "induction_rows": a.induction_rows, "induction_max": a.induction_max,
+               "induction_pool": a.induction_pool, "induction_unigram": a.induction_unigram,
+               "induction_words": a.induction_words, "induction_len": a.induction_len,
+               "induction_gap": a.induction_gap,
                "word_copy_top1": word_copy(), "gapped_copy_top1": gapped_copy(),
-               "random_copy_top1": random_copy_accuracy(model, tok), "pooled_copy_top1": random_copy_accuracy(model, tok, pool=16),
-               "unigram_copy_top1": random_copy_accuracy(model, tok, unigram=text_unigram), "eval_copy_top1": copy_accuracy(model, tok, data["eval_docs"]), "init_copy_top1": init_copy,
+               "random_copy_top1": random_copy_accuracy(model, tok),
+               "pooled_copy_top1": random_copy_accuracy(model, tok, pool=16),
+               "unigram_copy_top1": random_copy_accuracy(model, tok, unigram=text_unigram),
+               "eval_copy_top1": copy_accuracy(model, tok, data["eval_docs"]), "init_copy_top1": init_copy,
                "shuffled_copy_top1": copy_accuracy(model, tok, data["eval_docs"], n=16, max_tokens=100, shuffle=True)}
     if a.init and os.path.exists(os.path.join(a.init, "training.json")):
         metrics["first_phase"] = {k: v for k, v in load_json(os.path.join(a.init, "training.json")).items()
