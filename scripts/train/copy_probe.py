@@ -24,21 +24,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "reference"))
 
 import corpus  # noqa: E402
 import model as M  # noqa: E402
-import safetensors_io as st  # noqa: E402
 import tokenizer as tk  # noqa: E402
 import train as T  # noqa: E402
-
-
-def load(model_dir):
-    m = M.Model(T.load_json(os.path.join(model_dir, "config.json")), 1)
-    trained = os.path.join(model_dir, "trained.safetensors")
-    ts = st.read_file(trained) if os.path.exists(trained) else st.load_dir(model_dir)
-    with torch.no_grad():
-        for k, p in m.P.items():
-            if k not in ts:
-                raise SystemExit(f"{model_dir}: tensor {k} missing")
-            p.copy_(torch.from_numpy(ts[k].to_f64()).float().reshape(p.shape))
-    return m
 
 
 def main():
@@ -50,19 +37,21 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     tok = tk.Tokenizer.read(a.tokenizer or a.model)
-    m = load(a.model)
+    m = M.Model(T.load_json(os.path.join(a.model, "config.json")), 1)
+    T.load_init(m, a.model)
     words = " ".join(corpus.build(seed=1)["eval_docs"]).split()
     sep = tok.encode("\n\n")
 
-    def run(n):
+    def run(rng, n):
         i = rng.randrange(len(words) - 400)
         return tok.encode(" " + " ".join(words[i:i + 400]))[:n]
 
     @torch.no_grad()
     def top1(r_len, before, between):
+        rng = random.Random(4)
         hit = tot = 0
         for _ in range(a.units):
-            r, pre, mid = run(r_len), run(before) if before else [], run(between) if between else []
+            r, pre, mid = run(rng, r_len), run(rng, before) if before else [], run(rng, between) if between else []
             ids = [tok.bos] + pre + r + mid + sep + r
             start = len(ids) - len(r)
             pred = m.forward(torch.tensor([ids]))[0][0, start:-1].argmax(-1)
@@ -75,7 +64,6 @@ def main():
     rows = [(n, 0, 0) for n in (32, 48, 64, 80, 100, 150, 250)]
     rows += [(32, f, 0) for f in (32, 64, 128, 256)] + [(32, 0, f) for f in (32, 64, 128, 256)]
     for n, before, between in rows:
-        rng = random.Random(4)
         print(f"| {n} | {before} | {between} | {top1(n, before, between):.3f} |", flush=True)
 
 

@@ -211,8 +211,10 @@ def load_json(path):
 
 
 def load_init(model, model_dir):
-    """Overwrites the model's parameters with a packaged checkpoint's (same config)."""
-    ts = st.load_dir(model_dir)
+    """Overwrites the model's parameters with a checkpoint's (same config): a packaged model
+    directory (model.safetensors), or a training run's WORK directory (trained.safetensors)."""
+    trained = os.path.join(model_dir, "trained.safetensors")
+    ts = st.read_file(trained) if os.path.exists(trained) else st.load_dir(model_dir)
     for k, p in model.P.items():
         if k not in ts:
             raise SystemExit(f"--init {model_dir}: tensor {k} missing")
@@ -309,7 +311,8 @@ def main():
     ap.add_argument("--mtp-weight", type=float, default=0.3)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--seq", type=int, default=128, help="training row length in tokens")
-    ap.add_argument("--init", help="continue from this packaged checkpoint (same --arch) instead of random weights")
+    ap.add_argument("--init", help="continue from this packaged checkpoint or WORK directory (same --arch) instead "
+                                   "of random weights")
     ap.add_argument("--copy-frac", type=float, default=0.0,
                     help="share of each batch's rows packed with copy units (copy_row) instead of text")
     ap.add_argument("--copy-random", type=float, default=0.5, help="share of copy units that repeat random tokens")
