@@ -85,6 +85,8 @@ class Model:
             P.mat(p + "eh_proj.weight", H, 2 * H)
             P.norm(p + "shared_head.norm.weight", H)
         self.P = P.p
+        self.watch = {}  # {layer: head}: forward() keeps that head's attention in seen[layer] [B, T, T]
+        self.seen = {}
         if self.step3:
             hd = c["head_dim"]
             self.inv_freq = c["rope_theta"] ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
@@ -200,7 +202,10 @@ class Model:
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         s = (qh @ kh.transpose(-1, -2)) * self.scale
         mask = torch.ones(T, T, dtype=torch.bool).triu(1)
-        o = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1) @ vh          # [B, N, T, Vd]
+        probs = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)            # [B, N, T, T]
+        if l in self.watch:
+            self.seen[l] = probs[:, self.watch[l]]
+        o = probs @ vh                                                               # [B, N, T, Vd]
         return F.linear(o.transpose(1, 2).reshape(B, T, N * Vd), P[a + "o_proj.weight"])
 
     def _moe(self, l, x, stats):

@@ -112,8 +112,9 @@ def random_copy_unit(tok, rng, n, pool=0, unigram=None, spans=None, gap=None):
     A and B are empty, or with gap = (word list, G) runs of training text of 0..G ids each: then
     neither R's offset from bos nor its distance to the copy is fixed, and only matching the
     copy's ids against R (not counting positions) finds where it continues.
-    -> (ids, targets): targets 0 where the id is noise no model can predict (bos, A, R's first
-    half, B, the separator), 1 on the copy and its eos."""
+    -> (ids, targets, src): targets 0 where the id is noise no model can predict (bos, A, R's first
+    half, B, the separator), 1 on the copy and its eos; src[i] the position in ids that a copy
+    continues from at i (where R's i-th id was first followed by the next one), -1 where none."""
     alphabet = rng.sample(range(256, tok.bos), pool) if pool else None
     if spans:
         r = text_run(tok, rng, spans[0], n, spans[1])
@@ -125,7 +126,11 @@ def random_copy_unit(tok, rng, n, pool=0, unigram=None, spans=None, gap=None):
     if gap:
         a, b = (text_run(tok, rng, gap[0], rng.randint(0, gap[1]), 64) for _ in range(2))
     ids = [tok.bos] + a + r + b + tok.encode("\n\n") + r + [tok.eos]
-    return ids, [0] * (len(ids) - n - 1) + [1] * (n + 1)
+    first, second = 1 + len(a), len(ids) - n - 1
+    src = [-1] * len(ids)
+    for k in range(n - 1):
+        src[second + k] = first + k + 1
+    return ids, [0] * (len(ids) - n - 1) + [1] * (n + 1), src
 
 
 def text_run(tok, rng, words, n, k_max):
@@ -142,18 +147,18 @@ def copy_row(tok, plain, rng, length, copy_max, random_share=0.5, random_max=128
     """One training row of `length` ids packed with copy units: random_share of them runs of
     random tokens (8..min(random_max, copy_max)) repeated once, the others runs of text
     (32..copy_max tokens; exact copies, or with 3 % of the words swapped).
-    -> (ids, targets): targets 0 on ids that are random noise (random_copy_unit), so that the
-    loss skips them; 1 elsewhere."""
-    row, tgt = [], []
+    -> (ids, targets, src): targets 0 on ids that are random noise (random_copy_unit), so that the
+    loss skips them, 1 elsewhere; src as random_copy_unit's (-1 in text copy units)."""
+    row, tgt, src = [], [], []
     while len(row) < length:
         if rng.random() < random_share:
-            ids, t = random_copy_unit(tok, rng, rng.randint(8, min(random_max, copy_max)), pool, unigram, spans,
-                                     gap)
-            row, tgt = row + ids, tgt + t
+            ids, t, sr = random_copy_unit(tok, rng, rng.randint(8, min(random_max, copy_max)), pool, unigram, spans,
+                                          gap)
+            row, tgt, src = row + ids, tgt + t, src + [j + len(row) if j >= 0 else -1 for j in sr]
             continue
         ids, _ = copy_unit(tok, plain, rng, rng.randint(32, copy_max), 0.0 if rng.random() < 0.5 else 0.03)
-        row, tgt = row + ids, tgt + [1] * len(ids)
-    return row[:length], tgt[:length]
+        row, tgt, src = row + ids, tgt + [1] * len(ids), src + [-1] * len(ids)
+    return row[:length], tgt[:length], src[:length]
 
 
 @torch.no_grad()
@@ -162,7 +167,7 @@ def random_copy_accuracy(model, tok, n=16, length=32, seed=11, pool=0, unigram=N
     rng = random.Random(seed)
     hit = tot = 0
     for _ in range(n):
-        ids, _ = random_copy_unit(tok, rng, length, pool, unigram, spans, gap)
+        ids = random_copy_unit(tok, rng, length, pool, unigram, spans, gap)[0]
         x = torch.tensor([ids[:-1]])
         pred = model.forward(x)[0][0, -length - 1:-1].argmax(-1)
         hit += int((pred == torch.tensor(ids[-length - 1:-1])).sum())
@@ -172,15 +177,16 @@ def random_copy_accuracy(model, tok, n=16, length=32, seed=11, pool=0, unigram=N
 
 def induction_rows(tok, rng, n, r_max=32, pool=0, unigram=None, spans=None, length=256, gap=None):
     """n rows of length + 1 ids packed with random_copy_units (R of 8..r_max ids, drawn as
-    random_copy_unit's pool / unigram / spans / gap say) -> (x [n, length], y [n, length]) with
-    y -100 (not scored) except on the repeated halves: only copying lowers their loss, and the
-    unpredictable first halves add no gradient."""
+    random_copy_unit's pool / unigram / spans / gap say) -> (x [n, length], y [n, length],
+    src [n, length]) with y -100 (not scored) except on the repeated halves: only copying lowers
+    their loss, and the unpredictable first halves add no gradient; src as random_copy_unit's."""
     rows = [copy_row(tok, None, rng, length + 1, r_max, random_share=1.0, random_max=r_max, pool=pool, unigram=unigram,
                      spans=spans, gap=gap)
             for _ in range(n)]
-    chunk = torch.tensor([r for r, _ in rows])
-    scored = torch.tensor([t for _, t in rows]) != 0
-    return chunk[:, :-1], chunk[:, 1:].masked_fill(~scored[:, 1:], -100)
+    chunk = torch.tensor([r for r, _, _ in rows])
+    scored = torch.tensor([t for _, t, _ in rows]) != 0
+    src = torch.tensor([s[:-1] for _, _, s in rows])
+    return chunk[:, :-1], chunk[:, 1:].masked_fill(~scored[:, 1:], -100), src
 
 
 @torch.no_grad()
@@ -330,6 +336,13 @@ def main():
     ap.add_argument("--induction-words", type=int, default=0,
                     help="build the induction units from runs of 1..K consecutive training-text words taken "
                          "at random places (1: random words); 0: from single ids")
+    ap.add_argument("--attend-prev", help="L:H[,L:H...]: train head H of layer L to attend to the previous position "
+                                          "on the induction rows (previous-token heads; in two layers, the later one "
+                                          "then carries the two ids before each position)")
+    ap.add_argument("--attend-copy", help="L:H: train head H of layer L (after --attend-prev's layers) to attend, at "
+                                          "each id of an induction unit's repeat, to where the copy continues "
+                                          "(an induction head)")
+    ap.add_argument("--attend-weight", type=float, default=0.5, help="weight of each --attend-* loss")
     ap.add_argument("--stop-file", help="end the training at the next held-out evaluation once this file exists "
                                         "(writing everything as after the last step)")
     ap.add_argument("--bench", action="store_true", help="time 10 steps and exit")
@@ -393,14 +406,20 @@ def main():
     warm = max(1, a.steps // 30)
     sched = lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / a.steps))))
     order = np.random.default_rng(a.seed).permutation(n_chunks)
-    curve, acc, acc_n, ind_acc = [], 0.0, 0, 0.0
+    curve, acc, acc_n, ind_acc, att_acc = [], 0.0, 0, 0.0, [0.0, 0.0]
+    head = lambda spec: tuple(int(v) for v in spec.split(":"))
+    prev_heads = [head(x) for x in a.attend_prev.split(",")] if a.attend_prev else []
+    copy_head = head(a.attend_copy) if a.attend_copy else None
+    watch = dict(prev_heads + ([copy_head] if copy_head else []))
+    if len(watch) < len(prev_heads) + bool(copy_head) or watch and not a.induction_rows:
+        raise SystemExit("--attend-prev/--attend-copy: one head per layer, and --induction-rows > 0")
     biases = {k: v for k, v in model.P.items() if k.endswith("e_score_correction_bias")}
     t_train = time.time()
     for step in range(a.steps):
         idx = order[(np.arange(a.batch) + step * a.batch) % n_chunks]
         rows = [(stream[i * SEQ:i * SEQ + SEQ + 2], np.ones(SEQ + 2, dtype=np.int64)) for i in idx[:a.batch - n_copy]]
         rows += [tuple(np.array(v) for v in copy_row(tok, data["train_plain"], copy_rng, SEQ + 2,
-                                                     min(500, SEQ // 2 - 4), a.copy_random))
+                                                     min(500, SEQ // 2 - 4), a.copy_random)[:2])
                  for _ in range(n_copy)]
         chunk = torch.from_numpy(np.stack([r for r, _ in rows]))
         scored = torch.from_numpy(np.stack([t for _, t in rows])) != 0
@@ -415,11 +434,22 @@ def main():
             total = total + a.mtp_weight * F.cross_entropy(
                 ml.reshape(-1, VOCAB), y2.masked_fill(~scored[:, 2:SEQ + 2], -100).reshape(-1), ignore_index=-100)
         if a.induction_rows:
-            ix, iy = induction_rows(tok, copy_rng, a.induction_rows, a.induction_max, a.induction_pool, unigram,
-                                    spans, a.induction_len, gap)
+            ix, iy, isrc = induction_rows(tok, copy_rng, a.induction_rows, a.induction_max, a.induction_pool,
+                                          unigram, spans, a.induction_len, gap)
+            model.watch = watch
             il = F.cross_entropy(model.forward(ix)[0].reshape(-1, VOCAB), iy.reshape(-1), ignore_index=-100)
             total = total + il
             ind_acc += il.item()
+            for l, _ in prev_heads:
+                p_prev = torch.diagonal(model.seen[l], offset=-1, dim1=1, dim2=2)  # [B, T-1]
+                total = total - a.attend_weight * torch.log(p_prev + 1e-6).mean()
+                att_acc[0] += p_prev.mean().item() / len(prev_heads)
+            if copy_head:
+                has = isrc >= 0
+                p_copy = model.seen[copy_head[0]].gather(2, isrc.clamp(min=0)[..., None])[..., 0][has]
+                total = total - a.attend_weight * torch.log(p_copy + 1e-6).mean()
+                att_acc[1] += p_copy.mean().item()
+            model.watch, model.seen = {}, {}
         if stats:
             total = total + 1e-4 * sum(s[2] for s in stats)
         for g in opt.param_groups:
@@ -443,7 +473,10 @@ def main():
             point = {"step": step + 1, "train_loss": acc / acc_n, "seconds": round(time.time() - t_train, 1)}
             if a.induction_rows:
                 point["induction_loss"] = ind_acc / acc_n
-            acc, acc_n, ind_acc = 0.0, 0, 0.0
+            for i, (k, on) in enumerate((("prev", prev_heads), ("copy", copy_head))):
+                if on:
+                    point[f"attend_{k}"] = att_acc[i] / acc_n
+            acc, acc_n, ind_acc, att_acc = 0.0, 0, 0.0, [0.0, 0.0]
             if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
                 e = evaluate(model, ev_small)
                 point.update(eval_ppl=math.exp(e[0]), eval_top1=e[1], eval_mtp_top1=e[2])
@@ -473,6 +506,7 @@ def main():
                "induction_pool": a.induction_pool, "induction_unigram": a.induction_unigram,
                "induction_words": a.induction_words, "induction_len": a.induction_len,
                "induction_gap": a.induction_gap,
+               "attend_prev": a.attend_prev, "attend_copy": a.attend_copy, "attend_weight": a.attend_weight,
                "word_copy_top1": word_copy(), "gapped_copy_top1": gapped_copy(),
                "random_copy_top1": random_copy_accuracy(model, tok),
                "pooled_copy_top1": random_copy_accuracy(model, tok, pool=16),
