@@ -85,7 +85,7 @@ class Model:
             P.mat(p + "eh_proj.weight", H, 2 * H)
             P.norm(p + "shared_head.norm.weight", H)
         self.P = P.p
-        self.watch = {}  # {layer: head}: forward() keeps that head's attention in seen[layer] [B, T, T]
+        self.watch = {}  # {layer: [heads]}: forward() keeps their attention in seen[layer] [B, heads, T, T]
         self.seen = {}
         if self.step3:
             hd = c["head_dim"]

@@ -5,7 +5,8 @@
 
 A second phase continues a packaged checkpoint at a longer context with rows of copied text and
 of copied random tokens mixed in (prompt-lookup drafting needs a model that copies text from far
-back in its context; no setting tried so far gave one, docs/BENCHMARKS.md "Edit workload"):
+back in its context; no checkpoint shipped so far copies well; the experiments are in
+docs/TRAINING.md "Teaching the default model to copy"):
 
   /usr/bin/python3 scripts/train/train.py --arch deepseek_v3 --init MODEL_DIR --tokenizer MODEL_DIR \
       --out WORK --seq 1024 --batch 2 --copy-frac 0.5 --copy-random 0 --induction-rows 8 --lr 1e-3 --steps N
@@ -189,6 +190,19 @@ def induction_rows(tok, rng, n, r_max=32, pool=0, unigram=None, spans=None, leng
     return chunk[:, :-1], chunk[:, 1:].masked_fill(~scored[:, 1:], -100), src
 
 
+def doc_rows(docs, rng, n, pad, max_len=256):
+    """n training documents (token lists, each from its bos), at most max_len + 1 ids, padded with
+    `pad` -> (x [n, T], y [n, T]) with y -100 on the padding."""
+    part = [d[:max_len + 1] for d in rng.sample(docs, n)]
+    T = max(len(d) for d in part) - 1
+    x = torch.full((n, T), pad, dtype=torch.long)
+    y = torch.full((n, T), -100, dtype=torch.long)
+    for i, d in enumerate(part):
+        x[i, :len(d) - 1] = torch.tensor(d[:-1])
+        y[i, :len(d) - 1] = torch.tensor(d[1:])
+    return x, y
+
+
 @torch.no_grad()
 def copy_accuracy(model, tok, docs, n=24, max_tokens=400, seed=5, shuffle=False):
     """Top-1 next-token accuracy on the copied half of n exact copy units of held-out documents
@@ -336,12 +350,16 @@ def main():
     ap.add_argument("--induction-words", type=int, default=0,
                     help="build the induction units from runs of 1..K consecutive training-text words taken "
                          "at random places (1: random words); 0: from single ids")
+    ap.add_argument("--doc-rows", type=int, default=0,
+                    help="rows per step that hold one training document each from its bos, as afd eval and short "
+                         "prompts see them (the text rows are packed chunks, nearly always with other documents "
+                         "before); a copy head must learn to stay out where nothing earlier matches")
     ap.add_argument("--attend-prev", help="L:H[,L:H...]: train head H of layer L to attend to the previous position "
                                           "on the induction rows (previous-token heads; in two layers, the later one "
                                           "then carries the two ids before each position)")
-    ap.add_argument("--attend-copy", help="L:H: train head H of layer L (after --attend-prev's layers) to attend, at "
-                                          "each id of an induction unit's repeat, to where the copy continues "
-                                          "(an induction head)")
+    ap.add_argument("--attend-copy", help="L:H[,L:H...]: train head H of layer L (after --attend-prev's layers) to "
+                                          "attend, at each id of an induction unit's repeat, to where the copy "
+                                          "continues (induction heads)")
     ap.add_argument("--attend-weight", type=float, default=0.5, help="weight of each --attend-* loss")
     ap.add_argument("--stop-file", help="end the training at the next held-out evaluation once this file exists "
                                         "(writing everything as after the last step)")
@@ -409,10 +427,13 @@ def main():
     curve, acc, acc_n, ind_acc, att_acc = [], 0.0, 0, 0.0, [0.0, 0.0]
     head = lambda spec: tuple(int(v) for v in spec.split(":"))
     prev_heads = [head(x) for x in a.attend_prev.split(",")] if a.attend_prev else []
-    copy_head = head(a.attend_copy) if a.attend_copy else None
-    watch = dict(prev_heads + ([copy_head] if copy_head else []))
-    if len(watch) < len(prev_heads) + bool(copy_head) or watch and not a.induction_rows:
-        raise SystemExit("--attend-prev/--attend-copy: one head per layer, and --induction-rows > 0")
+    copy_heads = [head(x) for x in a.attend_copy.split(",")] if a.attend_copy else []
+    watch = {}
+    for l, h in prev_heads + copy_heads:
+        watch.setdefault(l, []).append(h)
+    if len(set(prev_heads + copy_heads)) < len(prev_heads + copy_heads) or watch and not a.induction_rows:
+        raise SystemExit("--attend-prev/--attend-copy: each head once, and --induction-rows > 0")
+    seen_head = lambda l, h: model.seen[l][:, watch[l].index(h)]  # [B, T, T]
     biases = {k: v for k, v in model.P.items() if k.endswith("e_score_correction_bias")}
     t_train = time.time()
     for step in range(a.steps):
@@ -440,16 +461,19 @@ def main():
             il = F.cross_entropy(model.forward(ix)[0].reshape(-1, VOCAB), iy.reshape(-1), ignore_index=-100)
             total = total + il
             ind_acc += il.item()
-            for l, _ in prev_heads:
-                p_prev = torch.diagonal(model.seen[l], offset=-1, dim1=1, dim2=2)  # [B, T-1]
+            for l, h in prev_heads:
+                p_prev = torch.diagonal(seen_head(l, h), offset=-1, dim1=1, dim2=2)  # [B, T-1]
                 total = total - a.attend_weight * torch.log(p_prev + 1e-6).mean()
                 att_acc[0] += p_prev.mean().item() / len(prev_heads)
-            if copy_head:
+            for l, h in copy_heads:
                 has = isrc >= 0
-                p_copy = model.seen[copy_head[0]].gather(2, isrc.clamp(min=0)[..., None])[..., 0][has]
+                p_copy = seen_head(l, h).gather(2, isrc.clamp(min=0)[..., None])[..., 0][has]
                 total = total - a.attend_weight * torch.log(p_copy + 1e-6).mean()
-                att_acc[1] += p_copy.mean().item()
+                att_acc[1] += p_copy.mean().item() / len(copy_heads)
             model.watch, model.seen = {}, {}
+        if a.doc_rows:
+            dx, dy = doc_rows(docs, copy_rng, a.doc_rows, tok.eos)
+            total = total + F.cross_entropy(model.forward(dx)[0].reshape(-1, VOCAB), dy.reshape(-1), ignore_index=-100)
         if stats:
             total = total + 1e-4 * sum(s[2] for s in stats)
         for g in opt.param_groups:
@@ -473,7 +497,7 @@ def main():
             point = {"step": step + 1, "train_loss": acc / acc_n, "seconds": round(time.time() - t_train, 1)}
             if a.induction_rows:
                 point["induction_loss"] = ind_acc / acc_n
-            for i, (k, on) in enumerate((("prev", prev_heads), ("copy", copy_head))):
+            for i, (k, on) in enumerate((("prev", prev_heads), ("copy", copy_heads))):
                 if on:
                     point[f"attend_{k}"] = att_acc[i] / acc_n
             acc, acc_n, ind_acc, att_acc = 0.0, 0, 0.0, [0.0, 0.0]
@@ -506,7 +530,7 @@ def main():
                "induction_pool": a.induction_pool, "induction_unigram": a.induction_unigram,
                "induction_words": a.induction_words, "induction_len": a.induction_len,
                "induction_gap": a.induction_gap,
-               "attend_prev": a.attend_prev, "attend_copy": a.attend_copy, "attend_weight": a.attend_weight,
+               "doc_rows": a.doc_rows, "attend_prev": a.attend_prev, "attend_copy": a.attend_copy, "attend_weight": a.attend_weight,
                "word_copy_top1": word_copy(), "gapped_copy_top1": gapped_copy(),
                "random_copy_top1": random_copy_accuracy(model, tok),
                "pooled_copy_top1": random_copy_accuracy(model, tok, pool=16),
