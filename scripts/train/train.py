@@ -361,6 +361,8 @@ def main():
                                           "attend, at each id of an induction unit's repeat, to where the copy "
                                           "continues (induction heads)")
     ap.add_argument("--attend-weight", type=float, default=0.5, help="weight of each --attend-* loss")
+    ap.add_argument("--stop-at", type=int, default=0,
+                    help="end the training after this many steps (0: --steps), the schedule still that of --steps")
     ap.add_argument("--stop-file", help="end the training at the next held-out evaluation once this file exists "
                                         "(writing everything as after the last step)")
     ap.add_argument("--bench", action="store_true", help="time 10 steps and exit")
@@ -514,6 +516,8 @@ def main():
             print(json.dumps(point), flush=True)
             if "eval_ppl" in point and a.stop_file and os.path.exists(a.stop_file):
                 break
+        if step + 1 == a.stop_at:
+            break
     steps_done = curve[-1]["step"] if curve else a.steps
     final = evaluate(model, ev_all)
     uni = unigram_nll(docs, ev_all, VOCAB)
@@ -526,6 +530,7 @@ def main():
                "params": sum(p.numel() for p in model.state().values()),
                "seq": SEQ, "copy_frac": a.copy_frac, "copy_random": a.copy_random,
                "init": os.path.basename(os.path.normpath(a.init)) if a.init else None, "lr": a.lr,
+               "mtp_weight": a.mtp_weight,
                "induction_rows": a.induction_rows, "induction_max": a.induction_max,
                "induction_pool": a.induction_pool, "induction_unigram": a.induction_unigram,
                "induction_words": a.induction_words, "induction_len": a.induction_len,
@@ -537,9 +542,13 @@ def main():
                "unigram_copy_top1": random_copy_accuracy(model, tok, unigram=text_unigram),
                "eval_copy_top1": copy_accuracy(model, tok, data["eval_docs"]), "init_copy_top1": init_copy,
                "shuffled_copy_top1": copy_accuracy(model, tok, data["eval_docs"], n=16, max_tokens=100, shuffle=True)}
-    if a.init and os.path.exists(os.path.join(a.init, "training.json")):
+    if a.init and os.path.exists(os.path.join(a.init, "training.json")):  # a packaged first phase
         metrics["first_phase"] = {k: v for k, v in load_json(os.path.join(a.init, "training.json")).items()
                                   if k != "first_phase"}
+        metrics["copy_top1_before"] = init_copy
+    elif a.init and os.path.exists(os.path.join(a.init, "metrics.json")):  # a later stage of the second phase
+        prev = load_json(os.path.join(a.init, "metrics.json"))
+        metrics.update({k: prev[k] for k in ("first_phase", "copy_top1_before") if k in prev})
     print(json.dumps(metrics), flush=True)
     with open(os.path.join(a.out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
