@@ -495,7 +495,8 @@ def main():
             dt = (time.time() - t_train) / 10
             print(f"{dt:.3f} s/step, {a.batch * SEQ / dt:.0f} tokens/s")
             return
-        if (step + 1) % 50 == 0 or step + 1 == a.steps:
+        last = step + 1 in (a.steps, a.stop_at)
+        if (step + 1) % 50 == 0 or last:
             point = {"step": step + 1, "train_loss": acc / acc_n, "seconds": round(time.time() - t_train, 1)}
             if a.induction_rows:
                 point["induction_loss"] = ind_acc / acc_n
@@ -503,7 +504,7 @@ def main():
                 if on:
                     point[f"attend_{k}"] = att_acc[i] / acc_n
             acc, acc_n, ind_acc, att_acc = 0.0, 0, 0.0, [0.0, 0.0]
-            if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
+            if (step + 1) % a.eval_every == 0 or last:
                 e = evaluate(model, ev_small)
                 point.update(eval_ppl=math.exp(e[0]), eval_top1=e[1], eval_mtp_top1=e[2])
                 if a.copy_frac > 0 or a.induction_rows:
@@ -535,7 +536,8 @@ def main():
                "induction_pool": a.induction_pool, "induction_unigram": a.induction_unigram,
                "induction_words": a.induction_words, "induction_len": a.induction_len,
                "induction_gap": a.induction_gap,
-               "doc_rows": a.doc_rows, "attend_prev": a.attend_prev, "attend_copy": a.attend_copy, "attend_weight": a.attend_weight,
+               "doc_rows": a.doc_rows, "attend_prev": a.attend_prev, "attend_copy": a.attend_copy,
+               "attend_weight": a.attend_weight,
                "word_copy_top1": word_copy(), "gapped_copy_top1": gapped_copy(),
                "random_copy_top1": random_copy_accuracy(model, tok),
                "pooled_copy_top1": random_copy_accuracy(model, tok, pool=16),
