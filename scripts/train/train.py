@@ -190,17 +190,23 @@ def induction_rows(tok, rng, n, r_max=32, pool=0, unigram=None, spans=None, leng
     return chunk[:, :-1], chunk[:, 1:].masked_fill(~scored[:, 1:], -100), src
 
 
+def padded(seqs, pad):
+    """Token lists as one batch padded with `pad`: (tokens [B, T], mask [B, T-1] of the positions
+    whose next token is a sequence's own), T the longest length."""
+    T = max(len(s) for s in seqs)
+    x = torch.full((len(seqs), T), pad, dtype=torch.long)
+    m = torch.zeros(len(seqs), T - 1, dtype=torch.bool)
+    for j, s in enumerate(seqs):
+        x[j, :len(s)] = torch.tensor(s)
+        m[j, :len(s) - 1] = True
+    return x, m
+
+
 def doc_rows(docs, rng, n, pad, max_len=256):
     """n training documents (token lists, each from its bos), at most max_len + 1 ids, padded with
     `pad` -> (x [n, T], y [n, T]) with y -100 on the padding."""
-    part = [d[:max_len + 1] for d in rng.sample(docs, n)]
-    T = max(len(d) for d in part) - 1
-    x = torch.full((n, T), pad, dtype=torch.long)
-    y = torch.full((n, T), -100, dtype=torch.long)
-    for i, d in enumerate(part):
-        x[i, :len(d) - 1] = torch.tensor(d[:-1])
-        y[i, :len(d) - 1] = torch.tensor(d[1:])
-    return x, y
+    x, m = padded([d[:max_len + 1] for d in rng.sample(docs, n)], pad)
+    return x[:, :-1], x[:, 1:].masked_fill(~m, -100)
 
 
 @torch.no_grad()
@@ -248,14 +254,7 @@ def eval_batches(tok, docs, batch=64):
     mask [B, T-1] of the scored positions)."""
     seqs = sorted(([tok.bos] + tok.encode(d) for d in docs), key=len)
     for i in range(0, len(seqs), batch):
-        part = seqs[i:i + batch]
-        T = max(len(s) for s in part)
-        x = torch.full((len(part), T), tok.eos, dtype=torch.long)
-        m = torch.zeros(len(part), T - 1, dtype=torch.bool)
-        for j, s in enumerate(part):
-            x[j, :len(s)] = torch.tensor(s)
-            m[j, :len(s) - 1] = True
-        yield x, m
+        yield padded(seqs[i:i + batch], tok.eos)
 
 
 @torch.no_grad()
@@ -467,8 +466,8 @@ def main():
                 p_prev = torch.diagonal(seen_head(l, h), offset=-1, dim1=1, dim2=2)  # [B, T-1]
                 total = total - a.attend_weight * torch.log(p_prev + 1e-6).mean()
                 att_acc[0] += p_prev.mean().item() / len(prev_heads)
+            has = isrc >= 0
             for l, h in copy_heads:
-                has = isrc >= 0
                 p_copy = seen_head(l, h).gather(2, isrc.clamp(min=0)[..., None])[..., 0][has]
                 total = total - a.attend_weight * torch.log(p_copy + 1e-6).mean()
                 att_acc[1] += p_copy.mean().item() / len(copy_heads)
@@ -517,7 +516,7 @@ def main():
             print(json.dumps(point), flush=True)
             if "eval_ppl" in point and a.stop_file and os.path.exists(a.stop_file):
                 break
-        if step + 1 == a.stop_at:
+        if last:
             break
     steps_done = curve[-1]["step"] if curve else a.steps
     final = evaluate(model, ev_all)
