@@ -17,7 +17,7 @@ void EngineFlags::add_to(CLI::App* cmd, bool model_required) {
       ->envname("AFD_PRECISION");
   cmd->add_flag("--deterministic", options.deterministic,
                 "Batch-invariant inference: a sequence's tokens and logprobs are bit-identical whatever else is "
-                "batched with it, the wiring and the threads (fast precision too)")
+                "batched with it, the wiring and the threads, in fast precision too (reference precision always is)")
       ->envname("AFD_DETERMINISTIC");
   cmd->add_option("--kv-dtype", kv_dtype, "KV cache type in fast precision: bf16 | fp8")->envname("AFD_KV_DTYPE");
   cmd->add_option("--speculative", speculative,

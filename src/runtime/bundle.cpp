@@ -107,7 +107,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, std::sh
       fo.n_ffn = y;
       fo.n_attention = x;
       fo.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
-      fo.batch_invariant = opt.deterministic;
+      fo.batch_invariant = opt.batch_invariant();
       fo.peer_timeout_ms = opt.afd.ffn_timeout_ms;
       fo.tp = opt.afd.ffn_tp;
       fo.device = opt.ffn_device;
@@ -168,7 +168,7 @@ Result<std::unique_ptr<Bundle>> Bundle::create(const EngineOptions& opt, std::sh
       for (int j = 0; j < y; ++j) co.ffn_addresses.push_back(ffn_name(j));
     }
     co.precision = ref ? comm::WirePrecision::f32 : comm::WirePrecision::bf16;
-    co.batch_invariant = opt.deterministic;
+    co.batch_invariant = opt.batch_invariant();
     co.microbatches = opt.pipeline_microbatches();
     co.max_tokens = opt.afd.max_batch_tokens;
     co.per_block_scales = opt.afd.fp8_group == 128;

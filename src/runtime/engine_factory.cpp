@@ -46,7 +46,7 @@ Result<std::unique_ptr<Engine>> make_engine(const EngineOptions& opt, std::share
   }
   LocalFfnOptions fo;
   fo.part.prec = opt.precision == Precision::reference ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
-  fo.part.order = kernels::linear_order(opt.deterministic);
+  fo.part.order = kernels::linear_order(opt.batch_invariant());
   fo.fp8_dispatch = opt.emulation.fp8_dispatch || opt.emulation.afd_rounding_shards > 0;
   fo.fp8_group = opt.afd.fp8_group;
   fo.combine_shards = opt.emulation.afd_rounding_shards;

@@ -138,6 +138,11 @@ struct EngineOptions {
   // paths whose per-query arithmetic depends only on the query's position; the products are
   // batch-invariant in every mode. Not with a CUDA FFN.
   bool deterministic = false;
+  // Whether the CPU kernels run batch-invariant: with --deterministic, and always in reference
+  // precision (the exactness precision: a sequence's greedy tokens with and without speculative
+  // drafts, in any wiring, agree bit for bit; its f32 products cost about the same in either
+  // order, docs/BENCHMARKS.md "Batch-invariant mode"). A CUDA FFN is not batch-invariant.
+  bool batch_invariant() const { return deterministic || precision == Precision::reference; }
   int n_threads = 0;  // 0: all cores
   // Wiring (runtime/topology.h): mono (FFN in the attention thread), xAyF (AFD bundle:
   // in-process workers, or remote FFN workers when afd.ffn_addresses is set), EPn (expert-

@@ -26,7 +26,7 @@ Result<std::unique_ptr<MtpHead>> MtpHead::create(MtpModule module, const EngineO
   AFD_ASSIGN_OR_RETURN(auto kv, PagedKvCache::create(kc));
   AttentionOptions ao;
   ao.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
-  ao.batch_invariant = opt.deterministic;
+  ao.batch_invariant = opt.batch_invariant();
   LocalFfnOptions fo;
   fo.part.prec = ao.prec;
   fo.part.order = ao.order();

@@ -317,7 +317,7 @@ Result<std::unique_ptr<Engine>> make_pipeline_engine(const EngineOptions& opt, s
   AFD_ASSIGN_OR_RETURN(auto kv, PagedKvCache::create(kc));
   AttentionOptions ao;
   ao.prec = ref ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
-  ao.batch_invariant = opt.deterministic;
+  ao.batch_invariant = opt.batch_invariant();
   auto pe = std::make_unique<PipelineEngine>(w, std::move(kv), std::move(ffn), std::move(pool), ao, opt.pipeline_microbatches(),
                                              opt.kv.max_seqs);
   if (!opt.emulation.stage_costs_file.empty()) {

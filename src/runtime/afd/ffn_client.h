@@ -93,7 +93,8 @@ struct FfnClientOptions {
   // The activation precision of this attention worker's engine (--precision): every FFN
   // worker must compute with the same one (the handshake refuses a mismatch both ways).
   comm::WirePrecision precision = comm::WirePrecision::f32;
-  // Batch-invariant mode (--deterministic): every FFN worker must run it too (handshake).
+  // Batch-invariant mode (EngineOptions::batch_invariant()): every FFN worker must run it too
+  // (handshake).
   bool batch_invariant = false;
   int microbatches = 3;            // 1..16
   int64_t max_tokens = 256;        // most tokens in one micro-batch

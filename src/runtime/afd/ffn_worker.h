@@ -73,7 +73,8 @@ struct FfnWorkerOptions {
   // Activation precision (--precision), announced in the handshake: an attention worker that
   // computes with another one is refused (comm::check_handshake_match).
   kernels::ActPrecision prec = kernels::ActPrecision::f32;
-  // Batch-invariant mode (--deterministic), announced in the handshake like prec.
+  // Batch-invariant products (--deterministic, and always with f32 activations:
+  // EngineOptions::batch_invariant()), announced in the handshake like prec.
   bool batch_invariant = false;
   // "cuda": compute the held experts on the GPU (runtime/cuda_ffn.h; create() fails with the
   // reason when that is unavailable). A CUDA error while serving is logged and the worker

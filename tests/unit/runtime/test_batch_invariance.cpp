@@ -8,6 +8,7 @@
 // last prompt position and each decode step) must equal the baseline's bit for bit.
 // AFD wirings round the FFN input through FP8 and each FFN shard's partial through BF16: their
 // baseline is mono with --afd-rounding y (the same rounding), as the trained-model tests use.
+// Reference precision holds the invariant without the flag (EngineOptions::batch_invariant()).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,17 +50,20 @@ struct RunSetup {
   int rounding = 0;  // mono: --afd-rounding
   int ffn_tp = 1;
   DType kv = DType::bf16;
+  // fast: with --deterministic; reference: without it (the precision is batch-invariant itself).
+  Precision prec = Precision::fast;
 };
 
 std::string describe(const RunSetup& s) {
   return s.topology + " mb=" + std::to_string(s.microbatches) + " threads=" + std::to_string(s.threads) +
-         " rounding=" + std::to_string(s.rounding) + " tp=" + std::to_string(s.ffn_tp) + " kv=" + dtype_name(s.kv);
+         " rounding=" + std::to_string(s.rounding) + " tp=" + std::to_string(s.ffn_tp) + " kv=" + dtype_name(s.kv) +
+         " " + precision_name(s.prec);
 }
 
-std::unique_ptr<Engine> engine(std::shared_ptr<const ModelWeights> w, const RunSetup& s, bool deterministic) {
+std::unique_ptr<Engine> engine(std::shared_ptr<const ModelWeights> w, const RunSetup& s) {
   EngineOptions o;
-  o.precision = Precision::fast;
-  o.deterministic = deterministic;
+  o.precision = s.prec;
+  o.deterministic = s.prec == Precision::fast;
   o.n_threads = s.threads;
   o.topology = *parse_topology(s.topology);
   o.microbatches = s.microbatches;
@@ -209,12 +213,12 @@ void expect_invariant(Arch arch, DType dtype, const std::vector<RunSetup>& setup
   auto w = tiny(arch, dtype);
   ASSERT_NE(w, nullptr);
   const auto prompt = target_prompt(*w);
-  auto base_engine = engine(w, setups[0], true);
+  auto base_engine = engine(w, setups[0]);
   ASSERT_NE(base_engine, nullptr);
   const auto want = target_rows(*base_engine, prompt, kNew, Schedule{});
   ASSERT_EQ(static_cast<int>(want.size()), kNew);
   for (const RunSetup& s : setups) {
-    auto e = engine(w, s, true);
+    auto e = engine(w, s);
     ASSERT_NE(e, nullptr) << describe(s);
     for (const Schedule& sch : schedules) {
       const std::string d = first_difference(want, target_rows(*e, prompt, kNew, sch));
@@ -255,6 +259,19 @@ TEST_P(BatchInvariance, AfdWirings) {
   expect_invariant(GetParam(), DType::bf16, {RunSetup{"mono", 0, 1, 2}, RunSetup{"1A2F", 2, 2}, RunSetup{"2A2F", 1, 1}, RunSetup{"EP2", 1, 2}},
                    sch);
   expect_invariant(GetParam(), DType::bf16, {RunSetup{"mono", 0, 1, 2, 2}, RunSetup{"1A2F", 3, 2, 0, 2}}, sch);
+}
+
+// Reference precision without --deterministic: mono on 1-3 threads, and the AFD wirings whose
+// token counts per expert differ most from mono's (EP, FFN workers with 3 micro-batches).
+TEST_P(BatchInvariance, ReferencePrecisionWithoutTheFlag) {
+  const Precision ref = Precision::reference;
+  std::vector<RunSetup> mono;
+  for (int threads : {1, 2, 3}) mono.push_back(RunSetup{"mono", 0, threads, 0, 1, DType::bf16, ref});
+  expect_invariant(GetParam(), DType::bf16, mono, kSchedules);
+  expect_invariant(GetParam(), DType::bf16,
+                   {RunSetup{"mono", 0, 1, 2, 1, DType::bf16, ref}, RunSetup{"1A2F", 3, 2, 0, 1, DType::bf16, ref},
+                    RunSetup{"EP2", 1, 2, 0, 1, DType::bf16, ref}},
+                   {{0, false}, {1, false}, {3, true}});
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, BatchInvariance,
