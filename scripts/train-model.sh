@@ -8,6 +8,8 @@
 # one thread each (deterministic for the seed and thread count). Then each checkpoint is
 # written by `afd make-model --config --weights --tokenizer` (bf16), evaluated with
 # `afd eval` on the held-out text, and given a model card (README.md) with its numbers.
+# wordnet-dsv3 then goes through a second phase (the copy stages and the MTP stage below) and
+# is packaged again.
 # Usage: scripts/train-model.sh [OUT_DIR] [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,3 +39,21 @@ for pair in deepseek_v3:wordnet-dsv3 step3:wordnet-step3; do
   name=${pair##*:}
   bash scripts/train/package.sh "$AFD" "$WORK/$arch" "$OUT/$name"
 done
+# The default model's second phase: a copy that matches ids (docs/TRAINING.md "Teaching the
+# default model to copy"), three stages from the packaged first phase, 2 threads (deterministic
+# for that count), each stopped early on the schedule of a longer run, as when it was found.
+COPY=(--arch deepseek_v3 --tokenizer "$WORK/tokenizer" --seed "$SEED" --threads 2 --seq 128
+      --induction-words 4 --attend-prev 0:0,1:0 --attend-copy 2:1)
+$PY scripts/train/train.py "${COPY[@]}" --init "$OUT/wordnet-dsv3" --out "$WORK/copy1" --batch 16 \
+    --induction-rows 6 --induction-len 512 --induction-max 160 --induction-gap 128 --lr 1e-3 \
+    --steps 800 --stop-at 300 > "$WORK/copy1.log" 2>&1
+$PY scripts/train/train.py "${COPY[@]}" --init "$WORK/copy1" --out "$WORK/copy2" --batch 32 \
+    --induction-rows 3 --induction-len 1024 --induction-max 400 --induction-gap 256 --lr 5e-4 \
+    --steps 300 --stop-at 100 > "$WORK/copy2.log" 2>&1
+$PY scripts/train/train.py "${COPY[@]}" --init "$WORK/copy2" --out "$WORK/copy3" --batch 32 \
+    --induction-rows 3 --induction-len 1024 --induction-max 400 --induction-gap 256 --doc-rows 32 \
+    --lr 5e-4 --steps 250 --stop-at 150 > "$WORK/copy3.log" 2>&1
+# The MTP module alone, the main model frozen: the copy stages cost it some top-1.
+$PY scripts/train/train.py --arch deepseek_v3 --tokenizer "$WORK/tokenizer" --seed "$SEED" --threads 2 --seq 128 \
+    --init "$WORK/copy3" --out "$WORK/copy4" --batch 32 --mtp-only --lr 1e-3 --steps 300 > "$WORK/copy4.log" 2>&1
+bash scripts/train/package.sh "$AFD" "$WORK/copy4" "$OUT/wordnet-dsv3"

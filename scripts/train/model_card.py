@@ -81,22 +81,27 @@ def main():
       + "; routing balanced as DeepSeek-V3 does (auxiliary-loss-free bias updates, 1e-3 per step, and a 1e-4 "
       "sequence-wise balance loss).\n")
     if "first_phase" in tr:
-        rows = tr["batch_tokens"] // tr["seq"]
-        ind = tr.get("induction_rows", 0)
-        copies = (f"{round(rows * tr['copy_frac'])} of them packed with copy units (`[bos] X \\n\\n X' [eos]`, X a run of "
-                  f"consecutive training documents of 32-{min(500, tr['seq'] // 2 - 4)} tokens and X' the same text, "
-                  "exact or with 3 % of its words swapped)")
-        p("A second phase continued that checkpoint (bf16, as packaged) at a longer context: "
-          f"{tr['steps']} steps of {rows} rows of {tr['seq']} tokens, {copies}, the others text"
-          + (f"; and in each step {ind} rows of 256 tokens packed with `[bos] R \\n\\n R [eos]`, R 8-32 random "
-             "tokens, scored on the repeated R only (`--induction-rows`)" if ind else "")
-          + f". Learning rate {tr['lr']:g} with warm-up and cosine decay, {tr['threads']} threads, "
-          f"{tr['train_seconds'] / 60:.0f} minutes. Trained at 128 tokens only, the model could not repeat text "
-          "from further back, which is what prompt-lookup drafting (`--speculative ngram`) needs; top-1 on the "
-          f"copied half of 24 held-out copy units of about 400 tokens: {tr['init_copy_top1']:.3f} before this phase, "
-          f"**{tr['eval_copy_top1']:.3f}** after it"
-          + (f"; on the repeated half of 32 random tokens: {tr['random_copy_top1']:.2f}" if ind else "") + ".\n")
-    p("Curve: `curve.svg`" + (" (the second phase)." if "first_phase" in tr else ".") + "\n")
+        p("A second phase (the end of `scripts/train-model.sh`; docs/TRAINING.md \"Teaching the default model to "
+          "copy\") continued that checkpoint in three stages (300, 100 and 150 steps, 2 threads) so that the model "
+          "repeats text from far back in its prompt, which prompt-lookup drafting (`--speculative ngram`) needs: "
+          "beside the text rows, each step held rows of 512 or 1,024 tokens packed with `[bos] A R B \\n\\n R "
+          "[eos]` (R runs of 1-4 consecutive training words, up to 160 or 400 ids; A and B 0-128 or 0-256 ids of "
+          "training text, so that only matching ids finds where the copy continues), scored on the repeat only, "
+          "and a loss on the attention of three heads over them: layer 0 head 0 and layer 1 head 0 on the "
+          "previous position, layer 2 head 1 (an induction head) on the position after the current id's first "
+          "occurrence. The third stage added rows of one training document each, from its bos, "
+          f"{tr['doc_rows']} a step. Learning rate 1e-3, then 5e-4, each stage with warm-up and cosine decay; the "
+          "third stage "
+          f"{tr['train_seconds'] / 60:.0f} minutes. Top-1 on the copied half of 24 held-out copy units of about 400 "
+          f"tokens (`[bos] X \\n\\n X`): {tr['copy_top1_before']:.3f} before this phase, "
+          f"**{tr['eval_copy_top1']:.3f}** after it.\n")
+    if "mtp_stage" in tr:
+        ms = tr["mtp_stage"]
+        p(f"A last stage trained the MTP module alone, the main model frozen (`--mtp-only`): {ms['steps']} steps of "
+          f"{ms['batch_tokens']} tokens of text rows, learning rate {ms['lr']:g}, {ms['train_seconds'] / 60:.0f} "
+          f"minutes; the module's top-1 on the token after next went from {ms['eval_mtp_top1_before']:.3f} to "
+          f"{ms['eval_mtp_top1']:.3f} (trainer, held-out text).\n")
+    p("Curve: `curve.svg`" + (" (the second phase's copy stages)." if "first_phase" in tr else ".") + "\n")
     p("![training curve](curve.svg)\n")
     p("## Measured\n")
     p(f"Held-out text `eval.txt`: {ref['documents']} documents, {ref['tokens']} scored tokens "

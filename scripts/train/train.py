@@ -360,6 +360,10 @@ def main():
                                           "attend, at each id of an induction unit's repeat, to where the copy "
                                           "continues (induction heads)")
     ap.add_argument("--attend-weight", type=float, default=0.5, help="weight of each --attend-* loss")
+    ap.add_argument("--mtp-only", action="store_true",
+                    help="train the MTP module alone (its block, norms and eh_proj) on the text rows, the main model "
+                         "frozen (needs --init; not with the --induction/--doc/--copy rows). The WORK directory keeps "
+                         "--init's curve (the main model's) and records this stage under mtp_stage")
     ap.add_argument("--stop-at", type=int, default=0,
                     help="end the training after this many steps (0: --steps), the schedule still that of --steps")
     ap.add_argument("--stop-file", help="end the training at the next held-out evaluation once this file exists "
@@ -418,6 +422,14 @@ def main():
     n_copy = round(a.batch * a.copy_frac)
     copy_rng = random.Random(a.seed + 1)
     params = model.parameters()
+    if a.mtp_only:
+        if not (a.init and model.n_mtp) or a.induction_rows or a.doc_rows or a.copy_frac:
+            raise SystemExit("--mtp-only: needs --init and a model with an MTP module, and no copy/induction/doc rows")
+        if not os.path.exists(os.path.join(a.init, "metrics.json")):
+            raise SystemExit("--mtp-only: --init must be a WORK directory of an earlier stage")
+        mtp_before = evaluate(model, ev_all)[2]
+        mtp_prefix = f"model.layers.{model.L}."
+        params = [v for k, v in model.P.items() if k.startswith(mtp_prefix) and isinstance(v, torch.nn.Parameter)]
     decay = [p for p in params if p.dim() == 2]
     nodecay = [p for p in params if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
@@ -447,14 +459,16 @@ def main():
         scored = torch.from_numpy(np.stack([t for _, t in rows])) != 0
         x, y, y2 = chunk[:, :SEQ], chunk[:, 1:SEQ + 1], chunk[:, 2:SEQ + 2]
         stats = []
-        logits, h = model.forward(x, stats)
+        with torch.set_grad_enabled(not a.mtp_only):  # --mtp-only: the main model's routing stats are not kept
+            logits, h = model.forward(x, [] if a.mtp_only else stats)
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.masked_fill(~scored[:, 1:SEQ + 1], -100).reshape(-1),
                                ignore_index=-100)
         total = loss
         if model.n_mtp:
             ml = model.mtp_forward(h, y, stats)
-            total = total + a.mtp_weight * F.cross_entropy(
+            mtp_loss = F.cross_entropy(
                 ml.reshape(-1, VOCAB), y2.masked_fill(~scored[:, 2:SEQ + 2], -100).reshape(-1), ignore_index=-100)
+            total = mtp_loss if a.mtp_only else total + a.mtp_weight * mtp_loss
         if a.induction_rows:
             ix, iy, isrc = induction_rows(tok, copy_rng, a.induction_rows, a.induction_max, a.induction_pool,
                                           unigram, spans, a.induction_len, gap)
@@ -488,7 +502,7 @@ def main():
                 key = next((k for k in biases if k.startswith(f"model.layers.{l}.")), None)
                 if key is not None:
                     biases[key] += 1e-3 * torch.sign(load.mean() - load)
-        acc += loss.item()
+        acc += (mtp_loss if a.mtp_only else loss).item()
         acc_n += 1
         if a.bench and step == 9:
             dt = (time.time() - t_train) / 10
@@ -549,13 +563,24 @@ def main():
         metrics["copy_top1_before"] = init_copy
     elif a.init and os.path.exists(os.path.join(a.init, "metrics.json")):  # a later stage of the second phase
         prev = load_json(os.path.join(a.init, "metrics.json"))
-        metrics.update({k: prev[k] for k in ("first_phase", "copy_top1_before") if k in prev})
+        if a.mtp_only:  # the main model is --init's: its stage's record, this stage's evaluations
+            stage = {"steps": steps_done, "batch_tokens": a.batch * SEQ, "lr": a.lr, "threads": a.threads,
+                     "train_seconds": metrics["train_seconds"], "eval_mtp_top1_before": mtp_before,
+                     "eval_mtp_top1": metrics["eval_mtp_top1"], "curve": curve}
+            evaluated = ("eval_tokens", "eval_ppl", "eval_top1", "eval_mtp_top1", "unigram_ppl", "ppl_over_unigram",
+                         "word_copy_top1", "gapped_copy_top1", "random_copy_top1", "pooled_copy_top1",
+                         "unigram_copy_top1", "eval_copy_top1", "shuffled_copy_top1")
+            metrics = {**prev, **{k: metrics[k] for k in evaluated}, "mtp_stage": stage}
+            curve = load_json(os.path.join(a.init, "curve.json"))
+        else:
+            metrics.update({k: prev[k] for k in ("first_phase", "copy_top1_before") if k in prev})
     print(json.dumps(metrics), flush=True)
     with open(os.path.join(a.out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=1)
     with open(os.path.join(a.out, "curve.json"), "w") as f:
         json.dump(curve, f)
-    svg_curve(curve, os.path.join(a.out, "curve.svg"), f"afd WordNet {a.arch}: training curve", a.batch, SEQ)
+    svg_curve(curve, os.path.join(a.out, "curve.svg"), f"afd WordNet {a.arch}: training curve",
+              metrics["batch_tokens"] // metrics["seq"], metrics["seq"])
     st.write_file(os.path.join(a.out, "trained.safetensors"),
                   {k: st.Tensor("F32", v.numpy()) for k, v in model.state().items()})
 

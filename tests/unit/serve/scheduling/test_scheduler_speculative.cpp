@@ -78,16 +78,17 @@ std::vector<std::vector<int32_t>> prompts() {
   auto tok = tokenizer();
   std::vector<std::vector<int32_t>> p;
   for (const char* text : {"The old man walked", "A small piece of cloth used to make a pitch. A small piece of",
-                           "harbor: a place where ships", "the act of moving something from one place to another place"}) {
+                           "harbor: a place where ships", "the act of moving something from one place to another place",
+                           // Text, then its start again: the model goes on copying it (a definition
+                           // from the text), so the n-gram drafter's matches get accepted.
+                           "conquest (noun): success in mastering something difficult. Example: the conquest of space. "
+                           "bobble (noun): the momentary juggling of a batted or thrown baseball.\n\nconquest (n"}) {
     std::vector<int32_t> ids = {4090};  // BOS
     auto enc = tok->encode(text, false);
     EXPECT_TRUE(enc.ok()) << enc.status().to_string();
     if (enc.ok()) ids.insert(ids.end(), enc->begin(), enc->end());
     p.push_back(std::move(ids));
   }
-  // Greedy output repeats a phrase ("... 258 776 1992 2620 308 258 776 1992 2620 ..."): the
-  // n-gram drafter's matches get accepted.
-  p.push_back({4090, 100, 200, 300, 400, 500, 600, 700});
   return p;
 }
 
@@ -128,11 +129,7 @@ TEST(SchedulerSpeculative, GreedyTokensEqualThoseWithoutDrafts) {
           EXPECT_EQ(static_cast<int64_t>(spec.tokens[i].size()), 10 + 3 * static_cast<int64_t>(i)) << what;
         }
         EXPECT_GT(spec.verifications, 0) << what;
-        // AFD wirings round the FFN input through FP8: their greedy text differs from mono's and
-        // (on these prompts) never repeats, so n-gram drafts are only sure to be accepted in mono.
-        if (method == SpeculativeMethod::mtp || std::string(topo) == "mono") {
-          EXPECT_GT(spec.accepted, 0) << what;
-        }
+        EXPECT_GT(spec.accepted, 0) << what;  // n-gram: on the copying prompt's output
         EXPECT_LE(spec.accepted, spec.drafted) << what;
         EXPECT_EQ(plain.verifications, 0) << what;
       }
