@@ -135,8 +135,8 @@ struct EngineOptions {
   // Batch-invariant inference (--deterministic; docs/ARCHITECTURE.md "Batch invariance"): a
   // sequence's logits are bit-identical whatever else is in the batch, the micro-batches, the
   // wiring, the thread count, chunk boundaries and prefix-cache hits. Selects the attention
-  // paths whose per-query arithmetic depends only on the query's position; the products are
-  // batch-invariant in every mode. Not with a CUDA FFN.
+  // paths whose per-query arithmetic depends only on the query's position and the products'
+  // canonical order (kernels::LinearOrder::batch_invariant). Not with a CUDA FFN.
   bool deterministic = false;
   // Whether the CPU kernels run batch-invariant: with --deterministic, and always in reference
   // precision (the exactness precision: a sequence's greedy tokens with and without speculative
