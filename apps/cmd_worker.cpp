@@ -115,7 +115,7 @@ void run_ffn(const WorkerFlags& f) {
     const serve::FfnWorkerSample sample = serve::ffn_worker_sample(**worker);
     auto st = serve::StatusServer::start(
         so, [sample] { return serve::render_ffn_worker_metrics({&sample, 1}, now_ns()); },
-        [sample, deterministic = f.engine.options.deterministic] {
+        [sample, deterministic = fo.batch_invariant && fo.device != "cuda"] {
           // tokens / expert_rows: the worker's counters for `afd bench --spawn-ffn`.
           return std::make_pair(200, "{\"status\":\"ok\",\"role\":\"ffn\",\"deterministic\":" +
                                          std::string(deterministic ? "true" : "false") + ",\"attention_serving\":" +

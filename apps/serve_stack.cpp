@@ -335,7 +335,7 @@ void run_engine_service(const char* cmd, const ServiceFlags& f, const EngineOpti
   so.server = f.server();
   so.model_dir = opt.model_dir;
   so.system_fingerprint = numerics;
-  so.deterministic = opt.deterministic;
+  so.deterministic = opt.batch_invariant() && opt.ffn_device != "cuda";
   so.scheduler.draft_tokens = opt.speculative.method == SpeculativeMethod::none ? 0 : opt.speculative.draft_tokens;
   so.scheduler.draft_max_batch = opt.speculative.max_batch;
   // In-process bundles' FFN workers (owned by the engines, which the service keeps alive):

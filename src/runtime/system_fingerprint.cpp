@@ -10,7 +10,7 @@ namespace afd {
 
 namespace {
 // Bumped when a change of afd alters the numbers it computes for an unchanged configuration.
-constexpr uint32_t kNumericsVersion = 1;
+constexpr uint32_t kNumericsVersion = 2;
 }  // namespace
 
 std::string system_fingerprint(uint64_t model_fp, const EngineOptions& opt) {
@@ -19,7 +19,7 @@ std::string system_fingerprint(uint64_t model_fp, const EngineOptions& opt) {
                             // reference precision always keeps an f32 KV cache
                             opt.precision == Precision::reference ? static_cast<int32_t>(DType::f32)
                                                                   : static_cast<int32_t>(opt.kv.dtype),
-                            static_cast<int32_t>(kernels::active_isa()), opt.deterministic ? 1 : 0,
+                            static_cast<int32_t>(kernels::active_isa()), opt.batch_invariant() ? 1 : 0,
                             opt.ffn_device == "cuda" ? 1 : 0};
   h = hash64(fields, sizeof fields, h);
   char out[24];

@@ -111,6 +111,23 @@ def test_serve_reports_the_mode_and_answers_alike(tmp):
         b.close()
 
 
+def test_serve_in_reference_precision_reports_batch_invariance(tmp):
+    """Reference precision is batch-invariant without --deterministic: /health and /metrics say
+    so, and the fingerprint is the one the flag would give (the numbers are the same)."""
+    served = made(tmp, "qwen3_moe-served", "--arch", "qwen3_moe", "--preset", "tiny", "--vocab", "320")
+    fingerprints = []
+    for flags in (["--precision", "reference"], ["--precision", "reference", "--deterministic"]):
+        b = Bundle(served, tmp, flags + ["--threads", "2"], name="serve-ref", ready="on http://")
+        try:
+            health = json.loads(b.get("/health")[1])
+            assert health["deterministic"] is True, health
+            assert 'deterministic="1"} 1' in b.get("/metrics")[1]
+            fingerprints.append(health["system_fingerprint"])
+        finally:
+            b.close()
+    assert fingerprints[0] == fingerprints[1]
+
+
 def test_cuda_ffn_refused(tmp):
     r = afd("generate", "--model", model(tmp, "qwen3_moe"), "--deterministic", "--ffn-device", "cuda",
             "--prompt-ids", "1,2,3", "--max-tokens", "1")

@@ -31,7 +31,9 @@ struct ModelServing {
   // The serving process's numerics identity (runtime/system_fingerprint.h): the responses'
   // `system_fingerprint` and /health's; empty: not known here (responses omit it).
   std::string system_fingerprint;
-  bool deterministic = false;  // batch-invariant mode (--deterministic); /health and /metrics report it
+  // Batch-invariant answers (--deterministic, or reference precision with the CPU FFN:
+  // EngineOptions::batch_invariant()); /health and /metrics report it as "deterministic".
+  bool deterministic = false;
   // Compiled grammars of constrained answers (serve/structured/), over this tokenizer with
   // eos_ids as its end tokens; null: constrained answers are refused.
   std::shared_ptr<GrammarCache> grammars;

@@ -1,6 +1,7 @@
 // system_fingerprint: "fp_" + 16 hex digits, a function of the model fingerprint and of every
-// option that changes the numbers (precision, KV dtype, --deterministic, the FFN device), and
-// not of options that do not (threads, wiring); --deterministic with a CUDA FFN is refused.
+// option that changes the numbers (precision, KV dtype, batch invariance, the FFN device), and
+// not of options that do not (threads, wiring, --deterministic in reference precision, which is
+// batch-invariant without it); --deterministic with a CUDA FFN is refused.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -29,6 +30,8 @@ TEST(SystemFingerprint, FormatAndInputs) {
     const std::string ref = system_fingerprint(42, r);
     EXPECT_TRUE(seen.insert(ref).second);
     r.kv.dtype = DType::f8_e4m3;  // reference precision keeps an f32 cache whatever is asked
+    EXPECT_EQ(system_fingerprint(42, r), ref);
+    r.deterministic = true;  // the same numbers: reference precision is batch-invariant anyway
     EXPECT_EQ(system_fingerprint(42, r), ref);
   }
   {
