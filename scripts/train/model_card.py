@@ -133,7 +133,8 @@ def main():
     p(f"\nMeasured on {datetime.date.today().isoformat()} by `scripts/train/package.sh`.\n")
     p("## Retraining\n")
     p("`scripts/train-model.sh [OUT_DIR] [STEPS]` retrains both shipped models from fixed seeds and rewrites "
-      "their directories and cards (about an hour on 2 vCPUs). Commit the result only for a real change.")
+      "their directories and cards (on 2 vCPUs: about 90 minutes for both models' first phases, side by side, then "
+      "about 80 minutes for the default model's second phase). Commit the result only for a real change.")
 
 
 if __name__ == "__main__":
