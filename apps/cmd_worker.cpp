@@ -87,7 +87,7 @@ void run_ffn(const WorkerFlags& f) {
   fo.n_ffn = n_shards;
   fo.n_attention = f.n_attention;
   fo.prec = prec == Precision::reference ? kernels::ActPrecision::f32 : kernels::ActPrecision::bf16;
-  fo.batch_invariant = f.engine.options.deterministic || prec == Precision::reference;
+  fo.batch_invariant = batch_invariant_kernels(f.engine.options.deterministic, prec);
   fo.peer_timeout_ms = f.peer_timeout_ms;
   fo.tp = f.engine.options.afd.ffn_tp;
   fo.device = f.engine.options.ffn_device;

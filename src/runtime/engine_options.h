@@ -128,6 +128,12 @@ struct SpeculativeOptions {
   Status validate() const;
 };
 
+// Whether the CPU kernels run batch-invariant for a --deterministic flag and a precision: with
+// the flag, and always in reference precision (EngineOptions::batch_invariant()).
+inline bool batch_invariant_kernels(bool deterministic, Precision precision) {
+  return deterministic || precision == Precision::reference;
+}
+
 struct EngineOptions {
   // Where the weights come from (the caller loads them: make_engine takes them loaded).
   std::string model_dir;
@@ -142,7 +148,7 @@ struct EngineOptions {
   // precision (the exactness precision: a sequence's greedy tokens with and without speculative
   // drafts, in any wiring, agree bit for bit; its f32 products cost about the same in either
   // order, docs/BENCHMARKS.md "Batch-invariant mode"). A CUDA FFN is not batch-invariant.
-  bool batch_invariant() const { return deterministic || precision == Precision::reference; }
+  bool batch_invariant() const { return batch_invariant_kernels(deterministic, precision); }
   int n_threads = 0;  // 0: all cores
   // Wiring (runtime/topology.h): mono (FFN in the attention thread), xAyF (AFD bundle:
   // in-process workers, or remote FFN workers when afd.ffn_addresses is set), EPn (expert-
