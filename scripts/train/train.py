@@ -3,13 +3,11 @@
 
   /usr/bin/python3 scripts/train/train.py --arch deepseek_v3 --out WORK [--steps N] [--seed S]
 
-A second phase continues a packaged checkpoint at a longer context with rows of copied text and
-of copied random tokens mixed in (prompt-lookup drafting needs a model that copies text from far
-back in its context; no checkpoint shipped so far copies well; the experiments are in
-docs/TRAINING.md "Teaching the default model to copy"):
-
-  /usr/bin/python3 scripts/train/train.py --arch deepseek_v3 --init MODEL_DIR --tokenizer MODEL_DIR \
-      --out WORK --seq 1024 --batch 2 --copy-frac 0.5 --copy-random 0 --induction-rows 8 --lr 1e-3 --steps N
+A second phase continues a packaged checkpoint (--init) so that it copies text from far back in
+its context, which prompt-lookup drafting needs: induction rows, attention losses on chosen
+heads, single-document rows, then the MTP module alone (--mtp-only). The stages that trained the
+shipped default model are at the end of scripts/train-model.sh; the experiments behind them in
+docs/TRAINING.md "Teaching the default model to copy".
 
 WORK receives: tokenizer.json + tokenizer_config.json (trained here, or reused from
 --tokenizer DIR), config.json (the model's HF config), trained.safetensors (float32, HF
@@ -430,6 +428,8 @@ def main():
         mtp_before = evaluate(model, ev_all)[2]
         mtp_prefix = f"model.layers.{model.L}."
         params = [v for k, v in model.P.items() if k.startswith(mtp_prefix) and isinstance(v, torch.nn.Parameter)]
+        for v in model.parameters():  # the frozen ones (embedding, head, main layers) get no gradients
+            v.requires_grad_(any(v is q for q in params))
     decay = [p for p in params if p.dim() == 2]
     nodecay = [p for p in params if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}],
